@@ -1,0 +1,57 @@
+//! The `nimbus` command line: start, inspect and stop cluster nodes.
+//!
+//! ```text
+//! nimbus start --head [--port 6379] [--block]
+//! nimbus start --address HOST:PORT --token TOKEN [--num-cpus N] [--num-gpus N] [--resources JSON]
+//! nimbus status [--address HOST:PORT --token TOKEN] [--json]
+//! nimbus stop
+//! ```
+
+mod start;
+mod state;
+mod status;
+mod stop;
+
+use clap::{Parser, Subcommand};
+
+/// nimbus: distributed actors and training in one static binary.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a node (the head with --head) and leave it running in the background.
+    Start(start::StartArgs),
+    /// List the cluster's nodes with their state and resources.
+    Status(status::StatusArgs),
+    /// Stop the nodes this machine started.
+    Stop(stop::StopArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Start(args) => start::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Stop(args) => stop::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Logs go to stderr, filtered by `NIMBUS_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NIMBUS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

@@ -1,0 +1,209 @@
+//! `nimbus start`: run a node, in the background (default) or the foreground.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use nimbus::cluster::ResourceOverrides;
+use nimbus::node::{self, NodeConfig, NodeRole};
+use nimbus::transport::JoinToken;
+
+use crate::state;
+
+/// Default port of the head, as Ray's.
+const DEFAULT_HEAD_PORT: u16 = 6379;
+/// How long a background start waits for the node to be up.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Options of `nimbus start`.
+#[derive(Args)]
+pub struct StartArgs {
+    /// Start the head node, which runs the control plane and creates the cluster's token.
+    #[arg(long, conflicts_with_all = ["address", "token"])]
+    head: bool,
+    /// Join the head at HOST:PORT.
+    #[arg(long, required_unless_present = "head")]
+    address: Option<String>,
+    /// The token `nimbus start --head` printed (default: $NIMBUS_TOKEN, then the token file of a head started on this machine).
+    #[arg(long)]
+    token: Option<String>,
+    /// UDP port to listen on (head: 6379; other nodes: any free port).
+    #[arg(long)]
+    port: Option<u16>,
+    /// The IP other machines reach this node at (default: the default route's source address).
+    #[arg(long)]
+    node_ip_address: Option<IpAddr>,
+    /// A stable name for this node (default: IP:PORT).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// CPUs to offer (default: detected).
+    #[arg(long)]
+    num_cpus: Option<f64>,
+    /// GPUs to offer (default: detected).
+    #[arg(long)]
+    num_gpus: Option<f64>,
+    /// Memory to offer, in bytes (default: detected).
+    #[arg(long)]
+    memory: Option<u64>,
+    /// Custom resources as a JSON object, e.g. '{"accelerator_type:H200": 1}'.
+    #[arg(long)]
+    resources: Option<String>,
+    /// Head only: declare a node dead after this many milliseconds without a heartbeat.
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    heartbeat_timeout_ms: u64,
+    /// Stay in the foreground instead of returning once the node is up.
+    #[arg(long)]
+    block: bool,
+}
+
+/// Runs `nimbus start`.
+pub fn run(args: StartArgs) -> Result<()> {
+    if args.block {
+        run_foreground(args)
+    } else {
+        start_background()
+    }
+}
+
+fn run_foreground(args: StartArgs) -> Result<()> {
+    crate::init_logging();
+    let token = if args.head {
+        JoinToken::generate()
+    } else {
+        token_from(args.token.as_deref())?
+    };
+    let role = match &args.address {
+        None => NodeRole::Head {
+            heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
+        },
+        Some(address) => NodeRole::Member {
+            head: nimbus::client::resolve(address)?,
+        },
+    };
+    let default_port = if args.head { DEFAULT_HEAD_PORT } else { 0 };
+    let mut config = NodeConfig::new(role, token.clone());
+    config.listen = SocketAddr::new([0, 0, 0, 0].into(), args.port.unwrap_or(default_port));
+    config.advertise_ip = args.node_ip_address;
+    config.node_name = args.node_name;
+    config.resources = ResourceOverrides {
+        num_cpus: args.num_cpus,
+        num_gpus: args.num_gpus,
+        memory: args.memory,
+        custom_json: args.resources,
+    };
+    let head = args.head;
+    let mut record = None;
+    let result = node::run(config, |ready| {
+        let mut out = std::io::stdout().lock();
+        if head {
+            let address = ready.address.to_string();
+            if let Err(e) = state::save_head(&address, &token.to_string()) {
+                tracing::warn!("cannot save the head's address and token: {e:#}");
+            }
+            let _ = writeln!(out, "address: {address}");
+            let _ = writeln!(out, "token: {token}");
+            let _ = writeln!(out, "token-file: {}", state::token_file().display());
+        }
+        let node = state::NodeRecord {
+            pid: std::process::id(),
+            name: ready.identity.name.clone(),
+        };
+        match state::save_node(&node) {
+            Ok(path) => record = Some(path),
+            Err(e) => tracing::warn!("cannot record this node for `nimbus stop`: {e:#}"),
+        }
+        let _ = writeln!(
+            out,
+            "node: {} incarnation {} resources {}",
+            ready.identity.name, ready.identity.incarnation, ready.resources
+        );
+        let _ = out.flush();
+    });
+    if let Some(path) = record {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(result?)
+}
+
+/// Starts this same command with `--block` as a detached process, relays
+/// its startup lines, and returns once it is up (or fails with its error).
+fn start_background() -> Result<()> {
+    let (log_path, log) = state::new_log_file()?;
+    let exe = std::env::current_exe().context("cannot find the nimbus executable")?;
+    let mut child = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .arg("--block")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("cannot start the node process")?;
+    let stdout = child.stdout.take().context("no stdout from the node process")?;
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                println!("{line}");
+                if line.starts_with("node: ") {
+                    break;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait()?;
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                bail!(
+                    "the node failed to start ({status}); its log {}:\n{}",
+                    log_path.display(),
+                    tail.join("\n")
+                );
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "the node was not up within {START_TIMEOUT:?}; see {}",
+                    log_path.display()
+                );
+            }
+        }
+    }
+    println!("log: {}", log_path.display());
+    println!(
+        "started in the background (pid {}); `nimbus status` lists the cluster, `nimbus stop` stops it",
+        child.id()
+    );
+    Ok(())
+}
+
+/// The token from `--token`, `$NIMBUS_TOKEN`, or this machine's token file.
+pub fn token_from(arg: Option<&str>) -> Result<JoinToken> {
+    let text = match arg {
+        Some(token) => token.to_string(),
+        None => match std::env::var("NIMBUS_TOKEN") {
+            Ok(token) => token,
+            Err(_) => std::fs::read_to_string(state::token_file()).with_context(|| {
+                format!(
+                    "no --token given, NIMBUS_TOKEN is not set, and {} cannot be read",
+                    state::token_file().display()
+                )
+            })?,
+        },
+    };
+    Ok(text.parse()?)
+}

@@ -1,0 +1,110 @@
+//! What the CLI remembers between commands, under `$NIMBUS_HOME`
+//! (default `~/.nimbus`): the head's address and token, and a record per
+//! node process started on this machine (for `nimbus stop`).
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// The state directory.
+pub fn home() -> PathBuf {
+    match std::env::var_os("NIMBUS_HOME") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".nimbus"),
+    }
+}
+
+/// Where the head started on this machine keeps its token (mode 0600).
+pub fn token_file() -> PathBuf {
+    home().join("token")
+}
+
+/// The head started on this machine, for commands given no `--address`.
+#[derive(Serialize, Deserialize)]
+pub struct HeadRecord {
+    /// `HOST:PORT`.
+    pub address: String,
+}
+
+/// A node process started on this machine.
+#[derive(Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Its pid.
+    pub pid: u32,
+    /// Its node name.
+    pub name: String,
+}
+
+/// Saves the head's address and token.
+pub fn save_head(address: &str, token: &str) -> Result<()> {
+    write_private(&token_file(), token.as_bytes())?;
+    let record = serde_json::to_vec(&HeadRecord {
+        address: address.to_string(),
+    })?;
+    write_private(&home().join("head.json"), &record)
+}
+
+/// The head saved by [`save_head`], if any.
+pub fn load_head() -> Option<HeadRecord> {
+    let bytes = fs::read(home().join("head.json")).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Records a running node process.
+pub fn save_node(record: &NodeRecord) -> Result<PathBuf> {
+    let path = nodes_dir().join(format!("{}.json", record.pid));
+    write_private(&path, &serde_json::to_vec(record)?)?;
+    Ok(path)
+}
+
+/// Every recorded node process.
+pub fn load_nodes() -> Vec<(PathBuf, NodeRecord)> {
+    let Ok(entries) = fs::read_dir(nodes_dir()) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            let record = serde_json::from_slice(&fs::read(&path).ok()?).ok()?;
+            Some((path, record))
+        })
+        .collect()
+}
+
+/// A fresh log file for a background node.
+pub fn new_log_file() -> Result<(PathBuf, fs::File)> {
+    let dir = home().join("logs");
+    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let path = dir.join(format!("node-{stamp}.log"));
+    let file = fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    Ok((path, file))
+}
+
+fn nodes_dir() -> PathBuf {
+    home().join("nodes")
+}
+
+fn write_private(path: &PathBuf, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}

@@ -1,0 +1,227 @@
+//! Talking to a cluster from outside it: the CLI, drivers, tests and
+//! benchmarks use a [`ClusterClient`]; node managers use [`call`] to reach
+//! the head.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), nimbus::client::ClientError> {
+//! use nimbus::client::ClusterClient;
+//! let token = "nimbus1-...".parse().map_err(nimbus::client::ClientError::from)?;
+//! let client = ClusterClient::connect("127.0.0.1:6379", &token).await?;
+//! for node in client.status().await?.nodes {
+//!     println!("{} {:?} {}", node.id, node.state, node.resources.total);
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use crate::cluster::{ClusterEvent, ClusterStatus, ControlReply, ControlRequest, NodeStatus};
+use crate::transport::{
+    ConnectError, Connection, CredentialError, Credentials, Endpoint, EndpointError, JoinToken,
+    RequestError, RequestOptions, TransportConfig,
+};
+use crate::wire::{self, Incarnation, NodeIdentity, PeerIdentity, PeerRole, WireError};
+
+/// What can go wrong talking to a cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The address is not `HOST:PORT` or does not resolve.
+    #[error("bad address {address:?}: {detail}")]
+    BadAddress {
+        /// What was given.
+        address: String,
+        /// Why it is unusable.
+        detail: String,
+    },
+    /// The token is malformed.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
+    /// The local endpoint could not start.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// The node could not be reached or refused us.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// A request failed.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// A message could not be encoded or decoded.
+    #[error("control message: {0}")]
+    Wire(#[from] WireError),
+    /// The node answered with a reply of the wrong kind.
+    #[error("unexpected reply to {request}: {reply:?}")]
+    UnexpectedReply {
+        /// The request kind.
+        request: &'static str,
+        /// What came back.
+        reply: Box<ControlReply>,
+    },
+    /// A wait ran past its deadline.
+    #[error("{what} did not happen within {after:?}")]
+    Deadline {
+        /// What was awaited.
+        what: String,
+        /// The deadline.
+        after: Duration,
+    },
+}
+
+/// Sends one control request on `connection` and decodes the reply.
+pub async fn call(
+    connection: &Connection,
+    request: &ControlRequest,
+    options: RequestOptions,
+) -> Result<ControlReply, ClientError> {
+    let body = rmp_serde::to_vec_named(request).map_err(|e| WireError::Encode {
+        what: "ControlRequest",
+        detail: e.to_string(),
+    })?;
+    let reply = connection.request(body, options).await?;
+    Ok(wire::decode(&reply)?)
+}
+
+/// Resolves `HOST:PORT`.
+pub fn resolve(address: &str) -> Result<SocketAddr, ClientError> {
+    use std::net::ToSocketAddrs;
+    let bad = |detail: String| ClientError::BadAddress {
+        address: address.to_string(),
+        detail,
+    };
+    address
+        .to_socket_addrs()
+        .map_err(|e| bad(e.to_string()))?
+        .next()
+        .ok_or_else(|| bad("resolves to no address".into()))
+}
+
+/// A connection to a cluster's head, for status, events and probes.
+pub struct ClusterClient {
+    endpoint: Endpoint,
+    head: Connection,
+}
+
+impl ClusterClient {
+    /// Connects to the head at `address` with default transport settings.
+    pub async fn connect(address: &str, token: &JoinToken) -> Result<Self, ClientError> {
+        Self::connect_with(address, token, TransportConfig::default()).await
+    }
+
+    /// Connects to the head at `address`.
+    pub async fn connect_with(
+        address: &str,
+        token: &JoinToken,
+        config: TransportConfig,
+    ) -> Result<Self, ClientError> {
+        let head = resolve(address)?;
+        let name = format!("client-{}", std::process::id());
+        let me = PeerIdentity {
+            role: PeerRole::Client,
+            identity: NodeIdentity {
+                name: name.clone(),
+                incarnation: Incarnation::fresh(),
+            },
+        };
+        let credentials = Credentials::issue(token, &name)?;
+        let endpoint = Endpoint::client(me, &credentials, config)?;
+        let head = endpoint.connect(head, None).await?;
+        Ok(ClusterClient { endpoint, head })
+    }
+
+    /// The connection to the head.
+    pub fn head(&self) -> &Connection {
+        &self.head
+    }
+
+    /// This client's endpoint, to dial other nodes.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Sends a control request to the head.
+    pub async fn call(&self, request: &ControlRequest) -> Result<ControlReply, ClientError> {
+        call(&self.head, request, RequestOptions::control()).await
+    }
+
+    /// The membership and resource view.
+    pub async fn status(&self) -> Result<ClusterStatus, ClientError> {
+        match self.call(&ControlRequest::Status).await? {
+            ControlReply::Status(status) => Ok(status),
+            reply => Err(unexpected("Status", reply)),
+        }
+    }
+
+    /// Events after sequence number `after`, waiting up to `wait` for one.
+    pub async fn events(&self, after: u64, wait: Duration) -> Result<Vec<ClusterEvent>, ClientError> {
+        let request = ControlRequest::Events {
+            after,
+            wait_ms: wait.as_millis() as u64,
+        };
+        let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
+        match call(&self.head, &request, options).await? {
+            ControlReply::Events(events) => Ok(events),
+            reply => Err(unexpected("Events", reply)),
+        }
+    }
+
+    /// Waits until the status satisfies `done`, re-reading it whenever a
+    /// cluster event arrives, for at most `deadline`.
+    pub async fn wait_for_status(
+        &self,
+        what: &str,
+        deadline: Duration,
+        mut done: impl FnMut(&ClusterStatus) -> bool,
+    ) -> Result<ClusterStatus, ClientError> {
+        let end = Instant::now() + deadline;
+        let mut seen = self
+            .events(0, Duration::ZERO)
+            .await?
+            .last()
+            .map_or(0, |e| e.seq);
+        loop {
+            let status = self.status().await?;
+            if done(&status) {
+                return Ok(status);
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ClientError::Deadline {
+                    what: what.to_string(),
+                    after: deadline,
+                });
+            }
+            if let Some(last) = self.events(seen, left).await?.last() {
+                seen = last.seq;
+            }
+        }
+    }
+
+    /// A connection to `node`, which must still be the incarnation
+    /// `node` describes.
+    pub async fn connect_node(&self, node: &NodeStatus) -> Result<Connection, ClientError> {
+        Ok(self
+            .endpoint
+            .connect(node.address, Some(&node.identity()))
+            .await?)
+    }
+
+    /// Round trip of `payload` to `node`.
+    pub async fn echo(
+        &self,
+        node: &Connection,
+        payload: Vec<u8>,
+        options: RequestOptions,
+    ) -> Result<Vec<u8>, ClientError> {
+        match call(node, &ControlRequest::Echo(payload), options).await? {
+            ControlReply::Echo(payload) => Ok(payload),
+            reply => Err(unexpected("Echo", reply)),
+        }
+    }
+}
+
+fn unexpected(request: &'static str, reply: ControlReply) -> ClientError {
+    ClientError::UnexpectedReply {
+        request,
+        reply: Box::new(reply),
+    }
+}

@@ -1,0 +1,147 @@
+//! The cluster event stream: membership changes, numbered, kept for late
+//! readers, and pushed to subscribers.
+//!
+//! Actors in the head process subscribe with [`Subscribe`]; other processes
+//! long-poll with [`ControlRequest::Events`](super::ControlRequest::Events),
+//! which the node service turns into [`EventsSince`].
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use super::messages::{ClusterEvent, ClusterEventKind};
+
+/// Events kept for readers that poll; older ones are dropped.
+const HISTORY: usize = 4096;
+
+/// Numbers and fans out cluster events.
+#[derive(Default)]
+pub struct ClusterEvents {
+    history: VecDeque<ClusterEvent>,
+    next_seq: u64,
+    subscribers: Vec<Recipient<ClusterEvent>>,
+    waiting: Vec<oneshot::Sender<()>>,
+}
+
+impl Actor for ClusterEvents {
+    type Context = Context<Self>;
+}
+
+/// Record an event and deliver it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Publish(pub ClusterEventKind);
+
+/// Deliver every later event to this recipient.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Subscribe(pub Recipient<ClusterEvent>);
+
+/// The kept events after `after`, waiting up to `wait` for one when there
+/// are none yet.
+#[derive(Message)]
+#[rtype(result = "Vec<ClusterEvent>")]
+pub struct EventsSince {
+    /// Last sequence number seen (0 for all).
+    pub after: u64,
+    /// Longest wait for a new event.
+    pub wait: Duration,
+}
+
+impl ClusterEvents {
+    fn since(&self, after: u64) -> Vec<ClusterEvent> {
+        self.history
+            .iter()
+            .filter(|e| e.seq > after)
+            .cloned()
+            .collect()
+    }
+}
+
+impl Handler<Publish> for ClusterEvents {
+    type Result = ();
+
+    fn handle(&mut self, Publish(kind): Publish, _: &mut Self::Context) {
+        self.next_seq += 1;
+        let event = ClusterEvent {
+            seq: self.next_seq,
+            kind,
+        };
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(event.clone());
+        self.subscribers.retain(|s| s.try_send(event.clone()).is_ok());
+        for waiter in self.waiting.drain(..) {
+            let _ = waiter.send(());
+        }
+    }
+}
+
+impl Handler<Subscribe> for ClusterEvents {
+    type Result = ();
+
+    fn handle(&mut self, Subscribe(recipient): Subscribe, _: &mut Self::Context) {
+        self.subscribers.push(recipient);
+    }
+}
+
+impl Handler<EventsSince> for ClusterEvents {
+    type Result = ResponseActFuture<Self, Vec<ClusterEvent>>;
+
+    fn handle(&mut self, msg: EventsSince, _: &mut Self::Context) -> Self::Result {
+        let ready = self.since(msg.after);
+        if !ready.is_empty() || msg.wait.is_zero() {
+            return Box::pin(fut::ready(ready));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.waiting.push(tx);
+        let wait = tokio::time::timeout(msg.wait, rx);
+        Box::pin(wait.into_actor(self).map(move |_, events, _| events.since(msg.after)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Incarnation, NodeIdentity};
+
+    fn left(name: &str) -> ClusterEventKind {
+        ClusterEventKind::NodeLeft {
+            node: NodeIdentity {
+                name: name.into(),
+                incarnation: Incarnation(1),
+            },
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_long_poll_wakes_on_the_next_event() {
+        let events = ClusterEvents::default().start();
+        events.send(Publish(left("a"))).await.unwrap();
+        let poll = events.send(EventsSince {
+            after: 1,
+            wait: Duration::from_secs(30),
+        });
+        events.do_send(Publish(left("b")));
+        let got = poll.await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].seq, 2);
+        assert_eq!(got[0].kind.node().name, "b");
+    }
+
+    #[actix_rt::test]
+    async fn a_long_poll_without_events_returns_empty_at_its_deadline() {
+        let events = ClusterEvents::default().start();
+        let got = events
+            .send(EventsSince {
+                after: 0,
+                wait: Duration::from_millis(10),
+            })
+            .await
+            .unwrap();
+        assert!(got.is_empty());
+    }
+}

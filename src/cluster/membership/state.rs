@@ -1,0 +1,256 @@
+//! The membership table and failure detector, as a plain state machine:
+//! every method takes the current time, and returns the events it caused.
+
+use std::time::{Duration, Instant};
+
+use crate::wire::NodeIdentity;
+
+use super::super::messages::{
+    ClusterEventKind, ClusterStatus, NodeRegistration, NodeState, NodeStatus, ResourceUsage,
+};
+use super::super::ResourceSet;
+use super::MembershipError;
+
+/// Every node the head has heard of, alive or dead; one entry per node name.
+#[derive(Debug)]
+pub struct NodeTable {
+    nodes: Vec<Entry>,
+    timeout: Duration,
+}
+
+#[derive(Debug)]
+struct Entry {
+    registration: NodeRegistration,
+    head: bool,
+    state: NodeState,
+    used: ResourceSet,
+    last_heartbeat: Instant,
+    death_reason: Option<String>,
+}
+
+impl NodeTable {
+    /// An empty table that declares a node dead after `timeout` without a
+    /// heartbeat.
+    pub fn new(timeout: Duration) -> Self {
+        NodeTable {
+            nodes: Vec::new(),
+            timeout,
+        }
+    }
+
+    /// Admits a node. A newer incarnation of a known node replaces the old
+    /// one (declared dead if it was not already); an older one is refused.
+    /// Joining twice with the same incarnation is harmless.
+    pub fn handle_join(
+        &mut self,
+        registration: NodeRegistration,
+        head: bool,
+        now: Instant,
+    ) -> Result<Vec<ClusterEventKind>, MembershipError> {
+        let node = registration.node.clone();
+        let joined = ClusterEventKind::NodeJoined {
+            node: node.clone(),
+            address: registration.address,
+        };
+        let entry = Entry {
+            registration,
+            head,
+            state: NodeState::Alive,
+            used: ResourceSet::default(),
+            last_heartbeat: now,
+            death_reason: None,
+        };
+        let Some(index) = self.position(&node.name) else {
+            self.nodes.push(entry);
+            return Ok(vec![joined]);
+        };
+        let current = &mut self.nodes[index];
+        let known = current.registration.node.clone();
+        if node.incarnation < known.incarnation {
+            return Err(MembershipError::Stale { node, current: known });
+        }
+        if node.incarnation == known.incarnation {
+            return match &current.death_reason {
+                None => Ok(Vec::new()),
+                Some(reason) => Err(MembershipError::Dead {
+                    node,
+                    reason: reason.clone(),
+                }),
+            };
+        }
+        let mut events = Vec::new();
+        if current.state == NodeState::Alive {
+            events.push(ClusterEventKind::NodeDead {
+                node: known,
+                reason: format!("replaced by incarnation {}", node.incarnation),
+            });
+        }
+        *current = entry;
+        events.push(joined);
+        Ok(events)
+    }
+
+    /// Records a heartbeat from a live member.
+    pub fn handle_heartbeat(
+        &mut self,
+        node: &NodeIdentity,
+        used: ResourceSet,
+        now: Instant,
+    ) -> Result<(), MembershipError> {
+        let entry = self.member(node)?;
+        entry.last_heartbeat = now;
+        entry.used = used;
+        Ok(())
+    }
+
+    /// Records that a member stopped on purpose.
+    pub fn handle_leave(
+        &mut self,
+        node: &NodeIdentity,
+    ) -> Result<Vec<ClusterEventKind>, MembershipError> {
+        let entry = self.member(node)?;
+        entry.state = NodeState::Dead;
+        entry.death_reason = Some("left the cluster".into());
+        Ok(vec![ClusterEventKind::NodeLeft { node: node.clone() }])
+    }
+
+    /// Declares dead every member whose last heartbeat is older than the
+    /// timeout.
+    pub fn poll_failures(&mut self, now: Instant) -> Vec<ClusterEventKind> {
+        let timeout = self.timeout;
+        let mut events = Vec::new();
+        for entry in &mut self.nodes {
+            let silent = now.saturating_duration_since(entry.last_heartbeat);
+            if entry.state == NodeState::Alive && silent > timeout {
+                let reason = format!("no heartbeat for {silent:.1?} (timeout {timeout:?})");
+                entry.state = NodeState::Dead;
+                entry.death_reason = Some(reason.clone());
+                events.push(ClusterEventKind::NodeDead {
+                    node: entry.registration.node.clone(),
+                    reason,
+                });
+            }
+        }
+        events
+    }
+
+    /// The table as `nimbus status` shows it, head first.
+    pub fn status(&self, now: Instant) -> ClusterStatus {
+        let mut nodes: Vec<NodeStatus> = self
+            .nodes
+            .iter()
+            .map(|entry| NodeStatus {
+                id: entry.registration.node.name.clone(),
+                incarnation: entry.registration.node.incarnation.0,
+                state: entry.state,
+                head: entry.head,
+                address: entry.registration.address,
+                resources: ResourceUsage {
+                    total: entry.registration.resources.clone(),
+                    used: entry.used.clone(),
+                },
+                last_heartbeat_ms_ago: now.saturating_duration_since(entry.last_heartbeat).as_millis()
+                    as u64,
+                death_reason: entry.death_reason.clone(),
+            })
+            .collect();
+        nodes.sort_by_key(|n| !n.head);
+        ClusterStatus { nodes }
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|e| e.registration.node.name == name)
+    }
+
+    /// The entry of `node` if it is this incarnation and alive.
+    fn member(&mut self, node: &NodeIdentity) -> Result<&mut Entry, MembershipError> {
+        let index = self
+            .position(&node.name)
+            .ok_or_else(|| MembershipError::Unknown { node: node.clone() })?;
+        let entry = &mut self.nodes[index];
+        let known = &entry.registration.node;
+        if node.incarnation < known.incarnation {
+            return Err(MembershipError::Stale {
+                node: node.clone(),
+                current: known.clone(),
+            });
+        }
+        if node.incarnation > known.incarnation {
+            return Err(MembershipError::Unknown { node: node.clone() });
+        }
+        if let Some(reason) = &entry.death_reason {
+            return Err(MembershipError::Dead {
+                node: node.clone(),
+                reason: reason.clone(),
+            });
+        }
+        Ok(entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Incarnation;
+
+    fn registration(name: &str, incarnation: u64) -> NodeRegistration {
+        NodeRegistration {
+            node: NodeIdentity {
+                name: name.into(),
+                incarnation: Incarnation(incarnation),
+            },
+            address: "127.0.0.1:1".parse().unwrap(),
+            resources: ResourceSet::default(),
+        }
+    }
+
+    #[test]
+    fn silent_node_is_declared_dead_after_the_timeout_only() {
+        let t0 = Instant::now();
+        let mut table = NodeTable::new(Duration::from_secs(3));
+        table.handle_join(registration("a", 1), false, t0).unwrap();
+        assert!(table.poll_failures(t0 + Duration::from_secs(3)).is_empty());
+        let events = table.poll_failures(t0 + Duration::from_millis(3001));
+        assert!(matches!(&events[..], [ClusterEventKind::NodeDead { node, .. }] if node.name == "a"));
+        assert!(table.poll_failures(t0 + Duration::from_secs(10)).is_empty());
+        assert_eq!(table.status(t0).nodes[0].state, NodeState::Dead);
+    }
+
+    #[test]
+    fn old_incarnations_are_refused_and_new_ones_replace() {
+        let t0 = Instant::now();
+        let mut table = NodeTable::new(Duration::from_secs(3));
+        table.handle_join(registration("a", 5), false, t0).unwrap();
+        let events = table.handle_join(registration("a", 7), false, t0).unwrap();
+        assert!(matches!(&events[0], ClusterEventKind::NodeDead { node, .. } if node.incarnation.0 == 5));
+        assert!(matches!(&events[1], ClusterEventKind::NodeJoined { node, .. } if node.incarnation.0 == 7));
+        let old = registration("a", 5).node;
+        let err = table.handle_heartbeat(&old, ResourceSet::default(), t0).unwrap_err();
+        assert!(matches!(err, MembershipError::Stale { .. }));
+        assert!(table.handle_join(registration("a", 5), false, t0).is_err());
+    }
+
+    #[test]
+    fn a_dead_incarnation_stays_dead() {
+        let t0 = Instant::now();
+        let mut table = NodeTable::new(Duration::from_secs(1));
+        let a = registration("a", 1);
+        table.handle_join(a.clone(), false, t0).unwrap();
+        table.poll_failures(t0 + Duration::from_secs(2));
+        let later = t0 + Duration::from_secs(3);
+        let err = table.handle_heartbeat(&a.node, ResourceSet::default(), later).unwrap_err();
+        assert!(matches!(err, MembershipError::Dead { .. }));
+        assert!(table.handle_join(a, false, later).is_err());
+    }
+
+    #[test]
+    fn leaving_is_reported_once() {
+        let t0 = Instant::now();
+        let mut table = NodeTable::new(Duration::from_secs(1));
+        let a = registration("a", 1);
+        table.handle_join(a.clone(), false, t0).unwrap();
+        assert_eq!(table.handle_leave(&a.node).unwrap().len(), 1);
+        assert!(table.handle_leave(&a.node).is_err());
+        assert!(table.poll_failures(t0 + Duration::from_secs(5)).is_empty());
+    }
+}

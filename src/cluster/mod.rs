@@ -1,0 +1,22 @@
+//! The control plane: resources, membership, the event stream and the
+//! directory. The actors here run on the head node only; the data types
+//! travel between all processes.
+//!
+//! Architecture invariant: nothing here touches sockets; requests reach
+//! these actors through the node service, which decodes them.
+
+pub mod directory;
+pub mod events;
+pub mod gpus;
+pub mod membership;
+mod messages;
+mod resources;
+
+pub use directory::Directory;
+pub use events::ClusterEvents;
+pub use membership::Membership;
+pub use messages::{
+    ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest, NodeRegistration,
+    NodeState, NodeStatus, ResourceUsage,
+};
+pub use resources::{ResourceError, ResourceOverrides, ResourceSet, CPU, GPU, MEMORY};

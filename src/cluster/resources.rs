@@ -1,0 +1,187 @@
+//! Resources a node offers: CPUs, GPUs, memory and custom ones, as Ray
+//! names them (`CPU`, `GPU`, `memory`, `accelerator_type:H200`, ...).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Name of the CPU resource.
+pub const CPU: &str = "CPU";
+/// Name of the GPU resource.
+pub const GPU: &str = "GPU";
+/// Name of the memory resource, in bytes.
+pub const MEMORY: &str = "memory";
+
+/// Amounts of named resources.
+///
+/// ```
+/// use nimbus::cluster::ResourceSet;
+/// let mut r = ResourceSet::default();
+/// r.set("CPU", 4.0);
+/// r.merge_custom(r#"{"accelerator_type:H200": 1}"#).unwrap();
+/// assert_eq!(r.amount("accelerator_type:H200"), 1.0);
+/// assert!(r.merge_custom(r#"{"CPU": 1}"#).is_err());
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ResourceSet(BTreeMap<String, f64>);
+
+/// A `--resources` value that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceError {
+    /// Not a JSON object of numbers.
+    #[error("--resources must be a JSON object of numbers, such as '{{\"accelerator_type:H200\": 1}}': {0}")]
+    NotJson(String),
+    /// A negative or non-finite amount.
+    #[error("resource {name:?} has amount {amount}; amounts must be finite and not negative")]
+    BadAmount {
+        /// The resource.
+        name: String,
+        /// Its amount.
+        amount: f64,
+    },
+    /// A built-in resource given as a custom one.
+    #[error("resource {0:?} is built in; set it with --num-cpus, --num-gpus or --memory")]
+    BuiltIn(String),
+}
+
+impl ResourceSet {
+    /// The amount of `name` (0 when absent).
+    pub fn amount(&self, name: &str) -> f64 {
+        self.0.get(name).copied().unwrap_or(0.0)
+    }
+
+    /// Sets the amount of `name`.
+    pub fn set(&mut self, name: &str, amount: f64) {
+        self.0.insert(name.to_string(), amount);
+    }
+
+    /// Adds custom resources from a JSON object such as
+    /// `{"accelerator_type:H200": 1}`.
+    pub fn merge_custom(&mut self, json: &str) -> Result<(), ResourceError> {
+        let custom: BTreeMap<String, f64> =
+            serde_json::from_str(json).map_err(|e| ResourceError::NotJson(e.to_string()))?;
+        for (name, amount) in custom {
+            if [CPU, GPU, MEMORY].contains(&name.as_str()) {
+                return Err(ResourceError::BuiltIn(name));
+            }
+            if !amount.is_finite() || amount < 0.0 {
+                return Err(ResourceError::BadAmount { name, amount });
+            }
+            self.0.insert(name, amount);
+        }
+        Ok(())
+    }
+
+    /// The resources with their amounts.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+}
+
+impl fmt::Display for ResourceSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (name, amount) in self.iter() {
+            if !first {
+                f.write_str(" ")?;
+            }
+            first = false;
+            if name == MEMORY {
+                write!(f, "{name}={:.1}GiB", amount / (1u64 << 30) as f64)?;
+            } else {
+                write!(f, "{name}={amount}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the user set on the command line; `None` means detect.
+#[derive(Clone, Debug, Default)]
+pub struct ResourceOverrides {
+    /// `--num-cpus`.
+    pub num_cpus: Option<f64>,
+    /// `--num-gpus`.
+    pub num_gpus: Option<f64>,
+    /// `--memory`, in bytes.
+    pub memory: Option<u64>,
+    /// `--resources`, a JSON object.
+    pub custom_json: Option<String>,
+}
+
+impl ResourceOverrides {
+    /// The node's total resources: overrides where given, detected otherwise.
+    pub fn resolve(&self) -> Result<ResourceSet, ResourceError> {
+        let mut set = ResourceSet::default();
+        for (name, amount) in [(CPU, self.num_cpus), (GPU, self.num_gpus)] {
+            if let Some(amount) = amount.filter(|a| !a.is_finite() || *a < 0.0) {
+                return Err(ResourceError::BadAmount {
+                    name: name.into(),
+                    amount,
+                });
+            }
+        }
+        set.set(CPU, self.num_cpus.unwrap_or_else(detect_cpus));
+        set.set(GPU, self.num_gpus.unwrap_or_else(|| crate::cluster::gpus::detect() as f64));
+        set.set(MEMORY, self.memory.unwrap_or_else(detect_memory) as f64);
+        if let Some(json) = &self.custom_json {
+            set.merge_custom(json)?;
+        }
+        Ok(set)
+    }
+}
+
+fn detect_cpus() -> f64 {
+    std::thread::available_parallelism()
+        .map(|n| n.get() as f64)
+        .unwrap_or(1.0)
+}
+
+/// Total memory from `/proc/meminfo`, or 0 where it cannot be read.
+fn detect_memory() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_win_and_detection_fills_the_rest() {
+        let overrides = ResourceOverrides {
+            num_cpus: Some(3.0),
+            custom_json: Some(r#"{"accelerator_type:H200": 1}"#.into()),
+            ..Default::default()
+        };
+        let set = overrides.resolve().unwrap();
+        assert_eq!(set.amount(CPU), 3.0);
+        assert_eq!(set.amount("accelerator_type:H200"), 1.0);
+        assert!(set.amount(MEMORY) > 0.0);
+    }
+
+    #[test]
+    fn bad_custom_resources_are_named() {
+        let mut set = ResourceSet::default();
+        let err = set.merge_custom(r#"{"x": -1}"#).unwrap_err();
+        assert!(err.to_string().contains("\"x\""));
+        assert!(set.merge_custom("[1]").is_err());
+        assert!(set.merge_custom(r#"{"x": "one"}"#).is_err());
+    }
+
+    #[test]
+    fn negative_cpu_count_is_refused() {
+        let overrides = ResourceOverrides {
+            num_cpus: Some(-2.0),
+            ..Default::default()
+        };
+        assert!(overrides.resolve().is_err());
+    }
+}

@@ -1,0 +1,60 @@
+//! Node settings.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use crate::cluster::ResourceOverrides;
+use crate::transport::{JoinToken, TransportConfig};
+
+/// Head or not.
+#[derive(Clone, Debug)]
+pub enum NodeRole {
+    /// Runs the control plane.
+    Head {
+        /// A node silent for this long is declared dead (at most 3 s by
+        /// default). Nodes heartbeat at a sixth of it.
+        heartbeat_timeout: Duration,
+    },
+    /// Joins the head at this address.
+    Member {
+        /// The head's address.
+        head: SocketAddr,
+    },
+}
+
+/// Everything a node needs to start.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Head or member.
+    pub role: NodeRole,
+    /// The cluster's secret.
+    pub token: JoinToken,
+    /// Where to listen (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The IP other processes reach this node at; detected when `None`.
+    pub advertise_ip: Option<IpAddr>,
+    /// Stable name; `IP:PORT` when `None`.
+    pub node_name: Option<String>,
+    /// Resources given on the command line.
+    pub resources: ResourceOverrides,
+    /// A member that cannot reach the head for this long exits.
+    pub head_lost_timeout: Duration,
+    /// Transport settings.
+    pub transport: TransportConfig,
+}
+
+impl NodeConfig {
+    /// Default settings for `role` with `token`.
+    pub fn new(role: NodeRole, token: JoinToken) -> Self {
+        NodeConfig {
+            role,
+            token,
+            listen: ([0, 0, 0, 0], 0).into(),
+            advertise_ip: None,
+            node_name: None,
+            resources: ResourceOverrides::default(),
+            head_lost_timeout: Duration::from_secs(30),
+            transport: TransportConfig::default(),
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! A node: one OS process running an actix `System`, with one QUIC endpoint,
+//! a [`NodeManager`] and, on the head, the control-plane actors.
+//!
+//! [`run`] is what `nimbus start --block` calls. Its steps:
+//!
+//! 1. Resolve resources (command line, else detected) and bind the UDP port,
+//!    so that a port in use fails before anything else starts.
+//! 2. Pick a fresh incarnation, issue this process's certificate from the
+//!    join token, and start serving.
+//! 3. On the head, start the control-plane actors and register itself; on
+//!    other nodes, join the head (a refused or unreachable head is an error
+//!    and the process exits non-zero).
+//! 4. Start the [`NodeManager`], which heartbeats until the process stops,
+//!    and report readiness.
+//! 5. On SIGTERM or SIGINT, leave the cluster and close every connection
+//!    with a "shutting down" reason; on a fatal error (declared dead, head
+//!    lost), stop with that error.
+
+mod config;
+mod error;
+mod manager;
+mod runtime;
+mod service;
+
+pub use config::{NodeConfig, NodeRole};
+pub use error::NodeError;
+pub use manager::{HeadLink, NodeManager};
+pub use runtime::{run, NodeReady};
+pub use service::NodeService;

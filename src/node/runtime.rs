@@ -1,0 +1,162 @@
+//! Starting and stopping a node process (the steps are in the module docs
+//! of [`crate::node`]).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::client::{self, ClientError};
+use crate::cluster::membership::{self, Membership};
+use crate::cluster::{
+    events::Subscribe, ClusterEvents, ControlReply, ControlRequest, Directory, NodeRegistration,
+    ResourceSet,
+};
+use crate::transport::{Connection, Credentials, Endpoint, RequestOptions};
+use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
+
+use super::{HeadLink, NodeConfig, NodeError, NodeManager, NodeRole, NodeService};
+
+/// What a node reports once it serves.
+#[derive(Clone, Debug)]
+pub struct NodeReady {
+    /// Its identity.
+    pub identity: NodeIdentity,
+    /// Where it is reached.
+    pub address: SocketAddr,
+    /// What it offers.
+    pub resources: ResourceSet,
+}
+
+/// Runs a node until SIGTERM/SIGINT (`Ok`) or a fatal error. `on_ready` is
+/// called once the node serves and, for a member, has joined.
+pub fn run(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), NodeError> {
+    let system = System::new();
+    let result = system.block_on(serve(config, on_ready));
+    System::current().stop();
+    result
+}
+
+async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), NodeError> {
+    let resources = config.resources.resolve()?;
+    let socket = Endpoint::bind_socket(config.listen)?;
+    let port = socket.local_addr()?.port();
+    let ip = config.advertise_ip.unwrap_or_else(detect_ip);
+    let address = SocketAddr::new(ip, port);
+    let identity = NodeIdentity {
+        name: config.node_name.clone().unwrap_or_else(|| address.to_string()),
+        incarnation: Incarnation::fresh(),
+    };
+    let credentials = Credentials::issue(&config.token, &identity.name)?;
+    let me = PeerIdentity {
+        role: PeerRole::Node,
+        identity: identity.clone(),
+    };
+    let endpoint = Endpoint::listen(socket, me, &credentials, config.transport.clone())?;
+    let registration = NodeRegistration {
+        node: identity.clone(),
+        address,
+        resources: resources.clone(),
+    };
+
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+    let (head, interval, head_connection) = match &config.role {
+        NodeRole::Head { heartbeat_timeout } => {
+            let interval = *heartbeat_timeout / 6;
+            let events = ClusterEvents::default().start();
+            let directory = Directory::default().start();
+            events.do_send(Subscribe(directory.recipient()));
+            let membership = Membership::new(*heartbeat_timeout, events.clone()).start();
+            let join = membership::Join {
+                registration,
+                head: true,
+            };
+            membership
+                .send(join)
+                .await
+                .map_err(|e| NodeError::Runtime(std::io::Error::other(e)))?
+                .map_err(|e| NodeError::Expelled(e.to_string()))?;
+            let service = NodeService::head(membership.clone(), events, interval);
+            endpoint.serve(Arc::new(service));
+            (HeadLink::Local(membership), interval, None)
+        }
+        NodeRole::Member { head } => {
+            endpoint.serve(Arc::new(NodeService::member()));
+            let (connection, interval) = join(&endpoint, *head, registration).await?;
+            (HeadLink::Remote(connection.clone()), interval, Some(connection))
+        }
+    };
+    NodeManager::new(
+        identity.clone(),
+        resources.clone(),
+        head,
+        interval,
+        config.head_lost_timeout,
+        fatal_tx,
+    )
+    .start();
+    info!(node = %identity, %address, %resources, "node up");
+    on_ready(&NodeReady {
+        identity: identity.clone(),
+        address,
+        resources,
+    });
+
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let outcome = tokio::select! {
+        _ = terminate.recv() => Ok(()),
+        _ = interrupt.recv() => Ok(()),
+        Some(error) = fatal_rx.recv() => Err(error),
+    };
+    if let (Some(head), Ok(())) = (&head_connection, &outcome) {
+        let leave = ControlRequest::Leave { node: identity.clone() };
+        let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
+        if let Err(e) = client::call(head, &leave, options).await {
+            warn!("could not tell the head this node is leaving: {e}");
+        }
+    }
+    info!(node = %identity, "node stopping");
+    endpoint.shutdown().await;
+    outcome
+}
+
+/// Joins the head; returns the connection and the heartbeat interval.
+async fn join(
+    endpoint: &Endpoint,
+    head: SocketAddr,
+    registration: NodeRegistration,
+) -> Result<(Connection, Duration), NodeError> {
+    let failed = |cause: ClientError| NodeError::Join { head, cause };
+    let connection = endpoint
+        .connect(head, None)
+        .await
+        .map_err(|e| failed(e.into()))?;
+    let request = ControlRequest::Join(registration);
+    match client::call(&connection, &request, RequestOptions::control()).await {
+        Ok(ControlReply::Joined {
+            heartbeat_interval_ms,
+        }) => Ok((connection, Duration::from_millis(heartbeat_interval_ms.max(1)))),
+        Ok(reply) => Err(failed(ClientError::UnexpectedReply {
+            request: "Join",
+            reply: Box::new(reply),
+        })),
+        Err(e) => Err(failed(e)),
+    }
+}
+
+/// The address other hosts most likely reach this one at: the source
+/// address of the default route, or loopback on a machine without one.
+fn detect_ip() -> IpAddr {
+    let probe = || -> std::io::Result<IpAddr> {
+        let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+        // connect() on UDP sends nothing; it only picks a route.
+        socket.connect((Ipv4Addr::new(192, 0, 2, 1), 9))?;
+        Ok(socket.local_addr()?.ip())
+    };
+    probe().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}

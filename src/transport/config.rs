@@ -1,0 +1,73 @@
+//! Transport settings.
+
+use std::time::Duration;
+
+use crate::wire::{DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION};
+
+/// Settings of an [`Endpoint`](super::Endpoint).
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    /// Largest frame accepted from a peer; larger ones close the connection.
+    pub max_frame_bytes: usize,
+    /// A connection that receives nothing for this long is lost, and every
+    /// request waiting on it fails with `NodeLost`. Keep-alives are sent at
+    /// a third of it, so a live idle connection never times out.
+    pub idle_timeout: Duration,
+    /// How long dialing and the nimbus handshake may take.
+    pub connect_timeout: Duration,
+    /// The protocol version announced in the preamble. Only tests change it,
+    /// to check that a node of another version is refused.
+    pub protocol_version: u32,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            idle_timeout: Duration::from_secs(3),
+            connect_timeout: Duration::from_secs(5),
+            protocol_version: PROTOCOL_VERSION,
+        }
+    }
+}
+
+/// Per-request settings.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestOptions {
+    /// How long to wait for the response; sent along so the receiver stops
+    /// working on it after that too.
+    pub deadline: Duration,
+    /// QUIC stream priority: higher goes first when the connection is
+    /// congested. Control traffic (heartbeats, membership) uses
+    /// [`RequestOptions::CONTROL_PRIORITY`], bulk data lower ones.
+    pub priority: i32,
+}
+
+impl RequestOptions {
+    /// Priority of heartbeats and membership traffic.
+    pub const CONTROL_PRIORITY: i32 = 100;
+    /// Priority of bulk data.
+    pub const BULK_PRIORITY: i32 = 0;
+
+    /// Control traffic with a 10 s deadline.
+    pub fn control() -> Self {
+        RequestOptions {
+            deadline: Duration::from_secs(10),
+            priority: Self::CONTROL_PRIORITY,
+        }
+    }
+
+    /// Bulk data with a 60 s deadline.
+    pub fn bulk() -> Self {
+        RequestOptions {
+            deadline: Duration::from_secs(60),
+            priority: Self::BULK_PRIORITY,
+        }
+    }
+
+    /// The same options with another deadline.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+}

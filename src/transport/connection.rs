@@ -1,0 +1,179 @@
+//! A live, authenticated connection to one peer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::wire::{self, CloseCode, NodeIdentity, Request, Response, WireError};
+
+use super::{RequestError, RequestOptions};
+
+/// A connection to a node, after the TLS and nimbus handshakes. Cheap to
+/// clone; clones share the connection.
+#[derive(Clone)]
+pub struct Connection {
+    quic: quinn::Connection,
+    peer: NodeIdentity,
+    next_id: Arc<AtomicU64>,
+    max_frame_bytes: usize,
+}
+
+impl Connection {
+    pub(super) fn new(quic: quinn::Connection, peer: NodeIdentity, max_frame_bytes: usize) -> Self {
+        Connection {
+            quic,
+            peer,
+            next_id: Arc::new(AtomicU64::new(1)),
+            max_frame_bytes,
+        }
+    }
+
+    /// The node at the other end, as it introduced itself.
+    pub fn peer(&self) -> &NodeIdentity {
+        &self.peer
+    }
+
+    /// Whether the connection is still open.
+    pub fn is_open(&self) -> bool {
+        self.quic.close_reason().is_none()
+    }
+
+    /// Sends `body` on a stream of its own and waits for the response body.
+    ///
+    /// Fails with [`RequestError::Timeout`] after `options.deadline`, and
+    /// with [`RequestError::NodeLost`] as soon as the connection is lost.
+    pub async fn request(
+        &self,
+        body: Vec<u8>,
+        options: RequestOptions,
+    ) -> Result<Vec<u8>, RequestError> {
+        let exchange = self.exchange(body, options, false);
+        match tokio::time::timeout(options.deadline, exchange).await {
+            Ok(result) => result.map(|reply| reply.unwrap_or_default()),
+            Err(_) => Err(RequestError::Timeout {
+                peer: self.peer.clone(),
+                after: options.deadline,
+            }),
+        }
+    }
+
+    /// Sends `body` without waiting for any answer. Succeeds once the
+    /// message is handed to QUIC, which delivers it unless the connection
+    /// is lost.
+    pub async fn notify(&self, body: Vec<u8>, options: RequestOptions) -> Result<(), RequestError> {
+        let exchange = self.exchange(body, options, true);
+        match tokio::time::timeout(options.deadline, exchange).await {
+            Ok(result) => result.map(|_| ()),
+            Err(_) => Err(RequestError::Timeout {
+                peer: self.peer.clone(),
+                after: options.deadline,
+            }),
+        }
+    }
+
+    /// Sends raw bytes on a new stream and returns whatever comes back, up
+    /// to `max_frame_bytes`. For tests of how nodes treat bad input.
+    pub async fn send_raw(&self, bytes: &[u8]) -> Result<Vec<u8>, RequestError> {
+        let (mut send, mut recv) = self.quic.open_bi().await.map_err(|e| self.lost(e))?;
+        send.write_all(bytes).await.map_err(|e| self.io_failure(e.into()))?;
+        let _ = send.finish();
+        recv.read_to_end(self.max_frame_bytes)
+            .await
+            .map_err(|e| self.io_failure(std::io::Error::other(e)))
+    }
+
+    /// Waits until the connection is closed and returns why.
+    pub async fn closed(&self) -> RequestError {
+        self.lost(self.quic.closed().await)
+    }
+
+    async fn exchange(
+        &self,
+        body: Vec<u8>,
+        options: RequestOptions,
+        one_way: bool,
+    ) -> Result<Option<Vec<u8>>, RequestError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let request = Request {
+            id,
+            to: Some(self.peer.incarnation),
+            deadline_ms: options.deadline.as_millis() as u64,
+            one_way,
+            body,
+        };
+        let frame = wire::encode(&request, self.max_frame_bytes).map_err(|e| self.wire(e))?;
+        let (mut send, mut recv) = self.quic.open_bi().await.map_err(|e| self.lost(e))?;
+        let _ = send.set_priority(options.priority);
+        send.write_all(&frame)
+            .await
+            .map_err(|e| self.io_failure(e.into()))?;
+        let _ = send.finish();
+        if one_way {
+            return Ok(None);
+        }
+        let reply = match wire::read_frame(&mut recv, self.max_frame_bytes).await {
+            Ok(reply) => reply,
+            Err(WireError::Io(e)) => return Err(self.io_failure(e)),
+            Err(WireError::Empty) => return Err(self.io_failure(std::io::ErrorKind::UnexpectedEof.into())),
+            Err(e) => return Err(self.wire(e)),
+        };
+        let response: Response = wire::decode(&reply).map_err(|e| self.wire(e))?;
+        if response.id != id {
+            return Err(self.wire(WireError::Decode {
+                what: "Response",
+                detail: format!("answers request {} instead of {id}", response.id),
+            }));
+        }
+        match response.result {
+            Ok(body) => Ok(Some(body.into_vec())),
+            Err(error) => Err(RequestError::Remote {
+                peer: self.peer.clone(),
+                error,
+            }),
+        }
+    }
+
+    /// A stream failed: if the connection is gone, say why; otherwise it
+    /// is a plain I/O failure of this stream.
+    fn io_failure(&self, e: std::io::Error) -> RequestError {
+        match self.quic.close_reason() {
+            Some(reason) => self.lost(reason),
+            None => self.wire(WireError::Io(e)),
+        }
+    }
+
+    fn wire(&self, cause: WireError) -> RequestError {
+        RequestError::Wire {
+            peer: self.peer.clone(),
+            cause,
+        }
+    }
+
+    fn lost(&self, e: quinn::ConnectionError) -> RequestError {
+        use quinn::ConnectionError as E;
+        let peer = self.peer.clone();
+        match e {
+            E::LocallyClosed => RequestError::Closed { peer },
+            E::ApplicationClosed(close)
+                if close.error_code.into_inner() != CloseCode::ShuttingDown as u64 =>
+            {
+                RequestError::Rejected {
+                    peer,
+                    reason: String::from_utf8_lossy(&close.reason).into_owned(),
+                }
+            }
+            E::TimedOut => RequestError::NodeLost {
+                peer,
+                reason: "no packets arrived within the idle timeout".into(),
+            },
+            other => RequestError::NodeLost {
+                peer,
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+/// Closes `quic` with a nimbus close code and a reason the peer can read.
+pub(super) fn close(quic: &quinn::Connection, code: CloseCode, reason: &str) {
+    quic.close(quinn::VarInt::from_u32(code as u32), reason.as_bytes());
+}

@@ -1,0 +1,265 @@
+//! The QUIC endpoint: the only place that touches sockets.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use tokio::io::AsyncReadExt;
+
+use crate::wire::{
+    self, preamble, read_preamble, CloseCode, Hello, HelloReply, NodeIdentity, PeerIdentity,
+    PREAMBLE_LEN,
+};
+
+use super::connection::{close, Connection};
+use super::credentials::SERVER_NAME;
+use super::server::{self, RequestHandler};
+use super::{ConnectError, Credentials, EndpointError, TransportConfig};
+
+/// One process's QUIC endpoint: it dials peers (keeping one connection per
+/// peer address) and, when [`serve`](Endpoint::serve) is called, accepts
+/// connections and hands their requests to a handler.
+///
+/// Cheap to clone; all clones share the endpoint.
+#[derive(Clone)]
+pub struct Endpoint {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    quic: quinn::Endpoint,
+    me: PeerIdentity,
+    config: TransportConfig,
+    connections: DashMap<SocketAddr, Connection>,
+}
+
+impl Endpoint {
+    /// Binds the UDP socket a node will listen on (port 0 picks a free
+    /// one), so that the node can learn its port before it names itself.
+    pub fn bind_socket(addr: SocketAddr) -> Result<UdpSocket, EndpointError> {
+        UdpSocket::bind(addr).map_err(|source| match source.kind() {
+            std::io::ErrorKind::AddrInUse => EndpointError::AddressInUse { addr },
+            _ => EndpointError::Bind { addr, cause: source },
+        })
+    }
+
+    /// An endpoint listening on `socket` (see [`Endpoint::bind_socket`])
+    /// that can also dial.
+    pub fn listen(
+        socket: UdpSocket,
+        me: PeerIdentity,
+        credentials: &Credentials,
+        config: TransportConfig,
+    ) -> Result<Self, EndpointError> {
+        let tls = QuicServerConfig::try_from(credentials.server_tls()?)
+            .map_err(|e| EndpointError::Quic(e.to_string()))?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(tls));
+        server.transport_config(quic_transport(&config)?);
+        Self::from_socket(socket, Some(server), me, credentials, config)
+    }
+
+    /// An endpoint that only dials (the CLI, drivers, benchmarks).
+    pub fn client(
+        me: PeerIdentity,
+        credentials: &Credentials,
+        config: TransportConfig,
+    ) -> Result<Self, EndpointError> {
+        let addr: SocketAddr = ([0, 0, 0, 0], 0).into();
+        let socket = UdpSocket::bind(addr).map_err(|cause| EndpointError::Bind { addr, cause })?;
+        Self::from_socket(socket, None, me, credentials, config)
+    }
+
+    fn from_socket(
+        socket: UdpSocket,
+        server: Option<quinn::ServerConfig>,
+        me: PeerIdentity,
+        credentials: &Credentials,
+        config: TransportConfig,
+    ) -> Result<Self, EndpointError> {
+        let runtime = quinn::default_runtime()
+            .ok_or_else(|| EndpointError::Quic("no async runtime is running".into()))?;
+        let mut quic = quinn::Endpoint::new(Default::default(), server, socket, runtime)
+            .map_err(|e| EndpointError::Quic(e.to_string()))?;
+        let tls = QuicClientConfig::try_from(credentials.client_tls()?)
+            .map_err(|e| EndpointError::Quic(e.to_string()))?;
+        let mut client = quinn::ClientConfig::new(Arc::new(tls));
+        client.transport_config(quic_transport(&config)?);
+        quic.set_default_client_config(client);
+        Ok(Endpoint {
+            inner: Arc::new(Inner {
+                quic,
+                me,
+                config,
+                connections: DashMap::new(),
+            }),
+        })
+    }
+
+    /// The address this endpoint listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner
+            .quic
+            .local_addr()
+            .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into())
+    }
+
+    /// This process's identity.
+    pub fn identity(&self) -> &PeerIdentity {
+        &self.inner.me
+    }
+
+    /// The settings this endpoint was made with.
+    pub fn config(&self) -> &TransportConfig {
+        &self.inner.config
+    }
+
+    /// A connection to the node at `addr`, reusing a live one.
+    ///
+    /// With `expect`, the node must be that incarnation: a restarted node
+    /// refuses the session with [`CloseCode::StaleIncarnation`].
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+        expect: Option<&NodeIdentity>,
+    ) -> Result<Connection, ConnectError> {
+        if let Some(existing) = self.inner.connections.get(&addr) {
+            let reusable = existing.is_open() && expect.is_none_or(|e| e == existing.peer());
+            if reusable {
+                return Ok(existing.clone());
+            }
+        }
+        let after = self.inner.config.connect_timeout;
+        let connection = tokio::time::timeout(after, self.dial(addr, expect))
+            .await
+            .map_err(|_| ConnectError::Unreachable { addr, after })??;
+        self.inner.connections.insert(addr, connection.clone());
+        Ok(connection)
+    }
+
+    /// Accepts connections until the endpoint closes, handing every request
+    /// to `handler`. Returns at once; the accept loop runs as a task.
+    pub fn serve(&self, handler: Arc<dyn RequestHandler>) {
+        let endpoint = self.clone();
+        tokio::spawn(async move {
+            while let Some(incoming) = endpoint.inner.quic.accept().await {
+                tokio::spawn(server::accept(endpoint.clone(), incoming, handler.clone()));
+            }
+        });
+    }
+
+    /// Closes every connection, telling peers this node is shutting down,
+    /// and waits (at most `connect_timeout`) for them to be told.
+    pub async fn shutdown(&self) {
+        self.inner.quic.close(
+            quinn::VarInt::from_u32(CloseCode::ShuttingDown as u32),
+            b"node shutting down",
+        );
+        let _ = tokio::time::timeout(self.inner.config.connect_timeout, self.inner.quic.wait_idle())
+            .await;
+    }
+
+    async fn dial(
+        &self,
+        addr: SocketAddr,
+        expect: Option<&NodeIdentity>,
+    ) -> Result<Connection, ConnectError> {
+        let connecting = self
+            .inner
+            .quic
+            .connect(addr, SERVER_NAME)
+            .map_err(|e| ConnectError::Lost {
+                addr,
+                detail: e.to_string(),
+            })?;
+        let after = self.inner.config.connect_timeout;
+        let quic = connecting.await.map_err(|e| connect_error(addr, after, e))?;
+        match self.client_handshake(&quic, expect).await {
+            Ok(peer) => Ok(Connection::new(quic, peer, self.inner.config.max_frame_bytes)),
+            Err(e) => Err(match quic.close_reason() {
+                Some(reason) => connect_error(addr, after, reason),
+                None => ConnectError::Handshake { addr, cause: e },
+            }),
+        }
+    }
+
+    async fn client_handshake(
+        &self,
+        quic: &quinn::Connection,
+        expect: Option<&NodeIdentity>,
+    ) -> Result<NodeIdentity, wire::WireError> {
+        let (mut send, mut recv) = quic.open_bi().await.map_err(io_error)?;
+        let hello = Hello {
+            from: self.inner.me.clone(),
+            expect: expect.cloned(),
+        };
+        let mut out = preamble(self.inner.config.protocol_version).to_vec();
+        out.extend(wire::encode(&hello, self.inner.config.max_frame_bytes)?);
+        wire::write_frame(&mut send, &out).await?;
+        let _ = send.finish();
+        let mut theirs = [0u8; PREAMBLE_LEN];
+        AsyncReadExt::read_exact(&mut recv, &mut theirs).await?;
+        let version = read_preamble(theirs)?;
+        if version != self.inner.config.protocol_version {
+            let reason = version_mismatch(self.inner.config.protocol_version, version);
+            close(quic, CloseCode::VersionMismatch, &reason);
+            return Err(wire::WireError::Decode {
+                what: "HelloReply",
+                detail: reason,
+            });
+        }
+        let reply: HelloReply =
+            wire::decode(&wire::read_frame(&mut recv, self.inner.config.max_frame_bytes).await?)?;
+        Ok(reply.node)
+    }
+}
+
+/// The reason both sides give for a version mismatch.
+pub(super) fn version_mismatch(ours: u32, theirs: u32) -> String {
+    format!("protocol version mismatch: this side speaks nimbus protocol v{ours}, the peer speaks v{theirs}; run the same nimbus version on every node")
+}
+
+fn quic_transport(config: &TransportConfig) -> Result<Arc<quinn::TransportConfig>, EndpointError> {
+    let mut transport = quinn::TransportConfig::default();
+    let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
+        .map_err(|e| EndpointError::Quic(format!("idle_timeout: {e}")))?;
+    transport.max_idle_timeout(Some(idle));
+    transport.keep_alive_interval(Some(config.idle_timeout / 3));
+    transport.max_concurrent_bidi_streams(1024u32.into());
+    transport.initial_rtt(Duration::from_millis(10));
+    Ok(Arc::new(transport))
+}
+
+fn io_error(e: quinn::ConnectionError) -> wire::WireError {
+    wire::WireError::Io(std::io::Error::other(e))
+}
+
+fn connect_error(addr: SocketAddr, after: Duration, e: quinn::ConnectionError) -> ConnectError {
+    use quinn::ConnectionError as E;
+    match e {
+        E::ApplicationClosed(close) => ConnectError::Refused {
+            addr,
+            code: CloseCode::from_u64(close.error_code.into_inner()),
+            reason: String::from_utf8_lossy(&close.reason).into_owned(),
+        },
+        E::TransportError(t) if is_crypto(t.code) => ConnectError::Unauthenticated {
+            addr,
+            detail: t.to_string(),
+        },
+        E::ConnectionClosed(c) if is_crypto(c.error_code) => ConnectError::Unauthenticated {
+            addr,
+            detail: c.to_string(),
+        },
+        E::TimedOut => ConnectError::Unreachable { addr, after },
+        other => ConnectError::Lost {
+            addr,
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// TLS alerts travel as QUIC CRYPTO_ERROR codes 0x100..=0x1ff.
+fn is_crypto(code: quinn::TransportErrorCode) -> bool {
+    (0x100..0x200).contains(&u64::from(code))
+}

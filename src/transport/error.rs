@@ -1,0 +1,143 @@
+//! Transport errors, one enum per operation.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::wire::{CloseCode, NodeIdentity, RemoteError, WireError};
+
+use super::CredentialError;
+
+/// Creating an endpoint failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// Another process holds the UDP port (choose another with `--port`).
+    #[error("cannot listen on {addr}: the port is already in use (another nimbus node? try `nimbus stop`, or choose another --port)")]
+    AddressInUse {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// Binding the UDP socket failed otherwise.
+    #[error("cannot listen on {addr}: {cause}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The OS error.
+        cause: std::io::Error,
+    },
+    /// The credentials cannot be turned into a TLS configuration.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
+    /// quinn refused the configuration.
+    #[error("cannot start the QUIC endpoint: {0}")]
+    Quic(String),
+}
+
+/// Dialing a peer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Nothing answered in time (`connect_timeout`).
+    #[error("no nimbus node answered at {addr} within {after:?} (is it running, and is the address right?)")]
+    Unreachable {
+        /// The address dialed.
+        addr: SocketAddr,
+        /// How long we waited.
+        after: Duration,
+    },
+    /// The TLS handshake failed: one side lacks this cluster's credentials.
+    #[error("{addr} refused our credentials or presented foreign ones ({detail}): is the join token right?")]
+    Unauthenticated {
+        /// The address dialed.
+        addr: SocketAddr,
+        /// What TLS reported.
+        detail: String,
+    },
+    /// The peer closed the connection during the nimbus handshake.
+    #[error("{addr} refused the connection: {reason}")]
+    Refused {
+        /// The address dialed.
+        addr: SocketAddr,
+        /// Why, as a code for matching.
+        code: Option<CloseCode>,
+        /// Why, in the peer's words.
+        reason: String,
+    },
+    /// The handshake exchanged bytes that made no sense.
+    #[error("handshake with {addr} failed: {cause}")]
+    Handshake {
+        /// The address dialed.
+        addr: SocketAddr,
+        /// What was wrong.
+        cause: WireError,
+    },
+    /// The connection failed for another reason.
+    #[error("connection to {addr} failed: {detail}")]
+    Lost {
+        /// The address dialed.
+        addr: SocketAddr,
+        /// What quinn reported.
+        detail: String,
+    },
+}
+
+/// A request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The peer is gone: its connection timed out (`idle_timeout`), was
+    /// reset, or was closed by its shutdown. The request may or may not have
+    /// been carried out.
+    #[error("node {peer} lost: {reason}")]
+    NodeLost {
+        /// The node that was being called.
+        peer: NodeIdentity,
+        /// How it was lost.
+        reason: String,
+    },
+    /// No response within the request's deadline.
+    #[error("no response from {peer} within {after:?}")]
+    Timeout {
+        /// The node that was being called.
+        peer: NodeIdentity,
+        /// The deadline.
+        after: Duration,
+    },
+    /// The peer answered with an error.
+    #[error("{peer} answered with an error: {error}")]
+    Remote {
+        /// The node that answered.
+        peer: NodeIdentity,
+        /// Its error.
+        error: RemoteError,
+    },
+    /// The peer closed the connection because of something we sent.
+    #[error("{peer} closed the connection: {reason}")]
+    Rejected {
+        /// The node that closed it.
+        peer: NodeIdentity,
+        /// Its reason.
+        reason: String,
+    },
+    /// This endpoint closed the connection.
+    #[error("the connection to {peer} was closed locally")]
+    Closed {
+        /// The node that was being called.
+        peer: NodeIdentity,
+    },
+    /// The request or its response could not be framed or decoded.
+    #[error("exchange with {peer} failed: {cause}")]
+    Wire {
+        /// The node that was being called.
+        peer: NodeIdentity,
+        /// What was wrong.
+        cause: WireError,
+    },
+}
+
+impl RequestError {
+    /// The remote error, if the peer answered with one.
+    pub fn remote(&self) -> Option<&RemoteError> {
+        match self {
+            RequestError::Remote { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Length-prefixed MessagePack frames.
+//!
+//! A frame is a 4-byte big-endian body length followed by the body. The
+//! length is checked against a maximum before the body is read, so a peer
+//! cannot make a node allocate more than that.
+
+use serde::{de::DeserializeOwned, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Bytes of the length prefix in front of every frame.
+pub const LENGTH_PREFIX_BYTES: usize = 4;
+
+/// What can go wrong reading or writing a frame.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The length prefix announces more than the receiver accepts
+    /// (`max_frame_bytes` in the transport configuration).
+    #[error("frame of {len} bytes exceeds the maximum of {max} bytes")]
+    FrameTooLarge {
+        /// Announced body length.
+        len: u64,
+        /// Largest body length accepted.
+        max: usize,
+    },
+    /// The stream ended inside a frame.
+    #[error("truncated frame: expected {expected} bytes, the stream ended after {received}")]
+    Truncated {
+        /// Bytes the frame should have had (prefix included when it was cut).
+        expected: usize,
+        /// Bytes that arrived.
+        received: usize,
+    },
+    /// The stream ended before any frame.
+    #[error("the stream ended before a frame arrived")]
+    Empty,
+    /// The body is not a valid MessagePack encoding of the expected type
+    /// (random bytes, an unknown message type, a field of the wrong type).
+    #[error("undecodable {what}: {detail}")]
+    Decode {
+        /// The type that was expected.
+        what: &'static str,
+        /// The decoder's explanation.
+        detail: String,
+    },
+    /// A value could not be encoded.
+    #[error("cannot encode {what}: {detail}")]
+    Encode {
+        /// The type being encoded.
+        what: &'static str,
+        /// The encoder's explanation.
+        detail: String,
+    },
+    /// The first bytes of a connection are not a nimbus preamble.
+    #[error("not a nimbus peer: the connection began with {found:02x?} instead of \"NMBS\"")]
+    BadPreamble {
+        /// The four bytes found.
+        found: [u8; 4],
+    },
+    /// Reading or writing the stream failed.
+    #[error("stream I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Encodes `value` as one frame (length prefix included).
+///
+/// ```
+/// let frame = nimbus::wire::encode(&"hi", 1024).unwrap();
+/// assert_eq!(&frame[..4], &[0, 0, 0, 3]);
+/// assert_eq!(nimbus::wire::decode::<String>(&frame[4..]).unwrap(), "hi");
+/// ```
+pub fn encode<T: Serialize>(value: &T, max: usize) -> Result<Vec<u8>, WireError> {
+    let mut out = vec![0; LENGTH_PREFIX_BYTES];
+    rmp_serde::encode::write_named(&mut out, value).map_err(|e| WireError::Encode {
+        what: std::any::type_name::<T>(),
+        detail: e.to_string(),
+    })?;
+    let len = out.len() - LENGTH_PREFIX_BYTES;
+    if len > max || u32::try_from(len).is_err() {
+        return Err(WireError::FrameTooLarge {
+            len: len as u64,
+            max,
+        });
+    }
+    out[..LENGTH_PREFIX_BYTES].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(out)
+}
+
+/// Decodes a frame body (without its length prefix).
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
+    rmp_serde::from_slice(body).map_err(|e| WireError::Decode {
+        what: short_type_name::<T>(),
+        detail: e.to_string(),
+    })
+}
+
+/// Checks a length prefix against `max` and returns the body length.
+pub fn body_len(prefix: [u8; LENGTH_PREFIX_BYTES], max: usize) -> Result<usize, WireError> {
+    let len = u32::from_be_bytes(prefix) as usize;
+    if len > max {
+        return Err(WireError::FrameTooLarge {
+            len: len as u64,
+            max,
+        });
+    }
+    Ok(len)
+}
+
+/// Reads one frame body from `reader`, refusing bodies over `max` bytes.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    max: usize,
+) -> Result<Vec<u8>, WireError> {
+    let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
+    let got = read_up_to(reader, &mut prefix).await?;
+    match got {
+        0 => return Err(WireError::Empty),
+        LENGTH_PREFIX_BYTES => {}
+        _ => {
+            return Err(WireError::Truncated {
+                expected: LENGTH_PREFIX_BYTES,
+                received: got,
+            })
+        }
+    }
+    let len = body_len(prefix, max)?;
+    let mut body = vec![0u8; len];
+    let got = read_up_to(reader, &mut body).await?;
+    if got < len {
+        return Err(WireError::Truncated {
+            expected: len,
+            received: got,
+        });
+    }
+    Ok(body)
+}
+
+/// Writes an already encoded frame (see [`encode`]).
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    frame: &[u8],
+) -> Result<(), WireError> {
+    writer.write_all(frame).await?;
+    Ok(())
+}
+
+/// Fills `buf` unless the stream ends first; returns the bytes read.
+async fn read_up_to<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut [u8],
+) -> Result<usize, WireError> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let n = reader.read(&mut buf[filled..]).await?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    Ok(filled)
+}
+
+fn short_type_name<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    full.rsplit("::").next().unwrap_or(full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frame_round_trips() {
+        let frame = encode(&vec![1u32, 2, 3], 1024).unwrap();
+        let body = read_frame(&mut &frame[..], 1024).await.unwrap();
+        assert_eq!(decode::<Vec<u32>>(&body).unwrap(), vec![1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn oversized_frame_is_refused_before_reading_its_body() {
+        let prefix = (1u32 << 30).to_be_bytes();
+        let err = read_frame(&mut &prefix[..], 1024).await.unwrap_err();
+        assert!(matches!(err, WireError::FrameTooLarge { len, max: 1024 } if len == 1 << 30));
+    }
+
+    #[tokio::test]
+    async fn truncated_prefix_and_body_are_reported() {
+        let err = read_frame(&mut &[0u8, 0][..], 1024).await.unwrap_err();
+        assert!(matches!(err, WireError::Truncated { expected: 4, received: 2 }));
+        let mut frame = encode(&"hello world", 1024).unwrap();
+        frame.truncate(8);
+        let err = read_frame(&mut &frame[..], 1024).await.unwrap_err();
+        assert!(matches!(err, WireError::Truncated { expected: 12, received: 4 }));
+    }
+
+    #[tokio::test]
+    async fn empty_stream_is_not_a_frame() {
+        let err = read_frame(&mut &[][..], 1024).await.unwrap_err();
+        assert!(matches!(err, WireError::Empty));
+    }
+
+    #[test]
+    fn random_bytes_do_not_decode_and_do_not_panic() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for len in 0..512 {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
+            let _ = decode::<crate::wire::Request>(&bytes);
+        }
+    }
+
+    #[test]
+    fn encoding_over_the_maximum_fails() {
+        let err = encode(&vec![0u8; 100], 10).unwrap_err();
+        assert!(matches!(err, WireError::FrameTooLarge { max: 10, .. }));
+    }
+}
