@@ -4,3 +4,9 @@ pub mod cluster;
 pub mod node;
 pub mod transport;
 pub mod wire;
+
+/// The libtorch bindings nimbus is built against, so training code uses the
+/// same version.
+#[cfg(feature = "torch")]
+pub use tch;
+pub mod local;

@@ -152,7 +152,11 @@ impl ClusterClient {
     }
 
     /// Events after sequence number `after`, waiting up to `wait` for one.
-    pub async fn events(&self, after: u64, wait: Duration) -> Result<Vec<ClusterEvent>, ClientError> {
+    pub async fn events(
+        &self,
+        after: u64,
+        wait: Duration,
+    ) -> Result<Vec<ClusterEvent>, ClientError> {
         let request = ControlRequest::Events {
             after,
             wait_ms: wait.as_millis() as u64,

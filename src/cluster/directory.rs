@@ -99,7 +99,8 @@ impl Handler<Register> for Directory {
             }
             self.by_name.insert(name.clone(), msg.entry.actor);
         }
-        self.by_id.insert(msg.entry.actor, (msg.name, msg.entry.node));
+        self.by_id
+            .insert(msg.entry.actor, (msg.name, msg.entry.node));
         Ok(())
     }
 }
@@ -166,8 +167,15 @@ mod tests {
             },
             name: Some(name.into()),
         };
-        dir.send(register(ActorId(1), "bank")).await.unwrap().unwrap();
-        assert!(dir.send(register(ActorId(2), "bank")).await.unwrap().is_err());
+        dir.send(register(ActorId(1), "bank"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(dir
+            .send(register(ActorId(2), "bank"))
+            .await
+            .unwrap()
+            .is_err());
         assert_eq!(dir.send(Lookup("bank".into())).await.unwrap(), Some(entry));
         dir.send(ClusterEvent {
             seq: 1,

@@ -73,7 +73,8 @@ impl Handler<Publish> for ClusterEvents {
             self.history.pop_front();
         }
         self.history.push_back(event.clone());
-        self.subscribers.retain(|s| s.try_send(event.clone()).is_ok());
+        self.subscribers
+            .retain(|s| s.try_send(event.clone()).is_ok());
         for waiter in self.waiting.drain(..) {
             let _ = waiter.send(());
         }
@@ -99,7 +100,10 @@ impl Handler<EventsSince> for ClusterEvents {
         let (tx, rx) = oneshot::channel();
         self.waiting.push(tx);
         let wait = tokio::time::timeout(msg.wait, rx);
-        Box::pin(wait.into_actor(self).map(move |_, events, _| events.since(msg.after)))
+        Box::pin(
+            wait.into_actor(self)
+                .map(move |_, events, _| events.since(msg.after)),
+        )
     }
 }
 

@@ -124,7 +124,11 @@ impl ResourceOverrides {
             }
         }
         set.set(CPU, self.num_cpus.unwrap_or_else(detect_cpus));
-        set.set(GPU, self.num_gpus.unwrap_or_else(|| crate::cluster::gpus::detect() as f64));
+        set.set(
+            GPU,
+            self.num_gpus
+                .unwrap_or_else(|| crate::cluster::gpus::detect() as f64),
+        );
         set.set(MEMORY, self.memory.unwrap_or_else(detect_memory) as f64);
         if let Some(json) = &self.custom_json {
             set.merge_custom(json)?;
@@ -145,7 +149,13 @@ fn detect_memory() -> u64 {
     meminfo
         .lines()
         .find_map(|line| line.strip_prefix("MemTotal:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
         .map(|kib| kib * 1024)
         .unwrap_or(0)
 }

@@ -2,6 +2,7 @@
 //! informed of them by heartbeat. Later layers add worker processes and
 //! placement here.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -11,7 +12,7 @@ use tracing::{debug, warn};
 use crate::client::{self, ClientError};
 use crate::cluster::membership::{self, Membership, MembershipError};
 use crate::cluster::{ControlRequest, ResourceSet};
-use crate::transport::{Connection, RequestError, RequestOptions};
+use crate::transport::{Endpoint, RequestError, RequestOptions};
 use crate::wire::{NodeIdentity, RemoteErrorKind};
 
 use super::NodeError;
@@ -20,8 +21,14 @@ use super::NodeError;
 pub enum HeadLink {
     /// On the head: the actor itself, no serialization.
     Local(Addr<Membership>),
-    /// Elsewhere: a connection to the head.
-    Remote(Connection),
+    /// Elsewhere: the head's address, dialed again whenever the connection
+    /// was lost.
+    Remote {
+        /// This node's endpoint.
+        endpoint: Endpoint,
+        /// The head's address.
+        head: SocketAddr,
+    },
 }
 
 /// Owns the node's resources; heartbeats them to the head.
@@ -83,18 +90,22 @@ impl NodeManager {
                 Box::pin(async move {
                     match sent.await {
                         Ok(Ok(())) => Beat::Acked,
-                        Ok(Err(e @ (MembershipError::Stale { .. } | MembershipError::Dead { .. }))) => {
-                            Beat::Expelled(e.to_string())
-                        }
+                        Ok(Err(
+                            e @ (MembershipError::Stale { .. } | MembershipError::Dead { .. }),
+                        )) => Beat::Expelled(e.to_string()),
                         Ok(Err(e)) => Beat::Missed(e.to_string()),
                         Err(e) => Beat::Missed(e.to_string()),
                     }
                 })
             }
-            HeadLink::Remote(head) => {
-                let head = head.clone();
+            HeadLink::Remote { endpoint, head } => {
+                let (endpoint, head) = (endpoint.clone(), *head);
                 let options = RequestOptions::control().with_deadline(self.interval * 2);
                 Box::pin(async move {
+                    let head = match endpoint.connect(head, None).await {
+                        Ok(connection) => connection,
+                        Err(e) => return Beat::Missed(e.to_string()),
+                    };
                     let request = ControlRequest::Heartbeat { node, used };
                     match client::call(&head, &request, options).await {
                         Ok(_) => Beat::Acked,
@@ -122,7 +133,9 @@ impl NodeManager {
             }
             Beat::Missed(reason) => {
                 let silent = self.last_ack.elapsed();
-                warn!("heartbeat to the head failed ({reason}); no acknowledgement for {silent:.1?}");
+                warn!(
+                    "heartbeat to the head failed ({reason}); no acknowledgement for {silent:.1?}"
+                );
                 if silent > self.head_lost_timeout {
                     let _ = self.fatal.send(NodeError::HeadLost(silent));
                 }

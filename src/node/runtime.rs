@@ -16,7 +16,7 @@ use crate::cluster::{
     events::Subscribe, ClusterEvents, ControlReply, ControlRequest, Directory, NodeRegistration,
     ResourceSet,
 };
-use crate::transport::{Connection, Credentials, Endpoint, RequestOptions};
+use crate::transport::{Credentials, Endpoint, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
 use super::{HeadLink, NodeConfig, NodeError, NodeManager, NodeRole, NodeService};
@@ -48,7 +48,10 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     let ip = config.advertise_ip.unwrap_or_else(detect_ip);
     let address = SocketAddr::new(ip, port);
     let identity = NodeIdentity {
-        name: config.node_name.clone().unwrap_or_else(|| address.to_string()),
+        name: config
+            .node_name
+            .clone()
+            .unwrap_or_else(|| address.to_string()),
         incarnation: Incarnation::fresh(),
     };
     let credentials = Credentials::issue(&config.token, &identity.name)?;
@@ -64,13 +67,13 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     };
 
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
-    let (head, interval, head_connection) = match &config.role {
+    let (head_link, interval, head_address) = match config.role {
         NodeRole::Head { heartbeat_timeout } => {
-            let interval = *heartbeat_timeout / 6;
+            let interval = heartbeat_timeout / 6;
             let events = ClusterEvents::default().start();
             let directory = Directory::default().start();
             events.do_send(Subscribe(directory.recipient()));
-            let membership = Membership::new(*heartbeat_timeout, events.clone()).start();
+            let membership = Membership::new(heartbeat_timeout, events.clone()).start();
             let join = membership::Join {
                 registration,
                 head: true,
@@ -86,14 +89,18 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         }
         NodeRole::Member { head } => {
             endpoint.serve(Arc::new(NodeService::member()));
-            let (connection, interval) = join(&endpoint, *head, registration).await?;
-            (HeadLink::Remote(connection.clone()), interval, Some(connection))
+            let interval = join(&endpoint, head, registration).await?;
+            let link = HeadLink::Remote {
+                endpoint: endpoint.clone(),
+                head,
+            };
+            (link, interval, Some(head))
         }
     };
     NodeManager::new(
         identity.clone(),
         resources.clone(),
-        head,
+        head_link,
         interval,
         config.head_lost_timeout,
         fatal_tx,
@@ -113,10 +120,8 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         _ = interrupt.recv() => Ok(()),
         Some(error) = fatal_rx.recv() => Err(error),
     };
-    if let (Some(head), Ok(())) = (&head_connection, &outcome) {
-        let leave = ControlRequest::Leave { node: identity.clone() };
-        let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
-        if let Err(e) = client::call(head, &leave, options).await {
+    if let (Some(head), Ok(())) = (head_address, &outcome) {
+        if let Err(e) = leave(&endpoint, head, identity.clone()).await {
             warn!("could not tell the head this node is leaving: {e}");
         }
     }
@@ -125,12 +130,24 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     outcome
 }
 
-/// Joins the head; returns the connection and the heartbeat interval.
+/// Tells the head this node is stopping on purpose.
+async fn leave(
+    endpoint: &Endpoint,
+    head: SocketAddr,
+    node: NodeIdentity,
+) -> Result<(), ClientError> {
+    let connection = endpoint.connect(head, None).await?;
+    let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
+    client::call(&connection, &ControlRequest::Leave { node }, options).await?;
+    Ok(())
+}
+
+/// Joins the head; returns the heartbeat interval it asks for.
 async fn join(
     endpoint: &Endpoint,
     head: SocketAddr,
     registration: NodeRegistration,
-) -> Result<(Connection, Duration), NodeError> {
+) -> Result<Duration, NodeError> {
     let failed = |cause: ClientError| NodeError::Join { head, cause };
     let connection = endpoint
         .connect(head, None)
@@ -140,7 +157,7 @@ async fn join(
     match client::call(&connection, &request, RequestOptions::control()).await {
         Ok(ControlReply::Joined {
             heartbeat_interval_ms,
-        }) => Ok((connection, Duration::from_millis(heartbeat_interval_ms.max(1)))),
+        }) => Ok(Duration::from_millis(heartbeat_interval_ms.max(1))),
         Ok(reply) => Err(failed(ClientError::UnexpectedReply {
             request: "Join",
             reply: Box::new(reply),

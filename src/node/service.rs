@@ -48,7 +48,11 @@ impl NodeService {
         }
     }
 
-    fn dispatch(&self, from: PeerIdentity, request: ControlRequest) -> BoxFuture<'static, Result<ControlReply, RemoteError>> {
+    fn dispatch(
+        &self,
+        from: PeerIdentity,
+        request: ControlRequest,
+    ) -> BoxFuture<'static, Result<ControlReply, RemoteError>> {
         if let ControlRequest::Echo(payload) = request {
             return futures::future::ready(Ok(ControlReply::Echo(payload))).boxed();
         }
@@ -86,16 +90,25 @@ impl NodeService {
                     Ok(ControlReply::Ack)
                 }
                 ControlRequest::Leave { node } => {
-                    membership.send(membership::Leave { node }).await.map_err(internal)??;
+                    membership
+                        .send(membership::Leave { node })
+                        .await
+                        .map_err(internal)??;
                     Ok(ControlReply::Ack)
                 }
                 ControlRequest::Status => {
-                    let status = membership.send(membership::Status).await.map_err(internal)?;
+                    let status = membership
+                        .send(membership::Status)
+                        .await
+                        .map_err(internal)?;
                     Ok(ControlReply::Status(status))
                 }
                 ControlRequest::Events { after, wait_ms } => {
                     let wait = Duration::from_millis(wait_ms).min(MAX_EVENT_WAIT);
-                    let since = events.send(EventsSince { after, wait }).await.map_err(internal)?;
+                    let since = events
+                        .send(EventsSince { after, wait })
+                        .await
+                        .map_err(internal)?;
                     Ok(ControlReply::Events(since))
                 }
                 ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
@@ -113,18 +126,24 @@ impl RequestHandler for NodeService {
     ) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>> {
         let request: ControlRequest = match wire::decode(&body) {
             Ok(request) => request,
-            Err(e) => return futures::future::ready(Err(HandlerError::Malformed(e.to_string()))).boxed(),
+            Err(e) => {
+                return futures::future::ready(Err(HandlerError::Malformed(e.to_string()))).boxed()
+            }
         };
         let reply = self.dispatch(from, request);
         async move {
             let reply = reply.await?;
-            rmp_serde::to_vec_named(&reply)
-                .map_err(|e| HandlerError::Remote(RemoteError::new(RemoteErrorKind::Internal, e.to_string())))
+            rmp_serde::to_vec_named(&reply).map_err(|e| {
+                HandlerError::Remote(RemoteError::new(RemoteErrorKind::Internal, e.to_string()))
+            })
         }
         .boxed()
     }
 }
 
 fn internal(e: actix::MailboxError) -> RemoteError {
-    RemoteError::new(RemoteErrorKind::Internal, format!("control-plane actor unavailable: {e}"))
+    RemoteError::new(
+        RemoteErrorKind::Internal,
+        format!("control-plane actor unavailable: {e}"),
+    )
 }

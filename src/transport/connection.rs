@@ -74,7 +74,9 @@ impl Connection {
     /// to `max_frame_bytes`. For tests of how nodes treat bad input.
     pub async fn send_raw(&self, bytes: &[u8]) -> Result<Vec<u8>, RequestError> {
         let (mut send, mut recv) = self.quic.open_bi().await.map_err(|e| self.lost(e))?;
-        send.write_all(bytes).await.map_err(|e| self.io_failure(e.into()))?;
+        send.write_all(bytes)
+            .await
+            .map_err(|e| self.io_failure(e.into()))?;
         let _ = send.finish();
         recv.read_to_end(self.max_frame_bytes)
             .await
@@ -113,7 +115,9 @@ impl Connection {
         let reply = match wire::read_frame(&mut recv, self.max_frame_bytes).await {
             Ok(reply) => reply,
             Err(WireError::Io(e)) => return Err(self.io_failure(e)),
-            Err(WireError::Empty) => return Err(self.io_failure(std::io::ErrorKind::UnexpectedEof.into())),
+            Err(WireError::Empty) => {
+                return Err(self.io_failure(std::io::ErrorKind::UnexpectedEof.into()))
+            }
             Err(e) => return Err(self.wire(e)),
         };
         let response: Response = wire::decode(&reply).map_err(|e| self.wire(e))?;

@@ -147,15 +147,20 @@ impl Credentials {
     /// this cluster.
     pub(crate) fn server_tls(&self) -> Result<rustls::ServerConfig, CredentialError> {
         let provider = provider();
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
-                .build()
-                .map_err(tls_error)?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            self.roots()?,
+            provider.clone(),
+        )
+        .build()
+        .map_err(tls_error)?;
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(tls_error)?
             .with_client_cert_verifier(verifier)
-            .with_single_cert(self.chain.clone(), PrivateKeyDer::Pkcs8(self.key.clone_key()))
+            .with_single_cert(
+                self.chain.clone(),
+                PrivateKeyDer::Pkcs8(self.key.clone_key()),
+            )
             .map_err(tls_error)?;
         config.alpn_protocols = vec![ALPN.to_vec()];
         Ok(config)
@@ -168,7 +173,10 @@ impl Credentials {
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(tls_error)?
             .with_root_certificates(self.roots()?)
-            .with_client_auth_cert(self.chain.clone(), PrivateKeyDer::Pkcs8(self.key.clone_key()))
+            .with_client_auth_cert(
+                self.chain.clone(),
+                PrivateKeyDer::Pkcs8(self.key.clone_key()),
+            )
             .map_err(tls_error)?;
         config.alpn_protocols = vec![ALPN.to_vec()];
         Ok(config)
@@ -188,7 +196,10 @@ fn ca_params() -> CertificateParams {
         .distinguished_name
         .push(DnType::CommonName, "nimbus cluster CA");
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     params
 }
 

@@ -41,7 +41,10 @@ impl Endpoint {
     pub fn bind_socket(addr: SocketAddr) -> Result<UdpSocket, EndpointError> {
         UdpSocket::bind(addr).map_err(|source| match source.kind() {
             std::io::ErrorKind::AddrInUse => EndpointError::AddressInUse { addr },
-            _ => EndpointError::Bind { addr, cause: source },
+            _ => EndpointError::Bind {
+                addr,
+                cause: source,
+            },
         })
     }
 
@@ -156,8 +159,11 @@ impl Endpoint {
             quinn::VarInt::from_u32(CloseCode::ShuttingDown as u32),
             b"node shutting down",
         );
-        let _ = tokio::time::timeout(self.inner.config.connect_timeout, self.inner.quic.wait_idle())
-            .await;
+        let _ = tokio::time::timeout(
+            self.inner.config.connect_timeout,
+            self.inner.quic.wait_idle(),
+        )
+        .await;
     }
 
     async fn dial(
@@ -165,18 +171,24 @@ impl Endpoint {
         addr: SocketAddr,
         expect: Option<&NodeIdentity>,
     ) -> Result<Connection, ConnectError> {
-        let connecting = self
-            .inner
-            .quic
-            .connect(addr, SERVER_NAME)
-            .map_err(|e| ConnectError::Lost {
-                addr,
-                detail: e.to_string(),
-            })?;
+        let connecting =
+            self.inner
+                .quic
+                .connect(addr, SERVER_NAME)
+                .map_err(|e| ConnectError::Lost {
+                    addr,
+                    detail: e.to_string(),
+                })?;
         let after = self.inner.config.connect_timeout;
-        let quic = connecting.await.map_err(|e| connect_error(addr, after, e))?;
+        let quic = connecting
+            .await
+            .map_err(|e| connect_error(addr, after, e))?;
         match self.client_handshake(&quic, expect).await {
-            Ok(peer) => Ok(Connection::new(quic, peer, self.inner.config.max_frame_bytes)),
+            Ok(peer) => Ok(Connection::new(
+                quic,
+                peer,
+                self.inner.config.max_frame_bytes,
+            )),
             Err(e) => Err(match quic.close_reason() {
                 Some(reason) => connect_error(addr, after, reason),
                 None => ConnectError::Handshake { addr, cause: e },

@@ -24,8 +24,11 @@ use super::Endpoint;
 /// What a node does with the requests that reach it.
 pub trait RequestHandler: Send + Sync + 'static {
     /// Answers one request body from `from`.
-    fn handle(&self, from: PeerIdentity, body: Vec<u8>)
-        -> BoxFuture<'static, Result<Vec<u8>, HandlerError>>;
+    fn handle(
+        &self,
+        from: PeerIdentity,
+        body: Vec<u8>,
+    ) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>>;
 }
 
 /// Why a handler produced no reply body.
@@ -42,7 +45,11 @@ pub enum HandlerError {
 
 /// Takes one incoming connection through TLS and the handshake, then serves
 /// its streams until it closes.
-pub(super) async fn accept(endpoint: Endpoint, incoming: quinn::Incoming, handler: Arc<dyn RequestHandler>) {
+pub(super) async fn accept(
+    endpoint: Endpoint,
+    incoming: quinn::Incoming,
+    handler: Arc<dyn RequestHandler>,
+) {
     let remote = incoming.remote_address();
     let quic = match incoming.await {
         Ok(quic) => quic,
@@ -123,7 +130,10 @@ async fn handshake(endpoint: &Endpoint, quic: &quinn::Connection) -> Result<Peer
     if let Some(expected) = hello.expect.as_ref().filter(|e| *e != me) {
         return Err(Refusal {
             code: CloseCode::StaleIncarnation,
-            reason: format!("stale incarnation: {} expected {expected}, but this is {me}", hello.from),
+            reason: format!(
+                "stale incarnation: {} expected {expected}, but this is {me}",
+                hello.from
+            ),
         });
     }
     let mut out = preamble(config.protocol_version).to_vec();
@@ -131,7 +141,9 @@ async fn handshake(endpoint: &Endpoint, quic: &quinn::Connection) -> Result<Peer
         wire::encode(&HelloReply { node: me.clone() }, config.max_frame_bytes)
             .map_err(Refusal::bad_frame)?,
     );
-    wire::write_frame(&mut send, &out).await.map_err(Refusal::bad_frame)?;
+    wire::write_frame(&mut send, &out)
+        .await
+        .map_err(Refusal::bad_frame)?;
     let _ = send.finish();
     Ok(hello.from)
 }
@@ -170,9 +182,15 @@ impl StreamTask {
         let result = match to {
             Some(to) if to != me.incarnation => Err(RemoteError::new(
                 RemoteErrorKind::StaleIncarnation,
-                format!("request meant for incarnation {to} of {}, but this is {me}", me.name),
+                format!(
+                    "request meant for incarnation {to} of {}, but this is {me}",
+                    me.name
+                ),
             )),
-            _ => match self.call_handler(body, Duration::from_millis(deadline_ms)).await {
+            _ => match self
+                .call_handler(body, Duration::from_millis(deadline_ms))
+                .await
+            {
                 Ok(result) => result,
                 Err(reason) => return self.refuse(&reason),
             },
@@ -190,7 +208,10 @@ impl StreamTask {
         };
         let frame = wire::encode(&response, max).unwrap_or_else(|e| {
             let error = RemoteError::new(RemoteErrorKind::Internal, e.to_string());
-            let fallback = Response { id, result: Err(error) };
+            let fallback = Response {
+                id,
+                result: Err(error),
+            };
             wire::encode(&fallback, max).unwrap_or_default()
         });
         if let Err(e) = send.write_all(&frame).await {

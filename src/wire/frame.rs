@@ -185,11 +185,23 @@ mod tests {
     #[tokio::test]
     async fn truncated_prefix_and_body_are_reported() {
         let err = read_frame(&mut &[0u8, 0][..], 1024).await.unwrap_err();
-        assert!(matches!(err, WireError::Truncated { expected: 4, received: 2 }));
+        assert!(matches!(
+            err,
+            WireError::Truncated {
+                expected: 4,
+                received: 2
+            }
+        ));
         let mut frame = encode(&"hello world", 1024).unwrap();
         frame.truncate(8);
         let err = read_frame(&mut &frame[..], 1024).await.unwrap_err();
-        assert!(matches!(err, WireError::Truncated { expected: 12, received: 4 }));
+        assert!(matches!(
+            err,
+            WireError::Truncated {
+                expected: 12,
+                received: 4
+            }
+        ));
     }
 
     #[tokio::test]

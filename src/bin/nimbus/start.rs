@@ -119,8 +119,8 @@ fn run_foreground(args: StartArgs) -> Result<()> {
         }
         let _ = writeln!(
             out,
-            "node: {} incarnation {} resources {}",
-            ready.identity.name, ready.identity.incarnation, ready.resources
+            "node: {} incarnation {} address {} resources {}",
+            ready.identity.name, ready.identity.incarnation, ready.address, ready.resources
         );
         let _ = out.flush();
     });
@@ -144,7 +144,10 @@ fn start_background() -> Result<()> {
         .process_group(0)
         .spawn()
         .context("cannot start the node process")?;
-    let stdout = child.stdout.take().context("no stdout from the node process")?;
+    let stdout = child
+        .stdout
+        .take()
+        .context("no stdout from the node process")?;
     let (lines_tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {

@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 pub fn home() -> PathBuf {
     match std::env::var_os("NIMBUS_HOME") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".nimbus"),
+        None => {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".nimbus")
+        }
     }
 }
 
@@ -84,7 +86,8 @@ pub fn new_log_file() -> Result<(PathBuf, fs::File)> {
         .unwrap_or_default()
         .as_millis();
     let path = dir.join(format!("node-{stamp}.log"));
-    let file = fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    let file =
+        fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
     Ok((path, file))
 }
 

@@ -31,9 +31,11 @@ pub struct StatusArgs {
 pub fn run(args: StatusArgs) -> Result<()> {
     let address = match args.address {
         Some(address) => address,
-        None => state::load_head()
-            .context("no --address given and no head was started on this machine")?
-            .address,
+        None => {
+            state::load_head()
+                .context("no --address given and no head was started on this machine")?
+                .address
+        }
     };
     let token = token_from(args.token.as_deref())?;
     let config = TransportConfig {

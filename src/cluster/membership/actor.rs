@@ -34,7 +34,9 @@ impl Membership {
     fn publish(&self, events: Vec<ClusterEventKind>) {
         for kind in events {
             match &kind {
-                ClusterEventKind::NodeJoined { node, address } => info!(%node, %address, "node joined"),
+                ClusterEventKind::NodeJoined { node, address } => {
+                    info!(%node, %address, "node joined")
+                }
                 ClusterEventKind::NodeLeft { node } => info!(%node, "node left"),
                 ClusterEventKind::NodeDead { node, reason } => warn!(%node, "node dead: {reason}"),
             }
@@ -91,7 +93,9 @@ impl Handler<Join> for Membership {
     type Result = Result<(), MembershipError>;
 
     fn handle(&mut self, msg: Join, _: &mut Self::Context) -> Self::Result {
-        let events = self.table.handle_join(msg.registration, msg.head, Instant::now())?;
+        let events = self
+            .table
+            .handle_join(msg.registration, msg.head, Instant::now())?;
         self.publish(events);
         Ok(())
     }
@@ -101,7 +105,8 @@ impl Handler<Heartbeat> for Membership {
     type Result = Result<(), MembershipError>;
 
     fn handle(&mut self, msg: Heartbeat, _: &mut Self::Context) -> Self::Result {
-        self.table.handle_heartbeat(&msg.node, msg.used, Instant::now())
+        self.table
+            .handle_heartbeat(&msg.node, msg.used, Instant::now())
     }
 }
 

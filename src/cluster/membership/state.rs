@@ -67,7 +67,10 @@ impl NodeTable {
         let current = &mut self.nodes[index];
         let known = current.registration.node.clone();
         if node.incarnation < known.incarnation {
-            return Err(MembershipError::Stale { node, current: known });
+            return Err(MembershipError::Stale {
+                node,
+                current: known,
+            });
         }
         if node.incarnation == known.incarnation {
             return match &current.death_reason {
@@ -149,8 +152,9 @@ impl NodeTable {
                     total: entry.registration.resources.clone(),
                     used: entry.used.clone(),
                 },
-                last_heartbeat_ms_ago: now.saturating_duration_since(entry.last_heartbeat).as_millis()
-                    as u64,
+                last_heartbeat_ms_ago: now
+                    .saturating_duration_since(entry.last_heartbeat)
+                    .as_millis() as u64,
                 death_reason: entry.death_reason.clone(),
             })
             .collect();
@@ -159,7 +163,9 @@ impl NodeTable {
     }
 
     fn position(&self, name: &str) -> Option<usize> {
-        self.nodes.iter().position(|e| e.registration.node.name == name)
+        self.nodes
+            .iter()
+            .position(|e| e.registration.node.name == name)
     }
 
     /// The entry of `node` if it is this incarnation and alive.
@@ -211,7 +217,9 @@ mod tests {
         table.handle_join(registration("a", 1), false, t0).unwrap();
         assert!(table.poll_failures(t0 + Duration::from_secs(3)).is_empty());
         let events = table.poll_failures(t0 + Duration::from_millis(3001));
-        assert!(matches!(&events[..], [ClusterEventKind::NodeDead { node, .. }] if node.name == "a"));
+        assert!(
+            matches!(&events[..], [ClusterEventKind::NodeDead { node, .. }] if node.name == "a")
+        );
         assert!(table.poll_failures(t0 + Duration::from_secs(10)).is_empty());
         assert_eq!(table.status(t0).nodes[0].state, NodeState::Dead);
     }
@@ -222,10 +230,16 @@ mod tests {
         let mut table = NodeTable::new(Duration::from_secs(3));
         table.handle_join(registration("a", 5), false, t0).unwrap();
         let events = table.handle_join(registration("a", 7), false, t0).unwrap();
-        assert!(matches!(&events[0], ClusterEventKind::NodeDead { node, .. } if node.incarnation.0 == 5));
-        assert!(matches!(&events[1], ClusterEventKind::NodeJoined { node, .. } if node.incarnation.0 == 7));
+        assert!(
+            matches!(&events[0], ClusterEventKind::NodeDead { node, .. } if node.incarnation.0 == 5)
+        );
+        assert!(
+            matches!(&events[1], ClusterEventKind::NodeJoined { node, .. } if node.incarnation.0 == 7)
+        );
         let old = registration("a", 5).node;
-        let err = table.handle_heartbeat(&old, ResourceSet::default(), t0).unwrap_err();
+        let err = table
+            .handle_heartbeat(&old, ResourceSet::default(), t0)
+            .unwrap_err();
         assert!(matches!(err, MembershipError::Stale { .. }));
         assert!(table.handle_join(registration("a", 5), false, t0).is_err());
     }
@@ -238,7 +252,9 @@ mod tests {
         table.handle_join(a.clone(), false, t0).unwrap();
         table.poll_failures(t0 + Duration::from_secs(2));
         let later = t0 + Duration::from_secs(3);
-        let err = table.handle_heartbeat(&a.node, ResourceSet::default(), later).unwrap_err();
+        let err = table
+            .handle_heartbeat(&a.node, ResourceSet::default(), later)
+            .unwrap_err();
         assert!(matches!(err, MembershipError::Dead { .. }));
         assert!(table.handle_join(a, false, later).is_err());
     }

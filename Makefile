@@ -1,0 +1,38 @@
+# Quick start: `make demo`, `make test`. See README.md.
+#
+# Every target first makes sure libtorch is available: with LIBTORCH set, that
+# libtorch is used; otherwise torch==2.11.0 is installed once from PyPI into a
+# cache outside the repository (scripts/ensure-torch.sh) and tch builds
+# against it (LIBTORCH_USE_PYTORCH=1).
+
+EXAMPLE ?= local_cluster
+ARGS ?=
+
+TORCH_ENV = if [ -z "$$LIBTORCH" ]; then \
+	  PY=$$(scripts/ensure-torch.sh) || exit 1; \
+	  export LIBTORCH_USE_PYTORCH=1 PATH="$$(dirname $$PY):$$PATH"; \
+	fi
+
+.PHONY: demo test build run lint bench
+
+demo:
+	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/local_cluster
+
+test:
+	@$(TORCH_ENV); cargo build --no-default-features --all-targets && \
+	  cargo test --no-default-features --lib && \
+	  cargo test --all-targets
+
+build:
+	@$(TORCH_ENV); cargo build --release --bins --examples
+
+run:
+	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/$(EXAMPLE) $(ARGS)
+
+bench:
+	@$(TORCH_ENV); cargo bench --bench rpc
+
+lint:
+	@$(TORCH_ENV); cargo fmt --check && \
+	  cargo clippy --all-targets -- -D warnings && \
+	  cargo clippy --all-targets --no-default-features -- -D warnings

@@ -1,0 +1,512 @@
+//! A cluster of node processes on this machine, for tests, examples and
+//! benchmarks: [`LocalCluster::start`] runs a head and `n - 1` more nodes
+//! (each a real `nimbus start --block` process on loopback) and stops them
+//! all when dropped, even when a test panics.
+//!
+//! ```no_run
+//! # fn demo() -> Result<(), nimbus::local::LocalClusterError> {
+//! let cluster = nimbus::local::LocalCluster::start(3)?;
+//! println!("head at {}", cluster.address());
+//! # Ok(()) }
+//! ```
+//!
+//! Children are also asked to die with the thread that started them
+//! (`PR_SET_PDEATHSIG`), so a test process killed outright leaves no node
+//! behind: start clusters from a thread that outlives them.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::client::{ClientError, ClusterClient};
+use crate::transport::JoinToken;
+use crate::wire::Incarnation;
+
+/// Why a local cluster could not start or change.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalClusterError {
+    /// The `nimbus` binary was not found.
+    #[error("cannot find the nimbus binary (looked for {0}); build it with `cargo build --bin nimbus` or set NIMBUS_BIN")]
+    ProgramNotFound(String),
+    /// A node process could not be spawned or signalled.
+    #[error("node process {name}: {cause}")]
+    Process {
+        /// The node.
+        name: String,
+        /// The OS error.
+        cause: std::io::Error,
+    },
+    /// A node exited or printed nothing usable before it was up.
+    #[error("node {name} did not start: {detail}\n--- its log ---\n{log}")]
+    NotStarted {
+        /// The node.
+        name: String,
+        /// What happened.
+        detail: String,
+        /// The end of its log.
+        log: String,
+    },
+    /// There is no node with that index.
+    #[error("no node with index {0}")]
+    NoSuchNode(usize),
+}
+
+/// Settings of a [`LocalCluster`].
+#[derive(Clone, Debug)]
+pub struct LocalClusterBuilder {
+    nodes: usize,
+    program: Option<PathBuf>,
+    heartbeat_timeout: Duration,
+    start_timeout: Duration,
+}
+
+impl LocalClusterBuilder {
+    /// Number of nodes, the head included (at least 1).
+    pub fn nodes(mut self, nodes: usize) -> Self {
+        self.nodes = nodes.max(1);
+        self
+    }
+
+    /// The `nimbus` binary to run (default: `$NIMBUS_BIN`, else next to
+    /// the current executable or one directory up).
+    pub fn program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.program = Some(program.into());
+        self
+    }
+
+    /// The head's heartbeat timeout.
+    pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
+        self.heartbeat_timeout = timeout;
+        self
+    }
+
+    /// Starts the cluster and waits until every node is up.
+    pub fn start(self) -> Result<LocalCluster, LocalClusterError> {
+        let program = match self.program.clone() {
+            Some(program) => program,
+            None => find_program()?,
+        };
+        let home = tempfile::Builder::new()
+            .prefix("nimbus-local-")
+            .tempdir()
+            .map_err(|cause| LocalClusterError::Process {
+                name: "head".into(),
+                cause,
+            })?;
+        let mut cluster = LocalCluster {
+            program,
+            home,
+            settings: self.clone(),
+            address: ([127, 0, 0, 1], 0).into(),
+            token: JoinToken::generate(),
+            nodes: Vec::new(),
+            spawned: 0,
+        };
+        let head_args = vec![
+            "--head".to_string(),
+            "--port".into(),
+            "0".into(),
+            "--heartbeat-timeout-ms".into(),
+            self.heartbeat_timeout.as_millis().to_string(),
+        ];
+        let head = cluster.spawn("head", head_args, true)?;
+        cluster.address = head.address;
+        cluster.nodes.push(head);
+        for _ in 1..self.nodes {
+            cluster.add_node(&[])?;
+        }
+        Ok(cluster)
+    }
+}
+
+/// A head and more nodes, each its own process, on loopback.
+pub struct LocalCluster {
+    program: PathBuf,
+    home: tempfile::TempDir,
+    settings: LocalClusterBuilder,
+    address: SocketAddr,
+    token: JoinToken,
+    nodes: Vec<NodeProcess>,
+    spawned: usize,
+}
+
+/// One node process of a [`LocalCluster`].
+pub struct NodeProcess {
+    child: Child,
+    name: String,
+    address: SocketAddr,
+    incarnation: Incarnation,
+    log: PathBuf,
+    args: Vec<String>,
+}
+
+impl NodeProcess {
+    /// The node's name (`head`, `node-1`, ...).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The incarnation it announced when it started.
+    pub fn incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its log file (the process's stderr).
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+}
+
+impl LocalCluster {
+    /// Starts `nodes` nodes (the head included) with default settings.
+    pub fn start(nodes: usize) -> Result<Self, LocalClusterError> {
+        Self::builder().nodes(nodes).start()
+    }
+
+    /// Settings to start a cluster with.
+    pub fn builder() -> LocalClusterBuilder {
+        LocalClusterBuilder {
+            nodes: 1,
+            program: None,
+            heartbeat_timeout: Duration::from_secs(3),
+            start_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// The head's address.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The cluster's token.
+    pub fn token(&self) -> &JoinToken {
+        &self.token
+    }
+
+    /// The head's heartbeat timeout.
+    pub fn heartbeat_timeout(&self) -> Duration {
+        self.settings.heartbeat_timeout
+    }
+
+    /// The `nimbus` binary the nodes run.
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// The state directory (`NIMBUS_HOME`) the nodes share.
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// The node processes; index 0 is the head.
+    pub fn nodes(&self) -> &[NodeProcess] {
+        &self.nodes
+    }
+
+    /// Node `index`.
+    pub fn node(&self, index: usize) -> Result<&NodeProcess, LocalClusterError> {
+        self.nodes
+            .get(index)
+            .ok_or(LocalClusterError::NoSuchNode(index))
+    }
+
+    /// A client connected to the head.
+    pub async fn client(&self) -> Result<ClusterClient, ClientError> {
+        ClusterClient::connect(&self.address.to_string(), &self.token).await
+    }
+
+    /// Starts one more node with extra `nimbus start` arguments; returns
+    /// its index.
+    pub fn add_node(&mut self, extra_args: &[&str]) -> Result<usize, LocalClusterError> {
+        let index = self.nodes.len();
+        let name = format!("node-{index}");
+        let mut args = vec![
+            "--address".to_string(),
+            self.address.to_string(),
+            "--token".into(),
+            self.token.to_string(),
+            "--node-name".into(),
+            name.clone(),
+        ];
+        args.extend(extra_args.iter().map(|a| a.to_string()));
+        let node = self.spawn(&name, args, false)?;
+        self.nodes.push(node);
+        Ok(index)
+    }
+
+    /// SIGKILLs node `index` and reaps it.
+    pub fn kill(&mut self, index: usize) -> Result<(), LocalClusterError> {
+        let node = self
+            .nodes
+            .get_mut(index)
+            .ok_or(LocalClusterError::NoSuchNode(index))?;
+        signal(node, libc::SIGCONT)?;
+        let name = node.name.clone();
+        let process = |cause| LocalClusterError::Process {
+            name: name.clone(),
+            cause,
+        };
+        node.child.kill().map_err(process)?;
+        node.child.wait().map_err(process)?;
+        Ok(())
+    }
+
+    /// SIGSTOPs node `index`: it stalls without dying.
+    pub fn suspend(&self, index: usize) -> Result<(), LocalClusterError> {
+        signal(self.node(index)?, libc::SIGSTOP)
+    }
+
+    /// SIGCONTs node `index`.
+    pub fn resume(&self, index: usize) -> Result<(), LocalClusterError> {
+        signal(self.node(index)?, libc::SIGCONT)
+    }
+
+    /// Waits up to `timeout` for node `index` to exit by itself.
+    pub fn wait_exit(
+        &mut self,
+        index: usize,
+        timeout: Duration,
+    ) -> Result<Option<ExitStatus>, LocalClusterError> {
+        let node = self
+            .nodes
+            .get_mut(index)
+            .ok_or(LocalClusterError::NoSuchNode(index))?;
+        let name = node.name.clone();
+        let pidfd = PidFd::open(node.child.id()).map_err(|cause| LocalClusterError::Process {
+            name: name.clone(),
+            cause,
+        })?;
+        if !pidfd.wait(timeout) {
+            return Ok(None);
+        }
+        node.child
+            .wait()
+            .map(Some)
+            .map_err(|cause| LocalClusterError::Process { name, cause })
+    }
+
+    /// Kills node `index` if it still runs and starts it again with the
+    /// same name and port: the same node, as a new incarnation.
+    pub fn restart(&mut self, index: usize) -> Result<(), LocalClusterError> {
+        self.kill(index)?;
+        let node = &self.nodes[index];
+        let mut args = node.args.clone();
+        args.extend(["--port".to_string(), node.address.port().to_string()]);
+        let name = node.name.clone();
+        let restarted = self.spawn(&name, args, false)?;
+        self.nodes[index] = restarted;
+        Ok(())
+    }
+
+    /// The log of node `index` so far.
+    pub fn log(&self, index: usize) -> String {
+        self.nodes
+            .get(index)
+            .and_then(|n| std::fs::read_to_string(&n.log).ok())
+            .unwrap_or_default()
+    }
+
+    /// Starts `nimbus start --block` with `args` and waits for its
+    /// readiness line.
+    fn spawn(
+        &mut self,
+        name: &str,
+        args: Vec<String>,
+        head: bool,
+    ) -> Result<NodeProcess, LocalClusterError> {
+        let process = |cause| LocalClusterError::Process {
+            name: name.to_string(),
+            cause,
+        };
+        self.spawned += 1;
+        let log = self
+            .home
+            .path()
+            .join(format!("{name}-{}.log", self.spawned));
+        let log_file = std::fs::File::create(&log).map_err(process)?;
+        let mut command = Command::new(&self.program);
+        command
+            .arg("start")
+            .arg("--block")
+            .args(&args)
+            .args(["--node-ip-address", "127.0.0.1"])
+            .env("NIMBUS_HOME", self.home.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log_file);
+        if head {
+            command.args(["--node-name", name]);
+        }
+        // SAFETY: prctl is async-signal-safe, as pre_exec requires.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(process)?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        let not_started = |detail: String, child: &mut Child| {
+            let _ = child.kill();
+            let _ = child.wait();
+            LocalClusterError::NotStarted {
+                name: name.to_string(),
+                detail,
+                log: std::fs::read_to_string(&log).unwrap_or_default(),
+            }
+        };
+        let deadline = Instant::now() + self.settings.start_timeout;
+        loop {
+            let line = match lines.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(not_started(
+                        format!("not up within {:?}", self.settings.start_timeout),
+                        &mut child,
+                    ))
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = child.wait().map_err(process)?;
+                    return Err(not_started(format!("exited with {status}"), &mut child));
+                }
+            };
+            if let Some(token) = line.strip_prefix("token: ") {
+                match token.parse() {
+                    Ok(token) => self.token = token,
+                    Err(e) => {
+                        return Err(not_started(format!("printed a bad token: {e}"), &mut child))
+                    }
+                }
+            }
+            if let Some(ready) = line.strip_prefix("node: ") {
+                match parse_ready(ready) {
+                    Some((incarnation, address)) => {
+                        return Ok(NodeProcess {
+                            child,
+                            name: name.to_string(),
+                            address,
+                            incarnation,
+                            log,
+                            args,
+                        })
+                    }
+                    None => {
+                        return Err(not_started(
+                            format!("printed an unreadable line {line:?}"),
+                            &mut child,
+                        ))
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = signal(node, libc::SIGCONT);
+            let _ = node.child.kill();
+            let _ = node.child.wait();
+        }
+    }
+}
+
+/// Parses `NAME incarnation N address A resources ...`.
+fn parse_ready(line: &str) -> Option<(Incarnation, SocketAddr)> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let value = |key: &str| {
+        let at = words.iter().position(|w| *w == key)?;
+        words.get(at + 1).copied()
+    };
+    let incarnation = value("incarnation")?.parse().ok()?;
+    let address = value("address")?.parse().ok()?;
+    Some((Incarnation(incarnation), address))
+}
+
+fn signal(node: &NodeProcess, signal: libc::c_int) -> Result<(), LocalClusterError> {
+    // SAFETY: kill() has no memory-safety preconditions; the child is not yet
+    // reaped, so its pid cannot have been recycled.
+    if unsafe { libc::kill(node.child.id() as libc::pid_t, signal) } != 0 {
+        return Err(LocalClusterError::Process {
+            name: node.name.clone(),
+            cause: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+fn find_program() -> Result<PathBuf, LocalClusterError> {
+    if let Some(program) = std::env::var_os("NIMBUS_BIN") {
+        return Ok(program.into());
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    let candidates: Vec<PathBuf> = exe
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join("nimbus"))
+        .collect();
+    candidates
+        .iter()
+        .find(|c| c.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
+            LocalClusterError::ProgramNotFound(looked.join(", "))
+        })
+}
+
+/// A Linux pidfd, to wait for a process's exit with a deadline.
+struct PidFd(std::os::fd::OwnedFd);
+
+impl PidFd {
+    fn open(pid: u32) -> std::io::Result<Self> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(PidFd(unsafe {
+            std::os::fd::OwnedFd::from_raw_fd(fd as i32)
+        }))
+    }
+
+    /// True once the process has exited; false after `timeout`.
+    fn wait(&self, timeout: Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut poll = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut poll, 1, millis) > 0 }
+    }
+}

@@ -1,0 +1,8 @@
+//! End-to-end tests: real node processes on loopback, real QUIC.
+//!
+//! One test binary with a module per area, so the crate links once.
+
+mod bad_input;
+mod cli;
+mod membership;
+mod support;

@@ -1,0 +1,199 @@
+//! Joining, listing, failure detection and incarnations.
+
+use std::time::{Duration, Instant};
+
+use nimbus::client::{self, ClientError};
+use nimbus::cluster::{ClusterEventKind, ControlRequest, NodeState, ResourceSet};
+use nimbus::transport::{ConnectError, RequestError, RequestOptions, TransportConfig};
+use nimbus::wire::{CloseCode, RemoteErrorKind};
+
+use crate::support::{cluster, within, HEARTBEAT_TIMEOUT};
+
+#[tokio::test]
+async fn three_nodes_join_and_are_listed_with_their_resources() {
+    within(Duration::from_secs(60), async {
+        let mut cluster = cluster(2);
+        let custom = r#"{"accelerator_type:H200": 1}"#;
+        cluster
+            .add_node(&["--num-cpus", "5", "--num-gpus", "0", "--resources", custom])
+            .unwrap();
+        let client = cluster.client().await.unwrap();
+        let status = client.status().await.unwrap();
+        let names: Vec<&str> = status.nodes.iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(names, ["head", "node-1", "node-2"]);
+        assert!(status.nodes.iter().all(|n| n.state == NodeState::Alive));
+        assert!(status.nodes[0].head && !status.nodes[1].head);
+        let node2 = status.node("node-2").unwrap();
+        assert_eq!(node2.resources.total.amount("CPU"), 5.0);
+        assert_eq!(node2.resources.total.amount("accelerator_type:H200"), 1.0);
+        assert_eq!(node2.address, cluster.node(2).unwrap().address());
+        assert_eq!(node2.incarnation, cluster.node(2).unwrap().incarnation().0);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn sigkill_is_detected_within_the_timeout_and_pending_requests_fail_with_node_lost() {
+    within(Duration::from_secs(60), async {
+        let mut cluster = cluster(3);
+        let client = cluster.client().await.unwrap();
+        let status = client.status().await.unwrap();
+        let victim = status.node("node-2").unwrap().clone();
+        let connection = client.connect_node(&victim).await.unwrap();
+        let echoed = client
+            .echo(&connection, b"alive?".to_vec(), RequestOptions::control())
+            .await
+            .unwrap();
+        assert_eq!(echoed, b"alive?");
+
+        // Stall it first so the request below cannot be answered, then kill it.
+        cluster.suspend(2).unwrap();
+        let killed_at = Instant::now();
+        let pending = async move {
+            let request = ControlRequest::Echo(vec![7; 64]);
+            let options = RequestOptions::control().with_deadline(Duration::from_secs(60));
+            let result = client::call(&connection, &request, options).await;
+            (result, killed_at.elapsed())
+        };
+        let detection = async {
+            let status = client
+                .wait_for_status("node-2 declared dead", 3 * HEARTBEAT_TIMEOUT, |s| {
+                    s.node("node-2").is_some_and(|n| n.state == NodeState::Dead)
+                })
+                .await
+                .unwrap();
+            (status, killed_at.elapsed())
+        };
+        cluster.kill(2).unwrap();
+        let ((result, lost_after), (status, detected_after)) = tokio::join!(pending, detection);
+
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, ClientError::Request(RequestError::NodeLost { ref peer, .. }) if peer.name == "node-2"),
+            "{err}"
+        );
+        println!("pending request failed after {lost_after:?}; death detected after {detected_after:?}");
+        let idle_timeout = TransportConfig::default().idle_timeout;
+        assert!(lost_after <= idle_timeout + Duration::from_secs(1));
+        assert!(detected_after <= HEARTBEAT_TIMEOUT + Duration::from_secs(1));
+        assert!(status.node("node-2").unwrap().death_reason.as_deref().unwrap().contains("no heartbeat"));
+        assert_eq!(status.alive().count(), 2);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_restarted_node_is_a_new_incarnation_and_its_old_one_is_refused() {
+    within(Duration::from_secs(60), async {
+        let mut cluster = cluster(2);
+        let client = cluster.client().await.unwrap();
+        let old = client.status().await.unwrap().node("node-1").unwrap().clone();
+
+        cluster.restart(1).unwrap();
+        let status = client
+            .wait_for_status("node-1 rejoined", Duration::from_secs(20), |s| {
+                s.node("node-1").is_some_and(|n| n.incarnation != old.incarnation && n.state == NodeState::Alive)
+            })
+            .await
+            .unwrap();
+        let new = status.node("node-1").unwrap();
+        assert!(new.incarnation > old.incarnation);
+        assert_eq!(new.address, old.address, "same name, same recycled address");
+        let events = client.events(0, Duration::ZERO).await.unwrap();
+        assert!(events.iter().any(|e| matches!(&e.kind,
+            ClusterEventKind::NodeDead { node, reason } if *node == old.identity() && reason.contains("replaced"))));
+
+        // A session meant for the old incarnation is refused...
+        match client.connect_node(&old).await {
+            Err(ClientError::Connect(ConnectError::Refused { code, reason, .. })) => {
+                assert_eq!(code, Some(CloseCode::StaleIncarnation));
+                assert!(reason.contains(&old.incarnation.to_string()), "{reason}");
+            }
+            Err(other) => panic!("expected a stale-incarnation refusal, got {other}"),
+            Ok(_) => panic!("the old incarnation was accepted"),
+        }
+        // ...and so is a heartbeat in its name.
+        let heartbeat = ControlRequest::Heartbeat {
+            node: old.identity(),
+            used: ResourceSet::default(),
+        };
+        let err = client.call(&heartbeat).await.unwrap_err();
+        let ClientError::Request(err) = err else { panic!("{err}") };
+        assert_eq!(err.remote().unwrap().kind, RemoteErrorKind::StaleIncarnation);
+        // The new incarnation serves.
+        let connection = client.connect_node(new).await.unwrap();
+        client.echo(&connection, vec![1], RequestOptions::control()).await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_stalled_node_that_comes_back_after_being_declared_dead_exits() {
+    within(Duration::from_secs(60), async {
+        let mut cluster = cluster(2);
+        let client = cluster.client().await.unwrap();
+        cluster.suspend(1).unwrap();
+        client
+            .wait_for_status("node-1 declared dead", 3 * HEARTBEAT_TIMEOUT, |s| {
+                s.node("node-1").is_some_and(|n| n.state == NodeState::Dead)
+            })
+            .await
+            .unwrap();
+        cluster.resume(1).unwrap();
+        let status = cluster.wait_exit(1, Duration::from_secs(20)).unwrap();
+        let status = status.expect("the expelled node exits");
+        assert!(!status.success());
+        assert!(
+            cluster
+                .log(1)
+                .contains("no longer counts this node as a member"),
+            "{}",
+            cluster.log(1)
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn bulk_traffic_does_not_starve_heartbeats() {
+    within(Duration::from_secs(60), async {
+        let cluster = cluster(2);
+        let client = cluster.client().await.unwrap();
+        let seen = client
+            .events(0, Duration::ZERO)
+            .await
+            .unwrap()
+            .last()
+            .map_or(0, |e| e.seq);
+        let head = client.head().clone();
+        let flood_until = Instant::now() + 2 * HEARTBEAT_TIMEOUT;
+        let mut workers = Vec::new();
+        for _ in 0..8 {
+            let head = head.clone();
+            workers.push(tokio::spawn(async move {
+                let mut sent = 0u64;
+                while Instant::now() < flood_until {
+                    let request = ControlRequest::Echo(vec![0xab; 256 << 10]);
+                    client::call(&head, &request, RequestOptions::bulk())
+                        .await
+                        .unwrap();
+                    sent += 1;
+                }
+                sent
+            }));
+        }
+        let mut sent = 0;
+        for worker in workers {
+            sent += worker.await.unwrap();
+        }
+        println!("flooded the head with {sent} x 256 KiB echoes");
+        let events = client.events(seen, Duration::ZERO).await.unwrap();
+        assert!(
+            events.is_empty(),
+            "membership changed under load: {events:?}"
+        );
+        let status = client.status().await.unwrap();
+        assert_eq!(status.alive().count(), 2);
+    })
+    .await
+}
