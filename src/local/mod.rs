@@ -224,6 +224,12 @@ impl LocalCluster {
             .ok_or(LocalClusterError::NoSuchNode(index))
     }
 
+    fn node_mut(&mut self, index: usize) -> Result<&mut NodeProcess, LocalClusterError> {
+        self.nodes
+            .get_mut(index)
+            .ok_or(LocalClusterError::NoSuchNode(index))
+    }
+
     /// A client connected to the head.
     pub async fn client(&self) -> Result<ClusterClient, ClientError> {
         ClusterClient::connect(&self.address.to_string(), &self.token).await
@@ -250,10 +256,7 @@ impl LocalCluster {
 
     /// SIGKILLs node `index` and reaps it.
     pub fn kill(&mut self, index: usize) -> Result<(), LocalClusterError> {
-        let node = self
-            .nodes
-            .get_mut(index)
-            .ok_or(LocalClusterError::NoSuchNode(index))?;
+        let node = self.node_mut(index)?;
         signal(node, libc::SIGCONT)?;
         let name = node.name.clone();
         let process = |cause| LocalClusterError::Process {
@@ -266,13 +269,36 @@ impl LocalCluster {
     }
 
     /// SIGSTOPs node `index`: it stalls without dying.
-    pub fn suspend(&self, index: usize) -> Result<(), LocalClusterError> {
-        signal(self.node(index)?, libc::SIGSTOP)
+    pub fn suspend(&mut self, index: usize) -> Result<(), LocalClusterError> {
+        signal(self.node_mut(index)?, libc::SIGSTOP)
     }
 
     /// SIGCONTs node `index`.
-    pub fn resume(&self, index: usize) -> Result<(), LocalClusterError> {
-        signal(self.node(index)?, libc::SIGCONT)
+    pub fn resume(&mut self, index: usize) -> Result<(), LocalClusterError> {
+        signal(self.node_mut(index)?, libc::SIGCONT)
+    }
+
+    /// Stops every running node gracefully (SIGTERM: members leave the
+    /// cluster, then the head stops), killing any that is not gone within
+    /// `timeout`. Returns whether every one of them exited cleanly; nodes
+    /// that had already exited are not counted.
+    pub fn shutdown(mut self, timeout: Duration) -> Result<bool, LocalClusterError> {
+        let mut clean = true;
+        for index in (0..self.nodes.len()).rev() {
+            let node = self.node_mut(index)?;
+            if let Ok(Some(_)) = node.child.try_wait() {
+                continue;
+            }
+            signal(node, libc::SIGTERM)?;
+            match self.wait_exit(index, timeout)? {
+                Some(status) => clean &= status.success(),
+                None => {
+                    self.kill(index)?;
+                    clean = false;
+                }
+            }
+        }
+        Ok(clean)
     }
 
     /// Waits up to `timeout` for node `index` to exit by itself.
@@ -281,10 +307,10 @@ impl LocalCluster {
         index: usize,
         timeout: Duration,
     ) -> Result<Option<ExitStatus>, LocalClusterError> {
-        let node = self
-            .nodes
-            .get_mut(index)
-            .ok_or(LocalClusterError::NoSuchNode(index))?;
+        let node = self.node_mut(index)?;
+        if let Ok(Some(status)) = node.child.try_wait() {
+            return Ok(Some(status));
+        }
         let name = node.name.clone();
         let pidfd = PidFd::open(node.child.id()).map_err(|cause| LocalClusterError::Process {
             name: name.clone(),
@@ -447,7 +473,12 @@ fn parse_ready(line: &str) -> Option<(Incarnation, SocketAddr)> {
     Some((Incarnation(incarnation), address))
 }
 
-fn signal(node: &NodeProcess, signal: libc::c_int) -> Result<(), LocalClusterError> {
+/// Sends `signal` to a node that has not exited (a reaped pid may already
+/// belong to another process).
+fn signal(node: &mut NodeProcess, signal: libc::c_int) -> Result<(), LocalClusterError> {
+    if let Ok(Some(_)) = node.child.try_wait() {
+        return Ok(());
+    }
     // SAFETY: kill() has no memory-safety preconditions; the child is not yet
     // reaped, so its pid cannot have been recycled.
     if unsafe { libc::kill(node.child.id() as libc::pid_t, signal) } != 0 {
