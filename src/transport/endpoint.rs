@@ -239,6 +239,12 @@ fn quic_transport(config: &TransportConfig) -> Result<Arc<quinn::TransportConfig
     transport.max_idle_timeout(Some(idle));
     transport.keep_alive_interval(Some(config.idle_timeout / 3));
     transport.max_concurrent_bidi_streams(1024u32.into());
+    // A whole frame may sit in one stream's window, and many streams share
+    // the connection: size both windows for that, not for quinn's 100 Mbps
+    // WAN defaults.
+    let frame_window = (config.max_frame_bytes as u64).max(1 << 20);
+    transport.stream_receive_window(quinn::VarInt::from_u64(frame_window).unwrap_or(quinn::VarInt::MAX));
+    transport.send_window(4 * frame_window);
     transport.initial_rtt(Duration::from_millis(10));
     Ok(Arc::new(transport))
 }
