@@ -21,7 +21,8 @@ demo:
 test:
 	@$(TORCH_ENV); cargo build --no-default-features --all-targets && \
 	  cargo test --no-default-features --lib && \
-	  cargo test --all-targets
+	  cargo test --all-targets && \
+	  cargo test --doc
 
 build:
 	@$(TORCH_ENV); cargo build --release --bins --examples
@@ -35,4 +36,5 @@ bench:
 lint:
 	@$(TORCH_ENV); cargo fmt --check && \
 	  cargo clippy --all-targets -- -D warnings && \
-	  cargo clippy --all-targets --no-default-features -- -D warnings
+	  cargo clippy --all-targets --no-default-features -- -D warnings && \
+	  cargo clippy --all-targets --features cuda -- -D warnings

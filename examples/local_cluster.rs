@@ -37,7 +37,10 @@ async fn main() -> Result<()> {
     print_status(&status);
 
     let victim = cluster.node(2)?.name().to_string();
-    println!("\nkilling {victim} (pid {}) with SIGKILL", cluster.node(2)?.pid());
+    println!(
+        "\nkilling {victim} (pid {}) with SIGKILL",
+        cluster.node(2)?.pid()
+    );
     let killed_at = Instant::now();
     cluster.kill(2)?;
     let status = client
@@ -53,7 +56,14 @@ async fn main() -> Result<()> {
     println!("\nstopping the cluster (SIGTERM to every node)");
     drop(client);
     let clean = cluster.shutdown(Duration::from_secs(10))?;
-    println!("all nodes stopped{}", if clean { " cleanly" } else { " (some had to be killed)" });
+    println!(
+        "all nodes stopped{}",
+        if clean {
+            " cleanly"
+        } else {
+            " (some had to be killed)"
+        }
+    );
     println!(
         "summary: nodes={NODES} killed={victim} detected_ms={} heartbeat_timeout_ms={} alive_after={alive_after} clean_shutdown={clean}",
         detected.as_millis(),

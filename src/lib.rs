@@ -1,6 +1,33 @@
-//! nimbus: Ray's distributed training stack, rebuilt in Rust as an actor system.
+//! nimbus: Ray's distributed training stack, rebuilt in Rust as an actor
+//! system.
+//!
+//! A cluster is a set of node processes (`nimbus start`), one of them the
+//! head, talking QUIC with mutual TLS. The code is layered; each layer only
+//! uses the ones above it in this list (ARCHITECTURE.md has the full map):
+//!
+//! - [`wire`]: frames, envelopes and identities; pure.
+//! - [`transport`]: the QUIC endpoint, credentials from the join token, one
+//!   stream per request; knows nothing of actors.
+//! - [`cluster`]: resources, the control protocol, and the head's actors
+//!   ([`cluster::Membership`], [`cluster::ClusterEvents`],
+//!   [`cluster::Directory`]).
+//! - [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
+//!   and [`node::run`].
+//! - [`client`]: talking to a cluster from outside ([`client::ClusterClient`]).
+//! - [`local`]: [`local::LocalCluster`], real node processes on this machine
+//!   for tests, examples and benchmarks.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> anyhow::Result<()> {
+//! let cluster = nimbus::local::LocalCluster::start(3)?;
+//! let status = cluster.client().await?.status().await?;
+//! assert_eq!(status.alive().count(), 3);
+//! # Ok(()) }
+//! ```
+
 pub mod client;
 pub mod cluster;
+pub mod local;
 pub mod node;
 pub mod transport;
 pub mod wire;
@@ -9,4 +36,3 @@ pub mod wire;
 /// same version.
 #[cfg(feature = "torch")]
 pub use tch;
-pub mod local;

@@ -243,7 +243,8 @@ fn quic_transport(config: &TransportConfig) -> Result<Arc<quinn::TransportConfig
     // the connection: size both windows for that, not for quinn's 100 Mbps
     // WAN defaults.
     let frame_window = (config.max_frame_bytes as u64).max(1 << 20);
-    transport.stream_receive_window(quinn::VarInt::from_u64(frame_window).unwrap_or(quinn::VarInt::MAX));
+    transport
+        .stream_receive_window(quinn::VarInt::from_u64(frame_window).unwrap_or(quinn::VarInt::MAX));
     transport.send_window(4 * frame_window);
     transport.initial_rtt(Duration::from_millis(10));
     Ok(Arc::new(transport))

@@ -2,6 +2,7 @@
 //!
 //! One test binary with a module per area, so the crate links once.
 
+mod architecture;
 mod bad_input;
 mod cli;
 mod membership;
