@@ -15,6 +15,9 @@ pub struct TransportConfig {
     pub idle_timeout: Duration,
     /// How long dialing and the nimbus handshake may take.
     pub connect_timeout: Duration,
+    /// How long a peer may take to send one whole request frame, so a peer
+    /// that opens streams and stalls cannot hold a node's tasks forever.
+    pub request_read_timeout: Duration,
     /// The protocol version announced in the preamble. Only tests change it,
     /// to check that a node of another version is refused.
     pub protocol_version: u32,
@@ -26,6 +29,7 @@ impl Default for TransportConfig {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             idle_timeout: Duration::from_secs(3),
             connect_timeout: Duration::from_secs(5),
+            request_read_timeout: Duration::from_secs(30),
             protocol_version: PROTOCOL_VERSION,
         }
     }

@@ -159,10 +159,17 @@ struct StreamTask {
 impl StreamTask {
     async fn run(self, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
         let max = self.endpoint.config().max_frame_bytes;
-        let request = match wire::read_frame(&mut recv, max).await {
-            Ok(frame) => wire::decode::<Request>(&frame),
-            Err(e) => Err(e),
-        };
+        let read_timeout = self.endpoint.config().request_read_timeout;
+        let request =
+            match tokio::time::timeout(read_timeout, wire::read_frame(&mut recv, max)).await {
+                Ok(Ok(frame)) => wire::decode::<Request>(&frame),
+                Ok(Err(e)) => Err(e),
+                Err(_) => {
+                    return self.refuse(&format!(
+                        "no complete request frame within {read_timeout:?} (request_read_timeout)"
+                    ))
+                }
+            };
         let request = match request {
             Ok(request) => request,
             Err(WireError::Io(e)) => {
@@ -214,8 +221,13 @@ impl StreamTask {
             };
             wire::encode(&fallback, max).unwrap_or_default()
         });
-        if let Err(e) = send.write_all(&frame).await {
-            debug!(peer = %self.peer, "cannot send a response: {e}");
+        let deadline = Duration::from_millis(deadline_ms);
+        match tokio::time::timeout(deadline, send.write_all(&frame)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => debug!(peer = %self.peer, "cannot send a response: {e}"),
+            Err(_) => {
+                debug!(peer = %self.peer, "the peer did not take the response within {deadline:?}")
+            }
         }
         let _ = send.finish();
     }

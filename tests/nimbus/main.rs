@@ -6,4 +6,5 @@ mod architecture;
 mod bad_input;
 mod cli;
 mod membership;
+mod requests;
 mod support;

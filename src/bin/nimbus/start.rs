@@ -17,6 +17,9 @@ use crate::state;
 
 /// Default port of the head, as Ray's.
 const DEFAULT_HEAD_PORT: u16 = 6379;
+/// Default heartbeat timeout of the head (Ray's users expect failures to
+/// surface within seconds).
+const DEFAULT_HEARTBEAT_TIMEOUT_MS: u64 = 3000;
 /// How long a background start waits for the node to be up.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -53,9 +56,9 @@ pub struct StartArgs {
     /// Custom resources as a JSON object, e.g. '{"accelerator_type:H200": 1}'.
     #[arg(long)]
     resources: Option<String>,
-    /// Head only: declare a node dead after this many milliseconds without a heartbeat.
-    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
-    heartbeat_timeout_ms: u64,
+    /// Head only: declare a node dead after this many milliseconds without a heartbeat [default: 3000].
+    #[arg(long, requires = "head", value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    heartbeat_timeout_ms: Option<u64>,
     /// Stay in the foreground instead of returning once the node is up.
     #[arg(long)]
     block: bool,
@@ -79,7 +82,10 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     };
     let role = match &args.address {
         None => NodeRole::Head {
-            heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
+            heartbeat_timeout: Duration::from_millis(
+                args.heartbeat_timeout_ms
+                    .unwrap_or(DEFAULT_HEARTBEAT_TIMEOUT_MS),
+            ),
         },
         Some(address) => NodeRole::Member {
             head: nimbus::client::resolve(address)?,

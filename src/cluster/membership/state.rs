@@ -16,6 +16,7 @@ use super::MembershipError;
 pub struct NodeTable {
     nodes: Vec<Entry>,
     timeout: Duration,
+    last_poll: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -35,6 +36,7 @@ impl NodeTable {
         NodeTable {
             nodes: Vec::new(),
             timeout,
+            last_poll: None,
         }
     }
 
@@ -118,13 +120,29 @@ impl NodeTable {
     }
 
     /// Declares dead every member whose last heartbeat is older than the
-    /// timeout.
+    /// timeout. Call it often (every tenth of the timeout).
+    ///
+    /// The head never declares itself dead. And when calls stop for more
+    /// than half the timeout, the head itself was stalled (stopped, swapped
+    /// out, starved of CPU): the heartbeats it did not read then say nothing
+    /// about the members, so every member gets a fresh timeout instead of
+    /// being declared dead all at once.
     pub fn poll_failures(&mut self, now: Instant) -> Vec<ClusterEventKind> {
         let timeout = self.timeout;
+        let paused = self
+            .last_poll
+            .replace(now)
+            .is_some_and(|last| now.saturating_duration_since(last) > timeout / 2);
+        if paused {
+            for entry in &mut self.nodes {
+                entry.last_heartbeat = entry.last_heartbeat.max(now);
+            }
+            return Vec::new();
+        }
         let mut events = Vec::new();
         for entry in &mut self.nodes {
             let silent = now.saturating_duration_since(entry.last_heartbeat);
-            if entry.state == NodeState::Alive && silent > timeout {
+            if entry.state == NodeState::Alive && !entry.head && silent > timeout {
                 let reason = format!("no heartbeat for {silent:.1?} (timeout {timeout:?})");
                 entry.state = NodeState::Dead;
                 entry.death_reason = Some(reason.clone());
@@ -222,6 +240,30 @@ mod tests {
         );
         assert!(table.poll_failures(t0 + Duration::from_secs(10)).is_empty());
         assert_eq!(table.status(t0).nodes[0].state, NodeState::Dead);
+    }
+
+    #[test]
+    fn a_stalled_head_gives_members_a_fresh_timeout_and_never_declares_itself_dead() {
+        let t0 = Instant::now();
+        let mut table = NodeTable::new(Duration::from_secs(3));
+        table
+            .handle_join(registration("head", 1), true, t0)
+            .unwrap();
+        table.handle_join(registration("a", 1), false, t0).unwrap();
+        assert!(table.poll_failures(t0).is_empty());
+        // The head was stopped for 10 s: nobody is declared dead on waking.
+        let woke = t0 + Duration::from_secs(10);
+        assert!(table.poll_failures(woke).is_empty());
+        // Members that stay silent after that are; the head is not.
+        let mut now = woke;
+        let mut events = Vec::new();
+        while now < woke + Duration::from_secs(4) {
+            now += Duration::from_millis(300);
+            events.extend(table.poll_failures(now));
+        }
+        assert!(
+            matches!(&events[..], [ClusterEventKind::NodeDead { node, .. }] if node.name == "a")
+        );
     }
 
     #[test]

@@ -1,0 +1,87 @@
+//! Request semantics: deadlines and fire-and-forget.
+
+use std::time::{Duration, Instant};
+
+use nimbus::client::ClientError;
+use nimbus::cluster::{ClusterEventKind, ControlRequest};
+use nimbus::transport::{RequestError, RequestOptions};
+
+use crate::support::{cluster, within};
+
+#[tokio::test]
+async fn a_request_to_a_stalled_node_times_out_at_its_deadline() {
+    within(Duration::from_secs(60), async {
+        let mut cluster = cluster(2);
+        let client = cluster.client().await.unwrap();
+        let node = client.status().await.unwrap().node("node-1").unwrap().clone();
+        let connection = client.connect_node(&node).await.unwrap();
+        cluster.suspend(1).unwrap();
+        let deadline = Duration::from_millis(300);
+        let sent = Instant::now();
+        let err = client
+            .echo(&connection, vec![1; 8], RequestOptions::control().with_deadline(deadline))
+            .await
+            .unwrap_err();
+        let waited = sent.elapsed();
+        cluster.resume(1).unwrap();
+        assert!(
+            matches!(err, ClientError::Request(RequestError::Timeout { after, .. }) if after == deadline),
+            "{err}"
+        );
+        assert!(waited >= deadline && waited < deadline * 10, "{waited:?}");
+        // The node answers again once it runs.
+        client.echo(&connection, vec![2], RequestOptions::control()).await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_one_way_message_is_delivered_without_a_reply() {
+    within(Duration::from_secs(60), async {
+        let cluster = cluster(2);
+        let client = cluster.client().await.unwrap();
+        let seen = client
+            .events(0, Duration::ZERO)
+            .await
+            .unwrap()
+            .last()
+            .map_or(0, |e| e.seq);
+        let node = client
+            .status()
+            .await
+            .unwrap()
+            .node("node-1")
+            .unwrap()
+            .identity();
+        let leave = rmp_serde::to_vec_named(&ControlRequest::Leave { node: node.clone() }).unwrap();
+        client
+            .head()
+            .notify(leave, RequestOptions::control())
+            .await
+            .unwrap();
+        let events = client.events(seen, Duration::from_secs(10)).await.unwrap();
+        assert!(
+            events
+                .iter()
+                .any(|e| e.kind == ClusterEventKind::NodeLeft { node: node.clone() }),
+            "{events:?}"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn dropping_a_local_cluster_leaves_no_process_behind() {
+    within(Duration::from_secs(60), async {
+        let cluster = cluster(3);
+        let pids: Vec<u32> = cluster.nodes().iter().map(|n| n.pid()).collect();
+        drop(cluster);
+        for pid in pids {
+            assert!(
+                !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                "node process {pid} outlived its cluster"
+            );
+        }
+    })
+    .await
+}
