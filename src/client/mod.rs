@@ -168,6 +168,16 @@ impl ClusterClient {
         }
     }
 
+    /// The sequence number of the latest cluster event (0 if none yet), to
+    /// read only later events with [`events`](Self::events).
+    pub async fn last_event_seq(&self) -> Result<u64, ClientError> {
+        Ok(self
+            .events(0, Duration::ZERO)
+            .await?
+            .last()
+            .map_or(0, |e| e.seq))
+    }
+
     /// Waits until the status satisfies `done`, re-reading it whenever a
     /// cluster event arrives, for at most `deadline`.
     pub async fn wait_for_status(
@@ -177,11 +187,7 @@ impl ClusterClient {
         mut done: impl FnMut(&ClusterStatus) -> bool,
     ) -> Result<ClusterStatus, ClientError> {
         let end = Instant::now() + deadline;
-        let mut seen = self
-            .events(0, Duration::ZERO)
-            .await?
-            .last()
-            .map_or(0, |e| e.seq);
+        let mut seen = self.last_event_seq().await?;
         loop {
             let status = self.status().await?;
             if done(&status) {

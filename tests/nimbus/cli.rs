@@ -32,6 +32,28 @@ fn text(output: &Output) -> String {
     )
 }
 
+/// Runs `nimbus args`, which must succeed; returns what it printed.
+fn succeeds(home: &Path, args: &[&str]) -> String {
+    let output = nimbus(home, args);
+    assert!(
+        output.status.success(),
+        "nimbus {args:?}: {}",
+        text(&output)
+    );
+    text(&output)
+}
+
+/// Runs `nimbus args`, which must fail with an error containing `needle`.
+fn fails_with(home: &Path, args: &[&str], needle: &str) {
+    let output = nimbus(home, args);
+    assert!(!output.status.success(), "nimbus {args:?} succeeded");
+    assert!(
+        text(&output).contains(needle),
+        "nimbus {args:?}: {}",
+        text(&output)
+    );
+}
+
 fn free_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -40,50 +62,41 @@ fn free_port() -> u16 {
         .port()
 }
 
+fn unused_token() -> String {
+    format!("nimbus1-{}", "A".repeat(43))
+}
+
 #[test]
 fn start_status_and_stop_as_a_user_would() {
     let home = TempDir::new().unwrap();
     let home = home.path();
     let _stop = StopOnDrop(home);
     let port = free_port().to_string();
+    let ip = ["--node-ip-address", "127.0.0.1"];
 
-    let started = nimbus(
+    let out = succeeds(
         home,
-        &[
-            "start",
-            "--head",
-            "--port",
-            &port,
-            "--node-ip-address",
-            "127.0.0.1",
-        ],
+        &[&["start", "--head", "--port", &port][..], &ip].concat(),
     );
-    assert!(started.status.success(), "{}", text(&started));
-    let out = String::from_utf8_lossy(&started.stdout).to_string();
     let address = format!("127.0.0.1:{port}");
     assert!(out.contains(&format!("address: {address}")), "{out}");
+    assert!(out.contains("token-file: "), "{out}");
     let token = out
         .lines()
         .find_map(|l| l.strip_prefix("token: "))
         .expect("a token line")
         .to_string();
-    assert!(out.contains("token-file: "), "{out}");
 
-    let joined = nimbus(
-        home,
-        &[
-            "start",
-            "--address",
-            &address,
-            "--token",
-            &token,
-            "--num-cpus",
-            "2",
-            "--node-ip-address",
-            "127.0.0.1",
-        ],
-    );
-    assert!(joined.status.success(), "{}", text(&joined));
+    let join = [
+        "start",
+        "--address",
+        &address,
+        "--token",
+        &token,
+        "--num-cpus",
+        "2",
+    ];
+    succeeds(home, &[&join[..], &ip].concat());
 
     let status = nimbus(home, &["status", "--json"]);
     assert!(status.status.success(), "{}", text(&status));
@@ -95,103 +108,76 @@ fn start_status_and_stop_as_a_user_would() {
         assert!(node["id"].is_string() && node["incarnation"].is_u64());
         assert!(node["resources"]["total"]["CPU"].is_number());
     }
-    let table = nimbus(home, &["status", "--address", &address, "--token", &token]);
-    assert!(text(&table).contains("2 alive, 0 dead"), "{}", text(&table));
+    let table = succeeds(home, &["status", "--address", &address, "--token", &token]);
+    assert!(table.contains("2 alive, 0 dead"), "{table}");
 
-    let wrong_token = format!("nimbus1-{}", "A".repeat(43));
-    let refused = nimbus(
+    let status_with =
+        |token: &str| ["status", "--address", &address, "--token", token].map(str::to_string);
+    let wrong = status_with(&unused_token());
+    let wrong: Vec<&str> = wrong.iter().map(String::as_str).collect();
+    fails_with(home, &wrong, "is the join token right?");
+    let malformed = status_with("hunter2");
+    let malformed: Vec<&str> = malformed.iter().map(String::as_str).collect();
+    fails_with(home, &malformed, "invalid join token");
+    fails_with(
         home,
-        &["status", "--address", &address, "--token", &wrong_token],
+        &["start", "--head", "--port", &port],
+        "already in use",
     );
-    assert!(!refused.status.success());
-    assert!(
-        text(&refused).contains("is the join token right?"),
-        "{}",
-        text(&refused)
-    );
-
-    let malformed = nimbus(
-        home,
-        &["status", "--address", &address, "--token", "hunter2"],
-    );
-    assert!(!malformed.status.success());
-    assert!(
-        text(&malformed).contains("invalid join token"),
-        "{}",
-        text(&malformed)
-    );
-
-    let port_taken = nimbus(home, &["start", "--head", "--port", &port]);
-    assert!(!port_taken.status.success());
-    assert!(
-        text(&port_taken).contains("already in use"),
-        "{}",
-        text(&port_taken)
-    );
-
-    let stopped = nimbus(home, &["stop"]);
-    assert!(stopped.status.success(), "{}", text(&stopped));
-    assert!(
-        text(&stopped).contains("stopped 2 node(s)"),
-        "{}",
-        text(&stopped)
-    );
-    let after = nimbus(
-        home,
-        &[
-            "status",
-            "--address",
-            &address,
-            "--token",
-            &token,
-            "--timeout-s",
-            "1",
-        ],
-    );
-    assert!(!after.status.success());
-}
-
-#[test]
-fn joining_an_unreachable_head_fails_with_a_clear_error() {
-    let home = TempDir::new().unwrap();
-    let home = home.path();
-    let _stop = StopOnDrop(home);
-    let address = format!("127.0.0.1:{}", free_port());
-    let token = format!("nimbus1-{}", "A".repeat(43));
-    let output = nimbus(
-        home,
-        &[
-            "status",
-            "--address",
-            &address,
-            "--token",
-            &token,
-            "--timeout-s",
-            "1",
-        ],
-    );
-    assert!(!output.status.success());
-    assert!(
-        text(&output).contains("no nimbus node answered"),
-        "{}",
-        text(&output)
-    );
-    let bad_resources = nimbus(
+    fails_with(
         home,
         &[
             "start",
             "--address",
             &address,
-            "--token",
-            &token,
-            "--resources",
-            "{\"GPU\": 1}",
+            "--heartbeat-timeout-ms",
+            "100",
         ],
+        "--head",
     );
-    assert!(!bad_resources.status.success());
-    assert!(
-        text(&bad_resources).contains("built in"),
-        "{}",
-        text(&bad_resources)
-    );
+
+    let stopped = succeeds(home, &["stop"]);
+    assert!(stopped.contains("stopped 2 node(s)"), "{stopped}");
+    let after = [
+        "status",
+        "--address",
+        &address,
+        "--token",
+        &token,
+        "--timeout-s",
+        "1",
+    ];
+    fails_with(home, &after, "no nimbus node answered");
+}
+
+#[test]
+fn bad_addresses_and_resources_fail_with_clear_errors() {
+    let home = TempDir::new().unwrap();
+    let home = home.path();
+    let _stop = StopOnDrop(home);
+    let address = format!("127.0.0.1:{}", free_port());
+    let token = unused_token();
+    let status = [
+        "status",
+        "--address",
+        &address,
+        "--token",
+        &token,
+        "--timeout-s",
+        "1",
+    ];
+    fails_with(home, &status, "no nimbus node answered");
+    let join = [
+        "start",
+        "--address",
+        &address,
+        "--token",
+        &token,
+        "--resources",
+        r#"{"GPU": 1}"#,
+    ];
+    fails_with(home, &join, "built in");
+    let join = ["start", "--address", "nowhere", "--token", &token];
+    fails_with(home, &join, "bad address");
+    fails_with(home, &["status"], "no head was started on this machine");
 }

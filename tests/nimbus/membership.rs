@@ -159,12 +159,7 @@ async fn bulk_traffic_does_not_starve_heartbeats() {
     within(Duration::from_secs(60), async {
         let cluster = cluster(2);
         let client = cluster.client().await.unwrap();
-        let seen = client
-            .events(0, Duration::ZERO)
-            .await
-            .unwrap()
-            .last()
-            .map_or(0, |e| e.seq);
+        let seen = client.last_event_seq().await.unwrap();
         let head = client.head().clone();
         let flood_until = Instant::now() + 2 * HEARTBEAT_TIMEOUT;
         let mut workers = Vec::new();

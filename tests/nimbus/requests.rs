@@ -40,12 +40,7 @@ async fn a_one_way_message_is_delivered_without_a_reply() {
     within(Duration::from_secs(60), async {
         let cluster = cluster(2);
         let client = cluster.client().await.unwrap();
-        let seen = client
-            .events(0, Duration::ZERO)
-            .await
-            .unwrap()
-            .last()
-            .map_or(0, |e| e.seq);
+        let seen = client.last_event_seq().await.unwrap();
         let node = client
             .status()
             .await

@@ -57,7 +57,7 @@ pub struct StartArgs {
     #[arg(long)]
     resources: Option<String>,
     /// Head only: declare a node dead after this many milliseconds without a heartbeat [default: 3000].
-    #[arg(long, requires = "head", value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     heartbeat_timeout_ms: Option<u64>,
     /// Stay in the foreground instead of returning once the node is up.
     #[arg(long)]
@@ -66,6 +66,9 @@ pub struct StartArgs {
 
 /// Runs `nimbus start`.
 pub fn run(args: StartArgs) -> Result<()> {
+    if !args.head && args.heartbeat_timeout_ms.is_some() {
+        bail!("--heartbeat-timeout-ms is a setting of the head; give it with --head");
+    }
     if args.block {
         run_foreground(args)
     } else {
