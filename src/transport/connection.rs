@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::wire::{self, CloseCode, NodeIdentity, Request, Response, WireError};
 
-use super::{RequestError, RequestOptions};
+use super::{Channel, RequestError, RequestOptions};
 
 /// A connection to a node, after the TLS and nimbus handshakes. Cheap to
 /// clone; clones share the connection.
@@ -83,6 +83,18 @@ impl Connection {
             .map_err(|e| self.io_failure(std::io::Error::other(e)))
     }
 
+    /// Opens an ordered channel: requests sent on it are handled by the peer
+    /// in the order they were sent (see [`Channel`]).
+    pub async fn open_channel(&self) -> Result<Channel, RequestError> {
+        let (send, recv) = self.quic.open_bi().await.map_err(|e| self.lost(e))?;
+        Ok(Channel::start(
+            self.clone(),
+            send,
+            recv,
+            self.max_frame_bytes,
+        ))
+    }
+
     /// Waits until the connection is closed and returns why.
     pub async fn closed(&self) -> RequestError {
         self.lost(self.quic.closed().await)
@@ -100,6 +112,7 @@ impl Connection {
             to: Some(self.peer.incarnation),
             deadline_ms: options.deadline.as_millis() as u64,
             one_way,
+            ordered: false,
             body,
         };
         let frame = wire::encode(&request, self.max_frame_bytes).map_err(|e| self.wire(e))?;
@@ -138,21 +151,21 @@ impl Connection {
 
     /// A stream failed: if the connection is gone, say why; otherwise it
     /// is a plain I/O failure of this stream.
-    fn io_failure(&self, e: std::io::Error) -> RequestError {
+    pub(super) fn io_failure(&self, e: std::io::Error) -> RequestError {
         match self.quic.close_reason() {
             Some(reason) => self.lost(reason),
             None => self.wire(WireError::Io(e)),
         }
     }
 
-    fn wire(&self, cause: WireError) -> RequestError {
+    pub(super) fn wire(&self, cause: WireError) -> RequestError {
         RequestError::Wire {
             peer: self.peer.clone(),
             cause,
         }
     }
 
-    fn lost(&self, e: quinn::ConnectionError) -> RequestError {
+    pub(super) fn lost(&self, e: quinn::ConnectionError) -> RequestError {
         use quinn::ConnectionError as E;
         let peer = self.peer.clone();
         match e {

@@ -21,6 +21,7 @@
 //! # Ok(()) }
 //! ```
 
+mod channel;
 mod config;
 mod connection;
 mod credentials;
@@ -28,6 +29,7 @@ mod endpoint;
 mod error;
 mod server;
 
+pub use channel::Channel;
 pub use config::{RequestOptions, TransportConfig};
 pub use connection::Connection;
 pub use credentials::{CredentialError, Credentials, JoinToken};

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::wire::{
@@ -24,6 +26,10 @@ use super::Endpoint;
 /// What a node does with the requests that reach it.
 pub trait RequestHandler: Send + Sync + 'static {
     /// Answers one request body from `from`.
+    ///
+    /// Requests of one ordered channel are passed to `handle` one at a time,
+    /// in the order sent; work that must keep that order has to start inside
+    /// `handle` itself, not in the future it returns.
     fn handle(
         &self,
         from: PeerIdentity,
@@ -148,7 +154,7 @@ async fn handshake(endpoint: &Endpoint, quic: &quinn::Connection) -> Result<Peer
     Ok(hello.from)
 }
 
-/// Serves one request stream.
+/// Serves one request stream: a single request, or an ordered channel.
 struct StreamTask {
     endpoint: Endpoint,
     quic: quinn::Connection,
@@ -156,98 +162,159 @@ struct StreamTask {
     handler: Arc<dyn RequestHandler>,
 }
 
+/// The response to one request, once the handler is done (`None` for a
+/// one-way request).
+type PendingResponse = BoxFuture<'static, Option<Response>>;
+
 impl StreamTask {
     async fn run(self, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
+        let Ok(Some(first)) = self.read_request(&mut recv).await else {
+            return;
+        };
+        if first.ordered {
+            return self.serve_channel(first, send, recv).await;
+        }
+        let response = self.start(first).await;
+        if let Some(response) = response {
+            self.write_response(&mut send, &response).await;
+        }
+        let _ = send.finish();
+    }
+
+    /// Hands every request of the channel to the handler in arrival order,
+    /// and writes the responses back in that same order.
+    async fn serve_channel(
+        self,
+        first: Request,
+        mut send: quinn::SendStream,
+        mut recv: quinn::RecvStream,
+    ) {
+        let (responses_tx, mut responses) = mpsc::unbounded_channel::<PendingResponse>();
+        let writer = StreamTask {
+            endpoint: self.endpoint.clone(),
+            quic: self.quic.clone(),
+            peer: self.peer.clone(),
+            handler: self.handler.clone(),
+        };
+        let writing = tokio::spawn(async move {
+            while let Some(response) = responses.recv().await {
+                if let Some(response) = response.await {
+                    writer.write_response(&mut send, &response).await;
+                }
+            }
+            let _ = send.finish();
+        });
+        let _ = responses_tx.send(self.start(first));
+        while let Ok(Some(request)) = self.read_request(&mut recv).await {
+            if responses_tx.send(self.start(request)).is_err() {
+                break;
+            }
+        }
+        drop(responses_tx);
+        let _ = writing.await;
+    }
+
+    /// Reads one request. `Ok(None)`: the peer finished the stream cleanly.
+    /// `Err`: the stream failed, or the connection was closed for bad input.
+    async fn read_request(&self, recv: &mut quinn::RecvStream) -> Result<Option<Request>, ()> {
         let max = self.endpoint.config().max_frame_bytes;
         let read_timeout = self.endpoint.config().request_read_timeout;
-        let request =
-            match tokio::time::timeout(read_timeout, wire::read_frame(&mut recv, max)).await {
-                Ok(Ok(frame)) => wire::decode::<Request>(&frame),
-                Ok(Err(e)) => Err(e),
-                Err(_) => {
-                    return self.refuse(&format!(
-                        "no complete request frame within {read_timeout:?} (request_read_timeout)"
-                    ))
-                }
-            };
-        let request = match request {
-            Ok(request) => request,
+        let frame = match tokio::time::timeout(read_timeout, wire::read_frame(recv, max)).await {
+            Ok(frame) => frame,
+            Err(_) => {
+                self.refuse(&format!(
+                    "no complete request frame within {read_timeout:?} (request_read_timeout)"
+                ));
+                return Err(());
+            }
+        };
+        match frame.and_then(|frame| wire::decode::<Request>(&frame)) {
+            Ok(request) => Ok(Some(request)),
+            Err(WireError::Empty) => Ok(None),
             Err(WireError::Io(e)) => {
                 debug!(peer = %self.peer, "request stream failed: {e}");
-                return;
+                Err(())
             }
-            Err(e) => return self.refuse(&e.to_string()),
-        };
+            Err(e) => {
+                self.refuse(&e.to_string());
+                Err(())
+            }
+        }
+    }
+
+    /// Calls the handler now (so requests of a channel reach it in order)
+    /// and returns the response to come.
+    fn start(&self, request: Request) -> PendingResponse {
         let Request {
             id,
             to,
             deadline_ms,
             one_way,
             body,
+            ..
         } = request;
         let me = &self.endpoint.identity().identity;
-        let result = match to {
-            Some(to) if to != me.incarnation => Err(RemoteError::new(
-                RemoteErrorKind::StaleIncarnation,
-                format!(
-                    "request meant for incarnation {to} of {}, but this is {me}",
-                    me.name
-                ),
-            )),
-            _ => match self
-                .call_handler(body, Duration::from_millis(deadline_ms))
-                .await
-            {
-                Ok(result) => result,
-                Err(reason) => return self.refuse(&reason),
-            },
-        };
-        if one_way {
-            if let Err(error) = result {
-                warn!(peer = %self.peer, "one-way request failed: {error}");
+        let deadline = Duration::from_millis(deadline_ms);
+        let peer = self.peer.clone();
+        let handled = match to {
+            Some(to) if to != me.incarnation => {
+                let error = RemoteError::new(
+                    RemoteErrorKind::StaleIncarnation,
+                    format!(
+                        "request meant for incarnation {to} of {}, but this is {me}",
+                        me.name
+                    ),
+                );
+                futures::future::ready(Err(HandlerError::Remote(error))).boxed()
             }
-            let _ = send.finish();
-            return;
-        }
-        let response = Response {
-            id,
-            result: result.map(serde_bytes::ByteBuf::from),
+            _ => self.handler.handle(peer.clone(), body),
         };
-        let frame = wire::encode(&response, max).unwrap_or_else(|e| {
+        let quic = self.quic.clone();
+        async move {
+            let result = match tokio::time::timeout(deadline, handled).await {
+                Ok(Ok(body)) => Ok(body),
+                Ok(Err(HandlerError::Remote(error))) => Err(error),
+                Ok(Err(HandlerError::Malformed(reason))) => {
+                    warn!(%peer, "closing the connection: {reason}");
+                    close(&quic, CloseCode::BadFrame, &reason);
+                    return None;
+                }
+                Err(_) => Err(RemoteError::new(
+                    RemoteErrorKind::DeadlineExceeded,
+                    format!("not answered within the request's deadline of {deadline:?}"),
+                )),
+            };
+            if one_way {
+                if let Err(error) = result {
+                    warn!(%peer, "one-way request failed: {error}");
+                }
+                return None;
+            }
+            Some(Response {
+                id,
+                result: result.map(serde_bytes::ByteBuf::from),
+            })
+        }
+        .boxed()
+    }
+
+    async fn write_response(&self, send: &mut quinn::SendStream, response: &Response) {
+        let max = self.endpoint.config().max_frame_bytes;
+        let frame = wire::encode(response, max).unwrap_or_else(|e| {
             let error = RemoteError::new(RemoteErrorKind::Internal, e.to_string());
             let fallback = Response {
-                id,
+                id: response.id,
                 result: Err(error),
             };
             wire::encode(&fallback, max).unwrap_or_default()
         });
-        let deadline = Duration::from_millis(deadline_ms);
-        match tokio::time::timeout(deadline, send.write_all(&frame)).await {
+        let timeout = self.endpoint.config().request_read_timeout;
+        match tokio::time::timeout(timeout, send.write_all(&frame)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => debug!(peer = %self.peer, "cannot send a response: {e}"),
             Err(_) => {
-                debug!(peer = %self.peer, "the peer did not take the response within {deadline:?}")
+                debug!(peer = %self.peer, "the peer did not take a response within {timeout:?}")
             }
-        }
-        let _ = send.finish();
-    }
-
-    /// Runs the handler within the request's deadline. `Err` means the
-    /// connection must be closed with that reason.
-    async fn call_handler(
-        &self,
-        body: Vec<u8>,
-        deadline: Duration,
-    ) -> Result<Result<Vec<u8>, RemoteError>, String> {
-        let handled = self.handler.handle(self.peer.clone(), body);
-        match tokio::time::timeout(deadline, handled).await {
-            Ok(Ok(body)) => Ok(Ok(body)),
-            Ok(Err(HandlerError::Remote(error))) => Ok(Err(error)),
-            Ok(Err(HandlerError::Malformed(reason))) => Err(reason),
-            Err(_) => Ok(Err(RemoteError::new(
-                RemoteErrorKind::DeadlineExceeded,
-                format!("not answered within the request's deadline of {deadline:?}"),
-            ))),
         }
     }
 

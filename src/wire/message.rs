@@ -58,6 +58,9 @@ pub struct Request {
     pub deadline_ms: u64,
     /// No response is expected.
     pub one_way: bool,
+    /// Part of an ordered channel: the stream stays open, and every request
+    /// on it is handled in the order sent and answered in that order.
+    pub ordered: bool,
     /// The message, encoded by the layer above.
     #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,

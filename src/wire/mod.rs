@@ -13,6 +13,9 @@
 //! 3. Every later request opens a stream of its own: one [`Request`] frame
 //!    in, one [`Response`] frame out (none for fire-and-forget). Streams are
 //!    independent, so a large transfer never blocks a heartbeat behind it.
+//!    An ordered channel (requests marked [`Request::ordered`]) keeps its
+//!    stream open instead: its requests are handled in the order sent and
+//!    answered in that order, which is how calls to one actor stay ordered.
 //!
 //! Frames are a 4-byte big-endian length followed by a MessagePack body
 //! ([`frame`]); a frame longer than the configured maximum is refused before

@@ -71,6 +71,7 @@ async fn garbage_truncated_oversized_and_unknown_frames_close_only_that_connecti
             to: None,
             deadline_ms: 1000,
             one_way: false,
+            ordered: false,
             body: unknown,
         };
         let reason =

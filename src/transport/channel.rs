@@ -1,0 +1,197 @@
+//! Ordered channels: one long-lived stream carrying many requests, handled
+//! by the peer in the order sent and answered in that order.
+//!
+//! A plain request takes a stream of its own, so two requests sent one
+//! after the other may be handled in either order. Calls from one caller to
+//! one actor must not be reordered, so they share a channel: the caller
+//! writes request frames one after another on one stream, the peer hands
+//! them to its handler in that order, and writes the responses back on the
+//! same stream. Requests are pipelined: a caller need not wait for one
+//! response before sending the next.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_bytes::ByteBuf;
+use tokio::sync::oneshot;
+
+use crate::wire::{self, RemoteError, Request, Response, WireError};
+
+use super::{Connection, RequestError, RequestOptions};
+
+type Reply = Result<Vec<u8>, RemoteError>;
+
+/// The caller's end of an ordered channel. Cheap to clone; clones share
+/// the channel (and its ordering).
+#[derive(Clone)]
+pub struct Channel {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: Connection,
+    send: tokio::sync::Mutex<quinn::SendStream>,
+    pending: Mutex<Pending>,
+    next_id: AtomicU64,
+    max_frame_bytes: usize,
+}
+
+/// Requests waiting for their response, or why none will come.
+#[derive(Default)]
+struct Pending {
+    waiting: HashMap<u64, oneshot::Sender<Reply>>,
+    broken: Option<String>,
+}
+
+impl Channel {
+    pub(super) fn start(
+        connection: Connection,
+        send: quinn::SendStream,
+        recv: quinn::RecvStream,
+        max_frame_bytes: usize,
+    ) -> Self {
+        let inner = Arc::new(Inner {
+            connection,
+            send: tokio::sync::Mutex::new(send),
+            pending: Mutex::new(Pending::default()),
+            next_id: AtomicU64::new(1),
+            max_frame_bytes,
+        });
+        tokio::spawn(read_responses(inner.clone(), recv));
+        Channel { inner }
+    }
+
+    /// Sends `body` after every request sent before it on this channel and
+    /// waits for its response.
+    pub async fn request(
+        &self,
+        body: Vec<u8>,
+        options: RequestOptions,
+    ) -> Result<Vec<u8>, RequestError> {
+        let (id, reply) = self.register()?;
+        let sent = tokio::time::timeout(options.deadline, async {
+            self.write(id, body, options, false).await?;
+            reply.await.map_err(|_| self.broken())
+        })
+        .await;
+        match sent {
+            Ok(Ok(Ok(body))) => Ok(body),
+            Ok(Ok(Err(error))) => Err(RequestError::Remote {
+                peer: self.inner.connection.peer().clone(),
+                error,
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => {
+                self.forget(id);
+                Err(RequestError::Timeout {
+                    peer: self.inner.connection.peer().clone(),
+                    after: options.deadline,
+                })
+            }
+        }
+    }
+
+    /// Sends `body` after every request sent before it, expecting no
+    /// response. Returns once it is handed to QUIC.
+    pub async fn notify(&self, body: Vec<u8>, options: RequestOptions) -> Result<(), RequestError> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let write = self.write(id, body, options, true);
+        tokio::time::timeout(options.deadline, write)
+            .await
+            .map_err(|_| RequestError::Timeout {
+                peer: self.inner.connection.peer().clone(),
+                after: options.deadline,
+            })?
+    }
+
+    /// Whether the channel can still carry requests.
+    pub fn is_open(&self) -> bool {
+        self.inner.connection.is_open() && self.lock().broken.is_none()
+    }
+
+    fn register(&self) -> Result<(u64, oneshot::Receiver<Reply>), RequestError> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let mut pending = self.lock();
+        if pending.broken.is_some() {
+            drop(pending);
+            return Err(self.broken());
+        }
+        pending.waiting.insert(id, tx);
+        Ok((id, rx))
+    }
+
+    async fn write(
+        &self,
+        id: u64,
+        body: Vec<u8>,
+        options: RequestOptions,
+        one_way: bool,
+    ) -> Result<(), RequestError> {
+        let request = Request {
+            id,
+            to: Some(self.inner.connection.peer().incarnation),
+            deadline_ms: options.deadline.as_millis() as u64,
+            one_way,
+            ordered: true,
+            body,
+        };
+        let frame = wire::encode(&request, self.inner.max_frame_bytes)
+            .map_err(|e| self.inner.connection.wire(e))?;
+        let mut send = self.inner.send.lock().await;
+        let _ = send.set_priority(options.priority);
+        send.write_all(&frame)
+            .await
+            .map_err(|e| self.inner.connection.io_failure(e.into()))
+    }
+
+    fn forget(&self, id: u64) {
+        self.lock().waiting.remove(&id);
+    }
+
+    /// The error for a request on a channel that broke.
+    fn broken(&self) -> RequestError {
+        let connection = &self.inner.connection;
+        if !connection.is_open() {
+            return connection.io_failure(std::io::ErrorKind::ConnectionAborted.into());
+        }
+        let reason = self.lock().broken.clone().unwrap_or_default();
+        RequestError::Rejected {
+            peer: connection.peer().clone(),
+            reason,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.inner.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Hands each response to its waiting request; when the stream ends, fails
+/// every request still waiting.
+async fn read_responses(inner: Arc<Inner>, mut recv: quinn::RecvStream) {
+    let reason = loop {
+        let frame = match wire::read_frame(&mut recv, inner.max_frame_bytes).await {
+            Ok(frame) => frame,
+            Err(WireError::Empty) => break "the peer closed the channel".to_string(),
+            Err(e) => break e.to_string(),
+        };
+        let response: Response = match wire::decode(&frame) {
+            Ok(response) => response,
+            Err(e) => break e.to_string(),
+        };
+        let waiting = inner
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waiting
+            .remove(&response.id);
+        if let Some(waiting) = waiting {
+            let _ = waiting.send(response.result.map(ByteBuf::into_vec));
+        }
+    };
+    let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+    pending.broken = Some(reason);
+    pending.waiting.clear();
+}
