@@ -25,12 +25,17 @@
 //! # Ok(()) }
 //! ```
 
+pub mod actor;
 pub mod client;
 pub mod cluster;
+pub mod driver;
 pub mod local;
 pub mod node;
 pub mod transport;
 pub mod wire;
+mod worker;
+
+pub use driver::{init, init_with, Driver, InitError, InitOptions};
 
 /// The libtorch bindings nimbus is built against, so training code uses the
 /// same version.

@@ -1,123 +1,167 @@
-//! The cluster-wide directory on the head: which node hosts which actor,
-//! by id and by unique name.
+//! The cluster-wide directory on the head: where every actor runs, by id
+//! and by unique name, and which actors died.
 //!
-//! Entries of a node that dies or leaves are dropped, so a lookup never
-//! sends a caller to a dead incarnation. Actor placement (the next layer)
-//! registers and looks up entries here.
+//! Node managers report actor incarnations up and down; the directory turns
+//! deaths into [`ClusterEventKind::ActorDied`] events (what monitors
+//! watch), and declares every actor of a lost node dead with reason
+//! "node lost", so a lookup never sends a caller to a dead incarnation.
 
 use std::collections::HashMap;
 
 use actix::prelude::*;
-use serde::{Deserialize, Serialize};
 
-use crate::wire::NodeIdentity;
+use crate::wire::Incarnation;
 
-use super::messages::{ClusterEvent, ClusterEventKind};
-
-/// A cluster-unique actor id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ActorId(pub u64);
-
-/// Where an actor lives.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DirectoryEntry {
-    /// The actor.
-    pub actor: ActorId,
-    /// Its node (incarnation included).
-    pub node: NodeIdentity,
-}
-
-/// Why a registration was refused.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum DirectoryError {
-    /// Names are unique in the cluster.
-    #[error("the actor name {name:?} is taken by {holder:?}")]
-    NameTaken {
-        /// The name.
-        name: String,
-        /// Who has it.
-        holder: DirectoryEntry,
-    },
-}
+use super::events::{ClusterEvents, Publish};
+use super::messages::{ActorId, ActorRecord, ClusterEvent, ClusterEventKind};
 
 /// The directory actor.
-#[derive(Default)]
 pub struct Directory {
-    by_id: HashMap<ActorId, (Option<String>, NodeIdentity)>,
-    by_name: HashMap<String, ActorId>,
+    actors: HashMap<ActorId, ActorRecord>,
+    names: HashMap<String, ActorId>,
+    events: Addr<ClusterEvents>,
+}
+
+impl Directory {
+    /// A directory that publishes actor deaths to `events`.
+    pub fn new(events: Addr<ClusterEvents>) -> Self {
+        Directory {
+            actors: HashMap::new(),
+            names: HashMap::new(),
+            events,
+        }
+    }
+
+    fn live(&self, actor: ActorId) -> Option<&ActorRecord> {
+        self.actors.get(&actor).filter(|r| r.dead.is_none())
+    }
+
+    fn bury(&mut self, actor: ActorId, reason: String) {
+        let Some(record) = self.actors.get_mut(&actor) else {
+            return;
+        };
+        record.dead = Some(reason.clone());
+        if let Some(name) = &record.name {
+            if self.names.get(name) == Some(&actor) {
+                self.names.remove(name);
+            }
+        }
+        self.events.do_send(Publish(ClusterEventKind::ActorDied {
+            actor,
+            incarnation: record.incarnation,
+            reason,
+            restarting: false,
+        }));
+    }
 }
 
 impl Actor for Directory {
     type Context = Context<Self>;
 }
 
-/// Record an actor, optionally under a unique name.
+/// Reserve a unique name for an actor about to start.
 #[derive(Message)]
-#[rtype(result = "Result<(), DirectoryError>")]
-pub struct Register {
-    /// The actor and its node.
-    pub entry: DirectoryEntry,
-    /// Its name, if any.
-    pub name: Option<String>,
+#[rtype(result = "Result<(), Box<ActorRecord>>")]
+pub struct ReserveName {
+    /// The name.
+    pub name: String,
+    /// The actor.
+    pub actor: ActorId,
 }
 
-/// Find an actor by name.
-#[derive(Message)]
-#[rtype(result = "Option<DirectoryEntry>")]
-pub struct Lookup(pub String);
-
-/// Forget an actor.
+/// An actor incarnation runs.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Unregister(pub ActorId);
+pub struct ActorUp(pub ActorRecord);
 
-impl Directory {
-    fn entry(&self, id: ActorId) -> Option<DirectoryEntry> {
-        self.by_id.get(&id).map(|(_, node)| DirectoryEntry {
-            actor: id,
-            node: node.clone(),
-        })
-    }
-
-    fn remove(&mut self, id: ActorId) {
-        if let Some((Some(name), _)) = self.by_id.remove(&id) {
-            self.by_name.remove(&name);
-        }
-    }
+/// An actor incarnation died (or never started).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ActorDown {
+    /// The actor.
+    pub actor: ActorId,
+    /// The incarnation that died.
+    pub incarnation: Incarnation,
+    /// Why.
+    pub reason: String,
+    /// Whether its node starts a new incarnation.
+    pub restarting: bool,
 }
 
-impl Handler<Register> for Directory {
-    type Result = Result<(), DirectoryError>;
+/// The live actor with this name.
+#[derive(Message)]
+#[rtype(result = "Option<ActorRecord>")]
+pub struct LookupName(pub String);
 
-    fn handle(&mut self, msg: Register, _: &mut Self::Context) -> Self::Result {
-        if let Some(name) = &msg.name {
-            if let Some(holder) = self.by_name.get(name).and_then(|id| self.entry(*id)) {
-                return Err(DirectoryError::NameTaken {
-                    name: name.clone(),
-                    holder,
-                });
+/// The record of this actor, live or dead.
+#[derive(Message)]
+#[rtype(result = "Option<ActorRecord>")]
+pub struct LocateActor(pub ActorId);
+
+impl Handler<ReserveName> for Directory {
+    type Result = Result<(), Box<ActorRecord>>;
+
+    fn handle(&mut self, msg: ReserveName, _: &mut Self::Context) -> Self::Result {
+        if let Some(holder) = self.names.get(&msg.name).copied() {
+            if holder != msg.actor {
+                if let Some(record) = self.live(holder) {
+                    return Err(Box::new(record.clone()));
+                }
             }
-            self.by_name.insert(name.clone(), msg.entry.actor);
         }
-        self.by_id
-            .insert(msg.entry.actor, (msg.name, msg.entry.node));
+        self.names.insert(msg.name, msg.actor);
         Ok(())
     }
 }
 
-impl Handler<Lookup> for Directory {
-    type Result = Option<DirectoryEntry>;
+impl Handler<ActorUp> for Directory {
+    type Result = ();
 
-    fn handle(&mut self, Lookup(name): Lookup, _: &mut Self::Context) -> Self::Result {
-        self.by_name.get(&name).and_then(|id| self.entry(*id))
+    fn handle(&mut self, ActorUp(record): ActorUp, _: &mut Self::Context) {
+        if let Some(name) = &record.name {
+            self.names.insert(name.clone(), record.actor);
+        }
+        self.actors.insert(record.actor, record);
     }
 }
 
-impl Handler<Unregister> for Directory {
+impl Handler<ActorDown> for Directory {
     type Result = ();
 
-    fn handle(&mut self, Unregister(id): Unregister, _: &mut Self::Context) {
-        self.remove(id);
+    fn handle(&mut self, msg: ActorDown, _: &mut Self::Context) {
+        let current = self.actors.get(&msg.actor).map(|r| r.incarnation);
+        match current {
+            Some(incarnation) if incarnation != msg.incarnation => {}
+            None => self.names.retain(|_, actor| *actor != msg.actor),
+            Some(_) if msg.restarting => {
+                self.events.do_send(Publish(ClusterEventKind::ActorDied {
+                    actor: msg.actor,
+                    incarnation: msg.incarnation,
+                    reason: msg.reason,
+                    restarting: true,
+                }));
+            }
+            Some(_) => self.bury(msg.actor, msg.reason),
+        }
+    }
+}
+
+impl Handler<LookupName> for Directory {
+    type Result = Option<ActorRecord>;
+
+    fn handle(&mut self, LookupName(name): LookupName, _: &mut Self::Context) -> Self::Result {
+        self.names
+            .get(&name)
+            .and_then(|actor| self.live(*actor))
+            .cloned()
+    }
+}
+
+impl Handler<LocateActor> for Directory {
+    type Result = Option<ActorRecord>;
+
+    fn handle(&mut self, LocateActor(actor): LocateActor, _: &mut Self::Context) -> Self::Result {
+        self.actors.get(&actor).cloned()
     }
 }
 
@@ -125,17 +169,15 @@ impl Handler<ClusterEvent> for Directory {
     type Result = ();
 
     fn handle(&mut self, event: ClusterEvent, _: &mut Self::Context) {
-        if let ClusterEventKind::NodeDead { node, .. } | ClusterEventKind::NodeLeft { node } =
-            event.kind
-        {
-            let gone: Vec<ActorId> = self
-                .by_id
-                .iter()
-                .filter(|(_, (_, n))| *n == node)
-                .map(|(id, _)| *id)
+        if let ClusterEventKind::NodeDead { node, reason } = event.kind {
+            let lost: Vec<ActorId> = self
+                .actors
+                .values()
+                .filter(|r| r.dead.is_none() && r.node.name == node.name)
+                .map(|r| r.actor)
                 .collect();
-            for id in gone {
-                self.remove(id);
+            for actor in lost {
+                self.bury(actor, format!("node lost: {} ({reason})", node));
             }
         }
     }
@@ -144,48 +186,59 @@ impl Handler<ClusterEvent> for Directory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::Incarnation;
+    use crate::cluster::events::EventsSince;
+    use crate::wire::NodeIdentity;
 
-    fn node(name: &str) -> NodeIdentity {
-        NodeIdentity {
-            name: name.into(),
-            incarnation: Incarnation(1),
+    fn record(actor: u64, name: &str, node: &str) -> ActorRecord {
+        ActorRecord {
+            actor: ActorId(actor),
+            type_name: "T".into(),
+            name: Some(name.into()),
+            node: NodeIdentity {
+                name: node.into(),
+                incarnation: Incarnation(1),
+            },
+            address: "127.0.0.1:1".parse().unwrap(),
+            incarnation: Incarnation(actor),
+            restarts: 0,
+            dead: None,
         }
     }
 
     #[actix_rt::test]
-    async fn names_are_unique_and_die_with_their_node() {
-        let dir = Directory::default().start();
-        let entry = DirectoryEntry {
-            actor: ActorId(1),
-            node: node("a"),
+    async fn names_are_unique_while_alive_and_die_with_their_node() {
+        let events = ClusterEvents::default().start();
+        let dir = Directory::new(events.clone()).start();
+        let reserve = |actor, name: &str| ReserveName {
+            name: name.into(),
+            actor: ActorId(actor),
         };
-        let register = |actor, name: &str| Register {
-            entry: DirectoryEntry {
-                actor,
-                node: node("a"),
-            },
-            name: Some(name.into()),
-        };
-        dir.send(register(ActorId(1), "bank"))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(dir
-            .send(register(ActorId(2), "bank"))
-            .await
-            .unwrap()
-            .is_err());
-        assert_eq!(dir.send(Lookup("bank".into())).await.unwrap(), Some(entry));
+        dir.send(reserve(1, "bank")).await.unwrap().unwrap();
+        dir.send(ActorUp(record(1, "bank", "a"))).await.unwrap();
+        assert!(dir.send(reserve(2, "bank")).await.unwrap().is_err());
+        let found = dir.send(LookupName("bank".into())).await.unwrap();
+        assert_eq!(found.map(|r| r.actor), Some(ActorId(1)));
+
         dir.send(ClusterEvent {
             seq: 1,
             kind: ClusterEventKind::NodeDead {
-                node: node("a"),
+                node: record(1, "bank", "a").node,
                 reason: "test".into(),
             },
         })
         .await
         .unwrap();
-        assert_eq!(dir.send(Lookup("bank".into())).await.unwrap(), None);
+        assert_eq!(dir.send(LookupName("bank".into())).await.unwrap(), None);
+        let dead = dir.send(LocateActor(ActorId(1))).await.unwrap().unwrap();
+        assert!(dead.dead.unwrap().starts_with("node lost"));
+        let published = events
+            .send(EventsSince {
+                after: 0,
+                wait: std::time::Duration::ZERO,
+            })
+            .await
+            .unwrap();
+        assert!(matches!(&published[0].kind, ClusterEventKind::ActorDied { actor, restarting: false, .. } if *actor == ActorId(1)));
+        dir.send(reserve(2, "bank")).await.unwrap().unwrap();
     }
 }

@@ -133,7 +133,7 @@ mod tests {
         let got = poll.await.unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].seq, 2);
-        assert_eq!(got[0].kind.node().name, "b");
+        assert_eq!(got[0].kind.node().unwrap().name, "b");
     }
 
     #[actix_rt::test]

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::NodeIdentity;
+use crate::wire::{Incarnation, NodeIdentity};
 
 use super::ResourceSet;
 
@@ -38,6 +38,47 @@ pub enum ControlRequest {
     },
     /// Returns the payload unchanged: a liveness probe and a benchmark.
     Echo(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// To a node: start an actor in a worker process. Answered with
+    /// [`ControlReply::ActorStarted`], [`ControlReply::NeedBinary`] or
+    /// [`ControlReply::NoCapacity`].
+    StartActor(ActorSpec),
+    /// To a node: a chunk of a program binary, identified by its SHA-256.
+    UploadBinary {
+        /// Hex SHA-256 of the whole binary.
+        hash: String,
+        /// Where this chunk starts.
+        offset: u64,
+        /// Length of the whole binary.
+        total: u64,
+        /// The bytes.
+        #[serde(with = "serde_bytes")]
+        chunk: Vec<u8>,
+    },
+    /// To the head: reserve a unique actor name. Answered with `Ack` or
+    /// [`ControlReply::NameTaken`].
+    ReserveName {
+        /// The name.
+        name: String,
+        /// The actor that will carry it.
+        actor: ActorId,
+    },
+    /// To the head: the actor with this name. Answered with [`ControlReply::Actor`].
+    LookupName(String),
+    /// To the head: where this actor is. Answered with [`ControlReply::Actor`].
+    LocateActor(ActorId),
+    /// From a node to the head: an actor (incarnation) runs.
+    ActorUp(ActorRecord),
+    /// From a node to the head: an actor incarnation died.
+    ActorDown {
+        /// The actor.
+        actor: ActorId,
+        /// Its dead incarnation.
+        incarnation: Incarnation,
+        /// Why it died.
+        reason: String,
+        /// Whether its node is starting a new incarnation.
+        restarting: bool,
+    },
 }
 
 /// A control-plane reply.
@@ -56,6 +97,85 @@ pub enum ControlReply {
     Events(Vec<ClusterEvent>),
     /// The payload of an [`ControlRequest::Echo`].
     Echo(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// The actor runs.
+    ActorStarted(ActorRecord),
+    /// The node does not have the program binary yet: upload it first.
+    NeedBinary,
+    /// The node lacks free resources for the actor.
+    NoCapacity(String),
+    /// The name belongs to another live actor.
+    NameTaken(Box<ActorRecord>),
+    /// An actor's record, if known.
+    Actor(Option<Box<ActorRecord>>),
+}
+
+/// A cluster-unique actor id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ActorId(pub u64);
+
+impl ActorId {
+    /// A new random id.
+    pub fn random() -> Self {
+        ActorId(rand::random())
+    }
+}
+
+impl std::fmt::Display for ActorId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// Everything a node needs to start (and restart) an actor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActorSpec {
+    /// The actor's id.
+    pub actor: ActorId,
+    /// Its registered type name.
+    pub type_name: String,
+    /// Its unique name, if any.
+    pub name: Option<String>,
+    /// Serialized constructor arguments.
+    #[serde(with = "serde_bytes")]
+    pub args: Vec<u8>,
+    /// Resources it holds while alive.
+    pub resources: ResourceSet,
+    /// How many times its node re-creates it after a death.
+    pub max_restarts: u32,
+    /// The job (driver program run) it belongs to.
+    pub job: String,
+    /// The program that hosts it.
+    pub binary: BinaryId,
+}
+
+/// A program binary, by content.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BinaryId {
+    /// Hex SHA-256.
+    pub hash: String,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// Where an actor runs, and whether it still does.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActorRecord {
+    /// The actor.
+    pub actor: ActorId,
+    /// Its type name.
+    pub type_name: String,
+    /// Its unique name, if any.
+    pub name: Option<String>,
+    /// Its node.
+    pub node: NodeIdentity,
+    /// The worker process's address.
+    pub address: SocketAddr,
+    /// The worker process's incarnation: a restart is a new one.
+    pub incarnation: Incarnation,
+    /// Restarts so far.
+    pub restarts: u32,
+    /// Why it is dead, if it is (for good).
+    pub dead: Option<String>,
 }
 
 /// What a node tells the head when it joins.
@@ -170,15 +290,27 @@ pub enum ClusterEventKind {
         /// Why: missed heartbeats, or replaced by a newer incarnation.
         reason: String,
     },
+    /// An actor incarnation died.
+    ActorDied {
+        /// The actor.
+        actor: ActorId,
+        /// The incarnation that died.
+        incarnation: Incarnation,
+        /// Why: exit, panic with its message, killed by signal N, node lost.
+        reason: String,
+        /// Whether a new incarnation is being started.
+        restarting: bool,
+    },
 }
 
 impl ClusterEventKind {
-    /// The node the event is about.
-    pub fn node(&self) -> &NodeIdentity {
+    /// The node the event is about, for node events.
+    pub fn node(&self) -> Option<&NodeIdentity> {
         match self {
             ClusterEventKind::NodeJoined { node, .. }
             | ClusterEventKind::NodeLeft { node }
-            | ClusterEventKind::NodeDead { node, .. } => node,
+            | ClusterEventKind::NodeDead { node, .. } => Some(node),
+            ClusterEventKind::ActorDied { .. } => None,
         }
     }
 }

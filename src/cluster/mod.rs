@@ -16,7 +16,7 @@ pub use directory::Directory;
 pub use events::ClusterEvents;
 pub use membership::Membership;
 pub use messages::{
-    ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest, NodeRegistration,
-    NodeState, NodeStatus, ResourceUsage,
+    ActorId, ActorRecord, ActorSpec, BinaryId, ClusterEvent, ClusterEventKind, ClusterStatus,
+    ControlReply, ControlRequest, NodeRegistration, NodeState, NodeStatus, ResourceUsage,
 };
 pub use resources::{ResourceError, ResourceOverrides, ResourceSet, CPU, GPU, MEMORY};

@@ -1,6 +1,7 @@
 //! Node settings.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cluster::ResourceOverrides;
@@ -41,6 +42,16 @@ pub struct NodeConfig {
     pub head_lost_timeout: Duration,
     /// Transport settings.
     pub transport: TransportConfig,
+    /// Where the node keeps program binaries and worker logs.
+    pub state_dir: PathBuf,
+}
+
+/// `$NIMBUS_HOME`, or `~/.nimbus`.
+pub fn default_state_dir() -> PathBuf {
+    match std::env::var_os("NIMBUS_HOME") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".nimbus"),
+    }
 }
 
 impl NodeConfig {
@@ -55,6 +66,7 @@ impl NodeConfig {
             resources: ResourceOverrides::default(),
             head_lost_timeout: Duration::from_secs(30),
             transport: TransportConfig::default(),
+            state_dir: default_state_dir(),
         }
     }
 }

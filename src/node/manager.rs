@@ -1,26 +1,40 @@
-//! The `NodeManager` actor: owns this node's resources and keeps the head
-//! informed of them by heartbeat. Later layers add worker processes and
-//! placement here.
+//! The `NodeManager` actor: owns this node's resources, keeps the head
+//! informed of them by heartbeat, and runs actors in worker processes
+//! (starting, reaping and restarting them).
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::client::{self, ClientError};
+use crate::cluster::directory::{self, Directory};
 use crate::cluster::membership::{self, Membership, MembershipError};
-use crate::cluster::{ControlRequest, ResourceSet};
-use crate::transport::{Endpoint, RequestError, RequestOptions};
-use crate::wire::{NodeIdentity, RemoteErrorKind};
+use crate::cluster::{
+    ActorId, ActorRecord, ActorSpec, ControlReply, ControlRequest, ResourceSet, GPU,
+};
+use crate::transport::{Endpoint, JoinToken, RequestError, RequestOptions};
+use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
+use super::binaries::BinaryCache;
+use super::workers::{self, LaunchedWorker, WorkerBoot};
 use super::NodeError;
 
-/// How the node manager reaches the membership.
+/// How the node manager reaches the head's actors.
 pub enum HeadLink {
-    /// On the head: the actor itself, no serialization.
-    Local(Addr<Membership>),
+    /// On the head: the actors themselves, no serialization.
+    Local {
+        /// The membership.
+        membership: Addr<Membership>,
+        /// The directory.
+        directory: Addr<Directory>,
+    },
     /// Elsewhere: the head's address, dialed again whenever the connection
     /// was lost.
     Remote {
@@ -31,17 +45,47 @@ pub enum HeadLink {
     },
 }
 
-/// Owns the node's resources; heartbeats them to the head.
+/// What a node manager is made of.
+pub struct NodeManagerConfig {
+    /// This node.
+    pub identity: NodeIdentity,
+    /// What it offers.
+    pub total: ResourceSet,
+    /// How it reaches the head.
+    pub head: HeadLink,
+    /// The head's address, for worker processes.
+    pub head_address: SocketAddr,
+    /// Heartbeat interval.
+    pub interval: Duration,
+    /// A member that hears nothing from the head for this long stops.
+    pub head_lost_timeout: Duration,
+    /// Where fatal errors go.
+    pub fatal: mpsc::UnboundedSender<NodeError>,
+    /// The cluster token, passed to worker processes.
+    pub token: JoinToken,
+    /// The IP workers advertise.
+    pub advertise_ip: IpAddr,
+    /// The node's state directory (binaries, worker logs).
+    pub state_dir: PathBuf,
+}
+
+/// Owns the node's resources and worker processes; heartbeats to the head.
 pub struct NodeManager {
-    identity: NodeIdentity,
-    total: ResourceSet,
+    config: NodeManagerConfig,
     used: ResourceSet,
-    head: HeadLink,
-    interval: Duration,
-    head_lost_timeout: Duration,
     last_ack: Instant,
     in_flight: bool,
-    fatal: mpsc::UnboundedSender<NodeError>,
+    binaries: BinaryCache,
+    workers: HashMap<ActorId, Worker>,
+    free_gpus: Vec<u32>,
+}
+
+/// An actor this node runs.
+struct Worker {
+    spec: ActorSpec,
+    incarnation: Incarnation,
+    restarts: u32,
+    gpus: Vec<u32>,
 }
 
 /// The outcome of one heartbeat.
@@ -54,26 +98,17 @@ enum Beat {
 }
 
 impl NodeManager {
-    /// A manager for `identity` offering `total`, heartbeating every
-    /// `interval`; fatal errors go to `fatal`.
-    pub fn new(
-        identity: NodeIdentity,
-        total: ResourceSet,
-        head: HeadLink,
-        interval: Duration,
-        head_lost_timeout: Duration,
-        fatal: mpsc::UnboundedSender<NodeError>,
-    ) -> Self {
+    /// A node manager.
+    pub fn new(config: NodeManagerConfig) -> Self {
+        let gpus = config.total.amount(GPU) as u32;
         NodeManager {
-            identity,
-            total,
+            binaries: BinaryCache::new(config.state_dir.join("binaries")),
+            config,
             used: ResourceSet::default(),
-            head,
-            interval,
-            head_lost_timeout,
             last_ack: Instant::now(),
             in_flight: false,
-            fatal,
+            workers: HashMap::new(),
+            free_gpus: (0..gpus).collect(),
         }
     }
 
@@ -82,32 +117,27 @@ impl NodeManager {
             return;
         }
         self.in_flight = true;
-        let node = self.identity.clone();
+        let node = self.config.identity.clone();
         let used = self.used.clone();
-        let beat: std::pin::Pin<Box<dyn std::future::Future<Output = Beat>>> = match &self.head {
-            HeadLink::Local(membership) => {
+        let beat: BoxFuture<'static, Beat> = match &self.config.head {
+            HeadLink::Local { membership, .. } => {
                 let sent = membership.send(membership::Heartbeat { node, used });
-                Box::pin(async move {
+                async move {
                     match sent.await {
                         Ok(Ok(())) => Beat::Acked,
-                        Ok(Err(
-                            e @ (MembershipError::Stale { .. } | MembershipError::Dead { .. }),
-                        )) => Beat::Expelled(e.to_string()),
+                        Ok(Err(e @ (MembershipError::Stale { .. } | MembershipError::Dead { .. }))) => {
+                            Beat::Expelled(e.to_string())
+                        }
                         Ok(Err(e)) => Beat::Missed(e.to_string()),
                         Err(e) => Beat::Missed(e.to_string()),
                     }
-                })
+                }
+                .boxed()
             }
-            HeadLink::Remote { endpoint, head } => {
-                let (endpoint, head) = (endpoint.clone(), *head);
-                let options = RequestOptions::control().with_deadline(self.interval * 2);
-                Box::pin(async move {
-                    let head = match endpoint.connect(head, None).await {
-                        Ok(connection) => connection,
-                        Err(e) => return Beat::Missed(e.to_string()),
-                    };
-                    let request = ControlRequest::Heartbeat { node, used };
-                    match client::call(&head, &request, options).await {
+            HeadLink::Remote { .. } => {
+                let call = self.call_head(ControlRequest::Heartbeat { node, used }, self.config.interval * 2);
+                async move {
+                    match call.await {
                         Ok(_) => Beat::Acked,
                         Err(ClientError::Request(RequestError::Remote { error, .. }))
                             if error.kind == RemoteErrorKind::StaleIncarnation =>
@@ -116,7 +146,8 @@ impl NodeManager {
                         }
                         Err(e) => Beat::Missed(e.to_string()),
                     }
-                })
+                }
+                .boxed()
             }
         };
         ctx.spawn(beat.into_actor(self).map(|beat, manager, _| {
@@ -129,17 +160,157 @@ impl NodeManager {
         match beat {
             Beat::Acked => self.last_ack = Instant::now(),
             Beat::Expelled(reason) => {
-                let _ = self.fatal.send(NodeError::Expelled(reason));
+                let _ = self.config.fatal.send(NodeError::Expelled(reason));
             }
             Beat::Missed(reason) => {
                 let silent = self.last_ack.elapsed();
-                warn!(
-                    "heartbeat to the head failed ({reason}); no acknowledgement for {silent:.1?}"
-                );
-                if silent > self.head_lost_timeout {
-                    let _ = self.fatal.send(NodeError::HeadLost(silent));
+                warn!("heartbeat to the head failed ({reason}); no acknowledgement for {silent:.1?}");
+                if silent > self.config.head_lost_timeout {
+                    let _ = self.config.fatal.send(NodeError::HeadLost(silent));
                 }
             }
+        }
+    }
+
+    /// A control request to the head over QUIC (members only).
+    fn call_head(
+        &self,
+        request: ControlRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<ControlReply, ClientError>> {
+        let HeadLink::Remote { endpoint, head } = &self.config.head else {
+            unreachable!("call_head is only used by members");
+        };
+        let (endpoint, head) = (endpoint.clone(), *head);
+        async move {
+            let connection = endpoint.connect(head, None).await?;
+            let options = RequestOptions::control().with_deadline(deadline);
+            client::call(&connection, &request, options).await
+        }
+        .boxed()
+    }
+
+    /// Tells the head's directory that an actor incarnation runs.
+    fn report_up(&self, record: ActorRecord) -> BoxFuture<'static, ()> {
+        match &self.config.head {
+            HeadLink::Local { directory, .. } => {
+                let sent = directory.send(directory::ActorUp(record));
+                async move {
+                    let _ = sent.await;
+                }
+                .boxed()
+            }
+            HeadLink::Remote { .. } => {
+                let call = self.call_head(ControlRequest::ActorUp(record), Duration::from_secs(10));
+                async move {
+                    if let Err(e) = call.await {
+                        warn!("cannot report an actor to the head: {e}");
+                    }
+                }
+                .boxed()
+            }
+        }
+    }
+
+    /// Tells the head's directory that an actor incarnation died.
+    fn report_down(&self, down: directory::ActorDown) {
+        match &self.config.head {
+            HeadLink::Local { directory, .. } => directory.do_send(down),
+            HeadLink::Remote { .. } => {
+                let request = ControlRequest::ActorDown {
+                    actor: down.actor,
+                    incarnation: down.incarnation,
+                    reason: down.reason,
+                    restarting: down.restarting,
+                };
+                let call = self.call_head(request, Duration::from_secs(10));
+                tokio::spawn(async move {
+                    if let Err(e) = call.await {
+                        warn!("cannot report an actor death to the head: {e}");
+                    }
+                });
+            }
+        }
+    }
+
+    /// Free amounts after what is handed out.
+    fn free(&self, name: &str) -> f64 {
+        self.config.total.amount(name) - self.used.amount(name)
+    }
+
+    fn reserve(&mut self, spec: &ActorSpec) -> Result<Vec<u32>, String> {
+        let short: Vec<String> = spec
+            .resources
+            .iter()
+            .filter(|(name, amount)| *amount > self.free(name) + 1e-9)
+            .map(|(name, amount)| format!("{name}={amount} (free {})", self.free(name)))
+            .collect();
+        if !short.is_empty() {
+            return Err(format!("node {} lacks {}", self.config.identity.name, short.join(", ")));
+        }
+        for (name, amount) in spec.resources.iter() {
+            self.used.set(name, self.used.amount(name) + amount);
+        }
+        let gpus = spec.resources.amount(GPU).ceil() as usize;
+        Ok(self.free_gpus.drain(..gpus.min(self.free_gpus.len())).collect())
+    }
+
+    fn release(&mut self, spec: &ActorSpec, gpus: Vec<u32>) {
+        for (name, amount) in spec.resources.iter() {
+            self.used.set(name, (self.used.amount(name) - amount).max(0.0));
+        }
+        self.free_gpus.extend(gpus);
+    }
+
+    /// Starts a worker for `spec`; `WorkerExited` reaches this actor when it dies.
+    fn launch(
+        &self,
+        spec: &ActorSpec,
+        gpus: &[u32],
+        ctx: &mut Context<Self>,
+    ) -> BoxFuture<'static, Result<LaunchedWorker, String>> {
+        let Some(binary) = self.binaries.get(&spec.binary.hash) else {
+            return futures::future::ready(Err("the program binary left the cache".to_string())).boxed();
+        };
+        let boot = WorkerBoot {
+            spec: spec.clone(),
+            token: self.config.token.to_string(),
+            head: self.config.head_address,
+            node: self.config.identity.clone(),
+            advertise_ip: self.config.advertise_ip,
+        };
+        let log_dir = self.config.state_dir.join("logs");
+        let log = log_dir.join(format!("worker-{}-{}.log", spec.actor, Incarnation::fresh()));
+        let gpus = (!gpus.is_empty()).then(|| {
+            gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+        });
+        let me = ctx.address();
+        let actor = spec.actor;
+        async move {
+            std::fs::create_dir_all(&log_dir).map_err(|e| e.to_string())?;
+            let worker = workers::launch(&binary, &boot, &log, gpus, move |incarnation, reason| {
+                me.do_send(WorkerExited {
+                    actor,
+                    incarnation,
+                    reason,
+                });
+            })
+            .await?;
+            Ok(worker)
+        }
+        .boxed()
+    }
+
+    fn record_of(&self, worker: &Worker, address: SocketAddr) -> ActorRecord {
+        ActorRecord {
+            actor: worker.spec.actor,
+            type_name: worker.spec.type_name.clone(),
+            name: worker.spec.name.clone(),
+            node: self.config.identity.clone(),
+            address,
+            incarnation: worker.incarnation,
+            restarts: worker.restarts,
+            dead: None,
         }
     }
 }
@@ -148,8 +319,153 @@ impl Actor for NodeManager {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        debug!(node = %self.identity, resources = %self.total, "node manager started");
+        debug!(node = %self.config.identity, resources = %self.config.total, "node manager started");
         self.heartbeat(ctx);
-        ctx.run_interval(self.interval, Self::heartbeat);
+        ctx.run_interval(self.config.interval, Self::heartbeat);
+    }
+}
+
+/// Start an actor in a worker process on this node.
+#[derive(Message)]
+#[rtype(result = "Result<ControlReply, RemoteError>")]
+pub struct StartActor(pub ActorSpec);
+
+/// A chunk of a program binary.
+#[derive(Message)]
+#[rtype(result = "Result<(), RemoteError>")]
+pub struct UploadBinary {
+    /// Hex SHA-256 of the whole binary.
+    pub hash: String,
+    /// Offset of this chunk.
+    pub offset: u64,
+    /// Whole length.
+    pub total: u64,
+    /// The bytes.
+    pub chunk: Vec<u8>,
+}
+
+/// A worker process is gone.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct WorkerExited {
+    actor: ActorId,
+    incarnation: Incarnation,
+    reason: String,
+}
+
+impl Handler<UploadBinary> for NodeManager {
+    type Result = Result<(), RemoteError>;
+
+    fn handle(&mut self, msg: UploadBinary, _: &mut Self::Context) -> Self::Result {
+        self.binaries
+            .receive(&msg.hash, msg.offset, msg.total, &msg.chunk)
+            .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e))
+    }
+}
+
+impl Handler<StartActor> for NodeManager {
+    type Result = ResponseActFuture<Self, Result<ControlReply, RemoteError>>;
+
+    fn handle(&mut self, StartActor(spec): StartActor, ctx: &mut Self::Context) -> Self::Result {
+        if self.binaries.get(&spec.binary.hash).is_none() {
+            return Box::pin(fut::ready(Ok(ControlReply::NeedBinary)));
+        }
+        if self.workers.contains_key(&spec.actor) {
+            let error = RemoteError::new(RemoteErrorKind::BadRequest, format!("actor {} already runs here", spec.actor));
+            return Box::pin(fut::ready(Err(error)));
+        }
+        let gpus = match self.reserve(&spec) {
+            Ok(gpus) => gpus,
+            Err(short) => return Box::pin(fut::ready(Ok(ControlReply::NoCapacity(short)))),
+        };
+        let launch = self.launch(&spec, &gpus, ctx);
+        Box::pin(launch.into_actor(self).then(move |launched, manager, _| {
+            let worker = match launched {
+                Ok(worker) => worker,
+                Err(e) => {
+                    manager.release(&spec, gpus);
+                    let error = RemoteError::new(RemoteErrorKind::Internal, e);
+                    let failed: ResponseActFuture<NodeManager, _> = Box::pin(fut::ready(Err(error)));
+                    return failed;
+                }
+            };
+            info!(actor = %spec.actor, kind = %spec.type_name, pid = worker.pid, "actor started");
+            let entry = Worker {
+                spec,
+                incarnation: worker.incarnation,
+                restarts: 0,
+                gpus,
+            };
+            let record = manager.record_of(&entry, worker.address);
+            manager.workers.insert(entry.spec.actor, entry);
+            let reported = manager.report_up(record.clone());
+            Box::pin(
+                reported
+                    .into_actor(manager)
+                    .map(move |_, _, _| Ok(ControlReply::ActorStarted(record))),
+            )
+        }))
+    }
+}
+
+impl Handler<WorkerExited> for NodeManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: WorkerExited, ctx: &mut Self::Context) {
+        let Some(worker) = self.workers.get(&msg.actor) else {
+            return;
+        };
+        if worker.incarnation != msg.incarnation {
+            return;
+        }
+        let restarting = worker.restarts < worker.spec.max_restarts;
+        let (spec, gpus) = (worker.spec.clone(), worker.gpus.clone());
+        warn!(actor = %msg.actor, restarting, "actor died: {}", msg.reason);
+        self.report_down(directory::ActorDown {
+            actor: msg.actor,
+            incarnation: msg.incarnation,
+            reason: msg.reason.clone(),
+            restarting,
+        });
+        if !restarting {
+            self.workers.remove(&msg.actor);
+            self.release(&spec, gpus);
+            return;
+        }
+        if let Some(worker) = self.workers.get_mut(&msg.actor) {
+            worker.restarts += 1;
+        }
+        let launch = self.launch(&spec, &gpus, ctx);
+        ctx.spawn(launch.into_actor(self).then(move |launched, manager, _| {
+            let reported = match launched {
+                Ok(launched) => manager.restarted(spec.actor, launched),
+                Err(e) => {
+                    manager.workers.remove(&spec.actor);
+                    manager.release(&spec, gpus);
+                    manager.report_down(directory::ActorDown {
+                        actor: spec.actor,
+                        incarnation: msg.incarnation,
+                        reason: format!("{}; the restart failed: {e}", msg.reason),
+                        restarting: false,
+                    });
+                    futures::future::ready(()).boxed()
+                }
+            };
+            reported.into_actor(manager)
+        }));
+    }
+}
+
+impl NodeManager {
+    /// Records a restarted actor's new incarnation and reports it up.
+    fn restarted(&mut self, actor: ActorId, launched: LaunchedWorker) -> BoxFuture<'static, ()> {
+        let Some(worker) = self.workers.get_mut(&actor) else {
+            return futures::future::ready(()).boxed();
+        };
+        worker.incarnation = launched.incarnation;
+        info!(actor = %actor, restarts = worker.restarts, "actor restarted");
+        let worker = &self.workers[&actor];
+        let record = self.record_of(worker, launched.address);
+        self.report_up(record)
     }
 }

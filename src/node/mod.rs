@@ -16,14 +16,17 @@
 //!    with a "shutting down" reason; on a fatal error (declared dead, head
 //!    lost), stop with that error.
 
+mod binaries;
 mod config;
 mod error;
 mod manager;
 mod runtime;
 mod service;
+pub mod workers;
 
-pub use config::{NodeConfig, NodeRole};
+pub use binaries::sha256_file;
+pub use config::{default_state_dir, NodeConfig, NodeRole};
 pub use error::NodeError;
-pub use manager::{HeadLink, NodeManager};
+pub use manager::{HeadLink, NodeManager, NodeManagerConfig, StartActor, UploadBinary};
 pub use runtime::{run, NodeReady};
-pub use service::NodeService;
+pub use service::{HeadActors, NodeService};

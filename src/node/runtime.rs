@@ -19,7 +19,10 @@ use crate::cluster::{
 use crate::transport::{Credentials, Endpoint, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
-use super::{HeadLink, NodeConfig, NodeError, NodeManager, NodeRole, NodeService};
+use super::{
+    HeadActors, HeadLink, NodeConfig, NodeError, NodeManager, NodeManagerConfig, NodeRole,
+    NodeService,
+};
 
 /// What a node reports once it serves.
 #[derive(Clone, Debug)]
@@ -67,12 +70,12 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     };
 
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
-    let (head_link, interval, head_address) = match config.role {
+    let (head_link, interval, head_actors, head_address) = match config.role {
         NodeRole::Head { heartbeat_timeout } => {
             let interval = heartbeat_timeout / 6;
             let events = ClusterEvents::default().start();
-            let directory = Directory::default().start();
-            events.do_send(Subscribe(directory.recipient()));
+            let directory = Directory::new(events.clone()).start();
+            events.do_send(Subscribe(directory.clone().recipient()));
             let membership = Membership::new(heartbeat_timeout, events.clone()).start();
             let join = membership::Join {
                 registration,
@@ -83,29 +86,42 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
                 .await
                 .map_err(|e| NodeError::Runtime(std::io::Error::other(e)))?
                 .map_err(|e| NodeError::Expelled(e.to_string()))?;
-            let service = NodeService::head(membership.clone(), events, interval);
-            endpoint.serve(Arc::new(service));
-            (HeadLink::Local(membership), interval, None)
+            let link = HeadLink::Local {
+                membership: membership.clone(),
+                directory: directory.clone(),
+            };
+            let actors = HeadActors {
+                membership,
+                events,
+                directory,
+                heartbeat_interval: interval,
+            };
+            (link, interval, Some(actors), address)
         }
         NodeRole::Member { head } => {
-            endpoint.serve(Arc::new(NodeService::member()));
             let interval = join(&endpoint, head, registration).await?;
             let link = HeadLink::Remote {
                 endpoint: endpoint.clone(),
                 head,
             };
-            (link, interval, Some(head))
+            (link, interval, None, head)
         }
     };
-    NodeManager::new(
-        identity.clone(),
-        resources.clone(),
-        head_link,
+    let is_member = head_actors.is_none();
+    let manager = NodeManager::new(NodeManagerConfig {
+        identity: identity.clone(),
+        total: resources.clone(),
+        head: head_link,
+        head_address,
         interval,
-        config.head_lost_timeout,
-        fatal_tx,
-    )
+        head_lost_timeout: config.head_lost_timeout,
+        fatal: fatal_tx,
+        token: config.token.clone(),
+        advertise_ip: ip,
+        state_dir: config.state_dir.clone(),
+    })
     .start();
+    endpoint.serve(Arc::new(NodeService::new(manager, head_actors)));
     info!(node = %identity, %address, %resources, "node up");
     on_ready(&NodeReady {
         identity: identity.clone(),
@@ -120,8 +136,8 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         _ = interrupt.recv() => Ok(()),
         Some(error) = fatal_rx.recv() => Err(error),
     };
-    if let (Some(head), Ok(())) = (head_address, &outcome) {
-        if let Err(e) = leave(&endpoint, head, identity.clone()).await {
+    if let (true, Ok(())) = (is_member, &outcome) {
+        if let Err(e) = leave(&endpoint, head_address, identity.clone()).await {
             warn!("could not tell the head this node is leaving: {e}");
         }
     }

@@ -7,114 +7,152 @@ use actix::Addr;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use crate::cluster::directory::{self, Directory};
 use crate::cluster::events::EventsSince;
 use crate::cluster::membership::{self, Membership};
 use crate::cluster::{ClusterEvents, ControlReply, ControlRequest};
 use crate::transport::{HandlerError, RequestHandler};
 use crate::wire::{self, PeerIdentity, PeerRole, RemoteError, RemoteErrorKind};
 
+use super::manager::{NodeManager, StartActor, UploadBinary};
+
 /// Longest a client may long-poll for events in one request.
 const MAX_EVENT_WAIT: Duration = Duration::from_secs(60);
 
 /// Routes requests arriving at a node.
 pub struct NodeService {
+    manager: Addr<NodeManager>,
     head: Option<HeadActors>,
-    heartbeat_interval: Duration,
 }
 
-struct HeadActors {
-    membership: Addr<Membership>,
-    events: Addr<ClusterEvents>,
+/// The control-plane actors, on the head only.
+pub struct HeadActors {
+    /// Node membership.
+    pub membership: Addr<Membership>,
+    /// The event stream.
+    pub events: Addr<ClusterEvents>,
+    /// The actor directory.
+    pub directory: Addr<Directory>,
+    /// The heartbeat interval members are told to keep.
+    pub heartbeat_interval: Duration,
 }
 
 impl NodeService {
-    /// The service of the head, which answers membership requests.
-    pub fn head(
-        membership: Addr<Membership>,
-        events: Addr<ClusterEvents>,
-        heartbeat_interval: Duration,
-    ) -> Self {
-        NodeService {
-            head: Some(HeadActors { membership, events }),
-            heartbeat_interval,
-        }
+    /// The service of a node; `head` is `Some` on the head.
+    pub fn new(manager: Addr<NodeManager>, head: Option<HeadActors>) -> Self {
+        NodeService { manager, head }
     }
 
-    /// The service of any other node.
-    pub fn member() -> Self {
-        NodeService {
-            head: None,
-            heartbeat_interval: Duration::ZERO,
-        }
-    }
-
-    fn dispatch(
-        &self,
+    async fn dispatch(
+        manager: Addr<NodeManager>,
+        head: Option<(Addr<Membership>, Addr<ClusterEvents>, Addr<Directory>, Duration)>,
         from: PeerIdentity,
         request: ControlRequest,
-    ) -> BoxFuture<'static, Result<ControlReply, RemoteError>> {
-        if let ControlRequest::Echo(payload) = request {
-            return futures::future::ready(Ok(ControlReply::Echo(payload))).boxed();
+    ) -> Result<ControlReply, RemoteError> {
+        match request {
+            ControlRequest::Echo(payload) => return Ok(ControlReply::Echo(payload)),
+            ControlRequest::StartActor(spec) => return manager.send(StartActor(spec)).await.map_err(internal)?,
+            ControlRequest::UploadBinary {
+                hash,
+                offset,
+                total,
+                chunk,
+            } => {
+                let upload = UploadBinary {
+                    hash,
+                    offset,
+                    total,
+                    chunk,
+                };
+                manager.send(upload).await.map_err(internal)??;
+                return Ok(ControlReply::Ack);
+            }
+            _ => {}
         }
-        let Some(head) = &self.head else {
-            let error = RemoteError::new(
+        let Some((membership, events, directory, interval)) = head else {
+            return Err(RemoteError::new(
                 RemoteErrorKind::BadRequest,
-                "this node is not the head; send membership requests to the head",
-            );
-            return futures::future::ready(Err(error)).boxed();
+                "this node is not the head; send membership and directory requests to the head",
+            ));
         };
-        let interval = self.heartbeat_interval;
-        let membership = head.membership.clone();
-        let events = head.events.clone();
-        async move {
-            match request {
-                ControlRequest::Join(registration) => {
-                    if from.role != PeerRole::Node || from.identity != registration.node {
-                        return Err(RemoteError::new(
-                            RemoteErrorKind::BadRequest,
-                            format!("{from} cannot join as {}", registration.node),
-                        ));
-                    }
-                    let join = membership::Join {
-                        registration,
-                        head: false,
-                    };
-                    membership.send(join).await.map_err(internal)??;
-                    Ok(ControlReply::Joined {
-                        heartbeat_interval_ms: interval.as_millis() as u64,
-                    })
+        match request {
+            ControlRequest::Join(registration) => {
+                if from.role != PeerRole::Node || from.identity != registration.node {
+                    return Err(RemoteError::new(
+                        RemoteErrorKind::BadRequest,
+                        format!("{from} cannot join as {}", registration.node),
+                    ));
                 }
-                ControlRequest::Heartbeat { node, used } => {
-                    let beat = membership::Heartbeat { node, used };
-                    membership.send(beat).await.map_err(internal)??;
-                    Ok(ControlReply::Ack)
-                }
-                ControlRequest::Leave { node } => {
-                    membership
-                        .send(membership::Leave { node })
-                        .await
-                        .map_err(internal)??;
-                    Ok(ControlReply::Ack)
-                }
-                ControlRequest::Status => {
-                    let status = membership
-                        .send(membership::Status)
-                        .await
-                        .map_err(internal)?;
-                    Ok(ControlReply::Status(status))
-                }
-                ControlRequest::Events { after, wait_ms } => {
-                    let wait = Duration::from_millis(wait_ms).min(MAX_EVENT_WAIT);
-                    let since = events
-                        .send(EventsSince { after, wait })
-                        .await
-                        .map_err(internal)?;
-                    Ok(ControlReply::Events(since))
-                }
-                ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
+                let join = membership::Join {
+                    registration,
+                    head: false,
+                };
+                membership.send(join).await.map_err(internal)??;
+                Ok(ControlReply::Joined {
+                    heartbeat_interval_ms: interval.as_millis() as u64,
+                })
+            }
+            ControlRequest::Heartbeat { node, used } => {
+                membership
+                    .send(membership::Heartbeat { node, used })
+                    .await
+                    .map_err(internal)??;
+                Ok(ControlReply::Ack)
+            }
+            ControlRequest::Leave { node } => {
+                membership.send(membership::Leave { node }).await.map_err(internal)??;
+                Ok(ControlReply::Ack)
+            }
+            ControlRequest::Status => {
+                let status = membership.send(membership::Status).await.map_err(internal)?;
+                Ok(ControlReply::Status(status))
+            }
+            ControlRequest::Events { after, wait_ms } => {
+                let wait = Duration::from_millis(wait_ms).min(MAX_EVENT_WAIT);
+                let since = events.send(EventsSince { after, wait }).await.map_err(internal)?;
+                Ok(ControlReply::Events(since))
+            }
+            ControlRequest::ReserveName { name, actor } => {
+                let reserved = directory
+                    .send(directory::ReserveName { name, actor })
+                    .await
+                    .map_err(internal)?;
+                Ok(match reserved {
+                    Ok(()) => ControlReply::Ack,
+                    Err(holder) => ControlReply::NameTaken(holder),
+                })
+            }
+            ControlRequest::LookupName(name) => {
+                let found = directory.send(directory::LookupName(name)).await.map_err(internal)?;
+                Ok(ControlReply::Actor(found.map(Box::new)))
+            }
+            ControlRequest::LocateActor(actor) => {
+                let found = directory.send(directory::LocateActor(actor)).await.map_err(internal)?;
+                Ok(ControlReply::Actor(found.map(Box::new)))
+            }
+            ControlRequest::ActorUp(record) => {
+                directory.send(directory::ActorUp(record)).await.map_err(internal)?;
+                Ok(ControlReply::Ack)
+            }
+            ControlRequest::ActorDown {
+                actor,
+                incarnation,
+                reason,
+                restarting,
+            } => {
+                let down = directory::ActorDown {
+                    actor,
+                    incarnation,
+                    reason,
+                    restarting,
+                };
+                directory.send(down).await.map_err(internal)?;
+                Ok(ControlReply::Ack)
+            }
+            ControlRequest::Echo(_) | ControlRequest::StartActor(_) | ControlRequest::UploadBinary { .. } => {
+                unreachable!("answered above")
             }
         }
-        .boxed()
     }
 }
 
@@ -130,7 +168,10 @@ impl RequestHandler for NodeService {
                 return futures::future::ready(Err(HandlerError::Malformed(e.to_string()))).boxed()
             }
         };
-        let reply = self.dispatch(from, request);
+        let head = self.head.as_ref().map(|h| {
+            (h.membership.clone(), h.events.clone(), h.directory.clone(), h.heartbeat_interval)
+        });
+        let reply = Self::dispatch(self.manager.clone(), head, from, request);
         async move {
             let reply = reply.await?;
             rmp_serde::to_vec_named(&reply).map_err(|e| {
@@ -144,6 +185,6 @@ impl RequestHandler for NodeService {
 fn internal(e: actix::MailboxError) -> RemoteError {
     RemoteError::new(
         RemoteErrorKind::Internal,
-        format!("control-plane actor unavailable: {e}"),
+        format!("node actor unavailable: {e}"),
     )
 }

@@ -54,6 +54,8 @@ pub enum PeerRole {
     Node,
     /// A client: the CLI, a driver program, a benchmark.
     Client,
+    /// A worker process hosting an actor.
+    Worker,
 }
 
 /// The identity a peer announces in its [`Hello`](crate::wire::Hello).
@@ -70,6 +72,7 @@ impl fmt::Display for PeerIdentity {
         let role = match self.role {
             PeerRole::Node => "node",
             PeerRole::Client => "client",
+            PeerRole::Worker => "worker",
         };
         write!(f, "{role} {}", self.identity)
     }

@@ -1,0 +1,271 @@
+//! Your own actors across a cluster: a counter, and a named bank of account
+//! actors that transfer money to each other by passing handles, one of them
+//! killed mid-run and restarted by policy.
+//!
+//! ```text
+//! make run EXAMPLE=custom_actor
+//! ```
+//!
+//! With no `--address`, the program starts a 3-node local cluster of its
+//! own; every actor runs in a worker process started from this very binary
+//! (`pgrep -f nimbus-worker` lists them while it runs). You should see the
+//! counter's replies, the accounts' placement, the transfers, the killed
+//! account's death and restart, and a last `summary:` line with
+//! `total_balance_ok=true`.
+
+use std::time::Instant;
+
+use actix::prelude::*;
+use anyhow::{bail, Context as _, Result};
+use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
+use serde::{Deserialize, Serialize};
+
+const ACCOUNTS: usize = 4;
+const OPENING_BALANCE: i64 = 1_000;
+const TRANSFERS: usize = 200;
+
+/// Counts.
+struct Counter(i64);
+
+impl Actor for Counter {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Counter {
+    const NAME: &'static str = "examples.Counter";
+    type Args = i64;
+    fn from_args(start: i64) -> Self {
+        Counter(start)
+    }
+}
+
+/// Adds to the counter; replies with the new value.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "i64")]
+struct Add(i64);
+
+impl RemoteMessage for Add {
+    const NAME: &'static str = "examples.Add";
+}
+
+impl Handler<Add> for Counter {
+    type Result = i64;
+    fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> i64 {
+        self.0 += n;
+        self.0
+    }
+}
+
+/// One bank account. Its state lives in the actor; a restarted account
+/// starts again from its constructor arguments (its opening balance), so
+/// the bank keeps the authoritative ledger in the `Ledger` actor.
+struct Account {
+    name: String,
+    ledger: ActorHandle<Ledger>,
+}
+
+impl Actor for Account {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Account {
+    const NAME: &'static str = "examples.Account";
+    type Args = (String, ActorHandle<Ledger>);
+    fn from_args((name, ledger): Self::Args) -> Self {
+        Account { name, ledger }
+    }
+}
+
+/// Move `amount` from this account to `to`, through the ledger.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), String>")]
+struct Transfer {
+    to: String,
+    amount: i64,
+}
+
+impl RemoteMessage for Transfer {
+    const NAME: &'static str = "examples.Transfer";
+}
+
+impl Handler<Transfer> for Account {
+    type Result = ResponseFuture<Result<(), String>>;
+    fn handle(&mut self, t: Transfer, _: &mut Context<Self>) -> Self::Result {
+        let (ledger, from) = (self.ledger.clone(), self.name.clone());
+        Box::pin(async move {
+            let moved = Move { from, to: t.to, amount: t.amount };
+            ledger.send(moved).await.map_err(|e| e.to_string())?
+        })
+    }
+}
+
+/// The bank's books: balances by account, applied exactly once per id.
+struct Ledger {
+    balances: std::collections::BTreeMap<String, i64>,
+    applied: u64,
+}
+
+impl Actor for Ledger {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Ledger {
+    const NAME: &'static str = "examples.Ledger";
+    type Args = Vec<String>;
+    fn from_args(accounts: Vec<String>) -> Self {
+        let balances = accounts.into_iter().map(|a| (a, OPENING_BALANCE)).collect();
+        Ledger { balances, applied: 0 }
+    }
+}
+
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), String>")]
+struct Move {
+    from: String,
+    to: String,
+    amount: i64,
+}
+
+impl RemoteMessage for Move {
+    const NAME: &'static str = "examples.Move";
+}
+
+impl Handler<Move> for Ledger {
+    type Result = Result<(), String>;
+    fn handle(&mut self, m: Move, _: &mut Context<Self>) -> Result<(), String> {
+        let from = *self.balances.get(&m.from).ok_or("no such account")?;
+        if from < m.amount {
+            return Err(format!("{} has only {from}", m.from));
+        }
+        if !self.balances.contains_key(&m.to) {
+            return Err(format!("no account {}", m.to));
+        }
+        *self.balances.get_mut(&m.from).expect("checked") -= m.amount;
+        *self.balances.get_mut(&m.to).expect("checked") += m.amount;
+        self.applied += 1;
+        Ok(())
+    }
+}
+
+/// The books: balances and how many transfers were applied.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "(Vec<(String, i64)>, u64)")]
+struct Books;
+
+impl RemoteMessage for Books {
+    const NAME: &'static str = "examples.Books";
+}
+
+impl Handler<Books> for Ledger {
+    type Result = MessageResult<Books>;
+    fn handle(&mut self, _: Books, _: &mut Context<Self>) -> Self::Result {
+        MessageResult((self.balances.clone().into_iter().collect(), self.applied))
+    }
+}
+
+fn registry() -> actor::Registry {
+    actor::Registry::new()
+        .actor::<Counter>()
+        .message::<Counter, Add>()
+        .actor::<Ledger>()
+        .message::<Ledger, Move>()
+        .message::<Ledger, Books>()
+        .actor::<Account>()
+        .message::<Account, Transfer>()
+}
+
+fn main() -> Result<()> {
+    let mut driver = nimbus::init_with(registry(), nimbus::InitOptions { local_nodes: 3 })?;
+    let system = actix::System::new();
+    let result = system.block_on(run(&mut driver));
+    drop(driver);
+    result
+}
+
+async fn run(driver: &mut nimbus::Driver) -> Result<()> {
+    let started = Instant::now();
+    driver.connect().await?;
+    println!("cluster at {}", driver.address());
+
+    let counter = actor::spawn::<Counter>(10, SpawnOptions::default().strategy(Strategy::Node("node-2".into()))).await?;
+    let record = counter.record().await?;
+    println!("counter on {} (worker {})", record.node.name, record.address);
+    for n in 1..=3 {
+        println!("counter + {n} = {}", counter.send(Add(n)).await?);
+    }
+
+    let names: Vec<String> = (0..ACCOUNTS).map(|i| format!("account-{i}")).collect();
+    let ledger = actor::spawn::<Ledger>(names.clone(), SpawnOptions::default().name("bank").max_restarts(0)).await?;
+    let bank = actor::get_actor::<Ledger>("bank").await?.context("the bank is registered by name")?;
+    let mut accounts = Vec::new();
+    for name in &names {
+        let options = SpawnOptions::default().num_cpus(0.5).strategy(Strategy::Spread).max_restarts(1);
+        let account = actor::spawn::<Account>((name.clone(), bank.clone()), options).await?;
+        println!("{name} on {}", account.record().await?.node.name);
+        accounts.push(account);
+    }
+
+    let mut ok = 0;
+    let mut failed = 0;
+    let mut restarts = 0;
+    let victim = accounts[1].clone();
+    for i in 0..TRANSFERS {
+        if i == TRANSFERS / 2 {
+            let record = victim.record().await?;
+            let pid = worker_pid(&record)?;
+            println!("killing account-1's worker (pid {pid}) with SIGKILL");
+            // SAFETY: kill() has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let mut after = 0;
+            let death = actor::next_death(&victim, &mut after).await?;
+            println!("account-1 died: {} (restarting: {})", death.reason, death.restarting);
+            restarts += 1;
+        }
+        let from = &accounts[i % ACCOUNTS];
+        let to = names[(i * 7 + 1) % ACCOUNTS].clone();
+        match from.send(Transfer { to, amount: (i % 50) as i64 + 1 }).await {
+            Ok(Ok(())) => ok += 1,
+            Ok(Err(refused)) => {
+                failed += 1;
+                println!("transfer {i} refused: {refused}");
+            }
+            Err(e) => {
+                failed += 1;
+                println!("transfer {i} failed: {e}");
+            }
+        }
+    }
+    let (balances, applied) = ledger.send(Books).await?;
+    let total: i64 = balances.iter().map(|(_, b)| b).sum();
+    for (name, balance) in &balances {
+        println!("{name}: {balance}");
+    }
+    let total_ok = total == OPENING_BALANCE * ACCOUNTS as i64 && applied == ok;
+    println!("{ok} transfers applied ({failed} refused or failed) in {:.1?}", started.elapsed());
+    println!(
+        "summary: nodes=3 actors={} transfers={ok} restarts={restarts} total_balance_ok={total_ok}",
+        2 + ACCOUNTS
+    );
+    if !total_ok {
+        bail!("the books do not balance: total {total}, {applied} applied, {ok} acknowledged");
+    }
+    Ok(())
+}
+
+/// The pid of the worker process hosting `record`'s actor on this machine.
+fn worker_pid(record: &nimbus::cluster::ActorRecord) -> Result<i32> {
+    let needle = format!("--actor\0{}", record.actor);
+    for entry in std::fs::read_dir("/proc")? {
+        let path = entry?.path();
+        if let Ok(cmdline) = std::fs::read(path.join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            if cmdline.contains("nimbus-worker") && cmdline.contains(&needle) {
+                if let Some(pid) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()) {
+                    return Ok(pid);
+                }
+            }
+        }
+    }
+    bail!("no worker process hosts {}", record.actor)
+}
+

@@ -1,0 +1,113 @@
+//! Errors of the actor layer: one enum per operation.
+
+use std::time::Duration;
+
+use crate::client::ClientError;
+use crate::cluster::ActorId;
+
+/// A call to an actor failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The actor (incarnation) is dead: it exited, panicked, was killed, or
+    /// was restarted while the call was in flight.
+    #[error("actor {actor} is dead: {reason}")]
+    ActorDead {
+        /// The actor.
+        actor: ActorId,
+        /// Why, as its node reported it.
+        reason: String,
+    },
+    /// The actor's node was lost.
+    #[error("actor {actor} was lost with its node: {reason}")]
+    NodeLost {
+        /// The actor.
+        actor: ActorId,
+        /// What the head said.
+        reason: String,
+    },
+    /// No reply within the deadline (the call may still be carried out).
+    #[error("actor {actor} did not answer within {after:?}")]
+    Timeout {
+        /// The actor.
+        actor: ActorId,
+        /// The deadline.
+        after: Duration,
+    },
+    /// A message or reply could not be encoded or decoded, or the receiving
+    /// binary does not know the message type.
+    #[error("actor {actor}: {detail}")]
+    Decode {
+        /// The actor.
+        actor: ActorId,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The handler failed (it panicked); the text is the remote one.
+    #[error("actor {actor}'s handler failed: {message}")]
+    Handler {
+        /// The actor.
+        actor: ActorId,
+        /// The remote error text.
+        message: String,
+    },
+    /// More calls in flight than the handle allows (`max_in_flight`).
+    #[error("actor {actor} has {limit} calls in flight already (max_in_flight)")]
+    MailboxFull {
+        /// The actor.
+        actor: ActorId,
+        /// The limit.
+        limit: u32,
+    },
+    /// `nimbus::init` and `Driver::connect` have not run in this process.
+    #[error("nimbus is not initialised in this process: call nimbus::init(..) and Driver::connect() first")]
+    NotInitialized,
+    /// The head could not be asked where the actor is.
+    #[error("cannot reach the cluster: {0}")]
+    Cluster(#[from] ClientError),
+}
+
+/// Spawning an actor failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// `nimbus::init` and `Driver::connect` have not run in this process.
+    #[error("nimbus is not initialised in this process: call nimbus::init(..) and Driver::connect() first")]
+    NotInitialized,
+    /// The actor type is not in this program's registry.
+    #[error("actor type {0} is not registered (add it to the Registry given to nimbus::init)")]
+    NotRegistered(&'static str),
+    /// No node could ever offer what the actor asks for.
+    #[error("no node of the cluster offers {needs}: {detail}")]
+    Unsatisfiable {
+        /// The request.
+        needs: String,
+        /// What the nodes offer.
+        detail: String,
+    },
+    /// Nodes could offer it, but none had it free before the deadline.
+    #[error("no node had {needs} free within {after:?}: {last}")]
+    NoCapacity {
+        /// The request.
+        needs: String,
+        /// The deadline.
+        after: Duration,
+        /// The last refusal.
+        last: String,
+    },
+    /// Another live actor has the name.
+    #[error("the actor name {0:?} is taken")]
+    NameTaken(String),
+    /// The node failed to start the worker process.
+    #[error("node {node} could not start the actor: {detail}")]
+    Start {
+        /// The node.
+        node: String,
+        /// What it said.
+        detail: String,
+    },
+    /// The program's own binary could not be read for shipping.
+    #[error("cannot ship this program to the nodes: {0}")]
+    Binary(String),
+    /// The cluster could not be reached.
+    #[error("cannot reach the cluster: {0}")]
+    Cluster(#[from] ClientError),
+}

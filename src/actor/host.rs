@@ -1,0 +1,85 @@
+//! The worker side of actor calls: decode, dispatch in arrival order, reply.
+
+use std::sync::{Arc, OnceLock};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use crate::cluster::ActorId;
+use crate::transport::{HandlerError, RequestHandler};
+use crate::wire::{self, PeerIdentity, RemoteError, RemoteErrorKind};
+
+use super::messages::ActorCall;
+use super::registry::{DispatchError, HostedActor, Registry};
+
+/// Serves calls to the one actor a worker process hosts.
+pub struct ActorHost {
+    registry: Arc<Registry>,
+    actor: ActorId,
+    type_name: String,
+    hosted: HostedActor,
+    /// Set when the actor died of a panic: calls then fail with it.
+    panic: Arc<OnceLock<String>>,
+}
+
+impl ActorHost {
+    /// A host for `hosted`, an actor of type `type_name`.
+    pub fn new(
+        registry: Arc<Registry>,
+        actor: ActorId,
+        type_name: String,
+        hosted: HostedActor,
+        panic: Arc<OnceLock<String>>,
+    ) -> Self {
+        ActorHost {
+            registry,
+            actor,
+            type_name,
+            hosted,
+            panic,
+        }
+    }
+}
+
+impl RequestHandler for ActorHost {
+    fn handle(&self, _from: PeerIdentity, body: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>> {
+        let call: ActorCall = match wire::decode(&body) {
+            Ok(call) => call,
+            Err(e) => return futures::future::ready(Err(HandlerError::Malformed(e.to_string()))).boxed(),
+        };
+        if call.actor != self.actor {
+            let error = RemoteError::new(
+                RemoteErrorKind::StaleIncarnation,
+                format!("this worker hosts actor {}, not {}", self.actor, call.actor),
+            );
+            return futures::future::ready(Err(error.into())).boxed();
+        }
+        // Dispatching enqueues the message now, keeping the channel's order.
+        let reply = self
+            .registry
+            .dispatch(&self.type_name, &self.hosted, &call.message, &call.payload);
+        let panic = self.panic.clone();
+        let message = call.message;
+        async move {
+            let failed = |e: DispatchError| {
+                HandlerError::Remote(match e {
+                    DispatchError::Decode(detail) => RemoteError::new(
+                        RemoteErrorKind::BadRequest,
+                        format!("cannot decode message {message}: {detail}"),
+                    ),
+                    DispatchError::UnknownMessage(detail) => RemoteError::new(RemoteErrorKind::BadRequest, detail),
+                    DispatchError::Encode(detail) => RemoteError::new(
+                        RemoteErrorKind::Internal,
+                        format!("cannot encode the reply to {message}: {detail}"),
+                    ),
+                    DispatchError::ActorGone => match panic.get() {
+                        Some(panic) => RemoteError::new(RemoteErrorKind::Internal, panic.clone()),
+                        None => RemoteError::new(RemoteErrorKind::ShuttingDown, "the actor stopped"),
+                    },
+                })
+            };
+            reply.map_err(&failed)?.await.map_err(&failed)
+        }
+        .boxed()
+    }
+}

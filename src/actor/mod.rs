@@ -1,0 +1,64 @@
+//! User actors across the cluster: register actor and message types, spawn
+//! actors into worker processes on any node, call them through typed
+//! handles, find them by name, watch them die.
+//!
+//! ```no_run
+//! # use actix::prelude::*;
+//! # use serde::{Deserialize, Serialize};
+//! # use nimbus::actor::{RemoteActor, RemoteMessage};
+//! # struct Counter(i64);
+//! # impl Actor for Counter { type Context = Context<Self>; }
+//! # impl RemoteActor for Counter { const NAME: &'static str = "Counter"; type Args = i64; fn from_args(n: i64) -> Self { Counter(n) } }
+//! # #[derive(Message, Serialize, Deserialize)] #[rtype(result = "i64")] struct Add(i64);
+//! # impl RemoteMessage for Add { const NAME: &'static str = "Add"; }
+//! # impl Handler<Add> for Counter { type Result = i64; fn handle(&mut self, m: Add, _: &mut Context<Self>) -> i64 { self.0 += m.0; self.0 } }
+//! fn main() -> anyhow::Result<()> {
+//!     let registry = nimbus::actor::Registry::new().actor::<Counter>().message::<Counter, Add>();
+//!     // In a worker process, `init` hosts the actor and never returns.
+//!     let driver = nimbus::init(registry)?;
+//!     actix_rt::System::new().block_on(async {
+//!         driver.connect().await?;
+//!         let options = nimbus::actor::SpawnOptions::default().name("counter");
+//!         let counter = nimbus::actor::spawn::<Counter>(0, options).await?;
+//!         assert_eq!(counter.send(Add(2)).await?, 2);
+//!         Ok(())
+//!     })
+//! }
+//! ```
+
+mod context;
+mod error;
+mod handle;
+mod host;
+mod messages;
+mod monitor;
+mod registry;
+mod spawn;
+
+pub use context::ProcessContext;
+pub use error::{CallError, SpawnError};
+pub use handle::{ActorHandle, DEFAULT_CALL_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
+pub use host::ActorHost;
+pub use messages::ActorCall;
+pub use monitor::{monitor, next_death, ActorDied};
+pub use registry::{DispatchError, HostedActor, Registry, RemoteActor, RemoteMessage, Wire};
+pub use spawn::{spawn, SpawnOptions, Strategy};
+
+pub(crate) use handle::worker_name;
+
+use crate::cluster::{ControlReply, ControlRequest};
+
+/// The live actor named `name`, from any process of the cluster.
+pub async fn get_actor<A: RemoteActor>(name: &str) -> Result<Option<ActorHandle<A>>, CallError> {
+    let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
+    match context.call_head(&ControlRequest::LookupName(name.to_string())).await? {
+        ControlReply::Actor(Some(record)) if record.type_name == A::NAME => {
+            Ok(Some(ActorHandle::new(record.actor, DEFAULT_MAX_IN_FLIGHT)))
+        }
+        ControlReply::Actor(Some(record)) => Err(CallError::Decode {
+            actor: record.actor,
+            detail: format!("actor {name:?} is a {}, not a {}", record.type_name, A::NAME),
+        }),
+        _ => Ok(None),
+    }
+}

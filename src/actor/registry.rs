@@ -1,0 +1,194 @@
+//! Registration of actor and message types under stable names, so that a
+//! worker process can build an actor from serialized constructor arguments
+//! and route serialized messages to the right handler.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use serde::{de::DeserializeOwned, Serialize};
+
+/// Values that can cross process boundaries.
+pub trait Wire: Serialize + DeserializeOwned + Send + 'static {}
+impl<T: Serialize + DeserializeOwned + Send + 'static> Wire for T {}
+
+/// An actix actor that nimbus can run in a worker process.
+///
+/// ```
+/// use actix::prelude::*;
+/// use nimbus::actor::{RemoteActor, RemoteMessage};
+/// use serde::{Deserialize, Serialize};
+///
+/// struct Counter(i64);
+/// impl Actor for Counter { type Context = Context<Self>; }
+/// impl RemoteActor for Counter {
+///     const NAME: &'static str = "example.Counter";
+///     type Args = i64;
+///     fn from_args(start: i64) -> Self { Counter(start) }
+/// }
+///
+/// #[derive(Message, Serialize, Deserialize)]
+/// #[rtype(result = "i64")]
+/// struct Add(i64);
+/// impl RemoteMessage for Add { const NAME: &'static str = "example.Add"; }
+/// impl Handler<Add> for Counter {
+///     type Result = i64;
+///     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> i64 { self.0 += n; self.0 }
+/// }
+///
+/// let registry = nimbus::actor::Registry::new().actor::<Counter>().message::<Counter, Add>();
+/// ```
+pub trait RemoteActor: Actor<Context = Context<Self>> {
+    /// Stable name, the same in every build of the program that registers it.
+    const NAME: &'static str;
+    /// Constructor arguments, kept to re-create the actor on restart.
+    type Args: Wire + Clone;
+    /// Builds the actor.
+    fn from_args(args: Self::Args) -> Self;
+}
+
+/// A message that can be sent to a [`RemoteActor`] in another process.
+pub trait RemoteMessage: Message + Wire {
+    /// Stable name, the same in every build of the program that registers it.
+    const NAME: &'static str;
+}
+
+/// Why a call could not be dispatched inside the hosting process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DispatchError {
+    /// The message bytes are not a valid message of that type.
+    Decode(String),
+    /// This binary registers no handler for that message on that actor.
+    UnknownMessage(String),
+    /// The actor stopped (its thread panicked or it stopped itself).
+    ActorGone,
+    /// The reply could not be encoded.
+    Encode(String),
+}
+
+type Create = Arc<dyn Fn(&[u8]) -> Result<HostedActor, DispatchError> + Send + Sync>;
+type Dispatch = Arc<
+    dyn Fn(&HostedActor, &[u8]) -> Result<BoxFuture<'static, Result<Vec<u8>, DispatchError>>, DispatchError>
+        + Send
+        + Sync,
+>;
+
+/// A running actor, type-erased (its `Addr`).
+#[derive(Clone)]
+pub struct HostedActor {
+    addr: Arc<dyn Any + Send + Sync>,
+}
+
+impl HostedActor {
+    /// The address, if the actor is of type `A`.
+    pub fn addr<A: Actor>(&self) -> Option<&Addr<A>> {
+        self.addr.downcast_ref()
+    }
+}
+
+#[derive(Clone)]
+struct ActorEntry {
+    create: Create,
+    handlers: HashMap<&'static str, Dispatch>,
+}
+
+/// Every actor and message type a program can host, by name.
+#[derive(Default, Clone)]
+pub struct Registry {
+    actors: HashMap<&'static str, ActorEntry>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers actor type `A`.
+    pub fn actor<A: RemoteActor>(mut self) -> Self {
+        let create: Create = Arc::new(|args: &[u8]| {
+            let args: A::Args =
+                rmp_serde::from_slice(args).map_err(|e| DispatchError::Decode(e.to_string()))?;
+            let addr = A::from_args(args).start();
+            Ok(HostedActor {
+                addr: Arc::new(addr),
+            })
+        });
+        let entry = ActorEntry {
+            create,
+            handlers: HashMap::new(),
+        };
+        self.actors.insert(A::NAME, entry);
+        self
+    }
+
+    /// Registers message `M` for actor `A` (register `A` first).
+    ///
+    /// # Panics
+    /// If `A` was not registered: a programming error in `main`, caught the
+    /// first time the program runs.
+    pub fn message<A, M>(mut self) -> Self
+    where
+        A: RemoteActor + Handler<M>,
+        M: RemoteMessage,
+        M::Result: Wire,
+    {
+        let dispatch: Dispatch = Arc::new(|actor: &HostedActor, bytes: &[u8]| {
+            let addr = actor.addr::<A>().ok_or(DispatchError::ActorGone)?;
+            let message: M =
+                rmp_serde::from_slice(bytes).map_err(|e| DispatchError::Decode(e.to_string()))?;
+            // `send` enqueues now, so messages keep the order of the calls.
+            let reply = addr.send(message);
+            Ok(async move {
+                let reply = reply.await.map_err(|_| DispatchError::ActorGone)?;
+                rmp_serde::to_vec_named(&reply).map_err(|e| DispatchError::Encode(e.to_string()))
+            }
+            .boxed())
+        });
+        let entry = self
+            .actors
+            .get_mut(A::NAME)
+            .unwrap_or_else(|| panic!("register actor {} before its messages", A::NAME));
+        entry.handlers.insert(M::NAME, dispatch);
+        self
+    }
+
+    /// Whether actor type `name` is registered.
+    pub fn has_actor(&self, name: &str) -> bool {
+        self.actors.contains_key(name)
+    }
+
+    /// Starts actor `name` from serialized arguments, in the calling actix
+    /// system.
+    pub fn create(&self, name: &str, args: &[u8]) -> Result<HostedActor, DispatchError> {
+        let entry = self
+            .actors
+            .get(name)
+            .ok_or_else(|| DispatchError::UnknownMessage(format!("actor type {name} is not registered in this binary")))?;
+        (entry.create)(args)
+    }
+
+    /// Enqueues a serialized message for `actor` (of type `name`) now and
+    /// returns its serialized reply to come.
+    pub fn dispatch(
+        &self,
+        name: &str,
+        actor: &HostedActor,
+        message: &str,
+        bytes: &[u8],
+    ) -> Result<BoxFuture<'static, Result<Vec<u8>, DispatchError>>, DispatchError> {
+        let handler = self
+            .actors
+            .get(name)
+            .and_then(|entry| entry.handlers.get(message))
+            .ok_or_else(|| {
+                DispatchError::UnknownMessage(format!(
+                    "this binary registers no handler for message {message} on actor {name}"
+                ))
+            })?;
+        handler(actor, bytes)
+    }
+}

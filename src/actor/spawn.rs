@@ -1,0 +1,310 @@
+//! Spawning actors: placement on a node with the resources, shipping this
+//! program's binary there, reserving the name.
+//!
+//! Placement happens in the spawning process from the head's resource
+//! view; the chosen node's manager has the last word (it refuses what it
+//! cannot fit), so two spawners never over-commit a node.
+//!
+//! 1. Reserve the name at the head, if any (unique cluster-wide).
+//! 2. Read the head's view; if no node's *total* resources could ever fit
+//!    the request, fail at once (`Unsatisfiable`).
+//! 3. Ask candidate nodes in order; a node without this binary answers
+//!    `NeedBinary` and gets it (8 MiB chunks, SHA-256 checked), a full one
+//!    answers `NoCapacity` and the next is tried.
+//! 4. When every candidate is full, wait for a cluster event (an actor
+//!    died, a node joined) and try again, until the deadline.
+
+use std::time::{Duration, Instant};
+
+use crate::client::{self, ClientError};
+use crate::cluster::{
+    ActorId, ActorSpec, ControlReply, ControlRequest, NodeStatus, ResourceSet, CPU, GPU, MEMORY,
+};
+use crate::transport::{Connection, RequestError, RequestOptions};
+use crate::wire::Incarnation;
+
+use super::context::ProcessContext;
+use super::handle::{ActorHandle, DEFAULT_MAX_IN_FLIGHT};
+use super::registry::RemoteActor;
+use super::SpawnError;
+
+/// Bytes per binary upload request.
+const UPLOAD_CHUNK: usize = 8 << 20;
+
+/// Where to place an actor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Strategy {
+    /// The node with the most free CPU among those that fit.
+    #[default]
+    Any,
+    /// Spread actors: the node with the fewest resources in use.
+    Spread,
+    /// This node (by name), and no other.
+    Node(String),
+}
+
+/// How to spawn an actor.
+///
+/// ```
+/// use nimbus::actor::SpawnOptions;
+/// let options = SpawnOptions::default().num_cpus(2.0).name("bank").max_restarts(3);
+/// ```
+#[derive(Clone, Debug)]
+pub struct SpawnOptions {
+    resources: ResourceSet,
+    strategy: Strategy,
+    name: Option<String>,
+    max_restarts: u32,
+    max_in_flight: u32,
+    deadline: Duration,
+}
+
+impl Default for SpawnOptions {
+    fn default() -> Self {
+        let mut resources = ResourceSet::default();
+        resources.set(CPU, 1.0);
+        SpawnOptions {
+            resources,
+            strategy: Strategy::Any,
+            name: None,
+            max_restarts: 0,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            deadline: Duration::from_secs(30),
+        }
+    }
+}
+
+impl SpawnOptions {
+    /// CPUs the actor holds (default 1).
+    pub fn num_cpus(mut self, cpus: f64) -> Self {
+        self.resources.set(CPU, cpus);
+        self
+    }
+
+    /// GPUs the actor holds; its worker process sees only those
+    /// (`CUDA_VISIBLE_DEVICES`).
+    pub fn num_gpus(mut self, gpus: f64) -> Self {
+        self.resources.set(GPU, gpus);
+        self
+    }
+
+    /// Memory the actor holds, in bytes.
+    pub fn memory(mut self, bytes: u64) -> Self {
+        self.resources.set(MEMORY, bytes as f64);
+        self
+    }
+
+    /// A custom resource, such as `accelerator_type:H200`.
+    pub fn resource(mut self, name: &str, amount: f64) -> Self {
+        self.resources.set(name, amount);
+        self
+    }
+
+    /// Where to place it.
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// A cluster-unique name, for [`get_actor`](super::get_actor).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// How many times its node re-creates it after it dies (default 0).
+    pub fn max_restarts(mut self, restarts: u32) -> Self {
+        self.max_restarts = restarts;
+        self
+    }
+
+    /// Calls in flight allowed through one handle before `MailboxFull`.
+    pub fn max_in_flight(mut self, limit: u32) -> Self {
+        self.max_in_flight = limit.max(1);
+        self
+    }
+
+    /// How long to look for a node with free resources.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+}
+
+/// Spawns an `A` built from `args` somewhere in the cluster.
+pub async fn spawn<A: RemoteActor>(args: A::Args, options: SpawnOptions) -> Result<ActorHandle<A>, SpawnError> {
+    let context = ProcessContext::current().ok_or(SpawnError::NotInitialized)?;
+    if !context.registry.has_actor(A::NAME) {
+        return Err(SpawnError::NotRegistered(A::NAME));
+    }
+    let spec = ActorSpec {
+        actor: ActorId::random(),
+        type_name: A::NAME.to_string(),
+        name: options.name.clone(),
+        args: rmp_serde::to_vec_named(&args).map_err(|e| SpawnError::Binary(e.to_string()))?,
+        resources: options.resources.clone(),
+        max_restarts: options.max_restarts,
+        job: context.job.clone(),
+        binary: context.binary.1.clone(),
+    };
+    if let Some(name) = &spec.name {
+        let reserve = ControlRequest::ReserveName {
+            name: name.clone(),
+            actor: spec.actor,
+        };
+        if let ControlReply::NameTaken(_) = context.call_head(&reserve).await? {
+            return Err(SpawnError::NameTaken(name.clone()));
+        }
+    }
+    let placed = place(context, &spec, &options).await;
+    if placed.is_err() && spec.name.is_some() {
+        let release = ControlRequest::ActorDown {
+            actor: spec.actor,
+            incarnation: Incarnation(0),
+            reason: "spawn failed".into(),
+            restarting: false,
+        };
+        let _ = context.call_head(&release).await;
+    }
+    placed?;
+    Ok(ActorHandle::new(spec.actor, options.max_in_flight))
+}
+
+/// Starts `spec` on some node, per the module docs.
+async fn place(context: &ProcessContext, spec: &ActorSpec, options: &SpawnOptions) -> Result<(), SpawnError> {
+    let needs = spec.resources.to_string();
+    let end = Instant::now() + options.deadline;
+    let head = context.head().await?;
+    let mut seen = last_event(&head).await?;
+    let mut last = String::from("no node was asked");
+    loop {
+        let status = match client::call(&head, &ControlRequest::Status, RequestOptions::control()).await? {
+            ControlReply::Status(status) => status,
+            reply => return Err(unexpected("Status", reply)),
+        };
+        let candidates = candidates(&status.nodes, spec, &options.strategy);
+        if candidates.is_empty() {
+            let offers: Vec<String> = status
+                .alive()
+                .map(|n| format!("{} offers {}", n.id, n.resources.total))
+                .collect();
+            return Err(SpawnError::Unsatisfiable {
+                needs,
+                detail: if offers.is_empty() { "no node is alive".into() } else { offers.join("; ") },
+            });
+        }
+        for node in candidates {
+            match start_on(context, node, spec).await? {
+                Ok(()) => return Ok(()),
+                Err(refusal) => last = refusal,
+            }
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(SpawnError::NoCapacity {
+                needs,
+                after: options.deadline,
+                last,
+            });
+        }
+        let wait = ControlRequest::Events {
+            after: seen,
+            wait_ms: left.as_millis() as u64,
+        };
+        let options = RequestOptions::control().with_deadline(left + Duration::from_secs(5));
+        if let ControlReply::Events(events) = client::call(&head, &wait, options).await? {
+            seen = events.last().map_or(seen, |e| e.seq);
+        }
+    }
+}
+
+/// Alive nodes whose totals fit the request, best first.
+fn candidates<'a>(nodes: &'a [NodeStatus], spec: &ActorSpec, strategy: &Strategy) -> Vec<&'a NodeStatus> {
+    let fits = |n: &NodeStatus| spec.resources.iter().all(|(name, amount)| n.resources.total.amount(name) >= amount);
+    let free_cpu = |n: &NodeStatus| n.resources.total.amount(CPU) - n.resources.used.amount(CPU);
+    let mut nodes: Vec<&NodeStatus> = nodes
+        .iter()
+        .filter(|n| n.state == crate::cluster::NodeState::Alive && fits(n))
+        .filter(|n| match strategy {
+            Strategy::Node(name) => &n.id == name,
+            _ => true,
+        })
+        .collect();
+    match strategy {
+        Strategy::Spread => nodes.sort_by(|a, b| used_share(a).total_cmp(&used_share(b))),
+        _ => nodes.sort_by(|a, b| free_cpu(b).total_cmp(&free_cpu(a))),
+    }
+    nodes
+}
+
+fn used_share(node: &NodeStatus) -> f64 {
+    let total = node.resources.total.amount(CPU).max(1.0);
+    node.resources.used.amount(CPU) / total
+}
+
+/// Asks `node` to start the actor, shipping the binary if it asks for it.
+/// `Ok(Err(refusal))`: the node is full.
+async fn start_on(context: &ProcessContext, node: &NodeStatus, spec: &ActorSpec) -> Result<Result<(), String>, SpawnError> {
+    let connection = context.endpoint.connect(node.address, Some(&node.identity())).await.map_err(ClientError::from)?;
+    let start = ControlRequest::StartActor(spec.clone());
+    let options = RequestOptions::control().with_deadline(Duration::from_secs(60));
+    for _ in 0..2 {
+        let reply = match client::call(&connection, &start, options).await {
+            Ok(reply) => reply,
+            Err(ClientError::Request(RequestError::Remote { error, .. })) => {
+                return Err(SpawnError::Start {
+                    node: node.id.clone(),
+                    detail: error.message,
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match reply {
+            ControlReply::ActorStarted(_) => return Ok(Ok(())),
+            ControlReply::NoCapacity(refusal) => return Ok(Err(refusal)),
+            ControlReply::NeedBinary => upload(context, &connection).await?,
+            reply => return Err(unexpected("StartActor", reply)),
+        }
+    }
+    Err(SpawnError::Start {
+        node: node.id.clone(),
+        detail: "it asked for the binary again after receiving it".into(),
+    })
+}
+
+/// Ships this program's binary to a node, in order, in chunks.
+async fn upload(context: &ProcessContext, node: &Connection) -> Result<(), SpawnError> {
+    let (path, id) = &context.binary;
+    let bytes = tokio::fs::read(path).await.map_err(|e| SpawnError::Binary(format!("{}: {e}", path.display())))?;
+    let total = bytes.len() as u64;
+    let mut offset = 0;
+    for chunk in bytes.chunks(UPLOAD_CHUNK) {
+        let request = ControlRequest::UploadBinary {
+            hash: id.hash.clone(),
+            offset,
+            total,
+            chunk: chunk.to_vec(),
+        };
+        client::call(node, &request, RequestOptions::bulk()).await?;
+        offset += chunk.len() as u64;
+    }
+    Ok(())
+}
+
+async fn last_event(head: &Connection) -> Result<u64, ClientError> {
+    let request = ControlRequest::Events { after: 0, wait_ms: 0 };
+    match client::call(head, &request, RequestOptions::control()).await? {
+        ControlReply::Events(events) => Ok(events.last().map_or(0, |e| e.seq)),
+        reply => Err(ClientError::UnexpectedReply {
+            request: "Events",
+            reply: Box::new(reply),
+        }),
+    }
+}
+
+fn unexpected(request: &'static str, reply: ControlReply) -> SpawnError {
+    SpawnError::Cluster(ClientError::UnexpectedReply {
+        request,
+        reply: Box::new(reply),
+    })
+}

@@ -1,0 +1,164 @@
+//! The entry point of a user program: [`init`] as the first line of `main`.
+//!
+//! The same binary runs everywhere, as with MPI or torchrun:
+//! - started by a node manager with the `nimbus-worker` argument, `init`
+//!   hosts one actor and never returns;
+//! - otherwise the program is a driver: with `--address HOST:PORT` (or
+//!   `NIMBUS_ADDRESS`) it joins that cluster, with the token from `--token`,
+//!   `NIMBUS_TOKEN` or this machine's token file; with neither it starts a
+//!   local cluster of its own, stopped when the [`Driver`] is dropped.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::actor::{ProcessContext, Registry};
+use crate::client::{self, ClientError};
+use crate::cluster::BinaryId;
+use crate::local::{LocalCluster, LocalClusterError};
+use crate::node::workers::WORKER_ARG;
+use crate::node::{default_state_dir, sha256_file};
+use crate::transport::{CredentialError, Credentials, Endpoint, EndpointError, JoinToken, TransportConfig};
+use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
+
+/// Why a driver could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// The local cluster did not start.
+    #[error(transparent)]
+    LocalCluster(#[from] LocalClusterError),
+    /// No usable token.
+    #[error("no cluster token: {0}")]
+    Token(String),
+    /// The token is malformed.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
+    /// This program's binary cannot be read (it is shipped to the nodes).
+    #[error("cannot read this program's binary: {0}")]
+    Binary(String),
+    /// The endpoint could not start.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// The head could not be reached.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// `connect` ran twice in this process.
+    #[error("this process is connected to a cluster already")]
+    AlreadyConnected,
+}
+
+/// Settings of [`init_with`].
+#[derive(Clone, Debug)]
+pub struct InitOptions {
+    /// Nodes of the local cluster started when no address is given.
+    pub local_nodes: usize,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        InitOptions { local_nodes: 1 }
+    }
+}
+
+/// A user program's link to its cluster.
+pub struct Driver {
+    registry: Arc<Registry>,
+    address: String,
+    token: JoinToken,
+    local: Option<LocalCluster>,
+    binary: (PathBuf, BinaryId),
+}
+
+/// [`init_with`] with default options.
+pub fn init(registry: Registry) -> Result<Driver, InitError> {
+    init_with(registry, InitOptions::default())
+}
+
+/// Starts this program as a worker (never returns) or as a driver.
+pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, InitError> {
+    if std::env::args().nth(1).as_deref() == Some(WORKER_ARG) {
+        crate::worker::run(registry);
+    }
+    let path = std::env::current_exe().map_err(|e| InitError::Binary(e.to_string()))?;
+    let len = std::fs::metadata(&path).map_err(|e| InitError::Binary(e.to_string()))?.len();
+    let hash = sha256_file(&path).map_err(InitError::Binary)?;
+    let binary = (path, BinaryId { hash, len });
+    let address = flag("--address").or_else(|| std::env::var("NIMBUS_ADDRESS").ok());
+    let (address, token, local) = match address {
+        Some(address) => (address, token()?, None),
+        None => {
+            let cluster = LocalCluster::builder().nodes(options.local_nodes).start()?;
+            (cluster.address().to_string(), cluster.token().clone(), Some(cluster))
+        }
+    };
+    Ok(Driver {
+        registry: Arc::new(registry),
+        address,
+        token,
+        local,
+        binary,
+    })
+}
+
+impl Driver {
+    /// Connects this process to the cluster, so that actors can be spawned,
+    /// found and called. Call it once, inside an async runtime that lives as
+    /// long as the program uses actors.
+    pub async fn connect(&self) -> Result<(), InitError> {
+        if ProcessContext::current().is_some() {
+            return Err(InitError::AlreadyConnected);
+        }
+        let name = format!("driver-{}", std::process::id());
+        let me = PeerIdentity {
+            role: PeerRole::Client,
+            identity: NodeIdentity {
+                name: name.clone(),
+                incarnation: Incarnation::fresh(),
+            },
+        };
+        let credentials = Credentials::issue(&self.token, &name)?;
+        let endpoint = Endpoint::client(me, &credentials, TransportConfig::default())?;
+        let head = client::resolve(&self.address)?;
+        endpoint.connect(head, None).await.map_err(ClientError::from)?;
+        let job = format!("{:08x}", rand::random::<u32>());
+        let context = ProcessContext::new(endpoint, head, self.registry.clone(), job, self.binary.clone());
+        if !ProcessContext::install(context) {
+            return Err(InitError::AlreadyConnected);
+        }
+        Ok(())
+    }
+
+    /// The head's address.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The local cluster this driver started, if it started one.
+    pub fn local_cluster(&mut self) -> Option<&mut LocalCluster> {
+        self.local.as_mut()
+    }
+}
+
+/// The value of `--name VALUE` or `--name=VALUE` on the command line.
+fn flag(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().enumerate().find_map(|(i, arg)| {
+        if arg == name {
+            args.get(i + 1).cloned()
+        } else {
+            arg.strip_prefix(&format!("{name}=")).map(str::to_string)
+        }
+    })
+}
+
+fn token() -> Result<JoinToken, InitError> {
+    let text = match flag("--token").or_else(|| std::env::var("NIMBUS_TOKEN").ok()) {
+        Some(token) => token,
+        None => {
+            let file = default_state_dir().join("token");
+            std::fs::read_to_string(&file).map_err(|e| {
+                InitError::Token(format!("no --token, no NIMBUS_TOKEN, and {} unreadable: {e}", file.display()))
+            })?
+        }
+    };
+    Ok(text.parse()?)
+}

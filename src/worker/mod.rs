@@ -1,0 +1,137 @@
+//! Worker mode: a user program started by a node manager with the
+//! `nimbus-worker` argument hosts one actor.
+//!
+//! The actor runs on an actix system of its own thread; the QUIC endpoint
+//! runs on a tokio runtime on the main thread and hands calls to it. A
+//! panic anywhere in the process is the actor's death: the panic hook
+//! records its message, in-flight calls fail with it, the worker prints it
+//! for its node manager (`nimbus-worker-died panic: ...`) and exits, and the
+//! node manager reports the death and restarts the actor if allowed.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+use crate::actor::{worker_name, ActorHost, HostedActor, ProcessContext, Registry};
+use crate::node::workers::{died_line, ready_line, WorkerBoot};
+use crate::transport::{Credentials, Endpoint, JoinToken, TransportConfig};
+use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
+
+/// Runs this process as a worker and exits; never returns.
+pub fn run(registry: Registry) -> ! {
+    let code = match serve(registry) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("nimbus worker: {e}");
+            let _ = writeln!(std::io::stdout(), "{}", died_line(&e));
+            1
+        }
+    };
+    let _ = std::io::stdout().flush();
+    std::process::exit(code)
+}
+
+fn serve(registry: Registry) -> Result<i32, String> {
+    let mut boot = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut boot)
+        .map_err(|e| format!("cannot read the boot message: {e}"))?;
+    let boot: WorkerBoot = rmp_serde::from_slice(&boot).map_err(|e| format!("bad boot message: {e}"))?;
+    let token: JoinToken = boot.token.parse().map_err(|e: crate::transport::CredentialError| e.to_string())?;
+    let registry = Arc::new(registry);
+
+    let panic = Arc::new(OnceLock::new());
+    let (died_tx, died) = mpsc::unbounded_channel();
+    install_panic_hook(panic.clone(), died_tx);
+
+    let (hosted_tx, hosted_rx) = std::sync::mpsc::channel();
+    let spec = boot.spec.clone();
+    let actor_registry = registry.clone();
+    std::thread::Builder::new()
+        .name("nimbus-actor".into())
+        .spawn(move || {
+            let system = actix::System::new();
+            let hosted = system.block_on(async { actor_registry.create(&spec.type_name, &spec.args) });
+            let _ = hosted_tx.send(hosted);
+            system.run()
+        })
+        .map_err(|e| e.to_string())?;
+    let hosted = hosted_rx
+        .recv_timeout(Duration::from_secs(30))
+        .map_err(|_| "the actor was not created within 30 s".to_string())?
+        .map_err(|e| format!("cannot create actor {}: {e:?}", boot.spec.type_name))?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(host(boot, token, registry, hosted, panic, died))
+}
+
+async fn host(
+    boot: WorkerBoot,
+    token: JoinToken,
+    registry: Arc<Registry>,
+    hosted: HostedActor,
+    panic: Arc<OnceLock<String>>,
+    mut died: mpsc::UnboundedReceiver<String>,
+) -> Result<i32, String> {
+    let actor = boot.spec.actor;
+    let identity = NodeIdentity {
+        name: worker_name(actor),
+        incarnation: Incarnation::fresh(),
+    };
+    let credentials = Credentials::issue(&token, &identity.name).map_err(|e| e.to_string())?;
+    let socket = Endpoint::bind_socket(SocketAddr::new([0, 0, 0, 0].into(), 0)).map_err(|e| e.to_string())?;
+    let port = socket.local_addr().map_err(|e| e.to_string())?.port();
+    let me = PeerIdentity {
+        role: PeerRole::Worker,
+        identity: identity.clone(),
+    };
+    let endpoint = Endpoint::listen(socket, me, &credentials, TransportConfig::default()).map_err(|e| e.to_string())?;
+    let binary = std::env::current_exe().map_err(|e| e.to_string())?;
+    let context = ProcessContext::new(endpoint.clone(), boot.head, registry.clone(), boot.spec.job.clone(), (binary, boot.spec.binary.clone()));
+    ProcessContext::install(context);
+    if let Some(context) = ProcessContext::current() {
+        context.host_locally(actor, hosted.clone());
+    }
+    let host = ActorHost::new(registry, actor, boot.spec.type_name.clone(), hosted, panic);
+    endpoint.serve(Arc::new(host));
+    let address = SocketAddr::new(boot.advertise_ip, port);
+    println!("{}", ready_line(address, identity.incarnation));
+    let _ = std::io::stdout().flush();
+
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let (code, reason) = tokio::select! {
+        Some(reason) = died.recv() => (1, reason),
+        _ = terminate.recv() => (0, "stopped by SIGTERM".to_string()),
+    };
+    println!("{}", died_line(&reason));
+    let _ = std::io::stdout().flush();
+    endpoint.shutdown().await;
+    Ok(code)
+}
+
+/// Records the first panic's message and reports it, after the default
+/// hook has printed it to stderr (the worker's log).
+fn install_panic_hook(panic: Arc<OnceLock<String>>, died: mpsc::UnboundedSender<String>) {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic payload".into());
+        let reason = format!("panic: {message}");
+        if panic.set(reason.clone()).is_ok() {
+            let _ = died.send(reason);
+        }
+    }));
+}
