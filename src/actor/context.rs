@@ -6,13 +6,17 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
 
 use actix::{Actor, Addr};
 
 use super::registry::HostedActor;
 
 use crate::client::{self, ClientError};
-use crate::cluster::{ActorId, BinaryId, ControlReply, ControlRequest};
+use crate::cluster::{ActorId, BinaryId, ClusterEventKind, ControlReply, ControlRequest};
+use crate::wire::Incarnation;
 use crate::transport::{Connection, Endpoint, RequestOptions};
 
 use super::Registry;
@@ -30,6 +34,8 @@ pub struct ProcessContext {
     /// This program's binary, shipped to nodes that run its actors.
     pub binary: (PathBuf, BinaryId),
     local: Mutex<HashMap<ActorId, HostedActor>>,
+    /// Workers this process has channels to, so their deaths cut them.
+    workers: DashMap<ActorId, (SocketAddr, Incarnation)>,
 }
 
 static CONTEXT: OnceLock<ProcessContext> = OnceLock::new();
@@ -50,12 +56,28 @@ impl ProcessContext {
             job,
             binary,
             local: Mutex::new(HashMap::new()),
+            workers: DashMap::new(),
         }
     }
 
-    /// Makes `context` this process's; false if one was installed already.
+    /// Makes `context` this process's, and starts watching the cluster for
+    /// deaths of actors this process calls (see [`watch_deaths`]); false if
+    /// one was installed already. Call it inside the async runtime the
+    /// process keeps for its lifetime.
     pub fn install(context: ProcessContext) -> bool {
-        CONTEXT.set(context).is_ok()
+        if CONTEXT.set(context).is_err() {
+            return false;
+        }
+        if let Some(context) = Self::current() {
+            tokio::spawn(watch_deaths(context));
+        }
+        true
+    }
+
+    /// Notes that this process talks to `actor` at `address` (incarnation
+    /// `incarnation`).
+    pub(crate) fn talking_to(&self, actor: ActorId, address: SocketAddr, incarnation: Incarnation) {
+        self.workers.insert(actor, (address, incarnation));
     }
 
     /// This process's context, once installed.
@@ -87,5 +109,54 @@ impl ProcessContext {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ActorId, HostedActor>> {
         self.local.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Cuts the connection to every worker whose actor incarnation dies, so that
+/// calls in flight fail at once and the next call finds the new incarnation,
+/// instead of both waiting out the transport's idle timeout (a SIGKILLed
+/// process sends no goodbye).
+async fn watch_deaths(context: &'static ProcessContext) {
+    let mut after = 0;
+    let wait = Duration::from_secs(30);
+    loop {
+        let request = ControlRequest::Events {
+            after,
+            wait_ms: wait.as_millis() as u64,
+        };
+        let events = match context.head().await {
+            Ok(head) => {
+                let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
+                client::call(&head, &request, options).await
+            }
+            Err(e) => Err(e),
+        };
+        let events = match events {
+            Ok(ControlReply::Events(events)) => events,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!("death watch: the head is unreachable ({e}); retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        after = events.last().map_or(after, |e| e.seq);
+        for event in events {
+            if let ClusterEventKind::ActorDied {
+                actor,
+                incarnation,
+                reason,
+                ..
+            } = event.kind
+            {
+                let known = context.workers.get(&actor).map(|w| *w);
+                if let Some((address, current)) = known {
+                    if current == incarnation {
+                        context.workers.remove(&actor);
+                        context.endpoint.disconnect(address, &format!("actor died: {reason}"));
+                    }
+                }
+            }
+        }
     }
 }

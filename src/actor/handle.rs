@@ -216,6 +216,7 @@ impl<A: RemoteActor> ActorHandle<A> {
             .await
             .map_err(|e| lost(e.to_string()))?;
         let channel = connection.open_channel().await.map_err(|e| lost(e.to_string()))?;
+        context.talking_to(self.id, record.address, record.incarnation);
         *slot = Some((channel.clone(), record.clone()));
         Ok((channel, record))
     }

@@ -95,6 +95,11 @@ impl Connection {
         ))
     }
 
+    /// Closes the connection from this side.
+    pub fn close(&self, reason: &str) {
+        close(&self.quic, CloseCode::Done, reason);
+    }
+
     /// Waits until the connection is closed and returns why.
     pub async fn closed(&self) -> RequestError {
         self.lost(self.quic.closed().await)

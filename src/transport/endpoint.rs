@@ -141,6 +141,15 @@ impl Endpoint {
         Ok(connection)
     }
 
+    /// Closes the connection to `addr`, if there is one: requests waiting on
+    /// it fail at once with [`RequestError::Closed`](super::RequestError::Closed).
+    /// For when the process there is known to be dead.
+    pub fn disconnect(&self, addr: SocketAddr, reason: &str) {
+        if let Some((_, connection)) = self.inner.connections.remove(&addr) {
+            connection.close(reason);
+        }
+    }
+
     /// Accepts connections until the endpoint closes, handing every request
     /// to `handler`. Returns at once; the accept loop runs as a task.
     pub fn serve(&self, handler: Arc<dyn RequestHandler>) {

@@ -1,0 +1,216 @@
+//! The actors and messages the tests use.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use nimbus::actor::{self, ActorHandle, Registry, RemoteActor, RemoteMessage};
+use serde::{Deserialize, Serialize};
+
+pub fn registry() -> Registry {
+    Registry::new()
+        .actor::<Counter>()
+        .message::<Counter, Add>()
+        .message::<Counter, SlowAdd>()
+        .message::<Counter, Boom>()
+        .actor::<Sequencer>()
+        .message::<Sequencer, Push>()
+        .message::<Sequencer, Seen>()
+        .actor::<Relay>()
+        .message::<Relay, Forward>()
+        .message::<Relay, AddToNamed>()
+}
+
+/// A counter that can be slow, or panic.
+pub struct Counter(pub i64);
+
+impl Actor for Counter {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Counter {
+    const NAME: &'static str = "tests.Counter";
+    type Args = i64;
+    fn from_args(start: i64) -> Self {
+        Counter(start)
+    }
+}
+
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "i64")]
+pub struct Add(pub i64);
+
+impl RemoteMessage for Add {
+    const NAME: &'static str = "tests.Add";
+}
+
+impl Handler<Add> for Counter {
+    type Result = i64;
+    fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> i64 {
+        self.0 += n;
+        self.0
+    }
+}
+
+/// Adds after a pause: a call that stays in flight.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "i64")]
+pub struct SlowAdd(pub i64, pub u64);
+
+impl RemoteMessage for SlowAdd {
+    const NAME: &'static str = "tests.SlowAdd";
+}
+
+impl Handler<SlowAdd> for Counter {
+    type Result = ResponseActFuture<Self, i64>;
+    fn handle(&mut self, SlowAdd(n, ms): SlowAdd, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(actix::clock::sleep(Duration::from_millis(ms)).into_actor(self).map(move |_, counter, _| {
+            counter.0 += n;
+            counter.0
+        }))
+    }
+}
+
+/// Panics in the handler.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct Boom(pub String);
+
+impl RemoteMessage for Boom {
+    const NAME: &'static str = "tests.Boom";
+}
+
+impl Handler<Boom> for Counter {
+    type Result = ();
+    fn handle(&mut self, Boom(message): Boom, _: &mut Context<Self>) {
+        panic!("{message}");
+    }
+}
+
+/// A message this binary handles but never registers: to the workers it is
+/// a message type they do not know.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "i64")]
+pub struct Stray;
+
+impl RemoteMessage for Stray {
+    const NAME: &'static str = "tests.Stray";
+}
+
+impl Handler<Stray> for Counter {
+    type Result = i64;
+    fn handle(&mut self, _: Stray, _: &mut Context<Self>) -> i64 {
+        self.0
+    }
+}
+
+/// Records the order in which numbers arrive.
+#[derive(Default)]
+pub struct Sequencer {
+    next: u64,
+    out_of_order: u64,
+}
+
+impl Actor for Sequencer {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Sequencer {
+    const NAME: &'static str = "tests.Sequencer";
+    type Args = ();
+    fn from_args(_: ()) -> Self {
+        Sequencer::default()
+    }
+}
+
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct Push(pub u64);
+
+impl RemoteMessage for Push {
+    const NAME: &'static str = "tests.Push";
+}
+
+impl Handler<Push> for Sequencer {
+    type Result = ();
+    fn handle(&mut self, Push(n): Push, _: &mut Context<Self>) {
+        if n != self.next {
+            self.out_of_order += 1;
+        }
+        self.next = n + 1;
+    }
+}
+
+/// (numbers seen, numbers out of order)
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "(u64, u64)")]
+pub struct Seen;
+
+impl RemoteMessage for Seen {
+    const NAME: &'static str = "tests.Seen";
+}
+
+impl Handler<Seen> for Sequencer {
+    type Result = MessageResult<Seen>;
+    fn handle(&mut self, _: Seen, _: &mut Context<Self>) -> Self::Result {
+        MessageResult((self.next, self.out_of_order))
+    }
+}
+
+/// Calls other actors on behalf of the test.
+pub struct Relay;
+
+impl Actor for Relay {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Relay {
+    const NAME: &'static str = "tests.Relay";
+    type Args = ();
+    fn from_args(_: ()) -> Self {
+        Relay
+    }
+}
+
+/// Adds `n` to the counter behind the handle carried in the message.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<i64, String>")]
+pub struct Forward {
+    pub counter: ActorHandle<Counter>,
+    pub n: i64,
+}
+
+impl RemoteMessage for Forward {
+    const NAME: &'static str = "tests.Forward";
+}
+
+impl Handler<Forward> for Relay {
+    type Result = ResponseFuture<Result<i64, String>>;
+    fn handle(&mut self, msg: Forward, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move { msg.counter.send(Add(msg.n)).await.map_err(|e| e.to_string()) })
+    }
+}
+
+/// Looks a counter up by name and adds `n` to it.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<i64, String>")]
+pub struct AddToNamed {
+    pub name: String,
+    pub n: i64,
+}
+
+impl RemoteMessage for AddToNamed {
+    const NAME: &'static str = "tests.AddToNamed";
+}
+
+impl Handler<AddToNamed> for Relay {
+    type Result = ResponseFuture<Result<i64, String>>;
+    fn handle(&mut self, msg: AddToNamed, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move {
+            let counter = actor::get_actor::<Counter>(&msg.name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no actor named {}", msg.name))?;
+            counter.send(Add(msg.n)).await.map_err(|e| e.to_string())
+        })
+    }
+}

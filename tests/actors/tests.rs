@@ -1,0 +1,189 @@
+//! The tests, in the order they run (the node-loss test kills a node of its
+//! own, so the shared cluster stays usable).
+
+use std::time::{Duration, Instant};
+
+use nimbus::actor::{self, CallError, SpawnError, SpawnOptions, Strategy};
+use nimbus::Driver;
+
+use crate::fixtures::*;
+use crate::{boxed, Test};
+
+pub const ALL: &[(&str, Test)] = &[
+    ("spawn_lands_on_the_node_with_the_resources", |d| boxed(spawn_lands_on_the_node_with_the_resources(d))),
+    ("impossible_or_busy_resources_fail_with_a_clear_error", |d| boxed(impossible_or_busy_resources_fail(d))),
+    ("a_handle_passed_through_a_third_node_works", |_| boxed(a_handle_passed_through_a_third_node_works())),
+    ("ten_thousand_messages_arrive_in_order", |_| boxed(ten_thousand_messages_arrive_in_order())),
+    ("get_actor_by_name_from_another_node", |_| boxed(get_actor_by_name_from_another_node())),
+    ("sigkill_of_a_worker_is_reported_and_restarted_per_policy", |_| boxed(sigkill_of_a_worker())),
+    ("a_handler_panic_kills_only_its_actor", |_| boxed(a_handler_panic_kills_only_its_actor())),
+    ("an_unknown_message_type_is_a_clear_error", |_| boxed(an_unknown_message_type_is_a_clear_error())),
+    ("actors_of_a_lost_node_are_reported_dead", |d| boxed(actors_of_a_lost_node_are_reported_dead(d))),
+];
+
+fn on(node: &str) -> SpawnOptions {
+    SpawnOptions::default().num_cpus(0.1).strategy(Strategy::Node(node.into()))
+}
+
+async fn spawn_lands_on_the_node_with_the_resources(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let special = cluster
+        .add_node(&["--resources", r#"{"special": 1}"#])
+        .expect("a node with a custom resource joins");
+    let name = cluster.node(special).unwrap().name().to_string();
+    let options = SpawnOptions::default().num_cpus(0.1).resource("special", 1.0);
+    let counter = actor::spawn::<Counter>(1, options).await.unwrap();
+    assert_eq!(counter.record().await.unwrap().node.name, name);
+    assert_eq!(counter.send(Add(1)).await.unwrap(), 2);
+    // Worker processes are findable by operators.
+    let workers = std::process::Command::new("pgrep").args(["-f", "nimbus-worker"]).output().unwrap();
+    assert!(!workers.stdout.is_empty(), "pgrep -f nimbus-worker finds the workers");
+}
+
+async fn impossible_or_busy_resources_fail(_: &mut Driver) {
+    let started = Instant::now();
+    let options = SpawnOptions::default().resource("unobtainium", 1.0);
+    match actor::spawn::<Counter>(0, options).await {
+        Err(SpawnError::Unsatisfiable { needs, detail }) => {
+            assert!(needs.contains("unobtainium"), "{needs}");
+            assert!(detail.contains("offers"), "{detail}");
+        }
+        other => panic!("expected Unsatisfiable, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "impossible requests fail fast");
+
+    // The one "special" resource is held by the first test's counter.
+    let deadline = Duration::from_secs(2);
+    let options = SpawnOptions::default().num_cpus(0.1).resource("special", 1.0).deadline(deadline);
+    let started = Instant::now();
+    match actor::spawn::<Counter>(0, options).await {
+        Err(SpawnError::NoCapacity { last, .. }) => assert!(last.contains("special"), "{last}"),
+        other => panic!("expected NoCapacity, got {other:?}"),
+    }
+    assert!(started.elapsed() >= deadline && started.elapsed() < deadline * 5);
+}
+
+async fn a_handle_passed_through_a_third_node_works() {
+    let counter = actor::spawn::<Counter>(100, on("node-1")).await.unwrap();
+    let relay = actor::spawn::<Relay>((), on("node-2")).await.unwrap();
+    let forwarded = relay.send(Forward { counter: counter.clone(), n: 5 }).await.unwrap();
+    assert_eq!(forwarded, Ok(105));
+    assert_eq!(counter.send(Add(0)).await.unwrap(), 105);
+}
+
+async fn ten_thousand_messages_arrive_in_order() {
+    let sequencer = actor::spawn::<Sequencer>((), on("node-1")).await.unwrap();
+    let mut pending = Vec::new();
+    for n in 0..10_000u64 {
+        if n % 100 == 99 {
+            pending.push(sequencer.send(Push(n)));
+        } else {
+            sequencer.do_send(Push(n)).await.unwrap();
+        }
+    }
+    for reply in futures::future::join_all(pending).await {
+        reply.unwrap();
+    }
+    assert_eq!(sequencer.send(Seen).await.unwrap(), (10_000, 0));
+}
+
+async fn get_actor_by_name_from_another_node() {
+    let options = on("node-1").name("named-counter");
+    let counter = actor::spawn::<Counter>(7, options).await.unwrap();
+    let again = actor::spawn::<Counter>(0, on("node-1").name("named-counter")).await;
+    assert!(matches!(again, Err(SpawnError::NameTaken(_))), "{again:?}");
+    let relay = actor::spawn::<Relay>((), on("node-2")).await.unwrap();
+    let reply = relay.send(AddToNamed { name: "named-counter".into(), n: 3 }).await.unwrap();
+    assert_eq!(reply, Ok(10));
+    let found = actor::get_actor::<Counter>("named-counter").await.unwrap().unwrap();
+    assert_eq!(found.id(), counter.id());
+    assert!(actor::get_actor::<Counter>("nobody").await.unwrap().is_none());
+}
+
+/// The pid of the worker hosting `actor`.
+fn worker_pid(actor: nimbus::cluster::ActorId) -> i32 {
+    let needle = format!("--actor\0{actor}");
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if cmdline.contains("nimbus-worker") && cmdline.contains(&needle) {
+            return entry.file_name().to_str().unwrap().parse().unwrap();
+        }
+    }
+    panic!("no worker process hosts {actor}");
+}
+
+async fn sigkill_of_a_worker() {
+    let counter = actor::spawn::<Counter>(0, on("node-2").max_restarts(1)).await.unwrap();
+    assert_eq!(counter.send(Add(5)).await.unwrap(), 5);
+    let first = counter.record().await.unwrap();
+    let mut seen = 0;
+
+    let in_flight = counter.send(SlowAdd(1, 60_000));
+    let kill = async {
+        tokio::task::yield_now().await;
+        // SAFETY: kill() has no memory-safety preconditions.
+        unsafe { libc::kill(worker_pid(counter.id()), libc::SIGKILL) };
+        actor::next_death(&counter, &mut seen).await.unwrap()
+    };
+    let (in_flight, death) = futures::join!(in_flight, kill);
+    assert!(in_flight.is_err(), "a call in flight fails: {in_flight:?}");
+    assert_eq!(death.reason, "killed by signal 9");
+    assert!(death.restarting);
+
+    // The restarted incarnation starts from its constructor arguments.
+    let value = counter.send(Add(1)).await.unwrap();
+    assert_eq!(value, 1);
+    let second = counter.record().await.unwrap();
+    assert_ne!(second.incarnation, first.incarnation);
+    assert_eq!(second.restarts, 1);
+
+    // No restarts left: the next death is final.
+    unsafe { libc::kill(worker_pid(counter.id()), libc::SIGKILL) };
+    let death = actor::next_death(&counter, &mut seen).await.unwrap();
+    assert!(!death.restarting);
+    let err = counter.send(Add(1)).await.unwrap_err();
+    assert!(matches!(err, CallError::ActorDead { .. }), "{err}");
+}
+
+async fn a_handler_panic_kills_only_its_actor() {
+    let victim = actor::spawn::<Counter>(0, on("node-1").max_restarts(1)).await.unwrap();
+    let bystander = actor::spawn::<Counter>(40, on("node-1")).await.unwrap();
+    let mut seen = 0;
+    let err = victim.send(Boom("boom in a handler".into())).await.unwrap_err();
+    assert!(
+        matches!(&err, CallError::Handler { message, .. } if message.contains("boom in a handler"))
+            || matches!(&err, CallError::ActorDead { .. }),
+        "{err}"
+    );
+    let death = actor::next_death(&victim, &mut seen).await.unwrap();
+    assert_eq!(death.reason, "panic: boom in a handler");
+    assert!(death.restarting);
+    assert_eq!(bystander.send(Add(2)).await.unwrap(), 42);
+    assert_eq!(victim.send(Add(3)).await.unwrap(), 3);
+}
+
+async fn an_unknown_message_type_is_a_clear_error() {
+    let counter = actor::spawn::<Counter>(9, on("node-2")).await.unwrap();
+    let err = counter.send(Stray).await.unwrap_err();
+    match err {
+        CallError::Decode { detail, .. } => assert!(detail.contains("tests.Stray"), "{detail}"),
+        other => panic!("expected a decode error, got {other}"),
+    }
+    assert_eq!(counter.send(Add(1)).await.unwrap(), 10);
+}
+
+async fn actors_of_a_lost_node_are_reported_dead(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let doomed = cluster.add_node(&[]).unwrap();
+    let name = cluster.node(doomed).unwrap().name().to_string();
+    let counter = actor::spawn::<Counter>(0, on(&name).max_restarts(3)).await.unwrap();
+    assert_eq!(counter.send(Add(1)).await.unwrap(), 1);
+    let mut seen = 0;
+    driver.local_cluster().unwrap().kill(doomed).unwrap();
+    let death = actor::next_death(&counter, &mut seen).await.unwrap();
+    assert!(!death.restarting, "{death:?}");
+    assert!(death.reason.starts_with("node lost"), "{}", death.reason);
+    let err = counter.send(Add(1)).await.unwrap_err();
+    assert!(matches!(err, CallError::NodeLost { .. }), "{err}");
+}
