@@ -93,7 +93,11 @@ impl Handler<Transfer> for Account {
     fn handle(&mut self, t: Transfer, _: &mut Context<Self>) -> Self::Result {
         let (ledger, from) = (self.ledger.clone(), self.name.clone());
         Box::pin(async move {
-            let moved = Move { from, to: t.to, amount: t.amount };
+            let moved = Move {
+                from,
+                to: t.to,
+                amount: t.amount,
+            };
             ledger.send(moved).await.map_err(|e| e.to_string())?
         })
     }
@@ -114,7 +118,10 @@ impl RemoteActor for Ledger {
     type Args = Vec<String>;
     fn from_args(accounts: Vec<String>) -> Self {
         let balances = accounts.into_iter().map(|a| (a, OPENING_BALANCE)).collect();
-        Ledger { balances, applied: 0 }
+        Ledger {
+            balances,
+            applied: 0,
+        }
     }
 }
 
@@ -187,19 +194,35 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
     driver.connect().await?;
     println!("cluster at {}", driver.address());
 
-    let counter = actor::spawn::<Counter>(10, SpawnOptions::default().strategy(Strategy::Node("node-2".into()))).await?;
+    let counter = actor::spawn::<Counter>(
+        10,
+        SpawnOptions::default().strategy(Strategy::Node("node-2".into())),
+    )
+    .await?;
     let record = counter.record().await?;
-    println!("counter on {} (worker {})", record.node.name, record.address);
+    println!(
+        "counter on {} (worker {})",
+        record.node.name, record.address
+    );
     for n in 1..=3 {
         println!("counter + {n} = {}", counter.send(Add(n)).await?);
     }
 
     let names: Vec<String> = (0..ACCOUNTS).map(|i| format!("account-{i}")).collect();
-    let ledger = actor::spawn::<Ledger>(names.clone(), SpawnOptions::default().name("bank").max_restarts(0)).await?;
-    let bank = actor::get_actor::<Ledger>("bank").await?.context("the bank is registered by name")?;
+    let ledger = actor::spawn::<Ledger>(
+        names.clone(),
+        SpawnOptions::default().name("bank").max_restarts(0),
+    )
+    .await?;
+    let bank = actor::get_actor::<Ledger>("bank")
+        .await?
+        .context("the bank is registered by name")?;
     let mut accounts = Vec::new();
     for name in &names {
-        let options = SpawnOptions::default().num_cpus(0.5).strategy(Strategy::Spread).max_restarts(1);
+        let options = SpawnOptions::default()
+            .num_cpus(0.5)
+            .strategy(Strategy::Spread)
+            .max_restarts(1);
         let account = actor::spawn::<Account>((name.clone(), bank.clone()), options).await?;
         println!("{name} on {}", account.record().await?.node.name);
         accounts.push(account);
@@ -218,12 +241,21 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
             unsafe { libc::kill(pid, libc::SIGKILL) };
             let mut after = 0;
             let death = actor::next_death(&victim, &mut after).await?;
-            println!("account-1 died: {} (restarting: {})", death.reason, death.restarting);
+            println!(
+                "account-1 died: {} (restarting: {})",
+                death.reason, death.restarting
+            );
             restarts += 1;
         }
         let from = &accounts[i % ACCOUNTS];
         let to = names[(i * 7 + 1) % ACCOUNTS].clone();
-        match from.send(Transfer { to, amount: (i % 50) as i64 + 1 }).await {
+        match from
+            .send(Transfer {
+                to,
+                amount: (i % 50) as i64 + 1,
+            })
+            .await
+        {
             Ok(Ok(())) => ok += 1,
             Ok(Err(refused)) => {
                 failed += 1;
@@ -241,7 +273,10 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
         println!("{name}: {balance}");
     }
     let total_ok = total == OPENING_BALANCE * ACCOUNTS as i64 && applied == ok;
-    println!("{ok} transfers applied ({failed} refused or failed) in {:.1?}", started.elapsed());
+    println!(
+        "{ok} transfers applied ({failed} refused or failed) in {:.1?}",
+        started.elapsed()
+    );
     println!(
         "summary: nodes=3 actors={} transfers={ok} restarts={restarts} total_balance_ok={total_ok}",
         2 + ACCOUNTS
@@ -260,7 +295,11 @@ fn worker_pid(record: &nimbus::cluster::ActorRecord) -> Result<i32> {
         if let Ok(cmdline) = std::fs::read(path.join("cmdline")) {
             let cmdline = String::from_utf8_lossy(&cmdline);
             if cmdline.contains("nimbus-worker") && cmdline.contains(&needle) {
-                if let Some(pid) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()) {
+                if let Some(pid) = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.parse().ok())
+                {
                     return Ok(pid);
                 }
             }
@@ -268,4 +307,3 @@ fn worker_pid(record: &nimbus::cluster::ActorRecord) -> Result<i32> {
     }
     bail!("no worker process hosts {}", record.actor)
 }
-

@@ -17,7 +17,9 @@ use crate::cluster::BinaryId;
 use crate::local::{LocalCluster, LocalClusterError};
 use crate::node::workers::WORKER_ARG;
 use crate::node::{default_state_dir, sha256_file};
-use crate::transport::{CredentialError, Credentials, Endpoint, EndpointError, JoinToken, TransportConfig};
+use crate::transport::{
+    CredentialError, Credentials, Endpoint, EndpointError, JoinToken, TransportConfig,
+};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
 /// Why a driver could not start.
@@ -79,7 +81,9 @@ pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, Ini
         crate::worker::run(registry);
     }
     let path = std::env::current_exe().map_err(|e| InitError::Binary(e.to_string()))?;
-    let len = std::fs::metadata(&path).map_err(|e| InitError::Binary(e.to_string()))?.len();
+    let len = std::fs::metadata(&path)
+        .map_err(|e| InitError::Binary(e.to_string()))?
+        .len();
     let hash = sha256_file(&path).map_err(InitError::Binary)?;
     let binary = (path, BinaryId { hash, len });
     let address = flag("--address").or_else(|| std::env::var("NIMBUS_ADDRESS").ok());
@@ -87,7 +91,11 @@ pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, Ini
         Some(address) => (address, token()?, None),
         None => {
             let cluster = LocalCluster::builder().nodes(options.local_nodes).start()?;
-            (cluster.address().to_string(), cluster.token().clone(), Some(cluster))
+            (
+                cluster.address().to_string(),
+                cluster.token().clone(),
+                Some(cluster),
+            )
         }
     };
     Ok(Driver {
@@ -118,9 +126,18 @@ impl Driver {
         let credentials = Credentials::issue(&self.token, &name)?;
         let endpoint = Endpoint::client(me, &credentials, TransportConfig::default())?;
         let head = client::resolve(&self.address)?;
-        endpoint.connect(head, None).await.map_err(ClientError::from)?;
+        endpoint
+            .connect(head, None)
+            .await
+            .map_err(ClientError::from)?;
         let job = format!("{:08x}", rand::random::<u32>());
-        let context = ProcessContext::new(endpoint, head, self.registry.clone(), job, self.binary.clone());
+        let context = ProcessContext::new(
+            endpoint,
+            head,
+            self.registry.clone(),
+            job,
+            self.binary.clone(),
+        );
         if !ProcessContext::install(context) {
             return Err(InitError::AlreadyConnected);
         }
@@ -156,7 +173,10 @@ fn token() -> Result<JoinToken, InitError> {
         None => {
             let file = default_state_dir().join("token");
             std::fs::read_to_string(&file).map_err(|e| {
-                InitError::Token(format!("no --token, no NIMBUS_TOKEN, and {} unreadable: {e}", file.display()))
+                InitError::Token(format!(
+                    "no --token, no NIMBUS_TOKEN, and {} unreadable: {e}",
+                    file.display()
+                ))
             })?
         }
     };

@@ -15,9 +15,11 @@ use actix::{Actor, Addr};
 use super::registry::HostedActor;
 
 use crate::client::{self, ClientError};
-use crate::cluster::{ActorId, BinaryId, ClusterEventKind, ControlReply, ControlRequest};
-use crate::wire::Incarnation;
+use crate::cluster::{
+    ActorId, BinaryId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest,
+};
 use crate::transport::{Connection, Endpoint, RequestOptions};
+use crate::wire::Incarnation;
 
 use super::Registry;
 
@@ -96,6 +98,36 @@ impl ProcessContext {
         client::call(&head, request, RequestOptions::control()).await
     }
 
+    /// The sequence number of the head's latest event.
+    pub async fn last_event(&self) -> Result<u64, ClientError> {
+        Ok(self
+            .events(0, Duration::ZERO)
+            .await?
+            .last()
+            .map_or(0, |e| e.seq))
+    }
+
+    /// Events after `after`, waiting up to `wait` for one.
+    pub async fn events(
+        &self,
+        after: u64,
+        wait: Duration,
+    ) -> Result<Vec<ClusterEvent>, ClientError> {
+        let head = self.head().await?;
+        let request = ControlRequest::Events {
+            after,
+            wait_ms: wait.as_millis() as u64,
+        };
+        let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
+        match client::call(&head, &request, options).await? {
+            ControlReply::Events(events) => Ok(events),
+            reply => Err(ClientError::UnexpectedReply {
+                request: "Events",
+                reply: Box::new(reply),
+            }),
+        }
+    }
+
     /// Records that `actor` runs in this process, so calls from here skip
     /// serialization.
     pub fn host_locally(&self, actor: ActorId, hosted: HostedActor) {
@@ -120,20 +152,8 @@ async fn watch_deaths(context: &'static ProcessContext) {
     let mut after = 0;
     let wait = Duration::from_secs(30);
     loop {
-        let request = ControlRequest::Events {
-            after,
-            wait_ms: wait.as_millis() as u64,
-        };
-        let events = match context.head().await {
-            Ok(head) => {
-                let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
-                client::call(&head, &request, options).await
-            }
-            Err(e) => Err(e),
-        };
-        let events = match events {
-            Ok(ControlReply::Events(events)) => events,
-            Ok(_) => continue,
+        let events = match context.events(after, wait).await {
+            Ok(events) => events,
             Err(e) => {
                 tracing::debug!("death watch: the head is unreachable ({e}); retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -153,7 +173,9 @@ async fn watch_deaths(context: &'static ProcessContext) {
                 if let Some((address, current)) = known {
                     if current == incarnation {
                         context.workers.remove(&actor);
-                        context.endpoint.disconnect(address, &format!("actor died: {reason}"));
+                        context
+                            .endpoint
+                            .disconnect(address, &format!("actor died: {reason}"));
                     }
                 }
             }

@@ -16,13 +16,18 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::future::Future;
+use std::sync::OnceLock;
+
 use actix::Handler;
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::client::ClientError;
 use crate::cluster::{ActorId, ActorRecord, ControlReply, ControlRequest, NodeState};
-use crate::transport::{Channel, RequestError, RequestOptions};
+use crate::transport::{Channel, PendingReply, RequestError, RequestOptions};
 use crate::wire::{self, NodeIdentity, RemoteErrorKind};
 
 use super::context::ProcessContext;
@@ -60,19 +65,42 @@ impl<A: RemoteActor> From<HandleWire> for ActorHandle<A> {
     }
 }
 
-/// The live part of a handle, shared by its clones.
+/// The live part of a handle, shared by its clones: the outbox every call
+/// goes through, in order, and the in-flight limit.
 struct Link {
-    channel: Mutex<Option<(Channel, ActorRecord)>>,
-    in_flight: Semaphore,
+    outbox: OnceLock<mpsc::UnboundedSender<Outgoing>>,
+    in_flight: Arc<Semaphore>,
 }
 
 impl Link {
     fn new(limit: u32) -> Self {
         Link {
-            channel: Mutex::new(None),
-            in_flight: Semaphore::new(limit as usize),
+            outbox: OnceLock::new(),
+            in_flight: Arc::new(Semaphore::new(limit as usize)),
         }
     }
+}
+
+/// A call waiting in the outbox.
+struct Outgoing {
+    body: Vec<u8>,
+    one_way: bool,
+    deadline: Duration,
+    written: oneshot::Sender<Result<Written, Failure>>,
+}
+
+/// A call on the wire.
+enum Written {
+    /// Its reply is to come.
+    Pending(PendingReply, Box<ActorRecord>),
+    /// One-way: nothing comes back.
+    Delivered,
+}
+
+/// Why a call never made it onto the wire.
+enum Failure {
+    Call(CallError),
+    Transport(RequestError, ActorRecord),
 }
 
 impl<A: RemoteActor> Clone for ActorHandle<A> {
@@ -108,75 +136,127 @@ impl<A: RemoteActor> ActorHandle<A> {
     }
 
     /// Sends `message` and waits (up to 30 s) for the reply.
-    pub async fn send<M>(&self, message: M) -> Result<M::Result, CallError>
+    ///
+    /// The message is queued when `send` is called, not when the future is
+    /// first polled, so calls through one handle reach the actor in the
+    /// order `send` (and [`do_send`](Self::do_send)) were called.
+    pub fn send<M>(
+        &self,
+        message: M,
+    ) -> impl Future<Output = Result<M::Result, CallError>> + 'static
     where
         A: Handler<M>,
         M: RemoteMessage,
         M::Result: Wire,
     {
-        self.send_with_deadline(message, DEFAULT_CALL_DEADLINE).await
+        self.send_with_deadline(message, DEFAULT_CALL_DEADLINE)
     }
 
-    /// Sends `message` and waits up to `deadline` for the reply.
-    pub async fn send_with_deadline<M>(&self, message: M, deadline: Duration) -> Result<M::Result, CallError>
+    /// [`send`](Self::send) with another deadline.
+    pub fn send_with_deadline<M>(
+        &self,
+        message: M,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<M::Result, CallError>> + 'static
+    where
+        A: Handler<M>,
+        M: RemoteMessage,
+        M::Result: Wire,
+    {
+        let actor = self.id;
+        let queued = self.queue(message, false, deadline);
+        async move {
+            match queued? {
+                Queued::Local(reply) => reply.await.map_err(|e| CallError::ActorDead {
+                    actor,
+                    reason: e.to_string(),
+                }),
+                Queued::Remote(written, _permit) => {
+                    let written = written.await.map_err(|_| dispatcher_gone(actor))?;
+                    let (pending, record) = match written {
+                        Ok(Written::Pending(pending, record)) => (pending, record),
+                        Ok(Written::Delivered) => unreachable!("a two-way call is never one-way"),
+                        Err(failure) => return Err(explain(actor, failure).await),
+                    };
+                    match pending.wait().await {
+                        Ok(reply) => wire::decode(&reply).map_err(|e| CallError::Decode {
+                            actor,
+                            detail: format!("cannot decode the reply to {}: {e}", M::NAME),
+                        }),
+                        Err(e) => Err(explain(actor, Failure::Transport(e, *record)).await),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `message` without waiting for any reply; it reaches the actor
+    /// after every call made before it through this handle. Failures to
+    /// deliver are logged.
+    pub fn do_send<M>(&self, message: M) -> Result<(), CallError>
+    where
+        A: Handler<M>,
+        M: RemoteMessage,
+        M::Result: Wire,
+    {
+        match self.queue(message, true, DEFAULT_CALL_DEADLINE)? {
+            Queued::Local(_) | Queued::Remote(..) => Ok(()),
+        }
+    }
+
+    /// Queues `message` now: to the local actor, or into the outbox.
+    fn queue<M>(
+        &self,
+        message: M,
+        one_way: bool,
+        deadline: Duration,
+    ) -> Result<Queued<M::Result>, CallError>
     where
         A: Handler<M>,
         M: RemoteMessage,
         M::Result: Wire,
     {
         let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
-        let _permit = self.permit()?;
-        if let Some(addr) = context.local::<A>(self.id) {
-            return addr.send(message).await.map_err(|e| CallError::ActorDead {
+        let permit = self
+            .link
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| CallError::MailboxFull {
                 actor: self.id,
-                reason: e.to_string(),
-            });
+                limit: self.max_in_flight,
+            })?;
+        if let Some(addr) = context.local::<A>(self.id) {
+            if one_way {
+                addr.do_send(message);
+                return Ok(Queued::Local(futures::future::pending().boxed()));
+            }
+            let reply = addr.send(message);
+            return Ok(Queued::Local(reply.boxed()));
         }
         let body = self.encode(&message)?;
-        let (channel, record) = self.channel(context).await?;
-        let options = RequestOptions::control().with_deadline(deadline);
-        match channel.request(body, options).await {
-            Ok(reply) => wire::decode(&reply).map_err(|e| CallError::Decode {
-                actor: self.id,
-                detail: format!("cannot decode the reply to {}: {e}", M::NAME),
-            }),
-            Err(e) => Err(self.failed(context, e, &record).await),
-        }
-    }
-
-    /// Sends `message` without waiting for a reply; it still arrives after
-    /// every call made before it through this handle. Returns once the
-    /// message is handed to the transport.
-    pub async fn do_send<M>(&self, message: M) -> Result<(), CallError>
-    where
-        A: Handler<M>,
-        M: RemoteMessage,
-        M::Result: Wire,
-    {
-        let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
-        if let Some(addr) = context.local::<A>(self.id) {
-            addr.do_send(message);
-            return Ok(());
-        }
-        let body = self.encode(&message)?;
-        let (channel, record) = self.channel(context).await?;
-        match channel.notify(body, RequestOptions::control()).await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.failed(context, e, &record).await),
-        }
+        let (written, receipt) = oneshot::channel();
+        let outgoing = Outgoing {
+            body,
+            one_way,
+            deadline,
+            written,
+        };
+        let outbox = self.link.outbox.get_or_init(|| {
+            let (outbox, queue) = mpsc::unbounded_channel();
+            tokio::spawn(deliver(context, self.id, queue));
+            outbox
+        });
+        outbox
+            .send(outgoing)
+            .map_err(|_| dispatcher_gone(self.id))?;
+        Ok(Queued::Remote(receipt, permit))
     }
 
     /// Where the actor runs now, as the head knows it.
     pub async fn record(&self) -> Result<ActorRecord, CallError> {
         let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
         locate(context, self.id).await
-    }
-
-    fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, CallError> {
-        self.link.in_flight.try_acquire().map_err(|_| CallError::MailboxFull {
-            actor: self.id,
-            limit: self.max_in_flight,
-        })
     }
 
     fn encode<M: RemoteMessage>(&self, message: &M) -> Result<Vec<u8>, CallError> {
@@ -191,94 +271,167 @@ impl<A: RemoteActor> ActorHandle<A> {
         };
         rmp_serde::to_vec_named(&call).map_err(encode_error)
     }
+}
 
-    /// The channel to the current incarnation, opened on first use and
-    /// after the previous one broke.
-    async fn channel(&self, context: &ProcessContext) -> Result<(Channel, ActorRecord), CallError> {
-        let mut slot = self.link.channel.lock().await;
-        if let Some((channel, record)) = slot.as_ref() {
-            if channel.is_open() {
-                return Ok((channel.clone(), record.clone()));
-            }
-        }
-        let record = locate(context, self.id).await?;
-        let worker = NodeIdentity {
-            name: worker_name(self.id),
-            incarnation: record.incarnation,
-        };
-        let lost = |e: String| CallError::ActorDead {
-            actor: self.id,
-            reason: format!("its worker at {} is unreachable: {e}", record.address),
-        };
-        let connection = context
-            .endpoint
-            .connect(record.address, Some(&worker))
-            .await
-            .map_err(|e| lost(e.to_string()))?;
-        let channel = connection.open_channel().await.map_err(|e| lost(e.to_string()))?;
-        context.talking_to(self.id, record.address, record.incarnation);
-        *slot = Some((channel.clone(), record.clone()));
-        Ok((channel, record))
+/// A call queued by [`ActorHandle::queue`].
+enum Queued<R> {
+    /// To an actor in this process: its reply.
+    Local(BoxFuture<'static, Result<R, actix::MailboxError>>),
+    /// Into the outbox: when it is written, and the in-flight permit held
+    /// until the reply.
+    Remote(
+        oneshot::Receiver<Result<Written, Failure>>,
+        OwnedSemaphorePermit,
+    ),
+}
+
+fn dispatcher_gone(actor: ActorId) -> CallError {
+    CallError::ActorDead {
+        actor,
+        reason: "the handle's delivery task stopped (its runtime shut down)".into(),
     }
+}
 
-    /// Turns a transport failure into the call error callers can act on.
-    async fn failed(&self, context: &ProcessContext, error: RequestError, used: &ActorRecord) -> CallError {
-        let actor = self.id;
-        match error {
-            RequestError::Remote { error, .. } => match error.kind {
-                RemoteErrorKind::BadRequest => CallError::Decode {
-                    actor,
-                    detail: error.message,
-                },
-                RemoteErrorKind::Internal => CallError::Handler {
-                    actor,
-                    message: error.message,
-                },
-                RemoteErrorKind::DeadlineExceeded => CallError::Timeout {
-                    actor,
-                    after: DEFAULT_CALL_DEADLINE,
-                },
-                RemoteErrorKind::StaleIncarnation | RemoteErrorKind::ShuttingDown => CallError::ActorDead {
-                    actor,
-                    reason: error.message,
-                },
-            },
-            RequestError::Timeout { after, .. } => CallError::Timeout { actor, after },
-            RequestError::Wire { cause, .. } => CallError::Decode {
-                actor,
-                detail: cause.to_string(),
-            },
-            lost => {
-                *self.link.channel.lock().await = None;
-                self.diagnose(context, used, lost.to_string()).await
-            }
-        }
-    }
-
-    /// The worker's connection broke: was it the actor or its node?
-    async fn diagnose(&self, context: &ProcessContext, used: &ActorRecord, detail: String) -> CallError {
-        let actor = self.id;
-        if let Ok(record) = locate_any(context, actor).await {
-            if let Some(reason) = record.dead.filter(|r| r.starts_with("node lost")) {
-                return CallError::NodeLost { actor, reason };
-            }
-        }
-        let node_dead = match context.call_head(&ControlRequest::Status).await {
-            Ok(ControlReply::Status(status)) => status
-                .node(&used.node.name)
-                .is_none_or(|n| n.state == NodeState::Dead || n.incarnation != used.node.incarnation.0),
-            _ => false,
-        };
-        if node_dead {
-            return CallError::NodeLost {
-                actor,
-                reason: format!("node {} is dead ({detail})", used.node),
+/// Writes queued calls in order on a channel to the actor's current
+/// incarnation, opening it on first use and again after it broke.
+async fn deliver(
+    context: &'static ProcessContext,
+    actor: ActorId,
+    mut queue: mpsc::UnboundedReceiver<Outgoing>,
+) {
+    let mut current: Option<(Channel, ActorRecord)> = None;
+    while let Some(call) = queue.recv().await {
+        if current
+            .as_ref()
+            .is_none_or(|(channel, _)| !channel.is_open())
+        {
+            current = match open(context, actor).await {
+                Ok(opened) => Some(opened),
+                Err(e) => {
+                    let _ = call.written.send(Err(Failure::Call(e)));
+                    continue;
+                }
             };
         }
-        CallError::ActorDead {
-            actor,
-            reason: format!("incarnation {} died: {detail}", used.incarnation),
+        let (channel, record) = current.clone().expect("opened above");
+        let options = RequestOptions::control().with_deadline(call.deadline);
+        let written = if call.one_way {
+            channel
+                .notify(call.body, options)
+                .await
+                .map(|()| Written::Delivered)
+        } else {
+            channel
+                .send_request(call.body, options)
+                .await
+                .map(|pending| Written::Pending(pending, Box::new(record.clone())))
+        };
+        let written = written.map_err(|e| {
+            current = None;
+            Failure::Transport(e, record)
+        });
+        if call.one_way {
+            if let Err(Failure::Transport(e, _)) = &written {
+                tracing::warn!(%actor, "a one-way message was not delivered: {e}");
+            }
         }
+        let _ = call.written.send(written);
+    }
+}
+
+/// A channel to the actor's current incarnation.
+async fn open(
+    context: &ProcessContext,
+    actor: ActorId,
+) -> Result<(Channel, ActorRecord), CallError> {
+    let record = locate(context, actor).await?;
+    let worker = NodeIdentity {
+        name: worker_name(actor),
+        incarnation: record.incarnation,
+    };
+    let lost = |e: String| CallError::ActorDead {
+        actor,
+        reason: format!("its worker at {} is unreachable: {e}", record.address),
+    };
+    let connection = context
+        .endpoint
+        .connect(record.address, Some(&worker))
+        .await
+        .map_err(|e| lost(e.to_string()))?;
+    let channel = connection
+        .open_channel()
+        .await
+        .map_err(|e| lost(e.to_string()))?;
+    context.talking_to(actor, record.address, record.incarnation);
+    Ok((channel, record))
+}
+
+/// Turns a failure into the call error callers can act on.
+async fn explain(actor: ActorId, failure: Failure) -> CallError {
+    let (error, used) = match failure {
+        Failure::Call(e) => return e,
+        Failure::Transport(error, used) => (error, used),
+    };
+    match error {
+        RequestError::Remote { error, .. } => match error.kind {
+            RemoteErrorKind::BadRequest => CallError::Decode {
+                actor,
+                detail: error.message,
+            },
+            RemoteErrorKind::Internal => CallError::Handler {
+                actor,
+                message: error.message,
+            },
+            RemoteErrorKind::DeadlineExceeded => CallError::Timeout {
+                actor,
+                after: DEFAULT_CALL_DEADLINE,
+            },
+            RemoteErrorKind::StaleIncarnation | RemoteErrorKind::ShuttingDown => {
+                CallError::ActorDead {
+                    actor,
+                    reason: error.message,
+                }
+            }
+        },
+        RequestError::Timeout { after, .. } => CallError::Timeout { actor, after },
+        RequestError::Wire { cause, .. } => CallError::Decode {
+            actor,
+            detail: cause.to_string(),
+        },
+        lost => match ProcessContext::current() {
+            Some(context) => diagnose(context, actor, &used, lost.to_string()).await,
+            None => CallError::NotInitialized,
+        },
+    }
+}
+
+/// The worker's connection broke: was it the actor or its node?
+async fn diagnose(
+    context: &ProcessContext,
+    actor: ActorId,
+    used: &ActorRecord,
+    detail: String,
+) -> CallError {
+    if let Ok(record) = locate_any(context, actor).await {
+        if let Some(reason) = record.dead.filter(|r| r.starts_with("node lost")) {
+            return CallError::NodeLost { actor, reason };
+        }
+    }
+    let node_dead = match context.call_head(&ControlRequest::Status).await {
+        Ok(ControlReply::Status(status)) => status
+            .node(&used.node.name)
+            .is_none_or(|n| n.state == NodeState::Dead || n.incarnation != used.node.incarnation.0),
+        _ => false,
+    };
+    if node_dead {
+        return CallError::NodeLost {
+            actor,
+            reason: format!("node {} is dead ({detail})", used.node),
+        };
+    }
+    CallError::ActorDead {
+        actor,
+        reason: format!("incarnation {} died: {detail}", used.incarnation),
     }
 }
 
@@ -287,18 +440,40 @@ pub(crate) fn worker_name(actor: ActorId) -> String {
     format!("worker-{actor}")
 }
 
-/// The actor's record, which must be alive.
+/// How long a caller waits for a restarting actor's next incarnation.
+const RESTART_WAIT: Duration = Duration::from_secs(60);
+
+/// The actor's record, which must be alive; while it restarts, waits for
+/// the new incarnation.
 async fn locate(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord, CallError> {
-    let record = locate_any(context, actor).await?;
-    match record.dead {
-        Some(reason) if reason.starts_with("node lost") => Err(CallError::NodeLost { actor, reason }),
-        Some(reason) => Err(CallError::ActorDead { actor, reason }),
-        None => Ok(record),
+    let end = tokio::time::Instant::now() + RESTART_WAIT;
+    loop {
+        let seen = context.last_event().await?;
+        let record = locate_any(context, actor).await?;
+        match record.dead {
+            Some(reason) if reason.starts_with("node lost") => {
+                return Err(CallError::NodeLost { actor, reason })
+            }
+            Some(reason) => return Err(CallError::ActorDead { actor, reason }),
+            None if !record.restarting => return Ok(record),
+            None => {}
+        }
+        let left = end.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(CallError::ActorDead {
+                actor,
+                reason: format!("it did not come back from a restart within {RESTART_WAIT:?}"),
+            });
+        }
+        context.events(seen, left).await?;
     }
 }
 
 async fn locate_any(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord, CallError> {
-    match context.call_head(&ControlRequest::LocateActor(actor)).await? {
+    match context
+        .call_head(&ControlRequest::LocateActor(actor))
+        .await?
+    {
         ControlReply::Actor(Some(record)) => Ok(*record),
         ControlReply::Actor(None) => Err(CallError::ActorDead {
             actor,

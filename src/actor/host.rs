@@ -42,10 +42,16 @@ impl ActorHost {
 }
 
 impl RequestHandler for ActorHost {
-    fn handle(&self, _from: PeerIdentity, body: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>> {
+    fn handle(
+        &self,
+        _from: PeerIdentity,
+        body: Vec<u8>,
+    ) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>> {
         let call: ActorCall = match wire::decode(&body) {
             Ok(call) => call,
-            Err(e) => return futures::future::ready(Err(HandlerError::Malformed(e.to_string()))).boxed(),
+            Err(e) => {
+                return futures::future::ready(Err(HandlerError::Malformed(e.to_string()))).boxed()
+            }
         };
         if call.actor != self.actor {
             let error = RemoteError::new(
@@ -55,9 +61,9 @@ impl RequestHandler for ActorHost {
             return futures::future::ready(Err(error.into())).boxed();
         }
         // Dispatching enqueues the message now, keeping the channel's order.
-        let reply = self
-            .registry
-            .dispatch(&self.type_name, &self.hosted, &call.message, &call.payload);
+        let reply =
+            self.registry
+                .dispatch(&self.type_name, &self.hosted, &call.message, &call.payload);
         let panic = self.panic.clone();
         let message = call.message;
         async move {
@@ -67,14 +73,18 @@ impl RequestHandler for ActorHost {
                         RemoteErrorKind::BadRequest,
                         format!("cannot decode message {message}: {detail}"),
                     ),
-                    DispatchError::UnknownMessage(detail) => RemoteError::new(RemoteErrorKind::BadRequest, detail),
+                    DispatchError::UnknownMessage(detail) => {
+                        RemoteError::new(RemoteErrorKind::BadRequest, detail)
+                    }
                     DispatchError::Encode(detail) => RemoteError::new(
                         RemoteErrorKind::Internal,
                         format!("cannot encode the reply to {message}: {detail}"),
                     ),
                     DispatchError::ActorGone => match panic.get() {
                         Some(panic) => RemoteError::new(RemoteErrorKind::Internal, panic.clone()),
-                        None => RemoteError::new(RemoteErrorKind::ShuttingDown, "the actor stopped"),
+                        None => {
+                            RemoteError::new(RemoteErrorKind::ShuttingDown, "the actor stopped")
+                        }
                     },
                 })
             };

@@ -11,9 +11,7 @@ use std::time::Duration;
 use actix::{Message, Recipient};
 use serde::{Deserialize, Serialize};
 
-use crate::client;
-use crate::cluster::{ActorId, ClusterEventKind, ControlReply, ControlRequest};
-use crate::transport::RequestOptions;
+use crate::cluster::{ActorId, ClusterEventKind};
 use crate::wire::Incarnation;
 
 use super::context::ProcessContext;
@@ -40,7 +38,10 @@ pub struct ActorDied {
 /// Delivers every death of `handle`'s actor to `watcher`, until it is dead
 /// for good. Returns at once; the watch runs as a task of the current async
 /// runtime.
-pub fn monitor<A: RemoteActor>(handle: &ActorHandle<A>, watcher: Recipient<ActorDied>) -> Result<(), CallError> {
+pub fn monitor<A: RemoteActor>(
+    handle: &ActorHandle<A>,
+    watcher: Recipient<ActorDied>,
+) -> Result<(), CallError> {
     let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
     let actor = handle.id();
     tokio::spawn(async move {
@@ -67,27 +68,29 @@ pub fn monitor<A: RemoteActor>(handle: &ActorHandle<A>, watcher: Recipient<Actor
 }
 
 /// Waits for the next death of `handle`'s actor.
-pub async fn next_death<A: RemoteActor>(handle: &ActorHandle<A>, after: &mut u64) -> Result<ActorDied, CallError> {
+pub async fn next_death<A: RemoteActor>(
+    handle: &ActorHandle<A>,
+    after: &mut u64,
+) -> Result<ActorDied, CallError> {
     let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
     loop {
-        if let Some(death) = next_deaths(context, handle.id(), after).await?.into_iter().next() {
+        if let Some(death) = next_deaths(context, handle.id(), after)
+            .await?
+            .into_iter()
+            .next()
+        {
             return Ok(death);
         }
     }
 }
 
 /// Deaths of `actor` among the events after `after` (long-polled).
-async fn next_deaths(context: &ProcessContext, actor: ActorId, after: &mut u64) -> Result<Vec<ActorDied>, CallError> {
-    let head = context.head().await?;
-    let wait = Duration::from_secs(30);
-    let request = ControlRequest::Events {
-        after: *after,
-        wait_ms: wait.as_millis() as u64,
-    };
-    let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
-    let ControlReply::Events(events) = client::call(&head, &request, options).await? else {
-        return Ok(Vec::new());
-    };
+async fn next_deaths(
+    context: &ProcessContext,
+    actor: ActorId,
+    after: &mut u64,
+) -> Result<Vec<ActorDied>, CallError> {
+    let events = context.events(*after, Duration::from_secs(30)).await?;
     *after = events.last().map_or(*after, |e| e.seq);
     Ok(events
         .into_iter()

@@ -11,6 +11,10 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde::{de::DeserializeOwned, Serialize};
 
+/// The actix mailbox capacity of hosted actors: beyond any sane in-flight
+/// limit (a full mailbox would break the ordering of calls).
+const MAILBOX_CAPACITY: usize = 1 << 30;
+
 /// Values that can cross process boundaries.
 pub trait Wire: Serialize + DeserializeOwned + Send + 'static {}
 impl<T: Serialize + DeserializeOwned + Send + 'static> Wire for T {}
@@ -71,7 +75,10 @@ pub enum DispatchError {
 
 type Create = Arc<dyn Fn(&[u8]) -> Result<HostedActor, DispatchError> + Send + Sync>;
 type Dispatch = Arc<
-    dyn Fn(&HostedActor, &[u8]) -> Result<BoxFuture<'static, Result<Vec<u8>, DispatchError>>, DispatchError>
+    dyn Fn(
+            &HostedActor,
+            &[u8],
+        ) -> Result<BoxFuture<'static, Result<Vec<u8>, DispatchError>>, DispatchError>
         + Send
         + Sync,
 >;
@@ -112,7 +119,14 @@ impl Registry {
         let create: Create = Arc::new(|args: &[u8]| {
             let args: A::Args =
                 rmp_serde::from_slice(args).map_err(|e| DispatchError::Decode(e.to_string()))?;
-            let addr = A::from_args(args).start();
+            // Calls are limited per handle (`max_in_flight`), not here: a
+            // full actix mailbox would hold messages back in their reply
+            // futures and let later ones overtake them.
+            let actor = A::from_args(args);
+            let addr = A::create(|ctx: &mut Context<A>| {
+                ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+                actor
+            });
             Ok(HostedActor {
                 addr: Arc::new(addr),
             })
@@ -164,10 +178,11 @@ impl Registry {
     /// Starts actor `name` from serialized arguments, in the calling actix
     /// system.
     pub fn create(&self, name: &str, args: &[u8]) -> Result<HostedActor, DispatchError> {
-        let entry = self
-            .actors
-            .get(name)
-            .ok_or_else(|| DispatchError::UnknownMessage(format!("actor type {name} is not registered in this binary")))?;
+        let entry = self.actors.get(name).ok_or_else(|| {
+            DispatchError::UnknownMessage(format!(
+                "actor type {name} is not registered in this binary"
+            ))
+        })?;
         (entry.create)(args)
     }
 

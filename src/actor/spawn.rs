@@ -132,7 +132,10 @@ impl SpawnOptions {
 }
 
 /// Spawns an `A` built from `args` somewhere in the cluster.
-pub async fn spawn<A: RemoteActor>(args: A::Args, options: SpawnOptions) -> Result<ActorHandle<A>, SpawnError> {
+pub async fn spawn<A: RemoteActor>(
+    args: A::Args,
+    options: SpawnOptions,
+) -> Result<ActorHandle<A>, SpawnError> {
     let context = ProcessContext::current().ok_or(SpawnError::NotInitialized)?;
     if !context.registry.has_actor(A::NAME) {
         return Err(SpawnError::NotRegistered(A::NAME));
@@ -171,17 +174,22 @@ pub async fn spawn<A: RemoteActor>(args: A::Args, options: SpawnOptions) -> Resu
 }
 
 /// Starts `spec` on some node, per the module docs.
-async fn place(context: &ProcessContext, spec: &ActorSpec, options: &SpawnOptions) -> Result<(), SpawnError> {
+async fn place(
+    context: &ProcessContext,
+    spec: &ActorSpec,
+    options: &SpawnOptions,
+) -> Result<(), SpawnError> {
     let needs = spec.resources.to_string();
     let end = Instant::now() + options.deadline;
     let head = context.head().await?;
     let mut seen = last_event(&head).await?;
     let mut last = String::from("no node was asked");
     loop {
-        let status = match client::call(&head, &ControlRequest::Status, RequestOptions::control()).await? {
-            ControlReply::Status(status) => status,
-            reply => return Err(unexpected("Status", reply)),
-        };
+        let status =
+            match client::call(&head, &ControlRequest::Status, RequestOptions::control()).await? {
+                ControlReply::Status(status) => status,
+                reply => return Err(unexpected("Status", reply)),
+            };
         let candidates = candidates(&status.nodes, spec, &options.strategy);
         if candidates.is_empty() {
             let offers: Vec<String> = status
@@ -190,7 +198,11 @@ async fn place(context: &ProcessContext, spec: &ActorSpec, options: &SpawnOption
                 .collect();
             return Err(SpawnError::Unsatisfiable {
                 needs,
-                detail: if offers.is_empty() { "no node is alive".into() } else { offers.join("; ") },
+                detail: if offers.is_empty() {
+                    "no node is alive".into()
+                } else {
+                    offers.join("; ")
+                },
             });
         }
         for node in candidates {
@@ -219,8 +231,16 @@ async fn place(context: &ProcessContext, spec: &ActorSpec, options: &SpawnOption
 }
 
 /// Alive nodes whose totals fit the request, best first.
-fn candidates<'a>(nodes: &'a [NodeStatus], spec: &ActorSpec, strategy: &Strategy) -> Vec<&'a NodeStatus> {
-    let fits = |n: &NodeStatus| spec.resources.iter().all(|(name, amount)| n.resources.total.amount(name) >= amount);
+fn candidates<'a>(
+    nodes: &'a [NodeStatus],
+    spec: &ActorSpec,
+    strategy: &Strategy,
+) -> Vec<&'a NodeStatus> {
+    let fits = |n: &NodeStatus| {
+        spec.resources
+            .iter()
+            .all(|(name, amount)| n.resources.total.amount(name) >= amount)
+    };
     let free_cpu = |n: &NodeStatus| n.resources.total.amount(CPU) - n.resources.used.amount(CPU);
     let mut nodes: Vec<&NodeStatus> = nodes
         .iter()
@@ -244,8 +264,16 @@ fn used_share(node: &NodeStatus) -> f64 {
 
 /// Asks `node` to start the actor, shipping the binary if it asks for it.
 /// `Ok(Err(refusal))`: the node is full.
-async fn start_on(context: &ProcessContext, node: &NodeStatus, spec: &ActorSpec) -> Result<Result<(), String>, SpawnError> {
-    let connection = context.endpoint.connect(node.address, Some(&node.identity())).await.map_err(ClientError::from)?;
+async fn start_on(
+    context: &ProcessContext,
+    node: &NodeStatus,
+    spec: &ActorSpec,
+) -> Result<Result<(), String>, SpawnError> {
+    let connection = context
+        .endpoint
+        .connect(node.address, Some(&node.identity()))
+        .await
+        .map_err(ClientError::from)?;
     let start = ControlRequest::StartActor(spec.clone());
     let options = RequestOptions::control().with_deadline(Duration::from_secs(60));
     for _ in 0..2 {
@@ -275,7 +303,9 @@ async fn start_on(context: &ProcessContext, node: &NodeStatus, spec: &ActorSpec)
 /// Ships this program's binary to a node, in order, in chunks.
 async fn upload(context: &ProcessContext, node: &Connection) -> Result<(), SpawnError> {
     let (path, id) = &context.binary;
-    let bytes = tokio::fs::read(path).await.map_err(|e| SpawnError::Binary(format!("{}: {e}", path.display())))?;
+    let bytes = tokio::fs::read(path)
+        .await
+        .map_err(|e| SpawnError::Binary(format!("{}: {e}", path.display())))?;
     let total = bytes.len() as u64;
     let mut offset = 0;
     for chunk in bytes.chunks(UPLOAD_CHUNK) {
@@ -292,7 +322,10 @@ async fn upload(context: &ProcessContext, node: &Connection) -> Result<(), Spawn
 }
 
 async fn last_event(head: &Connection) -> Result<u64, ClientError> {
-    let request = ControlRequest::Events { after: 0, wait_ms: 0 };
+    let request = ControlRequest::Events {
+        after: 0,
+        wait_ms: 0,
+    };
     match client::call(head, &request, RequestOptions::control()).await? {
         ControlReply::Events(events) => Ok(events.last().map_or(0, |e| e.seq)),
         reply => Err(ClientError::UnexpectedReply {

@@ -41,6 +41,7 @@ impl Directory {
             return;
         };
         record.dead = Some(reason.clone());
+        record.restarting = false;
         if let Some(name) = &record.name {
             if self.names.get(name) == Some(&actor) {
                 self.names.remove(name);
@@ -121,6 +122,10 @@ impl Handler<ActorUp> for Directory {
         if let Some(name) = &record.name {
             self.names.insert(name.clone(), record.actor);
         }
+        self.events.do_send(Publish(ClusterEventKind::ActorStarted {
+            actor: record.actor,
+            incarnation: record.incarnation,
+        }));
         self.actors.insert(record.actor, record);
     }
 }
@@ -134,6 +139,9 @@ impl Handler<ActorDown> for Directory {
             Some(incarnation) if incarnation != msg.incarnation => {}
             None => self.names.retain(|_, actor| *actor != msg.actor),
             Some(_) if msg.restarting => {
+                if let Some(record) = self.actors.get_mut(&msg.actor) {
+                    record.restarting = true;
+                }
                 self.events.do_send(Publish(ClusterEventKind::ActorDied {
                     actor: msg.actor,
                     incarnation: msg.incarnation,
@@ -202,6 +210,7 @@ mod tests {
             incarnation: Incarnation(actor),
             restarts: 0,
             dead: None,
+            restarting: false,
         }
     }
 
@@ -238,7 +247,9 @@ mod tests {
             })
             .await
             .unwrap();
-        assert!(matches!(&published[0].kind, ClusterEventKind::ActorDied { actor, restarting: false, .. } if *actor == ActorId(1)));
+        assert!(
+            matches!(&published[1].kind, ClusterEventKind::ActorDied { actor, restarting: false, .. } if *actor == ActorId(1))
+        );
         dir.send(reserve(2, "bank")).await.unwrap().unwrap();
     }
 }

@@ -176,6 +176,8 @@ pub struct ActorRecord {
     pub restarts: u32,
     /// Why it is dead, if it is (for good).
     pub dead: Option<String>,
+    /// Its last incarnation died and its node is starting the next one.
+    pub restarting: bool,
 }
 
 /// What a node tells the head when it joins.
@@ -290,6 +292,13 @@ pub enum ClusterEventKind {
         /// Why: missed heartbeats, or replaced by a newer incarnation.
         reason: String,
     },
+    /// An actor incarnation runs (first start or restart).
+    ActorStarted {
+        /// The actor.
+        actor: ActorId,
+        /// The incarnation that runs.
+        incarnation: Incarnation,
+    },
     /// An actor incarnation died.
     ActorDied {
         /// The actor.
@@ -310,7 +319,7 @@ impl ClusterEventKind {
             ClusterEventKind::NodeJoined { node, .. }
             | ClusterEventKind::NodeLeft { node }
             | ClusterEventKind::NodeDead { node, .. } => Some(node),
-            ClusterEventKind::ActorDied { .. } => None,
+            ClusterEventKind::ActorStarted { .. } | ClusterEventKind::ActorDied { .. } => None,
         }
     }
 }

@@ -37,13 +37,28 @@ impl BinaryCache {
 
     /// Appends one chunk; on the last one, checks the hash and publishes the
     /// binary. Chunks must come in order.
-    pub fn receive(&mut self, hash: &str, offset: u64, total: u64, chunk: &[u8]) -> Result<(), String> {
+    pub fn receive(
+        &mut self,
+        hash: &str,
+        offset: u64,
+        total: u64,
+        chunk: &[u8],
+    ) -> Result<(), String> {
         let hash = valid_hash(hash)?.to_string();
         if offset == 0 {
-            fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
+            fs::create_dir_all(&self.dir)
+                .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
             let path = self.dir.join(format!("{hash}.part-{}", std::process::id()));
-            let file = File::create(&path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            self.uploads.insert(hash.clone(), Upload { file, path, received: 0 });
+            let file =
+                File::create(&path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            self.uploads.insert(
+                hash.clone(),
+                Upload {
+                    file,
+                    path,
+                    received: 0,
+                },
+            );
         }
         let upload = self
             .uploads
@@ -52,7 +67,9 @@ impl BinaryCache {
         if offset != upload.received || offset + chunk.len() as u64 > total {
             let expected = upload.received;
             self.abort(&hash);
-            return Err(format!("chunk at {offset} does not follow the {expected} bytes received of {total}"));
+            return Err(format!(
+                "chunk at {offset} does not follow the {expected} bytes received of {total}"
+            ));
         }
         upload.file.write_all(chunk).map_err(|e| e.to_string())?;
         upload.received += chunk.len() as u64;
@@ -66,7 +83,8 @@ impl BinaryCache {
             let _ = fs::remove_file(&upload.path);
             return Err(format!("uploaded binary hashes to {actual}, not {hash}"));
         }
-        fs::set_permissions(&upload.path, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+        fs::set_permissions(&upload.path, fs::Permissions::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
         fs::rename(&upload.path, self.dir.join(&hash)).map_err(|e| e.to_string())
     }
 
@@ -89,13 +107,22 @@ pub fn sha256_file(path: &std::path::Path) -> Result<String, String> {
         }
         context.update(&buf[..n]);
     }
-    Ok(context.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(context
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// A hash is 64 lowercase hex digits (it becomes a file name).
 fn valid_hash(hash: &str) -> Result<&str, String> {
-    let ok = hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    ok.then_some(hash).ok_or_else(|| format!("{hash:?} is not a SHA-256 in hex"))
+    let ok = hash.len() == 64
+        && hash
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    ok.then_some(hash)
+        .ok_or_else(|| format!("{hash:?} is not a SHA-256 in hex"))
 }
 
 #[cfg(test)]
@@ -115,7 +142,10 @@ mod tests {
         assert!(cache.get(&hash).is_some());
 
         let wrong = "0".repeat(64);
-        assert!(cache.receive(&wrong, 0, 3, b"abc").unwrap_err().contains("hashes to"));
+        assert!(cache
+            .receive(&wrong, 0, 3, b"abc")
+            .unwrap_err()
+            .contains("hashes to"));
         assert!(cache.receive("../etc", 0, 3, b"abc").is_err());
         assert!(cache.receive(&wrong, 5, 10, b"abc").is_err());
     }

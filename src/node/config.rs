@@ -50,7 +50,9 @@ pub struct NodeConfig {
 pub fn default_state_dir() -> PathBuf {
     match std::env::var_os("NIMBUS_HOME") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".nimbus"),
+        None => {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".nimbus")
+        }
     }
 }
 

@@ -125,9 +125,9 @@ impl NodeManager {
                 async move {
                     match sent.await {
                         Ok(Ok(())) => Beat::Acked,
-                        Ok(Err(e @ (MembershipError::Stale { .. } | MembershipError::Dead { .. }))) => {
-                            Beat::Expelled(e.to_string())
-                        }
+                        Ok(Err(
+                            e @ (MembershipError::Stale { .. } | MembershipError::Dead { .. }),
+                        )) => Beat::Expelled(e.to_string()),
                         Ok(Err(e)) => Beat::Missed(e.to_string()),
                         Err(e) => Beat::Missed(e.to_string()),
                     }
@@ -135,7 +135,10 @@ impl NodeManager {
                 .boxed()
             }
             HeadLink::Remote { .. } => {
-                let call = self.call_head(ControlRequest::Heartbeat { node, used }, self.config.interval * 2);
+                let call = self.call_head(
+                    ControlRequest::Heartbeat { node, used },
+                    self.config.interval * 2,
+                );
                 async move {
                     match call.await {
                         Ok(_) => Beat::Acked,
@@ -164,7 +167,9 @@ impl NodeManager {
             }
             Beat::Missed(reason) => {
                 let silent = self.last_ack.elapsed();
-                warn!("heartbeat to the head failed ({reason}); no acknowledgement for {silent:.1?}");
+                warn!(
+                    "heartbeat to the head failed ({reason}); no acknowledgement for {silent:.1?}"
+                );
                 if silent > self.config.head_lost_timeout {
                     let _ = self.config.fatal.send(NodeError::HeadLost(silent));
                 }
@@ -246,18 +251,26 @@ impl NodeManager {
             .map(|(name, amount)| format!("{name}={amount} (free {})", self.free(name)))
             .collect();
         if !short.is_empty() {
-            return Err(format!("node {} lacks {}", self.config.identity.name, short.join(", ")));
+            return Err(format!(
+                "node {} lacks {}",
+                self.config.identity.name,
+                short.join(", ")
+            ));
         }
         for (name, amount) in spec.resources.iter() {
             self.used.set(name, self.used.amount(name) + amount);
         }
         let gpus = spec.resources.amount(GPU).ceil() as usize;
-        Ok(self.free_gpus.drain(..gpus.min(self.free_gpus.len())).collect())
+        Ok(self
+            .free_gpus
+            .drain(..gpus.min(self.free_gpus.len()))
+            .collect())
     }
 
     fn release(&mut self, spec: &ActorSpec, gpus: Vec<u32>) {
         for (name, amount) in spec.resources.iter() {
-            self.used.set(name, (self.used.amount(name) - amount).max(0.0));
+            self.used
+                .set(name, (self.used.amount(name) - amount).max(0.0));
         }
         self.free_gpus.extend(gpus);
     }
@@ -270,7 +283,8 @@ impl NodeManager {
         ctx: &mut Context<Self>,
     ) -> BoxFuture<'static, Result<LaunchedWorker, String>> {
         let Some(binary) = self.binaries.get(&spec.binary.hash) else {
-            return futures::future::ready(Err("the program binary left the cache".to_string())).boxed();
+            return futures::future::ready(Err("the program binary left the cache".to_string()))
+                .boxed();
         };
         let boot = WorkerBoot {
             spec: spec.clone(),
@@ -280,9 +294,16 @@ impl NodeManager {
             advertise_ip: self.config.advertise_ip,
         };
         let log_dir = self.config.state_dir.join("logs");
-        let log = log_dir.join(format!("worker-{}-{}.log", spec.actor, Incarnation::fresh()));
+        let log = log_dir.join(format!(
+            "worker-{}-{}.log",
+            spec.actor,
+            Incarnation::fresh()
+        ));
         let gpus = (!gpus.is_empty()).then(|| {
-            gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+            gpus.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
         });
         let me = ctx.address();
         let actor = spec.actor;
@@ -311,6 +332,7 @@ impl NodeManager {
             incarnation: worker.incarnation,
             restarts: worker.restarts,
             dead: None,
+            restarting: false,
         }
     }
 }
@@ -371,7 +393,10 @@ impl Handler<StartActor> for NodeManager {
             return Box::pin(fut::ready(Ok(ControlReply::NeedBinary)));
         }
         if self.workers.contains_key(&spec.actor) {
-            let error = RemoteError::new(RemoteErrorKind::BadRequest, format!("actor {} already runs here", spec.actor));
+            let error = RemoteError::new(
+                RemoteErrorKind::BadRequest,
+                format!("actor {} already runs here", spec.actor),
+            );
             return Box::pin(fut::ready(Err(error)));
         }
         let gpus = match self.reserve(&spec) {
@@ -385,7 +410,8 @@ impl Handler<StartActor> for NodeManager {
                 Err(e) => {
                     manager.release(&spec, gpus);
                     let error = RemoteError::new(RemoteErrorKind::Internal, e);
-                    let failed: ResponseActFuture<NodeManager, _> = Box::pin(fut::ready(Err(error)));
+                    let failed: ResponseActFuture<NodeManager, _> =
+                        Box::pin(fut::ready(Err(error)));
                     return failed;
                 }
             };

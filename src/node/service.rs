@@ -26,6 +26,7 @@ pub struct NodeService {
 }
 
 /// The control-plane actors, on the head only.
+#[derive(Clone)]
 pub struct HeadActors {
     /// Node membership.
     pub membership: Addr<Membership>,
@@ -45,13 +46,15 @@ impl NodeService {
 
     async fn dispatch(
         manager: Addr<NodeManager>,
-        head: Option<(Addr<Membership>, Addr<ClusterEvents>, Addr<Directory>, Duration)>,
+        head: Option<HeadActors>,
         from: PeerIdentity,
         request: ControlRequest,
     ) -> Result<ControlReply, RemoteError> {
         match request {
             ControlRequest::Echo(payload) => return Ok(ControlReply::Echo(payload)),
-            ControlRequest::StartActor(spec) => return manager.send(StartActor(spec)).await.map_err(internal)?,
+            ControlRequest::StartActor(spec) => {
+                return manager.send(StartActor(spec)).await.map_err(internal)?
+            }
             ControlRequest::UploadBinary {
                 hash,
                 offset,
@@ -69,7 +72,13 @@ impl NodeService {
             }
             _ => {}
         }
-        let Some((membership, events, directory, interval)) = head else {
+        let Some(HeadActors {
+            membership,
+            events,
+            directory,
+            heartbeat_interval: interval,
+        }) = head
+        else {
             return Err(RemoteError::new(
                 RemoteErrorKind::BadRequest,
                 "this node is not the head; send membership and directory requests to the head",
@@ -100,16 +109,25 @@ impl NodeService {
                 Ok(ControlReply::Ack)
             }
             ControlRequest::Leave { node } => {
-                membership.send(membership::Leave { node }).await.map_err(internal)??;
+                membership
+                    .send(membership::Leave { node })
+                    .await
+                    .map_err(internal)??;
                 Ok(ControlReply::Ack)
             }
             ControlRequest::Status => {
-                let status = membership.send(membership::Status).await.map_err(internal)?;
+                let status = membership
+                    .send(membership::Status)
+                    .await
+                    .map_err(internal)?;
                 Ok(ControlReply::Status(status))
             }
             ControlRequest::Events { after, wait_ms } => {
                 let wait = Duration::from_millis(wait_ms).min(MAX_EVENT_WAIT);
-                let since = events.send(EventsSince { after, wait }).await.map_err(internal)?;
+                let since = events
+                    .send(EventsSince { after, wait })
+                    .await
+                    .map_err(internal)?;
                 Ok(ControlReply::Events(since))
             }
             ControlRequest::ReserveName { name, actor } => {
@@ -123,15 +141,24 @@ impl NodeService {
                 })
             }
             ControlRequest::LookupName(name) => {
-                let found = directory.send(directory::LookupName(name)).await.map_err(internal)?;
+                let found = directory
+                    .send(directory::LookupName(name))
+                    .await
+                    .map_err(internal)?;
                 Ok(ControlReply::Actor(found.map(Box::new)))
             }
             ControlRequest::LocateActor(actor) => {
-                let found = directory.send(directory::LocateActor(actor)).await.map_err(internal)?;
+                let found = directory
+                    .send(directory::LocateActor(actor))
+                    .await
+                    .map_err(internal)?;
                 Ok(ControlReply::Actor(found.map(Box::new)))
             }
             ControlRequest::ActorUp(record) => {
-                directory.send(directory::ActorUp(record)).await.map_err(internal)?;
+                directory
+                    .send(directory::ActorUp(record))
+                    .await
+                    .map_err(internal)?;
                 Ok(ControlReply::Ack)
             }
             ControlRequest::ActorDown {
@@ -149,7 +176,9 @@ impl NodeService {
                 directory.send(down).await.map_err(internal)?;
                 Ok(ControlReply::Ack)
             }
-            ControlRequest::Echo(_) | ControlRequest::StartActor(_) | ControlRequest::UploadBinary { .. } => {
+            ControlRequest::Echo(_)
+            | ControlRequest::StartActor(_)
+            | ControlRequest::UploadBinary { .. } => {
                 unreachable!("answered above")
             }
         }
@@ -168,9 +197,7 @@ impl RequestHandler for NodeService {
                 return futures::future::ready(Err(HandlerError::Malformed(e.to_string()))).boxed()
             }
         };
-        let head = self.head.as_ref().map(|h| {
-            (h.membership.clone(), h.events.clone(), h.directory.clone(), h.heartbeat_interval)
-        });
+        let head = self.head.clone();
         let reply = Self::dispatch(self.manager.clone(), head, from, request);
         async move {
             let reply = reply.await?;

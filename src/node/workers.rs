@@ -67,11 +67,17 @@ pub async fn launch(
     gpus: Option<String>,
     on_exit: impl FnOnce(Incarnation, String) + Send + 'static,
 ) -> Result<LaunchedWorker, String> {
-    let log_file = std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let log_file =
+        std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let mut command = Command::new(binary);
     command
         .arg(WORKER_ARG)
-        .args(["--job", &boot.spec.job, "--actor", &boot.spec.actor.to_string()])
+        .args([
+            "--job",
+            &boot.spec.job,
+            "--actor",
+            &boot.spec.actor.to_string(),
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log_file);
@@ -96,7 +102,10 @@ pub async fn launch(
     let mut stdin = child.stdin.take().ok_or("no stdin")?;
     let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
     let started = async {
-        stdin.write_all(&boot_bytes).await.map_err(|e| e.to_string())?;
+        stdin
+            .write_all(&boot_bytes)
+            .await
+            .map_err(|e| e.to_string())?;
         drop(stdin);
         while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
             if let Some(ready) = line.strip_prefix(READY) {
@@ -114,7 +123,14 @@ pub async fn launch(
         Err(e) => {
             let _ = child.start_kill();
             let status = child.wait().await.map(describe).unwrap_or_default();
-            return Err(format!("worker process failed to start: {e} ({status}); see {}", log.display()));
+            let log_text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = log_text.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(format!(
+                "worker process failed to start: {e} ({status}); {} says: {}",
+                log.display(),
+                tail.join(" | ")
+            ));
         }
     };
     tokio::spawn(async move {
@@ -149,7 +165,10 @@ pub fn died_line(reason: &str) -> String {
 
 fn parse_ready(ready: &str) -> Option<(SocketAddr, Incarnation)> {
     let (address, incarnation) = ready.split_once(' ')?;
-    Some((address.parse().ok()?, Incarnation(incarnation.trim().parse().ok()?)))
+    Some((
+        address.parse().ok()?,
+        Incarnation(incarnation.trim().parse().ok()?),
+    ))
 }
 
 /// "exited with code N" or "killed by signal N".

@@ -37,6 +37,34 @@ struct Inner {
     max_frame_bytes: usize,
 }
 
+/// The response to a request sent on a [`Channel`].
+pub struct PendingReply {
+    channel: Channel,
+    id: u64,
+    reply: oneshot::Receiver<Reply>,
+    deadline: tokio::time::Instant,
+    after: std::time::Duration,
+}
+
+impl PendingReply {
+    /// Waits for the response, until the request's deadline.
+    pub async fn wait(self) -> Result<Vec<u8>, RequestError> {
+        let channel = self.channel;
+        match tokio::time::timeout_at(self.deadline, self.reply).await {
+            Ok(Ok(Ok(body))) => Ok(body),
+            Ok(Ok(Err(error))) => Err(RequestError::Remote {
+                peer: channel.inner.connection.peer().clone(),
+                error,
+            }),
+            Ok(Err(_)) => Err(channel.broken()),
+            Err(_) => {
+                channel.forget(self.id);
+                Err(channel.timeout(self.after))
+            }
+        }
+    }
+}
+
 /// Requests waiting for their response, or why none will come.
 #[derive(Default)]
 struct Pending {
@@ -69,26 +97,43 @@ impl Channel {
         body: Vec<u8>,
         options: RequestOptions,
     ) -> Result<Vec<u8>, RequestError> {
+        self.send_request(body, options).await?.wait().await
+    }
+
+    /// Sends `body` after every request sent before it on this channel;
+    /// returns once it is written, with the response to wait for. Sending
+    /// the next request need not wait for this one's response.
+    pub async fn send_request(
+        &self,
+        body: Vec<u8>,
+        options: RequestOptions,
+    ) -> Result<PendingReply, RequestError> {
         let (id, reply) = self.register()?;
-        let sent = tokio::time::timeout(options.deadline, async {
-            self.write(id, body, options, false).await?;
-            reply.await.map_err(|_| self.broken())
-        })
-        .await;
-        match sent {
-            Ok(Ok(Ok(body))) => Ok(body),
-            Ok(Ok(Err(error))) => Err(RequestError::Remote {
-                peer: self.inner.connection.peer().clone(),
-                error,
+        let written =
+            tokio::time::timeout(options.deadline, self.write(id, body, options, false)).await;
+        match written {
+            Ok(Ok(())) => Ok(PendingReply {
+                channel: self.clone(),
+                id,
+                reply,
+                deadline: tokio::time::Instant::now() + options.deadline,
+                after: options.deadline,
             }),
-            Ok(Err(e)) => Err(e),
+            Ok(Err(e)) => {
+                self.forget(id);
+                Err(e)
+            }
             Err(_) => {
                 self.forget(id);
-                Err(RequestError::Timeout {
-                    peer: self.inner.connection.peer().clone(),
-                    after: options.deadline,
-                })
+                Err(self.timeout(options.deadline))
             }
+        }
+    }
+
+    fn timeout(&self, after: std::time::Duration) -> RequestError {
+        RequestError::Timeout {
+            peer: self.inner.connection.peer().clone(),
+            after,
         }
     }
 
@@ -99,10 +144,7 @@ impl Channel {
         let write = self.write(id, body, options, true);
         tokio::time::timeout(options.deadline, write)
             .await
-            .map_err(|_| RequestError::Timeout {
-                peer: self.inner.connection.peer().clone(),
-                after: options.deadline,
-            })?
+            .map_err(|_| self.timeout(options.deadline))?
     }
 
     /// Whether the channel can still carry requests.

@@ -29,7 +29,7 @@ mod endpoint;
 mod error;
 mod server;
 
-pub use channel::Channel;
+pub use channel::{Channel, PendingReply};
 pub use config::{RequestOptions, TransportConfig};
 pub use connection::Connection;
 pub use credentials::{CredentialError, Credentials, JoinToken};

@@ -40,8 +40,12 @@ fn serve(registry: Registry) -> Result<i32, String> {
     std::io::stdin()
         .read_to_end(&mut boot)
         .map_err(|e| format!("cannot read the boot message: {e}"))?;
-    let boot: WorkerBoot = rmp_serde::from_slice(&boot).map_err(|e| format!("bad boot message: {e}"))?;
-    let token: JoinToken = boot.token.parse().map_err(|e: crate::transport::CredentialError| e.to_string())?;
+    let boot: WorkerBoot =
+        rmp_serde::from_slice(&boot).map_err(|e| format!("bad boot message: {e}"))?;
+    let token: JoinToken = boot
+        .token
+        .parse()
+        .map_err(|e: crate::transport::CredentialError| e.to_string())?;
     let registry = Arc::new(registry);
 
     let panic = Arc::new(OnceLock::new());
@@ -55,7 +59,8 @@ fn serve(registry: Registry) -> Result<i32, String> {
         .name("nimbus-actor".into())
         .spawn(move || {
             let system = actix::System::new();
-            let hosted = system.block_on(async { actor_registry.create(&spec.type_name, &spec.args) });
+            let hosted =
+                system.block_on(async { actor_registry.create(&spec.type_name, &spec.args) });
             let _ = hosted_tx.send(hosted);
             system.run()
         })
@@ -87,15 +92,23 @@ async fn host(
         incarnation: Incarnation::fresh(),
     };
     let credentials = Credentials::issue(&token, &identity.name).map_err(|e| e.to_string())?;
-    let socket = Endpoint::bind_socket(SocketAddr::new([0, 0, 0, 0].into(), 0)).map_err(|e| e.to_string())?;
+    let socket = Endpoint::bind_socket(SocketAddr::new([0, 0, 0, 0].into(), 0))
+        .map_err(|e| e.to_string())?;
     let port = socket.local_addr().map_err(|e| e.to_string())?.port();
     let me = PeerIdentity {
         role: PeerRole::Worker,
         identity: identity.clone(),
     };
-    let endpoint = Endpoint::listen(socket, me, &credentials, TransportConfig::default()).map_err(|e| e.to_string())?;
+    let endpoint = Endpoint::listen(socket, me, &credentials, TransportConfig::default())
+        .map_err(|e| e.to_string())?;
     let binary = std::env::current_exe().map_err(|e| e.to_string())?;
-    let context = ProcessContext::new(endpoint.clone(), boot.head, registry.clone(), boot.spec.job.clone(), (binary, boot.spec.binary.clone()));
+    let context = ProcessContext::new(
+        endpoint.clone(),
+        boot.head,
+        registry.clone(),
+        boot.spec.job.clone(),
+        (binary, boot.spec.binary.clone()),
+    );
     ProcessContext::install(context);
     if let Some(context) = ProcessContext::current() {
         context.host_locally(actor, hosted.clone());

@@ -63,10 +63,14 @@ impl RemoteMessage for SlowAdd {
 impl Handler<SlowAdd> for Counter {
     type Result = ResponseActFuture<Self, i64>;
     fn handle(&mut self, SlowAdd(n, ms): SlowAdd, _: &mut Context<Self>) -> Self::Result {
-        Box::pin(actix::clock::sleep(Duration::from_millis(ms)).into_actor(self).map(move |_, counter, _| {
-            counter.0 += n;
-            counter.0
-        }))
+        Box::pin(
+            actix::clock::sleep(Duration::from_millis(ms))
+                .into_actor(self)
+                .map(move |_, counter, _| {
+                    counter.0 += n;
+                    counter.0
+                }),
+        )
     }
 }
 
@@ -186,7 +190,12 @@ impl RemoteMessage for Forward {
 impl Handler<Forward> for Relay {
     type Result = ResponseFuture<Result<i64, String>>;
     fn handle(&mut self, msg: Forward, _: &mut Context<Self>) -> Self::Result {
-        Box::pin(async move { msg.counter.send(Add(msg.n)).await.map_err(|e| e.to_string()) })
+        Box::pin(async move {
+            msg.counter
+                .send(Add(msg.n))
+                .await
+                .map_err(|e| e.to_string())
+        })
     }
 }
 

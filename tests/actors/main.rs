@@ -22,9 +22,13 @@ type Test = fn(&mut nimbus::Driver) -> Pin<Box<dyn Future<Output = ()> + '_>>;
 const DEADLINE: Duration = Duration::from_secs(90);
 
 fn main() {
-    let mut driver = nimbus::init_with(fixtures::registry(), nimbus::InitOptions { local_nodes: 3 })
-        .expect("a local cluster starts");
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let mut driver =
+        nimbus::init_with(fixtures::registry(), nimbus::InitOptions { local_nodes: 3 })
+            .expect("a local cluster starts");
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let system = actix::System::new();
     let failed = system.block_on(async {
         driver.connect().await.expect("the driver connects");
@@ -34,7 +38,8 @@ fn main() {
                 continue;
             }
             let started = Instant::now();
-            let run = AssertUnwindSafe(tokio::time::timeout(DEADLINE, test(&mut driver))).catch_unwind();
+            let run =
+                AssertUnwindSafe(tokio::time::timeout(DEADLINE, test(&mut driver))).catch_unwind();
             let outcome = match run.await {
                 Ok(Ok(())) => "ok",
                 Ok(Err(_)) => "TIMED OUT",

@@ -10,19 +10,41 @@ use crate::fixtures::*;
 use crate::{boxed, Test};
 
 pub const ALL: &[(&str, Test)] = &[
-    ("spawn_lands_on_the_node_with_the_resources", |d| boxed(spawn_lands_on_the_node_with_the_resources(d))),
-    ("impossible_or_busy_resources_fail_with_a_clear_error", |d| boxed(impossible_or_busy_resources_fail(d))),
-    ("a_handle_passed_through_a_third_node_works", |_| boxed(a_handle_passed_through_a_third_node_works())),
-    ("ten_thousand_messages_arrive_in_order", |_| boxed(ten_thousand_messages_arrive_in_order())),
-    ("get_actor_by_name_from_another_node", |_| boxed(get_actor_by_name_from_another_node())),
-    ("sigkill_of_a_worker_is_reported_and_restarted_per_policy", |_| boxed(sigkill_of_a_worker())),
-    ("a_handler_panic_kills_only_its_actor", |_| boxed(a_handler_panic_kills_only_its_actor())),
-    ("an_unknown_message_type_is_a_clear_error", |_| boxed(an_unknown_message_type_is_a_clear_error())),
-    ("actors_of_a_lost_node_are_reported_dead", |d| boxed(actors_of_a_lost_node_are_reported_dead(d))),
+    ("spawn_lands_on_the_node_with_the_resources", |d| {
+        boxed(spawn_lands_on_the_node_with_the_resources(d))
+    }),
+    (
+        "impossible_or_busy_resources_fail_with_a_clear_error",
+        |d| boxed(impossible_or_busy_resources_fail(d)),
+    ),
+    ("a_handle_passed_through_a_third_node_works", |_| {
+        boxed(a_handle_passed_through_a_third_node_works())
+    }),
+    ("ten_thousand_messages_arrive_in_order", |_| {
+        boxed(ten_thousand_messages_arrive_in_order())
+    }),
+    ("get_actor_by_name_from_another_node", |_| {
+        boxed(get_actor_by_name_from_another_node())
+    }),
+    (
+        "sigkill_of_a_worker_is_reported_and_restarted_per_policy",
+        |_| boxed(sigkill_of_a_worker()),
+    ),
+    ("a_handler_panic_kills_only_its_actor", |_| {
+        boxed(a_handler_panic_kills_only_its_actor())
+    }),
+    ("an_unknown_message_type_is_a_clear_error", |_| {
+        boxed(an_unknown_message_type_is_a_clear_error())
+    }),
+    ("actors_of_a_lost_node_are_reported_dead", |d| {
+        boxed(actors_of_a_lost_node_are_reported_dead(d))
+    }),
 ];
 
 fn on(node: &str) -> SpawnOptions {
-    SpawnOptions::default().num_cpus(0.1).strategy(Strategy::Node(node.into()))
+    SpawnOptions::default()
+        .num_cpus(0.1)
+        .strategy(Strategy::Node(node.into()))
 }
 
 async fn spawn_lands_on_the_node_with_the_resources(driver: &mut Driver) {
@@ -31,13 +53,21 @@ async fn spawn_lands_on_the_node_with_the_resources(driver: &mut Driver) {
         .add_node(&["--resources", r#"{"special": 1}"#])
         .expect("a node with a custom resource joins");
     let name = cluster.node(special).unwrap().name().to_string();
-    let options = SpawnOptions::default().num_cpus(0.1).resource("special", 1.0);
+    let options = SpawnOptions::default()
+        .num_cpus(0.1)
+        .resource("special", 1.0);
     let counter = actor::spawn::<Counter>(1, options).await.unwrap();
     assert_eq!(counter.record().await.unwrap().node.name, name);
     assert_eq!(counter.send(Add(1)).await.unwrap(), 2);
     // Worker processes are findable by operators.
-    let workers = std::process::Command::new("pgrep").args(["-f", "nimbus-worker"]).output().unwrap();
-    assert!(!workers.stdout.is_empty(), "pgrep -f nimbus-worker finds the workers");
+    let workers = std::process::Command::new("pgrep")
+        .args(["-f", "nimbus-worker"])
+        .output()
+        .unwrap();
+    assert!(
+        !workers.stdout.is_empty(),
+        "pgrep -f nimbus-worker finds the workers"
+    );
 }
 
 async fn impossible_or_busy_resources_fail(_: &mut Driver) {
@@ -50,11 +80,17 @@ async fn impossible_or_busy_resources_fail(_: &mut Driver) {
         }
         other => panic!("expected Unsatisfiable, got {other:?}"),
     }
-    assert!(started.elapsed() < Duration::from_secs(5), "impossible requests fail fast");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "impossible requests fail fast"
+    );
 
     // The one "special" resource is held by the first test's counter.
     let deadline = Duration::from_secs(2);
-    let options = SpawnOptions::default().num_cpus(0.1).resource("special", 1.0).deadline(deadline);
+    let options = SpawnOptions::default()
+        .num_cpus(0.1)
+        .resource("special", 1.0)
+        .deadline(deadline);
     let started = Instant::now();
     match actor::spawn::<Counter>(0, options).await {
         Err(SpawnError::NoCapacity { last, .. }) => assert!(last.contains("special"), "{last}"),
@@ -66,7 +102,13 @@ async fn impossible_or_busy_resources_fail(_: &mut Driver) {
 async fn a_handle_passed_through_a_third_node_works() {
     let counter = actor::spawn::<Counter>(100, on("node-1")).await.unwrap();
     let relay = actor::spawn::<Relay>((), on("node-2")).await.unwrap();
-    let forwarded = relay.send(Forward { counter: counter.clone(), n: 5 }).await.unwrap();
+    let forwarded = relay
+        .send(Forward {
+            counter: counter.clone(),
+            n: 5,
+        })
+        .await
+        .unwrap();
     assert_eq!(forwarded, Ok(105));
     assert_eq!(counter.send(Add(0)).await.unwrap(), 105);
 }
@@ -78,7 +120,7 @@ async fn ten_thousand_messages_arrive_in_order() {
         if n % 100 == 99 {
             pending.push(sequencer.send(Push(n)));
         } else {
-            sequencer.do_send(Push(n)).await.unwrap();
+            sequencer.do_send(Push(n)).unwrap();
         }
     }
     for reply in futures::future::join_all(pending).await {
@@ -93,11 +135,23 @@ async fn get_actor_by_name_from_another_node() {
     let again = actor::spawn::<Counter>(0, on("node-1").name("named-counter")).await;
     assert!(matches!(again, Err(SpawnError::NameTaken(_))), "{again:?}");
     let relay = actor::spawn::<Relay>((), on("node-2")).await.unwrap();
-    let reply = relay.send(AddToNamed { name: "named-counter".into(), n: 3 }).await.unwrap();
+    let reply = relay
+        .send(AddToNamed {
+            name: "named-counter".into(),
+            n: 3,
+        })
+        .await
+        .unwrap();
     assert_eq!(reply, Ok(10));
-    let found = actor::get_actor::<Counter>("named-counter").await.unwrap().unwrap();
+    let found = actor::get_actor::<Counter>("named-counter")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(found.id(), counter.id());
-    assert!(actor::get_actor::<Counter>("nobody").await.unwrap().is_none());
+    assert!(actor::get_actor::<Counter>("nobody")
+        .await
+        .unwrap()
+        .is_none());
 }
 
 /// The pid of the worker hosting `actor`.
@@ -114,7 +168,9 @@ fn worker_pid(actor: nimbus::cluster::ActorId) -> i32 {
 }
 
 async fn sigkill_of_a_worker() {
-    let counter = actor::spawn::<Counter>(0, on("node-2").max_restarts(1)).await.unwrap();
+    let counter = actor::spawn::<Counter>(0, on("node-2").max_restarts(1))
+        .await
+        .unwrap();
     assert_eq!(counter.send(Add(5)).await.unwrap(), 5);
     let first = counter.record().await.unwrap();
     let mut seen = 0;
@@ -147,10 +203,15 @@ async fn sigkill_of_a_worker() {
 }
 
 async fn a_handler_panic_kills_only_its_actor() {
-    let victim = actor::spawn::<Counter>(0, on("node-1").max_restarts(1)).await.unwrap();
+    let victim = actor::spawn::<Counter>(0, on("node-1").max_restarts(1))
+        .await
+        .unwrap();
     let bystander = actor::spawn::<Counter>(40, on("node-1")).await.unwrap();
     let mut seen = 0;
-    let err = victim.send(Boom("boom in a handler".into())).await.unwrap_err();
+    let err = victim
+        .send(Boom("boom in a handler".into()))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, CallError::Handler { message, .. } if message.contains("boom in a handler"))
             || matches!(&err, CallError::ActorDead { .. }),
@@ -177,7 +238,9 @@ async fn actors_of_a_lost_node_are_reported_dead(driver: &mut Driver) {
     let cluster = driver.local_cluster().expect("a local cluster");
     let doomed = cluster.add_node(&[]).unwrap();
     let name = cluster.node(doomed).unwrap().name().to_string();
-    let counter = actor::spawn::<Counter>(0, on(&name).max_restarts(3)).await.unwrap();
+    let counter = actor::spawn::<Counter>(0, on(&name).max_restarts(3))
+        .await
+        .unwrap();
     assert_eq!(counter.send(Add(1)).await.unwrap(), 1);
     let mut seen = 0;
     driver.local_cluster().unwrap().kill(doomed).unwrap();

@@ -39,7 +39,7 @@ impl Membership {
                 }
                 ClusterEventKind::NodeLeft { node } => info!(%node, "node left"),
                 ClusterEventKind::NodeDead { node, reason } => warn!(%node, "node dead: {reason}"),
-                ClusterEventKind::ActorDied { .. } => {}
+                ClusterEventKind::ActorStarted { .. } | ClusterEventKind::ActorDied { .. } => {}
             }
             self.events.do_send(Publish(kind));
         }
