@@ -168,7 +168,7 @@ type PendingResponse = BoxFuture<'static, Option<Response>>;
 
 impl StreamTask {
     async fn run(self, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
-        let Ok(Some(first)) = self.read_request(&mut recv).await else {
+        let Ok(Some(first)) = self.read_request(&mut recv, true).await else {
             return;
         };
         if first.ordered {
@@ -205,7 +205,7 @@ impl StreamTask {
             let _ = send.finish();
         });
         let _ = responses_tx.send(self.start(first));
-        while let Ok(Some(request)) = self.read_request(&mut recv).await {
+        while let Ok(Some(request)) = self.read_request(&mut recv, false).await {
             if responses_tx.send(self.start(request)).is_err() {
                 break;
             }
@@ -216,9 +216,22 @@ impl StreamTask {
 
     /// Reads one request. `Ok(None)`: the peer finished the stream cleanly.
     /// `Err`: the stream failed, or the connection was closed for bad input.
-    async fn read_request(&self, recv: &mut quinn::RecvStream) -> Result<Option<Request>, ()> {
+    ///
+    /// The first request of a stream must arrive within
+    /// `request_read_timeout`; a channel may then sit idle between requests
+    /// for as long as its connection lives (QUIC keep-alives and the idle
+    /// timeout tell a live caller from a dead one).
+    async fn read_request(
+        &self,
+        recv: &mut quinn::RecvStream,
+        first: bool,
+    ) -> Result<Option<Request>, ()> {
         let max = self.endpoint.config().max_frame_bytes;
-        let read_timeout = self.endpoint.config().request_read_timeout;
+        let read_timeout = if first {
+            self.endpoint.config().request_read_timeout
+        } else {
+            Duration::MAX
+        };
         let frame = match tokio::time::timeout(read_timeout, wire::read_frame(recv, max)).await {
             Ok(frame) => frame,
             Err(_) => {

@@ -1,0 +1,266 @@
+//! Microbenchmarks of nimbus' building blocks, printed as `name: value unit`
+//! lines. This part measures actor calls.
+//!
+//! ```text
+//! make run EXAMPLE=microbench                          # everything
+//! make run EXAMPLE=microbench ARGS="--only actor_calls"
+//! ```
+//!
+//! It starts a 2-node local cluster and measures, for 64 B and 1 MiB
+//! messages, synchronous calls (one in flight: latency p50/p99 and calls/s)
+//! and pipelined calls (many in flight: calls/s):
+//! - `driver_to_worker`: this process calling an actor in a worker process
+//!   on the same host (QUIC on loopback);
+//! - `across_nodes`: an actor in a worker on node-1 calling an actor in a
+//!   worker on node-2;
+//! - `same_process`: an actix actor called in this process, for reference.
+//!
+//! `actor_calls_sync_per_s` and `actor_calls_async_per_s` are the 64 B
+//! figures of `driver_to_worker` (1:1, caller and actor in different
+//! processes), the shape of Ray's 1:1 actor call benchmarks.
+
+use std::time::Instant;
+
+use actix::prelude::*;
+use anyhow::Result;
+use futures::stream::{FuturesUnordered, StreamExt};
+use hdrhistogram::Histogram;
+use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
+use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
+
+/// Calls per measurement: (payload, sync calls, pipelined calls).
+const SIZES: [(usize, &str, usize, usize); 2] =
+    [(64, "64B", 5_000, 50_000), (1 << 20, "1MiB", 200, 1_000)];
+/// Calls in flight when pipelining.
+const WINDOW: usize = 128;
+
+/// Echoes payloads.
+struct Echo;
+
+impl Actor for Echo {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Echo {
+    const NAME: &'static str = "microbench.Echo";
+    type Args = ();
+    fn from_args(_: ()) -> Self {
+        Echo
+    }
+}
+
+/// Byte payloads travel as MessagePack `bin` (`serde_bytes`), not as an
+/// array of numbers: that is what makes 1 MiB messages cheap.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "ByteBuf")]
+struct Ping(#[serde(with = "serde_bytes")] Vec<u8>);
+
+impl RemoteMessage for Ping {
+    const NAME: &'static str = "microbench.Ping";
+}
+
+impl Handler<Ping> for Echo {
+    type Result = MessageResult<Ping>;
+    fn handle(&mut self, Ping(payload): Ping, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(ByteBuf::from(payload))
+    }
+}
+
+/// Runs a measurement from inside a worker process.
+struct Caller;
+
+impl Actor for Caller {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Caller {
+    const NAME: &'static str = "microbench.Caller";
+    type Args = ();
+    fn from_args(_: ()) -> Self {
+        Caller
+    }
+}
+
+/// Measure calls to `target`.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<Figures, String>")]
+struct Measure {
+    target: ActorHandle<Echo>,
+    payload: usize,
+    calls: usize,
+    window: usize,
+}
+
+impl RemoteMessage for Measure {
+    const NAME: &'static str = "microbench.Measure";
+}
+
+impl Handler<Measure> for Caller {
+    type Result = ResponseFuture<Result<Figures, String>>;
+    fn handle(&mut self, m: Measure, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move {
+            measure(
+                |p| bytes(m.target.send(Ping(p))),
+                m.payload,
+                m.calls,
+                m.window,
+            )
+            .await
+            .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// What one measurement found.
+#[derive(Debug, Serialize, Deserialize)]
+struct Figures {
+    per_s: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+/// `calls` calls of `call`, `window` in flight at a time.
+async fn measure<F, E>(
+    call: impl Fn(Vec<u8>) -> F,
+    payload: usize,
+    calls: usize,
+    window: usize,
+) -> Result<Figures>
+where
+    F: std::future::Future<Output = Result<Vec<u8>, E>>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let mut latencies = Histogram::<u64>::new(3)?;
+    let started = Instant::now();
+    let mut in_flight = FuturesUnordered::new();
+    let mut issued = 0;
+    while issued < calls || !in_flight.is_empty() {
+        while issued < calls && in_flight.len() < window {
+            let sent = Instant::now();
+            let reply = call(vec![0x5a; payload]);
+            in_flight.push(async move { (reply.await, sent.elapsed()) });
+            issued += 1;
+        }
+        if let Some((reply, latency)) = in_flight.next().await {
+            anyhow::ensure!(reply?.len() == payload, "echo changed the payload");
+            latencies.record(latency.as_nanos() as u64)?;
+        }
+    }
+    Ok(Figures {
+        per_s: calls as f64 / started.elapsed().as_secs_f64(),
+        p50_us: latencies.value_at_quantile(0.5) as f64 / 1e3,
+        p99_us: latencies.value_at_quantile(0.99) as f64 / 1e3,
+    })
+}
+
+/// The reply's bytes.
+async fn bytes<E>(
+    reply: impl std::future::Future<Output = Result<ByteBuf, E>>,
+) -> Result<Vec<u8>, E> {
+    reply.await.map(ByteBuf::into_vec)
+}
+
+fn print(name: &str, sync: &Figures, pipelined: &Figures) {
+    println!("{name}_sync_per_s: {:.0} calls/s", sync.per_s);
+    println!("{name}_sync_p50: {:.1} us", sync.p50_us);
+    println!("{name}_sync_p99: {:.1} us", sync.p99_us);
+    println!("{name}_pipelined_per_s: {:.0} calls/s", pipelined.per_s);
+}
+
+fn registry() -> actor::Registry {
+    actor::Registry::new()
+        .actor::<Echo>()
+        .message::<Echo, Ping>()
+        .actor::<Caller>()
+        .message::<Caller, Measure>()
+}
+
+fn main() -> Result<()> {
+    let driver = nimbus::init_with(registry(), nimbus::InitOptions { local_nodes: 2 })?;
+    let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
+    if only.as_deref().is_some_and(|o| o != "actor_calls") {
+        anyhow::bail!("unknown part {only:?}; the parts are: actor_calls");
+    }
+    actix::System::new().block_on(async {
+        driver.connect().await?;
+        actor_calls().await
+    })
+}
+
+async fn actor_calls() -> Result<()> {
+    let on = |node: &str| {
+        SpawnOptions::default()
+            .num_cpus(0.1)
+            .strategy(Strategy::Node(node.into()))
+    };
+    let echo = actor::spawn::<Echo>((), on("node-1")).await?;
+    let caller = actor::spawn::<Caller>((), on("head")).await?;
+    let local = Echo.start();
+    let mut summary = Vec::new();
+    for (payload, label, sync_calls, pipelined_calls) in SIZES {
+        let remote = |p| bytes(echo.send(Ping(p)));
+        measure(remote, payload, sync_calls / 10, 1).await?;
+        let sync = measure(remote, payload, sync_calls, 1).await?;
+        let pipelined = measure(remote, payload, pipelined_calls, WINDOW).await?;
+        print(
+            &format!("actor_calls_driver_to_worker_{label}"),
+            &sync,
+            &pipelined,
+        );
+        if payload == 64 {
+            println!("actor_calls_sync_per_s: {:.0} calls/s", sync.per_s);
+            println!("actor_calls_async_per_s: {:.0} calls/s", pipelined.per_s);
+            summary.push(format!(
+                "sync_per_s={:.0} async_per_s={:.0}",
+                sync.per_s, pipelined.per_s
+            ));
+        }
+
+        let across = |calls, window| Measure {
+            target: echo.clone(),
+            payload,
+            calls,
+            window,
+        };
+        let sync = caller
+            .send(across(sync_calls, 1))
+            .await?
+            .map_err(anyhow::Error::msg)?;
+        let pipelined = caller
+            .send(across(pipelined_calls, WINDOW))
+            .await?
+            .map_err(anyhow::Error::msg)?;
+        print(
+            &format!("actor_calls_across_nodes_{label}"),
+            &sync,
+            &pipelined,
+        );
+
+        let same = |p| {
+            let reply = local.send(Ping(p));
+            async move { reply.await.map(ByteBuf::into_vec).map_err(MailboxFailure) }
+        };
+        let sync = measure(same, payload, sync_calls, 1).await?;
+        let pipelined = measure(same, payload, pipelined_calls, WINDOW).await?;
+        print(
+            &format!("actor_calls_same_process_{label}"),
+            &sync,
+            &pipelined,
+        );
+    }
+    println!("summary: part=actor_calls {}", summary.join(" "));
+    Ok(())
+}
+
+/// actix's `MailboxError` as a `std::error::Error` with `'static` bounds.
+#[derive(Debug)]
+struct MailboxFailure(actix::MailboxError);
+
+impl std::fmt::Display for MailboxFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for MailboxFailure {}
