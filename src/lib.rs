@@ -16,6 +16,10 @@
 //! - [`client`]: talking to a cluster from outside ([`client::ClusterClient`]).
 //! - [`local`]: [`local::LocalCluster`], real node processes on this machine
 //!   for tests, examples and benchmarks.
+//! - [`actor`]: user actors in worker processes: [`actor::Registry`],
+//!   [`actor::spawn`], [`actor::ActorHandle`], [`actor::get_actor`],
+//!   [`actor::monitor`].
+//! - [`driver`]: [`init`], the first line of a user program's `main`.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> anyhow::Result<()> {

@@ -63,7 +63,7 @@ impl ProcessContext {
     }
 
     /// Makes `context` this process's, and starts watching the cluster for
-    /// deaths of actors this process calls (see [`watch_deaths`]); false if
+    /// deaths of actors this process calls (see `watch_deaths`); false if
     /// one was installed already. Call it inside the async runtime the
     /// process keeps for its lifetime.
     pub fn install(context: ProcessContext) -> bool {
