@@ -223,3 +223,17 @@ impl Handler<AddToNamed> for Relay {
         })
     }
 }
+
+/// A local actor that forwards the deaths it is told of.
+pub struct Watcher(pub tokio::sync::mpsc::UnboundedSender<actor::ActorDied>);
+
+impl Actor for Watcher {
+    type Context = Context<Self>;
+}
+
+impl Handler<actor::ActorDied> for Watcher {
+    type Result = ();
+    fn handle(&mut self, death: actor::ActorDied, _: &mut Context<Self>) {
+        let _ = self.0.send(death);
+    }
+}

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use actix::Actor;
 use nimbus::actor::{self, CallError, SpawnError, SpawnOptions, Strategy};
 use nimbus::Driver;
 
@@ -172,6 +173,9 @@ async fn sigkill_of_a_worker() {
         .await
         .unwrap();
     assert_eq!(counter.send(Add(5)).await.unwrap(), 5);
+    let (deaths_tx, mut deaths) = tokio::sync::mpsc::unbounded_channel();
+    let watcher = Watcher(deaths_tx).start();
+    actor::monitor(&counter, watcher.recipient()).unwrap();
     let first = counter.record().await.unwrap();
     let mut seen = 0;
 
@@ -200,6 +204,18 @@ async fn sigkill_of_a_worker() {
     assert!(!death.restarting);
     let err = counter.send(Add(1)).await.unwrap_err();
     assert!(matches!(err, CallError::ActorDead { .. }), "{err}");
+
+    // The monitoring actor was told of both deaths, the last one final.
+    let first = deaths.recv().await.unwrap();
+    assert_eq!(
+        (first.reason.as_str(), first.restarting),
+        ("killed by signal 9", true)
+    );
+    let last = deaths.recv().await.unwrap();
+    assert_eq!(
+        (last.reason.as_str(), last.restarting),
+        ("killed by signal 9", false)
+    );
 }
 
 async fn a_handler_panic_kills_only_its_actor() {
