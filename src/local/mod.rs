@@ -113,7 +113,7 @@ impl LocalClusterBuilder {
             "--heartbeat-timeout-ms".into(),
             self.heartbeat_timeout.as_millis().to_string(),
         ];
-        let head = cluster.spawn("head", head_args, true)?;
+        let head = cluster.spawn("head", head_args, &[], true)?;
         cluster.address = head.address;
         cluster.nodes.push(head);
         for _ in 1..self.nodes {
@@ -238,6 +238,16 @@ impl LocalCluster {
     /// Starts one more node with extra `nimbus start` arguments; returns
     /// its index.
     pub fn add_node(&mut self, extra_args: &[&str]) -> Result<usize, LocalClusterError> {
+        self.add_node_with_env(extra_args, &[])
+    }
+
+    /// [`add_node`](Self::add_node) with extra environment variables for
+    /// the node process (for example a packet fault plan).
+    pub fn add_node_with_env(
+        &mut self,
+        extra_args: &[&str],
+        env: &[(&str, String)],
+    ) -> Result<usize, LocalClusterError> {
         let index = self.nodes.len();
         let name = format!("node-{index}");
         let mut args = vec![
@@ -249,7 +259,7 @@ impl LocalCluster {
             name.clone(),
         ];
         args.extend(extra_args.iter().map(|a| a.to_string()));
-        let node = self.spawn(&name, args, false)?;
+        let node = self.spawn(&name, args, env, false)?;
         self.nodes.push(node);
         Ok(index)
     }
@@ -333,7 +343,7 @@ impl LocalCluster {
         let mut args = node.args.clone();
         args.extend(["--port".to_string(), node.address.port().to_string()]);
         let name = node.name.clone();
-        let restarted = self.spawn(&name, args, false)?;
+        let restarted = self.spawn(&name, args, &[], false)?;
         self.nodes[index] = restarted;
         Ok(())
     }
@@ -352,6 +362,7 @@ impl LocalCluster {
         &mut self,
         name: &str,
         args: Vec<String>,
+        env: &[(&str, String)],
         head: bool,
     ) -> Result<NodeProcess, LocalClusterError> {
         let process = |cause| LocalClusterError::Process {
@@ -371,6 +382,7 @@ impl LocalCluster {
             .args(&args)
             .args(["--node-ip-address", "127.0.0.1"])
             .env("NIMBUS_HOME", self.home.path())
+            .envs(env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file);

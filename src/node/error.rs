@@ -34,6 +34,9 @@ pub enum NodeError {
     /// The head did not answer heartbeats for `head_lost_timeout`.
     #[error("lost the head: no heartbeat acknowledged for {0:?}")]
     HeadLost(Duration),
+    /// The packet fault plan in the environment is malformed.
+    #[error("{0}")]
+    PacketFaults(String),
     /// The async runtime or signal handling failed.
     #[error("node runtime: {0}")]
     Runtime(#[from] std::io::Error),

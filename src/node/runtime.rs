@@ -16,7 +16,7 @@ use crate::cluster::{
     events::Subscribe, ClusterEvents, ControlReply, ControlRequest, Directory, NodeRegistration,
     ResourceSet,
 };
-use crate::transport::{Credentials, Endpoint, RequestOptions};
+use crate::transport::{Credentials, Endpoint, PacketFaults, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
 use super::{
@@ -62,7 +62,11 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         role: PeerRole::Node,
         identity: identity.clone(),
     };
-    let endpoint = Endpoint::listen(socket, me, &credentials, config.transport.clone())?;
+    let mut transport = config.transport.clone();
+    if let Some(plan) = PacketFaults::from_env().map_err(NodeError::PacketFaults)? {
+        transport.packet_faults = Some(plan);
+    }
+    let endpoint = Endpoint::listen(socket, me, &credentials, transport)?;
     let registration = NodeRegistration {
         node: identity.clone(),
         address,
@@ -140,6 +144,9 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         if let Err(e) = leave(&endpoint, head_address, identity.clone()).await {
             warn!("could not tell the head this node is leaving: {e}");
         }
+    }
+    if let Some(faults) = endpoint.fault_counters() {
+        info!(node = %identity, "packet faults injected: {faults}");
     }
     info!(node = %identity, "node stopping");
     endpoint.shutdown().await;

@@ -78,6 +78,7 @@ pub async fn launch(
             "--actor",
             &boot.spec.actor.to_string(),
         ])
+        .env_remove(crate::transport::faults::PACKET_FAULTS_ENV)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log_file);

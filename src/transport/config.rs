@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use crate::wire::{DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION};
 
+use super::PacketFaults;
+
 /// Settings of an [`Endpoint`](super::Endpoint).
 #[derive(Clone, Debug)]
 pub struct TransportConfig {
@@ -21,6 +23,9 @@ pub struct TransportConfig {
     /// The protocol version announced in the preamble. Only tests change it,
     /// to check that a node of another version is refused.
     pub protocol_version: u32,
+    /// Packet faults to inject in this endpoint's socket (fault-injection
+    /// tests only; `None` in production).
+    pub packet_faults: Option<PacketFaults>,
 }
 
 impl Default for TransportConfig {
@@ -31,6 +36,7 @@ impl Default for TransportConfig {
             connect_timeout: Duration::from_secs(5),
             request_read_timeout: Duration::from_secs(30),
             protocol_version: PROTOCOL_VERSION,
+            packet_faults: None,
         }
     }
 }

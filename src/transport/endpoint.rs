@@ -15,6 +15,7 @@ use crate::wire::{
 
 use super::connection::{close, Connection};
 use super::credentials::SERVER_NAME;
+use super::faults::{FaultCounters, FaultySocket};
 use super::server::{self, RequestHandler};
 use super::{ConnectError, Credentials, EndpointError, TransportConfig};
 
@@ -33,6 +34,7 @@ struct Inner {
     me: PeerIdentity,
     config: TransportConfig,
     connections: DashMap<SocketAddr, Connection>,
+    faults: Option<Arc<FaultCounters>>,
 }
 
 impl Endpoint {
@@ -83,8 +85,20 @@ impl Endpoint {
     ) -> Result<Self, EndpointError> {
         let runtime = quinn::default_runtime()
             .ok_or_else(|| EndpointError::Quic("no async runtime is running".into()))?;
-        let mut quic = quinn::Endpoint::new(Default::default(), server, socket, runtime)
-            .map_err(|e| EndpointError::Quic(e.to_string()))?;
+        let quic_error = |e: std::io::Error| EndpointError::Quic(e.to_string());
+        let socket = runtime.wrap_udp_socket(socket).map_err(quic_error)?;
+        let (socket, faults): (Arc<dyn quinn::AsyncUdpSocket>, _) = match &config.packet_faults {
+            Some(plan) => {
+                tracing::warn!("PACKET FAULT INJECTION IS ON for this endpoint: {plan:?}");
+                let counters = Arc::new(FaultCounters::default());
+                let faulty = FaultySocket::new(socket, plan.clone(), counters.clone());
+                (Arc::new(faulty), Some(counters))
+            }
+            None => (socket, None),
+        };
+        let mut quic =
+            quinn::Endpoint::new_with_abstract_socket(Default::default(), server, socket, runtime)
+                .map_err(quic_error)?;
         let tls = QuicClientConfig::try_from(credentials.client_tls()?)
             .map_err(|e| EndpointError::Quic(e.to_string()))?;
         let mut client = quinn::ClientConfig::new(Arc::new(tls));
@@ -96,6 +110,7 @@ impl Endpoint {
                 me,
                 config,
                 connections: DashMap::new(),
+                faults,
             }),
         })
     }
@@ -111,6 +126,11 @@ impl Endpoint {
     /// This process's identity.
     pub fn identity(&self) -> &PeerIdentity {
         &self.inner.me
+    }
+
+    /// What the packet fault plan did so far, if one is active.
+    pub fn fault_counters(&self) -> Option<&FaultCounters> {
+        self.inner.faults.as_deref()
     }
 
     /// The settings this endpoint was made with.

@@ -27,6 +27,7 @@ mod connection;
 mod credentials;
 mod endpoint;
 mod error;
+pub mod faults;
 mod server;
 
 pub use channel::{Channel, PendingReply};
@@ -35,4 +36,5 @@ pub use connection::Connection;
 pub use credentials::{CredentialError, Credentials, JoinToken};
 pub use endpoint::Endpoint;
 pub use error::{ConnectError, EndpointError, RequestError};
+pub use faults::{FaultCounters, PacketFaults, PacketRule};
 pub use server::{HandlerError, RequestHandler};

@@ -5,6 +5,7 @@
 mod architecture;
 mod bad_input;
 mod cli;
+mod faults;
 mod membership;
 mod requests;
 mod support;

@@ -1,0 +1,391 @@
+//! Packet faults inside the QUIC socket layer: drop, duplicate, delay and
+//! reorder a fraction of datagrams to or from chosen peers, or cut them off
+//! (a partition) for a time window. QUIC's own loss recovery then has to do
+//! its job, as it would on a bad network.
+//!
+//! A [`PacketFaults`] plan is data (serde), so a test can hand it to node
+//! processes (`NIMBUS_PACKET_FAULTS`, JSON). Every decision is a pure
+//! function of the plan's seed and the datagram's sequence number on its
+//! socket ([`PacketFaults::decide`]), so the same seed makes the same
+//! decisions for the same traffic.
+
+use std::fmt;
+use std::io::{self, IoSliceMut};
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use serde::{Deserialize, Serialize};
+
+/// Environment variable a node reads a JSON [`PacketFaults`] plan from.
+pub const PACKET_FAULTS_ENV: &str = "NIMBUS_PACKET_FAULTS";
+
+/// A seeded plan of packet faults for one process's socket.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PacketFaults {
+    /// Seeds every random decision.
+    pub seed: u64,
+    /// Rules; the first that matches a datagram's peer and time applies.
+    pub rules: Vec<PacketRule>,
+}
+
+/// Faults for datagrams to and from some peers, during a time window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PacketRule {
+    /// The peers it applies to; empty means every peer.
+    pub peers: Vec<SocketAddr>,
+    /// Milliseconds after the socket opened when the rule starts.
+    pub from_ms: u64,
+    /// Milliseconds after the socket opened when it ends (`None`: never).
+    pub until_ms: Option<u64>,
+    /// Cut the peers off entirely (a partition): nothing sent or received.
+    pub partition: bool,
+    /// Fraction of sent datagrams dropped.
+    pub drop: f64,
+    /// Fraction of sent datagrams sent twice.
+    pub duplicate: f64,
+    /// Fraction of sent datagrams held back and sent after the next one.
+    pub reorder: f64,
+    /// Fraction of sent datagrams delayed by `delay_ms`.
+    pub delay: f64,
+    /// The delay.
+    pub delay_ms: u64,
+}
+
+/// What happens to one sent datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Sent as is.
+    Send,
+    /// Not sent.
+    Drop,
+    /// Sent twice.
+    Duplicate,
+    /// Held back and sent after the next datagram.
+    Reorder,
+    /// Sent after a delay.
+    Delay(Duration),
+}
+
+impl PacketFaults {
+    /// Reads a plan from [`PACKET_FAULTS_ENV`], if set.
+    pub fn from_env() -> Result<Option<Self>, String> {
+        match std::env::var(PACKET_FAULTS_ENV) {
+            Ok(json) => serde_json::from_str(&json)
+                .map(Some)
+                .map_err(|e| format!("{PACKET_FAULTS_ENV} is not a packet fault plan: {e}")),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The fate of the `sequence`-th datagram sent to `peer`, `elapsed`
+    /// after the socket opened.
+    pub fn decide(&self, sequence: u64, peer: SocketAddr, elapsed: Duration) -> Fate {
+        let Some(rule) = self.rule(peer, elapsed) else {
+            return Fate::Send;
+        };
+        if rule.partition {
+            return Fate::Drop;
+        }
+        let roll = unit(self.seed, sequence);
+        let mut threshold = rule.drop;
+        if roll < threshold {
+            return Fate::Drop;
+        }
+        threshold += rule.duplicate;
+        if roll < threshold {
+            return Fate::Duplicate;
+        }
+        threshold += rule.reorder;
+        if roll < threshold {
+            return Fate::Reorder;
+        }
+        threshold += rule.delay;
+        if roll < threshold {
+            return Fate::Delay(Duration::from_millis(rule.delay_ms));
+        }
+        Fate::Send
+    }
+
+    /// Whether datagrams from `peer` are cut off at `elapsed`.
+    pub fn partitioned(&self, peer: SocketAddr, elapsed: Duration) -> bool {
+        self.rule(peer, elapsed).is_some_and(|r| r.partition)
+    }
+
+    fn rule(&self, peer: SocketAddr, elapsed: Duration) -> Option<&PacketRule> {
+        let ms = elapsed.as_millis() as u64;
+        self.rules.iter().find(|rule| {
+            (rule.peers.is_empty() || rule.peers.contains(&peer))
+                && ms >= rule.from_ms
+                && rule.until_ms.is_none_or(|until| ms < until)
+        })
+    }
+}
+
+/// A uniform number in [0, 1) from the seed and a sequence number
+/// (SplitMix64), so decisions replay exactly.
+fn unit(seed: u64, sequence: u64) -> f64 {
+    let mut z = seed ^ sequence.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Counts of the faults a socket injected.
+#[derive(Debug, Default)]
+pub struct FaultCounters {
+    /// Datagrams sent through the socket.
+    pub sent: AtomicU64,
+    /// Dropped (partitions included).
+    pub dropped: AtomicU64,
+    /// Sent twice.
+    pub duplicated: AtomicU64,
+    /// Sent out of order.
+    pub reordered: AtomicU64,
+    /// Delayed.
+    pub delayed: AtomicU64,
+    /// Received datagrams discarded by a partition.
+    pub cut_off: AtomicU64,
+}
+
+impl fmt::Display for FaultCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        write!(
+            f,
+            "sent={} dropped={} duplicated={} reordered={} delayed={} cut_off={}",
+            get(&self.sent),
+            get(&self.dropped),
+            get(&self.duplicated),
+            get(&self.reordered),
+            get(&self.delayed),
+            get(&self.cut_off)
+        )
+    }
+}
+
+/// A UDP socket that applies a [`PacketFaults`] plan.
+pub(crate) struct FaultySocket {
+    inner: Arc<dyn AsyncUdpSocket>,
+    plan: PacketFaults,
+    opened: Instant,
+    sequence: AtomicU64,
+    held: Mutex<Option<OwnedDatagram>>,
+    counters: Arc<FaultCounters>,
+}
+
+/// A datagram copied out of a `Transmit`, to send later.
+struct OwnedDatagram {
+    destination: SocketAddr,
+    ecn: Option<EcnCodepoint>,
+    contents: Vec<u8>,
+    src_ip: Option<IpAddr>,
+}
+
+impl OwnedDatagram {
+    fn of(transmit: &Transmit<'_>) -> Self {
+        OwnedDatagram {
+            destination: transmit.destination,
+            ecn: transmit.ecn,
+            contents: transmit.contents.to_vec(),
+            src_ip: transmit.src_ip,
+        }
+    }
+
+    fn send(&self, socket: &dyn AsyncUdpSocket) -> io::Result<()> {
+        socket.try_send(&Transmit {
+            destination: self.destination,
+            ecn: self.ecn,
+            contents: &self.contents,
+            segment_size: None,
+            src_ip: self.src_ip,
+        })
+    }
+}
+
+impl FaultySocket {
+    pub(crate) fn new(
+        inner: Arc<dyn AsyncUdpSocket>,
+        plan: PacketFaults,
+        counters: Arc<FaultCounters>,
+    ) -> Self {
+        FaultySocket {
+            inner,
+            plan,
+            opened: Instant::now(),
+            sequence: AtomicU64::new(0),
+            held: Mutex::new(None),
+            counters,
+        }
+    }
+
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for FaultySocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FaultySocket({:?}, {})", self.inner, self.counters)
+    }
+}
+
+impl AsyncUdpSocket for FaultySocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
+        Self::count(&self.counters.sent);
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let fate = self
+            .plan
+            .decide(sequence, transmit.destination, self.opened.elapsed());
+        let result = match fate {
+            Fate::Send => self.inner.try_send(transmit),
+            Fate::Drop => {
+                Self::count(&self.counters.dropped);
+                Ok(())
+            }
+            Fate::Duplicate => {
+                Self::count(&self.counters.duplicated);
+                let _ = self.inner.try_send(transmit);
+                self.inner.try_send(transmit)
+            }
+            Fate::Reorder => {
+                Self::count(&self.counters.reordered);
+                *self.held.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(OwnedDatagram::of(transmit));
+                Ok(())
+            }
+            Fate::Delay(delay) => {
+                Self::count(&self.counters.delayed);
+                let datagram = OwnedDatagram::of(transmit);
+                let socket = self.inner.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let _ = datagram.send(socket.as_ref());
+                });
+                Ok(())
+            }
+        };
+        // A datagram held back for reordering goes out after this one.
+        if let Some(held) = held {
+            let _ = held.send(self.inner.as_ref());
+        }
+        result
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let received = match self.inner.poll_recv(cx, bufs, meta) {
+                Poll::Ready(Ok(received)) => received,
+                other => return other,
+            };
+            let elapsed = self.opened.elapsed();
+            let mut kept = 0;
+            for index in 0..received {
+                if self.plan.partitioned(meta[index].addr, elapsed) {
+                    Self::count(&self.counters.cut_off);
+                    continue;
+                }
+                if kept != index {
+                    let len = meta[index].len;
+                    let (to, from) = bufs.split_at_mut(index);
+                    to[kept][..len].copy_from_slice(&from[0][..len]);
+                    meta[kept] = meta[index];
+                }
+                kept += 1;
+            }
+            if kept > 0 {
+                return Poll::Ready(Ok(kept));
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lossy(seed: u64) -> PacketFaults {
+        PacketFaults {
+            seed,
+            rules: vec![PacketRule {
+                drop: 0.1,
+                duplicate: 0.05,
+                reorder: 0.05,
+                delay: 0.05,
+                delay_ms: 5,
+                ..PacketRule::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn the_same_seed_makes_the_same_decisions() {
+        let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let fates = |plan: &PacketFaults| -> Vec<Fate> {
+            (0..1000)
+                .map(|i| plan.decide(i, peer, Duration::ZERO))
+                .collect()
+        };
+        assert_eq!(fates(&lossy(7)), fates(&lossy(7)));
+        assert_ne!(fates(&lossy(7)), fates(&lossy(8)));
+        let dropped = fates(&lossy(7))
+            .iter()
+            .filter(|f| **f == Fate::Drop)
+            .count();
+        assert!(
+            (60..140).contains(&dropped),
+            "about 10% dropped, got {dropped}"
+        );
+    }
+
+    #[test]
+    fn partitions_hold_for_their_window_and_peers_only() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let plan = PacketFaults {
+            seed: 1,
+            rules: vec![PacketRule {
+                peers: vec![a],
+                from_ms: 100,
+                until_ms: Some(200),
+                partition: true,
+                ..PacketRule::default()
+            }],
+        };
+        let at = Duration::from_millis;
+        assert!(!plan.partitioned(a, at(99)));
+        assert!(plan.partitioned(a, at(100)));
+        assert!(!plan.partitioned(b, at(150)));
+        assert!(!plan.partitioned(a, at(200)));
+        assert_eq!(plan.decide(0, a, at(150)), Fate::Drop);
+    }
+}
