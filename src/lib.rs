@@ -19,6 +19,7 @@
 //! - [`actor`]: user actors in worker processes: [`actor::Registry`],
 //!   [`actor::spawn`], [`actor::ActorHandle`], [`actor::get_actor`],
 //!   [`actor::monitor`].
+//! - [`placement`]: placement groups, bundles reserved together across nodes.
 //! - [`driver`]: [`init`], the first line of a user program's `main`.
 //!
 //! ```no_run
@@ -35,6 +36,7 @@ pub mod cluster;
 pub mod driver;
 pub mod local;
 pub mod node;
+pub mod placement;
 pub mod transport;
 pub mod wire;
 mod worker;

@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 
 use crate::client::{self, ClientError};
 use crate::cluster::{
-    ActorId, ActorSpec, ControlReply, ControlRequest, NodeStatus, ResourceSet, CPU, GPU, MEMORY,
+    ActorId, ActorSpec, BundleId, ControlReply, ControlRequest, NodeStatus, ResourceSet, CPU, GPU,
+    MEMORY,
 };
+use crate::placement::{PlacementError, PlacementGroup};
 use crate::transport::{Connection, RequestError, RequestOptions};
 use crate::wire::Incarnation;
 
@@ -57,6 +59,7 @@ pub struct SpawnOptions {
     max_restarts: u32,
     max_in_flight: u32,
     deadline: Duration,
+    bundle: Option<BundleId>,
 }
 
 impl Default for SpawnOptions {
@@ -70,6 +73,7 @@ impl Default for SpawnOptions {
             max_restarts: 0,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             deadline: Duration::from_secs(30),
+            bundle: None,
         }
     }
 }
@@ -124,6 +128,18 @@ impl SpawnOptions {
         self
     }
 
+    /// Places the actor in bundle `index` of `group`: on that bundle's node,
+    /// drawing from the bundle's resources.
+    pub fn in_bundle(
+        mut self,
+        group: &PlacementGroup,
+        index: usize,
+    ) -> Result<Self, PlacementError> {
+        self.bundle = Some(group.bundle(index)?);
+        self.strategy = Strategy::Node(group.node(index)?.to_string());
+        Ok(self)
+    }
+
     /// How long to look for a node with free resources.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
@@ -149,6 +165,7 @@ pub async fn spawn<A: RemoteActor>(
         max_restarts: options.max_restarts,
         job: context.job.clone(),
         binary: context.binary.1.clone(),
+        bundle: options.bundle,
     };
     if let Some(name) = &spec.name {
         let reserve = ControlRequest::ReserveName {

@@ -54,6 +54,16 @@ pub enum ControlRequest {
         #[serde(with = "serde_bytes")]
         chunk: Vec<u8>,
     },
+    /// To a node: set resources aside for a placement-group bundle.
+    /// Answered with `Ack` or [`ControlReply::NoCapacity`].
+    ReserveBundle {
+        /// The bundle.
+        bundle: BundleId,
+        /// Its resources.
+        resources: ResourceSet,
+    },
+    /// To a node: give a bundle's resources back.
+    ReleaseBundle(BundleId),
     /// To the head: reserve a unique actor name. Answered with `Ack` or
     /// [`ControlReply::NameTaken`].
     ReserveName {
@@ -126,6 +136,25 @@ impl std::fmt::Display for ActorId {
     }
 }
 
+/// A placement group: bundles of resources reserved together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PlacementGroupId(pub u64);
+
+/// One bundle of a placement group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BundleId {
+    /// The group.
+    pub group: PlacementGroupId,
+    /// The bundle's position in the group.
+    pub index: u32,
+}
+
+impl std::fmt::Display for BundleId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}/{}", self.group.0, self.index)
+    }
+}
+
 /// Everything a node needs to start (and restart) an actor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ActorSpec {
@@ -146,6 +175,8 @@ pub struct ActorSpec {
     pub job: String,
     /// The program that hosts it.
     pub binary: BinaryId,
+    /// The placement-group bundle whose resources it uses, if any.
+    pub bundle: Option<BundleId>,
 }
 
 /// A program binary, by content.
@@ -292,6 +323,11 @@ pub enum ClusterEventKind {
         /// Why: missed heartbeats, or replaced by a newer incarnation.
         reason: String,
     },
+    /// What a node has in use changed (reported by its heartbeat).
+    ResourcesChanged {
+        /// The node.
+        node: NodeIdentity,
+    },
     /// An actor incarnation runs (first start or restart).
     ActorStarted {
         /// The actor.
@@ -318,7 +354,8 @@ impl ClusterEventKind {
         match self {
             ClusterEventKind::NodeJoined { node, .. }
             | ClusterEventKind::NodeLeft { node }
-            | ClusterEventKind::NodeDead { node, .. } => Some(node),
+            | ClusterEventKind::NodeDead { node, .. }
+            | ClusterEventKind::ResourcesChanged { node } => Some(node),
             ClusterEventKind::ActorStarted { .. } | ClusterEventKind::ActorDied { .. } => None,
         }
     }

@@ -16,7 +16,8 @@ pub use directory::Directory;
 pub use events::ClusterEvents;
 pub use membership::Membership;
 pub use messages::{
-    ActorId, ActorRecord, ActorSpec, BinaryId, ClusterEvent, ClusterEventKind, ClusterStatus,
-    ControlReply, ControlRequest, NodeRegistration, NodeState, NodeStatus, ResourceUsage,
+    ActorId, ActorRecord, ActorSpec, BinaryId, BundleId, ClusterEvent, ClusterEventKind,
+    ClusterStatus, ControlReply, ControlRequest, NodeRegistration, NodeState, NodeStatus,
+    PlacementGroupId, ResourceUsage,
 };
 pub use resources::{ResourceError, ResourceOverrides, ResourceSet, CPU, GPU, MEMORY};

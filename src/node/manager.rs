@@ -17,12 +17,13 @@ use crate::client::{self, ClientError};
 use crate::cluster::directory::{self, Directory};
 use crate::cluster::membership::{self, Membership, MembershipError};
 use crate::cluster::{
-    ActorId, ActorRecord, ActorSpec, ControlReply, ControlRequest, ResourceSet, GPU,
+    ActorId, ActorRecord, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet,
 };
 use crate::transport::{Endpoint, JoinToken, RequestError, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
 use super::binaries::BinaryCache;
+use super::resources::{Grant, ResourcePool};
 use super::workers::{self, LaunchedWorker, WorkerBoot};
 use super::NodeError;
 
@@ -72,12 +73,11 @@ pub struct NodeManagerConfig {
 /// Owns the node's resources and worker processes; heartbeats to the head.
 pub struct NodeManager {
     config: NodeManagerConfig,
-    used: ResourceSet,
+    resources: ResourcePool,
     last_ack: Instant,
     in_flight: bool,
     binaries: BinaryCache,
     workers: HashMap<ActorId, Worker>,
-    free_gpus: Vec<u32>,
 }
 
 /// An actor this node runs.
@@ -85,7 +85,7 @@ struct Worker {
     spec: ActorSpec,
     incarnation: Incarnation,
     restarts: u32,
-    gpus: Vec<u32>,
+    grant: Grant,
 }
 
 /// The outcome of one heartbeat.
@@ -100,15 +100,13 @@ enum Beat {
 impl NodeManager {
     /// A node manager.
     pub fn new(config: NodeManagerConfig) -> Self {
-        let gpus = config.total.amount(GPU) as u32;
         NodeManager {
             binaries: BinaryCache::new(config.state_dir.join("binaries")),
+            resources: ResourcePool::new(config.total.clone()),
             config,
-            used: ResourceSet::default(),
             last_ack: Instant::now(),
             in_flight: false,
             workers: HashMap::new(),
-            free_gpus: (0..gpus).collect(),
         }
     }
 
@@ -118,7 +116,7 @@ impl NodeManager {
         }
         self.in_flight = true;
         let node = self.config.identity.clone();
-        let used = self.used.clone();
+        let used = self.resources.used().clone();
         let beat: BoxFuture<'static, Beat> = match &self.config.head {
             HeadLink::Local { membership, .. } => {
                 let sent = membership.send(membership::Heartbeat { node, used });
@@ -238,43 +236,6 @@ impl NodeManager {
         }
     }
 
-    /// Free amounts after what is handed out.
-    fn free(&self, name: &str) -> f64 {
-        self.config.total.amount(name) - self.used.amount(name)
-    }
-
-    fn reserve(&mut self, spec: &ActorSpec) -> Result<Vec<u32>, String> {
-        let short: Vec<String> = spec
-            .resources
-            .iter()
-            .filter(|(name, amount)| *amount > self.free(name) + 1e-9)
-            .map(|(name, amount)| format!("{name}={amount} (free {})", self.free(name)))
-            .collect();
-        if !short.is_empty() {
-            return Err(format!(
-                "node {} lacks {}",
-                self.config.identity.name,
-                short.join(", ")
-            ));
-        }
-        for (name, amount) in spec.resources.iter() {
-            self.used.set(name, self.used.amount(name) + amount);
-        }
-        let gpus = spec.resources.amount(GPU).ceil() as usize;
-        Ok(self
-            .free_gpus
-            .drain(..gpus.min(self.free_gpus.len()))
-            .collect())
-    }
-
-    fn release(&mut self, spec: &ActorSpec, gpus: Vec<u32>) {
-        for (name, amount) in spec.resources.iter() {
-            self.used
-                .set(name, (self.used.amount(name) - amount).max(0.0));
-        }
-        self.free_gpus.extend(gpus);
-    }
-
     /// Starts a worker for `spec`; `WorkerExited` reaches this actor when it dies.
     fn launch(
         &self,
@@ -385,6 +346,39 @@ impl Handler<UploadBinary> for NodeManager {
     }
 }
 
+/// Set resources aside for a placement-group bundle.
+#[derive(Message)]
+#[rtype(result = "Result<(), String>")]
+pub struct ReserveBundle {
+    /// The bundle.
+    pub bundle: BundleId,
+    /// Its resources.
+    pub resources: ResourceSet,
+}
+
+/// Give a bundle's resources back.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReleaseBundle(pub BundleId);
+
+impl Handler<ReserveBundle> for NodeManager {
+    type Result = Result<(), String>;
+
+    fn handle(&mut self, msg: ReserveBundle, _: &mut Self::Context) -> Self::Result {
+        self.resources
+            .reserve_bundle(msg.bundle, &msg.resources)
+            .map_err(|short| format!("node {}: {short}", self.config.identity.name))
+    }
+}
+
+impl Handler<ReleaseBundle> for NodeManager {
+    type Result = ();
+
+    fn handle(&mut self, ReleaseBundle(bundle): ReleaseBundle, _: &mut Self::Context) {
+        self.resources.release_bundle(bundle);
+    }
+}
+
 impl Handler<StartActor> for NodeManager {
     type Result = ResponseActFuture<Self, Result<ControlReply, RemoteError>>;
 
@@ -399,16 +393,19 @@ impl Handler<StartActor> for NodeManager {
             );
             return Box::pin(fut::ready(Err(error)));
         }
-        let gpus = match self.reserve(&spec) {
-            Ok(gpus) => gpus,
-            Err(short) => return Box::pin(fut::ready(Ok(ControlReply::NoCapacity(short)))),
+        let grant = match self.resources.reserve(&spec.resources, spec.bundle) {
+            Ok(grant) => grant,
+            Err(short) => {
+                let short = format!("node {}: {short}", self.config.identity.name);
+                return Box::pin(fut::ready(Ok(ControlReply::NoCapacity(short))));
+            }
         };
-        let launch = self.launch(&spec, &gpus, ctx);
+        let launch = self.launch(&spec, &grant.gpus, ctx);
         Box::pin(launch.into_actor(self).then(move |launched, manager, _| {
             let worker = match launched {
                 Ok(worker) => worker,
                 Err(e) => {
-                    manager.release(&spec, gpus);
+                    manager.resources.release(&spec.resources, grant);
                     let error = RemoteError::new(RemoteErrorKind::Internal, e);
                     let failed: ResponseActFuture<NodeManager, _> =
                         Box::pin(fut::ready(Err(error)));
@@ -420,7 +417,7 @@ impl Handler<StartActor> for NodeManager {
                 spec,
                 incarnation: worker.incarnation,
                 restarts: 0,
-                gpus,
+                grant,
             };
             let record = manager.record_of(&entry, worker.address);
             manager.workers.insert(entry.spec.actor, entry);
@@ -445,7 +442,7 @@ impl Handler<WorkerExited> for NodeManager {
             return;
         }
         let restarting = worker.restarts < worker.spec.max_restarts;
-        let (spec, gpus) = (worker.spec.clone(), worker.gpus.clone());
+        let (spec, grant) = (worker.spec.clone(), worker.grant.clone());
         warn!(actor = %msg.actor, restarting, "actor died: {}", msg.reason);
         self.report_down(directory::ActorDown {
             actor: msg.actor,
@@ -455,19 +452,19 @@ impl Handler<WorkerExited> for NodeManager {
         });
         if !restarting {
             self.workers.remove(&msg.actor);
-            self.release(&spec, gpus);
+            self.resources.release(&spec.resources, grant);
             return;
         }
         if let Some(worker) = self.workers.get_mut(&msg.actor) {
             worker.restarts += 1;
         }
-        let launch = self.launch(&spec, &gpus, ctx);
+        let launch = self.launch(&spec, &grant.gpus, ctx);
         ctx.spawn(launch.into_actor(self).then(move |launched, manager, _| {
             let reported = match launched {
                 Ok(launched) => manager.restarted(spec.actor, launched),
                 Err(e) => {
                     manager.workers.remove(&spec.actor);
-                    manager.release(&spec, gpus);
+                    manager.resources.release(&spec.resources, grant);
                     manager.report_down(directory::ActorDown {
                         actor: spec.actor,
                         incarnation: msg.incarnation,

@@ -20,6 +20,7 @@ mod binaries;
 mod config;
 mod error;
 mod manager;
+mod resources;
 mod runtime;
 mod service;
 pub mod workers;
@@ -27,6 +28,10 @@ pub mod workers;
 pub use binaries::sha256_file;
 pub use config::{default_state_dir, NodeConfig, NodeRole};
 pub use error::NodeError;
-pub use manager::{HeadLink, NodeManager, NodeManagerConfig, StartActor, UploadBinary};
+pub use manager::{
+    HeadLink, NodeManager, NodeManagerConfig, ReleaseBundle, ReserveBundle, StartActor,
+    UploadBinary,
+};
+pub use resources::{Grant, ResourcePool};
 pub use runtime::{run, NodeReady};
 pub use service::{HeadActors, NodeService};

@@ -14,7 +14,7 @@ use crate::cluster::{ClusterEvents, ControlReply, ControlRequest};
 use crate::transport::{HandlerError, RequestHandler};
 use crate::wire::{self, PeerIdentity, PeerRole, RemoteError, RemoteErrorKind};
 
-use super::manager::{NodeManager, StartActor, UploadBinary};
+use super::manager::{NodeManager, ReleaseBundle, ReserveBundle, StartActor, UploadBinary};
 
 /// Longest a client may long-poll for events in one request.
 const MAX_EVENT_WAIT: Duration = Duration::from_secs(60);
@@ -54,6 +54,20 @@ impl NodeService {
             ControlRequest::Echo(payload) => return Ok(ControlReply::Echo(payload)),
             ControlRequest::StartActor(spec) => {
                 return manager.send(StartActor(spec)).await.map_err(internal)?
+            }
+            ControlRequest::ReserveBundle { bundle, resources } => {
+                let reserve = ReserveBundle { bundle, resources };
+                return Ok(match manager.send(reserve).await.map_err(internal)? {
+                    Ok(()) => ControlReply::Ack,
+                    Err(short) => ControlReply::NoCapacity(short),
+                });
+            }
+            ControlRequest::ReleaseBundle(bundle) => {
+                manager
+                    .send(ReleaseBundle(bundle))
+                    .await
+                    .map_err(internal)?;
+                return Ok(ControlReply::Ack);
             }
             ControlRequest::UploadBinary {
                 hash,
@@ -178,6 +192,8 @@ impl NodeService {
             }
             ControlRequest::Echo(_)
             | ControlRequest::StartActor(_)
+            | ControlRequest::ReserveBundle { .. }
+            | ControlRequest::ReleaseBundle(_)
             | ControlRequest::UploadBinary { .. } => {
                 unreachable!("answered above")
             }

@@ -4,13 +4,23 @@
 use std::time::{Duration, Instant};
 
 use actix::Actor;
+use std::collections::HashSet;
+
 use nimbus::actor::{self, CallError, SpawnError, SpawnOptions, Strategy};
+use nimbus::cluster::ResourceSet;
+use nimbus::placement::{PlacementError, PlacementGroup, PlacementStrategy};
 use nimbus::Driver;
 
 use crate::fixtures::*;
 use crate::{boxed, Test};
 
 pub const ALL: &[(&str, Test)] = &[
+    ("placement_groups_of_each_strategy", |_| {
+        boxed(placement_groups_of_each_strategy())
+    }),
+    ("removing_a_placement_group_frees_its_resources", |_| {
+        boxed(removing_a_placement_group_frees_its_resources())
+    }),
     ("spawn_lands_on_the_node_with_the_resources", |d| {
         boxed(spawn_lands_on_the_node_with_the_resources(d))
     }),
@@ -41,6 +51,98 @@ pub const ALL: &[(&str, Test)] = &[
         boxed(actors_of_a_lost_node_are_reported_dead(d))
     }),
 ];
+
+fn cpus(n: f64) -> ResourceSet {
+    let mut set = ResourceSet::default();
+    set.set("CPU", n);
+    set
+}
+
+fn distinct(group: &PlacementGroup) -> usize {
+    let nodes: HashSet<&str> = (0..group.len()).map(|i| group.node(i).unwrap()).collect();
+    nodes.len()
+}
+
+/// The first tests run on the bare 3-node cluster (2 CPUs per node here).
+async fn placement_groups_of_each_strategy() {
+    let deadline = Duration::from_secs(10);
+    let create = |n, cpu, strategy| PlacementGroup::create(vec![cpus(cpu); n], strategy, deadline);
+
+    let group = create(2, 0.5, PlacementStrategy::StrictPack).await.unwrap();
+    assert_eq!(distinct(&group), 1);
+    group.remove().await.unwrap();
+    let group = create(2, 0.5, PlacementStrategy::Pack).await.unwrap();
+    assert_eq!(distinct(&group), 1);
+    group.remove().await.unwrap();
+    let group = create(3, 0.5, PlacementStrategy::StrictSpread)
+        .await
+        .unwrap();
+    assert_eq!(distinct(&group), 3);
+    // An actor placed in a bundle lands on that bundle's node.
+    let options = SpawnOptions::default()
+        .num_cpus(0.5)
+        .in_bundle(&group, 2)
+        .unwrap();
+    let counter = actor::spawn::<Counter>(0, options).await.unwrap();
+    assert_eq!(
+        counter.record().await.unwrap().node.name,
+        group.node(2).unwrap()
+    );
+    group.remove().await.unwrap();
+    let group = create(3, 0.5, PlacementStrategy::Spread).await.unwrap();
+    assert_eq!(distinct(&group), 3);
+    group.remove().await.unwrap();
+
+    for (n, cpu, strategy) in [
+        (4, 0.5, PlacementStrategy::StrictSpread),
+        (3, 1.0, PlacementStrategy::StrictPack),
+    ] {
+        match create(n, cpu, strategy).await {
+            Err(PlacementError::Infeasible { .. }) => {}
+            other => {
+                panic!("{n} x {cpu} CPU with {strategy:?} should be infeasible, got {other:?}")
+            }
+        }
+    }
+}
+
+async fn removing_a_placement_group_frees_its_resources() {
+    // Fill every node's two CPUs (one holds the 0.5 CPU counter above).
+    let mut groups = Vec::new();
+    for _ in 0..2 {
+        let group = PlacementGroup::create(
+            vec![cpus(2.0)],
+            PlacementStrategy::StrictPack,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        groups.push(group);
+    }
+    let full = PlacementGroup::create(
+        vec![cpus(2.0)],
+        PlacementStrategy::StrictPack,
+        Duration::from_secs(1),
+    )
+    .await;
+    assert!(
+        matches!(full, Err(PlacementError::Timeout { .. })),
+        "{full:?}"
+    );
+    let freed = groups.pop().unwrap();
+    freed.remove().await.unwrap();
+    let again = PlacementGroup::create(
+        vec![cpus(2.0)],
+        PlacementStrategy::StrictPack,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    again.remove().await.unwrap();
+    for group in groups {
+        group.remove().await.unwrap();
+    }
+}
 
 fn on(node: &str) -> SpawnOptions {
     SpawnOptions::default()

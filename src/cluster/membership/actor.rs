@@ -39,7 +39,9 @@ impl Membership {
                 }
                 ClusterEventKind::NodeLeft { node } => info!(%node, "node left"),
                 ClusterEventKind::NodeDead { node, reason } => warn!(%node, "node dead: {reason}"),
-                ClusterEventKind::ActorStarted { .. } | ClusterEventKind::ActorDied { .. } => {}
+                ClusterEventKind::ResourcesChanged { .. }
+                | ClusterEventKind::ActorStarted { .. }
+                | ClusterEventKind::ActorDied { .. } => {}
             }
             self.events.do_send(Publish(kind));
         }
@@ -106,8 +108,11 @@ impl Handler<Heartbeat> for Membership {
     type Result = Result<(), MembershipError>;
 
     fn handle(&mut self, msg: Heartbeat, _: &mut Self::Context) -> Self::Result {
-        self.table
-            .handle_heartbeat(&msg.node, msg.used, Instant::now())
+        let events = self
+            .table
+            .handle_heartbeat(&msg.node, msg.used, Instant::now())?;
+        self.publish(events);
+        Ok(())
     }
 }
 

@@ -95,17 +95,23 @@ impl NodeTable {
         Ok(events)
     }
 
-    /// Records a heartbeat from a live member.
+    /// Records a heartbeat from a live member; reports a change of the
+    /// resources it has in use.
     pub fn handle_heartbeat(
         &mut self,
         node: &NodeIdentity,
         used: ResourceSet,
         now: Instant,
-    ) -> Result<(), MembershipError> {
+    ) -> Result<Vec<ClusterEventKind>, MembershipError> {
         let entry = self.member(node)?;
         entry.last_heartbeat = now;
+        if entry.used == used {
+            return Ok(Vec::new());
+        }
         entry.used = used;
-        Ok(())
+        Ok(vec![ClusterEventKind::ResourcesChanged {
+            node: node.clone(),
+        }])
     }
 
     /// Records that a member stopped on purpose.

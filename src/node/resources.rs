@@ -1,0 +1,193 @@
+//! A node's resource accounting: what it offers, what actors and reserved
+//! placement-group bundles hold, and which GPU ids are free. Pure, so the
+//! node manager's decisions are testable without processes.
+
+use std::collections::HashMap;
+
+use crate::cluster::{BundleId, ResourceSet, GPU};
+
+/// What a grant took, to give back on release.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Grant {
+    /// GPU ids handed to the holder.
+    pub gpus: Vec<u32>,
+    /// The bundle it was drawn from, if any.
+    pub bundle: Option<BundleId>,
+}
+
+/// A reserved bundle: its resources and what its actors use of them.
+#[derive(Debug)]
+struct Bundle {
+    resources: ResourceSet,
+    used: ResourceSet,
+    free_gpus: Vec<u32>,
+}
+
+/// Total, used and reserved resources of one node.
+#[derive(Debug)]
+pub struct ResourcePool {
+    total: ResourceSet,
+    used: ResourceSet,
+    free_gpus: Vec<u32>,
+    bundles: HashMap<BundleId, Bundle>,
+}
+
+impl ResourcePool {
+    /// A pool offering `total`; GPU ids are `0..GPU`.
+    pub fn new(total: ResourceSet) -> Self {
+        let gpus = total.amount(GPU) as u32;
+        ResourcePool {
+            total,
+            used: ResourceSet::default(),
+            free_gpus: (0..gpus).collect(),
+            bundles: HashMap::new(),
+        }
+    }
+
+    /// Everything handed out (actors and reserved bundles).
+    pub fn used(&self) -> &ResourceSet {
+        &self.used
+    }
+
+    /// Takes `request` from the node's free resources, or from `bundle`'s.
+    pub fn reserve(
+        &mut self,
+        request: &ResourceSet,
+        bundle: Option<BundleId>,
+    ) -> Result<Grant, String> {
+        let Some(id) = bundle else {
+            check(request, &self.total, &self.used, "node")?;
+            add(&mut self.used, request, 1.0);
+            let gpus = take_gpus(&mut self.free_gpus, request);
+            return Ok(Grant { gpus, bundle: None });
+        };
+        let bundle = self
+            .bundles
+            .get_mut(&id)
+            .ok_or_else(|| format!("bundle {id} is not reserved on this node"))?;
+        check(request, &bundle.resources, &bundle.used, "bundle")?;
+        add(&mut bundle.used, request, 1.0);
+        let gpus = take_gpus(&mut bundle.free_gpus, request);
+        Ok(Grant {
+            gpus,
+            bundle: Some(id),
+        })
+    }
+
+    /// Gives back what [`reserve`](Self::reserve) took.
+    ///
+    /// Grants from a bundle released meanwhile go back to the node, which
+    /// took over what they held when the bundle was released.
+    pub fn release(&mut self, request: &ResourceSet, grant: Grant) {
+        match grant.bundle.and_then(|id| self.bundles.get_mut(&id)) {
+            Some(bundle) => {
+                add(&mut bundle.used, request, -1.0);
+                bundle.free_gpus.extend(grant.gpus);
+            }
+            // No bundle (or it was released since, and what its actors held
+            // was charged to the node then).
+            None => {
+                add(&mut self.used, request, -1.0);
+                self.free_gpus.extend(grant.gpus);
+            }
+        }
+    }
+
+    /// Sets `resources` aside for a placement-group bundle. Reserving the
+    /// same bundle twice is harmless.
+    pub fn reserve_bundle(&mut self, id: BundleId, resources: &ResourceSet) -> Result<(), String> {
+        if self.bundles.contains_key(&id) {
+            return Ok(());
+        }
+        let grant = self.reserve(resources, None)?;
+        let bundle = Bundle {
+            resources: resources.clone(),
+            used: ResourceSet::default(),
+            free_gpus: grant.gpus,
+        };
+        self.bundles.insert(id, bundle);
+        Ok(())
+    }
+
+    /// Returns a bundle's resources to the node. Actors still running in
+    /// it keep running; what they hold goes back to the node when they die.
+    pub fn release_bundle(&mut self, id: BundleId) {
+        if let Some(bundle) = self.bundles.remove(&id) {
+            add(&mut self.used, &bundle.resources, -1.0);
+            add(&mut self.used, &bundle.used, 1.0);
+            self.free_gpus.extend(bundle.free_gpus);
+        }
+    }
+}
+
+/// Fails, naming what is short, unless `request` fits in `total - used`.
+fn check(
+    request: &ResourceSet,
+    total: &ResourceSet,
+    used: &ResourceSet,
+    what: &str,
+) -> Result<(), String> {
+    let short: Vec<String> = request
+        .iter()
+        .filter(|(name, amount)| *amount > total.amount(name) - used.amount(name) + 1e-9)
+        .map(|(name, amount)| {
+            format!(
+                "{name}={amount} (free {})",
+                total.amount(name) - used.amount(name)
+            )
+        })
+        .collect();
+    if short.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the {what} lacks {}", short.join(", ")))
+    }
+}
+
+fn add(set: &mut ResourceSet, delta: &ResourceSet, sign: f64) {
+    for (name, amount) in delta.iter() {
+        set.set(name, (set.amount(name) + sign * amount).max(0.0));
+    }
+}
+
+fn take_gpus(free: &mut Vec<u32>, request: &ResourceSet) -> Vec<u32> {
+    let wanted = request.amount(GPU).ceil() as usize;
+    free.drain(..wanted.min(free.len())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{PlacementGroupId, CPU};
+
+    fn cpus(n: f64) -> ResourceSet {
+        let mut set = ResourceSet::default();
+        set.set(CPU, n);
+        set
+    }
+
+    #[test]
+    fn actors_draw_from_the_node_or_from_their_bundle() {
+        let mut pool = ResourcePool::new(cpus(4.0));
+        let bundle = BundleId {
+            group: PlacementGroupId(1),
+            index: 0,
+        };
+        pool.reserve_bundle(bundle, &cpus(2.0)).unwrap();
+        assert_eq!(pool.used().amount(CPU), 2.0);
+        let in_bundle = pool.reserve(&cpus(2.0), Some(bundle)).unwrap();
+        assert!(pool
+            .reserve(&cpus(0.5), Some(bundle))
+            .unwrap_err()
+            .contains("bundle lacks"));
+        let outside = pool.reserve(&cpus(2.0), None).unwrap();
+        assert!(pool
+            .reserve(&cpus(0.5), None)
+            .unwrap_err()
+            .contains("node lacks CPU"));
+        pool.release(&cpus(2.0), in_bundle);
+        pool.release(&cpus(2.0), outside);
+        pool.release_bundle(bundle);
+        assert_eq!(pool.used().amount(CPU), 0.0);
+    }
+}

@@ -1,0 +1,275 @@
+//! Placement groups: bundles of resources reserved together across nodes
+//! (Ray's gang reservation), for actors that must be placed as a group,
+//! such as a trainer's workers.
+//!
+//! Creation, from any process of the cluster:
+//! 1. Read the head's resource view and plan the bundles with the strategy
+//!    ([`planner::plan`]). If the plan fails even against the nodes' *total*
+//!    resources, the group can never be placed: fail at once.
+//! 2. Ask each chosen node to reserve its bundle. If one refuses (the view
+//!    was stale), give back every bundle reserved so far, wait for a cluster
+//!    event and plan again, until the deadline. A group is therefore either
+//!    wholly reserved or not at all.
+//!
+//! Actors go into a bundle with [`SpawnOptions::in_bundle`](crate::actor::SpawnOptions::in_bundle);
+//! they draw from the bundle's resources, not the node's.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), nimbus::placement::PlacementError> {
+//! use nimbus::cluster::ResourceSet;
+//! use nimbus::placement::{PlacementGroup, PlacementStrategy};
+//! let mut bundle = ResourceSet::default();
+//! bundle.set("CPU", 1.0);
+//! let group = PlacementGroup::create(vec![bundle; 4], PlacementStrategy::Spread, std::time::Duration::from_secs(10)).await?;
+//! group.remove().await?;
+//! # Ok(()) }
+//! ```
+
+pub mod planner;
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::actor::ProcessContext;
+use crate::client::{self, ClientError};
+use crate::cluster::{
+    BundleId, ControlReply, ControlRequest, NodeState, NodeStatus, PlacementGroupId, ResourceSet,
+};
+use crate::transport::RequestOptions;
+
+pub use planner::PlacementStrategy;
+
+/// Why a placement group could not be created or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementError {
+    /// `nimbus::init` and `Driver::connect` have not run in this process.
+    #[error("nimbus is not initialised in this process: call nimbus::init(..) and Driver::connect() first")]
+    NotInitialized,
+    /// The cluster could never hold these bundles with this strategy.
+    #[error(
+        "no placement of {bundles} bundles with {strategy:?} fits the cluster's nodes: {detail}"
+    )]
+    Infeasible {
+        /// Number of bundles.
+        bundles: usize,
+        /// The strategy.
+        strategy: PlacementStrategy,
+        /// What the nodes offer.
+        detail: String,
+    },
+    /// It could, but not before the deadline.
+    #[error("the placement group was not ready within {after:?}: {last}")]
+    Timeout {
+        /// The deadline.
+        after: Duration,
+        /// The last obstacle.
+        last: String,
+    },
+    /// A bundle index out of range.
+    #[error("the placement group has no bundle {0}")]
+    NoSuchBundle(usize),
+    /// The cluster could not be reached.
+    #[error("cannot reach the cluster: {0}")]
+    Cluster(#[from] ClientError),
+}
+
+/// A reserved placement group: each bundle's resources and node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlacementGroup {
+    id: PlacementGroupId,
+    bundles: Vec<Placed>,
+}
+
+/// One reserved bundle.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Placed {
+    resources: ResourceSet,
+    node: NodeStatus,
+}
+
+impl PlacementGroup {
+    /// Reserves `bundles` with `strategy`, waiting up to `deadline` for
+    /// room.
+    pub async fn create(
+        bundles: Vec<ResourceSet>,
+        strategy: PlacementStrategy,
+        deadline: Duration,
+    ) -> Result<Self, PlacementError> {
+        let context = ProcessContext::current().ok_or(PlacementError::NotInitialized)?;
+        let id = PlacementGroupId(rand::random());
+        let end = Instant::now() + deadline;
+        loop {
+            let seen = context.last_event().await?;
+            let nodes = alive_nodes(context).await?;
+            let totals: Vec<planner::Candidate> = nodes
+                .iter()
+                .map(|n| candidate(n, &n.resources.total))
+                .collect();
+            if planner::plan(&bundles, strategy, &totals).is_none() {
+                let detail: Vec<String> = nodes
+                    .iter()
+                    .map(|n| format!("{} offers {}", n.id, n.resources.total))
+                    .collect();
+                return Err(PlacementError::Infeasible {
+                    bundles: bundles.len(),
+                    strategy,
+                    detail: detail.join("; "),
+                });
+            }
+            let free: Vec<planner::Candidate> =
+                nodes.iter().map(|n| candidate(n, &free_of(n))).collect();
+            let last = match planner::plan(&bundles, strategy, &free) {
+                Some(plan) => {
+                    let placed: Vec<Placed> = plan
+                        .iter()
+                        .zip(&bundles)
+                        .map(|(&n, resources)| Placed {
+                            resources: resources.clone(),
+                            node: nodes[n].clone(),
+                        })
+                        .collect();
+                    let group = PlacementGroup {
+                        id,
+                        bundles: placed,
+                    };
+                    match group.reserve(context).await? {
+                        None => return Ok(group),
+                        Some(refusal) => refusal,
+                    }
+                }
+                None => "the nodes' free resources do not fit it now".to_string(),
+            };
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(PlacementError::Timeout {
+                    after: deadline,
+                    last,
+                });
+            }
+            context.events(seen, left).await?;
+        }
+    }
+
+    /// The group's id.
+    pub fn id(&self) -> PlacementGroupId {
+        self.id
+    }
+
+    /// Number of bundles.
+    pub fn len(&self) -> usize {
+        self.bundles.len()
+    }
+
+    /// Whether the group has no bundles.
+    pub fn is_empty(&self) -> bool {
+        self.bundles.is_empty()
+    }
+
+    /// The node holding bundle `index`.
+    pub fn node(&self, index: usize) -> Result<&str, PlacementError> {
+        self.bundles
+            .get(index)
+            .map(|b| b.node.id.as_str())
+            .ok_or(PlacementError::NoSuchBundle(index))
+    }
+
+    /// Bundle `index`'s id.
+    pub fn bundle(&self, index: usize) -> Result<BundleId, PlacementError> {
+        if index >= self.bundles.len() {
+            return Err(PlacementError::NoSuchBundle(index));
+        }
+        Ok(BundleId {
+            group: self.id,
+            index: index as u32,
+        })
+    }
+
+    /// Gives every bundle's resources back to its node.
+    pub async fn remove(self) -> Result<(), PlacementError> {
+        let context = ProcessContext::current().ok_or(PlacementError::NotInitialized)?;
+        self.release(context, self.bundles.len()).await;
+        Ok(())
+    }
+
+    /// Reserves every bundle; on a refusal, releases those reserved and
+    /// returns the refusal.
+    async fn reserve(&self, context: &ProcessContext) -> Result<Option<String>, PlacementError> {
+        for (index, placed) in self.bundles.iter().enumerate() {
+            let request = ControlRequest::ReserveBundle {
+                bundle: self.bundle(index)?,
+                resources: placed.resources.clone(),
+            };
+            let refusal = match call_node(context, &placed.node, &request).await {
+                Ok(ControlReply::Ack) => continue,
+                Ok(ControlReply::NoCapacity(short)) => short,
+                Ok(other) => format!("unexpected reply {other:?}"),
+                Err(e) => e.to_string(),
+            };
+            self.release(context, index).await;
+            return Ok(Some(refusal));
+        }
+        Ok(None)
+    }
+
+    /// Releases the first `count` bundles (best effort: a lost node's
+    /// reservations are gone with it).
+    async fn release(&self, context: &ProcessContext, count: usize) {
+        for (index, placed) in self.bundles.iter().take(count).enumerate() {
+            let bundle = BundleId {
+                group: self.id,
+                index: index as u32,
+            };
+            if let Err(e) = call_node(
+                context,
+                &placed.node,
+                &ControlRequest::ReleaseBundle(bundle),
+            )
+            .await
+            {
+                tracing::warn!(%bundle, node = %placed.node.id, "cannot release a bundle: {e}");
+            }
+        }
+    }
+}
+
+async fn call_node(
+    context: &ProcessContext,
+    node: &NodeStatus,
+    request: &ControlRequest,
+) -> Result<ControlReply, ClientError> {
+    let connection = context
+        .endpoint
+        .connect(node.address, Some(&node.identity()))
+        .await?;
+    client::call(&connection, request, RequestOptions::control()).await
+}
+
+async fn alive_nodes(context: &ProcessContext) -> Result<Vec<NodeStatus>, ClientError> {
+    match context.call_head(&ControlRequest::Status).await? {
+        ControlReply::Status(status) => Ok(status
+            .nodes
+            .into_iter()
+            .filter(|n| n.state == NodeState::Alive)
+            .collect()),
+        reply => Err(ClientError::UnexpectedReply {
+            request: "Status",
+            reply: Box::new(reply),
+        }),
+    }
+}
+
+fn candidate(node: &NodeStatus, free: &ResourceSet) -> planner::Candidate {
+    planner::Candidate {
+        name: node.id.clone(),
+        free: free.clone(),
+    }
+}
+
+fn free_of(node: &NodeStatus) -> ResourceSet {
+    let mut free = node.resources.total.clone();
+    for (name, used) in node.resources.used.iter() {
+        free.set(name, free.amount(name) - used);
+    }
+    free
+}
