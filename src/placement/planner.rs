@@ -70,12 +70,9 @@ pub fn plan(
                 let node = match fresh {
                     Some(node) => node,
                     None if strict => return None,
-                    None => {
-                        let least = (0..nodes.len())
-                            .filter(|&n| fits(bundle, &free[n]))
-                            .min_by_key(|&n| count[n])?;
-                        least
-                    }
+                    None => (0..nodes.len())
+                        .filter(|&n| fits(bundle, &free[n]))
+                        .min_by_key(|&n| count[n])?,
                 };
                 take(&mut free[node], bundle);
                 count[node] += 1;
