@@ -1,10 +1,13 @@
 //! Microbenchmarks of nimbus' building blocks, printed as `name: value unit`
-//! lines. This part measures actor calls.
+//! lines, in parts: `actor_calls` and `placement_groups`.
 //!
 //! ```text
-//! make run EXAMPLE=microbench                          # everything
+//! make run EXAMPLE=microbench                          # every part
 //! make run EXAMPLE=microbench ARGS="--only actor_calls"
 //! ```
+//!
+//! `placement_groups_per_s` is placement-group create + remove cycles per
+//! second (one bundle of 0.1 CPU), as in Ray's microbenchmark.
 //!
 //! It starts a 2-node local cluster and measures, for 64 B and 1 MiB
 //! messages, synchronous calls (one in flight: latency p50/p99 and calls/s)
@@ -19,13 +22,14 @@
 //! figures of `driver_to_worker` (1:1, caller and actor in different
 //! processes), the shape of Ray's 1:1 actor call benchmarks.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use anyhow::Result;
 use futures::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
 use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
+use nimbus::placement::{PlacementGroup, PlacementStrategy};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
@@ -179,16 +183,45 @@ fn registry() -> actor::Registry {
 fn main() -> Result<()> {
     let driver = nimbus::init_with(registry(), nimbus::InitOptions { local_nodes: 2 })?;
     let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
-    if only.as_deref().is_some_and(|o| o != "actor_calls") {
-        anyhow::bail!("unknown part {only:?}; the parts are: actor_calls");
+    let parts = ["actor_calls", "placement_groups"];
+    if let Some(part) = only.as_deref().filter(|p| !parts.contains(p)) {
+        anyhow::bail!("unknown part {part:?}; the parts are: {}", parts.join(", "));
     }
+    let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
     actix::System::new().block_on(async {
         driver.connect().await?;
-        actor_calls().await
+        let mut summary = Vec::new();
+        if wanted("actor_calls") {
+            summary.push(actor_calls().await?);
+        }
+        if wanted("placement_groups") {
+            summary.push(placement_groups().await?);
+        }
+        println!("summary: {}", summary.join(" "));
+        Ok(())
     })
 }
 
-async fn actor_calls() -> Result<()> {
+async fn placement_groups() -> Result<String> {
+    let mut bundle = nimbus::cluster::ResourceSet::default();
+    bundle.set("CPU", 0.1);
+    let cycles = 200;
+    let started = Instant::now();
+    for _ in 0..cycles {
+        let group = PlacementGroup::create(
+            vec![bundle.clone()],
+            PlacementStrategy::Pack,
+            Duration::from_secs(10),
+        )
+        .await?;
+        group.remove().await?;
+    }
+    let per_s = cycles as f64 / started.elapsed().as_secs_f64();
+    println!("placement_groups_per_s: {per_s:.0} groups/s");
+    Ok(format!("placement_groups_per_s={per_s:.0}"))
+}
+
+async fn actor_calls() -> Result<String> {
     let on = |node: &str| {
         SpawnOptions::default()
             .num_cpus(0.1)
@@ -249,8 +282,7 @@ async fn actor_calls() -> Result<()> {
             &pipelined,
         );
     }
-    println!("summary: part=actor_calls {}", summary.join(" "));
-    Ok(())
+    Ok(summary.join(" "))
 }
 
 /// actix's `MailboxError` as a `std::error::Error` with `'static` bounds.
