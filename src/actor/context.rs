@@ -100,11 +100,7 @@ impl ProcessContext {
 
     /// The sequence number of the head's latest event.
     pub async fn last_event(&self) -> Result<u64, ClientError> {
-        Ok(self
-            .events(0, Duration::ZERO)
-            .await?
-            .last()
-            .map_or(0, |e| e.seq))
+        client::last_event_seq(&self.head().await?).await
     }
 
     /// Events after `after`, waiting up to `wait` for one.
@@ -113,19 +109,7 @@ impl ProcessContext {
         after: u64,
         wait: Duration,
     ) -> Result<Vec<ClusterEvent>, ClientError> {
-        let head = self.head().await?;
-        let request = ControlRequest::Events {
-            after,
-            wait_ms: wait.as_millis() as u64,
-        };
-        let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
-        match client::call(&head, &request, options).await? {
-            ControlReply::Events(events) => Ok(events),
-            reply => Err(ClientError::UnexpectedReply {
-                request: "Events",
-                reply: Box::new(reply),
-            }),
-        }
+        client::events(&self.head().await?, after, wait).await
     }
 
     /// Records that `actor` runs in this process, so calls from here skip

@@ -199,7 +199,7 @@ async fn place(
     let needs = spec.resources.to_string();
     let end = Instant::now() + options.deadline;
     let head = context.head().await?;
-    let mut seen = last_event(&head).await?;
+    let mut seen = client::last_event_seq(&head).await?;
     let mut last = String::from("no node was asked");
     loop {
         let status =
@@ -236,14 +236,8 @@ async fn place(
                 last,
             });
         }
-        let wait = ControlRequest::Events {
-            after: seen,
-            wait_ms: left.as_millis() as u64,
-        };
-        let options = RequestOptions::control().with_deadline(left + Duration::from_secs(5));
-        if let ControlReply::Events(events) = client::call(&head, &wait, options).await? {
-            seen = events.last().map_or(seen, |e| e.seq);
-        }
+        let events = client::events(&head, seen, left).await?;
+        seen = events.last().map_or(seen, |e| e.seq);
     }
 }
 
@@ -253,11 +247,7 @@ fn candidates<'a>(
     spec: &ActorSpec,
     strategy: &Strategy,
 ) -> Vec<&'a NodeStatus> {
-    let fits = |n: &NodeStatus| {
-        spec.resources
-            .iter()
-            .all(|(name, amount)| n.resources.total.amount(name) >= amount)
-    };
+    let fits = |n: &NodeStatus| spec.resources.fits_in(&n.resources.total);
     let free_cpu = |n: &NodeStatus| n.resources.total.amount(CPU) - n.resources.used.amount(CPU);
     let mut nodes: Vec<&NodeStatus> = nodes
         .iter()
@@ -336,20 +326,6 @@ async fn upload(context: &ProcessContext, node: &Connection) -> Result<(), Spawn
         offset += chunk.len() as u64;
     }
     Ok(())
-}
-
-async fn last_event(head: &Connection) -> Result<u64, ClientError> {
-    let request = ControlRequest::Events {
-        after: 0,
-        wait_ms: 0,
-    };
-    match client::call(head, &request, RequestOptions::control()).await? {
-        ControlReply::Events(events) => Ok(events.last().map_or(0, |e| e.seq)),
-        reply => Err(ClientError::UnexpectedReply {
-            request: "Events",
-            reply: Box::new(reply),
-        }),
-    }
 }
 
 fn unexpected(request: &'static str, reply: ControlReply) -> SpawnError {

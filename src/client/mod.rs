@@ -81,6 +81,32 @@ pub async fn call(
     Ok(wire::decode(&reply)?)
 }
 
+/// Cluster events after sequence number `after`, asked of the head on
+/// `head`, waiting up to `wait` for one (a long poll).
+pub async fn events(
+    head: &Connection,
+    after: u64,
+    wait: Duration,
+) -> Result<Vec<ClusterEvent>, ClientError> {
+    let request = ControlRequest::Events {
+        after,
+        wait_ms: wait.as_millis() as u64,
+    };
+    let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
+    match call(head, &request, options).await? {
+        ControlReply::Events(events) => Ok(events),
+        reply => Err(unexpected("Events", reply)),
+    }
+}
+
+/// The sequence number of the head's latest event (0 if none yet).
+pub async fn last_event_seq(head: &Connection) -> Result<u64, ClientError> {
+    Ok(events(head, 0, Duration::ZERO)
+        .await?
+        .last()
+        .map_or(0, |e| e.seq))
+}
+
 /// Resolves `HOST:PORT`.
 pub fn resolve(address: &str) -> Result<SocketAddr, ClientError> {
     use std::net::ToSocketAddrs;
@@ -157,25 +183,13 @@ impl ClusterClient {
         after: u64,
         wait: Duration,
     ) -> Result<Vec<ClusterEvent>, ClientError> {
-        let request = ControlRequest::Events {
-            after,
-            wait_ms: wait.as_millis() as u64,
-        };
-        let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
-        match call(&self.head, &request, options).await? {
-            ControlReply::Events(events) => Ok(events),
-            reply => Err(unexpected("Events", reply)),
-        }
+        events(&self.head, after, wait).await
     }
 
     /// The sequence number of the latest cluster event (0 if none yet), to
     /// read only later events with [`events`](Self::events).
     pub async fn last_event_seq(&self) -> Result<u64, ClientError> {
-        Ok(self
-            .events(0, Duration::ZERO)
-            .await?
-            .last()
-            .map_or(0, |e| e.seq))
+        last_event_seq(&self.head).await
     }
 
     /// Waits until the status satisfies `done`, re-reading it whenever a

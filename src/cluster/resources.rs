@@ -78,6 +78,40 @@ impl ResourceSet {
     pub fn iter(&self) -> impl Iterator<Item = (&str, f64)> {
         self.0.iter().map(|(k, v)| (k.as_str(), *v))
     }
+
+    /// Adds every amount of `other`.
+    pub fn add(&mut self, other: &ResourceSet) {
+        for (name, amount) in other.iter() {
+            self.set(name, self.amount(name) + amount);
+        }
+    }
+
+    /// Subtracts every amount of `other`, never going below zero.
+    pub fn subtract(&mut self, other: &ResourceSet) {
+        for (name, amount) in other.iter() {
+            self.set(name, (self.amount(name) - amount).max(0.0));
+        }
+    }
+
+    /// `self` less `other` (what is free of a total after a use).
+    pub fn minus(&self, other: &ResourceSet) -> ResourceSet {
+        let mut rest = self.clone();
+        rest.subtract(other);
+        rest
+    }
+
+    /// Whether `available` holds every amount of `self`.
+    pub fn fits_in(&self, available: &ResourceSet) -> bool {
+        self.shortfall(available).is_empty()
+    }
+
+    /// What of `self` `available` lacks, as `NAME=AMOUNT (free F)`.
+    pub fn shortfall(&self, available: &ResourceSet) -> Vec<String> {
+        self.iter()
+            .filter(|(name, amount)| *amount > available.amount(name) + 1e-9)
+            .map(|(name, amount)| format!("{name}={amount} (free {})", available.amount(name)))
+            .collect()
+    }
 }
 
 impl fmt::Display for ResourceSet {

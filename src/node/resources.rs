@@ -56,8 +56,8 @@ impl ResourcePool {
         bundle: Option<BundleId>,
     ) -> Result<Grant, String> {
         let Some(id) = bundle else {
-            check(request, &self.total, &self.used, "node")?;
-            add(&mut self.used, request, 1.0);
+            check(request, &self.total.minus(&self.used), "node")?;
+            self.used.add(request);
             let gpus = take_gpus(&mut self.free_gpus, request);
             return Ok(Grant { gpus, bundle: None });
         };
@@ -65,8 +65,8 @@ impl ResourcePool {
             .bundles
             .get_mut(&id)
             .ok_or_else(|| format!("bundle {id} is not reserved on this node"))?;
-        check(request, &bundle.resources, &bundle.used, "bundle")?;
-        add(&mut bundle.used, request, 1.0);
+        check(request, &bundle.resources.minus(&bundle.used), "bundle")?;
+        bundle.used.add(request);
         let gpus = take_gpus(&mut bundle.free_gpus, request);
         Ok(Grant {
             gpus,
@@ -81,13 +81,13 @@ impl ResourcePool {
     pub fn release(&mut self, request: &ResourceSet, grant: Grant) {
         match grant.bundle.and_then(|id| self.bundles.get_mut(&id)) {
             Some(bundle) => {
-                add(&mut bundle.used, request, -1.0);
+                bundle.used.subtract(request);
                 bundle.free_gpus.extend(grant.gpus);
             }
             // No bundle (or it was released since, and what its actors held
             // was charged to the node then).
             None => {
-                add(&mut self.used, request, -1.0);
+                self.used.subtract(request);
                 self.free_gpus.extend(grant.gpus);
             }
         }
@@ -113,40 +113,20 @@ impl ResourcePool {
     /// it keep running; what they hold goes back to the node when they die.
     pub fn release_bundle(&mut self, id: BundleId) {
         if let Some(bundle) = self.bundles.remove(&id) {
-            add(&mut self.used, &bundle.resources, -1.0);
-            add(&mut self.used, &bundle.used, 1.0);
+            self.used.subtract(&bundle.resources);
+            self.used.add(&bundle.used);
             self.free_gpus.extend(bundle.free_gpus);
         }
     }
 }
 
-/// Fails, naming what is short, unless `request` fits in `total - used`.
-fn check(
-    request: &ResourceSet,
-    total: &ResourceSet,
-    used: &ResourceSet,
-    what: &str,
-) -> Result<(), String> {
-    let short: Vec<String> = request
-        .iter()
-        .filter(|(name, amount)| *amount > total.amount(name) - used.amount(name) + 1e-9)
-        .map(|(name, amount)| {
-            format!(
-                "{name}={amount} (free {})",
-                total.amount(name) - used.amount(name)
-            )
-        })
-        .collect();
+/// Fails, naming what is short, unless `request` fits in `free`.
+fn check(request: &ResourceSet, free: &ResourceSet, what: &str) -> Result<(), String> {
+    let short = request.shortfall(free);
     if short.is_empty() {
         Ok(())
     } else {
         Err(format!("the {what} lacks {}", short.join(", ")))
-    }
-}
-
-fn add(set: &mut ResourceSet, delta: &ResourceSet, sign: f64) {
-    for (name, amount) in delta.iter() {
-        set.set(name, (set.amount(name) + sign * amount).max(0.0));
     }
 }
 

@@ -267,9 +267,5 @@ fn candidate(node: &NodeStatus, free: &ResourceSet) -> planner::Candidate {
 }
 
 fn free_of(node: &NodeStatus) -> ResourceSet {
-    let mut free = node.resources.total.clone();
-    for (name, used) in node.resources.used.iter() {
-        free.set(name, free.amount(name) - used);
-    }
-    free
+    node.resources.total.minus(&node.resources.used)
 }

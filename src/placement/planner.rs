@@ -38,7 +38,7 @@ pub fn plan(
     match strategy {
         PlacementStrategy::StrictPack => {
             let total = sum(bundles);
-            let node = (0..nodes.len()).find(|&n| fits(&total, &free[n]))?;
+            let node = (0..nodes.len()).find(|&n| total.fits_in(&free[n]))?;
             Some(vec![node; bundles.len()])
         }
         PlacementStrategy::Pack => {
@@ -51,9 +51,9 @@ pub fn plan(
                 let node = used
                     .iter()
                     .copied()
-                    .find(|&n| fits(bundle, &free[n]))
+                    .find(|&n| bundle.fits_in(&free[n]))
                     .or_else(|| roomiest(bundle, &free, |_| true))?;
-                take(&mut free[node], bundle);
+                free[node].subtract(bundle);
                 if !used.contains(&node) {
                     used.push(node);
                 }
@@ -71,10 +71,10 @@ pub fn plan(
                     Some(node) => node,
                     None if strict => return None,
                     None => (0..nodes.len())
-                        .filter(|&n| fits(bundle, &free[n]))
+                        .filter(|&n| bundle.fits_in(&free[n]))
                         .min_by_key(|&n| count[n])?,
                 };
-                take(&mut free[node], bundle);
+                free[node].subtract(bundle);
                 count[node] += 1;
                 placed.push(node);
             }
@@ -90,7 +90,7 @@ fn roomiest(
     allowed: impl Fn(usize) -> bool,
 ) -> Option<usize> {
     (0..free.len())
-        .filter(|&n| allowed(n) && fits(bundle, &free[n]))
+        .filter(|&n| allowed(n) && bundle.fits_in(&free[n]))
         .max_by(|&a, &b| {
             free[a]
                 .amount(crate::cluster::CPU)
@@ -98,24 +98,10 @@ fn roomiest(
         })
 }
 
-fn fits(bundle: &ResourceSet, free: &ResourceSet) -> bool {
-    bundle
-        .iter()
-        .all(|(name, amount)| free.amount(name) + 1e-9 >= amount)
-}
-
-fn take(free: &mut ResourceSet, bundle: &ResourceSet) {
-    for (name, amount) in bundle.iter() {
-        free.set(name, free.amount(name) - amount);
-    }
-}
-
 fn sum(bundles: &[ResourceSet]) -> ResourceSet {
     let mut total = ResourceSet::default();
     for bundle in bundles {
-        for (name, amount) in bundle.iter() {
-            total.set(name, total.amount(name) + amount);
-        }
+        total.add(bundle);
     }
     total
 }
