@@ -84,18 +84,21 @@ impl Link {
 /// A call waiting in the outbox.
 struct Outgoing {
     body: Vec<u8>,
-    one_way: bool,
     deadline: Duration,
-    written: oneshot::Sender<Result<Written, Failure>>,
+    waiter: Waiter,
 }
 
-/// A call on the wire.
-enum Written {
-    /// Its reply is to come.
-    Pending(PendingReply, Box<ActorRecord>),
-    /// One-way: nothing comes back.
-    Delivered,
+/// Who learns how a queued call went.
+enum Waiter {
+    /// The caller, waiting for its reply: told once the call is written.
+    TwoWay(oneshot::Sender<Result<Written, Failure>>),
+    /// Nobody (`do_send`): failures are logged.
+    OneWay,
 }
+
+/// A two-way call on the wire: its reply to come, and the incarnation it
+/// went to.
+type Written = (PendingReply, Box<ActorRecord>);
 
 /// Why a call never made it onto the wire.
 enum Failure {
@@ -164,7 +167,7 @@ impl<A: RemoteActor> ActorHandle<A> {
         M::Result: Wire,
     {
         let actor = self.id;
-        let queued = self.queue(message, false, deadline);
+        let queued = self.queue(message, deadline);
         async move {
             match queued? {
                 Queued::Local(reply) => reply.await.map_err(|e| CallError::ActorDead {
@@ -174,8 +177,7 @@ impl<A: RemoteActor> ActorHandle<A> {
                 Queued::Remote(written, _permit) => {
                     let written = written.await.map_err(|_| dispatcher_gone(actor))?;
                     let (pending, record) = match written {
-                        Ok(Written::Pending(pending, record)) => (pending, record),
-                        Ok(Written::Delivered) => unreachable!("a two-way call is never one-way"),
+                        Ok(written) => written,
                         Err(failure) => return Err(explain(actor, failure).await),
                     };
                     match pending.wait().await {
@@ -199,18 +201,23 @@ impl<A: RemoteActor> ActorHandle<A> {
         M: RemoteMessage,
         M::Result: Wire,
     {
-        match self.queue(message, true, DEFAULT_CALL_DEADLINE)? {
-            Queued::Local(_) | Queued::Remote(..) => Ok(()),
+        let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
+        if let Some(addr) = context.local::<A>(self.id) {
+            addr.do_send(message);
+            return Ok(());
         }
+        let call = Outgoing {
+            body: self.encode(&message)?,
+            deadline: DEFAULT_CALL_DEADLINE,
+            waiter: Waiter::OneWay,
+        };
+        self.outbox(context)
+            .send(call)
+            .map_err(|_| dispatcher_gone(self.id))
     }
 
     /// Queues `message` now: to the local actor, or into the outbox.
-    fn queue<M>(
-        &self,
-        message: M,
-        one_way: bool,
-        deadline: Duration,
-    ) -> Result<Queued<M::Result>, CallError>
+    fn queue<M>(&self, message: M, deadline: Duration) -> Result<Queued<M::Result>, CallError>
     where
         A: Handler<M>,
         M: RemoteMessage,
@@ -227,30 +234,27 @@ impl<A: RemoteActor> ActorHandle<A> {
                 limit: self.max_in_flight,
             })?;
         if let Some(addr) = context.local::<A>(self.id) {
-            if one_way {
-                addr.do_send(message);
-                return Ok(Queued::Local(futures::future::pending().boxed()));
-            }
-            let reply = addr.send(message);
-            return Ok(Queued::Local(reply.boxed()));
+            return Ok(Queued::Local(addr.send(message).boxed()));
         }
-        let body = self.encode(&message)?;
         let (written, receipt) = oneshot::channel();
-        let outgoing = Outgoing {
-            body,
-            one_way,
+        let call = Outgoing {
+            body: self.encode(&message)?,
             deadline,
-            written,
+            waiter: Waiter::TwoWay(written),
         };
-        let outbox = self.link.outbox.get_or_init(|| {
+        self.outbox(context)
+            .send(call)
+            .map_err(|_| dispatcher_gone(self.id))?;
+        Ok(Queued::Remote(receipt, permit))
+    }
+
+    /// The outbox, with its delivery task started on first use.
+    fn outbox(&self, context: &'static ProcessContext) -> &mpsc::UnboundedSender<Outgoing> {
+        self.link.outbox.get_or_init(|| {
             let (outbox, queue) = mpsc::unbounded_channel();
             tokio::spawn(deliver(context, self.id, queue));
             outbox
-        });
-        outbox
-            .send(outgoing)
-            .map_err(|_| dispatcher_gone(self.id))?;
-        Ok(Queued::Remote(receipt, permit))
+        })
     }
 
     /// Where the actor runs now, as the head knows it.
@@ -301,41 +305,50 @@ async fn deliver(
 ) {
     let mut current: Option<(Channel, ActorRecord)> = None;
     while let Some(call) = queue.recv().await {
-        if current
+        let live = current
             .as_ref()
-            .is_none_or(|(channel, _)| !channel.is_open())
-        {
-            current = match open(context, actor).await {
-                Ok(opened) => Some(opened),
+            .filter(|(channel, _)| channel.is_open())
+            .cloned();
+        let (channel, record) = match live {
+            Some(live) => live,
+            None => match open(context, actor).await {
+                Ok(opened) => {
+                    current = Some(opened.clone());
+                    opened
+                }
                 Err(e) => {
-                    let _ = call.written.send(Err(Failure::Call(e)));
+                    match call.waiter {
+                        Waiter::TwoWay(written) => {
+                            let _ = written.send(Err(Failure::Call(e)));
+                        }
+                        Waiter::OneWay => {
+                            tracing::warn!(%actor, "a one-way message was not delivered: {e}")
+                        }
+                    }
                     continue;
                 }
-            };
-        }
-        let (channel, record) = current.clone().expect("opened above");
-        let options = RequestOptions::control().with_deadline(call.deadline);
-        let written = if call.one_way {
-            channel
-                .notify(call.body, options)
-                .await
-                .map(|()| Written::Delivered)
-        } else {
-            channel
-                .send_request(call.body, options)
-                .await
-                .map(|pending| Written::Pending(pending, Box::new(record.clone())))
+            },
         };
-        let written = written.map_err(|e| {
-            current = None;
-            Failure::Transport(e, record)
-        });
-        if call.one_way {
-            if let Err(Failure::Transport(e, _)) = &written {
-                tracing::warn!(%actor, "a one-way message was not delivered: {e}");
+        let options = RequestOptions::control().with_deadline(call.deadline);
+        match call.waiter {
+            Waiter::OneWay => {
+                if let Err(e) = channel.notify(call.body, options).await {
+                    current = None;
+                    tracing::warn!(%actor, "a one-way message was not delivered: {e}");
+                }
+            }
+            Waiter::TwoWay(written) => {
+                let sent = channel.send_request(call.body, options).await;
+                let sent = match sent {
+                    Ok(pending) => Ok((pending, Box::new(record))),
+                    Err(e) => {
+                        current = None;
+                        Err(Failure::Transport(e, record))
+                    }
+                };
+                let _ = written.send(sent);
             }
         }
-        let _ = call.written.send(written);
     }
 }
 

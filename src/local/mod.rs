@@ -399,7 +399,10 @@ impl LocalCluster {
             });
         }
         let mut child = command.spawn().map_err(process)?;
-        let stdout = child.stdout.take().expect("stdout is piped");
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| process(std::io::Error::other("the node's stdout is not piped")))?;
         let (lines_tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {

@@ -76,7 +76,9 @@ impl BinaryCache {
         if upload.received < total {
             return Ok(());
         }
-        let upload = self.uploads.remove(&hash).expect("upload present");
+        let Some(upload) = self.uploads.remove(&hash) else {
+            return Err(format!("the upload of {hash} vanished"));
+        };
         upload.file.sync_all().map_err(|e| e.to_string())?;
         let actual = sha256_file(&upload.path)?;
         if actual != hash {

@@ -132,8 +132,10 @@ impl NodeManager {
                 }
                 .boxed()
             }
-            HeadLink::Remote { .. } => {
-                let call = self.call_head(
+            HeadLink::Remote { endpoint, head } => {
+                let call = call_head(
+                    endpoint,
+                    *head,
                     ControlRequest::Heartbeat { node, used },
                     self.config.interval * 2,
                 );
@@ -175,24 +177,6 @@ impl NodeManager {
         }
     }
 
-    /// A control request to the head over QUIC (members only).
-    fn call_head(
-        &self,
-        request: ControlRequest,
-        deadline: Duration,
-    ) -> BoxFuture<'static, Result<ControlReply, ClientError>> {
-        let HeadLink::Remote { endpoint, head } = &self.config.head else {
-            unreachable!("call_head is only used by members");
-        };
-        let (endpoint, head) = (endpoint.clone(), *head);
-        async move {
-            let connection = endpoint.connect(head, None).await?;
-            let options = RequestOptions::control().with_deadline(deadline);
-            client::call(&connection, &request, options).await
-        }
-        .boxed()
-    }
-
     /// Tells the head's directory that an actor incarnation runs.
     fn report_up(&self, record: ActorRecord) -> BoxFuture<'static, ()> {
         match &self.config.head {
@@ -203,8 +187,13 @@ impl NodeManager {
                 }
                 .boxed()
             }
-            HeadLink::Remote { .. } => {
-                let call = self.call_head(ControlRequest::ActorUp(record), Duration::from_secs(10));
+            HeadLink::Remote { endpoint, head } => {
+                let call = call_head(
+                    endpoint,
+                    *head,
+                    ControlRequest::ActorUp(record),
+                    Duration::from_secs(10),
+                );
                 async move {
                     if let Err(e) = call.await {
                         warn!("cannot report an actor to the head: {e}");
@@ -219,14 +208,14 @@ impl NodeManager {
     fn report_down(&self, down: directory::ActorDown) {
         match &self.config.head {
             HeadLink::Local { directory, .. } => directory.do_send(down),
-            HeadLink::Remote { .. } => {
+            HeadLink::Remote { endpoint, head } => {
                 let request = ControlRequest::ActorDown {
                     actor: down.actor,
                     incarnation: down.incarnation,
                     reason: down.reason,
                     restarting: down.restarting,
                 };
-                let call = self.call_head(request, Duration::from_secs(10));
+                let call = call_head(endpoint, *head, request, Duration::from_secs(10));
                 tokio::spawn(async move {
                     if let Err(e) = call.await {
                         warn!("cannot report an actor death to the head: {e}");
@@ -306,6 +295,22 @@ impl Actor for NodeManager {
         self.heartbeat(ctx);
         ctx.run_interval(self.config.interval, Self::heartbeat);
     }
+}
+
+/// A control request to the head over QUIC (members only).
+fn call_head(
+    endpoint: &Endpoint,
+    head: SocketAddr,
+    request: ControlRequest,
+    deadline: Duration,
+) -> BoxFuture<'static, Result<ControlReply, ClientError>> {
+    let endpoint = endpoint.clone();
+    async move {
+        let connection = endpoint.connect(head, None).await?;
+        let options = RequestOptions::control().with_deadline(deadline);
+        client::call(&connection, &request, options).await
+    }
+    .boxed()
 }
 
 /// Start an actor in a worker process on this node.

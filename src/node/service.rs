@@ -51,23 +51,23 @@ impl NodeService {
         request: ControlRequest,
     ) -> Result<ControlReply, RemoteError> {
         match request {
-            ControlRequest::Echo(payload) => return Ok(ControlReply::Echo(payload)),
+            ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
             ControlRequest::StartActor(spec) => {
-                return manager.send(StartActor(spec)).await.map_err(internal)?
+                manager.send(StartActor(spec)).await.map_err(internal)?
             }
             ControlRequest::ReserveBundle { bundle, resources } => {
                 let reserve = ReserveBundle { bundle, resources };
-                return Ok(match manager.send(reserve).await.map_err(internal)? {
+                Ok(match manager.send(reserve).await.map_err(internal)? {
                     Ok(()) => ControlReply::Ack,
                     Err(short) => ControlReply::NoCapacity(short),
-                });
+                })
             }
             ControlRequest::ReleaseBundle(bundle) => {
                 manager
                     .send(ReleaseBundle(bundle))
                     .await
                     .map_err(internal)?;
-                return Ok(ControlReply::Ack);
+                Ok(ControlReply::Ack)
             }
             ControlRequest::UploadBinary {
                 hash,
@@ -82,22 +82,30 @@ impl NodeService {
                     chunk,
                 };
                 manager.send(upload).await.map_err(internal)??;
-                return Ok(ControlReply::Ack);
+                Ok(ControlReply::Ack)
             }
-            _ => {}
+            request => match head {
+                Some(head) => Self::head_request(head, from, request).await,
+                None => Err(RemoteError::new(
+                    RemoteErrorKind::BadRequest,
+                    "this node is not the head; send membership and directory requests to the head",
+                )),
+            },
         }
-        let Some(HeadActors {
+    }
+
+    /// Requests only the head answers.
+    async fn head_request(
+        head: HeadActors,
+        from: PeerIdentity,
+        request: ControlRequest,
+    ) -> Result<ControlReply, RemoteError> {
+        let HeadActors {
             membership,
             events,
             directory,
             heartbeat_interval: interval,
-        }) = head
-        else {
-            return Err(RemoteError::new(
-                RemoteErrorKind::BadRequest,
-                "this node is not the head; send membership and directory requests to the head",
-            ));
-        };
+        } = head;
         match request {
             ControlRequest::Join(registration) => {
                 if from.role != PeerRole::Node || from.identity != registration.node {
@@ -194,9 +202,10 @@ impl NodeService {
             | ControlRequest::StartActor(_)
             | ControlRequest::ReserveBundle { .. }
             | ControlRequest::ReleaseBundle(_)
-            | ControlRequest::UploadBinary { .. } => {
-                unreachable!("answered above")
-            }
+            | ControlRequest::UploadBinary { .. } => Err(RemoteError::new(
+                RemoteErrorKind::BadRequest,
+                "a node request reached the head's dispatcher",
+            )),
         }
     }
 }
