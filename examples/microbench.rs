@@ -245,7 +245,7 @@ async fn actor_calls() -> Result<String> {
             println!("actor_calls_sync_per_s: {:.0} calls/s", sync.per_s);
             println!("actor_calls_async_per_s: {:.0} calls/s", pipelined.per_s);
             summary.push(format!(
-                "sync_per_s={:.0} async_per_s={:.0}",
+                "actor_calls_sync_per_s={:.0} actor_calls_async_per_s={:.0}",
                 sync.per_s, pipelined.per_s
             ));
         }
