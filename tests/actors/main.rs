@@ -21,7 +21,14 @@ type Test = fn(&mut nimbus::Driver) -> Pin<Box<dyn Future<Output = ()> + '_>>;
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
+/// Set in the environment of a second driver the tests start, which joins
+/// the first one's cluster by address.
+pub const REMOTE_DRIVER: &str = "NIMBUS_TEST_REMOTE_DRIVER";
+
 fn main() {
+    if std::env::var_os(REMOTE_DRIVER).is_some() {
+        return tests::remote_driver();
+    }
     let mut driver =
         nimbus::init_with(fixtures::registry(), nimbus::InitOptions { local_nodes: 3 })
             .expect("a local cluster starts");

@@ -47,6 +47,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("an_unknown_message_type_is_a_clear_error", |_| {
         boxed(an_unknown_message_type_is_a_clear_error())
     }),
+    ("a_second_driver_joins_by_address", |d| {
+        boxed(a_second_driver_joins_by_address(d))
+    }),
     ("actors_of_a_lost_node_are_reported_dead", |d| {
         boxed(actors_of_a_lost_node_are_reported_dead(d))
     }),
@@ -367,4 +370,51 @@ async fn actors_of_a_lost_node_are_reported_dead(driver: &mut Driver) {
     assert!(death.reason.starts_with("node lost"), "{}", death.reason);
     let err = counter.send(Add(1)).await.unwrap_err();
     assert!(matches!(err, CallError::NodeLost { .. }), "{err}");
+}
+
+/// The second driver's part: joins with `NIMBUS_ADDRESS`/`NIMBUS_TOKEN`,
+/// finds the first driver's named actor and spawns one of its own.
+pub fn remote_driver() {
+    let driver = nimbus::init(registry()).expect("joins the cluster by address");
+    actix::System::new().block_on(async {
+        driver.connect().await.unwrap();
+        let shared = actor::get_actor::<Counter>("shared-counter")
+            .await
+            .unwrap()
+            .unwrap();
+        let seen = shared.send(Add(1)).await.unwrap();
+        let own = actor::spawn::<Counter>(100, SpawnOptions::default().num_cpus(0.1))
+            .await
+            .unwrap();
+        let mine = own.send(Add(1)).await.unwrap();
+        println!("remote driver ok: shared={seen} own={mine}");
+    });
+}
+
+async fn a_second_driver_joins_by_address(driver: &mut Driver) {
+    let shared = actor::spawn::<Counter>(41, on("node-1").name("shared-counter"))
+        .await
+        .unwrap();
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .env(crate::REMOTE_DRIVER, "1")
+        .env("NIMBUS_ADDRESS", cluster.address().to_string())
+        .env("NIMBUS_TOKEN", cluster.token().to_string())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), child)
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("remote driver ok: shared=42 own=101"),
+        "{stdout}"
+    );
+    assert_eq!(shared.send(Add(0)).await.unwrap(), 42);
 }

@@ -307,6 +307,89 @@ mod tests {
         assert!(table.handle_join(a, false, later).is_err());
     }
 
+    /// A seeded simulation in virtual time: nodes heartbeat, crash and
+    /// restart at random; the detector must declare exactly the crashed
+    /// ones dead, within the timeout plus one step. A failure prints its
+    /// seed, which replays it.
+    #[test]
+    fn simulated_crashes_and_restarts_are_detected_and_nothing_else() {
+        for seed in 1..=20u64 {
+            simulate(seed);
+        }
+    }
+
+    fn simulate(seed: u64) {
+        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move |bound: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % bound
+        };
+        let timeout = Duration::from_secs(3);
+        let step = Duration::from_millis(250);
+        let t0 = Instant::now();
+        let mut now = t0;
+        let mut table = NodeTable::new(timeout);
+        // Per node: incarnation, crashed?, last heartbeat sent.
+        let mut nodes: Vec<(u64, bool, Instant)> = Vec::new();
+        for i in 0..5 {
+            table
+                .handle_join(registration(&format!("n{i}"), 1), false, now)
+                .unwrap();
+            nodes.push((1, false, now));
+        }
+        for _ in 0..2_000 {
+            now += step;
+            for (i, (incarnation, crashed, last)) in nodes.iter_mut().enumerate() {
+                let name = format!("n{i}");
+                match next(100) {
+                    0 if !*crashed => *crashed = true,
+                    1 if *crashed => {
+                        *incarnation += 1;
+                        *crashed = false;
+                        *last = now;
+                        table
+                            .handle_join(registration(&name, *incarnation), false, now)
+                            .unwrap();
+                    }
+                    // Live nodes heartbeat at random, but at least every
+                    // 500 ms (a sixth of the timeout, as real nodes do).
+                    _ if !*crashed
+                        && (next(2) == 0 || now - *last >= Duration::from_millis(500)) =>
+                    {
+                        let node = registration(&name, *incarnation).node;
+                        table
+                            .handle_heartbeat(&node, ResourceSet::default(), now)
+                            .unwrap();
+                        *last = now;
+                    }
+                    _ => {}
+                }
+            }
+            table.poll_failures(now);
+            for status in table.status(now).nodes {
+                let i: usize = status.id[1..].parse().unwrap();
+                let (incarnation, crashed, last) = nodes[i];
+                assert_eq!(status.incarnation, incarnation, "seed {seed}");
+                let silent = now - last;
+                if status.state == NodeState::Dead {
+                    assert!(
+                        crashed && silent > timeout,
+                        "seed {seed}: {} declared dead after {silent:?}",
+                        status.id
+                    );
+                } else {
+                    assert!(
+                        silent <= timeout + step,
+                        "seed {seed}: {} silent {silent:?} yet alive",
+                        status.id
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn leaving_is_reported_once() {
         let t0 = Instant::now();
