@@ -21,6 +21,8 @@
 //!   [`actor::monitor`].
 //! - [`placement`]: placement groups, bundles reserved together across nodes.
 //! - [`driver`]: [`init`], the first line of a user program's `main`.
+//! - [`chaos`]: seeded fault plans run against a local cluster, with a
+//!   timeline of faults and recoveries.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> anyhow::Result<()> {
@@ -31,6 +33,7 @@
 //! ```
 
 pub mod actor;
+pub mod chaos;
 pub mod client;
 pub mod cluster;
 pub mod driver;

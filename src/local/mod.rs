@@ -264,9 +264,12 @@ impl LocalCluster {
         Ok(index)
     }
 
-    /// SIGKILLs node `index` and reaps it.
+    /// SIGKILLs node `index` and reaps it (nothing to do if it exited).
     pub fn kill(&mut self, index: usize) -> Result<(), LocalClusterError> {
         let node = self.node_mut(index)?;
+        if let Ok(Some(_)) = node.child.try_wait() {
+            return Ok(());
+        }
         signal(node, libc::SIGCONT)?;
         let name = node.name.clone();
         let process = |cause| LocalClusterError::Process {

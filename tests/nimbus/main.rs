@@ -4,6 +4,7 @@
 
 mod architecture;
 mod bad_input;
+mod chaos;
 mod cli;
 mod faults;
 mod membership;

@@ -1,0 +1,32 @@
+//! The fault-injection harness (first part): seeded plans of process faults
+//! run against a [`LocalCluster`], with a timeline of what was injected and
+//! what recovered.
+//!
+//! A plan is data, written with a builder or in TOML:
+//!
+//! ```toml
+//! seed = 7
+//! [[faults]]
+//! at_ms = 500
+//! action = { kill_node = { node = "random" } }
+//! [[faults]]
+//! at_ms = 4000
+//! action = { restart_node = { node = "random" } }
+//! ```
+//!
+//! Every random choice (`"random"` targets) comes from the seed, so the same
+//! seed and plan inject the same faults at the same times
+//! ([`ChaosPlan::resolve`]). Packet faults are set per node with
+//! [`PacketFaults`](crate::transport::PacketFaults). Faults never outlive
+//! the run: a stopped node is always resumed, even when the run fails.
+
+mod plan;
+mod run;
+mod timeline;
+
+pub use plan::{ChaosPlan, FaultAction, NodeTarget, PlannedFault, ResolvedFault};
+pub use run::{run, ChaosError};
+pub use timeline::{Timeline, TimelineEntry};
+
+#[cfg(doc)]
+use crate::local::LocalCluster;

@@ -1,0 +1,231 @@
+//! Fault plans: what to inject, when, and where.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A seeded list of faults.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChaosPlan {
+    /// Seeds every random choice.
+    pub seed: u64,
+    /// The faults, in any order.
+    #[serde(default)]
+    pub faults: Vec<PlannedFault>,
+}
+
+/// One fault and its trigger (a time after the run starts).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedFault {
+    /// Milliseconds after the run starts.
+    pub at_ms: u64,
+    /// What to do.
+    pub action: FaultAction,
+}
+
+/// Faults on node processes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultAction {
+    /// SIGKILL the node process.
+    KillNode {
+        /// Which node.
+        node: NodeTarget,
+    },
+    /// SIGSTOP the node process, and SIGCONT it `for_ms` later (a stall).
+    StopNode {
+        /// Which node.
+        node: NodeTarget,
+        /// How long it stays stopped.
+        for_ms: u64,
+    },
+    /// Start the node again (same name and port: a new incarnation).
+    RestartNode {
+        /// Which node.
+        node: NodeTarget,
+    },
+}
+
+/// A node, by name, or chosen from the seed among the non-head nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum NodeTarget {
+    /// This node.
+    Named(String),
+    /// A non-head node chosen from the seed (`"random"`).
+    Random,
+}
+
+impl From<String> for NodeTarget {
+    fn from(name: String) -> Self {
+        if name == "random" {
+            NodeTarget::Random
+        } else {
+            NodeTarget::Named(name)
+        }
+    }
+}
+
+impl From<NodeTarget> for String {
+    fn from(target: NodeTarget) -> Self {
+        match target {
+            NodeTarget::Named(name) => name,
+            NodeTarget::Random => "random".into(),
+        }
+    }
+}
+
+/// A fault with its target chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedFault {
+    /// When, after the run starts.
+    pub at: Duration,
+    /// What.
+    pub action: FaultAction,
+    /// The node's index in the cluster.
+    pub node: usize,
+}
+
+impl ChaosPlan {
+    /// A plan with this seed and no faults yet.
+    pub fn new(seed: u64) -> Self {
+        ChaosPlan {
+            seed,
+            faults: Vec::new(),
+        }
+    }
+
+    /// Adds a fault at `at` after the start.
+    pub fn at(mut self, at: Duration, action: FaultAction) -> Self {
+        self.faults.push(PlannedFault {
+            at_ms: at.as_millis() as u64,
+            action,
+        });
+        self
+    }
+
+    /// Parses a TOML plan.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| format!("not a chaos plan: {e}"))
+    }
+
+    /// The plan as TOML, to print next to a failure for replay.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot print the plan: {e}"))
+    }
+
+    /// The faults in time order, with targets chosen: `nodes` are the
+    /// cluster's node names, index 0 the head. `"random"` picks a non-head
+    /// node from the seed, and the `k`-th random choice of a plan is always
+    /// the same node for the same seed and nodes.
+    pub fn resolve(&self, nodes: &[String]) -> Result<Vec<ResolvedFault>, String> {
+        let mut faults: Vec<&PlannedFault> = self.faults.iter().collect();
+        faults.sort_by_key(|f| f.at_ms);
+        let mut choices = 0u64;
+        faults
+            .into_iter()
+            .map(|fault| {
+                let target = match &fault.action {
+                    FaultAction::KillNode { node }
+                    | FaultAction::StopNode { node, .. }
+                    | FaultAction::RestartNode { node } => node,
+                };
+                let node = match target {
+                    NodeTarget::Named(name) => {
+                        nodes.iter().position(|n| n == name).ok_or_else(|| {
+                            format!("the plan names node {name:?}, which the cluster does not have")
+                        })?
+                    }
+                    NodeTarget::Random if nodes.len() < 2 => {
+                        return Err(
+                            "\"random\" picks among non-head nodes, and there are none".into()
+                        )
+                    }
+                    NodeTarget::Random => {
+                        choices += 1;
+                        1 + (mix(self.seed, choices) % (nodes.len() as u64 - 1)) as usize
+                    }
+                };
+                Ok(ResolvedFault {
+                    at: Duration::from_millis(fault.at_ms),
+                    action: fault.action.clone(),
+                    node,
+                })
+            })
+            .collect()
+    }
+}
+
+/// SplitMix64 of the seed and a counter.
+fn mix(seed: u64, counter: u64) -> u64 {
+    let mut z = seed.wrapping_add(counter.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<String> {
+        ["head", "node-1", "node-2", "node-3"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    #[test]
+    fn a_toml_plan_round_trips_and_resolves_the_same_way_for_the_same_seed() {
+        let text = r#"
+            seed = 7
+            [[faults]]
+            at_ms = 4000
+            action = { restart_node = { node = "random" } }
+            [[faults]]
+            at_ms = 500
+            action = { kill_node = { node = "random" } }
+            [[faults]]
+            at_ms = 900
+            action = { stop_node = { node = "node-1", for_ms = 2000 } }
+        "#;
+        let plan = ChaosPlan::from_toml(text).unwrap();
+        assert_eq!(ChaosPlan::from_toml(&plan.to_toml()).unwrap(), plan);
+        let once = plan.resolve(&names()).unwrap();
+        assert_eq!(once, plan.resolve(&names()).unwrap());
+        assert_eq!(once[0].at, Duration::from_millis(500));
+        assert_eq!(once[1].node, 1);
+        assert!(
+            once.iter().all(|f| f.node != 0),
+            "random never picks the head"
+        );
+        let choices = |seed| {
+            let plan = ChaosPlan {
+                seed,
+                ..plan.clone()
+            };
+            plan.resolve(&names())
+                .unwrap()
+                .iter()
+                .map(|f| f.node)
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            (0..20).any(|seed| choices(seed) != choices(7)),
+            "the seed matters"
+        );
+    }
+
+    #[test]
+    fn unknown_nodes_and_bad_plans_are_named() {
+        let plan = ChaosPlan::new(1).at(
+            Duration::ZERO,
+            FaultAction::KillNode {
+                node: NodeTarget::Named("ghost".into()),
+            },
+        );
+        assert!(plan.resolve(&names()).unwrap_err().contains("ghost"));
+        assert!(ChaosPlan::from_toml("seed = \"x\"")
+            .unwrap_err()
+            .contains("not a chaos plan"));
+    }
+}
