@@ -181,3 +181,46 @@ fn bad_addresses_and_resources_fail_with_clear_errors() {
     fails_with(home, &join, "bad address");
     fails_with(home, &["status"], "no head was started on this machine");
 }
+
+#[test]
+fn chaos_run_injects_a_plan_while_a_command_runs() {
+    let home = TempDir::new().unwrap();
+    let home = home.path();
+    let plan = home.join("plan.toml");
+    std::fs::write(
+        &plan,
+        "seed = 9\n[[faults]]\nat_ms = 100\naction = { kill_node = { node = \"random\" } }\n",
+    )
+    .unwrap();
+    let plan = plan.to_str().unwrap();
+    let chaos = |command: &[&str]| {
+        let args = [
+            "chaos",
+            "run",
+            plan,
+            "--nodes",
+            "3",
+            "--heartbeat-timeout-ms",
+            "1000",
+            "--",
+        ];
+        nimbus(home, &[&args[..], command].concat())
+    };
+    // The workload: checks it was given the cluster, and runs past the fault.
+    let workload = [
+        "sh",
+        "-c",
+        "test -n \"$NIMBUS_ADDRESS\" && test -n \"$NIMBUS_TOKEN\" && sleep 2",
+    ];
+    let ran = chaos(&workload);
+    let out = text(&ran);
+    assert!(ran.status.success(), "{out}");
+    assert!(out.contains("inject   kill (SIGKILL)"), "{out}");
+    assert!(out.contains("declared dead after"), "{out}");
+    assert!(out.contains("the command succeeded"), "{out}");
+
+    let failed = chaos(&["false"]);
+    let out = text(&failed);
+    assert!(!failed.status.success(), "{out}");
+    assert!(out.contains("replay") && out.contains("seed = 9"), "{out}");
+}

@@ -5,8 +5,10 @@
 //! nimbus start --address HOST:PORT --token TOKEN [--num-cpus N] [--num-gpus N] [--resources JSON]
 //! nimbus status [--address HOST:PORT --token TOKEN] [--json]
 //! nimbus stop
+//! nimbus chaos run PLAN.toml [--nodes 3] -- COMMAND...
 //! ```
 
+mod chaos;
 mod start;
 mod state;
 mod status;
@@ -30,6 +32,8 @@ enum Command {
     Status(status::StatusArgs),
     /// Stop the nodes this machine started.
     Stop(stop::StopArgs),
+    /// Run a program against a local cluster under a seeded fault plan.
+    Chaos(chaos::ChaosArgs),
 }
 
 fn main() {
@@ -38,6 +42,7 @@ fn main() {
         Command::Start(args) => start::run(args),
         Command::Status(args) => status::run(args),
         Command::Stop(args) => stop::run(args),
+        Command::Chaos(args) => chaos::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -1,0 +1,91 @@
+//! `nimbus chaos run PLAN.toml -- COMMAND...`: run a program against a
+//! local cluster while a seeded fault plan is injected, then print the
+//! timeline.
+
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use nimbus::chaos::{self, ChaosPlan};
+use nimbus::local::LocalCluster;
+
+/// Options of `nimbus chaos`.
+#[derive(Args)]
+pub struct ChaosArgs {
+    #[command(subcommand)]
+    command: ChaosCommand,
+}
+
+#[derive(Subcommand)]
+enum ChaosCommand {
+    /// Start a local cluster, run COMMAND against it (it gets NIMBUS_ADDRESS
+    /// and NIMBUS_TOKEN), inject PLAN meanwhile, and print the timeline.
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The fault plan (TOML).
+    plan: PathBuf,
+    /// Nodes of the local cluster, the head included.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// The head's heartbeat timeout in milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    heartbeat_timeout_ms: u64,
+    /// Replace the plan's seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// The program to run, and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// Runs `nimbus chaos`.
+pub fn run(args: ChaosArgs) -> Result<()> {
+    let ChaosCommand::Run(args) = args.command;
+    let text = std::fs::read_to_string(&args.plan)
+        .with_context(|| format!("cannot read {}", args.plan.display()))?;
+    let mut plan = ChaosPlan::from_toml(&text).map_err(anyhow::Error::msg)?;
+    if let Some(seed) = args.seed {
+        plan.seed = seed;
+    }
+    let program = std::env::current_exe().context("cannot find the nimbus executable")?;
+    let mut cluster = LocalCluster::builder()
+        .program(program)
+        .nodes(args.nodes)
+        .heartbeat_timeout(Duration::from_millis(args.heartbeat_timeout_ms))
+        .start()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (status, timeline) = runtime.block_on(async {
+        let mut child = tokio::process::Command::new(&args.command[0])
+            .args(&args.command[1..])
+            .env("NIMBUS_ADDRESS", cluster.address().to_string())
+            .env("NIMBUS_TOKEN", cluster.token().to_string())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot run {:?}", args.command[0]))?;
+        let (status, timeline) = tokio::join!(child.wait(), chaos::run(&mut cluster, &plan));
+        anyhow::Ok((status?, timeline?))
+    })?;
+    println!("{timeline}");
+    report(status, &plan)
+}
+
+/// The command's outcome; on failure, how to replay the run.
+fn report(status: ExitStatus, plan: &ChaosPlan) -> Result<()> {
+    if status.success() {
+        println!("the command succeeded under the plan");
+        return Ok(());
+    }
+    println!("the command failed ({status}); replay with the same seed and plan:");
+    println!("{}", plan.to_toml());
+    anyhow::bail!(
+        "the command failed under the chaos plan (seed {})",
+        plan.seed
+    )
+}
