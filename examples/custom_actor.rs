@@ -278,13 +278,26 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
         started.elapsed()
     );
     println!(
-        "summary: nodes=3 actors={} transfers={ok} restarts={restarts} total_balance_ok={total_ok}",
+        "summary: nodes={} actors={} transfers={ok} restarts={restarts} total_balance_ok={total_ok}",
+        alive_nodes().await?,
         2 + ACCOUNTS
     );
     if !total_ok {
         bail!("the books do not balance: total {total}, {applied} applied, {ok} acknowledged");
     }
     Ok(())
+}
+
+/// How many nodes the head counts alive.
+async fn alive_nodes() -> Result<usize> {
+    let context = actor::ProcessContext::current().context("connected")?;
+    match context
+        .call_head(&nimbus::cluster::ControlRequest::Status)
+        .await?
+    {
+        nimbus::cluster::ControlReply::Status(status) => Ok(status.alive().count()),
+        other => bail!("unexpected reply to Status: {other:?}"),
+    }
 }
 
 /// The pid of the worker process hosting `record`'s actor on this machine.
