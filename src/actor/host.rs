@@ -9,6 +9,7 @@ use crate::cluster::ActorId;
 use crate::transport::{HandlerError, RequestHandler};
 use crate::wire::{self, PeerIdentity, RemoteError, RemoteErrorKind};
 
+use super::faults::{ActorFault, ActorFaultAction, FaultTriggers};
 use super::messages::ActorCall;
 use super::registry::{DispatchError, HostedActor, Registry};
 
@@ -20,6 +21,18 @@ pub struct ActorHost {
     hosted: HostedActor,
     /// Set when the actor died of a panic: calls then fail with it.
     panic: Arc<OnceLock<String>>,
+    /// Injected faults (fault-injection tests).
+    faults: FaultTriggers,
+    /// Ends the process for a `Kill` fault, reporting the reason.
+    kill: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+/// What a worker hosts and how it dies of injected faults.
+pub struct HostedFaults {
+    /// The rules for this incarnation.
+    pub rules: Vec<ActorFault>,
+    /// Ends the process for a `Kill` fault, reporting the reason.
+    pub kill: Box<dyn Fn(&str) + Send + Sync>,
 }
 
 impl ActorHost {
@@ -30,6 +43,7 @@ impl ActorHost {
         type_name: String,
         hosted: HostedActor,
         panic: Arc<OnceLock<String>>,
+        faults: HostedFaults,
     ) -> Self {
         ActorHost {
             registry,
@@ -37,6 +51,8 @@ impl ActorHost {
             type_name,
             hosted,
             panic,
+            faults: FaultTriggers::new(faults.rules),
+            kill: faults.kill,
         }
     }
 }
@@ -59,6 +75,12 @@ impl RequestHandler for ActorHost {
                 format!("this worker hosts actor {}, not {}", self.actor, call.actor),
             );
             return futures::future::ready(Err(error.into())).boxed();
+        }
+        if let Some(fired) = self.faults.on_message(&call.message) {
+            match fired.action {
+                ActorFaultAction::Kill => (self.kill)(&fired.reason),
+                ActorFaultAction::Panic => panic!("{}", fired.reason),
+            }
         }
         // Dispatching enqueues the message now, keeping the channel's order.
         let reply =

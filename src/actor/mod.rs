@@ -28,6 +28,7 @@
 
 mod context;
 mod error;
+pub mod faults;
 mod handle;
 mod host;
 mod messages;
@@ -38,7 +39,7 @@ mod spawn;
 pub use context::ProcessContext;
 pub use error::{CallError, SpawnError};
 pub use handle::{ActorHandle, DEFAULT_CALL_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
-pub use host::ActorHost;
+pub use host::{ActorHost, HostedFaults};
 pub use messages::ActorCall;
 pub use monitor::{monitor, next_death, ActorDied};
 pub use registry::{DispatchError, HostedActor, Registry, RemoteActor, RemoteMessage, Wire};

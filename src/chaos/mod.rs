@@ -25,7 +25,7 @@ mod run;
 mod timeline;
 
 pub use plan::{ChaosPlan, FaultAction, NodeTarget, PlannedFault, ResolvedFault};
-pub use run::{run, ChaosError};
+pub use run::{run, run_while, ChaosError};
 pub use timeline::{Timeline, TimelineEntry};
 
 #[cfg(doc)]

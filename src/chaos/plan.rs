@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::actor::faults::{ActorFault, ACTOR_FAULTS_ENV};
+
 /// A seeded list of faults.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChaosPlan {
@@ -12,6 +14,10 @@ pub struct ChaosPlan {
     /// The faults, in any order.
     #[serde(default)]
     pub faults: Vec<PlannedFault>,
+    /// Faults triggered by an actor's message count, applied inside worker
+    /// processes (the nodes must be started with [`ChaosPlan::node_env`]).
+    #[serde(default)]
+    pub actor_faults: Vec<ActorFault>,
 }
 
 /// One fault and its trigger (a time after the run starts).
@@ -91,8 +97,18 @@ impl ChaosPlan {
     pub fn new(seed: u64) -> Self {
         ChaosPlan {
             seed,
-            faults: Vec::new(),
+            ..ChaosPlan::default()
         }
+    }
+
+    /// Environment variables node processes need for the plan's actor
+    /// faults (see [`LocalClusterBuilder::env`](crate::local::LocalClusterBuilder::env)).
+    pub fn node_env(&self) -> Vec<(&'static str, String)> {
+        if self.actor_faults.is_empty() {
+            return Vec::new();
+        }
+        let rules = serde_json::to_string(&self.actor_faults).unwrap_or_default();
+        vec![(ACTOR_FAULTS_ENV, rules)]
     }
 
     /// Adds a fault at `at` after the start.

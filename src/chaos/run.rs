@@ -1,5 +1,7 @@
 //! Running a plan against a local cluster.
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -7,10 +9,10 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
 use crate::client::{ClientError, ClusterClient};
-use crate::cluster::NodeState;
+use crate::cluster::{ActorId, ClusterEvent, ClusterEventKind, NodeState};
 use crate::local::{LocalCluster, LocalClusterError};
 
-use super::{ChaosPlan, FaultAction, Timeline, TimelineEntry};
+use super::{ChaosPlan, FaultAction, ResolvedFault, Timeline, TimelineEntry};
 
 /// A chaos run could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -26,16 +28,25 @@ pub enum ChaosError {
     Client(#[from] ClientError),
 }
 
-/// Something the schedule does at a time.
-enum Step {
-    Fault(super::ResolvedFault),
-    Resume { node: usize, stopped_at: Instant },
+/// Injects `plan`'s timed faults into `cluster`, observes the recoveries,
+/// and returns the timeline once every fault is injected and observed.
+/// Nodes stopped by the plan are resumed before it returns, whatever
+/// happens.
+pub async fn run(cluster: &mut LocalCluster, plan: &ChaosPlan) -> Result<Timeline, ChaosError> {
+    run_while(cluster, plan, async {})
+        .await
+        .map(|((), timeline)| timeline)
 }
 
-/// Injects `plan`'s faults into `cluster` at their times, observes the
-/// recoveries, and returns the timeline. Nodes stopped by the plan are
-/// resumed before it returns, whatever happens.
-pub async fn run(cluster: &mut LocalCluster, plan: &ChaosPlan) -> Result<Timeline, ChaosError> {
+/// [`run`], while `workload` (a program using the cluster) runs; the run
+/// also ends no earlier than the workload. Actor faults (triggered by
+/// message counts inside workers) are recorded when their deaths are
+/// reported, with the restarts that follow.
+pub async fn run_while<T>(
+    cluster: &mut LocalCluster,
+    plan: &ChaosPlan,
+    workload: impl Future<Output = T>,
+) -> Result<(T, Timeline), ChaosError> {
     let names: Vec<String> = cluster
         .nodes()
         .iter()
@@ -43,90 +54,181 @@ pub async fn run(cluster: &mut LocalCluster, plan: &ChaosPlan) -> Result<Timelin
         .collect();
     let faults = plan.resolve(&names).map_err(ChaosError::Plan)?;
     let client = cluster.client().await?;
-    let mut stopped = Vec::new();
-    let result = schedule(cluster, &client, plan.seed, faults, &mut stopped).await;
-    for node in stopped {
+    let mut run = Run {
+        start: Instant::now(),
+        deadline: 3 * cluster.heartbeat_timeout() + Duration::from_secs(10),
+        timeline: Timeline {
+            seed: plan.seed,
+            entries: Vec::new(),
+        },
+        stopped: Vec::new(),
+        dying: HashMap::new(),
+    };
+    let result = run.schedule(cluster, &client, faults, workload).await;
+    for node in run.stopped.drain(..) {
         let _ = cluster.resume(node);
     }
-    result
+    result.map(|output| (output, run.timeline))
 }
 
-async fn schedule(
-    cluster: &mut LocalCluster,
-    client: &ClusterClient,
-    seed: u64,
-    faults: Vec<super::ResolvedFault>,
-    stopped: &mut Vec<usize>,
-) -> Result<Timeline, ChaosError> {
-    let start = Instant::now();
-    let deadline = 3 * cluster.heartbeat_timeout() + Duration::from_secs(10);
-    let mut timeline = Timeline {
-        seed,
-        entries: Vec::new(),
-    };
-    let mut steps: Vec<(Duration, Step)> =
-        faults.into_iter().map(|f| (f.at, Step::Fault(f))).collect();
-    let mut observations: FuturesUnordered<BoxFuture<'_, TimelineEntry>> = FuturesUnordered::new();
-    loop {
-        steps.sort_by_key(|(at, _)| *at);
-        let next_at = steps.first().map(|(at, _)| start + *at);
-        tokio::select! {
-            _ = sleep_until(next_at), if next_at.is_some() => {
-                let (at, step) = steps.remove(0);
-                let now = Instant::now();
-                let at_ms = (now - start).as_millis() as u64;
-                match step {
-                    Step::Fault(fault) => {
-                        let node = names_of(cluster, fault.node);
-                        let (label, observe) = match &fault.action {
-                            FaultAction::KillNode { .. } => {
-                                cluster.kill(fault.node)?;
-                                ("kill (SIGKILL)".to_string(), Some(Expect::Dead))
-                            }
-                            FaultAction::StopNode { for_ms, .. } => {
-                                cluster.suspend(fault.node)?;
-                                stopped.push(fault.node);
-                                steps.push((at + Duration::from_millis(*for_ms), Step::Resume { node: fault.node, stopped_at: now }));
-                                (format!("stop (SIGSTOP) for {for_ms} ms"), None)
-                            }
-                            FaultAction::RestartNode { .. } => {
-                                let before = cluster.node(fault.node)?.incarnation().0;
-                                cluster.restart(fault.node)?;
-                                ("restart".to_string(), Some(Expect::Rejoined { before }))
-                            }
-                        };
-                        timeline.entries.push(TimelineEntry::Injected {
-                            fault: label,
-                            node: node.clone(),
-                            trigger_ms: fault.at.as_millis() as u64,
-                            at_ms,
-                        });
-                        if let Some(expect) = observe {
-                            observations.push(observe_recovery(client, node, expect, now, deadline).boxed());
-                        }
-                    }
-                    Step::Resume { node, stopped_at } => {
-                        cluster.resume(node)?;
-                        stopped.retain(|n| *n != node);
-                        timeline.entries.push(TimelineEntry::Recovered {
-                            what: "resumed (SIGCONT)".into(),
-                            node: names_of(cluster, node),
-                            took_ms: stopped_at.elapsed().as_millis() as u64,
-                        });
-                    }
-                }
-            }
-            Some(entry) = observations.next(), if !observations.is_empty() => timeline.entries.push(entry),
-            else => break,
-        }
-    }
-    Ok(timeline)
+/// Something the schedule does at a time.
+enum Step {
+    Fault(ResolvedFault),
+    Resume { node: usize, stopped_at: Instant },
 }
 
 /// What a fault should lead to.
 enum Expect {
     Dead,
     Rejoined { before: u64 },
+}
+
+/// The state of one run.
+struct Run {
+    start: Instant,
+    deadline: Duration,
+    timeline: Timeline,
+    /// Nodes stopped and not yet resumed.
+    stopped: Vec<usize>,
+    /// Actors killed by a fault, waiting for their restart.
+    dying: HashMap<ActorId, Instant>,
+}
+
+impl Run {
+    async fn schedule<T>(
+        &mut self,
+        cluster: &mut LocalCluster,
+        client: &ClusterClient,
+        faults: Vec<ResolvedFault>,
+        workload: impl Future<Output = T>,
+    ) -> Result<T, ChaosError> {
+        let mut steps: Vec<(Duration, Step)> =
+            faults.into_iter().map(|f| (f.at, Step::Fault(f))).collect();
+        let mut observations: FuturesUnordered<BoxFuture<'_, TimelineEntry>> =
+            FuturesUnordered::new();
+        let mut seen = client.last_event_seq().await?;
+        let mut watch = client.events(seen, Duration::from_millis(500)).boxed();
+        let workload = workload.fuse();
+        futures::pin_mut!(workload);
+        let mut output = None;
+        loop {
+            if steps.is_empty() && observations.is_empty() {
+                if let Some(output) = output {
+                    let last = client.events(seen, Duration::ZERO).await?;
+                    self.record_events(&last);
+                    return Ok(output);
+                }
+            }
+            steps.sort_by_key(|(at, _)| *at);
+            let next_at = steps.first().map(|(at, _)| self.start + *at);
+            tokio::select! {
+                _ = sleep_until(next_at), if next_at.is_some() => {
+                    let (at, step) = steps.remove(0);
+                    if let Some(observe) = self.apply(cluster, at, step, &mut steps)? {
+                        observations.push(observe_recovery(client, observe.0, observe.1, Instant::now(), self.deadline).boxed());
+                    }
+                }
+                Some(entry) = observations.next(), if !observations.is_empty() => self.timeline.entries.push(entry),
+                out = &mut workload, if output.is_none() => output = Some(out),
+                events = &mut watch => {
+                    let events = events?;
+                    seen = events.last().map_or(seen, |e| e.seq);
+                    self.record_events(&events);
+                    watch = client.events(seen, Duration::from_millis(500)).boxed();
+                }
+            }
+        }
+    }
+
+    /// Carries out one step; returns what to observe afterwards.
+    fn apply(
+        &mut self,
+        cluster: &mut LocalCluster,
+        at: Duration,
+        step: Step,
+        steps: &mut Vec<(Duration, Step)>,
+    ) -> Result<Option<(String, Expect)>, ChaosError> {
+        let now = Instant::now();
+        match step {
+            Step::Fault(fault) => {
+                let node = name_of(cluster, fault.node);
+                let (label, expect) = match &fault.action {
+                    FaultAction::KillNode { .. } => {
+                        cluster.kill(fault.node)?;
+                        ("kill (SIGKILL)".to_string(), Some(Expect::Dead))
+                    }
+                    FaultAction::StopNode { for_ms, .. } => {
+                        cluster.suspend(fault.node)?;
+                        self.stopped.push(fault.node);
+                        let resume = Step::Resume {
+                            node: fault.node,
+                            stopped_at: now,
+                        };
+                        steps.push((at + Duration::from_millis(*for_ms), resume));
+                        (format!("stop (SIGSTOP) for {for_ms} ms"), None)
+                    }
+                    FaultAction::RestartNode { .. } => {
+                        let before = cluster.node(fault.node)?.incarnation().0;
+                        cluster.restart(fault.node)?;
+                        ("restart".to_string(), Some(Expect::Rejoined { before }))
+                    }
+                };
+                self.timeline.entries.push(TimelineEntry::Injected {
+                    fault: label,
+                    target: node.clone(),
+                    trigger: format!("t={} ms", fault.at.as_millis()),
+                    at_ms: (now - self.start).as_millis() as u64,
+                });
+                Ok(expect.map(|expect| (node, expect)))
+            }
+            Step::Resume { node, stopped_at } => {
+                cluster.resume(node)?;
+                self.stopped.retain(|n| *n != node);
+                self.timeline.entries.push(TimelineEntry::Recovered {
+                    what: "resumed (SIGCONT)".into(),
+                    node: name_of(cluster, node),
+                    took_ms: stopped_at.elapsed().as_millis() as u64,
+                });
+                Ok(None)
+            }
+        }
+    }
+
+    /// Records actor faults (deaths whose reason names the chaos plan) and
+    /// the restarts that follow them.
+    fn record_events(&mut self, events: &[ClusterEvent]) {
+        for event in events {
+            match &event.kind {
+                ClusterEventKind::ActorDied {
+                    actor,
+                    reason,
+                    restarting,
+                    ..
+                } if reason.contains("chaos: ") => {
+                    let trigger = reason.split(" at ").nth(1).unwrap_or("a message count");
+                    self.timeline.entries.push(TimelineEntry::Injected {
+                        fault: reason.clone(),
+                        target: format!("actor {actor}"),
+                        trigger: trigger.to_string(),
+                        at_ms: self.start.elapsed().as_millis() as u64,
+                    });
+                    if *restarting {
+                        self.dying.insert(*actor, Instant::now());
+                    }
+                }
+                ClusterEventKind::ActorStarted { actor, .. } => {
+                    if let Some(died) = self.dying.remove(actor) {
+                        self.timeline.entries.push(TimelineEntry::Recovered {
+                            what: "actor restarted".into(),
+                            node: format!("actor {actor}"),
+                            took_ms: died.elapsed().as_millis() as u64,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 async fn observe_recovery(
@@ -169,7 +271,7 @@ async fn observe_recovery(
     }
 }
 
-fn names_of(cluster: &LocalCluster, node: usize) -> String {
+fn name_of(cluster: &LocalCluster, node: usize) -> String {
     cluster
         .node(node)
         .map(|n| n.name().to_string())

@@ -20,10 +20,10 @@ pub enum TimelineEntry {
     Injected {
         /// The fault, in words.
         fault: String,
-        /// The node.
-        node: String,
-        /// What triggered it (the planned time).
-        trigger_ms: u64,
+        /// The node or actor it hit.
+        target: String,
+        /// What triggered it: a planned time, or a message count.
+        trigger: String,
         /// When it actually happened, after the start.
         at_ms: u64,
     },
@@ -48,18 +48,18 @@ pub enum TimelineEntry {
 }
 
 impl Timeline {
-    /// The injected faults as `(trigger_ms, fault, node)`: what two runs
+    /// The injected faults as `(trigger, fault, target)`: what two runs
     /// with the same seed and plan must share.
-    pub fn injected(&self) -> Vec<(u64, &str, &str)> {
+    pub fn injected(&self) -> Vec<(&str, &str, &str)> {
         self.entries
             .iter()
             .filter_map(|entry| match entry {
                 TimelineEntry::Injected {
                     fault,
-                    node,
-                    trigger_ms,
+                    target,
+                    trigger,
                     ..
-                } => Some((*trigger_ms, fault.as_str(), node.as_str())),
+                } => Some((trigger.as_str(), fault.as_str(), target.as_str())),
                 _ => None,
             })
             .collect()
@@ -73,12 +73,12 @@ impl fmt::Display for Timeline {
             match entry {
                 TimelineEntry::Injected {
                     fault,
-                    node,
-                    trigger_ms,
+                    target,
+                    trigger,
                     at_ms,
                 } => writeln!(
                     f,
-                    "  t={at_ms:>6} ms  inject   {fault} on {node} (trigger: t={trigger_ms} ms)"
+                    "  t={at_ms:>6} ms  inject   {fault} on {target} (trigger: {trigger})"
                 )?,
                 TimelineEntry::Recovered {
                     what,

@@ -62,6 +62,7 @@ pub struct LocalClusterBuilder {
     program: Option<PathBuf>,
     heartbeat_timeout: Duration,
     start_timeout: Duration,
+    env: Vec<(String, String)>,
 }
 
 impl LocalClusterBuilder {
@@ -81,6 +82,12 @@ impl LocalClusterBuilder {
     /// The head's heartbeat timeout.
     pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
         self.heartbeat_timeout = timeout;
+        self
+    }
+
+    /// An environment variable for every node process (fault plans).
+    pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.env.push((key.to_string(), value.into()));
         self
     }
 
@@ -184,6 +191,7 @@ impl LocalCluster {
             program: None,
             heartbeat_timeout: Duration::from_secs(3),
             start_timeout: Duration::from_secs(60),
+            env: Vec::new(),
         }
     }
 
@@ -385,6 +393,7 @@ impl LocalCluster {
             .args(&args)
             .args(["--node-ip-address", "127.0.0.1"])
             .env("NIMBUS_HOME", self.home.path())
+            .envs(self.settings.env.iter().map(|(key, value)| (key, value)))
             .envs(env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -34,9 +34,10 @@ pub enum NodeError {
     /// The head did not answer heartbeats for `head_lost_timeout`.
     #[error("lost the head: no heartbeat acknowledged for {0:?}")]
     HeadLost(Duration),
-    /// The packet fault plan in the environment is malformed.
+    /// A fault plan in the environment (`NIMBUS_PACKET_FAULTS`,
+    /// `NIMBUS_ACTOR_FAULTS`) is malformed.
     #[error("{0}")]
-    PacketFaults(String),
+    FaultPlan(String),
     /// The async runtime or signal handling failed.
     #[error("node runtime: {0}")]
     Runtime(#[from] std::io::Error),

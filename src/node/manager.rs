@@ -13,6 +13,7 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::actor::faults::ActorFault;
 use crate::client::{self, ClientError};
 use crate::cluster::directory::{self, Directory};
 use crate::cluster::membership::{self, Membership, MembershipError};
@@ -68,6 +69,8 @@ pub struct NodeManagerConfig {
     pub advertise_ip: IpAddr,
     /// The node's state directory (binaries, worker logs).
     pub state_dir: PathBuf,
+    /// Actor fault rules (fault-injection tests; empty otherwise).
+    pub actor_faults: Vec<ActorFault>,
 }
 
 /// Owns the node's resources and worker processes; heartbeats to the head.
@@ -230,6 +233,7 @@ impl NodeManager {
         &self,
         spec: &ActorSpec,
         gpus: &[u32],
+        first_life: bool,
         ctx: &mut Context<Self>,
     ) -> BoxFuture<'static, Result<LaunchedWorker, String>> {
         let Some(binary) = self.binaries.get(&spec.binary.hash) else {
@@ -242,6 +246,13 @@ impl NodeManager {
             head: self.config.head_address,
             node: self.config.identity.clone(),
             advertise_ip: self.config.advertise_ip,
+            faults: self
+                .config
+                .actor_faults
+                .iter()
+                .filter(|rule| first_life && rule.targets(spec))
+                .cloned()
+                .collect(),
         };
         let log_dir = self.config.state_dir.join("logs");
         let log = log_dir.join(format!(
@@ -405,7 +416,7 @@ impl Handler<StartActor> for NodeManager {
                 return Box::pin(fut::ready(Ok(ControlReply::NoCapacity(short))));
             }
         };
-        let launch = self.launch(&spec, &grant.gpus, ctx);
+        let launch = self.launch(&spec, &grant.gpus, true, ctx);
         Box::pin(launch.into_actor(self).then(move |launched, manager, _| {
             let worker = match launched {
                 Ok(worker) => worker,
@@ -463,7 +474,7 @@ impl Handler<WorkerExited> for NodeManager {
         if let Some(worker) = self.workers.get_mut(&msg.actor) {
             worker.restarts += 1;
         }
-        let launch = self.launch(&spec, &grant.gpus, ctx);
+        let launch = self.launch(&spec, &grant.gpus, false, ctx);
         ctx.spawn(launch.into_actor(self).then(move |launched, manager, _| {
             let reported = match launched {
                 Ok(launched) => manager.restarted(spec.actor, launched),

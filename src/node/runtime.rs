@@ -10,6 +10,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::actor::faults::ActorFault;
 use crate::client::{self, ClientError};
 use crate::cluster::membership::{self, Membership};
 use crate::cluster::{
@@ -63,7 +64,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         identity: identity.clone(),
     };
     let mut transport = config.transport.clone();
-    if let Some(plan) = PacketFaults::from_env().map_err(NodeError::PacketFaults)? {
+    if let Some(plan) = PacketFaults::from_env().map_err(NodeError::FaultPlan)? {
         transport.packet_faults = Some(plan);
     }
     let endpoint = Endpoint::listen(socket, me, &credentials, transport)?;
@@ -123,6 +124,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         token: config.token.clone(),
         advertise_ip: ip,
         state_dir: config.state_dir.clone(),
+        actor_faults: ActorFault::from_env().map_err(NodeError::FaultPlan)?,
     })
     .start();
     endpoint.serve(Arc::new(NodeService::new(manager, head_actors)));

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
+use crate::actor::faults::ActorFault;
 use crate::cluster::ActorSpec;
 use crate::wire::{Incarnation, NodeIdentity};
 
@@ -46,6 +47,8 @@ pub struct WorkerBoot {
     pub node: NodeIdentity,
     /// The IP to advertise.
     pub advertise_ip: IpAddr,
+    /// Fault rules to apply to this incarnation (fault-injection tests).
+    pub faults: Vec<ActorFault>,
 }
 
 /// A worker that serves its actor.
@@ -79,6 +82,7 @@ pub async fn launch(
             &boot.spec.actor.to_string(),
         ])
         .env_remove(crate::transport::faults::PACKET_FAULTS_ENV)
+        .env_remove(crate::actor::faults::ACTOR_FAULTS_ENV)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log_file);

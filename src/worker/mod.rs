@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::actor::{worker_name, ActorHost, HostedActor, ProcessContext, Registry};
+use crate::actor::{worker_name, ActorHost, HostedActor, HostedFaults, ProcessContext, Registry};
 use crate::node::workers::{died_line, ready_line, WorkerBoot};
 use crate::transport::{Credentials, Endpoint, JoinToken, TransportConfig};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
@@ -113,7 +113,23 @@ async fn host(
     if let Some(context) = ProcessContext::current() {
         context.host_locally(actor, hosted.clone());
     }
-    let host = ActorHost::new(registry, actor, boot.spec.type_name.clone(), hosted, panic);
+    let faults = HostedFaults {
+        rules: boot.faults.clone(),
+        kill: Box::new(|reason: &str| {
+            println!("{}", died_line(reason));
+            let _ = std::io::stdout().flush();
+            // SAFETY: kill() on our own pid has no memory-safety preconditions.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }),
+    };
+    let host = ActorHost::new(
+        registry,
+        actor,
+        boot.spec.type_name.clone(),
+        hosted,
+        panic,
+        faults,
+    );
     endpoint.serve(Arc::new(host));
     let address = SocketAddr::new(boot.advertise_ip, port);
     println!("{}", ready_line(address, identity.incarnation));

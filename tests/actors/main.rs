@@ -25,9 +25,15 @@ const DEADLINE: Duration = Duration::from_secs(90);
 /// the first one's cluster by address.
 pub const REMOTE_DRIVER: &str = "NIMBUS_TEST_REMOTE_DRIVER";
 
+/// Set in the environment of the workload `nimbus chaos run` runs in a test.
+pub const CHAOS_WORKLOAD: &str = "NIMBUS_TEST_CHAOS_WORKLOAD";
+
 fn main() {
     if std::env::var_os(REMOTE_DRIVER).is_some() {
         return tests::remote_driver();
+    }
+    if std::env::var_os(CHAOS_WORKLOAD).is_some() {
+        return tests::chaos_workload();
     }
     let mut driver =
         nimbus::init_with(fixtures::registry(), nimbus::InitOptions { local_nodes: 3 })

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use actix::Actor;
 use std::collections::HashSet;
 
+use nimbus::actor::faults::{ActorFault, ActorFaultAction, ACTOR_FAULTS_ENV};
 use nimbus::actor::{self, CallError, SpawnError, SpawnOptions, Strategy};
 use nimbus::cluster::ResourceSet;
 use nimbus::placement::{PlacementError, PlacementGroup, PlacementStrategy};
@@ -46,6 +47,12 @@ pub const ALL: &[(&str, Test)] = &[
     }),
     ("an_unknown_message_type_is_a_clear_error", |_| {
         boxed(an_unknown_message_type_is_a_clear_error())
+    }),
+    ("injected_actor_faults_fire_at_their_message_count", |d| {
+        boxed(injected_actor_faults_fire_at_their_message_count(d))
+    }),
+    ("chaos_run_replays_actor_faults_by_message_count", |d| {
+        boxed(chaos_run_replays_actor_faults_by_message_count(d))
     }),
     ("a_second_driver_joins_by_address", |d| {
         boxed(a_second_driver_joins_by_address(d))
@@ -417,4 +424,144 @@ async fn a_second_driver_joins_by_address(driver: &mut Driver) {
         "{stdout}"
     );
     assert_eq!(shared.send(Add(0)).await.unwrap(), 42);
+}
+
+async fn injected_actor_faults_fire_at_their_message_count(driver: &mut Driver) {
+    let rules = vec![
+        ActorFault {
+            actor_name: None,
+            actor_type: Some("tests.Sequencer".into()),
+            message: Some("tests.Push".into()),
+            after_messages: 100,
+            action: ActorFaultAction::Kill,
+        },
+        ActorFault {
+            actor_name: Some("panicky".into()),
+            actor_type: None,
+            message: None,
+            after_messages: 3,
+            action: ActorFaultAction::Panic,
+        },
+    ];
+    let env = [(ACTOR_FAULTS_ENV, serde_json::to_string(&rules).unwrap())];
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let faulty = cluster.add_node_with_env(&[], &env).unwrap();
+    let node = cluster.node(faulty).unwrap().name().to_string();
+
+    let sequencer = actor::spawn::<Sequencer>((), on(&node).max_restarts(1))
+        .await
+        .unwrap();
+    let mut seen = 0;
+    for n in 0..99 {
+        sequencer.do_send(Push(n)).unwrap();
+    }
+    assert!(
+        sequencer.send(Push(99)).await.is_err(),
+        "the 100th push kills the actor"
+    );
+    let death = actor::next_death(&sequencer, &mut seen).await.unwrap();
+    assert_eq!(death.reason, "chaos: kill at message 100 (tests.Push)");
+    assert!(death.restarting);
+    // The restarted incarnation is not killed again by the same rule.
+    for n in 0..200 {
+        sequencer.do_send(Push(n)).unwrap();
+    }
+    assert_eq!(sequencer.send(Seen).await.unwrap(), (200, 0));
+
+    let panicky = actor::spawn::<Counter>(0, on(&node).name("panicky"))
+        .await
+        .unwrap();
+    let mut seen = 0;
+    assert_eq!(panicky.send(Add(1)).await.unwrap(), 1);
+    assert_eq!(panicky.send(Add(1)).await.unwrap(), 2);
+    assert!(panicky.send(Add(1)).await.is_err());
+    let death = actor::next_death(&panicky, &mut seen).await.unwrap();
+    assert_eq!(death.reason, "panic: chaos: panic at message 3 (tests.Add)");
+    assert!(!death.restarting);
+}
+
+/// The workload of `nimbus chaos run`: a sequencer fed 300 numbers, which
+/// the plan kills at its 100th; it must come back and take the rest.
+pub fn chaos_workload() {
+    let driver = nimbus::init(registry()).expect("joins the chaos cluster");
+    actix::System::new().block_on(async {
+        driver.connect().await.unwrap();
+        let options = SpawnOptions::default().num_cpus(0.1).max_restarts(1);
+        let sequencer = actor::spawn::<Sequencer>((), options).await.unwrap();
+        let mut failed = 0;
+        for n in 0..300 {
+            if sequencer.send(Push(n)).await.is_err() {
+                failed += 1;
+            }
+        }
+        let (seen, _) = sequencer.send(Seen).await.unwrap();
+        println!("chaos workload: {failed} push failed, the restarted sequencer saw up to {seen}");
+        assert_eq!(failed, 1, "only the push that triggered the fault fails");
+        assert_eq!(seen, 300);
+    });
+}
+
+async fn chaos_run_replays_actor_faults_by_message_count(driver: &mut Driver) {
+    let program = driver
+        .local_cluster()
+        .expect("a local cluster")
+        .program()
+        .to_path_buf();
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.toml");
+    std::fs::write(
+        &plan,
+        r#"
+seed = 3
+[[faults]]
+at_ms = 100
+action = { stop_node = { node = "random", for_ms = 300 } }
+[[actor_faults]]
+actor_type = "tests.Sequencer"
+message = "tests.Push"
+after_messages = 100
+action = "kill"
+"#,
+    )
+    .unwrap();
+    let mut injected = Vec::new();
+    for _ in 0..2 {
+        let run = tokio::process::Command::new(&program)
+            .args(["chaos", "run", plan.to_str().unwrap(), "--nodes", "3", "--"])
+            .arg(std::env::current_exe().unwrap())
+            .env(crate::CHAOS_WORKLOAD, "1")
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .unwrap()
+            .unwrap();
+        let out = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(
+            output.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            out.contains("chaos: kill at message 100 (tests.Push)"),
+            "{out}"
+        );
+        assert!(out.contains("actor restarted after"), "{out}");
+        // What was injected, and where, without the times it happened at
+        // (actor ids differ between runs, so keep the fault and the trigger).
+        let lines: Vec<String> = out
+            .lines()
+            .filter(|l| l.contains(" inject "))
+            .map(|l| {
+                let l = l.split(" inject ").nth(1).unwrap_or_default();
+                match l.find(" on actor ") {
+                    Some(at) => l[..at].to_string() + &l[l.rfind(" (trigger").unwrap_or(l.len())..],
+                    None => l.to_string(),
+                }
+            })
+            .collect();
+        injected.push(lines);
+    }
+    assert_eq!(injected[0], injected[1]);
+    assert_eq!(injected[0].len(), 2, "{:?}", injected[0]);
 }

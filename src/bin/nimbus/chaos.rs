@@ -53,11 +53,14 @@ pub fn run(args: ChaosArgs) -> Result<()> {
         plan.seed = seed;
     }
     let program = std::env::current_exe().context("cannot find the nimbus executable")?;
-    let mut cluster = LocalCluster::builder()
+    let mut builder = LocalCluster::builder()
         .program(program)
         .nodes(args.nodes)
-        .heartbeat_timeout(Duration::from_millis(args.heartbeat_timeout_ms))
-        .start()?;
+        .heartbeat_timeout(Duration::from_millis(args.heartbeat_timeout_ms));
+    for (key, value) in plan.node_env() {
+        builder = builder.env(key, value);
+    }
+    let mut cluster = builder.start()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -69,8 +72,8 @@ pub fn run(args: ChaosArgs) -> Result<()> {
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("cannot run {:?}", args.command[0]))?;
-        let (status, timeline) = tokio::join!(child.wait(), chaos::run(&mut cluster, &plan));
-        anyhow::Ok((status?, timeline?))
+        let (status, timeline) = chaos::run_while(&mut cluster, &plan, child.wait()).await?;
+        anyhow::Ok((status?, timeline))
     })?;
     println!("{timeline}");
     report(status, &plan)

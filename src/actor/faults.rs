@@ -1,0 +1,128 @@
+//! Fault hooks of the actor layer: kill an actor, or make it panic, when its
+//! N-th message arrives. The trigger is a message count, so a rerun with the
+//! same rules fails the same message.
+//!
+//! Rules reach worker processes through their node manager: a node reads
+//! them (JSON) from [`ACTOR_FAULTS_ENV`] and hands the matching ones to each
+//! actor's first incarnation (a restarted actor does not die again of the
+//! same rule).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::ActorSpec;
+
+/// Environment variable a node reads its actor fault rules from (JSON list).
+pub const ACTOR_FAULTS_ENV: &str = "NIMBUS_ACTOR_FAULTS";
+
+/// Fail an actor when a message arrives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActorFault {
+    /// Actors with this unique name (`None`: any name)...
+    #[serde(default)]
+    pub actor_name: Option<String>,
+    /// ...and of this registered type (`None`: any type).
+    #[serde(default)]
+    pub actor_type: Option<String>,
+    /// Count only messages of this registered name (`None`: all).
+    #[serde(default)]
+    pub message: Option<String>,
+    /// The fault fires when this counted message arrives, before it is
+    /// handled (1 = the first).
+    pub after_messages: u64,
+    /// What happens.
+    pub action: ActorFaultAction,
+}
+
+/// What an actor fault does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActorFaultAction {
+    /// SIGKILL the worker process.
+    Kill,
+    /// Panic while dispatching the message.
+    Panic,
+}
+
+impl ActorFault {
+    /// Whether the rule targets the actor `spec` describes.
+    pub fn targets(&self, spec: &ActorSpec) -> bool {
+        self.actor_name
+            .as_ref()
+            .is_none_or(|n| spec.name.as_ref() == Some(n))
+            && self
+                .actor_type
+                .as_ref()
+                .is_none_or(|t| *t == spec.type_name)
+    }
+
+    /// Rules from [`ACTOR_FAULTS_ENV`], if set.
+    pub fn from_env() -> Result<Vec<ActorFault>, String> {
+        match std::env::var(ACTOR_FAULTS_ENV) {
+            Ok(json) => serde_json::from_str(&json)
+                .map_err(|e| format!("{ACTOR_FAULTS_ENV} is not a list of actor faults: {e}")),
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+}
+
+/// The rules of one hosted actor, with their message counts.
+pub(crate) struct FaultTriggers {
+    rules: Vec<(ActorFault, AtomicU64)>,
+}
+
+/// A fault that fired.
+pub(crate) struct Fired {
+    pub action: ActorFaultAction,
+    /// The reason reported for the death.
+    pub reason: String,
+}
+
+impl FaultTriggers {
+    pub(crate) fn new(rules: Vec<ActorFault>) -> Self {
+        FaultTriggers {
+            rules: rules.into_iter().map(|r| (r, AtomicU64::new(0))).collect(),
+        }
+    }
+
+    /// Counts a message; returns the fault it triggers, if any.
+    pub(crate) fn on_message(&self, message: &str) -> Option<Fired> {
+        self.rules.iter().find_map(|(rule, count)| {
+            if rule.message.as_ref().is_some_and(|m| m != message) {
+                return None;
+            }
+            let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+            let action = match rule.action {
+                ActorFaultAction::Kill => "kill",
+                ActorFaultAction::Panic => "panic",
+            };
+            (n == rule.after_messages).then(|| Fired {
+                action: rule.action,
+                reason: format!("chaos: {action} at message {n} ({message})"),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_fires_once_at_its_count_of_its_message() {
+        let rule = ActorFault {
+            actor_name: None,
+            actor_type: None,
+            message: Some("Push".into()),
+            after_messages: 3,
+            action: ActorFaultAction::Kill,
+        };
+        let triggers = FaultTriggers::new(vec![rule]);
+        let fired: Vec<bool> = ["Push", "Seen", "Push", "Push", "Push"]
+            .iter()
+            .map(|m| triggers.on_message(m).is_some())
+            .collect();
+        assert_eq!(fired, [false, false, false, true, false]);
+    }
+}
