@@ -203,8 +203,7 @@ fn main() -> Result<()> {
 }
 
 async fn placement_groups() -> Result<String> {
-    let mut bundle = nimbus::cluster::ResourceSet::default();
-    bundle.set("CPU", 0.1);
+    let bundle = nimbus::cluster::ResourceSet::of("CPU", 0.1);
     let cycles = 200;
     let started = Instant::now();
     for _ in 0..cycles {

@@ -47,6 +47,23 @@ pub enum ResourceError {
 }
 
 impl ResourceSet {
+    /// A set of one resource.
+    ///
+    /// ```
+    /// use nimbus::cluster::ResourceSet;
+    /// let bundle = ResourceSet::of("CPU", 1.0).with("GPU", 1.0);
+    /// assert_eq!(bundle.amount("GPU"), 1.0);
+    /// ```
+    pub fn of(name: &str, amount: f64) -> Self {
+        ResourceSet::default().with(name, amount)
+    }
+
+    /// The same set with `name` set to `amount`.
+    pub fn with(mut self, name: &str, amount: f64) -> Self {
+        self.set(name, amount);
+        self
+    }
+
     /// The amount of `name` (0 when absent).
     pub fn amount(&self, name: &str) -> f64 {
         self.0.get(name).copied().unwrap_or(0.0)

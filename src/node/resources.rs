@@ -141,9 +141,7 @@ mod tests {
     use crate::cluster::{PlacementGroupId, CPU};
 
     fn cpus(n: f64) -> ResourceSet {
-        let mut set = ResourceSet::default();
-        set.set(CPU, n);
-        set
+        ResourceSet::of(CPU, n)
     }
 
     #[test]

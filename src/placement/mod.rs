@@ -18,8 +18,7 @@
 //! # async fn demo() -> Result<(), nimbus::placement::PlacementError> {
 //! use nimbus::cluster::ResourceSet;
 //! use nimbus::placement::{PlacementGroup, PlacementStrategy};
-//! let mut bundle = ResourceSet::default();
-//! bundle.set("CPU", 1.0);
+//! let bundle = ResourceSet::of("CPU", 1.0);
 //! let group = PlacementGroup::create(vec![bundle; 4], PlacementStrategy::Spread, std::time::Duration::from_secs(10)).await?;
 //! group.remove().await?;
 //! # Ok(()) }

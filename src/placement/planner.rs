@@ -112,9 +112,7 @@ mod tests {
     use crate::cluster::CPU;
 
     fn cpus(n: f64) -> ResourceSet {
-        let mut set = ResourceSet::default();
-        set.set(CPU, n);
-        set
+        ResourceSet::of(CPU, n)
     }
 
     fn nodes(free: &[f64]) -> Vec<Candidate> {

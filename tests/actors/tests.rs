@@ -63,9 +63,7 @@ pub const ALL: &[(&str, Test)] = &[
 ];
 
 fn cpus(n: f64) -> ResourceSet {
-    let mut set = ResourceSet::default();
-    set.set("CPU", n);
-    set
+    ResourceSet::of("CPU", n)
 }
 
 fn distinct(group: &PlacementGroup) -> usize {
