@@ -76,11 +76,12 @@ impl RemoteActor for Account {
     }
 }
 
-/// Move `amount` from this account to `to`, through the ledger.
+/// Send `amount` to the account behind `to` (a handle, which may live on
+/// another node): this account asks it to take the money.
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Result<(), String>")]
 struct Transfer {
-    to: String,
+    to: ActorHandle<Account>,
     amount: i64,
 }
 
@@ -91,12 +92,39 @@ impl RemoteMessage for Transfer {
 impl Handler<Transfer> for Account {
     type Result = ResponseFuture<Result<(), String>>;
     fn handle(&mut self, t: Transfer, _: &mut Context<Self>) -> Self::Result {
-        let (ledger, from) = (self.ledger.clone(), self.name.clone());
+        let from = self.name.clone();
+        Box::pin(async move {
+            let credit = Credit {
+                from,
+                amount: t.amount,
+            };
+            t.to.send(credit).await.map_err(|e| e.to_string())?
+        })
+    }
+}
+
+/// Take `amount` from account `from`: the receiving account books it in
+/// the ledger.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), String>")]
+struct Credit {
+    from: String,
+    amount: i64,
+}
+
+impl RemoteMessage for Credit {
+    const NAME: &'static str = "examples.Credit";
+}
+
+impl Handler<Credit> for Account {
+    type Result = ResponseFuture<Result<(), String>>;
+    fn handle(&mut self, c: Credit, _: &mut Context<Self>) -> Self::Result {
+        let (ledger, to) = (self.ledger.clone(), self.name.clone());
         Box::pin(async move {
             let moved = Move {
-                from,
-                to: t.to,
-                amount: t.amount,
+                from: c.from,
+                to,
+                amount: c.amount,
             };
             ledger.send(moved).await.map_err(|e| e.to_string())?
         })
@@ -179,6 +207,7 @@ fn registry() -> actor::Registry {
         .message::<Ledger, Books>()
         .actor::<Account>()
         .message::<Account, Transfer>()
+        .message::<Account, Credit>()
 }
 
 fn main() -> Result<()> {
@@ -248,7 +277,7 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
             restarts += 1;
         }
         let from = &accounts[i % ACCOUNTS];
-        let to = names[(i * 7 + 1) % ACCOUNTS].clone();
+        let to = accounts[(i * 7 + 1) % ACCOUNTS].clone();
         match from
             .send(Transfer {
                 to,
