@@ -134,6 +134,7 @@ impl Driver {
         let context = ProcessContext::new(
             endpoint,
             head,
+            head,
             self.registry.clone(),
             job,
             self.binary.clone(),

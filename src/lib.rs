@@ -20,6 +20,7 @@
 //!   [`actor::spawn`], [`actor::ActorHandle`], [`actor::get_actor`],
 //!   [`actor::monitor`].
 //! - [`placement`]: placement groups, bundles reserved together across nodes.
+//! - [`object_store`]: values put once and read anywhere by reference.
 //! - [`driver`]: [`init`], the first line of a user program's `main`.
 //! - [`chaos`]: seeded fault plans run against a local cluster, with a
 //!   timeline of faults and recoveries.
@@ -39,6 +40,7 @@ pub mod cluster;
 pub mod driver;
 pub mod local;
 pub mod node;
+pub mod object_store;
 pub mod placement;
 pub mod transport;
 pub mod wire;

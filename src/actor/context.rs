@@ -29,6 +29,9 @@ pub struct ProcessContext {
     pub endpoint: Endpoint,
     /// The head's address.
     pub head: SocketAddr,
+    /// The node whose object store this process puts into (its own node
+    /// for a worker, the head for a driver).
+    pub home: SocketAddr,
     /// The actor and message types this program knows.
     pub registry: Arc<Registry>,
     /// The job actors spawned from here belong to.
@@ -47,6 +50,7 @@ impl ProcessContext {
     pub fn new(
         endpoint: Endpoint,
         head: SocketAddr,
+        home: SocketAddr,
         registry: Arc<Registry>,
         job: String,
         binary: (PathBuf, BinaryId),
@@ -54,6 +58,7 @@ impl ProcessContext {
         ProcessContext {
             endpoint,
             head,
+            home,
             registry,
             job,
             binary,

@@ -64,6 +64,44 @@ pub enum ControlRequest {
     },
     /// To a node: give a bundle's resources back.
     ReleaseBundle(BundleId),
+    /// To a node: the next chunk of an object put there (the first, at
+    /// offset 0, reserves `total` bytes). Answered with `Ack`.
+    PutObjectChunk {
+        /// The object.
+        id: ObjectId,
+        /// Where the chunk starts.
+        offset: u64,
+        /// The object's size.
+        total: u64,
+        /// The bytes.
+        #[serde(with = "serde_bytes")]
+        chunk: Vec<u8>,
+    },
+    /// To a node: bytes of an object it holds. Answered with
+    /// [`ControlReply::ObjectBytes`].
+    ReadObject {
+        /// The object.
+        id: ObjectId,
+        /// Where to start.
+        offset: u64,
+        /// How many bytes at most.
+        len: u64,
+    },
+    /// To a node: fetch an object from the node that holds it, unless it is
+    /// here already; concurrent pulls of one object share one transfer.
+    /// Answered with `Ack` once the object is here.
+    PullObject {
+        /// The object.
+        id: ObjectId,
+        /// Its size.
+        size: u64,
+        /// The node holding it.
+        owner: NodeIdentity,
+        /// That node's address.
+        address: SocketAddr,
+    },
+    /// To a node: the objects it holds. Answered with [`ControlReply::Objects`].
+    ListObjects,
     /// To the head: reserve a unique actor name. Answered with `Ack` or
     /// [`ControlReply::NameTaken`].
     ReserveName {
@@ -117,6 +155,21 @@ pub enum ControlReply {
     NameTaken(Box<ActorRecord>),
     /// An actor's record, if known.
     Actor(Option<Box<ActorRecord>>),
+    /// Bytes of an object.
+    ObjectBytes(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// The objects a node holds, and its store's use.
+    Objects(ObjectListing),
+}
+
+/// What a node's object store holds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ObjectListing {
+    /// Each object: id, size in bytes, whether it is complete.
+    pub objects: Vec<(ObjectId, u64, bool)>,
+    /// Bytes in use.
+    pub used: u64,
+    /// Bytes allowed (`--object-store-memory`).
+    pub capacity: u64,
 }
 
 /// A cluster-unique actor id.
@@ -131,6 +184,23 @@ impl ActorId {
 }
 
 impl std::fmt::Display for ActorId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// A cluster-unique object id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObjectId(pub u64);
+
+impl ObjectId {
+    /// A new random id.
+    pub fn random() -> Self {
+        ObjectId(rand::random())
+    }
+}
+
+impl std::fmt::Display for ObjectId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:016x}", self.0)
     }

@@ -17,7 +17,7 @@ pub use events::ClusterEvents;
 pub use membership::Membership;
 pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BundleId, ClusterEvent, ClusterEventKind,
-    ClusterStatus, ControlReply, ControlRequest, NodeRegistration, NodeState, NodeStatus,
-    PlacementGroupId, ResourceUsage,
+    ClusterStatus, ControlReply, ControlRequest, NodeRegistration, NodeState, NodeStatus, ObjectId,
+    ObjectListing, PlacementGroupId, ResourceUsage,
 };
 pub use resources::{ResourceError, ResourceOverrides, ResourceSet, CPU, GPU, MEMORY};

@@ -44,6 +44,8 @@ pub struct NodeConfig {
     pub transport: TransportConfig,
     /// Where the node keeps program binaries and worker logs.
     pub state_dir: PathBuf,
+    /// Bytes its object store may hold; 30% of the node's memory when `None`.
+    pub object_store_memory: Option<u64>,
 }
 
 /// `$NIMBUS_HOME`, or `~/.nimbus`.
@@ -69,6 +71,7 @@ impl NodeConfig {
             head_lost_timeout: Duration::from_secs(30),
             transport: TransportConfig::default(),
             state_dir: default_state_dir(),
+            object_store_memory: None,
         }
     }
 }

@@ -51,6 +51,8 @@ pub enum HeadLink {
 pub struct NodeManagerConfig {
     /// This node.
     pub identity: NodeIdentity,
+    /// Where it is reached.
+    pub address: SocketAddr,
     /// What it offers.
     pub total: ResourceSet,
     /// How it reaches the head.
@@ -245,6 +247,7 @@ impl NodeManager {
             token: self.config.token.to_string(),
             head: self.config.head_address,
             node: self.config.identity.clone(),
+            node_address: self.config.address,
             advertise_ip: self.config.advertise_ip,
             faults: self
                 .config

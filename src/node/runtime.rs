@@ -15,8 +15,9 @@ use crate::client::{self, ClientError};
 use crate::cluster::membership::{self, Membership};
 use crate::cluster::{
     events::Subscribe, ClusterEvents, ControlReply, ControlRequest, Directory, NodeRegistration,
-    ResourceSet,
+    ResourceSet, MEMORY,
 };
+use crate::object_store::NodeObjectStore;
 use crate::transport::{Credentials, Endpoint, PacketFaults, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
@@ -115,6 +116,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     let is_member = head_actors.is_none();
     let manager = NodeManager::new(NodeManagerConfig {
         identity: identity.clone(),
+        address,
         total: resources.clone(),
         head: head_link,
         head_address,
@@ -127,7 +129,11 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         actor_faults: ActorFault::from_env().map_err(NodeError::FaultPlan)?,
     })
     .start();
-    endpoint.serve(Arc::new(NodeService::new(manager, head_actors)));
+    let store_memory = config
+        .object_store_memory
+        .unwrap_or((resources.amount(MEMORY) * 0.3) as u64);
+    let objects = NodeObjectStore::start(store_memory, endpoint.clone());
+    endpoint.serve(Arc::new(NodeService::new(manager, head_actors, objects)));
     info!(node = %identity, %address, %resources, "node up");
     on_ready(&NodeReady {
         identity: identity.clone(),

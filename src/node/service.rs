@@ -14,6 +14,8 @@ use crate::cluster::{ClusterEvents, ControlReply, ControlRequest};
 use crate::transport::{HandlerError, RequestHandler};
 use crate::wire::{self, PeerIdentity, PeerRole, RemoteError, RemoteErrorKind};
 
+use crate::object_store::NodeObjectStore;
+
 use super::manager::{NodeManager, ReleaseBundle, ReserveBundle, StartActor, UploadBinary};
 
 /// Longest a client may long-poll for events in one request.
@@ -23,6 +25,7 @@ const MAX_EVENT_WAIT: Duration = Duration::from_secs(60);
 pub struct NodeService {
     manager: Addr<NodeManager>,
     head: Option<HeadActors>,
+    objects: NodeObjectStore,
 }
 
 /// The control-plane actors, on the head only.
@@ -40,16 +43,29 @@ pub struct HeadActors {
 
 impl NodeService {
     /// The service of a node; `head` is `Some` on the head.
-    pub fn new(manager: Addr<NodeManager>, head: Option<HeadActors>) -> Self {
-        NodeService { manager, head }
+    pub fn new(
+        manager: Addr<NodeManager>,
+        head: Option<HeadActors>,
+        objects: NodeObjectStore,
+    ) -> Self {
+        NodeService {
+            manager,
+            head,
+            objects,
+        }
     }
 
     async fn dispatch(
         manager: Addr<NodeManager>,
         head: Option<HeadActors>,
+        objects: NodeObjectStore,
         from: PeerIdentity,
         request: ControlRequest,
     ) -> Result<ControlReply, RemoteError> {
+        let request = match objects.handle(request).await {
+            Ok(reply) => return reply,
+            Err(request) => request,
+        };
         match request {
             ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
             ControlRequest::StartActor(spec) => {
@@ -199,6 +215,10 @@ impl NodeService {
                 Ok(ControlReply::Ack)
             }
             ControlRequest::Echo(_)
+            | ControlRequest::PutObjectChunk { .. }
+            | ControlRequest::ReadObject { .. }
+            | ControlRequest::PullObject { .. }
+            | ControlRequest::ListObjects
             | ControlRequest::StartActor(_)
             | ControlRequest::ReserveBundle { .. }
             | ControlRequest::ReleaseBundle(_)
@@ -223,7 +243,13 @@ impl RequestHandler for NodeService {
             }
         };
         let head = self.head.clone();
-        let reply = Self::dispatch(self.manager.clone(), head, from, request);
+        let reply = Self::dispatch(
+            self.manager.clone(),
+            head,
+            self.objects.clone(),
+            from,
+            request,
+        );
         async move {
             let reply = reply.await?;
             rmp_serde::to_vec_named(&reply).map_err(|e| {

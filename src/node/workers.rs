@@ -45,6 +45,8 @@ pub struct WorkerBoot {
     pub head: SocketAddr,
     /// The node that started it.
     pub node: NodeIdentity,
+    /// That node's address (its object store is the worker's home).
+    pub node_address: SocketAddr,
     /// The IP to advertise.
     pub advertise_ip: IpAddr,
     /// Fault rules to apply to this incarnation (fault-injection tests).

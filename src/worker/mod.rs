@@ -105,6 +105,7 @@ async fn host(
     let context = ProcessContext::new(
         endpoint.clone(),
         boot.head,
+        boot.node_address,
         registry.clone(),
         boot.spec.job.clone(),
         (binary, boot.spec.binary.clone()),

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use nimbus::actor::{self, ActorHandle, Registry, RemoteActor, RemoteMessage};
+use nimbus::object_store::{self, ObjectRef, RawBytes};
 use serde::{Deserialize, Serialize};
 
 pub fn registry() -> Registry {
@@ -15,6 +16,10 @@ pub fn registry() -> Registry {
         .actor::<Sequencer>()
         .message::<Sequencer, Push>()
         .message::<Sequencer, Seen>()
+        .actor::<Reader>()
+        .message::<Reader, SumObject>()
+        .message::<Reader, DigestBytes>()
+        .message::<Reader, PutBytes>()
         .actor::<Relay>()
         .message::<Relay, Forward>()
         .message::<Relay, AddToNamed>()
@@ -236,4 +241,89 @@ impl Handler<actor::ActorDied> for Watcher {
     fn handle(&mut self, death: actor::ActorDied, _: &mut Context<Self>) {
         let _ = self.0.send(death);
     }
+}
+
+/// Reads objects from the object store of its own node.
+pub struct Reader;
+
+impl Actor for Reader {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Reader {
+    const NAME: &'static str = "tests.Reader";
+    type Args = ();
+    fn from_args(_: ()) -> Self {
+        Reader
+    }
+}
+
+/// The sum of a list of numbers in the object store.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<u64, String>")]
+pub struct SumObject(pub ObjectRef<Vec<u64>>);
+
+impl RemoteMessage for SumObject {
+    const NAME: &'static str = "tests.SumObject";
+}
+
+impl Handler<SumObject> for Reader {
+    type Result = ResponseFuture<Result<u64, String>>;
+    fn handle(&mut self, SumObject(object): SumObject, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move {
+            let numbers = object_store::get(&object)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(numbers.iter().sum())
+        })
+    }
+}
+
+/// The length and digest of raw bytes in the object store.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(u64, u64), String>")]
+pub struct DigestBytes(pub ObjectRef<RawBytes>);
+
+impl RemoteMessage for DigestBytes {
+    const NAME: &'static str = "tests.DigestBytes";
+}
+
+impl Handler<DigestBytes> for Reader {
+    type Result = ResponseFuture<Result<(u64, u64), String>>;
+    fn handle(&mut self, DigestBytes(object): DigestBytes, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move {
+            let bytes = object_store::get_bytes(&object)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok((bytes.len() as u64, digest(&bytes)))
+        })
+    }
+}
+
+/// Puts `n` bytes into its own node's store.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), String>")]
+pub struct PutBytes(pub usize);
+
+impl RemoteMessage for PutBytes {
+    const NAME: &'static str = "tests.PutBytes";
+}
+
+impl Handler<PutBytes> for Reader {
+    type Result = ResponseFuture<Result<(), String>>;
+    fn handle(&mut self, PutBytes(n): PutBytes, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move {
+            object_store::put_bytes(&vec![7u8; n])
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// FNV-1a over the bytes: equal digests mean (almost surely) equal bytes.
+pub fn digest(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }

@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use nimbus::actor::faults::{ActorFault, ActorFaultAction, ACTOR_FAULTS_ENV};
 use nimbus::actor::{self, CallError, SpawnError, SpawnOptions, Strategy};
 use nimbus::cluster::ResourceSet;
+use nimbus::object_store;
 use nimbus::placement::{PlacementError, PlacementGroup, PlacementStrategy};
 use nimbus::Driver;
 
@@ -53,6 +54,12 @@ pub const ALL: &[(&str, Test)] = &[
     }),
     ("chaos_run_replays_actor_faults_by_message_count", |d| {
         boxed(chaos_run_replays_actor_faults_by_message_count(d))
+    }),
+    ("objects_put_here_are_read_on_other_nodes", |d| {
+        boxed(objects_put_here_are_read_on_other_nodes(d))
+    }),
+    ("a_put_that_cannot_fit_fails_clearly", |d| {
+        boxed(a_put_that_cannot_fit_fails_clearly(d))
     }),
     ("a_second_driver_joins_by_address", |d| {
         boxed(a_second_driver_joins_by_address(d))
@@ -562,4 +569,77 @@ action = "kill"
     }
     assert_eq!(injected[0], injected[1]);
     assert_eq!(injected[0].len(), 2, "{:?}", injected[0]);
+}
+
+async fn objects_put_here_are_read_on_other_nodes(driver: &mut Driver) {
+    let numbers: Vec<u64> = (0..100_000).collect();
+    let object = object_store::put(&numbers).await.unwrap();
+    let expected: u64 = numbers.iter().sum();
+    for node in ["node-1", "node-2"] {
+        let reader = actor::spawn::<Reader>((), on(node)).await.unwrap();
+        assert_eq!(
+            reader.send(SumObject(object.clone())).await.unwrap(),
+            Ok(expected)
+        );
+    }
+    // A large object, byte-exact across nodes; node-1 pulls it once and
+    // serves both of its readers from its copy.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let big: Vec<u8> = (0..(64usize << 20))
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let object = object_store::put_bytes(&big).await.unwrap();
+    let expected = (big.len() as u64, digest(&big));
+    for _ in 0..2 {
+        let reader = actor::spawn::<Reader>((), on("node-1")).await.unwrap();
+        assert_eq!(
+            reader.send(DigestBytes(object.clone())).await.unwrap(),
+            Ok(expected)
+        );
+    }
+    let cluster = driver.local_cluster().unwrap();
+    let client = cluster.client().await.unwrap();
+    let node = client
+        .status()
+        .await
+        .unwrap()
+        .node("node-1")
+        .unwrap()
+        .clone();
+    let connection = client.connect_node(&node).await.unwrap();
+    let listing = match nimbus::client::call(
+        &connection,
+        &nimbus::cluster::ControlRequest::ListObjects,
+        nimbus::transport::RequestOptions::control(),
+    )
+    .await
+    .unwrap()
+    {
+        nimbus::cluster::ControlReply::Objects(listing) => listing,
+        other => panic!("{other:?}"),
+    };
+    let copies = listing
+        .objects
+        .iter()
+        .filter(|(id, _, _)| *id == object.id())
+        .count();
+    assert_eq!(copies, 1, "{listing:?}");
+}
+
+async fn a_put_that_cannot_fit_fails_clearly(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let small = cluster
+        .add_node(&["--object-store-memory", "1000000"])
+        .unwrap();
+    let node = cluster.node(small).unwrap().name().to_string();
+    let reader = actor::spawn::<Reader>((), on(&node)).await.unwrap();
+    assert_eq!(reader.send(PutBytes(500_000)).await.unwrap(), Ok(()));
+    let refused = reader.send(PutBytes(600_000)).await.unwrap().unwrap_err();
+    assert!(refused.contains("object store is full"), "{refused}");
+    assert!(refused.contains("--object-store-memory"), "{refused}");
 }

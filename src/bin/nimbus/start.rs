@@ -53,6 +53,9 @@ pub struct StartArgs {
     /// Memory to offer, in bytes (default: detected).
     #[arg(long)]
     memory: Option<u64>,
+    /// Bytes the node's object store may hold (default: 30% of its memory).
+    #[arg(long)]
+    object_store_memory: Option<u64>,
     /// Custom resources as a JSON object, e.g. '{"accelerator_type:H200": 1}'.
     #[arg(long)]
     resources: Option<String>,
@@ -99,6 +102,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     config.listen = SocketAddr::new([0, 0, 0, 0].into(), args.port.unwrap_or(default_port));
     config.advertise_ip = args.node_ip_address;
     config.node_name = args.node_name;
+    config.object_store_memory = args.object_store_memory;
     config.resources = ResourceOverrides {
         num_cpus: args.num_cpus,
         num_gpus: args.num_gpus,
