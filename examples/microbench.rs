@@ -1,5 +1,5 @@
 //! Microbenchmarks of nimbus' building blocks, printed as `name: value unit`
-//! lines, in parts: `actor_calls` and `placement_groups`.
+//! lines, in parts: `actor_calls`, `objects` and `placement_groups`.
 //!
 //! ```text
 //! make run EXAMPLE=microbench                          # every part
@@ -8,6 +8,11 @@
 //!
 //! `placement_groups_per_s` is placement-group create + remove cycles per
 //! second (one bundle of 0.1 CPU), as in Ray's microbenchmark.
+//!
+//! `objects`: `put_calls_per_s` and `get_calls_per_s` (small values, one at
+//! a time, from this process to its home node's store), `put_gb_per_s`
+//! (800 MiB written as 100 MiB objects) and `cross_node_gb_per_s` (a 256 MiB
+//! object pulled by another node).
 //!
 //! It starts a 2-node local cluster and measures, for 64 B and 1 MiB
 //! messages, synchronous calls (one in flight: latency p50/p99 and calls/s)
@@ -29,6 +34,7 @@ use anyhow::Result;
 use futures::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
 use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
+use nimbus::object_store;
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -183,7 +189,7 @@ fn registry() -> actor::Registry {
 fn main() -> Result<()> {
     let driver = nimbus::init_with(registry(), nimbus::InitOptions { local_nodes: 2 })?;
     let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
-    let parts = ["actor_calls", "placement_groups"];
+    let parts = ["actor_calls", "objects", "placement_groups"];
     if let Some(part) = only.as_deref().filter(|p| !parts.contains(p)) {
         anyhow::bail!("unknown part {part:?}; the parts are: {}", parts.join(", "));
     }
@@ -194,12 +200,74 @@ fn main() -> Result<()> {
         if wanted("actor_calls") {
             summary.push(actor_calls().await?);
         }
+        if wanted("objects") {
+            summary.push(objects().await?);
+        }
         if wanted("placement_groups") {
             summary.push(placement_groups().await?);
         }
         println!("summary: {}", summary.join(" "));
         Ok(())
     })
+}
+
+async fn objects() -> Result<String> {
+    let calls = 2_000;
+    let started = Instant::now();
+    let mut refs = Vec::with_capacity(calls);
+    for i in 0..calls {
+        refs.push(object_store::put(&(i as u64)).await?);
+    }
+    let put_per_s = calls as f64 / started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    for object in &refs {
+        object_store::get(object).await?;
+    }
+    let get_per_s = calls as f64 / started.elapsed().as_secs_f64();
+
+    let block = vec![0x5au8; 100 << 20];
+    let started = Instant::now();
+    for _ in 0..8 {
+        object_store::put_bytes(&block).await?;
+    }
+    let put_gb_per_s = (8 * block.len()) as f64 / started.elapsed().as_secs_f64() / 1e9;
+
+    let big = object_store::put_bytes(&vec![0xa5u8; 256 << 20]).await?;
+    let context = actor::ProcessContext::current().expect("connected");
+    let status = match context
+        .call_head(&nimbus::cluster::ControlRequest::Status)
+        .await?
+    {
+        nimbus::cluster::ControlReply::Status(status) => status,
+        other => anyhow::bail!("unexpected reply {other:?}"),
+    };
+    let node = status.node("node-1").expect("node-1 joined");
+    let connection = context
+        .endpoint
+        .connect(node.address, Some(&node.identity()))
+        .await?;
+    let pull = nimbus::cluster::ControlRequest::PullObject {
+        id: big.id(),
+        size: big.size(),
+        owner: big.owner().clone(),
+        address: status.nodes[0].address,
+    };
+    let started = Instant::now();
+    nimbus::client::call(
+        &connection,
+        &pull,
+        nimbus::transport::RequestOptions::bulk(),
+    )
+    .await?;
+    let cross_node_gb_per_s = big.size() as f64 / started.elapsed().as_secs_f64() / 1e9;
+
+    println!("put_calls_per_s: {put_per_s:.0} calls/s");
+    println!("get_calls_per_s: {get_per_s:.0} calls/s");
+    println!("put_gb_per_s: {put_gb_per_s:.2} GB/s");
+    println!("cross_node_gb_per_s: {cross_node_gb_per_s:.2} GB/s");
+    Ok(format!(
+        "put_calls_per_s={put_per_s:.0} get_calls_per_s={get_per_s:.0} put_gb_per_s={put_gb_per_s:.2} cross_node_gb_per_s={cross_node_gb_per_s:.2}"
+    ))
 }
 
 async fn placement_groups() -> Result<String> {

@@ -23,6 +23,7 @@ mod shard;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 
+use futures::StreamExt;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::actor::ProcessContext;
@@ -201,24 +202,39 @@ async fn fetch(
         call(&home, &pull).await?;
     }
     let mut bytes = Vec::with_capacity(size as usize);
-    while (bytes.len() as u64) < size {
-        let read = ControlRequest::ReadObject {
-            id,
-            offset: bytes.len() as u64,
-            len: CHUNK_BYTES as u64,
-        };
-        match call(&home, &read).await? {
-            ControlReply::ObjectBytes(chunk) if !chunk.is_empty() => {
-                bytes.extend_from_slice(&chunk)
-            }
-            other => {
-                return Err(ObjectStoreError::Store(format!(
-                    "object {id}: unexpected reply {other:?}"
-                )))
-            }
-        }
+    let mut chunks = std::pin::pin!(read_chunks(&home, id, size));
+    while let Some(chunk) = chunks.next().await {
+        bytes.extend_from_slice(&chunk?);
     }
     Ok(bytes)
+}
+
+/// Chunks in flight at once when reading an object.
+const READ_WINDOW: usize = 4;
+
+/// The chunks of object `id` (`size` bytes) held by `node`, in order, with
+/// a few requests in flight to hide the round trips.
+pub(crate) fn read_chunks(
+    node: &Connection,
+    id: ObjectId,
+    size: u64,
+) -> impl futures::Stream<Item = Result<Vec<u8>, ObjectStoreError>> + '_ {
+    let offsets = (0..size).step_by(CHUNK_BYTES);
+    futures::stream::iter(offsets)
+        .map(move |offset| async move {
+            let read = ControlRequest::ReadObject {
+                id,
+                offset,
+                len: CHUNK_BYTES as u64,
+            };
+            match call(node, &read).await? {
+                ControlReply::ObjectBytes(chunk) if !chunk.is_empty() => Ok(chunk),
+                other => Err(ObjectStoreError::Store(format!(
+                    "object {id}: unexpected reply {other:?}"
+                ))),
+            }
+        })
+        .buffered(READ_WINDOW)
 }
 
 async fn call(

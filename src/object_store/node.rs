@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::client;
 use crate::cluster::{ControlReply, ControlRequest, ObjectId, ObjectListing};
-use crate::transport::{Endpoint, RequestOptions};
+use crate::transport::Endpoint;
 use crate::wire::NodeIdentity;
 use crate::wire::{RemoteError, RemoteErrorKind};
+use futures::StreamExt;
 
 use super::shard::{Abort, Append, Begin, Begun, Budget, List, ObjectStoreShard, Read};
-use super::CHUNK_BYTES;
+use super::{read_chunks, CHUNK_BYTES};
 
 /// Shards per node: objects are spread over them by id.
 const SHARDS: u64 = 4;
@@ -141,17 +141,9 @@ impl NodeObjectStore {
             .await
             .map_err(|e| lost(e.to_string()))?;
         let mut offset = 0;
-        while offset < size {
-            let read = ControlRequest::ReadObject {
-                id,
-                offset,
-                len: CHUNK_BYTES as u64,
-            };
-            let chunk = match client::call(&connection, &read, RequestOptions::bulk()).await {
-                Ok(ControlReply::ObjectBytes(chunk)) if !chunk.is_empty() => chunk,
-                Ok(other) => return Err(lost(format!("unexpected reply {other:?}"))),
-                Err(e) => return Err(lost(e.to_string())),
-            };
+        let mut chunks = std::pin::pin!(read_chunks(&connection, id, size));
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| lost(e.to_string()))?;
             let len = chunk.len() as u64;
             flatten(self.shard(id).send(Append { id, offset, chunk }).await)?;
             offset += len;

@@ -108,6 +108,8 @@ fn start_status_and_stop_as_a_user_would() {
         assert!(node["id"].is_string() && node["incarnation"].is_u64());
         assert!(node["resources"]["total"]["CPU"].is_number());
     }
+    let memory = succeeds(home, &["memory"]);
+    assert!(memory.contains("0 objects, 0 of"), "{memory}");
     let table = succeeds(home, &["status", "--address", &address, "--token", &token]);
     assert!(table.contains("2 alive, 0 dead"), "{table}");
 

@@ -4,11 +4,13 @@
 //! nimbus start --head [--port 6379] [--block]
 //! nimbus start --address HOST:PORT --token TOKEN [--num-cpus N] [--num-gpus N] [--resources JSON]
 //! nimbus status [--address HOST:PORT --token TOKEN] [--json]
+//! nimbus memory [--address HOST:PORT --token TOKEN]
 //! nimbus stop
 //! nimbus chaos run PLAN.toml [--nodes 3] -- COMMAND...
 //! ```
 
 mod chaos;
+mod memory;
 mod start;
 mod state;
 mod status;
@@ -32,6 +34,8 @@ enum Command {
     Status(status::StatusArgs),
     /// Stop the nodes this machine started.
     Stop(stop::StopArgs),
+    /// List what every node's object store holds.
+    Memory(memory::MemoryArgs),
     /// Run a program against a local cluster under a seeded fault plan.
     Chaos(chaos::ChaosArgs),
 }
@@ -42,6 +46,7 @@ fn main() {
         Command::Start(args) => start::run(args),
         Command::Status(args) => status::run(args),
         Command::Stop(args) => stop::run(args),
+        Command::Memory(args) => memory::run(args),
         Command::Chaos(args) => chaos::run(args),
     };
     if let Err(e) = result {
