@@ -10,6 +10,7 @@
 //! ```
 
 mod chaos;
+mod head;
 mod memory;
 mod start;
 mod state;

@@ -1,49 +1,23 @@
 //! `nimbus memory`: what every node's object store holds.
 
-use std::time::Duration;
-
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
-use nimbus::client::{self, ClusterClient};
+use nimbus::client;
 use nimbus::cluster::{ControlReply, ControlRequest, NodeState};
-use nimbus::transport::{RequestOptions, TransportConfig};
+use nimbus::transport::RequestOptions;
 
-use crate::{start::token_from, state};
+use crate::head::HeadArgs;
 
 /// Options of `nimbus memory`.
 #[derive(Args)]
 pub struct MemoryArgs {
-    /// The head's HOST:PORT (default: the head started on this machine).
-    #[arg(long)]
-    address: Option<String>,
-    /// The cluster's token (default: $NIMBUS_TOKEN, then this machine's token file).
-    #[arg(long)]
-    token: Option<String>,
-    /// Seconds to wait for each node.
-    #[arg(long, default_value_t = 5)]
-    timeout_s: u64,
+    #[command(flatten)]
+    head: HeadArgs,
 }
 
 /// Runs `nimbus memory`.
 pub fn run(args: MemoryArgs) -> Result<()> {
-    let address = match args.address {
-        Some(address) => address,
-        None => {
-            state::load_head()
-                .context("no --address given and no head was started on this machine")?
-                .address
-        }
-    };
-    let token = token_from(args.token.as_deref())?;
-    let config = TransportConfig {
-        connect_timeout: Duration::from_secs(args.timeout_s),
-        ..TransportConfig::default()
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let client = ClusterClient::connect_with(&address, &token, config).await?;
+    args.head.with_client(async |client| {
         let status = client.status().await?;
         for node in status.nodes.iter().filter(|n| n.state == NodeState::Alive) {
             let connection = client.connect_node(node).await?;
@@ -65,6 +39,6 @@ pub fn run(args: MemoryArgs) -> Result<()> {
                 println!("  {id}  {size:>12} bytes  {state}");
             }
         }
-        anyhow::Ok(())
+        Ok(())
     })
 }

@@ -1,54 +1,26 @@
 //! `nimbus status`: the cluster's nodes, their state and resources.
 
-use std::time::Duration;
-
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
-use nimbus::client::ClusterClient;
 use nimbus::cluster::{ClusterStatus, NodeState};
-use nimbus::transport::TransportConfig;
 
-use crate::{start::token_from, state};
+use crate::head::HeadArgs;
 
 /// Options of `nimbus status`.
 #[derive(Args)]
 pub struct StatusArgs {
-    /// The head's HOST:PORT (default: the head started on this machine).
-    #[arg(long)]
-    address: Option<String>,
-    /// The cluster's token (default: $NIMBUS_TOKEN, then this machine's token file).
-    #[arg(long)]
-    token: Option<String>,
+    #[command(flatten)]
+    head: HeadArgs,
     /// Print JSON: an object with a `nodes` array.
     #[arg(long)]
     json: bool,
-    /// Seconds to wait for the head.
-    #[arg(long, default_value_t = 5)]
-    timeout_s: u64,
 }
 
 /// Runs `nimbus status`.
 pub fn run(args: StatusArgs) -> Result<()> {
-    let address = match args.address {
-        Some(address) => address,
-        None => {
-            state::load_head()
-                .context("no --address given and no head was started on this machine")?
-                .address
-        }
-    };
-    let token = token_from(args.token.as_deref())?;
-    let config = TransportConfig {
-        connect_timeout: Duration::from_secs(args.timeout_s),
-        ..TransportConfig::default()
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let status = runtime.block_on(async {
-        let client = ClusterClient::connect_with(&address, &token, config).await?;
-        client.status().await
-    })?;
+    let status = args
+        .head
+        .with_client(async |client| Ok(client.status().await?))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {

@@ -1,0 +1,50 @@
+//! Reaching a running cluster's head from the command line.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use nimbus::client::ClusterClient;
+use nimbus::transport::TransportConfig;
+
+use crate::{start::token_from, state};
+
+/// How a command finds and authenticates to the head.
+#[derive(Args)]
+pub struct HeadArgs {
+    /// The head's HOST:PORT (default: the head started on this machine).
+    #[arg(long)]
+    address: Option<String>,
+    /// The cluster's token (default: $NIMBUS_TOKEN, then this machine's token file).
+    #[arg(long)]
+    token: Option<String>,
+    /// Seconds to wait for each node.
+    #[arg(long, default_value_t = 5)]
+    timeout_s: u64,
+}
+
+impl HeadArgs {
+    /// Runs `work` with a client of the head, on a runtime of its own.
+    pub fn with_client<T>(&self, work: impl AsyncFnOnce(ClusterClient) -> Result<T>) -> Result<T> {
+        let address = match &self.address {
+            Some(address) => address.clone(),
+            None => {
+                state::load_head()
+                    .context("no --address given and no head was started on this machine")?
+                    .address
+            }
+        };
+        let token = token_from(self.token.as_deref())?;
+        let config = TransportConfig {
+            connect_timeout: Duration::from_secs(self.timeout_s),
+            ..TransportConfig::default()
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let client = ClusterClient::connect_with(&address, &token, config).await?;
+            work(client).await
+        })
+    }
+}
