@@ -22,6 +22,8 @@
 //! - [`placement`]: placement groups, bundles reserved together across nodes.
 //! - [`object_store`]: values put once and read anywhere by reference.
 //! - [`driver`]: [`init`], the first line of a user program's `main`.
+//! - [`train`]: data-parallel training (Ray Train's `TorchTrainer`):
+//!   supervisor, workers, collectives, checkpoints.
 //! - [`chaos`]: seeded fault plans run against a local cluster, with a
 //!   timeline of faults and recoveries.
 //!
@@ -42,6 +44,7 @@ pub mod local;
 pub mod node;
 pub mod object_store;
 pub mod placement;
+pub mod train;
 pub mod transport;
 pub mod wire;
 mod worker;

@@ -257,6 +257,44 @@ impl<A: RemoteActor> ActorHandle<A> {
         })
     }
 
+    /// Kills the actor's worker process (SIGKILL) and keeps it dead,
+    /// whatever its restart policy: Ray's `ray.kill`. Returns once its node
+    /// has been told; monitors see the death as usual. Killing a dead actor
+    /// is not an error.
+    pub async fn kill(&self) -> Result<(), CallError> {
+        let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
+        let record = match locate_any(context, self.id).await {
+            Ok(record) if record.dead.is_none() => record,
+            Ok(_) | Err(CallError::ActorDead { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let status = match context.call_head(&ControlRequest::Status).await? {
+            ControlReply::Status(status) => status,
+            reply => {
+                return Err(CallError::Cluster(ClientError::UnexpectedReply {
+                    request: "Status",
+                    reply: Box::new(reply),
+                }))
+            }
+        };
+        let Some(node) = status.alive().find(|n| n.id == record.node.name) else {
+            // Its node is gone, and the actor with it.
+            return Ok(());
+        };
+        let connection = context
+            .endpoint
+            .connect(node.address, None)
+            .await
+            .map_err(ClientError::from)?;
+        crate::client::call(
+            &connection,
+            &ControlRequest::KillActor(self.id),
+            RequestOptions::control(),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Where the actor runs now, as the head knows it.
     pub async fn record(&self) -> Result<ActorRecord, CallError> {
         let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;

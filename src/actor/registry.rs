@@ -106,6 +106,9 @@ struct ActorEntry {
 #[derive(Default, Clone)]
 pub struct Registry {
     actors: HashMap<&'static str, ActorEntry>,
+    /// Training loops by name (see `Registry::train_loop`).
+    #[cfg(feature = "torch")]
+    loops: HashMap<&'static str, crate::train::LoopFn>,
 }
 
 impl Registry {
@@ -168,6 +171,23 @@ impl Registry {
             .unwrap_or_else(|| panic!("register actor {} before its messages", A::NAME));
         entry.handlers.insert(M::NAME, dispatch);
         self
+    }
+
+    /// Registers a training loop's entry point under `name`.
+    #[cfg(feature = "torch")]
+    pub(crate) fn insert_train_loop(
+        mut self,
+        name: &'static str,
+        run: crate::train::LoopFn,
+    ) -> Self {
+        self.loops.insert(name, run);
+        self
+    }
+
+    /// The training loop registered as `name`.
+    #[cfg(feature = "torch")]
+    pub(crate) fn train_loop_fn(&self, name: &str) -> Option<crate::train::LoopFn> {
+        self.loops.get(name).cloned()
     }
 
     /// Whether actor type `name` is registered.

@@ -283,7 +283,13 @@ async fn start_on(
         .map_err(ClientError::from)?;
     let start = ControlRequest::StartActor(spec.clone());
     let options = RequestOptions::control().with_deadline(Duration::from_secs(60));
-    for _ in 0..2 {
+    // Spawns from this process ship the binary to a node one at a time: the
+    // first uploads, the others then find it there. (Concurrent uploads of
+    // one file would race each other, and a node cannot execute a binary
+    // another upload still holds open for writing: ETXTBSY.)
+    let lock = upload_lock(node.address);
+    let mut shipping = None;
+    for _ in 0..3 {
         let reply = match client::call(&connection, &start, options).await {
             Ok(reply) => reply,
             Err(ClientError::Request(RequestError::Remote { error, .. })) => {
@@ -297,6 +303,11 @@ async fn start_on(
         match reply {
             ControlReply::ActorStarted(_) => return Ok(Ok(())),
             ControlReply::NoCapacity(refusal) => return Ok(Err(refusal)),
+            ControlReply::NeedBinary if shipping.is_none() => {
+                // Ask again once holding the lock: another spawn may have
+                // shipped it meanwhile.
+                shipping = Some(lock.clone().lock_owned().await);
+            }
             ControlReply::NeedBinary => upload(context, &connection).await?,
             reply => return Err(unexpected("StartActor", reply)),
         }
@@ -305,6 +316,18 @@ async fn start_on(
         node: node.id.clone(),
         detail: "it asked for the binary again after receiving it".into(),
     })
+}
+
+/// The lock serialising this process's uploads to the node at `address`.
+fn upload_lock(address: std::net::SocketAddr) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: std::sync::OnceLock<
+        dashmap::DashMap<std::net::SocketAddr, std::sync::Arc<tokio::sync::Mutex<()>>>,
+    > = std::sync::OnceLock::new();
+    LOCKS
+        .get_or_init(dashmap::DashMap::new)
+        .entry(address)
+        .or_default()
+        .clone()
 }
 
 /// Ships this program's binary to a node, in order, in chunks.

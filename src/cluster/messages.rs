@@ -64,6 +64,10 @@ pub enum ControlRequest {
     },
     /// To a node: give a bundle's resources back.
     ReleaseBundle(BundleId),
+    /// To a node: SIGKILL an actor's worker process and do not restart it
+    /// (Ray's `ray.kill`). Answered with `Ack`, also when the actor is not
+    /// (or no longer) there.
+    KillActor(ActorId),
     /// To a node: the next chunk of an object put there (the first, at
     /// offset 0, reserves `total` bytes). Answered with `Ack`.
     PutObjectChunk {

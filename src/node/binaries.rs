@@ -79,15 +79,25 @@ impl BinaryCache {
         let Some(upload) = self.uploads.remove(&hash) else {
             return Err(format!("the upload of {hash} vanished"));
         };
-        upload.file.sync_all().map_err(|e| e.to_string())?;
-        let actual = sha256_file(&upload.path)?;
+        let Upload { file, path, .. } = upload;
+        file.sync_all().map_err(|e| e.to_string())?;
+        // Closed before it is published: a binary still open for writing
+        // cannot be executed (ETXTBSY).
+        drop(file);
+        let actual = sha256_file(&path)?;
         if actual != hash {
-            let _ = fs::remove_file(&upload.path);
+            let _ = fs::remove_file(&path);
             return Err(format!("uploaded binary hashes to {actual}, not {hash}"));
         }
-        fs::set_permissions(&upload.path, fs::Permissions::from_mode(0o755))
-            .map_err(|e| e.to_string())?;
-        fs::rename(&upload.path, self.dir.join(&hash)).map_err(|e| e.to_string())
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+        let target = self.dir.join(&hash);
+        if target.is_file() {
+            // Another node sharing this directory published the same bytes
+            // already; replacing a binary workers run from gains nothing.
+            let _ = fs::remove_file(&path);
+            return Ok(());
+        }
+        fs::rename(&path, target).map_err(|e| e.to_string())
     }
 
     fn abort(&mut self, hash: &str) {

@@ -91,6 +91,9 @@ struct Worker {
     incarnation: Incarnation,
     restarts: u32,
     grant: Grant,
+    pid: u32,
+    /// Killed on request: its death is final, whatever its restart policy.
+    killed: bool,
 }
 
 /// The outcome of one heartbeat.
@@ -380,6 +383,29 @@ pub struct ReserveBundle {
 #[rtype(result = "()")]
 pub struct ReleaseBundle(pub BundleId);
 
+/// Kill an actor's worker process for good.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct KillActor(pub ActorId);
+
+impl Handler<KillActor> for NodeManager {
+    type Result = ();
+
+    fn handle(&mut self, KillActor(actor): KillActor, _: &mut Self::Context) {
+        let Some(worker) = self.workers.get_mut(&actor) else {
+            return;
+        };
+        worker.killed = true;
+        info!(actor = %actor, pid = worker.pid, "killing actor on request");
+        // The exit is reported by the worker's watcher (`WorkerExited`).
+        // SAFETY: plain syscall; the pid is our child, reaped only by its
+        // watcher, so it cannot have been reused yet.
+        unsafe {
+            libc::kill(worker.pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+}
+
 impl Handler<ReserveBundle> for NodeManager {
     type Result = Result<(), String>;
 
@@ -437,6 +463,8 @@ impl Handler<StartActor> for NodeManager {
                 incarnation: worker.incarnation,
                 restarts: 0,
                 grant,
+                pid: worker.pid,
+                killed: false,
             };
             let record = manager.record_of(&entry, worker.address);
             manager.workers.insert(entry.spec.actor, entry);
@@ -460,7 +488,13 @@ impl Handler<WorkerExited> for NodeManager {
         if worker.incarnation != msg.incarnation {
             return;
         }
-        let restarting = worker.restarts < worker.spec.max_restarts;
+        let restarting = !worker.killed && worker.restarts < worker.spec.max_restarts;
+        let reason = if worker.killed {
+            format!("killed on request ({})", msg.reason)
+        } else {
+            msg.reason.clone()
+        };
+        let msg = WorkerExited { reason, ..msg };
         let (spec, grant) = (worker.spec.clone(), worker.grant.clone());
         warn!(actor = %msg.actor, restarting, "actor died: {}", msg.reason);
         self.report_down(directory::ActorDown {
@@ -505,6 +539,7 @@ impl NodeManager {
             return futures::future::ready(()).boxed();
         };
         worker.incarnation = launched.incarnation;
+        worker.pid = launched.pid;
         info!(actor = %actor, restarts = worker.restarts, "actor restarted");
         let worker = &self.workers[&actor];
         let record = self.record_of(worker, launched.address);

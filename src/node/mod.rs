@@ -29,7 +29,7 @@ pub use binaries::sha256_file;
 pub use config::{default_state_dir, NodeConfig, NodeRole};
 pub use error::NodeError;
 pub use manager::{
-    HeadLink, NodeManager, NodeManagerConfig, ReleaseBundle, ReserveBundle, StartActor,
+    HeadLink, KillActor, NodeManager, NodeManagerConfig, ReleaseBundle, ReserveBundle, StartActor,
     UploadBinary,
 };
 pub use resources::{Grant, ResourcePool};

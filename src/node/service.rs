@@ -16,7 +16,9 @@ use crate::wire::{self, PeerIdentity, PeerRole, RemoteError, RemoteErrorKind};
 
 use crate::object_store::NodeObjectStore;
 
-use super::manager::{NodeManager, ReleaseBundle, ReserveBundle, StartActor, UploadBinary};
+use super::manager::{
+    KillActor, NodeManager, ReleaseBundle, ReserveBundle, StartActor, UploadBinary,
+};
 
 /// Longest a client may long-poll for events in one request.
 const MAX_EVENT_WAIT: Duration = Duration::from_secs(60);
@@ -77,6 +79,10 @@ impl NodeService {
                     Ok(()) => ControlReply::Ack,
                     Err(short) => ControlReply::NoCapacity(short),
                 })
+            }
+            ControlRequest::KillActor(actor) => {
+                manager.send(KillActor(actor)).await.map_err(internal)?;
+                Ok(ControlReply::Ack)
             }
             ControlRequest::ReleaseBundle(bundle) => {
                 manager
@@ -222,6 +228,7 @@ impl NodeService {
             | ControlRequest::StartActor(_)
             | ControlRequest::ReserveBundle { .. }
             | ControlRequest::ReleaseBundle(_)
+            | ControlRequest::KillActor(_)
             | ControlRequest::UploadBinary { .. } => Err(RemoteError::new(
                 RemoteErrorKind::BadRequest,
                 "a node request reached the head's dispatcher",

@@ -173,6 +173,14 @@ impl PlacementGroup {
             .ok_or(PlacementError::NoSuchBundle(index))
     }
 
+    /// The address of the node holding bundle `index`.
+    pub fn address(&self, index: usize) -> Result<std::net::SocketAddr, PlacementError> {
+        self.bundles
+            .get(index)
+            .map(|b| b.node.address)
+            .ok_or(PlacementError::NoSuchBundle(index))
+    }
+
     /// Bundle `index`'s id.
     pub fn bundle(&self, index: usize) -> Result<BundleId, PlacementError> {
         if index >= self.bundles.len() {

@@ -1,0 +1,431 @@
+//! Checkpoints: what a training run saves and resumes from.
+//!
+//! On disk a checkpoint is a directory `checkpoint_<index>` (the index is
+//! the report it was saved with, zero-padded) holding:
+//! - `checkpoint.safetensors`: every tensor (model parameters, optimizer
+//!   state, ...), loadable from Python with `safetensors.torch.load_file`;
+//! - `manifest.json`: [`Manifest`], with the tensor file's size and SHA-256
+//!   and the user's small values (epoch, step, sampler position, RNG seed).
+//!
+//! Writes are atomic: everything goes into a temporary directory, is
+//! fsynced, and the directory is renamed into place, so a crash mid-write
+//! leaves no `checkpoint_*` directory at all. [`Checkpoint::load`] checks
+//! the size and checksum, so torn or corrupted bytes are detected.
+
+mod reporter;
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use tch::Tensor;
+
+pub use reporter::{Best, CheckpointReporter, Latest, LatestReply, Saved, SavedCheckpoint};
+
+use super::Metrics;
+
+/// The tensor file inside a checkpoint directory.
+pub const TENSORS_FILE: &str = "checkpoint.safetensors";
+/// The manifest inside a checkpoint directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// Version of the manifest format.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Why a checkpoint could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// A filesystem operation failed.
+    #[error("checkpoint {path}: {what}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The bytes on disk are not what the manifest says.
+    #[error("checkpoint {path} is corrupt: {detail}")]
+    Corrupt {
+        /// The checkpoint directory.
+        path: PathBuf,
+        /// What does not match.
+        detail: String,
+    },
+    /// libtorch could not save or load the tensors.
+    #[error("checkpoint {path}: {detail}")]
+    Tensors {
+        /// The checkpoint directory.
+        path: PathBuf,
+        /// libtorch's error.
+        detail: String,
+    },
+    /// A value is missing or of the wrong type.
+    #[error("checkpoint value {key:?}: {detail}")]
+    Value {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// What `manifest.json` holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`FORMAT_VERSION`].
+    pub format: u32,
+    /// The report index the checkpoint was saved with.
+    pub index: u64,
+    /// The metrics reported with it.
+    pub metrics: Metrics,
+    /// The user's values.
+    pub values: BTreeMap<String, serde_json::Value>,
+    /// Size of [`TENSORS_FILE`] in bytes.
+    pub tensors_bytes: u64,
+    /// SHA-256 of [`TENSORS_FILE`], lowercase hex.
+    pub tensors_sha256: String,
+}
+
+/// Tensors and small values to save, or loaded from a saved checkpoint.
+///
+/// ```
+/// use nimbus::tch::Tensor;
+/// use nimbus::train::Checkpoint;
+/// let checkpoint = Checkpoint::new()
+///     .with_tensor("weight", &Tensor::from_slice(&[1.0f32, 2.0]))
+///     .with_value("epoch", 3).unwrap();
+/// assert_eq!(checkpoint.value::<u64>("epoch").unwrap(), 3);
+/// ```
+#[derive(Debug, Default)]
+pub struct Checkpoint {
+    tensors: Vec<(String, Tensor)>,
+    values: BTreeMap<String, serde_json::Value>,
+    index: u64,
+    path: Option<PathBuf>,
+}
+
+impl Checkpoint {
+    /// An empty checkpoint.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a copy of `tensor` (on the CPU, detached), so training can go on
+    /// changing the original while the copy is written.
+    pub fn with_tensor(mut self, name: impl Into<String>, tensor: &Tensor) -> Self {
+        let copy = tch::no_grad(|| tensor.detach().to_device(tch::Device::Cpu).copy());
+        self.tensors.push((name.into(), copy));
+        self
+    }
+
+    /// Adds a small serializable value (epoch, step, seed, ...).
+    pub fn with_value(
+        mut self,
+        key: impl Into<String>,
+        value: impl Serialize,
+    ) -> Result<Self, CheckpointError> {
+        let key = key.into();
+        let value = serde_json::to_value(value).map_err(|e| CheckpointError::Value {
+            key: key.clone(),
+            detail: e.to_string(),
+        })?;
+        self.values.insert(key, value);
+        Ok(self)
+    }
+
+    /// Adds every variable of `vs` as `model.<name>`.
+    pub fn with_var_store(mut self, vs: &tch::nn::VarStore) -> Self {
+        let mut variables: Vec<_> = vs.variables().into_iter().collect();
+        variables.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, tensor) in variables {
+            self = self.with_tensor(format!("model.{name}"), &tensor);
+        }
+        self
+    }
+
+    /// Copies the `model.<name>` tensors into `vs`'s variables; every
+    /// variable must be present with its shape.
+    pub fn restore_var_store(&self, vs: &tch::nn::VarStore) -> Result<(), CheckpointError> {
+        let missing = |name: &str, detail: String| CheckpointError::Value {
+            key: format!("model.{name}"),
+            detail,
+        };
+        tch::no_grad(|| {
+            for (name, mut variable) in vs.variables() {
+                let saved = self
+                    .tensor(&format!("model.{name}"))
+                    .ok_or_else(|| missing(&name, "not in the checkpoint".into()))?;
+                if saved.size() != variable.size() {
+                    return Err(missing(
+                        &name,
+                        format!(
+                            "shape {:?}, the model has {:?}",
+                            saved.size(),
+                            variable.size()
+                        ),
+                    ));
+                }
+                variable
+                    .f_copy_(&saved.to_device(variable.device()))
+                    .map_err(|e| missing(&name, e.to_string()))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// SHA-256 over the `model.*` tensors (name, then the values' bytes,
+    /// little-endian, in name order): two runs that end with this digest
+    /// ended with exactly the same parameters.
+    pub fn model_sha256(&self) -> Result<String, CheckpointError> {
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut model: Vec<&(String, Tensor)> = self
+            .tensors
+            .iter()
+            .filter(|(name, _)| name.starts_with("model."))
+            .collect();
+        model.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, tensor) in model {
+            let tensor = tensor.to_kind(tch::Kind::Float).contiguous();
+            let values = Vec::<f32>::try_from(tensor.flatten(0, -1)).map_err(|e| {
+                CheckpointError::Value {
+                    key: name.clone(),
+                    detail: e.to_string(),
+                }
+            })?;
+            digest.update(name.as_bytes());
+            for value in values {
+                digest.update(&value.to_le_bytes());
+            }
+        }
+        Ok(digest
+            .finish()
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect())
+    }
+
+    /// The tensor saved as `name`.
+    pub fn tensor(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+
+    /// Every tensor, in the order added (sorted by name once loaded).
+    pub fn tensors(&self) -> &[(String, Tensor)] {
+        &self.tensors
+    }
+
+    /// The value saved as `key`.
+    pub fn value<T: DeserializeOwned>(&self, key: &str) -> Result<T, CheckpointError> {
+        let value = self.values.get(key).ok_or_else(|| CheckpointError::Value {
+            key: key.to_string(),
+            detail: "not in the checkpoint".into(),
+        })?;
+        serde_json::from_value(value.clone()).map_err(|e| CheckpointError::Value {
+            key: key.to_string(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// The report index it was saved with (0 for one not saved yet).
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The directory it was loaded from.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Loads and verifies the checkpoint in `dir`.
+    pub fn load(dir: &Path) -> Result<Self, CheckpointError> {
+        let manifest = verify(dir)?;
+        let tensors = Tensor::read_safetensors(dir.join(TENSORS_FILE)).map_err(|e| {
+            CheckpointError::Tensors {
+                path: dir.to_path_buf(),
+                detail: e.to_string(),
+            }
+        })?;
+        let mut tensors = tensors;
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Checkpoint {
+            tensors,
+            values: manifest.values,
+            index: manifest.index,
+            path: Some(dir.to_path_buf()),
+        })
+    }
+
+    /// Writes the checkpoint as `run_dir/checkpoint_<index>`, atomically.
+    pub fn save(
+        &self,
+        run_dir: &Path,
+        index: u64,
+        metrics: &Metrics,
+    ) -> Result<PathBuf, CheckpointError> {
+        let io = |path: &Path, what: &'static str| {
+            let path = path.to_path_buf();
+            move |source| CheckpointError::Io { path, what, source }
+        };
+        let final_dir = run_dir.join(directory_name(index));
+        let temporary = run_dir.join(format!(
+            ".{}.tmp-{}",
+            directory_name(index),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&temporary);
+        std::fs::create_dir_all(&temporary).map_err(io(&temporary, "cannot create"))?;
+        let tensors_path = temporary.join(TENSORS_FILE);
+        Tensor::write_safetensors(&self.tensors, &tensors_path).map_err(|e| {
+            CheckpointError::Tensors {
+                path: temporary.clone(),
+                detail: e.to_string(),
+            }
+        })?;
+        sync_file(&tensors_path)?;
+        let (tensors_bytes, tensors_sha256) = digest(&tensors_path)?;
+        let manifest = Manifest {
+            format: FORMAT_VERSION,
+            index,
+            metrics: metrics.clone(),
+            values: self.values.clone(),
+            tensors_bytes,
+            tensors_sha256,
+        };
+        let manifest_path = temporary.join(MANIFEST_FILE);
+        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| CheckpointError::Value {
+            key: "manifest".into(),
+            detail: e.to_string(),
+        })?;
+        let mut file = File::create(&manifest_path).map_err(io(&manifest_path, "cannot create"))?;
+        file.write_all(&json)
+            .map_err(io(&manifest_path, "cannot write"))?;
+        file.sync_all()
+            .map_err(io(&manifest_path, "cannot fsync"))?;
+        sync_dir(&temporary)?;
+        if final_dir.exists() {
+            // A checkpoint of the same index from an earlier attempt that
+            // was never reported: this one replaces it.
+            std::fs::remove_dir_all(&final_dir).map_err(io(&final_dir, "cannot replace"))?;
+        }
+        std::fs::rename(&temporary, &final_dir).map_err(io(&final_dir, "cannot publish"))?;
+        sync_dir(run_dir)?;
+        Ok(final_dir)
+    }
+}
+
+/// `checkpoint_<index>`, zero-padded so names sort by index.
+pub fn directory_name(index: u64) -> String {
+    format!("checkpoint_{index:09}")
+}
+
+/// Reads `dir`'s manifest and checks the tensor file against it.
+pub fn verify(dir: &Path) -> Result<Manifest, CheckpointError> {
+    let corrupt = |detail: String| CheckpointError::Corrupt {
+        path: dir.to_path_buf(),
+        detail,
+    };
+    let manifest_path = dir.join(MANIFEST_FILE);
+    let bytes = std::fs::read(&manifest_path).map_err(|source| CheckpointError::Io {
+        path: manifest_path.clone(),
+        what: "cannot read",
+        source,
+    })?;
+    let manifest: Manifest = serde_json::from_slice(&bytes)
+        .map_err(|e| corrupt(format!("{MANIFEST_FILE} is not a manifest: {e}")))?;
+    if manifest.format != FORMAT_VERSION {
+        return Err(corrupt(format!(
+            "manifest format {} (this build reads {FORMAT_VERSION})",
+            manifest.format
+        )));
+    }
+    let (size, sha) = digest(&dir.join(TENSORS_FILE))?;
+    if size != manifest.tensors_bytes || sha != manifest.tensors_sha256 {
+        return Err(corrupt(format!(
+            "{TENSORS_FILE} is {size} bytes with SHA-256 {sha}, the manifest says {} bytes with {}",
+            manifest.tensors_bytes, manifest.tensors_sha256
+        )));
+    }
+    Ok(manifest)
+}
+
+fn digest(path: &Path) -> Result<(u64, String), CheckpointError> {
+    let size = std::fs::metadata(path)
+        .map_err(|source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            what: "cannot stat",
+            source,
+        })?
+        .len();
+    let sha = crate::node::sha256_file(path).map_err(|detail| CheckpointError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    })?;
+    Ok((size, sha))
+}
+
+fn sync_file(path: &Path) -> Result<(), CheckpointError> {
+    OpenOptions::new()
+        .read(true)
+        .open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            what: "cannot fsync",
+            source,
+        })
+}
+
+fn sync_dir(path: &Path) -> Result<(), CheckpointError> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            what: "cannot fsync directory",
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saves_atomically_loads_back_and_detects_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoint = Checkpoint::new()
+            .with_tensor("b", &Tensor::from_slice(&[3.0f32, 4.0]))
+            .with_tensor("a", &Tensor::from_slice(&[1.0f64]))
+            .with_value("epoch", 2u64)
+            .unwrap();
+        let metrics = Metrics::from([("loss".to_string(), 0.5)]);
+        let path = checkpoint.save(dir.path(), 7, &metrics).unwrap();
+        assert_eq!(path, dir.path().join("checkpoint_000000007"));
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["checkpoint_000000007"], "no temporary left");
+
+        let loaded = Checkpoint::load(&path).unwrap();
+        assert_eq!(loaded.index(), 7);
+        assert_eq!(loaded.value::<u64>("epoch").unwrap(), 2);
+        assert_eq!(
+            Vec::<f32>::try_from(loaded.tensor("b").unwrap()).unwrap(),
+            vec![3.0, 4.0]
+        );
+        assert!(loaded.value::<u64>("missing").is_err());
+
+        // Flip one byte of the tensor file: detected.
+        let file = path.join(TENSORS_FILE);
+        let mut bytes = std::fs::read(&file).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&file, bytes).unwrap();
+        let err = Checkpoint::load(&path).unwrap_err();
+        assert!(matches!(err, CheckpointError::Corrupt { .. }), "{err}");
+    }
+}

@@ -1,0 +1,58 @@
+//! Errors of the training layer.
+
+use super::checkpoint::CheckpointError;
+use super::collective::CollectiveError;
+use crate::actor::{CallError, SpawnError};
+use crate::placement::PlacementError;
+
+/// Why training (or one attempt of it) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The configuration cannot work.
+    #[error("invalid training configuration: {0}")]
+    Config(String),
+    /// The workers' resources could not be reserved.
+    #[error("cannot place the training workers: {0}")]
+    Placement(#[from] PlacementError),
+    /// A worker actor could not be started.
+    #[error("cannot start a training worker: {0}")]
+    Spawn(#[from] SpawnError),
+    /// A worker could not be reached.
+    #[error("training worker unreachable: {0}")]
+    Call(#[from] CallError),
+    /// A worker died, failed or hung.
+    #[error("worker rank {rank} failed: {reason}")]
+    WorkerFailed {
+        /// Its rank.
+        rank: usize,
+        /// What happened.
+        reason: String,
+    },
+    /// More failures than `max_failures`.
+    #[error("training failed {failures} times (max_failures = {max_failures}); first failure: {first}; last failure: {last}")]
+    FailuresExhausted {
+        /// Failures seen.
+        failures: u32,
+        /// The limit.
+        max_failures: u32,
+        /// The first failure, the root cause.
+        first: String,
+        /// The last failure.
+        last: String,
+    },
+    /// A collective operation failed.
+    #[error(transparent)]
+    Collective(#[from] CollectiveError),
+    /// A checkpoint could not be written or read.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The supervisor stopped this worker (a peer failed).
+    #[error("training aborted: {0}")]
+    Aborted(String),
+    /// libtorch failed.
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+    /// The user's training loop returned an error.
+    #[error("training loop error: {0}")]
+    Loop(String),
+}

@@ -1,0 +1,332 @@
+//! The training tests; see `main.rs`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nimbus::placement::PlacementStrategy;
+use nimbus::train::{
+    Checkpoint, RunConfig, ScalingConfig, TrainError, TrainEvent, TrainResult, Trainer,
+};
+
+use crate::mnist::{DataSource, FailMode, MnistConfig, MnistLoop};
+use crate::{boxed, Test};
+
+pub const ALL: &[(&str, Test)] = &[
+    ("two_workers_stay_identical_and_loss_falls", |d| {
+        boxed(two_workers_stay_identical_and_loss_falls(d))
+    }),
+    ("kill_and_panic_restart_from_checkpoint_bit_exact", |d| {
+        boxed(kill_and_panic_restart_from_checkpoint_bit_exact(d))
+    }),
+    ("corrupt_latest_checkpoint_falls_back_to_previous", |d| {
+        boxed(corrupt_latest_checkpoint_falls_back_to_previous(d))
+    }),
+    ("max_failures_exhausted_returns_the_root_cause", |d| {
+        boxed(max_failures_exhausted_returns_the_root_cause(d))
+    }),
+    ("local_mode_and_resume_of_a_finished_run", |d| {
+        boxed(local_mode_and_resume_of_a_finished_run(d))
+    }),
+    ("more_gpus_than_exist_fails_fast", |d| {
+        boxed(more_gpus_than_exist_fails_fast(d))
+    }),
+    (
+        "elastic_run_continues_with_fewer_workers_after_node_loss",
+        |d| boxed(elastic_run_continues_with_fewer_workers_after_node_loss(d)),
+    ),
+];
+
+/// A short run: 1,280 generated training images, batch 32, 2 workers →
+/// 20 steps per epoch; a checkpoint every 5 steps.
+fn small(max_steps: u64) -> MnistConfig {
+    MnistConfig {
+        epochs: 1,
+        batch_size: 32,
+        lr: 0.05,
+        seed: 7,
+        data: DataSource::Embedded {
+            train: 1_280,
+            test: 200,
+        },
+        checkpoint_every: Some(5),
+        max_steps: Some(max_steps),
+        ..MnistConfig::default()
+    }
+}
+
+fn storage() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nimbus-train-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("storage dir");
+    dir
+}
+
+fn run_config(name: &str) -> RunConfig {
+    RunConfig::new(name, storage())
+        .collective_timeout(Duration::from_secs(20))
+        .placement_timeout(Duration::from_secs(20))
+}
+
+/// Runs `config` and records the events.
+async fn fit(
+    config: MnistConfig,
+    scaling: ScalingConfig,
+    run: RunConfig,
+) -> (TrainResult, Vec<TrainEvent>) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let result = Trainer::<MnistLoop>::new(config, scaling, run)
+        .on_event(move |e| seen.lock().unwrap().push(e.clone()))
+        .fit()
+        .await;
+    let events = events.lock().unwrap().clone();
+    (result, events)
+}
+
+fn losses(result: &TrainResult) -> Vec<f64> {
+    result.metrics_history.iter().map(|m| m["loss"]).collect()
+}
+
+fn final_sha(result: &TrainResult) -> String {
+    let checkpoint = result.checkpoint.as_ref().expect("a final checkpoint");
+    Checkpoint::load(&checkpoint.path)
+        .expect("it loads")
+        .model_sha256()
+        .expect("digest")
+}
+
+fn ok(result: &TrainResult) {
+    if let Some(error) = &result.error {
+        panic!("training failed: {error}");
+    }
+}
+
+async fn two_workers_stay_identical_and_loss_falls(_: &mut nimbus::Driver) {
+    let config = MnistConfig {
+        check_replicas: true,
+        max_steps: Some(20),
+        ..small(20)
+    };
+    let (result, _) = fit(config, ScalingConfig::workers(2), run_config("identical")).await;
+    ok(&result);
+    assert_eq!(result.workers, 2);
+    let losses = losses(&result);
+    assert_eq!(losses.len(), 20, "one report per step");
+    let first: f64 = losses[..5].iter().sum::<f64>() / 5.0;
+    let last: f64 = losses[15..].iter().sum::<f64>() / 5.0;
+    assert!(
+        last < first * 0.8,
+        "loss falls: first 5 steps {first:.4}, last 5 {last:.4}"
+    );
+    // Checkpoints at 5, 10, 15 and 20, the last also the epoch's end.
+    assert_eq!(result.checkpoint.as_ref().unwrap().index, 20);
+}
+
+async fn kill_and_panic_restart_from_checkpoint_bit_exact(_: &mut nimbus::Driver) {
+    let (baseline, _) = fit(small(20), ScalingConfig::workers(2), run_config("baseline")).await;
+    ok(&baseline);
+    assert_eq!(baseline.restarts, 0);
+    let expected = final_sha(&baseline);
+    for mode in [FailMode::Kill, FailMode::Panic] {
+        let config = MnistConfig {
+            fail_at_step: Some(12),
+            fail_mode: mode,
+            ..small(20)
+        };
+        let run = run_config(&format!("{mode:?}")).max_failures(1);
+        let (result, events) = fit(config, ScalingConfig::workers(2), run).await;
+        ok(&result);
+        assert_eq!(result.restarts, 1, "{mode:?}: one restart");
+        let failure = events
+            .iter()
+            .find_map(|e| match e {
+                TrainEvent::Failed { reason, .. } => Some(reason.clone()),
+                _ => None,
+            })
+            .expect("the failure is reported");
+        let cause = match mode {
+            FailMode::Panic => "injected failure at step 12",
+            _ => "signal 9",
+        };
+        assert!(
+            failure.contains(cause),
+            "{mode:?}: failure names its cause: {failure}"
+        );
+        let resumed = events.iter().find_map(|e| match e {
+            TrainEvent::Started {
+                attempt: 1,
+                resumed_from,
+                ..
+            } => Some(resumed_from.clone()),
+            _ => None,
+        });
+        let resumed = resumed
+            .flatten()
+            .expect("the restart resumes from a checkpoint");
+        assert!(
+            resumed.ends_with("checkpoint_000000010"),
+            "{mode:?}: latest checkpoint before step 12: {}",
+            resumed.display()
+        );
+        assert_eq!(
+            losses(&result),
+            losses(&baseline),
+            "{mode:?}: the same per-step losses"
+        );
+        assert_eq!(
+            final_sha(&result),
+            expected,
+            "{mode:?}: the same final parameters"
+        );
+    }
+}
+
+async fn corrupt_latest_checkpoint_falls_back_to_previous(_: &mut nimbus::Driver) {
+    let (baseline, _) = fit(
+        small(20),
+        ScalingConfig::workers(2),
+        run_config("baseline-2"),
+    )
+    .await;
+    ok(&baseline);
+    let config = MnistConfig {
+        fail_at_step: Some(14),
+        fail_mode: FailMode::CorruptLatestThenKill,
+        ..small(20)
+    };
+    let run = run_config("corrupt").max_failures(1);
+    let run_dir = run.run_dir();
+    let (result, events) = fit(config, ScalingConfig::workers(2), run).await;
+    ok(&result);
+    let corrupted = PathBuf::from(
+        std::fs::read_to_string(run_dir.join("corrupted")).expect("a checkpoint was corrupted"),
+    );
+    let resumed = events.iter().find_map(|e| match e {
+        TrainEvent::Started {
+            attempt: 1,
+            resumed_from,
+            ..
+        } => Some(resumed_from.clone()),
+        _ => None,
+    });
+    let resumed = resumed.flatten();
+    assert_ne!(
+        resumed.as_deref(),
+        Some(corrupted.as_path()),
+        "the corrupted checkpoint is skipped"
+    );
+    assert_eq!(
+        final_sha(&result),
+        final_sha(&baseline),
+        "still bit-exact from the older checkpoint"
+    );
+}
+
+async fn max_failures_exhausted_returns_the_root_cause(_: &mut nimbus::Driver) {
+    let config = MnistConfig {
+        fail_at_step: Some(3),
+        ..small(20)
+    };
+    let started = Instant::now();
+    let (result, _) = fit(config, ScalingConfig::workers(2), run_config("exhausted")).await;
+    let error = result
+        .error
+        .expect("max_failures 0 and one failure: the run fails");
+    match &error {
+        TrainError::FailuresExhausted {
+            failures: 1,
+            max_failures: 0,
+            first,
+            ..
+        } => {
+            assert!(first.contains("signal 9"), "root cause first: {first}");
+        }
+        other => panic!("unexpected error: {other}"),
+    }
+    println!("  failed after {:.1?}: {error}", started.elapsed());
+}
+
+async fn local_mode_and_resume_of_a_finished_run(_: &mut nimbus::Driver) {
+    let (local, _) = fit(small(10), ScalingConfig::workers(0), run_config("local")).await;
+    ok(&local);
+    assert_eq!(local.workers, 0);
+    assert_eq!(losses(&local).len(), 10);
+    let finished = local.checkpoint.clone().expect("a checkpoint");
+    assert_eq!(finished.index, 10);
+    // Resume the finished run on 2 workers for 5 more steps.
+    let config = MnistConfig {
+        max_steps: Some(15),
+        ..small(15)
+    };
+    let result =
+        Trainer::<MnistLoop>::new(config, ScalingConfig::workers(2), run_config("resumed"))
+            .resume_from_checkpoint(&finished.path)
+            .fit()
+            .await;
+    ok(&result);
+    let steps: Vec<u64> = result
+        .metrics_history
+        .iter()
+        .map(|m| m["step"] as u64)
+        .collect();
+    assert_eq!(
+        steps,
+        (11..=15).collect::<Vec<_>>(),
+        "continues after the checkpoint's step"
+    );
+    // A checkpoint path that is not one is refused with a clear error.
+    let bogus = Trainer::<MnistLoop>::new(small(5), ScalingConfig::workers(1), run_config("bogus"))
+        .resume_from_checkpoint(Path::new("/nonexistent/checkpoint"))
+        .fit()
+        .await;
+    let error = bogus.error.expect("a bad resume path fails").to_string();
+    assert!(
+        error.contains("cannot resume") && error.contains("/nonexistent/checkpoint"),
+        "{error}"
+    );
+}
+
+async fn more_gpus_than_exist_fails_fast(_: &mut nimbus::Driver) {
+    let started = Instant::now();
+    let scaling = ScalingConfig::workers(2).use_gpu(true);
+    let (result, _) = fit(small(5), scaling, run_config("gpus")).await;
+    let error = result.error.expect("no GPUs here").to_string();
+    assert!(error.contains("GPU"), "names the resource: {error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "fails fast: {:?}",
+        started.elapsed()
+    );
+}
+
+async fn elastic_run_continues_with_fewer_workers_after_node_loss(driver: &mut nimbus::Driver) {
+    // 3 workers, one per node; node 2 is killed after the first reports.
+    let config = MnistConfig {
+        max_steps: Some(60),
+        epochs: 3,
+        ..small(60)
+    };
+    let scaling = ScalingConfig::elastic(2, 3).placement(PlacementStrategy::StrictSpread);
+    let run = run_config("elastic").max_failures(3);
+    let (kill, mut killed) = tokio::sync::mpsc::unbounded_channel();
+    let trainer = Trainer::<MnistLoop>::new(config, scaling, run).on_event(move |e| {
+        if let TrainEvent::Reported { index: 3, .. } = e {
+            let _ = kill.send(());
+        }
+    });
+    let training = trainer.fit();
+    tokio::pin!(training);
+    let result = tokio::select! {
+        result = &mut training => result,
+        _ = killed.recv() => {
+            let cluster = driver.local_cluster().expect("a local cluster");
+            cluster.kill(2).expect("node 2 is killed");
+            training.await
+        }
+    };
+    ok(&result);
+    assert!(result.restarts >= 1, "restarted after the node loss");
+    assert_eq!(result.workers, 2, "continued with the 2 workers that fit");
+    let cluster = driver.local_cluster().expect("a local cluster");
+    cluster.restart(2).expect("node 2 comes back");
+}
