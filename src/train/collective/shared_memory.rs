@@ -93,7 +93,15 @@ impl Segment {
     }
 
     fn aborted(&self) -> Option<String> {
-        match self.word(24).load(Ordering::Acquire) {
+        let mut state = self.word(24).load(Ordering::Acquire);
+        // The aborting rank is writing the reason: a few stores away.
+        let mut spins = 0;
+        while state == ABORTING && spins < 1_000_000 {
+            std::hint::spin_loop();
+            spins += 1;
+            state = self.word(24).load(Ordering::Acquire);
+        }
+        match state {
             RUNNING => None,
             ABORTED => {
                 // SAFETY: published by the Release store in `abort`.
