@@ -16,7 +16,8 @@ TORCH_ENV = if [ -z "$$LIBTORCH" ]; then \
 .PHONY: demo test build run lint bench
 
 demo:
-	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/local_cluster
+	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/local_cluster && \
+	  target/release/examples/train_mnist --workers 2 --epochs 2 --fail-at-step 60
 
 test:
 	@$(TORCH_ENV); cargo build --no-default-features --all-targets && \
@@ -31,7 +32,7 @@ run:
 	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/$(EXAMPLE) $(ARGS)
 
 bench:
-	@$(TORCH_ENV); cargo bench --bench rpc
+	@$(TORCH_ENV); cargo bench --bench rpc && cargo bench --bench train
 
 lint:
 	@$(TORCH_ENV); cargo fmt --check && \

@@ -12,7 +12,9 @@
 //!   [`collective`] group among themselves;
 //! - rank 0 writes checkpoints ([`checkpoint`]) atomically under
 //!   `storage_path/<run name>/`, and the [`CheckpointReporter`] keeps the
-//!   best and knows the latest valid one.
+//!   best and knows the latest valid one;
+//! - a [`ParameterAggregator`] serves parameter-server style training
+//!   (synchronous averaging or asynchronous updates) instead of allreduce.
 //!
 //! ```no_run
 //! use nimbus::train::{Metrics, RunConfig, ScalingConfig, TrainContext, TrainLoop, Trainer, LoopResult};
@@ -43,9 +45,14 @@
 //! }
 //! ```
 
+mod aggregator;
 pub mod collective;
 mod sampler;
 
+pub use aggregator::{
+    Aggregation, AggregatorArgs, ParameterAggregator, Params, Pull, PushAverage, PushGradient,
+    Update,
+};
 pub use sampler::DistributedSampler;
 
 #[cfg(feature = "torch")]

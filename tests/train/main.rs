@@ -23,7 +23,9 @@ type Test = fn(&mut nimbus::Driver) -> Pin<Box<dyn Future<Output = ()> + '_>>;
 const DEADLINE: Duration = Duration::from_secs(180);
 
 fn main() {
-    let registry = nimbus::actor::Registry::new().train_loop::<mnist::MnistLoop>();
+    let registry = nimbus::actor::Registry::new()
+        .train_loop::<mnist::MnistLoop>()
+        .parameter_aggregator();
     let mut driver = nimbus::init_with(registry, nimbus::InitOptions { local_nodes: 3 })
         .expect("a local cluster starts");
     let filter: Vec<String> = std::env::args()

@@ -31,6 +31,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("more_gpus_than_exist_fails_fast", |d| {
         boxed(more_gpus_than_exist_fails_fast(d))
     }),
+    ("parameter_aggregator_in_a_worker_process", |d| {
+        boxed(parameter_aggregator_in_a_worker_process(d))
+    }),
     (
         "elastic_run_continues_with_fewer_workers_after_node_loss",
         |d| boxed(elastic_run_continues_with_fewer_workers_after_node_loss(d)),
@@ -329,4 +332,42 @@ async fn elastic_run_continues_with_fewer_workers_after_node_loss(driver: &mut n
     assert_eq!(result.workers, 2, "continued with the 2 workers that fit");
     let cluster = driver.local_cluster().expect("a local cluster");
     cluster.restart(2).expect("node 2 comes back");
+}
+
+async fn parameter_aggregator_in_a_worker_process(_: &mut nimbus::Driver) {
+    use nimbus::actor::{spawn, SpawnOptions};
+    use nimbus::train::{
+        Aggregation, AggregatorArgs, ParameterAggregator, Params, Pull, PushAverage, PushGradient,
+    };
+    let sync = AggregatorArgs {
+        initial: Params::from_f32(&[0.0; 3]),
+        mode: Aggregation::Synchronous { workers: 2 },
+    };
+    let server = spawn::<ParameterAggregator>(sync, SpawnOptions::default().num_cpus(0.1))
+        .await
+        .expect("the aggregator starts");
+    // Two pushers (two handles, as two workers would have) meet in round 0.
+    let other = server.clone();
+    let a = server.send(PushAverage {
+        round: 0,
+        params: Params::from_f32(&[1.0, 2.0, 3.0]),
+    });
+    let b = other.send(PushAverage {
+        round: 0,
+        params: Params::from_f32(&[3.0, 4.0, 5.0]),
+    });
+    let (a, b) = futures::join!(a, b);
+    assert_eq!(a.unwrap().unwrap().to_f32(), vec![2.0, 3.0, 4.0]);
+    assert_eq!(b.unwrap().unwrap().to_f32(), vec![2.0, 3.0, 4.0]);
+    let wrong = server
+        .send(PushGradient {
+            seen_version: 0,
+            gradient: Params::from_f32(&[1.0; 3]),
+        })
+        .await
+        .unwrap();
+    assert!(wrong.unwrap_err().contains("synchronous"));
+    let (version, params) = server.send(Pull).await.unwrap();
+    assert_eq!((version, params.to_f32()), (1, vec![2.0, 3.0, 4.0]));
+    server.kill().await.expect("killed");
 }
