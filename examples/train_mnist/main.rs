@@ -285,6 +285,14 @@ impl Progress {
             TrainEvent::CheckpointSaved(saved) => {
                 say(bar, format!("checkpoint {}", saved.path.display()));
             }
+            TrainEvent::FaultInjected {
+                fault,
+                target,
+                trigger,
+            } => say(
+                bar,
+                format!("injected fault: {fault} on {target} at {trigger}"),
+            ),
             TrainEvent::Failed { attempt, reason } => {
                 self.failed_at = Some(Instant::now());
                 self.recovering = true;

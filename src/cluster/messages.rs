@@ -64,6 +64,16 @@ pub enum ControlRequest {
     },
     /// To a node: give a bundle's resources back.
     ReleaseBundle(BundleId),
+    /// To the head: a fault-injection rule fired; published as
+    /// `FaultInjected`. Answered with `Ack`.
+    ReportFault {
+        /// The fault's kind.
+        fault: String,
+        /// What it hit, by a stable name.
+        target: String,
+        /// What fired it.
+        trigger: String,
+    },
     /// To a node: SIGKILL an actor's worker process and do not restart it
     /// (Ray's `ray.kill`). Answered with `Ack`, also when the actor is not
     /// (or no longer) there.
@@ -420,6 +430,15 @@ pub enum ClusterEventKind {
         /// Whether a new incarnation is being started.
         restarting: bool,
     },
+    /// A fault-injection rule fired (reported by whoever injected it).
+    FaultInjected {
+        /// The fault's kind, such as `straggle(50ms x 3 steps)`.
+        fault: String,
+        /// What it hit, by a stable name (`rank 1`, an actor's name).
+        target: String,
+        /// What fired it, such as `step 7`.
+        trigger: String,
+    },
 }
 
 impl ClusterEventKind {
@@ -430,7 +449,9 @@ impl ClusterEventKind {
             | ClusterEventKind::NodeLeft { node }
             | ClusterEventKind::NodeDead { node, .. }
             | ClusterEventKind::ResourcesChanged { node } => Some(node),
-            ClusterEventKind::ActorStarted { .. } | ClusterEventKind::ActorDied { .. } => None,
+            ClusterEventKind::ActorStarted { .. }
+            | ClusterEventKind::ActorDied { .. }
+            | ClusterEventKind::FaultInjected { .. } => None,
         }
     }
 }

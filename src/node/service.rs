@@ -8,9 +8,9 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use crate::cluster::directory::{self, Directory};
-use crate::cluster::events::EventsSince;
+use crate::cluster::events::{EventsSince, Publish};
 use crate::cluster::membership::{self, Membership};
-use crate::cluster::{ClusterEvents, ControlReply, ControlRequest};
+use crate::cluster::{ClusterEventKind, ClusterEvents, ControlReply, ControlRequest};
 use crate::transport::{HandlerError, RequestHandler};
 use crate::wire::{self, PeerIdentity, PeerRole, RemoteError, RemoteErrorKind};
 
@@ -157,6 +157,19 @@ impl NodeService {
                     .send(membership::Leave { node })
                     .await
                     .map_err(internal)??;
+                Ok(ControlReply::Ack)
+            }
+            ControlRequest::ReportFault {
+                fault,
+                target,
+                trigger,
+            } => {
+                let kind = ClusterEventKind::FaultInjected {
+                    fault,
+                    target,
+                    trigger,
+                };
+                events.send(Publish(kind)).await.map_err(internal)?;
                 Ok(ControlReply::Ack)
             }
             ControlRequest::Status => {

@@ -15,7 +15,8 @@
 //! use nimbus::train::{Aggregation, AggregatorArgs, ParameterAggregator, Params, Pull, PushGradient};
 //! let args = AggregatorArgs { initial: Params::from_f32(&[0.0; 4]), mode: Aggregation::Asynchronous { lr: 0.1 } };
 //! let server = spawn::<ParameterAggregator>(args, SpawnOptions::default()).await?;
-//! let update = server.send(PushGradient { seen_version: 0, gradient: Params::from_f32(&[1.0; 4]) }).await??;
+//! let push = PushGradient { seen_version: 0, gradient: Params::from_f32(&[1.0; 4]) };
+//! let update = server.send(push).await?.map_err(anyhow::Error::msg)?;
 //! let (version, params) = server.send(Pull).await?;
 //! assert_eq!((version, params.to_f32()), (update.version, vec![-0.1; 4]));
 //! # Ok(()) }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::SavedCheckpoint;
+use super::faults::TrainingFault;
 use super::TrainError;
 use crate::cluster::ResourceSet;
 use crate::placement::PlacementStrategy;
@@ -47,6 +48,20 @@ pub struct ScalingConfig {
     pub resources_per_worker: ResourceSet,
     /// How the workers' bundles are placed (default PACK).
     pub placement: PlacementStrategy,
+    /// How the workers exchange gradients.
+    pub collective: CollectiveBackend,
+}
+
+/// The collective backend of a training group.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CollectiveBackend {
+    /// Shared memory when every worker is on one host, else the network.
+    #[default]
+    Auto,
+    /// Shared memory (every worker must be on one host).
+    SharedMemory,
+    /// Ring collectives over actor messages (QUIC), on any hosts.
+    Network,
 }
 
 impl ScalingConfig {
@@ -57,6 +72,7 @@ impl ScalingConfig {
             use_gpu: false,
             resources_per_worker: ResourceSet::of(crate::cluster::CPU, 1.0),
             placement: PlacementStrategy::Pack,
+            collective: CollectiveBackend::Auto,
         }
     }
 
@@ -83,6 +99,12 @@ impl ScalingConfig {
     /// The placement strategy of the workers' bundles.
     pub fn placement(mut self, strategy: PlacementStrategy) -> Self {
         self.placement = strategy;
+        self
+    }
+
+    /// The collective backend.
+    pub fn collective(mut self, backend: CollectiveBackend) -> Self {
+        self.collective = backend;
         self
     }
 
@@ -140,6 +162,9 @@ pub struct RunConfig {
     pub collective_timeout: Duration,
     /// How long to wait for the workers' resources on each attempt.
     pub placement_timeout: Duration,
+    /// Faults to inject into the first attempt (fault-injection tests);
+    /// those in `NIMBUS_TRAINING_FAULTS` are added.
+    pub faults: Vec<TrainingFault>,
 }
 
 impl RunConfig {
@@ -153,7 +178,14 @@ impl RunConfig {
             progress_timeout: Duration::from_secs(120),
             collective_timeout: Duration::from_secs(60),
             placement_timeout: Duration::from_secs(30),
+            faults: Vec::new(),
         }
+    }
+
+    /// Injects `fault` into the first attempt.
+    pub fn inject(mut self, fault: TrainingFault) -> Self {
+        self.faults.push(fault);
+        self
     }
 
     /// Failures to recover from.

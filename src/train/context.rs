@@ -11,7 +11,9 @@ use tch::{Device, Kind, Tensor};
 
 use super::checkpoint::{Checkpoint, SavedCheckpoint};
 use super::collective::{Collective, CollectiveError};
+use super::faults::{StorageError, TrainingFault, TrainingFaultAction};
 use super::progress::{Progress, WorkerEvent};
+use super::worker::Assignment;
 use super::{DistributedSampler, Metrics, TrainError};
 
 /// Where a worker sits in its group.
@@ -61,6 +63,18 @@ pub struct TrainContext {
     flat: Vec<f32>,
     attempt: u32,
     run_dir: PathBuf,
+    /// Injected faults, and whether each has fired.
+    faults: Vec<(TrainingFault, bool)>,
+    /// The last step whose faults were checked.
+    checked_step: u64,
+}
+
+/// What the checkpoint writer is to do wrong (fault injection).
+#[derive(Clone, Copy, Debug)]
+enum WriteFault {
+    Fail(StorageError),
+    Torn,
+    Corrupt,
 }
 
 /// The trainable parameters of a model prepared for data-parallel
@@ -84,17 +98,22 @@ impl DistributedModel {
 }
 
 impl TrainContext {
-    /// A context; `run_dir` is where rank 0 writes checkpoints.
+    /// A context for `assignment` (rank 0 writes checkpoints to its run
+    /// directory).
     pub(crate) fn new(
-        ranks: Ranks,
+        assignment: &Assignment,
         device: Device,
         collective: Box<dyn Collective>,
         checkpoint: Option<Checkpoint>,
         progress: Arc<Progress>,
-        run_dir: PathBuf,
-        attempt: u32,
     ) -> Self {
+        let ranks = assignment.ranks;
+        let run_dir = assignment.run_dir.clone();
+        let (attempt, faults) = (assignment.attempt, assignment.faults.clone());
         let reports = checkpoint.as_ref().map_or(0, Checkpoint::index);
+        if ranks.world_rank == 0 {
+            remove_torn_checkpoints(&run_dir);
+        }
         let writer = (ranks.world_rank == 0)
             .then(|| CheckpointWriter::start(run_dir.clone(), progress.clone()));
         TrainContext {
@@ -108,6 +127,8 @@ impl TrainContext {
             flat: Vec::new(),
             attempt,
             run_dir,
+            faults: faults.into_iter().map(|f| (f, false)).collect(),
+            checked_step: 0,
         }
     }
 
@@ -181,8 +202,10 @@ impl TrainContext {
         checkpoint: Option<Checkpoint>,
     ) -> Result<(), TrainError> {
         self.check_abort()?;
+        self.step_faults()?;
         self.reports += 1;
         let index = self.reports;
+        let write_fault = self.write_fault(index);
         let writer = self.writer.as_ref().filter(|_| checkpoint.is_some());
         self.progress.push(WorkerEvent::Report {
             index,
@@ -190,9 +213,81 @@ impl TrainContext {
             checkpoint: writer.is_some(),
         });
         if let (Some(writer), Some(checkpoint)) = (writer, checkpoint) {
-            writer.save(index, checkpoint, metrics)?;
+            writer.save(index, checkpoint, metrics, write_fault)?;
         }
         Ok(())
+    }
+
+    fn announce(progress: &Progress, fault: &TrainingFault) {
+        tracing::warn!("{}", fault.reason());
+        progress.push(WorkerEvent::FaultInjected {
+            fault: fault.kind(),
+            target: format!("rank {}", fault.rank),
+            trigger: format!("step {}", fault.at_step),
+        });
+    }
+
+    /// Fires the current step's process faults, once per step (the first
+    /// of `sync_gradients` and `report` to run in a step).
+    fn step_faults(&mut self) -> Result<(), TrainError> {
+        let step = self.reports + 1;
+        if self.checked_step == step {
+            return Ok(());
+        }
+        self.checked_step = step;
+        for i in 0..self.faults.len() {
+            let (fault, fired) = self.faults[i].clone();
+            let first = !fired;
+            match fault.action {
+                TrainingFaultAction::Straggle { delay_ms, steps }
+                    if (fault.at_step..fault.at_step + steps).contains(&step) =>
+                {
+                    if first {
+                        Self::announce(&self.progress, &fault);
+                        self.faults[i].1 = true;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+                }
+                _ if fault.at_step != step || fired => {}
+                TrainingFaultAction::Kill => {
+                    self.faults[i].1 = true;
+                    return Err(die(&fault));
+                }
+                TrainingFaultAction::Panic => {
+                    self.faults[i].1 = true;
+                    panic!("{}", fault.reason());
+                }
+                TrainingFaultAction::HangInCollective => {
+                    self.faults[i].1 = true;
+                    Self::announce(&self.progress, &fault);
+                    // Never arrive: the peers time out (or the supervisor
+                    // aborts the group), then this worker is released.
+                    loop {
+                        if let Some(reason) = self.progress.aborted() {
+                            return Err(TrainError::Aborted(reason));
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The storage fault, if any, for the checkpoint of report `index`.
+    fn write_fault(&mut self, index: u64) -> Option<(WriteFault, TrainingFault)> {
+        let (fault, fired) = self
+            .faults
+            .iter_mut()
+            .find(|(f, fired)| f.at_step == index && !*fired && is_storage_fault(f))?;
+        *fired = true;
+        let action = match fault.action {
+            TrainingFaultAction::FailCheckpointWrite { error } => WriteFault::Fail(error),
+            TrainingFaultAction::TornCheckpointWrite => WriteFault::Torn,
+            _ => WriteFault::Corrupt,
+        };
+        Some((action, fault.clone()))
     }
 
     fn trainable(vs: &VarStore) -> Result<DistributedModel, TrainError> {
@@ -229,6 +324,7 @@ impl TrainContext {
     /// gradients go through as one buffer, in slot-sized buckets, after
     /// the backward pass: tch has no backward hooks to overlap them.)
     pub fn sync_gradients(&mut self, model: &DistributedModel) -> Result<(), TrainError> {
+        self.step_faults()?;
         if self.ranks.world_size == 1 {
             return self.check_abort();
         }
@@ -307,36 +403,122 @@ impl TrainContext {
     }
 }
 
+fn is_storage_fault(fault: &TrainingFault) -> bool {
+    matches!(
+        fault.action,
+        TrainingFaultAction::FailCheckpointWrite { .. }
+            | TrainingFaultAction::TornCheckpointWrite
+            | TrainingFaultAction::CorruptCheckpoint
+    )
+}
+
+/// Ends this worker process for an injected fault: reports the reason to
+/// its node (the death line), then SIGKILLs itself. In the driver (local
+/// mode) it returns the reason as an error instead.
+fn die(fault: &TrainingFault) -> TrainError {
+    let reason = fault.reason();
+    if std::env::args().nth(1).as_deref() == Some(crate::node::workers::WORKER_ARG) {
+        use std::io::Write;
+        println!("{}", crate::node::workers::died_line(&reason));
+        let _ = std::io::stdout().flush();
+        // SAFETY: plain syscall on this process.
+        unsafe {
+            libc::raise(libc::SIGKILL);
+        }
+    }
+    TrainError::Loop(format!(
+        "{reason} (local mode: an error instead of SIGKILL)"
+    ))
+}
+
+/// Removes the temporary directories of checkpoint writes that never
+/// finished (a torn write leaves one behind; it was never a checkpoint).
+fn remove_torn_checkpoints(run_dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".checkpoint_") && name.contains(".tmp-") {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// One checkpoint for the writer thread.
+struct WriteJob {
+    index: u64,
+    checkpoint: Checkpoint,
+    metrics: Metrics,
+    fault: Option<(WriteFault, TrainingFault)>,
+}
+
 /// Rank 0's checkpoint writer thread.
 struct CheckpointWriter {
-    queue: mpsc::Sender<(u64, Checkpoint, Metrics)>,
+    queue: mpsc::Sender<WriteJob>,
     thread: JoinHandle<()>,
 }
 
 impl CheckpointWriter {
     fn start(run_dir: PathBuf, progress: Arc<Progress>) -> Self {
-        let (queue, jobs) = mpsc::channel::<(u64, Checkpoint, Metrics)>();
+        let (queue, jobs) = mpsc::channel::<WriteJob>();
         let thread = std::thread::spawn(move || {
-            for (index, checkpoint, metrics) in jobs {
-                match checkpoint.save(&run_dir, index, &metrics) {
+            for job in jobs {
+                let WriteJob {
+                    index,
+                    checkpoint,
+                    metrics,
+                    fault,
+                } = job;
+                if let Some((_, rule)) = &fault {
+                    TrainContext::announce(&progress, rule);
+                }
+                let saved = match fault {
+                    Some((WriteFault::Fail(error), _)) => Err(format!(
+                        "cannot write checkpoint {index} under {}: {} (injected)",
+                        run_dir.display(),
+                        error.io_error()
+                    )),
+                    Some((WriteFault::Torn, rule)) => {
+                        checkpoint.save_torn(&run_dir, index);
+                        Err(die(&rule).to_string())
+                    }
+                    Some((WriteFault::Corrupt, _)) => checkpoint
+                        .save(&run_dir, index, &metrics)
+                        .inspect(|path| flip_a_byte(&path.join(super::checkpoint::TENSORS_FILE)))
+                        .map_err(|e| e.to_string()),
+                    None => checkpoint
+                        .save(&run_dir, index, &metrics)
+                        .map_err(|e| e.to_string()),
+                };
+                match saved {
                     Ok(path) => progress.push(WorkerEvent::CheckpointSaved(SavedCheckpoint {
                         path,
                         index,
                         metrics,
                     })),
-                    Err(e) => progress.push(WorkerEvent::CheckpointFailed {
-                        index,
-                        error: e.to_string(),
-                    }),
+                    Err(error) => progress.push(WorkerEvent::CheckpointFailed { index, error }),
                 }
             }
         });
         CheckpointWriter { queue, thread }
     }
 
-    fn save(&self, index: u64, checkpoint: Checkpoint, metrics: Metrics) -> Result<(), TrainError> {
+    fn save(
+        &self,
+        index: u64,
+        checkpoint: Checkpoint,
+        metrics: Metrics,
+        fault: Option<(WriteFault, TrainingFault)>,
+    ) -> Result<(), TrainError> {
+        let job = WriteJob {
+            index,
+            checkpoint,
+            metrics,
+            fault,
+        };
         self.queue
-            .send((index, checkpoint, metrics))
+            .send(job)
             .map_err(|_| TrainError::Aborted("the checkpoint writer stopped".into()))
     }
 
@@ -345,5 +527,15 @@ impl CheckpointWriter {
         self.thread
             .join()
             .map_err(|_| TrainError::Aborted("the checkpoint writer panicked".into()))
+    }
+}
+
+/// Flips the last byte of `file` (bit rot, for fault injection).
+fn flip_a_byte(file: &std::path::Path) {
+    if let Ok(mut bytes) = std::fs::read(file) {
+        if let Some(last) = bytes.last_mut() {
+            *last ^= 0xff;
+        }
+        let _ = std::fs::write(file, bytes);
     }
 }

@@ -47,6 +47,7 @@
 
 mod aggregator;
 pub mod collective;
+pub mod faults;
 mod sampler;
 
 pub use aggregator::{
@@ -78,7 +79,8 @@ mod worker;
 pub use checkpoint::{Checkpoint, CheckpointError, CheckpointReporter, SavedCheckpoint};
 #[cfg(feature = "torch")]
 pub use config::{
-    CheckpointConfig, Metrics, RunConfig, ScalingConfig, ScoreOrder, TrainResult, WorkerCount,
+    CheckpointConfig, CollectiveBackend, Metrics, RunConfig, ScalingConfig, ScoreOrder,
+    TrainResult, WorkerCount,
 };
 #[cfg(feature = "torch")]
 pub use context::{DistributedModel, Ranks, TrainContext};
@@ -109,7 +111,9 @@ mod trainer {
     use actix::Actor;
 
     use super::supervisor::{Fit, RunPlan, TrainEvent, TrainObserver, TrainerSupervisor};
-    use super::worker::{AbortTraining, PollTraining, StartTraining, TrainerWorker};
+    use super::worker::{
+        AbortTraining, CollectiveChunk, PollTraining, StartTraining, TrainerWorker,
+    };
     use super::{RunConfig, ScalingConfig, TrainContext, TrainError, TrainResult};
     use crate::actor::{Registry, Wire};
 
@@ -151,6 +155,7 @@ mod trainer {
                 .message::<TrainerWorker, StartTraining>()
                 .message::<TrainerWorker, PollTraining>()
                 .message::<TrainerWorker, AbortTraining>()
+                .message::<TrainerWorker, CollectiveChunk>()
                 .insert_train_loop(L::NAME, entry::<L>())
         }
     }
@@ -213,7 +218,13 @@ mod trainer {
                     )))
                 }
             };
+            let mut faults = self.run.faults.clone();
+            match super::faults::TrainingFault::from_env() {
+                Ok(from_env) => faults.extend(from_env),
+                Err(e) => return failed(TrainError::Config(e)),
+            }
             let plan = RunPlan {
+                faults,
                 loop_name: L::NAME,
                 config,
                 scaling: self.scaling,

@@ -27,6 +27,15 @@ pub enum WorkerEvent {
     },
     /// A checkpoint is complete on disk.
     CheckpointSaved(SavedCheckpoint),
+    /// A fault-injection rule fired in this worker.
+    FaultInjected {
+        /// The fault's kind.
+        fault: String,
+        /// What it hit (`rank N`).
+        target: String,
+        /// What fired it (`step N`).
+        trigger: String,
+    },
     /// A checkpoint could not be written.
     CheckpointFailed {
         /// The report index.

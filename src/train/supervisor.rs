@@ -26,14 +26,19 @@ use futures::future::join_all;
 use tokio::sync::oneshot;
 
 use super::checkpoint::{self, Best, CheckpointReporter, Latest, Saved};
-use super::collective::SoloGroup;
+use super::collective::{SoloGroup, MAX_WORLD};
 use super::context::Ranks;
+use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport, WorkerEvent};
 use super::worker::{
     self, AbortTraining, Assignment, GroupSpec, PollTraining, StartTraining, TrainerWorker,
 };
-use super::{LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult, WorkerCount};
+use super::{
+    CollectiveBackend, LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult,
+    WorkerCount,
+};
 use crate::actor::{self, ActorHandle, ProcessContext, SpawnOptions};
+use crate::cluster::ControlRequest;
 use crate::placement::{PlacementError, PlacementGroup};
 
 /// Bytes per rank slot of the shared-memory group: the allreduce bucket.
@@ -53,6 +58,8 @@ pub(crate) struct RunPlan {
     pub run: RunConfig,
     pub local: LoopFn,
     pub resume_from: Option<PathBuf>,
+    /// The run config's faults and those of `NIMBUS_TRAINING_FAULTS`.
+    pub faults: Vec<TrainingFault>,
 }
 
 /// What happens during a run, as it happens (for progress displays).
@@ -76,6 +83,15 @@ pub enum TrainEvent {
     },
     /// A checkpoint is complete on disk.
     CheckpointSaved(checkpoint::SavedCheckpoint),
+    /// A fault-injection rule fired in a worker.
+    FaultInjected {
+        /// The fault's kind.
+        fault: String,
+        /// What it hit (`rank N`).
+        target: String,
+        /// What fired it (`step N`).
+        trigger: String,
+    },
     /// An attempt failed; the group is being torn down.
     Failed {
         /// The attempt.
@@ -297,6 +313,30 @@ impl TrainerSupervisor {
                 WorkerEvent::CheckpointSaved(saved) => {
                     self.tell(TrainEvent::CheckpointSaved(saved.clone()));
                     self.reporter.do_send(Saved(saved));
+                }
+                WorkerEvent::FaultInjected {
+                    fault,
+                    target,
+                    trigger,
+                } => {
+                    self.tell(TrainEvent::FaultInjected {
+                        fault: fault.clone(),
+                        target: target.clone(),
+                        trigger: trigger.clone(),
+                    });
+                    if let Some(context) = ProcessContext::current() {
+                        // On the cluster's event stream, for chaos timelines.
+                        let report = ControlRequest::ReportFault {
+                            fault,
+                            target,
+                            trigger,
+                        };
+                        tokio::spawn(async move {
+                            if let Err(e) = context.call_head(&report).await {
+                                tracing::warn!("cannot report an injected fault: {e}");
+                            }
+                        });
+                    }
                 }
                 WorkerEvent::CheckpointFailed { index, error } => {
                     failure = Some(format!("checkpoint {index} could not be written: {error}"));
@@ -564,8 +604,20 @@ async fn launch(
             .floor()
             .max(1.0) as usize,
         attempt,
+        faults: Vec::new(),
+    };
+    let faults_of = |rank: usize| -> Vec<TrainingFault> {
+        if attempt > 0 {
+            return Vec::new();
+        }
+        plan.faults
+            .iter()
+            .filter(|f| f.rank == rank)
+            .cloned()
+            .collect()
     };
     if counts == [0] {
+        assignment.faults = faults_of(0);
         return Ok(launch_local(&plan, assignment));
     }
     let context = ProcessContext::current()
@@ -630,20 +682,30 @@ async fn launch(
         }
     }
     let hosts = group_hosts(&group);
-    if hosts > 1 {
-        stop_workers(links, Some(group), seen_events, "unsupported".into()).await;
-        return Err(TrainError::Config(format!(
-            "the workers landed on {hosts} hosts; the CPU collective needs them on one host (shared memory); cross-host allreduce is not implemented yet"
-        )));
-    }
-    assignment.group = Some(GroupSpec {
+    let timeout_ms = plan.run.collective_timeout.as_millis() as u64;
+    let shared_memory = GroupSpec::SharedMemory {
         path: shm_dir().join(format!(
             "nimbus-train-{}-{id}-{:016x}",
             std::process::id(),
             rand::random::<u64>()
         )),
         capacity: BUCKET_BYTES,
-        timeout_ms: plan.run.collective_timeout.as_millis() as u64,
+        timeout_ms,
+    };
+    let network = GroupSpec::Network {
+        peers: handles.clone(),
+        timeout_ms,
+    };
+    assignment.group = Some(match plan.scaling.collective {
+        CollectiveBackend::Auto if hosts == 1 && n <= MAX_WORLD => shared_memory,
+        CollectiveBackend::Auto | CollectiveBackend::Network => network,
+        CollectiveBackend::SharedMemory if hosts == 1 && n <= MAX_WORLD => shared_memory,
+        CollectiveBackend::SharedMemory => {
+            stop_workers(links, Some(group), seen_events, "unsupported".into()).await;
+            return Err(TrainError::Config(format!(
+                "the shared-memory collective needs every worker on one host (and at most {MAX_WORLD}); these {n} landed on {hosts} hosts"
+            )));
+        }
     });
     let starts = handles.iter().enumerate().map(|(rank, handle)| {
         let mut assignment = assignment.clone();
@@ -653,6 +715,7 @@ async fn launch(
             local_rank: nodes[..rank].iter().filter(|m| **m == nodes[rank]).count(),
             node_rank: order.iter().position(|m| *m == nodes[rank]).unwrap_or(0),
         };
+        assignment.faults = faults_of(rank);
         handle.send(StartTraining(assignment))
     });
     let started = join_all(starts).await;

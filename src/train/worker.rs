@@ -4,6 +4,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,25 +12,38 @@ use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::Checkpoint;
-use super::collective::{Collective, GroupAbort, SharedMemoryGroup, SoloGroup};
+use super::collective::{
+    Chunk, Collective, Delivery, GroupAbort, NetworkGroup, SendChunk, SharedMemoryGroup, SoloGroup,
+};
 use super::context::{Ranks, TrainContext};
+use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport};
 use super::{LoopFn, TrainError};
-use crate::actor::{ProcessContext, RemoteActor, RemoteMessage};
+use crate::actor::{ActorHandle, ProcessContext, RemoteActor, RemoteMessage};
 
-/// The shared-memory segment a group forms through.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct GroupSpec {
-    /// The segment's path (under `/dev/shm`).
-    pub path: PathBuf,
-    /// Bytes per rank slot: the allreduce bucket size.
-    pub capacity: usize,
-    /// Deadline of each collective operation, in milliseconds.
-    pub timeout_ms: u64,
+/// How a group's workers reach each other.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum GroupSpec {
+    /// Through a shared-memory segment (every worker on one host).
+    SharedMemory {
+        /// The segment's path (under `/dev/shm`).
+        path: PathBuf,
+        /// Bytes per rank slot: the allreduce bucket size.
+        capacity: usize,
+        /// Deadline of each collective operation, in milliseconds.
+        timeout_ms: u64,
+    },
+    /// Through actor messages to each other's `TrainerWorker` (QUIC).
+    Network {
+        /// Every rank's worker, by rank.
+        peers: Vec<ActorHandle<TrainerWorker>>,
+        /// Deadline of each wait for a peer, in milliseconds.
+        timeout_ms: u64,
+    },
 }
 
 /// What one worker is to do.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Assignment {
     /// The registered loop's name.
     pub loop_name: String,
@@ -50,13 +64,18 @@ pub struct Assignment {
     pub threads: usize,
     /// Which attempt of the run this is (0 first, then one per restart).
     pub attempt: u32,
+    /// Faults to inject into this worker.
+    pub faults: Vec<TrainingFault>,
 }
 
 /// Hosts one worker of a training group.
-#[derive(Default)]
 pub struct TrainerWorker {
     progress: Option<Arc<Progress>>,
-    group: Arc<Mutex<Option<GroupAbort>>>,
+    group: Arc<Mutex<Option<GroupAbortHandle>>>,
+    /// Where peers' collective chunks go, from the start: a peer may send
+    /// before this worker's own `StartTraining` arrives.
+    inbox: Sender<Delivery>,
+    inbox_receiver: Option<Receiver<Delivery>>,
 }
 
 impl Actor for TrainerWorker {
@@ -67,8 +86,57 @@ impl RemoteActor for TrainerWorker {
     const NAME: &'static str = "nimbus.train.TrainerWorker";
     type Args = ();
     fn from_args(_: ()) -> Self {
-        Self::default()
+        let (inbox, receiver) = std::sync::mpsc::channel();
+        TrainerWorker {
+            progress: None,
+            group: Arc::default(),
+            inbox,
+            inbox_receiver: Some(receiver),
+        }
     }
+}
+
+/// A piece of a collective operation from a peer (network groups).
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct CollectiveChunk(pub Chunk);
+
+impl RemoteMessage for CollectiveChunk {
+    const NAME: &'static str = "nimbus.train.CollectiveChunk";
+}
+
+impl Handler<CollectiveChunk> for TrainerWorker {
+    type Result = ();
+
+    fn handle(&mut self, CollectiveChunk(chunk): CollectiveChunk, _: &mut Context<Self>) {
+        let _ = self.inbox.send(Delivery::Chunk(chunk));
+    }
+}
+
+/// How the loop thread stops its group from outside.
+#[derive(Clone)]
+enum GroupAbortHandle {
+    SharedMemory(GroupAbort),
+    Network(Sender<Delivery>),
+}
+
+impl GroupAbortHandle {
+    fn abort(&self, reason: &str) {
+        match self {
+            GroupAbortHandle::SharedMemory(group) => group.abort(reason),
+            GroupAbortHandle::Network(inbox) => NetworkGroup::abort(inbox, reason),
+        }
+    }
+}
+
+/// What the loop thread needs to form its group.
+enum GroupLink {
+    Solo,
+    SharedMemory,
+    Network {
+        send: SendChunk,
+        incoming: Receiver<Delivery>,
+    },
 }
 
 /// Start the loop; fails if it is unknown or already started.
@@ -101,12 +169,28 @@ impl Handler<StartTraining> for TrainerWorker {
                     assignment.loop_name
                 )
             })?;
+        let link = match &assignment.group {
+            None => GroupLink::Solo,
+            Some(GroupSpec::SharedMemory { .. }) => GroupLink::SharedMemory,
+            Some(GroupSpec::Network { peers, .. }) => {
+                let incoming = self
+                    .inbox_receiver
+                    .take()
+                    .ok_or("this worker's collective inbox is taken")?;
+                *self.group.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(GroupAbortHandle::Network(self.inbox.clone()));
+                GroupLink::Network {
+                    send: forward_chunks(peers.clone()),
+                    incoming,
+                }
+            }
+        };
         let progress = Arc::new(Progress::default());
         self.progress = Some(progress.clone());
         let group = self.group.clone();
         std::thread::Builder::new()
             .name("nimbus-train-loop".into())
-            .spawn(move || run_worker(run, assignment, progress, group))
+            .spawn(move || run_worker(run, assignment, link, progress, group))
             .map_err(|e| format!("cannot start the training thread: {e}"))?;
         Ok(())
     }
@@ -165,30 +249,76 @@ impl Handler<AbortTraining> for TrainerWorker {
     }
 }
 
+/// Sends a network group's outgoing chunks to the peers' workers, in order,
+/// from a task of the actor's runtime (the loop thread has none).
+fn forward_chunks(peers: Vec<ActorHandle<TrainerWorker>>) -> SendChunk {
+    let (queue, mut chunks) = tokio::sync::mpsc::unbounded_channel::<(usize, Chunk)>();
+    actix::spawn(async move {
+        while let Some((to, chunk)) = chunks.recv().await {
+            let Some(peer) = peers.get(to) else {
+                tracing::warn!("collective chunk for rank {to} of {}", peers.len());
+                continue;
+            };
+            if let Err(e) = peer.do_send(CollectiveChunk(chunk)) {
+                tracing::warn!("cannot send a collective chunk to rank {to}: {e}");
+            }
+        }
+    });
+    Box::new(move |to, chunk| {
+        queue
+            .send((to, chunk))
+            .map_err(|_| "the worker's sender stopped".to_string())
+    })
+}
+
 /// The loop thread of a worker process.
 fn run_worker(
     run: LoopFn,
     assignment: Assignment,
+    link: GroupLink,
     progress: Arc<Progress>,
-    group_slot: Arc<Mutex<Option<GroupAbort>>>,
+    group_slot: Arc<Mutex<Option<GroupAbortHandle>>>,
 ) {
     let outcome = (|| -> Result<(), TrainError> {
-        let collective: Box<dyn Collective> = match &assignment.group {
-            None => Box::new(SoloGroup),
-            Some(spec) => {
+        let ranks = assignment.ranks;
+        let collective: Box<dyn Collective> = match (link, &assignment.group) {
+            (
+                GroupLink::Network { send, incoming },
+                Some(GroupSpec::Network { timeout_ms, .. }),
+            ) => Box::new(NetworkGroup::new(
+                ranks.world_rank,
+                ranks.world_size,
+                send,
+                incoming,
+                Duration::from_millis(*timeout_ms),
+            )?),
+            (
+                GroupLink::SharedMemory,
+                Some(GroupSpec::SharedMemory {
+                    path,
+                    capacity,
+                    timeout_ms,
+                }),
+            ) => {
                 let group = SharedMemoryGroup::join(
-                    &spec.path,
-                    assignment.ranks.world_rank,
-                    assignment.ranks.world_size,
-                    spec.capacity,
-                    Duration::from_millis(spec.timeout_ms),
+                    path,
+                    ranks.world_rank,
+                    ranks.world_size,
+                    *capacity,
+                    Duration::from_millis(*timeout_ms),
                 )?;
-                let abort = group.abort_handle();
+                let abort = GroupAbortHandle::SharedMemory(group.abort_handle());
                 if let Some(reason) = progress.aborted() {
                     abort.abort(&reason);
                 }
                 *group_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(abort);
                 Box::new(group)
+            }
+            (GroupLink::Solo, None) => Box::new(SoloGroup),
+            _ => {
+                return Err(TrainError::Config(
+                    "the worker's group link does not match its assignment".into(),
+                ))
             }
         };
         run_loop(&run, &assignment, collective, progress.clone())
@@ -222,15 +352,7 @@ pub(crate) fn run_loop(
         .as_deref()
         .map(Checkpoint::load)
         .transpose()?;
-    let mut context = TrainContext::new(
-        assignment.ranks,
-        device,
-        collective,
-        checkpoint,
-        progress,
-        assignment.run_dir.clone(),
-        assignment.attempt,
-    );
+    let mut context = TrainContext::new(assignment, device, collective, checkpoint, progress);
     // In a worker process a panic also ends the process (its panic hook
     // reports it as the actor's death); in local mode this catches it.
     let result =

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use nimbus::placement::PlacementStrategy;
 use nimbus::train::{
-    Checkpoint, RunConfig, ScalingConfig, TrainError, TrainEvent, TrainResult, Trainer,
+    Checkpoint, CollectiveBackend, RunConfig, ScalingConfig, TrainError, TrainEvent, TrainResult,
+    Trainer,
 };
 
 use crate::mnist::{DataSource, FailMode, MnistConfig, MnistLoop};
@@ -19,6 +20,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("kill_and_panic_restart_from_checkpoint_bit_exact", |d| {
         boxed(kill_and_panic_restart_from_checkpoint_bit_exact(d))
     }),
+    ("training_faults_by_step_recover_bit_exact", |d| {
+        boxed(training_faults_by_step_recover_bit_exact(d))
+    }),
     ("corrupt_latest_checkpoint_falls_back_to_previous", |d| {
         boxed(corrupt_latest_checkpoint_falls_back_to_previous(d))
     }),
@@ -30,6 +34,9 @@ pub const ALL: &[(&str, Test)] = &[
     }),
     ("more_gpus_than_exist_fails_fast", |d| {
         boxed(more_gpus_than_exist_fails_fast(d))
+    }),
+    ("three_workers_over_the_network_collective", |d| {
+        boxed(three_workers_over_the_network_collective(d))
     }),
     ("parameter_aggregator_in_a_worker_process", |d| {
         boxed(parameter_aggregator_in_a_worker_process(d))
@@ -125,6 +132,27 @@ async fn two_workers_stay_identical_and_loss_falls(_: &mut nimbus::Driver) {
     assert_eq!(result.checkpoint.as_ref().unwrap().index, 20);
 }
 
+async fn three_workers_over_the_network_collective(_: &mut nimbus::Driver) {
+    // The cross-host backend, forced on one host: ring allreduce through
+    // actor messages over QUIC, one worker per node.
+    let config = MnistConfig {
+        check_replicas: true,
+        ..small(12)
+    };
+    let scaling = ScalingConfig::workers(3)
+        .placement(PlacementStrategy::Spread)
+        .collective(CollectiveBackend::Network);
+    let (result, _) = fit(config, scaling, run_config("network")).await;
+    ok(&result);
+    assert_eq!(result.workers, 3);
+    let losses = losses(&result);
+    assert_eq!(losses.len(), 12);
+    assert!(
+        losses[9..].iter().sum::<f64>() < losses[..3].iter().sum::<f64>(),
+        "loss falls: {losses:?}"
+    );
+}
+
 async fn kill_and_panic_restart_from_checkpoint_bit_exact(_: &mut nimbus::Driver) {
     let (baseline, _) = fit(small(20), ScalingConfig::workers(2), run_config("baseline")).await;
     ok(&baseline);
@@ -180,6 +208,146 @@ async fn kill_and_panic_restart_from_checkpoint_bit_exact(_: &mut nimbus::Driver
             final_sha(&result),
             expected,
             "{mode:?}: the same final parameters"
+        );
+    }
+}
+
+async fn training_faults_by_step_recover_bit_exact(_: &mut nimbus::Driver) {
+    use nimbus::train::faults::{StorageError, TrainingFault, TrainingFaultAction as Action};
+    let (baseline, _) = fit(
+        small(20),
+        ScalingConfig::workers(2),
+        run_config("baseline-3"),
+    )
+    .await;
+    ok(&baseline);
+    let expected = final_sha(&baseline);
+    let fault = |rank, at_step, action| TrainingFault {
+        rank,
+        at_step,
+        action,
+    };
+    // (name, faults, restarts expected, the checkpoint the restart resumes from)
+    let cases = [
+        (
+            "straggler",
+            vec![fault(
+                1,
+                4,
+                Action::Straggle {
+                    delay_ms: 100,
+                    steps: 3,
+                },
+            )],
+            0,
+            None,
+        ),
+        (
+            "hang_in_collective",
+            vec![fault(1, 8, Action::HangInCollective)],
+            1,
+            Some(5),
+        ),
+        (
+            "disk_full",
+            vec![fault(
+                0,
+                10,
+                Action::FailCheckpointWrite {
+                    error: StorageError::DiskFull,
+                },
+            )],
+            1,
+            Some(5),
+        ),
+        (
+            "permission_denied",
+            vec![fault(
+                0,
+                10,
+                Action::FailCheckpointWrite {
+                    error: StorageError::PermissionDenied,
+                },
+            )],
+            1,
+            Some(5),
+        ),
+        (
+            "torn_write",
+            vec![fault(0, 10, Action::TornCheckpointWrite)],
+            1,
+            Some(5),
+        ),
+        (
+            "corrupt_then_kill",
+            vec![
+                fault(0, 10, Action::CorruptCheckpoint),
+                fault(1, 13, Action::Kill),
+            ],
+            1,
+            Some(5),
+        ),
+    ];
+    for (name, faults, restarts, resumed_at) in cases {
+        let mut run = run_config(&format!("fault-{name}"))
+            .max_failures(1)
+            .collective_timeout(Duration::from_secs(2));
+        for f in &faults {
+            run = run.inject(f.clone());
+        }
+        let run_dir = run.run_dir();
+        let started = Instant::now();
+        let (result, events) = fit(small(20), ScalingConfig::workers(2), run).await;
+        ok(&result);
+        assert_eq!(result.restarts, restarts, "{name}: restarts");
+        let injected: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e {
+                TrainEvent::FaultInjected {
+                    fault,
+                    target,
+                    trigger,
+                } => Some(format!("{fault} {target} {trigger}")),
+                _ => None,
+            })
+            .collect();
+        let announced = faults.iter().filter(|f| f.action != Action::Kill).count();
+        assert_eq!(
+            injected.len(),
+            announced,
+            "{name}: every non-fatal fault is reported: {injected:?}"
+        );
+        let resumed = events.iter().find_map(|e| match e {
+            TrainEvent::Started {
+                attempt: 1,
+                resumed_from,
+                ..
+            } => resumed_from.clone(),
+            _ => None,
+        });
+        let resumed_index = resumed.map(|p| {
+            Checkpoint::load(&p)
+                .expect("the resumed checkpoint loads")
+                .index()
+        });
+        assert_eq!(resumed_index, resumed_at, "{name}: resumed from");
+        assert_eq!(
+            final_sha(&result),
+            expected,
+            "{name}: the fault-free run's parameters"
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(&run_dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+            .collect();
+        assert!(
+            leftovers.is_empty(),
+            "{name}: no torn temporary left: {leftovers:?}"
+        );
+        println!(
+            "  {name}: recovered in {:.1?} overall: {injected:?}",
+            started.elapsed()
         );
     }
 }

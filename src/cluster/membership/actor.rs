@@ -41,7 +41,8 @@ impl Membership {
                 ClusterEventKind::NodeDead { node, reason } => warn!(%node, "node dead: {reason}"),
                 ClusterEventKind::ResourcesChanged { .. }
                 | ClusterEventKind::ActorStarted { .. }
-                | ClusterEventKind::ActorDied { .. } => {}
+                | ClusterEventKind::ActorDied { .. }
+                | ClusterEventKind::FaultInjected { .. } => {}
             }
             self.events.do_send(Publish(kind));
         }

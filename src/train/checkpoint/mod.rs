@@ -317,6 +317,25 @@ impl Checkpoint {
     }
 }
 
+impl Checkpoint {
+    /// What a write killed halfway leaves: the temporary directory with
+    /// half of the tensor file and no manifest (fault injection).
+    pub(crate) fn save_torn(&self, run_dir: &Path, index: u64) {
+        let temporary = run_dir.join(format!(
+            ".{}.tmp-{}",
+            directory_name(index),
+            std::process::id()
+        ));
+        let _ = std::fs::create_dir_all(&temporary);
+        let file = temporary.join(TENSORS_FILE);
+        if Tensor::write_safetensors(&self.tensors, &file).is_ok() {
+            if let Ok(bytes) = std::fs::read(&file) {
+                let _ = std::fs::write(&file, &bytes[..bytes.len() / 2]);
+            }
+        }
+    }
+}
+
 /// `checkpoint_<index>`, zero-padded so names sort by index.
 pub fn directory_name(index: u64) -> String {
     format!("checkpoint_{index:09}")

@@ -3,7 +3,9 @@
 //!
 //! Backends:
 //! - [`SharedMemoryGroup`]: CPU workers on one host exchange through one
-//!   shared-memory segment (`/dev/shm`), no network copy at all.
+//!   shared-memory segment (`/dev/shm`), no network copy at all;
+//! - [`NetworkGroup`]: ring collectives over any ordered transport (between
+//!   training workers: actor messages over QUIC), for groups across hosts.
 //!
 //! Every operation has a deadline and can be aborted from outside (the
 //! supervisor aborts survivors when a peer dies), so a dead peer turns into
@@ -17,11 +19,13 @@
 //! assert_eq!(values, [1.0, 2.0]);
 //! ```
 
+mod network;
 mod shared_memory;
 
 use std::time::Duration;
 
-pub use shared_memory::{GroupAbort, SharedMemoryGroup};
+pub use network::{Chunk, Delivery, NetworkGroup, SendChunk};
+pub use shared_memory::{GroupAbort, SharedMemoryGroup, MAX_WORLD};
 
 /// Why a collective operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,0 +1,157 @@
+//! Fault hooks of the training layer, triggered by training step, so a
+//! rerun with the same rules fails the same step: kill or panic a worker,
+//! slow it down (a straggler), hang it inside the collective, fail or tear
+//! rank 0's checkpoint write, or corrupt a written checkpoint.
+//!
+//! The step of a fault is the report index the worker is working towards
+//! (the first step is 1; it continues across restarts from a checkpoint).
+//! Rules apply to a run's first attempt only, so a restarted group does not
+//! die again of the same rule. They come from
+//! [`RunConfig::faults`](super::RunConfig) and, for a program run under
+//! `nimbus chaos run`, from [`TRAINING_FAULTS_ENV`] (JSON).
+
+use serde::{Deserialize, Serialize};
+
+/// Environment variable a driver reads training fault rules from.
+pub const TRAINING_FAULTS_ENV: &str = "NIMBUS_TRAINING_FAULTS";
+
+/// One training fault.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainingFault {
+    /// The rank it hits (checkpoint faults: rank 0, the writer).
+    #[serde(default)]
+    pub rank: usize,
+    /// The step that triggers it.
+    pub at_step: u64,
+    /// What happens.
+    pub action: TrainingFaultAction,
+}
+
+/// What a training fault does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainingFaultAction {
+    /// SIGKILL the worker process.
+    Kill,
+    /// Panic in the training loop.
+    Panic,
+    /// Sleep this long before each collective, for `steps` steps.
+    Straggle {
+        /// Delay per step, in milliseconds.
+        delay_ms: u64,
+        /// How many steps.
+        steps: u64,
+    },
+    /// Stop inside the collective and never arrive (until aborted).
+    HangInCollective,
+    /// The checkpoint write of this step fails with this error.
+    FailCheckpointWrite {
+        /// The error.
+        error: StorageError,
+    },
+    /// The worker is SIGKILLed halfway through writing this step's
+    /// checkpoint (a torn write).
+    TornCheckpointWrite,
+    /// After this step's checkpoint is written, one of its bytes is
+    /// flipped (bit rot).
+    CorruptCheckpoint,
+}
+
+/// A storage error to inject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageError {
+    /// ENOSPC.
+    DiskFull,
+    /// EACCES.
+    PermissionDenied,
+}
+
+impl StorageError {
+    /// The OS error it stands for.
+    pub fn io_error(self) -> std::io::Error {
+        std::io::Error::from_raw_os_error(match self {
+            StorageError::DiskFull => libc::ENOSPC,
+            StorageError::PermissionDenied => libc::EACCES,
+        })
+    }
+}
+
+impl TrainingFault {
+    /// The fault's kind, in the words of the chaos timeline.
+    pub fn kind(&self) -> String {
+        match self.action {
+            TrainingFaultAction::Kill => "kill".into(),
+            TrainingFaultAction::Panic => "panic".into(),
+            TrainingFaultAction::Straggle { delay_ms, steps } => {
+                format!("straggle({delay_ms}ms x {steps} steps)")
+            }
+            TrainingFaultAction::HangInCollective => "hang_in_collective".into(),
+            TrainingFaultAction::FailCheckpointWrite { error } => {
+                format!("fail_checkpoint_write({error:?})")
+            }
+            TrainingFaultAction::TornCheckpointWrite => "torn_checkpoint_write".into(),
+            TrainingFaultAction::CorruptCheckpoint => "corrupt_checkpoint".into(),
+        }
+    }
+
+    /// The reason a worker reports when the fault fires:
+    /// `chaos: KIND at step N of rank R`.
+    pub fn reason(&self) -> String {
+        format!(
+            "chaos: {} at step {} of rank {}",
+            self.kind(),
+            self.at_step,
+            self.rank
+        )
+    }
+
+    /// Rules from [`TRAINING_FAULTS_ENV`], if set.
+    pub fn from_env() -> Result<Vec<TrainingFault>, String> {
+        match std::env::var(TRAINING_FAULTS_ENV) {
+            Ok(json) => serde_json::from_str(&json).map_err(|e| {
+                format!("{TRAINING_FAULTS_ENV} is not a list of training faults: {e}")
+            }),
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_read_as_toml_and_json_and_name_themselves() {
+        let rule: TrainingFault = toml::from_str(
+            "rank = 1\nat_step = 7\naction = { straggle = { delay_ms = 50, steps = 3 } }",
+        )
+        .unwrap();
+        assert_eq!(
+            rule.reason(),
+            "chaos: straggle(50ms x 3 steps) at step 7 of rank 1"
+        );
+        let json = serde_json::to_string(&vec![rule.clone()]).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Vec<TrainingFault>>(&json).unwrap(),
+            vec![rule]
+        );
+        let write: TrainingFault = toml::from_str(
+            "at_step = 5\naction = { fail_checkpoint_write = { error = \"disk_full\" } }",
+        )
+        .unwrap();
+        assert_eq!(write.rank, 0);
+        assert_eq!(write.io_error_kind(), Some(libc::ENOSPC));
+    }
+
+    impl TrainingFault {
+        fn io_error_kind(&self) -> Option<i32> {
+            match self.action {
+                TrainingFaultAction::FailCheckpointWrite { error } => {
+                    error.io_error().raw_os_error()
+                }
+                _ => None,
+            }
+        }
+    }
+}
