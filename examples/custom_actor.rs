@@ -248,7 +248,9 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
         .context("the bank is registered by name")?;
     let mut accounts = Vec::new();
     for name in &names {
+        // Named, so fault plans can target an account by a stable name.
         let options = SpawnOptions::default()
+            .name(name.clone())
             .num_cpus(0.5)
             .strategy(Strategy::Spread)
             .max_restarts(1);

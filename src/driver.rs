@@ -43,6 +43,9 @@ pub enum InitError {
     /// The head could not be reached.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// `NIMBUS_PACKET_FAULTS` holds no valid plan.
+    #[error("{0}")]
+    FaultPlan(String),
     /// `connect` ran twice in this process.
     #[error("this process is connected to a cluster already")]
     AlreadyConnected,
@@ -124,7 +127,11 @@ impl Driver {
             },
         };
         let credentials = Credentials::issue(&self.token, &name)?;
-        let endpoint = Endpoint::client(me, &credentials, TransportConfig::default())?;
+        let mut transport = TransportConfig::default();
+        // A program run under `nimbus chaos run` with a packet-fault plan.
+        transport.packet_faults =
+            crate::transport::PacketFaults::from_env().map_err(InitError::FaultPlan)?;
+        let endpoint = Endpoint::client(me, &credentials, transport)?;
         let head = client::resolve(&self.address)?;
         endpoint
             .connect(head, None)

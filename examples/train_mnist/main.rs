@@ -68,6 +68,9 @@ struct Args {
     /// The last worker dies before this step on the first attempt.
     #[arg(long)]
     fail_at_step: Option<u64>,
+    /// Also checkpoint every this many steps (always at each epoch's end).
+    #[arg(long)]
+    checkpoint_every: Option<u64>,
     /// Resume from this checkpoint directory.
     #[arg(long)]
     resume: Option<PathBuf>,
@@ -121,6 +124,7 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
         data,
         fail_at_step: args.fail_at_step,
         fail_mode: FailMode::Kill,
+        checkpoint_every: args.checkpoint_every,
         ..MnistConfig::default()
     };
     let described = config.load().context("loading the data")?;
@@ -136,6 +140,8 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
     let name = format!("mnist-{stamp}");
     let run = RunConfig::new(&name, &storage)
         .max_failures(args.max_failures)
+        // A hung or dead peer shows within 10 s (CPU steps take milliseconds).
+        .collective_timeout(Duration::from_secs(10))
         .num_to_keep(2)
         .score("test_accuracy", ScoreOrder::Max);
     let scaling = ScalingConfig::workers(args.workers).placement(PlacementStrategy::Spread);

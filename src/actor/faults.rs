@@ -70,6 +70,8 @@ impl ActorFault {
 /// The rules of one hosted actor, with their message counts.
 pub(crate) struct FaultTriggers {
     rules: Vec<(ActorFault, AtomicU64)>,
+    /// The actor's stable name in reasons: its unique name, or its type.
+    target: String,
 }
 
 /// A fault that fired.
@@ -80,9 +82,10 @@ pub(crate) struct Fired {
 }
 
 impl FaultTriggers {
-    pub(crate) fn new(rules: Vec<ActorFault>) -> Self {
+    pub(crate) fn new(rules: Vec<ActorFault>, target: String) -> Self {
         FaultTriggers {
             rules: rules.into_iter().map(|r| (r, AtomicU64::new(0))).collect(),
+            target,
         }
     }
 
@@ -99,7 +102,10 @@ impl FaultTriggers {
             };
             (n == rule.after_messages).then(|| Fired {
                 action: rule.action,
-                reason: format!("chaos: {action} at message {n} ({message})"),
+                reason: format!(
+                    "chaos: {action} at message {n} ({message}) of {}",
+                    self.target
+                ),
             })
         })
     }
@@ -118,11 +124,20 @@ mod tests {
             after_messages: 3,
             action: ActorFaultAction::Kill,
         };
-        let triggers = FaultTriggers::new(vec![rule]);
+        let triggers = FaultTriggers::new(vec![rule], "queue".into());
         let fired: Vec<bool> = ["Push", "Seen", "Push", "Push", "Push"]
             .iter()
             .map(|m| triggers.on_message(m).is_some())
             .collect();
         assert_eq!(fired, [false, false, false, true, false]);
+        let again = FaultTriggers::new(
+            triggers.rules.into_iter().map(|(r, _)| r).collect(),
+            "queue".into(),
+        );
+        let reason = (0..3)
+            .find_map(|_| again.on_message("Push"))
+            .unwrap()
+            .reason;
+        assert_eq!(reason, "chaos: kill at message 3 (Push) of queue");
     }
 }

@@ -31,6 +31,9 @@ pub struct ActorHost {
 pub struct HostedFaults {
     /// The rules for this incarnation.
     pub rules: Vec<ActorFault>,
+    /// The actor's stable name in fault reports: its unique name, or its
+    /// type.
+    pub target: String,
     /// Ends the process for a `Kill` fault, reporting the reason.
     pub kill: Box<dyn Fn(&str) + Send + Sync>,
 }
@@ -51,7 +54,7 @@ impl ActorHost {
             type_name,
             hosted,
             panic,
-            faults: FaultTriggers::new(faults.rules),
+            faults: FaultTriggers::new(faults.rules, faults.target),
             kill: faults.kill,
         }
     }

@@ -5,9 +5,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::actor::faults::{ActorFault, ACTOR_FAULTS_ENV};
+use crate::train::faults::{TrainingFault, TRAINING_FAULTS_ENV};
+use crate::transport::faults::PACKET_FAULTS_ENV;
+use crate::transport::PacketFaults;
 
 /// A seeded list of faults.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChaosPlan {
     /// Seeds every random choice.
     pub seed: u64,
@@ -18,6 +21,16 @@ pub struct ChaosPlan {
     /// processes (the nodes must be started with [`ChaosPlan::node_env`]).
     #[serde(default)]
     pub actor_faults: Vec<ActorFault>,
+    /// Faults triggered by training step, applied inside training workers
+    /// (the workload's trainer reads them: [`ChaosPlan::workload_env`]).
+    #[serde(default)]
+    pub training_faults: Vec<TrainingFault>,
+    /// Packet faults on the workload process's QUIC socket (everything it
+    /// sends and receives: calls to actors, the head): loss, duplication,
+    /// reordering, delay, partitions, each in a time window after the
+    /// workload starts.
+    #[serde(default)]
+    pub packet_faults: Option<PacketFaults>,
 }
 
 /// One fault and its trigger (a time after the run starts).
@@ -109,6 +122,26 @@ impl ChaosPlan {
         }
         let rules = serde_json::to_string(&self.actor_faults).unwrap_or_default();
         vec![(ACTOR_FAULTS_ENV, rules)]
+    }
+
+    /// Environment variables the workload (the program run against the
+    /// cluster) needs for the plan's training and packet faults.
+    pub fn workload_env(&self) -> Vec<(&'static str, String)> {
+        let mut env = Vec::new();
+        if !self.training_faults.is_empty() {
+            let rules = serde_json::to_string(&self.training_faults).unwrap_or_default();
+            env.push((TRAINING_FAULTS_ENV, rules));
+        }
+        if let Some(packets) = &self.packet_faults {
+            let mut packets = packets.clone();
+            // One seed for the whole plan.
+            packets.seed = self.seed;
+            env.push((
+                PACKET_FAULTS_ENV,
+                serde_json::to_string(&packets).unwrap_or_default(),
+            ));
+        }
+        env
     }
 
     /// Adds a fault at `at` after the start.

@@ -64,6 +64,7 @@ pub async fn run_while<T>(
         stopped: Vec::new(),
         dying: HashMap::new(),
     };
+    run.record_packet_faults(plan);
     let result = run.schedule(cluster, &client, faults, workload).await;
     for node in run.stopped.drain(..) {
         let _ = cluster.resume(node);
@@ -155,7 +156,7 @@ impl Run {
                 let (label, expect) = match &fault.action {
                     FaultAction::KillNode { .. } => {
                         cluster.kill(fault.node)?;
-                        ("kill (SIGKILL)".to_string(), Some(Expect::Dead))
+                        ("kill_node".to_string(), Some(Expect::Dead))
                     }
                     FaultAction::StopNode { for_ms, .. } => {
                         cluster.suspend(fault.node)?;
@@ -165,18 +166,21 @@ impl Run {
                             stopped_at: now,
                         };
                         steps.push((at + Duration::from_millis(*for_ms), resume));
-                        (format!("stop (SIGSTOP) for {for_ms} ms"), None)
+                        (format!("stop_node({for_ms}ms)"), None)
                     }
                     FaultAction::RestartNode { .. } => {
                         let before = cluster.node(fault.node)?.incarnation().0;
                         cluster.restart(fault.node)?;
-                        ("restart".to_string(), Some(Expect::Rejoined { before }))
+                        (
+                            "restart_node".to_string(),
+                            Some(Expect::Rejoined { before }),
+                        )
                     }
                 };
                 self.timeline.entries.push(TimelineEntry::Injected {
                     fault: label,
                     target: node.clone(),
-                    trigger: format!("t={} ms", fault.at.as_millis()),
+                    trigger: format!("after={}ms", fault.at.as_millis()),
                     at_ms: (now - self.start).as_millis() as u64,
                 });
                 Ok(expect.map(|expect| (node, expect)))
@@ -196,19 +200,68 @@ impl Run {
 
     /// Records actor faults (deaths whose reason names the chaos plan) and
     /// the restarts that follow them.
+    /// The plan's packet rules, as faults injected into the workload's
+    /// socket from its start.
+    fn record_packet_faults(&mut self, plan: &ChaosPlan) {
+        let Some(packets) = &plan.packet_faults else {
+            return;
+        };
+        for rule in &packets.rules {
+            let mut kinds = Vec::new();
+            if rule.partition {
+                kinds.push("partition".to_string());
+            }
+            for (name, fraction) in [
+                ("drop", rule.drop),
+                ("duplicate", rule.duplicate),
+                ("reorder", rule.reorder),
+                ("delay", rule.delay),
+            ] {
+                if fraction > 0.0 {
+                    kinds.push(format!("{name}={fraction}"));
+                }
+            }
+            if rule.delay > 0.0 {
+                kinds.push(format!("delay_ms={}", rule.delay_ms));
+            }
+            let until = rule
+                .until_ms
+                .map_or("end".to_string(), |ms| format!("{ms}ms"));
+            self.timeline.entries.push(TimelineEntry::Injected {
+                fault: format!("packets({})", kinds.join(",")),
+                target: "workload".into(),
+                trigger: format!("window={}ms..{until}", rule.from_ms),
+                at_ms: 0,
+            });
+        }
+    }
+
     fn record_events(&mut self, events: &[ClusterEvent]) {
         for event in events {
             match &event.kind {
+                ClusterEventKind::FaultInjected {
+                    fault,
+                    target,
+                    trigger,
+                } => self.timeline.entries.push(TimelineEntry::Injected {
+                    fault: fault.clone(),
+                    target: target.clone(),
+                    trigger: trigger.clone(),
+                    at_ms: self.start.elapsed().as_millis() as u64,
+                }),
                 ClusterEventKind::ActorDied {
                     actor,
                     reason,
                     restarting,
                     ..
                 } if reason.contains("chaos: ") => {
-                    let trigger = reason.split(" at ").nth(1).unwrap_or("a message count");
+                    // "chaos: KIND at TRIGGER of TARGET", maybe behind "panic: ".
+                    let said = &reason[reason.find("chaos: ").unwrap_or(0) + "chaos: ".len()..];
+                    let (kind, rest) = said.split_once(" at ").unwrap_or((said, ""));
+                    let (trigger, target) = rest.rsplit_once(" of ").unwrap_or((rest, "an actor"));
                     self.timeline.entries.push(TimelineEntry::Injected {
-                        fault: reason.clone(),
-                        target: format!("actor {actor}"),
+                        fault: kind.to_string(),
+                        target: target.to_string(),
                         trigger: trigger.to_string(),
                         at_ms: self.start.elapsed().as_millis() as u64,
                     });

@@ -48,52 +48,119 @@ pub enum TimelineEntry {
 }
 
 impl Timeline {
-    /// The injected faults as `(trigger, fault, target)`: what two runs
-    /// with the same seed and plan must share.
+    /// The injected faults as `(trigger, fault, target)`, in trigger order
+    /// (see [`Display`](#impl-Display-for-Timeline)): what two runs with the
+    /// same seed and plan must share.
     pub fn injected(&self) -> Vec<(&str, &str, &str)> {
-        self.entries
+        self.injected_entries()
+            .into_iter()
+            .map(|(fault, target, trigger, _)| (trigger, fault, target))
+            .collect()
+    }
+
+    /// Injected entries as `(fault, target, trigger, at_ms)`, ordered by
+    /// trigger (numbers compared as numbers), then target and fault: an
+    /// order that does not depend on which of two concurrent faults was
+    /// reported first.
+    fn injected_entries(&self) -> Vec<(&str, &str, &str, u64)> {
+        let mut injected: Vec<_> = self
+            .entries
             .iter()
             .filter_map(|entry| match entry {
                 TimelineEntry::Injected {
                     fault,
                     target,
                     trigger,
-                    ..
-                } => Some((trigger.as_str(), fault.as_str(), target.as_str())),
+                    at_ms,
+                } => Some((fault.as_str(), target.as_str(), trigger.as_str(), *at_ms)),
                 _ => None,
             })
-            .collect()
+            .collect();
+        injected.sort_by(|a, b| {
+            natural(a.2)
+                .cmp(&natural(b.2))
+                .then_with(|| natural(a.1).cmp(&natural(b.1)))
+                .then_with(|| a.0.cmp(b.0))
+        });
+        injected
     }
 }
 
+/// A sort key comparing runs of digits as numbers: `step 5` < `step 20`.
+fn natural(text: &str) -> Vec<(u64, String)> {
+    let mut key = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 {
+            key.push((rest[..digits].parse().unwrap_or(u64::MAX), String::new()));
+            rest = &rest[digits..];
+        } else {
+            let text = rest.len() - rest.trim_start_matches(|c: char| !c.is_ascii_digit()).len();
+            key.push((0, rest[..text].to_string()));
+            rest = &rest[text..];
+        }
+    }
+    key
+}
+
 impl fmt::Display for Timeline {
+    /// One line per injected fault, `fault <n> t=<seconds> <kind>
+    /// target=<name> trigger=<what fired it>`, in trigger order (wall-clock
+    /// time only in `t=`, so two runs of one seed and plan differ only
+    /// there), then one line per recovery.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "chaos timeline (seed {}):", self.seed)?;
+        for (n, (fault, target, trigger, at_ms)) in self.injected_entries().into_iter().enumerate()
+        {
+            let seconds = at_ms as f64 / 1000.0;
+            writeln!(
+                f,
+                "fault {} t={seconds:.2} {fault} target={target} trigger={trigger}",
+                n + 1
+            )?;
+        }
         for entry in &self.entries {
             match entry {
-                TimelineEntry::Injected {
-                    fault,
-                    target,
-                    trigger,
-                    at_ms,
-                } => writeln!(
-                    f,
-                    "  t={at_ms:>6} ms  inject   {fault} on {target} (trigger: {trigger})"
-                )?,
+                TimelineEntry::Injected { .. } => {}
                 TimelineEntry::Recovered {
                     what,
                     node,
                     took_ms,
-                } => writeln!(
-                    f,
-                    "  {:>11}  recover  {node}: {what} after {took_ms} ms",
-                    ""
-                )?,
+                } => writeln!(f, "recovery {node}: {what} after {took_ms} ms")?,
                 TimelineEntry::NotRecovered { what, node, detail } => {
-                    writeln!(f, "  {:>11}  MISSING  {node}: {what} ({detail})", "")?
+                    writeln!(f, "recovery MISSING {node}: {what} ({detail})")?
                 }
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_print_in_trigger_order_whatever_order_they_were_seen_in() {
+        let injected = |trigger: &str, at_ms| TimelineEntry::Injected {
+            fault: "kill".into(),
+            target: "rank-1".into(),
+            trigger: trigger.into(),
+            at_ms,
+        };
+        let timeline = Timeline {
+            seed: 3,
+            entries: vec![injected("step 20", 900), injected("step 5", 1000)],
+        };
+        let text = timeline.to_string();
+        let lines: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(
+            lines,
+            [
+                "fault 1 t=1.00 kill target=rank-1 trigger=step 5",
+                "fault 2 t=0.90 kill target=rank-1 trigger=step 20"
+            ]
+        );
     }
 }

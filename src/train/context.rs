@@ -222,7 +222,7 @@ impl TrainContext {
         tracing::warn!("{}", fault.reason());
         progress.push(WorkerEvent::FaultInjected {
             fault: fault.kind(),
-            target: format!("rank {}", fault.rank),
+            target: fault.target(),
             trigger: format!("step {}", fault.at_step),
         });
     }

@@ -5,8 +5,9 @@
 //!
 //! The step of a fault is the report index the worker is working towards
 //! (the first step is 1; it continues across restarts from a checkpoint).
-//! Rules apply to a run's first attempt only, so a restarted group does not
-//! die again of the same rule. They come from
+//! Each rule fires once per run: a restarted group does not die again of a
+//! rule that fired, and a rule whose step an attempt did not reach fires in
+//! the next. They come from
 //! [`RunConfig::faults`](super::RunConfig) and, for a program run under
 //! `nimbus chaos run`, from [`TRAINING_FAULTS_ENV`] (JSON).
 
@@ -95,14 +96,19 @@ impl TrainingFault {
         }
     }
 
+    /// The rank it hits, as a chaos timeline target: `rank-R`.
+    pub fn target(&self) -> String {
+        format!("rank-{}", self.rank)
+    }
+
     /// The reason a worker reports when the fault fires:
-    /// `chaos: KIND at step N of rank R`.
+    /// `chaos: KIND at step N of rank-R`.
     pub fn reason(&self) -> String {
         format!(
-            "chaos: {} at step {} of rank {}",
+            "chaos: {} at step {} of {}",
             self.kind(),
             self.at_step,
-            self.rank
+            self.target()
         )
     }
 
@@ -129,7 +135,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             rule.reason(),
-            "chaos: straggle(50ms x 3 steps) at step 7 of rank 1"
+            "chaos: straggle(50ms x 3 steps) at step 7 of rank-1"
         );
         let json = serde_json::to_string(&vec![rule.clone()]).unwrap();
         assert_eq!(

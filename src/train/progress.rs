@@ -31,7 +31,7 @@ pub enum WorkerEvent {
     FaultInjected {
         /// The fault's kind.
         fault: String,
-        /// What it hit (`rank N`).
+        /// What it hit (`rank-N`).
         target: String,
         /// What fired it (`step N`).
         trigger: String,

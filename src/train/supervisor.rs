@@ -87,7 +87,7 @@ pub enum TrainEvent {
     FaultInjected {
         /// The fault's kind.
         fault: String,
-        /// What it hit (`rank N`).
+        /// What it hit (`rank-N`).
         target: String,
         /// What fired it (`step N`).
         trigger: String,
@@ -135,6 +135,9 @@ pub struct TrainerSupervisor {
     workers: usize,
     done: Option<oneshot::Sender<TrainResult>>,
     observer: Option<TrainObserver>,
+    /// Reasons of the injected faults that fired: each rule fires once per
+    /// run.
+    fired: Vec<String>,
 }
 
 impl TrainerSupervisor {
@@ -152,6 +155,7 @@ impl TrainerSupervisor {
             workers: 0,
             done: None,
             observer,
+            fired: Vec::new(),
         }
     }
 
@@ -164,7 +168,20 @@ impl TrainerSupervisor {
     fn start_attempt(&mut self, ctx: &mut Context<Self>) {
         let id = self.next_attempt;
         self.next_attempt += 1;
-        let launch = launch(self.plan.clone(), id, self.restarts, self.resume.clone());
+        let faults: Vec<TrainingFault> = self
+            .plan
+            .faults
+            .iter()
+            .filter(|f| !self.fired.contains(&f.reason()))
+            .cloned()
+            .collect();
+        let launch = launch(
+            self.plan.clone(),
+            id,
+            self.restarts,
+            self.resume.clone(),
+            faults,
+        );
         ctx.spawn(
             launch
                 .into_actor(self)
@@ -226,6 +243,10 @@ impl TrainerSupervisor {
             return;
         }
         attempt.ending = true;
+        if let Some(at) = reason.find("chaos: ") {
+            // A fault rule killed it: it has fired.
+            self.fired.push(reason[at..].to_string());
+        }
         let reason = format!("worker rank {rank}: {reason}");
         tracing::warn!(attempt = id, "training attempt failed: {reason}");
         self.tell(TrainEvent::Failed {
@@ -319,6 +340,8 @@ impl TrainerSupervisor {
                     target,
                     trigger,
                 } => {
+                    self.fired
+                        .push(format!("chaos: {fault} at {trigger} of {target}"));
                     self.tell(TrainEvent::FaultInjected {
                         fault: fault.clone(),
                         target: target.clone(),
@@ -569,6 +592,7 @@ async fn launch(
     id: u64,
     attempt: u32,
     resume: Option<PathBuf>,
+    faults: Vec<TrainingFault>,
 ) -> Result<Launched, TrainError> {
     let counts: Vec<usize> = match plan.scaling.workers {
         WorkerCount::Fixed(n) => vec![n],
@@ -607,14 +631,7 @@ async fn launch(
         faults: Vec::new(),
     };
     let faults_of = |rank: usize| -> Vec<TrainingFault> {
-        if attempt > 0 {
-            return Vec::new();
-        }
-        plan.faults
-            .iter()
-            .filter(|f| f.rank == rank)
-            .cloned()
-            .collect()
+        faults.iter().filter(|f| f.rank == rank).cloned().collect()
     };
     if counts == [0] {
         assignment.faults = faults_of(0);

@@ -29,6 +29,7 @@ pub const PACKET_FAULTS_ENV: &str = "NIMBUS_PACKET_FAULTS";
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PacketFaults {
     /// Seeds every random decision.
+    #[serde(default)]
     pub seed: u64,
     /// Rules; the first that matches a datagram's peer and time applies.
     pub rules: Vec<PacketRule>,

@@ -116,6 +116,11 @@ async fn host(
     }
     let faults = HostedFaults {
         rules: boot.faults.clone(),
+        target: boot
+            .spec
+            .name
+            .clone()
+            .unwrap_or_else(|| boot.spec.type_name.clone()),
         kill: Box::new(|reason: &str| {
             println!("{}", died_line(reason));
             let _ = std::io::stdout().flush();

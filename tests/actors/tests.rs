@@ -465,7 +465,10 @@ async fn injected_actor_faults_fire_at_their_message_count(driver: &mut Driver) 
         "the 100th push kills the actor"
     );
     let death = actor::next_death(&sequencer, &mut seen).await.unwrap();
-    assert_eq!(death.reason, "chaos: kill at message 100 (tests.Push)");
+    assert_eq!(
+        death.reason,
+        "chaos: kill at message 100 (tests.Push) of tests.Sequencer"
+    );
     assert!(death.restarting);
     // The restarted incarnation is not killed again by the same rule.
     for n in 0..200 {
@@ -481,7 +484,10 @@ async fn injected_actor_faults_fire_at_their_message_count(driver: &mut Driver) 
     assert_eq!(panicky.send(Add(1)).await.unwrap(), 2);
     assert!(panicky.send(Add(1)).await.is_err());
     let death = actor::next_death(&panicky, &mut seen).await.unwrap();
-    assert_eq!(death.reason, "panic: chaos: panic at message 3 (tests.Add)");
+    assert_eq!(
+        death.reason,
+        "panic: chaos: panic at message 3 (tests.Add) of panicky"
+    );
     assert!(!death.restarting);
 }
 
@@ -548,21 +554,20 @@ action = "kill"
             String::from_utf8_lossy(&output.stderr)
         );
         assert!(
-            out.contains("chaos: kill at message 100 (tests.Push)"),
+            out.contains("kill target=tests.Sequencer trigger=message 100 (tests.Push)"),
             "{out}"
         );
         assert!(out.contains("actor restarted after"), "{out}");
-        // What was injected, and where, without the times it happened at
-        // (actor ids differ between runs, so keep the fault and the trigger).
+        // `fault <n> t=<seconds> <kind> target=<name> trigger=<...>`: the
+        // same in both runs but for the time.
         let lines: Vec<String> = out
             .lines()
-            .filter(|l| l.contains(" inject "))
+            .filter(|l| l.starts_with("fault "))
             .map(|l| {
-                let l = l.split(" inject ").nth(1).unwrap_or_default();
-                match l.find(" on actor ") {
-                    Some(at) => l[..at].to_string() + &l[l.rfind(" (trigger").unwrap_or(l.len())..],
-                    None => l.to_string(),
-                }
+                l.split(' ')
+                    .filter(|word| !word.starts_with("t="))
+                    .collect::<Vec<_>>()
+                    .join(" ")
             })
             .collect();
         injected.push(lines);

@@ -217,7 +217,11 @@ fn chaos_run_injects_a_plan_while_a_command_runs() {
     let ran = chaos(&workload);
     let out = text(&ran);
     assert!(ran.status.success(), "{out}");
-    assert!(out.contains("inject   kill (SIGKILL)"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("fault 1 t=") && l.contains(" kill_node target=node-")),
+        "{out}"
+    );
     assert!(out.contains("declared dead after"), "{out}");
     assert!(out.contains("the command succeeded"), "{out}");
 

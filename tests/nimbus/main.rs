@@ -6,6 +6,7 @@ mod architecture;
 mod bad_input;
 mod chaos;
 mod cli;
+mod fault_plans;
 mod faults;
 mod membership;
 mod requests;

@@ -64,19 +64,46 @@ pub fn run(args: ChaosArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (status, timeline) = runtime.block_on(async {
+    let (status, timeline, summary) = runtime.block_on(async {
         let mut child = tokio::process::Command::new(&args.command[0])
             .args(&args.command[1..])
             .env("NIMBUS_ADDRESS", cluster.address().to_string())
             .env("NIMBUS_TOKEN", cluster.token().to_string())
+            .envs(plan.workload_env())
+            .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("cannot run {:?}", args.command[0]))?;
-        let (status, timeline) = chaos::run_while(&mut cluster, &plan, child.wait()).await?;
-        anyhow::Ok((status?, timeline))
+        let stdout = child.stdout.take().context("the command's stdout")?;
+        let workload = async move {
+            // Passed through as it comes; the last `summary:` line is kept
+            // to be printed last, after the timeline.
+            let summary = echo(stdout).await;
+            (child.wait().await, summary)
+        };
+        let ((status, summary), timeline) = chaos::run_while(&mut cluster, &plan, workload).await?;
+        anyhow::Ok((status?, timeline, summary))
     })?;
-    println!("{timeline}");
-    report(status, &plan)
+    print!("{timeline}");
+    let result = report(status, &plan);
+    if let Some(summary) = summary {
+        println!("{summary}");
+    }
+    result
+}
+
+/// Copies the command's output to ours; returns its last `summary:` line.
+async fn echo(stdout: tokio::process::ChildStdout) -> Option<String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let mut summary = None;
+    while let Ok(Some(line)) = lines.next_line().await {
+        println!("{line}");
+        if line.starts_with("summary:") {
+            summary = Some(line);
+        }
+    }
+    summary
 }
 
 /// The command's outcome; on failure, how to replay the run.

@@ -1,0 +1,153 @@
+//! The example fault plans (`examples/faults/`), run with `nimbus chaos run`
+//! against the examples, as a user would. The examples are built by `cargo
+//! test` (all targets) next to the `nimbus` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use crate::support::within;
+
+fn example(name: &str) -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_nimbus"));
+    let path = bin.with_file_name("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run the tests with `cargo test --all-targets` (or `make test`)",
+        path.display()
+    );
+    path
+}
+
+fn plan(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/faults")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+async fn run(program: &Path, args: &[&str], home: &Path) -> Output {
+    tokio::process::Command::new(program)
+        .args(args)
+        .env("NIMBUS_HOME", home)
+        .env_remove("NIMBUS_ADDRESS")
+        .env_remove("NIMBUS_TOKEN")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    let out = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out
+}
+
+/// The timeline's fault lines without their `t=` field: what two runs of
+/// one seed and plan must share.
+fn faults(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with("fault "))
+        .map(|l| {
+            l.split(' ')
+                .filter(|w| !w.starts_with("t="))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+fn summary_value<'a>(out: &'a str, key: &str) -> &'a str {
+    let summary = out.lines().last().unwrap_or_default();
+    assert!(
+        summary.starts_with("summary: "),
+        "the summary comes last: {out}"
+    );
+    summary
+        .split(' ')
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {summary}"))
+}
+
+#[tokio::test]
+async fn bank_plan_keeps_the_books_and_replays_the_same_faults() {
+    within(Duration::from_secs(120), async {
+        let home = tempfile::tempdir().unwrap();
+        let bank = example("custom_actor");
+        let bank = bank.to_str().unwrap();
+        let plan = plan("bank.toml");
+        let args = ["chaos", "run", &plan, "--seed", "42", "--", bank];
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let out =
+                stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
+            assert_eq!(summary_value(&out, "total_balance_ok"), "true", "{out}");
+            runs.push(faults(&out));
+        }
+        assert_eq!(runs[0], runs[1], "the same faults at the same triggers");
+        let kinds = runs[0].join("\n");
+        for expected in [
+            "packets(drop=0.05) target=workload",
+            "packets(partition) target=workload trigger=window=1500ms..2500ms",
+            "kill target=account-2 trigger=message 15 (examples.Transfer)",
+            "panic target=account-3 trigger=message 10 (examples.Credit)",
+        ] {
+            assert!(kinds.contains(expected), "{expected:?} in {kinds}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mnist_plan_recovers_to_the_fault_free_parameters() {
+    within(Duration::from_secs(240), async {
+        let home = tempfile::tempdir().unwrap();
+        let storage = home.path().join("runs");
+        let mnist = example("train_mnist");
+        let common = [
+            "--epochs",
+            "1",
+            "--checkpoint-every",
+            "10",
+            "--storage",
+            storage.to_str().unwrap(),
+        ];
+        let clean = stdout(&run(&mnist, &common, home.path()).await);
+        assert_eq!(summary_value(&clean, "restarts"), "0", "{clean}");
+        let plan = plan("mnist.toml");
+        let mut args = vec![
+            "chaos",
+            "run",
+            &plan,
+            "--seed",
+            "7",
+            "--",
+            mnist.to_str().unwrap(),
+        ];
+        args.extend(common);
+        let out = stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
+        assert_eq!(
+            faults(&out),
+            [
+                "fault 1 straggle(200ms x 5 steps) target=rank-1 trigger=step 5",
+                "fault 2 fail_checkpoint_write(DiskFull) target=rank-0 trigger=step 20",
+                "fault 3 hang_in_collective target=rank-1 trigger=step 25",
+                "fault 4 kill target=rank-1 trigger=step 33",
+            ],
+            "{out}"
+        );
+        assert_eq!(summary_value(&out, "restarts"), "3", "{out}");
+        assert_eq!(
+            summary_value(&out, "params_sha256"),
+            summary_value(&clean, "params_sha256"),
+            "the same final parameters as the fault-free run"
+        );
+    })
+    .await;
+}
