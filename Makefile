@@ -22,6 +22,7 @@ demo:
 test:
 	@$(TORCH_ENV); cargo build --no-default-features --all-targets && \
 	  cargo test --no-default-features --lib && \
+	  cargo build --bins --examples && \
 	  cargo test --all-targets && \
 	  cargo test --doc
 

@@ -1,6 +1,6 @@
 //! The example fault plans (`examples/faults/`), run with `nimbus chaos run`
-//! against the examples, as a user would. The examples are built by `cargo
-//! test` (all targets) next to the `nimbus` binary.
+//! against the examples, as a user would. `make test` builds the examples
+//! (`cargo build --examples`) before running the tests.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -13,7 +13,7 @@ fn example(name: &str) -> PathBuf {
     let path = bin.with_file_name("examples").join(name);
     assert!(
         path.exists(),
-        "{} is not built: run the tests with `cargo test --all-targets` (or `make test`)",
+        "{} is not built: `cargo build --examples` first (`make test` does)",
         path.display()
     );
     path

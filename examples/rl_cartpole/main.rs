@@ -1,0 +1,106 @@
+//! PPO on CartPole-v1, RLlib-style: `EnvRunner` actors (each in a worker
+//! process, spread over the cluster's nodes, each stepping k environments
+//! with the current policy) collect rollouts; the learner (this driver)
+//! updates the policy with PPO and publishes the new weights once through
+//! the object store, where every runner fetches them. A runner that dies is
+//! restarted by its node and training goes on.
+//!
+//! ```text
+//! make run EXAMPLE=rl_cartpole
+//! make run EXAMPLE=rl_cartpole ARGS="--runners 2 --envs-per-runner 8 --seed 3 --kill-runner-at-iter 20"
+//! ```
+//!
+//! One line per iteration (mean return of the last 100 episodes, env
+//! steps, env steps/s, seconds), then `summary: solved=... mean_return_100=...
+//! env_steps=... seconds=... env_steps_per_s=... runners=... runner_restarts=...`.
+//! Solved means a mean return of at least 475 over the last 100 episodes.
+
+mod cartpole;
+mod ppo;
+mod runner;
+mod training;
+
+use anyhow::Result;
+use clap::Parser;
+use training::Settings;
+
+#[derive(Parser, Debug)]
+#[command(about = "PPO on CartPole-v1 with environment-runner actors")]
+struct Args {
+    /// Environment-runner actors.
+    #[arg(long, default_value_t = 2)]
+    runners: usize,
+    /// Environments per runner.
+    #[arg(long, default_value_t = 8)]
+    envs_per_runner: usize,
+    /// Steps per environment per iteration.
+    #[arg(long, default_value_t = 64)]
+    rollout_steps: usize,
+    /// Seeds the policy, the environments and the sampling.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Give up after this many environment steps.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_env_steps: u64,
+    /// Stop once the mean return of the last 100 episodes reaches this.
+    #[arg(long, default_value_t = 475.0)]
+    target: f32,
+    /// Kill runner 0's worker process at this iteration.
+    #[arg(long)]
+    kill_runner_at_iter: Option<u64>,
+    /// Nodes of the local cluster (without --address).
+    #[arg(long, default_value_t = 2)]
+    nodes: usize,
+    /// A running cluster's head (also NIMBUS_ADDRESS); read by nimbus::init.
+    #[arg(long)]
+    address: Option<String>,
+    /// The cluster's token (also NIMBUS_TOKEN); read by nimbus::init.
+    #[arg(long)]
+    token: Option<String>,
+}
+
+fn main() -> Result<()> {
+    // Worker processes run this binary too: there, init never returns.
+    let nodes = std::env::args()
+        .skip_while(|a| a != "--nodes")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2);
+    let mut driver = nimbus::init_with(
+        runner::registry(),
+        nimbus::InitOptions { local_nodes: nodes },
+    )?;
+    let args = Args::parse();
+    let system = actix::System::new();
+    let result = system.block_on(run(&mut driver, args));
+    drop(driver);
+    result
+}
+
+async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
+    driver.connect().await?;
+    let settings = Settings {
+        runners: args.runners,
+        envs_per_runner: args.envs_per_runner,
+        rollout_steps: args.rollout_steps,
+        seed: args.seed,
+        max_env_steps: args.max_env_steps,
+        target: args.target,
+        kill_runner_at_iter: args.kill_runner_at_iter,
+        verbose: true,
+    };
+    let outcome = training::train(&settings).await?;
+    println!("runners ran on: {}", outcome.runner_nodes.join(", "));
+    println!(
+        "summary: solved={} mean_return_100={:.1} first_mean_return_100={:.1} env_steps={} seconds={:.1} env_steps_per_s={:.0} runners={} runner_restarts={}",
+        outcome.solved,
+        outcome.mean_return_100,
+        outcome.first_mean_return_100,
+        outcome.env_steps,
+        outcome.seconds,
+        outcome.env_steps as f64 / outcome.seconds,
+        args.runners,
+        outcome.runner_restarts
+    );
+    Ok(())
+}
