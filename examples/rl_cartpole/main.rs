@@ -16,6 +16,7 @@
 //! Solved means a mean return of at least 475 over the last 100 episodes.
 
 mod cartpole;
+mod learner_group;
 mod ppo;
 mod runner;
 mod training;
@@ -30,6 +31,10 @@ struct Args {
     /// Environment-runner actors.
     #[arg(long, default_value_t = 2)]
     runners: usize,
+    /// Learners: more than 1 forms a learner group averaging gradients
+    /// (runners must divide evenly among them).
+    #[arg(long, default_value_t = 1)]
+    learners: usize,
     /// Environments per runner.
     #[arg(long, default_value_t = 8)]
     envs_per_runner: usize,
@@ -81,6 +86,7 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
     driver.connect().await?;
     let settings = Settings {
         runners: args.runners,
+        learners: args.learners,
         envs_per_runner: args.envs_per_runner,
         rollout_steps: args.rollout_steps,
         seed: args.seed,
@@ -92,7 +98,7 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
     let outcome = training::train(&settings).await?;
     println!("runners ran on: {}", outcome.runner_nodes.join(", "));
     println!(
-        "summary: solved={} mean_return_100={:.1} first_mean_return_100={:.1} env_steps={} seconds={:.1} env_steps_per_s={:.0} runners={} runner_restarts={}",
+        "summary: solved={} mean_return_100={:.1} first_mean_return_100={:.1} env_steps={} seconds={:.1} env_steps_per_s={:.0} runners={} learners={} runner_restarts={}",
         outcome.solved,
         outcome.mean_return_100,
         outcome.first_mean_return_100,
@@ -100,6 +106,7 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
         outcome.seconds,
         outcome.env_steps as f64 / outcome.seconds,
         args.runners,
+        args.learners,
         outcome.runner_restarts
     );
     Ok(())

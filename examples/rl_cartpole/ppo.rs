@@ -2,6 +2,7 @@
 //! (clipped surrogate, value loss, entropy bonus, minibatch epochs).
 
 use nimbus::tch::{nn, nn::Module, nn::OptimizerConfig, Device, Kind, Tensor};
+use nimbus::train::collective::{Collective, CollectiveError};
 use nimbus::train::Params;
 use serde::{Deserialize, Serialize};
 
@@ -230,7 +231,12 @@ impl Learner {
     /// One PPO update from `rollouts`; `progress` in [0, 1] anneals the
     /// learning rate. Returns the last minibatch's (policy loss, value
     /// loss, entropy).
-    pub fn update(&mut self, rollouts: &[Rollout], progress: f64) -> (f64, f64, f64) {
+    pub fn update(
+        &mut self,
+        rollouts: &[Rollout],
+        progress: f64,
+        mut group: Option<&mut dyn Collective>,
+    ) -> Result<(f64, f64, f64), CollectiveError> {
         let c = self.config.clone();
         self.optimizer.set_lr(c.lr * (1.0 - progress).max(0.05));
         let mut obs = Vec::new();
@@ -284,8 +290,13 @@ impl Learner {
                     * 0.5;
                 let entropy = entropy.mean(Kind::Float);
                 let loss = &policy_loss + &value_loss * c.value_coef - &entropy * c.entropy_coef;
-                self.optimizer
-                    .backward_step_clip_norm(&loss, c.max_grad_norm);
+                self.optimizer.zero_grad();
+                loss.backward();
+                if let Some(group) = group.as_deref_mut() {
+                    self.average_gradients(group)?;
+                }
+                self.optimizer.clip_grad_norm(c.max_grad_norm);
+                self.optimizer.step();
                 last = (
                     policy_loss.double_value(&[]),
                     value_loss.double_value(&[]),
@@ -293,6 +304,31 @@ impl Learner {
                 );
             }
         }
-        last
+        Ok(last)
+    }
+
+    /// Replaces every gradient with its mean over the learner group, so
+    /// every learner applies the same update.
+    fn average_gradients(&mut self, group: &mut dyn Collective) -> Result<(), CollectiveError> {
+        let mut variables: Vec<_> = self.policy.vs.trainable_variables();
+        // trainable_variables() follows the store's creation order, the same
+        // in every learner.
+        let mut flat = Vec::new();
+        for variable in &variables {
+            flat.extend(Vec::<f32>::try_from(variable.grad().flatten(0, -1)).unwrap_or_default());
+        }
+        group.allreduce_mean(&mut flat)?;
+        let mut offset = 0;
+        nimbus::tch::no_grad(|| {
+            for variable in &mut variables {
+                let n = variable.numel();
+                let mut grad = variable.grad();
+                grad.copy_(
+                    &Tensor::from_slice(&flat[offset..offset + n]).view(variable.size().as_slice()),
+                );
+                offset += n;
+            }
+        });
+        Ok(())
     }
 }

@@ -89,9 +89,19 @@ impl EnvRunner {
     }
 }
 
+/// What a runner sends back: where its rollout is, and the returns of the
+/// episodes that ended in it (for the learner's statistics).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Sampled {
+    /// The rollout, in the runner's node's object store.
+    pub rollout: ObjectRef<Rollout>,
+    /// Returns of the episodes that ended.
+    pub episode_returns: Vec<f32>,
+}
+
 /// Load these weights, collect a rollout, and put it in the object store.
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "Result<ObjectRef<Rollout>, String>")]
+#[rtype(result = "Result<Sampled, String>")]
 pub struct Sample {
     /// The policy's weights.
     pub weights: ObjectRef<Params>,
@@ -102,7 +112,7 @@ impl RemoteMessage for Sample {
 }
 
 impl Handler<Sample> for EnvRunner {
-    type Result = ResponseActFuture<Self, Result<ObjectRef<Rollout>, String>>;
+    type Result = ResponseActFuture<Self, Result<Sampled, String>>;
 
     fn handle(&mut self, sample: Sample, _: &mut Context<Self>) -> Self::Result {
         let fetch = async move { object_store::get(&sample.weights).await };
@@ -116,9 +126,15 @@ impl Handler<Sample> for EnvRunner {
                 })
                 .then(|rollout: Result<Rollout, String>, runner, _| {
                     async move {
-                        object_store::put(&rollout?)
+                        let rollout = rollout?;
+                        let episode_returns = rollout.episode_returns.clone();
+                        let rollout = object_store::put(&rollout)
                             .await
-                            .map_err(|e| e.to_string())
+                            .map_err(|e| e.to_string())?;
+                        Ok(Sampled {
+                            rollout,
+                            episode_returns,
+                        })
                     }
                     .into_actor(runner)
                 }),
@@ -146,10 +162,14 @@ impl Handler<Crash> for EnvRunner {
     }
 }
 
-/// The runner and its messages, for `nimbus::init`.
+/// The runner, the learner group and their messages, for `nimbus::init`.
 pub fn registry() -> actor::Registry {
+    use crate::learner_group::{JoinGroup, LearnerWorker, Update};
     actor::Registry::new()
         .actor::<EnvRunner>()
         .message::<EnvRunner, Sample>()
         .message::<EnvRunner, Crash>()
+        .actor::<LearnerWorker>()
+        .message::<LearnerWorker, JoinGroup>()
+        .message::<LearnerWorker, Update>()
 }

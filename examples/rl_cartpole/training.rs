@@ -1,5 +1,6 @@
-//! The learner's loop: spawn the runners spread over the nodes, then
-//! publish weights, gather rollouts, update with PPO, until solved.
+//! The learner's loop: spawn the runners spread over the nodes (and a
+//! learner group, if asked), then publish weights, gather rollouts, update
+//! with PPO, until solved.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -13,14 +14,19 @@ use nimbus::object_store::{self, ObjectRef};
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
 use nimbus::train::Params;
 
-use crate::ppo::{Learner, PpoConfig, Rollout};
-use crate::runner::{Crash, EnvRunner, RunnerArgs, Sample};
+use crate::learner_group::{JoinGroup, LearnerArgs, LearnerWorker, Update};
+use crate::ppo::{Learner, Policy, PpoConfig};
+use crate::runner::{Crash, EnvRunner, RunnerArgs, Sample, Sampled};
 
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// Environment-runner actors.
     pub runners: usize,
+    /// Learners: 1 learns in this process; more form a learner group of
+    /// `LearnerWorker` actors averaging gradients (runners must divide
+    /// evenly among them).
+    pub learners: usize,
     /// Environments per runner.
     pub envs_per_runner: usize,
     /// Steps per environment per iteration.
@@ -63,13 +69,13 @@ async fn sample(
     runner: &ActorHandle<EnvRunner>,
     weights: &ObjectRef<Params>,
     restarts: &Cell<u32>,
-) -> Result<Rollout> {
+) -> Result<Sampled> {
     for _ in 0..3 {
         let sample = Sample {
             weights: weights.clone(),
         };
         match runner.send(sample).await {
-            Ok(Ok(rollout)) => return Ok(object_store::get(&rollout).await?),
+            Ok(Ok(sampled)) => return Ok(sampled),
             Ok(Err(e)) => bail!("runner {index} failed: {e}"),
             Err(e) => {
                 println!("runner {index} lost ({e}); its node restarts it");
@@ -78,6 +84,130 @@ async fn sample(
         }
     }
     bail!("runner {index} kept dying")
+}
+
+/// Who learns.
+enum Learners {
+    /// This process.
+    Local(Box<Learner>),
+    /// A learner group: the workers, their placement group, and the
+    /// weights rank 0 published last.
+    Group {
+        workers: Vec<ActorHandle<LearnerWorker>>,
+        placement: PlacementGroup,
+        weights: ObjectRef<Params>,
+    },
+}
+
+impl Learners {
+    async fn start(args: &Settings, config: PpoConfig) -> Result<Self> {
+        if args.learners <= 1 {
+            return Ok(Learners::Local(Box::new(Learner::new(args.seed, config)?)));
+        }
+        if args.runners % args.learners != 0 {
+            bail!(
+                "{} runners do not divide evenly among {} learners",
+                args.runners,
+                args.learners
+            );
+        }
+        // Packed on one host: the group averages through shared memory.
+        let bundles = vec![ResourceSet::of("CPU", 0.5); args.learners];
+        let placement = PlacementGroup::create(
+            bundles,
+            PlacementStrategy::StrictPack,
+            std::time::Duration::from_secs(30),
+        )
+        .await?;
+        let segment = std::path::Path::new("/dev/shm").join(format!(
+            "rl-learners-{}-{:x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        let mut workers = Vec::new();
+        for rank in 0..args.learners {
+            let learner_args = LearnerArgs {
+                seed: args.seed,
+                rank,
+                world: args.learners,
+                segment: segment.clone(),
+            };
+            let options = SpawnOptions::default()
+                .name(format!("learner-{rank}"))
+                .num_cpus(0.5)
+                .in_bundle(&placement, rank)?;
+            workers.push(actor::spawn::<LearnerWorker>(learner_args, options).await?);
+        }
+        for joined in join_all(workers.iter().map(|w| w.send(JoinGroup))).await {
+            joined?.map_err(anyhow::Error::msg)?;
+        }
+        // Every learner starts from the same seeded policy: publish it.
+        let weights = object_store::put(&Policy::new(args.seed).params()).await?;
+        Ok(Learners::Group {
+            workers,
+            placement,
+            weights,
+        })
+    }
+
+    /// The weights to sample with.
+    async fn weights(&self) -> Result<ObjectRef<Params>> {
+        match self {
+            Learners::Local(learner) => Ok(object_store::put(&learner.policy.params()).await?),
+            Learners::Group { weights, .. } => Ok(weights.clone()),
+        }
+    }
+
+    /// One update; the local learner also returns its losses.
+    async fn update(
+        &mut self,
+        sampled: &[Sampled],
+        progress: f64,
+    ) -> Result<Option<(f64, f64, f64)>> {
+        match self {
+            Learners::Local(learner) => {
+                let mut rollouts = Vec::new();
+                for s in sampled {
+                    rollouts.push(object_store::get(&s.rollout).await?);
+                }
+                Ok(Some(learner.update(&rollouts, progress, None)?))
+            }
+            Learners::Group {
+                workers, weights, ..
+            } => {
+                let n = workers.len();
+                let updates = workers.iter().enumerate().map(|(rank, worker)| {
+                    let rollouts = sampled
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| i % n == rank)
+                        .map(|(_, s)| s.rollout.clone())
+                        .collect();
+                    worker.send(Update { rollouts, progress })
+                });
+                let replies = join_all(updates).await;
+                for (rank, reply) in replies.into_iter().enumerate() {
+                    let published = reply?.map_err(anyhow::Error::msg)?;
+                    if rank == 0 {
+                        *weights = published.context("rank 0 publishes the weights")?;
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    async fn stop(self) {
+        if let Learners::Group {
+            workers, placement, ..
+        } = self
+        {
+            for worker in &workers {
+                let _ = worker.kill().await;
+            }
+            let _ = placement.remove().await;
+        }
+    }
 }
 
 /// Trains until solved or out of steps.
@@ -114,7 +244,7 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
         runner_nodes.push(node);
         runners.push(runner);
     }
-    let mut learner = Learner::new(args.seed, config)?;
+    let mut learners = Learners::start(args, config).await?;
     let per_iteration = (args.runners * args.envs_per_runner * args.rollout_steps) as u64;
     let mut returns: VecDeque<f32> = VecDeque::new();
     let restarts = Cell::new(0);
@@ -124,14 +254,12 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
     let mean = |r: &VecDeque<f32>| r.iter().sum::<f32>() / r.len().max(1) as f32;
     let solved = loop {
         iteration += 1;
-        let weights = object_store::put(&learner.policy.params())
-            .await
-            .context("publishing the weights")?;
+        let weights = learners.weights().await.context("publishing the weights")?;
         if Some(iteration) == args.kill_runner_at_iter {
             println!("killing env-runner-0's worker process (SIGKILL)");
             runners[0].do_send(Crash)?;
         }
-        let rollouts: Vec<Rollout> = join_all(
+        let sampled: Vec<Sampled> = join_all(
             runners
                 .iter()
                 .enumerate()
@@ -140,8 +268,8 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
         .await
         .into_iter()
         .collect::<Result<_>>()?;
-        for rollout in &rollouts {
-            for &r in &rollout.episode_returns {
+        for s in &sampled {
+            for &r in &s.episode_returns {
                 returns.push_back(r);
                 if returns.len() > 100 {
                     returns.pop_front();
@@ -150,18 +278,21 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
         }
         env_steps += per_iteration;
         let progress = env_steps as f64 / args.max_env_steps as f64;
-        let (policy_loss, value_loss, entropy) = learner.update(&rollouts, progress);
+        let losses = learners.update(&sampled, progress).await?;
         let seconds = started.elapsed().as_secs_f64();
         let mean_100 = mean(&returns);
         if returns.len() >= 100 && first_mean.is_none() {
             first_mean = Some(mean_100);
         }
         if args.verbose {
+            let losses = losses.map_or(String::new(), |(p, v, e)| {
+                format!(" policy_loss {p:+.3} value_loss {v:.3} entropy {e:.3}")
+            });
             println!(
-            "iter {iteration:4} mean_return_100 {mean_100:6.1} episodes {:3} env_steps {env_steps:7} env_steps_per_s {:6.0} seconds {seconds:5.1} policy_loss {policy_loss:+.3} value_loss {value_loss:.3} entropy {entropy:.3}",
-            returns.len(),
-            env_steps as f64 / seconds
-        );
+                "iter {iteration:4} mean_return_100 {mean_100:6.1} episodes {:3} env_steps {env_steps:7} env_steps_per_s {:6.0} seconds {seconds:5.1}{losses}",
+                returns.len(),
+                env_steps as f64 / seconds
+            );
         }
         if returns.len() >= 100 && mean_100 >= args.target {
             break true;
@@ -174,6 +305,7 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
         let _ = runner.kill().await;
     }
     let _ = group.remove().await;
+    learners.stop().await;
     Ok(Outcome {
         solved,
         mean_return_100: mean(&returns),

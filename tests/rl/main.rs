@@ -8,6 +8,8 @@
 
 #[path = "../../examples/rl_cartpole/cartpole.rs"]
 mod cartpole;
+#[path = "../../examples/rl_cartpole/learner_group.rs"]
+mod learner_group;
 #[path = "../../examples/rl_cartpole/ppo.rs"]
 mod ppo;
 #[path = "../../examples/rl_cartpole/runner.rs"]
@@ -49,9 +51,12 @@ fn main() {
     let system = actix::System::new();
     system.block_on(async {
         driver.connect().await.expect("the driver connects");
-        let tests: [(&str, AsyncTest); 2] = [
+        let tests: [(&str, AsyncTest); 3] = [
             ("ppo_on_two_runners_improves_the_mean_return", || {
                 ppo_improves().boxed_local()
+            }),
+            ("a_learner_group_of_two_improves_it_too", || {
+                learner_group_improves().boxed_local()
             }),
             ("a_killed_runner_is_replaced", || {
                 killed_runner_is_replaced().boxed_local()
@@ -189,6 +194,7 @@ fn cartpole_dynamics_match_gymnasium() {
 fn settings(max_env_steps: u64) -> Settings {
     Settings {
         runners: 2,
+        learners: 1,
         envs_per_runner: 8,
         rollout_steps: 64,
         seed: 1,
@@ -233,4 +239,20 @@ async fn killed_runner_is_replaced() {
     let outcome = training::train(&settings).await.expect("training goes on");
     assert_eq!(outcome.runner_restarts, 1, "{outcome:?}");
     assert_eq!(outcome.env_steps, 8_192, "every iteration ran: {outcome:?}");
+}
+
+async fn learner_group_improves() {
+    let settings = Settings {
+        learners: 2,
+        ..settings(40_960)
+    };
+    let outcome = training::train(&settings).await.expect("training runs");
+    println!(
+        "  two learners: mean return {:.1} -> {:.1} after {} steps",
+        outcome.first_mean_return_100, outcome.mean_return_100, outcome.env_steps
+    );
+    assert!(
+        outcome.mean_return_100 > 3.0 * outcome.first_mean_return_100,
+        "{outcome:?}"
+    );
 }
