@@ -13,7 +13,7 @@ TORCH_ENV = if [ -z "$$LIBTORCH" ]; then \
 	  export LIBTORCH_USE_PYTORCH=1 PATH="$$(dirname $$PY):$$PATH"; \
 	fi
 
-.PHONY: demo test build run lint bench
+.PHONY: demo test test-long build run lint bench
 
 demo:
 	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/local_cluster && \
@@ -25,6 +25,10 @@ test:
 	  cargo build --bins --examples && \
 	  cargo test --all-targets && \
 	  cargo test --doc
+
+# The long fault-injection tests, ignored by `make test` (a few minutes).
+test-long:
+	@$(TORCH_ENV); cargo build --bins --examples && cargo test --test nimbus -- --ignored
 
 build:
 	@$(TORCH_ENV); cargo build --release --bins --examples

@@ -1,6 +1,7 @@
-//! The fault-injection harness (first part): seeded plans of process faults
-//! run against a [`LocalCluster`], with a timeline of what was injected and
-//! what recovered.
+//! The fault-injection harness: seeded plans of node, actor, packet and
+//! training faults run against a [`LocalCluster`], with a timeline of what
+//! was injected and what recovered, and [`check`] helpers for the tests
+//! that use it.
 //!
 //! A plan is data, written with a builder or in TOML:
 //!
@@ -16,10 +17,11 @@
 //!
 //! Every random choice (`"random"` targets) comes from the seed, so the same
 //! seed and plan inject the same faults at the same times
-//! ([`ChaosPlan::resolve`]). Packet faults are set per node with
-//! [`PacketFaults`](crate::transport::PacketFaults). Faults never outlive
-//! the run: a stopped node is always resumed, even when the run fails.
+//! ([`ChaosPlan::resolve`]); actor and training faults fire at message
+//! counts and training steps. Faults never outlive the run: a stopped node
+//! is always resumed, even when the run fails.
 
+pub mod check;
 mod plan;
 mod run;
 mod timeline;

@@ -253,3 +253,16 @@ pub struct TrainResult {
     /// Why the run failed, if it did: the first failure's cause first.
     pub error: Option<TrainError>,
 }
+
+impl TrainResult {
+    /// SHA-256 of the final checkpoint's model parameters (see
+    /// [`Checkpoint::model_sha256`](super::Checkpoint::model_sha256)):
+    /// equal for two runs that ended with the same parameters, such as a
+    /// run under faults and the fault-free run.
+    pub fn final_parameters_sha256(&self) -> Result<Option<String>, super::CheckpointError> {
+        match &self.checkpoint {
+            Some(saved) => Ok(Some(super::Checkpoint::load(&saved.path)?.model_sha256()?)),
+            None => Ok(None),
+        }
+    }
+}

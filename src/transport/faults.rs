@@ -57,7 +57,15 @@ pub struct PacketRule {
     pub delay: f64,
     /// The delay.
     pub delay_ms: u64,
+    /// Cap the link to this many bytes per second (a slow link): datagrams
+    /// queue behind each other and wait their turn; past
+    /// [`MAX_QUEUE_DELAY`] of queue they are dropped, as a router's full
+    /// buffer would.
+    pub bandwidth_bytes_per_s: Option<u64>,
 }
+
+/// How much queueing a capped link holds before it drops.
+pub const MAX_QUEUE_DELAY: Duration = Duration::from_millis(200);
 
 /// What happens to one sent datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +122,11 @@ impl PacketFaults {
         Fate::Send
     }
 
+    /// The bandwidth cap towards `peer` at `elapsed`, if any.
+    pub fn bandwidth(&self, peer: SocketAddr, elapsed: Duration) -> Option<u64> {
+        self.rule(peer, elapsed)?.bandwidth_bytes_per_s
+    }
+
     /// Whether datagrams from `peer` are cut off at `elapsed`.
     pub fn partitioned(&self, peer: SocketAddr, elapsed: Duration) -> bool {
         self.rule(peer, elapsed).is_some_and(|r| r.partition)
@@ -150,7 +163,7 @@ pub struct FaultCounters {
     pub duplicated: AtomicU64,
     /// Sent out of order.
     pub reordered: AtomicU64,
-    /// Delayed.
+    /// Delayed (by a delay rule, or queued behind a bandwidth cap).
     pub delayed: AtomicU64,
     /// Received datagrams discarded by a partition.
     pub cut_off: AtomicU64,
@@ -180,6 +193,8 @@ pub(crate) struct FaultySocket {
     sequence: AtomicU64,
     held: Mutex<Option<OwnedDatagram>>,
     counters: Arc<FaultCounters>,
+    /// When a capped link is next free to start a datagram.
+    link_free: Mutex<Instant>,
 }
 
 /// A datagram copied out of a `Transmit`, to send later.
@@ -224,6 +239,45 @@ impl FaultySocket {
             sequence: AtomicU64::new(0),
             held: Mutex::new(None),
             counters,
+            link_free: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Sends `transmit` now, later (queued behind a bandwidth cap), or
+    /// drops it (the queue is full).
+    fn send_shaped(&self, transmit: &Transmit, elapsed: Duration) -> io::Result<()> {
+        let Some(rate) = self.plan.bandwidth(transmit.destination, elapsed) else {
+            return self.inner.try_send(transmit);
+        };
+        let now = Instant::now();
+        let wait = {
+            let mut free = self.link_free.lock().unwrap_or_else(|e| e.into_inner());
+            let start = (*free).max(now);
+            let wait = start - now;
+            if wait > MAX_QUEUE_DELAY {
+                None
+            } else {
+                let bytes = transmit.contents.len() as f64;
+                *free = start + Duration::from_secs_f64(bytes / rate.max(1) as f64);
+                Some(wait)
+            }
+        };
+        match wait {
+            None => {
+                Self::count(&self.counters.dropped);
+                Ok(())
+            }
+            Some(wait) if wait.is_zero() => self.inner.try_send(transmit),
+            Some(wait) => {
+                Self::count(&self.counters.delayed);
+                let datagram = OwnedDatagram::of(transmit);
+                let socket = self.inner.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = datagram.send(socket.as_ref());
+                });
+                Ok(())
+            }
         }
     }
 
@@ -247,11 +301,10 @@ impl AsyncUdpSocket for FaultySocket {
         let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
         Self::count(&self.counters.sent);
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let fate = self
-            .plan
-            .decide(sequence, transmit.destination, self.opened.elapsed());
+        let elapsed = self.opened.elapsed();
+        let fate = self.plan.decide(sequence, transmit.destination, elapsed);
         let result = match fate {
-            Fate::Send => self.inner.try_send(transmit),
+            Fate::Send => self.send_shaped(transmit, elapsed),
             Fate::Drop => {
                 Self::count(&self.counters.dropped);
                 Ok(())

@@ -106,18 +106,30 @@ async fn bank_plan_keeps_the_books_and_replays_the_same_faults() {
 
 #[tokio::test]
 async fn mnist_plan_recovers_to_the_fault_free_parameters() {
-    within(Duration::from_secs(240), async {
+    mnist_plan(&["--epochs", "1"]).await;
+}
+
+/// The long variant (`make test-long`): 3 workers, 2 epochs.
+#[tokio::test]
+#[ignore = "long: run with `make test-long`"]
+async fn mnist_plan_with_three_workers_over_two_epochs() {
+    mnist_plan(&["--epochs", "2", "--workers", "3", "--nodes", "3"]).await;
+}
+
+/// Runs the MNIST example with `extra` arguments without faults, then under
+/// `examples/faults/mnist.toml`: the same final parameters.
+async fn mnist_plan(extra: &[&str]) {
+    within(Duration::from_secs(400), async {
         let home = tempfile::tempdir().unwrap();
         let storage = home.path().join("runs");
         let mnist = example("train_mnist");
-        let common = [
-            "--epochs",
-            "1",
+        let mut common = vec![
             "--checkpoint-every",
             "10",
             "--storage",
             storage.to_str().unwrap(),
         ];
+        common.extend_from_slice(extra);
         let clean = stdout(&run(&mnist, &common, home.path()).await);
         assert_eq!(summary_value(&clean, "restarts"), "0", "{clean}");
         let plan = plan("mnist.toml");
@@ -130,7 +142,7 @@ async fn mnist_plan_recovers_to_the_fault_free_parameters() {
             "--",
             mnist.to_str().unwrap(),
         ];
-        args.extend(common);
+        args.extend(common.iter().copied());
         let out = stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
         assert_eq!(
             faults(&out),

@@ -120,3 +120,48 @@ async fn a_partitioned_node_is_declared_dead_and_exits_when_the_partition_heals(
     })
     .await
 }
+
+#[tokio::test]
+async fn a_bandwidth_cap_slows_a_link_and_requests_still_complete() {
+    within(Duration::from_secs(90), async {
+        let cluster = cluster(2);
+        // 512 KB/s from this client to everyone.
+        let capped = PacketFaults {
+            seed: 1,
+            rules: vec![PacketRule {
+                bandwidth_bytes_per_s: Some(512 << 10),
+                ..PacketRule::default()
+            }],
+        };
+        let config = TransportConfig {
+            packet_faults: Some(capped),
+            ..TransportConfig::default()
+        };
+        let client =
+            ClusterClient::connect_with(&cluster.address().to_string(), cluster.token(), config)
+                .await
+                .unwrap();
+        let status = client.status().await.unwrap();
+        let node = client
+            .connect_node(status.node("node-1").unwrap())
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        for i in 0..4u8 {
+            let payload = vec![i; 256 << 10];
+            let echoed = client
+                .echo(&node, payload.clone(), RequestOptions::bulk())
+                .await
+                .unwrap();
+            assert_eq!(echoed, payload);
+        }
+        // 1 MiB sent through a 512 KiB/s link takes at least 2 s (a lower
+        // bound: a busy machine only makes it slower).
+        let took = started.elapsed();
+        println!("1 MiB through 512 KiB/s: {took:?}");
+        assert!(took >= Duration::from_millis(1900), "{took:?}");
+        let faults = client.endpoint().fault_counters().unwrap();
+        assert!(faults.delayed.load(Ordering::Relaxed) > 0, "{faults}");
+    })
+    .await
+}

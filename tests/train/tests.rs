@@ -98,11 +98,10 @@ fn losses(result: &TrainResult) -> Vec<f64> {
 }
 
 fn final_sha(result: &TrainResult) -> String {
-    let checkpoint = result.checkpoint.as_ref().expect("a final checkpoint");
-    Checkpoint::load(&checkpoint.path)
-        .expect("it loads")
-        .model_sha256()
-        .expect("digest")
+    result
+        .final_parameters_sha256()
+        .expect("the final checkpoint loads")
+        .expect("a final checkpoint")
 }
 
 fn ok(result: &TrainResult) {
