@@ -8,7 +8,9 @@
 //!   for 4 KiB, 1 MiB, 16 MiB and 64 MiB (bus bandwidth; for 2 ranks it
 //!   equals the algorithm bandwidth);
 //! - `recovery`: from a worker's SIGKILL to the first step completed after
-//!   the group is restored from its checkpoint.
+//!   the group is restored from its checkpoint;
+//! - `nccl` (feature `cuda`, on a GPU machine): NCCL allreduce on device
+//!   memory with 1 rank, and with 2 ranks sharing one GPU if NCCL allows.
 //!
 //! ```text
 //! make bench            # or: cargo bench --bench train
@@ -50,6 +52,10 @@ struct Scale {
 }
 
 fn main() -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if let Ok(id) = std::env::var(NCCL_PEER) {
+        return nccl_rank(&id, 1, 2, &sizes(full())).map(drop);
+    }
     if let Some(path) = std::env::var_os(ALLREDUCE_PEER) {
         return allreduce_times(Path::new(&path), 1, &sizes(full())).map(drop);
     }
@@ -83,6 +89,10 @@ fn main() -> Result<()> {
         }
         if selected("recovery") {
             recovery(&scale).await?;
+        }
+        #[cfg(feature = "cuda")]
+        if selected("nccl") {
+            nccl_bandwidth(&scale).await?;
         }
         Ok(())
     });
@@ -425,5 +435,99 @@ async fn recovery(scale: &Scale) -> Result<()> {
         seconds[seconds.len() / 2]
     );
     let _ = std::fs::remove_dir_all(storage());
+    Ok(())
+}
+
+/// Set in the environment of the second NCCL process: the unique id (hex).
+#[cfg(feature = "cuda")]
+const NCCL_PEER: &str = "NIMBUS_BENCH_NCCL_PEER";
+
+/// Seconds per in-place NCCL allreduce (mean) of each size, as `rank` of
+/// `world` on GPU 0, on device memory.
+#[cfg(feature = "cuda")]
+fn nccl_rank(id_hex: &str, rank: usize, world: usize, sizes: &[usize]) -> Result<Vec<f64>> {
+    use cudarc::driver::result as cuda;
+    use nimbus::train::collective::nccl::NcclGroup;
+    let id: Vec<u8> = (0..id_hex.len() / 2)
+        .map(|i| u8::from_str_radix(&id_hex[2 * i..2 * i + 2], 16))
+        .collect::<Result<_, _>>()?;
+    nimbus::train::collective::nccl::probe()?;
+    // SAFETY: device 0's primary context, made current on this thread.
+    unsafe {
+        let device = cuda::device::get(0)?;
+        let context = cuda::primary_ctx::retain(device)?;
+        cuda::ctx::set_current(context)?;
+    }
+    let mut group = NcclGroup::join(&id, rank, world, Duration::from_secs(60))?;
+    let mut times = Vec::new();
+    for &size in sizes {
+        // SAFETY: a fresh device buffer of `size` bytes, freed below.
+        unsafe {
+            let buffer = cuda::malloc_sync(size)?;
+            let n = iterations(size);
+            for _ in 0..(n / 10).max(2) {
+                group.allreduce_mean_device(buffer as *mut f32, size / 4)?;
+            }
+            let start = Instant::now();
+            for _ in 0..n {
+                group.allreduce_mean_device(buffer as *mut f32, size / 4)?;
+            }
+            times.push(start.elapsed().as_secs_f64() / n as f64);
+            cuda::free_sync(buffer)?;
+        }
+    }
+    Ok(times)
+}
+
+/// NCCL allreduce on 1 GPU, and with 2 ranks sharing it (if NCCL allows).
+#[cfg(feature = "cuda")]
+async fn nccl_bandwidth(scale: &Scale) -> Result<()> {
+    use nimbus::train::collective::nccl::unique_id;
+    let sizes = sizes(scale.full);
+    let hex = |id: Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let one = hex(unique_id()?);
+    let sizes_one = sizes.clone();
+    let solo = tokio::task::spawn_blocking(move || nccl_rank(&one, 0, 1, &sizes_one)).await??;
+    for (size, seconds) in sizes.iter().zip(solo) {
+        // One rank: NCCL's bus bandwidth factor 2(n-1)/n is 0; report the
+        // algorithm bandwidth (the in-place copy it does).
+        println!(
+            "nccl_1rank_{}_latency: {:.1} us",
+            label(*size),
+            seconds * 1e6
+        );
+        println!(
+            "nccl_1rank_{}_algbw: {:.2} GB/s",
+            label(*size),
+            *size as f64 / seconds / 1e9
+        );
+    }
+    let two = hex(unique_id()?);
+    let mut peer = Command::new(std::env::current_exe()?)
+        .args(std::env::args().skip(1))
+        .env(NCCL_PEER, &two)
+        .spawn()
+        .context("starting the second NCCL process")?;
+    let sizes_two = sizes.clone();
+    let pair = tokio::task::spawn_blocking(move || nccl_rank(&two, 0, 2, &sizes_two)).await?;
+    let status = peer.wait()?;
+    match pair {
+        Ok(times) if status.success() => {
+            for (size, seconds) in sizes.iter().zip(times) {
+                println!(
+                    "nccl_2ranks_1gpu_{}_latency: {:.1} us",
+                    label(*size),
+                    seconds * 1e6
+                );
+                println!(
+                    "nccl_2ranks_1gpu_{}_busbw: {:.2} GB/s",
+                    label(*size),
+                    *size as f64 / seconds / 1e9
+                );
+            }
+        }
+        Ok(_) => println!("# nccl with 2 ranks on one GPU: the second rank failed ({status})"),
+        Err(e) => println!("# nccl with 2 ranks on one GPU: {e}"),
+    }
     Ok(())
 }

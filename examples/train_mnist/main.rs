@@ -80,6 +80,13 @@ struct Args {
     /// Failures to recover from.
     #[arg(long, default_value_t = 3)]
     max_failures: u32,
+    /// Train on GPUs (one per worker, or --gpus-per-worker); gradients go
+    /// through NCCL when the program is built with `--features cuda`.
+    #[arg(long)]
+    use_gpu: bool,
+    /// GPUs per worker with --use-gpu (0.5: two workers share a GPU).
+    #[arg(long, default_value_t = 1.0)]
+    gpus_per_worker: f64,
     /// Nodes of the local cluster (without --address).
     #[arg(long, default_value_t = 2)]
     nodes: usize,
@@ -144,7 +151,10 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
         .collective_timeout(Duration::from_secs(10))
         .num_to_keep(2)
         .score("test_accuracy", ScoreOrder::Max);
-    let scaling = ScalingConfig::workers(args.workers).placement(PlacementStrategy::Spread);
+    let mut scaling = ScalingConfig::workers(args.workers).placement(PlacementStrategy::Spread);
+    if args.use_gpu {
+        scaling = scaling.use_gpu(true).gpus_per_worker(args.gpus_per_worker);
+    }
     println!(
         "run {} with {} worker(s), cluster at {}",
         run.run_dir().display(),

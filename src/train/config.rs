@@ -55,9 +55,12 @@ pub struct ScalingConfig {
 /// The collective backend of a training group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CollectiveBackend {
-    /// Shared memory when every worker is on one host, else the network.
+    /// NCCL for GPU workers (`use_gpu`); else shared memory when every
+    /// worker is on one host, else the network.
     #[default]
     Auto,
+    /// NCCL (feature `cuda`; GPU workers).
+    Nccl,
     /// Shared memory (every worker must be on one host).
     SharedMemory,
     /// Ring collectives over actor messages (QUIC), on any hosts.
@@ -84,9 +87,16 @@ impl ScalingConfig {
         }
     }
 
-    /// One GPU per worker.
+    /// One GPU per worker (unless [`gpus_per_worker`](Self::gpus_per_worker)
+    /// says otherwise).
     pub fn use_gpu(mut self, use_gpu: bool) -> Self {
         self.use_gpu = use_gpu;
+        self
+    }
+
+    /// GPUs per worker: a fraction puts several workers on one GPU.
+    pub fn gpus_per_worker(mut self, gpus: f64) -> Self {
+        self.resources_per_worker.set(crate::cluster::GPU, gpus);
         self
     }
 
@@ -111,7 +121,7 @@ impl ScalingConfig {
     /// What one worker's bundle reserves.
     pub fn bundle(&self) -> ResourceSet {
         let mut bundle = self.resources_per_worker.clone();
-        if self.use_gpu && bundle.amount(crate::cluster::GPU) < 1.0 {
+        if self.use_gpu && bundle.amount(crate::cluster::GPU) <= 0.0 {
             bundle.set(crate::cluster::GPU, 1.0);
         }
         bundle

@@ -328,6 +328,21 @@ impl TrainContext {
         if self.ranks.world_size == 1 {
             return self.check_abort();
         }
+        // On the device, where the backend can (NCCL on GPU tensors).
+        let gradients: Vec<Tensor> = model
+            .params
+            .iter()
+            .map(|(_, p)| p.grad())
+            .filter(Tensor::defined)
+            .collect();
+        self.check_abort()?;
+        if let Some(result) = self.collective.allreduce_mean_tensors(&gradients) {
+            self.progress.step();
+            return result.map_err(|e| match e {
+                CollectiveError::Aborted(reason) => TrainError::Aborted(reason),
+                e => TrainError::Collective(e),
+            });
+        }
         self.flatten(model, Tensor::grad)?;
         self.collective_op(|c, flat| c.allreduce_mean(flat))?;
         self.unflatten(model, Tensor::grad)

@@ -112,7 +112,7 @@ mod trainer {
 
     use super::supervisor::{Fit, RunPlan, TrainEvent, TrainObserver, TrainerSupervisor};
     use super::worker::{
-        AbortTraining, CollectiveChunk, PollTraining, StartTraining, TrainerWorker,
+        AbortTraining, CollectiveChunk, NcclUniqueId, PollTraining, StartTraining, TrainerWorker,
     };
     use super::{RunConfig, ScalingConfig, TrainContext, TrainError, TrainResult};
     use crate::actor::{Registry, Wire};
@@ -156,6 +156,7 @@ mod trainer {
                 .message::<TrainerWorker, PollTraining>()
                 .message::<TrainerWorker, AbortTraining>()
                 .message::<TrainerWorker, CollectiveChunk>()
+                .message::<TrainerWorker, NcclUniqueId>()
                 .insert_train_loop(L::NAME, entry::<L>())
         }
     }

@@ -31,7 +31,8 @@ use super::context::Ranks;
 use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport, WorkerEvent};
 use super::worker::{
-    self, AbortTraining, Assignment, GroupSpec, PollTraining, StartTraining, TrainerWorker,
+    self, AbortTraining, Assignment, GroupSpec, NcclUniqueId, PollTraining, StartTraining,
+    TrainerWorker,
 };
 use super::{
     CollectiveBackend, LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult,
@@ -713,11 +714,34 @@ async fn launch(
         peers: handles.clone(),
         timeout_ms,
     };
-    assignment.group = Some(match plan.scaling.collective {
-        CollectiveBackend::Auto if hosts == 1 && n <= MAX_WORLD => shared_memory,
-        CollectiveBackend::Auto | CollectiveBackend::Network => network,
-        CollectiveBackend::SharedMemory if hosts == 1 && n <= MAX_WORLD => shared_memory,
-        CollectiveBackend::SharedMemory => {
+    let backend = match plan.scaling.collective {
+        CollectiveBackend::Auto if plan.scaling.use_gpu => CollectiveBackend::Nccl,
+        CollectiveBackend::Auto if hosts == 1 && n <= MAX_WORLD => CollectiveBackend::SharedMemory,
+        CollectiveBackend::Auto => CollectiveBackend::Network,
+        chosen => chosen,
+    };
+    assignment.group = Some(match backend {
+        CollectiveBackend::Nccl => {
+            // Rank 0 makes the communicator's id; a program or machine
+            // without NCCL fails here, clearly and for good.
+            let id = match handles[0].send(NcclUniqueId).await {
+                Ok(Ok(id)) => id,
+                Ok(Err(e)) => {
+                    stop_workers(links, Some(group), seen_events, "no NCCL".into()).await;
+                    return Err(TrainError::Config(format!(
+                        "cannot form an NCCL group: {e}"
+                    )));
+                }
+                Err(e) => {
+                    stop_workers(links, Some(group), seen_events, "unreachable".into()).await;
+                    return Err(e.into());
+                }
+            };
+            GroupSpec::Nccl { id, timeout_ms }
+        }
+        CollectiveBackend::Network => network,
+        _ if hosts == 1 && n <= MAX_WORLD => shared_memory,
+        _ => {
             stop_workers(links, Some(group), seen_events, "unsupported".into()).await;
             return Err(TrainError::Config(format!(
                 "the shared-memory collective needs every worker on one host (and at most {MAX_WORLD}); these {n} landed on {hosts} hosts"

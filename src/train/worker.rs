@@ -33,6 +33,14 @@ pub enum GroupSpec {
         /// Deadline of each collective operation, in milliseconds.
         timeout_ms: u64,
     },
+    /// Through NCCL (GPU workers, feature `cuda`).
+    Nccl {
+        /// The communicator's unique id, made by rank 0.
+        #[serde(with = "serde_bytes")]
+        id: Vec<u8>,
+        /// Deadline of each collective operation, in milliseconds.
+        timeout_ms: u64,
+    },
     /// Through actor messages to each other's `TrainerWorker` (QUIC).
     Network {
         /// Every rank's worker, by rank.
@@ -118,6 +126,9 @@ impl Handler<CollectiveChunk> for TrainerWorker {
 enum GroupAbortHandle {
     SharedMemory(GroupAbort),
     Network(Sender<Delivery>),
+    /// NCCL: the communicator is aborted at its next wait.
+    #[cfg(feature = "cuda")]
+    Flag(Arc<std::sync::atomic::AtomicBool>),
 }
 
 impl GroupAbortHandle {
@@ -125,7 +136,29 @@ impl GroupAbortHandle {
         match self {
             GroupAbortHandle::SharedMemory(group) => group.abort(reason),
             GroupAbortHandle::Network(inbox) => NetworkGroup::abort(inbox, reason),
+            #[cfg(feature = "cuda")]
+            GroupAbortHandle::Flag(flag) => flag.store(true, std::sync::atomic::Ordering::Release),
         }
+    }
+}
+
+/// A new NCCL unique id, made by rank 0 for its group.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<Vec<u8>, String>")]
+pub struct NcclUniqueId;
+
+impl RemoteMessage for NcclUniqueId {
+    const NAME: &'static str = "nimbus.train.NcclUniqueId";
+}
+
+impl Handler<NcclUniqueId> for TrainerWorker {
+    type Result = Result<Vec<u8>, String>;
+
+    fn handle(&mut self, _: NcclUniqueId, _: &mut Context<Self>) -> Self::Result {
+        #[cfg(feature = "cuda")]
+        return super::collective::nccl::unique_id().map_err(|e| e.to_string());
+        #[cfg(not(feature = "cuda"))]
+        Err("this program was built without the `cuda` feature: no NCCL".into())
     }
 }
 
@@ -133,6 +166,7 @@ impl GroupAbortHandle {
 enum GroupLink {
     Solo,
     SharedMemory,
+    Nccl,
     Network {
         send: SendChunk,
         incoming: Receiver<Delivery>,
@@ -172,6 +206,7 @@ impl Handler<StartTraining> for TrainerWorker {
         let link = match &assignment.group {
             None => GroupLink::Solo,
             Some(GroupSpec::SharedMemory { .. }) => GroupLink::SharedMemory,
+            Some(GroupSpec::Nccl { .. }) => GroupLink::Nccl,
             Some(GroupSpec::Network { peers, .. }) => {
                 let incoming = self
                     .inbox_receiver
@@ -314,6 +349,9 @@ fn run_worker(
                 *group_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(abort);
                 Box::new(group)
             }
+            (GroupLink::Nccl, Some(GroupSpec::Nccl { id, timeout_ms })) => {
+                join_nccl(id, &assignment, *timeout_ms, &progress, &group_slot)?
+            }
             (GroupLink::Solo, None) => Box::new(SoloGroup),
             _ => {
                 return Err(TrainError::Config(
@@ -324,6 +362,43 @@ fn run_worker(
         run_loop(&run, &assignment, collective, progress.clone())
     })();
     progress.finish(outcome.map_err(|e| e.to_string()));
+}
+
+/// Joins an NCCL group on this thread (its device is the worker's GPU).
+#[cfg(feature = "cuda")]
+fn join_nccl(
+    id: &[u8],
+    assignment: &Assignment,
+    timeout_ms: u64,
+    progress: &Progress,
+    group_slot: &Mutex<Option<GroupAbortHandle>>,
+) -> Result<Box<dyn Collective>, TrainError> {
+    let group = super::collective::nccl::NcclGroup::join(
+        id,
+        assignment.ranks.world_rank,
+        assignment.ranks.world_size,
+        Duration::from_millis(timeout_ms),
+    )?;
+    let abort = GroupAbortHandle::Flag(group.abort_flag());
+    if let Some(reason) = progress.aborted() {
+        abort.abort(&reason);
+    }
+    *group_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(abort);
+    Ok(Box::new(group))
+}
+
+/// Without the `cuda` feature there is no NCCL.
+#[cfg(not(feature = "cuda"))]
+fn join_nccl(
+    _: &[u8],
+    _: &Assignment,
+    _: u64,
+    _: &Progress,
+    _: &Mutex<Option<GroupAbortHandle>>,
+) -> Result<Box<dyn Collective>, TrainError> {
+    Err(TrainError::Config(
+        "this program was built without the `cuda` feature: no NCCL".into(),
+    ))
 }
 
 /// Runs the loop of `assignment` with `collective`, on the calling thread:

@@ -38,6 +38,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("three_workers_over_the_network_collective", |d| {
         boxed(three_workers_over_the_network_collective(d))
     }),
+    ("nccl_without_nccl_fails_clearly", |d| {
+        boxed(nccl_without_nccl_fails_clearly(d))
+    }),
     ("parameter_aggregator_in_a_worker_process", |d| {
         boxed(parameter_aggregator_in_a_worker_process(d))
     }),
@@ -453,6 +456,25 @@ async fn local_mode_and_resume_of_a_finished_run(_: &mut nimbus::Driver) {
     assert!(
         error.contains("cannot resume") && error.contains("/nonexistent/checkpoint"),
         "{error}"
+    );
+}
+
+async fn nccl_without_nccl_fails_clearly(_: &mut nimbus::Driver) {
+    let started = Instant::now();
+    let scaling = ScalingConfig::workers(2).collective(CollectiveBackend::Nccl);
+    let (result, _) = fit(small(5), scaling, run_config("nccl")).await;
+    let error = result.error.expect("no NCCL here").to_string();
+    assert!(error.contains("cannot form an NCCL group"), "{error}");
+    assert!(
+        error.contains("without the `cuda` feature")
+            || error.contains("libcuda")
+            || error.contains("NCCL not found"),
+        "names what is missing: {error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
     );
 }
 

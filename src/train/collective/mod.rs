@@ -19,6 +19,8 @@
 //! assert_eq!(values, [1.0, 2.0]);
 //! ```
 
+#[cfg(feature = "cuda")]
+pub mod nccl;
 mod network;
 mod shared_memory;
 
@@ -65,6 +67,17 @@ pub trait Collective: Send {
     fn broadcast(&mut self, values: &mut [f32], root: usize) -> Result<(), CollectiveError>;
     /// Returns once every rank has called it.
     fn barrier(&mut self) -> Result<(), CollectiveError>;
+
+    /// Replaces every tensor with its mean over the group on the tensors'
+    /// own (device) memory, if this backend can; `None` when it cannot, and
+    /// the caller goes through host buffers instead.
+    #[cfg(feature = "torch")]
+    fn allreduce_mean_tensors(
+        &mut self,
+        _tensors: &[tch::Tensor],
+    ) -> Option<Result<(), CollectiveError>> {
+        None
+    }
 }
 
 /// The group of one: every operation is the identity. Used when training
