@@ -64,6 +64,46 @@ impl Default for InitOptions {
     }
 }
 
+impl InitOptions {
+    /// A local cluster of `--nodes N` nodes when the command line says so,
+    /// else of `default_nodes`. (`init` runs before a program parses its
+    /// arguments, since a worker process must never parse them.)
+    pub fn from_args(default_nodes: usize) -> Self {
+        let local_nodes = flag("--nodes")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(default_nodes);
+        InitOptions { local_nodes }
+    }
+}
+
+/// The command-line flags `init` reads, for a program's own clap parser
+/// (`#[command(flatten)]`), so `--help` lists them and parsing accepts them.
+///
+/// ```
+/// use clap::Parser;
+/// #[derive(Parser)]
+/// struct Args {
+///     #[command(flatten)]
+///     cluster: nimbus::ClusterArgs,
+///     #[arg(long, default_value_t = 3)]
+///     epochs: u32,
+/// }
+/// let args = Args::parse_from(["prog", "--nodes", "3", "--epochs", "5"]);
+/// assert_eq!((args.cluster.nodes, args.epochs), (3, 5));
+/// ```
+#[derive(clap::Args, Clone, Debug)]
+pub struct ClusterArgs {
+    /// Nodes of the local cluster started when no --address is given.
+    #[arg(long, default_value_t = 2)]
+    pub nodes: usize,
+    /// A running cluster's head, HOST:PORT (also NIMBUS_ADDRESS).
+    #[arg(long)]
+    pub address: Option<String>,
+    /// The cluster's token (also NIMBUS_TOKEN).
+    #[arg(long)]
+    pub token: Option<String>,
+}
+
 /// A user program's link to its cluster.
 pub struct Driver {
     registry: Arc<Registry>,

@@ -49,7 +49,7 @@ pub mod transport;
 pub mod wire;
 mod worker;
 
-pub use driver::{init, init_with, Driver, InitError, InitOptions};
+pub use driver::{init, init_with, ClusterArgs, Driver, InitError, InitOptions};
 
 /// The libtorch bindings nimbus is built against, so training code uses the
 /// same version.

@@ -87,26 +87,15 @@ struct Args {
     /// GPUs per worker with --use-gpu (0.5: two workers share a GPU).
     #[arg(long, default_value_t = 1.0)]
     gpus_per_worker: f64,
-    /// Nodes of the local cluster (without --address).
-    #[arg(long, default_value_t = 2)]
-    nodes: usize,
-    /// A running cluster's head (also NIMBUS_ADDRESS); read by nimbus::init.
-    #[arg(long)]
-    address: Option<String>,
-    /// The cluster's token (also NIMBUS_TOKEN); read by nimbus::init.
-    #[arg(long)]
-    token: Option<String>,
+    /// Where the cluster is (read by nimbus::init).
+    #[command(flatten)]
+    cluster: nimbus::ClusterArgs,
 }
 
 fn main() -> Result<()> {
     let registry = Registry::new().train_loop::<MnistLoop>();
     // Worker processes run this binary too: there, init never returns.
-    let nodes = std::env::args()
-        .skip_while(|a| a != "--nodes")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(2);
-    let mut driver = nimbus::init_with(registry, nimbus::InitOptions { local_nodes: nodes })?;
+    let mut driver = nimbus::init_with(registry, nimbus::InitOptions::from_args(2))?;
     let args = Args::parse();
     let system = actix::System::new();
     let result = system.block_on(run(&mut driver, args));

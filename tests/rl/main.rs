@@ -4,10 +4,12 @@
 //! local cluster.
 //!
 //! No libtest harness (a worker must reach `nimbus::init` first): `main`
-//! runs every test in turn under a deadline.
+//! runs every test in turn under a deadline (`tests/common/harness.rs`).
 
 #[path = "../../examples/rl_cartpole/cartpole.rs"]
 mod cartpole;
+#[path = "../common/harness.rs"]
+mod harness;
 #[path = "../../examples/rl_cartpole/learner_group.rs"]
 mod learner_group;
 #[path = "../../examples/rl_cartpole/ppo.rs"]
@@ -17,74 +19,32 @@ mod runner;
 #[path = "../../examples/rl_cartpole/training.rs"]
 mod training;
 
-use std::panic::AssertUnwindSafe;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::FutureExt;
+use harness::{boxed, Test};
 use training::Settings;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
-/// A test that runs on the driver's actix system.
-type AsyncTest = fn() -> futures::future::LocalBoxFuture<'static, ()>;
+const ALL: &[(&str, Test)] = &[
+    ("cartpole_dynamics_match_gymnasium", |_| {
+        boxed(async { cartpole_dynamics_match_gymnasium() })
+    }),
+    ("ppo_on_two_runners_improves_the_mean_return", |_| {
+        boxed(ppo_improves())
+    }),
+    ("a_learner_group_of_two_improves_it_too", |_| {
+        boxed(learner_group_improves())
+    }),
+    ("a_killed_runner_is_replaced", |_| {
+        boxed(killed_runner_is_replaced())
+    }),
+];
 
 fn main() {
     let driver = nimbus::init_with(runner::registry(), nimbus::InitOptions { local_nodes: 2 })
         .expect("a local cluster starts");
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let selected =
-        |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
-    let mut failed = Vec::new();
-    if selected("cartpole_dynamics_match_gymnasium") {
-        let outcome = std::panic::catch_unwind(cartpole_dynamics_match_gymnasium);
-        println!(
-            "test cartpole_dynamics_match_gymnasium ... {}",
-            if outcome.is_ok() { "ok" } else { "FAILED" }
-        );
-        if outcome.is_err() {
-            failed.push("cartpole_dynamics_match_gymnasium");
-        }
-    }
-    let system = actix::System::new();
-    system.block_on(async {
-        driver.connect().await.expect("the driver connects");
-        let tests: [(&str, AsyncTest); 3] = [
-            ("ppo_on_two_runners_improves_the_mean_return", || {
-                ppo_improves().boxed_local()
-            }),
-            ("a_learner_group_of_two_improves_it_too", || {
-                learner_group_improves().boxed_local()
-            }),
-            ("a_killed_runner_is_replaced", || {
-                killed_runner_is_replaced().boxed_local()
-            }),
-        ];
-        for (name, test) in tests {
-            if !selected(name) {
-                continue;
-            }
-            let started = Instant::now();
-            let run = AssertUnwindSafe(tokio::time::timeout(DEADLINE, test())).catch_unwind();
-            let outcome = match run.await {
-                Ok(Ok(())) => "ok",
-                Ok(Err(_)) => "TIMED OUT",
-                Err(_) => "FAILED",
-            };
-            println!("test {name} ... {outcome} ({:.1?})", started.elapsed());
-            if outcome != "ok" {
-                failed.push(name);
-            }
-        }
-    });
-    drop(driver);
-    if !failed.is_empty() {
-        eprintln!("failed: {failed:?}");
-        std::process::exit(1);
-    }
-    println!("test result: ok");
+    harness::run(driver, ALL, DEADLINE)
 }
 
 /// Next states from Gymnasium 1.4.0's CartPole-v1 (`env.unwrapped.state`

@@ -1,0 +1,60 @@
+//! The test runner of the user-program test binaries (`tests/actors`,
+//! `tests/train`, `tests/rl`): they have no libtest harness, because a
+//! worker process started from the binary must reach `nimbus::init` first.
+//! `run` executes every test in turn under a deadline on the driver's actix
+//! system, prints libtest-like lines, and exits non-zero if any failed.
+//! Arguments that do not start with `-` select tests by substring.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+
+/// One test: an async function of the connected driver.
+pub type Test = fn(&mut nimbus::Driver) -> Pin<Box<dyn Future<Output = ()> + '_>>;
+
+/// Boxes a test body.
+pub fn boxed<'a>(test: impl Future<Output = ()> + 'a) -> Pin<Box<dyn Future<Output = ()> + 'a>> {
+    Box::pin(test)
+}
+
+/// Connects `driver`, runs the selected `tests`, each within `deadline`,
+/// then exits with the outcome.
+pub fn run(mut driver: nimbus::Driver, tests: &[(&str, Test)], deadline: Duration) -> ! {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let system = actix::System::new();
+    let failed = system.block_on(async {
+        driver.connect().await.expect("the driver connects");
+        let mut failed = Vec::new();
+        for (name, test) in tests {
+            if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+                continue;
+            }
+            let started = Instant::now();
+            let run =
+                AssertUnwindSafe(tokio::time::timeout(deadline, test(&mut driver))).catch_unwind();
+            let outcome = match run.await {
+                Ok(Ok(())) => "ok",
+                Ok(Err(_)) => "TIMED OUT",
+                Err(_) => "FAILED",
+            };
+            println!("test {name} ... {outcome} ({:.1?})", started.elapsed());
+            if outcome != "ok" {
+                failed.push(*name);
+            }
+        }
+        failed
+    });
+    drop(driver);
+    if !failed.is_empty() {
+        eprintln!("failed: {failed:?}");
+        std::process::exit(1);
+    }
+    println!("test result: ok");
+    std::process::exit(0)
+}
