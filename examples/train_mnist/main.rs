@@ -298,6 +298,10 @@ impl Progress {
                 bar,
                 format!("injected fault: {fault} on {target} at {trigger}"),
             ),
+            TrainEvent::Rescaling { from, to } => say(
+                bar,
+                format!("resources are back: growing from {from} to {to} workers"),
+            ),
             TrainEvent::Failed { attempt, reason } => {
                 self.failed_at = Some(Instant::now());
                 self.recovering = true;

@@ -352,7 +352,10 @@ impl LocalCluster {
         self.kill(index)?;
         let node = &self.nodes[index];
         let mut args = node.args.clone();
-        args.extend(["--port".to_string(), node.address.port().to_string()]);
+        // A node restarted before already carries its port.
+        if !args.iter().any(|a| a == "--port") {
+            args.extend(["--port".to_string(), node.address.port().to_string()]);
+        }
         let name = node.name.clone();
         let restarted = self.spawn(&name, args, &[], false)?;
         self.nodes[index] = restarted;

@@ -93,6 +93,14 @@ pub enum TrainEvent {
         /// What fired it (`step N`).
         trigger: String,
     },
+    /// An elastic run is restarting with a different number of workers
+    /// (resources came back).
+    Rescaling {
+        /// Workers now.
+        from: usize,
+        /// Workers it restarts with.
+        to: usize,
+    },
     /// An attempt failed; the group is being torn down.
     Failed {
         /// The attempt.
@@ -219,6 +227,11 @@ impl TrainerSupervisor {
                 launched.seen_events,
             ));
         }
+        if let WorkerCount::Elastic { max, .. } = self.plan.scaling.workers {
+            if launched.world_size < max {
+                tokio::spawn(watch_for_room(me.clone(), id, launched.seen_events));
+            }
+        }
         self.attempt = Some(Attempt {
             id,
             links: launched.links,
@@ -281,6 +294,12 @@ impl TrainerSupervisor {
             };
             return self.complete(Some(error), ctx);
         }
+        self.restart(ctx);
+    }
+
+    /// Starts the next attempt from the newest checkpoint that verifies.
+    fn restart(&mut self, ctx: &mut Context<Self>) {
+        self.attempt = None;
         self.restarts += 1;
         let latest = self.reporter.send(Latest);
         ctx.spawn(latest.into_actor(self).map(|latest, act, ctx| {
@@ -449,6 +468,76 @@ impl Actor for TrainerSupervisor {
         let every = (self.plan.run.progress_timeout / 4)
             .clamp(Duration::from_millis(100), Duration::from_secs(1));
         ctx.run_interval(every, |act, ctx| act.check_progress(ctx));
+    }
+}
+
+/// A node joined while an elastic run is below its maximum.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct NodeJoined(u64);
+
+impl Handler<NodeJoined> for TrainerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, NodeJoined(id): NodeJoined, ctx: &mut Context<Self>) {
+        let WorkerCount::Elastic { max, .. } = self.plan.scaling.workers else {
+            return;
+        };
+        let Some(attempt) = self.current(id) else {
+            return;
+        };
+        let extra = max.saturating_sub(attempt.links.len());
+        if extra == 0 {
+            return;
+        }
+        // Room for the missing workers? Reserve it for a moment to find out.
+        let plan = self.plan.clone();
+        let probe = async move {
+            let bundles = vec![plan.scaling.bundle(); extra];
+            match PlacementGroup::create(bundles, plan.scaling.placement, ELASTIC_TRY).await {
+                Ok(group) => {
+                    let _ = group.remove().await;
+                    true
+                }
+                Err(_) => false,
+            }
+        };
+        ctx.spawn(probe.into_actor(self).map(move |room, act, ctx| {
+            let Some(attempt) = act.current(id) else {
+                return;
+            };
+            if !room {
+                return;
+            }
+            attempt.ending = true;
+            let n = attempt.links.len();
+            tracing::info!(
+                "elastic run: room for {max} workers again; restarting from the latest checkpoint"
+            );
+            act.tell(TrainEvent::Rescaling { from: n, to: max });
+            let teardown = act.teardown("growing the group");
+            ctx.spawn(teardown.into_actor(act).map(|_, act, ctx| act.restart(ctx)));
+        }));
+    }
+}
+
+/// Tells the supervisor of every node that joins, until the attempt ends
+/// (its messages are then ignored) or the head is lost.
+async fn watch_for_room(me: Addr<TrainerSupervisor>, id: u64, mut after: u64) {
+    let Some(context) = ProcessContext::current() else {
+        return;
+    };
+    while me.connected() {
+        let Ok(events) = context.events(after, Duration::from_secs(30)).await else {
+            return;
+        };
+        after = events.last().map_or(after, |e| e.seq);
+        let joined = events
+            .iter()
+            .any(|e| matches!(e.kind, crate::cluster::ClusterEventKind::NodeJoined { .. }));
+        if joined && me.send(NodeJoined(id)).await.is_err() {
+            return;
+        }
     }
 }
 

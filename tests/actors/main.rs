@@ -34,5 +34,5 @@ fn main() {
     }
     let driver = nimbus::init_with(fixtures::registry(), nimbus::InitOptions { local_nodes: 3 })
         .expect("a local cluster starts");
-    harness::run(driver, tests::ALL, DEADLINE)
+    harness::run(driver, tests::ALL, DEADLINE, || {})
 }

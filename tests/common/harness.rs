@@ -21,8 +21,13 @@ pub fn boxed<'a>(test: impl Future<Output = ()> + 'a) -> Pin<Box<dyn Future<Outp
 }
 
 /// Connects `driver`, runs the selected `tests`, each within `deadline`,
-/// then exits with the outcome.
-pub fn run(mut driver: nimbus::Driver, tests: &[(&str, Test)], deadline: Duration) -> ! {
+/// calls `cleanup` (whatever the outcome), then exits with the outcome.
+pub fn run(
+    mut driver: nimbus::Driver,
+    tests: &[(&str, Test)],
+    deadline: Duration,
+    cleanup: impl FnOnce(),
+) -> ! {
     let filter: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -51,6 +56,7 @@ pub fn run(mut driver: nimbus::Driver, tests: &[(&str, Test)], deadline: Duratio
         failed
     });
     drop(driver);
+    cleanup();
     if !failed.is_empty() {
         eprintln!("failed: {failed:?}");
         std::process::exit(1);

@@ -44,7 +44,7 @@ const ALL: &[(&str, Test)] = &[
 fn main() {
     let driver = nimbus::init_with(runner::registry(), nimbus::InitOptions { local_nodes: 2 })
         .expect("a local cluster starts");
-    harness::run(driver, ALL, DEADLINE)
+    harness::run(driver, ALL, DEADLINE, || {})
 }
 
 /// Next states from Gymnasium 1.4.0's CartPole-v1 (`env.unwrapped.state`

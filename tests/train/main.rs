@@ -25,5 +25,8 @@ fn main() {
         .parameter_aggregator();
     let driver = nimbus::init_with(registry, nimbus::InitOptions { local_nodes: 3 })
         .expect("a local cluster starts");
-    harness::run(driver, tests::ALL, DEADLINE)
+    // Checkpoints of every run go under one directory, removed at the end.
+    harness::run(driver, tests::ALL, DEADLINE, || {
+        let _ = std::fs::remove_dir_all(tests::storage());
+    })
 }

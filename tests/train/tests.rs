@@ -68,7 +68,8 @@ fn small(max_steps: u64) -> MnistConfig {
     }
 }
 
-fn storage() -> PathBuf {
+/// Where this test process's runs store checkpoints.
+pub fn storage() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("nimbus-train-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("storage dir");
     dir
@@ -492,35 +493,79 @@ async fn more_gpus_than_exist_fails_fast(_: &mut nimbus::Driver) {
 }
 
 async fn elastic_run_continues_with_fewer_workers_after_node_loss(driver: &mut nimbus::Driver) {
-    // 3 workers, one per node; node 2 is killed after the first reports.
+    // 3 workers, one per node: node 2 is killed after the first reports,
+    // the run goes on with 2; node 2 is started again, the run grows back
+    // to 3 (from its latest checkpoint) and finishes with 3.
     let config = MnistConfig {
-        max_steps: Some(60),
-        epochs: 3,
-        ..small(60)
+        epochs: 30,
+        ..small(300)
     };
     let scaling = ScalingConfig::elastic(2, 3).placement(PlacementStrategy::StrictSpread);
     let run = run_config("elastic").max_failures(3);
-    let (kill, mut killed) = tokio::sync::mpsc::unbounded_channel();
+    let (tell, mut told) = tokio::sync::mpsc::unbounded_channel();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let (mut killed, mut restarted) = (false, false);
     let trainer = Trainer::<MnistLoop>::new(config, scaling, run).on_event(move |e| {
-        if let TrainEvent::Reported { index: 3, .. } = e {
-            let _ = kill.send(());
+        record.lock().unwrap().push(e.clone());
+        match e {
+            // Once each: a restart from the start reports step 3 again.
+            TrainEvent::Reported { index: 3, .. } if !killed => {
+                killed = true;
+                let _ = tell.send("kill");
+            }
+            TrainEvent::Started { workers: 2, .. } if !restarted => {
+                restarted = true;
+                let _ = tell.send("restart");
+            }
+            _ => {}
         }
     });
     let training = trainer.fit();
     tokio::pin!(training);
-    let result = tokio::select! {
-        result = &mut training => result,
-        _ = killed.recv() => {
-            let cluster = driver.local_cluster().expect("a local cluster");
-            cluster.kill(2).expect("node 2 is killed");
-            training.await
+    let result = loop {
+        tokio::select! {
+            result = &mut training => break result,
+            Some(what) = told.recv() => {
+                let cluster = driver.local_cluster().expect("a local cluster");
+                match what {
+                    "kill" => cluster.kill(2).expect("node 2 is killed"),
+                    _ => cluster.restart(2).expect("node 2 comes back"),
+                }
+            }
         }
     };
     ok(&result);
-    assert!(result.restarts >= 1, "restarted after the node loss");
-    assert_eq!(result.workers, 2, "continued with the 2 workers that fit");
-    let cluster = driver.local_cluster().expect("a local cluster");
-    cluster.restart(2).expect("node 2 comes back");
+    let events = seen.lock().unwrap().clone();
+    let sizes: Vec<usize> = events
+        .iter()
+        .filter_map(|e| match e {
+            TrainEvent::Started { workers, .. } => Some(*workers),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sizes.first(), Some(&3), "started with 3: {sizes:?}");
+    assert!(
+        sizes.contains(&2),
+        "went on with 2 after the node loss: {sizes:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, TrainEvent::Rescaling { from: 2, to: 3 })),
+        "grew back: {sizes:?}"
+    );
+    let failures: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            TrainEvent::Failed { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        result.workers, 3,
+        "finished with 3: {sizes:?}, failures {failures:?}"
+    );
 }
 
 async fn parameter_aggregator_in_a_worker_process(_: &mut nimbus::Driver) {
