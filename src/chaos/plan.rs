@@ -63,6 +63,12 @@ pub enum FaultAction {
         /// Which node.
         node: NodeTarget,
     },
+    /// SIGKILL the worker process of the live actor with this unique name
+    /// (it restarts per its policy).
+    KillActor {
+        /// The actor's name.
+        actor: String,
+    },
 }
 
 /// A node, by name, or chosen from the seed among the non-head nodes.
@@ -101,7 +107,7 @@ pub struct ResolvedFault {
     pub at: Duration,
     /// What.
     pub action: FaultAction,
-    /// The node's index in the cluster.
+    /// The node's index in the cluster (node faults).
     pub node: usize,
 }
 
@@ -178,6 +184,14 @@ impl ChaosPlan {
                     FaultAction::KillNode { node }
                     | FaultAction::StopNode { node, .. }
                     | FaultAction::RestartNode { node } => node,
+                    // Not a node fault: the actor is found when it fires.
+                    FaultAction::KillActor { .. } => {
+                        return Ok(ResolvedFault {
+                            at: Duration::from_millis(fault.at_ms),
+                            action: fault.action.clone(),
+                            node: 0,
+                        })
+                    }
                 };
                 let node = match target {
                     NodeTarget::Named(name) => {

@@ -9,8 +9,11 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
 use crate::client::{ClientError, ClusterClient};
-use crate::cluster::{ActorId, ClusterEvent, ClusterEventKind, NodeState};
+use crate::cluster::{
+    ActorId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
+};
 use crate::local::{LocalCluster, LocalClusterError};
+use crate::node::workers::WORKER_ARG;
 
 use super::{ChaosPlan, FaultAction, ResolvedFault, Timeline, TimelineEntry};
 
@@ -125,6 +128,10 @@ impl Run {
             tokio::select! {
                 _ = sleep_until(next_at), if next_at.is_some() => {
                     let (at, step) = steps.remove(0);
+                    if let Step::Fault(ResolvedFault { action: FaultAction::KillActor { actor }, at, .. }) = &step {
+                        self.kill_actor(client, actor, *at).await;
+                        continue;
+                    }
                     if let Some(observe) = self.apply(cluster, at, step, &mut steps)? {
                         observations.push(observe_recovery(client, observe.0, observe.1, Instant::now(), self.deadline).boxed());
                     }
@@ -176,6 +183,11 @@ impl Run {
                             Some(Expect::Rejoined { before }),
                         )
                     }
+                    FaultAction::KillActor { .. } => {
+                        return Err(ChaosError::Plan(
+                            "an actor fault reached the node faults".into(),
+                        ))
+                    }
                 };
                 self.timeline.entries.push(TimelineEntry::Injected {
                     fault: label,
@@ -200,6 +212,46 @@ impl Run {
 
     /// Records actor faults (deaths whose reason names the chaos plan) and
     /// the restarts that follow them.
+    /// SIGKILLs the worker process of the actor named `name` (found through
+    /// the head; local clusters run every worker on this machine).
+    async fn kill_actor(&mut self, client: &ClusterClient, name: &str, planned: Duration) {
+        let now = Instant::now();
+        let record = match client
+            .call(&ControlRequest::LookupName(name.to_string()))
+            .await
+        {
+            Ok(ControlReply::Actor(Some(record))) if record.dead.is_none() => *record,
+            _ => {
+                self.timeline.entries.push(TimelineEntry::NotRecovered {
+                    what: format!("kill_actor at after={}ms", planned.as_millis()),
+                    node: name.to_string(),
+                    detail: "no live actor has that name".into(),
+                });
+                return;
+            }
+        };
+        match worker_pid(record.actor) {
+            Some(pid) => {
+                // SAFETY: plain syscall; the pid is a live nimbus worker.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+                self.dying.insert(record.actor, now);
+                self.timeline.entries.push(TimelineEntry::Injected {
+                    fault: "kill_actor".into(),
+                    target: name.to_string(),
+                    trigger: format!("after={}ms", planned.as_millis()),
+                    at_ms: (now - self.start).as_millis() as u64,
+                });
+            }
+            None => self.timeline.entries.push(TimelineEntry::NotRecovered {
+                what: format!("kill_actor at after={}ms", planned.as_millis()),
+                node: name.to_string(),
+                detail: "its worker process is not on this machine".into(),
+            }),
+        }
+    }
+
     /// The plan's packet rules, as faults injected into the workload's
     /// socket from its start.
     fn record_packet_faults(&mut self, plan: &ChaosPlan) {
@@ -335,4 +387,20 @@ async fn sleep_until(at: Option<Instant>) {
     if let Some(at) = at {
         tokio::time::sleep_until(at.into()).await;
     }
+}
+
+/// The pid of the worker process hosting `actor` on this machine, from
+/// `/proc/*/cmdline` (`nimbus-worker --job J --actor ID`).
+fn worker_pid(actor: ActorId) -> Option<i32> {
+    let needle = format!("--actor\0{actor}");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            (cmdline.contains(WORKER_ARG) && cmdline.contains(&needle))
+                .then(|| entry.file_name().to_str()?.parse().ok())
+                .flatten()
+        })
 }

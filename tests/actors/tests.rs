@@ -67,6 +67,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("actors_of_a_lost_node_are_reported_dead", |d| {
         boxed(actors_of_a_lost_node_are_reported_dead(d))
     }),
+    ("a_named_actor_is_killed_at_a_planned_time", |d| {
+        boxed(a_named_actor_is_killed_at_a_planned_time(d))
+    }),
 ];
 
 fn cpus(n: f64) -> ResourceSet {
@@ -647,4 +650,41 @@ async fn a_put_that_cannot_fit_fails_clearly(driver: &mut Driver) {
     let refused = reader.send(PutBytes(600_000)).await.unwrap().unwrap_err();
     assert!(refused.contains("object store is full"), "{refused}");
     assert!(refused.contains("--object-store-memory"), "{refused}");
+}
+
+async fn a_named_actor_is_killed_at_a_planned_time(driver: &mut Driver) {
+    use nimbus::chaos::{self, ChaosPlan, FaultAction, TimelineEntry};
+    let victim = actor::spawn::<Counter>(5, on("node-1").name("victim").max_restarts(1))
+        .await
+        .unwrap();
+    assert_eq!(victim.send(Add(1)).await.unwrap(), 6);
+    let plan = ChaosPlan::new(4).at(
+        Duration::from_millis(200),
+        FaultAction::KillActor {
+            actor: "victim".into(),
+        },
+    );
+    let mut seen = 0;
+    let workload = async {
+        // The planned kill is the workload's only death; then the restarted
+        // actor (from its constructor arguments) answers again.
+        let death = actor::next_death(&victim, &mut seen).await.unwrap();
+        assert_eq!(death.reason, "killed by signal 9");
+        assert!(death.restarting);
+        victim.send(Add(1)).await.unwrap()
+    };
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let (after_restart, timeline) = chaos::run_while(cluster, &plan, workload).await.unwrap();
+    assert_eq!(after_restart, 6, "the new incarnation starts again from 5");
+    println!("{timeline}");
+    assert_eq!(
+        timeline.injected(),
+        vec![("after=200ms", "kill_actor", "victim")]
+    );
+    assert!(
+        timeline.entries.iter().any(
+            |e| matches!(e, TimelineEntry::Recovered { what, .. } if what == "actor restarted")
+        ),
+        "{timeline}"
+    );
 }
