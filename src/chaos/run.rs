@@ -291,6 +291,15 @@ impl Run {
     fn record_events(&mut self, events: &[ClusterEvent]) {
         for event in events {
             match &event.kind {
+                ClusterEventKind::Recovered {
+                    what,
+                    target,
+                    took_ms,
+                } => self.timeline.entries.push(TimelineEntry::Recovered {
+                    what: what.clone(),
+                    node: target.clone(),
+                    took_ms: *took_ms,
+                }),
                 ClusterEventKind::FaultInjected {
                     fault,
                     target,

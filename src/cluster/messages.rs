@@ -74,6 +74,17 @@ pub enum ControlRequest {
         /// What fired it.
         trigger: String,
     },
+    /// To the head: something recovered from a failure (a training group
+    /// restored from its checkpoint); published as `Recovered`. Answered
+    /// with `Ack`.
+    ReportRecovery {
+        /// What recovered, in words.
+        what: String,
+        /// Who, by a stable name (a run's name).
+        target: String,
+        /// Milliseconds from the failure to the recovery.
+        took_ms: u64,
+    },
     /// To a node: SIGKILL an actor's worker process and do not restart it
     /// (Ray's `ray.kill`). Answered with `Ack`, also when the actor is not
     /// (or no longer) there.
@@ -430,6 +441,15 @@ pub enum ClusterEventKind {
         /// Whether a new incarnation is being started.
         restarting: bool,
     },
+    /// Something recovered from a failure (reported by whoever recovered).
+    Recovered {
+        /// What recovered, in words.
+        what: String,
+        /// Who, by a stable name.
+        target: String,
+        /// Milliseconds from the failure to the recovery.
+        took_ms: u64,
+    },
     /// A fault-injection rule fired (reported by whoever injected it).
     FaultInjected {
         /// The fault's kind, such as `straggle(50ms x 3 steps)`.
@@ -451,6 +471,7 @@ impl ClusterEventKind {
             | ClusterEventKind::ResourcesChanged { node } => Some(node),
             ClusterEventKind::ActorStarted { .. }
             | ClusterEventKind::ActorDied { .. }
+            | ClusterEventKind::Recovered { .. }
             | ClusterEventKind::FaultInjected { .. } => None,
         }
     }

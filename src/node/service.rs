@@ -172,6 +172,19 @@ impl NodeService {
                 events.send(Publish(kind)).await.map_err(internal)?;
                 Ok(ControlReply::Ack)
             }
+            ControlRequest::ReportRecovery {
+                what,
+                target,
+                took_ms,
+            } => {
+                let kind = ClusterEventKind::Recovered {
+                    what,
+                    target,
+                    took_ms,
+                };
+                events.send(Publish(kind)).await.map_err(internal)?;
+                Ok(ControlReply::Ack)
+            }
             ControlRequest::Status => {
                 let status = membership
                     .send(membership::Status)

@@ -147,6 +147,9 @@ pub struct TrainerSupervisor {
     /// Reasons of the injected faults that fired: each rule fires once per
     /// run.
     fired: Vec<String>,
+    /// When the last failure was seen, until the next attempt's first
+    /// report (the recovery).
+    failed_at: Option<Instant>,
 }
 
 impl TrainerSupervisor {
@@ -165,6 +168,7 @@ impl TrainerSupervisor {
             done: None,
             observer,
             fired: Vec::new(),
+            failed_at: None,
         }
     }
 
@@ -257,6 +261,7 @@ impl TrainerSupervisor {
             return;
         }
         attempt.ending = true;
+        self.failed_at.get_or_insert_with(Instant::now);
         if let Some(at) = reason.find("chaos: ") {
             // A fault rule killed it: it has fired.
             self.fired.push(reason[at..].to_string());
@@ -276,6 +281,7 @@ impl TrainerSupervisor {
     }
 
     fn attempt_failed(&mut self, reason: String, ctx: &mut Context<Self>) {
+        self.failed_at.get_or_insert_with(Instant::now);
         if self.attempt.is_none() {
             // It failed to launch: nobody told the observer yet.
             self.tell(TrainEvent::Failed {
@@ -346,6 +352,9 @@ impl TrainerSupervisor {
         for (_, event) in report.events {
             match event {
                 WorkerEvent::Report { index, metrics, .. } if rank == 0 => {
+                    if let Some(failed) = self.failed_at.take() {
+                        self.report_recovery(index, failed);
+                    }
                     self.history.retain(|(i, _)| *i < index);
                     self.history.push((index, metrics.clone()));
                     self.tell(TrainEvent::Reported { index, metrics });
@@ -408,6 +417,28 @@ impl TrainerSupervisor {
                 }
             }
         }
+    }
+
+    /// Tells the cluster (for chaos timelines) that the group trains again.
+    fn report_recovery(&self, index: u64, failed: Instant) {
+        let took_ms = failed.elapsed().as_millis() as u64;
+        tracing::info!(took_ms, "training restored: step {index} done");
+        let Some(context) = ProcessContext::current() else {
+            return;
+        };
+        let report = ControlRequest::ReportRecovery {
+            what: format!(
+                "training restored (attempt {}, first step {index} done)",
+                self.restarts
+            ),
+            target: format!("run {}", self.plan.run.name),
+            took_ms,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = context.call_head(&report).await {
+                tracing::warn!("cannot report a recovery: {e}");
+            }
+        });
     }
 
     fn check_progress(&mut self, ctx: &mut Context<Self>) {

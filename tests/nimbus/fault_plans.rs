@@ -155,6 +155,14 @@ async fn mnist_plan(extra: &[&str]) {
             "{out}"
         );
         assert_eq!(summary_value(&out, "restarts"), "3", "{out}");
+        let restored = out
+            .lines()
+            .filter(|l| l.starts_with("recovery run ") && l.contains("training restored"))
+            .count();
+        assert_eq!(
+            restored, 3,
+            "each restart's recovery is in the timeline: {out}"
+        );
         assert_eq!(
             summary_value(&out, "params_sha256"),
             summary_value(&clean, "params_sha256"),

@@ -42,6 +42,7 @@ impl Membership {
                 ClusterEventKind::ResourcesChanged { .. }
                 | ClusterEventKind::ActorStarted { .. }
                 | ClusterEventKind::ActorDied { .. }
+                | ClusterEventKind::Recovered { .. }
                 | ClusterEventKind::FaultInjected { .. } => {}
             }
             self.events.do_send(Publish(kind));
