@@ -38,7 +38,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mnist::{DataSource, FailMode, MnistConfig, MnistLoop};
 use nimbus::actor::Registry;
 use nimbus::placement::PlacementStrategy;
-use nimbus::train::{Checkpoint, RunConfig, ScalingConfig, ScoreOrder, TrainEvent, Trainer};
+use nimbus::train::{
+    Checkpoint, CollectiveBackend, RunConfig, ScalingConfig, ScoreOrder, TrainEvent, Trainer,
+};
 
 #[derive(Parser, Debug)]
 #[command(about = "Data-parallel MNIST on a nimbus cluster")]
@@ -87,6 +89,10 @@ struct Args {
     /// GPUs per worker with --use-gpu (0.5: two workers share a GPU).
     #[arg(long, default_value_t = 1.0)]
     gpus_per_worker: f64,
+    /// Collective backend: auto, shared-memory, network (ring over QUIC)
+    /// or nccl.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "shared-memory", "network", "nccl"])]
+    collective: String,
     /// Where the cluster is (read by nimbus::init).
     #[command(flatten)]
     cluster: nimbus::ClusterArgs,
@@ -140,7 +146,15 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
         .collective_timeout(Duration::from_secs(10))
         .num_to_keep(2)
         .score("test_accuracy", ScoreOrder::Max);
-    let mut scaling = ScalingConfig::workers(args.workers).placement(PlacementStrategy::Spread);
+    let backend = match args.collective.as_str() {
+        "shared-memory" => CollectiveBackend::SharedMemory,
+        "network" => CollectiveBackend::Network,
+        "nccl" => CollectiveBackend::Nccl,
+        _ => CollectiveBackend::Auto,
+    };
+    let mut scaling = ScalingConfig::workers(args.workers)
+        .placement(PlacementStrategy::Spread)
+        .collective(backend);
     if args.use_gpu {
         scaling = scaling.use_gpu(true).gpus_per_worker(args.gpus_per_worker);
     }

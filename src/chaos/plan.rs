@@ -31,6 +31,11 @@ pub struct ChaosPlan {
     /// workload starts.
     #[serde(default)]
     pub packet_faults: Option<PacketFaults>,
+    /// Packet faults on every node process's socket (and, with `workers =
+    /// true`, on their worker processes' sockets), times counted from each
+    /// socket's opening.
+    #[serde(default)]
+    pub node_packet_faults: Option<PacketFaults>,
 }
 
 /// One fault and its trigger (a time after the run starts).
@@ -120,14 +125,23 @@ impl ChaosPlan {
         }
     }
 
-    /// Environment variables node processes need for the plan's actor
-    /// faults (see [`LocalClusterBuilder::env`](crate::local::LocalClusterBuilder::env)).
+    /// Environment variables node processes need for the plan's actor and
+    /// node packet faults (see [`LocalClusterBuilder::env`](crate::local::LocalClusterBuilder::env)).
     pub fn node_env(&self) -> Vec<(&'static str, String)> {
-        if self.actor_faults.is_empty() {
-            return Vec::new();
+        let mut env = Vec::new();
+        if !self.actor_faults.is_empty() {
+            let rules = serde_json::to_string(&self.actor_faults).unwrap_or_default();
+            env.push((ACTOR_FAULTS_ENV, rules));
         }
-        let rules = serde_json::to_string(&self.actor_faults).unwrap_or_default();
-        vec![(ACTOR_FAULTS_ENV, rules)]
+        if let Some(packets) = &self.node_packet_faults {
+            let mut packets = packets.clone();
+            packets.seed = self.seed;
+            env.push((
+                PACKET_FAULTS_ENV,
+                serde_json::to_string(&packets).unwrap_or_default(),
+            ));
+        }
+        env
     }
 
     /// Environment variables the workload (the program run against the

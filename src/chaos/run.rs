@@ -255,9 +255,17 @@ impl Run {
     /// The plan's packet rules, as faults injected into the workload's
     /// socket from its start.
     fn record_packet_faults(&mut self, plan: &ChaosPlan) {
-        let Some(packets) = &plan.packet_faults else {
-            return;
-        };
+        let workload = plan.packet_faults.iter().map(|p| (p, "workload"));
+        let nodes = plan.node_packet_faults.iter().map(|p| {
+            let target = if p.workers { "nodes+workers" } else { "nodes" };
+            (p, target)
+        });
+        for (packets, target) in workload.chain(nodes).collect::<Vec<_>>() {
+            self.record_packet_rules(packets, target);
+        }
+    }
+
+    fn record_packet_rules(&mut self, packets: &crate::transport::PacketFaults, target: &str) {
         for rule in &packets.rules {
             let mut kinds = Vec::new();
             if rule.partition {
@@ -279,9 +287,12 @@ impl Run {
             let until = rule
                 .until_ms
                 .map_or("end".to_string(), |ms| format!("{ms}ms"));
+            if let Some(rate) = rule.bandwidth_bytes_per_s {
+                kinds.push(format!("bandwidth={rate}B/s"));
+            }
             self.timeline.entries.push(TimelineEntry::Injected {
                 fault: format!("packets({})", kinds.join(",")),
-                target: "workload".into(),
+                target: target.into(),
                 trigger: format!("window={}ms..{until}", rule.from_ms),
                 at_ms: 0,
             });

@@ -83,11 +83,18 @@ pub async fn launch(
             "--actor",
             &boot.spec.actor.to_string(),
         ])
-        .env_remove(crate::transport::faults::PACKET_FAULTS_ENV)
         .env_remove(crate::actor::faults::ACTOR_FAULTS_ENV)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log_file);
+    // A node's packet faults reach its workers only when the plan says so.
+    let for_workers = crate::transport::PacketFaults::from_env()
+        .ok()
+        .flatten()
+        .is_some_and(|plan| plan.workers);
+    if !for_workers {
+        command.env_remove(crate::transport::faults::PACKET_FAULTS_ENV);
+    }
     if let Some(gpus) = gpus {
         command.env("CUDA_VISIBLE_DEVICES", gpus);
     }

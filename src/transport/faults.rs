@@ -33,6 +33,11 @@ pub struct PacketFaults {
     pub seed: u64,
     /// Rules; the first that matches a datagram's peer and time applies.
     pub rules: Vec<PacketRule>,
+    /// Given to a node (`NIMBUS_PACKET_FAULTS`): apply it to the sockets of
+    /// the node's worker processes too (times count from each socket's
+    /// opening).
+    #[serde(default)]
+    pub workers: bool,
 }
 
 /// Faults for datagrams to and from some peers, during a time window.
@@ -390,6 +395,7 @@ mod tests {
     fn lossy(seed: u64) -> PacketFaults {
         PacketFaults {
             seed,
+            workers: false,
             rules: vec![PacketRule {
                 drop: 0.1,
                 duplicate: 0.05,
@@ -427,6 +433,7 @@ mod tests {
         let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
         let plan = PacketFaults {
             seed: 1,
+            workers: false,
             rules: vec![PacketRule {
                 peers: vec![a],
                 from_ms: 100,

@@ -99,8 +99,13 @@ async fn host(
         role: PeerRole::Worker,
         identity: identity.clone(),
     };
-    let endpoint = Endpoint::listen(socket, me, &credentials, TransportConfig::default())
-        .map_err(|e| e.to_string())?;
+    // Packet faults reach a worker only from a node plan with `workers`.
+    let transport = TransportConfig {
+        packet_faults: crate::transport::PacketFaults::from_env()?.filter(|plan| plan.workers),
+        ..TransportConfig::default()
+    };
+    let endpoint =
+        Endpoint::listen(socket, me, &credentials, transport).map_err(|e| e.to_string())?;
     let binary = std::env::current_exe().map_err(|e| e.to_string())?;
     let context = ProcessContext::new(
         endpoint.clone(),

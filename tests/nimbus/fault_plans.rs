@@ -171,3 +171,53 @@ async fn mnist_plan(extra: &[&str]) {
     })
     .await;
 }
+
+#[tokio::test]
+async fn mnist_over_the_network_collective_survives_packet_faults_on_every_socket() {
+    within(Duration::from_secs(240), async {
+        let home = tempfile::tempdir().unwrap();
+        let storage = home.path().join("runs");
+        let mnist = example("train_mnist");
+        let common = [
+            "--epochs",
+            "1",
+            "--train-samples",
+            "2000",
+            "--collective",
+            "network",
+            "--storage",
+            storage.to_str().unwrap(),
+        ];
+        let clean = stdout(&run(&mnist, &common, home.path()).await);
+        // Loss, duplication and reordering on every node's and every
+        // worker's socket: the ring's chunks travel over QUIC, which must
+        // carry them through.
+        let plan = home.path().join("lossy.toml");
+        std::fs::write(
+            &plan,
+            "seed = 9\n[node_packet_faults]\nworkers = true\n[[node_packet_faults.rules]]\ndrop = 0.03\nduplicate = 0.02\nreorder = 0.02\n",
+        )
+        .unwrap();
+        let mut args = vec![
+            "chaos",
+            "run",
+            plan.to_str().unwrap(),
+            "--",
+            mnist.to_str().unwrap(),
+        ];
+        args.extend(common);
+        let out = stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
+        assert_eq!(
+            faults(&out),
+            ["fault 1 packets(drop=0.03,duplicate=0.02,reorder=0.02) target=nodes+workers trigger=window=0ms..end"],
+            "{out}"
+        );
+        assert_eq!(summary_value(&out, "restarts"), "0", "{out}");
+        assert_eq!(
+            summary_value(&out, "params_sha256"),
+            summary_value(&clean, "params_sha256"),
+            "the same parameters as without packet faults"
+        );
+    })
+    .await;
+}

@@ -15,6 +15,7 @@ use crate::support::{cluster, within, HEARTBEAT_TIMEOUT};
 fn lossy(seed: u64) -> PacketFaults {
     PacketFaults {
         seed,
+        workers: false,
         rules: vec![PacketRule {
             drop: 0.1,
             duplicate: 0.05,
@@ -87,6 +88,7 @@ async fn a_partitioned_node_is_declared_dead_and_exits_when_the_partition_heals(
         let cut_until = cut_from + 3 * HEARTBEAT_TIMEOUT.as_millis() as u64;
         let plan = PacketFaults {
             seed: 3,
+            workers: false,
             rules: vec![PacketRule {
                 peers: vec![cluster.address()],
                 from_ms: cut_from,
@@ -128,6 +130,7 @@ async fn a_bandwidth_cap_slows_a_link_and_requests_still_complete() {
         // 512 KB/s from this client to everyone.
         let capped = PacketFaults {
             seed: 1,
+            workers: false,
             rules: vec![PacketRule {
                 bandwidth_bytes_per_s: Some(512 << 10),
                 ..PacketRule::default()
