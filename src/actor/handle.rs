@@ -37,6 +37,9 @@ use super::CallError;
 
 /// How long a call waits for its reply by default.
 pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long [`ActorHandle::kill`] waits for the death to be recorded.
+pub const KILL_WAIT: Duration = Duration::from_secs(10);
 /// Default limit of calls in flight through one handle.
 pub const DEFAULT_MAX_IN_FLIGHT: u32 = 10_000;
 
@@ -258,11 +261,13 @@ impl<A: RemoteActor> ActorHandle<A> {
     }
 
     /// Kills the actor's worker process (SIGKILL) and keeps it dead,
-    /// whatever its restart policy: Ray's `ray.kill`. Returns once its node
-    /// has been told; monitors see the death as usual. Killing a dead actor
-    /// is not an error.
+    /// whatever its restart policy: Ray's `ray.kill`. Returns once the head
+    /// has recorded the death (its name is then free; fails with `Timeout`
+    /// after [`KILL_WAIT`]); monitors see the death as usual. Killing a dead
+    /// actor is not an error.
     pub async fn kill(&self) -> Result<(), CallError> {
         let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
+        let mut seen = context.last_event().await?;
         let record = match locate_any(context, self.id).await {
             Ok(record) if record.dead.is_none() => record,
             Ok(_) | Err(CallError::ActorDead { .. }) => return Ok(()),
@@ -292,7 +297,15 @@ impl<A: RemoteActor> ActorHandle<A> {
             RequestOptions::control(),
         )
         .await?;
-        Ok(())
+        // Done once the head has recorded the death: its name is free again
+        // and its resources are back.
+        match tokio::time::timeout(KILL_WAIT, super::next_death(self, &mut seen)).await {
+            Ok(died) => died.map(drop),
+            Err(_) => Err(CallError::Timeout {
+                actor: self.id,
+                after: KILL_WAIT,
+            }),
+        }
     }
 
     /// Where the actor runs now, as the head knows it.

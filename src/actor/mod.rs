@@ -38,7 +38,7 @@ mod spawn;
 
 pub use context::ProcessContext;
 pub use error::{CallError, SpawnError};
-pub use handle::{ActorHandle, DEFAULT_CALL_DEADLINE, DEFAULT_MAX_IN_FLIGHT};
+pub use handle::{ActorHandle, DEFAULT_CALL_DEADLINE, DEFAULT_MAX_IN_FLIGHT, KILL_WAIT};
 pub use host::{ActorHost, HostedFaults};
 pub use messages::ActorCall;
 pub use monitor::{monitor, next_death, ActorDied};

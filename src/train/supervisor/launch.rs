@@ -134,7 +134,7 @@ pub(super) async fn launch(
     }
     let links: Vec<WorkerLink> = handles.iter().cloned().map(WorkerLink::Remote).collect();
     if let Some(e) = spawn_error {
-        stop_workers(links, Some(group), seen_events, "could not start".into()).await;
+        stop_workers(links, Some(group), "could not start".into()).await;
         return Err(e.into());
     }
     // Ranks follow bundle order; nodes are numbered in order of appearance.
@@ -175,13 +175,13 @@ pub(super) async fn launch(
             let id = match handles[0].send(NcclUniqueId).await {
                 Ok(Ok(id)) => id,
                 Ok(Err(e)) => {
-                    stop_workers(links, Some(group), seen_events, "no NCCL".into()).await;
+                    stop_workers(links, Some(group), "no NCCL".into()).await;
                     return Err(TrainError::Config(format!(
                         "cannot form an NCCL group: {e}"
                     )));
                 }
                 Err(e) => {
-                    stop_workers(links, Some(group), seen_events, "unreachable".into()).await;
+                    stop_workers(links, Some(group), "unreachable".into()).await;
                     return Err(e.into());
                 }
             };
@@ -190,7 +190,7 @@ pub(super) async fn launch(
         CollectiveBackend::Network => network,
         _ if hosts == 1 && n <= MAX_WORLD => shared_memory,
         _ => {
-            stop_workers(links, Some(group), seen_events, "unsupported".into()).await;
+            stop_workers(links, Some(group), "unsupported".into()).await;
             return Err(TrainError::Config(format!(
                 "the shared-memory collective needs every worker on one host (and at most {MAX_WORLD}); these {n} landed on {hosts} hosts"
             )));
@@ -220,7 +220,7 @@ pub(super) async fn launch(
             }),
         });
     if let Some(e) = failure {
-        stop_workers(links, Some(group), seen_events, "could not start".into()).await;
+        stop_workers(links, Some(group), "could not start".into()).await;
         return Err(e);
     }
     Ok(Launched {
@@ -257,7 +257,6 @@ fn launch_local(plan: &RunPlan, assignment: Assignment) -> Launched {
 pub(super) async fn stop_workers(
     links: Vec<WorkerLink>,
     group: Option<PlacementGroup>,
-    seen: u64,
     reason: String,
 ) {
     let stops = links.into_iter().map(|link| {
@@ -279,13 +278,10 @@ pub(super) async fn stop_workers(
                 }
                 WorkerLink::Remote(handle) => {
                     let _ = handle.do_send(AbortTraining { reason });
+                    // Returns once the death is recorded (or fails after a
+                    // deadline), so the group's resources are free again.
                     if let Err(e) = handle.kill().await {
                         tracing::warn!(actor = %handle.id(), "cannot kill training worker: {e}");
-                    }
-                    let mut after = seen;
-                    let died = tokio::time::timeout(DEATH_WAIT, actor::next_death(&handle, &mut after)).await;
-                    if died.is_err() {
-                        tracing::warn!(actor = %handle.id(), "training worker not reported dead within {DEATH_WAIT:?}");
                     }
                 }
             }

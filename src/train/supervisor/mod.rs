@@ -119,7 +119,6 @@ struct Attempt {
     finished: Vec<bool>,
     progress: Vec<(u64, Instant)>,
     ending: bool,
-    seen_events: u64,
 }
 
 /// Supervises one training run; see the module docs.
@@ -234,7 +233,6 @@ impl TrainerSupervisor {
             finished: vec![false; n],
             progress: vec![(0, now); n],
             ending: false,
-            seen_events: launched.seen_events,
         });
     }
 
@@ -325,11 +323,11 @@ impl TrainerSupervisor {
     /// Stops every worker of the current attempt and frees its resources.
     fn teardown(&mut self, reason: &str) -> impl std::future::Future<Output = ()> {
         let attempt = self.attempt.as_mut();
-        let (links, group, seen) = match attempt {
-            Some(a) => (a.links.clone(), a.group.take(), a.seen_events),
-            None => (Vec::new(), None, 0),
+        let (links, group) = match attempt {
+            Some(a) => (a.links.clone(), a.group.take()),
+            None => (Vec::new(), None),
         };
-        stop_workers(links, group, seen, reason.to_string())
+        stop_workers(links, group, reason.to_string())
     }
 
     fn polled(&mut self, id: u64, rank: usize, report: ProgressReport, ctx: &mut Context<Self>) {
