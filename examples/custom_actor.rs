@@ -266,7 +266,8 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
     for i in 0..TRANSFERS {
         if i == TRANSFERS / 2 {
             let record = victim.record().await?;
-            let pid = worker_pid(&record)?;
+            let pid = nimbus::local::worker_pid(record.actor)
+                .context("account-1's worker process is on this machine")?;
             println!("killing account-1's worker (pid {pid}) with SIGKILL");
             // SAFETY: kill() has no memory-safety preconditions.
             unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -329,25 +330,4 @@ async fn alive_nodes() -> Result<usize> {
         nimbus::cluster::ControlReply::Status(status) => Ok(status.alive().count()),
         other => bail!("unexpected reply to Status: {other:?}"),
     }
-}
-
-/// The pid of the worker process hosting `record`'s actor on this machine.
-fn worker_pid(record: &nimbus::cluster::ActorRecord) -> Result<i32> {
-    let needle = format!("--actor\0{}", record.actor);
-    for entry in std::fs::read_dir("/proc")? {
-        let path = entry?.path();
-        if let Ok(cmdline) = std::fs::read(path.join("cmdline")) {
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            if cmdline.contains("nimbus-worker") && cmdline.contains(&needle) {
-                if let Some(pid) = path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.parse().ok())
-                {
-                    return Ok(pid);
-                }
-            }
-        }
-    }
-    bail!("no worker process hosts {}", record.actor)
 }

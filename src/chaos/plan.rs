@@ -134,14 +134,20 @@ impl ChaosPlan {
             env.push((ACTOR_FAULTS_ENV, rules));
         }
         if let Some(packets) = &self.node_packet_faults {
-            let mut packets = packets.clone();
-            packets.seed = self.seed;
-            env.push((
-                PACKET_FAULTS_ENV,
-                serde_json::to_string(&packets).unwrap_or_default(),
-            ));
+            env.push(self.packet_env(packets));
         }
         env
+    }
+
+    /// `NIMBUS_PACKET_FAULTS` for `packets`, seeded by the plan's seed (one
+    /// seed for the whole plan).
+    fn packet_env(&self, packets: &PacketFaults) -> (&'static str, String) {
+        let packets = PacketFaults {
+            seed: self.seed,
+            ..packets.clone()
+        };
+        let json = serde_json::to_string(&packets).unwrap_or_default();
+        (PACKET_FAULTS_ENV, json)
     }
 
     /// Environment variables the workload (the program run against the
@@ -153,13 +159,7 @@ impl ChaosPlan {
             env.push((TRAINING_FAULTS_ENV, rules));
         }
         if let Some(packets) = &self.packet_faults {
-            let mut packets = packets.clone();
-            // One seed for the whole plan.
-            packets.seed = self.seed;
-            env.push((
-                PACKET_FAULTS_ENV,
-                serde_json::to_string(&packets).unwrap_or_default(),
-            ));
+            env.push(self.packet_env(packets));
         }
         env
     }

@@ -13,7 +13,6 @@ use crate::cluster::{
     ActorId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
 };
 use crate::local::{LocalCluster, LocalClusterError};
-use crate::node::workers::WORKER_ARG;
 
 use super::{ChaosPlan, FaultAction, ResolvedFault, Timeline, TimelineEntry};
 
@@ -230,7 +229,7 @@ impl Run {
                 return;
             }
         };
-        match worker_pid(record.actor) {
+        match crate::local::worker_pid(record.actor) {
             Some(pid) => {
                 // SAFETY: plain syscall; the pid is a live nimbus worker.
                 unsafe {
@@ -407,20 +406,4 @@ async fn sleep_until(at: Option<Instant>) {
     if let Some(at) = at {
         tokio::time::sleep_until(at.into()).await;
     }
-}
-
-/// The pid of the worker process hosting `actor` on this machine, from
-/// `/proc/*/cmdline` (`nimbus-worker --job J --actor ID`).
-fn worker_pid(actor: ActorId) -> Option<i32> {
-    let needle = format!("--actor\0{actor}");
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            (cmdline.contains(WORKER_ARG) && cmdline.contains(&needle))
-                .then(|| entry.file_name().to_str()?.parse().ok())
-                .flatten()
-        })
 }

@@ -23,6 +23,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::client::{ClientError, ClusterClient};
+use crate::cluster::ActorId;
+use crate::node::workers::WORKER_ARG;
 use crate::transport::JoinToken;
 use crate::wire::Incarnation;
 
@@ -570,4 +572,22 @@ impl PidFd {
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(&mut poll, 1, millis) > 0 }
     }
+}
+
+/// The pid of the worker process hosting `actor` on this machine, from
+/// `/proc/*/cmdline` (`nimbus-worker --job J --actor ID`): for tests and
+/// demonstrations that kill a worker the way a crash would, on a local
+/// cluster (every worker runs on this machine).
+pub fn worker_pid(actor: ActorId) -> Option<i32> {
+    let needle = format!("--actor\0{actor}");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            (cmdline.contains(WORKER_ARG) && cmdline.contains(&needle))
+                .then(|| entry.file_name().to_str()?.parse().ok())
+                .flatten()
+        })
 }

@@ -277,15 +277,7 @@ async fn get_actor_by_name_from_another_node() {
 
 /// The pid of the worker hosting `actor`.
 fn worker_pid(actor: nimbus::cluster::ActorId) -> i32 {
-    let needle = format!("--actor\0{actor}");
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        if cmdline.contains("nimbus-worker") && cmdline.contains(&needle) {
-            return entry.file_name().to_str().unwrap().parse().unwrap();
-        }
-    }
-    panic!("no worker process hosts {actor}");
+    nimbus::local::worker_pid(actor).unwrap_or_else(|| panic!("no worker process hosts {actor}"))
 }
 
 async fn sigkill_of_a_worker() {
