@@ -67,6 +67,38 @@ impl ActorFault {
     }
 }
 
+/// A fault that killed a process, read back from its death reason:
+/// `chaos: KIND at TRIGGER of TARGET` (maybe behind `panic: `), the form
+/// every fault hook reports before the process dies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FiredFault {
+    /// `chaos: ...` as reported: the fault's identity.
+    pub reason: String,
+    /// Its kind (`kill`, `panic`, `torn_checkpoint_write`, ...).
+    pub kind: String,
+    /// What fired it (`message 3 (Push)`, `step 10`).
+    pub trigger: String,
+    /// What it hit (an actor's name or type, `rank-1`).
+    pub target: String,
+}
+
+impl FiredFault {
+    /// The fault in a death reason, if a fault hook caused the death.
+    pub fn from_death(reason: &str) -> Option<Self> {
+        let at = reason.find("chaos: ")?;
+        let said = &reason[at..];
+        let body = &said["chaos: ".len()..];
+        let (kind, rest) = body.split_once(" at ").unwrap_or((body, ""));
+        let (trigger, target) = rest.rsplit_once(" of ").unwrap_or((rest, "an actor"));
+        Some(FiredFault {
+            reason: said.to_string(),
+            kind: kind.to_string(),
+            trigger: trigger.to_string(),
+            target: target.to_string(),
+        })
+    }
+}
+
 /// The rules of one hosted actor, with their message counts.
 pub(crate) struct FaultTriggers {
     rules: Vec<(ActorFault, AtomicU64)>,
@@ -139,5 +171,14 @@ mod tests {
             .unwrap()
             .reason;
         assert_eq!(reason, "chaos: kill at message 3 (Push) of queue");
+        let fired = FiredFault::from_death(&format!("panic: {reason}")).unwrap();
+        assert_eq!(
+            (
+                fired.kind.as_str(),
+                fired.trigger.as_str(),
+                fired.target.as_str()
+            ),
+            ("kill", "message 3 (Push)", "queue")
+        );
     }
 }

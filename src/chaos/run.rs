@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
+use crate::actor::faults::FiredFault;
 use crate::client::{ClientError, ClusterClient};
 use crate::cluster::{
     ActorId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
@@ -325,17 +326,15 @@ impl Run {
                     reason,
                     restarting,
                     ..
-                } if reason.contains("chaos: ") => {
-                    // "chaos: KIND at TRIGGER of TARGET", maybe behind "panic: ".
-                    let said = &reason[reason.find("chaos: ").unwrap_or(0) + "chaos: ".len()..];
-                    let (kind, rest) = said.split_once(" at ").unwrap_or((said, ""));
-                    let (trigger, target) = rest.rsplit_once(" of ").unwrap_or((rest, "an actor"));
-                    self.timeline.entries.push(TimelineEntry::Injected {
-                        fault: kind.to_string(),
-                        target: target.to_string(),
-                        trigger: trigger.to_string(),
-                        at_ms: self.start.elapsed().as_millis() as u64,
-                    });
+                } if FiredFault::from_death(reason).is_some() => {
+                    if let Some(fired) = FiredFault::from_death(reason) {
+                        self.timeline.entries.push(TimelineEntry::Injected {
+                            fault: fired.kind,
+                            target: fired.target,
+                            trigger: fired.trigger,
+                            at_ms: self.start.elapsed().as_millis() as u64,
+                        });
+                    }
                     if *restarting {
                         self.dying.insert(*actor, Instant::now());
                     }

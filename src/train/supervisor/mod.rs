@@ -29,6 +29,7 @@ use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport, WorkerEvent};
 use super::worker::TrainerWorker;
 use super::{LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult, WorkerCount};
+use crate::actor::faults::FiredFault;
 use crate::actor::{self, ActorHandle, ProcessContext};
 use crate::cluster::ControlRequest;
 use crate::placement::{PlacementError, PlacementGroup};
@@ -251,9 +252,18 @@ impl TrainerSupervisor {
         }
         attempt.ending = true;
         self.failed_at.get_or_insert_with(Instant::now);
-        if let Some(at) = reason.find("chaos: ") {
-            // A fault rule killed it: it has fired.
-            self.fired.push(reason[at..].to_string());
+        if let Some(fired) = FiredFault::from_death(&reason) {
+            // A fault rule killed it: it has fired. Its announcement may
+            // have died with the process, so the death tells the observer
+            // (the head has the death reason already).
+            if !self.fired.contains(&fired.reason) {
+                self.tell(TrainEvent::FaultInjected {
+                    fault: fired.kind,
+                    target: fired.target,
+                    trigger: fired.trigger,
+                });
+                self.fired.push(fired.reason);
+            }
         }
         let reason = format!("worker rank {rank}: {reason}");
         tracing::warn!(attempt = id, "training attempt failed: {reason}");
