@@ -1,5 +1,6 @@
 //! Microbenchmarks of nimbus' building blocks, printed as `name: value unit`
-//! lines, in parts: `actor_calls`, `objects` and `placement_groups`.
+//! lines, in parts: `tasks`, `actor_calls`, `objects` and
+//! `placement_groups`.
 //!
 //! ```text
 //! make run EXAMPLE=microbench                          # every part
@@ -36,6 +37,7 @@ use hdrhistogram::Histogram;
 use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
 use nimbus::object_store;
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
+use nimbus::task::{self, Input, TaskFn, TaskOptions};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
@@ -178,8 +180,12 @@ fn print(name: &str, sync: &Figures, pipelined: &Figures) {
     println!("{name}_pipelined_per_s: {:.0} calls/s", pipelined.per_s);
 }
 
+/// The task of the task rates: returns its argument.
+const IDENTITY: TaskFn<u64, u64> = TaskFn::new("microbench.identity");
+
 fn registry() -> actor::Registry {
     actor::Registry::new()
+        .task(IDENTITY, |x: u64| Ok::<_, String>(x))
         .actor::<Echo>()
         .message::<Echo, Ping>()
         .actor::<Caller>()
@@ -189,7 +195,7 @@ fn registry() -> actor::Registry {
 fn main() -> Result<()> {
     let driver = nimbus::init_with(registry(), nimbus::InitOptions { local_nodes: 2 })?;
     let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
-    let parts = ["actor_calls", "objects", "placement_groups"];
+    let parts = ["tasks", "actor_calls", "objects", "placement_groups"];
     if let Some(part) = only.as_deref().filter(|p| !parts.contains(p)) {
         anyhow::bail!("unknown part {part:?}; the parts are: {}", parts.join(", "));
     }
@@ -197,6 +203,9 @@ fn main() -> Result<()> {
     actix::System::new().block_on(async {
         driver.connect().await?;
         let mut summary = Vec::new();
+        if wanted("tasks") {
+            summary.push(tasks().await?);
+        }
         if wanted("actor_calls") {
             summary.push(actor_calls().await?);
         }
@@ -209,6 +218,40 @@ fn main() -> Result<()> {
         println!("summary: {}", summary.join(" "));
         Ok(())
     })
+}
+
+/// `tasks_sync_per_s`: submit one task and get its result, one at a time;
+/// `tasks_async_per_s`: submit many, then get them all. Tiny tasks
+/// of 1 CPU each (as Ray's), after warming the worker pool up.
+async fn tasks() -> Result<String> {
+    let options = TaskOptions::default;
+    let run = |i: u64| async move {
+        let result = task::submit(IDENTITY, Input::value(&i)?, options()).await?;
+        anyhow::Ok(result)
+    };
+    let warm: Vec<_> = futures::future::try_join_all((0..64).map(run)).await?;
+    for (i, result) in warm.iter().enumerate() {
+        anyhow::ensure!(object_store::get(result).await? == i as u64);
+    }
+    let calls = 1_000;
+    let started = Instant::now();
+    for i in 0..calls {
+        let result = run(i).await?;
+        anyhow::ensure!(object_store::get(&result).await? == i);
+    }
+    let sync_per_s = calls as f64 / started.elapsed().as_secs_f64();
+    let calls = 5_000;
+    let started = Instant::now();
+    let results = futures::future::try_join_all((0..calls).map(run)).await?;
+    for (i, result) in results.iter().enumerate() {
+        anyhow::ensure!(object_store::get(result).await? == i as u64);
+    }
+    let async_per_s = calls as f64 / started.elapsed().as_secs_f64();
+    println!("tasks_sync_per_s: {sync_per_s:.0} tasks/s");
+    println!("tasks_async_per_s: {async_per_s:.0} tasks/s");
+    Ok(format!(
+        "tasks_sync_per_s={sync_per_s:.0} tasks_async_per_s={async_per_s:.0}"
+    ))
 }
 
 async fn objects() -> Result<String> {
@@ -248,9 +291,8 @@ async fn objects() -> Result<String> {
         .await?;
     let pull = nimbus::cluster::ControlRequest::PullObject {
         id: big.id(),
-        size: big.size(),
         owner: big.owner().clone(),
-        address: status.nodes[0].address,
+        wait_ms: 0,
     };
     let started = Instant::now();
     nimbus::client::call(
@@ -259,7 +301,7 @@ async fn objects() -> Result<String> {
         nimbus::transport::RequestOptions::bulk(),
     )
     .await?;
-    let cross_node_gb_per_s = big.size() as f64 / started.elapsed().as_secs_f64() / 1e9;
+    let cross_node_gb_per_s = (256 << 20) as f64 / started.elapsed().as_secs_f64() / 1e9;
 
     println!("put_calls_per_s: {put_per_s:.0} calls/s");
     println!("get_calls_per_s: {get_per_s:.0} calls/s");

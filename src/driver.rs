@@ -120,6 +120,7 @@ pub fn init(registry: Registry) -> Result<Driver, InitError> {
 
 /// Starts this program as a worker (never returns) or as a driver.
 pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, InitError> {
+    let registry = crate::task::with_task_worker(registry);
     if std::env::args().nth(1).as_deref() == Some(WORKER_ARG) {
         crate::worker::run(registry);
     }

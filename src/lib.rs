@@ -44,6 +44,7 @@ pub mod local;
 pub mod node;
 pub mod object_store;
 pub mod placement;
+pub mod task;
 pub mod train;
 pub mod transport;
 pub mod wire;

@@ -77,6 +77,7 @@ impl ProcessContext {
         }
         if let Some(context) = Self::current() {
             tokio::spawn(watch_deaths(context));
+            crate::object_store::refs::start(context);
         }
         true
     }

@@ -106,6 +106,8 @@ struct ActorEntry {
 #[derive(Default, Clone)]
 pub struct Registry {
     actors: HashMap<&'static str, ActorEntry>,
+    /// Task functions by name (see `Registry::task`).
+    tasks: HashMap<&'static str, crate::task::TaskRun>,
     /// Training loops by name (see `Registry::train_loop`).
     #[cfg(feature = "torch")]
     loops: HashMap<&'static str, crate::train::LoopFn>,
@@ -171,6 +173,17 @@ impl Registry {
             .unwrap_or_else(|| panic!("register actor {} before its messages", A::NAME));
         entry.handlers.insert(M::NAME, dispatch);
         self
+    }
+
+    /// Registers a task function's entry point under `name`.
+    pub(crate) fn insert_task(mut self, name: &'static str, run: crate::task::TaskRun) -> Self {
+        self.tasks.insert(name, run);
+        self
+    }
+
+    /// The task function registered as `name`.
+    pub(crate) fn task_fn(&self, name: &str) -> Option<crate::task::TaskRun> {
+        self.tasks.get(name).cloned()
     }
 
     /// Registers a training loop's entry point under `name`.

@@ -140,6 +140,22 @@ impl SpawnOptions {
         Ok(self)
     }
 
+    /// What decides where the actor may go: equal keys, interchangeable
+    /// placements (the task pool reuses workers by it).
+    pub(crate) fn placement_key(&self) -> String {
+        format!("{} {:?} {:?}", self.resources, self.strategy, self.bundle)
+    }
+
+    /// The resources it asks for.
+    pub(crate) fn resources(&self) -> &ResourceSet {
+        &self.resources
+    }
+
+    /// Where it may go.
+    pub(crate) fn placement(&self) -> &Strategy {
+        &self.strategy
+    }
+
     /// How long to look for a node with free resources.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::wire::{Incarnation, NodeIdentity};
 
+use super::objects::{ContainedRef, ObjectId, ObjectListing, ObjectLocation, RefHolder, RefUpdate};
 use super::ResourceSet;
 
 /// A control-plane request.
@@ -90,7 +91,8 @@ pub enum ControlRequest {
     /// (or no longer) there.
     KillActor(ActorId),
     /// To a node: the next chunk of an object put there (the first, at
-    /// offset 0, reserves `total` bytes). Answered with `Ack`.
+    /// offset 0, reserves `total` bytes, spilling older objects to disk if
+    /// needed). Answered with `Ack`.
     PutObjectChunk {
         /// The object.
         id: ObjectId,
@@ -98,6 +100,11 @@ pub enum ControlRequest {
         offset: u64,
         /// The object's size.
         total: u64,
+        /// Who holds the first reference (the putter, or a task's caller).
+        holder: RefHolder,
+        /// References inside the object, kept alive as long as it lives
+        /// (read at offset 0).
+        contains: Vec<ContainedRef>,
         /// The bytes.
         #[serde(with = "serde_bytes")]
         chunk: Vec<u8>,
@@ -111,20 +118,51 @@ pub enum ControlRequest {
         offset: u64,
         /// How many bytes at most.
         len: u64,
+        /// The node caching a copy, when a node pulls (recorded so the copy
+        /// is dropped when the object is freed).
+        copy_at: Option<ObjectLocation>,
     },
-    /// To a node: fetch an object from the node that holds it, unless it is
+    /// To a node: fetch an object from the node that owns it, unless it is
     /// here already; concurrent pulls of one object share one transfer.
-    /// Answered with `Ack` once the object is here.
+    /// Answered with [`ControlReply::ObjectReady`] once the object is here.
     PullObject {
         /// The object.
         id: ObjectId,
-        /// Its size.
-        size: u64,
-        /// The node holding it.
-        owner: NodeIdentity,
-        /// That node's address.
-        address: SocketAddr,
+        /// The node owning it.
+        owner: ObjectLocation,
+        /// How long to wait for an object still being produced.
+        wait_ms: u64,
     },
+    /// To a node: wait up to `wait_ms` for an object it owns to be complete.
+    /// Answered with [`ControlReply::ObjectReady`],
+    /// [`ControlReply::ObjectFailed`] or [`ControlReply::ObjectNotReady`].
+    AwaitObject {
+        /// The object.
+        id: ObjectId,
+        /// How long to wait.
+        wait_ms: u64,
+    },
+    /// To a node: the task that was to produce object `id` there failed;
+    /// reads of the object report `message`. Answered with `Ack`.
+    FailObject {
+        /// The object.
+        id: ObjectId,
+        /// Who holds the reference to it.
+        holder: RefHolder,
+        /// The task's error.
+        message: String,
+    },
+    /// To a node: reference changes of objects it owns, made by one holder,
+    /// in the order they happened. Answered with `Ack`.
+    UpdateRefs {
+        /// Who made them.
+        holder: RefHolder,
+        /// The changes.
+        updates: Vec<RefUpdate>,
+    },
+    /// To a node: drop the copy of an object its owner freed. Answered with
+    /// `Ack`.
+    FreeObject(ObjectId),
     /// To a node: the objects it holds. Answered with [`ControlReply::Objects`].
     ListObjects,
     /// To the head: reserve a unique actor name. Answered with `Ack` or
@@ -184,17 +222,13 @@ pub enum ControlReply {
     ObjectBytes(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The objects a node holds, and its store's use.
     Objects(ObjectListing),
-}
-
-/// What a node's object store holds.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ObjectListing {
-    /// Each object: id, size in bytes, whether it is complete.
-    pub objects: Vec<(ObjectId, u64, bool)>,
-    /// Bytes in use.
-    pub used: u64,
-    /// Bytes allowed (`--object-store-memory`).
-    pub capacity: u64,
+    /// The object is complete; its size in bytes.
+    ObjectReady(u64),
+    /// The object will never be: the task producing it failed, or it was
+    /// freed.
+    ObjectFailed(String),
+    /// The object was not complete within the wait.
+    ObjectNotReady,
 }
 
 /// A cluster-unique actor id.
@@ -209,23 +243,6 @@ impl ActorId {
 }
 
 impl std::fmt::Display for ActorId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:016x}", self.0)
-    }
-}
-
-/// A cluster-unique object id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ObjectId(pub u64);
-
-impl ObjectId {
-    /// A new random id.
-    pub fn random() -> Self {
-        ObjectId(rand::random())
-    }
-}
-
-impl std::fmt::Display for ObjectId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:016x}", self.0)
     }

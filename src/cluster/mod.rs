@@ -10,6 +10,7 @@ pub mod events;
 pub mod gpus;
 pub mod membership;
 mod messages;
+mod objects;
 mod resources;
 
 pub use directory::Directory;
@@ -17,7 +18,11 @@ pub use events::ClusterEvents;
 pub use membership::Membership;
 pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BundleId, ClusterEvent, ClusterEventKind,
-    ClusterStatus, ControlReply, ControlRequest, NodeRegistration, NodeState, NodeStatus, ObjectId,
-    ObjectListing, PlacementGroupId, ResourceUsage,
+    ClusterStatus, ControlReply, ControlRequest, NodeRegistration, NodeState, NodeStatus,
+    PlacementGroupId, ResourceUsage,
+};
+pub use objects::{
+    ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,
+    RefHolder, RefUpdate,
 };
 pub use resources::{ResourceError, ResourceOverrides, ResourceSet, CPU, GPU, MEMORY};

@@ -46,6 +46,9 @@ pub struct NodeConfig {
     pub state_dir: PathBuf,
     /// Bytes its object store may hold; 30% of the node's memory when `None`.
     pub object_store_memory: Option<u64>,
+    /// Where its object store spills; `state_dir/spill/NODE-PID` when
+    /// `None`. Removed when the node stops.
+    pub object_spill_dir: Option<PathBuf>,
 }
 
 /// `$NIMBUS_HOME`, or `~/.nimbus`.
@@ -72,6 +75,7 @@ impl NodeConfig {
             transport: TransportConfig::default(),
             state_dir: default_state_dir(),
             object_store_memory: None,
+            object_spill_dir: None,
         }
     }
 }

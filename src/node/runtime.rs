@@ -15,7 +15,7 @@ use crate::client::{self, ClientError};
 use crate::cluster::membership::{self, Membership};
 use crate::cluster::{
     events::Subscribe, ClusterEvents, ControlReply, ControlRequest, Directory, NodeRegistration,
-    ResourceSet, MEMORY,
+    ObjectLocation, ResourceSet, MEMORY,
 };
 use crate::object_store::NodeObjectStore;
 use crate::transport::{Credentials, Endpoint, PacketFaults, RequestOptions};
@@ -132,8 +132,22 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     let store_memory = config
         .object_store_memory
         .unwrap_or((resources.amount(MEMORY) * 0.3) as u64);
-    let objects = NodeObjectStore::start(store_memory, endpoint.clone());
-    endpoint.serve(Arc::new(NodeService::new(manager, head_actors, objects)));
+    let spill_dir = config.object_spill_dir.clone().unwrap_or_else(|| {
+        config
+            .state_dir
+            .join("spill")
+            .join(format!("{}-{}", identity.name, std::process::id()))
+    });
+    let me = ObjectLocation {
+        node: identity.clone(),
+        address,
+    };
+    let objects = NodeObjectStore::start(store_memory, spill_dir, endpoint.clone(), me);
+    endpoint.serve(Arc::new(NodeService::new(
+        manager,
+        head_actors,
+        objects.clone(),
+    )));
     info!(node = %identity, %address, %resources, "node up");
     on_ready(&NodeReady {
         identity: identity.clone(),
@@ -158,6 +172,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     }
     info!(node = %identity, "node stopping");
     endpoint.shutdown().await;
+    objects.remove_spilled();
     outcome
 }
 

@@ -250,6 +250,10 @@ impl NodeService {
             | ControlRequest::PutObjectChunk { .. }
             | ControlRequest::ReadObject { .. }
             | ControlRequest::PullObject { .. }
+            | ControlRequest::AwaitObject { .. }
+            | ControlRequest::FailObject { .. }
+            | ControlRequest::UpdateRefs { .. }
+            | ControlRequest::FreeObject(_)
             | ControlRequest::ListObjects
             | ControlRequest::StartActor(_)
             | ControlRequest::ReserveBundle { .. }

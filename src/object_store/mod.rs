@@ -1,58 +1,103 @@
 //! The object store: immutable values put once and read anywhere in the
-//! cluster by reference (first part: in-memory shards, chunked cross-node
-//! pulls with caching; no reference counting, spilling or shared memory
-//! yet — objects live as long as the node that holds them).
+//! cluster by reference, counted across the cluster and freed when no
+//! reference remains.
 //!
 //! A process puts into its *home* node's store (a worker's own node; the
-//! head for a driver). `get` asks the home node to pull the object from the
-//! node holding it (once: the copy is cached there, and concurrent pulls of
-//! one object share one transfer), then reads it from the home node in
-//! chunks into a buffer allocated once.
+//! head for a driver), which then *owns* the object: it keeps the primary
+//! copy and counts the references to it (`refs.rs`). `get` asks the home
+//! node to pull the object from its owner (once: the copy is cached there,
+//! and concurrent pulls of one object share one transfer), then reads it
+//! from the home node in chunks into a buffer allocated once. A node short
+//! of memory spills its least recently used objects to disk and restores
+//! them when read.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), nimbus::object_store::ObjectStoreError> {
 //! let weights = nimbus::object_store::put(&vec![0.5f32; 1024]).await?;
 //! // Pass `weights` (a small handle) inside messages; read it anywhere:
 //! let back: Vec<f32> = nimbus::object_store::get(&weights).await?;
+//! // The object is freed once no process holds a reference any more.
+//! drop(weights);
 //! # Ok(()) }
 //! ```
 
 mod node;
+pub(crate) mod refs;
 mod shard;
 
 use std::marker::PhantomData;
-use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize, Serializer};
+use tokio::time::Instant;
 
 use crate::actor::ProcessContext;
 use crate::client::{self, ClientError};
-use crate::cluster::{ControlReply, ControlRequest, ObjectId};
+use crate::cluster::{
+    ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectLocation, RefHolder,
+};
 use crate::transport::{Connection, RequestError, RequestOptions};
-use crate::wire::NodeIdentity;
 
-pub use node::NodeObjectStore;
+pub use node::{NodeObjectStore, MAX_OBJECT_WAIT};
 pub use shard::{Budget, ObjectStoreShard};
 
 /// Bytes per transfer request.
 pub const CHUNK_BYTES: usize = 8 << 20;
+
+/// How long [`get`] waits for an object still being produced (a task's
+/// result); [`get_timeout`] takes another limit.
+pub const DEFAULT_GET_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Marks references to raw bytes ([`put_bytes`]/[`get_bytes`]).
 #[derive(Debug)]
 pub enum RawBytes {}
 
 /// A reference to an object of type `T`: small, serializable, valid
-/// anywhere in the cluster.
-#[derive(Serialize, Deserialize)]
-#[serde(bound = "")]
+/// anywhere in the cluster. While any `ObjectRef` to an object exists in
+/// any process (or inside another live object), the object is kept.
 pub struct ObjectRef<T> {
     id: ObjectId,
-    size: u64,
-    owner: NodeIdentity,
-    address: SocketAddr,
-    #[serde(skip)]
+    /// `None` until known: a task's result still being computed.
+    size: Option<u64>,
+    owner: ObjectLocation,
+    tracked: Option<Arc<refs::Tracked>>,
     value: PhantomData<fn() -> T>,
+}
+
+/// The wire form of a reference.
+#[derive(Serialize, Deserialize)]
+struct RefWire {
+    id: ObjectId,
+    size: Option<u64>,
+    owner: ObjectLocation,
+}
+
+impl<T> Serialize for ObjectRef<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        refs::serialized(self.id, &self.owner, self.tracked.as_ref());
+        RefWire {
+            id: self.id,
+            size: self.size,
+            owner: self.owner.clone(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de, T> Deserialize<'de> for ObjectRef<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = RefWire::deserialize(deserializer)?;
+        let tracked = refs::deserialized(wire.id, &wire.owner);
+        Ok(ObjectRef {
+            id: wire.id,
+            size: wire.size,
+            owner: wire.owner,
+            tracked,
+            value: PhantomData,
+        })
+    }
 }
 
 impl<T> Clone for ObjectRef<T> {
@@ -61,7 +106,7 @@ impl<T> Clone for ObjectRef<T> {
             id: self.id,
             size: self.size,
             owner: self.owner.clone(),
-            address: self.address,
+            tracked: self.tracked.clone(),
             value: PhantomData,
         }
     }
@@ -69,32 +114,56 @@ impl<T> Clone for ObjectRef<T> {
 
 impl<T> std::fmt::Debug for ObjectRef<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "ObjectRef({}, {} bytes on {})",
-            self.id, self.size, self.owner
-        )
+        match self.size {
+            Some(size) => write!(f, "ObjectRef({}, {size} bytes on {})", self.id, self.owner),
+            None => write!(f, "ObjectRef({}, pending on {})", self.id, self.owner),
+        }
     }
 }
 
 impl<T> ObjectRef<T> {
+    /// A reference to an object that will appear at `owner` with this
+    /// process as its holder (a task's result).
+    pub(crate) fn expected(id: ObjectId, owner: ObjectLocation) -> Self {
+        let tracked = refs::track(id, &owner, None);
+        ObjectRef {
+            id,
+            size: None,
+            owner,
+            tracked,
+            value: PhantomData,
+        }
+    }
+
     /// The object's id.
     pub fn id(&self) -> ObjectId {
         self.id
     }
 
-    /// Its size in bytes (serialized).
-    pub fn size(&self) -> u64 {
+    /// Its size in bytes (serialized), if known (a task's result is not,
+    /// until read).
+    pub fn size(&self) -> Option<u64> {
         self.size
     }
 
-    /// The node holding the original.
-    pub fn owner(&self) -> &NodeIdentity {
+    /// The node that owns it.
+    pub fn owner(&self) -> &ObjectLocation {
         &self.owner
+    }
+
+    /// The untyped form, for [`wait`] over references of several types.
+    pub fn erase(&self) -> ObjectRef<()> {
+        ObjectRef {
+            id: self.id,
+            size: self.size,
+            owner: self.owner.clone(),
+            tracked: self.tracked.clone(),
+            value: PhantomData,
+        }
     }
 }
 
-/// A put or get failed.
+/// A put, get or wait failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectStoreError {
     /// `nimbus::init` and `Driver::connect` have not run in this process.
@@ -108,56 +177,202 @@ pub enum ObjectStoreError {
         /// What went wrong.
         detail: String,
     },
-    /// A node refused: its store is full (`--object-store-memory`), or it
-    /// does not have the object.
+    /// A node refused: its store is full even after spilling, or the
+    /// request was invalid.
     #[error("{0}")]
     Store(String),
+    /// The object will never be readable: the task producing it failed,
+    /// its owner died, or it was freed.
+    #[error("object {id} is unavailable: {reason}")]
+    Unavailable {
+        /// The object.
+        id: ObjectId,
+        /// Why, with the remote error if a task failed.
+        reason: String,
+    },
+    /// The object was not ready in time.
+    #[error("object {id} was not ready within {after:?}")]
+    Timeout {
+        /// The object.
+        id: ObjectId,
+        /// The limit.
+        after: Duration,
+    },
     /// The cluster could not be reached.
     #[error("cannot reach the object store: {0}")]
     Cluster(#[from] ClientError),
 }
 
 /// Puts `value` (MessagePack) into this process's home node's store.
+/// `ObjectRef`s inside `value` stay alive as long as the new object.
 pub async fn put<T: Serialize>(value: &T) -> Result<ObjectRef<T>, ObjectStoreError> {
-    let bytes = rmp_serde::to_vec_named(value).map_err(|e| ObjectStoreError::Codec {
-        what: "encoding",
-        detail: e.to_string(),
-    })?;
-    store(&bytes).await
+    let (bytes, captured) = encode(value)?;
+    let context = ProcessContext::current().ok_or(ObjectStoreError::NotInitialized)?;
+    let home = home(context).await?;
+    let holder = refs::holder().ok_or(ObjectStoreError::NotInitialized)?;
+    let id = ObjectId::random();
+    store(&home.0, id, &bytes, holder, captured.refs.clone()).await?;
+    drop(captured);
+    Ok(stored_ref(id, bytes.len() as u64, home.1))
 }
 
 /// Puts raw bytes (a tensor, a file) into this process's home node's store.
 pub async fn put_bytes(bytes: &[u8]) -> Result<ObjectRef<RawBytes>, ObjectStoreError> {
-    store(bytes).await
+    let context = ProcessContext::current().ok_or(ObjectStoreError::NotInitialized)?;
+    let home = home(context).await?;
+    let holder = refs::holder().ok_or(ObjectStoreError::NotInitialized)?;
+    let id = ObjectId::random();
+    store(&home.0, id, bytes, holder, Vec::new()).await?;
+    Ok(stored_ref(id, bytes.len() as u64, home.1))
 }
 
-/// Reads an object put with [`put`].
+/// Reads an object put with [`put`] (or a task's result), waiting up to
+/// [`DEFAULT_GET_TIMEOUT`] for it to be produced.
 pub async fn get<T: DeserializeOwned>(object: &ObjectRef<T>) -> Result<T, ObjectStoreError> {
-    let bytes = fetch(object.id, object.size, &object.owner, object.address).await?;
-    rmp_serde::from_slice(&bytes).map_err(|e| ObjectStoreError::Codec {
+    get_timeout(object, DEFAULT_GET_TIMEOUT).await
+}
+
+/// [`get`], waiting at most `timeout`.
+pub async fn get_timeout<T: DeserializeOwned>(
+    object: &ObjectRef<T>,
+    timeout: Duration,
+) -> Result<T, ObjectStoreError> {
+    let bytes = fetch(object, timeout).await?;
+    decode(&bytes)
+}
+
+/// Reads an object put with [`put_bytes`].
+pub async fn get_bytes(object: &ObjectRef<RawBytes>) -> Result<Vec<u8>, ObjectStoreError> {
+    fetch(object, DEFAULT_GET_TIMEOUT).await
+}
+
+/// Waits until `num_ready` of `objects` are ready (complete at their
+/// owner, or failed: a get of those returns at once) or `timeout` passes;
+/// returns the ready ones and the others, each in the given order.
+///
+/// ```no_run
+/// # async fn demo(refs: Vec<nimbus::object_store::ObjectRef<u64>>) -> Result<(), nimbus::object_store::ObjectStoreError> {
+/// use std::time::Duration;
+/// let (ready, pending) = nimbus::object_store::wait(&refs, 1, Duration::from_secs(5)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn wait<T>(
+    objects: &[ObjectRef<T>],
+    num_ready: usize,
+    timeout: Duration,
+) -> Result<(Vec<ObjectRef<T>>, Vec<ObjectRef<T>>), ObjectStoreError> {
+    let context = ProcessContext::current().ok_or(ObjectStoreError::NotInitialized)?;
+    let end = Instant::now() + timeout;
+    let mut waits: futures::stream::FuturesUnordered<_> = objects
+        .iter()
+        .enumerate()
+        .map(|(index, object)| async move { (index, ready(context, object, end).await) })
+        .collect();
+    let mut done = vec![false; objects.len()];
+    let mut count = 0;
+    while count < num_ready.min(objects.len()) {
+        match tokio::time::timeout_at(end, waits.next()).await {
+            Ok(Some((index, outcome))) => {
+                if outcome? {
+                    done[index] = true;
+                    count += 1;
+                }
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let (ready, pending): (Vec<_>, Vec<_>) = objects.iter().zip(done).partition(|(_, d)| *d);
+    Ok((
+        ready.into_iter().map(|(o, _)| o.clone()).collect(),
+        pending.into_iter().map(|(o, _)| o.clone()).collect(),
+    ))
+}
+
+/// Whether `object` becomes ready (or fails) before `end`.
+async fn ready<T>(
+    context: &ProcessContext,
+    object: &ObjectRef<T>,
+    end: Instant,
+) -> Result<bool, ObjectStoreError> {
+    let owner = context
+        .endpoint
+        .connect(object.owner.address, Some(&object.owner.node))
+        .await
+        .map_err(ClientError::from)?;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let ask = ControlRequest::AwaitObject {
+            id: object.id,
+            wait_ms: left.min(MAX_OBJECT_WAIT).as_millis() as u64,
+        };
+        match call(&owner, &ask, long_poll(left)).await? {
+            ControlReply::ObjectReady(_) | ControlReply::ObjectFailed(_) => return Ok(true),
+            _ if left.is_zero() => return Ok(false),
+            _ => {}
+        }
+    }
+}
+
+/// Request options for a long poll of up to `wait`.
+fn long_poll(wait: Duration) -> RequestOptions {
+    RequestOptions::control().with_deadline(wait.min(MAX_OBJECT_WAIT) + Duration::from_secs(10))
+}
+
+/// Request options for a pull: a long poll, then a whole transfer.
+fn pull_options(wait: Duration) -> RequestOptions {
+    RequestOptions::bulk().with_deadline(wait.min(MAX_OBJECT_WAIT) + Duration::from_secs(120))
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<(Vec<u8>, refs::Captured), ObjectStoreError> {
+    let (bytes, captured) = refs::capturing(|| rmp_serde::to_vec_named(value));
+    let bytes = bytes.map_err(|e| ObjectStoreError::Codec {
+        what: "encoding",
+        detail: e.to_string(),
+    })?;
+    Ok((bytes, captured))
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ObjectStoreError> {
+    refs::reading_object(|| rmp_serde::from_slice(bytes)).map_err(|e| ObjectStoreError::Codec {
         what: "decoding",
         detail: e.to_string(),
     })
 }
 
-/// Reads an object put with [`put_bytes`].
-pub async fn get_bytes(object: &ObjectRef<RawBytes>) -> Result<Vec<u8>, ObjectStoreError> {
-    fetch(object.id, object.size, &object.owner, object.address).await
+fn stored_ref<T>(id: ObjectId, size: u64, owner: ObjectLocation) -> ObjectRef<T> {
+    // The put registered this process as a holder with the object itself.
+    let tracked = refs::track(id, &owner, None);
+    ObjectRef {
+        id,
+        size: Some(size),
+        owner,
+        tracked,
+        value: PhantomData,
+    }
 }
 
-async fn home() -> Result<(Connection, SocketAddr), ObjectStoreError> {
-    let context = ProcessContext::current().ok_or(ObjectStoreError::NotInitialized)?;
+/// A connection to this process's home node, and the node.
+async fn home(context: &ProcessContext) -> Result<(Connection, ObjectLocation), ObjectStoreError> {
     let connection = context
         .endpoint
         .connect(context.home, None)
         .await
         .map_err(ClientError::from)?;
-    Ok((connection, context.home))
+    let location = ObjectLocation {
+        node: connection.peer().clone(),
+        address: context.home,
+    };
+    Ok((connection, location))
 }
 
-async fn store<T>(bytes: &[u8]) -> Result<ObjectRef<T>, ObjectStoreError> {
-    let (home, address) = home().await?;
-    let id = ObjectId::random();
+/// Stores `bytes` as object `id` on `node`, held by `holder`.
+pub(crate) async fn store(
+    node: &Connection,
+    id: ObjectId,
+    bytes: &[u8],
+    holder: RefHolder,
+    contains: Vec<ContainedRef>,
+) -> Result<(), ObjectStoreError> {
     let total = bytes.len() as u64;
     let mut offset = 0;
     // An empty object still needs its first (empty) chunk to exist.
@@ -171,38 +386,59 @@ async fn store<T>(bytes: &[u8]) -> Result<ObjectRef<T>, ObjectStoreError> {
             id,
             offset,
             total,
+            holder: holder.clone(),
+            contains: if offset == 0 {
+                contains.clone()
+            } else {
+                Vec::new()
+            },
             chunk: chunk.to_vec(),
         };
-        call(&home, &request).await?;
+        call(node, &request, RequestOptions::bulk()).await?;
         offset += chunk.len() as u64;
     }
-    Ok(ObjectRef {
-        id,
-        size: total,
-        owner: home.peer().clone(),
-        address,
-        value: PhantomData,
-    })
+    Ok(())
 }
 
-async fn fetch(
-    id: ObjectId,
-    size: u64,
-    owner: &NodeIdentity,
-    address: SocketAddr,
+/// The bytes of `object`, through this process's home node.
+pub(crate) async fn fetch<T>(
+    object: &ObjectRef<T>,
+    timeout: Duration,
 ) -> Result<Vec<u8>, ObjectStoreError> {
-    let (home, _) = home().await?;
-    if home.peer() != owner {
-        let pull = ControlRequest::PullObject {
-            id,
-            size,
-            owner: owner.clone(),
-            address,
-        };
-        call(&home, &pull).await?;
-    }
+    let context = ProcessContext::current().ok_or(ObjectStoreError::NotInitialized)?;
+    let (home, here) = home(context).await?;
+    let id = object.id;
+    let size = match object.size {
+        Some(size) if here == object.owner => size,
+        _ => {
+            let end = Instant::now() + timeout;
+            loop {
+                let left = end.saturating_duration_since(Instant::now());
+                let wait_ms = left.min(MAX_OBJECT_WAIT).as_millis() as u64;
+                let request = if here == object.owner {
+                    ControlRequest::AwaitObject { id, wait_ms }
+                } else {
+                    ControlRequest::PullObject {
+                        id,
+                        owner: object.owner.clone(),
+                        wait_ms,
+                    }
+                };
+                match call(&home, &request, pull_options(left)).await? {
+                    ControlReply::ObjectReady(size) => break size,
+                    ControlReply::ObjectFailed(reason) => {
+                        return Err(ObjectStoreError::Unavailable { id, reason })
+                    }
+                    _ if left.is_zero() => {
+                        return Err(ObjectStoreError::Timeout { id, after: timeout })
+                    }
+                    _ => {}
+                }
+            }
+        }
+    };
     let mut bytes = Vec::with_capacity(size as usize);
-    let mut chunks = std::pin::pin!(read_chunks(&home, id, size));
+    let mut chunks = std::pin::pin!(read_chunks(&home, id, size, None));
     while let Some(chunk) = chunks.next().await {
         bytes.extend_from_slice(&chunk?);
     }
@@ -213,25 +449,31 @@ async fn fetch(
 const READ_WINDOW: usize = 4;
 
 /// The chunks of object `id` (`size` bytes) held by `node`, in order, with
-/// a few requests in flight to hide the round trips.
+/// a few requests in flight to hide the round trips. `copy_at`: the node
+/// that will keep a copy.
 pub(crate) fn read_chunks(
     node: &Connection,
     id: ObjectId,
     size: u64,
+    copy_at: Option<ObjectLocation>,
 ) -> impl futures::Stream<Item = Result<Vec<u8>, ObjectStoreError>> + '_ {
     let offsets = (0..size).step_by(CHUNK_BYTES);
     futures::stream::iter(offsets)
-        .map(move |offset| async move {
-            let read = ControlRequest::ReadObject {
-                id,
-                offset,
-                len: CHUNK_BYTES as u64,
-            };
-            match call(node, &read).await? {
-                ControlReply::ObjectBytes(chunk) if !chunk.is_empty() => Ok(chunk),
-                other => Err(ObjectStoreError::Store(format!(
-                    "object {id}: unexpected reply {other:?}"
-                ))),
+        .map(move |offset| {
+            let copy_at = copy_at.clone();
+            async move {
+                let read = ControlRequest::ReadObject {
+                    id,
+                    offset,
+                    len: CHUNK_BYTES as u64,
+                    copy_at,
+                };
+                match call(node, &read, RequestOptions::bulk()).await? {
+                    ControlReply::ObjectBytes(chunk) if !chunk.is_empty() => Ok(chunk),
+                    other => Err(ObjectStoreError::Store(format!(
+                        "object {id}: unexpected reply {other:?}"
+                    ))),
+                }
             }
         })
         .buffered(READ_WINDOW)
@@ -240,8 +482,9 @@ pub(crate) fn read_chunks(
 async fn call(
     node: &Connection,
     request: &ControlRequest,
+    options: RequestOptions,
 ) -> Result<ControlReply, ObjectStoreError> {
-    match client::call(node, request, RequestOptions::bulk()).await {
+    match client::call(node, request, options).await {
         Ok(reply) => Ok(reply),
         Err(ClientError::Request(RequestError::Remote { error, .. })) => {
             Err(ObjectStoreError::Store(error.message))

@@ -1,20 +1,32 @@
-//! A node's object store: its shards, and pulls from other nodes.
+//! A node's object store: its shards, pulls from other nodes, spilling
+//! under memory pressure, and the effects of frees on other nodes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 
-use crate::cluster::{ControlReply, ControlRequest, ObjectId, ObjectListing};
-use crate::transport::Endpoint;
-use crate::wire::NodeIdentity;
+use crate::client;
+use crate::cluster::{
+    ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
+    RefHolder, RefUpdate,
+};
+use crate::transport::{Endpoint, RequestOptions};
 use crate::wire::{RemoteError, RemoteErrorKind};
-use futures::StreamExt;
 
-use super::shard::{Abort, Append, Begin, Begun, Budget, List, ObjectStoreShard, Read};
+use super::shard::{
+    Abort, Append, Await, Awaited, Begin, Begun, Budget, DropCopy, Fail, Freed, List,
+    ObjectStoreShard, Read, Spill, UpdateRefs,
+};
 use super::{read_chunks, CHUNK_BYTES};
 
 /// Shards per node: objects are spread over them by id.
 const SHARDS: u64 = 4;
+
+/// The longest one `AwaitObject` or `PullObject` request waits.
+pub const MAX_OBJECT_WAIT: Duration = Duration::from_secs(30);
 
 /// The object store of one node.
 #[derive(Clone)]
@@ -22,20 +34,41 @@ pub struct NodeObjectStore {
     shards: Vec<Addr<ObjectStoreShard>>,
     budget: Arc<Budget>,
     endpoint: Endpoint,
+    me: ObjectLocation,
 }
 
 impl NodeObjectStore {
-    /// Starts the shards, holding at most `capacity` bytes; pulls go
-    /// through `endpoint`.
-    pub fn start(capacity: u64, endpoint: Endpoint) -> Self {
-        let budget = Budget::new(capacity);
+    /// Starts the shards, each on a thread of its own, holding at most
+    /// `capacity` bytes in memory and spilling into `spill_dir`; `me` is
+    /// this node; pulls go through `endpoint`.
+    pub fn start(
+        capacity: u64,
+        spill_dir: std::path::PathBuf,
+        endpoint: Endpoint,
+        me: ObjectLocation,
+    ) -> Self {
+        let budget = Budget::new(capacity, spill_dir);
         let shards = (0..SHARDS)
-            .map(|_| ObjectStoreShard::new(budget.clone()).start())
+            .map(|_| {
+                let shard = ObjectStoreShard::new(budget.clone());
+                ObjectStoreShard::start_in_arbiter(&Arbiter::new().handle(), |_| shard)
+            })
             .collect();
         NodeObjectStore {
             shards,
             budget,
             endpoint,
+            me,
+        }
+    }
+
+    /// Removes the spilled objects' files (at node shutdown).
+    pub fn remove_spilled(&self) {
+        let dir = self.budget.spill_dir();
+        if dir.exists() {
+            if let Err(e) = std::fs::remove_dir_all(dir) {
+                tracing::warn!("cannot remove the spill directory {}: {e}", dir.display());
+            }
         }
     }
 
@@ -53,25 +86,55 @@ impl NodeObjectStore {
                 id,
                 offset,
                 total,
+                holder,
+                contains,
                 chunk,
             } => self
-                .put_chunk(id, offset, total, chunk)
+                .put_chunk(id, offset, total, (holder, contains), chunk)
                 .await
                 .map(|()| ControlReply::Ack),
-            ControlRequest::ReadObject { id, offset, len } => {
-                let len = len.min(CHUNK_BYTES as u64);
-                let read = self.shard(id).send(Read { id, offset, len }).await;
-                flatten(read).map(ControlReply::ObjectBytes)
-            }
-            ControlRequest::PullObject {
+            ControlRequest::ReadObject {
                 id,
-                size,
-                owner,
-                address,
-            } => self
-                .pull(id, size, owner, address)
-                .await
-                .map(|()| ControlReply::Ack),
+                offset,
+                len,
+                copy_at,
+            } => {
+                let len = len.min(CHUNK_BYTES as u64);
+                let read = Read {
+                    id,
+                    offset,
+                    len,
+                    copy_at,
+                };
+                flatten(self.shard(id).send(read).await).map(ControlReply::ObjectBytes)
+            }
+            ControlRequest::PullObject { id, owner, wait_ms } => {
+                Ok(self.pull(id, owner, wait(wait_ms)).await)
+            }
+            ControlRequest::AwaitObject { id, wait_ms } => {
+                Ok(self.await_object(id, wait(wait_ms)).await)
+            }
+            ControlRequest::FailObject {
+                id,
+                holder,
+                message,
+            } => {
+                let fail = Fail {
+                    id,
+                    holder,
+                    message,
+                };
+                let failed = self.shard(id).send(fail).await;
+                failed.map(|()| ControlReply::Ack).map_err(unavailable)
+            }
+            ControlRequest::UpdateRefs { holder, updates } => {
+                self.update_refs(holder, updates).await;
+                Ok(ControlReply::Ack)
+            }
+            ControlRequest::FreeObject(id) => {
+                let dropped = self.shard(id).send(DropCopy(id)).await;
+                dropped.map(|()| ControlReply::Ack).map_err(unavailable)
+            }
             ControlRequest::ListObjects => Ok(ControlReply::Objects(self.list().await)),
             other => return Err(other),
         })
@@ -82,73 +145,248 @@ impl NodeObjectStore {
         id: ObjectId,
         offset: u64,
         total: u64,
+        (holder, contains): (RefHolder, Vec<ContainedRef>),
         chunk: Vec<u8>,
     ) -> Result<(), RemoteError> {
         if offset == 0 {
-            match flatten(self.shard(id).send(Begin { id, total }).await)? {
+            let begin = Begin {
+                id,
+                total,
+                holder: Some(holder),
+                contains: contains.clone(),
+            };
+            match self.begin(begin).await? {
                 Begun::Fresh => {}
                 _ => return Err(bad(format!("object {id} exists already"))),
             }
+            // The object holds what it contains from now until it is freed.
+            self.hold_contained(id, &contains, RefChange::Hold { arrived: false })
+                .await;
         }
         let appended = flatten(self.shard(id).send(Append { id, offset, chunk }).await);
         if appended.is_err() {
-            self.shard(id).do_send(Abort(id));
+            self.abort(id).await;
         }
         appended
     }
 
-    /// Makes the object present here, fetching it from `owner` in chunks
-    /// unless it is here or on its way.
-    async fn pull(
-        &self,
-        id: ObjectId,
-        size: u64,
-        owner: NodeIdentity,
-        address: std::net::SocketAddr,
-    ) -> Result<(), RemoteError> {
-        match flatten(self.shard(id).send(Begin { id, total: size }).await)? {
-            Begun::Present => return Ok(()),
-            Begun::InProgress(done) => {
-                return done
-                    .await
-                    .map_err(|_| bad(format!("the transfer of object {id} failed")))
+    /// Begins an object, spilling older ones first if memory is short.
+    async fn begin(&self, begin: Begin) -> Result<Begun, RemoteError> {
+        let (id, total) = (begin.id, begin.total);
+        let retry = Begin {
+            contains: begin.contains.clone(),
+            holder: begin.holder.clone(),
+            ..begin
+        };
+        let need = match flatten(self.shard(id).send(begin).await)? {
+            Begun::NoRoom(_) => total,
+            begun => return Ok(begun),
+        };
+        let mut spilled = 0;
+        for shard in &self.shards {
+            if self.budget.free() >= need {
+                break;
             }
-            Begun::Fresh => {}
+            spilled += flatten(shard.send(Spill { need }).await)?;
         }
-        let fetched = self.fetch(id, size, &owner, address).await;
-        if fetched.is_err() {
-            self.shard(id).do_send(Abort(id));
+        match flatten(self.shard(id).send(retry).await)? {
+            Begun::NoRoom(_) => Err(RemoteError::new(
+                RemoteErrorKind::BadRequest,
+                format!(
+                    "the object store is full: object {id} of {total} bytes does not fit in memory ({} of {} bytes in use by objects that cannot be spilled: being transferred) even after spilling {spilled} bytes to disk (--object-store-memory)",
+                    self.budget.used(),
+                    self.budget.capacity()
+                ),
+            )),
+            begun => Ok(begun),
         }
-        fetched
     }
 
-    async fn fetch(
-        &self,
-        id: ObjectId,
-        size: u64,
-        owner: &NodeIdentity,
-        address: std::net::SocketAddr,
-    ) -> Result<(), RemoteError> {
-        let lost = |e: String| {
-            RemoteError::new(
-                RemoteErrorKind::Internal,
-                format!("cannot pull object {id} from {owner}: {e}"),
-            )
-        };
-        let connection = self
-            .endpoint
-            .connect(address, Some(owner))
-            .await
-            .map_err(|e| lost(e.to_string()))?;
-        let mut offset = 0;
-        let mut chunks = std::pin::pin!(read_chunks(&connection, id, size));
-        while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|e| lost(e.to_string()))?;
-            let len = chunk.len() as u64;
-            flatten(self.shard(id).send(Append { id, offset, chunk }).await)?;
-            offset += len;
+    async fn abort(&self, id: ObjectId) {
+        if let Ok(contains) = self.shard(id).send(Abort(id)).await {
+            self.hold_contained(id, &contains, RefChange::Release).await;
         }
-        Ok(())
+    }
+
+    /// Sends `change` on behalf of object `id` for each contained reference.
+    async fn hold_contained(&self, id: ObjectId, contains: &[ContainedRef], change: RefChange) {
+        for inner in contains {
+            let update = RefUpdate {
+                id: inner.id,
+                change,
+            };
+            self.send_refs(&inner.owner, RefHolder::Object(id), vec![update])
+                .await;
+        }
+    }
+
+    /// Reference changes, here or at another owner.
+    fn send_refs(
+        &self,
+        owner: &ObjectLocation,
+        holder: RefHolder,
+        updates: Vec<RefUpdate>,
+    ) -> BoxFuture<'static, ()> {
+        let store = self.clone();
+        let owner = owner.clone();
+        async move {
+            if owner.node == store.me.node {
+                store.update_refs(holder, updates).await;
+                return;
+            }
+            let request = ControlRequest::UpdateRefs { holder, updates };
+            let sent = match store
+                .endpoint
+                .connect(owner.address, Some(&owner.node))
+                .await
+            {
+                Ok(connection) => client::call(&connection, &request, RequestOptions::control())
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = sent {
+                tracing::warn!(%owner, "reference changes not delivered: {e}");
+            }
+        }
+        .boxed()
+    }
+
+    /// Applies reference changes to objects owned here, then tells other
+    /// nodes about the objects that were freed.
+    async fn update_refs(&self, holder: RefHolder, updates: Vec<RefUpdate>) {
+        let mut by_shard: Vec<Vec<(ObjectId, RefChange)>> = vec![Vec::new(); self.shards.len()];
+        for update in updates {
+            by_shard[(update.id.0 % SHARDS) as usize].push((update.id, update.change));
+        }
+        let mut freed = Vec::new();
+        for (shard, updates) in self.shards.iter().zip(by_shard) {
+            if updates.is_empty() {
+                continue;
+            }
+            let update = UpdateRefs {
+                holder: holder.clone(),
+                updates,
+            };
+            match shard.send(update).await {
+                Ok(list) => freed.extend(list),
+                Err(e) => tracing::warn!("object store shard unavailable: {e}"),
+            }
+        }
+        for object in freed {
+            tokio::spawn(self.clone().after_free(object));
+        }
+    }
+
+    /// Drops the copies of a freed object and releases what it contained.
+    async fn after_free(self, freed: Freed) {
+        for copy in freed.copies {
+            let request = ControlRequest::FreeObject(freed.id);
+            if let Ok(connection) = self.endpoint.connect(copy.address, Some(&copy.node)).await {
+                let _ = client::call(&connection, &request, RequestOptions::control()).await;
+            }
+        }
+        self.hold_contained(freed.id, &freed.contains, RefChange::Release)
+            .await;
+    }
+
+    /// Waits up to `wait` for object `id` to be complete here.
+    async fn await_object(&self, id: ObjectId, wait: Duration) -> ControlReply {
+        let end = tokio::time::Instant::now() + wait;
+        loop {
+            let awaited = match self.shard(id).send(Await(id)).await {
+                Ok(awaited) => awaited,
+                Err(e) => return ControlReply::ObjectFailed(e.to_string()),
+            };
+            match awaited {
+                Awaited::Ready(size) => return ControlReply::ObjectReady(size),
+                Awaited::Failed(message) => return ControlReply::ObjectFailed(message),
+                Awaited::Wait(change) => {
+                    if tokio::time::timeout_at(end, change).await.is_err() {
+                        return ControlReply::ObjectNotReady;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes the object present here, fetching it from `owner` in chunks
+    /// unless it is here or on its way.
+    async fn pull(&self, id: ObjectId, owner: ObjectLocation, wait: Duration) -> ControlReply {
+        if owner.node == self.me.node {
+            return self.await_object(id, wait).await;
+        }
+        if let Ok(Awaited::Ready(size)) = self.shard(id).send(Await(id)).await {
+            return ControlReply::ObjectReady(size);
+        }
+        let lost = |e: String| {
+            ControlReply::ObjectFailed(format!(
+                "object {id} is lost: its owner, node {owner}, cannot be reached: {e}"
+            ))
+        };
+        let connection = match self
+            .endpoint
+            .connect(owner.address, Some(&owner.node))
+            .await
+        {
+            Ok(connection) => connection,
+            Err(e) => return lost(e.to_string()),
+        };
+        let ask = ControlRequest::AwaitObject {
+            id,
+            wait_ms: wait.as_millis() as u64,
+        };
+        let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
+        let size = match client::call(&connection, &ask, options).await {
+            Ok(ControlReply::ObjectReady(size)) => size,
+            Ok(ControlReply::ObjectNotReady) => return ControlReply::ObjectNotReady,
+            Ok(ControlReply::ObjectFailed(message)) => return ControlReply::ObjectFailed(message),
+            Ok(other) => return lost(format!("unexpected reply {other:?}")),
+            Err(e) => return lost(e.to_string()),
+        };
+        let begin = Begin {
+            id,
+            total: size,
+            holder: None,
+            contains: Vec::new(),
+        };
+        match self.begin(begin).await {
+            Ok(Begun::Present) => return ControlReply::ObjectReady(size),
+            Ok(Begun::InProgress(done)) => {
+                return match done.await {
+                    Ok(()) => ControlReply::ObjectReady(size),
+                    Err(_) => ControlReply::ObjectFailed(format!(
+                        "the transfer of object {id} from {owner} failed"
+                    )),
+                }
+            }
+            Ok(Begun::Fresh) => {}
+            Ok(Begun::NoRoom(short)) => {
+                return ControlReply::ObjectFailed(format!(
+                    "no room for a copy of object {id}: {short} bytes short"
+                ))
+            }
+            Err(e) => return ControlReply::ObjectFailed(e.message),
+        }
+        let mut offset = 0;
+        let mut chunks = std::pin::pin!(read_chunks(&connection, id, size, Some(self.me.clone())));
+        while let Some(chunk) = chunks.next().await {
+            let appended = match chunk {
+                Ok(chunk) => {
+                    let len = chunk.len() as u64;
+                    let append = Append { id, offset, chunk };
+                    offset += len;
+                    flatten(self.shard(id).send(append).await).map_err(|e| e.message)
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = appended {
+                self.abort(id).await;
+                return lost(e);
+            }
+        }
+        ControlReply::ObjectReady(size)
     }
 
     async fn list(&self) -> ObjectListing {
@@ -158,25 +396,34 @@ impl NodeObjectStore {
                 objects.extend(listed);
             }
         }
-        objects.sort();
+        objects.sort_by_key(|o| o.id);
         ObjectListing {
             objects,
             used: self.budget.used(),
             capacity: self.budget.capacity(),
+            spilled: self.budget.spilled(),
         }
     }
+}
+
+fn wait(wait_ms: u64) -> Duration {
+    Duration::from_millis(wait_ms).min(MAX_OBJECT_WAIT)
 }
 
 fn bad(message: String) -> RemoteError {
     RemoteError::new(RemoteErrorKind::BadRequest, message)
 }
 
+fn unavailable(e: MailboxError) -> RemoteError {
+    RemoteError::new(
+        RemoteErrorKind::Internal,
+        format!("object store shard unavailable: {e}"),
+    )
+}
+
 fn flatten<T>(sent: Result<Result<T, String>, MailboxError>) -> Result<T, RemoteError> {
     match sent {
         Ok(result) => result.map_err(bad),
-        Err(e) => Err(RemoteError::new(
-            RemoteErrorKind::Internal,
-            format!("object store shard unavailable: {e}"),
-        )),
+        Err(e) => Err(unavailable(e)),
     }
 }

@@ -437,13 +437,9 @@ pub(crate) fn run_loop(
     match result {
         Ok(Ok(())) => written,
         Ok(Err(e)) => Err(e),
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic payload".into());
-            Err(TrainError::Loop(format!("panic: {message}")))
-        }
+        Err(panic) => Err(TrainError::Loop(format!(
+            "panic: {}",
+            crate::worker::panic_text(&*panic)
+        ))),
     }
 }

@@ -163,15 +163,18 @@ fn install_panic_hook(panic: Arc<OnceLock<String>>, died: mpsc::UnboundedSender<
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default(info);
-        let message = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic payload".into());
-        let reason = format!("panic: {message}");
+        let reason = format!("panic: {}", panic_text(info.payload()));
         if panic.set(reason.clone()).is_ok() {
             let _ = died.send(reason);
         }
     }));
+}
+
+/// The text of a panic's payload.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".into())
 }

@@ -1,4 +1,6 @@
-//! `nimbus memory`: what every node's object store holds.
+//! `nimbus memory`: what every node's object store holds: per object its
+//! size, where its bytes are (memory, spilled, arriving), whether the node
+//! owns it or caches a copy, and who holds references; totals per node.
 
 use anyhow::Result;
 use clap::Args;
@@ -27,16 +29,29 @@ pub fn run(args: MemoryArgs) -> Result<()> {
                     ControlReply::Objects(listing) => listing,
                     other => anyhow::bail!("unexpected reply from {}: {other:?}", node.id),
                 };
+            let owned = listing.objects.iter().filter(|o| o.primary).count();
             println!(
-                "node {}: {} objects, {} of {} bytes used",
+                "node {}: {} objects ({owned} owned, {} cached copies), {} of {} bytes in memory, {} bytes spilled to disk",
                 node.id,
                 listing.objects.len(),
+                listing.objects.len() - owned,
                 listing.used,
-                listing.capacity
+                listing.capacity,
+                listing.spilled
             );
-            for (id, size, complete) in listing.objects {
-                let state = if complete { "stored" } else { "arriving" };
-                println!("  {id}  {size:>12} bytes  {state}");
+            for object in listing.objects {
+                let role = if object.primary { "owned" } else { "copy" };
+                let mut line = format!(
+                    "  {}  {:>12} bytes  {:<9}  {role}",
+                    object.id, object.size, object.state
+                );
+                if object.primary {
+                    line += &format!("  held by: {}", object.holders.join(", "));
+                    if object.in_transit != 0 {
+                        line += &format!("  in transit: {}", object.in_transit);
+                    }
+                }
+                println!("{line}");
             }
         }
         Ok(())

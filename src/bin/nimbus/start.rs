@@ -56,6 +56,10 @@ pub struct StartArgs {
     /// Bytes the node's object store may hold (default: 30% of its memory).
     #[arg(long)]
     object_store_memory: Option<u64>,
+    /// Where the object store spills objects that do not fit in memory
+    /// (default: a directory under the state directory, removed at stop).
+    #[arg(long)]
+    object_spill_dir: Option<std::path::PathBuf>,
     /// Custom resources as a JSON object, e.g. '{"accelerator_type:H200": 1}'.
     #[arg(long)]
     resources: Option<String>,
@@ -103,6 +107,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     config.advertise_ip = args.node_ip_address;
     config.node_name = args.node_name;
     config.object_store_memory = args.object_store_memory;
+    config.object_spill_dir = args.object_spill_dir.clone();
     config.resources = ResourceOverrides {
         num_cpus: args.num_cpus,
         num_gpus: args.num_gpus,

@@ -1,0 +1,267 @@
+//! The references this process holds, and how their owners learn of them.
+//!
+//! Ray's ownership model, per process: the node that owns an object (it
+//! keeps the primary copy) counts *holders*, one entry per process however
+//! many `ObjectRef`s it has, plus the objects that contain the reference,
+//! plus references *in transit* inside messages. An object is freed when it
+//! has no holder and nothing is in transit.
+//!
+//! - The first `ObjectRef` to an object in this process announces a holder
+//!   (`Hold`); dropping the last one sends `Release`. (A put or a task
+//!   submission registers its holder with the object itself.)
+//! - Serializing a reference into a message sends `Transit` before the
+//!   message can arrive; deserializing it in the receiver sends
+//!   `Hold { arrived: true }`, which consumes one transit. The owner may see
+//!   the two in either order: a count that dips below zero only delays the
+//!   free, so a reference passed on and dropped at once is never lost.
+//! - Serializing a reference into an object (a put, a task's result) does
+//!   not count as transit: the store holds the contained references on the
+//!   containing object's behalf until that object is freed.
+//!
+//! Changes go to their owners in order, from one background task. A
+//! reference serialized into a message that never arrives (the receiver
+//! died first) stays in transit: its object leaks rather than vanishes.
+
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::mpsc;
+
+use crate::actor::ProcessContext;
+use crate::client;
+use crate::cluster::{
+    ContainedRef, ControlRequest, ObjectId, ObjectLocation, RefChange, RefHolder, RefUpdate,
+};
+use crate::transport::RequestOptions;
+
+/// Changes sent to owners in one request at most.
+const BATCH: usize = 4096;
+
+/// One process's stake in one object, shared by all its `ObjectRef`s.
+pub(crate) struct Tracked {
+    id: ObjectId,
+    owner: ObjectLocation,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        let Some(process) = PROCESS.get() else { return };
+        // Released under the table's lock, so a `Hold` from a new reference
+        // racing with this drop is queued after the `Release`, or this
+        // entry is still live and nothing is released.
+        process.table.remove_if(&self.id, |_, tracked| {
+            let gone = tracked.strong_count() == 0;
+            if gone {
+                process.send(&self.owner, self.id, RefChange::Release);
+            }
+            gone
+        });
+    }
+}
+
+struct Process {
+    holder: RefHolder,
+    table: DashMap<ObjectId, Weak<Tracked>>,
+    queue: mpsc::UnboundedSender<(ObjectLocation, RefUpdate)>,
+}
+
+impl Process {
+    fn send(&self, owner: &ObjectLocation, id: ObjectId, change: RefChange) {
+        // The queue only closes when the runtime is gone, at exit.
+        let _ = self.queue.send((owner.clone(), RefUpdate { id, change }));
+    }
+}
+
+static PROCESS: OnceLock<Process> = OnceLock::new();
+
+/// Starts reference tracking for this process (once; inside its runtime).
+/// Before it, references are not tracked and never freed.
+pub(crate) fn start(context: &'static ProcessContext) {
+    let role = if std::env::args().nth(1).as_deref() == Some(crate::node::workers::WORKER_ARG) {
+        "worker"
+    } else {
+        "driver"
+    };
+    let holder = RefHolder::Process {
+        id: rand::random(),
+        label: format!("{role} pid {}", std::process::id()),
+    };
+    let (queue, updates) = mpsc::unbounded_channel();
+    let process = Process {
+        holder: holder.clone(),
+        table: DashMap::new(),
+        queue,
+    };
+    if PROCESS.set(process).is_ok() {
+        tokio::spawn(deliver(context, holder, updates));
+    }
+}
+
+/// This process as a reference holder (`None` before [`start`]).
+pub(crate) fn holder() -> Option<RefHolder> {
+    PROCESS.get().map(|p| p.holder.clone())
+}
+
+/// This process's stake in object `id`, announcing `announce` to the owner
+/// (a new stake always announces a `Hold` unless `announce` is `None`: the
+/// holder was registered with the object itself).
+pub(crate) fn track(
+    id: ObjectId,
+    owner: &ObjectLocation,
+    announce: Option<RefChange>,
+) -> Option<Arc<Tracked>> {
+    let process = PROCESS.get()?;
+    let mut entry = process.table.entry(id).or_default();
+    if let Some(live) = entry.upgrade() {
+        if let Some(change @ RefChange::Hold { arrived: true }) = announce {
+            process.send(owner, id, change);
+        }
+        return Some(live);
+    }
+    if let Some(change) = announce {
+        process.send(owner, id, change);
+    }
+    let tracked = Arc::new(Tracked {
+        id,
+        owner: owner.clone(),
+    });
+    *entry = Arc::downgrade(&tracked);
+    Some(tracked)
+}
+
+/// The references serialized into an object, and this process's stakes
+/// in them, kept until the object is stored (and holds them itself).
+#[derive(Default)]
+pub(crate) struct Captured {
+    /// The references.
+    pub(crate) refs: Vec<ContainedRef>,
+    stakes: Vec<Arc<Tracked>>,
+}
+
+/// How references are being (de)serialized on this thread.
+enum Mode {
+    /// Into or out of a message.
+    Message,
+    /// Into an object: collect them.
+    Capture(Captured),
+    /// Out of an object.
+    ReadingObject,
+}
+
+thread_local! {
+    static MODE: RefCell<Mode> = const { RefCell::new(Mode::Message) };
+}
+
+/// Runs `f` (which serializes an object's value) and returns the references
+/// it serialized.
+pub(crate) fn capturing<R>(f: impl FnOnce() -> R) -> (R, Captured) {
+    MODE.with(|mode| *mode.borrow_mut() = Mode::Capture(Captured::default()));
+    let result = f();
+    let captured = MODE.with(|mode| std::mem::replace(&mut *mode.borrow_mut(), Mode::Message));
+    match captured {
+        Mode::Capture(captured) => (result, captured),
+        _ => (result, Captured::default()),
+    }
+}
+
+/// Runs `f` (which deserializes an object's value): the references in it
+/// are held, not arrivals from a message.
+pub(crate) fn reading_object<R>(f: impl FnOnce() -> R) -> R {
+    MODE.with(|mode| *mode.borrow_mut() = Mode::ReadingObject);
+    let result = f();
+    MODE.with(|mode| *mode.borrow_mut() = Mode::Message);
+    result
+}
+
+/// A reference to `id` (this process's stake in it: `stake`) is being
+/// serialized.
+pub(crate) fn serialized(id: ObjectId, owner: &ObjectLocation, stake: Option<&Arc<Tracked>>) {
+    let captured = MODE.with(|mode| match &mut *mode.borrow_mut() {
+        Mode::Capture(captured) => {
+            captured.refs.push(ContainedRef {
+                id,
+                owner: owner.clone(),
+            });
+            captured.stakes.extend(stake.cloned());
+            true
+        }
+        _ => false,
+    });
+    if !captured {
+        if let Some(process) = PROCESS.get() {
+            process.send(owner, id, RefChange::Transit);
+        }
+    }
+}
+
+/// A reference to `id` was deserialized here.
+pub(crate) fn deserialized(id: ObjectId, owner: &ObjectLocation) -> Option<Arc<Tracked>> {
+    let arrived = MODE.with(|mode| !matches!(*mode.borrow(), Mode::ReadingObject));
+    track(id, owner, Some(RefChange::Hold { arrived }))
+}
+
+/// Sends queued changes to their owners, in order, batching what queued up
+/// meanwhile.
+async fn deliver(
+    context: &'static ProcessContext,
+    holder: RefHolder,
+    mut updates: mpsc::UnboundedReceiver<(ObjectLocation, RefUpdate)>,
+) {
+    while let Some(first) = updates.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match updates.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let mut by_owner: Vec<(ObjectLocation, Vec<RefUpdate>)> = Vec::new();
+        for (owner, update) in batch {
+            match by_owner.iter_mut().find(|(o, _)| *o == owner) {
+                Some((_, list)) => list.push(update),
+                None => by_owner.push((owner, vec![update])),
+            }
+        }
+        for (owner, updates) in by_owner {
+            send(context, &holder, &owner, updates).await;
+        }
+    }
+}
+
+/// Sends one owner its changes, retrying a few times: an owner that stays
+/// unreachable has died with its objects.
+async fn send(
+    context: &ProcessContext,
+    holder: &RefHolder,
+    owner: &ObjectLocation,
+    updates: Vec<RefUpdate>,
+) {
+    let request = ControlRequest::UpdateRefs {
+        holder: holder.clone(),
+        updates,
+    };
+    let mut last = String::new();
+    for attempt in 0..3u32 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        }
+        let connection = match context
+            .endpoint
+            .connect(owner.address, Some(&owner.node))
+            .await
+        {
+            Ok(connection) => connection,
+            Err(e) => {
+                last = e.to_string();
+                continue;
+            }
+        };
+        match client::call(&connection, &request, RequestOptions::control()).await {
+            Ok(_) => return,
+            Err(e) => last = e.to_string(),
+        }
+    }
+    tracing::warn!(%owner, "reference changes not delivered to the objects' owner: {last}");
+}

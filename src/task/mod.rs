@@ -1,0 +1,393 @@
+//! Remote tasks: stateless functions, registered by a stable name, run in
+//! worker processes anywhere in the cluster; their results land in the
+//! object store.
+//!
+//! ```no_run
+//! use nimbus::task::{self, Input, TaskFn, TaskOptions};
+//!
+//! const SQUARE: TaskFn<u64, u64> = TaskFn::new("example.square");
+//!
+//! fn main() -> anyhow::Result<()> {
+//!     let registry = nimbus::actor::Registry::new().task(SQUARE, |x: u64| Ok::<_, String>(x * x));
+//!     let driver = nimbus::init(registry)?;
+//!     actix_rt::System::new().block_on(async {
+//!         driver.connect().await?;
+//!         let nine = task::submit(SQUARE, Input::value(&3)?, TaskOptions::default()).await?;
+//!         // Results are ObjectRefs: pass them to other tasks unread.
+//!         let eighty_one = task::submit(SQUARE, Input::object(&nine), TaskOptions::default()).await?;
+//!         assert_eq!(nimbus::object_store::get(&eighty_one).await?, 81);
+//!         Ok(())
+//!     })
+//! }
+//! ```
+//!
+//! - **Where tasks run** (`pool.rs`): the submitting process leases
+//!   `TaskWorker` actors (one worker process each, holding the task's
+//!   resources) and reuses them; a new lease goes to this process's own
+//!   node first, then to any node with the resources free; when none has
+//!   them the task queues until a lease is returned. A task asking for
+//!   resources no node offers fails at submission. Leases idle for
+//!   [`IDLE_LEASE`] are returned (the worker is killed).
+//! - **Arguments** may be values or `ObjectRef`s; references are fetched to
+//!   the executing node before the function runs.
+//! - **Results and failures**: the result is stored at the submitter's home
+//!   node, which owns it; a task that panics or returns an error makes the
+//!   result *failed*, and `get` reports the task's name and message. A task
+//!   lost with its worker process or node is retried on a new lease up to
+//!   `max_retries` times (default 3, as in Ray); errors of the function
+//!   itself are not retried.
+
+mod pool;
+mod worker;
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::actor::{
+    ActorHandle, CallError, ProcessContext, Registry, SpawnError, SpawnOptions, Strategy,
+};
+use crate::cluster::{ControlRequest, ObjectId, ObjectLocation, CPU, GPU};
+use crate::object_store::{refs, ObjectRef, ObjectStoreError};
+use crate::placement::{PlacementError, PlacementGroup};
+use crate::transport::RequestOptions;
+
+pub use pool::IDLE_LEASE;
+pub use worker::{RunTask, TaskWorker};
+
+use worker::InputWire;
+
+/// A task function's type-erased entry point: MessagePack argument in,
+/// MessagePack result (and the references inside it) out.
+pub(crate) type TaskRun =
+    Arc<dyn Fn(&[u8], bool) -> Result<(Vec<u8>, refs::Captured), String> + Send + Sync>;
+
+/// The name and signature of a task function: `A` in, `R` out. Declare one
+/// as a constant and use it both to register and to submit.
+pub struct TaskFn<A, R> {
+    name: &'static str,
+    signature: PhantomData<fn(A) -> R>,
+}
+
+impl<A, R> TaskFn<A, R> {
+    /// The function registered as `name` (stable across builds).
+    pub const fn new(name: &'static str) -> Self {
+        TaskFn {
+            name,
+            signature: PhantomData,
+        }
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl<A, R> Clone for TaskFn<A, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A, R> Copy for TaskFn<A, R> {}
+
+impl Registry {
+    /// Registers `run` as task function `function`. An `Err` it returns (or
+    /// a panic) fails the task; `get` of the result reports it.
+    pub fn task<A, R, E>(
+        self,
+        function: TaskFn<A, R>,
+        run: impl Fn(A) -> Result<R, E> + Send + Sync + 'static,
+    ) -> Self
+    where
+        A: DeserializeOwned,
+        R: Serialize,
+        E: std::fmt::Display,
+    {
+        let entry: TaskRun = Arc::new(move |bytes: &[u8], from_objects: bool| {
+            let decode = || rmp_serde::from_slice::<A>(bytes);
+            let input = if from_objects {
+                refs::reading_object(decode)
+            } else {
+                decode()
+            }
+            .map_err(|e| format!("cannot decode the argument: {e}"))?;
+            let output = run(input).map_err(|e| e.to_string())?;
+            let (bytes, captured) = refs::capturing(|| rmp_serde::to_vec_named(&output));
+            let bytes = bytes.map_err(|e| format!("cannot encode the result: {e}"))?;
+            Ok((bytes, captured))
+        });
+        self.insert_task(function.name, entry)
+    }
+}
+
+/// Adds the actor that runs tasks to a program's registry (done by
+/// `nimbus::init`).
+pub(crate) fn with_task_worker(registry: Registry) -> Registry {
+    registry
+        .actor::<TaskWorker>()
+        .message::<TaskWorker, RunTask>()
+}
+
+/// A task's argument: a value, or object(s) to fetch first.
+pub struct Input<A> {
+    wire: InputWire,
+    argument: PhantomData<fn() -> A>,
+}
+
+impl<A: Serialize> Input<A> {
+    /// A value, sent along with the task.
+    pub fn value(value: &A) -> Result<Self, TaskError> {
+        let bytes = rmp_serde::to_vec_named(value).map_err(|e| TaskError::Encode(e.to_string()))?;
+        Ok(Input {
+            wire: InputWire::Inline(bytes),
+            argument: PhantomData,
+        })
+    }
+}
+
+impl<A> Input<A> {
+    /// The value of an object (another task's result, a put), fetched to
+    /// the executing node.
+    pub fn object(object: &ObjectRef<A>) -> Self {
+        Input {
+            wire: InputWire::Object(object.erase()),
+            argument: PhantomData,
+        }
+    }
+}
+
+impl<E> Input<Vec<E>> {
+    /// The values of several objects, as one `Vec` (a reduce over results).
+    pub fn gather(objects: &[ObjectRef<E>]) -> Self {
+        Input {
+            wire: InputWire::Gather(objects.iter().map(ObjectRef::erase).collect()),
+            argument: PhantomData,
+        }
+    }
+}
+
+/// How to run a task.
+///
+/// ```
+/// use nimbus::task::TaskOptions;
+/// let options = TaskOptions::default().num_cpus(0.5).max_retries(5);
+/// ```
+#[derive(Clone, Debug)]
+pub struct TaskOptions {
+    spawn: SpawnOptions,
+    max_retries: u32,
+}
+
+impl Default for TaskOptions {
+    fn default() -> Self {
+        TaskOptions {
+            spawn: SpawnOptions::default(),
+            max_retries: 3,
+        }
+    }
+}
+
+impl TaskOptions {
+    /// CPUs the task holds while it runs (default 1).
+    pub fn num_cpus(mut self, cpus: f64) -> Self {
+        self.spawn = self.spawn.num_cpus(cpus);
+        self
+    }
+
+    /// GPUs the task holds while it runs.
+    pub fn num_gpus(mut self, gpus: f64) -> Self {
+        self.spawn = self.spawn.num_gpus(gpus);
+        self
+    }
+
+    /// A custom resource.
+    pub fn resource(mut self, name: &str, amount: f64) -> Self {
+        self.spawn = self.spawn.resource(name, amount);
+        self
+    }
+
+    /// Where to run it (default: this process's node first, then any).
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.spawn = self.spawn.strategy(strategy);
+        self
+    }
+
+    /// Runs it in bundle `index` of `group`.
+    pub fn in_bundle(
+        mut self,
+        group: &PlacementGroup,
+        index: usize,
+    ) -> Result<Self, PlacementError> {
+        self.spawn = self.spawn.in_bundle(group, index)?;
+        Ok(self)
+    }
+
+    /// Retries after the loss of its worker process or node (default 3).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+}
+
+/// A task could not be submitted. (A task that fails after submission
+/// fails its result: see [`ObjectStoreError::Unavailable`].)
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// `nimbus::init` and `Driver::connect` have not run in this process.
+    #[error("nimbus is not initialised in this process: call nimbus::init(..) and Driver::connect() first")]
+    NotInitialized,
+    /// This binary registers no task function of that name.
+    #[error("task function {0} is not registered in this binary (Registry::task)")]
+    NotRegistered(&'static str),
+    /// The argument could not be encoded.
+    #[error("cannot encode the task's argument: {0}")]
+    Encode(String),
+    /// No node could ever run it, or the cluster refused the worker.
+    #[error(transparent)]
+    Placement(#[from] SpawnError),
+    /// The object store could not be reached.
+    #[error(transparent)]
+    ObjectStore(#[from] ObjectStoreError),
+}
+
+/// Submits `function(input)`; returns at once with a reference to its
+/// result, readable with `object_store::get` once the task is done.
+pub async fn submit<A, R>(
+    function: TaskFn<A, R>,
+    input: Input<A>,
+    options: TaskOptions,
+) -> Result<ObjectRef<R>, TaskError> {
+    let context = ProcessContext::current().ok_or(TaskError::NotInitialized)?;
+    if context.registry.task_fn(function.name).is_none() {
+        return Err(TaskError::NotRegistered(function.name));
+    }
+    let holder = refs::holder().ok_or(TaskError::NotInitialized)?;
+    let home = home_location(context).await?;
+    pool::check_feasible(context, &options.spawn).await?;
+    let result = ObjectRef::<R>::expected(ObjectId::random(), home.clone());
+    let run = RunTask {
+        task: function.name.to_string(),
+        input: input.wire,
+        result: result.id(),
+        owner: home,
+        holder,
+    };
+    let keep = result.erase();
+    tokio::spawn(async move {
+        // `keep` holds the result's reference until the task settles, so it
+        // cannot be freed before it exists.
+        drive(context, run, options).await;
+        drop(keep);
+    });
+    Ok(result)
+}
+
+/// Runs a submitted task to its end: retries after system failures, a
+/// failed result otherwise.
+async fn drive(context: &'static ProcessContext, run: RunTask, options: TaskOptions) {
+    let mut failures = Vec::new();
+    let outcome = loop {
+        let lease = match pool::acquire(context, &options.spawn).await {
+            Ok(lease) => lease,
+            Err(e) => break Err(format!("no worker for task {}: {e}", run.task)),
+        };
+        match lease.worker().send(run.clone()).await {
+            Ok(Ok(())) => {
+                pool::release(lease);
+                break Ok(());
+            }
+            Ok(Err(application)) => {
+                pool::release(lease);
+                break Err(format!("task {} failed: {application}", run.task));
+            }
+            Err(system) => {
+                pool::discard(lease).await;
+                if let CallError::ActorDead { reason, .. } = &system {
+                    if let Some(panic) = reason.strip_prefix("panic: ") {
+                        break Err(format!("task {} failed: it panicked: {panic}", run.task));
+                    }
+                }
+                if !lost(&system) {
+                    break Err(format!("task {} could not run: {system}", run.task));
+                }
+                failures.push(system.to_string());
+                if failures.len() as u32 > options.max_retries {
+                    break Err(format!(
+                        "task {} was lost {} times (max_retries = {}); last: {}",
+                        run.task,
+                        failures.len(),
+                        options.max_retries,
+                        failures.last().map_or("", String::as_str)
+                    ));
+                }
+                tracing::info!(task = %run.task, "task lost ({system}); retrying");
+            }
+        }
+    };
+    if let Err(message) = outcome {
+        fail(context, &run, message).await;
+    }
+}
+
+/// Marks a task's result failed at its owner.
+async fn fail(context: &ProcessContext, run: &RunTask, message: String) {
+    let request = ControlRequest::FailObject {
+        id: run.result,
+        holder: run.holder.clone(),
+        message,
+    };
+    let sent = match context
+        .endpoint
+        .connect(run.owner.address, Some(&run.owner.node))
+        .await
+    {
+        Ok(owner) => crate::client::call(&owner, &request, RequestOptions::control())
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = sent {
+        tracing::warn!(task = %run.task, "cannot record the task's failure: {e}");
+    }
+}
+
+/// This process's home node.
+async fn home_location(context: &ProcessContext) -> Result<ObjectLocation, TaskError> {
+    let home = context
+        .endpoint
+        .connect(context.home, None)
+        .await
+        .map_err(|e| ObjectStoreError::Cluster(e.into()))?;
+    Ok(ObjectLocation {
+        node: home.peer().clone(),
+        address: context.home,
+    })
+}
+
+/// Whether a call failed because the worker process (or its node) is gone,
+/// rather than because of the task.
+fn lost(error: &CallError) -> bool {
+    !matches!(error, CallError::Decode { .. })
+}
+
+/// Resources a task asks for, for messages.
+fn describe(options: &SpawnOptions) -> String {
+    let resources = options.resources();
+    format!(
+        "{} CPU, {} GPU",
+        resources.amount(CPU),
+        resources.amount(GPU)
+    )
+}
+
+/// The worker a lease holds.
+type Worker = ActorHandle<TaskWorker>;
+
+/// How long [`pool::acquire`] waits between looks for free resources while
+/// a task queues.
+const QUEUE_POLL: Duration = Duration::from_millis(500);

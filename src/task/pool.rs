@@ -1,0 +1,253 @@
+//! Worker leases: the `TaskWorker`s this process runs tasks on, kept and
+//! reused per placement (resources, strategy, bundle), as Ray's worker
+//! leases are.
+//!
+//! Scheduling, as in Ray: an idle lease is reused; otherwise a new worker
+//! is started on this process's own node if it has the resources free
+//! (local first), else on any node that has them (spill); if none has
+//! them, the task queues until a lease is returned or resources free up.
+//! Whether any node could *ever* run the task is checked at submission.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use dashmap::DashSet;
+use tokio::sync::oneshot;
+
+use crate::actor::{self, ProcessContext, SpawnError, SpawnOptions, Strategy};
+use crate::cluster::{ControlReply, ControlRequest, NodeState};
+
+use super::{describe, TaskWorker, Worker, QUEUE_POLL};
+
+/// How long an idle lease is kept before its worker is killed.
+pub const IDLE_LEASE: Duration = Duration::from_secs(2);
+
+/// A worker leased for one task.
+pub(crate) struct Lease {
+    worker: Worker,
+    key: String,
+}
+
+impl Lease {
+    /// Its worker.
+    pub(crate) fn worker(&self) -> &Worker {
+        &self.worker
+    }
+}
+
+/// Workers being started at once per placement: more would only race for
+/// the same free resources.
+const MAX_STARTING: usize = 2;
+
+/// The leases of one placement.
+#[derive(Default)]
+struct Pool {
+    idle: Vec<(Worker, Instant)>,
+    waiting: VecDeque<oneshot::Sender<Worker>>,
+    starting: usize,
+    /// No node had the resources free when last asked: queue until then.
+    full_until: Option<Instant>,
+}
+
+/// What a task asking for a lease does next.
+enum Next {
+    Run(Worker),
+    Start,
+    Queue(oneshot::Receiver<Worker>),
+}
+
+fn pools() -> std::sync::MutexGuard<'static, HashMap<String, Pool>> {
+    static POOLS: OnceLock<Mutex<HashMap<String, Pool>>> = OnceLock::new();
+    POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Fails if no alive node could ever give a task `options`' resources.
+/// (Checked once per placement.)
+pub(crate) async fn check_feasible(
+    context: &ProcessContext,
+    options: &SpawnOptions,
+) -> Result<(), SpawnError> {
+    static FEASIBLE: OnceLock<DashSet<String>> = OnceLock::new();
+    let feasible = FEASIBLE.get_or_init(DashSet::new);
+    let key = options.placement_key();
+    if feasible.contains(&key) {
+        return Ok(());
+    }
+    let status = match context.call_head(&ControlRequest::Status).await? {
+        ControlReply::Status(status) => status,
+        other => {
+            return Err(SpawnError::Start {
+                node: "head".into(),
+                detail: format!("unexpected reply to Status: {other:?}"),
+            })
+        }
+    };
+    let fits = status.nodes.iter().any(|n| {
+        n.state == NodeState::Alive
+            && options.resources().fits_in(&n.resources.total)
+            && match options.placement() {
+                Strategy::Node(name) => &n.id == name,
+                _ => true,
+            }
+    });
+    if !fits {
+        let offers: Vec<String> = status
+            .alive()
+            .map(|n| format!("{} offers {}", n.id, n.resources.total))
+            .collect();
+        return Err(SpawnError::Unsatisfiable {
+            needs: format!("{} ({})", options.resources(), describe(options)),
+            detail: if offers.is_empty() {
+                "no node is alive".into()
+            } else {
+                offers.join("; ")
+            },
+        });
+    }
+    feasible.insert(key);
+    Ok(())
+}
+
+/// A worker for a task placed by `options`: an idle lease, a new worker, or
+/// (when no node has the resources free) the next lease returned.
+pub(crate) async fn acquire(
+    context: &'static ProcessContext,
+    options: &SpawnOptions,
+) -> Result<Lease, SpawnError> {
+    start_reaper();
+    let key = options.placement_key();
+    loop {
+        let next = {
+            let mut pools = pools();
+            let pool = pools.entry(key.clone()).or_default();
+            pool.waiting.retain(|w| !w.is_closed());
+            let full = pool.full_until.is_some_and(|until| until > Instant::now());
+            if let Some((worker, _)) = pool.idle.pop() {
+                Next::Run(worker)
+            } else if !full && pool.starting < MAX_STARTING {
+                pool.starting += 1;
+                Next::Start
+            } else {
+                let (tx, rx) = oneshot::channel();
+                pool.waiting.push_back(tx);
+                Next::Queue(rx)
+            }
+        };
+        let queued = match next {
+            Next::Run(worker) => return Ok(Lease { worker, key }),
+            Next::Queue(queued) => queued,
+            Next::Start => {
+                let started = start_worker(context, options).await;
+                let mut pools = pools();
+                let pool = pools.entry(key.clone()).or_default();
+                pool.starting -= 1;
+                match started {
+                    Ok(worker) => return Ok(Lease { worker, key }),
+                    Err(SpawnError::NoCapacity { .. }) => {
+                        pool.full_until = Some(Instant::now() + QUEUE_POLL);
+                    }
+                    Err(e) => return Err(e),
+                }
+                let (tx, rx) = oneshot::channel();
+                pool.waiting.push_back(tx);
+                rx
+            }
+        };
+        // Resources may also free up elsewhere (another job's actors), so
+        // a queued task looks again now and then.
+        if let Ok(Ok(worker)) = tokio::time::timeout(QUEUE_POLL, queued).await {
+            return Ok(Lease { worker, key });
+        }
+    }
+}
+
+/// Returns a lease whose task finished: to a queued task, or to the pool.
+pub(crate) fn release(lease: Lease) {
+    let mut pools = pools();
+    let pool = pools.entry(lease.key).or_default();
+    let mut worker = lease.worker;
+    while let Some(waiter) = pool.waiting.pop_front() {
+        match waiter.send(worker) {
+            Ok(()) => return,
+            Err(back) => worker = back,
+        }
+    }
+    pool.idle.push((worker, Instant::now()));
+}
+
+/// Drops a lease whose worker failed (killing it, if it still lives).
+pub(crate) async fn discard(lease: Lease) {
+    if let Err(e) = lease.worker.kill().await {
+        tracing::debug!("discarding a task worker: {e}");
+    }
+}
+
+/// Starts a worker: on this process's node first, then anywhere.
+async fn start_worker(
+    context: &'static ProcessContext,
+    options: &SpawnOptions,
+) -> Result<Worker, SpawnError> {
+    let now = options.clone().deadline(Duration::ZERO);
+    if *options.placement() == Strategy::Any {
+        if let Some(home) = home_node(context).await {
+            let local = now.clone().strategy(Strategy::Node(home));
+            if let Ok(worker) = actor::spawn::<TaskWorker>((), local).await {
+                return Ok(worker);
+            }
+        }
+    }
+    actor::spawn::<TaskWorker>((), now).await
+}
+
+/// The name of this process's home node.
+async fn home_node(context: &ProcessContext) -> Option<String> {
+    static HOME: OnceLock<String> = OnceLock::new();
+    if let Some(name) = HOME.get() {
+        return Some(name.clone());
+    }
+    let ControlReply::Status(status) = context.call_head(&ControlRequest::Status).await.ok()?
+    else {
+        return None;
+    };
+    let name = status
+        .nodes
+        .iter()
+        .find(|n| n.address == context.home)?
+        .id
+        .clone();
+    Some(HOME.get_or_init(|| name).clone())
+}
+
+/// Kills workers idle for longer than [`IDLE_LEASE`], from a background
+/// task started with the first lease.
+fn start_reaper() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    if STARTED.set(()).is_err() {
+        return;
+    }
+    tokio::spawn(async {
+        let mut tick = tokio::time::interval(IDLE_LEASE / 2);
+        loop {
+            tick.tick().await;
+            let mut expired = Vec::new();
+            for pool in pools().values_mut() {
+                pool.idle.retain(|(worker, since)| {
+                    let keep = since.elapsed() < IDLE_LEASE;
+                    if !keep {
+                        expired.push(worker.clone());
+                    }
+                    keep
+                });
+            }
+            for worker in expired {
+                if let Err(e) = worker.kill().await {
+                    tracing::debug!("returning an idle task worker: {e}");
+                }
+            }
+        }
+    });
+}

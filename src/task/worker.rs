@@ -1,0 +1,153 @@
+//! `TaskWorker`: the actor, one per worker process, that runs tasks: it
+//! fetches the argument, runs the registered function off the actor's
+//! thread, and stores the result at its owner.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::actor::{ProcessContext, RemoteActor, RemoteMessage};
+use crate::cluster::{ObjectId, ObjectLocation, RefHolder};
+use crate::object_store::{self, ObjectRef};
+
+/// How long a task waits for its argument objects.
+const ARGUMENT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Runs tasks, one at a time, in its worker process.
+pub struct TaskWorker;
+
+impl Actor for TaskWorker {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for TaskWorker {
+    const NAME: &'static str = "nimbus.TaskWorker";
+    type Args = ();
+    fn from_args(_: ()) -> Self {
+        TaskWorker
+    }
+}
+
+/// A task's argument on the wire.
+#[derive(Clone, Serialize, Deserialize)]
+pub(crate) enum InputWire {
+    /// The value's MessagePack bytes.
+    Inline(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// One object's value.
+    Object(ObjectRef<()>),
+    /// Several objects' values, as one array.
+    Gather(Vec<ObjectRef<()>>),
+}
+
+/// Run task function `task` and store its result as object `result` at
+/// `owner`, held by `holder`. Answered with the function's error, if any.
+#[derive(Clone, Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), String>")]
+pub struct RunTask {
+    pub(crate) task: String,
+    pub(crate) input: InputWire,
+    pub(crate) result: ObjectId,
+    pub(crate) owner: ObjectLocation,
+    pub(crate) holder: RefHolder,
+}
+
+impl RemoteMessage for RunTask {
+    const NAME: &'static str = "nimbus.RunTask";
+}
+
+impl Handler<RunTask> for TaskWorker {
+    type Result = ResponseFuture<Result<(), String>>;
+
+    fn handle(&mut self, run: RunTask, _: &mut Context<Self>) -> Self::Result {
+        // One task at a time reaches a worker: its lease says so.
+        Box::pin(execute(run))
+    }
+}
+
+async fn execute(run: RunTask) -> Result<(), String> {
+    let context = ProcessContext::current().ok_or("the worker is not initialised")?;
+    let function = context
+        .registry
+        .task_fn(&run.task)
+        .ok_or_else(|| format!("this binary registers no task function {}", run.task))?;
+    let (argument, from_objects) = resolve(&run.input)
+        .await
+        .map_err(|e| format!("its argument is unavailable: {e}"))?;
+    let output = tokio::task::spawn_blocking(move || function(&argument, from_objects))
+        .await
+        .map_err(|e| match e.try_into_panic() {
+            Ok(panic) => format!("it panicked: {}", crate::worker::panic_text(&*panic)),
+            Err(e) => format!("it was cancelled: {e}"),
+        })??;
+    // `captured` keeps this process's stakes in the references inside the
+    // result until the stored result holds them.
+    let (bytes, captured) = output;
+    let owner = context
+        .endpoint
+        .connect(run.owner.address, Some(&run.owner.node))
+        .await
+        .map_err(|e| format!("cannot reach the result's owner {}: {e}", run.owner))?;
+    let stored = object_store::store(
+        &owner,
+        run.result,
+        &bytes,
+        run.holder,
+        captured.refs.clone(),
+    )
+    .await
+    .map_err(|e| format!("cannot store its result: {e}"));
+    drop(captured);
+    stored
+}
+
+/// The argument's MessagePack bytes, and whether they came from objects.
+async fn resolve(input: &InputWire) -> Result<(Vec<u8>, bool), object_store::ObjectStoreError> {
+    Ok(match input {
+        InputWire::Inline(bytes) => (bytes.clone(), false),
+        InputWire::Object(object) => (object_store::fetch(object, ARGUMENT_TIMEOUT).await?, true),
+        InputWire::Gather(objects) => {
+            let mut bytes = array_header(objects.len());
+            let fetches = objects
+                .iter()
+                .map(|object| object_store::fetch(object, ARGUMENT_TIMEOUT));
+            for element in futures::future::try_join_all(fetches).await? {
+                bytes.extend_from_slice(&element);
+            }
+            (bytes, true)
+        }
+    })
+}
+
+/// A MessagePack array header for `len` elements (each object's bytes are
+/// one encoded element, so a header and their concatenation is the array).
+fn array_header(len: usize) -> Vec<u8> {
+    if len < 16 {
+        vec![0x90 | len as u8]
+    } else if len <= u16::MAX as usize {
+        let mut header = vec![0xdc];
+        header.extend_from_slice(&(len as u16).to_be_bytes());
+        header
+    } else {
+        let mut header = vec![0xdd];
+        header.extend_from_slice(&(len as u32).to_be_bytes());
+        header
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::array_header;
+
+    #[test]
+    fn gathered_elements_decode_as_one_array() {
+        for len in [0usize, 3, 15, 16, 70_000] {
+            let mut bytes = array_header(len);
+            for i in 0..len {
+                bytes.extend(rmp_serde::to_vec(&(i as u64)).unwrap());
+            }
+            let back: Vec<u64> = rmp_serde::from_slice(&bytes).unwrap();
+            assert_eq!(back, (0..len as u64).collect::<Vec<_>>());
+        }
+    }
+}

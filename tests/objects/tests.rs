@@ -1,0 +1,492 @@
+//! The tests, in the order they run.
+
+use std::time::{Duration, Instant};
+
+use nimbus::actor::{self, SpawnOptions, Strategy};
+use nimbus::chaos::check::wait_until;
+use nimbus::client::ClusterClient;
+use nimbus::cluster::{ObjectId, ObjectListing, ObjectState, ResourceSet};
+use nimbus::object_store::{self, ObjectStoreError};
+use nimbus::placement::{PlacementGroup, PlacementStrategy};
+use nimbus::task::{self, Input, TaskError, TaskOptions};
+use nimbus::Driver;
+
+use crate::fixtures::*;
+use crate::{boxed, Test};
+
+pub const ALL: &[(&str, Test)] = &[
+    ("an_object_is_freed_when_its_last_reference_drops", |d| {
+        boxed(an_object_is_freed_when_its_last_reference_drops(d))
+    }),
+    (
+        "memory_returns_to_baseline_after_10000_put_get_drop_cycles",
+        |d| boxed(memory_returns_to_baseline(d)),
+    ),
+    ("a_reference_in_a_message_keeps_the_object_alive", |d| {
+        boxed(a_reference_in_a_message_keeps_the_object_alive(d))
+    }),
+    (
+        "references_inside_objects_live_as_long_as_the_object",
+        |d| boxed(references_inside_objects_live_as_long_as_the_object(d)),
+    ),
+    ("a_256_mib_object_crosses_nodes_byte_exact", |_| {
+        boxed(a_256_mib_object_crosses_nodes_byte_exact())
+    }),
+    (
+        "objects_spill_to_disk_under_a_small_cap_and_come_back",
+        |d| boxed(objects_spill_to_disk_and_come_back(d)),
+    ),
+    ("task_chains_and_map_reduce_pass_references", |_| {
+        boxed(task_chains_and_map_reduce_pass_references())
+    }),
+    ("a_thousand_tasks_and_spilling_to_other_nodes", |d| {
+        boxed(a_thousand_tasks_and_spilling_to_other_nodes(d))
+    }),
+    ("task_errors_and_panics_name_the_task", |_| {
+        boxed(task_errors_and_panics_name_the_task())
+    }),
+    ("an_impossible_task_fails_fast", |_| {
+        boxed(an_impossible_task_fails_fast())
+    }),
+    ("wait_then_a_task_retried_after_sigkill", |_| {
+        boxed(wait_then_a_task_retried_after_sigkill())
+    }),
+    ("references_inside_task_results_keep_objects_alive", |d| {
+        boxed(references_inside_task_results(d))
+    }),
+    ("tasks_run_in_placement_group_bundles", |_| {
+        boxed(tasks_run_in_placement_group_bundles())
+    }),
+    ("an_object_lost_with_its_owner_node_fails_clearly", |d| {
+        boxed(an_object_lost_with_its_owner_node_fails_clearly(d))
+    }),
+];
+
+const SETTLE: Duration = Duration::from_secs(20);
+
+fn on(node: &str) -> SpawnOptions {
+    SpawnOptions::default()
+        .num_cpus(0.1)
+        .strategy(Strategy::Node(node.into()))
+}
+
+/// A client of the test cluster.
+async fn client(driver: &mut Driver) -> ClusterClient {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    cluster.client().await.unwrap()
+}
+
+/// The object listing of node `name`.
+async fn listing(client: &ClusterClient, name: &str) -> ObjectListing {
+    let status = client.status().await.unwrap();
+    let node = status.node(name).expect("the node is known").clone();
+    let connection = client.connect_node(&node).await.unwrap();
+    match nimbus::client::call(
+        &connection,
+        &nimbus::cluster::ControlRequest::ListObjects,
+        nimbus::transport::RequestOptions::control(),
+    )
+    .await
+    .unwrap()
+    {
+        nimbus::cluster::ControlReply::Objects(listing) => listing,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Waits until object `id` is gone from `node`'s store.
+async fn wait_freed(client: &ClusterClient, node: &str, id: ObjectId) {
+    let what = format!("object {id} is freed on {node}");
+    let freed = wait_until(&what, SETTLE, || async {
+        let now = listing(client, node).await;
+        now.objects.iter().all(|o| o.id != id).then_some(())
+    })
+    .await;
+    if let Err(e) = freed {
+        panic!("{e}: {:?}", listing(client, node).await);
+    }
+}
+
+async fn an_object_is_freed_when_its_last_reference_drops(driver: &mut Driver) {
+    let client = client(driver).await;
+    let object = object_store::put(&vec![1u64, 2, 3]).await.unwrap();
+    let copy = object.clone();
+    let found = listing(&client, "head").await;
+    let summary = found.objects.iter().find(|o| o.id == object.id()).unwrap();
+    assert!(summary.primary);
+    assert_eq!(summary.state, ObjectState::InMemory);
+    assert_eq!(summary.holders.len(), 1, "{summary:?}");
+    assert!(summary.holders[0].starts_with("driver pid"), "{summary:?}");
+    drop(object);
+    // A clone still holds it.
+    assert_eq!(object_store::get(&copy).await.unwrap(), vec![1, 2, 3]);
+    let id = copy.id();
+    drop(copy);
+    wait_freed(&client, "head", id).await;
+}
+
+async fn memory_returns_to_baseline(driver: &mut Driver) {
+    let client = client(driver).await;
+    let before = listing(&client, "head").await;
+    let payload = vec![7u8; 1024];
+    for i in 0..10_000u32 {
+        let object = object_store::put(&(i, payload.clone())).await.unwrap();
+        let (back, bytes): (u32, Vec<u8>) = object_store::get(&object).await.unwrap();
+        assert_eq!((back, bytes.len()), (i, 1024));
+    }
+    let baseline = (before.objects.len(), before.used);
+    wait_until(
+        "the head's store is back to its baseline",
+        SETTLE,
+        || async {
+            let now = listing(&client, "head").await;
+            ((now.objects.len(), now.used) == baseline).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+}
+
+async fn a_reference_in_a_message_keeps_the_object_alive(driver: &mut Driver) {
+    let client = client(driver).await;
+    let numbers: Vec<u64> = (1..=1000).collect();
+    let object = object_store::put(&numbers).await.unwrap();
+    let id = object.id();
+    let keeper = actor::spawn::<Keeper>((), on("node-1")).await.unwrap();
+    keeper.send(Keep(object)).await.unwrap();
+    // The driver's reference is gone (moved into the message and dropped
+    // after sending); the keeper's keeps the object.
+    wait_until("only the worker holds the object", SETTLE, || async {
+        let now = listing(&client, "head").await;
+        let summary = now.objects.iter().find(|o| o.id == id)?;
+        (summary.holders.len() == 1
+            && summary.holders[0].starts_with("worker pid")
+            && summary.in_transit == 0)
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(keeper.send(SumKept).await.unwrap(), Ok(500_500));
+    keeper.send(Forget).await.unwrap();
+    wait_freed(&client, "head", id).await;
+    keeper.kill().await.unwrap();
+}
+
+async fn references_inside_objects_live_as_long_as_the_object(driver: &mut Driver) {
+    let client = client(driver).await;
+    let inner = object_store::put(&vec![5u64; 10]).await.unwrap();
+    let inner_id = inner.id();
+    let outer = object_store::put(&vec![inner]).await.unwrap();
+    let outer_id = outer.id();
+    let found = listing(&client, "head").await;
+    let summary = found.objects.iter().find(|o| o.id == inner_id).unwrap();
+    assert!(
+        summary.holders.contains(&format!("object {outer_id}")),
+        "{summary:?}"
+    );
+    // Only the outer object holds the inner one now.
+    let back = object_store::get(&outer).await.unwrap();
+    assert_eq!(object_store::get(&back[0]).await.unwrap(), vec![5; 10]);
+    drop(back);
+    drop(outer);
+    wait_freed(&client, "head", outer_id).await;
+    wait_freed(&client, "head", inner_id).await;
+}
+
+async fn a_256_mib_object_crosses_nodes_byte_exact() {
+    // Made off the driver's thread: blocking it for seconds would let its
+    // connections idle out.
+    let (bytes, expected) = tokio::task::spawn_blocking(|| {
+        let bytes = pattern(256, 256 << 20);
+        let expected = digest(&bytes);
+        (bytes, expected)
+    })
+    .await
+    .unwrap();
+    let object = object_store::put_bytes(&bytes).await.unwrap();
+    drop(bytes);
+    for node in ["node-1", "node-2"] {
+        let keeper = actor::spawn::<Keeper>((), on(node)).await.unwrap();
+        let digests = keeper.send(Digests(vec![object.clone()])).await.unwrap();
+        assert_eq!(digests, Ok(vec![expected]), "read on {node}");
+        keeper.kill().await.unwrap();
+    }
+}
+
+async fn objects_spill_to_disk_and_come_back(driver: &mut Driver) {
+    let client = client(driver).await;
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let small = cluster
+        .add_node(&["--object-store-memory", "3000000"])
+        .unwrap();
+    let node = cluster.node(small).unwrap().name().to_string();
+    let keeper = actor::spawn::<Keeper>((), on(&node)).await.unwrap();
+    let size = 1 << 20;
+    let refs = keeper
+        .send(PutMany { count: 6, size })
+        .await
+        .unwrap()
+        .unwrap();
+    let found = listing(&client, &node).await;
+    let spilled = found
+        .objects
+        .iter()
+        .filter(|o| o.state == ObjectState::Spilled)
+        .count();
+    assert!(spilled >= 3, "6 MiB in a 3 MB store: {found:?}");
+    assert!(found.used <= found.capacity, "{found:?}");
+    assert_eq!(found.spilled, (spilled * size) as u64, "{found:?}");
+    let expected: Vec<u64> = (0..6).map(|seed| digest(&pattern(seed, size))).collect();
+    // Read back on their node (restored from disk) and pulled to the head.
+    assert_eq!(
+        keeper.send(Digests(refs.clone())).await.unwrap(),
+        Ok(expected.clone())
+    );
+    for (object, digest_expected) in refs.iter().zip(&expected) {
+        let bytes = object_store::get_bytes(object).await.unwrap();
+        assert_eq!(digest(&bytes), *digest_expected);
+    }
+    // Larger than the whole store: refused, with the numbers.
+    let refused = keeper
+        .send(PutMany {
+            count: 1,
+            size: 4_000_000,
+        })
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(refused.contains("object store is full"), "{refused}");
+    assert!(refused.contains("--object-store-memory"), "{refused}");
+    // Freed objects leave the disk too.
+    drop(refs);
+    wait_until("the small node's store is empty", SETTLE, || async {
+        let now = listing(&client, &node).await;
+        (now.objects.is_empty() && now.spilled == 0 && now.used == 0).then_some(())
+    })
+    .await
+    .unwrap();
+    keeper.kill().await.unwrap();
+}
+
+async fn task_chains_and_map_reduce_pass_references() {
+    let options = TaskOptions::default;
+    let nine = task::submit(SQUARE, Input::value(&3).unwrap(), options())
+        .await
+        .unwrap();
+    let eighty_one = task::submit(SQUARE, Input::object(&nine), options())
+        .await
+        .unwrap();
+    assert_eq!(object_store::get(&eighty_one).await.unwrap(), 81);
+    let mut squares = Vec::new();
+    for i in 0..100u64 {
+        squares.push(
+            task::submit(SQUARE, Input::value(&i).unwrap(), options())
+                .await
+                .unwrap(),
+        );
+    }
+    let total = task::submit(SUM, Input::gather(&squares), options())
+        .await
+        .unwrap();
+    assert_eq!(
+        object_store::get(&total).await.unwrap(),
+        (0..100u64).map(|i| i * i).sum::<u64>()
+    );
+}
+
+async fn a_thousand_tasks_and_spilling_to_other_nodes(driver: &mut Driver) {
+    let options = || TaskOptions::default().num_cpus(0.5);
+    let mut results = Vec::new();
+    for i in 0..1000u64 {
+        results.push(
+            task::submit(SQUARE, Input::value(&i).unwrap(), options())
+                .await
+                .unwrap(),
+        );
+    }
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(object_store::get(result).await.unwrap(), (i * i) as u64);
+    }
+    // Tasks of 1 CPU for a second each, more than the head has CPUs: the
+    // first go to this process's node, the rest spill to others.
+    let mut wheres = Vec::new();
+    for _ in 0..8 {
+        let run = TaskOptions::default().num_cpus(1.0);
+        wheres.push(
+            task::submit(WHERE, Input::value(&1000).unwrap(), run)
+                .await
+                .unwrap(),
+        );
+    }
+    let mut nodes = Vec::new();
+    for result in &wheres {
+        nodes.push(object_store::get(result).await.unwrap());
+    }
+    let cluster = driver.local_cluster().unwrap();
+    let head = cluster.node(0).unwrap().address().to_string();
+    assert!(nodes.contains(&head), "local first: {nodes:?}");
+    nodes.sort();
+    nodes.dedup();
+    assert!(nodes.len() >= 2, "spilled to other nodes: {nodes:?}");
+}
+
+async fn task_errors_and_panics_name_the_task() {
+    let failed = task::submit(
+        FAIL,
+        Input::value(&"no luck".to_string()).unwrap(),
+        TaskOptions::default(),
+    )
+    .await
+    .unwrap();
+    match object_store::get(&failed).await {
+        Err(ObjectStoreError::Unavailable { reason, .. }) => {
+            assert!(reason.contains("task tests.fail failed"), "{reason}");
+            assert!(reason.contains("no luck"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let started = Instant::now();
+    let panicked = task::submit(
+        PANIC,
+        Input::value(&"oh no".to_string()).unwrap(),
+        TaskOptions::default(),
+    )
+    .await
+    .unwrap();
+    match object_store::get(&panicked).await {
+        Err(ObjectStoreError::Unavailable { reason, .. }) => {
+            assert!(
+                reason.contains("task tests.panic failed: it panicked"),
+                "{reason}"
+            );
+            assert!(reason.contains("oh no"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(20), "not retried");
+}
+
+async fn an_impossible_task_fails_fast() {
+    let started = Instant::now();
+    let too_big = TaskOptions::default().num_cpus(1000.0);
+    match task::submit(SQUARE, Input::value(&1).unwrap(), too_big).await {
+        Err(TaskError::Placement(e)) => {
+            let text = e.to_string();
+            assert!(text.contains("1000"), "{text}");
+            assert!(text.contains("offers"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let unknown = TaskOptions::default().resource("accelerator_type:TPU", 1.0);
+    assert!(task::submit(SQUARE, Input::value(&1).unwrap(), unknown)
+        .await
+        .is_err());
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+async fn wait_then_a_task_retried_after_sigkill() {
+    let marker = std::env::temp_dir().join(format!("nimbus-task-pid-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let path = marker.to_string_lossy().to_string();
+    let small = || TaskOptions::default().num_cpus(0.1);
+    let hanging = task::submit(PID_THEN_HANG, Input::value(&path).unwrap(), small())
+        .await
+        .unwrap();
+    let mut quick = Vec::new();
+    for i in 0..3u64 {
+        quick.push(
+            task::submit(SQUARE, Input::value(&i).unwrap(), small())
+                .await
+                .unwrap()
+                .erase(),
+        );
+    }
+    let all: Vec<_> = std::iter::once(hanging.erase()).chain(quick).collect();
+    let (ready, pending) = object_store::wait(&all, 4, Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert_eq!(ready.len(), 3);
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].id(), hanging.id());
+    // SIGKILL the worker process running the hanging task: the task is
+    // retried on a new worker, which finds the marker and returns.
+    let killed: u32 = wait_until("the task wrote its pid", SETTLE, || async {
+        std::fs::read_to_string(&marker).ok()?.parse().ok()
+    })
+    .await
+    .unwrap();
+    // SAFETY: kill(2) on a pid we read from our own task's marker file.
+    assert_eq!(unsafe { libc::kill(killed as i32, libc::SIGKILL) }, 0);
+    let retried = object_store::get(&hanging).await.unwrap();
+    assert_ne!(retried, killed);
+    let _ = std::fs::remove_file(&marker);
+}
+
+async fn references_inside_task_results(driver: &mut Driver) {
+    let client = client(driver).await;
+    let inner = object_store::put(&42u64).await.unwrap();
+    let inner_id = inner.id();
+    let result = task::submit(
+        PASS_ON,
+        Input::value(&vec![inner]).unwrap(),
+        TaskOptions::default(),
+    )
+    .await
+    .unwrap();
+    let refs = object_store::get(&result).await.unwrap();
+    assert_eq!(object_store::get(&refs[0]).await.unwrap(), 42);
+    drop(refs);
+    let result_id = result.id();
+    drop(result);
+    wait_freed(&client, "head", result_id).await;
+    wait_freed(&client, "head", inner_id).await;
+}
+
+async fn tasks_run_in_placement_group_bundles() {
+    let group = PlacementGroup::create(
+        vec![ResourceSet::of("CPU", 0.5); 3],
+        PlacementStrategy::StrictSpread,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    for index in 0..3 {
+        let options = TaskOptions::default()
+            .num_cpus(0.5)
+            .in_bundle(&group, index)
+            .unwrap();
+        let result = task::submit(WHERE, Input::value(&0).unwrap(), options)
+            .await
+            .unwrap();
+        assert_eq!(
+            object_store::get(&result).await.unwrap(),
+            group.address(index).unwrap().to_string()
+        );
+    }
+    group.remove().await.unwrap();
+}
+
+async fn an_object_lost_with_its_owner_node_fails_clearly(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let doomed = cluster.add_node(&[]).unwrap();
+    let node = cluster.node(doomed).unwrap().name().to_string();
+    let keeper = actor::spawn::<Keeper>((), on(&node)).await.unwrap();
+    let refs = keeper
+        .send(PutMany {
+            count: 1,
+            size: 1000,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    driver.local_cluster().unwrap().kill(doomed).unwrap();
+    let started = Instant::now();
+    match object_store::get_bytes(&refs[0]).await {
+        Err(ObjectStoreError::Unavailable { reason, .. }) => {
+            assert!(reason.contains("is lost"), "{reason}");
+            assert!(reason.contains(&node), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < SETTLE);
+}
