@@ -66,7 +66,9 @@ fn registry() -> Registry {
         .task(COUNT_PRIMES, |(start, end): (u64, u64)| {
             Ok::<_, String>((start..end).filter(|n| is_prime(*n)).count() as u64)
         })
-        .task(TOTAL, |counts: Vec<u64>| Ok::<_, String>(counts.iter().sum()))
+        .task(TOTAL, |counts: Vec<u64>| {
+            Ok::<_, String>(counts.iter().sum())
+        })
         .task(DIGEST, |bytes: ByteBuf| {
             Ok::<_, String>((digest(&bytes), node_address()?))
         })
@@ -118,7 +120,8 @@ async fn fan_out(args: &Args, names: &BTreeMap<String, String>) -> Result<String
     let started = Instant::now();
     let mut results = Vec::new();
     for _ in 0..args.tasks {
-        results.push(task::submit(WORK, Input::value(&args.work_us)?, TaskOptions::default()).await?);
+        results
+            .push(task::submit(WORK, Input::value(&args.work_us)?, TaskOptions::default()).await?);
     }
     let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
     for result in &results {
@@ -148,12 +151,16 @@ async fn map_reduce(args: &Args) -> Result<String> {
     let mut counts: Vec<ObjectRef<u64>> = Vec::new();
     for i in 0..args.maps {
         let range = (i * span, (i + 1) * span);
-        counts.push(task::submit(COUNT_PRIMES, Input::value(&range)?, TaskOptions::default()).await?);
+        counts
+            .push(task::submit(COUNT_PRIMES, Input::value(&range)?, TaskOptions::default()).await?);
     }
     let total = task::submit(TOTAL, Input::gather(&counts), TaskOptions::default()).await?;
     let primes = object_store::get(&total).await?;
     let expected = (0..args.maps * span).filter(|n| is_prime(*n)).count() as u64;
-    ensure!(primes == expected, "map-reduce found {primes} primes, not {expected}");
+    ensure!(
+        primes == expected,
+        "map-reduce found {primes} primes, not {expected}"
+    );
     println!(
         "map-reduce: {} maps → 1 reduce over their ObjectRefs: {primes} primes below {} in {:.2?}",
         args.maps,
@@ -215,7 +222,11 @@ async fn broadcast(args: &Args, names: &BTreeMap<String, String>) -> Result<Stri
             ControlReply::Objects(listing) => listing,
             other => anyhow::bail!("unexpected reply {other:?}"),
         };
-        let here = listing.objects.iter().filter(|o| o.id == object.id()).count();
+        let here = listing
+            .objects
+            .iter()
+            .filter(|o| o.id == object.id())
+            .count();
         total_copies += here;
         copies.push(format!("{}:{here}", node.id));
     }

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::wire::{Incarnation, NodeIdentity};
 
-use super::objects::{ContainedRef, ObjectId, ObjectListing, ObjectLocation, RefHolder, RefUpdate};
+use super::objects::{
+    ContainedRef, ObjectId, ObjectListing, ObjectLocation, RefHolder, RefUpdate, SharedObjectFile,
+};
 use super::ResourceSet;
 
 /// A control-plane request.
@@ -163,6 +165,32 @@ pub enum ControlRequest {
     /// To a node: drop the copy of an object its owner freed. Answered with
     /// `Ack`.
     FreeObject(ObjectId),
+    /// To a node, from a process of its host: the shared-memory file of a
+    /// complete object. Answered with [`ControlReply::ObjectFile`] (`None`:
+    /// read it in chunks).
+    OpenObject(ObjectId),
+    /// To a node, from a process of its host: reserve an object to write in
+    /// place (as the first chunk of a put does). Answered with
+    /// [`ControlReply::ObjectFile`]: `None` if the node keeps no shared
+    /// memory, and nothing was reserved.
+    CreateObject {
+        /// The object.
+        id: ObjectId,
+        /// Its size.
+        total: u64,
+        /// Who holds the first reference.
+        holder: RefHolder,
+        /// References inside it.
+        contains: Vec<ContainedRef>,
+    },
+    /// To a node: an object created with `CreateObject` is written
+    /// (`written`) or abandoned. Answered with `Ack`.
+    SealObject {
+        /// The object.
+        id: ObjectId,
+        /// Whether the bytes are all there.
+        written: bool,
+    },
     /// To a node: the objects it holds. Answered with [`ControlReply::Objects`].
     ListObjects,
     /// To the head: reserve a unique actor name. Answered with `Ack` or
@@ -229,6 +257,8 @@ pub enum ControlReply {
     ObjectFailed(String),
     /// The object was not complete within the wait.
     ObjectNotReady,
+    /// An object's shared-memory file, if it has one.
+    ObjectFile(Option<SharedObjectFile>),
 }
 
 /// A cluster-unique actor id.

@@ -23,6 +23,6 @@ pub use messages::{
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,
-    RefHolder, RefUpdate,
+    RefHolder, RefUpdate, SharedObjectFile,
 };
 pub use resources::{ResourceError, ResourceOverrides, ResourceSet, CPU, GPU, MEMORY};

@@ -106,8 +106,10 @@ pub enum ObjectState {
     Expected,
     /// Chunks are arriving.
     Arriving,
-    /// Complete, in memory.
+    /// Complete, in the node's memory.
     InMemory,
+    /// Complete, in a shared-memory file processes of the host can map.
+    SharedMemory,
     /// Complete, spilled to the node's disk.
     Spilled,
     /// The task producing it failed.
@@ -120,6 +122,7 @@ impl std::fmt::Display for ObjectState {
             ObjectState::Expected => "expected",
             ObjectState::Arriving => "arriving",
             ObjectState::InMemory => "in memory",
+            ObjectState::SharedMemory => "shared",
             ObjectState::Spilled => "spilled",
             ObjectState::Failed => "failed",
         })
@@ -154,4 +157,17 @@ pub struct ObjectListing {
     pub capacity: u64,
     /// Bytes spilled to disk.
     pub spilled: u64,
+}
+
+/// A complete object's shared-memory file, for a process on the node's
+/// host to map (or, from `CreateObject`, to write in place).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedObjectFile {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// The object's size.
+    pub size: u64,
+    /// The node's host (its kernel boot id): the path means something only
+    /// to processes of that host.
+    pub host: String,
 }

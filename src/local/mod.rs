@@ -483,10 +483,21 @@ impl LocalCluster {
     }
 }
 
+/// How long a dropped cluster's nodes get to stop cleanly (removing their
+/// shared-memory and spill files) before they are killed.
+const DROP_GRACE: Duration = Duration::from_secs(3);
+
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         for node in &mut self.nodes {
             let _ = signal(node, libc::SIGCONT);
+            let _ = signal(node, libc::SIGTERM);
+        }
+        let end = Instant::now() + DROP_GRACE;
+        for node in &mut self.nodes {
+            while Instant::now() < end && matches!(node.child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let _ = node.child.kill();
             let _ = node.child.wait();
         }

@@ -142,7 +142,14 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         node: identity.clone(),
         address,
     };
-    let objects = NodeObjectStore::start(store_memory, spill_dir, endpoint.clone(), me);
+    // Large objects live in tmpfs files that processes of this host map.
+    let shm = std::path::Path::new("/dev/shm");
+    crate::object_store::remove_stale(shm, "nimbus-");
+    crate::object_store::remove_stale(&config.state_dir.join("spill"), "");
+    let shared_dir = Some(shm)
+        .filter(|shm| shm.is_dir())
+        .map(|shm| shm.join(format!("nimbus-{}-{}", identity.name, std::process::id())));
+    let objects = NodeObjectStore::start(store_memory, spill_dir, shared_dir, endpoint.clone(), me);
     endpoint.serve(Arc::new(NodeService::new(
         manager,
         head_actors,
@@ -172,7 +179,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     }
     info!(node = %identity, "node stopping");
     endpoint.shutdown().await;
-    objects.remove_spilled();
+    objects.remove_files();
     outcome
 }
 

@@ -254,6 +254,9 @@ impl NodeService {
             | ControlRequest::FailObject { .. }
             | ControlRequest::UpdateRefs { .. }
             | ControlRequest::FreeObject(_)
+            | ControlRequest::OpenObject(_)
+            | ControlRequest::CreateObject { .. }
+            | ControlRequest::SealObject { .. }
             | ControlRequest::ListObjects
             | ControlRequest::StartActor(_)
             | ControlRequest::ReserveBundle { .. }

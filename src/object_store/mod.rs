@@ -11,6 +11,11 @@
 //! of memory spills its least recently used objects to disk and restores
 //! them when read.
 //!
+//! Objects of [`SHARED_MIN`] bytes or more live in shared-memory files
+//! (`/dev/shm`) at their node: a process on the same host writes a put in
+//! place and maps a get ([`ObjectBytes`]), with no copy through the
+//! network stack; processes elsewhere use the chunked transfers.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), nimbus::object_store::ObjectStoreError> {
 //! let weights = nimbus::object_store::put(&vec![0.5f32; 1024]).await?;
@@ -26,6 +31,7 @@ pub(crate) mod refs;
 mod shard;
 
 use std::marker::PhantomData;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,8 +46,8 @@ use crate::cluster::{
 };
 use crate::transport::{Connection, RequestError, RequestOptions};
 
-pub use node::{NodeObjectStore, MAX_OBJECT_WAIT};
-pub use shard::{Budget, ObjectStoreShard};
+pub use node::{remove_stale, NodeObjectStore, MAX_OBJECT_WAIT};
+pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
 
 /// Bytes per transfer request.
 pub const CHUNK_BYTES: usize = 8 << 20;
@@ -163,6 +169,45 @@ impl<T> ObjectRef<T> {
     }
 }
 
+/// An object's bytes: mapped from the node's shared memory (no copy) or
+/// received into this process.
+pub enum ObjectBytes {
+    /// Mapped from a shared-memory file of the node's host.
+    Mapped(memmap2::Mmap),
+    /// Copied into this process.
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for ObjectBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ObjectBytes::Mapped(map) => map,
+            ObjectBytes::Owned(bytes) => bytes,
+        }
+    }
+}
+
+impl ObjectBytes {
+    /// The bytes in a `Vec` of their own (a copy if mapped).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            ObjectBytes::Mapped(map) => map.to_vec(),
+            ObjectBytes::Owned(bytes) => bytes,
+        }
+    }
+}
+
+impl std::fmt::Debug for ObjectBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self {
+            ObjectBytes::Mapped(_) => "mapped",
+            ObjectBytes::Owned(_) => "owned",
+        };
+        write!(f, "ObjectBytes({} bytes, {how})", self.len())
+    }
+}
+
 /// A put, get or wait failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectStoreError {
@@ -241,8 +286,10 @@ pub async fn get_timeout<T: DeserializeOwned>(
     decode(&bytes)
 }
 
-/// Reads an object put with [`put_bytes`].
-pub async fn get_bytes(object: &ObjectRef<RawBytes>) -> Result<Vec<u8>, ObjectStoreError> {
+/// Reads an object put with [`put_bytes`]: mapped, without a copy, when
+/// this process runs on the host of its home node and the object is large
+/// ([`SHARED_MIN`]).
+pub async fn get_bytes(object: &ObjectRef<RawBytes>) -> Result<ObjectBytes, ObjectStoreError> {
     fetch(object, DEFAULT_GET_TIMEOUT).await
 }
 
@@ -365,8 +412,93 @@ async fn home(context: &ProcessContext) -> Result<(Connection, ObjectLocation), 
     Ok((connection, location))
 }
 
-/// Stores `bytes` as object `id` on `node`, held by `holder`.
+/// Stores `bytes` as object `id` on `node`, held by `holder`: written in
+/// place in shared memory when `node` is on this host and the object is
+/// large, else in chunks.
 pub(crate) async fn store(
+    node: &Connection,
+    id: ObjectId,
+    bytes: &[u8],
+    holder: RefHolder,
+    contains: Vec<ContainedRef>,
+) -> Result<(), ObjectStoreError> {
+    if bytes.len() as u64 >= SHARED_MIN
+        && store_shared(node, id, bytes, holder.clone(), contains.clone()).await?
+    {
+        return Ok(());
+    }
+    store_chunks(node, id, bytes, holder, contains).await
+}
+
+/// Writes object `id` in place into `node`'s shared memory; false if the
+/// node is on another host or keeps no shared memory (nothing is left
+/// reserved then).
+async fn store_shared(
+    node: &Connection,
+    id: ObjectId,
+    bytes: &[u8],
+    holder: RefHolder,
+    contains: Vec<ContainedRef>,
+) -> Result<bool, ObjectStoreError> {
+    let create = ControlRequest::CreateObject {
+        id,
+        total: bytes.len() as u64,
+        holder,
+        contains,
+    };
+    let file = match call(node, &create, RequestOptions::bulk()).await? {
+        ControlReply::ObjectFile(Some(file)) => file,
+        ControlReply::ObjectFile(None) => return Ok(false),
+        other => {
+            return Err(ObjectStoreError::Store(format!(
+                "object {id}: unexpected reply {other:?}"
+            )))
+        }
+    };
+    // The write blocks this thread for about a memory copy's time.
+    let written = file.host == host_id()
+        && std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file.path)
+            .and_then(|out| out.write_all_at(bytes, 0))
+            .is_ok();
+    let seal = ControlRequest::SealObject { id, written };
+    call(node, &seal, RequestOptions::bulk()).await?;
+    Ok(written)
+}
+
+/// This host's identity: its kernel's boot id.
+pub(crate) fn host_id() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|id| id.trim().to_string())
+            .unwrap_or_else(|_| format!("unknown host, pid {}", std::process::id()))
+    })
+}
+
+/// Maps object `id` from `node`'s shared memory, if `node` is on this host
+/// and keeps it there.
+async fn open_shared(node: &Connection, id: ObjectId, size: u64) -> Option<memmap2::Mmap> {
+    let file = match call(
+        node,
+        &ControlRequest::OpenObject(id),
+        RequestOptions::control(),
+    )
+    .await
+    {
+        Ok(ControlReply::ObjectFile(Some(file))) if file.host == host_id() => file,
+        _ => return None,
+    };
+    let opened = std::fs::File::open(&file.path).ok()?;
+    // SAFETY: object files are immutable once sealed: the node only ever
+    // unlinks them (spilling, freeing), which leaves a mapping intact.
+    let map = unsafe { memmap2::Mmap::map(&opened) }.ok()?;
+    (map.len() as u64 == size).then_some(map)
+}
+
+/// Stores `bytes` as object `id` on `node` in chunks.
+async fn store_chunks(
     node: &Connection,
     id: ObjectId,
     bytes: &[u8],
@@ -404,7 +536,7 @@ pub(crate) async fn store(
 pub(crate) async fn fetch<T>(
     object: &ObjectRef<T>,
     timeout: Duration,
-) -> Result<Vec<u8>, ObjectStoreError> {
+) -> Result<ObjectBytes, ObjectStoreError> {
     let context = ProcessContext::current().ok_or(ObjectStoreError::NotInitialized)?;
     let (home, here) = home(context).await?;
     let id = object.id;
@@ -437,12 +569,17 @@ pub(crate) async fn fetch<T>(
             }
         }
     };
+    if size >= SHARED_MIN {
+        if let Some(map) = open_shared(&home, id, size).await {
+            return Ok(ObjectBytes::Mapped(map));
+        }
+    }
     let mut bytes = Vec::with_capacity(size as usize);
     let mut chunks = std::pin::pin!(read_chunks(&home, id, size, None));
     while let Some(chunk) = chunks.next().await {
         bytes.extend_from_slice(&chunk?);
     }
-    Ok(bytes)
+    Ok(ObjectBytes::Owned(bytes))
 }
 
 /// Chunks in flight at once when reading an object.

@@ -18,9 +18,10 @@ use crate::wire::{RemoteError, RemoteErrorKind};
 
 use super::shard::{
     Abort, Append, Await, Awaited, Begin, Begun, Budget, DropCopy, Fail, Freed, List,
-    ObjectStoreShard, Read, Spill, UpdateRefs,
+    ObjectStoreShard, Open, Read, Seal, Spill, UpdateRefs, SHARED_MIN,
 };
-use super::{read_chunks, CHUNK_BYTES};
+use super::{host_id, read_chunks, CHUNK_BYTES};
+use crate::cluster::SharedObjectFile;
 
 /// Shards per node: objects are spread over them by id.
 const SHARDS: u64 = 4;
@@ -39,15 +40,28 @@ pub struct NodeObjectStore {
 
 impl NodeObjectStore {
     /// Starts the shards, each on a thread of its own, holding at most
-    /// `capacity` bytes in memory and spilling into `spill_dir`; `me` is
-    /// this node; pulls go through `endpoint`.
+    /// `capacity` bytes in memory, keeping large objects in files under
+    /// `shared_dir` (a tmpfs directory, created here; `None`: none) and
+    /// spilling into `spill_dir`; `me` is this node; pulls go through
+    /// `endpoint`.
     pub fn start(
         capacity: u64,
         spill_dir: std::path::PathBuf,
+        shared_dir: Option<std::path::PathBuf>,
         endpoint: Endpoint,
         me: ObjectLocation,
     ) -> Self {
-        let budget = Budget::new(capacity, spill_dir);
+        let shared_dir = shared_dir.filter(|dir| match std::fs::create_dir_all(dir) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "no shared memory for objects: cannot create {}: {e}",
+                    dir.display()
+                );
+                false
+            }
+        });
+        let budget = Budget::new(capacity, spill_dir, shared_dir);
         let shards = (0..SHARDS)
             .map(|_| {
                 let shard = ObjectStoreShard::new(budget.clone());
@@ -62,12 +76,13 @@ impl NodeObjectStore {
         }
     }
 
-    /// Removes the spilled objects' files (at node shutdown).
-    pub fn remove_spilled(&self) {
-        let dir = self.budget.spill_dir();
-        if dir.exists() {
+    /// Removes the spilled objects' and shared-memory objects' files (at
+    /// node shutdown).
+    pub fn remove_files(&self) {
+        let dirs = [Some(self.budget.spill_dir()), self.budget.shared_dir()];
+        for dir in dirs.into_iter().flatten().filter(|d| d.exists()) {
             if let Err(e) = std::fs::remove_dir_all(dir) {
-                tracing::warn!("cannot remove the spill directory {}: {e}", dir.display());
+                tracing::warn!("cannot remove {}: {e}", dir.display());
             }
         }
     }
@@ -136,6 +151,26 @@ impl NodeObjectStore {
                 dropped.map(|()| ControlReply::Ack).map_err(unavailable)
             }
             ControlRequest::ListObjects => Ok(ControlReply::Objects(self.list().await)),
+            ControlRequest::OpenObject(id) => {
+                let opened = self.shard(id).send(Open(id)).await.map_err(unavailable);
+                opened.map(|file| {
+                    ControlReply::ObjectFile(file.map(|(path, size)| shared(path, size)))
+                })
+            }
+            ControlRequest::CreateObject {
+                id,
+                total,
+                holder,
+                contains,
+            } => self.create(id, total, holder, contains).await,
+            ControlRequest::SealObject { id, written } => {
+                if written {
+                    flatten(self.shard(id).send(Seal(id)).await).map(|()| ControlReply::Ack)
+                } else {
+                    self.abort(id).await;
+                    Ok(ControlReply::Ack)
+                }
+            }
             other => return Err(other),
         })
     }
@@ -168,6 +203,35 @@ impl NodeObjectStore {
             self.abort(id).await;
         }
         appended
+    }
+
+    /// Reserves an object for a process of this host to write in place.
+    async fn create(
+        &self,
+        id: ObjectId,
+        total: u64,
+        holder: RefHolder,
+        contains: Vec<ContainedRef>,
+    ) -> Result<ControlReply, RemoteError> {
+        let Some(dir) = self.budget.shared_dir().filter(|_| total >= SHARED_MIN) else {
+            return Ok(ControlReply::ObjectFile(None));
+        };
+        let begin = Begin {
+            id,
+            total,
+            holder: Some(holder),
+            contains: contains.clone(),
+        };
+        match self.begin(begin).await? {
+            Begun::Fresh => {}
+            _ => return Err(bad(format!("object {id} exists already"))),
+        }
+        self.hold_contained(id, &contains, RefChange::Hold { arrived: false })
+            .await;
+        Ok(ControlReply::ObjectFile(Some(shared(
+            dir.join(id.to_string()),
+            total,
+        ))))
     }
 
     /// Begins an object, spilling older ones first if memory is short.
@@ -403,6 +467,36 @@ impl NodeObjectStore {
             capacity: self.budget.capacity(),
             spilled: self.budget.spilled(),
         }
+    }
+}
+
+/// Removes the directories under `parent` named `PREFIX-...-PID` whose
+/// process is gone: the files of nodes that were killed outright.
+pub fn remove_stale(parent: &std::path::Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten().filter(|e| e.path().is_dir()) {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let pid = name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.rsplit('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                    tracing::warn!("cannot remove stale {}: {e}", entry.path().display());
+                }
+            }
+        }
+    }
+}
+
+fn shared(path: std::path::PathBuf, size: u64) -> SharedObjectFile {
+    SharedObjectFile {
+        path,
+        size,
+        host: host_id().to_string(),
     }
 }
 

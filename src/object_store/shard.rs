@@ -8,6 +8,11 @@
 //! to the objects its node owns and frees an object when none remains
 //! (see `refs.rs` for the protocol).
 //!
+//! Objects of [`SHARED_MIN`] bytes or more live in files on the node's
+//! tmpfs (`/dev/shm`): still memory, but processes on the same host can map
+//! them instead of copying them over the network (`OpenObject`), and write
+//! new ones in place (`CreateObject`, then `SealObject`).
+//!
 //! Each shard runs on a thread of its own (an arbiter), so a spill's disk
 //! writes stall only its shard.
 
@@ -27,6 +32,9 @@ use crate::cluster::{
 /// Freed ids remembered, so late readers learn the object was freed.
 const TOMBSTONES: usize = 1 << 16;
 
+/// Objects this large or larger live in shared-memory files.
+pub const SHARED_MIN: u64 = 1 << 20;
+
 /// Bytes a node's store may hold in memory, shared by its shards, and
 /// where it spills.
 #[derive(Debug)]
@@ -35,18 +43,33 @@ pub struct Budget {
     used: AtomicU64,
     spilled: AtomicU64,
     spill_dir: PathBuf,
+    shared_dir: Option<PathBuf>,
 }
 
 impl Budget {
     /// A budget of `capacity` bytes in memory, spilling into `spill_dir`
-    /// (created on the first spill).
-    pub fn new(capacity: u64, spill_dir: PathBuf) -> Arc<Self> {
+    /// (created on the first spill), keeping large objects as files in
+    /// `shared_dir` (a tmpfs directory; `None`: all in process memory).
+    pub fn new(capacity: u64, spill_dir: PathBuf, shared_dir: Option<PathBuf>) -> Arc<Self> {
         Arc::new(Budget {
             capacity,
             used: AtomicU64::new(0),
             spilled: AtomicU64::new(0),
             spill_dir,
+            shared_dir,
         })
+    }
+
+    /// Where shared-memory objects live, if anywhere.
+    pub fn shared_dir(&self) -> Option<&std::path::Path> {
+        self.shared_dir.as_deref()
+    }
+
+    /// The shared-memory file of a large object, if objects that large
+    /// are kept in shared memory.
+    fn shared_path(&self, id: ObjectId, size: u64) -> Option<PathBuf> {
+        let dir = self.shared_dir.as_ref().filter(|_| size >= SHARED_MIN)?;
+        Some(dir.join(id.to_string()))
     }
 
     /// Bytes in memory.
@@ -97,8 +120,13 @@ enum Data {
     Expected,
     /// Receiving; the bytes so far.
     Arriving(Vec<u8>),
+    /// Receiving into its shared-memory file: by chunks (`received` so
+    /// far), or written in place by a process of this host.
+    ArrivingShared { file: std::fs::File, received: u64 },
     /// Complete, in memory.
     Memory(Vec<u8>),
+    /// Complete, in its shared-memory file.
+    Shared(PathBuf),
     /// Complete, in `Budget::spill_path`.
     Spilled,
     /// The task producing it failed with this message.
@@ -137,12 +165,14 @@ impl Stored {
     }
 
     fn complete(&self) -> bool {
-        matches!(self.data, Data::Memory(_) | Data::Spilled)
+        matches!(self.data, Data::Memory(_) | Data::Shared(_) | Data::Spilled)
     }
 
     fn in_memory(&self) -> u64 {
         match self.data {
-            Data::Arriving(_) | Data::Memory(_) => self.total,
+            Data::Arriving(_) | Data::ArrivingShared { .. } | Data::Memory(_) | Data::Shared(_) => {
+                self.total
+            }
             _ => 0,
         }
     }
@@ -154,8 +184,9 @@ impl Stored {
     fn state(&self) -> ObjectState {
         match self.data {
             Data::Expected => ObjectState::Expected,
-            Data::Arriving(_) => ObjectState::Arriving,
+            Data::Arriving(_) | Data::ArrivingShared { .. } => ObjectState::Arriving,
             Data::Memory(_) => ObjectState::InMemory,
+            Data::Shared(_) => ObjectState::SharedMemory,
             Data::Spilled => ObjectState::Spilled,
             Data::Failed(_) => ObjectState::Failed,
         }
@@ -245,6 +276,13 @@ impl ObjectStoreShard {
     /// Returns what `stored` held of memory and disk.
     fn forget(&self, id: ObjectId, stored: &Stored) {
         self.budget.give_back(stored.in_memory());
+        if matches!(stored.data, Data::Shared(_) | Data::ArrivingShared { .. }) {
+            if let Some(path) = self.budget.shared_path(id, stored.total) {
+                if let Err(e) = std::fs::remove_file(&path) {
+                    tracing::warn!(object = %id, "cannot remove {}: {e}", path.display());
+                }
+            }
+        }
         if matches!(stored.data, Data::Spilled) {
             self.budget
                 .spilled
@@ -260,18 +298,25 @@ impl ObjectStoreShard {
         let Some(stored) = self.objects.get_mut(&id) else {
             return Ok(0);
         };
-        let Data::Memory(bytes) = &stored.data else {
+        if !matches!(stored.data, Data::Memory(_) | Data::Shared(_)) {
             return Ok(0);
-        };
+        }
         let size = stored.total;
         if !stored.primary {
-            let stored = self.objects.remove(&id).expect("present");
-            self.forget(id, &stored);
+            if let Some(stored) = self.objects.remove(&id) {
+                self.forget(id, &stored);
+            }
             return Ok(size);
         }
         let path = self.budget.spill_path(id);
-        let written = std::fs::create_dir_all(&self.budget.spill_dir)
-            .and_then(|()| std::fs::write(&path, bytes));
+        let written =
+            std::fs::create_dir_all(&self.budget.spill_dir).and_then(|()| match &stored.data {
+                Data::Memory(bytes) => std::fs::write(&path, bytes),
+                Data::Shared(shared) => {
+                    std::fs::copy(shared, &path).and_then(|_| std::fs::remove_file(shared))
+                }
+                _ => Ok(()),
+            });
         if let Err(e) = written {
             let _ = std::fs::remove_file(&path);
             return Err(format!(
@@ -414,8 +459,10 @@ impl Handler<Begin> for ObjectStoreShard {
         let primary = msg.holder.is_some();
         if let Some(stored) = self.objects.get_mut(&msg.id) {
             match &stored.data {
-                Data::Memory(_) | Data::Spilled if !primary => return Ok(Begun::Present),
-                Data::Arriving(_) if !primary => {
+                Data::Memory(_) | Data::Shared(_) | Data::Spilled if !primary => {
+                    return Ok(Begun::Present)
+                }
+                Data::Arriving(_) | Data::ArrivingShared { .. } if !primary => {
                     let (tx, rx) = oneshot::channel();
                     stored.waiting.push(tx);
                     return Ok(Begun::InProgress(rx));
@@ -429,12 +476,25 @@ impl Handler<Begin> for ObjectStoreShard {
             return Ok(Begun::NoRoom(msg.total.saturating_sub(self.budget.free())));
         }
         let tick = self.tick();
+        let data = match self.budget.shared_path(msg.id, msg.total) {
+            Some(path) => match std::fs::File::create(&path) {
+                Ok(file) => Data::ArrivingShared { file, received: 0 },
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot create {}: {e}; keeping the object in process memory",
+                        path.display()
+                    );
+                    Data::Arriving(Vec::with_capacity(msg.total as usize))
+                }
+            },
+            None => Data::Arriving(Vec::with_capacity(msg.total as usize)),
+        };
         let stored = self
             .objects
             .entry(msg.id)
             .or_insert_with(|| Stored::new(msg.total, Data::Expected, primary));
         stored.total = msg.total;
-        stored.data = Data::Arriving(Vec::with_capacity(msg.total as usize));
+        stored.data = data;
         stored.contains = msg.contains;
         stored.last_used = tick;
         if let Some(holder) = msg.holder {
@@ -448,26 +508,95 @@ impl Handler<Append> for ObjectStoreShard {
     type Result = Result<(), String>;
 
     fn handle(&mut self, msg: Append, _: &mut Self::Context) -> Self::Result {
-        let stored = self
-            .objects
-            .get_mut(&msg.id)
-            .ok_or_else(|| format!("object {} is not being received", msg.id))?;
-        let Data::Arriving(bytes) = &mut stored.data else {
-            return Err(format!("object {} is not being received", msg.id));
+        let not_receiving = || format!("object {} is not being received", msg.id);
+        let stored = self.objects.get_mut(&msg.id).ok_or_else(not_receiving)?;
+        let have = match &stored.data {
+            Data::Arriving(bytes) => bytes.len() as u64,
+            Data::ArrivingShared { received, .. } => *received,
+            _ => return Err(not_receiving()),
         };
-        let have = bytes.len() as u64;
         if msg.offset != have || have + msg.chunk.len() as u64 > stored.total {
             return Err(format!(
                 "chunk at {} does not follow the {have} bytes received of {}",
                 msg.offset, stored.total
             ));
         }
-        bytes.extend_from_slice(&msg.chunk);
-        if bytes.len() as u64 == stored.total {
-            stored.data = Data::Memory(std::mem::take(bytes));
+        let done = have + msg.chunk.len() as u64 == stored.total;
+        match &mut stored.data {
+            Data::Arriving(bytes) => {
+                bytes.extend_from_slice(&msg.chunk);
+                if done {
+                    stored.data = Data::Memory(std::mem::take(bytes));
+                }
+            }
+            Data::ArrivingShared { file, received } => {
+                file.write_all_at(&msg.chunk, msg.offset)
+                    .map_err(|e| format!("cannot write object {}: {e}", msg.id))?;
+                *received += msg.chunk.len() as u64;
+                if done {
+                    let path = self.budget.shared_path(msg.id, stored.total);
+                    stored.data = Data::Shared(path.ok_or_else(not_receiving)?);
+                }
+            }
+            _ => return Err(not_receiving()),
+        }
+        if done {
             self.notify(msg.id);
         }
         Ok(())
+    }
+}
+
+/// An object written in place by a process of this host is complete.
+#[derive(Message)]
+#[rtype(result = "Result<(), String>")]
+pub struct Seal(pub ObjectId);
+
+impl Handler<Seal> for ObjectStoreShard {
+    type Result = Result<(), String>;
+
+    fn handle(&mut self, Seal(id): Seal, _: &mut Self::Context) -> Self::Result {
+        let stored = self
+            .objects
+            .get_mut(&id)
+            .ok_or_else(|| format!("object {id} is not being received"))?;
+        let Data::ArrivingShared { file, .. } = &stored.data else {
+            return Err(format!("object {id} is not being written in place"));
+        };
+        let written = file.metadata().map_err(|e| e.to_string())?.len();
+        if written != stored.total {
+            return Err(format!(
+                "object {id}: {written} bytes were written in place, not {}",
+                stored.total
+            ));
+        }
+        let path = self
+            .budget
+            .shared_path(id, stored.total)
+            .ok_or_else(|| format!("object {id} has no shared-memory file"))?;
+        stored.data = Data::Shared(path);
+        self.notify(id);
+        Ok(())
+    }
+}
+
+/// The shared-memory file of a complete object, for a process of this
+/// host to map.
+#[derive(Message)]
+#[rtype(result = "Option<(PathBuf, u64)>")]
+pub struct Open(pub ObjectId);
+
+impl Handler<Open> for ObjectStoreShard {
+    type Result = Option<(PathBuf, u64)>;
+
+    fn handle(&mut self, Open(id): Open, _: &mut Self::Context) -> Self::Result {
+        let tick = self.tick();
+        let stored = self.objects.get_mut(&id)?;
+        let Data::Shared(path) = &stored.data else {
+            return None;
+        };
+        stored.last_used = tick;
+        Some((path.clone(), stored.total))
     }
 }
 
@@ -478,7 +607,7 @@ impl Handler<Abort> for ObjectStoreShard {
         let arriving = self
             .objects
             .get(&id)
-            .is_some_and(|s| matches!(s.data, Data::Arriving(_)));
+            .is_some_and(|s| matches!(s.data, Data::Arriving(_) | Data::ArrivingShared { .. }));
         if !arriving {
             return MessageResult(Vec::new());
         }
@@ -524,6 +653,25 @@ impl Handler<Read> for ObjectStoreShard {
             // Restored on a read from the start when it fits; otherwise
             // served from disk.
             if msg.offset == 0 && self.budget.take(total) {
+                if let Some(shared) = self.budget.shared_path(msg.id, total) {
+                    return match std::fs::copy(&path, &shared) {
+                        Ok(_) => {
+                            let _ = std::fs::remove_file(&path);
+                            self.budget.spilled.fetch_sub(total, Ordering::Relaxed);
+                            stored.data = Data::Shared(shared.clone());
+                            read_file(&shared, msg.id, start, end)
+                        }
+                        Err(e) => {
+                            self.budget.give_back(total);
+                            let _ = std::fs::remove_file(&shared);
+                            Err(format!(
+                                "cannot restore spilled object {} from {}: {e}",
+                                msg.id,
+                                path.display()
+                            ))
+                        }
+                    };
+                }
                 match std::fs::read(&path) {
                     Ok(bytes) if bytes.len() as u64 == total => {
                         let _ = std::fs::remove_file(&path);
@@ -548,24 +696,29 @@ impl Handler<Read> for ObjectStoreShard {
                     }
                 }
             } else {
-                let mut chunk = vec![0; (end - start) as usize];
-                std::fs::File::open(&path)
-                    .and_then(|file| file.read_exact_at(&mut chunk, start))
-                    .map_err(|e| {
-                        format!(
-                            "cannot read spilled object {} from {}: {e}",
-                            msg.id,
-                            path.display()
-                        )
-                    })?;
-                return Ok(chunk);
+                return read_file(&path, msg.id, start, end);
             }
         }
         match &stored.data {
             Data::Memory(bytes) => Ok(bytes[start as usize..end as usize].to_vec()),
+            Data::Shared(path) => read_file(path, msg.id, start, end),
             _ => Err(format!("object {} is not here", msg.id)),
         }
     }
+}
+
+/// Bytes `start..end` of object `id`'s file at `path`.
+fn read_file(
+    path: &std::path::Path,
+    id: ObjectId,
+    start: u64,
+    end: u64,
+) -> Result<Vec<u8>, String> {
+    let mut chunk = vec![0; (end - start) as usize];
+    std::fs::File::open(path)
+        .and_then(|file| file.read_exact_at(&mut chunk, start))
+        .map_err(|e| format!("cannot read object {id} from {}: {e}", path.display()))?;
+    Ok(chunk)
 }
 
 impl Handler<Await> for ObjectStoreShard {
@@ -667,7 +820,7 @@ impl Handler<Spill> for ObjectStoreShard {
         let mut candidates: Vec<(u64, bool, ObjectId)> = self
             .objects
             .iter()
-            .filter(|(_, s)| matches!(s.data, Data::Memory(_)))
+            .filter(|(_, s)| matches!(s.data, Data::Memory(_) | Data::Shared(_)))
             .map(|(id, s)| (s.last_used, s.primary, *id))
             .collect();
         // Cached copies go first (they cost no disk), then by age.

@@ -305,11 +305,16 @@ async fn drive(context: &'static ProcessContext, run: RunTask, options: TaskOpti
                 break Err(format!("task {} failed: {application}", run.task));
             }
             Err(system) => {
-                pool::discard(lease).await;
-                if let CallError::ActorDead { reason, .. } = &system {
-                    if let Some(panic) = reason.strip_prefix("panic: ") {
-                        break Err(format!("task {} failed: it panicked: {panic}", run.task));
+                // A panic ends the worker process: the head's record of its
+                // death tells a panic from a loss.
+                let death = match &system {
+                    CallError::ActorDead { reason, .. } if reason.starts_with("panic: ") => {
+                        Some(reason.clone())
                     }
+                    _ => pool::discard(lease).await,
+                };
+                if let Some(panic) = death.as_deref().and_then(|r| r.strip_prefix("panic: ")) {
+                    break Err(format!("task {} failed: it panicked: {panic}", run.task));
                 }
                 if !lost(&system) {
                     break Err(format!("task {} could not run: {system}", run.task));

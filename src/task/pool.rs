@@ -179,11 +179,13 @@ pub(crate) fn release(lease: Lease) {
     pool.idle.push((worker, Instant::now()));
 }
 
-/// Drops a lease whose worker failed (killing it, if it still lives).
-pub(crate) async fn discard(lease: Lease) {
+/// Drops a lease whose worker failed (killing it, if it still lives);
+/// returns why the worker died, as the head recorded it.
+pub(crate) async fn discard(lease: Lease) -> Option<String> {
     if let Err(e) = lease.worker.kill().await {
         tracing::debug!("discarding a task worker: {e}");
     }
+    lease.worker.record().await.ok()?.dead
 }
 
 /// Starts a worker: on this process's node first, then anywhere.

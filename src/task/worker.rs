@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::actor::{ProcessContext, RemoteActor, RemoteMessage};
 use crate::cluster::{ObjectId, ObjectLocation, RefHolder};
-use crate::object_store::{self, ObjectRef};
+use crate::object_store::{self, ObjectBytes, ObjectRef};
 
 /// How long a task waits for its argument objects.
 const ARGUMENT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -102,9 +102,9 @@ async fn execute(run: RunTask) -> Result<(), String> {
 }
 
 /// The argument's MessagePack bytes, and whether they came from objects.
-async fn resolve(input: &InputWire) -> Result<(Vec<u8>, bool), object_store::ObjectStoreError> {
+async fn resolve(input: &InputWire) -> Result<(ObjectBytes, bool), object_store::ObjectStoreError> {
     Ok(match input {
-        InputWire::Inline(bytes) => (bytes.clone(), false),
+        InputWire::Inline(bytes) => (ObjectBytes::Owned(bytes.clone()), false),
         InputWire::Object(object) => (object_store::fetch(object, ARGUMENT_TIMEOUT).await?, true),
         InputWire::Gather(objects) => {
             let mut bytes = array_header(objects.len());
@@ -114,7 +114,7 @@ async fn resolve(input: &InputWire) -> Result<(Vec<u8>, bool), object_store::Obj
             for element in futures::future::try_join_all(fetches).await? {
                 bytes.extend_from_slice(&element);
             }
-            (bytes, true)
+            (ObjectBytes::Owned(bytes), true)
         }
     })
 }

@@ -109,7 +109,10 @@ fn start_status_and_stop_as_a_user_would() {
         assert!(node["resources"]["total"]["CPU"].is_number());
     }
     let memory = succeeds(home, &["memory"]);
-    assert!(memory.contains("0 objects (0 owned, 0 cached copies), 0 of"), "{memory}");
+    assert!(
+        memory.contains("0 objects (0 owned, 0 cached copies), 0 of"),
+        "{memory}"
+    );
     let table = succeeds(home, &["status", "--address", &address, "--token", &token]);
     assert!(table.contains("2 alive, 0 dead"), "{table}");
 

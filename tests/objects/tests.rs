@@ -6,7 +6,7 @@ use nimbus::actor::{self, SpawnOptions, Strategy};
 use nimbus::chaos::check::wait_until;
 use nimbus::client::ClusterClient;
 use nimbus::cluster::{ObjectId, ObjectListing, ObjectState, ResourceSet};
-use nimbus::object_store::{self, ObjectStoreError};
+use nimbus::object_store::{self, ObjectBytes, ObjectStoreError};
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
 use nimbus::task::{self, Input, TaskError, TaskOptions};
 use nimbus::Driver;
@@ -18,6 +18,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("an_object_is_freed_when_its_last_reference_drops", |d| {
         boxed(an_object_is_freed_when_its_last_reference_drops(d))
     }),
+    (
+        "large_objects_are_shared_memory_mapped_on_their_host",
+        |d| boxed(large_objects_are_shared_memory_mapped(d)),
+    ),
     (
         "memory_returns_to_baseline_after_10000_put_get_drop_cycles",
         |d| boxed(memory_returns_to_baseline(d)),
@@ -122,6 +126,25 @@ async fn an_object_is_freed_when_its_last_reference_drops(driver: &mut Driver) {
     assert_eq!(object_store::get(&copy).await.unwrap(), vec![1, 2, 3]);
     let id = copy.id();
     drop(copy);
+    wait_freed(&client, "head", id).await;
+}
+
+async fn large_objects_are_shared_memory_mapped(driver: &mut Driver) {
+    let client = client(driver).await;
+    let bytes = pattern(9, 3 << 20);
+    let object = object_store::put_bytes(&bytes).await.unwrap();
+    let found = listing(&client, "head").await;
+    let summary = found.objects.iter().find(|o| o.id == object.id()).unwrap();
+    assert_eq!(summary.state, ObjectState::SharedMemory, "{summary:?}");
+    let back = object_store::get_bytes(&object).await.unwrap();
+    assert!(matches!(back, ObjectBytes::Mapped(_)), "{back:?}");
+    assert_eq!(&back[..], &bytes[..]);
+    // Small objects stay in the node's memory and are copied.
+    let small = object_store::put_bytes(&bytes[..1000]).await.unwrap();
+    let back = object_store::get_bytes(&small).await.unwrap();
+    assert!(matches!(back, ObjectBytes::Owned(_)), "{back:?}");
+    let id = object.id();
+    drop(object);
     wait_freed(&client, "head", id).await;
 }
 
