@@ -141,6 +141,11 @@ impl<T> ObjectRef<T> {
         }
     }
 
+    /// This process's stake in the object.
+    pub(crate) fn tracked(&self) -> Option<&Arc<refs::Tracked>> {
+        self.tracked.as_ref()
+    }
+
     /// The object's id.
     pub fn id(&self) -> ObjectId {
         self.id
@@ -176,6 +181,9 @@ pub enum ObjectBytes {
     Mapped(memmap2::Mmap),
     /// Copied into this process.
     Owned(Vec<u8>),
+    /// This process's copy of a small object (kept while it holds a
+    /// reference).
+    Local(Arc<[u8]>),
 }
 
 impl std::ops::Deref for ObjectBytes {
@@ -184,6 +192,7 @@ impl std::ops::Deref for ObjectBytes {
         match self {
             ObjectBytes::Mapped(map) => map,
             ObjectBytes::Owned(bytes) => bytes,
+            ObjectBytes::Local(bytes) => bytes,
         }
     }
 }
@@ -194,6 +203,7 @@ impl ObjectBytes {
         match self {
             ObjectBytes::Mapped(map) => map.to_vec(),
             ObjectBytes::Owned(bytes) => bytes,
+            ObjectBytes::Local(bytes) => bytes.to_vec(),
         }
     }
 }
@@ -203,6 +213,7 @@ impl std::fmt::Debug for ObjectBytes {
         let how = match self {
             ObjectBytes::Mapped(_) => "mapped",
             ObjectBytes::Owned(_) => "owned",
+            ObjectBytes::Local(_) => "local copy",
         };
         write!(f, "ObjectBytes({} bytes, {how})", self.len())
     }
@@ -258,7 +269,7 @@ pub async fn put<T: Serialize>(value: &T) -> Result<ObjectRef<T>, ObjectStoreErr
     let id = ObjectId::random();
     store(&home.0, id, &bytes, holder, captured.refs.clone()).await?;
     drop(captured);
-    Ok(stored_ref(id, bytes.len() as u64, home.1))
+    Ok(stored_ref(id, &bytes, home.1))
 }
 
 /// Puts raw bytes (a tensor, a file) into this process's home node's store.
@@ -268,7 +279,7 @@ pub async fn put_bytes(bytes: &[u8]) -> Result<ObjectRef<RawBytes>, ObjectStoreE
     let holder = refs::holder().ok_or(ObjectStoreError::NotInitialized)?;
     let id = ObjectId::random();
     store(&home.0, id, bytes, holder, Vec::new()).await?;
-    Ok(stored_ref(id, bytes.len() as u64, home.1))
+    Ok(stored_ref(id, bytes, home.1))
 }
 
 /// Reads an object put with [`put`] (or a task's result), waiting up to
@@ -386,12 +397,15 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ObjectStoreError> {
     })
 }
 
-fn stored_ref<T>(id: ObjectId, size: u64, owner: ObjectLocation) -> ObjectRef<T> {
+fn stored_ref<T>(id: ObjectId, bytes: &[u8], owner: ObjectLocation) -> ObjectRef<T> {
     // The put registered this process as a holder with the object itself.
     let tracked = refs::track(id, &owner, None);
+    if let Some(tracked) = &tracked {
+        tracked.keep_copy(bytes);
+    }
     ObjectRef {
         id,
-        size: Some(size),
+        size: Some(bytes.len() as u64),
         owner,
         tracked,
         value: PhantomData,
@@ -538,8 +552,16 @@ pub(crate) async fn fetch<T>(
     timeout: Duration,
 ) -> Result<ObjectBytes, ObjectStoreError> {
     let context = ProcessContext::current().ok_or(ObjectStoreError::NotInitialized)?;
-    let (home, here) = home(context).await?;
     let id = object.id;
+    if let Some(tracked) = &object.tracked {
+        if !tracked.settled(Instant::now() + timeout).await {
+            return Err(ObjectStoreError::Timeout { id, after: timeout });
+        }
+        if let Some(copy) = tracked.copy() {
+            return Ok(ObjectBytes::Local(copy));
+        }
+    }
+    let (home, here) = home(context).await?;
     let size = match object.size {
         Some(size) if here == object.owner => size,
         _ => {
@@ -579,7 +601,8 @@ pub(crate) async fn fetch<T>(
     while let Some(chunk) = chunks.next().await {
         bytes.extend_from_slice(&chunk?);
     }
-    Ok(ObjectBytes::Owned(bytes))
+    let copy = object.tracked.as_ref().and_then(|t| t.keep_copy(&bytes));
+    Ok(copy.map_or(ObjectBytes::Owned(bytes), ObjectBytes::Local))
 }
 
 /// Chunks in flight at once when reading an object.

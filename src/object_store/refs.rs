@@ -23,11 +23,12 @@
 //! died first) stays in transit: its object leaks rather than vanishes.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use crate::actor::ProcessContext;
 use crate::client;
@@ -39,10 +40,58 @@ use crate::transport::RequestOptions;
 /// Changes sent to owners in one request at most.
 const BATCH: usize = 4096;
 
+/// Objects up to this size are kept in the memory of the processes that
+/// put, read or produced them, as long as they hold a reference: gets
+/// there are local (Ray's in-process store of small objects).
+pub(crate) const LOCAL_COPY_MAX: usize = 64 << 10;
+
 /// One process's stake in one object, shared by all its `ObjectRef`s.
 pub(crate) struct Tracked {
     id: ObjectId,
     owner: ObjectLocation,
+    /// This process's copy of a small object.
+    copy: OnceLock<Arc<[u8]>>,
+    /// A task this process submitted is producing the object.
+    producing: AtomicBool,
+    settled: Notify,
+}
+
+impl Tracked {
+    /// This process's copy of the object, if it keeps one.
+    pub(crate) fn copy(&self) -> Option<Arc<[u8]>> {
+        self.copy.get().cloned()
+    }
+
+    /// Keeps `bytes` as this process's copy, if the object is small.
+    pub(crate) fn keep_copy(&self, bytes: &[u8]) -> Option<Arc<[u8]>> {
+        (bytes.len() <= LOCAL_COPY_MAX).then(|| self.copy.get_or_init(|| bytes.into()).clone())
+    }
+
+    /// A task of this process is producing the object.
+    pub(crate) fn producing(&self) {
+        self.producing.store(true, Ordering::SeqCst);
+    }
+
+    /// The task producing the object has settled (its result stored or
+    /// kept here, or its failure recorded).
+    pub(crate) fn settle(&self) {
+        self.producing.store(false, Ordering::SeqCst);
+        self.settled.notify_waiters();
+    }
+
+    /// Waits until no task of this process is producing the object, or
+    /// `end`; false on the deadline.
+    pub(crate) async fn settled(&self, end: tokio::time::Instant) -> bool {
+        loop {
+            let notified = self.settled.notified();
+            if !self.producing.load(Ordering::SeqCst) {
+                return true;
+            }
+            if tokio::time::timeout_at(end, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
 }
 
 impl Drop for Tracked {
@@ -126,6 +175,9 @@ pub(crate) fn track(
     let tracked = Arc::new(Tracked {
         id,
         owner: owner.clone(),
+        copy: OnceLock::new(),
+        producing: AtomicBool::new(false),
+        settled: Notify::new(),
     });
     *entry = Arc::downgrade(&tracked);
     Some(tracked)

@@ -50,12 +50,12 @@ use crate::actor::{
     ActorHandle, CallError, ProcessContext, Registry, SpawnError, SpawnOptions, Strategy,
 };
 use crate::cluster::{ControlRequest, ObjectId, ObjectLocation, CPU, GPU};
-use crate::object_store::{refs, ObjectRef, ObjectStoreError};
+use crate::object_store::{self, refs, ObjectRef, ObjectStoreError};
 use crate::placement::{PlacementError, PlacementGroup};
 use crate::transport::RequestOptions;
 
 pub use pool::IDLE_LEASE;
-pub use worker::{RunTask, TaskWorker};
+pub use worker::{RunTask, TaskOutput, TaskWorker};
 
 use worker::InputWire;
 
@@ -277,18 +277,28 @@ pub async fn submit<A, R>(
         holder,
     };
     let keep = result.erase();
+    if let Some(tracked) = keep.tracked() {
+        tracked.producing();
+    }
     tokio::spawn(async move {
         // `keep` holds the result's reference until the task settles, so it
         // cannot be freed before it exists.
-        drive(context, run, options).await;
-        drop(keep);
+        drive(context, run, options, &keep).await;
+        if let Some(tracked) = keep.tracked() {
+            tracked.settle();
+        }
     });
     Ok(result)
 }
 
 /// Runs a submitted task to its end: retries after system failures, a
 /// failed result otherwise.
-async fn drive(context: &'static ProcessContext, run: RunTask, options: TaskOptions) {
+async fn drive(
+    context: &'static ProcessContext,
+    run: RunTask,
+    options: TaskOptions,
+    result: &ObjectRef<()>,
+) {
     let mut failures = Vec::new();
     let outcome = loop {
         let lease = match pool::acquire(context, &options.spawn).await {
@@ -296,9 +306,18 @@ async fn drive(context: &'static ProcessContext, run: RunTask, options: TaskOpti
             Err(e) => break Err(format!("no worker for task {}: {e}", run.task)),
         };
         match lease.worker().send(run.clone()).await {
-            Ok(Ok(())) => {
+            Ok(Ok(TaskOutput::Stored)) => {
                 pool::release(lease);
                 break Ok(());
+            }
+            Ok(Ok(TaskOutput::Inline(bytes))) => {
+                pool::release(lease);
+                // Readable here at once; stored at the owner for others.
+                if let Some(tracked) = result.tracked() {
+                    tracked.keep_copy(&bytes);
+                    tracked.settle();
+                }
+                break store_inline(context, &run, &bytes).await;
             }
             Ok(Err(application)) => {
                 pool::release(lease);
@@ -311,7 +330,7 @@ async fn drive(context: &'static ProcessContext, run: RunTask, options: TaskOpti
                     CallError::ActorDead { reason, .. } if reason.starts_with("panic: ") => {
                         Some(reason.clone())
                     }
-                    _ => pool::discard(lease).await,
+                    _ => pool::discard(context, lease).await,
                 };
                 if let Some(panic) = death.as_deref().and_then(|r| r.strip_prefix("panic: ")) {
                     break Err(format!("task {} failed: it panicked: {panic}", run.task));
@@ -336,6 +355,18 @@ async fn drive(context: &'static ProcessContext, run: RunTask, options: TaskOpti
     if let Err(message) = outcome {
         fail(context, &run, message).await;
     }
+}
+
+/// Stores a result that came back inline at its owner.
+async fn store_inline(context: &ProcessContext, run: &RunTask, bytes: &[u8]) -> Result<(), String> {
+    let owner = context
+        .endpoint
+        .connect(run.owner.address, Some(&run.owner.node))
+        .await
+        .map_err(|e| format!("cannot reach the owner of task {}'s result: {e}", run.task))?;
+    object_store::store(&owner, run.result, bytes, run.holder.clone(), Vec::new())
+        .await
+        .map_err(|e| format!("cannot store the result of task {}: {e}", run.task))
 }
 
 /// Marks a task's result failed at its owner.

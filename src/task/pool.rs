@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use dashmap::DashSet;
 use tokio::sync::oneshot;
 
-use crate::actor::{self, ProcessContext, SpawnError, SpawnOptions, Strategy};
+use crate::actor::{self, CallError, ProcessContext, SpawnError, SpawnOptions, Strategy};
 use crate::cluster::{ControlReply, ControlRequest, NodeState};
 
 use super::{describe, TaskWorker, Worker, QUEUE_POLL};
@@ -179,13 +179,45 @@ pub(crate) fn release(lease: Lease) {
     pool.idle.push((worker, Instant::now()));
 }
 
-/// Drops a lease whose worker failed (killing it, if it still lives);
-/// returns why the worker died, as the head recorded it.
-pub(crate) async fn discard(lease: Lease) -> Option<String> {
+/// How long a failed worker gets to be recorded dead on its own before it
+/// is killed.
+const DEATH_WAIT: Duration = Duration::from_secs(3);
+
+/// Drops a lease whose worker failed; returns why the worker died, as the
+/// head recorded it. A worker that failed a call is usually dying already,
+/// and its own reason (a panic) must not be masked by a kill: it is killed
+/// only if it is not recorded dead within [`DEATH_WAIT`].
+pub(crate) async fn discard(context: &ProcessContext, lease: Lease) -> Option<String> {
+    let end = tokio::time::Instant::now() + DEATH_WAIT;
+    let mut seen = context.last_event().await.ok()?;
+    loop {
+        if let Some(reason) = death(&lease.worker).await {
+            return Some(reason);
+        }
+        let left = end.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match context.events(seen, left).await {
+            Ok(events) => seen = events.last().map_or(seen, |e| e.seq),
+            Err(_) => break,
+        }
+    }
     if let Err(e) = lease.worker.kill().await {
         tracing::debug!("discarding a task worker: {e}");
     }
-    lease.worker.record().await.ok()?.dead
+    death(&lease.worker).await
+}
+
+/// Why `worker` died, if the head has recorded its death.
+async fn death(worker: &Worker) -> Option<String> {
+    match worker.record().await {
+        Ok(record) => record.dead,
+        Err(CallError::ActorDead { reason, .. } | CallError::NodeLost { reason, .. }) => {
+            Some(reason)
+        }
+        Err(_) => None,
+    }
 }
 
 /// Starts a worker: on this process's node first, then anywhere.

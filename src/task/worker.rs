@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::actor::{ProcessContext, RemoteActor, RemoteMessage};
 use crate::cluster::{ObjectId, ObjectLocation, RefHolder};
+use crate::object_store::refs::LOCAL_COPY_MAX;
 use crate::object_store::{self, ObjectBytes, ObjectRef};
 
 /// How long a task waits for its argument objects.
@@ -40,10 +41,21 @@ pub(crate) enum InputWire {
     Gather(Vec<ObjectRef<()>>),
 }
 
+/// What a task's worker did with its result.
+#[derive(Serialize, Deserialize)]
+pub enum TaskOutput {
+    /// Stored at its owner.
+    Stored,
+    /// Small and free of references: here it is, for the submitter to keep
+    /// and store.
+    Inline(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
 /// Run task function `task` and store its result as object `result` at
-/// `owner`, held by `holder`. Answered with the function's error, if any.
+/// `owner`, held by `holder` (or return it, if small). Answered with the
+/// function's error, if any.
 #[derive(Clone, Message, Serialize, Deserialize)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<TaskOutput, String>")]
 pub struct RunTask {
     pub(crate) task: String,
     pub(crate) input: InputWire,
@@ -57,7 +69,7 @@ impl RemoteMessage for RunTask {
 }
 
 impl Handler<RunTask> for TaskWorker {
-    type Result = ResponseFuture<Result<(), String>>;
+    type Result = ResponseFuture<Result<TaskOutput, String>>;
 
     fn handle(&mut self, run: RunTask, _: &mut Context<Self>) -> Self::Result {
         // One task at a time reaches a worker: its lease says so.
@@ -65,7 +77,7 @@ impl Handler<RunTask> for TaskWorker {
     }
 }
 
-async fn execute(run: RunTask) -> Result<(), String> {
+async fn execute(run: RunTask) -> Result<TaskOutput, String> {
     let context = ProcessContext::current().ok_or("the worker is not initialised")?;
     let function = context
         .registry
@@ -83,6 +95,9 @@ async fn execute(run: RunTask) -> Result<(), String> {
     // `captured` keeps this process's stakes in the references inside the
     // result until the stored result holds them.
     let (bytes, captured) = output;
+    if bytes.len() <= LOCAL_COPY_MAX && captured.refs.is_empty() {
+        return Ok(TaskOutput::Inline(bytes));
+    }
     let owner = context
         .endpoint
         .connect(run.owner.address, Some(&run.owner.node))
@@ -98,7 +113,7 @@ async fn execute(run: RunTask) -> Result<(), String> {
     .await
     .map_err(|e| format!("cannot store its result: {e}"));
     drop(captured);
-    stored
+    stored.map(|()| TaskOutput::Stored)
 }
 
 /// The argument's MessagePack bytes, and whether they came from objects.

@@ -139,10 +139,14 @@ async fn large_objects_are_shared_memory_mapped(driver: &mut Driver) {
     let back = object_store::get_bytes(&object).await.unwrap();
     assert!(matches!(back, ObjectBytes::Mapped(_)), "{back:?}");
     assert_eq!(&back[..], &bytes[..]);
-    // Small objects stay in the node's memory and are copied.
+    // Small objects stay in the node's memory, and the putting process
+    // keeps a copy while it holds a reference.
     let small = object_store::put_bytes(&bytes[..1000]).await.unwrap();
     let back = object_store::get_bytes(&small).await.unwrap();
-    assert!(matches!(back, ObjectBytes::Owned(_)), "{back:?}");
+    assert!(matches!(back, ObjectBytes::Local(_)), "{back:?}");
+    let found = listing(&client, "head").await;
+    let summary = found.objects.iter().find(|o| o.id == small.id()).unwrap();
+    assert_eq!(summary.state, ObjectState::InMemory, "{summary:?}");
     let id = object.id();
     drop(object);
     wait_freed(&client, "head", id).await;
