@@ -49,8 +49,11 @@ pub enum RefHolder {
     Process {
         /// Random per process.
         id: u64,
-        /// For people: `pid N`, and the actor it hosts if any.
+        /// For people: `driver pid N` or `worker pid N`.
         label: String,
+        /// A worker process: its actor and incarnation, whose death
+        /// (`ActorDied`) releases its references.
+        worker: Option<(super::ActorId, crate::wire::Incarnation)>,
     },
     /// Another object that contains the reference.
     Object(ObjectId),

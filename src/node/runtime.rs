@@ -17,7 +17,7 @@ use crate::cluster::{
     events::Subscribe, ClusterEvents, ControlReply, ControlRequest, Directory, NodeRegistration,
     ObjectLocation, ResourceSet, MEMORY,
 };
-use crate::object_store::NodeObjectStore;
+use crate::object_store::{HeadEvents, NodeObjectStore};
 use crate::transport::{Credentials, Endpoint, PacketFaults, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
@@ -150,6 +150,11 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         .filter(|shm| shm.is_dir())
         .map(|shm| shm.join(format!("nimbus-{}-{}", identity.name, std::process::id())));
     let objects = NodeObjectStore::start(store_memory, spill_dir, shared_dir, endpoint.clone(), me);
+    // Worker processes' references die with them.
+    objects.watch_worker_deaths(match &head_actors {
+        Some(head) => HeadEvents::Local(head.events.clone()),
+        None => HeadEvents::Remote(head_address),
+    });
     endpoint.serve(Arc::new(NodeService::new(
         manager,
         head_actors,

@@ -46,7 +46,7 @@ use crate::cluster::{
 };
 use crate::transport::{Connection, RequestError, RequestOptions};
 
-pub use node::{remove_stale, NodeObjectStore, MAX_OBJECT_WAIT};
+pub use node::{remove_stale, HeadEvents, NodeObjectStore, MAX_OBJECT_WAIT};
 pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
 
 /// Bytes per transfer request.

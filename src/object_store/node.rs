@@ -17,7 +17,7 @@ use crate::transport::{Endpoint, RequestOptions};
 use crate::wire::{RemoteError, RemoteErrorKind};
 
 use super::shard::{
-    Abort, Append, Await, Awaited, Begin, Begun, Budget, DropCopy, Fail, Freed, List,
+    Abort, Append, Await, Awaited, Begin, Begun, Budget, DropCopy, DropWorker, Fail, Freed, List,
     ObjectStoreShard, Open, Read, Seal, Spill, UpdateRefs, SHARED_MIN,
 };
 use super::{host_id, read_chunks, CHUNK_BYTES};
@@ -73,6 +73,58 @@ impl NodeObjectStore {
             budget,
             endpoint,
             me,
+        }
+    }
+
+    /// Watches the head's events and releases the references of worker
+    /// processes that die: a SIGKILLed process never releases them itself.
+    /// Runs until the node stops.
+    pub fn watch_worker_deaths(&self, head: HeadEvents) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            // Deaths before this node's store started held nothing of it.
+            let mut after = None;
+            loop {
+                let wait = if after.is_some() {
+                    MAX_OBJECT_WAIT
+                } else {
+                    Duration::ZERO
+                };
+                let events = match head.since(&store.endpoint, after.unwrap_or(0), wait).await {
+                    Ok(events) => events,
+                    Err(e) => {
+                        tracing::warn!("object store: the head's events are unreachable ({e})");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                let seen = after.replace(events.last().map_or(after.unwrap_or(0), |e| e.seq));
+                if seen.is_none() {
+                    continue;
+                }
+                for event in events {
+                    if let crate::cluster::ClusterEventKind::ActorDied {
+                        actor, incarnation, ..
+                    } = event.kind
+                    {
+                        store.drop_worker(actor, incarnation).await;
+                    }
+                }
+            }
+        });
+    }
+
+    async fn drop_worker(
+        &self,
+        actor: crate::cluster::ActorId,
+        incarnation: crate::wire::Incarnation,
+    ) {
+        for shard in &self.shards {
+            if let Ok(freed) = shard.send(DropWorker { actor, incarnation }).await {
+                for object in freed {
+                    tokio::spawn(self.clone().after_free(object));
+                }
+            }
         }
     }
 
@@ -466,6 +518,39 @@ impl NodeObjectStore {
             used: self.budget.used(),
             capacity: self.budget.capacity(),
             spilled: self.budget.spilled(),
+        }
+    }
+}
+
+/// Where a node's store reads the head's events.
+pub enum HeadEvents {
+    /// On the head: its event actor.
+    Local(Addr<crate::cluster::ClusterEvents>),
+    /// Elsewhere: the head's address.
+    Remote(std::net::SocketAddr),
+}
+
+impl HeadEvents {
+    async fn since(
+        &self,
+        endpoint: &Endpoint,
+        after: u64,
+        wait: Duration,
+    ) -> Result<Vec<crate::cluster::ClusterEvent>, String> {
+        match self {
+            HeadEvents::Local(events) => {
+                let since = crate::cluster::events::EventsSince { after, wait };
+                events.send(since).await.map_err(|e| e.to_string())
+            }
+            HeadEvents::Remote(head) => {
+                let connection = endpoint
+                    .connect(*head, None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                client::events(&connection, after, wait)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
         }
     }
 }

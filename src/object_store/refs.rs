@@ -133,9 +133,18 @@ pub(crate) fn start(context: &'static ProcessContext) {
     } else {
         "driver"
     };
+    // A worker's references die with it: its actor and incarnation are
+    // its identity's name and incarnation (`worker-<actor id>`).
+    let identity = &context.endpoint.identity().identity;
+    let worker = identity
+        .name
+        .strip_prefix("worker-")
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .map(|actor| (crate::cluster::ActorId(actor), identity.incarnation));
     let holder = RefHolder::Process {
         id: rand::random(),
         label: format!("{role} pid {}", std::process::id()),
+        worker,
     };
     let (queue, updates) = mpsc::unbounded_channel();
     let process = Process {

@@ -433,6 +433,37 @@ pub struct UpdateRefs {
     pub updates: Vec<(ObjectId, RefChange)>,
 }
 
+/// A worker process died: release every reference it held.
+#[derive(Message)]
+#[rtype(result = "Vec<Freed>")]
+pub struct DropWorker {
+    /// Its actor.
+    pub actor: crate::cluster::ActorId,
+    /// The incarnation that died.
+    pub incarnation: crate::wire::Incarnation,
+}
+
+impl Handler<DropWorker> for ObjectStoreShard {
+    type Result = MessageResult<DropWorker>;
+
+    fn handle(&mut self, msg: DropWorker, _: &mut Self::Context) -> Self::Result {
+        let dead = |holder: &RefHolder| {
+            matches!(holder, RefHolder::Process { worker: Some((actor, incarnation)), .. }
+                if *actor == msg.actor && *incarnation == msg.incarnation)
+        };
+        let held: Vec<ObjectId> = self
+            .objects
+            .iter_mut()
+            .filter_map(|(id, stored)| {
+                let before = stored.holders.len();
+                stored.holders.retain(|h| !dead(h));
+                (stored.holders.len() < before).then_some(*id)
+            })
+            .collect();
+        MessageResult(held.into_iter().filter_map(|id| self.collect(id)).collect())
+    }
+}
+
 /// Drop a cached copy (its owner freed the object).
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -29,6 +29,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_reference_in_a_message_keeps_the_object_alive", |d| {
         boxed(a_reference_in_a_message_keeps_the_object_alive(d))
     }),
+    ("a_killed_workers_references_are_released", |d| {
+        boxed(a_killed_workers_references_are_released(d))
+    }),
     (
         "references_inside_objects_live_as_long_as_the_object",
         |d| boxed(references_inside_objects_live_as_long_as_the_object(d)),
@@ -197,6 +200,18 @@ async fn a_reference_in_a_message_keeps_the_object_alive(driver: &mut Driver) {
     keeper.send(Forget).await.unwrap();
     wait_freed(&client, "head", id).await;
     keeper.kill().await.unwrap();
+}
+
+async fn a_killed_workers_references_are_released(driver: &mut Driver) {
+    let client = client(driver).await;
+    let object = object_store::put(&vec![9u64; 100]).await.unwrap();
+    let id = object.id();
+    let keeper = actor::spawn::<Keeper>((), on("node-2")).await.unwrap();
+    keeper.send(Keep(object)).await.unwrap();
+    assert_eq!(keeper.send(SumKept).await.unwrap(), Ok(900));
+    // SIGKILL: the worker never releases; its death does.
+    keeper.kill().await.unwrap();
+    wait_freed(&client, "head", id).await;
 }
 
 async fn references_inside_objects_live_as_long_as_the_object(driver: &mut Driver) {
