@@ -11,7 +11,11 @@
 //! second (one bundle of 0.1 CPU), as in Ray's microbenchmark.
 //!
 //! `objects`: `put_calls_per_s` and `get_calls_per_s` (small values, one at
-//! a time, from this process to its home node's store), `put_gb_per_s`
+//! a time, from this process to its home node's store; gets of small
+//! objects this process put are served from its own copy, as Ray's
+//! in-process store does), `get_calls_other_process_per_s` (the same
+//! objects read once by a worker process of the same node: a round trip
+//! each), `put_gb_per_s`
 //! (800 MiB written as 100 MiB objects) and `cross_node_gb_per_s` (a 256 MiB
 //! object pulled by another node).
 //!
@@ -124,6 +128,29 @@ impl Handler<Measure> for Caller {
     }
 }
 
+/// Get every object once (none is in this process's memory yet) and
+/// return the rate.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<f64, String>")]
+struct MeasureGets(Vec<object_store::ObjectRef<u64>>);
+
+impl RemoteMessage for MeasureGets {
+    const NAME: &'static str = "microbench.MeasureGets";
+}
+
+impl Handler<MeasureGets> for Caller {
+    type Result = ResponseFuture<Result<f64, String>>;
+    fn handle(&mut self, MeasureGets(refs): MeasureGets, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move {
+            let started = Instant::now();
+            for object in &refs {
+                object_store::get(object).await.map_err(|e| e.to_string())?;
+            }
+            Ok(refs.len() as f64 / started.elapsed().as_secs_f64())
+        })
+    }
+}
+
 /// What one measurement found.
 #[derive(Debug, Serialize, Deserialize)]
 struct Figures {
@@ -190,6 +217,7 @@ fn registry() -> actor::Registry {
         .message::<Echo, Ping>()
         .actor::<Caller>()
         .message::<Caller, Measure>()
+        .message::<Caller, MeasureGets>()
 }
 
 fn main() -> Result<()> {
@@ -267,6 +295,20 @@ async fn objects() -> Result<String> {
         object_store::get(object).await?;
     }
     let get_per_s = calls as f64 / started.elapsed().as_secs_f64();
+    // The same objects read by another process of the same node, which
+    // has no copy of them yet: one round trip each.
+    let reader = actor::spawn::<Caller>(
+        (),
+        SpawnOptions::default()
+            .num_cpus(0.1)
+            .strategy(Strategy::Node("head".into())),
+    )
+    .await?;
+    let cold_get_per_s = reader
+        .send(MeasureGets(refs.clone()))
+        .await?
+        .map_err(anyhow::Error::msg)?;
+    reader.kill().await?;
 
     let block = vec![0x5au8; 100 << 20];
     let started = Instant::now();
@@ -305,10 +347,11 @@ async fn objects() -> Result<String> {
 
     println!("put_calls_per_s: {put_per_s:.0} calls/s");
     println!("get_calls_per_s: {get_per_s:.0} calls/s");
+    println!("get_calls_other_process_per_s: {cold_get_per_s:.0} calls/s");
     println!("put_gb_per_s: {put_gb_per_s:.2} GB/s");
     println!("cross_node_gb_per_s: {cross_node_gb_per_s:.2} GB/s");
     Ok(format!(
-        "put_calls_per_s={put_per_s:.0} get_calls_per_s={get_per_s:.0} put_gb_per_s={put_gb_per_s:.2} cross_node_gb_per_s={cross_node_gb_per_s:.2}"
+        "put_calls_per_s={put_per_s:.0} get_calls_per_s={get_per_s:.0} get_calls_other_process_per_s={cold_get_per_s:.0} put_gb_per_s={put_gb_per_s:.2} cross_node_gb_per_s={cross_node_gb_per_s:.2}"
     ))
 }
 

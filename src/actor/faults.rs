@@ -82,6 +82,10 @@ pub struct FiredFault {
     pub target: String,
 }
 
+/// The reserved message name that makes a worker panic at once (a chaos
+/// plan's `panic_actor` at a time); the payload is the panic's message.
+pub const PANIC_MESSAGE: &str = "nimbus.chaos.Panic";
+
 impl FiredFault {
     /// The fault in a death reason, if a fault hook caused the death.
     pub fn from_death(reason: &str) -> Option<Self> {

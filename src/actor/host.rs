@@ -79,6 +79,9 @@ impl RequestHandler for ActorHost {
             );
             return futures::future::ready(Err(error.into())).boxed();
         }
+        if call.message == super::faults::PANIC_MESSAGE {
+            panic!("{}", String::from_utf8_lossy(&call.payload));
+        }
         if let Some(fired) = self.faults.on_message(&call.message) {
             match fired.action {
                 ActorFaultAction::Kill => (self.kill)(&fired.reason),

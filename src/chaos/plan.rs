@@ -74,6 +74,12 @@ pub enum FaultAction {
         /// The actor's name.
         actor: String,
     },
+    /// Make the live actor with this unique name panic (in its worker,
+    /// as a handler panic does): its death reason names the plan.
+    PanicActor {
+        /// The actor's name.
+        actor: String,
+    },
 }
 
 /// A node, by name, or chosen from the seed among the non-head nodes.
@@ -199,7 +205,7 @@ impl ChaosPlan {
                     | FaultAction::StopNode { node, .. }
                     | FaultAction::RestartNode { node } => node,
                     // Not a node fault: the actor is found when it fires.
-                    FaultAction::KillActor { .. } => {
+                    FaultAction::KillActor { .. } | FaultAction::PanicActor { .. } => {
                         return Ok(ResolvedFault {
                             at: Duration::from_millis(fault.at_ms),
                             action: fault.action.clone(),

@@ -14,6 +14,7 @@ use crate::cluster::{
     ActorId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
 };
 use crate::local::{LocalCluster, LocalClusterError};
+use crate::transport::RequestOptions;
 
 use super::{ChaosPlan, FaultAction, ResolvedFault, Timeline, TimelineEntry};
 
@@ -132,6 +133,10 @@ impl Run {
                         self.kill_actor(client, actor, *at).await;
                         continue;
                     }
+                    if let Step::Fault(ResolvedFault { action: FaultAction::PanicActor { actor }, at, .. }) = &step {
+                        self.panic_actor(client, actor, *at).await;
+                        continue;
+                    }
                     if let Some(observe) = self.apply(cluster, at, step, &mut steps)? {
                         observations.push(observe_recovery(client, observe.0, observe.1, Instant::now(), self.deadline).boxed());
                     }
@@ -183,7 +188,7 @@ impl Run {
                             Some(Expect::Rejoined { before }),
                         )
                     }
-                    FaultAction::KillActor { .. } => {
+                    FaultAction::KillActor { .. } | FaultAction::PanicActor { .. } => {
                         return Err(ChaosError::Plan(
                             "an actor fault reached the node faults".into(),
                         ))
@@ -249,6 +254,58 @@ impl Run {
                 node: name.to_string(),
                 detail: "its worker process is not on this machine".into(),
             }),
+        }
+    }
+
+    /// Makes the actor named `name` panic in its worker process; the death
+    /// reason (`chaos: panic at after=Tms of NAME`) puts the fault in the
+    /// timeline when the head reports the death.
+    async fn panic_actor(&mut self, client: &ClusterClient, name: &str, planned: Duration) {
+        let not_done = |detail: String| TimelineEntry::NotRecovered {
+            what: format!("panic_actor at after={}ms", planned.as_millis()),
+            node: name.to_string(),
+            detail,
+        };
+        let record = match client
+            .call(&ControlRequest::LookupName(name.to_string()))
+            .await
+        {
+            Ok(ControlReply::Actor(Some(record))) if record.dead.is_none() => *record,
+            _ => {
+                let entry = not_done("no live actor has that name".into());
+                self.timeline.entries.push(entry);
+                return;
+            }
+        };
+        let reason = format!("chaos: panic at after={}ms of {name}", planned.as_millis());
+        let worker = crate::wire::NodeIdentity {
+            name: crate::actor::worker_name(record.actor),
+            incarnation: record.incarnation,
+        };
+        let call = crate::actor::ActorCall {
+            actor: record.actor,
+            message: crate::actor::faults::PANIC_MESSAGE.to_string(),
+            payload: reason.into_bytes(),
+        };
+        let sent = match (
+            client
+                .endpoint()
+                .connect(record.address, Some(&worker))
+                .await,
+            rmp_serde::to_vec_named(&call),
+        ) {
+            (Ok(connection), Ok(body)) => {
+                self.dying.insert(record.actor, Instant::now());
+                // The worker dies instead of answering.
+                let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
+                let _ = connection.request(body, options).await;
+                Ok(())
+            }
+            (Err(e), _) => Err(e.to_string()),
+            (_, Err(e)) => Err(e.to_string()),
+        };
+        if let Err(e) = sent {
+            self.timeline.entries.push(not_done(e));
         }
     }
 

@@ -70,6 +70,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_named_actor_is_killed_at_a_planned_time", |d| {
         boxed(a_named_actor_is_killed_at_a_planned_time(d))
     }),
+    ("a_named_actor_panics_at_a_planned_time", |d| {
+        boxed(a_named_actor_panics_at_a_planned_time(d))
+    }),
 ];
 
 fn cpus(n: f64) -> ResourceSet {
@@ -680,5 +683,36 @@ async fn a_named_actor_is_killed_at_a_planned_time(driver: &mut Driver) {
             |e| matches!(e, TimelineEntry::Recovered { what, .. } if what == "actor restarted")
         ),
         "{timeline}"
+    );
+}
+
+async fn a_named_actor_panics_at_a_planned_time(driver: &mut Driver) {
+    use nimbus::chaos::{self, ChaosPlan, FaultAction};
+    let victim = actor::spawn::<Counter>(5, on("node-2").name("panicky").max_restarts(1))
+        .await
+        .unwrap();
+    assert_eq!(victim.send(Add(1)).await.unwrap(), 6);
+    let plan = ChaosPlan::new(5).at(
+        Duration::from_millis(200),
+        FaultAction::PanicActor {
+            actor: "panicky".into(),
+        },
+    );
+    let mut seen = 0;
+    let workload = async {
+        let death = actor::next_death(&victim, &mut seen).await.unwrap();
+        assert_eq!(
+            death.reason,
+            "panic: chaos: panic at after=200ms of panicky"
+        );
+        assert!(death.restarting);
+        victim.send(Add(1)).await.unwrap()
+    };
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let (after_restart, timeline) = chaos::run_while(cluster, &plan, workload).await.unwrap();
+    assert_eq!(after_restart, 6, "the new incarnation starts again from 5");
+    assert_eq!(
+        timeline.injected(),
+        vec![("after=200ms", "panic", "panicky")]
     );
 }
