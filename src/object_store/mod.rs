@@ -108,13 +108,7 @@ impl<'de, T> Deserialize<'de> for ObjectRef<T> {
 
 impl<T> Clone for ObjectRef<T> {
     fn clone(&self) -> Self {
-        ObjectRef {
-            id: self.id,
-            size: self.size,
-            owner: self.owner.clone(),
-            tracked: self.tracked.clone(),
-            value: PhantomData,
-        }
+        self.retyped()
     }
 }
 
@@ -164,6 +158,11 @@ impl<T> ObjectRef<T> {
 
     /// The untyped form, for [`wait`] over references of several types.
     pub fn erase(&self) -> ObjectRef<()> {
+        self.retyped()
+    }
+
+    /// Another reference to the same object, typed `U`.
+    fn retyped<U>(&self) -> ObjectRef<U> {
         ObjectRef {
             id: self.id,
             size: self.size,

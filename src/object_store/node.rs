@@ -236,19 +236,7 @@ impl NodeObjectStore {
         chunk: Vec<u8>,
     ) -> Result<(), RemoteError> {
         if offset == 0 {
-            let begin = Begin {
-                id,
-                total,
-                holder: Some(holder),
-                contains: contains.clone(),
-            };
-            match self.begin(begin).await? {
-                Begun::Fresh => {}
-                _ => return Err(bad(format!("object {id} exists already"))),
-            }
-            // The object holds what it contains from now until it is freed.
-            self.hold_contained(id, &contains, RefChange::Hold { arrived: false })
-                .await;
+            self.begin_owned(id, total, holder, contains).await?;
         }
         let appended = flatten(self.shard(id).send(Append { id, offset, chunk }).await);
         if appended.is_err() {
@@ -268,6 +256,22 @@ impl NodeObjectStore {
         let Some(dir) = self.budget.shared_dir().filter(|_| total >= SHARED_MIN) else {
             return Ok(ControlReply::ObjectFile(None));
         };
+        self.begin_owned(id, total, holder, contains).await?;
+        Ok(ControlReply::ObjectFile(Some(shared(
+            dir.join(id.to_string()),
+            total,
+        ))))
+    }
+
+    /// Begins a new object owned here, held by `holder`; from now until it
+    /// is freed it holds the references it contains.
+    async fn begin_owned(
+        &self,
+        id: ObjectId,
+        total: u64,
+        holder: RefHolder,
+        contains: Vec<ContainedRef>,
+    ) -> Result<(), RemoteError> {
         let begin = Begin {
             id,
             total,
@@ -280,10 +284,7 @@ impl NodeObjectStore {
         }
         self.hold_contained(id, &contains, RefChange::Hold { arrived: false })
             .await;
-        Ok(ControlReply::ObjectFile(Some(shared(
-            dir.join(id.to_string()),
-            total,
-        ))))
+        Ok(())
     }
 
     /// Begins an object, spilling older ones first if memory is short.
