@@ -212,16 +212,7 @@ async fn broadcast(args: &Args, names: &BTreeMap<String, String>) -> Result<Stri
             .endpoint
             .connect(node.address, Some(&node.identity()))
             .await?;
-        let listing = match nimbus::client::call(
-            &connection,
-            &ControlRequest::ListObjects,
-            nimbus::transport::RequestOptions::control(),
-        )
-        .await?
-        {
-            ControlReply::Objects(listing) => listing,
-            other => anyhow::bail!("unexpected reply {other:?}"),
-        };
+        let listing = nimbus::client::list_objects(&connection).await?;
         let here = listing
             .objects
             .iter()

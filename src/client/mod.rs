@@ -16,7 +16,9 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{ClusterEvent, ClusterStatus, ControlReply, ControlRequest, NodeStatus};
+use crate::cluster::{
+    ClusterEvent, ClusterStatus, ControlReply, ControlRequest, NodeStatus, ObjectListing,
+};
 use crate::transport::{
     ConnectError, Connection, CredentialError, Credentials, Endpoint, EndpointError, JoinToken,
     RequestError, RequestOptions, TransportConfig,
@@ -96,6 +98,20 @@ pub async fn events(
     match call(head, &request, options).await? {
         ControlReply::Events(events) => Ok(events),
         reply => Err(unexpected("Events", reply)),
+    }
+}
+
+/// What the object store of the node on `node` holds.
+pub async fn list_objects(node: &Connection) -> Result<ObjectListing, ClientError> {
+    match call(
+        node,
+        &ControlRequest::ListObjects,
+        RequestOptions::control(),
+    )
+    .await?
+    {
+        ControlReply::Objects(listing) => Ok(listing),
+        reply => Err(unexpected("ListObjects", reply)),
     }
 }
 
@@ -227,6 +243,11 @@ impl ClusterClient {
             .endpoint
             .connect(node.address, Some(&node.identity()))
             .await?)
+    }
+
+    /// What `node`'s object store holds.
+    pub async fn objects(&self, node: &NodeStatus) -> Result<ObjectListing, ClientError> {
+        list_objects(&self.connect_node(node).await?).await
     }
 
     /// Round trip of `payload` to `node`.

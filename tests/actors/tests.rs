@@ -614,18 +614,7 @@ async fn objects_put_here_are_read_on_other_nodes(driver: &mut Driver) {
         .node("node-1")
         .unwrap()
         .clone();
-    let connection = client.connect_node(&node).await.unwrap();
-    let listing = match nimbus::client::call(
-        &connection,
-        &nimbus::cluster::ControlRequest::ListObjects,
-        nimbus::transport::RequestOptions::control(),
-    )
-    .await
-    .unwrap()
-    {
-        nimbus::cluster::ControlReply::Objects(listing) => listing,
-        other => panic!("{other:?}"),
-    };
+    let listing = client.objects(&node).await.unwrap();
     let copies = listing
         .objects
         .iter()

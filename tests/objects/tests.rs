@@ -86,19 +86,8 @@ async fn client(driver: &mut Driver) -> ClusterClient {
 /// The object listing of node `name`.
 async fn listing(client: &ClusterClient, name: &str) -> ObjectListing {
     let status = client.status().await.unwrap();
-    let node = status.node(name).expect("the node is known").clone();
-    let connection = client.connect_node(&node).await.unwrap();
-    match nimbus::client::call(
-        &connection,
-        &nimbus::cluster::ControlRequest::ListObjects,
-        nimbus::transport::RequestOptions::control(),
-    )
-    .await
-    .unwrap()
-    {
-        nimbus::cluster::ControlReply::Objects(listing) => listing,
-        other => panic!("{other:?}"),
-    }
+    let node = status.node(name).expect("the node is known");
+    client.objects(node).await.unwrap()
 }
 
 /// Waits until object `id` is gone from `node`'s store.

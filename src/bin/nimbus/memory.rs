@@ -4,9 +4,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use nimbus::client;
-use nimbus::cluster::{ControlReply, ControlRequest, NodeState};
-use nimbus::transport::RequestOptions;
+use nimbus::cluster::NodeState;
 
 use crate::head::HeadArgs;
 
@@ -22,13 +20,7 @@ pub fn run(args: MemoryArgs) -> Result<()> {
     args.head.with_client(async |client| {
         let status = client.status().await?;
         for node in status.nodes.iter().filter(|n| n.state == NodeState::Alive) {
-            let connection = client.connect_node(node).await?;
-            let request = ControlRequest::ListObjects;
-            let listing =
-                match client::call(&connection, &request, RequestOptions::control()).await? {
-                    ControlReply::Objects(listing) => listing,
-                    other => anyhow::bail!("unexpected reply from {}: {other:?}", node.id),
-                };
+            let listing = client.objects(node).await?;
             let owned = listing.objects.iter().filter(|o| o.primary).count();
             println!(
                 "node {}: {} objects ({owned} owned, {} cached copies), {} of {} bytes in memory, {} bytes spilled to disk",
