@@ -225,7 +225,9 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
 
     let counter = actor::spawn::<Counter>(
         10,
-        SpawnOptions::default().strategy(Strategy::Node("node-2".into())),
+        SpawnOptions::default()
+            .num_cpus(0.5)
+            .strategy(Strategy::Node("node-2".into())),
     )
     .await?;
     let record = counter.record().await?;
@@ -238,9 +240,17 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
     }
 
     let names: Vec<String> = (0..ACCOUNTS).map(|i| format!("account-{i}")).collect();
+    // The books live on the head, which fault plans never kill (a lost
+    // ledger would lose the bank's state: actors restart from their
+    // arguments), and alone: holding all its CPUs, they leave the accounts
+    // to the other nodes, where a plan's node loss can hit them.
+    let head = head_node().await?;
     let ledger = actor::spawn::<Ledger>(
         names.clone(),
-        SpawnOptions::default().name("bank").max_restarts(0),
+        SpawnOptions::default()
+            .name("bank")
+            .num_cpus(head.resources.total.amount(nimbus::cluster::CPU))
+            .strategy(Strategy::Node(head.id)),
     )
     .await?;
     let bank = actor::get_actor::<Ledger>("bank")
@@ -249,11 +259,13 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
     let mut accounts = Vec::new();
     for name in &names {
         // Named, so fault plans can target an account by a stable name.
+        // Two restarts: one for this program's own kill below, one for a
+        // fault plan's (a lost node's accounts restart on other nodes).
         let options = SpawnOptions::default()
             .name(name.clone())
-            .num_cpus(0.5)
+            .num_cpus(0.25)
             .strategy(Strategy::Spread)
-            .max_restarts(1);
+            .max_restarts(2);
         let account = actor::spawn::<Account>((name.clone(), bank.clone()), options).await?;
         println!("{name} on {}", account.record().await?.node.name);
         accounts.push(account);
@@ -268,10 +280,14 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
             let record = victim.record().await?;
             let pid = nimbus::local::worker_pid(record.actor)
                 .context("account-1's worker process is on this machine")?;
+            // Deaths before this one (a fault plan's) are not this kill's.
+            let mut after = actor::ProcessContext::current()
+                .context("connected")?
+                .last_event()
+                .await?;
             println!("killing account-1's worker (pid {pid}) with SIGKILL");
             // SAFETY: kill() has no memory-safety preconditions.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-            let mut after = 0;
             let death = actor::next_death(&victim, &mut after).await?;
             println!(
                 "account-1 died: {} (restarting: {})",
@@ -311,7 +327,7 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
     );
     println!(
         "summary: nodes={} actors={} transfers={ok} restarts={restarts} total_balance_ok={total_ok}",
-        alive_nodes().await?,
+        status().await?.alive().count(),
         2 + ACCOUNTS
     );
     if !total_ok {
@@ -320,14 +336,21 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
     Ok(())
 }
 
-/// How many nodes the head counts alive.
-async fn alive_nodes() -> Result<usize> {
+/// The cluster as the head sees it.
+async fn status() -> Result<nimbus::cluster::ClusterStatus> {
     let context = actor::ProcessContext::current().context("connected")?;
     match context
         .call_head(&nimbus::cluster::ControlRequest::Status)
         .await?
     {
-        nimbus::cluster::ControlReply::Status(status) => Ok(status.alive().count()),
+        nimbus::cluster::ControlReply::Status(status) => Ok(status),
         other => bail!("unexpected reply to Status: {other:?}"),
     }
+}
+
+/// The head node.
+async fn head_node() -> Result<nimbus::cluster::NodeStatus> {
+    let status = status().await?;
+    let head = status.nodes.into_iter().find(|n| n.head);
+    head.context("the cluster has a head")
 }

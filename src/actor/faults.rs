@@ -43,6 +43,10 @@ pub enum ActorFaultAction {
     Kill,
     /// Panic while dispatching the message.
     Panic,
+    /// SIGKILL the node process that runs the worker (the worker dies with
+    /// it): a whole node lost at a chosen message. Not on the head, which
+    /// the cluster cannot lose.
+    KillNode,
 }
 
 impl ActorFault {
@@ -85,6 +89,12 @@ pub struct FiredFault {
 /// The reserved message name that makes a worker panic at once (a chaos
 /// plan's `panic_actor` at a time); the payload is the panic's message.
 pub const PANIC_MESSAGE: &str = "nimbus.chaos.Panic";
+
+/// The reserved message name that adds a packet rule to a worker's socket
+/// (a chaos plan's partition); the payload is the
+/// [`PacketRule`](crate::transport::PacketRule), MessagePack, its window
+/// counted from its arrival.
+pub const PACKET_RULE_MESSAGE: &str = "nimbus.chaos.PacketRule";
 
 impl FiredFault {
     /// The fault in a death reason, if a fault hook caused the death.
@@ -135,6 +145,7 @@ impl FaultTriggers {
             let action = match rule.action {
                 ActorFaultAction::Kill => "kill",
                 ActorFaultAction::Panic => "panic",
+                ActorFaultAction::KillNode => "kill_node",
             };
             (n == rule.after_messages).then(|| Fired {
                 action: rule.action,

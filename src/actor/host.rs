@@ -1,5 +1,6 @@
 //! The worker side of actor calls: decode, dispatch in arrival order, reply.
 
+use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
@@ -19,13 +20,22 @@ pub struct ActorHost {
     actor: ActorId,
     type_name: String,
     hosted: HostedActor,
-    /// Set when the actor died of a panic: calls then fail with it.
+    /// Set when the actor died of a panic, or is dying with its node: calls
+    /// then fail with it.
     panic: Arc<OnceLock<String>>,
     /// Injected faults (fault-injection tests).
     faults: FaultTriggers,
     /// Ends the process for a `Kill` fault, reporting the reason.
     kill: Box<dyn Fn(&str) + Send + Sync>,
+    /// Kills the node for a `KillNode` fault, once it is reported.
+    kill_node: KillNode,
 }
+
+/// Kills the worker's node for a `KillNode` fault (the reason given): a
+/// future that reports the fault, then kills, and never completes; `None`
+/// if this node may not be killed (the head), and the message is handled
+/// as if no rule had fired.
+pub type KillNode = Box<dyn Fn(&str) -> Option<BoxFuture<'static, Infallible>> + Send + Sync>;
 
 /// What a worker hosts and how it dies of injected faults.
 pub struct HostedFaults {
@@ -36,6 +46,8 @@ pub struct HostedFaults {
     pub target: String,
     /// Ends the process for a `Kill` fault, reporting the reason.
     pub kill: Box<dyn Fn(&str) + Send + Sync>,
+    /// Kills the node for a `KillNode` fault.
+    pub kill_node: KillNode,
 }
 
 impl ActorHost {
@@ -56,6 +68,7 @@ impl ActorHost {
             panic,
             faults: FaultTriggers::new(faults.rules, faults.target),
             kill: faults.kill,
+            kill_node: faults.kill_node,
         }
     }
 }
@@ -79,6 +92,14 @@ impl RequestHandler for ActorHost {
             );
             return futures::future::ready(Err(error.into())).boxed();
         }
+        if let Some(death) = self.panic.get() {
+            // Dying (its node is being killed): handle nothing more.
+            let error = RemoteError::new(RemoteErrorKind::ShuttingDown, death.clone());
+            return futures::future::ready(Err(error.into())).boxed();
+        }
+        if call.message == super::faults::PACKET_RULE_MESSAGE {
+            return futures::future::ready(add_packet_rule(&call.payload)).boxed();
+        }
         if call.message == super::faults::PANIC_MESSAGE {
             panic!("{}", String::from_utf8_lossy(&call.payload));
         }
@@ -86,6 +107,13 @@ impl RequestHandler for ActorHost {
             match fired.action {
                 ActorFaultAction::Kill => (self.kill)(&fired.reason),
                 ActorFaultAction::Panic => panic!("{}", fired.reason),
+                ActorFaultAction::KillNode => {
+                    if let Some(killing) = (self.kill_node)(&fired.reason) {
+                        let _ = self.panic.set(fired.reason.clone());
+                        // No reply: the caller sees the node go.
+                        return killing.map(|never| match never {}).boxed();
+                    }
+                }
             }
         }
         // Dispatching enqueues the message now, keeping the channel's order.
@@ -120,4 +148,21 @@ impl RequestHandler for ActorHost {
         }
         .boxed()
     }
+}
+
+/// Adds a chaos partition's packet rule to this worker's socket.
+fn add_packet_rule(payload: &[u8]) -> Result<Vec<u8>, HandlerError> {
+    let rule: crate::transport::PacketRule = wire::decode(payload)
+        .map_err(|e| HandlerError::Malformed(format!("not a packet rule: {e}")))?;
+    let context = super::ProcessContext::current().ok_or_else(|| {
+        RemoteError::new(
+            RemoteErrorKind::Internal,
+            "the worker has no process context",
+        )
+    })?;
+    context
+        .endpoint
+        .add_packet_rule(rule)
+        .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e))?;
+    Ok(Vec::new())
 }

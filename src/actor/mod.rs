@@ -34,12 +34,12 @@ mod host;
 mod messages;
 mod monitor;
 mod registry;
-mod spawn;
+pub(crate) mod spawn;
 
 pub use context::ProcessContext;
 pub use error::{CallError, SpawnError};
 pub use handle::{ActorHandle, DEFAULT_CALL_DEADLINE, DEFAULT_MAX_IN_FLIGHT, KILL_WAIT};
-pub use host::{ActorHost, HostedFaults};
+pub use host::{ActorHost, HostedFaults, KillNode};
 pub use messages::ActorCall;
 pub use monitor::{monitor, next_death, ActorDied};
 pub use registry::{DispatchError, HostedActor, Registry, RemoteActor, RemoteMessage, Wire};

@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use crate::client::{self, ClientError};
 use crate::cluster::{
-    ActorId, ActorSpec, BundleId, ControlReply, ControlRequest, NodeStatus, ResourceSet, CPU, GPU,
-    MEMORY,
+    ActorId, ActorSpec, BinaryId, BundleId, ControlReply, ControlRequest, NodeStatus, ResourceSet,
+    CPU, GPU, MEMORY,
 };
 use crate::placement::{PlacementError, PlacementGroup};
-use crate::transport::{Connection, RequestError, RequestOptions};
+use crate::transport::{Connection, Endpoint, RequestError, RequestOptions};
 use crate::wire::Incarnation;
 
 use super::context::ProcessContext;
@@ -179,6 +179,11 @@ pub async fn spawn<A: RemoteActor>(
         args: rmp_serde::to_vec_named(&args).map_err(|e| SpawnError::Binary(e.to_string()))?,
         resources: options.resources.clone(),
         max_restarts: options.max_restarts,
+        restarts: 0,
+        node: match &options.strategy {
+            Strategy::Node(node) => Some(node.clone()),
+            _ => None,
+        },
         job: context.job.clone(),
         binary: context.binary.1.clone(),
         bundle: options.bundle,
@@ -192,7 +197,15 @@ pub async fn spawn<A: RemoteActor>(
             return Err(SpawnError::NameTaken(name.clone()));
         }
     }
-    let placed = place(context, &spec, &options).await;
+    let movable = spec.max_restarts > 0 && spec.node.is_none() && spec.bundle.is_none();
+    let placed = match movable {
+        true => ship_to_head(context).await,
+        false => Ok(()),
+    };
+    let placed = match placed {
+        Ok(()) => place(context, &spec, &options).await,
+        Err(e) => Err(e),
+    };
     if placed.is_err() && spec.name.is_some() {
         let release = ControlRequest::ActorDown {
             actor: spec.actor,
@@ -204,6 +217,35 @@ pub async fn spawn<A: RemoteActor>(
     }
     placed?;
     Ok(ActorHandle::new(spec.actor, options.max_in_flight))
+}
+
+/// Makes sure the head has this program's binary: an actor that may be
+/// restarted on another node when its node is lost is restarted by the
+/// head, which ships the program to the new node (once per process).
+async fn ship_to_head(context: &ProcessContext) -> Result<(), SpawnError> {
+    static SHIPPED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    SHIPPED
+        .get_or_try_init(|| async {
+            let head = context.head().await?;
+            let id = &context.binary.1;
+            let has = ControlRequest::ReadBinary {
+                hash: id.hash.clone(),
+                offset: 0,
+                len: 0,
+            };
+            match client::call(&head, &has, RequestOptions::control()).await {
+                Ok(ControlReply::BinaryChunk { .. }) => Ok(()),
+                Ok(reply) => Err(unexpected("ReadBinary", reply)),
+                Err(ClientError::Request(RequestError::Remote { .. })) => {
+                    let _shipping = upload_lock(context.head).lock_owned().await;
+                    let binary = BinarySource::File(context.binary.0.clone());
+                    upload(&context.endpoint, &binary, id, &head).await
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await
+        .map(drop)
 }
 
 /// Starts `spec` on some node, per the module docs.
@@ -238,8 +280,9 @@ async fn place(
                 },
             });
         }
+        let binary = BinarySource::File(context.binary.0.clone());
         for node in candidates {
-            match start_on(context, node, spec).await? {
+            match start_on(&context.endpoint, node, spec, &binary).await? {
                 Ok(()) => return Ok(()),
                 Err(refusal) => last = refusal,
             }
@@ -258,7 +301,7 @@ async fn place(
 }
 
 /// Alive nodes whose totals fit the request, best first.
-fn candidates<'a>(
+pub(crate) fn candidates<'a>(
     nodes: &'a [NodeStatus],
     spec: &ActorSpec,
     strategy: &Strategy,
@@ -285,15 +328,24 @@ fn used_share(node: &NodeStatus) -> f64 {
     node.resources.used.amount(CPU) / total
 }
 
+/// Where a node that lacks an actor's program binary gets it from.
+pub(crate) enum BinarySource {
+    /// This file (the spawning program itself).
+    File(std::path::PathBuf),
+    /// Whichever of these nodes has it (the head restarting an actor whose
+    /// node was lost: the program is on the nodes that ran it).
+    Nodes(Vec<NodeStatus>),
+}
+
 /// Asks `node` to start the actor, shipping the binary if it asks for it.
 /// `Ok(Err(refusal))`: the node is full.
-async fn start_on(
-    context: &ProcessContext,
+pub(crate) async fn start_on(
+    endpoint: &Endpoint,
     node: &NodeStatus,
     spec: &ActorSpec,
+    binary: &BinarySource,
 ) -> Result<Result<(), String>, SpawnError> {
-    let connection = context
-        .endpoint
+    let connection = endpoint
         .connect(node.address, Some(&node.identity()))
         .await
         .map_err(ClientError::from)?;
@@ -324,7 +376,7 @@ async fn start_on(
                 // shipped it meanwhile.
                 shipping = Some(lock.clone().lock_owned().await);
             }
-            ControlReply::NeedBinary => upload(context, &connection).await?,
+            ControlReply::NeedBinary => upload(endpoint, binary, &spec.binary, &connection).await?,
             reply => return Err(unexpected("StartActor", reply)),
         }
     }
@@ -346,24 +398,94 @@ fn upload_lock(address: std::net::SocketAddr) -> std::sync::Arc<tokio::sync::Mut
         .clone()
 }
 
-/// Ships this program's binary to a node, in order, in chunks.
-async fn upload(context: &ProcessContext, node: &Connection) -> Result<(), SpawnError> {
-    let (path, id) = &context.binary;
-    let bytes = tokio::fs::read(path)
+/// Ships the binary `id` from `source` to a node, in order, in chunks.
+async fn upload(
+    endpoint: &Endpoint,
+    source: &BinarySource,
+    id: &BinaryId,
+    node: &Connection,
+) -> Result<(), SpawnError> {
+    match source {
+        BinarySource::File(path) => {
+            let bytes = tokio::fs::read(path)
+                .await
+                .map_err(|e| SpawnError::Binary(format!("{}: {e}", path.display())))?;
+            let total = bytes.len() as u64;
+            let mut offset = 0;
+            for chunk in bytes.chunks(UPLOAD_CHUNK) {
+                upload_chunk(node, id, offset, total, chunk.to_vec()).await?;
+                offset += chunk.len() as u64;
+            }
+            Ok(())
+        }
+        BinarySource::Nodes(nodes) => {
+            let mut failures = Vec::new();
+            for source in nodes {
+                match relay(endpoint, source, id, node).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => failures.push(format!("{}: {e}", source.id)),
+                }
+            }
+            Err(SpawnError::Binary(format!(
+                "no node could supply binary {}: {}",
+                id.hash,
+                failures.join("; ")
+            )))
+        }
+    }
+}
+
+/// Copies the binary `id` from node `source` to `node`, chunk by chunk.
+async fn relay(
+    endpoint: &Endpoint,
+    source: &NodeStatus,
+    id: &BinaryId,
+    node: &Connection,
+) -> Result<(), SpawnError> {
+    let from = endpoint
+        .connect(source.address, Some(&source.identity()))
         .await
-        .map_err(|e| SpawnError::Binary(format!("{}: {e}", path.display())))?;
-    let total = bytes.len() as u64;
+        .map_err(ClientError::from)?;
     let mut offset = 0;
-    for chunk in bytes.chunks(UPLOAD_CHUNK) {
-        let request = ControlRequest::UploadBinary {
+    loop {
+        let read = ControlRequest::ReadBinary {
             hash: id.hash.clone(),
             offset,
-            total,
-            chunk: chunk.to_vec(),
+            len: UPLOAD_CHUNK as u64,
         };
-        client::call(node, &request, RequestOptions::bulk()).await?;
-        offset += chunk.len() as u64;
+        let (total, chunk) = match client::call(&from, &read, RequestOptions::bulk()).await? {
+            ControlReply::BinaryChunk { total, chunk } => (total, chunk),
+            reply => return Err(unexpected("ReadBinary", reply)),
+        };
+        if chunk.is_empty() {
+            return Err(SpawnError::Binary(format!(
+                "{} sent an empty chunk at {offset} of {total}",
+                source.id
+            )));
+        }
+        let len = chunk.len() as u64;
+        upload_chunk(node, id, offset, total, chunk).await?;
+        offset += len;
+        if offset >= total {
+            return Ok(());
+        }
     }
+}
+
+async fn upload_chunk(
+    node: &Connection,
+    id: &BinaryId,
+    offset: u64,
+    total: u64,
+    chunk: Vec<u8>,
+) -> Result<(), SpawnError> {
+    let request = ControlRequest::UploadBinary {
+        hash: id.hash.clone(),
+        offset,
+        total,
+        chunk,
+    };
+    client::call(node, &request, RequestOptions::bulk()).await?;
     Ok(())
 }
 

@@ -80,6 +80,19 @@ pub enum FaultAction {
         /// The actor's name.
         actor: String,
     },
+    /// Cut the processes of `nodes` (the node processes and the worker
+    /// processes of their actors) off from those of `from` for `for_ms`,
+    /// both ways, then heal: packet rules added to each process's socket
+    /// when the fault fires, which expire on their own.
+    Partition {
+        /// One side, by node name.
+        nodes: Vec<String>,
+        /// The other side, by node name (empty: every other node).
+        #[serde(default)]
+        from: Vec<String>,
+        /// How long it lasts.
+        for_ms: u64,
+    },
 }
 
 /// A node, by name, or chosen from the seed among the non-head nodes.
@@ -133,13 +146,32 @@ impl ChaosPlan {
 
     /// Environment variables node processes need for the plan's actor and
     /// node packet faults (see [`LocalClusterBuilder::env`](crate::local::LocalClusterBuilder::env)).
+    /// A plan with partitions gives every node and worker socket a packet
+    /// fault plan (`workers = true`), so that the partitions' rules can be
+    /// added to them when they fire.
     pub fn node_env(&self) -> Vec<(&'static str, String)> {
         let mut env = Vec::new();
         if !self.actor_faults.is_empty() {
             let rules = serde_json::to_string(&self.actor_faults).unwrap_or_default();
             env.push((ACTOR_FAULTS_ENV, rules));
         }
-        if let Some(packets) = &self.node_packet_faults {
+        let partitions = self
+            .faults
+            .iter()
+            .any(|f| matches!(f.action, FaultAction::Partition { .. }));
+        let packets = match (&self.node_packet_faults, partitions) {
+            (Some(packets), true) => Some(PacketFaults {
+                workers: true,
+                ..packets.clone()
+            }),
+            (Some(packets), false) => Some(packets.clone()),
+            (None, true) => Some(PacketFaults {
+                workers: true,
+                ..PacketFaults::default()
+            }),
+            (None, false) => None,
+        };
+        if let Some(packets) = &packets {
             env.push(self.packet_env(packets));
         }
         env
@@ -204,6 +236,26 @@ impl ChaosPlan {
                     FaultAction::KillNode { node }
                     | FaultAction::StopNode { node, .. }
                     | FaultAction::RestartNode { node } => node,
+                    FaultAction::Partition { nodes: side, from, .. } => {
+                        if side.is_empty() {
+                            return Err("a partition needs at least one node in `nodes`".into());
+                        }
+                        for name in side.iter().chain(from) {
+                            if !nodes.contains(name) {
+                                return Err(format!(
+                                    "the partition names node {name:?}, which the cluster does not have"
+                                ));
+                            }
+                        }
+                        if let Some(both) = side.iter().find(|n| from.contains(n)) {
+                            return Err(format!("node {both:?} is on both sides of a partition"));
+                        }
+                        return Ok(ResolvedFault {
+                            at: Duration::from_millis(fault.at_ms),
+                            action: fault.action.clone(),
+                            node: 0,
+                        });
+                    }
                     // Not a node fault: the actor is found when it fires.
                     FaultAction::KillActor { .. } | FaultAction::PanicActor { .. } => {
                         return Ok(ResolvedFault {
@@ -296,6 +348,38 @@ mod tests {
             (0..20).any(|seed| choices(seed) != choices(7)),
             "the seed matters"
         );
+    }
+
+    #[test]
+    fn partitions_name_nodes_the_cluster_has_on_two_sides() {
+        let partition = |nodes: &[&str], from: &[&str]| {
+            ChaosPlan::new(1).at(
+                Duration::from_millis(100),
+                FaultAction::Partition {
+                    nodes: nodes.iter().map(|n| n.to_string()).collect(),
+                    from: from.iter().map(|n| n.to_string()).collect(),
+                    for_ms: 500,
+                },
+            )
+        };
+        assert!(partition(&["node-1"], &["head"]).resolve(&names()).is_ok());
+        let text = "seed = 1\n[[faults]]\nat_ms = 5\naction = { partition = { nodes = [\"node-2\"], for_ms = 10 } }\n";
+        let plan = ChaosPlan::from_toml(text).unwrap();
+        assert_eq!(ChaosPlan::from_toml(&plan.to_toml()).unwrap(), plan);
+        let env = plan.node_env();
+        assert!(
+            env.iter()
+                .any(|(k, v)| *k == PACKET_FAULTS_ENV && v.contains("\"workers\":true")),
+            "a partition needs fault sockets on nodes and workers: {env:?}"
+        );
+        for (bad, says) in [
+            (partition(&["ghost"], &[]), "ghost"),
+            (partition(&[], &["head"]), "at least one node"),
+            (partition(&["node-1"], &["node-1"]), "both sides"),
+        ] {
+            let error = bad.resolve(&names()).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -11,10 +12,11 @@ use futures::FutureExt;
 use crate::actor::faults::FiredFault;
 use crate::client::{ClientError, ClusterClient};
 use crate::cluster::{
-    ActorId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
+    ActorId, ActorRecord, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
+    NodeStatus,
 };
 use crate::local::{LocalCluster, LocalClusterError};
-use crate::transport::RequestOptions;
+use crate::transport::{PacketRule, RequestOptions};
 
 use super::{ChaosPlan, FaultAction, ResolvedFault, Timeline, TimelineEntry};
 
@@ -67,6 +69,7 @@ pub async fn run_while<T>(
         },
         stopped: Vec::new(),
         dying: HashMap::new(),
+        node_killed: None,
     };
     run.record_packet_faults(plan);
     let result = run.schedule(cluster, &client, faults, workload).await;
@@ -80,6 +83,7 @@ pub async fn run_while<T>(
 enum Step {
     Fault(ResolvedFault),
     Resume { node: usize, stopped_at: Instant },
+    Healed { sides: String, cut_at: Instant },
 }
 
 /// What a fault should lead to.
@@ -97,6 +101,9 @@ struct Run {
     stopped: Vec<usize>,
     /// Actors killed by a fault, waiting for their restart.
     dying: HashMap<ActorId, Instant>,
+    /// When a worker's `kill_node` fault was reported, until the head
+    /// declares a node dead.
+    node_killed: Option<Instant>,
 }
 
 impl Run {
@@ -135,6 +142,12 @@ impl Run {
                     }
                     if let Step::Fault(ResolvedFault { action: FaultAction::PanicActor { actor }, at, .. }) = &step {
                         self.panic_actor(client, actor, *at).await;
+                        continue;
+                    }
+                    if let Step::Fault(ResolvedFault { action: FaultAction::Partition { nodes, from, for_ms }, at, .. }) = &step {
+                        let cut_at = Instant::now();
+                        let sides = self.partition(client, nodes, from, *for_ms, *at).await;
+                        steps.push((*at + Duration::from_millis(*for_ms), Step::Healed { sides, cut_at }));
                         continue;
                     }
                     if let Some(observe) = self.apply(cluster, at, step, &mut steps)? {
@@ -188,9 +201,11 @@ impl Run {
                             Some(Expect::Rejoined { before }),
                         )
                     }
-                    FaultAction::KillActor { .. } | FaultAction::PanicActor { .. } => {
+                    FaultAction::KillActor { .. }
+                    | FaultAction::PanicActor { .. }
+                    | FaultAction::Partition { .. } => {
                         return Err(ChaosError::Plan(
-                            "an actor fault reached the node faults".into(),
+                            "an actor fault or a partition reached the node faults".into(),
                         ))
                     }
                 };
@@ -201,6 +216,14 @@ impl Run {
                     at_ms: (now - self.start).as_millis() as u64,
                 });
                 Ok(expect.map(|expect| (node, expect)))
+            }
+            Step::Healed { sides, cut_at } => {
+                self.timeline.entries.push(TimelineEntry::Recovered {
+                    what: "partition healed".into(),
+                    node: sides,
+                    took_ms: cut_at.elapsed().as_millis() as u64,
+                });
+                Ok(None)
             }
             Step::Resume { node, stopped_at } => {
                 cluster.resume(node)?;
@@ -309,6 +332,48 @@ impl Run {
         }
     }
 
+    /// Cuts the processes of `nodes` off from those of `from` (every other
+    /// node if empty) for `for_ms`: each node process and each worker of a
+    /// live actor on those nodes gets a partition rule naming the other
+    /// side's addresses. Returns the sides' stable name (`a,b|c`).
+    async fn partition(
+        &mut self,
+        client: &ClusterClient,
+        nodes: &[String],
+        from: &[String],
+        for_ms: u64,
+        planned: Duration,
+    ) -> String {
+        let sides = format!(
+            "{}|{}",
+            nodes.join(","),
+            if from.is_empty() {
+                "rest".to_string()
+            } else {
+                from.join(",")
+            }
+        );
+        let at_ms = (Instant::now() - self.start).as_millis() as u64;
+        let failures = match partition_processes(client, nodes, from, for_ms).await {
+            Ok(failures) => failures,
+            Err(e) => vec![e],
+        };
+        self.timeline.entries.push(TimelineEntry::Injected {
+            fault: format!("partition({for_ms}ms)"),
+            target: sides.clone(),
+            trigger: format!("after={}ms", planned.as_millis()),
+            at_ms,
+        });
+        if !failures.is_empty() {
+            self.timeline.entries.push(TimelineEntry::NotRecovered {
+                what: "partition complete".into(),
+                node: sides.clone(),
+                detail: failures.join("; "),
+            });
+        }
+        sides
+    }
+
     /// The plan's packet rules, as faults injected into the workload's
     /// socket from its start.
     fn record_packet_faults(&mut self, plan: &ChaosPlan) {
@@ -372,18 +437,32 @@ impl Run {
                     fault,
                     target,
                     trigger,
-                } => self.timeline.entries.push(TimelineEntry::Injected {
-                    fault: fault.clone(),
-                    target: target.clone(),
-                    trigger: trigger.clone(),
-                    at_ms: self.start.elapsed().as_millis() as u64,
-                }),
+                } => {
+                    if fault == "kill_node" {
+                        self.node_killed = Some(Instant::now());
+                    }
+                    self.timeline.entries.push(TimelineEntry::Injected {
+                        fault: fault.clone(),
+                        target: target.clone(),
+                        trigger: trigger.clone(),
+                        at_ms: self.start.elapsed().as_millis() as u64,
+                    })
+                }
+                ClusterEventKind::NodeDead { node, .. } => {
+                    if let Some(killed) = self.node_killed.take() {
+                        self.timeline.entries.push(TimelineEntry::Recovered {
+                            what: "declared dead".into(),
+                            node: node.name.clone(),
+                            took_ms: killed.elapsed().as_millis() as u64,
+                        });
+                    }
+                }
                 ClusterEventKind::ActorDied {
                     actor,
                     reason,
                     restarting,
                     ..
-                } if FiredFault::from_death(reason).is_some() => {
+                } => {
                     if let Some(fired) = FiredFault::from_death(reason) {
                         self.timeline.entries.push(TimelineEntry::Injected {
                             fault: fired.kind,
@@ -409,6 +488,120 @@ impl Run {
             }
         }
     }
+}
+
+/// A process on one side of a partition.
+enum Process {
+    Node(NodeStatus),
+    Worker(ActorRecord),
+}
+
+impl Process {
+    fn address(&self) -> SocketAddr {
+        match self {
+            Process::Node(node) => node.address,
+            Process::Worker(record) => record.address,
+        }
+    }
+
+    /// Adds `rule` to the process's socket.
+    async fn cut(&self, client: &ClusterClient, rule: PacketRule) -> Result<(), String> {
+        let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
+        match self {
+            Process::Node(node) => {
+                let connection = client
+                    .endpoint()
+                    .connect(node.address, Some(&node.identity()))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let request = ControlRequest::AddPacketRule(rule);
+                crate::client::call(&connection, &request, options)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+            Process::Worker(record) => {
+                let worker = crate::wire::NodeIdentity {
+                    name: crate::actor::worker_name(record.actor),
+                    incarnation: record.incarnation,
+                };
+                let call = crate::actor::ActorCall {
+                    actor: record.actor,
+                    message: crate::actor::faults::PACKET_RULE_MESSAGE.to_string(),
+                    payload: rmp_serde::to_vec_named(&rule).map_err(|e| e.to_string())?,
+                };
+                let body = rmp_serde::to_vec_named(&call).map_err(|e| e.to_string())?;
+                let connection = client
+                    .endpoint()
+                    .connect(record.address, Some(&worker))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                connection
+                    .request(body, options)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// Adds the partition's rules to every process on both sides; returns the
+/// processes it could not reach.
+async fn partition_processes(
+    client: &ClusterClient,
+    nodes: &[String],
+    from: &[String],
+    for_ms: u64,
+) -> Result<Vec<String>, String> {
+    let status = client.status().await.map_err(|e| e.to_string())?;
+    let actors = match client.call(&ControlRequest::ListActors).await {
+        Ok(ControlReply::Actors(actors)) => actors,
+        Ok(reply) => return Err(format!("unexpected reply to ListActors: {reply:?}")),
+        Err(e) => return Err(e.to_string()),
+    };
+    let on_side_a = |name: &str| nodes.iter().any(|n| n == name);
+    let on_side_b = |name: &str| {
+        if from.is_empty() {
+            !on_side_a(name)
+        } else {
+            from.iter().any(|n| n == name)
+        }
+    };
+    let side = |on: &dyn Fn(&str) -> bool| -> Vec<Process> {
+        let node_processes = status
+            .nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Alive && on(&n.id))
+            .cloned()
+            .map(Process::Node);
+        let workers = actors
+            .iter()
+            .filter(|r| !r.restarting && on(&r.node.name))
+            .cloned()
+            .map(Process::Worker);
+        node_processes.chain(workers).collect()
+    };
+    let (a, b) = (side(&on_side_a), side(&on_side_b));
+    let rule = |other: &[Process]| PacketRule {
+        peers: other.iter().map(Process::address).collect(),
+        partition: true,
+        until_ms: Some(for_ms),
+        ..PacketRule::default()
+    };
+    let (to_a, to_b) = (rule(&b), rule(&a));
+    let cuts = a
+        .iter()
+        .map(|p| (p, to_a.clone()))
+        .chain(b.iter().map(|p| (p, to_b.clone())))
+        .map(|(process, rule)| async move {
+            process
+                .cut(client, rule)
+                .await
+                .map_err(|e| format!("{}: {e}", process.address()))
+        });
+    let results = futures::future::join_all(cuts).await;
+    Ok(results.into_iter().filter_map(Result::err).collect())
 }
 
 async fn observe_recovery(

@@ -3,8 +3,12 @@
 //!
 //! Node managers report actor incarnations up and down; the directory turns
 //! deaths into [`ClusterEventKind::ActorDied`] events (what monitors
-//! watch), and declares every actor of a lost node dead with reason
-//! "node lost", so a lookup never sends a caller to a dead incarnation.
+//! watch). When a node is lost, each of its actors with restarts left (and
+//! not pinned to that node or to a placement-group bundle on it) is handed
+//! to the [`ActorRescheduler`](super::rescheduler::ActorRescheduler) to be
+//! started on another node, and is marked restarting meanwhile; the others
+//! are declared dead with reason "node lost", so a lookup never sends a
+//! caller to a dead incarnation.
 
 use std::collections::HashMap;
 
@@ -13,23 +17,63 @@ use actix::prelude::*;
 use crate::wire::Incarnation;
 
 use super::events::{ClusterEvents, Publish};
-use super::messages::{ActorId, ActorRecord, ClusterEvent, ClusterEventKind};
+use super::messages::{ActorId, ActorRecord, ActorSpec, ClusterEvent, ClusterEventKind};
 
 /// The directory actor.
 pub struct Directory {
     actors: HashMap<ActorId, ActorRecord>,
+    /// What each live actor was started from.
+    specs: HashMap<ActorId, ActorSpec>,
     names: HashMap<String, ActorId>,
     events: Addr<ClusterEvents>,
+    /// Where actors lost with their node go to be started elsewhere
+    /// (`None`: they die with it).
+    rescheduler: Option<Recipient<Reschedule>>,
 }
 
 impl Directory {
-    /// A directory that publishes actor deaths to `events`.
-    pub fn new(events: Addr<ClusterEvents>) -> Self {
+    /// A directory that publishes actor deaths to `events` and hands
+    /// actors lost with their node to `rescheduler`.
+    pub fn new(events: Addr<ClusterEvents>, rescheduler: Option<Recipient<Reschedule>>) -> Self {
         Directory {
             actors: HashMap::new(),
+            specs: HashMap::new(),
             names: HashMap::new(),
             events,
+            rescheduler,
         }
+    }
+
+    /// Hands an actor of the lost `node` to the rescheduler, if it may
+    /// restart elsewhere; `false` if it may not.
+    fn reschedule(&mut self, actor: ActorId, reason: &str) -> bool {
+        let (Some(record), Some(spec), Some(rescheduler)) = (
+            self.actors.get_mut(&actor),
+            self.specs.get(&actor),
+            &self.rescheduler,
+        ) else {
+            return false;
+        };
+        if spec.node.is_some() || spec.bundle.is_some() || record.restarts >= spec.max_restarts {
+            return false;
+        }
+        record.restarting = true;
+        let spec = ActorSpec {
+            restarts: record.restarts + 1,
+            ..spec.clone()
+        };
+        rescheduler.do_send(Reschedule {
+            spec,
+            lost: record.incarnation,
+            reason: reason.to_string(),
+        });
+        self.events.do_send(Publish(ClusterEventKind::ActorDied {
+            actor,
+            incarnation: record.incarnation,
+            reason: reason.to_string(),
+            restarting: true,
+        }));
+        true
     }
 
     fn live(&self, actor: ActorId) -> Option<&ActorRecord> {
@@ -42,6 +86,7 @@ impl Directory {
         };
         record.dead = Some(reason.clone());
         record.restarting = false;
+        self.specs.remove(&actor);
         if let Some(name) = &record.name {
             if self.names.get(name) == Some(&actor) {
                 self.names.remove(name);
@@ -73,7 +118,29 @@ pub struct ReserveName {
 /// An actor incarnation runs.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ActorUp(pub ActorRecord);
+pub struct ActorUp {
+    /// Where, and which incarnation.
+    pub record: ActorRecord,
+    /// What it was started from.
+    pub spec: ActorSpec,
+}
+
+/// Start this actor, lost with its node, on another node.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Reschedule {
+    /// What to start (its `restarts` already counts this restart).
+    pub spec: ActorSpec,
+    /// The incarnation lost with the node.
+    pub lost: Incarnation,
+    /// Why it was lost.
+    pub reason: String,
+}
+
+/// Every live actor's record.
+#[derive(Message)]
+#[rtype(result = "Vec<ActorRecord>")]
+pub struct ListActors;
 
 /// An actor incarnation died (or never started).
 #[derive(Message)]
@@ -118,7 +185,8 @@ impl Handler<ReserveName> for Directory {
 impl Handler<ActorUp> for Directory {
     type Result = ();
 
-    fn handle(&mut self, ActorUp(record): ActorUp, _: &mut Self::Context) {
+    fn handle(&mut self, ActorUp { record, spec }: ActorUp, _: &mut Self::Context) {
+        self.specs.insert(record.actor, spec);
         if let Some(name) = &record.name {
             self.names.insert(name.clone(), record.actor);
         }
@@ -165,6 +233,20 @@ impl Handler<LookupName> for Directory {
     }
 }
 
+impl Handler<ListActors> for Directory {
+    type Result = MessageResult<ListActors>;
+
+    fn handle(&mut self, _: ListActors, _: &mut Self::Context) -> Self::Result {
+        MessageResult(
+            self.actors
+                .values()
+                .filter(|r| r.dead.is_none())
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
 impl Handler<LocateActor> for Directory {
     type Result = Option<ActorRecord>;
 
@@ -185,7 +267,10 @@ impl Handler<ClusterEvent> for Directory {
                 .map(|r| r.actor)
                 .collect();
             for actor in lost {
-                self.bury(actor, format!("node lost: {} ({reason})", node));
+                let reason = format!("node lost: {} ({reason})", node);
+                if !self.reschedule(actor, &reason) {
+                    self.bury(actor, reason);
+                }
             }
         }
     }
@@ -214,16 +299,40 @@ mod tests {
         }
     }
 
+    fn spec(actor: u64, name: &str) -> ActorSpec {
+        ActorSpec {
+            actor: ActorId(actor),
+            type_name: "T".into(),
+            name: Some(name.into()),
+            args: Vec::new(),
+            resources: Default::default(),
+            max_restarts: 0,
+            restarts: 0,
+            node: None,
+            job: "job".into(),
+            binary: crate::cluster::BinaryId {
+                hash: "00".into(),
+                len: 0,
+            },
+            bundle: None,
+        }
+    }
+
     #[actix_rt::test]
     async fn names_are_unique_while_alive_and_die_with_their_node() {
         let events = ClusterEvents::default().start();
-        let dir = Directory::new(events.clone()).start();
+        let dir = Directory::new(events.clone(), None).start();
         let reserve = |actor, name: &str| ReserveName {
             name: name.into(),
             actor: ActorId(actor),
         };
         dir.send(reserve(1, "bank")).await.unwrap().unwrap();
-        dir.send(ActorUp(record(1, "bank", "a"))).await.unwrap();
+        dir.send(ActorUp {
+            record: record(1, "bank", "a"),
+            spec: spec(1, "bank"),
+        })
+        .await
+        .unwrap();
         assert!(dir.send(reserve(2, "bank")).await.unwrap().is_err());
         let found = dir.send(LookupName("bank".into())).await.unwrap();
         assert_eq!(found.map(|r| r.actor), Some(ActorId(1)));

@@ -205,8 +205,32 @@ pub enum ControlRequest {
     LookupName(String),
     /// To the head: where this actor is. Answered with [`ControlReply::Actor`].
     LocateActor(ActorId),
-    /// From a node to the head: an actor (incarnation) runs.
-    ActorUp(ActorRecord),
+    /// From a node to the head: an actor (incarnation) runs, and how to
+    /// start it again elsewhere should its node be lost.
+    ActorUp {
+        /// Where and which incarnation.
+        record: ActorRecord,
+        /// What it was started from.
+        spec: ActorSpec,
+    },
+    /// To the head: every live actor's record. Answered with
+    /// [`ControlReply::Actors`].
+    ListActors,
+    /// To a node: `len` bytes of a program binary from `offset`, for another
+    /// node that lacks it. Answered with [`ControlReply::BinaryChunk`].
+    ReadBinary {
+        /// Hex SHA-256 of the whole binary.
+        hash: String,
+        /// Where the chunk starts.
+        offset: u64,
+        /// At most this many bytes.
+        len: u64,
+    },
+    /// To a node: add a packet rule to its socket's fault plan, in front of
+    /// the others; `from_ms` and `until_ms` count from its arrival (the
+    /// chaos runner's partitions between chosen nodes). Refused by a node
+    /// started without a packet fault plan. Answered with `Ack`.
+    AddPacketRule(crate::transport::PacketRule),
     /// From a node to the head: an actor incarnation died.
     ActorDown {
         /// The actor.
@@ -259,6 +283,16 @@ pub enum ControlReply {
     ObjectNotReady,
     /// An object's shared-memory file, if it has one.
     ObjectFile(Option<SharedObjectFile>),
+    /// Live actors.
+    Actors(Vec<ActorRecord>),
+    /// A chunk of a program binary.
+    BinaryChunk {
+        /// Length of the whole binary.
+        total: u64,
+        /// The bytes.
+        #[serde(with = "serde_bytes")]
+        chunk: Vec<u8>,
+    },
 }
 
 /// A cluster-unique actor id.
@@ -311,8 +345,17 @@ pub struct ActorSpec {
     pub args: Vec<u8>,
     /// Resources it holds while alive.
     pub resources: ResourceSet,
-    /// How many times its node re-creates it after a death.
+    /// How many times it is re-created after a death: by its node, or,
+    /// when its node is lost, by the head on another node.
     pub max_restarts: u32,
+    /// Restarts already used when this start was asked for (non-zero when
+    /// the head restarts an actor whose node was lost).
+    #[serde(default)]
+    pub restarts: u32,
+    /// The node it must run on (`Strategy::Node`), if any: such an actor
+    /// is not restarted elsewhere when that node is lost.
+    #[serde(default)]
+    pub node: Option<String>,
     /// The job (driver program run) it belongs to.
     pub job: String,
     /// The program that hosts it.

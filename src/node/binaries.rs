@@ -35,6 +35,25 @@ impl BinaryCache {
         path.is_file().then_some(path)
     }
 
+    /// Up to `len` bytes of the cached binary `hash` from `offset`, and its
+    /// whole length (another node that lacks it is sent it this way).
+    pub fn read(&self, hash: &str, offset: u64, len: u64) -> Result<(u64, Vec<u8>), String> {
+        use std::io::{Seek, SeekFrom};
+        let path = self
+            .get(hash)
+            .ok_or_else(|| format!("this node has no binary {hash}"))?;
+        let mut file =
+            File::open(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let total = file.metadata().map_err(|e| e.to_string())?.len();
+        file.seek(SeekFrom::Start(offset.min(total)))
+            .map_err(|e| e.to_string())?;
+        let mut chunk = Vec::new();
+        file.take(len)
+            .read_to_end(&mut chunk)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Ok((total, chunk))
+    }
+
     /// Appends one chunk; on the last one, checks the hash and publishes the
     /// binary. Chunks must come in order.
     pub fn receive(

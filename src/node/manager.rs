@@ -186,10 +186,10 @@ impl NodeManager {
     }
 
     /// Tells the head's directory that an actor incarnation runs.
-    fn report_up(&self, record: ActorRecord) -> BoxFuture<'static, ()> {
+    fn report_up(&self, record: ActorRecord, spec: ActorSpec) -> BoxFuture<'static, ()> {
         match &self.config.head {
             HeadLink::Local { directory, .. } => {
-                let sent = directory.send(directory::ActorUp(record));
+                let sent = directory.send(directory::ActorUp { record, spec });
                 async move {
                     let _ = sent.await;
                 }
@@ -199,7 +199,7 @@ impl NodeManager {
                 let call = call_head(
                     endpoint,
                     *head,
-                    ControlRequest::ActorUp(record),
+                    ControlRequest::ActorUp { record, spec },
                     Duration::from_secs(10),
                 );
                 async move {
@@ -358,6 +358,34 @@ struct WorkerExited {
     reason: String,
 }
 
+/// Read a chunk of a cached program binary.
+#[derive(Message)]
+#[rtype(result = "Result<ControlReply, RemoteError>")]
+pub struct ReadBinary {
+    /// Hex SHA-256 of the whole binary.
+    pub hash: String,
+    /// Where the chunk starts.
+    pub offset: u64,
+    /// At most this many bytes.
+    pub len: u64,
+}
+
+impl Handler<ReadBinary> for NodeManager {
+    type Result = Result<ControlReply, RemoteError>;
+
+    fn handle(&mut self, msg: ReadBinary, _: &mut Self::Context) -> Self::Result {
+        let len = msg.len.min(MAX_BINARY_CHUNK);
+        let (total, chunk) = self
+            .binaries
+            .read(&msg.hash, msg.offset, len)
+            .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e))?;
+        Ok(ControlReply::BinaryChunk { total, chunk })
+    }
+}
+
+/// The largest binary chunk a node reads for one request.
+const MAX_BINARY_CHUNK: u64 = 16 << 20;
+
 impl Handler<UploadBinary> for NodeManager {
     type Result = Result<(), RemoteError>;
 
@@ -445,7 +473,9 @@ impl Handler<StartActor> for NodeManager {
                 return Box::pin(fut::ready(Ok(ControlReply::NoCapacity(short))));
             }
         };
-        let launch = self.launch(&spec, &grant.gpus, true, ctx);
+        // Fault rules hit an actor's first life only, wherever it restarts.
+        let first_life = spec.restarts == 0;
+        let launch = self.launch(&spec, &grant.gpus, first_life, ctx);
         Box::pin(launch.into_actor(self).then(move |launched, manager, _| {
             let worker = match launched {
                 Ok(worker) => worker,
@@ -459,16 +489,16 @@ impl Handler<StartActor> for NodeManager {
             };
             info!(actor = %spec.actor, kind = %spec.type_name, pid = worker.pid, "actor started");
             let entry = Worker {
+                restarts: spec.restarts,
                 spec,
                 incarnation: worker.incarnation,
-                restarts: 0,
                 grant,
                 pid: worker.pid,
                 killed: false,
             };
             let record = manager.record_of(&entry, worker.address);
+            let reported = manager.report_up(record.clone(), entry.spec.clone());
             manager.workers.insert(entry.spec.actor, entry);
-            let reported = manager.report_up(record.clone());
             Box::pin(
                 reported
                     .into_actor(manager)
@@ -543,6 +573,6 @@ impl NodeManager {
         info!(actor = %actor, restarts = worker.restarts, "actor restarted");
         let worker = &self.workers[&actor];
         let record = self.record_of(worker, launched.address);
-        self.report_up(record)
+        self.report_up(record, worker.spec.clone())
     }
 }

@@ -7,7 +7,9 @@
 //!    so that a port in use fails before anything else starts.
 //! 2. Pick a fresh incarnation, issue this process's certificate from the
 //!    join token, and start serving.
-//! 3. On the head, start the control-plane actors and register itself; on
+//! 3. On the head, start the control-plane actors (and the
+//!    [`ActorRescheduler`], which restarts actors lost with their node on
+//!    other nodes) and register itself; on
 //!    other nodes, join the head (a refused or unreachable head is an error
 //!    and the process exits non-zero).
 //! 4. Start the [`NodeManager`], which heartbeats until the process stops,
@@ -20,6 +22,7 @@ mod binaries;
 mod config;
 mod error;
 mod manager;
+mod rescheduler;
 mod resources;
 mod runtime;
 mod service;
@@ -29,9 +32,10 @@ pub use binaries::sha256_file;
 pub use config::{default_state_dir, NodeConfig, NodeRole};
 pub use error::NodeError;
 pub use manager::{
-    HeadLink, KillActor, NodeManager, NodeManagerConfig, ReleaseBundle, ReserveBundle, StartActor,
-    UploadBinary,
+    HeadLink, KillActor, NodeManager, NodeManagerConfig, ReadBinary, ReleaseBundle, ReserveBundle,
+    StartActor, UploadBinary,
 };
+pub use rescheduler::{ActorRescheduler, RESCHEDULE_DEADLINE};
 pub use resources::{Grant, ResourcePool};
 pub use runtime::{run, NodeReady};
 pub use service::{HeadActors, NodeService};

@@ -22,8 +22,8 @@ use crate::transport::{Credentials, Endpoint, PacketFaults, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
 use super::{
-    HeadActors, HeadLink, NodeConfig, NodeError, NodeManager, NodeManagerConfig, NodeRole,
-    NodeService,
+    ActorRescheduler, HeadActors, HeadLink, NodeConfig, NodeError, NodeManager, NodeManagerConfig,
+    NodeRole, NodeService,
 };
 
 /// What a node reports once it serves.
@@ -80,9 +80,18 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         NodeRole::Head { heartbeat_timeout } => {
             let interval = heartbeat_timeout / 6;
             let events = ClusterEvents::default().start();
-            let directory = Directory::new(events.clone()).start();
-            events.do_send(Subscribe(directory.clone().recipient()));
             let membership = Membership::new(heartbeat_timeout, events.clone()).start();
+            let directory = Directory::create(|ctx| {
+                let rescheduler = ActorRescheduler::new(
+                    endpoint.clone(),
+                    membership.clone(),
+                    events.clone(),
+                    ctx.address(),
+                )
+                .start();
+                Directory::new(events.clone(), Some(rescheduler.recipient()))
+            });
+            events.do_send(Subscribe(directory.clone().recipient()));
             let join = membership::Join {
                 registration,
                 head: true,
@@ -159,6 +168,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         manager,
         head_actors,
         objects.clone(),
+        endpoint.clone(),
     )));
     info!(node = %identity, %address, %resources, "node up");
     on_ready(&NodeReady {

@@ -11,23 +11,25 @@ use crate::cluster::directory::{self, Directory};
 use crate::cluster::events::{EventsSince, Publish};
 use crate::cluster::membership::{self, Membership};
 use crate::cluster::{ClusterEventKind, ClusterEvents, ControlReply, ControlRequest};
-use crate::transport::{HandlerError, RequestHandler};
+use crate::transport::{Endpoint, HandlerError, RequestHandler};
 use crate::wire::{self, PeerIdentity, PeerRole, RemoteError, RemoteErrorKind};
 
 use crate::object_store::NodeObjectStore;
 
 use super::manager::{
-    KillActor, NodeManager, ReleaseBundle, ReserveBundle, StartActor, UploadBinary,
+    KillActor, NodeManager, ReadBinary, ReleaseBundle, ReserveBundle, StartActor, UploadBinary,
 };
 
 /// Longest a client may long-poll for events in one request.
 const MAX_EVENT_WAIT: Duration = Duration::from_secs(60);
 
 /// Routes requests arriving at a node.
+#[derive(Clone)]
 pub struct NodeService {
     manager: Addr<NodeManager>,
     head: Option<HeadActors>,
     objects: NodeObjectStore,
+    endpoint: Endpoint,
 }
 
 /// The control-plane actors, on the head only.
@@ -45,25 +47,29 @@ pub struct HeadActors {
 
 impl NodeService {
     /// The service of a node; `head` is `Some` on the head.
+    /// `endpoint` is the node's own (packet rules are added to its socket).
     pub fn new(
         manager: Addr<NodeManager>,
         head: Option<HeadActors>,
         objects: NodeObjectStore,
+        endpoint: Endpoint,
     ) -> Self {
         NodeService {
             manager,
             head,
             objects,
+            endpoint,
         }
     }
 
     async fn dispatch(
-        manager: Addr<NodeManager>,
-        head: Option<HeadActors>,
-        objects: NodeObjectStore,
+        &self,
         from: PeerIdentity,
         request: ControlRequest,
     ) -> Result<ControlReply, RemoteError> {
+        let manager = self.manager.clone();
+        let head = self.head.clone();
+        let objects = self.objects.clone();
         let request = match objects.handle(request).await {
             Ok(reply) => return reply,
             Err(request) => request,
@@ -79,6 +85,16 @@ impl NodeService {
                     Ok(()) => ControlReply::Ack,
                     Err(short) => ControlReply::NoCapacity(short),
                 })
+            }
+            ControlRequest::ReadBinary { hash, offset, len } => manager
+                .send(ReadBinary { hash, offset, len })
+                .await
+                .map_err(internal)?,
+            ControlRequest::AddPacketRule(rule) => {
+                self.endpoint
+                    .add_packet_rule(rule)
+                    .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e))?;
+                Ok(ControlReply::Ack)
             }
             ControlRequest::KillActor(actor) => {
                 manager.send(KillActor(actor)).await.map_err(internal)?;
@@ -224,12 +240,19 @@ impl NodeService {
                     .map_err(internal)?;
                 Ok(ControlReply::Actor(found.map(Box::new)))
             }
-            ControlRequest::ActorUp(record) => {
+            ControlRequest::ActorUp { record, spec } => {
                 directory
-                    .send(directory::ActorUp(record))
+                    .send(directory::ActorUp { record, spec })
                     .await
                     .map_err(internal)?;
                 Ok(ControlReply::Ack)
+            }
+            ControlRequest::ListActors => {
+                let actors = directory
+                    .send(directory::ListActors)
+                    .await
+                    .map_err(internal)?;
+                Ok(ControlReply::Actors(actors))
             }
             ControlRequest::ActorDown {
                 actor,
@@ -262,6 +285,8 @@ impl NodeService {
             | ControlRequest::ReserveBundle { .. }
             | ControlRequest::ReleaseBundle(_)
             | ControlRequest::KillActor(_)
+            | ControlRequest::ReadBinary { .. }
+            | ControlRequest::AddPacketRule(_)
             | ControlRequest::UploadBinary { .. } => Err(RemoteError::new(
                 RemoteErrorKind::BadRequest,
                 "a node request reached the head's dispatcher",
@@ -282,16 +307,9 @@ impl RequestHandler for NodeService {
                 return futures::future::ready(Err(HandlerError::Malformed(e.to_string()))).boxed()
             }
         };
-        let head = self.head.clone();
-        let reply = Self::dispatch(
-            self.manager.clone(),
-            head,
-            self.objects.clone(),
-            from,
-            request,
-        );
+        let service = self.clone();
         async move {
-            let reply = reply.await?;
+            let reply = service.dispatch(from, request).await?;
             rmp_serde::to_vec_named(&reply).map_err(|e| {
                 HandlerError::Remote(RemoteError::new(RemoteErrorKind::Internal, e.to_string()))
             })

@@ -15,7 +15,7 @@ use crate::wire::{
 
 use super::connection::{close, Connection};
 use super::credentials::SERVER_NAME;
-use super::faults::{FaultCounters, FaultySocket};
+use super::faults::{FaultCounters, FaultySocket, PacketRule};
 use super::server::{self, RequestHandler};
 use super::{ConnectError, Credentials, EndpointError, TransportConfig};
 
@@ -34,7 +34,7 @@ struct Inner {
     me: PeerIdentity,
     config: TransportConfig,
     connections: DashMap<SocketAddr, Connection>,
-    faults: Option<Arc<FaultCounters>>,
+    faults: Option<Arc<FaultySocket>>,
 }
 
 impl Endpoint {
@@ -90,9 +90,8 @@ impl Endpoint {
         let (socket, faults): (Arc<dyn quinn::AsyncUdpSocket>, _) = match &config.packet_faults {
             Some(plan) => {
                 tracing::warn!("PACKET FAULT INJECTION IS ON for this endpoint: {plan:?}");
-                let counters = Arc::new(FaultCounters::default());
-                let faulty = FaultySocket::new(socket, plan.clone(), counters.clone());
-                (Arc::new(faulty), Some(counters))
+                let faulty = Arc::new(FaultySocket::new(socket, plan.clone()));
+                (faulty.clone(), Some(faulty))
             }
             None => (socket, None),
         };
@@ -130,7 +129,24 @@ impl Endpoint {
 
     /// What the packet fault plan did so far, if one is active.
     pub fn fault_counters(&self) -> Option<&FaultCounters> {
-        self.inner.faults.as_deref()
+        self.inner.faults.as_deref().map(FaultySocket::counters)
+    }
+
+    /// Adds `rule` in front of the packet fault plan's rules; its window
+    /// counts from now. Fails when the endpoint has no plan (its socket
+    /// does not inject faults).
+    pub fn add_packet_rule(&self, rule: PacketRule) -> Result<(), String> {
+        match &self.inner.faults {
+            Some(socket) => {
+                socket.add_rule(rule);
+                Ok(())
+            }
+            None => Err(format!(
+                "{} injects no packet faults: start it with a packet fault plan ({})",
+                self.inner.me,
+                super::faults::PACKET_FAULTS_ENV
+            )),
+        }
     }
 
     /// The settings this endpoint was made with.

@@ -14,7 +14,7 @@ use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -193,11 +193,12 @@ impl fmt::Display for FaultCounters {
 /// A UDP socket that applies a [`PacketFaults`] plan.
 pub(crate) struct FaultySocket {
     inner: Arc<dyn AsyncUdpSocket>,
-    plan: PacketFaults,
+    /// Read for every datagram; written when a rule is added at run time.
+    plan: RwLock<PacketFaults>,
     opened: Instant,
     sequence: AtomicU64,
     held: Mutex<Option<OwnedDatagram>>,
-    counters: Arc<FaultCounters>,
+    counters: FaultCounters,
     /// When a capped link is next free to start a datagram.
     link_free: Mutex<Instant>,
 }
@@ -232,26 +233,44 @@ impl OwnedDatagram {
 }
 
 impl FaultySocket {
-    pub(crate) fn new(
-        inner: Arc<dyn AsyncUdpSocket>,
-        plan: PacketFaults,
-        counters: Arc<FaultCounters>,
-    ) -> Self {
+    pub(crate) fn new(inner: Arc<dyn AsyncUdpSocket>, plan: PacketFaults) -> Self {
         FaultySocket {
             inner,
-            plan,
+            plan: RwLock::new(plan),
             opened: Instant::now(),
             sequence: AtomicU64::new(0),
             held: Mutex::new(None),
-            counters,
+            counters: FaultCounters::default(),
             link_free: Mutex::new(Instant::now()),
         }
+    }
+
+    /// What the socket injected so far.
+    pub(crate) fn counters(&self) -> &FaultCounters {
+        &self.counters
+    }
+
+    /// Puts `rule` in front of the plan's rules, its window counted from
+    /// now rather than from the socket's opening.
+    pub(crate) fn add_rule(&self, mut rule: PacketRule) {
+        let now = self.opened.elapsed().as_millis() as u64;
+        rule.from_ms += now;
+        rule.until_ms = rule.until_ms.map(|until| until + now);
+        self.plan().rules.insert(0, rule);
+    }
+
+    fn plan(&self) -> std::sync::RwLockWriteGuard<'_, PacketFaults> {
+        self.plan.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_plan(&self) -> std::sync::RwLockReadGuard<'_, PacketFaults> {
+        self.plan.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sends `transmit` now, later (queued behind a bandwidth cap), or
     /// drops it (the queue is full).
     fn send_shaped(&self, transmit: &Transmit, elapsed: Duration) -> io::Result<()> {
-        let Some(rate) = self.plan.bandwidth(transmit.destination, elapsed) else {
+        let Some(rate) = self.read_plan().bandwidth(transmit.destination, elapsed) else {
             return self.inner.try_send(transmit);
         };
         let now = Instant::now();
@@ -307,7 +326,9 @@ impl AsyncUdpSocket for FaultySocket {
         Self::count(&self.counters.sent);
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).take();
         let elapsed = self.opened.elapsed();
-        let fate = self.plan.decide(sequence, transmit.destination, elapsed);
+        let fate = self
+            .read_plan()
+            .decide(sequence, transmit.destination, elapsed);
         let result = match fate {
             Fate::Send => self.send_shaped(transmit, elapsed),
             Fate::Drop => {
@@ -355,9 +376,10 @@ impl AsyncUdpSocket for FaultySocket {
                 other => return other,
             };
             let elapsed = self.opened.elapsed();
+            let plan = self.read_plan();
             let mut kept = 0;
             for index in 0..received {
-                if self.plan.partitioned(meta[index].addr, elapsed) {
+                if plan.partitioned(meta[index].addr, elapsed) {
                     Self::count(&self.counters.cut_off);
                     continue;
                 }

@@ -13,8 +13,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
+
+use crate::cluster::ControlRequest;
 
 use crate::actor::{worker_name, ActorHost, HostedActor, HostedFaults, ProcessContext, Registry};
 use crate::node::workers::{died_line, ready_line, WorkerBoot};
@@ -132,6 +135,7 @@ async fn host(
             // SAFETY: kill() on our own pid has no memory-safety preconditions.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }),
+        kill_node: kill_node(boot.node_address == boot.head),
     };
     let host = ActorHost::new(
         registry,
@@ -156,6 +160,42 @@ async fn host(
     endpoint.shutdown().await;
     Ok(code)
 }
+
+/// How this worker kills its node for a `kill_node` fault: it tells the
+/// head first (the report would otherwise die with it), then SIGKILLs its
+/// parent, the node process, and dies with it (`PR_SET_PDEATHSIG`). A
+/// worker of the head refuses: the cluster cannot lose its head.
+fn kill_node(on_head: bool) -> crate::actor::KillNode {
+    // The node that started this worker; if it is gone, getppid() changes.
+    let node = std::os::unix::process::parent_id() as libc::pid_t;
+    Box::new(move |reason: &str| {
+        if on_head {
+            tracing::error!("{reason}: not injected, this worker's node is the head");
+            return None;
+        }
+        let fired = crate::actor::faults::FiredFault::from_death(reason);
+        let killing = async move {
+            if let (Some(context), Some(fired)) = (ProcessContext::current(), fired) {
+                let report = ControlRequest::ReportFault {
+                    fault: fired.kind,
+                    target: fired.target,
+                    trigger: fired.trigger,
+                };
+                let _ = tokio::time::timeout(REPORT_WAIT, context.call_head(&report)).await;
+            }
+            // SAFETY: kill() has no memory-safety preconditions; the pid is
+            // our parent's while getppid() still returns it.
+            if unsafe { libc::getppid() } == node && node > 1 {
+                unsafe { libc::kill(node, libc::SIGKILL) };
+            }
+            futures::future::pending().await
+        };
+        Some(killing.boxed())
+    })
+}
+
+/// How long a `kill_node` fault waits for the head to record it.
+const REPORT_WAIT: Duration = Duration::from_secs(5);
 
 /// Records the first panic's message and reports it, after the default
 /// hook has printed it to stderr (the worker's log).

@@ -64,6 +64,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_second_driver_joins_by_address", |d| {
         boxed(a_second_driver_joins_by_address(d))
     }),
+    ("actors_of_a_lost_node_restart_on_another_node", |d| {
+        boxed(actors_of_a_lost_node_restart_on_another_node(d))
+    }),
     ("actors_of_a_lost_node_are_reported_dead", |d| {
         boxed(actors_of_a_lost_node_are_reported_dead(d))
     }),
@@ -365,6 +368,58 @@ async fn an_unknown_message_type_is_a_clear_error() {
     assert_eq!(counter.send(Add(1)).await.unwrap(), 10);
 }
 
+/// An actor with restarts left, not pinned to its node, is started again
+/// on another node when its node is lost: the head ships the program there
+/// from a node that has it (each spot node has a state directory, so a
+/// binary cache, of its own). Once out of restarts, it dies with its node.
+async fn actors_of_a_lost_node_restart_on_another_node(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let homes = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut spots = Vec::new();
+    for home in &homes {
+        let env = [("NIMBUS_HOME", home.path().display().to_string())];
+        let index = cluster
+            .add_node_with_env(&["--resources", r#"{"spot": 1}"#], &env)
+            .unwrap();
+        spots.push(cluster.node(index).unwrap().name().to_string());
+    }
+    let options = SpawnOptions::default()
+        .num_cpus(0.1)
+        .resource("spot", 1.0)
+        .max_restarts(1);
+    let counter = actor::spawn::<Counter>(0, options).await.unwrap();
+    assert_eq!(counter.send(Add(5)).await.unwrap(), 5);
+    let first = counter.record().await.unwrap();
+    let doomed = |cluster: &nimbus::local::LocalCluster, name: &str| {
+        cluster
+            .nodes()
+            .iter()
+            .position(|n| n.name() == name)
+            .unwrap()
+    };
+    let mut seen = 0;
+    let cluster = driver.local_cluster().unwrap();
+    cluster.kill(doomed(cluster, &first.node.name)).unwrap();
+    let death = actor::next_death(&counter, &mut seen).await.unwrap();
+    assert!(death.restarting, "{death:?}");
+    assert!(death.reason.starts_with("node lost"), "{}", death.reason);
+    // A restarted actor starts from its arguments (state is not migrated).
+    assert_eq!(counter.send(Add(1)).await.unwrap(), 1);
+    let second = counter.record().await.unwrap();
+    assert_ne!(second.node.name, first.node.name);
+    assert!(spots.contains(&second.node.name), "{second:?}");
+    assert_eq!(second.restarts, 1);
+
+    let cluster = driver.local_cluster().unwrap();
+    cluster.kill(doomed(cluster, &second.node.name)).unwrap();
+    let death = actor::next_death(&counter, &mut seen).await.unwrap();
+    assert!(!death.restarting, "out of restarts: {death:?}");
+    let err = counter.send(Add(1)).await.unwrap_err();
+    assert!(matches!(err, CallError::NodeLost { .. }), "{err}");
+}
+
+/// An actor pinned to its node (`Strategy::Node`) dies with it, restarts
+/// left or not.
 async fn actors_of_a_lost_node_are_reported_dead(driver: &mut Driver) {
     let cluster = driver.local_cluster().expect("a local cluster");
     let doomed = cluster.add_node(&[]).unwrap();

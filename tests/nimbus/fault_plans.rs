@@ -105,6 +105,40 @@ async fn bank_plan_keeps_the_books_and_replays_the_same_faults() {
 }
 
 #[tokio::test]
+async fn bank_survives_a_lost_node_and_a_partition_between_nodes() {
+    within(Duration::from_secs(150), async {
+        let home = tempfile::tempdir().unwrap();
+        let bank = example("custom_actor");
+        let plan = plan("bank_nodes.toml");
+        let args = ["chaos", "run", &plan, "--", bank.to_str().unwrap()];
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let out =
+                stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
+            assert_eq!(summary_value(&out, "total_balance_ok"), "true", "{out}");
+            assert_eq!(summary_value(&out, "nodes"), "2", "one node lost: {out}");
+            for recovery in ["partition healed", "declared dead", "actor restarted"] {
+                assert!(
+                    out.lines()
+                        .any(|l| l.starts_with("recovery ") && l.contains(recovery)),
+                    "{recovery:?} in {out}"
+                );
+            }
+            runs.push(faults(&out));
+        }
+        assert_eq!(runs[0], runs[1], "the same faults at the same triggers");
+        assert_eq!(
+            runs[0],
+            [
+                "fault 1 partition(1000ms) target=node-1|head trigger=after=1500ms",
+                "fault 2 kill_node target=account-1 trigger=message 20 (examples.Transfer)",
+            ]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn mnist_plan_recovers_to_the_fault_free_parameters() {
     mnist_plan(&["--epochs", "1"]).await;
 }

@@ -1,0 +1,141 @@
+//! The head's `ActorRescheduler`: starts actors lost with their node on
+//! another node.
+//!
+//! The directory decides which actors may move (restarts left, not pinned
+//! to the lost node or to a bundle on it) and sends each one here as a
+//! [`Reschedule`]. The rescheduler places it as a spawn would (the alive
+//! node with the most free CPU that fits it), asks that node to start it,
+//! and ships the program binary from a node that has it if the new node
+//! lacks it (spawners of such actors make sure the head has it). The new node reports the new incarnation to the directory
+//! (`ActorUp`), which ends the restart for callers waiting on it. If no
+//! node takes it within [`RESCHEDULE_DEADLINE`], the actor is declared
+//! dead with the reason why.
+
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tracing::{info, warn};
+
+use crate::actor::spawn::{self, BinarySource};
+use crate::actor::{SpawnError, Strategy};
+use crate::cluster::directory::{ActorDown, Directory, Reschedule};
+use crate::cluster::events::EventsSince;
+use crate::cluster::membership::{self, Membership};
+use crate::cluster::{ActorSpec, ClusterEvents, NodeState};
+use crate::transport::Endpoint;
+
+/// How long the rescheduler looks for a node that can take a lost actor.
+pub const RESCHEDULE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Restarts actors lost with their node elsewhere (head only).
+pub struct ActorRescheduler {
+    endpoint: Endpoint,
+    membership: Addr<Membership>,
+    events: Addr<ClusterEvents>,
+    directory: Addr<Directory>,
+}
+
+impl ActorRescheduler {
+    /// A rescheduler that reads the membership, waits on `events` when
+    /// every node is full, reaches nodes through `endpoint` (the head's),
+    /// and tells `directory` of actors it could not place.
+    pub fn new(
+        endpoint: Endpoint,
+        membership: Addr<Membership>,
+        events: Addr<ClusterEvents>,
+        directory: Addr<Directory>,
+    ) -> Self {
+        ActorRescheduler {
+            endpoint,
+            membership,
+            events,
+            directory,
+        }
+    }
+}
+
+impl Actor for ActorRescheduler {
+    type Context = Context<Self>;
+}
+
+impl Handler<Reschedule> for ActorRescheduler {
+    type Result = ();
+
+    fn handle(&mut self, msg: Reschedule, ctx: &mut Self::Context) {
+        let placing = place(
+            self.endpoint.clone(),
+            self.membership.clone(),
+            self.events.clone(),
+            msg.spec.clone(),
+        );
+        ctx.spawn(placing.into_actor(self).map(move |placed, me, _| {
+            let actor = msg.spec.actor;
+            match placed {
+                Ok(node) => info!(%actor, node, "actor lost with its node restarted elsewhere"),
+                Err(e) => {
+                    warn!(%actor, "actor lost with its node cannot restart elsewhere: {e}");
+                    me.directory.do_send(ActorDown {
+                        actor,
+                        incarnation: msg.lost,
+                        reason: format!("{}; no other node could restart it: {e}", msg.reason),
+                        restarting: false,
+                    });
+                }
+            }
+        }));
+    }
+}
+
+/// Starts `spec` on some alive node; returns the node's name.
+async fn place(
+    endpoint: Endpoint,
+    membership: Addr<Membership>,
+    events: Addr<ClusterEvents>,
+    spec: ActorSpec,
+) -> Result<String, String> {
+    let end = Instant::now() + RESCHEDULE_DEADLINE;
+    let mut last = String::from("no node was asked");
+    loop {
+        let status = membership
+            .send(membership::Status)
+            .await
+            .map_err(|e| e.to_string())?;
+        let candidates = spawn::candidates(&status.nodes, &spec, &Strategy::Any);
+        if candidates.is_empty() {
+            return Err(format!("no alive node offers {}", spec.resources));
+        }
+        // Spawners of movable actors ship the program to the head; other
+        // nodes that ran it have it too.
+        let mut sources: Vec<_> = status
+            .nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Alive)
+            .cloned()
+            .collect();
+        sources.sort_by_key(|n| !n.head);
+        let binary = BinarySource::Nodes(sources);
+        for node in candidates {
+            match spawn::start_on(&endpoint, node, &spec, &binary).await {
+                Ok(Ok(())) => return Ok(node.id.clone()),
+                Ok(Err(refusal)) => last = refusal,
+                // No node has the program: waiting will not help.
+                Err(e @ SpawnError::Binary(_)) => return Err(e.to_string()),
+                Err(e) => last = format!("node {}: {e}", node.id),
+            }
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "every node refused it for {RESCHEDULE_DEADLINE:?}; last: {last}"
+            ));
+        }
+        // Wait for the cluster to change (an actor died, a node joined):
+        // no event is after u64::MAX, so the next one published ends the
+        // wait.
+        let change = EventsSince {
+            after: u64::MAX,
+            wait: left,
+        };
+        events.send(change).await.map_err(|e| e.to_string())?;
+    }
+}
