@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use nimbus::chaos::{self, ChaosPlan, TimelineEntry};
+use nimbus::chaos::{self, ChaosPlan, FaultAction, TimelineEntry};
+use nimbus::local::LocalCluster;
 
-use crate::support::{cluster, within};
+use crate::support::{cluster, within, HEARTBEAT_TIMEOUT};
 
 const PLAN: &str = r#"
 seed = 5
@@ -60,6 +61,62 @@ async fn the_same_seed_injects_the_same_faults_and_recoveries_are_reported() {
         }
         assert_eq!(timelines[0].injected(), timelines[1].injected());
         assert_eq!(timelines[0].injected().len(), 3);
+    })
+    .await
+}
+
+/// Partitions between named nodes cut exactly those nodes' traffic: node-2
+/// cut off from the head for longer than the heartbeat timeout is declared
+/// dead, while node-1, cut off only from node-2, keeps its membership; both
+/// partitions heal on their own.
+#[tokio::test]
+async fn partitions_between_named_nodes_cut_only_those_nodes() {
+    within(Duration::from_secs(60), async {
+        let for_ms = 3 * HEARTBEAT_TIMEOUT.as_millis() as u64;
+        let partition = |nodes: &str, from: &str| FaultAction::Partition {
+            nodes: vec![nodes.into()],
+            from: vec![from.into()],
+            for_ms,
+        };
+        let plan = ChaosPlan::new(4)
+            .at(Duration::from_millis(100), partition("node-1", "node-2"))
+            .at(Duration::from_millis(200), partition("node-2", "head"));
+        let mut builder = LocalCluster::builder()
+            .program(env!("CARGO_BIN_EXE_nimbus"))
+            .nodes(3)
+            .heartbeat_timeout(HEARTBEAT_TIMEOUT);
+        for (key, value) in plan.node_env() {
+            builder = builder.env(key, value);
+        }
+        let mut cluster = builder.start().unwrap();
+        let timeline = chaos::run(&mut cluster, &plan).await.unwrap();
+        println!("{timeline}");
+        assert_eq!(
+            timeline.injected(),
+            [
+                ("after=100ms", "partition(6000ms)", "node-1|node-2"),
+                ("after=200ms", "partition(6000ms)", "node-2|head"),
+            ]
+        );
+        let healed = timeline
+            .entries
+            .iter()
+            .filter(|e| matches!(e, TimelineEntry::Recovered { what, .. } if what == "partition healed"))
+            .count();
+        assert_eq!(healed, 2, "{timeline}");
+        assert!(
+            !timeline
+                .entries
+                .iter()
+                .any(|e| matches!(e, TimelineEntry::NotRecovered { .. })),
+            "every process got its rule: {timeline}"
+        );
+        let status = cluster.client().await.unwrap().status().await.unwrap();
+        assert_eq!(status.node("node-1").unwrap().death_reason, None);
+        assert!(
+            status.node("node-2").unwrap().death_reason.is_some(),
+            "node-2 was cut off from the head: {status:?}"
+        );
     })
     .await
 }
