@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::actor::faults::{ActorFault, ACTOR_FAULTS_ENV};
 use crate::train::faults::{TrainingFault, TRAINING_FAULTS_ENV};
 use crate::transport::faults::PACKET_FAULTS_ENV;
-use crate::transport::PacketFaults;
+use crate::transport::{PacketFaults, PacketRule};
 
 /// A seeded list of faults.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -39,7 +39,7 @@ pub struct ChaosPlan {
 }
 
 /// One fault and its trigger (a time after the run starts).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlannedFault {
     /// Milliseconds after the run starts.
     pub at_ms: u64,
@@ -47,8 +47,8 @@ pub struct PlannedFault {
     pub action: FaultAction,
 }
 
-/// Faults on node processes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Faults on node processes, actors, and the links between nodes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultAction {
     /// SIGKILL the node process.
@@ -93,6 +93,83 @@ pub enum FaultAction {
         /// How long it lasts.
         for_ms: u64,
     },
+    /// Make the links between the processes of `nodes` and those of `from`
+    /// lossy or slow for `for_ms`, both ways (as [`FaultAction::Partition`]
+    /// does, with these packet faults instead of a cut).
+    DegradeLinks {
+        /// One side, by node name.
+        nodes: Vec<String>,
+        /// The other side, by node name (empty: every other node).
+        #[serde(default)]
+        from: Vec<String>,
+        /// How long it lasts.
+        for_ms: u64,
+        /// What happens to the datagrams between them.
+        #[serde(default)]
+        faults: LinkFaults,
+    },
+}
+
+/// Packet faults on the links between two sets of nodes (fractions of the
+/// datagrams sent, decided from the plan's seed).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LinkFaults {
+    /// Fraction dropped.
+    pub drop: f64,
+    /// Fraction sent twice.
+    pub duplicate: f64,
+    /// Fraction held back and sent after the next one.
+    pub reorder: f64,
+    /// Fraction delayed by `delay_ms`.
+    pub delay: f64,
+    /// The delay.
+    pub delay_ms: u64,
+    /// A bandwidth cap, in bytes per second.
+    pub bandwidth_bytes_per_s: Option<u64>,
+}
+
+impl FaultAction {
+    /// For faults on links between two sets of nodes: the sides, how long,
+    /// and the packet rule each process gets (peers and window filled in
+    /// when it fires).
+    pub fn link_rule(&self) -> Option<(&[String], &[String], u64, PacketRule)> {
+        match self {
+            FaultAction::Partition {
+                nodes,
+                from,
+                for_ms,
+            } => Some((
+                nodes,
+                from,
+                *for_ms,
+                PacketRule {
+                    partition: true,
+                    ..PacketRule::default()
+                },
+            )),
+            FaultAction::DegradeLinks {
+                nodes,
+                from,
+                for_ms,
+                faults,
+            } => Some((
+                nodes,
+                from,
+                *for_ms,
+                PacketRule {
+                    drop: faults.drop,
+                    duplicate: faults.duplicate,
+                    reorder: faults.reorder,
+                    delay: faults.delay,
+                    delay_ms: faults.delay_ms,
+                    bandwidth_bytes_per_s: faults.bandwidth_bytes_per_s,
+                    ..PacketRule::default()
+                },
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// A node, by name, or chosen from the seed among the non-head nodes.
@@ -125,7 +202,7 @@ impl From<NodeTarget> for String {
 }
 
 /// A fault with its target chosen.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ResolvedFault {
     /// When, after the run starts.
     pub at: Duration,
@@ -146,19 +223,16 @@ impl ChaosPlan {
 
     /// Environment variables node processes need for the plan's actor and
     /// node packet faults (see [`LocalClusterBuilder::env`](crate::local::LocalClusterBuilder::env)).
-    /// A plan with partitions gives every node and worker socket a packet
-    /// fault plan (`workers = true`), so that the partitions' rules can be
-    /// added to them when they fire.
+    /// A plan with partitions (or degraded links) gives every node and
+    /// worker socket a packet fault plan (`workers = true`), so that their
+    /// rules can be added to them when they fire.
     pub fn node_env(&self) -> Vec<(&'static str, String)> {
         let mut env = Vec::new();
         if !self.actor_faults.is_empty() {
             let rules = serde_json::to_string(&self.actor_faults).unwrap_or_default();
             env.push((ACTOR_FAULTS_ENV, rules));
         }
-        let partitions = self
-            .faults
-            .iter()
-            .any(|f| matches!(f.action, FaultAction::Partition { .. }));
+        let partitions = self.faults.iter().any(|f| f.action.link_rule().is_some());
         let packets = match (&self.node_packet_faults, partitions) {
             (Some(packets), true) => Some(PacketFaults {
                 workers: true,
@@ -236,7 +310,8 @@ impl ChaosPlan {
                     FaultAction::KillNode { node }
                     | FaultAction::StopNode { node, .. }
                     | FaultAction::RestartNode { node } => node,
-                    FaultAction::Partition { nodes: side, from, .. } => {
+                    FaultAction::Partition { nodes: side, from, .. }
+                    | FaultAction::DegradeLinks { nodes: side, from, .. } => {
                         if side.is_empty() {
                             return Err("a partition needs at least one node in `nodes`".into());
                         }
@@ -363,9 +438,11 @@ mod tests {
             )
         };
         assert!(partition(&["node-1"], &["head"]).resolve(&names()).is_ok());
-        let text = "seed = 1\n[[faults]]\nat_ms = 5\naction = { partition = { nodes = [\"node-2\"], for_ms = 10 } }\n";
+        let text = "seed = 1\n[[faults]]\nat_ms = 5\naction = { partition = { nodes = [\"node-2\"], for_ms = 10 } }\n[[faults]]\nat_ms = 9\naction = { degrade_links = { nodes = [\"node-1\"], for_ms = 10, faults = { drop = 0.2 } } }\n";
         let plan = ChaosPlan::from_toml(text).unwrap();
         assert_eq!(ChaosPlan::from_toml(&plan.to_toml()).unwrap(), plan);
+        let (_, _, _, rule) = plan.faults[1].action.link_rule().unwrap();
+        assert_eq!((rule.drop, rule.partition), (0.2, false));
         let env = plan.node_env();
         assert!(
             env.iter()

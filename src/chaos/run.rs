@@ -144,11 +144,13 @@ impl Run {
                         self.panic_actor(client, actor, *at).await;
                         continue;
                     }
-                    if let Step::Fault(ResolvedFault { action: FaultAction::Partition { nodes, from, for_ms }, at, .. }) = &step {
-                        let cut_at = Instant::now();
-                        let sides = self.partition(client, nodes, from, *for_ms, *at).await;
-                        steps.push((*at + Duration::from_millis(*for_ms), Step::Healed { sides, cut_at }));
-                        continue;
+                    if let Step::Fault(ResolvedFault { action, at, .. }) = &step {
+                        if let Some((nodes, from, for_ms, rule)) = action.link_rule() {
+                            let cut_at = Instant::now();
+                            let sides = self.links(client, nodes, from, for_ms, rule, *at).await;
+                            steps.push((*at + Duration::from_millis(for_ms), Step::Healed { sides, cut_at }));
+                            continue;
+                        }
                     }
                     if let Some(observe) = self.apply(cluster, at, step, &mut steps)? {
                         observations.push(observe_recovery(client, observe.0, observe.1, Instant::now(), self.deadline).boxed());
@@ -203,9 +205,10 @@ impl Run {
                     }
                     FaultAction::KillActor { .. }
                     | FaultAction::PanicActor { .. }
-                    | FaultAction::Partition { .. } => {
+                    | FaultAction::Partition { .. }
+                    | FaultAction::DegradeLinks { .. } => {
                         return Err(ChaosError::Plan(
-                            "an actor fault or a partition reached the node faults".into(),
+                            "an actor or link fault reached the node faults".into(),
                         ))
                     }
                 };
@@ -219,7 +222,7 @@ impl Run {
             }
             Step::Healed { sides, cut_at } => {
                 self.timeline.entries.push(TimelineEntry::Recovered {
-                    what: "partition healed".into(),
+                    what: "links healed".into(),
                     node: sides,
                     took_ms: cut_at.elapsed().as_millis() as u64,
                 });
@@ -332,16 +335,18 @@ impl Run {
         }
     }
 
-    /// Cuts the processes of `nodes` off from those of `from` (every other
-    /// node if empty) for `for_ms`: each node process and each worker of a
-    /// live actor on those nodes gets a partition rule naming the other
-    /// side's addresses. Returns the sides' stable name (`a,b|c`).
-    async fn partition(
+    /// Applies `rule` to the links between the processes of `nodes` and
+    /// those of `from` (every other node if empty) for `for_ms`: each node
+    /// process and each worker of a live actor on those nodes gets the
+    /// rule, naming the other side's addresses. Returns the sides' stable
+    /// name (`a,b|c`).
+    async fn links(
         &mut self,
         client: &ClusterClient,
         nodes: &[String],
         from: &[String],
         for_ms: u64,
+        rule: PacketRule,
         planned: Duration,
     ) -> String {
         let sides = format!(
@@ -354,19 +359,26 @@ impl Run {
             }
         );
         let at_ms = (Instant::now() - self.start).as_millis() as u64;
-        let failures = match partition_processes(client, nodes, from, for_ms).await {
+        let fault = if rule.partition {
+            format!("partition({for_ms}ms)")
+        } else {
+            let mut kinds = rule_kinds(&rule);
+            kinds.push(format!("{for_ms}ms"));
+            format!("degrade_links({})", kinds.join(","))
+        };
+        let failures = match link_rules(client, nodes, from, for_ms, rule).await {
             Ok(failures) => failures,
             Err(e) => vec![e],
         };
         self.timeline.entries.push(TimelineEntry::Injected {
-            fault: format!("partition({for_ms}ms)"),
+            fault,
             target: sides.clone(),
             trigger: format!("after={}ms", planned.as_millis()),
             at_ms,
         });
         if !failures.is_empty() {
             self.timeline.entries.push(TimelineEntry::NotRecovered {
-                what: "partition complete".into(),
+                what: "link rules on every process".into(),
                 node: sides.clone(),
                 detail: failures.join("; "),
             });
@@ -389,31 +401,11 @@ impl Run {
 
     fn record_packet_rules(&mut self, packets: &crate::transport::PacketFaults, target: &str) {
         for rule in &packets.rules {
-            let mut kinds = Vec::new();
-            if rule.partition {
-                kinds.push("partition".to_string());
-            }
-            for (name, fraction) in [
-                ("drop", rule.drop),
-                ("duplicate", rule.duplicate),
-                ("reorder", rule.reorder),
-                ("delay", rule.delay),
-            ] {
-                if fraction > 0.0 {
-                    kinds.push(format!("{name}={fraction}"));
-                }
-            }
-            if rule.delay > 0.0 {
-                kinds.push(format!("delay_ms={}", rule.delay_ms));
-            }
             let until = rule
                 .until_ms
                 .map_or("end".to_string(), |ms| format!("{ms}ms"));
-            if let Some(rate) = rule.bandwidth_bytes_per_s {
-                kinds.push(format!("bandwidth={rate}B/s"));
-            }
             self.timeline.entries.push(TimelineEntry::Injected {
-                fault: format!("packets({})", kinds.join(",")),
+                fault: format!("packets({})", rule_kinds(rule).join(",")),
                 target: target.into(),
                 trigger: format!("window={}ms..{until}", rule.from_ms),
                 at_ms: 0,
@@ -490,6 +482,31 @@ impl Run {
     }
 }
 
+/// What a packet rule does, in the timeline's words (`drop=0.05`, ...).
+fn rule_kinds(rule: &PacketRule) -> Vec<String> {
+    let mut kinds = Vec::new();
+    if rule.partition {
+        kinds.push("partition".to_string());
+    }
+    for (name, fraction) in [
+        ("drop", rule.drop),
+        ("duplicate", rule.duplicate),
+        ("reorder", rule.reorder),
+        ("delay", rule.delay),
+    ] {
+        if fraction > 0.0 {
+            kinds.push(format!("{name}={fraction}"));
+        }
+    }
+    if rule.delay > 0.0 {
+        kinds.push(format!("delay_ms={}", rule.delay_ms));
+    }
+    if let Some(rate) = rule.bandwidth_bytes_per_s {
+        kinds.push(format!("bandwidth={rate}B/s"));
+    }
+    kinds
+}
+
 /// A process on one side of a partition.
 enum Process {
     Node(NodeStatus),
@@ -546,13 +563,14 @@ impl Process {
     }
 }
 
-/// Adds the partition's rules to every process on both sides; returns the
+/// Adds the link rule to every process on both sides; returns the
 /// processes it could not reach.
-async fn partition_processes(
+async fn link_rules(
     client: &ClusterClient,
     nodes: &[String],
     from: &[String],
     for_ms: u64,
+    template: PacketRule,
 ) -> Result<Vec<String>, String> {
     let status = client.status().await.map_err(|e| e.to_string())?;
     let actors = match client.call(&ControlRequest::ListActors).await {
@@ -585,9 +603,9 @@ async fn partition_processes(
     let (a, b) = (side(&on_side_a), side(&on_side_b));
     let rule = |other: &[Process]| PacketRule {
         peers: other.iter().map(Process::address).collect(),
-        partition: true,
+        from_ms: 0,
         until_ms: Some(for_ms),
-        ..PacketRule::default()
+        ..template.clone()
     };
     let (to_a, to_b) = (rule(&b), rule(&a));
     let cuts = a

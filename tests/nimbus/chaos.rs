@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use nimbus::chaos::{self, ChaosPlan, FaultAction, TimelineEntry};
+use nimbus::chaos::{self, ChaosPlan, FaultAction, LinkFaults, TimelineEntry};
 use nimbus::local::LocalCluster;
 
 use crate::support::{cluster, within, HEARTBEAT_TIMEOUT};
@@ -67,8 +67,9 @@ async fn the_same_seed_injects_the_same_faults_and_recoveries_are_reported() {
 
 /// Partitions between named nodes cut exactly those nodes' traffic: node-2
 /// cut off from the head for longer than the heartbeat timeout is declared
-/// dead, while node-1, cut off only from node-2, keeps its membership; both
-/// partitions heal on their own.
+/// dead, while node-1, cut off only from node-2, keeps its membership; the
+/// link from node-3 to the head capped at 1 byte/s (everything queued past
+/// 200 ms dropped) loses node-3 too. Every rule expires on its own.
 #[tokio::test]
 async fn partitions_between_named_nodes_cut_only_those_nodes() {
     within(Duration::from_secs(60), async {
@@ -78,12 +79,22 @@ async fn partitions_between_named_nodes_cut_only_those_nodes() {
             from: vec![from.into()],
             for_ms,
         };
+        let crawl = FaultAction::DegradeLinks {
+            nodes: vec!["node-3".into()],
+            from: vec!["head".into()],
+            for_ms,
+            faults: LinkFaults {
+                bandwidth_bytes_per_s: Some(1),
+                ..LinkFaults::default()
+            },
+        };
         let plan = ChaosPlan::new(4)
             .at(Duration::from_millis(100), partition("node-1", "node-2"))
-            .at(Duration::from_millis(200), partition("node-2", "head"));
+            .at(Duration::from_millis(200), partition("node-2", "head"))
+            .at(Duration::from_millis(300), crawl);
         let mut builder = LocalCluster::builder()
             .program(env!("CARGO_BIN_EXE_nimbus"))
-            .nodes(3)
+            .nodes(4)
             .heartbeat_timeout(HEARTBEAT_TIMEOUT);
         for (key, value) in plan.node_env() {
             builder = builder.env(key, value);
@@ -96,14 +107,21 @@ async fn partitions_between_named_nodes_cut_only_those_nodes() {
             [
                 ("after=100ms", "partition(6000ms)", "node-1|node-2"),
                 ("after=200ms", "partition(6000ms)", "node-2|head"),
+                (
+                    "after=300ms",
+                    "degrade_links(bandwidth=1B/s,6000ms)",
+                    "node-3|head"
+                ),
             ]
         );
         let healed = timeline
             .entries
             .iter()
-            .filter(|e| matches!(e, TimelineEntry::Recovered { what, .. } if what == "partition healed"))
+            .filter(
+                |e| matches!(e, TimelineEntry::Recovered { what, .. } if what == "links healed"),
+            )
             .count();
-        assert_eq!(healed, 2, "{timeline}");
+        assert_eq!(healed, 3, "{timeline}");
         assert!(
             !timeline
                 .entries
@@ -113,10 +131,12 @@ async fn partitions_between_named_nodes_cut_only_those_nodes() {
         );
         let status = cluster.client().await.unwrap().status().await.unwrap();
         assert_eq!(status.node("node-1").unwrap().death_reason, None);
-        assert!(
-            status.node("node-2").unwrap().death_reason.is_some(),
-            "node-2 was cut off from the head: {status:?}"
-        );
+        for cut in ["node-2", "node-3"] {
+            assert!(
+                status.node(cut).unwrap().death_reason.is_some(),
+                "{cut} was cut off from the head: {status:?}"
+            );
+        }
     })
     .await
 }
