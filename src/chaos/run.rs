@@ -467,11 +467,13 @@ impl Run {
                         self.dying.insert(*actor, Instant::now());
                     }
                 }
-                ClusterEventKind::ActorStarted { actor, .. } => {
+                ClusterEventKind::ActorStarted {
+                    actor, name, node, ..
+                } => {
                     if let Some(died) = self.dying.remove(actor) {
                         self.timeline.entries.push(TimelineEntry::Recovered {
-                            what: "actor restarted".into(),
-                            node: format!("actor {actor}"),
+                            what: format!("actor restarted on {node}"),
+                            node: name.clone().unwrap_or_else(|| format!("actor {actor}")),
                             took_ms: died.elapsed().as_millis() as u64,
                         });
                     }

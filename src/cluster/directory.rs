@@ -193,6 +193,8 @@ impl Handler<ActorUp> for Directory {
         self.events.do_send(Publish(ClusterEventKind::ActorStarted {
             actor: record.actor,
             incarnation: record.incarnation,
+            name: record.name.clone(),
+            node: record.node.name.clone(),
         }));
         self.actors.insert(record.actor, record);
     }

@@ -519,6 +519,12 @@ pub enum ClusterEventKind {
         actor: ActorId,
         /// The incarnation that runs.
         incarnation: Incarnation,
+        /// Its unique name, if any.
+        #[serde(default)]
+        name: Option<String>,
+        /// The node it runs on.
+        #[serde(default)]
+        node: String,
     },
     /// An actor incarnation died.
     ActorDied {

@@ -610,7 +610,7 @@ action = "kill"
             out.contains("kill target=tests.Sequencer trigger=message 100 (tests.Push)"),
             "{out}"
         );
-        assert!(out.contains("actor restarted after"), "{out}");
+        assert!(out.contains(": actor restarted on "), "{out}");
         // `fault <n> t=<seconds> <kind> target=<name> trigger=<...>`: the
         // same in both runs but for the time.
         let lines: Vec<String> = out
@@ -724,7 +724,7 @@ async fn a_named_actor_is_killed_at_a_planned_time(driver: &mut Driver) {
     );
     assert!(
         timeline.entries.iter().any(
-            |e| matches!(e, TimelineEntry::Recovered { what, .. } if what == "actor restarted")
+            |e| matches!(e, TimelineEntry::Recovered { what, node, .. } if what.starts_with("actor restarted on ") && node == "victim")
         ),
         "{timeline}"
     );
