@@ -116,7 +116,10 @@ impl SpawnOptions {
         self
     }
 
-    /// How many times its node re-creates it after it dies (default 0).
+    /// How many times it is re-created after it dies (default 0): by its
+    /// node, or, when its node is lost, on another node by the head (unless
+    /// it is pinned there by [`Strategy::Node`] or a bundle). A re-created
+    /// actor starts again from its arguments.
     pub fn max_restarts(mut self, restarts: u32) -> Self {
         self.max_restarts = restarts;
         self
