@@ -256,7 +256,11 @@ impl FaultySocket {
         let now = self.opened.elapsed().as_millis() as u64;
         rule.from_ms += now;
         rule.until_ms = rule.until_ms.map(|until| until + now);
-        self.plan().rules.insert(0, rule);
+        let mut plan = self.plan();
+        // Rules whose window has closed never match again.
+        plan.rules
+            .retain(|r| r.until_ms.is_none_or(|until| until > now));
+        plan.rules.insert(0, rule);
     }
 
     fn plan(&self) -> std::sync::RwLockWriteGuard<'_, PacketFaults> {
