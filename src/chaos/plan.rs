@@ -56,7 +56,8 @@ pub enum FaultAction {
         /// Which node.
         node: NodeTarget,
     },
-    /// SIGSTOP the node process, and SIGCONT it `for_ms` later (a stall).
+    /// SIGSTOP the node process and its worker processes, and SIGCONT
+    /// them `for_ms` later (a stall of the whole node).
     StopNode {
         /// Which node.
         node: NodeTarget,
@@ -68,16 +69,17 @@ pub enum FaultAction {
         /// Which node.
         node: NodeTarget,
     },
-    /// SIGKILL the worker process of the live actor with this unique name
-    /// (it restarts per its policy).
+    /// SIGKILL the worker process of the live actor with this unique name,
+    /// or of every live actor of a type (it restarts per its policy).
     KillActor {
-        /// The actor's name.
+        /// The actor's name, or `type:TYPE` (its registered type name).
         actor: String,
     },
-    /// Make the live actor with this unique name panic (in its worker,
-    /// as a handler panic does): its death reason names the plan.
+    /// Make the live actor with this unique name, or every live actor of a
+    /// type, panic (in its worker, as a handler panic does): its death
+    /// reason names the plan.
     PanicActor {
-        /// The actor's name.
+        /// The actor's name, or `type:TYPE` (its registered type name).
         actor: String,
     },
     /// Cut the processes of `nodes` (the node processes and the worker

@@ -116,7 +116,7 @@ impl Run {
     ) -> Result<T, ChaosError> {
         let mut steps: Vec<(Duration, Step)> =
             faults.into_iter().map(|f| (f.at, Step::Fault(f))).collect();
-        let mut observations: FuturesUnordered<BoxFuture<'_, TimelineEntry>> =
+        let mut observations: FuturesUnordered<BoxFuture<'_, Vec<TimelineEntry>>> =
             FuturesUnordered::new();
         let mut seen = client.last_event_seq().await?;
         let mut watch = client.events(seen, Duration::from_millis(500)).boxed();
@@ -146,17 +146,20 @@ impl Run {
                     }
                     if let Step::Fault(ResolvedFault { action, at, .. }) = &step {
                         if let Some((nodes, from, for_ms, rule)) = action.link_rule() {
-                            let cut_at = Instant::now();
-                            let sides = self.links(client, nodes, from, for_ms, rule, *at).await;
-                            steps.push((*at + Duration::from_millis(for_ms), Step::Healed { sides, cut_at }));
+                            // Installed concurrently: a node that does not
+                            // answer (stopped) must not hold up the schedule.
+                            let (sides, installing) = self.links(client, nodes, from, for_ms, rule, *at);
+                            observations.push(installing);
+                            steps.push((*at + Duration::from_millis(for_ms), Step::Healed { sides, cut_at: Instant::now() }));
                             continue;
                         }
                     }
                     if let Some(observe) = self.apply(cluster, at, step, &mut steps)? {
-                        observations.push(observe_recovery(client, observe.0, observe.1, Instant::now(), self.deadline).boxed());
+                        let observe = observe_recovery(client, observe.0, observe.1, Instant::now(), self.deadline);
+                        observations.push(observe.map(|entry| vec![entry]).boxed());
                     }
                 }
-                Some(entry) = observations.next(), if !observations.is_empty() => self.timeline.entries.push(entry),
+                Some(entries) = observations.next(), if !observations.is_empty() => self.timeline.entries.extend(entries),
                 out = &mut workload, if output.is_none() => output = Some(out),
                 events = &mut watch => {
                     let events = events?;
@@ -241,124 +244,109 @@ impl Run {
         }
     }
 
-    /// Records actor faults (deaths whose reason names the chaos plan) and
-    /// the restarts that follow them.
-    /// SIGKILLs the worker process of the actor named `name` (found through
-    /// the head; local clusters run every worker on this machine).
-    async fn kill_actor(&mut self, client: &ClusterClient, name: &str, planned: Duration) {
-        let now = Instant::now();
-        let record = match client
-            .call(&ControlRequest::LookupName(name.to_string()))
-            .await
-        {
-            Ok(ControlReply::Actor(Some(record))) if record.dead.is_none() => *record,
-            _ => {
-                self.timeline.entries.push(TimelineEntry::NotRecovered {
-                    what: format!("kill_actor at after={}ms", planned.as_millis()),
-                    node: name.to_string(),
-                    detail: "no live actor has that name".into(),
-                });
-                return;
-            }
+    /// SIGKILLs the worker process of each actor `target` names (found
+    /// through the head; local clusters run every worker on this machine).
+    async fn kill_actor(&mut self, client: &ClusterClient, target: &str, planned: Duration) {
+        let not_done = |node: &str, detail: String| TimelineEntry::NotRecovered {
+            what: format!("kill_actor at after={}ms", planned.as_millis()),
+            node: node.to_string(),
+            detail,
         };
-        match crate::local::worker_pid(record.actor) {
-            Some(pid) => {
-                // SAFETY: plain syscall; the pid is a live nimbus worker.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-                self.dying.insert(record.actor, now);
-                self.timeline.entries.push(TimelineEntry::Injected {
-                    fault: "kill_actor".into(),
-                    target: name.to_string(),
-                    trigger: format!("after={}ms", planned.as_millis()),
-                    at_ms: (now - self.start).as_millis() as u64,
-                });
+        let records = match live_actors(client, target).await {
+            Ok(records) => records,
+            Err(e) => return self.timeline.entries.push(not_done(target, e)),
+        };
+        for record in records {
+            let label = stable_name(&record);
+            let Some(pid) = crate::local::worker_pid(record.actor) else {
+                let detail = "its worker process is not on this machine".to_string();
+                self.timeline.entries.push(not_done(&label, detail));
+                continue;
+            };
+            let now = Instant::now();
+            // SAFETY: plain syscall; the pid is a live nimbus worker.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
             }
-            None => self.timeline.entries.push(TimelineEntry::NotRecovered {
-                what: format!("kill_actor at after={}ms", planned.as_millis()),
-                node: name.to_string(),
-                detail: "its worker process is not on this machine".into(),
-            }),
+            self.dying.insert(record.actor, now);
+            self.timeline.entries.push(TimelineEntry::Injected {
+                fault: "kill_actor".into(),
+                target: label,
+                trigger: format!("after={}ms", planned.as_millis()),
+                at_ms: (now - self.start).as_millis() as u64,
+            });
         }
     }
 
-    /// Makes the actor named `name` panic in its worker process; the death
-    /// reason (`chaos: panic at after=Tms of NAME`) puts the fault in the
-    /// timeline when the head reports the death.
-    async fn panic_actor(&mut self, client: &ClusterClient, name: &str, planned: Duration) {
-        let not_done = |detail: String| TimelineEntry::NotRecovered {
+    /// Makes each actor `target` names panic in its worker process; the
+    /// death reason (`chaos: panic at after=Tms of NAME`) puts the fault in
+    /// the timeline when the head reports the death.
+    async fn panic_actor(&mut self, client: &ClusterClient, target: &str, planned: Duration) {
+        let not_done = |node: &str, detail: String| TimelineEntry::NotRecovered {
             what: format!("panic_actor at after={}ms", planned.as_millis()),
-            node: name.to_string(),
+            node: node.to_string(),
             detail,
         };
-        let record = match client
-            .call(&ControlRequest::LookupName(name.to_string()))
-            .await
-        {
-            Ok(ControlReply::Actor(Some(record))) if record.dead.is_none() => *record,
-            _ => {
-                let entry = not_done("no live actor has that name".into());
-                self.timeline.entries.push(entry);
-                return;
+        let records = match live_actors(client, target).await {
+            Ok(records) => records,
+            Err(e) => return self.timeline.entries.push(not_done(target, e)),
+        };
+        for record in records {
+            let label = stable_name(&record);
+            let reason = format!("chaos: panic at after={}ms of {label}", planned.as_millis());
+            let worker = crate::wire::NodeIdentity {
+                name: crate::actor::worker_name(record.actor),
+                incarnation: record.incarnation,
+            };
+            let call = crate::actor::ActorCall {
+                actor: record.actor,
+                message: crate::actor::faults::PANIC_MESSAGE.to_string(),
+                payload: reason.into_bytes(),
+            };
+            let sent = match (
+                client
+                    .endpoint()
+                    .connect(record.address, Some(&worker))
+                    .await,
+                rmp_serde::to_vec_named(&call),
+            ) {
+                (Ok(connection), Ok(body)) => {
+                    self.dying.insert(record.actor, Instant::now());
+                    // The worker dies instead of answering.
+                    let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
+                    let _ = connection.request(body, options).await;
+                    Ok(())
+                }
+                (Err(e), _) => Err(e.to_string()),
+                (_, Err(e)) => Err(e.to_string()),
+            };
+            if let Err(e) = sent {
+                self.timeline.entries.push(not_done(&label, e));
             }
-        };
-        let reason = format!("chaos: panic at after={}ms of {name}", planned.as_millis());
-        let worker = crate::wire::NodeIdentity {
-            name: crate::actor::worker_name(record.actor),
-            incarnation: record.incarnation,
-        };
-        let call = crate::actor::ActorCall {
-            actor: record.actor,
-            message: crate::actor::faults::PANIC_MESSAGE.to_string(),
-            payload: reason.into_bytes(),
-        };
-        let sent = match (
-            client
-                .endpoint()
-                .connect(record.address, Some(&worker))
-                .await,
-            rmp_serde::to_vec_named(&call),
-        ) {
-            (Ok(connection), Ok(body)) => {
-                self.dying.insert(record.actor, Instant::now());
-                // The worker dies instead of answering.
-                let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
-                let _ = connection.request(body, options).await;
-                Ok(())
-            }
-            (Err(e), _) => Err(e.to_string()),
-            (_, Err(e)) => Err(e.to_string()),
-        };
-        if let Err(e) = sent {
-            self.timeline.entries.push(not_done(e));
         }
     }
 
     /// Applies `rule` to the links between the processes of `nodes` and
     /// those of `from` (every other node if empty) for `for_ms`: each node
     /// process and each worker of a live actor on those nodes gets the
-    /// rule, naming the other side's addresses. Returns the sides' stable
-    /// name (`a,b|c`).
-    async fn links(
+    /// rule, naming the other side's addresses. Records the fault; returns
+    /// the sides' stable name (`a,b|c`) and the installation, which yields
+    /// a `NotRecovered` entry for processes it could not reach.
+    fn links<'a>(
         &mut self,
-        client: &ClusterClient,
+        client: &'a ClusterClient,
         nodes: &[String],
         from: &[String],
         for_ms: u64,
         rule: PacketRule,
         planned: Duration,
-    ) -> String {
-        let sides = format!(
-            "{}|{}",
-            nodes.join(","),
-            if from.is_empty() {
-                "rest".to_string()
-            } else {
-                from.join(",")
-            }
-        );
-        let at_ms = (Instant::now() - self.start).as_millis() as u64;
+    ) -> (String, BoxFuture<'a, Vec<TimelineEntry>>) {
+        let other = if from.is_empty() {
+            "rest".to_string()
+        } else {
+            from.join(",")
+        };
+        let sides = format!("{}|{other}", nodes.join(","));
         let fault = if rule.partition {
             format!("partition({for_ms}ms)")
         } else {
@@ -366,24 +354,28 @@ impl Run {
             kinds.push(format!("{for_ms}ms"));
             format!("degrade_links({})", kinds.join(","))
         };
-        let failures = match link_rules(client, nodes, from, for_ms, rule).await {
-            Ok(failures) => failures,
-            Err(e) => vec![e],
-        };
         self.timeline.entries.push(TimelineEntry::Injected {
             fault,
             target: sides.clone(),
             trigger: format!("after={}ms", planned.as_millis()),
-            at_ms,
+            at_ms: (Instant::now() - self.start).as_millis() as u64,
         });
-        if !failures.is_empty() {
-            self.timeline.entries.push(TimelineEntry::NotRecovered {
+        let (nodes, from, label) = (nodes.to_vec(), from.to_vec(), sides.clone());
+        let installing = async move {
+            let failures = match link_rules(client, &nodes, &from, for_ms, rule).await {
+                Ok(failures) => failures,
+                Err(e) => vec![e],
+            };
+            if failures.is_empty() {
+                return Vec::new();
+            }
+            vec![TimelineEntry::NotRecovered {
                 what: "link rules on every process".into(),
-                node: sides.clone(),
+                node: label,
                 detail: failures.join("; "),
-            });
-        }
-        sides
+            }]
+        };
+        (sides, installing.boxed())
     }
 
     /// The plan's packet rules, as faults injected into the workload's
@@ -482,6 +474,43 @@ impl Run {
             }
         }
     }
+}
+
+/// The live actors a plan's actor target names: `NAME` (the actor with
+/// that unique name) or `type:TYPE` (every actor of that registered type,
+/// in name order).
+async fn live_actors(client: &ClusterClient, target: &str) -> Result<Vec<ActorRecord>, String> {
+    if let Some(type_name) = target.strip_prefix("type:") {
+        let mut records: Vec<ActorRecord> = match client.call(&ControlRequest::ListActors).await {
+            Ok(ControlReply::Actors(actors)) => actors
+                .into_iter()
+                .filter(|r| r.type_name == type_name && !r.restarting)
+                .collect(),
+            Ok(reply) => return Err(format!("unexpected reply to ListActors: {reply:?}")),
+            Err(e) => return Err(e.to_string()),
+        };
+        records.sort_by(|a, b| (&a.name, a.actor).cmp(&(&b.name, b.actor)));
+        if records.is_empty() {
+            return Err(format!("no live actor is of type {type_name}"));
+        }
+        return Ok(records);
+    }
+    match client
+        .call(&ControlRequest::LookupName(target.to_string()))
+        .await
+    {
+        Ok(ControlReply::Actor(Some(record))) if record.dead.is_none() => Ok(vec![*record]),
+        Ok(_) => Err("no live actor has that name".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// An actor's name in the timeline: its unique name, or its type.
+fn stable_name(record: &ActorRecord) -> String {
+    record
+        .name
+        .clone()
+        .unwrap_or_else(|| record.type_name.clone())
 }
 
 /// What a packet rule does, in the timeline's words (`drop=0.05`, ...).

@@ -151,6 +151,8 @@ pub struct NodeProcess {
     incarnation: Incarnation,
     log: PathBuf,
     args: Vec<String>,
+    /// Its worker processes stopped with it, to resume with it.
+    stopped_workers: Vec<libc::pid_t>,
 }
 
 impl NodeProcess {
@@ -291,14 +293,31 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// SIGSTOPs node `index`: it stalls without dying.
+    /// SIGSTOPs node `index` and its worker processes: the whole node
+    /// stalls without dying.
     pub fn suspend(&mut self, index: usize) -> Result<(), LocalClusterError> {
-        signal(self.node_mut(index)?, libc::SIGSTOP)
+        let node = self.node_mut(index)?;
+        signal(node, libc::SIGSTOP)?;
+        let workers = children(node.child.id() as libc::pid_t);
+        for worker in &workers {
+            // SAFETY: kill() has no memory-safety preconditions. A worker that
+            // exited since it was listed is its stopped parent's unreaped
+            // zombie, so its pid cannot have been reused.
+            unsafe { libc::kill(*worker, libc::SIGSTOP) };
+        }
+        node.stopped_workers.extend(workers);
+        Ok(())
     }
 
-    /// SIGCONTs node `index`.
+    /// SIGCONTs node `index` and the worker processes stopped with it.
     pub fn resume(&mut self, index: usize) -> Result<(), LocalClusterError> {
-        signal(self.node_mut(index)?, libc::SIGCONT)
+        let node = self.node_mut(index)?;
+        for worker in node.stopped_workers.drain(..) {
+            // SAFETY: as in `suspend`; the node reaps its workers only once
+            // it runs again, below.
+            unsafe { libc::kill(worker, libc::SIGCONT) };
+        }
+        signal(node, libc::SIGCONT)
     }
 
     /// Stops every running node gracefully (SIGTERM: members leave the
@@ -469,6 +488,7 @@ impl LocalCluster {
                             incarnation,
                             log,
                             args,
+                            stopped_workers: Vec::new(),
                         })
                     }
                     None => {
@@ -583,6 +603,24 @@ impl PidFd {
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(&mut poll, 1, millis) > 0 }
     }
+}
+
+/// The processes whose parent is `parent` (from `/proc/PID/stat`).
+fn children(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: libc::pid_t = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid ...`; comm may hold spaces and parens.
+            let after = &stat[stat.rfind(')')? + 1..];
+            let ppid: libc::pid_t = after.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == parent).then_some(pid)
+        })
+        .collect()
 }
 
 /// The pid of the worker process hosting `actor` on this machine, from

@@ -73,6 +73,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_named_actor_is_killed_at_a_planned_time", |d| {
         boxed(a_named_actor_is_killed_at_a_planned_time(d))
     }),
+    ("actors_of_a_type_are_killed_at_a_planned_time", |d| {
+        boxed(actors_of_a_type_are_killed_at_a_planned_time(d))
+    }),
     ("a_named_actor_panics_at_a_planned_time", |d| {
         boxed(a_named_actor_panics_at_a_planned_time(d))
     }),
@@ -728,6 +731,44 @@ async fn a_named_actor_is_killed_at_a_planned_time(driver: &mut Driver) {
         ),
         "{timeline}"
     );
+}
+
+/// `type:TYPE` targets every live actor of the type, each named in the
+/// timeline by its unique name.
+async fn actors_of_a_type_are_killed_at_a_planned_time(driver: &mut Driver) {
+    use nimbus::chaos::{self, ChaosPlan, FaultAction};
+    let mut sequencers = Vec::new();
+    for (name, node) in [("seq-a", "node-1"), ("seq-b", "node-2")] {
+        let options = on(node).name(name).max_restarts(1);
+        let sequencer = actor::spawn::<Sequencer>((), options).await.unwrap();
+        sequencer.send(Push(0)).await.unwrap();
+        sequencers.push(sequencer);
+    }
+    let plan = ChaosPlan::new(6).at(
+        Duration::from_millis(200),
+        FaultAction::KillActor {
+            actor: "type:tests.Sequencer".into(),
+        },
+    );
+    let workload = async {
+        for sequencer in &sequencers {
+            let mut seen = 0;
+            let death = actor::next_death(sequencer, &mut seen).await.unwrap();
+            assert!(death.restarting, "{death:?}");
+            // The new incarnation starts from nothing and takes 0 again.
+            sequencer.send(Push(0)).await.unwrap();
+        }
+    };
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let ((), timeline) = chaos::run_while(cluster, &plan, workload).await.unwrap();
+    println!("{timeline}");
+    let injected = timeline.injected();
+    for name in ["seq-a", "seq-b"] {
+        assert!(
+            injected.contains(&("after=200ms", "kill_actor", name)),
+            "{timeline}"
+        );
+    }
 }
 
 async fn a_named_actor_panics_at_a_planned_time(driver: &mut Driver) {
