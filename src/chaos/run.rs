@@ -405,6 +405,24 @@ impl Run {
         }
     }
 
+    /// Records a fault reported through the head, once: a fault that
+    /// killed a node is reported by its injector and again in the death
+    /// reason of each actor the node took with it.
+    fn injected(&mut self, fault: String, target: String, trigger: String) {
+        let seen = self.timeline.entries.iter().any(|e| {
+            matches!(e, TimelineEntry::Injected { fault: f, target: t, trigger: g, .. }
+                if *f == fault && *t == target && *g == trigger)
+        });
+        if !seen {
+            self.timeline.entries.push(TimelineEntry::Injected {
+                fault,
+                target,
+                trigger,
+                at_ms: self.start.elapsed().as_millis() as u64,
+            });
+        }
+    }
+
     fn record_events(&mut self, events: &[ClusterEvent]) {
         for event in events {
             match &event.kind {
@@ -425,12 +443,7 @@ impl Run {
                     if fault == "kill_node" {
                         self.node_killed = Some(Instant::now());
                     }
-                    self.timeline.entries.push(TimelineEntry::Injected {
-                        fault: fault.clone(),
-                        target: target.clone(),
-                        trigger: trigger.clone(),
-                        at_ms: self.start.elapsed().as_millis() as u64,
-                    })
+                    self.injected(fault.clone(), target.clone(), trigger.clone());
                 }
                 ClusterEventKind::NodeDead { node, .. } => {
                     if let Some(killed) = self.node_killed.take() {
@@ -448,12 +461,7 @@ impl Run {
                     ..
                 } => {
                     if let Some(fired) = FiredFault::from_death(reason) {
-                        self.timeline.entries.push(TimelineEntry::Injected {
-                            fault: fired.kind,
-                            target: fired.target,
-                            trigger: fired.trigger,
-                            at_ms: self.start.elapsed().as_millis() as u64,
-                        });
+                        self.injected(fired.kind, fired.target, fired.trigger);
                     }
                     if *restarting {
                         self.dying.insert(*actor, Instant::now());

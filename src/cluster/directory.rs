@@ -29,6 +29,9 @@ pub struct Directory {
     /// Where actors lost with their node go to be started elsewhere
     /// (`None`: they die with it).
     rescheduler: Option<Recipient<Reschedule>>,
+    /// Why nodes about to be killed by an injected fault will die, by node
+    /// name: added to their actors' death reasons.
+    doomed: HashMap<String, String>,
 }
 
 impl Directory {
@@ -41,6 +44,7 @@ impl Directory {
             names: HashMap::new(),
             events,
             rescheduler,
+            doomed: HashMap::new(),
         }
     }
 
@@ -135,6 +139,25 @@ pub struct Reschedule {
     pub lost: Incarnation,
     /// Why it was lost.
     pub reason: String,
+}
+
+/// An injected fault is about to kill this node: its actors' death
+/// reasons will name it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct NodeDoomed {
+    /// The node's name.
+    pub node: String,
+    /// The fault, as `chaos: KIND at TRIGGER of TARGET`.
+    pub reason: String,
+}
+
+impl Handler<NodeDoomed> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: NodeDoomed, _: &mut Self::Context) {
+        self.doomed.insert(msg.node, msg.reason);
+    }
 }
 
 /// Every live actor's record.
@@ -268,8 +291,14 @@ impl Handler<ClusterEvent> for Directory {
                 .filter(|r| r.dead.is_none() && r.node.name == node.name)
                 .map(|r| r.actor)
                 .collect();
+            // The fault that killed it, if one did, comes last, where
+            // `FiredFault::from_death` reads it.
+            let fault = self
+                .doomed
+                .remove(&node.name)
+                .map_or(String::new(), |fault| format!("; {fault}"));
             for actor in lost {
-                let reason = format!("node lost: {} ({reason})", node);
+                let reason = format!("node lost: {} ({reason}){fault}", node);
                 if !self.reschedule(actor, &reason) {
                     self.bury(actor, reason);
                 }

@@ -76,6 +76,11 @@ pub enum ControlRequest {
         target: String,
         /// What fired it.
         trigger: String,
+        /// The node the fault is about to kill, if it kills one: the
+        /// directory gives the node's actors a death reason that names the
+        /// fault (`node lost: ...; chaos: KIND at TRIGGER of TARGET`).
+        #[serde(default)]
+        kills_node: Option<String>,
     },
     /// To the head: something recovered from a failure (a training group
     /// restored from its checkpoint); published as `Recovered`. Answered

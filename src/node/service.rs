@@ -179,7 +179,15 @@ impl NodeService {
                 fault,
                 target,
                 trigger,
+                kills_node,
             } => {
+                if let Some(node) = kills_node {
+                    let reason = format!("chaos: {fault} at {trigger} of {target}");
+                    directory
+                        .send(directory::NodeDoomed { node, reason })
+                        .await
+                        .map_err(internal)?;
+                }
                 let kind = ClusterEventKind::FaultInjected {
                     fault,
                     target,

@@ -257,6 +257,16 @@ impl TrainContext {
                     self.faults[i].1 = true;
                     panic!("{}", fault.reason());
                 }
+                TrainingFaultAction::KillNode => {
+                    self.faults[i].1 = true;
+                    let trigger = format!("step {}", fault.at_step);
+                    let why =
+                        match crate::worker::kill_own_node(fault.kind(), fault.target(), trigger) {
+                            Ok(never) => match never {},
+                            Err(why) => why,
+                        };
+                    tracing::error!("{}: not injected: {why}", fault.reason());
+                }
                 TrainingFaultAction::HangInCollective => {
                     self.faults[i].1 = true;
                     Self::announce(&self.progress, &fault);

@@ -34,6 +34,10 @@ pub struct TrainingFault {
 pub enum TrainingFaultAction {
     /// SIGKILL the worker process.
     Kill,
+    /// SIGKILL the node the worker runs on (its workers die with it): a
+    /// node lost at a training step. Not on the head, which the cluster
+    /// cannot lose (the rule is then logged and skipped).
+    KillNode,
     /// Panic in the training loop.
     Panic,
     /// Sleep this long before each collective, for `steps` steps.
@@ -83,6 +87,7 @@ impl TrainingFault {
     pub fn kind(&self) -> String {
         match self.action {
             TrainingFaultAction::Kill => "kill".into(),
+            TrainingFaultAction::KillNode => "kill_node".into(),
             TrainingFaultAction::Panic => "panic".into(),
             TrainingFaultAction::Straggle { delay_ms, steps } => {
                 format!("straggle({delay_ms}ms x {steps} steps)")

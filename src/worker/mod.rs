@@ -8,6 +8,7 @@
 //! for its node manager (`nimbus-worker-died panic: ...`) and exits, and the
 //! node manager reports the death and restarts the actor if allowed.
 
+use std::convert::Infallible;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -119,6 +120,12 @@ async fn host(
         (binary, boot.spec.binary.clone()),
     );
     ProcessContext::install(context);
+    let _ = NODE_OF_WORKER.set(NodeOfWorker {
+        pid: std::os::unix::process::parent_id() as libc::pid_t,
+        name: boot.node.name.clone(),
+        is_head: boot.node_address == boot.head,
+        runtime: tokio::runtime::Handle::current(),
+    });
     if let Some(context) = ProcessContext::current() {
         context.host_locally(actor, hosted.clone());
     }
@@ -135,7 +142,7 @@ async fn host(
             // SAFETY: kill() on our own pid has no memory-safety preconditions.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }),
-        kill_node: kill_node(boot.node_address == boot.head),
+        kill_node: kill_node_of_actor(),
     };
     let host = ActorHost::new(
         registry,
@@ -161,32 +168,76 @@ async fn host(
     Ok(code)
 }
 
-/// How this worker kills its node for a `kill_node` fault: it tells the
-/// head first (the report would otherwise die with it), then SIGKILLs its
-/// parent, the node process, and dies with it (`PR_SET_PDEATHSIG`). A
-/// worker of the head refuses: the cluster cannot lose its head.
-fn kill_node(on_head: bool) -> crate::actor::KillNode {
-    // The node that started this worker; if it is gone, getppid() changes.
-    let node = std::os::unix::process::parent_id() as libc::pid_t;
-    Box::new(move |reason: &str| {
-        if on_head {
+/// The node process this worker runs on, for `kill_node` faults.
+struct NodeOfWorker {
+    /// Its pid (this process's parent when it started).
+    pid: libc::pid_t,
+    /// Its name.
+    name: String,
+    /// Whether it is the head, which the cluster cannot lose.
+    is_head: bool,
+    /// This process's runtime, to report from threads outside it.
+    runtime: tokio::runtime::Handle,
+}
+
+static NODE_OF_WORKER: OnceLock<NodeOfWorker> = OnceLock::new();
+
+/// Kills the node process this worker runs on, for a fault (`kind` hit
+/// `target`, fired by `trigger`): tells the head first (the report would
+/// otherwise die with the node), then SIGKILLs the node, whose death takes
+/// this process with it (`PR_SET_PDEATHSIG`). Blocks; call it from a
+/// thread outside the runtime. `Err` says why it may not: not a worker
+/// process, or its node is the head.
+pub(crate) fn kill_own_node(
+    kind: String,
+    target: String,
+    trigger: String,
+) -> Result<Infallible, String> {
+    let node = NODE_OF_WORKER.get().ok_or("not in a worker process")?;
+    if node.is_head {
+        return Err("this worker's node is the head, which the cluster cannot lose".into());
+    }
+    if let Some(context) = ProcessContext::current() {
+        let report = ControlRequest::ReportFault {
+            fault: kind,
+            target,
+            trigger,
+            kills_node: Some(node.name.clone()),
+        };
+        // The timer is made inside the runtime, which it needs.
+        let reported = node.runtime.block_on(async {
+            tokio::time::timeout(REPORT_WAIT, context.call_head(&report)).await
+        });
+        if !matches!(reported, Ok(Ok(_))) {
+            tracing::warn!("the head did not record the kill_node fault; killing the node anyway");
+        }
+    }
+    // SAFETY: kill() has no memory-safety preconditions; the pid is our
+    // parent's while getppid() still returns it.
+    if unsafe { libc::getppid() } == node.pid && node.pid > 1 {
+        unsafe { libc::kill(node.pid, libc::SIGKILL) };
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
+/// How this worker's actor kills its node for a `kill_node` actor fault;
+/// `None` on the head.
+fn kill_node_of_actor() -> crate::actor::KillNode {
+    Box::new(|reason: &str| {
+        let fired = crate::actor::faults::FiredFault::from_death(reason)?;
+        if NODE_OF_WORKER.get().is_none_or(|node| node.is_head) {
             tracing::error!("{reason}: not injected, this worker's node is the head");
             return None;
         }
-        let fired = crate::actor::faults::FiredFault::from_death(reason);
         let killing = async move {
-            if let (Some(context), Some(fired)) = (ProcessContext::current(), fired) {
-                let report = ControlRequest::ReportFault {
-                    fault: fired.kind,
-                    target: fired.target,
-                    trigger: fired.trigger,
-                };
-                let _ = tokio::time::timeout(REPORT_WAIT, context.call_head(&report)).await;
-            }
-            // SAFETY: kill() has no memory-safety preconditions; the pid is
-            // our parent's while getppid() still returns it.
-            if unsafe { libc::getppid() } == node && node > 1 {
-                unsafe { libc::kill(node, libc::SIGKILL) };
+            let killed = tokio::task::spawn_blocking(move || {
+                kill_own_node(fired.kind, fired.target, fired.trigger)
+            })
+            .await;
+            if let Ok(Err(why)) = killed {
+                tracing::error!("kill_node not injected: {why}");
             }
             futures::future::pending().await
         };

@@ -150,6 +150,52 @@ async fn mnist_plan_recovers_to_the_fault_free_parameters() {
     mnist_plan(&["--epochs", "1"]).await;
 }
 
+/// A node lost at a training step (rank 1's worker kills its node): the
+/// group restarts from its checkpoint on the nodes left and ends on the
+/// fault-free parameters.
+#[tokio::test]
+async fn mnist_survives_losing_a_node_at_a_training_step() {
+    within(Duration::from_secs(400), async {
+        let home = tempfile::tempdir().unwrap();
+        let storage = home.path().join("runs");
+        let mnist = example("train_mnist");
+        let common = [
+            "--epochs",
+            "1",
+            "--checkpoint-every",
+            "10",
+            "--nodes",
+            "3",
+            "--storage",
+            storage.to_str().unwrap(),
+        ];
+        let clean = stdout(&run(&mnist, &common, home.path()).await);
+        let plan = plan("mnist_nodes.toml");
+        let mut args = vec!["chaos", "run", &plan, "--", mnist.to_str().unwrap()];
+        args.extend(common);
+        let out = stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
+        assert_eq!(
+            faults(&out),
+            ["fault 1 kill_node target=rank-1 trigger=step 25"],
+            "{out}"
+        );
+        assert_eq!(summary_value(&out, "restarts"), "1", "{out}");
+        for recovery in ["declared dead", "training restored"] {
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with("recovery ") && l.contains(recovery)),
+                "{recovery:?} in {out}"
+            );
+        }
+        assert_eq!(
+            summary_value(&out, "params_sha256"),
+            summary_value(&clean, "params_sha256"),
+            "the same final parameters as the fault-free run"
+        );
+    })
+    .await;
+}
+
 /// The long variant (`make test-long`): 3 workers, 2 epochs.
 #[tokio::test]
 #[ignore = "long: run with `make test-long`"]

@@ -381,6 +381,7 @@ impl TrainerSupervisor {
                             fault,
                             target,
                             trigger,
+                            kills_node: None,
                         };
                         tokio::spawn(async move {
                             if let Err(e) = context.call_head(&report).await {
