@@ -11,8 +11,9 @@
 //! 3. Ask candidate nodes in order; a node without this binary answers
 //!    `NeedBinary` and gets it (8 MiB chunks, SHA-256 checked), a full one
 //!    answers `NoCapacity` and the next is tried.
-//! 4. When every candidate is full, wait for a cluster event (an actor
-//!    died, a node joined) and try again, until the deadline.
+//! 4. When every candidate is full (or unreachable: a node dead but not
+//!    yet declared so), wait for a cluster event (an actor died, a node
+//!    joined or died) and try again, until the deadline.
 
 use std::time::{Duration, Instant};
 
@@ -285,9 +286,12 @@ async fn place(
         }
         let binary = BinarySource::File(context.binary.0.clone());
         for node in candidates {
-            match start_on(&context.endpoint, node, spec, &binary).await? {
-                Ok(()) => return Ok(()),
-                Err(refusal) => last = refusal,
+            match start_on(&context.endpoint, node, spec, &binary).await {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(refusal)) => last = refusal,
+                // Dead but not yet declared so: the other nodes may do.
+                Err(SpawnError::Cluster(e)) => last = format!("node {}: {e}", node.id),
+                Err(e) => return Err(e),
             }
         }
         let left = end.saturating_duration_since(Instant::now());

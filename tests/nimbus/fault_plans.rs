@@ -145,6 +145,48 @@ async fn bank_survives_node_loss_stalls_partitions_and_lossy_links() {
     .await;
 }
 
+/// `stall.toml` on 4 nodes: a stall, a node killed and restarted at planned
+/// times, every account killed at its 30th transfer.
+#[tokio::test]
+async fn stall_plan_keeps_the_books() {
+    within(Duration::from_secs(120), async {
+        let home = tempfile::tempdir().unwrap();
+        let bank = example("custom_actor");
+        let plan = plan("stall.toml");
+        let args = [
+            "chaos",
+            "run",
+            &plan,
+            "--nodes",
+            "4",
+            "--",
+            bank.to_str().unwrap(),
+        ];
+        let out = stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
+        assert_eq!(summary_value(&out, "total_balance_ok"), "true", "{out}");
+        let faults = faults(&out).join("\n");
+        for expected in [
+            "stop_node(1000ms) target=node-1 trigger=after=300ms",
+            "kill_node target=node-3 trigger=after=1500ms",
+            "restart_node target=node-3 trigger=after=6000ms",
+        ] {
+            assert!(faults.contains(expected), "{expected:?} in {out}");
+        }
+        for recovery in [
+            "resumed (SIGCONT)",
+            "declared dead",
+            "rejoined as a new incarnation",
+        ] {
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with("recovery ") && l.contains(recovery)),
+                "{recovery:?} in {out}"
+            );
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn mnist_plan_recovers_to_the_fault_free_parameters() {
     mnist_plan(&["--epochs", "1"]).await;
