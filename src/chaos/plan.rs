@@ -106,29 +106,12 @@ pub enum FaultAction {
         from: Vec<String>,
         /// How long it lasts.
         for_ms: u64,
-        /// What happens to the datagrams between them.
-        #[serde(default)]
-        faults: LinkFaults,
+        /// What happens to the datagrams between them: `drop`,
+        /// `duplicate`, `reorder`, `delay` (fractions), `delay_ms`,
+        /// `bandwidth_bytes_per_s`. The fault sets the rule's peers and
+        /// window itself.
+        faults: PacketRule,
     },
-}
-
-/// Packet faults on the links between two sets of nodes (fractions of the
-/// datagrams sent, decided from the plan's seed).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct LinkFaults {
-    /// Fraction dropped.
-    pub drop: f64,
-    /// Fraction sent twice.
-    pub duplicate: f64,
-    /// Fraction held back and sent after the next one.
-    pub reorder: f64,
-    /// Fraction delayed by `delay_ms`.
-    pub delay: f64,
-    /// The delay.
-    pub delay_ms: u64,
-    /// A bandwidth cap, in bytes per second.
-    pub bandwidth_bytes_per_s: Option<u64>,
 }
 
 impl FaultAction {
@@ -155,20 +138,7 @@ impl FaultAction {
                 from,
                 for_ms,
                 faults,
-            } => Some((
-                nodes,
-                from,
-                *for_ms,
-                PacketRule {
-                    drop: faults.drop,
-                    duplicate: faults.duplicate,
-                    reorder: faults.reorder,
-                    delay: faults.delay,
-                    delay_ms: faults.delay_ms,
-                    bandwidth_bytes_per_s: faults.bandwidth_bytes_per_s,
-                    ..PacketRule::default()
-                },
-            )),
+            } => Some((nodes, from, *for_ms, faults.clone())),
             _ => None,
         }
     }
@@ -327,6 +297,15 @@ impl ChaosPlan {
                         if let Some(both) = side.iter().find(|n| from.contains(n)) {
                             return Err(format!("node {both:?} is on both sides of a partition"));
                         }
+                        if let FaultAction::DegradeLinks { faults, .. } = &fault.action {
+                            if !faults.peers.is_empty()
+                                || faults.partition
+                                || faults.from_ms != 0
+                                || faults.until_ms.is_some()
+                            {
+                                return Err("degrade_links sets its faults' peers and window itself (use `nodes`, `from`, `for_ms`; `partition` for a cut)".into());
+                            }
+                        }
                         return Ok(ResolvedFault {
                             at: Duration::from_millis(fault.at_ms),
                             action: fault.action.clone(),
@@ -440,6 +419,20 @@ mod tests {
             )
         };
         assert!(partition(&["node-1"], &["head"]).resolve(&names()).is_ok());
+        let windowed = ChaosPlan::new(1).at(
+            Duration::ZERO,
+            FaultAction::DegradeLinks {
+                nodes: vec!["node-1".into()],
+                from: Vec::new(),
+                for_ms: 10,
+                faults: PacketRule {
+                    until_ms: Some(5),
+                    ..PacketRule::default()
+                },
+            },
+        );
+        let error = windowed.resolve(&names()).unwrap_err();
+        assert!(error.contains("window itself"), "{error}");
         let text = "seed = 1\n[[faults]]\nat_ms = 5\naction = { partition = { nodes = [\"node-2\"], for_ms = 10 } }\n[[faults]]\nat_ms = 9\naction = { degrade_links = { nodes = [\"node-1\"], for_ms = 10, faults = { drop = 0.2 } } }\n";
         let plan = ChaosPlan::from_toml(text).unwrap();
         assert_eq!(ChaosPlan::from_toml(&plan.to_toml()).unwrap(), plan);

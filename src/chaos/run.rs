@@ -247,20 +247,12 @@ impl Run {
     /// SIGKILLs the worker process of each actor `target` names (found
     /// through the head; local clusters run every worker on this machine).
     async fn kill_actor(&mut self, client: &ClusterClient, target: &str, planned: Duration) {
-        let not_done = |node: &str, detail: String| TimelineEntry::NotRecovered {
-            what: format!("kill_actor at after={}ms", planned.as_millis()),
-            node: node.to_string(),
-            detail,
-        };
-        let records = match live_actors(client, target).await {
-            Ok(records) => records,
-            Err(e) => return self.timeline.entries.push(not_done(target, e)),
-        };
-        for record in records {
+        let what = format!("kill_actor at after={}ms", planned.as_millis());
+        for record in self.targets(client, target, &what).await {
             let label = stable_name(&record);
             let Some(pid) = crate::local::worker_pid(record.actor) else {
                 let detail = "its worker process is not on this machine".to_string();
-                self.timeline.entries.push(not_done(&label, detail));
+                self.timeline.entries.push(not_done(&what, &label, detail));
                 continue;
             };
             let now = Instant::now();
@@ -282,16 +274,8 @@ impl Run {
     /// death reason (`chaos: panic at after=Tms of NAME`) puts the fault in
     /// the timeline when the head reports the death.
     async fn panic_actor(&mut self, client: &ClusterClient, target: &str, planned: Duration) {
-        let not_done = |node: &str, detail: String| TimelineEntry::NotRecovered {
-            what: format!("panic_actor at after={}ms", planned.as_millis()),
-            node: node.to_string(),
-            detail,
-        };
-        let records = match live_actors(client, target).await {
-            Ok(records) => records,
-            Err(e) => return self.timeline.entries.push(not_done(target, e)),
-        };
-        for record in records {
+        let what = format!("panic_actor at after={}ms", planned.as_millis());
+        for record in self.targets(client, target, &what).await {
             let label = stable_name(&record);
             let reason = format!("chaos: panic at after={}ms of {label}", planned.as_millis());
             let worker = crate::wire::NodeIdentity {
@@ -321,7 +305,24 @@ impl Run {
                 (_, Err(e)) => Err(e.to_string()),
             };
             if let Err(e) = sent {
-                self.timeline.entries.push(not_done(&label, e));
+                self.timeline.entries.push(not_done(&what, &label, e));
+            }
+        }
+    }
+
+    /// The live actors `target` names ([`live_actors`]); none, recorded as
+    /// `what` not done, if it names none.
+    async fn targets(
+        &mut self,
+        client: &ClusterClient,
+        target: &str,
+        what: &str,
+    ) -> Vec<ActorRecord> {
+        match live_actors(client, target).await {
+            Ok(records) => records,
+            Err(e) => {
+                self.timeline.entries.push(not_done(what, target, e));
+                Vec::new()
             }
         }
     }
@@ -510,6 +511,15 @@ async fn live_actors(client: &ClusterClient, target: &str) -> Result<Vec<ActorRe
         Ok(ControlReply::Actor(Some(record))) if record.dead.is_none() => Ok(vec![*record]),
         Ok(_) => Err("no live actor has that name".into()),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A planned fault that could not be injected.
+fn not_done(what: &str, target: &str, detail: String) -> TimelineEntry {
+    TimelineEntry::NotRecovered {
+        what: what.to_string(),
+        node: target.to_string(),
+        detail,
     }
 }
 

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use nimbus::chaos::{self, ChaosPlan, FaultAction, LinkFaults, TimelineEntry};
+use nimbus::chaos::{self, ChaosPlan, FaultAction, TimelineEntry};
 use nimbus::local::LocalCluster;
+use nimbus::transport::PacketRule;
 
 use crate::support::{cluster, within, HEARTBEAT_TIMEOUT};
 
@@ -83,9 +84,9 @@ async fn partitions_between_named_nodes_cut_only_those_nodes() {
             nodes: vec!["node-3".into()],
             from: vec!["head".into()],
             for_ms,
-            faults: LinkFaults {
+            faults: PacketRule {
                 bandwidth_bytes_per_s: Some(1),
-                ..LinkFaults::default()
+                ..PacketRule::default()
             },
         };
         let plan = ChaosPlan::new(4)

@@ -117,18 +117,15 @@ async fn bank_survives_node_loss_stalls_partitions_and_lossy_links() {
                 stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
             assert_eq!(summary_value(&out, "total_balance_ok"), "true", "{out}");
             assert_eq!(summary_value(&out, "nodes"), "2", "one node lost: {out}");
-            for recovery in [
-                "links healed",
-                "resumed (SIGCONT)",
-                "declared dead",
-                "actor restarted on",
-            ] {
-                assert!(
-                    out.lines()
-                        .any(|l| l.starts_with("recovery ") && l.contains(recovery)),
-                    "{recovery:?} in {out}"
-                );
-            }
+            assert_recovered(
+                &out,
+                &[
+                    "links healed",
+                    "resumed (SIGCONT)",
+                    "declared dead",
+                    "actor restarted on",
+                ],
+            );
             runs.push(faults(&out));
         }
         assert_eq!(runs[0], runs[1], "the same faults at the same triggers");
@@ -172,17 +169,14 @@ async fn stall_plan_keeps_the_books() {
         ] {
             assert!(faults.contains(expected), "{expected:?} in {out}");
         }
-        for recovery in [
-            "resumed (SIGCONT)",
-            "declared dead",
-            "rejoined as a new incarnation",
-        ] {
-            assert!(
-                out.lines()
-                    .any(|l| l.starts_with("recovery ") && l.contains(recovery)),
-                "{recovery:?} in {out}"
-            );
-        }
+        assert_recovered(
+            &out,
+            &[
+                "resumed (SIGCONT)",
+                "declared dead",
+                "rejoined as a new incarnation",
+            ],
+        );
     })
     .await;
 }
@@ -199,41 +193,17 @@ async fn mnist_plan_recovers_to_the_fault_free_parameters() {
 async fn mnist_survives_losing_a_node_at_a_training_step() {
     within(Duration::from_secs(400), async {
         let home = tempfile::tempdir().unwrap();
-        let storage = home.path().join("runs");
-        let mnist = example("train_mnist");
-        let common = [
-            "--epochs",
-            "1",
-            "--checkpoint-every",
-            "10",
-            "--nodes",
-            "3",
-            "--storage",
-            storage.to_str().unwrap(),
-        ];
-        let clean = stdout(&run(&mnist, &common, home.path()).await);
+        let args = ["--epochs", "1", "--checkpoint-every", "10", "--nodes", "3"];
         let plan = plan("mnist_nodes.toml");
-        let mut args = vec!["chaos", "run", &plan, "--", mnist.to_str().unwrap()];
-        args.extend(common);
-        let out = stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
+        let (clean, out) = mnist_without_and_with(&plan, &[], &args, home.path()).await;
         assert_eq!(
             faults(&out),
             ["fault 1 kill_node target=rank-1 trigger=step 25"],
             "{out}"
         );
         assert_eq!(summary_value(&out, "restarts"), "1", "{out}");
-        for recovery in ["declared dead", "training restored"] {
-            assert!(
-                out.lines()
-                    .any(|l| l.starts_with("recovery ") && l.contains(recovery)),
-                "{recovery:?} in {out}"
-            );
-        }
-        assert_eq!(
-            summary_value(&out, "params_sha256"),
-            summary_value(&clean, "params_sha256"),
-            "the same final parameters as the fault-free run"
-        );
+        assert_recovered(&out, &["declared dead", "training restored"]);
+        assert_same_parameters(&clean, &out);
     })
     .await;
 }
@@ -250,29 +220,12 @@ async fn mnist_plan_with_three_workers_over_two_epochs() {
 async fn mnist_plan(extra: &[&str]) {
     within(Duration::from_secs(400), async {
         let home = tempfile::tempdir().unwrap();
-        let storage = home.path().join("runs");
-        let mnist = example("train_mnist");
-        let mut common = vec![
-            "--checkpoint-every",
-            "10",
-            "--storage",
-            storage.to_str().unwrap(),
-        ];
-        common.extend_from_slice(extra);
-        let clean = stdout(&run(&mnist, &common, home.path()).await);
-        assert_eq!(summary_value(&clean, "restarts"), "0", "{clean}");
+        let mut args = vec!["--checkpoint-every", "10"];
+        args.extend_from_slice(extra);
         let plan = plan("mnist.toml");
-        let mut args = vec![
-            "chaos",
-            "run",
-            &plan,
-            "--seed",
-            "7",
-            "--",
-            mnist.to_str().unwrap(),
-        ];
-        args.extend(common.iter().copied());
-        let out = stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
+        let (clean, out) =
+            mnist_without_and_with(&plan, &["--seed", "7"], &args, home.path()).await;
+        assert_eq!(summary_value(&clean, "restarts"), "0", "{clean}");
         assert_eq!(
             faults(&out),
             [
@@ -292,11 +245,7 @@ async fn mnist_plan(extra: &[&str]) {
             restored, 3,
             "each restart's recovery is in the timeline: {out}"
         );
-        assert_eq!(
-            summary_value(&out, "params_sha256"),
-            summary_value(&clean, "params_sha256"),
-            "the same final parameters as the fault-free run"
-        );
+        assert_same_parameters(&clean, &out);
     })
     .await;
 }
@@ -305,19 +254,6 @@ async fn mnist_plan(extra: &[&str]) {
 async fn mnist_over_the_network_collective_survives_packet_faults_on_every_socket() {
     within(Duration::from_secs(240), async {
         let home = tempfile::tempdir().unwrap();
-        let storage = home.path().join("runs");
-        let mnist = example("train_mnist");
-        let common = [
-            "--epochs",
-            "1",
-            "--train-samples",
-            "2000",
-            "--collective",
-            "network",
-            "--storage",
-            storage.to_str().unwrap(),
-        ];
-        let clean = stdout(&run(&mnist, &common, home.path()).await);
         // Loss, duplication and reordering on every node's and every
         // worker's socket: the ring's chunks travel over QUIC, which must
         // carry them through.
@@ -327,26 +263,65 @@ async fn mnist_over_the_network_collective_survives_packet_faults_on_every_socke
             "seed = 9\n[node_packet_faults]\nworkers = true\n[[node_packet_faults.rules]]\ndrop = 0.03\nduplicate = 0.02\nreorder = 0.02\n",
         )
         .unwrap();
-        let mut args = vec![
-            "chaos",
-            "run",
-            plan.to_str().unwrap(),
-            "--",
-            mnist.to_str().unwrap(),
+        let args = [
+            "--epochs",
+            "1",
+            "--train-samples",
+            "2000",
+            "--collective",
+            "network",
         ];
-        args.extend(common);
-        let out = stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
+        let (clean, out) =
+            mnist_without_and_with(plan.to_str().unwrap(), &[], &args, home.path()).await;
         assert_eq!(
             faults(&out),
             ["fault 1 packets(drop=0.03,duplicate=0.02,reorder=0.02) target=nodes+workers trigger=window=0ms..end"],
             "{out}"
         );
         assert_eq!(summary_value(&out, "restarts"), "0", "{out}");
-        assert_eq!(
-            summary_value(&out, "params_sha256"),
-            summary_value(&clean, "params_sha256"),
-            "the same parameters as without packet faults"
-        );
+        assert_same_parameters(&clean, &out);
     })
     .await;
+}
+
+/// Runs the MNIST example with `args` (and storage under `home`) without
+/// faults, then under `plan` (`nimbus chaos run PLAN CHAOS_ARGS --`):
+/// both outputs.
+async fn mnist_without_and_with(
+    plan: &str,
+    chaos_args: &[&str],
+    args: &[&str],
+    home: &Path,
+) -> (String, String) {
+    let storage = home.join("runs");
+    let mnist = example("train_mnist");
+    let mut common = args.to_vec();
+    common.extend(["--storage", storage.to_str().unwrap()]);
+    let clean = stdout(&run(&mnist, &common, home).await);
+    let mut chaos = vec!["chaos", "run", plan];
+    chaos.extend_from_slice(chaos_args);
+    chaos.extend(["--", mnist.to_str().unwrap()]);
+    chaos.extend(common);
+    let out = stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &chaos, home).await);
+    (clean, out)
+}
+
+/// The run under faults ended on the fault-free run's parameters.
+fn assert_same_parameters(clean: &str, out: &str) {
+    assert_eq!(
+        summary_value(out, "params_sha256"),
+        summary_value(clean, "params_sha256"),
+        "the same final parameters as the fault-free run"
+    );
+}
+
+/// Each of `recoveries` is in a `recovery` line of the timeline.
+fn assert_recovered(out: &str, recoveries: &[&str]) {
+    for recovery in recoveries {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("recovery ") && l.contains(recovery)),
+            "{recovery:?} in {out}"
+        );
+    }
 }
