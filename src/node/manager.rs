@@ -123,9 +123,18 @@ impl NodeManager {
             return;
         }
         self.in_flight = true;
+        let beat = self.beat();
+        ctx.spawn(beat.into_actor(self).map(|beat, manager, _| {
+            manager.in_flight = false;
+            manager.record(beat);
+        }));
+    }
+
+    /// One heartbeat to the head, with the resources in use now.
+    fn beat(&self) -> BoxFuture<'static, Beat> {
         let node = self.config.identity.clone();
         let used = self.resources.used().clone();
-        let beat: BoxFuture<'static, Beat> = match &self.config.head {
+        match &self.config.head {
             HeadLink::Local { membership, .. } => {
                 let sent = membership.send(membership::Heartbeat { node, used });
                 async move {
@@ -160,11 +169,7 @@ impl NodeManager {
                 }
                 .boxed()
             }
-        };
-        ctx.spawn(beat.into_actor(self).map(|beat, manager, _| {
-            manager.in_flight = false;
-            manager.record(beat);
-        }));
+        }
     }
 
     fn record(&mut self, beat: Beat) {
@@ -498,11 +503,18 @@ impl Handler<StartActor> for NodeManager {
             };
             let record = manager.record_of(&entry, worker.address);
             let reported = manager.report_up(record.clone(), entry.spec.clone());
+            // The head's view of this node's use, which spawns place by,
+            // includes the new actor before the spawner hears of it (else
+            // spawns in quick succession all see the node as it was).
+            let used = manager.beat();
             manager.workers.insert(entry.spec.actor, entry);
             Box::pin(
-                reported
-                    .into_actor(manager)
-                    .map(move |_, _, _| Ok(ControlReply::ActorStarted(record))),
+                async move {
+                    reported.await;
+                    used.await;
+                }
+                .into_actor(manager)
+                .map(move |_, _, _| Ok(ControlReply::ActorStarted(record))),
             )
         }))
     }

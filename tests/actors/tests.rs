@@ -64,6 +64,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_second_driver_joins_by_address", |d| {
         boxed(a_second_driver_joins_by_address(d))
     }),
+    ("spread_spawns_in_quick_succession_alternate", |d| {
+        boxed(spread_spawns_in_quick_succession_alternate(d))
+    }),
     ("actors_of_a_lost_node_restart_on_another_node", |d| {
         boxed(actors_of_a_lost_node_restart_on_another_node(d))
     }),
@@ -369,6 +372,38 @@ async fn an_unknown_message_type_is_a_clear_error() {
         other => panic!("expected a decode error, got {other}"),
     }
     assert_eq!(counter.send(Add(1)).await.unwrap(), 10);
+}
+
+/// Spawns in quick succession see each other: a node reports its new use
+/// to the head before the spawner hears the actor started, so `Spread`
+/// alternates between two equal nodes instead of piling onto the one the
+/// head last saw empty.
+async fn spread_spawns_in_quick_succession_alternate(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let mut lanes = Vec::new();
+    for _ in 0..2 {
+        let args = ["--num-cpus", "2", "--resources", r#"{"lane": 8}"#];
+        let index = cluster.add_node(&args).unwrap();
+        lanes.push(cluster.node(index).unwrap().name().to_string());
+    }
+    let mut placed = std::collections::BTreeMap::<String, usize>::new();
+    let mut counters = Vec::new();
+    for _ in 0..4 {
+        let options = SpawnOptions::default()
+            .num_cpus(0.5)
+            .resource("lane", 1.0)
+            .strategy(Strategy::Spread);
+        let counter = actor::spawn::<Counter>(0, options).await.unwrap();
+        *placed
+            .entry(counter.record().await.unwrap().node.name)
+            .or_default() += 1;
+        counters.push(counter);
+    }
+    assert_eq!(placed.len(), 2, "both lanes used: {placed:?}");
+    assert!(placed.values().all(|n| *n == 2), "{placed:?}");
+    for counter in counters {
+        counter.kill().await.unwrap();
+    }
 }
 
 /// An actor with restarts left, not pinned to its node, is started again
