@@ -269,7 +269,14 @@ impl<A: RemoteActor> ActorHandle<A> {
         let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
         let mut seen = context.last_event().await?;
         let record = match locate_any(context, self.id).await {
-            Ok(record) if record.dead.is_none() => record,
+            Ok(record) if record.dead.is_none() && !record.restarting => record,
+            // Restarting (on its node, or on another after its node was
+            // lost): the new incarnation is the one to kill.
+            Ok(record) if record.dead.is_none() => match locate(context, self.id).await {
+                Ok(record) => record,
+                Err(CallError::ActorDead { .. } | CallError::NodeLost { .. }) => return Ok(()),
+                Err(e) => return Err(e),
+            },
             Ok(_) | Err(CallError::ActorDead { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };

@@ -70,6 +70,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("actors_of_a_lost_node_restart_on_another_node", |d| {
         boxed(actors_of_a_lost_node_restart_on_another_node(d))
     }),
+    (
+        "killing_an_actor_being_restarted_elsewhere_keeps_it_dead",
+        |d| boxed(killing_an_actor_being_restarted_elsewhere_keeps_it_dead(d)),
+    ),
     ("actors_of_a_lost_node_are_reported_dead", |d| {
         boxed(actors_of_a_lost_node_are_reported_dead(d))
     }),
@@ -454,6 +458,44 @@ async fn actors_of_a_lost_node_restart_on_another_node(driver: &mut Driver) {
     assert!(!death.restarting, "out of restarts: {death:?}");
     let err = counter.send(Add(1)).await.unwrap_err();
     assert!(matches!(err, CallError::NodeLost { .. }), "{err}");
+}
+
+/// Killing an actor while the head restarts it on another node kills the
+/// new incarnation: it stays dead.
+async fn killing_an_actor_being_restarted_elsewhere_keeps_it_dead(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    for _ in 0..2 {
+        let index = cluster
+            .add_node(&["--resources", r#"{"refuge": 1}"#])
+            .unwrap();
+        assert!(cluster.node(index).is_ok());
+    }
+    let options = SpawnOptions::default()
+        .num_cpus(0.1)
+        .resource("refuge", 1.0)
+        .max_restarts(1);
+    let counter = actor::spawn::<Counter>(0, options).await.unwrap();
+    let first = counter.record().await.unwrap();
+    let cluster = driver.local_cluster().unwrap();
+    let index = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.name() == first.node.name)
+        .unwrap();
+    cluster.kill(index).unwrap();
+    let mut seen = 0;
+    let death = actor::next_death(&counter, &mut seen).await.unwrap();
+    assert!(death.restarting, "{death:?}");
+    counter.kill().await.unwrap();
+    // Dead for good: no incarnation comes back to answer.
+    match counter.record().await {
+        Err(CallError::ActorDead { reason, .. }) => {
+            assert!(reason.starts_with("killed on request"), "{reason:?}")
+        }
+        other => panic!("expected the actor dead, got {other:?}"),
+    }
+    let err = counter.send(Add(1)).await.unwrap_err();
+    assert!(matches!(err, CallError::ActorDead { .. }), "{err}");
 }
 
 /// An actor pinned to its node (`Strategy::Node`) dies with it, restarts
