@@ -30,8 +30,8 @@ pub struct ActorDied {
     /// Why: `exited with code N`, `panic: MESSAGE`, `killed by signal N`,
     /// `node lost: ...`.
     pub reason: String,
-    /// Whether its node is starting a new incarnation; `false` means dead
-    /// for good (no restarts left, or its node is lost).
+    /// Whether a new incarnation is coming (from its node, or from the head
+    /// on another node when its node was lost); `false`: dead for good.
     pub restarting: bool,
 }
 
@@ -47,9 +47,10 @@ pub fn monitor<A: RemoteActor>(
     tokio::spawn(async move {
         let mut after = 0;
         loop {
-            match next_deaths(context, actor, &mut after).await {
-                Ok(deaths) => {
-                    for death in deaths {
+            match next_deaths(context, actor, after).await {
+                Ok((deaths, last_seen)) => {
+                    after = last_seen;
+                    for (_, death) in deaths {
                         let last = !death.restarting;
                         watcher.do_send(death);
                         if last {
@@ -67,32 +68,36 @@ pub fn monitor<A: RemoteActor>(
     Ok(())
 }
 
-/// Waits for the next death of `handle`'s actor.
+/// Waits for the next death of `handle`'s actor after event `after`, and
+/// moves `after` to it: call it again for the death after that.
 pub async fn next_death<A: RemoteActor>(
     handle: &ActorHandle<A>,
     after: &mut u64,
 ) -> Result<ActorDied, CallError> {
     let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
     loop {
-        if let Some(death) = next_deaths(context, handle.id(), after)
-            .await?
-            .into_iter()
-            .next()
-        {
-            return Ok(death);
+        let (deaths, last_seen) = next_deaths(context, handle.id(), *after).await?;
+        // Deaths after the one returned stay for the next call.
+        match deaths.into_iter().next() {
+            Some((seq, death)) => {
+                *after = seq;
+                return Ok(death);
+            }
+            None => *after = last_seen,
         }
     }
 }
 
-/// Deaths of `actor` among the events after `after` (long-polled).
+/// Deaths of `actor` among the events after `after` (long-polled), with
+/// their sequence numbers, and the last sequence number seen.
 async fn next_deaths(
     context: &ProcessContext,
     actor: ActorId,
-    after: &mut u64,
-) -> Result<Vec<ActorDied>, CallError> {
-    let events = context.events(*after, Duration::from_secs(30)).await?;
-    *after = events.last().map_or(*after, |e| e.seq);
-    Ok(events
+    after: u64,
+) -> Result<(Vec<(u64, ActorDied)>, u64), CallError> {
+    let events = context.events(after, Duration::from_secs(30)).await?;
+    let last_seen = events.last().map_or(after, |e| e.seq);
+    let deaths = events
         .into_iter()
         .filter_map(|event| match event.kind {
             ClusterEventKind::ActorDied {
@@ -100,13 +105,17 @@ async fn next_deaths(
                 incarnation,
                 reason,
                 restarting,
-            } if died == actor => Some(ActorDied {
-                actor,
-                incarnation,
-                reason,
-                restarting,
-            }),
+            } if died == actor => Some((
+                event.seq,
+                ActorDied {
+                    actor,
+                    incarnation,
+                    reason,
+                    restarting,
+                },
+            )),
             _ => None,
         })
-        .collect())
+        .collect();
+    Ok((deaths, last_seen))
 }

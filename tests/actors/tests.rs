@@ -70,6 +70,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("actors_of_a_lost_node_restart_on_another_node", |d| {
         boxed(actors_of_a_lost_node_restart_on_another_node(d))
     }),
+    ("a_lost_actor_no_node_can_take_dies_saying_why", |d| {
+        boxed(a_lost_actor_no_node_can_take_dies_saying_why(d))
+    }),
     (
         "killing_an_actor_being_restarted_elsewhere_keeps_it_dead",
         |d| boxed(killing_an_actor_being_restarted_elsewhere_keeps_it_dead(d)),
@@ -458,6 +461,31 @@ async fn actors_of_a_lost_node_restart_on_another_node(driver: &mut Driver) {
     assert!(!death.restarting, "out of restarts: {death:?}");
     let err = counter.send(Add(1)).await.unwrap_err();
     assert!(matches!(err, CallError::NodeLost { .. }), "{err}");
+}
+
+/// An actor lost with its node that no other node can take (it needs a
+/// resource only that node had) is declared dead, saying why.
+async fn a_lost_actor_no_node_can_take_dies_saying_why(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let index = cluster
+        .add_node(&["--resources", r#"{"unique": 1}"#])
+        .unwrap();
+    let options = SpawnOptions::default()
+        .num_cpus(0.1)
+        .resource("unique", 1.0)
+        .max_restarts(3);
+    let counter = actor::spawn::<Counter>(0, options).await.unwrap();
+    let mut seen = 0;
+    driver.local_cluster().unwrap().kill(index).unwrap();
+    let first = actor::next_death(&counter, &mut seen).await.unwrap();
+    assert!(first.restarting, "{first:?}");
+    let last = actor::next_death(&counter, &mut seen).await.unwrap();
+    assert!(!last.restarting, "{last:?}");
+    assert!(
+        last.reason.contains("no other node could restart it") && last.reason.contains("unique"),
+        "{}",
+        last.reason
+    );
 }
 
 /// Killing an actor while the head restarts it on another node kills the
