@@ -265,8 +265,6 @@ impl LocalCluster {
         let mut args = vec![
             "--address".to_string(),
             self.address.to_string(),
-            "--token".into(),
-            self.token.to_string(),
             "--node-name".into(),
             name.clone(),
         ];
@@ -331,16 +329,22 @@ impl LocalCluster {
             if let Ok(Some(_)) = node.child.try_wait() {
                 continue;
             }
-            signal(node, libc::SIGTERM)?;
-            match self.wait_exit(index, timeout)? {
-                Some(status) => clean &= status.success(),
-                None => {
-                    self.kill(index)?;
-                    clean = false;
-                }
-            }
+            clean &= self.stop(index, timeout)?;
         }
         Ok(clean)
+    }
+
+    /// Stops node `index` gracefully (SIGTERM), killing it if it is not gone
+    /// within `timeout`. Returns whether it exited cleanly.
+    pub fn stop(&mut self, index: usize, timeout: Duration) -> Result<bool, LocalClusterError> {
+        signal(self.node_mut(index)?, libc::SIGTERM)?;
+        match self.wait_exit(index, timeout)? {
+            Some(status) => Ok(status.success()),
+            None => {
+                self.kill(index)?;
+                Ok(false)
+            }
+        }
     }
 
     /// Waits up to `timeout` for node `index` to exit by itself.
@@ -419,11 +423,16 @@ impl LocalCluster {
             .env("NIMBUS_HOME", self.home.path())
             .envs(self.settings.env.iter().map(|(key, value)| (key, value)))
             .envs(env.iter().map(|(key, value)| (key, value)))
+            .env_remove("NIMBUS_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file);
         if head {
             command.args(["--node-name", name]);
+        } else {
+            // The environment, not the arguments: every local user can read
+            // a process's arguments, only its owner its environment.
+            command.env("NIMBUS_TOKEN", self.token.to_string());
         }
         // SAFETY: prctl is async-signal-safe, as pre_exec requires.
         unsafe {

@@ -46,8 +46,10 @@ pub struct NodeConfig {
     pub state_dir: PathBuf,
     /// Bytes its object store may hold; 30% of the node's memory when `None`.
     pub object_store_memory: Option<u64>,
-    /// Where its object store spills; `state_dir/spill/NODE-PID` when
-    /// `None`. Removed when the node stops.
+    /// A directory inside which its object store spills, into a
+    /// `nimbus-NODE-PID` directory of its own that it removes when it stops
+    /// (the given directory is never removed); `state_dir/spill/NODE-PID`
+    /// when `None`.
     pub object_spill_dir: Option<PathBuf>,
 }
 

@@ -141,12 +141,13 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     let store_memory = config
         .object_store_memory
         .unwrap_or((resources.amount(MEMORY) * 0.3) as u64);
-    let spill_dir = config.object_spill_dir.clone().unwrap_or_else(|| {
-        config
-            .state_dir
-            .join("spill")
-            .join(format!("{}-{}", identity.name, std::process::id()))
-    });
+    // The node's own directory inside the one it is given: it removes that
+    // directory when it stops, and never the user's.
+    let own = format!("{}-{}", file_name_part(&identity.name), std::process::id());
+    let spill_dir = match &config.object_spill_dir {
+        Some(dir) => dir.join(format!("nimbus-{own}")),
+        None => config.state_dir.join("spill").join(&own),
+    };
     let me = ObjectLocation {
         node: identity.clone(),
         address,
@@ -157,7 +158,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     crate::object_store::remove_stale(&config.state_dir.join("spill"), "");
     let shared_dir = Some(shm)
         .filter(|shm| shm.is_dir())
-        .map(|shm| shm.join(format!("nimbus-{}-{}", identity.name, std::process::id())));
+        .map(|shm| shm.join(format!("nimbus-{own}")));
     let objects = NodeObjectStore::start(store_memory, spill_dir, shared_dir, endpoint.clone(), me);
     // Worker processes' references die with them.
     objects.watch_worker_deaths(match &head_actors {
@@ -244,4 +245,21 @@ fn detect_ip() -> IpAddr {
         Ok(socket.local_addr()?.ip())
     };
     probe().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// `name` with every character but ASCII letters, digits, `.`, `:`, `_` and
+/// `-` replaced by `_`, so it names one file inside a directory.
+fn file_name_part(name: &str) -> String {
+    let part: String = name
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | ':' | '_' | '-' => c,
+            _ => '_',
+        })
+        .collect();
+    if part.chars().all(|c| c == '.') {
+        part.replace('.', "_")
+    } else {
+        part
+    }
 }

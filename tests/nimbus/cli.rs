@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use tempfile::TempDir;
 
 /// Runs `nimbus stop` when dropped, so a failing test leaves no node behind.
-struct StopOnDrop<'a>(&'a Path);
+pub struct StopOnDrop<'a>(pub &'a Path);
 
 impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
@@ -15,7 +15,7 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-fn nimbus(home: &Path, args: &[&str]) -> Output {
+pub fn nimbus(home: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nimbus"))
         .args(args)
         .env("NIMBUS_HOME", home)
@@ -24,7 +24,7 @@ fn nimbus(home: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn text(output: &Output) -> String {
+pub fn text(output: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -33,7 +33,7 @@ fn text(output: &Output) -> String {
 }
 
 /// Runs `nimbus args`, which must succeed; returns what it printed.
-fn succeeds(home: &Path, args: &[&str]) -> String {
+pub fn succeeds(home: &Path, args: &[&str]) -> String {
     let output = nimbus(home, args);
     assert!(
         output.status.success(),
@@ -54,7 +54,7 @@ fn fails_with(home: &Path, args: &[&str], needle: &str) {
     );
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -10,4 +10,5 @@ mod fault_plans;
 mod faults;
 mod membership;
 mod requests;
+mod security;
 mod support;

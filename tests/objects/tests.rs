@@ -247,10 +247,23 @@ async fn a_256_mib_object_crosses_nodes_byte_exact() {
 async fn objects_spill_to_disk_and_come_back(driver: &mut Driver) {
     let client = client(driver).await;
     let cluster = driver.local_cluster().expect("a local cluster");
+    // Spilling into a directory of the user's: the node keeps to a
+    // directory of its own inside it.
+    let user = tempfile::TempDir::new().unwrap();
+    std::fs::write(user.path().join("notes.txt"), b"mine").unwrap();
+    let spill_dir = user.path().to_str().unwrap();
     let small = cluster
-        .add_node(&["--object-store-memory", "3000000"])
+        .add_node(&[
+            "--object-store-memory",
+            "3000000",
+            "--object-spill-dir",
+            spill_dir,
+        ])
         .unwrap();
     let node = cluster.node(small).unwrap().name().to_string();
+    let own = user
+        .path()
+        .join(format!("nimbus-{node}-{}", cluster.node(small).unwrap().pid()));
     let keeper = actor::spawn::<Keeper>((), on(&node)).await.unwrap();
     let size = 1 << 20;
     let refs = keeper
@@ -267,6 +280,8 @@ async fn objects_spill_to_disk_and_come_back(driver: &mut Driver) {
     assert!(spilled >= 3, "6 MiB in a 3 MB store: {found:?}");
     assert!(found.used <= found.capacity, "{found:?}");
     assert_eq!(found.spilled, (spilled * size) as u64, "{found:?}");
+    let spill_files = std::fs::read_dir(&own).map_or(0, |files| files.count());
+    assert_eq!(spill_files, spilled, "files in {}", own.display());
     let expected: Vec<u64> = (0..6).map(|seed| digest(&pattern(seed, size))).collect();
     // Read back on their node (restored from disk) and pulled to the head.
     assert_eq!(
@@ -297,6 +312,10 @@ async fn objects_spill_to_disk_and_come_back(driver: &mut Driver) {
     .await
     .unwrap();
     keeper.kill().await.unwrap();
+    let cluster = driver.local_cluster().expect("a local cluster");
+    assert!(cluster.stop(small, SETTLE).unwrap(), "{}", cluster.log(small));
+    assert!(!own.exists(), "{} is left behind", own.display());
+    assert_eq!(std::fs::read(user.path().join("notes.txt")).unwrap(), b"mine");
 }
 
 async fn task_chains_and_map_reduce_pass_references() {

@@ -16,8 +16,11 @@ pub struct HeadArgs {
     #[arg(long)]
     address: Option<String>,
     /// The cluster's token (default: $NIMBUS_TOKEN, then this machine's token file).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "token_file")]
     token: Option<String>,
+    /// A file holding the cluster's token.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<std::path::PathBuf>,
     /// Seconds to wait for each node.
     #[arg(long, default_value_t = 5)]
     timeout_s: u64,
@@ -34,7 +37,7 @@ impl HeadArgs {
                     .address
             }
         };
-        let token = token_from(self.token.as_deref())?;
+        let token = token_from(self.token.as_deref(), self.token_file.as_deref())?;
         let config = TransportConfig {
             connect_timeout: Duration::from_secs(self.timeout_s),
             ..TransportConfig::default()

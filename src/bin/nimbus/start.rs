@@ -27,14 +27,20 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Args)]
 pub struct StartArgs {
     /// Start the head node, which runs the control plane and creates the cluster's token.
-    #[arg(long, conflicts_with_all = ["address", "token"])]
+    #[arg(long, conflicts_with_all = ["address", "token", "token_file"])]
     head: bool,
     /// Join the head at HOST:PORT.
     #[arg(long, required_unless_present = "head")]
     address: Option<String>,
-    /// The token `nimbus start --head` printed (default: $NIMBUS_TOKEN, then the token file of a head started on this machine).
-    #[arg(long)]
+    /// The token `nimbus start --head` printed. Visible to other users in the
+    /// process list while this command runs: prefer --token-file or
+    /// $NIMBUS_TOKEN (default: $NIMBUS_TOKEN, then the token file of a head
+    /// started on this machine).
+    #[arg(long, conflicts_with = "token_file")]
     token: Option<String>,
+    /// A file holding the token (keep it mode 0600).
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<std::path::PathBuf>,
     /// UDP port to listen on (head: 6379; other nodes: any free port).
     #[arg(long)]
     port: Option<u16>,
@@ -56,8 +62,9 @@ pub struct StartArgs {
     /// Bytes the node's object store may hold (default: 30% of its memory).
     #[arg(long)]
     object_store_memory: Option<u64>,
-    /// Where the object store spills objects that do not fit in memory
-    /// (default: a directory under the state directory, removed at stop).
+    /// Where the object store spills objects that do not fit in memory: the
+    /// node spills into a `nimbus-NODE-PID` directory of its own inside it and
+    /// removes only that one at stop (default: under the state directory).
     #[arg(long)]
     object_spill_dir: Option<std::path::PathBuf>,
     /// Custom resources as a JSON object, e.g. '{"accelerator_type:H200": 1}'.
@@ -79,7 +86,7 @@ pub fn run(args: StartArgs) -> Result<()> {
     if args.block {
         run_foreground(args)
     } else {
-        start_background()
+        start_background(&args)
     }
 }
 
@@ -88,8 +95,11 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     let token = if args.head {
         JoinToken::generate()
     } else {
-        token_from(args.token.as_deref())?
+        token_from(args.token.as_deref(), args.token_file.as_deref())?
     };
+    // The worker processes this node starts run user code: they must not
+    // inherit the cluster's secret (they get what they need over stdin).
+    std::env::remove_var(TOKEN_ENV);
     let role = match &args.address {
         None => NodeRole::Head {
             heartbeat_timeout: Duration::from_millis(
@@ -150,12 +160,21 @@ fn run_foreground(args: StartArgs) -> Result<()> {
 
 /// Starts this same command with `--block` as a detached process, relays
 /// its startup lines, and returns once it is up (or fails with its error).
-fn start_background() -> Result<()> {
+///
+/// A token given with `--token` reaches the node through its environment,
+/// never its arguments: the node runs for days and every local user can read
+/// a process's arguments (`ps -eo args`).
+fn start_background(args: &StartArgs) -> Result<()> {
     let (log_path, log) = state::new_log_file()?;
     let exe = std::env::current_exe().context("cannot find the nimbus executable")?;
-    let mut child = Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .arg("--block")
+    let mut command = Command::new(exe);
+    command
+        .args(without_token(std::env::args_os().skip(1)))
+        .arg("--block");
+    if let Some(token) = &args.token {
+        command.env(TOKEN_ENV, token);
+    }
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)
@@ -212,15 +231,39 @@ fn start_background() -> Result<()> {
     Ok(())
 }
 
-/// The token from `--token`, `$NIMBUS_TOKEN`, or this machine's token file.
-pub fn token_from(arg: Option<&str>) -> Result<JoinToken> {
-    let text = match arg {
-        Some(token) => token.to_string(),
-        None => match std::env::var("NIMBUS_TOKEN") {
+/// The environment variable that carries the token.
+const TOKEN_ENV: &str = "NIMBUS_TOKEN";
+
+/// `args` without `--token VALUE` and `--token=VALUE`.
+fn without_token(
+    args: impl Iterator<Item = std::ffi::OsString>,
+) -> impl Iterator<Item = std::ffi::OsString> {
+    let mut skip_value = false;
+    args.filter(move |arg| {
+        if std::mem::take(&mut skip_value) {
+            return false;
+        }
+        let text = arg.to_string_lossy();
+        if text == "--token" {
+            skip_value = true;
+            return false;
+        }
+        !text.starts_with("--token=")
+    })
+}
+
+/// The token from `--token`, `--token-file`, `$NIMBUS_TOKEN`, or this
+/// machine's token file.
+pub fn token_from(arg: Option<&str>, file: Option<&std::path::Path>) -> Result<JoinToken> {
+    let text = match (arg, file) {
+        (Some(token), _) => token.to_string(),
+        (None, Some(file)) => std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read the token file {} (--token-file)", file.display()))?,
+        (None, None) => match std::env::var(TOKEN_ENV) {
             Ok(token) => token,
             Err(_) => std::fs::read_to_string(state::token_file()).with_context(|| {
                 format!(
-                    "no --token given, NIMBUS_TOKEN is not set, and {} cannot be read",
+                    "no --token or --token-file given, {TOKEN_ENV} is not set, and {} cannot be read",
                     state::token_file().display()
                 )
             })?,
