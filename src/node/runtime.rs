@@ -171,6 +171,10 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         objects.clone(),
         endpoint.clone(),
     )));
+    // Handlers first: a SIGTERM sent as soon as the node reports ready must
+    // stop it cleanly, not kill it with the default action.
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
     info!(node = %identity, %address, %resources, "node up");
     on_ready(&NodeReady {
         identity: identity.clone(),
@@ -178,8 +182,6 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         resources,
     });
 
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
     let outcome = tokio::select! {
         _ = terminate.recv() => Ok(()),
         _ = interrupt.recv() => Ok(()),

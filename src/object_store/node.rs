@@ -61,6 +61,13 @@ impl NodeObjectStore {
                 false
             }
         });
+        // Created now, so it is plainly this node's (and removed at stop).
+        if let Err(e) = std::fs::create_dir_all(&spill_dir) {
+            tracing::warn!(
+                "cannot create the spill directory {}: {e}",
+                spill_dir.display()
+            );
+        }
         let budget = Budget::new(capacity, spill_dir, shared_dir);
         let shards = (0..SHARDS)
             .map(|_| {

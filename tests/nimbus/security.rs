@@ -32,7 +32,10 @@ fn the_join_token_is_in_no_process_arguments() {
     let _stop = StopOnDrop(home);
     let port = free_port().to_string();
     let ip = ["--node-ip-address", "127.0.0.1"];
-    let out = succeeds(home, &[&["start", "--head", "--port", &port][..], &ip].concat());
+    let out = succeeds(
+        home,
+        &[&["start", "--head", "--port", &port][..], &ip].concat(),
+    );
     let address = format!("127.0.0.1:{port}");
     let token = out
         .lines()
@@ -43,7 +46,10 @@ fn the_join_token_is_in_no_process_arguments() {
     // it leaves running does not.
     let typed = ["start", "--address", &address, "--token", &token];
     let out = succeeds(home, &[&typed[..], &ip].concat());
-    assert!(!out.contains(&token), "a joining node prints the token: {out}");
+    assert!(
+        !out.contains(&token),
+        "a joining node prints the token: {out}"
+    );
     // From a private file.
     let file = home.join("join-token");
     std::fs::write(&file, &token).unwrap();
@@ -52,8 +58,8 @@ fn the_join_token_is_in_no_process_arguments() {
     let from_file = ["start", "--address", &address, "--token-file", file];
     succeeds(home, &[&from_file[..], &ip].concat());
     let status = nimbus(home, &["status", "--json", "--token-file", file]);
-    let json: serde_json::Value = serde_json::from_slice(&status.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", text(&status)));
+    let json: serde_json::Value =
+        serde_json::from_slice(&status.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&status)));
     assert_eq!(json["nodes"].as_array().unwrap().len(), 3, "{json}");
     assert_eq!(processes_showing(&token), Vec::<String>::new());
 
@@ -86,7 +92,17 @@ fn a_node_removes_only_its_own_directory_inside_the_spill_directory() {
         .unwrap();
     let pid = cluster.node(node).unwrap().pid();
     let own = spill.join(format!("nimbus-node-{node}-{pid}"));
-    assert!(cluster.stop(node, Duration::from_secs(10)).unwrap(), "{}", cluster.log(node));
+    assert!(
+        own.is_dir(),
+        "the node spills into {}: {:?}",
+        own.display(),
+        std::fs::read_dir(&spill).unwrap().collect::<Vec<_>>()
+    );
+    assert!(
+        cluster.stop(node, Duration::from_secs(10)).unwrap(),
+        "{}",
+        cluster.log(node)
+    );
     assert_eq!(
         std::fs::read(spill.join("dataset.bin")).unwrap(),
         b"the user's data"
