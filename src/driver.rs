@@ -11,12 +11,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::actor::{ProcessContext, Registry};
+use crate::runtime::{ProcessContext, ProcessRole, Registry};
 use crate::client::{self, ClientError};
 use crate::cluster::BinaryId;
 use crate::local::{LocalCluster, LocalClusterError};
-use crate::node::workers::WORKER_ARG;
-use crate::node::{default_state_dir, sha256_file};
+use crate::cluster::sha256_file;
+use crate::node::default_state_dir;
 use crate::transport::{
     CredentialError, Credentials, Endpoint, EndpointError, JoinToken, TransportConfig,
 };
@@ -121,7 +121,7 @@ pub fn init(registry: Registry) -> Result<Driver, InitError> {
 /// Starts this program as a worker (never returns) or as a driver.
 pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, InitError> {
     let registry = crate::task::with_task_worker(registry);
-    if std::env::args().nth(1).as_deref() == Some(WORKER_ARG) {
+    if ProcessRole::current() == ProcessRole::Worker {
         crate::worker::run(registry);
     }
     let path = std::env::current_exe().map_err(|e| InitError::Binary(e.to_string()))?;
@@ -187,9 +187,8 @@ impl Driver {
             job,
             self.binary.clone(),
         );
-        if !ProcessContext::install(context) {
-            return Err(InitError::AlreadyConnected);
-        }
+        let context = ProcessContext::install(context).ok_or(InitError::AlreadyConnected)?;
+        crate::object_store::start(context);
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use futures::future::join_all;
 use nimbus::actor::{self, ActorHandle, SpawnOptions};
 use nimbus::cluster::ResourceSet;
 use nimbus::object_store::{self, ObjectRef};
-use nimbus::placement::{PlacementGroup, PlacementStrategy};
+use nimbus::placement::{InBundle, PlacementGroup, PlacementStrategy};
 use nimbus::train::Params;
 
 use crate::learner_group::{JoinGroup, LearnerArgs, LearnerWorker, Update};

@@ -30,9 +30,9 @@ use crate::cluster::{ActorId, ActorRecord, ControlReply, ControlRequest, NodeSta
 use crate::transport::{Channel, PendingReply, RequestError, RequestOptions};
 use crate::wire::{self, NodeIdentity, RemoteErrorKind};
 
-use super::context::ProcessContext;
+use crate::runtime::ProcessContext;
 use super::messages::ActorCall;
-use super::registry::{RemoteActor, RemoteMessage, Wire};
+use crate::runtime::{RemoteActor, RemoteMessage, Wire};
 use super::CallError;
 
 /// How long a call waits for its reply by default.

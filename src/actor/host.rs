@@ -12,7 +12,7 @@ use crate::wire::{self, PeerIdentity, RemoteError, RemoteErrorKind};
 
 use super::faults::{ActorFault, ActorFaultAction, FaultTriggers};
 use super::messages::ActorCall;
-use super::registry::{DispatchError, HostedActor, Registry};
+use crate::runtime::{DispatchError, HostedActor, Registry};
 
 /// Serves calls to the one actor a worker process hosts.
 pub struct ActorHost {

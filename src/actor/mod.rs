@@ -26,24 +26,24 @@
 //! }
 //! ```
 
-mod context;
 mod error;
 pub mod faults;
 mod handle;
 mod host;
 mod messages;
 mod monitor;
-mod registry;
-pub(crate) mod spawn;
+mod spawn;
 
-pub use context::ProcessContext;
+pub use crate::runtime::{
+    DispatchError, HostedActor, ProcessContext, Registry, RemoteActor, RemoteMessage, Wire,
+};
 pub use error::{CallError, SpawnError};
 pub use handle::{ActorHandle, DEFAULT_CALL_DEADLINE, DEFAULT_MAX_IN_FLIGHT, KILL_WAIT};
 pub use host::{ActorHost, HostedFaults, KillNode};
 pub use messages::ActorCall;
 pub use monitor::{monitor, next_death, ActorDied};
-pub use registry::{DispatchError, HostedActor, Registry, RemoteActor, RemoteMessage, Wire};
-pub use spawn::{spawn, SpawnOptions, Strategy};
+pub use crate::launch::Strategy;
+pub use spawn::{spawn, SpawnOptions};
 
 pub(crate) use handle::worker_name;
 

@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{ActorId, ClusterEventKind};
 use crate::wire::Incarnation;
 
-use super::context::ProcessContext;
+use crate::runtime::ProcessContext;
 use super::handle::ActorHandle;
-use super::registry::RemoteActor;
+use crate::runtime::RemoteActor;
 use super::CallError;
 
 /// An actor incarnation died.

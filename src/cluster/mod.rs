@@ -5,14 +5,17 @@
 //! Architecture invariant: nothing here touches sockets; requests reach
 //! these actors through the node service, which decodes them.
 
+mod digest;
 pub mod directory;
 pub mod events;
+pub mod faults;
 pub mod gpus;
 pub mod membership;
 mod messages;
 mod objects;
 mod resources;
 
+pub use digest::sha256_file;
 pub use directory::Directory;
 pub use events::ClusterEvents;
 pub use membership::Membership;

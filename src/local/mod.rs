@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{ClientError, ClusterClient};
 use crate::cluster::ActorId;
-use crate::node::workers::WORKER_ARG;
+use crate::runtime::boot::WORKER_ARG;
 use crate::transport::JoinToken;
 use crate::wire::Incarnation;
 

@@ -103,7 +103,7 @@ impl BinaryCache {
         // Closed before it is published: a binary still open for writing
         // cannot be executed (ETXTBSY).
         drop(file);
-        let actual = sha256_file(&path)?;
+        let actual = crate::cluster::sha256_file(&path)?;
         if actual != hash {
             let _ = fs::remove_file(&path);
             return Err(format!("uploaded binary hashes to {actual}, not {hash}"));
@@ -126,26 +126,6 @@ impl BinaryCache {
     }
 }
 
-/// Hex SHA-256 of a file.
-pub fn sha256_file(path: &std::path::Path) -> Result<String, String> {
-    let mut file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).map_err(|e| e.to_string())?;
-        if n == 0 {
-            break;
-        }
-        context.update(&buf[..n]);
-    }
-    Ok(context
-        .finish()
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
-}
-
 /// A hash is 64 lowercase hex digits (it becomes a file name).
 fn valid_hash(hash: &str) -> Result<&str, String> {
     let ok = hash.len() == 64
@@ -165,7 +145,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("program");
         fs::write(&source, b"#!/bin/sh\necho hi\n").unwrap();
-        let hash = sha256_file(&source).unwrap();
+        let hash = crate::cluster::sha256_file(&source).unwrap();
         let mut cache = BinaryCache::new(dir.path().join("cache"));
         assert!(cache.get(&hash).is_none());
         cache.receive(&hash, 0, 18, b"#!/bin/sh\n").unwrap();

@@ -13,7 +13,7 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::actor::faults::ActorFault;
+use crate::cluster::faults::ActorFault;
 use crate::client::{self, ClientError};
 use crate::cluster::directory::{self, Directory};
 use crate::cluster::membership::{self, Membership, MembershipError};
@@ -25,7 +25,8 @@ use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
 use super::binaries::BinaryCache;
 use super::resources::{Grant, ResourcePool};
-use super::workers::{self, LaunchedWorker, WorkerBoot};
+use super::workers::{self, LaunchedWorker};
+use crate::runtime::boot::WorkerBoot;
 use super::NodeError;
 
 /// How the node manager reaches the head's actors.

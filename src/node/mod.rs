@@ -26,9 +26,8 @@ mod rescheduler;
 mod resources;
 mod runtime;
 mod service;
-pub mod workers;
+mod workers;
 
-pub use binaries::sha256_file;
 pub use config::{default_state_dir, NodeConfig, NodeRole};
 pub use error::NodeError;
 pub use manager::{

@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::actor::spawn::{self, BinarySource};
-use crate::actor::{SpawnError, Strategy};
+use crate::launch::{self, BinarySource, LaunchError, Strategy};
 use crate::cluster::directory::{ActorDown, Directory, Reschedule};
 use crate::cluster::events::EventsSince;
 use crate::cluster::membership::{self, Membership};
@@ -100,7 +99,7 @@ async fn place(
             .send(membership::Status)
             .await
             .map_err(|e| e.to_string())?;
-        let candidates = spawn::candidates(&status.nodes, &spec, &Strategy::Any);
+        let candidates = launch::candidates(&status.nodes, &spec, &Strategy::Any);
         if candidates.is_empty() {
             return Err(format!("no alive node offers {}", spec.resources));
         }
@@ -115,11 +114,11 @@ async fn place(
         sources.sort_by_key(|n| !n.head);
         let binary = BinarySource::Nodes(sources);
         for node in candidates {
-            match spawn::start_on(&endpoint, node, &spec, &binary).await {
+            match launch::start_on(&endpoint, node, &spec, &binary).await {
                 Ok(Ok(())) => return Ok(node.id.clone()),
                 Ok(Err(refusal)) => last = refusal,
                 // No node has the program: waiting will not help.
-                Err(e @ SpawnError::Binary(_)) => return Err(e.to_string()),
+                Err(e @ LaunchError::Binary(_)) => return Err(e.to_string()),
                 Err(e) => last = format!("node {}: {e}", node.id),
             }
         }

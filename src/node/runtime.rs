@@ -10,7 +10,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::actor::faults::ActorFault;
+use crate::cluster::faults::ActorFault;
 use crate::client::{self, ClientError};
 use crate::cluster::membership::{self, Membership};
 use crate::cluster::{

@@ -1,16 +1,7 @@
 //! Worker processes: the node manager runs each actor in a process of its
 //! own, started from the driver's binary in worker mode, and learns of its
-//! death by reaping it.
-//!
-//! The protocol with a worker process is three lines and a pipe:
-//! 1. the node writes a [`WorkerBoot`] (MessagePack) to the worker's stdin
-//!    and closes it (the token never appears in the command line or the
-//!    environment);
-//! 2. the worker prints `nimbus-worker-ready ADDRESS INCARNATION` once it
-//!    serves its actor;
-//! 3. before dying of a panic it prints `nimbus-worker-died REASON`.
-//!    The node reaps the process and reports the death with that reason, or
-//!    with its exit code or signal.
+//! death by reaping it. The protocol with the worker process is in
+//! [`crate::runtime::boot`].
 
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::process::ExitStatusExt;
@@ -18,40 +9,15 @@ use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use crate::actor::faults::ActorFault;
-use crate::cluster::ActorSpec;
-use crate::wire::{Incarnation, NodeIdentity};
+use crate::cluster::faults::ACTOR_FAULTS_ENV;
+use crate::runtime::boot::{parse_ready, WorkerBoot, DIED, READY, WORKER_ARG};
+use crate::wire::Incarnation;
 
-/// Argument that puts a program in worker mode (and lets `pgrep -f
-/// nimbus-worker` find worker processes).
-pub const WORKER_ARG: &str = "nimbus-worker";
 /// How long a worker may take to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-const READY: &str = "nimbus-worker-ready ";
-const DIED: &str = "nimbus-worker-died ";
-
-/// What a worker process reads from stdin when it starts.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct WorkerBoot {
-    /// The actor to host.
-    pub spec: ActorSpec,
-    /// The cluster token.
-    pub token: String,
-    /// The head's address (for lookups and spawns from inside the actor).
-    pub head: SocketAddr,
-    /// The node that started it.
-    pub node: NodeIdentity,
-    /// That node's address (its object store is the worker's home).
-    pub node_address: SocketAddr,
-    /// The IP to advertise.
-    pub advertise_ip: IpAddr,
-    /// Fault rules to apply to this incarnation (fault-injection tests).
-    pub faults: Vec<ActorFault>,
-}
 
 /// A worker that serves its actor.
 pub struct LaunchedWorker {
@@ -83,7 +49,7 @@ pub async fn launch(
             "--actor",
             &boot.spec.actor.to_string(),
         ])
-        .env_remove(crate::actor::faults::ACTOR_FAULTS_ENV)
+        .env_remove(ACTOR_FAULTS_ENV)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log_file);
@@ -165,24 +131,6 @@ pub async fn launch(
         incarnation,
         pid,
     })
-}
-
-/// The line a worker prints once it serves.
-pub fn ready_line(address: SocketAddr, incarnation: Incarnation) -> String {
-    format!("{READY}{address} {incarnation}")
-}
-
-/// The line a worker prints before it dies of `reason`.
-pub fn died_line(reason: &str) -> String {
-    format!("{DIED}{}", reason.replace('\n', " "))
-}
-
-fn parse_ready(ready: &str) -> Option<(SocketAddr, Incarnation)> {
-    let (address, incarnation) = ready.split_once(' ')?;
-    Some((
-        address.parse().ok()?,
-        Incarnation(incarnation.trim().parse().ok()?),
-    ))
 }
 
 /// "exited with code N" or "killed by signal N".

@@ -39,7 +39,7 @@ use futures::StreamExt;
 use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize, Serializer};
 use tokio::time::Instant;
 
-use crate::actor::ProcessContext;
+use crate::runtime::ProcessContext;
 use crate::client::{self, ClientError};
 use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectLocation, RefHolder,
@@ -47,6 +47,7 @@ use crate::cluster::{
 use crate::transport::{Connection, RequestError, RequestOptions};
 
 pub use node::{remove_stale, HeadEvents, NodeObjectStore, MAX_OBJECT_WAIT};
+pub(crate) use refs::start;
 pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
 
 /// Bytes per transfer request.

@@ -30,7 +30,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::sync::{mpsc, Notify};
 
-use crate::actor::ProcessContext;
+use crate::runtime::ProcessContext;
 use crate::client;
 use crate::cluster::{
     ContainedRef, ControlRequest, ObjectId, ObjectLocation, RefChange, RefHolder, RefUpdate,
@@ -128,11 +128,7 @@ static PROCESS: OnceLock<Process> = OnceLock::new();
 /// Starts reference tracking for this process (once; inside its runtime).
 /// Before it, references are not tracked and never freed.
 pub(crate) fn start(context: &'static ProcessContext) {
-    let role = if std::env::args().nth(1).as_deref() == Some(crate::node::workers::WORKER_ARG) {
-        "worker"
-    } else {
-        "driver"
-    };
+    let role = crate::runtime::ProcessRole::current().label();
     // A worker's references die with it: its actor and incarnation are
     // its identity's name and incarnation (`worker-<actor id>`).
     let identity = &context.endpoint.identity().identity;

@@ -11,8 +11,8 @@
 //!    event and plan again, until the deadline. A group is therefore either
 //!    wholly reserved or not at all.
 //!
-//! Actors go into a bundle with [`SpawnOptions::in_bundle`](crate::actor::SpawnOptions::in_bundle);
-//! they draw from the bundle's resources, not the node's.
+//! Actors go into a bundle with [`InBundle::in_bundle`] on their
+//! [`SpawnOptions`]; they draw from the bundle's resources, not the node's.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), nimbus::placement::PlacementError> {
@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::actor::ProcessContext;
+use crate::actor::SpawnOptions;
 use crate::client::{self, ClientError};
+use crate::runtime::ProcessContext;
 use crate::cluster::{
     BundleId, ControlReply, ControlRequest, NodeState, NodeStatus, PlacementGroupId, ResourceSet,
 };
@@ -71,6 +72,26 @@ pub enum PlacementError {
     /// The cluster could not be reached.
     #[error("cannot reach the cluster: {0}")]
     Cluster(#[from] ClientError),
+}
+
+/// Spawn options placed in a bundle of a placement group.
+///
+/// ```no_run
+/// # async fn demo(group: nimbus::placement::PlacementGroup) -> Result<(), nimbus::placement::PlacementError> {
+/// use nimbus::placement::InBundle;
+/// let options = nimbus::actor::SpawnOptions::default().num_cpus(0.5).in_bundle(&group, 0)?;
+/// # Ok(()) }
+/// ```
+pub trait InBundle: Sized {
+    /// Places it in bundle `index` of `group`: on that bundle's node,
+    /// drawing from the bundle's resources.
+    fn in_bundle(self, group: &PlacementGroup, index: usize) -> Result<Self, PlacementError>;
+}
+
+impl InBundle for SpawnOptions {
+    fn in_bundle(self, group: &PlacementGroup, index: usize) -> Result<Self, PlacementError> {
+        Ok(self.bundle(group.bundle(index)?, group.node(index)?))
+    }
 }
 
 /// A reserved placement group: each bundle's resources and node.

@@ -40,6 +40,7 @@
 mod pool;
 mod worker;
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +52,7 @@ use crate::actor::{
 };
 use crate::cluster::{ControlRequest, ObjectId, ObjectLocation, CPU, GPU};
 use crate::object_store::{self, refs, ObjectRef, ObjectStoreError};
-use crate::placement::{PlacementError, PlacementGroup};
+use crate::placement::{InBundle, PlacementError, PlacementGroup};
 use crate::transport::RequestOptions;
 
 pub use pool::IDLE_LEASE;
@@ -120,7 +121,21 @@ impl Registry {
             let bytes = bytes.map_err(|e| format!("cannot encode the result: {e}"))?;
             Ok((bytes, captured))
         });
-        self.insert_task(function.name, entry)
+        self.extend(|table: &mut TaskTable| {
+            table.0.insert(function.name, entry);
+        })
+    }
+}
+
+/// The task functions a program registered, by name (its table in the
+/// [`Registry`]).
+#[derive(Clone, Default)]
+pub(crate) struct TaskTable(HashMap<&'static str, TaskRun>);
+
+impl TaskTable {
+    /// The task function registered as `name` in `registry`.
+    pub(crate) fn lookup(registry: &Registry, name: &str) -> Option<TaskRun> {
+        registry.table::<TaskTable>()?.0.get(name).cloned()
     }
 }
 
@@ -222,7 +237,7 @@ impl TaskOptions {
         group: &PlacementGroup,
         index: usize,
     ) -> Result<Self, PlacementError> {
-        self.spawn = self.spawn.in_bundle(group, index)?;
+        self.spawn = InBundle::in_bundle(self.spawn, group, index)?;
         Ok(self)
     }
 
@@ -262,7 +277,7 @@ pub async fn submit<A, R>(
     options: TaskOptions,
 ) -> Result<ObjectRef<R>, TaskError> {
     let context = ProcessContext::current().ok_or(TaskError::NotInitialized)?;
-    if context.registry.task_fn(function.name).is_none() {
+    if TaskTable::lookup(&context.registry, function.name).is_none() {
         return Err(TaskError::NotRegistered(function.name));
     }
     let holder = refs::holder().ok_or(TaskError::NotInitialized)?;

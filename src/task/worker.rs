@@ -79,9 +79,7 @@ impl Handler<RunTask> for TaskWorker {
 
 async fn execute(run: RunTask) -> Result<TaskOutput, String> {
     let context = ProcessContext::current().ok_or("the worker is not initialised")?;
-    let function = context
-        .registry
-        .task_fn(&run.task)
+    let function = super::TaskTable::lookup(&context.registry, &run.task)
         .ok_or_else(|| format!("this binary registers no task function {}", run.task))?;
     let (argument, from_objects) = resolve(&run.input)
         .await
@@ -89,7 +87,7 @@ async fn execute(run: RunTask) -> Result<TaskOutput, String> {
     let output = tokio::task::spawn_blocking(move || function(&argument, from_objects))
         .await
         .map_err(|e| match e.try_into_panic() {
-            Ok(panic) => format!("it panicked: {}", crate::worker::panic_text(&*panic)),
+            Ok(panic) => format!("it panicked: {}", crate::runtime::panic_text(&*panic)),
             Err(e) => format!("it was cancelled: {e}"),
         })??;
     // `captured` keeps this process's stakes in the references inside the

@@ -261,7 +261,7 @@ impl TrainContext {
                     self.faults[i].1 = true;
                     let trigger = format!("step {}", fault.at_step);
                     let why =
-                        match crate::worker::kill_own_node(fault.kind(), fault.target(), trigger) {
+                        match crate::runtime::kill_own_node(fault.kind(), fault.target(), trigger) {
                             Ok(never) => match never {},
                             Err(why) => why,
                         };
@@ -442,9 +442,9 @@ fn is_storage_fault(fault: &TrainingFault) -> bool {
 /// mode) it returns the reason as an error instead.
 fn die(fault: &TrainingFault) -> TrainError {
     let reason = fault.reason();
-    if std::env::args().nth(1).as_deref() == Some(crate::node::workers::WORKER_ARG) {
+    if crate::runtime::ProcessRole::current() == crate::runtime::ProcessRole::Worker {
         use std::io::Write;
-        println!("{}", crate::node::workers::died_line(&reason));
+        println!("{}", crate::runtime::boot::died_line(&reason));
         let _ = std::io::stdout().flush();
         // SAFETY: plain syscall on this process.
         unsafe {

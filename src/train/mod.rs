@@ -98,7 +98,7 @@ pub use worker::{
 };
 
 #[cfg(feature = "torch")]
-pub(crate) use trainer::LoopFn;
+pub(crate) use trainer::{LoopFn, LoopTable};
 #[cfg(feature = "torch")]
 pub use trainer::{LoopResult, TrainLoop, Trainer};
 
@@ -157,7 +157,21 @@ mod trainer {
                 .message::<TrainerWorker, AbortTraining>()
                 .message::<TrainerWorker, CollectiveChunk>()
                 .message::<TrainerWorker, NcclUniqueId>()
-                .insert_train_loop(L::NAME, entry::<L>())
+                .extend(|table: &mut LoopTable| {
+                    table.0.insert(L::NAME, entry::<L>());
+                })
+        }
+    }
+
+    /// The training loops a program registered, by name (its table in the
+    /// [`Registry`]).
+    #[derive(Clone, Default)]
+    pub(crate) struct LoopTable(std::collections::HashMap<&'static str, LoopFn>);
+
+    impl LoopTable {
+        /// The loop registered as `name` in `registry`.
+        pub(crate) fn lookup(registry: &Registry, name: &str) -> Option<LoopFn> {
+            registry.table::<LoopTable>()?.0.get(name).cloned()
         }
     }
 

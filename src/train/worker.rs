@@ -194,9 +194,7 @@ impl Handler<StartTraining> for TrainerWorker {
             return Err("this worker is already training".into());
         }
         let context = ProcessContext::current().ok_or("nimbus is not initialised")?;
-        let run = context
-            .registry
-            .train_loop_fn(&assignment.loop_name)
+        let run = super::LoopTable::lookup(&context.registry, &assignment.loop_name)
             .ok_or_else(|| {
                 format!(
                     "training loop {:?} is not registered in this binary (Registry::train_loop)",
@@ -439,7 +437,7 @@ pub(crate) fn run_loop(
         Ok(Err(e)) => Err(e),
         Err(panic) => Err(TrainError::Loop(format!(
             "panic: {}",
-            crate::worker::panic_text(&*panic)
+            crate::runtime::panic_text(&*panic)
         ))),
     }
 }

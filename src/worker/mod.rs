@@ -8,7 +8,6 @@
 //! for its node manager (`nimbus-worker-died panic: ...`) and exits, and the
 //! node manager reports the death and restarts the actor if allowed.
 
-use std::convert::Infallible;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -18,10 +17,12 @@ use futures::FutureExt;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::cluster::ControlRequest;
-
-use crate::actor::{worker_name, ActorHost, HostedActor, HostedFaults, ProcessContext, Registry};
-use crate::node::workers::{died_line, ready_line, WorkerBoot};
+use crate::actor::{worker_name, ActorHost, HostedFaults};
+use crate::cluster::faults::FiredFault;
+use crate::runtime::boot::{died_line, ready_line, WorkerBoot};
+use crate::runtime::{
+    kill_own_node, panic_text, HostedActor, NodeOfWorker, ProcessContext, Registry,
+};
 use crate::transport::{Credentials, Endpoint, JoinToken, TransportConfig};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
@@ -119,16 +120,16 @@ async fn host(
         boot.spec.job.clone(),
         (binary, boot.spec.binary.clone()),
     );
-    ProcessContext::install(context);
-    let _ = NODE_OF_WORKER.set(NodeOfWorker {
+    if let Some(context) = ProcessContext::install(context) {
+        crate::object_store::start(context);
+        context.host_locally(actor, hosted.clone());
+    }
+    NodeOfWorker::set(NodeOfWorker {
         pid: std::os::unix::process::parent_id() as libc::pid_t,
         name: boot.node.name.clone(),
         is_head: boot.node_address == boot.head,
         runtime: tokio::runtime::Handle::current(),
     });
-    if let Some(context) = ProcessContext::current() {
-        context.host_locally(actor, hosted.clone());
-    }
     let faults = HostedFaults {
         rules: boot.faults.clone(),
         target: boot
@@ -168,66 +169,12 @@ async fn host(
     Ok(code)
 }
 
-/// The node process this worker runs on, for `kill_node` faults.
-struct NodeOfWorker {
-    /// Its pid (this process's parent when it started).
-    pid: libc::pid_t,
-    /// Its name.
-    name: String,
-    /// Whether it is the head, which the cluster cannot lose.
-    is_head: bool,
-    /// This process's runtime, to report from threads outside it.
-    runtime: tokio::runtime::Handle,
-}
-
-static NODE_OF_WORKER: OnceLock<NodeOfWorker> = OnceLock::new();
-
-/// Kills the node process this worker runs on, for a fault (`kind` hit
-/// `target`, fired by `trigger`): tells the head first (the report would
-/// otherwise die with the node), then SIGKILLs the node, whose death takes
-/// this process with it (`PR_SET_PDEATHSIG`). Blocks; call it from a
-/// thread outside the runtime. `Err` says why it may not: not a worker
-/// process, or its node is the head.
-pub(crate) fn kill_own_node(
-    kind: String,
-    target: String,
-    trigger: String,
-) -> Result<Infallible, String> {
-    let node = NODE_OF_WORKER.get().ok_or("not in a worker process")?;
-    if node.is_head {
-        return Err("this worker's node is the head, which the cluster cannot lose".into());
-    }
-    if let Some(context) = ProcessContext::current() {
-        let report = ControlRequest::ReportFault {
-            fault: kind,
-            target,
-            trigger,
-            kills_node: Some(node.name.clone()),
-        };
-        // The timer is made inside the runtime, which it needs.
-        let reported = node.runtime.block_on(async {
-            tokio::time::timeout(REPORT_WAIT, context.call_head(&report)).await
-        });
-        if !matches!(reported, Ok(Ok(_))) {
-            tracing::warn!("the head did not record the kill_node fault; killing the node anyway");
-        }
-    }
-    // SAFETY: kill() has no memory-safety preconditions; the pid is our
-    // parent's while getppid() still returns it.
-    if unsafe { libc::getppid() } == node.pid && node.pid > 1 {
-        unsafe { libc::kill(node.pid, libc::SIGKILL) };
-    }
-    loop {
-        std::thread::park();
-    }
-}
-
 /// How this worker's actor kills its node for a `kill_node` actor fault;
 /// `None` on the head.
 fn kill_node_of_actor() -> crate::actor::KillNode {
     Box::new(|reason: &str| {
-        let fired = crate::actor::faults::FiredFault::from_death(reason)?;
-        if NODE_OF_WORKER.get().is_none_or(|node| node.is_head) {
+        let fired = FiredFault::from_death(reason)?;
+        if NodeOfWorker::get().is_none_or(|node| node.is_head) {
             tracing::error!("{reason}: not injected, this worker's node is the head");
             return None;
         }
@@ -245,9 +192,6 @@ fn kill_node_of_actor() -> crate::actor::KillNode {
     })
 }
 
-/// How long a `kill_node` fault waits for the head to record it.
-const REPORT_WAIT: Duration = Duration::from_secs(5);
-
 /// Records the first panic's message and reports it, after the default
 /// hook has printed it to stderr (the worker's log).
 fn install_panic_hook(panic: Arc<OnceLock<String>>, died: mpsc::UnboundedSender<String>) {
@@ -259,13 +203,4 @@ fn install_panic_hook(panic: Arc<OnceLock<String>>, died: mpsc::UnboundedSender<
             let _ = died.send(reason);
         }
     }));
-}
-
-/// The text of a panic's payload.
-pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic payload".into())
 }

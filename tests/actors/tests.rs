@@ -10,7 +10,7 @@ use nimbus::actor::faults::{ActorFault, ActorFaultAction, ACTOR_FAULTS_ENV};
 use nimbus::actor::{self, CallError, SpawnError, SpawnOptions, Strategy};
 use nimbus::cluster::ResourceSet;
 use nimbus::object_store;
-use nimbus::placement::{PlacementError, PlacementGroup, PlacementStrategy};
+use nimbus::placement::{InBundle, PlacementError, PlacementGroup, PlacementStrategy};
 use nimbus::Driver;
 
 use crate::fixtures::*;

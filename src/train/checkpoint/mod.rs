@@ -379,7 +379,7 @@ fn digest(path: &Path) -> Result<(u64, String), CheckpointError> {
             source,
         })?
         .len();
-    let sha = crate::node::sha256_file(path).map_err(|detail| CheckpointError::Corrupt {
+    let sha = crate::cluster::sha256_file(path).map_err(|detail| CheckpointError::Corrupt {
         path: path.to_path_buf(),
         detail,
     })?;

@@ -9,7 +9,7 @@ use futures::future::join_all;
 
 use super::{RunPlan, WorkerLink, POLL_WAIT};
 use crate::actor::{self, ProcessContext, SpawnOptions};
-use crate::placement::PlacementGroup;
+use crate::placement::{InBundle, PlacementGroup};
 use crate::train::checkpoint;
 use crate::train::collective::{SoloGroup, MAX_WORLD};
 use crate::train::context::Ranks;

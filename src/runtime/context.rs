@@ -1,4 +1,4 @@
-//! What a process needs to reach actors: set once, by
+//! What a process needs to reach the cluster: set once, by
 //! [`Driver::connect`](crate::driver::Driver::connect) in a driver or by
 //! the worker runtime in a worker process.
 
@@ -12,7 +12,7 @@ use dashmap::DashMap;
 
 use actix::{Actor, Addr};
 
-use super::registry::HostedActor;
+use super::registry::{HostedActor, Registry};
 
 use crate::client::{self, ClientError};
 use crate::cluster::{
@@ -20,8 +20,6 @@ use crate::cluster::{
 };
 use crate::transport::{Connection, Endpoint, RequestOptions};
 use crate::wire::Incarnation;
-
-use super::Registry;
 
 /// This process's link to the cluster.
 pub struct ProcessContext {
@@ -68,18 +66,15 @@ impl ProcessContext {
     }
 
     /// Makes `context` this process's, and starts watching the cluster for
-    /// deaths of actors this process calls (see `watch_deaths`); false if
+    /// deaths of actors this process calls (see `watch_deaths`); `None` if
     /// one was installed already. Call it inside the async runtime the
-    /// process keeps for its lifetime.
-    pub fn install(context: ProcessContext) -> bool {
-        if CONTEXT.set(context).is_err() {
-            return false;
-        }
-        if let Some(context) = Self::current() {
-            tokio::spawn(watch_deaths(context));
-            crate::object_store::refs::start(context);
-        }
-        true
+    /// process keeps for its lifetime; the composition root (driver or
+    /// worker) then starts the per-process services of the features.
+    pub fn install(context: ProcessContext) -> Option<&'static ProcessContext> {
+        CONTEXT.set(context).ok()?;
+        let context = Self::current()?;
+        tokio::spawn(watch_deaths(context));
+        Some(context)
     }
 
     /// Notes that this process talks to `actor` at `address` (incarnation

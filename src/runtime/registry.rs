@@ -1,8 +1,11 @@
-//! Registration of actor and message types under stable names, so that a
-//! worker process can build an actor from serialized constructor arguments
-//! and route serialized messages to the right handler.
+//! The program's entry points, registered under stable names: actor and
+//! message types, so that a worker process can build an actor from
+//! serialized constructor arguments and route serialized messages to the
+//! right handler, and one table per feature built on the runtime (task
+//! functions, training loops), which a feature adds through
+//! [`Registry::extend`] and reads through [`Registry::table`].
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -102,21 +105,37 @@ struct ActorEntry {
     handlers: HashMap<&'static str, Dispatch>,
 }
 
-/// Every actor and message type a program can host, by name.
+/// Every actor and message type a program can host, by name, and the
+/// tables of entry points of the features built on the runtime.
 #[derive(Default, Clone)]
 pub struct Registry {
     actors: HashMap<&'static str, ActorEntry>,
-    /// Task functions by name (see `Registry::task`).
-    tasks: HashMap<&'static str, crate::task::TaskRun>,
-    /// Training loops by name (see `Registry::train_loop`).
-    #[cfg(feature = "torch")]
-    loops: HashMap<&'static str, crate::train::LoopFn>,
+    /// One table per feature, by the table's type.
+    tables: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
 }
 
 impl Registry {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Adds to this program's table of type `T`, created empty first: how a
+    /// feature registers its own entry points (task functions, training
+    /// loops) without the runtime knowing it.
+    pub fn extend<T>(mut self, add: impl FnOnce(&mut T)) -> Self
+    where
+        T: Default + Clone + Send + Sync + 'static,
+    {
+        let mut table = self.table::<T>().cloned().unwrap_or_default();
+        add(&mut table);
+        self.tables.insert(TypeId::of::<T>(), Arc::new(table));
+        self
+    }
+
+    /// This program's table of type `T`, if any entry was added to it.
+    pub fn table<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.tables.get(&TypeId::of::<T>())?.downcast_ref()
     }
 
     /// Registers actor type `A`.
@@ -173,34 +192,6 @@ impl Registry {
             .unwrap_or_else(|| panic!("register actor {} before its messages", A::NAME));
         entry.handlers.insert(M::NAME, dispatch);
         self
-    }
-
-    /// Registers a task function's entry point under `name`.
-    pub(crate) fn insert_task(mut self, name: &'static str, run: crate::task::TaskRun) -> Self {
-        self.tasks.insert(name, run);
-        self
-    }
-
-    /// The task function registered as `name`.
-    pub(crate) fn task_fn(&self, name: &str) -> Option<crate::task::TaskRun> {
-        self.tasks.get(name).cloned()
-    }
-
-    /// Registers a training loop's entry point under `name`.
-    #[cfg(feature = "torch")]
-    pub(crate) fn insert_train_loop(
-        mut self,
-        name: &'static str,
-        run: crate::train::LoopFn,
-    ) -> Self {
-        self.loops.insert(name, run);
-        self
-    }
-
-    /// The training loop registered as `name`.
-    #[cfg(feature = "torch")]
-    pub(crate) fn train_loop_fn(&self, name: &str) -> Option<crate::train::LoopFn> {
-        self.loops.get(name).cloned()
     }
 
     /// Whether actor type `name` is registered.

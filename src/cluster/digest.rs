@@ -1,0 +1,25 @@
+//! Content digests: binaries are shipped and cached, and checkpoints are
+//! verified, by the SHA-256 of their files.
+
+use std::fs::File;
+use std::io::Read;
+
+/// Hex SHA-256 of a file.
+pub fn sha256_file(path: &std::path::Path) -> Result<String, String> {
+    let mut file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        context.update(&buf[..n]);
+    }
+    Ok(context
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}

@@ -1,0 +1,68 @@
+//! How a node starts a worker process and hears from it.
+//!
+//! The protocol with a worker process is an argument, three lines and a
+//! pipe:
+//! 1. the node starts the program with [`WORKER_ARG`] first, which puts it
+//!    in worker mode (and lets `pgrep -f nimbus-worker` find workers);
+//! 2. the node writes a [`WorkerBoot`] (MessagePack) to the worker's stdin
+//!    and closes it (the token never appears in the command line or the
+//!    environment);
+//! 3. the worker prints [`ready_line`] (`nimbus-worker-ready ADDRESS
+//!    INCARNATION`) once it serves its actor;
+//! 4. before dying of a panic it prints [`died_line`] (`nimbus-worker-died
+//!    REASON`). The node reaps the process and reports the death with that
+//!    reason, or with its exit code or signal.
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::faults::ActorFault;
+use crate::cluster::ActorSpec;
+use crate::wire::{Incarnation, NodeIdentity};
+
+/// Argument that puts a program in worker mode (and lets `pgrep -f
+/// nimbus-worker` find worker processes).
+pub const WORKER_ARG: &str = "nimbus-worker";
+/// The start of the line a worker prints once it serves.
+pub(crate) const READY: &str = "nimbus-worker-ready ";
+/// The start of the line a worker prints before it dies.
+pub(crate) const DIED: &str = "nimbus-worker-died ";
+
+/// What a worker process reads from stdin when it starts.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerBoot {
+    /// The actor to host.
+    pub spec: ActorSpec,
+    /// The cluster token.
+    pub token: String,
+    /// The head's address (for lookups and spawns from inside the actor).
+    pub head: SocketAddr,
+    /// The node that started it.
+    pub node: NodeIdentity,
+    /// That node's address (its object store is the worker's home).
+    pub node_address: SocketAddr,
+    /// The IP to advertise.
+    pub advertise_ip: IpAddr,
+    /// Fault rules to apply to this incarnation (fault-injection tests).
+    pub faults: Vec<ActorFault>,
+}
+
+/// The line a worker prints once it serves.
+pub fn ready_line(address: SocketAddr, incarnation: Incarnation) -> String {
+    format!("{READY}{address} {incarnation}")
+}
+
+/// The line a worker prints before it dies of `reason`.
+pub fn died_line(reason: &str) -> String {
+    format!("{DIED}{}", reason.replace('\n', " "))
+}
+
+/// The address and incarnation of a ready line, after [`READY`].
+pub(crate) fn parse_ready(ready: &str) -> Option<(SocketAddr, Incarnation)> {
+    let (address, incarnation) = ready.split_once(' ')?;
+    Some((
+        address.parse().ok()?,
+        Incarnation(incarnation.trim().parse().ok()?),
+    ))
+}

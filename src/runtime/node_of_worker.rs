@@ -1,0 +1,75 @@
+//! The node a worker process runs on, set once when the worker starts, and
+//! how a fault kills it (`kill_node` rules of the fault-injection harness).
+
+use std::convert::Infallible;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::cluster::ControlRequest;
+
+use super::context::ProcessContext;
+
+/// How long a `kill_node` fault waits for the head to record it.
+const REPORT_WAIT: Duration = Duration::from_secs(5);
+
+/// The node process this worker runs on.
+pub struct NodeOfWorker {
+    /// Its pid (this process's parent when it started).
+    pub pid: libc::pid_t,
+    /// Its name.
+    pub name: String,
+    /// Whether it is the head, which the cluster cannot lose.
+    pub is_head: bool,
+    /// This process's runtime, to report from threads outside it.
+    pub runtime: tokio::runtime::Handle,
+}
+
+static NODE_OF_WORKER: OnceLock<NodeOfWorker> = OnceLock::new();
+
+impl NodeOfWorker {
+    /// Records this worker's node (once, when the worker starts).
+    pub fn set(node: NodeOfWorker) {
+        let _ = NODE_OF_WORKER.set(node);
+    }
+
+    /// This worker's node; `None` outside a worker process.
+    pub fn get() -> Option<&'static NodeOfWorker> {
+        NODE_OF_WORKER.get()
+    }
+}
+
+/// Kills the node process this worker runs on, for a fault (`kind` hit
+/// `target`, fired by `trigger`): tells the head first (the report would
+/// otherwise die with the node), then SIGKILLs the node, whose death takes
+/// this process with it (`PR_SET_PDEATHSIG`). Blocks; call it from a
+/// thread outside the runtime. `Err` says why it may not: not a worker
+/// process, or its node is the head.
+pub fn kill_own_node(kind: String, target: String, trigger: String) -> Result<Infallible, String> {
+    let node = NodeOfWorker::get().ok_or("not in a worker process")?;
+    if node.is_head {
+        return Err("this worker's node is the head, which the cluster cannot lose".into());
+    }
+    if let Some(context) = ProcessContext::current() {
+        let report = ControlRequest::ReportFault {
+            fault: kind,
+            target,
+            trigger,
+            kills_node: Some(node.name.clone()),
+        };
+        // The timer is made inside the runtime, which it needs.
+        let reported = node.runtime.block_on(async {
+            tokio::time::timeout(REPORT_WAIT, context.call_head(&report)).await
+        });
+        if !matches!(reported, Ok(Ok(_))) {
+            tracing::warn!("the head did not record the kill_node fault; killing the node anyway");
+        }
+    }
+    // SAFETY: kill() has no memory-safety preconditions; the pid is our
+    // parent's while getppid() still returns it.
+    if unsafe { libc::getppid() } == node.pid && node.pid > 1 {
+        unsafe { libc::kill(node.pid, libc::SIGKILL) };
+    }
+    loop {
+        std::thread::park();
+    }
+}
