@@ -11,12 +11,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::runtime::{ProcessContext, ProcessRole, Registry};
 use crate::client::{self, ClientError};
+use crate::cluster::sha256_file;
 use crate::cluster::BinaryId;
 use crate::local::{LocalCluster, LocalClusterError};
-use crate::cluster::sha256_file;
 use crate::node::default_state_dir;
+use crate::runtime::{ProcessContext, ProcessRole, Registry};
 use crate::transport::{
     CredentialError, Credentials, Endpoint, EndpointError, JoinToken, TransportConfig,
 };

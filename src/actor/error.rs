@@ -115,7 +115,9 @@ pub enum SpawnError {
 impl From<crate::launch::LaunchError> for SpawnError {
     fn from(e: crate::launch::LaunchError) -> Self {
         match e {
-            crate::launch::LaunchError::Start { node, detail } => SpawnError::Start { node, detail },
+            crate::launch::LaunchError::Start { node, detail } => {
+                SpawnError::Start { node, detail }
+            }
             crate::launch::LaunchError::Binary(detail) => SpawnError::Binary(detail),
             crate::launch::LaunchError::Cluster(e) => SpawnError::Cluster(e),
         }

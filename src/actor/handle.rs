@@ -30,10 +30,10 @@ use crate::cluster::{ActorId, ActorRecord, ControlReply, ControlRequest, NodeSta
 use crate::transport::{Channel, PendingReply, RequestError, RequestOptions};
 use crate::wire::{self, NodeIdentity, RemoteErrorKind};
 
-use crate::runtime::ProcessContext;
 use super::messages::ActorCall;
-use crate::runtime::{RemoteActor, RemoteMessage, Wire};
 use super::CallError;
+use crate::runtime::ProcessContext;
+use crate::runtime::{RemoteActor, RemoteMessage, Wire};
 
 /// How long a call waits for its reply by default.
 pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(30);

@@ -34,6 +34,7 @@ mod messages;
 mod monitor;
 mod spawn;
 
+pub use crate::launch::Strategy;
 pub use crate::runtime::{
     DispatchError, HostedActor, ProcessContext, Registry, RemoteActor, RemoteMessage, Wire,
 };
@@ -42,7 +43,6 @@ pub use handle::{ActorHandle, DEFAULT_CALL_DEADLINE, DEFAULT_MAX_IN_FLIGHT, KILL
 pub use host::{ActorHost, HostedFaults, KillNode};
 pub use messages::ActorCall;
 pub use monitor::{monitor, next_death, ActorDied};
-pub use crate::launch::Strategy;
 pub use spawn::{spawn, SpawnOptions};
 
 pub(crate) use handle::worker_name;

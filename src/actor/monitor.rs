@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{ActorId, ClusterEventKind};
 use crate::wire::Incarnation;
 
-use crate::runtime::ProcessContext;
 use super::handle::ActorHandle;
-use crate::runtime::RemoteActor;
 use super::CallError;
+use crate::runtime::ProcessContext;
+use crate::runtime::RemoteActor;
 
 /// An actor incarnation died.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Message)]

@@ -261,7 +261,6 @@ async fn place(
     }
 }
 
-
 fn unexpected(request: &'static str, reply: ControlReply) -> SpawnError {
     SpawnError::Cluster(ClientError::UnexpectedReply {
         request,

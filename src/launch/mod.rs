@@ -66,7 +66,10 @@ pub async fn ship_to_head(
     static SHIPPED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     SHIPPED
         .get_or_try_init(|| async {
-            let connection = endpoint.connect(head, None).await.map_err(ClientError::from)?;
+            let connection = endpoint
+                .connect(head, None)
+                .await
+                .map_err(ClientError::from)?;
             let id = &binary.1;
             let has = ControlRequest::ReadBinary {
                 hash: id.hash.clone(),

@@ -13,9 +13,9 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::cluster::faults::ActorFault;
 use crate::client::{self, ClientError};
 use crate::cluster::directory::{self, Directory};
+use crate::cluster::faults::ActorFault;
 use crate::cluster::membership::{self, Membership, MembershipError};
 use crate::cluster::{
     ActorId, ActorRecord, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet,
@@ -26,8 +26,8 @@ use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 use super::binaries::BinaryCache;
 use super::resources::{Grant, ResourcePool};
 use super::workers::{self, LaunchedWorker};
-use crate::runtime::boot::WorkerBoot;
 use super::NodeError;
+use crate::runtime::boot::WorkerBoot;
 
 /// How the node manager reaches the head's actors.
 pub enum HeadLink {

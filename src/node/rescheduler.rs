@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::launch::{self, BinarySource, LaunchError, Strategy};
 use crate::cluster::directory::{ActorDown, Directory, Reschedule};
 use crate::cluster::events::EventsSince;
 use crate::cluster::membership::{self, Membership};
 use crate::cluster::{ActorSpec, ClusterEvents, NodeState};
+use crate::launch::{self, BinarySource, LaunchError, Strategy};
 use crate::transport::Endpoint;
 
 /// How long the rescheduler looks for a node that can take a lost actor.

@@ -10,8 +10,8 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::cluster::faults::ActorFault;
 use crate::client::{self, ClientError};
+use crate::cluster::faults::ActorFault;
 use crate::cluster::membership::{self, Membership};
 use crate::cluster::{
     events::Subscribe, ClusterEvents, ControlReply, ControlRequest, Directory, NodeRegistration,

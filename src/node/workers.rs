@@ -3,7 +3,7 @@
 //! death by reaping it. The protocol with the worker process is in
 //! [`crate::runtime::boot`].
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};

@@ -39,11 +39,11 @@ use futures::StreamExt;
 use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize, Serializer};
 use tokio::time::Instant;
 
-use crate::runtime::ProcessContext;
 use crate::client::{self, ClientError};
 use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectLocation, RefHolder,
 };
+use crate::runtime::ProcessContext;
 use crate::transport::{Connection, RequestError, RequestOptions};
 
 pub use node::{remove_stale, HeadEvents, NodeObjectStore, MAX_OBJECT_WAIT};

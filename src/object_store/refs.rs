@@ -30,11 +30,11 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::sync::{mpsc, Notify};
 
-use crate::runtime::ProcessContext;
 use crate::client;
 use crate::cluster::{
     ContainedRef, ControlRequest, ObjectId, ObjectLocation, RefChange, RefHolder, RefUpdate,
 };
+use crate::runtime::ProcessContext;
 use crate::transport::RequestOptions;
 
 /// Changes sent to owners in one request at most.

@@ -32,10 +32,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::actor::SpawnOptions;
 use crate::client::{self, ClientError};
-use crate::runtime::ProcessContext;
 use crate::cluster::{
     BundleId, ControlReply, ControlRequest, NodeState, NodeStatus, PlacementGroupId, ResourceSet,
 };
+use crate::runtime::ProcessContext;
 use crate::transport::RequestOptions;
 
 pub use planner::PlacementStrategy;

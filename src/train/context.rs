@@ -260,11 +260,14 @@ impl TrainContext {
                 TrainingFaultAction::KillNode => {
                     self.faults[i].1 = true;
                     let trigger = format!("step {}", fault.at_step);
-                    let why =
-                        match crate::runtime::kill_own_node(fault.kind(), fault.target(), trigger) {
-                            Ok(never) => match never {},
-                            Err(why) => why,
-                        };
+                    let why = match crate::runtime::kill_own_node(
+                        fault.kind(),
+                        fault.target(),
+                        trigger,
+                    ) {
+                        Ok(never) => match never {},
+                        Err(why) => why,
+                    };
                     tracing::error!("{}: not injected: {why}", fault.reason());
                 }
                 TrainingFaultAction::HangInCollective => {

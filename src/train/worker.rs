@@ -194,13 +194,14 @@ impl Handler<StartTraining> for TrainerWorker {
             return Err("this worker is already training".into());
         }
         let context = ProcessContext::current().ok_or("nimbus is not initialised")?;
-        let run = super::LoopTable::lookup(&context.registry, &assignment.loop_name)
-            .ok_or_else(|| {
+        let run = super::LoopTable::lookup(&context.registry, &assignment.loop_name).ok_or_else(
+            || {
                 format!(
                     "training loop {:?} is not registered in this binary (Registry::train_loop)",
                     assignment.loop_name
                 )
-            })?;
+            },
+        )?;
         let link = match &assignment.group {
             None => GroupLink::Solo,
             Some(GroupSpec::SharedMemory { .. }) => GroupLink::SharedMemory,
