@@ -18,6 +18,7 @@ use std::time::Instant;
 use actix::prelude::*;
 use anyhow::{bail, Context as _, Result};
 use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
+use nimbus::cluster::MembershipRequest;
 use serde::{Deserialize, Serialize};
 
 const ACCOUNTS: usize = 4;
@@ -340,7 +341,9 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
 async fn status() -> Result<nimbus::cluster::ClusterStatus> {
     let context = actor::ProcessContext::current().context("connected")?;
     match context
-        .call_head(&nimbus::cluster::ControlRequest::Status)
+        .call_head(&nimbus::cluster::ControlRequest::Membership(
+            MembershipRequest::Status,
+        ))
         .await?
     {
         nimbus::cluster::ControlReply::Status(status) => Ok(status),

@@ -39,6 +39,7 @@ use anyhow::Result;
 use futures::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
 use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
+use nimbus::cluster::{MembershipRequest, ObjectRequest};
 use nimbus::object_store;
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
 use nimbus::task::{self, Input, TaskFn, TaskOptions};
@@ -320,7 +321,9 @@ async fn objects() -> Result<String> {
     let big = object_store::put_bytes(&vec![0xa5u8; 256 << 20]).await?;
     let context = actor::ProcessContext::current().expect("connected");
     let status = match context
-        .call_head(&nimbus::cluster::ControlRequest::Status)
+        .call_head(&nimbus::cluster::ControlRequest::Membership(
+            MembershipRequest::Status,
+        ))
         .await?
     {
         nimbus::cluster::ControlReply::Status(status) => status,
@@ -331,11 +334,11 @@ async fn objects() -> Result<String> {
         .endpoint
         .connect(node.address, Some(&node.identity()))
         .await?;
-    let pull = nimbus::cluster::ControlRequest::PullObject {
+    let pull = nimbus::cluster::ControlRequest::Objects(ObjectRequest::PullObject {
         id: big.id(),
         owner: big.owner().clone(),
         wait_ms: 0,
-    };
+    });
     let started = Instant::now();
     nimbus::client::call(
         &connection,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
 use nimbus::actor::{ProcessContext, Registry, Strategy};
+use nimbus::cluster::MembershipRequest;
 use nimbus::cluster::{ControlReply, ControlRequest};
 use nimbus::object_store::{self, ObjectRef};
 use nimbus::task::{self, Input, TaskFn, TaskOptions};
@@ -106,7 +107,10 @@ fn main() -> Result<()> {
 /// Node address → name.
 async fn node_names() -> Result<BTreeMap<String, String>> {
     let context = ProcessContext::current().context("connected")?;
-    match context.call_head(&ControlRequest::Status).await? {
+    match context
+        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+        .await?
+    {
         ControlReply::Status(status) => Ok(status
             .nodes
             .iter()
@@ -201,7 +205,10 @@ async fn broadcast(args: &Args, names: &BTreeMap<String, String>) -> Result<Stri
     let read_s = started.elapsed().as_secs_f64();
     // One copy per node in the stores, however many readers it had.
     let context = ProcessContext::current().context("connected")?;
-    let status = match context.call_head(&ControlRequest::Status).await? {
+    let status = match context
+        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+        .await?
+    {
         ControlReply::Status(status) => status,
         other => anyhow::bail!("unexpected reply {other:?}"),
     };

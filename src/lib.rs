@@ -2,30 +2,44 @@
 //! system.
 //!
 //! A cluster is a set of node processes (`nimbus start`), one of them the
-//! head, talking QUIC with mutual TLS. The code is layered; each layer only
-//! uses the ones above it in this list (ARCHITECTURE.md has the full map):
+//! head, talking QUIC with mutual TLS. The code is layered, from the bottom
+//! up; each module imports only modules listed before it (the exact table
+//! is in `tests/nimbus/architecture.rs`, which fails on any other import;
+//! ARCHITECTURE.md has the full map):
 //!
-//! - [`wire`]: frames, envelopes and identities; pure.
-//! - [`transport`]: the QUIC endpoint, credentials from the join token, one
-//!   stream per request; knows nothing of actors.
-//! - [`cluster`]: resources, the control protocol, and the head's actors
-//!   ([`cluster::Membership`], [`cluster::ClusterEvents`],
-//!   [`cluster::Directory`]).
-//! - [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
-//!   and [`node::run`].
-//! - [`client`]: talking to a cluster from outside ([`client::ClusterClient`]).
-//! - [`local`]: [`local::LocalCluster`], real node processes on this machine
-//!   for tests, examples and benchmarks.
-//! - [`actor`]: user actors in worker processes: [`actor::Registry`],
-//!   [`actor::spawn`], [`actor::ActorHandle`], [`actor::get_actor`],
-//!   [`actor::monitor`].
-//! - [`placement`]: placement groups, bundles reserved together across nodes.
-//! - [`object_store`]: values put once and read anywhere by reference.
-//! - [`driver`]: [`init`], the first line of a user program's `main`.
-//! - [`train`]: data-parallel training (Ray Train's `TorchTrainer`):
-//!   supervisor, workers, collectives, checkpoints.
-//! - [`chaos`]: seeded fault plans run against a local cluster, with a
-//!   timeline of faults and recoveries.
+//! 1. [`wire`]: frames, envelopes and identities; pure.
+//! 2. [`transport`]: the QUIC endpoint, credentials from the join token, one
+//!    stream per request; knows nothing of actors.
+//! 3. [`cluster`]: resources, the control protocol and its types, fault
+//!    rules and reports; data only.
+//! 4. [`client`]: talking to a cluster from outside ([`client::ClusterClient`]).
+//! 5. [`runtime`]: what every process has once `init` ran, and no feature:
+//!    [`runtime::ProcessContext`], the [`runtime::Registry`] of entry points
+//!    (features add their own tables), the process role, the worker boot
+//!    protocol.
+//! 6. [`launch`]: starting an actor's worker process on a node, shipping or
+//!    relaying the program binary (used by spawns and the head).
+//! 7. [`head`]: the head's control-plane actors ([`head::Membership`],
+//!    [`head::ClusterEvents`], [`head::Directory`],
+//!    [`head::ActorRescheduler`]).
+//! 8. [`object_store`]: values put once and read anywhere by reference (the
+//!    calling process's half and the node's half).
+//! 9. [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
+//!    and [`node::run`].
+//! 10. [`local`]: [`local::LocalCluster`], real node processes on this
+//!     machine for tests, examples and benchmarks.
+//! 11. [`actor`]: user actors in worker processes: [`actor::spawn`],
+//!     [`actor::ActorHandle`], [`actor::get_actor`], [`actor::monitor`].
+//! 12. [`placement`]: placement groups, bundles reserved together across
+//!     nodes ([`placement::InBundle`] places actors in them).
+//! 13. [`task`]: stateless functions run on leased worker processes.
+//! 14. [`train`]: data-parallel training (Ray Train's `TorchTrainer`):
+//!     supervisor, workers, collectives, checkpoints.
+//! 15. `worker`: the composition root of a worker process.
+//! 16. [`driver`]: [`init`], the first line of a user program's `main`: the
+//!     composition root of a driver.
+//! 17. [`chaos`]: seeded fault plans run against a local cluster, with a
+//!     timeline of faults and recoveries.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> anyhow::Result<()> {
@@ -40,6 +54,7 @@ pub mod chaos;
 pub mod client;
 pub mod cluster;
 pub mod driver;
+pub mod head;
 pub mod launch;
 pub mod local;
 pub mod node;

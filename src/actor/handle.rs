@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::client::ClientError;
 use crate::cluster::{ActorId, ActorRecord, ControlReply, ControlRequest, NodeState};
+use crate::cluster::{DirectoryRequest, MembershipRequest, WorkerRequest};
 use crate::transport::{Channel, PendingReply, RequestError, RequestOptions};
 use crate::wire::{self, NodeIdentity, RemoteErrorKind};
 
@@ -280,7 +281,10 @@ impl<A: RemoteActor> ActorHandle<A> {
             Ok(_) | Err(CallError::ActorDead { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
-        let status = match context.call_head(&ControlRequest::Status).await? {
+        let status = match context
+            .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+            .await?
+        {
             ControlReply::Status(status) => status,
             reply => {
                 return Err(CallError::Cluster(ClientError::UnexpectedReply {
@@ -300,7 +304,7 @@ impl<A: RemoteActor> ActorHandle<A> {
             .map_err(ClientError::from)?;
         crate::client::call(
             &connection,
-            &ControlRequest::KillActor(self.id),
+            &ControlRequest::Workers(WorkerRequest::KillActor(self.id)),
             RequestOptions::control(),
         )
         .await?;
@@ -488,7 +492,10 @@ async fn diagnose(
             return CallError::NodeLost { actor, reason };
         }
     }
-    let node_dead = match context.call_head(&ControlRequest::Status).await {
+    let node_dead = match context
+        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+        .await
+    {
         Ok(ControlReply::Status(status)) => status
             .node(&used.node.name)
             .is_none_or(|n| n.state == NodeState::Dead || n.incarnation != used.node.incarnation.0),
@@ -542,7 +549,9 @@ async fn locate(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord,
 
 async fn locate_any(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord, CallError> {
     match context
-        .call_head(&ControlRequest::LocateActor(actor))
+        .call_head(&ControlRequest::Directory(DirectoryRequest::LocateActor(
+            actor,
+        )))
         .await?
     {
         ControlReply::Actor(Some(record)) => Ok(*record),

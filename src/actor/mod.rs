@@ -47,13 +47,16 @@ pub use spawn::{spawn, SpawnOptions};
 
 pub(crate) use handle::worker_name;
 
+use crate::cluster::DirectoryRequest;
 use crate::cluster::{ControlReply, ControlRequest};
 
 /// The live actor named `name`, from any process of the cluster.
 pub async fn get_actor<A: RemoteActor>(name: &str) -> Result<Option<ActorHandle<A>>, CallError> {
     let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
     match context
-        .call_head(&ControlRequest::LookupName(name.to_string()))
+        .call_head(&ControlRequest::Directory(DirectoryRequest::LookupName(
+            name.to_string(),
+        )))
         .await?
     {
         ControlReply::Actor(Some(record)) if record.type_name == A::NAME => {

@@ -22,6 +22,7 @@ use crate::client::{self, ClientError};
 use crate::cluster::{
     ActorId, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet, CPU, GPU, MEMORY,
 };
+use crate::cluster::{DirectoryRequest, MembershipRequest};
 use crate::launch::{candidates, ship_to_head, start_on, BinarySource, LaunchError, Strategy};
 use crate::runtime::{ProcessContext, RemoteActor};
 use crate::transport::RequestOptions;
@@ -174,10 +175,10 @@ pub async fn spawn<A: RemoteActor>(
         bundle: options.bundle,
     };
     if let Some(name) = &spec.name {
-        let reserve = ControlRequest::ReserveName {
+        let reserve = ControlRequest::Directory(DirectoryRequest::ReserveName {
             name: name.clone(),
             actor: spec.actor,
-        };
+        });
         if let ControlReply::NameTaken(_) = context.call_head(&reserve).await? {
             return Err(SpawnError::NameTaken(name.clone()));
         }
@@ -194,12 +195,12 @@ pub async fn spawn<A: RemoteActor>(
         Err(e) => Err(e),
     };
     if placed.is_err() && spec.name.is_some() {
-        let release = ControlRequest::ActorDown {
+        let release = ControlRequest::Directory(DirectoryRequest::ActorDown {
             actor: spec.actor,
             incarnation: Incarnation(0),
             reason: "spawn failed".into(),
             restarting: false,
-        };
+        });
         let _ = context.call_head(&release).await;
     }
     placed?;
@@ -218,11 +219,16 @@ async fn place(
     let mut seen = client::last_event_seq(&head).await?;
     let mut last = String::from("no node was asked");
     loop {
-        let status =
-            match client::call(&head, &ControlRequest::Status, RequestOptions::control()).await? {
-                ControlReply::Status(status) => status,
-                reply => return Err(unexpected("Status", reply)),
-            };
+        let status = match client::call(
+            &head,
+            &ControlRequest::Membership(MembershipRequest::Status),
+            RequestOptions::control(),
+        )
+        .await?
+        {
+            ControlReply::Status(status) => status,
+            reply => return Err(unexpected("Status", reply)),
+        };
         let candidates = candidates(&status.nodes, spec, &options.strategy);
         if candidates.is_empty() {
             let offers: Vec<String> = status

@@ -15,6 +15,7 @@ use crate::cluster::{
     ActorId, ActorRecord, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
     NodeStatus,
 };
+use crate::cluster::{DirectoryRequest, FaultRequest};
 use crate::local::{LocalCluster, LocalClusterError};
 use crate::transport::{PacketRule, RequestOptions};
 
@@ -490,7 +491,10 @@ impl Run {
 /// in name order).
 async fn live_actors(client: &ClusterClient, target: &str) -> Result<Vec<ActorRecord>, String> {
     if let Some(type_name) = target.strip_prefix("type:") {
-        let mut records: Vec<ActorRecord> = match client.call(&ControlRequest::ListActors).await {
+        let mut records: Vec<ActorRecord> = match client
+            .call(&ControlRequest::Directory(DirectoryRequest::ListActors))
+            .await
+        {
             Ok(ControlReply::Actors(actors)) => actors
                 .into_iter()
                 .filter(|r| r.type_name == type_name && !r.restarting)
@@ -505,7 +509,9 @@ async fn live_actors(client: &ClusterClient, target: &str) -> Result<Vec<ActorRe
         return Ok(records);
     }
     match client
-        .call(&ControlRequest::LookupName(target.to_string()))
+        .call(&ControlRequest::Directory(DirectoryRequest::LookupName(
+            target.to_string(),
+        )))
         .await
     {
         Ok(ControlReply::Actor(Some(record))) if record.dead.is_none() => Ok(vec![*record]),
@@ -580,7 +586,7 @@ impl Process {
                     .connect(node.address, Some(&node.identity()))
                     .await
                     .map_err(|e| e.to_string())?;
-                let request = ControlRequest::AddPacketRule(rule);
+                let request = ControlRequest::Faults(FaultRequest::AddPacketRule(rule));
                 crate::client::call(&connection, &request, options)
                     .await
                     .map(drop)
@@ -622,7 +628,10 @@ async fn link_rules(
     template: PacketRule,
 ) -> Result<Vec<String>, String> {
     let status = client.status().await.map_err(|e| e.to_string())?;
-    let actors = match client.call(&ControlRequest::ListActors).await {
+    let actors = match client
+        .call(&ControlRequest::Directory(DirectoryRequest::ListActors))
+        .await
+    {
         Ok(ControlReply::Actors(actors)) => actors,
         Ok(reply) => return Err(format!("unexpected reply to ListActors: {reply:?}")),
         Err(e) => return Err(e.to_string()),

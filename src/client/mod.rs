@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::cluster::{
     ClusterEvent, ClusterStatus, ControlReply, ControlRequest, NodeStatus, ObjectListing,
 };
+use crate::cluster::{EventRequest, MembershipRequest, ObjectRequest};
 use crate::transport::{
     ConnectError, Connection, CredentialError, Credentials, Endpoint, EndpointError, JoinToken,
     RequestError, RequestOptions, TransportConfig,
@@ -90,10 +91,10 @@ pub async fn events(
     after: u64,
     wait: Duration,
 ) -> Result<Vec<ClusterEvent>, ClientError> {
-    let request = ControlRequest::Events {
+    let request = ControlRequest::Events(EventRequest::Events {
         after,
         wait_ms: wait.as_millis() as u64,
-    };
+    });
     let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
     match call(head, &request, options).await? {
         ControlReply::Events(events) => Ok(events),
@@ -105,7 +106,7 @@ pub async fn events(
 pub async fn list_objects(node: &Connection) -> Result<ObjectListing, ClientError> {
     match call(
         node,
-        &ControlRequest::ListObjects,
+        &ControlRequest::Objects(ObjectRequest::ListObjects),
         RequestOptions::control(),
     )
     .await?
@@ -187,7 +188,10 @@ impl ClusterClient {
 
     /// The membership and resource view.
     pub async fn status(&self) -> Result<ClusterStatus, ClientError> {
-        match self.call(&ControlRequest::Status).await? {
+        match self
+            .call(&ControlRequest::Membership(MembershipRequest::Status))
+            .await?
+        {
             ControlReply::Status(status) => Ok(status),
             reply => Err(unexpected("Status", reply)),
         }

@@ -12,9 +12,35 @@ use super::objects::{
 };
 use super::ResourceSet;
 
-/// A control-plane request.
+/// A control-plane request: one variant per subsystem, each owning its own
+/// requests. A node's service routes each to the subsystem that answers it
+/// (`node/service.rs`, the one dispatcher); requests only the head answers
+/// are refused by other nodes.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum ControlRequest {
+    /// To the head: joining, heartbeats, leaving, the membership view (answered by `Membership`).
+    Membership(MembershipRequest),
+    /// To the head: the cluster's numbered events (answered by `ClusterEvents`).
+    Events(EventRequest),
+    /// To the head: actor names and records (answered by `Directory`).
+    Directory(DirectoryRequest),
+    /// To a node: starting and killing actors' worker processes (answered by its `NodeManager`).
+    Workers(WorkerRequest),
+    /// To a node: placement-group bundles (answered by its `NodeManager`).
+    Bundles(BundleRequest),
+    /// To a node: its cache of program binaries (answered by its `NodeManager`).
+    Binaries(BinaryRequest),
+    /// To a node: its object store (answered by its `NodeObjectStore`).
+    Objects(ObjectRequest),
+    /// Fault injection: reports to the head, packet rules to a node.
+    Faults(FaultRequest),
+    /// Returns the payload unchanged: a liveness probe and a benchmark.
+    Echo(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
+/// To the head: joining, heartbeats, leaving, the membership view (answered by `Membership`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum MembershipRequest {
     /// A node asks the head to admit it. Answered with [`ControlReply::Joined`].
     Join(NodeRegistration),
     /// A node is alive; `used` is what it has handed out.
@@ -31,6 +57,17 @@ pub enum ControlRequest {
     },
     /// The membership and resource view. Answered with [`ControlReply::Status`].
     Status,
+}
+
+impl From<MembershipRequest> for ControlRequest {
+    fn from(request: MembershipRequest) -> Self {
+        ControlRequest::Membership(request)
+    }
+}
+
+/// To the head: the cluster's numbered events (answered by `ClusterEvents`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum EventRequest {
     /// Cluster events after sequence number `after`, waiting up to
     /// `wait_ms` for one if there are none yet (a long poll).
     Events {
@@ -39,12 +76,108 @@ pub enum ControlRequest {
         /// How long to wait for a new event.
         wait_ms: u64,
     },
-    /// Returns the payload unchanged: a liveness probe and a benchmark.
-    Echo(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
+impl From<EventRequest> for ControlRequest {
+    fn from(request: EventRequest) -> Self {
+        ControlRequest::Events(request)
+    }
+}
+
+/// To the head: actor names and records (answered by `Directory`).
+// Built once per request and encoded at once: boxing the large variant
+// would save no memory and cost an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum DirectoryRequest {
+    /// To the head: reserve a unique actor name. Answered with `Ack` or
+    /// [`ControlReply::NameTaken`].
+    ReserveName {
+        /// The name.
+        name: String,
+        /// The actor that will carry it.
+        actor: ActorId,
+    },
+    /// To the head: the actor with this name. Answered with [`ControlReply::Actor`].
+    LookupName(String),
+    /// To the head: where this actor is. Answered with [`ControlReply::Actor`].
+    LocateActor(ActorId),
+    /// From a node to the head: an actor (incarnation) runs, and how to
+    /// start it again elsewhere should its node be lost.
+    ActorUp {
+        /// Where and which incarnation.
+        record: ActorRecord,
+        /// What it was started from.
+        spec: ActorSpec,
+    },
+    /// From a node to the head: an actor incarnation died.
+    ActorDown {
+        /// The actor.
+        actor: ActorId,
+        /// Its dead incarnation.
+        incarnation: Incarnation,
+        /// Why it died.
+        reason: String,
+        /// Whether its node is starting a new incarnation.
+        restarting: bool,
+    },
+    /// To the head: every live actor's record. Answered with
+    /// [`ControlReply::Actors`].
+    ListActors,
+}
+
+impl From<DirectoryRequest> for ControlRequest {
+    fn from(request: DirectoryRequest) -> Self {
+        ControlRequest::Directory(request)
+    }
+}
+
+/// To a node: starting and killing actors' worker processes (answered by its `NodeManager`).
+// Built once per request and encoded at once: boxing the large variant
+// would save no memory and cost an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum WorkerRequest {
     /// To a node: start an actor in a worker process. Answered with
     /// [`ControlReply::ActorStarted`], [`ControlReply::NeedBinary`] or
     /// [`ControlReply::NoCapacity`].
     StartActor(ActorSpec),
+    /// To a node: SIGKILL an actor's worker process and do not restart it
+    /// (Ray's `ray.kill`). Answered with `Ack`, also when the actor is not
+    /// (or no longer) there.
+    KillActor(ActorId),
+}
+
+impl From<WorkerRequest> for ControlRequest {
+    fn from(request: WorkerRequest) -> Self {
+        ControlRequest::Workers(request)
+    }
+}
+
+/// To a node: placement-group bundles (answered by its `NodeManager`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum BundleRequest {
+    /// To a node: set resources aside for a placement-group bundle.
+    /// Answered with `Ack` or [`ControlReply::NoCapacity`].
+    ReserveBundle {
+        /// The bundle.
+        bundle: BundleId,
+        /// Its resources.
+        resources: ResourceSet,
+    },
+    /// To a node: give a bundle's resources back.
+    ReleaseBundle(BundleId),
+}
+
+impl From<BundleRequest> for ControlRequest {
+    fn from(request: BundleRequest) -> Self {
+        ControlRequest::Bundles(request)
+    }
+}
+
+/// To a node: its cache of program binaries (answered by its `NodeManager`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum BinaryRequest {
     /// To a node: a chunk of a program binary, identified by its SHA-256.
     UploadBinary {
         /// Hex SHA-256 of the whole binary.
@@ -57,46 +190,27 @@ pub enum ControlRequest {
         #[serde(with = "serde_bytes")]
         chunk: Vec<u8>,
     },
-    /// To a node: set resources aside for a placement-group bundle.
-    /// Answered with `Ack` or [`ControlReply::NoCapacity`].
-    ReserveBundle {
-        /// The bundle.
-        bundle: BundleId,
-        /// Its resources.
-        resources: ResourceSet,
+    /// To a node: `len` bytes of a program binary from `offset`, for another
+    /// node that lacks it. Answered with [`ControlReply::BinaryChunk`].
+    ReadBinary {
+        /// Hex SHA-256 of the whole binary.
+        hash: String,
+        /// Where the chunk starts.
+        offset: u64,
+        /// At most this many bytes.
+        len: u64,
     },
-    /// To a node: give a bundle's resources back.
-    ReleaseBundle(BundleId),
-    /// To the head: a fault-injection rule fired; published as
-    /// `FaultInjected`. Answered with `Ack`.
-    ReportFault {
-        /// The fault's kind.
-        fault: String,
-        /// What it hit, by a stable name.
-        target: String,
-        /// What fired it.
-        trigger: String,
-        /// The node the fault is about to kill, if it kills one: the
-        /// directory gives the node's actors a death reason that names the
-        /// fault (`node lost: ...; chaos: KIND at TRIGGER of TARGET`).
-        #[serde(default)]
-        kills_node: Option<String>,
-    },
-    /// To the head: something recovered from a failure (a training group
-    /// restored from its checkpoint); published as `Recovered`. Answered
-    /// with `Ack`.
-    ReportRecovery {
-        /// What recovered, in words.
-        what: String,
-        /// Who, by a stable name (a run's name).
-        target: String,
-        /// Milliseconds from the failure to the recovery.
-        took_ms: u64,
-    },
-    /// To a node: SIGKILL an actor's worker process and do not restart it
-    /// (Ray's `ray.kill`). Answered with `Ack`, also when the actor is not
-    /// (or no longer) there.
-    KillActor(ActorId),
+}
+
+impl From<BinaryRequest> for ControlRequest {
+    fn from(request: BinaryRequest) -> Self {
+        ControlRequest::Binaries(request)
+    }
+}
+
+/// To a node: its object store (answered by its `NodeObjectStore`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ObjectRequest {
     /// To a node: the next chunk of an object put there (the first, at
     /// offset 0, reserves `total` bytes, spilling older objects to disk if
     /// needed). Answered with `Ack`.
@@ -198,55 +312,54 @@ pub enum ControlRequest {
     },
     /// To a node: the objects it holds. Answered with [`ControlReply::Objects`].
     ListObjects,
-    /// To the head: reserve a unique actor name. Answered with `Ack` or
-    /// [`ControlReply::NameTaken`].
-    ReserveName {
-        /// The name.
-        name: String,
-        /// The actor that will carry it.
-        actor: ActorId,
+}
+
+impl From<ObjectRequest> for ControlRequest {
+    fn from(request: ObjectRequest) -> Self {
+        ControlRequest::Objects(request)
+    }
+}
+
+/// Fault injection: reports to the head, packet rules to a node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum FaultRequest {
+    /// To the head: a fault-injection rule fired; published as
+    /// `FaultInjected`. Answered with `Ack`.
+    ReportFault {
+        /// The fault's kind.
+        fault: String,
+        /// What it hit, by a stable name.
+        target: String,
+        /// What fired it.
+        trigger: String,
+        /// The node the fault is about to kill, if it kills one: the
+        /// directory gives the node's actors a death reason that names the
+        /// fault (`node lost: ...; chaos: KIND at TRIGGER of TARGET`).
+        #[serde(default)]
+        kills_node: Option<String>,
     },
-    /// To the head: the actor with this name. Answered with [`ControlReply::Actor`].
-    LookupName(String),
-    /// To the head: where this actor is. Answered with [`ControlReply::Actor`].
-    LocateActor(ActorId),
-    /// From a node to the head: an actor (incarnation) runs, and how to
-    /// start it again elsewhere should its node be lost.
-    ActorUp {
-        /// Where and which incarnation.
-        record: ActorRecord,
-        /// What it was started from.
-        spec: ActorSpec,
-    },
-    /// To the head: every live actor's record. Answered with
-    /// [`ControlReply::Actors`].
-    ListActors,
-    /// To a node: `len` bytes of a program binary from `offset`, for another
-    /// node that lacks it. Answered with [`ControlReply::BinaryChunk`].
-    ReadBinary {
-        /// Hex SHA-256 of the whole binary.
-        hash: String,
-        /// Where the chunk starts.
-        offset: u64,
-        /// At most this many bytes.
-        len: u64,
+    /// To the head: something recovered from a failure (a training group
+    /// restored from its checkpoint); published as `Recovered`. Answered
+    /// with `Ack`.
+    ReportRecovery {
+        /// What recovered, in words.
+        what: String,
+        /// Who, by a stable name (a run's name).
+        target: String,
+        /// Milliseconds from the failure to the recovery.
+        took_ms: u64,
     },
     /// To a node: add a packet rule to its socket's fault plan, in front of
     /// the others; `from_ms` and `until_ms` count from its arrival (the
     /// chaos runner's partitions between chosen nodes). Refused by a node
     /// started without a packet fault plan. Answered with `Ack`.
     AddPacketRule(crate::transport::PacketRule),
-    /// From a node to the head: an actor incarnation died.
-    ActorDown {
-        /// The actor.
-        actor: ActorId,
-        /// Its dead incarnation.
-        incarnation: Incarnation,
-        /// Why it died.
-        reason: String,
-        /// Whether its node is starting a new incarnation.
-        restarting: bool,
-    },
+}
+
+impl From<FaultRequest> for ControlRequest {
+    fn from(request: FaultRequest) -> Self {
+        ControlRequest::Faults(request)
+    }
 }
 
 /// A control-plane reply.

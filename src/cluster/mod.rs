@@ -1,28 +1,23 @@
-//! The control plane: resources, membership, the event stream and the
-//! directory. The actors here run on the head node only; the data types
-//! travel between all processes.
+//! What every process of a cluster shares: resources, the control protocol
+//! and its types (nodes, actors, objects, events), fault rules and reports.
+//! The head's actors that answer the protocol are in [`crate::head`].
 //!
-//! Architecture invariant: nothing here touches sockets; requests reach
-//! these actors through the node service, which decodes them.
+//! Architecture invariant: data and pure functions only; no actors, no
+//! sockets.
 
 mod digest;
-pub mod directory;
-pub mod events;
 pub mod faults;
 pub mod gpus;
-pub mod membership;
 mod messages;
 mod objects;
 mod resources;
 
 pub use digest::sha256_file;
-pub use directory::Directory;
-pub use events::ClusterEvents;
-pub use membership::Membership;
 pub use messages::{
-    ActorId, ActorRecord, ActorSpec, BinaryId, BundleId, ClusterEvent, ClusterEventKind,
-    ClusterStatus, ControlReply, ControlRequest, NodeRegistration, NodeState, NodeStatus,
-    PlacementGroupId, ResourceUsage,
+    ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleRequest,
+    ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest, DirectoryRequest,
+    EventRequest, FaultRequest, MembershipRequest, NodeRegistration, NodeState, NodeStatus,
+    ObjectRequest, PlacementGroupId, ResourceUsage, WorkerRequest,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

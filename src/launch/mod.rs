@@ -3,7 +3,7 @@
 //! when the node lacks it (from the spawning process's own file, or relayed
 //! from another node that has it). One mechanism for
 //! [`actor::spawn`](crate::actor::spawn), the task pool (task workers are
-//! actors) and the head's [`ActorRescheduler`](crate::node::ActorRescheduler).
+//! actors) and the head's [`ActorRescheduler`](crate::head::ActorRescheduler).
 //!
 //! Starting an actor on a chosen node:
 //! 1. Send `StartActor`; a node that can fit it starts the worker process
@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::client::{self, ClientError};
 use crate::cluster::{ActorSpec, BinaryId, ControlReply, ControlRequest, NodeStatus, CPU};
+use crate::cluster::{BinaryRequest, WorkerRequest};
 use crate::transport::{Connection, Endpoint, RequestError, RequestOptions};
 
 /// Bytes per binary upload request.
@@ -71,11 +72,11 @@ pub async fn ship_to_head(
                 .await
                 .map_err(ClientError::from)?;
             let id = &binary.1;
-            let has = ControlRequest::ReadBinary {
+            let has = ControlRequest::Binaries(BinaryRequest::ReadBinary {
                 hash: id.hash.clone(),
                 offset: 0,
                 len: 0,
-            };
+            });
             match client::call(&connection, &has, RequestOptions::control()).await {
                 Ok(ControlReply::BinaryChunk { .. }) => Ok(()),
                 Ok(reply) => Err(unexpected("ReadBinary", reply)),
@@ -140,7 +141,7 @@ pub async fn start_on(
         .connect(node.address, Some(&node.identity()))
         .await
         .map_err(ClientError::from)?;
-    let start = ControlRequest::StartActor(spec.clone());
+    let start = ControlRequest::Workers(WorkerRequest::StartActor(spec.clone()));
     let options = RequestOptions::control().with_deadline(Duration::from_secs(60));
     // Spawns from this process ship the binary to a node one at a time: the
     // first uploads, the others then find it there. (Concurrent uploads of
@@ -239,11 +240,11 @@ async fn relay(
         .map_err(ClientError::from)?;
     let mut offset = 0;
     loop {
-        let read = ControlRequest::ReadBinary {
+        let read = ControlRequest::Binaries(BinaryRequest::ReadBinary {
             hash: id.hash.clone(),
             offset,
             len: UPLOAD_CHUNK as u64,
-        };
+        });
         let (total, chunk) = match client::call(&from, &read, RequestOptions::bulk()).await? {
             ControlReply::BinaryChunk { total, chunk } => (total, chunk),
             reply => return Err(unexpected("ReadBinary", reply)),
@@ -270,12 +271,12 @@ async fn upload_chunk(
     total: u64,
     chunk: Vec<u8>,
 ) -> Result<(), LaunchError> {
-    let request = ControlRequest::UploadBinary {
+    let request = ControlRequest::Binaries(BinaryRequest::UploadBinary {
         hash: id.hash.clone(),
         offset,
         total,
         chunk,
-    };
+    });
     client::call(node, &request, RequestOptions::bulk()).await?;
     Ok(())
 }

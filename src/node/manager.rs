@@ -14,12 +14,13 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::client::{self, ClientError};
-use crate::cluster::directory::{self, Directory};
 use crate::cluster::faults::ActorFault;
-use crate::cluster::membership::{self, Membership, MembershipError};
 use crate::cluster::{
     ActorId, ActorRecord, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet,
 };
+use crate::cluster::{DirectoryRequest, MembershipRequest};
+use crate::head::directory::{self, Directory};
+use crate::head::membership::{self, Membership, MembershipError};
 use crate::transport::{Endpoint, JoinToken, RequestError, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
@@ -154,7 +155,7 @@ impl NodeManager {
                 let call = call_head(
                     endpoint,
                     *head,
-                    ControlRequest::Heartbeat { node, used },
+                    ControlRequest::Membership(MembershipRequest::Heartbeat { node, used }),
                     self.config.interval * 2,
                 );
                 async move {
@@ -205,7 +206,7 @@ impl NodeManager {
                 let call = call_head(
                     endpoint,
                     *head,
-                    ControlRequest::ActorUp { record, spec },
+                    ControlRequest::Directory(DirectoryRequest::ActorUp { record, spec }),
                     Duration::from_secs(10),
                 );
                 async move {
@@ -223,12 +224,12 @@ impl NodeManager {
         match &self.config.head {
             HeadLink::Local { directory, .. } => directory.do_send(down),
             HeadLink::Remote { endpoint, head } => {
-                let request = ControlRequest::ActorDown {
+                let request = ControlRequest::Directory(DirectoryRequest::ActorDown {
                     actor: down.actor,
                     incarnation: down.incarnation,
                     reason: down.reason,
                     restarting: down.restarting,
-                };
+                });
                 let call = call_head(endpoint, *head, request, Duration::from_secs(10));
                 tokio::spawn(async move {
                     if let Err(e) = call.await {

@@ -8,7 +8,7 @@
 //! 2. Pick a fresh incarnation, issue this process's certificate from the
 //!    join token, and start serving.
 //! 3. On the head, start the control-plane actors (and the
-//!    [`ActorRescheduler`], which restarts actors lost with their node on
+//!    [`ActorRescheduler`](crate::head::ActorRescheduler), which restarts actors lost with their node on
 //!    other nodes) and register itself; on
 //!    other nodes, join the head (a refused or unreachable head is an error
 //!    and the process exits non-zero).
@@ -22,7 +22,6 @@ mod binaries;
 mod config;
 mod error;
 mod manager;
-mod rescheduler;
 mod resources;
 mod runtime;
 mod service;
@@ -34,7 +33,6 @@ pub use manager::{
     HeadLink, KillActor, NodeManager, NodeManagerConfig, ReadBinary, ReleaseBundle, ReserveBundle,
     StartActor, UploadBinary,
 };
-pub use rescheduler::{ActorRescheduler, RESCHEDULE_DEADLINE};
 pub use resources::{Grant, ResourcePool};
 pub use runtime::{run, NodeReady};
-pub use service::{HeadActors, NodeService};
+pub use service::NodeService;

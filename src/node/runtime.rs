@@ -12,18 +12,19 @@ use tracing::{info, warn};
 
 use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
-use crate::cluster::membership::{self, Membership};
+use crate::cluster::MembershipRequest;
 use crate::cluster::{
-    events::Subscribe, ClusterEvents, ControlReply, ControlRequest, Directory, NodeRegistration,
-    ObjectLocation, ResourceSet, MEMORY,
+    ControlReply, ControlRequest, NodeRegistration, ObjectLocation, ResourceSet, MEMORY,
 };
+use crate::head::events::Subscribe;
+use crate::head::membership::{self, Membership};
+use crate::head::{ActorRescheduler, ClusterEvents, Directory, HeadActors};
 use crate::object_store::{HeadEvents, NodeObjectStore};
 use crate::transport::{Credentials, Endpoint, PacketFaults, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
 use super::{
-    ActorRescheduler, HeadActors, HeadLink, NodeConfig, NodeError, NodeManager, NodeManagerConfig,
-    NodeRole, NodeService,
+    HeadLink, NodeConfig, NodeError, NodeManager, NodeManagerConfig, NodeRole, NodeService,
 };
 
 /// What a node reports once it serves.
@@ -209,7 +210,12 @@ async fn leave(
 ) -> Result<(), ClientError> {
     let connection = endpoint.connect(head, None).await?;
     let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
-    client::call(&connection, &ControlRequest::Leave { node }, options).await?;
+    client::call(
+        &connection,
+        &ControlRequest::Membership(MembershipRequest::Leave { node }),
+        options,
+    )
+    .await?;
     Ok(())
 }
 
@@ -224,7 +230,7 @@ async fn join(
         .connect(head, None)
         .await
         .map_err(|e| failed(e.into()))?;
-    let request = ControlRequest::Join(registration);
+    let request = ControlRequest::Membership(MembershipRequest::Join(registration));
     match client::call(&connection, &request, RequestOptions::control()).await {
         Ok(ControlReply::Joined {
             heartbeat_interval_ms,

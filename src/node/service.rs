@@ -7,10 +7,13 @@ use actix::Addr;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use crate::cluster::directory::{self, Directory};
-use crate::cluster::events::{EventsSince, Publish};
-use crate::cluster::membership::{self, Membership};
-use crate::cluster::{ClusterEventKind, ClusterEvents, ControlReply, ControlRequest};
+use crate::cluster::{
+    BinaryRequest, BundleRequest, DirectoryRequest, EventRequest, FaultRequest, MembershipRequest,
+    WorkerRequest,
+};
+use crate::cluster::{ClusterEventKind, ControlReply, ControlRequest};
+use crate::head::events::{EventsSince, Publish};
+use crate::head::{directory, membership, HeadActors};
 use crate::transport::{Endpoint, HandlerError, RequestHandler};
 use crate::wire::{self, PeerIdentity, PeerRole, RemoteError, RemoteErrorKind};
 
@@ -32,19 +35,6 @@ pub struct NodeService {
     endpoint: Endpoint,
 }
 
-/// The control-plane actors, on the head only.
-#[derive(Clone)]
-pub struct HeadActors {
-    /// Node membership.
-    pub membership: Addr<Membership>,
-    /// The event stream.
-    pub events: Addr<ClusterEvents>,
-    /// The actor directory.
-    pub directory: Addr<Directory>,
-    /// The heartbeat interval members are told to keep.
-    pub heartbeat_interval: Duration,
-}
-
 impl NodeService {
     /// The service of a node; `head` is `Some` on the head.
     /// `endpoint` is the node's own (packet rules are added to its socket).
@@ -62,52 +52,101 @@ impl NodeService {
         }
     }
 
+    /// The one dispatcher: routes each subsystem's requests to the actors
+    /// that answer them; head-only subsystems are refused elsewhere.
     async fn dispatch(
         &self,
         from: PeerIdentity,
         request: ControlRequest,
     ) -> Result<ControlReply, RemoteError> {
-        let manager = self.manager.clone();
-        let head = self.head.clone();
-        let objects = self.objects.clone();
-        let request = match objects.handle(request).await {
-            Ok(reply) => return reply,
-            Err(request) => request,
-        };
         match request {
             ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
-            ControlRequest::StartActor(spec) => {
-                manager.send(StartActor(spec)).await.map_err(internal)?
-            }
-            ControlRequest::ReserveBundle { bundle, resources } => {
-                let reserve = ReserveBundle { bundle, resources };
-                Ok(match manager.send(reserve).await.map_err(internal)? {
-                    Ok(()) => ControlReply::Ack,
-                    Err(short) => ControlReply::NoCapacity(short),
-                })
-            }
-            ControlRequest::ReadBinary { hash, offset, len } => manager
-                .send(ReadBinary { hash, offset, len })
-                .await
-                .map_err(internal)?,
-            ControlRequest::AddPacketRule(rule) => {
+            ControlRequest::Objects(request) => self.objects.handle(request).await,
+            ControlRequest::Workers(request) => self.workers(request).await,
+            ControlRequest::Bundles(request) => self.bundles(request).await,
+            ControlRequest::Binaries(request) => self.binaries(request).await,
+            ControlRequest::Faults(FaultRequest::AddPacketRule(rule)) => {
                 self.endpoint
                     .add_packet_rule(rule)
                     .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e))?;
                 Ok(ControlReply::Ack)
             }
-            ControlRequest::KillActor(actor) => {
-                manager.send(KillActor(actor)).await.map_err(internal)?;
+            request => {
+                let head = self.head.clone().ok_or_else(|| {
+                    RemoteError::new(
+                        RemoteErrorKind::BadRequest,
+                        "this node is not the head; send membership, event, directory and \
+                         fault-report requests to the head",
+                    )
+                })?;
+                match request {
+                    ControlRequest::Membership(request) => {
+                        membership_request(&head, from, request).await
+                    }
+                    ControlRequest::Events(EventRequest::Events { after, wait_ms }) => {
+                        let wait = Duration::from_millis(wait_ms).min(MAX_EVENT_WAIT);
+                        let since = head
+                            .events
+                            .send(EventsSince { after, wait })
+                            .await
+                            .map_err(internal)?;
+                        Ok(ControlReply::Events(since))
+                    }
+                    ControlRequest::Directory(request) => directory_request(&head, request).await,
+                    ControlRequest::Faults(request) => fault_report(&head, request).await,
+                    _ => Err(RemoteError::new(
+                        RemoteErrorKind::Internal,
+                        "a node request reached the head's dispatcher",
+                    )),
+                }
+            }
+        }
+    }
+
+    async fn workers(&self, request: WorkerRequest) -> Result<ControlReply, RemoteError> {
+        match request {
+            WorkerRequest::StartActor(spec) => self
+                .manager
+                .send(StartActor(spec))
+                .await
+                .map_err(internal)?,
+            WorkerRequest::KillActor(actor) => {
+                self.manager
+                    .send(KillActor(actor))
+                    .await
+                    .map_err(internal)?;
                 Ok(ControlReply::Ack)
             }
-            ControlRequest::ReleaseBundle(bundle) => {
-                manager
+        }
+    }
+
+    async fn bundles(&self, request: BundleRequest) -> Result<ControlReply, RemoteError> {
+        match request {
+            BundleRequest::ReserveBundle { bundle, resources } => {
+                let reserve = ReserveBundle { bundle, resources };
+                Ok(match self.manager.send(reserve).await.map_err(internal)? {
+                    Ok(()) => ControlReply::Ack,
+                    Err(short) => ControlReply::NoCapacity(short),
+                })
+            }
+            BundleRequest::ReleaseBundle(bundle) => {
+                self.manager
                     .send(ReleaseBundle(bundle))
                     .await
                     .map_err(internal)?;
                 Ok(ControlReply::Ack)
             }
-            ControlRequest::UploadBinary {
+        }
+    }
+
+    async fn binaries(&self, request: BinaryRequest) -> Result<ControlReply, RemoteError> {
+        match request {
+            BinaryRequest::ReadBinary { hash, offset, len } => self
+                .manager
+                .send(ReadBinary { hash, offset, len })
+                .await
+                .map_err(internal)?,
+            BinaryRequest::UploadBinary {
                 hash,
                 offset,
                 total,
@@ -119,188 +158,167 @@ impl NodeService {
                     total,
                     chunk,
                 };
-                manager.send(upload).await.map_err(internal)??;
+                self.manager.send(upload).await.map_err(internal)??;
                 Ok(ControlReply::Ack)
             }
-            request => match head {
-                Some(head) => Self::head_request(head, from, request).await,
-                None => Err(RemoteError::new(
-                    RemoteErrorKind::BadRequest,
-                    "this node is not the head; send membership and directory requests to the head",
-                )),
-            },
         }
     }
+}
 
-    /// Requests only the head answers.
-    async fn head_request(
-        head: HeadActors,
-        from: PeerIdentity,
-        request: ControlRequest,
-    ) -> Result<ControlReply, RemoteError> {
-        let HeadActors {
-            membership,
-            events,
-            directory,
-            heartbeat_interval: interval,
-        } = head;
-        match request {
-            ControlRequest::Join(registration) => {
-                if from.role != PeerRole::Node || from.identity != registration.node {
-                    return Err(RemoteError::new(
-                        RemoteErrorKind::BadRequest,
-                        format!("{from} cannot join as {}", registration.node),
-                    ));
-                }
-                let join = membership::Join {
-                    registration,
-                    head: false,
-                };
-                membership.send(join).await.map_err(internal)??;
-                Ok(ControlReply::Joined {
-                    heartbeat_interval_ms: interval.as_millis() as u64,
-                })
+/// Membership requests, on the head.
+async fn membership_request(
+    head: &HeadActors,
+    from: PeerIdentity,
+    request: MembershipRequest,
+) -> Result<ControlReply, RemoteError> {
+    let membership = &head.membership;
+    match request {
+        MembershipRequest::Join(registration) => {
+            if from.role != PeerRole::Node || from.identity != registration.node {
+                return Err(RemoteError::new(
+                    RemoteErrorKind::BadRequest,
+                    format!("{from} cannot join as {}", registration.node),
+                ));
             }
-            ControlRequest::Heartbeat { node, used } => {
-                membership
-                    .send(membership::Heartbeat { node, used })
-                    .await
-                    .map_err(internal)??;
-                Ok(ControlReply::Ack)
-            }
-            ControlRequest::Leave { node } => {
-                membership
-                    .send(membership::Leave { node })
-                    .await
-                    .map_err(internal)??;
-                Ok(ControlReply::Ack)
-            }
-            ControlRequest::ReportFault {
-                fault,
-                target,
-                trigger,
-                kills_node,
-            } => {
-                if let Some(node) = kills_node {
-                    let reason = format!("chaos: {fault} at {trigger} of {target}");
-                    directory
-                        .send(directory::NodeDoomed { node, reason })
-                        .await
-                        .map_err(internal)?;
-                }
-                let kind = ClusterEventKind::FaultInjected {
-                    fault,
-                    target,
-                    trigger,
-                };
-                events.send(Publish(kind)).await.map_err(internal)?;
-                Ok(ControlReply::Ack)
-            }
-            ControlRequest::ReportRecovery {
-                what,
-                target,
-                took_ms,
-            } => {
-                let kind = ClusterEventKind::Recovered {
-                    what,
-                    target,
-                    took_ms,
-                };
-                events.send(Publish(kind)).await.map_err(internal)?;
-                Ok(ControlReply::Ack)
-            }
-            ControlRequest::Status => {
-                let status = membership
-                    .send(membership::Status)
-                    .await
-                    .map_err(internal)?;
-                Ok(ControlReply::Status(status))
-            }
-            ControlRequest::Events { after, wait_ms } => {
-                let wait = Duration::from_millis(wait_ms).min(MAX_EVENT_WAIT);
-                let since = events
-                    .send(EventsSince { after, wait })
-                    .await
-                    .map_err(internal)?;
-                Ok(ControlReply::Events(since))
-            }
-            ControlRequest::ReserveName { name, actor } => {
-                let reserved = directory
-                    .send(directory::ReserveName { name, actor })
-                    .await
-                    .map_err(internal)?;
-                Ok(match reserved {
-                    Ok(()) => ControlReply::Ack,
-                    Err(holder) => ControlReply::NameTaken(holder),
-                })
-            }
-            ControlRequest::LookupName(name) => {
-                let found = directory
-                    .send(directory::LookupName(name))
-                    .await
-                    .map_err(internal)?;
-                Ok(ControlReply::Actor(found.map(Box::new)))
-            }
-            ControlRequest::LocateActor(actor) => {
-                let found = directory
-                    .send(directory::LocateActor(actor))
-                    .await
-                    .map_err(internal)?;
-                Ok(ControlReply::Actor(found.map(Box::new)))
-            }
-            ControlRequest::ActorUp { record, spec } => {
-                directory
-                    .send(directory::ActorUp { record, spec })
-                    .await
-                    .map_err(internal)?;
-                Ok(ControlReply::Ack)
-            }
-            ControlRequest::ListActors => {
-                let actors = directory
-                    .send(directory::ListActors)
-                    .await
-                    .map_err(internal)?;
-                Ok(ControlReply::Actors(actors))
-            }
-            ControlRequest::ActorDown {
+            let join = membership::Join {
+                registration,
+                head: false,
+            };
+            membership.send(join).await.map_err(internal)??;
+            Ok(ControlReply::Joined {
+                heartbeat_interval_ms: head.heartbeat_interval.as_millis() as u64,
+            })
+        }
+        MembershipRequest::Heartbeat { node, used } => {
+            membership
+                .send(membership::Heartbeat { node, used })
+                .await
+                .map_err(internal)??;
+            Ok(ControlReply::Ack)
+        }
+        MembershipRequest::Leave { node } => {
+            membership
+                .send(membership::Leave { node })
+                .await
+                .map_err(internal)??;
+            Ok(ControlReply::Ack)
+        }
+        MembershipRequest::Status => {
+            let status = membership
+                .send(membership::Status)
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Status(status))
+        }
+    }
+}
+
+/// Directory requests, on the head.
+async fn directory_request(
+    head: &HeadActors,
+    request: DirectoryRequest,
+) -> Result<ControlReply, RemoteError> {
+    let directory = &head.directory;
+    match request {
+        DirectoryRequest::ReserveName { name, actor } => {
+            let reserved = directory
+                .send(directory::ReserveName { name, actor })
+                .await
+                .map_err(internal)?;
+            Ok(match reserved {
+                Ok(()) => ControlReply::Ack,
+                Err(holder) => ControlReply::NameTaken(holder),
+            })
+        }
+        DirectoryRequest::LookupName(name) => {
+            let found = directory
+                .send(directory::LookupName(name))
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Actor(found.map(Box::new)))
+        }
+        DirectoryRequest::LocateActor(actor) => {
+            let found = directory
+                .send(directory::LocateActor(actor))
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Actor(found.map(Box::new)))
+        }
+        DirectoryRequest::ActorUp { record, spec } => {
+            directory
+                .send(directory::ActorUp { record, spec })
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Ack)
+        }
+        DirectoryRequest::ListActors => {
+            let actors = directory
+                .send(directory::ListActors)
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Actors(actors))
+        }
+        DirectoryRequest::ActorDown {
+            actor,
+            incarnation,
+            reason,
+            restarting,
+        } => {
+            let down = directory::ActorDown {
                 actor,
                 incarnation,
                 reason,
                 restarting,
-            } => {
-                let down = directory::ActorDown {
-                    actor,
-                    incarnation,
-                    reason,
-                    restarting,
-                };
-                directory.send(down).await.map_err(internal)?;
-                Ok(ControlReply::Ack)
-            }
-            ControlRequest::Echo(_)
-            | ControlRequest::PutObjectChunk { .. }
-            | ControlRequest::ReadObject { .. }
-            | ControlRequest::PullObject { .. }
-            | ControlRequest::AwaitObject { .. }
-            | ControlRequest::FailObject { .. }
-            | ControlRequest::UpdateRefs { .. }
-            | ControlRequest::FreeObject(_)
-            | ControlRequest::OpenObject(_)
-            | ControlRequest::CreateObject { .. }
-            | ControlRequest::SealObject { .. }
-            | ControlRequest::ListObjects
-            | ControlRequest::StartActor(_)
-            | ControlRequest::ReserveBundle { .. }
-            | ControlRequest::ReleaseBundle(_)
-            | ControlRequest::KillActor(_)
-            | ControlRequest::ReadBinary { .. }
-            | ControlRequest::AddPacketRule(_)
-            | ControlRequest::UploadBinary { .. } => Err(RemoteError::new(
-                RemoteErrorKind::BadRequest,
-                "a node request reached the head's dispatcher",
-            )),
+            };
+            directory.send(down).await.map_err(internal)?;
+            Ok(ControlReply::Ack)
         }
     }
+}
+
+/// Fault reports, on the head (packet rules are answered by every node).
+async fn fault_report(
+    head: &HeadActors,
+    request: FaultRequest,
+) -> Result<ControlReply, RemoteError> {
+    let kind = match request {
+        FaultRequest::ReportFault {
+            fault,
+            target,
+            trigger,
+            kills_node,
+        } => {
+            if let Some(node) = kills_node {
+                let reason = format!("chaos: {fault} at {trigger} of {target}");
+                head.directory
+                    .send(directory::NodeDoomed { node, reason })
+                    .await
+                    .map_err(internal)?;
+            }
+            ClusterEventKind::FaultInjected {
+                fault,
+                target,
+                trigger,
+            }
+        }
+        FaultRequest::ReportRecovery {
+            what,
+            target,
+            took_ms,
+        } => ClusterEventKind::Recovered {
+            what,
+            target,
+            took_ms,
+        },
+        FaultRequest::AddPacketRule(_) => {
+            return Err(RemoteError::new(
+                RemoteErrorKind::Internal,
+                "a packet rule reached the head's dispatcher",
+            ))
+        }
+    };
+    head.events.send(Publish(kind)).await.map_err(internal)?;
+    Ok(ControlReply::Ack)
 }
 
 impl RequestHandler for NodeService {

@@ -40,6 +40,7 @@ use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize, Serializ
 use tokio::time::Instant;
 
 use crate::client::{self, ClientError};
+use crate::cluster::ObjectRequest;
 use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectLocation, RefHolder,
 };
@@ -359,10 +360,10 @@ async fn ready<T>(
         .map_err(ClientError::from)?;
     loop {
         let left = end.saturating_duration_since(Instant::now());
-        let ask = ControlRequest::AwaitObject {
+        let ask = ControlRequest::Objects(ObjectRequest::AwaitObject {
             id: object.id,
             wait_ms: left.min(MAX_OBJECT_WAIT).as_millis() as u64,
-        };
+        });
         match call(&owner, &ask, long_poll(left)).await? {
             ControlReply::ObjectReady(_) | ControlReply::ObjectFailed(_) => return Ok(true),
             _ if left.is_zero() => return Ok(false),
@@ -454,12 +455,12 @@ async fn store_shared(
     holder: RefHolder,
     contains: Vec<ContainedRef>,
 ) -> Result<bool, ObjectStoreError> {
-    let create = ControlRequest::CreateObject {
+    let create = ControlRequest::Objects(ObjectRequest::CreateObject {
         id,
         total: bytes.len() as u64,
         holder,
         contains,
-    };
+    });
     let file = match call(node, &create, RequestOptions::bulk()).await? {
         ControlReply::ObjectFile(Some(file)) => file,
         ControlReply::ObjectFile(None) => return Ok(false),
@@ -476,7 +477,7 @@ async fn store_shared(
             .open(&file.path)
             .and_then(|out| out.write_all_at(bytes, 0))
             .is_ok();
-    let seal = ControlRequest::SealObject { id, written };
+    let seal = ControlRequest::Objects(ObjectRequest::SealObject { id, written });
     call(node, &seal, RequestOptions::bulk()).await?;
     Ok(written)
 }
@@ -496,7 +497,7 @@ pub(crate) fn host_id() -> &'static str {
 async fn open_shared(node: &Connection, id: ObjectId, size: u64) -> Option<memmap2::Mmap> {
     let file = match call(
         node,
-        &ControlRequest::OpenObject(id),
+        &ControlRequest::Objects(ObjectRequest::OpenObject(id)),
         RequestOptions::control(),
     )
     .await
@@ -528,7 +529,7 @@ async fn store_chunks(
         bytes.chunks(CHUNK_BYTES).collect()
     };
     for chunk in chunks {
-        let request = ControlRequest::PutObjectChunk {
+        let request = ControlRequest::Objects(ObjectRequest::PutObjectChunk {
             id,
             offset,
             total,
@@ -539,7 +540,7 @@ async fn store_chunks(
                 Vec::new()
             },
             chunk: chunk.to_vec(),
-        };
+        });
         call(node, &request, RequestOptions::bulk()).await?;
         offset += chunk.len() as u64;
     }
@@ -570,13 +571,13 @@ pub(crate) async fn fetch<T>(
                 let left = end.saturating_duration_since(Instant::now());
                 let wait_ms = left.min(MAX_OBJECT_WAIT).as_millis() as u64;
                 let request = if here == object.owner {
-                    ControlRequest::AwaitObject { id, wait_ms }
+                    ControlRequest::Objects(ObjectRequest::AwaitObject { id, wait_ms })
                 } else {
-                    ControlRequest::PullObject {
+                    ControlRequest::Objects(ObjectRequest::PullObject {
                         id,
                         owner: object.owner.clone(),
                         wait_ms,
-                    }
+                    })
                 };
                 match call(&home, &request, pull_options(left)).await? {
                     ControlReply::ObjectReady(size) => break size,
@@ -622,12 +623,12 @@ pub(crate) fn read_chunks(
         .map(move |offset| {
             let copy_at = copy_at.clone();
             async move {
-                let read = ControlRequest::ReadObject {
+                let read = ControlRequest::Objects(ObjectRequest::ReadObject {
                     id,
                     offset,
                     len: CHUNK_BYTES as u64,
                     copy_at,
-                };
+                });
                 match call(node, &read, RequestOptions::bulk()).await? {
                     ControlReply::ObjectBytes(chunk) if !chunk.is_empty() => Ok(chunk),
                     other => Err(ObjectStoreError::Store(format!(

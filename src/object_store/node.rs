@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 
 use crate::client;
+use crate::cluster::ObjectRequest;
 use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
     RefHolder, RefUpdate,
@@ -150,13 +151,10 @@ impl NodeObjectStore {
         &self.shards[(id.0 % SHARDS) as usize]
     }
 
-    /// Answers an object-store request, or hands it back if it is not one.
-    pub async fn handle(
-        &self,
-        request: ControlRequest,
-    ) -> Result<Result<ControlReply, RemoteError>, ControlRequest> {
-        Ok(match request {
-            ControlRequest::PutObjectChunk {
+    /// Answers an object-store request.
+    pub async fn handle(&self, request: ObjectRequest) -> Result<ControlReply, RemoteError> {
+        match request {
+            ObjectRequest::PutObjectChunk {
                 id,
                 offset,
                 total,
@@ -167,7 +165,7 @@ impl NodeObjectStore {
                 .put_chunk(id, offset, total, (holder, contains), chunk)
                 .await
                 .map(|()| ControlReply::Ack),
-            ControlRequest::ReadObject {
+            ObjectRequest::ReadObject {
                 id,
                 offset,
                 len,
@@ -182,13 +180,13 @@ impl NodeObjectStore {
                 };
                 flatten(self.shard(id).send(read).await).map(ControlReply::ObjectBytes)
             }
-            ControlRequest::PullObject { id, owner, wait_ms } => {
+            ObjectRequest::PullObject { id, owner, wait_ms } => {
                 Ok(self.pull(id, owner, wait(wait_ms)).await)
             }
-            ControlRequest::AwaitObject { id, wait_ms } => {
+            ObjectRequest::AwaitObject { id, wait_ms } => {
                 Ok(self.await_object(id, wait(wait_ms)).await)
             }
-            ControlRequest::FailObject {
+            ObjectRequest::FailObject {
                 id,
                 holder,
                 message,
@@ -201,28 +199,28 @@ impl NodeObjectStore {
                 let failed = self.shard(id).send(fail).await;
                 failed.map(|()| ControlReply::Ack).map_err(unavailable)
             }
-            ControlRequest::UpdateRefs { holder, updates } => {
+            ObjectRequest::UpdateRefs { holder, updates } => {
                 self.update_refs(holder, updates).await;
                 Ok(ControlReply::Ack)
             }
-            ControlRequest::FreeObject(id) => {
+            ObjectRequest::FreeObject(id) => {
                 let dropped = self.shard(id).send(DropCopy(id)).await;
                 dropped.map(|()| ControlReply::Ack).map_err(unavailable)
             }
-            ControlRequest::ListObjects => Ok(ControlReply::Objects(self.list().await)),
-            ControlRequest::OpenObject(id) => {
+            ObjectRequest::ListObjects => Ok(ControlReply::Objects(self.list().await)),
+            ObjectRequest::OpenObject(id) => {
                 let opened = self.shard(id).send(Open(id)).await.map_err(unavailable);
                 opened.map(|file| {
                     ControlReply::ObjectFile(file.map(|(path, size)| shared(path, size)))
                 })
             }
-            ControlRequest::CreateObject {
+            ObjectRequest::CreateObject {
                 id,
                 total,
                 holder,
                 contains,
             } => self.create(id, total, holder, contains).await,
-            ControlRequest::SealObject { id, written } => {
+            ObjectRequest::SealObject { id, written } => {
                 if written {
                     flatten(self.shard(id).send(Seal(id)).await).map(|()| ControlReply::Ack)
                 } else {
@@ -230,8 +228,7 @@ impl NodeObjectStore {
                     Ok(ControlReply::Ack)
                 }
             }
-            other => return Err(other),
-        })
+        }
     }
 
     async fn put_chunk(
@@ -358,7 +355,7 @@ impl NodeObjectStore {
                 store.update_refs(holder, updates).await;
                 return;
             }
-            let request = ControlRequest::UpdateRefs { holder, updates };
+            let request = ControlRequest::Objects(ObjectRequest::UpdateRefs { holder, updates });
             let sent = match store
                 .endpoint
                 .connect(owner.address, Some(&owner.node))
@@ -406,7 +403,7 @@ impl NodeObjectStore {
     /// Drops the copies of a freed object and releases what it contained.
     async fn after_free(self, freed: Freed) {
         for copy in freed.copies {
-            let request = ControlRequest::FreeObject(freed.id);
+            let request = ControlRequest::Objects(ObjectRequest::FreeObject(freed.id));
             if let Ok(connection) = self.endpoint.connect(copy.address, Some(&copy.node)).await {
                 let _ = client::call(&connection, &request, RequestOptions::control()).await;
             }
@@ -457,10 +454,10 @@ impl NodeObjectStore {
             Ok(connection) => connection,
             Err(e) => return lost(e.to_string()),
         };
-        let ask = ControlRequest::AwaitObject {
+        let ask = ControlRequest::Objects(ObjectRequest::AwaitObject {
             id,
             wait_ms: wait.as_millis() as u64,
-        };
+        });
         let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
         let size = match client::call(&connection, &ask, options).await {
             Ok(ControlReply::ObjectReady(size)) => size,
@@ -533,7 +530,7 @@ impl NodeObjectStore {
 /// Where a node's store reads the head's events.
 pub enum HeadEvents {
     /// On the head: its event actor.
-    Local(Addr<crate::cluster::ClusterEvents>),
+    Local(Addr<crate::head::ClusterEvents>),
     /// Elsewhere: the head's address.
     Remote(std::net::SocketAddr),
 }
@@ -547,7 +544,7 @@ impl HeadEvents {
     ) -> Result<Vec<crate::cluster::ClusterEvent>, String> {
         match self {
             HeadEvents::Local(events) => {
-                let since = crate::cluster::events::EventsSince { after, wait };
+                let since = crate::head::events::EventsSince { after, wait };
                 events.send(since).await.map_err(|e| e.to_string())
             }
             HeadEvents::Remote(head) => {

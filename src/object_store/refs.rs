@@ -31,6 +31,7 @@ use dashmap::DashMap;
 use tokio::sync::{mpsc, Notify};
 
 use crate::client;
+use crate::cluster::ObjectRequest;
 use crate::cluster::{
     ContainedRef, ControlRequest, ObjectId, ObjectLocation, RefChange, RefHolder, RefUpdate,
 };
@@ -295,10 +296,10 @@ async fn send(
     owner: &ObjectLocation,
     updates: Vec<RefUpdate>,
 ) {
-    let request = ControlRequest::UpdateRefs {
+    let request = ControlRequest::Objects(ObjectRequest::UpdateRefs {
         holder: holder.clone(),
         updates,
-    };
+    });
     let mut last = String::new();
     for attempt in 0..3u32 {
         if attempt > 0 {

@@ -35,6 +35,7 @@ use crate::client::{self, ClientError};
 use crate::cluster::{
     BundleId, ControlReply, ControlRequest, NodeState, NodeStatus, PlacementGroupId, ResourceSet,
 };
+use crate::cluster::{BundleRequest, MembershipRequest};
 use crate::runtime::ProcessContext;
 use crate::transport::RequestOptions;
 
@@ -224,10 +225,10 @@ impl PlacementGroup {
     /// returns the refusal.
     async fn reserve(&self, context: &ProcessContext) -> Result<Option<String>, PlacementError> {
         for (index, placed) in self.bundles.iter().enumerate() {
-            let request = ControlRequest::ReserveBundle {
+            let request = ControlRequest::Bundles(BundleRequest::ReserveBundle {
                 bundle: self.bundle(index)?,
                 resources: placed.resources.clone(),
-            };
+            });
             let refusal = match call_node(context, &placed.node, &request).await {
                 Ok(ControlReply::Ack) => continue,
                 Ok(ControlReply::NoCapacity(short)) => short,
@@ -251,7 +252,7 @@ impl PlacementGroup {
             if let Err(e) = call_node(
                 context,
                 &placed.node,
-                &ControlRequest::ReleaseBundle(bundle),
+                &ControlRequest::Bundles(BundleRequest::ReleaseBundle(bundle)),
             )
             .await
             {
@@ -274,7 +275,10 @@ async fn call_node(
 }
 
 async fn alive_nodes(context: &ProcessContext) -> Result<Vec<NodeStatus>, ClientError> {
-    match context.call_head(&ControlRequest::Status).await? {
+    match context
+        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+        .await?
+    {
         ControlReply::Status(status) => Ok(status
             .nodes
             .into_iter()

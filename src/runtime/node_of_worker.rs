@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::cluster::ControlRequest;
+use crate::cluster::FaultRequest;
 
 use super::context::ProcessContext;
 
@@ -50,12 +51,12 @@ pub fn kill_own_node(kind: String, target: String, trigger: String) -> Result<In
         return Err("this worker's node is the head, which the cluster cannot lose".into());
     }
     if let Some(context) = ProcessContext::current() {
-        let report = ControlRequest::ReportFault {
+        let report = ControlRequest::Faults(FaultRequest::ReportFault {
             fault: kind,
             target,
             trigger,
             kills_node: Some(node.name.clone()),
-        };
+        });
         // The timer is made inside the runtime, which it needs.
         let reported = node.runtime.block_on(async {
             tokio::time::timeout(REPORT_WAIT, context.call_head(&report)).await

@@ -50,6 +50,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use crate::actor::{
     ActorHandle, CallError, ProcessContext, Registry, SpawnError, SpawnOptions, Strategy,
 };
+use crate::cluster::ObjectRequest;
 use crate::cluster::{ControlRequest, ObjectId, ObjectLocation, CPU, GPU};
 use crate::object_store::{self, refs, ObjectRef, ObjectStoreError};
 use crate::placement::{InBundle, PlacementError, PlacementGroup};
@@ -386,11 +387,11 @@ async fn store_inline(context: &ProcessContext, run: &RunTask, bytes: &[u8]) -> 
 
 /// Marks a task's result failed at its owner.
 async fn fail(context: &ProcessContext, run: &RunTask, message: String) {
-    let request = ControlRequest::FailObject {
+    let request = ControlRequest::Objects(ObjectRequest::FailObject {
         id: run.result,
         holder: run.holder.clone(),
         message,
-    };
+    });
     let sent = match context
         .endpoint
         .connect(run.owner.address, Some(&run.owner.node))

@@ -16,6 +16,7 @@ use dashmap::DashSet;
 use tokio::sync::oneshot;
 
 use crate::actor::{self, CallError, ProcessContext, SpawnError, SpawnOptions, Strategy};
+use crate::cluster::MembershipRequest;
 use crate::cluster::{ControlReply, ControlRequest, NodeState};
 
 use super::{describe, TaskWorker, Worker, QUEUE_POLL};
@@ -77,7 +78,10 @@ pub(crate) async fn check_feasible(
     if feasible.contains(&key) {
         return Ok(());
     }
-    let status = match context.call_head(&ControlRequest::Status).await? {
+    let status = match context
+        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+        .await?
+    {
         ControlReply::Status(status) => status,
         other => {
             return Err(SpawnError::Start {
@@ -243,7 +247,10 @@ async fn home_node(context: &ProcessContext) -> Option<String> {
     if let Some(name) = HOME.get() {
         return Some(name.clone());
     }
-    let ControlReply::Status(status) = context.call_head(&ControlRequest::Status).await.ok()?
+    let ControlReply::Status(status) = context
+        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+        .await
+        .ok()?
     else {
         return None;
     };

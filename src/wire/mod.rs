@@ -33,7 +33,8 @@ pub use message::{
 };
 
 /// The protocol version this build speaks. Peers must match exactly.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// 2: control requests grouped by subsystem.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

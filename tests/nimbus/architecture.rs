@@ -1,4 +1,6 @@
-//! ARCHITECTURE.md stays true: every source path it names exists.
+//! ARCHITECTURE.md and src/lib.rs stay true: every source path the map
+//! names exists, and every top-level module imports only what its layer
+//! allows.
 
 use std::path::Path;
 
@@ -23,4 +25,242 @@ fn every_path_architecture_md_links_or_heads_exists() {
             "ARCHITECTURE.md names {path}, which does not exist"
         );
     }
+}
+
+/// What each top-level module of `src/` may import (`crate::NAME`), from
+/// the bottom layer up. `src/lib.rs` lists the same layers; a new import
+/// outside this table is a design change: change the table, lib.rs and
+/// ARCHITECTURE.md together, never only the code.
+const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
+    ("wire", &[]),
+    ("transport", &["wire"]),
+    ("cluster", &["transport", "wire"]),
+    ("client", &["cluster", "transport", "wire"]),
+    ("runtime", &["client", "cluster", "transport", "wire"]),
+    ("launch", &["client", "cluster", "transport", "wire"]),
+    ("head", &["launch", "cluster", "transport", "wire"]),
+    (
+        "object_store",
+        &["head", "runtime", "client", "cluster", "transport", "wire"],
+    ),
+    (
+        "node",
+        &[
+            "head",
+            "launch",
+            "object_store",
+            "runtime",
+            "client",
+            "cluster",
+            "transport",
+            "wire",
+        ],
+    ),
+    (
+        "local",
+        &["runtime", "client", "cluster", "transport", "wire"],
+    ),
+    (
+        "actor",
+        &[
+            "launch",
+            "runtime",
+            "client",
+            "cluster",
+            "transport",
+            "wire",
+        ],
+    ),
+    (
+        "placement",
+        &["actor", "runtime", "client", "cluster", "transport", "wire"],
+    ),
+    (
+        "task",
+        &[
+            "placement",
+            "actor",
+            "object_store",
+            "runtime",
+            "client",
+            "cluster",
+            "transport",
+            "wire",
+        ],
+    ),
+    (
+        "train",
+        &[
+            "placement",
+            "actor",
+            "object_store",
+            "runtime",
+            "client",
+            "cluster",
+            "transport",
+            "wire",
+        ],
+    ),
+    (
+        "worker",
+        &[
+            "actor",
+            "object_store",
+            "runtime",
+            "cluster",
+            "transport",
+            "wire",
+        ],
+    ),
+    (
+        "driver",
+        &[
+            "worker",
+            "task",
+            "local",
+            "node",
+            "object_store",
+            "runtime",
+            "client",
+            "cluster",
+            "transport",
+            "wire",
+        ],
+    ),
+    (
+        "chaos",
+        &[
+            "train",
+            "actor",
+            "local",
+            "runtime",
+            "client",
+            "cluster",
+            "transport",
+            "wire",
+        ],
+    ),
+];
+
+/// The top-level module a file of `src/` belongs to (`None`: the crate root
+/// or a binary).
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let first = file.strip_prefix(src).ok()?.components().next()?;
+    let name = first.as_os_str().to_str()?;
+    match name.strip_suffix(".rs") {
+        Some("lib") | Some("main") => None,
+        Some(module) => Some(module.to_string()),
+        None if name == "bin" => None,
+        None => Some(name.to_string()),
+    }
+}
+
+/// The first segments of every `crate::...` path in `code` (comments
+/// removed), `use crate::{a, b::c}` groups included.
+fn crate_paths(code: &str) -> Vec<String> {
+    let code: String = code
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ident = |text: &str| -> String {
+        text.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let (mut depth, mut part) = (0, String::new());
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        found.push(ident(part.trim()));
+                        part.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                part.push(c);
+            }
+            found.push(ident(part.trim()));
+        } else {
+            found.push(ident(rest));
+        }
+    }
+    found
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn top_level_modules_import_only_what_the_layer_table_allows() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let allowed: std::collections::HashMap<&str, &[&str]> =
+        ALLOWED_IMPORTS.iter().copied().collect();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut outside = Vec::new();
+    let mut modules = std::collections::BTreeSet::new();
+    for file in &files {
+        let Some(module) = module_of(&src, file) else {
+            continue;
+        };
+        modules.insert(module.clone());
+        let Some(may) = allowed.get(module.as_str()) else {
+            outside.push(format!("{module} is not in ALLOWED_IMPORTS"));
+            continue;
+        };
+        let code = std::fs::read_to_string(file).unwrap();
+        for used in crate_paths(&code) {
+            let is_module = allowed.contains_key(used.as_str());
+            if is_module && used != module && !may.contains(&used.as_str()) {
+                let file = file.strip_prefix(&src).unwrap().display();
+                outside.push(format!("{module} imports {used} (src/{file})"));
+            }
+        }
+    }
+    outside.sort();
+    outside.dedup();
+    assert!(
+        outside.is_empty(),
+        "imports outside the layer table:\n{}",
+        outside.join("\n")
+    );
+    let listed: std::collections::BTreeSet<String> =
+        allowed.keys().map(|m| m.to_string()).collect();
+    assert_eq!(
+        modules, listed,
+        "ALLOWED_IMPORTS lists exactly the modules of src/"
+    );
+}
+
+#[test]
+fn the_layer_table_has_no_cycle() {
+    // Each module may import only modules listed before it.
+    for (index, (module, may)) in ALLOWED_IMPORTS.iter().enumerate() {
+        for used in *may {
+            let below = ALLOWED_IMPORTS[..index].iter().any(|(m, _)| m == used);
+            assert!(below, "{module} may import {used}, which is not below it");
+        }
+    }
+}
+
+#[test]
+fn the_import_scan_sees_grouped_and_inline_paths() {
+    let code = "use crate::{actor::{A, B}, node};\n// crate::chaos\nlet x = crate::task::submit();";
+    assert_eq!(crate_paths(code), ["actor", "node", "task"]);
 }

@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use nimbus::client::{self, ClientError};
+use nimbus::cluster::MembershipRequest;
 use nimbus::cluster::{ClusterEventKind, ControlRequest, NodeState, ResourceSet};
 use nimbus::transport::{ConnectError, RequestError, RequestOptions, TransportConfig};
 use nimbus::wire::{CloseCode, RemoteErrorKind};
@@ -113,10 +114,10 @@ async fn a_restarted_node_is_a_new_incarnation_and_its_old_one_is_refused() {
             Ok(_) => panic!("the old incarnation was accepted"),
         }
         // ...and so is a heartbeat in its name.
-        let heartbeat = ControlRequest::Heartbeat {
+        let heartbeat = ControlRequest::Membership(MembershipRequest::Heartbeat {
             node: old.identity(),
             used: ResourceSet::default(),
-        };
+        });
         let err = client.call(&heartbeat).await.unwrap_err();
         let ClientError::Request(err) = err else { panic!("{err}") };
         assert_eq!(err.remote().unwrap().kind, RemoteErrorKind::StaleIncarnation);

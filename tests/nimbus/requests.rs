@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use nimbus::client::ClientError;
+use nimbus::cluster::MembershipRequest;
 use nimbus::cluster::{ClusterEventKind, ControlRequest};
 use nimbus::transport::{RequestError, RequestOptions};
 
@@ -48,7 +49,11 @@ async fn a_one_way_message_is_delivered_without_a_reply() {
             .node("node-1")
             .unwrap()
             .identity();
-        let leave = rmp_serde::to_vec_named(&ControlRequest::Leave { node: node.clone() }).unwrap();
+        let leave =
+            rmp_serde::to_vec_named(&ControlRequest::Membership(MembershipRequest::Leave {
+                node: node.clone(),
+            }))
+            .unwrap();
         client
             .head()
             .notify(leave, RequestOptions::control())

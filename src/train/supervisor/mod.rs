@@ -32,6 +32,7 @@ use super::{LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult, 
 use crate::actor::faults::FiredFault;
 use crate::actor::{self, ActorHandle, ProcessContext};
 use crate::cluster::ControlRequest;
+use crate::cluster::FaultRequest;
 use crate::placement::{PlacementError, PlacementGroup};
 
 mod launch;
@@ -377,12 +378,12 @@ impl TrainerSupervisor {
                     });
                     if let Some(context) = ProcessContext::current() {
                         // On the cluster's event stream, for chaos timelines.
-                        let report = ControlRequest::ReportFault {
+                        let report = ControlRequest::Faults(FaultRequest::ReportFault {
                             fault,
                             target,
                             trigger,
                             kills_node: None,
-                        };
+                        });
                         tokio::spawn(async move {
                             if let Err(e) = context.call_head(&report).await {
                                 tracing::warn!("cannot report an injected fault: {e}");
@@ -426,14 +427,14 @@ impl TrainerSupervisor {
         let Some(context) = ProcessContext::current() else {
             return;
         };
-        let report = ControlRequest::ReportRecovery {
+        let report = ControlRequest::Faults(FaultRequest::ReportRecovery {
             what: format!(
                 "training restored (attempt {}, first step {index} done)",
                 self.restarts
             ),
             target: format!("run {}", self.plan.run.name),
             took_ms,
-        };
+        });
         tokio::spawn(async move {
             if let Err(e) = context.call_head(&report).await {
                 tracing::warn!("cannot report a recovery: {e}");

@@ -5,9 +5,8 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::cluster::events::{ClusterEvents, Publish};
-use crate::cluster::messages::{ClusterEventKind, ClusterStatus, NodeRegistration};
-use crate::cluster::ResourceSet;
+use crate::cluster::{ClusterEventKind, ClusterStatus, NodeRegistration, ResourceSet};
+use crate::head::events::{ClusterEvents, Publish};
 use crate::wire::NodeIdentity;
 
 use super::{MembershipError, NodeTable};

@@ -17,7 +17,7 @@ use actix::prelude::*;
 use crate::wire::Incarnation;
 
 use super::events::{ClusterEvents, Publish};
-use super::messages::{ActorId, ActorRecord, ActorSpec, ClusterEvent, ClusterEventKind};
+use crate::cluster::{ActorId, ActorRecord, ActorSpec, ClusterEvent, ClusterEventKind};
 
 /// The directory actor.
 pub struct Directory {
@@ -310,7 +310,7 @@ impl Handler<ClusterEvent> for Directory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::events::EventsSince;
+    use crate::head::events::EventsSince;
     use crate::wire::NodeIdentity;
 
     fn record(actor: u64, name: &str, node: &str) -> ActorRecord {

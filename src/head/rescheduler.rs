@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::cluster::directory::{ActorDown, Directory, Reschedule};
-use crate::cluster::events::EventsSince;
-use crate::cluster::membership::{self, Membership};
-use crate::cluster::{ActorSpec, ClusterEvents, NodeState};
+use crate::cluster::{ActorSpec, NodeState};
+
+use super::directory::{ActorDown, Directory, Reschedule};
+use super::events::{ClusterEvents, EventsSince};
+use super::membership::{self, Membership};
 use crate::launch::{self, BinarySource, LaunchError, Strategy};
 use crate::transport::Endpoint;
 

@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 
 use crate::wire::NodeIdentity;
 
-use super::super::messages::{
-    ClusterEventKind, ClusterStatus, NodeRegistration, NodeState, NodeStatus, ResourceUsage,
-};
-use super::super::ResourceSet;
 use super::MembershipError;
+use crate::cluster::{
+    ClusterEventKind, ClusterStatus, NodeRegistration, NodeState, NodeStatus, ResourceSet,
+    ResourceUsage,
+};
 
 /// Every node the head has heard of, alive or dead; one entry per node name.
 #[derive(Debug)]

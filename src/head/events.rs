@@ -2,7 +2,7 @@
 //! readers, and pushed to subscribers.
 //!
 //! Actors in the head process subscribe with [`Subscribe`]; other processes
-//! long-poll with [`ControlRequest::Events`](super::ControlRequest::Events),
+//! long-poll with [`EventRequest::Events`](crate::cluster::EventRequest::Events),
 //! which the node service turns into [`EventsSince`].
 
 use std::collections::VecDeque;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::messages::{ClusterEvent, ClusterEventKind};
+use crate::cluster::{ClusterEvent, ClusterEventKind};
 
 /// Events kept for readers that poll; older ones are dropped.
 const HISTORY: usize = 4096;

@@ -1,0 +1,43 @@
+//! The head's control plane: the actors that run on the head node only and
+//! answer the membership, event and directory requests of the control
+//! protocol ([`crate::cluster`]), and the [`ActorRescheduler`] that restarts
+//! actors lost with their node elsewhere.
+//!
+//! - [`Membership`]: the node table and failure detector (its decisions are
+//!   the pure [`membership::NodeTable`], time passed in).
+//! - [`ClusterEvents`]: numbered events, subscriptions, long polls.
+//! - [`Directory`]: actor ids and names to node, worker and incarnation;
+//!   actor deaths, restarts elsewhere.
+//! - [`ActorRescheduler`]: places an actor lost with its node on another
+//!   node (through [`crate::launch`]).
+//!
+//! Architecture invariant: no sockets of their own; requests reach these
+//! actors through the node service, which decodes them, and the rescheduler
+//! reaches nodes only through [`crate::launch`].
+
+pub mod directory;
+pub mod events;
+pub mod membership;
+mod rescheduler;
+
+use std::time::Duration;
+
+use actix::Addr;
+
+pub use directory::Directory;
+pub use events::ClusterEvents;
+pub use membership::Membership;
+pub use rescheduler::{ActorRescheduler, RESCHEDULE_DEADLINE};
+
+/// The control-plane actors, on the head only.
+#[derive(Clone)]
+pub struct HeadActors {
+    /// Node membership.
+    pub membership: Addr<Membership>,
+    /// The event stream.
+    pub events: Addr<ClusterEvents>,
+    /// The actor directory.
+    pub directory: Addr<Directory>,
+    /// The heartbeat interval members are told to keep.
+    pub heartbeat_interval: Duration,
+}
