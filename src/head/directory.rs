@@ -5,7 +5,7 @@
 //! deaths into [`ClusterEventKind::ActorDied`] events (what monitors
 //! watch). When a node is lost, each of its actors with restarts left (and
 //! not pinned to that node or to a placement-group bundle on it) is handed
-//! to the head's [`ActorRescheduler`](crate::node::ActorRescheduler) to be
+//! to the head's [`ActorRescheduler`](super::ActorRescheduler) to be
 //! started on another node, and is marked restarting meanwhile; the others
 //! are declared dead with reason "node lost", so a lookup never sends a
 //! caller to a dead incarnation.

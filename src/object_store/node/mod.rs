@@ -1,5 +1,10 @@
-//! A node's object store: its shards, pulls from other nodes, spilling
-//! under memory pressure, and the effects of frees on other nodes.
+//! The half of the object store that runs in a node process: its shards
+//! (`shard.rs`, each on a thread of its own), pulls from other nodes,
+//! spilling under memory pressure, and the effects of frees on other nodes.
+
+mod shard;
+
+pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,18 +22,15 @@ use crate::cluster::{
 use crate::transport::{Endpoint, RequestOptions};
 use crate::wire::{RemoteError, RemoteErrorKind};
 
-use super::shard::{
-    Abort, Append, Await, Awaited, Begin, Begun, Budget, DropCopy, DropWorker, Fail, Freed, List,
-    ObjectStoreShard, Open, Read, Seal, Spill, UpdateRefs, SHARED_MIN,
-};
-use super::{host_id, read_chunks, CHUNK_BYTES};
+use super::transfer::{host_id, read_chunks, CHUNK_BYTES, MAX_OBJECT_WAIT};
 use crate::cluster::SharedObjectFile;
+use shard::{
+    Abort, Append, Await, Awaited, Begin, Begun, DropCopy, DropWorker, Fail, Freed, List, Open,
+    Read, Seal, Spill, UpdateRefs,
+};
 
 /// Shards per node: objects are spread over them by id.
 const SHARDS: u64 = 4;
-
-/// The longest one `AwaitObject` or `PullObject` request waits.
-pub const MAX_OBJECT_WAIT: Duration = Duration::from_secs(30);
 
 /// The object store of one node.
 #[derive(Clone)]

@@ -1,0 +1,75 @@
+//! What both halves use to move objects: the chunk size, this host's
+//! identity (who may map a node's shared memory), and chunked reads from a
+//! node.
+
+use futures::StreamExt;
+
+use crate::client::{self, ClientError};
+use crate::cluster::{ControlReply, ControlRequest, ObjectId, ObjectLocation, ObjectRequest};
+use crate::transport::{Connection, RequestError, RequestOptions};
+
+use super::error::ObjectStoreError;
+
+/// Bytes per transfer request.
+pub const CHUNK_BYTES: usize = 8 << 20;
+
+/// The longest one `AwaitObject` or `PullObject` request waits.
+pub const MAX_OBJECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// This host's identity: its kernel's boot id.
+pub(crate) fn host_id() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|id| id.trim().to_string())
+            .unwrap_or_else(|_| format!("unknown host, pid {}", std::process::id()))
+    })
+}
+
+/// Chunks in flight at once when reading an object.
+const READ_WINDOW: usize = 4;
+
+/// The chunks of object `id` (`size` bytes) held by `node`, in order, with
+/// a few requests in flight to hide the round trips. `copy_at`: the node
+/// that will keep a copy.
+pub(crate) fn read_chunks(
+    node: &Connection,
+    id: ObjectId,
+    size: u64,
+    copy_at: Option<ObjectLocation>,
+) -> impl futures::Stream<Item = Result<Vec<u8>, ObjectStoreError>> + '_ {
+    let offsets = (0..size).step_by(CHUNK_BYTES);
+    futures::stream::iter(offsets)
+        .map(move |offset| {
+            let copy_at = copy_at.clone();
+            async move {
+                let read = ControlRequest::Objects(ObjectRequest::ReadObject {
+                    id,
+                    offset,
+                    len: CHUNK_BYTES as u64,
+                    copy_at,
+                });
+                match call(node, &read, RequestOptions::bulk()).await? {
+                    ControlReply::ObjectBytes(chunk) if !chunk.is_empty() => Ok(chunk),
+                    other => Err(ObjectStoreError::Store(format!(
+                        "object {id}: unexpected reply {other:?}"
+                    ))),
+                }
+            }
+        })
+        .buffered(READ_WINDOW)
+}
+
+pub(crate) async fn call(
+    node: &Connection,
+    request: &ControlRequest,
+    options: RequestOptions,
+) -> Result<ControlReply, ObjectStoreError> {
+    match client::call(node, request, options).await {
+        Ok(reply) => Ok(reply),
+        Err(ClientError::Request(RequestError::Remote { error, .. })) => {
+            Err(ObjectStoreError::Store(error.message))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
