@@ -43,4 +43,5 @@ lint:
 	@$(TORCH_ENV); cargo fmt --check && \
 	  cargo clippy --all-targets -- -D warnings && \
 	  cargo clippy --all-targets --no-default-features -- -D warnings && \
-	  cargo clippy --all-targets --features cuda -- -D warnings
+	  cargo clippy --all-targets --features cuda -- -D warnings && \
+	  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps

@@ -11,6 +11,10 @@
 //! Run without `--bench` (as `cargo test --all-targets` does), it makes a
 //! hundredth of the requests: a smoke test that the benchmark still works.
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -24,6 +24,10 @@
 //! --all-targets` does), everything is tiny and the peers are skipped: a
 //! smoke test that the benchmark still works.
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 #[path = "../examples/train_mnist/mnist.rs"]
 mod mnist;
 

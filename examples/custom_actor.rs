@@ -13,6 +13,10 @@
 //! account's death and restart, and a last `summary:` line with
 //! `total_balance_ok=true`.
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 use std::time::Instant;
 
 use actix::prelude::*;

@@ -11,6 +11,10 @@
 //! The nodes are real `nimbus start --block` processes on loopback, found
 //! next to this example's executable (or at `$NIMBUS_BIN`).
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 use std::time::{Duration, Instant};
 
 use anyhow::Result;

@@ -32,6 +32,10 @@
 //! figures of `driver_to_worker` (1:1, caller and actor in different
 //! processes), the shape of Ray's 1:1 actor call benchmarks.
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;

@@ -13,6 +13,10 @@
 //! make run EXAMPLE=tasks ARGS="--tasks 5000 --broadcast-mib 64"
 //! ```
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

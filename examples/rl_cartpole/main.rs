@@ -15,6 +15,10 @@
 //! env_steps=... seconds=... env_steps_per_s=... runners=... runner_restarts=...`.
 //! Solved means a mean return of at least 475 over the last 100 episodes.
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 mod cartpole;
 mod learner_group;
 mod ppo;

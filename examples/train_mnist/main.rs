@@ -25,6 +25,10 @@
 //! checkpoint=...`; two runs with the same `--seed` and `--workers` have the
 //! same `params_sha256`, failures or not.
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 mod mnist;
 
 use std::cell::Cell;

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 /// Binaries cached under one directory, and uploads in progress.
-pub struct BinaryCache {
+pub(super) struct BinaryCache {
     dir: PathBuf,
     uploads: HashMap<String, Upload>,
 }
@@ -22,7 +22,7 @@ struct Upload {
 
 impl BinaryCache {
     /// A cache in `dir` (created when first written).
-    pub fn new(dir: PathBuf) -> Self {
+    pub(super) fn new(dir: PathBuf) -> Self {
         BinaryCache {
             dir,
             uploads: HashMap::new(),
@@ -30,14 +30,14 @@ impl BinaryCache {
     }
 
     /// The cached binary with this hash, if it is here.
-    pub fn get(&self, hash: &str) -> Option<PathBuf> {
+    pub(super) fn get(&self, hash: &str) -> Option<PathBuf> {
         let path = self.dir.join(valid_hash(hash).ok()?);
         path.is_file().then_some(path)
     }
 
     /// Up to `len` bytes of the cached binary `hash` from `offset`, and its
     /// whole length (another node that lacks it is sent it this way).
-    pub fn read(&self, hash: &str, offset: u64, len: u64) -> Result<(u64, Vec<u8>), String> {
+    pub(super) fn read(&self, hash: &str, offset: u64, len: u64) -> Result<(u64, Vec<u8>), String> {
         use std::io::{Seek, SeekFrom};
         let path = self
             .get(hash)
@@ -56,7 +56,7 @@ impl BinaryCache {
 
     /// Appends one chunk; on the last one, checks the hash and publishes the
     /// binary. Chunks must come in order.
-    pub fn receive(
+    pub(super) fn receive(
         &mut self,
         hash: &str,
         offset: u64,

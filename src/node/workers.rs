@@ -20,7 +20,7 @@ use crate::wire::Incarnation;
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A worker that serves its actor.
-pub struct LaunchedWorker {
+pub(super) struct LaunchedWorker {
     /// Where it serves.
     pub address: SocketAddr,
     /// Its incarnation (the actor's, for this life).
@@ -31,7 +31,7 @@ pub struct LaunchedWorker {
 
 /// Starts a worker process and waits until it serves; `on_exit` is called
 /// with its incarnation and the reason once the process is gone.
-pub async fn launch(
+pub(super) async fn launch(
     binary: &Path,
     boot: &WorkerBoot,
     log: &Path,

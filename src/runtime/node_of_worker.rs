@@ -65,9 +65,11 @@ pub fn kill_own_node(kind: String, target: String, trigger: String) -> Result<In
             tracing::warn!("the head did not record the kill_node fault; killing the node anyway");
         }
     }
-    // SAFETY: kill() has no memory-safety preconditions; the pid is our
-    // parent's while getppid() still returns it.
-    if unsafe { libc::getppid() } == node.pid && node.pid > 1 {
+    // SAFETY: getppid() has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    if parent == node.pid && node.pid > 1 {
+        // SAFETY: kill() has no memory-safety preconditions; the pid is our
+        // parent's while getppid() still returns it.
         unsafe { libc::kill(node.pid, libc::SIGKILL) };
     }
     loop {

@@ -64,7 +64,7 @@ struct State {
 }
 
 /// A loop's progress.
-pub struct Progress {
+pub(crate) struct Progress {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     steps: AtomicU64,
@@ -92,31 +92,31 @@ impl Progress {
     }
 
     /// Records an event.
-    pub fn push(&self, event: WorkerEvent) {
+    pub(crate) fn push(&self, event: WorkerEvent) {
         self.lock().events.push(event);
         self.steps.fetch_add(1, Ordering::Relaxed);
         self.bump();
     }
 
     /// Counts a collective step.
-    pub fn step(&self) {
+    pub(crate) fn step(&self) {
         self.steps.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the loop's outcome.
-    pub fn finish(&self, outcome: Result<(), String>) {
+    pub(crate) fn finish(&self, outcome: Result<(), String>) {
         self.lock().finished = Some(outcome);
         self.bump();
     }
 
     /// Asks the loop to stop; its next report or collective fails.
-    pub fn abort(&self, reason: &str) {
+    pub(crate) fn abort(&self, reason: &str) {
         let mut aborted = self.aborted.lock().unwrap_or_else(|e| e.into_inner());
         aborted.get_or_insert_with(|| reason.to_string());
     }
 
     /// Why the loop was asked to stop, if it was.
-    pub fn aborted(&self) -> Option<String> {
+    pub(crate) fn aborted(&self) -> Option<String> {
         self.aborted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -139,7 +139,7 @@ impl Progress {
     }
 
     /// Events after `after`, waiting up to `wait` for one (or the end).
-    pub async fn poll(&self, after: u64, wait: Duration) -> ProgressReport {
+    pub(crate) async fn poll(&self, after: u64, wait: Duration) -> ProgressReport {
         let mut changed = self.changed.subscribe();
         changed.borrow_and_update();
         let report = self.snapshot(after);

@@ -27,7 +27,7 @@ use crate::transport::{Credentials, Endpoint, JoinToken, TransportConfig};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
 /// Runs this process as a worker and exits; never returns.
-pub fn run(registry: Registry) -> ! {
+pub(crate) fn run(registry: Registry) -> ! {
     let code = match serve(registry) {
         Ok(code) => code,
         Err(e) => {

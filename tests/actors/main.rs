@@ -7,6 +7,10 @@
 //! fails. `cargo test --test actors -- NAME` runs the tests whose name
 //! contains NAME.
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 mod fixtures;
 #[path = "../common/harness.rs"]
 mod harness;

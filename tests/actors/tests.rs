@@ -330,6 +330,7 @@ async fn sigkill_of_a_worker() {
     assert_eq!(second.restarts, 1);
 
     // No restarts left: the next death is final.
+    // SAFETY: kill() has no memory-safety preconditions.
     unsafe { libc::kill(worker_pid(counter.id()), libc::SIGKILL) };
     let death = actor::next_death(&counter, &mut seen).await.unwrap();
     assert!(!death.restarting);

@@ -2,6 +2,10 @@
 //!
 //! One test binary with a module per area, so the crate links once.
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 mod architecture;
 mod bad_input;
 mod chaos;

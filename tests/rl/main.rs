@@ -6,6 +6,10 @@
 //! No libtest harness (a worker must reach `nimbus::init` first): `main`
 //! runs every test in turn under a deadline (`tests/common/harness.rs`).
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 #[path = "../../examples/rl_cartpole/cartpole.rs"]
 mod cartpole;
 #[path = "../common/harness.rs"]

@@ -7,6 +7,10 @@
 //! runs every test in turn under a deadline. `cargo test --test train --
 //! NAME` runs those whose name contains NAME.
 
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
 #[path = "../common/harness.rs"]
 mod harness;
 #[path = "../../examples/train_mnist/mnist.rs"]

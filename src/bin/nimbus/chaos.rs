@@ -13,7 +13,7 @@ use nimbus::local::LocalCluster;
 
 /// Options of `nimbus chaos`.
 #[derive(Args)]
-pub struct ChaosArgs {
+pub(crate) struct ChaosArgs {
     #[command(subcommand)]
     command: ChaosCommand,
 }
@@ -44,7 +44,7 @@ struct RunArgs {
 }
 
 /// Runs `nimbus chaos`.
-pub fn run(args: ChaosArgs) -> Result<()> {
+pub(crate) fn run(args: ChaosArgs) -> Result<()> {
     let ChaosCommand::Run(args) = args.command;
     let text = std::fs::read_to_string(&args.plan)
         .with_context(|| format!("cannot read {}", args.plan.display()))?;

@@ -11,7 +11,7 @@ use crate::{start::token_from, state};
 
 /// How a command finds and authenticates to the head.
 #[derive(Args)]
-pub struct HeadArgs {
+pub(crate) struct HeadArgs {
     /// The head's HOST:PORT (default: the head started on this machine).
     #[arg(long)]
     address: Option<String>,
@@ -28,7 +28,10 @@ pub struct HeadArgs {
 
 impl HeadArgs {
     /// Runs `work` with a client of the head, on a runtime of its own.
-    pub fn with_client<T>(&self, work: impl AsyncFnOnce(ClusterClient) -> Result<T>) -> Result<T> {
+    pub(crate) fn with_client<T>(
+        &self,
+        work: impl AsyncFnOnce(ClusterClient) -> Result<T>,
+    ) -> Result<T> {
         let address = match &self.address {
             Some(address) => address.clone(),
             None => {

@@ -10,13 +10,13 @@ use crate::head::HeadArgs;
 
 /// Options of `nimbus memory`.
 #[derive(Args)]
-pub struct MemoryArgs {
+pub(crate) struct MemoryArgs {
     #[command(flatten)]
     head: HeadArgs,
 }
 
 /// Runs `nimbus memory`.
-pub fn run(args: MemoryArgs) -> Result<()> {
+pub(crate) fn run(args: MemoryArgs) -> Result<()> {
     args.head.with_client(async |client| {
         let status = client.status().await?;
         for node in status.nodes.iter().filter(|n| n.state == NodeState::Alive) {

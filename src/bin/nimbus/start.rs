@@ -25,7 +25,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Options of `nimbus start`.
 #[derive(Args)]
-pub struct StartArgs {
+pub(crate) struct StartArgs {
     /// Start the head node, which runs the control plane and creates the cluster's token.
     #[arg(long, conflicts_with_all = ["address", "token", "token_file"])]
     head: bool,
@@ -79,7 +79,7 @@ pub struct StartArgs {
 }
 
 /// Runs `nimbus start`.
-pub fn run(args: StartArgs) -> Result<()> {
+pub(crate) fn run(args: StartArgs) -> Result<()> {
     if !args.head && args.heartbeat_timeout_ms.is_some() {
         bail!("--heartbeat-timeout-ms is a setting of the head; give it with --head");
     }
@@ -254,7 +254,7 @@ fn without_token(
 
 /// The token from `--token`, `--token-file`, `$NIMBUS_TOKEN`, or this
 /// machine's token file.
-pub fn token_from(arg: Option<&str>, file: Option<&std::path::Path>) -> Result<JoinToken> {
+pub(crate) fn token_from(arg: Option<&str>, file: Option<&std::path::Path>) -> Result<JoinToken> {
     let text = match (arg, file) {
         (Some(token), _) => token.to_string(),
         (None, Some(file)) => std::fs::read_to_string(file)

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// The state directory.
-pub fn home() -> PathBuf {
+pub(crate) fn home() -> PathBuf {
     match std::env::var_os("NIMBUS_HOME") {
         Some(dir) => PathBuf::from(dir),
         None => {
@@ -21,20 +21,20 @@ pub fn home() -> PathBuf {
 }
 
 /// Where the head started on this machine keeps its token (mode 0600).
-pub fn token_file() -> PathBuf {
+pub(crate) fn token_file() -> PathBuf {
     home().join("token")
 }
 
 /// The head started on this machine, for commands given no `--address`.
 #[derive(Serialize, Deserialize)]
-pub struct HeadRecord {
+pub(crate) struct HeadRecord {
     /// `HOST:PORT`.
     pub address: String,
 }
 
 /// A node process started on this machine.
 #[derive(Serialize, Deserialize)]
-pub struct NodeRecord {
+pub(crate) struct NodeRecord {
     /// Its pid.
     pub pid: u32,
     /// Its node name.
@@ -42,7 +42,7 @@ pub struct NodeRecord {
 }
 
 /// Saves the head's address and token.
-pub fn save_head(address: &str, token: &str) -> Result<()> {
+pub(crate) fn save_head(address: &str, token: &str) -> Result<()> {
     write_private(&token_file(), token.as_bytes())?;
     let record = serde_json::to_vec(&HeadRecord {
         address: address.to_string(),
@@ -51,20 +51,20 @@ pub fn save_head(address: &str, token: &str) -> Result<()> {
 }
 
 /// The head saved by [`save_head`], if any.
-pub fn load_head() -> Option<HeadRecord> {
+pub(crate) fn load_head() -> Option<HeadRecord> {
     let bytes = fs::read(home().join("head.json")).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
 /// Records a running node process.
-pub fn save_node(record: &NodeRecord) -> Result<PathBuf> {
+pub(crate) fn save_node(record: &NodeRecord) -> Result<PathBuf> {
     let path = nodes_dir().join(format!("{}.json", record.pid));
     write_private(&path, &serde_json::to_vec(record)?)?;
     Ok(path)
 }
 
 /// Every recorded node process.
-pub fn load_nodes() -> Vec<(PathBuf, NodeRecord)> {
+pub(crate) fn load_nodes() -> Vec<(PathBuf, NodeRecord)> {
     let Ok(entries) = fs::read_dir(nodes_dir()) else {
         return Vec::new();
     };
@@ -78,7 +78,7 @@ pub fn load_nodes() -> Vec<(PathBuf, NodeRecord)> {
 }
 
 /// A fresh log file for a background node.
-pub fn new_log_file() -> Result<(PathBuf, fs::File)> {
+pub(crate) fn new_log_file() -> Result<(PathBuf, fs::File)> {
     let dir = home().join("logs");
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let stamp = std::time::SystemTime::now()

@@ -8,7 +8,7 @@ use crate::head::HeadArgs;
 
 /// Options of `nimbus status`.
 #[derive(Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     #[command(flatten)]
     head: HeadArgs,
     /// Print JSON: an object with a `nodes` array.
@@ -17,7 +17,7 @@ pub struct StatusArgs {
 }
 
 /// Runs `nimbus status`.
-pub fn run(args: StatusArgs) -> Result<()> {
+pub(crate) fn run(args: StatusArgs) -> Result<()> {
     let status = args
         .head
         .with_client(async |client| Ok(client.status().await?))?;

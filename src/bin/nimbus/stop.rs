@@ -9,7 +9,7 @@ use crate::state;
 
 /// Options of `nimbus stop`.
 #[derive(Args)]
-pub struct StopArgs {
+pub(crate) struct StopArgs {
     /// Seconds to wait for a graceful stop before killing.
     #[arg(long, default_value_t = 10)]
     timeout_s: u64,
@@ -17,7 +17,7 @@ pub struct StopArgs {
 
 /// Runs `nimbus stop`: SIGTERM to every recorded node, SIGKILL to those
 /// still running after the timeout.
-pub fn run(args: StopArgs) -> Result<()> {
+pub(crate) fn run(args: StopArgs) -> Result<()> {
     let nodes = state::load_nodes();
     let mut stopped = 0;
     for (path, node) in nodes {

@@ -52,6 +52,7 @@ struct Segment {
 // SAFETY: the segment is shared memory by design; every cross-rank access is
 // ordered by the header's atomics (Release on arrival, Acquire on waiting).
 unsafe impl Send for Segment {}
+// SAFETY: as for Send: shared access is ordered by the header's atomics.
 unsafe impl Sync for Segment {}
 
 impl Segment {
