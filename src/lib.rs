@@ -40,6 +40,8 @@
 //!     composition root of a driver.
 //! 17. [`chaos`]: seeded fault plans run against a local cluster, with a
 //!     timeline of faults and recoveries.
+//! 18. [`testing`]: helpers for tests (deadlines, invariants, processes left
+//!     behind).
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> anyhow::Result<()> {
@@ -62,6 +64,7 @@ pub mod object_store;
 pub mod placement;
 pub mod runtime;
 pub mod task;
+pub mod testing;
 pub mod train;
 pub mod transport;
 pub mod wire;

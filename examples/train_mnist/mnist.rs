@@ -5,10 +5,16 @@
 use std::path::PathBuf;
 
 use nimbus::tch::{nn, nn::ModuleT, Kind};
-use nimbus::train::data::{embedded_digits, load_mnist, ImageData};
 use nimbus::train::{Checkpoint, LoopResult, Metrics, Sgd, TrainContext, TrainLoop};
 use serde::{Deserialize, Serialize};
 
+// Each program that includes this loop uses a different part of the
+// datasets (the example prints their description, the benchmark does not).
+#[allow(dead_code)]
+#[path = "data/mod.rs"]
+pub mod data;
+
+use data::{embedded_digits, load_mnist, ImageData};
 /// Where the images come from.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum DataSource {
@@ -86,7 +92,7 @@ impl Default for MnistConfig {
 
 impl MnistConfig {
     /// Loads the configured data.
-    pub fn load(&self) -> Result<ImageData, nimbus::train::data::IdxError> {
+    pub fn load(&self) -> Result<ImageData, data::IdxError> {
         match &self.data {
             DataSource::Embedded { train, test } => Ok(embedded_digits(*train, *test, self.seed)),
             DataSource::Dir(dir) => load_mnist(dir),

@@ -1,7 +1,7 @@
 //! The fault-injection harness: seeded plans of node, actor, packet and
 //! training faults run against a [`LocalCluster`], with a timeline of what
-//! was injected and what recovered, and [`check`] helpers for the tests
-//! that use it.
+//! was injected and what recovered (the helpers for tests that use it are
+//! in [`crate::testing`]).
 //!
 //! A plan is data, written with a builder or in TOML:
 //!
@@ -21,7 +21,6 @@
 //! counts and training steps. Faults never outlive the run: a stopped node
 //! is always resumed, even when the run fails.
 
-pub mod check;
 mod plan;
 mod run;
 mod timeline;

@@ -387,6 +387,22 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Every process of this cluster now: its running node processes and
+    /// their worker processes.
+    pub fn processes(&self) -> Vec<u32> {
+        let mut pids = Vec::new();
+        let me = std::process::id() as libc::pid_t;
+        for node in &self.nodes {
+            let pid = node.child.id() as libc::pid_t;
+            // Still this process's child: not reaped, so not a reused pid.
+            if parent_of(pid) == Some(me) {
+                pids.push(pid as u32);
+                pids.extend(children(pid).into_iter().map(|p| p as u32));
+            }
+        }
+        pids
+    }
+
     /// The log of node `index` so far.
     pub fn log(&self, index: usize) -> String {
         self.nodes
@@ -584,10 +600,13 @@ fn find_program() -> Result<PathBuf, LocalClusterError> {
 }
 
 /// A Linux pidfd, to wait for a process's exit with a deadline.
-struct PidFd(std::os::fd::OwnedFd);
+/// A process held by a pidfd: waited on without polling, and never
+/// mistaken for a later process that reuses its pid.
+pub(crate) struct PidFd(std::os::fd::OwnedFd);
 
 impl PidFd {
-    fn open(pid: u32) -> std::io::Result<Self> {
+    /// Holds process `pid`; fails if there is none.
+    pub(crate) fn open(pid: u32) -> std::io::Result<Self> {
         use std::os::fd::FromRawFd;
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
@@ -600,8 +619,24 @@ impl PidFd {
         }))
     }
 
+    /// SIGKILLs the process (nothing if it is gone).
+    pub(crate) fn kill(&self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: pidfd_send_signal takes a pidfd we own, a signal, a null
+        // siginfo and no flags.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+    }
+
     /// True once the process has exited; false after `timeout`.
-    fn wait(&self, timeout: Duration) -> bool {
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
         use std::os::fd::AsRawFd;
         let mut poll = libc::pollfd {
             fd: self.0.as_raw_fd(),
@@ -623,13 +658,17 @@ fn children(parent: libc::pid_t) -> Vec<libc::pid_t> {
         .flatten()
         .filter_map(|entry| {
             let pid: libc::pid_t = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // `pid (comm) state ppid ...`; comm may hold spaces and parens.
-            let after = &stat[stat.rfind(')')? + 1..];
-            let ppid: libc::pid_t = after.split_whitespace().nth(1)?.parse().ok()?;
-            (ppid == parent).then_some(pid)
+            (parent_of(pid)? == parent).then_some(pid)
         })
         .collect()
+}
+
+/// The parent of process `pid` (from `/proc/PID/stat`), if it exists.
+fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`; comm may hold spaces and parens.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The pid of the worker process hosting `actor` on this machine, from

@@ -63,8 +63,6 @@ mod config;
 #[cfg(feature = "torch")]
 mod context;
 #[cfg(feature = "torch")]
-pub mod data;
-#[cfg(feature = "torch")]
 mod error;
 #[cfg(feature = "torch")]
 mod optim;

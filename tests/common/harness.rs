@@ -2,7 +2,8 @@
 //! `tests/train`, `tests/rl`): they have no libtest harness, because a
 //! worker process started from the binary must reach `nimbus::init` first.
 //! `run` executes every test in turn under a deadline on the driver's actix
-//! system, prints libtest-like lines, and exits non-zero if any failed.
+//! system, prints libtest-like lines, and exits non-zero if any failed or
+//! if the driver's local cluster leaves a node or worker process behind.
 //! Arguments that do not start with `-` select tests by substring.
 
 use std::future::Future;
@@ -11,6 +12,9 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+
+/// How long the local cluster's processes get to be gone after it is dropped.
+const LEAK_WAIT: Duration = Duration::from_secs(15);
 
 /// One test: an async function of the connected driver.
 pub type Test = fn(&mut nimbus::Driver) -> Pin<Box<dyn Future<Output = ()> + '_>>;
@@ -55,8 +59,16 @@ pub fn run(
         }
         failed
     });
+    let watch = driver
+        .local_cluster()
+        .map(|cluster| nimbus::testing::ExitWatch::cluster(cluster));
     drop(driver);
     cleanup();
+    let mut failed: Vec<String> = failed.iter().map(|name| name.to_string()).collect();
+    if let Some(Err(left)) = watch.map(|watch| watch.wait(LEAK_WAIT)) {
+        eprintln!("{left}");
+        failed.push("processes left behind".into());
+    }
     if !failed.is_empty() {
         eprintln!("failed: {failed:?}");
         std::process::exit(1);

@@ -1,13 +1,16 @@
-//! Secrets and user data: the token never shows in a process list, and a
+//! Secrets, identities and user data: the token never shows in a process
+//! list, a node refuses clients without a certificate of its cluster, and a
 //! node never deletes a directory it did not create.
 
 use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use tempfile::TempDir;
 
 use crate::cli::{free_port, nimbus, succeeds, text, StopOnDrop};
-use crate::support::cluster;
+use crate::support::{cluster, within};
 
 /// Every process on this machine whose arguments contain `secret`.
 fn processes_showing(secret: &str) -> Vec<String> {
@@ -108,4 +111,157 @@ fn a_node_removes_only_its_own_directory_inside_the_spill_directory() {
         b"the user's data"
     );
     assert!(!own.exists(), "{} is left behind", own.display());
+}
+
+/// Accepts any server certificate: the test client must get past its own
+/// check of the server so that its certificate reaches the server's.
+#[derive(Debug)]
+struct AcceptAnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// What a client that trusts any server, presenting `certificate` (or
+/// none), gets from the node at `address` when it sends a connection
+/// preamble: the error that ended the connection, and the bytes it read.
+async fn probe_with_certificate(
+    address: std::net::SocketAddr,
+    certificate: Option<rcgen::CertifiedKey<rcgen::KeyPair>>,
+) -> (String, Option<quinn::ConnectionError>, usize) {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyServer(provider)));
+    let mut tls = match certificate {
+        Some(certified) => builder
+            .with_client_auth_cert(
+                vec![certified.cert.der().clone()],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+                    certified.signing_key.serialize_der(),
+                )),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    tls.alpn_protocols = vec![b"nimbus".to_vec()];
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let mut endpoint = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).unwrap();
+    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+    let outcome = async {
+        // TLS 1.3: the client may finish its side of the handshake before
+        // the server has checked the client's certificate.
+        let connection = match endpoint.connect(address, "nimbus").unwrap().await {
+            Ok(connection) => connection,
+            Err(e) => return ("handshake".to_string(), Some(e), 0),
+        };
+        let (mut send, mut recv) = match connection.open_bi().await {
+            Ok(stream) => stream,
+            Err(e) => return ("open".to_string(), Some(e), 0),
+        };
+        let _ = send
+            .write_all(&nimbus::wire::preamble(nimbus::wire::PROTOCOL_VERSION))
+            .await;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        loop {
+            match recv.read(&mut buf).await {
+                Ok(Some(n)) => got.extend_from_slice(&buf[..n]),
+                Ok(None) => return ("stream ended".to_string(), None, got.len()),
+                Err(quinn::ReadError::ConnectionLost(e)) => {
+                    return ("read".to_string(), Some(e), got.len())
+                }
+                Err(e) => return (format!("read: {e}"), None, got.len()),
+            }
+        }
+    };
+    let outcome = tokio::time::timeout(Duration::from_secs(20), outcome)
+        .await
+        .expect("the node answers within 20 s");
+    endpoint.close(0u32.into(), b"done");
+    outcome
+}
+
+/// The TLS alert of a QUIC connection closed by a TLS failure (QUIC
+/// carries TLS alerts as transport error codes 0x100 + alert).
+fn tls_alert(error: &quinn::ConnectionError) -> Option<u64> {
+    match error {
+        quinn::ConnectionError::ConnectionClosed(close) => {
+            let code = u64::from(close.error_code);
+            (0x100..0x200).contains(&code).then(|| code - 0x100)
+        }
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn the_server_refuses_a_client_certificate_of_another_cluster_or_none() {
+    within(Duration::from_secs(60), async {
+        let cluster = cluster(1);
+        let address = cluster.address();
+        // A certificate the cluster's CA never signed (self-signed, the
+        // right server name and usages, so only its issuer is wrong).
+        let foreign = rcgen::generate_simple_self_signed(vec!["nimbus".to_string()]).unwrap();
+        let (stage, error, read) = probe_with_certificate(address, Some(foreign)).await;
+        let error = error.unwrap_or_else(|| panic!("{stage}: the connection stayed open"));
+        // 48: unknown_ca.
+        assert_eq!(tls_alert(&error), Some(48), "{stage}: {error}");
+        assert_eq!(read, 0, "the server answered an unauthenticated client");
+
+        let (stage, error, read) = probe_with_certificate(address, None).await;
+        let error = error.unwrap_or_else(|| panic!("{stage}: the connection stayed open"));
+        // 116: certificate_required.
+        assert_eq!(tls_alert(&error), Some(116), "{stage}: {error}");
+        assert_eq!(
+            read, 0,
+            "the server answered a client without a certificate"
+        );
+
+        // The node still serves its own cluster.
+        cluster.client().await.unwrap().status().await.unwrap();
+    })
+    .await
 }

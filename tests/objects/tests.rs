@@ -3,12 +3,12 @@
 use std::time::{Duration, Instant};
 
 use nimbus::actor::{self, SpawnOptions, Strategy};
-use nimbus::chaos::check::wait_until;
 use nimbus::client::ClusterClient;
 use nimbus::cluster::{ObjectId, ObjectListing, ObjectState, ResourceSet};
 use nimbus::object_store::{self, ObjectBytes, ObjectStoreError};
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
 use nimbus::task::{self, Input, TaskError, TaskOptions};
+use nimbus::testing::check::wait_until;
 use nimbus::Driver;
 
 use crate::fixtures::*;

@@ -6,7 +6,7 @@
 //! use std::sync::atomic::{AtomicI64, Ordering};
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use nimbus::chaos::check::{wait_until, Invariant};
+//! use nimbus::testing::check::{wait_until, Invariant};
 //!
 //! let total = Arc::new(AtomicI64::new(100));
 //! let seen = total.clone();

@@ -1,13 +1,14 @@
-//! Image-classification datasets for examples and tests: MNIST-format idx
-//! files (gzipped or not), and an embedded, generated digit dataset so
-//! everything runs offline.
+//! Image-classification datasets of the MNIST example (and the training
+//! tests and benchmarks that run its loop): MNIST-format idx files (gzipped
+//! or not), and an embedded, generated digit dataset so everything runs
+//! offline.
 
 mod digits;
 mod idx;
 
 use std::path::Path;
 
-use tch::{Kind, Tensor};
+use nimbus::tch::{Kind, Tensor};
 
 pub use digits::generate_digits;
 pub use idx::{read_idx, IdxError};

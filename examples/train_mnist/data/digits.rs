@@ -94,10 +94,11 @@ pub fn generate_digits(n: usize, seed: u64) -> (Vec<u8>, Vec<i64>) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
+    // Paths, not `use super::*`: this file is also compiled into test
+    // binaries without a libtest harness, where the tests are left out.
     #[test]
     fn deterministic_per_seed_and_digits_differ() {
+        use super::generate_digits;
         let (a, labels) = generate_digits(20, 1);
         let (b, _) = generate_digits(20, 1);
         let (c, _) = generate_digits(20, 2);

@@ -76,10 +76,11 @@ pub fn read_idx(path: &Path) -> Result<(Vec<usize>, Vec<u8>), IdxError> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
+    // Paths, not `use super::*`: this file is also compiled into test
+    // binaries without a libtest harness, where the tests are left out.
     #[test]
     fn reads_plain_files_and_names_bad_ones() {
+        use super::read_idx;
         let dir = tempfile::tempdir().unwrap();
         let good = dir.path().join("labels");
         std::fs::write(&good, [0, 0, 8, 1, 0, 0, 0, 3, 7, 8, 9]).unwrap();
