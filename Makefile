@@ -24,7 +24,7 @@ test:
 	  cargo test --no-default-features --lib && \
 	  cargo build --bins --examples && \
 	  cargo test --all-targets && \
-	  cargo test --doc
+	  NIMBUS_BIN=$$(pwd)/target/debug/nimbus cargo test --doc
 
 # The long fault-injection tests, ignored by `make test` (a few minutes).
 test-long:

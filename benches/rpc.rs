@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use nimbus::client;
-use nimbus::cluster::ControlRequest;
+use nimbus::cluster::{ControlReply, ControlRequest};
 use nimbus::local::LocalCluster;
 use nimbus::transport::{Connection, RequestOptions};
 
@@ -66,9 +66,10 @@ async fn main() -> anyhow::Result<()> {
         println!("{name}_p50: {:.1} us", us(0.5));
         println!("{name}_p99: {:.1} us", us(0.99));
         println!("{name}_throughput: {per_s:.0} req/s");
+        // Each round trip carries the payload both ways.
         println!(
-            "{name}_payload_rate: {:.1} MB/s",
-            per_s * payload as f64 / 1e6
+            "{name}_round_trip_payload_rate: {:.1} MB/s",
+            2.0 * per_s * payload as f64 / 1e6
         );
     }
     drop(client);
@@ -93,7 +94,11 @@ async fn run(
             let request = ControlRequest::Echo(vec![0x5a; payload]);
             while claim(&remaining) {
                 let sent = Instant::now();
-                client::call(&connection, &request, RequestOptions::bulk()).await?;
+                match client::call(&connection, &request, RequestOptions::bulk()).await? {
+                    ControlReply::Echo(back)
+                        if back.len() == payload && back.iter().all(|b| *b == 0x5a) => {}
+                    _ => anyhow::bail!("the echo of {payload} bytes came back different"),
+                }
                 histogram.record(sent.elapsed().as_nanos() as u64)?;
             }
             anyhow::Ok(histogram)

@@ -11,7 +11,9 @@
 //! (`pgrep -f nimbus-worker` lists them while it runs). You should see the
 //! counter's replies, the accounts' placement, the transfers, the killed
 //! account's death and restart, and a last `summary:` line with
-//! `total_balance_ok=true`.
+//! `total_balance_ok=true`: every account's balance matches the transfers
+//! the driver saw acknowledged (and any unacknowledged one the ledger
+//! applied), and each acknowledged transfer was applied exactly once.
 
 // Tests, examples and benchmarks: a failed unwrap is the failure report, and
 // their items are public to their own modules only.
@@ -86,6 +88,7 @@ impl RemoteActor for Account {
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Result<(), String>")]
 struct Transfer {
+    id: u64,
     to: ActorHandle<Account>,
     amount: i64,
 }
@@ -100,6 +103,7 @@ impl Handler<Transfer> for Account {
         let from = self.name.clone();
         Box::pin(async move {
             let credit = Credit {
+                id: t.id,
                 from,
                 amount: t.amount,
             };
@@ -113,6 +117,7 @@ impl Handler<Transfer> for Account {
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Result<(), String>")]
 struct Credit {
+    id: u64,
     from: String,
     amount: i64,
 }
@@ -127,6 +132,7 @@ impl Handler<Credit> for Account {
         let (ledger, to) = (self.ledger.clone(), self.name.clone());
         Box::pin(async move {
             let moved = Move {
+                id: c.id,
                 from: c.from,
                 to,
                 amount: c.amount,
@@ -136,10 +142,12 @@ impl Handler<Credit> for Account {
     }
 }
 
-/// The bank's books: balances by account, applied exactly once per id.
+/// The bank's books: balances by account, and how many times each transfer
+/// (by id) was applied, so the driver can check both against what it saw
+/// acknowledged.
 struct Ledger {
     balances: std::collections::BTreeMap<String, i64>,
-    applied: u64,
+    applied: std::collections::BTreeMap<u64, u32>,
 }
 
 impl Actor for Ledger {
@@ -153,7 +161,7 @@ impl RemoteActor for Ledger {
         let balances = accounts.into_iter().map(|a| (a, OPENING_BALANCE)).collect();
         Ledger {
             balances,
-            applied: 0,
+            applied: Default::default(),
         }
     }
 }
@@ -161,6 +169,7 @@ impl RemoteActor for Ledger {
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Result<(), String>")]
 struct Move {
+    id: u64,
     from: String,
     to: String,
     amount: i64,
@@ -182,14 +191,14 @@ impl Handler<Move> for Ledger {
         }
         *self.balances.get_mut(&m.from).expect("checked") -= m.amount;
         *self.balances.get_mut(&m.to).expect("checked") += m.amount;
-        self.applied += 1;
+        *self.applied.entry(m.id).or_default() += 1;
         Ok(())
     }
 }
 
-/// The books: balances and how many transfers were applied.
+/// The books: balances, and the times each transfer id was applied.
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "(Vec<(String, i64)>, u64)")]
+#[rtype(result = "(Vec<(String, i64)>, Vec<(u64, u32)>)")]
 struct Books;
 
 impl RemoteMessage for Books {
@@ -199,7 +208,10 @@ impl RemoteMessage for Books {
 impl Handler<Books> for Ledger {
     type Result = MessageResult<Books>;
     fn handle(&mut self, _: Books, _: &mut Context<Self>) -> Self::Result {
-        MessageResult((self.balances.clone().into_iter().collect(), self.applied))
+        MessageResult((
+            self.balances.clone().into_iter().collect(),
+            self.applied.clone().into_iter().collect(),
+        ))
     }
 }
 
@@ -278,6 +290,9 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
 
     let mut ok = 0;
     let mut failed = 0;
+    // Every transfer sent (id → from, to, amount) and those acknowledged.
+    let mut sent = std::collections::BTreeMap::new();
+    let mut acknowledged = std::collections::BTreeSet::new();
     let mut restarts = 0;
     let victim = accounts[1].clone();
     for i in 0..TRANSFERS {
@@ -300,16 +315,21 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
             );
             restarts += 1;
         }
-        let from = &accounts[i % ACCOUNTS];
-        let to = accounts[(i * 7 + 1) % ACCOUNTS].clone();
-        match from
+        let (from, to) = (i % ACCOUNTS, (i * 7 + 1) % ACCOUNTS);
+        let (id, amount) = (i as u64, (i % 50) as i64 + 1);
+        sent.insert(id, (from, to, amount));
+        match accounts[from]
             .send(Transfer {
-                to,
-                amount: (i % 50) as i64 + 1,
+                id,
+                to: accounts[to].clone(),
+                amount,
             })
             .await
         {
-            Ok(Ok(())) => ok += 1,
+            Ok(Ok(())) => {
+                ok += 1;
+                acknowledged.insert(id);
+            }
             Ok(Err(refused)) => {
                 failed += 1;
                 println!("transfer {i} refused: {refused}");
@@ -321,11 +341,14 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
         }
     }
     let (balances, applied) = ledger.send(Books).await?;
-    let total: i64 = balances.iter().map(|(_, b)| b).sum();
     for (name, balance) in &balances {
         println!("{name}: {balance}");
     }
-    let total_ok = total == OPENING_BALANCE * ACCOUNTS as i64 && applied == ok;
+    let problems = check_books(&balances, &applied, &sent, &acknowledged);
+    for problem in &problems {
+        println!("books: {problem}");
+    }
+    let total_ok = problems.is_empty();
     println!(
         "{ok} transfers applied ({failed} refused or failed) in {:.1?}",
         started.elapsed()
@@ -336,9 +359,53 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
         2 + ACCOUNTS
     );
     if !total_ok {
-        bail!("the books do not balance: total {total}, {applied} applied, {ok} acknowledged");
+        bail!("the books do not balance: {}", problems.join("; "));
     }
     Ok(())
+}
+
+/// What is wrong with the ledger's books, against what this driver sent and
+/// saw acknowledged: every acknowledged transfer applied exactly once, no
+/// other applied more than once (a failed call may or may not have been
+/// applied), nothing applied that was never sent, and every account's
+/// balance equal to its opening balance plus the transfers applied.
+fn check_books(
+    balances: &[(String, i64)],
+    applied: &[(u64, u32)],
+    sent: &std::collections::BTreeMap<u64, (usize, usize, i64)>,
+    acknowledged: &std::collections::BTreeSet<u64>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let times: std::collections::BTreeMap<u64, u32> = applied.iter().copied().collect();
+    for id in acknowledged {
+        match times.get(id) {
+            Some(1) => {}
+            other => problems.push(format!(
+                "acknowledged transfer {id} applied {} times",
+                other.unwrap_or(&0)
+            )),
+        }
+    }
+    let mut expected = [OPENING_BALANCE; ACCOUNTS];
+    for (id, count) in &times {
+        let Some(&(from, to, amount)) = sent.get(id) else {
+            problems.push(format!("transfer {id} was applied but never sent"));
+            continue;
+        };
+        if *count > 1 {
+            problems.push(format!("transfer {id} applied {count} times"));
+        }
+        expected[from] -= amount * i64::from(*count);
+        expected[to] += amount * i64::from(*count);
+    }
+    for (index, want) in expected.iter().enumerate() {
+        let name = format!("account-{index}");
+        let have = balances.iter().find(|(n, _)| *n == name).map(|(_, b)| *b);
+        if have != Some(*want) {
+            problems.push(format!("{name} holds {have:?}, expected {want}"));
+        }
+    }
+    problems
 }
 
 /// The cluster as the head sees it.

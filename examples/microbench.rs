@@ -19,13 +19,16 @@
 //! (800 MiB written as 100 MiB objects) and `cross_node_gb_per_s` (a 256 MiB
 //! object pulled by another node).
 //!
+//! Every path is warmed up (a tenth of its calls) before it is measured.
+//!
 //! It starts a 2-node local cluster and measures, for 64 B and 1 MiB
 //! messages, synchronous calls (one in flight: latency p50/p99 and calls/s)
 //! and pipelined calls (many in flight: calls/s):
 //! - `driver_to_worker`: this process calling an actor in a worker process
 //!   on the same host (QUIC on loopback);
-//! - `across_nodes`: an actor in a worker on node-1 calling an actor in a
-//!   worker on node-2;
+//! - `across_nodes`: an actor in a worker process of the head node calling
+//!   an actor in a worker process of node-1 (two nodes of this machine, so
+//!   QUIC on loopback between two worker processes);
 //! - `same_process`: an actix actor called in this process, for reference.
 //!
 //! `actor_calls_sync_per_s` and `actor_calls_async_per_s` are the 64 B
@@ -289,6 +292,10 @@ async fn tasks() -> Result<String> {
 
 async fn objects() -> Result<String> {
     let calls = 2_000;
+    for i in 0..calls / 10 {
+        let warm = object_store::put(&(i as u64)).await?;
+        object_store::get(&warm).await?;
+    }
     let started = Instant::now();
     let mut refs = Vec::with_capacity(calls);
     for i in 0..calls {
@@ -316,6 +323,7 @@ async fn objects() -> Result<String> {
     reader.kill().await?;
 
     let block = vec![0x5au8; 100 << 20];
+    drop(object_store::put_bytes(&block).await?);
     let started = Instant::now();
     for _ in 0..8 {
         object_store::put_bytes(&block).await?;
@@ -344,13 +352,18 @@ async fn objects() -> Result<String> {
         wait_ms: 0,
     });
     let started = Instant::now();
-    nimbus::client::call(
+    let pulled = nimbus::client::call(
         &connection,
         &pull,
         nimbus::transport::RequestOptions::bulk(),
     )
     .await?;
-    let cross_node_gb_per_s = (256 << 20) as f64 / started.elapsed().as_secs_f64() / 1e9;
+    let elapsed = started.elapsed();
+    match pulled {
+        nimbus::cluster::ControlReply::ObjectReady(size) if size == 256 << 20 => {}
+        other => anyhow::bail!("node-1 did not pull the 256 MiB object: {other:?}"),
+    }
+    let cross_node_gb_per_s = (256 << 20) as f64 / elapsed.as_secs_f64() / 1e9;
 
     println!("put_calls_per_s: {put_per_s:.0} calls/s");
     println!("get_calls_per_s: {get_per_s:.0} calls/s");
@@ -365,15 +378,21 @@ async fn objects() -> Result<String> {
 async fn placement_groups() -> Result<String> {
     let bundle = nimbus::cluster::ResourceSet::of("CPU", 0.1);
     let cycles = 200;
-    let started = Instant::now();
-    for _ in 0..cycles {
+    let cycle = || async {
         let group = PlacementGroup::create(
             vec![bundle.clone()],
             PlacementStrategy::Pack,
             Duration::from_secs(10),
         )
         .await?;
-        group.remove().await?;
+        group.remove().await
+    };
+    for _ in 0..cycles / 10 {
+        cycle().await?;
+    }
+    let started = Instant::now();
+    for _ in 0..cycles {
+        cycle().await?;
     }
     let per_s = cycles as f64 / started.elapsed().as_secs_f64();
     println!("placement_groups_per_s: {per_s:.0} groups/s");
@@ -415,6 +434,10 @@ async fn actor_calls() -> Result<String> {
             calls,
             window,
         };
+        caller
+            .send(across(sync_calls / 10, 1))
+            .await?
+            .map_err(anyhow::Error::msg)?;
         let sync = caller
             .send(across(sync_calls, 1))
             .await?
@@ -433,6 +456,7 @@ async fn actor_calls() -> Result<String> {
             let reply = local.send(Ping(p));
             async move { reply.await.map(ByteBuf::into_vec).map_err(MailboxFailure) }
         };
+        measure(same, payload, sync_calls / 10, 1).await?;
         let sync = measure(same, payload, sync_calls, 1).await?;
         let pipelined = measure(same, payload, pipelined_calls, WINDOW).await?;
         print(

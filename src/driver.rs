@@ -189,6 +189,12 @@ impl Driver {
         );
         let context = ProcessContext::install(context).ok_or(InitError::AlreadyConnected)?;
         crate::object_store::start(context);
+        crate::runtime::report_packet_faults(
+            context.endpoint.clone(),
+            head,
+            name,
+            crate::cluster::ProcessClass::Workload,
+        );
         Ok(())
     }
 

@@ -43,8 +43,9 @@
 //! 18. [`testing`]: helpers for tests (deadlines, invariants, processes left
 //!     behind).
 //!
-//! ```no_run
+//! ```
 //! # #[tokio::main] async fn main() -> anyhow::Result<()> {
+//! // The `nimbus` binary is found next to the program, or at $NIMBUS_BIN.
 //! let cluster = nimbus::local::LocalCluster::start(3)?;
 //! let status = cluster.client().await?.status().await?;
 //! assert_eq!(status.alive().count(), 3);

@@ -12,7 +12,10 @@
 //!
 //! One line per iteration (mean return of the last 100 episodes, env
 //! steps, env steps/s, seconds), then `summary: solved=... mean_return_100=...
-//! env_steps=... seconds=... env_steps_per_s=... runners=... runner_restarts=...`.
+//! env_steps=... seconds=... env_steps_per_s=... runners=... runner_restarts=...
+//! lost_calls=...` (`first_mean_return_100`: the first 100 episodes;
+//! `runner_restarts`: the runners' restarts as the head recorded them;
+//! `lost_calls`: rollouts asked again after their runner died).
 //! Solved means a mean return of at least 475 over the last 100 episodes.
 
 // Tests, examples and benchmarks: a failed unwrap is the failure report, and
@@ -88,7 +91,7 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
     let outcome = training::train(&settings).await?;
     println!("runners ran on: {}", outcome.runner_nodes.join(", "));
     println!(
-        "summary: solved={} mean_return_100={:.1} first_mean_return_100={:.1} env_steps={} seconds={:.1} env_steps_per_s={:.0} runners={} learners={} runner_restarts={}",
+        "summary: solved={} mean_return_100={:.1} first_mean_return_100={:.1} env_steps={} seconds={:.1} env_steps_per_s={:.0} runners={} learners={} runner_restarts={} lost_calls={}",
         outcome.solved,
         outcome.mean_return_100,
         outcome.first_mean_return_100,
@@ -97,7 +100,8 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
         outcome.env_steps as f64 / outcome.seconds,
         args.runners,
         args.learners,
-        outcome.runner_restarts
+        outcome.runner_restarts,
+        outcome.lost_calls
     );
     Ok(())
 }

@@ -50,14 +50,16 @@ pub struct Outcome {
     pub solved: bool,
     /// Mean return of the last 100 episodes at the end.
     pub mean_return_100: f32,
-    /// Mean return of the first 100 episodes.
+    /// Mean return of the first 100 episodes (of all, if fewer).
     pub first_mean_return_100: f32,
     /// Environment steps taken.
     pub env_steps: u64,
     /// Seconds from the first rollout to the end.
     pub seconds: f64,
-    /// Runner deaths recovered from.
+    /// Restarts of the runners' processes, from the head's records.
     pub runner_restarts: u32,
+    /// Rollout calls lost with a runner's process (and asked again).
+    pub lost_calls: u32,
     /// The nodes the runners ran on.
     pub runner_nodes: Vec<String>,
 }
@@ -68,7 +70,7 @@ async fn sample(
     index: usize,
     runner: &ActorHandle<EnvRunner>,
     weights: &ObjectRef<Params>,
-    restarts: &Cell<u32>,
+    lost_calls: &Cell<u32>,
 ) -> Result<Sampled> {
     for _ in 0..3 {
         let sample = Sample {
@@ -79,7 +81,7 @@ async fn sample(
             Ok(Err(e)) => bail!("runner {index} failed: {e}"),
             Err(e) => {
                 println!("runner {index} lost ({e}); its node restarts it");
-                restarts.set(restarts.get() + 1);
+                lost_calls.set(lost_calls.get() + 1);
             }
         }
     }
@@ -247,8 +249,8 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
     let mut learners = Learners::start(args, config).await?;
     let per_iteration = (args.runners * args.envs_per_runner * args.rollout_steps) as u64;
     let mut returns: VecDeque<f32> = VecDeque::new();
-    let restarts = Cell::new(0);
-    let mut first_mean = None;
+    let lost_calls = Cell::new(0);
+    let mut first_100: Vec<f32> = Vec::new();
     let (mut env_steps, mut iteration) = (0u64, 0u64);
     let started = Instant::now();
     let mean = |r: &VecDeque<f32>| r.iter().sum::<f32>() / r.len().max(1) as f32;
@@ -263,13 +265,16 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
             runners
                 .iter()
                 .enumerate()
-                .map(|(i, r)| sample(i, r, &weights, &restarts)),
+                .map(|(i, r)| sample(i, r, &weights, &lost_calls)),
         )
         .await
         .into_iter()
         .collect::<Result<_>>()?;
         for s in &sampled {
             for &r in &s.episode_returns {
+                if first_100.len() < 100 {
+                    first_100.push(r);
+                }
                 returns.push_back(r);
                 if returns.len() > 100 {
                     returns.pop_front();
@@ -281,9 +286,6 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
         let losses = learners.update(&sampled, progress).await?;
         let seconds = started.elapsed().as_secs_f64();
         let mean_100 = mean(&returns);
-        if returns.len() >= 100 && first_mean.is_none() {
-            first_mean = Some(mean_100);
-        }
         if args.verbose {
             let losses = losses.map_or(String::new(), |(p, v, e)| {
                 format!(" policy_loss {p:+.3} value_loss {v:.3} entropy {e:.3}")
@@ -301,7 +303,9 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
             break false;
         }
     };
+    let mut runner_restarts = 0;
     for runner in &runners {
+        runner_restarts += runner.record().await.map_or(0, |r| r.restarts);
         let _ = runner.kill().await;
     }
     let _ = group.remove().await;
@@ -309,10 +313,11 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
     Ok(Outcome {
         solved,
         mean_return_100: mean(&returns),
-        first_mean_return_100: first_mean.unwrap_or(mean(&returns)),
+        first_mean_return_100: first_100.iter().sum::<f32>() / first_100.len().max(1) as f32,
         env_steps,
         seconds: started.elapsed().as_secs_f64(),
-        runner_restarts: restarts.get(),
+        runner_restarts,
+        lost_calls: lost_calls.get(),
         runner_nodes,
     })
 }

@@ -247,6 +247,7 @@ impl Progress {
                 attempt,
                 workers,
                 resumed_from,
+                ..
             } => {
                 if self.training_since.get().is_none() {
                     self.training_since.set(Some(Instant::now()));

@@ -15,9 +15,9 @@ use crate::cluster::{
     ActorId, ActorRecord, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
     NodeStatus,
 };
-use crate::cluster::{DirectoryRequest, FaultRequest};
+use crate::cluster::{DirectoryRequest, FaultRequest, ProcessClass};
 use crate::local::{LocalCluster, LocalClusterError};
-use crate::transport::{PacketRule, RequestOptions};
+use crate::transport::{FaultCounts, PacketRule, RequestOptions};
 
 use super::{ChaosPlan, FaultAction, ResolvedFault, Timeline, TimelineEntry};
 
@@ -71,6 +71,7 @@ pub async fn run_while<T>(
         stopped: Vec::new(),
         dying: HashMap::new(),
         node_killed: None,
+        packets: HashMap::new(),
     };
     run.record_packet_faults(plan);
     let result = run.schedule(cluster, &client, faults, workload).await;
@@ -105,6 +106,8 @@ struct Run {
     /// When a worker's `kill_node` fault was reported, until the head
     /// declares a node dead.
     node_killed: Option<Instant>,
+    /// The latest packet-fault counters each process reported.
+    packets: HashMap<String, (ProcessClass, FaultCounts)>,
 }
 
 impl Run {
@@ -129,6 +132,7 @@ impl Run {
                 if let Some(output) = output {
                     let last = client.events(seen, Duration::ZERO).await?;
                     self.record_events(&last);
+                    self.record_packet_counts();
                     return Ok(output);
                 }
             }
@@ -398,11 +402,10 @@ impl Run {
             let until = rule
                 .until_ms
                 .map_or("end".to_string(), |ms| format!("{ms}ms"));
-            self.timeline.entries.push(TimelineEntry::Injected {
+            self.timeline.entries.push(TimelineEntry::Planned {
                 fault: format!("packets({})", rule_kinds(rule).join(",")),
                 target: target.into(),
                 trigger: format!("window={}ms..{until}", rule.from_ms),
-                at_ms: 0,
             });
         }
     }
@@ -421,6 +424,25 @@ impl Run {
                 target,
                 trigger,
                 at_ms: self.start.elapsed().as_millis() as u64,
+            });
+        }
+    }
+
+    /// One timeline entry per kind of process whose sockets reported
+    /// packet faults: what the plan's rules actually did.
+    fn record_packet_counts(&mut self) {
+        let mut by_class: std::collections::BTreeMap<ProcessClass, (usize, FaultCounts)> =
+            Default::default();
+        for (class, counts) in self.packets.values() {
+            let (processes, total) = by_class.entry(*class).or_default();
+            *processes += 1;
+            *total += *counts;
+        }
+        for (class, (processes, counts)) in by_class {
+            self.timeline.entries.push(TimelineEntry::PacketsInjected {
+                class: class.to_string(),
+                processes,
+                counts,
             });
         }
     }
@@ -446,6 +468,13 @@ impl Run {
                         self.node_killed = Some(Instant::now());
                     }
                     self.injected(fault.clone(), target.clone(), trigger.clone());
+                }
+                ClusterEventKind::PacketFaults {
+                    process,
+                    class,
+                    counts,
+                } => {
+                    self.packets.insert(process.clone(), (*class, *counts));
                 }
                 ClusterEventKind::NodeDead { node, .. } => {
                     if let Some(killed) = self.node_killed.take() {

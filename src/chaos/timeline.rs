@@ -36,6 +36,26 @@ pub enum TimelineEntry {
         /// How long after the fault.
         took_ms: u64,
     },
+    /// A packet-fault rule of the plan, installed from the start: what was
+    /// planned, not what happened (see `PacketsInjected`).
+    Planned {
+        /// The rule, in words.
+        fault: String,
+        /// The processes whose sockets got it.
+        target: String,
+        /// Its window.
+        trigger: String,
+    },
+    /// What the packet faults of one kind of process did, from the
+    /// counters their sockets reported.
+    PacketsInjected {
+        /// `workload`, `nodes` or `workers`.
+        class: String,
+        /// How many processes of that kind reported.
+        processes: usize,
+        /// Their counters, summed.
+        counts: crate::transport::FaultCounts,
+    },
     /// An expected recovery did not happen within its deadline.
     NotRecovered {
         /// What was awaited.
@@ -108,7 +128,10 @@ impl fmt::Display for Timeline {
     /// One line per injected fault, `fault <n> t=<seconds> <kind>
     /// target=<name> trigger=<what fired it>`, in trigger order (wall-clock
     /// time only in `t=`, so two runs of one seed and plan differ only
-    /// there), then one line per recovery.
+    /// there), then the planned packet rules (`planned ...`), what the
+    /// packet faults did per kind of process (`packets injected target=KIND
+    /// processes=N sent=.. dropped=.. ...`, counts that vary between runs),
+    /// and one line per recovery.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "chaos timeline (seed {}):", self.seed)?;
         for (n, (fault, target, trigger, at_ms)) in self.injected_entries().into_iter().enumerate()
@@ -123,6 +146,19 @@ impl fmt::Display for Timeline {
         for entry in &self.entries {
             match entry {
                 TimelineEntry::Injected { .. } => {}
+                TimelineEntry::Planned {
+                    fault,
+                    target,
+                    trigger,
+                } => writeln!(f, "planned {fault} target={target} trigger={trigger}")?,
+                TimelineEntry::PacketsInjected {
+                    class,
+                    processes,
+                    counts,
+                } => writeln!(
+                    f,
+                    "packets injected target={class} processes={processes} {counts}"
+                )?,
                 TimelineEntry::Recovered {
                     what,
                     node,

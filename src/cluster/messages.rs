@@ -349,6 +349,17 @@ pub enum FaultRequest {
         /// Milliseconds from the failure to the recovery.
         took_ms: u64,
     },
+    /// To the head: what a process's socket's packet faults have done so
+    /// far (counters since it started, reported when they change);
+    /// published as `PacketFaults`. Answered with `Ack`.
+    ReportPacketFaults {
+        /// The process, by a stable name (a node's, `worker-ACTOR`, `driver-PID`).
+        process: String,
+        /// Its kind.
+        class: ProcessClass,
+        /// Its counters.
+        counts: crate::transport::FaultCounts,
+    },
     /// To a node: add a packet rule to its socket's fault plan, in front of
     /// the others; `from_ms` and `until_ms` count from its arrival (the
     /// chaos runner's partitions between chosen nodes). Refused by a node
@@ -673,6 +684,36 @@ pub enum ClusterEventKind {
         /// What fired it, such as `step 7`.
         trigger: String,
     },
+    /// A process's socket injected packet faults (its counters so far).
+    PacketFaults {
+        /// The process.
+        process: String,
+        /// Its kind.
+        class: ProcessClass,
+        /// Its counters since it started.
+        counts: crate::transport::FaultCounts,
+    },
+}
+
+/// The kinds of process whose sockets a fault plan can reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ProcessClass {
+    /// The program run under the plan (a driver).
+    Workload,
+    /// A node process.
+    Node,
+    /// A worker process hosting an actor.
+    Worker,
+}
+
+impl std::fmt::Display for ProcessClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProcessClass::Workload => "workload",
+            ProcessClass::Node => "nodes",
+            ProcessClass::Worker => "workers",
+        })
+    }
 }
 
 impl ClusterEventKind {
@@ -686,7 +727,8 @@ impl ClusterEventKind {
             ClusterEventKind::ActorStarted { .. }
             | ClusterEventKind::ActorDied { .. }
             | ClusterEventKind::Recovered { .. }
-            | ClusterEventKind::FaultInjected { .. } => None,
+            | ClusterEventKind::FaultInjected { .. }
+            | ClusterEventKind::PacketFaults { .. } => None,
         }
     }
 }

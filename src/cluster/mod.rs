@@ -17,7 +17,7 @@ pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleRequest,
     ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest, DirectoryRequest,
     EventRequest, FaultRequest, MembershipRequest, NodeRegistration, NodeState, NodeStatus,
-    ObjectRequest, PlacementGroupId, ResourceUsage, WorkerRequest,
+    ObjectRequest, PlacementGroupId, ProcessClass, ResourceUsage, WorkerRequest,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

@@ -3,10 +3,12 @@
 //! (each a real `nimbus start --block` process on loopback) and stops them
 //! all when dropped, even when a test panics.
 //!
-//! ```no_run
-//! # fn demo() -> Result<(), nimbus::local::LocalClusterError> {
-//! let cluster = nimbus::local::LocalCluster::start(3)?;
+//! ```
+//! # fn main() -> Result<(), nimbus::local::LocalClusterError> {
+//! // The `nimbus` binary is found next to the program, or at $NIMBUS_BIN.
+//! let cluster = nimbus::local::LocalCluster::start(2)?;
 //! println!("head at {}", cluster.address());
+//! assert_eq!(cluster.nodes().len(), 2);
 //! # Ok(()) }
 //! ```
 //!
@@ -599,9 +601,8 @@ fn find_program() -> Result<PathBuf, LocalClusterError> {
         })
 }
 
-/// A Linux pidfd, to wait for a process's exit with a deadline.
-/// A process held by a pidfd: waited on without polling, and never
-/// mistaken for a later process that reuses its pid.
+/// A process held by a Linux pidfd: waited on with a deadline, without
+/// polling, and never mistaken for a later process that reuses its pid.
 pub(crate) struct PidFd(std::os::fd::OwnedFd);
 
 impl PidFd {

@@ -157,7 +157,16 @@ mod tests {
             .receive(&wrong, 0, 3, b"abc")
             .unwrap_err()
             .contains("hashes to"));
-        assert!(cache.receive("../etc", 0, 3, b"abc").is_err());
+        // A hash that is a path: refused by name, before anything is
+        // written (the cache's parent holds only the cache and the source).
+        let traversal = cache.receive("../etc", 0, 3, b"abc").unwrap_err();
+        assert!(traversal.contains("\"../etc\""), "{traversal}");
+        let mut beside: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        beside.sort();
+        assert_eq!(beside, ["cache", "program"]);
         assert!(cache.receive(&wrong, 5, 10, b"abc").is_err());
     }
 }

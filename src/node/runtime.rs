@@ -172,6 +172,12 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         objects.clone(),
         endpoint.clone(),
     )));
+    crate::runtime::report_packet_faults(
+        endpoint.clone(),
+        head_address,
+        identity.name.clone(),
+        crate::cluster::ProcessClass::Node,
+    );
     // Handlers first: a SIGTERM sent as soon as the node reports ready must
     // stop it cleanly, not kill it with the default action.
     let mut terminate = signal(SignalKind::terminate())?;

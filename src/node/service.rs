@@ -310,6 +310,15 @@ async fn fault_report(
             target,
             took_ms,
         },
+        FaultRequest::ReportPacketFaults {
+            process,
+            class,
+            counts,
+        } => ClusterEventKind::PacketFaults {
+            process,
+            class,
+            counts,
+        },
         FaultRequest::AddPacketRule(_) => {
             return Err(RemoteError::new(
                 RemoteErrorKind::Internal,

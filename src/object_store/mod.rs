@@ -39,6 +39,7 @@ mod transfer;
 
 pub use error::ObjectStoreError;
 pub use node::{remove_stale, Budget, HeadEvents, NodeObjectStore, ObjectStoreShard, SHARED_MIN};
+pub use process::refs::held_here;
 pub(crate) use process::refs::start;
 pub(crate) use process::{fetch, refs, store};
 pub use process::{

@@ -86,6 +86,13 @@ pub struct DistributedModel {
 }
 
 impl DistributedModel {
+    /// The trainable parameters of `vs` in a process of its own, with no
+    /// group to agree with: what [`TrainContext::prepare_model`] returns to
+    /// a single worker (for plain loops compared with nimbus's, and tests).
+    pub fn single(vs: &VarStore) -> Result<Self, TrainError> {
+        TrainContext::trainable(vs)
+    }
+
     /// The parameters, sorted by name.
     pub fn parameters(&self) -> &[(String, Tensor)] {
         &self.params

@@ -174,19 +174,69 @@ pub struct FaultCounters {
     pub cut_off: AtomicU64,
 }
 
-impl fmt::Display for FaultCounters {
+/// The counters of a [`FaultCounters`] at one moment, to report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultCounts {
+    /// Datagrams sent through the socket.
+    pub sent: u64,
+    /// Dropped (partitions included).
+    pub dropped: u64,
+    /// Sent twice.
+    pub duplicated: u64,
+    /// Sent out of order.
+    pub reordered: u64,
+    /// Delayed.
+    pub delayed: u64,
+    /// Received datagrams discarded by a partition.
+    pub cut_off: u64,
+}
+
+impl FaultCounts {
+    /// Datagrams some fault touched.
+    pub fn faulted(&self) -> u64 {
+        self.dropped + self.duplicated + self.reordered + self.delayed + self.cut_off
+    }
+}
+
+impl std::ops::AddAssign for FaultCounts {
+    fn add_assign(&mut self, other: FaultCounts) {
+        self.sent += other.sent;
+        self.dropped += other.dropped;
+        self.duplicated += other.duplicated;
+        self.reordered += other.reordered;
+        self.delayed += other.delayed;
+        self.cut_off += other.cut_off;
+    }
+}
+
+impl fmt::Display for FaultCounts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         write!(
             f,
             "sent={} dropped={} duplicated={} reordered={} delayed={} cut_off={}",
-            get(&self.sent),
-            get(&self.dropped),
-            get(&self.duplicated),
-            get(&self.reordered),
-            get(&self.delayed),
-            get(&self.cut_off)
+            self.sent, self.dropped, self.duplicated, self.reordered, self.delayed, self.cut_off
         )
+    }
+}
+
+impl FaultCounters {
+    /// The counters now.
+    pub fn snapshot(&self) -> FaultCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        FaultCounts {
+            sent: get(&self.sent),
+            dropped: get(&self.dropped),
+            duplicated: get(&self.duplicated),
+            reordered: get(&self.reordered),
+            delayed: get(&self.delayed),
+            cut_off: get(&self.cut_off),
+        }
+    }
+}
+
+impl fmt::Display for FaultCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.snapshot().fmt(f)
     }
 }
 

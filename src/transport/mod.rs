@@ -36,5 +36,5 @@ pub use connection::Connection;
 pub use credentials::{CredentialError, Credentials, JoinToken};
 pub use endpoint::Endpoint;
 pub use error::{ConnectError, EndpointError, RequestError};
-pub use faults::{FaultCounters, PacketFaults, PacketRule};
+pub use faults::{FaultCounters, FaultCounts, PacketFaults, PacketRule};
 pub use server::{HandlerError, RequestHandler};

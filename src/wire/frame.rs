@@ -222,7 +222,9 @@ mod tests {
                     state as u8
                 })
                 .collect();
-            let _ = decode::<crate::wire::Request>(&bytes);
+            // Returning at all is the "no panic" half.
+            let decoded = decode::<crate::wire::Request>(&bytes);
+            assert!(decoded.is_err(), "{len} random bytes decoded as a request");
         }
     }
 

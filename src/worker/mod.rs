@@ -124,6 +124,12 @@ async fn host(
         crate::object_store::start(context);
         context.host_locally(actor, hosted.clone());
     }
+    crate::runtime::report_packet_faults(
+        endpoint.clone(),
+        boot.head,
+        identity.name.clone(),
+        crate::cluster::ProcessClass::Worker,
+    );
     NodeOfWorker::set(NodeOfWorker {
         pid: std::os::unix::process::parent_id() as libc::pid_t,
         name: boot.node.name.clone(),

@@ -199,14 +199,14 @@ async fn spawn_lands_on_the_node_with_the_resources(driver: &mut Driver) {
     let counter = actor::spawn::<Counter>(1, options).await.unwrap();
     assert_eq!(counter.record().await.unwrap().node.name, name);
     assert_eq!(counter.send(Add(1)).await.unwrap(), 2);
-    // Worker processes are findable by operators.
-    let workers = std::process::Command::new("pgrep")
-        .args(["-f", "nimbus-worker"])
-        .output()
-        .unwrap();
+    // Worker processes are findable by operators: this actor's own
+    // process carries `nimbus-worker` and the actor's id in its arguments.
+    let pid = nimbus::local::worker_pid(counter.id()).expect("the actor's worker process");
+    let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let args = String::from_utf8_lossy(&args).replace('\0', " ");
     assert!(
-        !workers.stdout.is_empty(),
-        "pgrep -f nimbus-worker finds the workers"
+        args.contains("nimbus-worker") && args.contains(&counter.id().to_string()),
+        "{args}"
     );
 }
 

@@ -63,6 +63,29 @@ fn faults(out: &str) -> Vec<String> {
         .collect()
 }
 
+/// The packets datagrams the sockets of `class` (`workload`, `nodes`,
+/// `workers`) faulted, from the timeline's `packets injected` line (as their
+/// sockets reported them): `(processes, dropped + duplicated + reordered +
+/// delayed + cut_off)`.
+fn packets_injected(out: &str, class: &str) -> (u64, u64) {
+    let prefix = format!("packets injected target={class} ");
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line: {out}"));
+    let value = |key: &str| -> u64 {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {line}"))
+    };
+    let faulted = ["dropped", "duplicated", "reordered", "delayed", "cut_off"]
+        .iter()
+        .map(|key| value(key))
+        .sum();
+    (value("processes"), faulted)
+}
+
 fn summary_value<'a>(out: &'a str, key: &str) -> &'a str {
     let summary = out.lines().last().unwrap_or_default();
     assert!(
@@ -88,13 +111,21 @@ async fn bank_plan_keeps_the_books_and_replays_the_same_faults() {
             let out =
                 stdout(&run(Path::new(env!("CARGO_BIN_EXE_nimbus")), &args, home.path()).await);
             assert_eq!(summary_value(&out, "total_balance_ok"), "true", "{out}");
+            // The plan's packet rules, as planned and as done to the
+            // bank's own socket.
+            for planned in [
+                "planned packets(drop=0.05) target=workload trigger=window=0ms..end",
+                "planned packets(partition) target=workload trigger=window=1500ms..2500ms",
+            ] {
+                assert!(out.lines().any(|l| l == planned), "{planned:?} in {out}");
+            }
+            let (processes, faulted) = packets_injected(&out, "workload");
+            assert!(processes == 1 && faulted > 0, "{out}");
             runs.push(faults(&out));
         }
         assert_eq!(runs[0], runs[1], "the same faults at the same triggers");
         let kinds = runs[0].join("\n");
         for expected in [
-            "packets(drop=0.05) target=workload",
-            "packets(partition) target=workload trigger=window=1500ms..2500ms",
             "kill target=account-2 trigger=message 15 (examples.Transfer)",
             "panic target=account-3 trigger=message 10 (examples.Credit)",
         ] {
@@ -260,7 +291,7 @@ async fn mnist_over_the_network_collective_survives_packet_faults_on_every_socke
         let plan = home.path().join("lossy.toml");
         std::fs::write(
             &plan,
-            "seed = 9\n[node_packet_faults]\nworkers = true\n[[node_packet_faults.rules]]\ndrop = 0.03\nduplicate = 0.02\nreorder = 0.02\n",
+            "seed = 9\n[[packet_faults.rules]]\ndrop = 0.02\n[node_packet_faults]\nworkers = true\n[[node_packet_faults.rules]]\ndrop = 0.03\nduplicate = 0.02\nreorder = 0.02\n",
         )
         .unwrap();
         let args = [
@@ -273,11 +304,20 @@ async fn mnist_over_the_network_collective_survives_packet_faults_on_every_socke
         ];
         let (clean, out) =
             mnist_without_and_with(plan.to_str().unwrap(), &[], &args, home.path()).await;
-        assert_eq!(
-            faults(&out),
-            ["fault 1 packets(drop=0.03,duplicate=0.02,reorder=0.02) target=nodes+workers trigger=window=0ms..end"],
-            "{out}"
-        );
+        for planned in [
+            "planned packets(drop=0.02) target=workload trigger=window=0ms..end",
+            "planned packets(drop=0.03,duplicate=0.02,reorder=0.02) target=nodes+workers trigger=window=0ms..end",
+        ] {
+            assert!(out.lines().any(|l| l == planned), "{planned:?} in {out}");
+        }
+        assert!(faults(&out).is_empty(), "nothing but packet faults: {out}");
+        // What the sockets did, by kind of process: the driver's, the
+        // nodes' (3) and the training workers' (2).
+        for (class, at_least) in [("workload", 1), ("nodes", 3), ("workers", 2)] {
+            let (processes, faulted) = packets_injected(&out, class);
+            assert!(processes >= at_least, "{class}: {processes} processes: {out}");
+            assert!(faulted > 0, "{class}: no datagram faulted: {out}");
+        }
         assert_eq!(summary_value(&out, "restarts"), "0", "{out}");
         assert_same_parameters(&clean, &out);
     })

@@ -183,6 +183,9 @@ async fn bulk_traffic_does_not_starve_heartbeats() {
             sent += worker.await.unwrap();
         }
         println!("flooded the head with {sent} x 256 KiB echoes");
+        // A flood, not a trickle: at least 50 MiB each way in the window
+        // (loopback moves that in well under a second here).
+        assert!(sent >= 200, "only {sent} echoes of 256 KiB: no flood");
         let events = client.events(seen, Duration::ZERO).await.unwrap();
         assert!(
             events.is_empty(),

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 pub const SQUARE: TaskFn<u64, u64> = TaskFn::new("tests.square");
 pub const SUM: TaskFn<Vec<u64>, u64> = TaskFn::new("tests.sum");
-pub const FAIL: TaskFn<String, u64> = TaskFn::new("tests.fail");
-pub const PANIC: TaskFn<String, u64> = TaskFn::new("tests.panic");
+pub const FAIL: TaskFn<(String, String), u64> = TaskFn::new("tests.fail");
+pub const PANIC: TaskFn<(String, String), u64> = TaskFn::new("tests.panic");
 /// Sleeps this many milliseconds, then returns the address of the node it
 /// ran on.
 pub const WHERE: TaskFn<u64, String> = TaskFn::new("tests.where");
@@ -31,10 +31,17 @@ pub fn registry() -> Registry {
         .message::<Keeper, Digests>()
         .task(SQUARE, |x: u64| Ok::<_, String>(x * x))
         .task(SUM, |xs: Vec<u64>| Ok::<_, String>(xs.iter().sum()))
-        .task(FAIL, |why: String| Err::<u64, _>(why))
-        .task(PANIC, |why: String| -> Result<u64, String> {
-            panic!("{why}")
+        .task(FAIL, |(why, attempts): (String, String)| {
+            count_attempt(&attempts)?;
+            Err::<u64, _>(why)
         })
+        .task(
+            PANIC,
+            |(why, attempts): (String, String)| -> Result<u64, String> {
+                count_attempt(&attempts)?;
+                panic!("{why}")
+            },
+        )
         .task(WHERE, |ms: u64| {
             std::thread::sleep(Duration::from_millis(ms));
             let context = ProcessContext::current().ok_or("not initialised")?;
@@ -202,4 +209,15 @@ pub fn digest(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3)
     })
+}
+
+/// Appends a line to the file `attempts`: how many times a task ran.
+fn count_attempt(attempts: &str) -> Result<(), String> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(attempts)
+        .and_then(|mut file| writeln!(file, "{}", std::process::id()))
+        .map_err(|e| format!("cannot count the attempt in {attempts}: {e}"))
 }

@@ -201,7 +201,10 @@ async fn killed_runner_is_replaced() {
         ..settings(8_192)
     };
     let outcome = training::train(&settings).await.expect("training goes on");
+    // The head's record of the runners: one restart, whether or not a
+    // rollout call was in flight when the process died.
     assert_eq!(outcome.runner_restarts, 1, "{outcome:?}");
+    println!("  rollout calls asked again: {}", outcome.lost_calls);
     assert_eq!(outcome.env_steps, 8_192, "every iteration ran: {outcome:?}");
 }
 

@@ -145,9 +145,21 @@ async fn three_workers_over_the_network_collective(_: &mut nimbus::Driver) {
     let scaling = ScalingConfig::workers(3)
         .placement(PlacementStrategy::Spread)
         .collective(CollectiveBackend::Network);
-    let (result, _) = fit(config, scaling, run_config("network")).await;
+    let (result, events) = fit(config, scaling, run_config("network")).await;
     ok(&result);
     assert_eq!(result.workers, 3);
+    // The network collective it asked for, one worker on each node.
+    let (backend, mut nodes) = events
+        .iter()
+        .find_map(|e| match e {
+            TrainEvent::Started { backend, nodes, .. } => Some((*backend, nodes.clone())),
+            _ => None,
+        })
+        .expect("the attempt started");
+    assert_eq!(backend, Some(CollectiveBackend::Network));
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(nodes.len(), 3, "one worker per node: {nodes:?}");
     let losses = losses(&result);
     assert_eq!(losses.len(), 12);
     assert!(
@@ -320,6 +332,27 @@ async fn training_faults_by_step_recover_bit_exact(_: &mut nimbus::Driver) {
             announced,
             "{name}: every fault is reported: {injected:?}"
         );
+        // Each restart was caused by the fault, not by something else that
+        // happens to restart the group (a timeout, a crash).
+        let failures: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                TrainEvent::Failed { reason, .. } => Some(reason.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(failures.len() as u32, restarts, "{name}: {failures:?}");
+        let cause = match name {
+            "disk_full" => "os error 28",
+            "permission_denied" => "os error 13",
+            _ => "chaos: ",
+        };
+        for failure in &failures {
+            assert!(
+                failure.contains(cause),
+                "{name}: failed of {failure:?}, not {cause:?}"
+            );
+        }
         let resumed = events.iter().find_map(|e| match e {
             TrainEvent::Started {
                 attempt: 1,
@@ -375,19 +408,49 @@ async fn corrupt_latest_checkpoint_falls_back_to_previous(_: &mut nimbus::Driver
     let corrupted = PathBuf::from(
         std::fs::read_to_string(run_dir.join("corrupted")).expect("a checkpoint was corrupted"),
     );
+    assert_eq!(result.restarts, 1, "one restart, from the older checkpoint");
+    // The checkpoints saved before the failure: the corrupted one is the
+    // latest, the restart must resume from the one before it.
+    let saved: Vec<u64> = events
+        .iter()
+        .take_while(|e| !matches!(e, TrainEvent::Failed { .. }))
+        .filter_map(|e| match e {
+            TrainEvent::CheckpointSaved(saved) => Some(saved.index),
+            _ => None,
+        })
+        .collect();
+    let corrupted_index = events.iter().find_map(|e| match e {
+        TrainEvent::CheckpointSaved(saved) if saved.path.file_name() == corrupted.file_name() => {
+            Some(saved.index)
+        }
+        _ => None,
+    });
+    assert_eq!(
+        corrupted_index,
+        saved.last().copied(),
+        "the latest was corrupted"
+    );
+    let previous = saved.iter().rev().nth(1).copied();
+    assert!(
+        previous.is_some(),
+        "a checkpoint before the corrupted one: {saved:?}"
+    );
     let resumed = events.iter().find_map(|e| match e {
         TrainEvent::Started {
             attempt: 1,
             resumed_from,
             ..
-        } => Some(resumed_from.clone()),
+        } => resumed_from.clone(),
         _ => None,
     });
-    let resumed = resumed.flatten();
-    assert_ne!(
-        resumed.as_deref(),
-        Some(corrupted.as_path()),
-        "the corrupted checkpoint is skipped"
+    let resumed_index = resumed.map(|p| {
+        Checkpoint::load(&p)
+            .expect("the resumed checkpoint loads")
+            .index()
+    });
+    assert_eq!(
+        resumed_index, previous,
+        "resumed from the checkpoint before the corrupted one"
     );
     assert_eq!(
         final_sha(&result),
@@ -460,7 +523,23 @@ async fn local_mode_and_resume_of_a_finished_run(_: &mut nimbus::Driver) {
     );
 }
 
-async fn nccl_without_nccl_fails_clearly(_: &mut nimbus::Driver) {
+/// GPUs the test cluster offers in all.
+async fn cluster_gpus(driver: &mut nimbus::Driver) -> f64 {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let status = cluster.client().await.unwrap().status().await.unwrap();
+    status
+        .alive()
+        .map(|n| n.resources.total.amount(nimbus::cluster::GPU))
+        .sum()
+}
+
+async fn nccl_without_nccl_fails_clearly(driver: &mut nimbus::Driver) {
+    // Where the binary has the `cuda` feature and the machine GPUs, NCCL
+    // may well load: this test is about machines without it.
+    if cfg!(feature = "cuda") && cluster_gpus(driver).await > 0.0 {
+        println!("  SKIPPED: this build and machine may have NCCL (scripts/gpu-check.sh is the GPU check)");
+        return;
+    }
     let started = Instant::now();
     let scaling = ScalingConfig::workers(2).collective(CollectiveBackend::Nccl);
     let (result, _) = fit(small(5), scaling, run_config("nccl")).await;
@@ -479,11 +558,16 @@ async fn nccl_without_nccl_fails_clearly(_: &mut nimbus::Driver) {
     );
 }
 
-async fn more_gpus_than_exist_fails_fast(_: &mut nimbus::Driver) {
+async fn more_gpus_than_exist_fails_fast(driver: &mut nimbus::Driver) {
+    // One GPU worker more than the cluster has GPUs, whatever the machine.
+    let workers = cluster_gpus(driver).await as usize + 1;
     let started = Instant::now();
-    let scaling = ScalingConfig::workers(2).use_gpu(true);
+    let scaling = ScalingConfig::workers(workers).use_gpu(true);
     let (result, _) = fit(small(5), scaling, run_config("gpus")).await;
-    let error = result.error.expect("no GPUs here").to_string();
+    let error = result
+        .error
+        .expect("more GPU workers than GPUs fails")
+        .to_string();
     assert!(error.contains("GPU"), "names the resource: {error}");
     assert!(
         started.elapsed() < Duration::from_secs(10),

@@ -42,7 +42,8 @@ impl Membership {
                 | ClusterEventKind::ActorStarted { .. }
                 | ClusterEventKind::ActorDied { .. }
                 | ClusterEventKind::Recovered { .. }
-                | ClusterEventKind::FaultInjected { .. } => {}
+                | ClusterEventKind::FaultInjected { .. }
+                | ClusterEventKind::PacketFaults { .. } => {}
             }
             self.events.do_send(Publish(kind));
         }

@@ -154,6 +154,12 @@ pub(crate) fn start(context: &'static ProcessContext) {
     }
 }
 
+/// The objects this process holds references to (and keeps small copies
+/// of), in its own tables: 0 once it dropped them all.
+pub fn held_here() -> usize {
+    PROCESS.get().map_or(0, |p| p.table.len())
+}
+
 /// This process as a reference holder (`None` before [`start`]).
 pub(crate) fn holder() -> Option<RefHolder> {
     PROCESS.get().map(|p| p.holder.clone())

@@ -132,14 +132,17 @@ impl GroupAbort {
 
 /// One rank's membership of a shared-memory group.
 ///
-/// ```no_run
+/// ```
 /// use std::time::Duration;
 /// use nimbus::train::collective::{Collective, SharedMemoryGroup};
-/// // Run in each of two processes, with rank 0 and rank 1:
-/// let mut group = SharedMemoryGroup::join(
-///     "/dev/shm/nimbus-demo".as_ref(), 0, 2, 1 << 20, Duration::from_secs(10)).unwrap();
-/// let mut grads = vec![1.0_f32; 1000];
+/// let dir = tempfile::tempdir().unwrap();
+/// let segment = dir.path().join("group");
+/// // Each rank joins from its own process (rank 0 and rank 1 of 2, say);
+/// // a group of one is its own mean.
+/// let mut group = SharedMemoryGroup::join(&segment, 0, 1, 1 << 20, Duration::from_secs(10)).unwrap();
+/// let mut grads = vec![1.5_f32; 1000];
 /// group.allreduce_mean(&mut grads).unwrap();
+/// assert!(grads.iter().all(|g| *g == 1.5));
 /// ```
 pub struct SharedMemoryGroup {
     segment: Arc<Segment>,

@@ -33,6 +33,10 @@ pub(super) struct Launched {
     pub(super) group: Option<PlacementGroup>,
     pub(super) world_size: usize,
     pub(super) seen_events: u64,
+    /// The collective the workers use (`None`: local mode).
+    pub(super) backend: Option<CollectiveBackend>,
+    /// The node of each rank.
+    pub(super) nodes: Vec<String>,
 }
 
 /// Places, spawns and starts one attempt's workers.
@@ -228,6 +232,8 @@ pub(super) async fn launch(
         group: Some(group),
         world_size: n,
         seen_events,
+        backend: Some(backend),
+        nodes,
     })
 }
 
@@ -250,6 +256,8 @@ fn launch_local(plan: &RunPlan, assignment: Assignment) -> Launched {
         group: None,
         world_size: 0,
         seen_events: 0,
+        backend: None,
+        nodes: Vec::new(),
     }
 }
 

@@ -28,7 +28,10 @@ use super::checkpoint::{self, Best, CheckpointReporter, Latest, Saved};
 use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport, WorkerEvent};
 use super::worker::TrainerWorker;
-use super::{LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult, WorkerCount};
+use super::{
+    CollectiveBackend, LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult,
+    WorkerCount,
+};
 use crate::actor::faults::FiredFault;
 use crate::actor::{self, ActorHandle, ProcessContext};
 use crate::cluster::ControlRequest;
@@ -67,6 +70,11 @@ pub enum TrainEvent {
         workers: usize,
         /// The checkpoint it resumed from.
         resumed_from: Option<PathBuf>,
+        /// The collective its workers average gradients with (`None`: local
+        /// mode, no collective).
+        backend: Option<CollectiveBackend>,
+        /// The node each rank runs on, by rank (empty in local mode).
+        nodes: Vec<String>,
     },
     /// Rank 0 reported.
     Reported {
@@ -211,6 +219,8 @@ impl TrainerSupervisor {
             attempt: self.restarts,
             workers: launched.world_size,
             resumed_from: self.resume.clone(),
+            backend: launched.backend,
+            nodes: launched.nodes.clone(),
         });
         let now = Instant::now();
         let me = ctx.address();
