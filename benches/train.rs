@@ -3,12 +3,15 @@
 //! - `overhead`: nimbus with 1 worker vs a plain tch loop of the same CNN in
 //!   this process (framework overhead);
 //! - `ddp`: nimbus with 2 workers vs PyTorch DDP (gloo, torchrun), batch 64
-//!   per worker, 1 thread per worker, and each one's scaling efficiency;
+//!   per worker, 1 thread per worker, the same warm-up and timed steps, each
+//!   step gathering its batch by sampled indices and reading the loss back,
+//!   and each one's scaling efficiency;
 //! - `allreduce`: the shared-memory collective between 2 processes vs gloo
 //!   over TCP loopback, for 4 KiB, 1 MiB, 16 MiB and 64 MiB (bus bandwidth;
-//!   for 2 ranks it equals the algorithm bandwidth). Named `shm_vs_gloo_tcp`:
-//!   a same-host fast path against a network transport, not like for like
-//!   (nimbus's network collective against gloo is not measured yet);
+//!   for 2 ranks it equals the algorithm bandwidth). `shm_vs_gloo_tcp` is a
+//!   same-host fast path against a network transport, not like for like;
+//!   `network_vs_gloo_tcp` is: nimbus's network collective (a ring over
+//!   QUIC between 2 worker processes) against gloo;
 //! - `recovery`: from a worker's SIGKILL to the first step completed after
 //!   the group is restored from its checkpoint;
 //! - `nccl` (feature `cuda`, on a GPU machine): NCCL allreduce on device
@@ -43,7 +46,8 @@ use mnist::{network, DataSource, FailMode, MnistConfig, MnistLoop};
 use nimbus::tch::{nn, nn::ModuleT};
 use nimbus::train::collective::{Collective, SharedMemoryGroup};
 use nimbus::train::{
-    DistributedModel, DistributedSampler, RunConfig, ScalingConfig, Sgd, TrainEvent, Trainer,
+    CollectiveBackend, DistributedModel, DistributedSampler, LoopResult, Metrics, RunConfig,
+    ScalingConfig, Sgd, TrainContext, TrainEvent, TrainLoop, Trainer,
 };
 
 /// Set in the environment of the second allreduce process: its segment.
@@ -67,7 +71,9 @@ fn main() -> Result<()> {
     if let Some(path) = std::env::var_os(ALLREDUCE_PEER) {
         return allreduce_times(Path::new(&path), 1, &sizes(full())).map(drop);
     }
-    let registry = nimbus::actor::Registry::new().train_loop::<MnistLoop>();
+    let registry = nimbus::actor::Registry::new()
+        .train_loop::<MnistLoop>()
+        .train_loop::<AllreduceLoop>();
     let driver = nimbus::init_with(registry, nimbus::InitOptions { local_nodes: 1 })?;
     let scale = if full() {
         Scale {
@@ -305,7 +311,8 @@ async fn ddp(scale: &Scale, python: Option<&str>) -> Result<()> {
             .parse()
             .context("samples_per_s")
     };
-    let steps = [scale.steps.to_string()];
+    // The same number of timed steps after the same warm-up.
+    let steps = [scale.steps.to_string(), scale.warmup.to_string()];
     let ddp_one = parse(torchrun(python, 0, "ddp_mnist.py", &steps).await?)?;
     let ddp_two = parse(torchrun(python, 2, "ddp_mnist.py", &steps).await?)?;
     println!("train_ddp_gloo_2workers: {ddp_two:.0} samples/s");
@@ -315,6 +322,69 @@ async fn ddp(scale: &Scale, python: Option<&str>) -> Result<()> {
     );
     println!("train_nimbus_vs_ddp_2workers: {:.2} x", two / ddp_two);
     Ok(())
+}
+
+/// Times allreduces through the run's collective: for each `(bytes,
+/// iterations)`, one warm-up and `iterations` timed sums of `bytes` of f32;
+/// rank 0 reports `bytes` and the seconds per allreduce.
+struct AllreduceLoop;
+
+impl TrainLoop for AllreduceLoop {
+    const NAME: &'static str = "bench.allreduce";
+    type Config = Vec<(usize, usize)>;
+
+    fn run(config: Self::Config, ctx: &mut TrainContext) -> LoopResult {
+        for (bytes, iterations) in config {
+            let mut values = vec![1.0f32; bytes / 4];
+            ctx.collective().allreduce_sum(&mut values)?;
+            let start = Instant::now();
+            for _ in 0..iterations {
+                ctx.collective().allreduce_sum(&mut values)?;
+            }
+            let seconds = start.elapsed().as_secs_f64() / iterations as f64;
+            let metrics = Metrics::from([
+                ("bytes".to_string(), bytes as f64),
+                ("seconds".to_string(), seconds),
+            ]);
+            ctx.report(metrics, None)?;
+        }
+        Ok(())
+    }
+}
+
+/// Seconds per allreduce of each size through nimbus's network collective
+/// (a ring over QUIC) between 2 worker processes.
+async fn network_allreduce_times(sizes: &[usize], full: bool) -> Result<Vec<f64>> {
+    let times = |size| if full { iterations(size) } else { 5 };
+    let config: Vec<(usize, usize)> = sizes.iter().map(|s| (*s, times(*s))).collect();
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let seen = reports.clone();
+    let scaling = ScalingConfig::workers(2).collective(CollectiveBackend::Network);
+    let run = RunConfig::new("allreduce-network", storage());
+    let result = Trainer::<AllreduceLoop>::new(config, scaling, run)
+        .on_event(move |e| {
+            if let TrainEvent::Reported { metrics, .. } = e {
+                seen.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((metrics["bytes"] as usize, metrics["seconds"]));
+            }
+        })
+        .fit()
+        .await;
+    if let Some(error) = result.error {
+        bail!("the network allreduce run failed: {error}");
+    }
+    let reports = reports.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    sizes
+        .iter()
+        .map(|size| {
+            reports
+                .iter()
+                .find(|(bytes, _)| bytes == size)
+                .map(|(_, seconds)| *seconds)
+                .with_context(|| format!("no network allreduce report for {size} bytes"))
+        })
+        .collect()
 }
 
 fn label(size: usize) -> String {
@@ -365,6 +435,7 @@ async fn allreduce(scale: &Scale, python: Option<&str>) -> Result<()> {
     if !status.success() {
         bail!("the second allreduce process failed: {status}");
     }
+    let network = network_allreduce_times(&sizes, scale.full).await?;
     let gloo: Vec<Option<f64>> = match python {
         Some(python) => {
             let args: Vec<String> = sizes.iter().map(usize::to_string).collect();
@@ -381,7 +452,8 @@ async fn allreduce(scale: &Scale, python: Option<&str>) -> Result<()> {
         }
         None => vec![None; sizes.len()],
     };
-    for ((size, seconds), gloo) in sizes.iter().zip(times).zip(gloo) {
+    let rows = sizes.iter().zip(times).zip(network).zip(gloo);
+    for (((size, seconds), network), gloo) in rows {
         let name = label(*size);
         let busbw = |t: f64| *size as f64 / t / 1e9;
         println!(
@@ -392,6 +464,14 @@ async fn allreduce(scale: &Scale, python: Option<&str>) -> Result<()> {
             "allreduce_nimbus_shm_{name}_busbw: {:.2} GB/s",
             busbw(seconds)
         );
+        println!(
+            "allreduce_nimbus_network_{name}_latency: {:.1} us",
+            network * 1e6
+        );
+        println!(
+            "allreduce_nimbus_network_{name}_busbw: {:.2} GB/s",
+            busbw(network)
+        );
         if let Some(gloo) = gloo {
             println!("allreduce_gloo_tcp_{name}_latency: {:.1} us", gloo * 1e6);
             println!("allreduce_gloo_tcp_{name}_busbw: {:.2} GB/s", busbw(gloo));
@@ -400,6 +480,11 @@ async fn allreduce(scale: &Scale, python: Option<&str>) -> Result<()> {
             println!(
                 "allreduce_nimbus_shm_vs_gloo_tcp_{name}: {:.2} x",
                 gloo / seconds
+            );
+            // Like for like: two processes over the loopback network.
+            println!(
+                "allreduce_nimbus_network_vs_gloo_tcp_{name}: {:.2} x",
+                gloo / network
             );
         }
     }

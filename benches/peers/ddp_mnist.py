@@ -1,10 +1,13 @@
 """PyTorch DDP (gloo) on the train_mnist CNN: the peer of nimbus's training
-benchmark. Run under torchrun; rank 0 prints `samples_per_s <value>`.
+benchmark. Run under torchrun as `ddp_mnist.py STEPS WARMUP`; rank 0 prints
+`samples_per_s <value>` over the STEPS steps after WARMUP.
 
 Same model (conv 1->32 3x3, pool, conv 32->64 3x3, pool, fc 3136->128,
-fc 128->10), SGD momentum 0.9, batch 64 per worker, 1 thread per worker.
-The data are random tensors of MNIST's shape: compute per step does not
-depend on the values.
+fc 128->10), SGD momentum 0.9, batch 64 per worker, 1 thread per worker, and
+the same data path as nimbus's loop: a dataset of MNIST's shape, a shuffling
+DistributedSampler, each step's batch gathered by its indices, the loss read
+back every step. The values are random: compute per step does not depend
+on them.
 """
 
 import os
@@ -18,7 +21,7 @@ import torch.nn.functional as F
 
 torch.set_num_threads(1)
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-warmup = max(steps // 10, 2)
+warmup = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 
 
 class Net(nn.Module):
@@ -44,15 +47,24 @@ if distributed:
     model = nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 world = dist.get_world_size() if distributed else 1
-images = torch.randn(64, 1, 28, 28)
-labels = torch.randint(0, 10, (64,))
+samples = 64 * world * (steps + warmup + 1)
+images = torch.randn(samples, 1, 28, 28)
+labels = torch.randint(0, 10, (samples,))
+if distributed:
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        range(samples), shuffle=True, seed=0)
+    order = list(sampler)
+else:
+    order = torch.randperm(samples).tolist()
 for step in range(steps + warmup):
     if step == warmup:
         start = time.perf_counter()
+    batch = torch.tensor(order[step * 64:(step + 1) * 64])
     opt.zero_grad()
-    loss = F.cross_entropy(model(images), labels)
+    loss = F.cross_entropy(model(images[batch]), labels[batch])
     loss.backward()
     opt.step()
+    loss.item()
 elapsed = time.perf_counter() - start
 if not distributed or dist.get_rank() == 0:
     print(f"samples_per_s {steps * 64 * world / elapsed:.1f}", flush=True)
