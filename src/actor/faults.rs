@@ -18,8 +18,8 @@ pub(crate) struct FaultTriggers {
 /// A fault that fired.
 pub(crate) struct Fired {
     pub action: ActorFaultAction,
-    /// The reason reported for the death.
-    pub reason: String,
+    /// What the death reports.
+    pub fault: FiredFault,
 }
 
 impl FaultTriggers {
@@ -44,10 +44,7 @@ impl FaultTriggers {
             };
             (n == rule.after_messages).then(|| Fired {
                 action: rule.action,
-                reason: format!(
-                    "chaos: {action} at message {n} ({message}) of {}",
-                    self.target
-                ),
+                fault: FiredFault::new(action, format!("message {n} ({message})"), &self.target),
             })
         })
     }
@@ -79,7 +76,8 @@ mod tests {
         let reason = (0..3)
             .find_map(|_| again.on_message("Push"))
             .unwrap()
-            .reason;
+            .fault
+            .to_string();
         assert_eq!(reason, "chaos: kill at message 3 (Push) of queue");
         let fired = FiredFault::from_death(&format!("panic: {reason}")).unwrap();
         assert_eq!(

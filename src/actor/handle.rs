@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::client::ClientError;
-use crate::cluster::{ActorId, ActorRecord, ControlReply, ControlRequest, NodeState};
+use crate::cluster::{ActorId, ActorRecord, ControlReply, ControlRequest, DeathCause, NodeState};
 use crate::cluster::{DirectoryRequest, MembershipRequest, WorkerRequest};
 use crate::transport::{Channel, PendingReply, RequestError, RequestOptions};
 use crate::wire::{self, NodeIdentity, RemoteErrorKind};
@@ -107,7 +107,7 @@ type Written = (PendingReply, Box<ActorRecord>);
 /// Why a call never made it onto the wire.
 enum Failure {
     Call(CallError),
-    Transport(RequestError, ActorRecord),
+    Transport(RequestError, Box<ActorRecord>),
 }
 
 impl<A: RemoteActor> Clone for ActorHandle<A> {
@@ -189,7 +189,7 @@ impl<A: RemoteActor> ActorHandle<A> {
                             actor,
                             detail: format!("cannot decode the reply to {}: {e}", M::NAME),
                         }),
-                        Err(e) => Err(explain(actor, Failure::Transport(e, *record)).await),
+                        Err(e) => Err(explain(actor, Failure::Transport(e, record)).await),
                     }
                 }
             }
@@ -405,7 +405,7 @@ async fn deliver(
                     Ok(pending) => Ok((pending, Box::new(record))),
                     Err(e) => {
                         current = None;
-                        Err(Failure::Transport(e, record))
+                        Err(Failure::Transport(e, Box::new(record)))
                     }
                 };
                 let _ = written.send(sent);
@@ -488,8 +488,11 @@ async fn diagnose(
     detail: String,
 ) -> CallError {
     if let Ok(record) = locate_any(context, actor).await {
-        if let Some(reason) = record.dead.filter(|r| r.starts_with("node lost")) {
-            return CallError::NodeLost { actor, reason };
+        if let Some(death) = record.dead.filter(DeathCause::is_node_lost) {
+            return CallError::NodeLost {
+                actor,
+                reason: death.to_string(),
+            };
         }
     }
     let node_dead = match context
@@ -529,10 +532,18 @@ async fn locate(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord,
         let seen = context.last_event().await?;
         let record = locate_any(context, actor).await?;
         match record.dead {
-            Some(reason) if reason.starts_with("node lost") => {
-                return Err(CallError::NodeLost { actor, reason })
+            Some(death) if death.is_node_lost() => {
+                return Err(CallError::NodeLost {
+                    actor,
+                    reason: death.to_string(),
+                })
             }
-            Some(reason) => return Err(CallError::ActorDead { actor, reason }),
+            Some(death) => {
+                return Err(CallError::ActorDead {
+                    actor,
+                    reason: death.to_string(),
+                })
+            }
             None if !record.restarting => return Ok(record),
             None => {}
         }

@@ -10,7 +10,7 @@ use crate::cluster::ActorId;
 use crate::transport::{HandlerError, RequestHandler};
 use crate::wire::{self, PeerIdentity, RemoteError, RemoteErrorKind};
 
-use super::faults::{ActorFault, ActorFaultAction, FaultTriggers};
+use super::faults::{ActorFault, ActorFaultAction, FaultTriggers, FiredFault};
 use super::messages::ActorCall;
 use crate::runtime::{DispatchError, HostedActor, Registry};
 
@@ -25,17 +25,18 @@ pub struct ActorHost {
     panic: Arc<OnceLock<String>>,
     /// Injected faults (fault-injection tests).
     faults: FaultTriggers,
-    /// Ends the process for a `Kill` fault, reporting the reason.
-    kill: Box<dyn Fn(&str) + Send + Sync>,
+    /// Ends the process for a `Kill` fault, reporting the fault.
+    kill: Box<dyn Fn(&FiredFault) + Send + Sync>,
     /// Kills the node for a `KillNode` fault, once it is reported.
     kill_node: KillNode,
 }
 
-/// Kills the worker's node for a `KillNode` fault (the reason given): a
+/// Kills the worker's node for a `KillNode` fault (the fault given): a
 /// future that reports the fault, then kills, and never completes; `None`
 /// if this node may not be killed (the head), and the message is handled
 /// as if no rule had fired.
-pub type KillNode = Box<dyn Fn(&str) -> Option<BoxFuture<'static, Infallible>> + Send + Sync>;
+pub type KillNode =
+    Box<dyn Fn(&FiredFault) -> Option<BoxFuture<'static, Infallible>> + Send + Sync>;
 
 /// What a worker hosts and how it dies of injected faults.
 pub struct HostedFaults {
@@ -44,8 +45,8 @@ pub struct HostedFaults {
     /// The actor's stable name in fault reports: its unique name, or its
     /// type.
     pub target: String,
-    /// Ends the process for a `Kill` fault, reporting the reason.
-    pub kill: Box<dyn Fn(&str) + Send + Sync>,
+    /// Ends the process for a `Kill` fault, reporting the fault.
+    pub kill: Box<dyn Fn(&FiredFault) + Send + Sync>,
     /// Kills the node for a `KillNode` fault.
     pub kill_node: KillNode,
 }
@@ -105,11 +106,11 @@ impl RequestHandler for ActorHost {
         }
         if let Some(fired) = self.faults.on_message(&call.message) {
             match fired.action {
-                ActorFaultAction::Kill => (self.kill)(&fired.reason),
-                ActorFaultAction::Panic => panic!("{}", fired.reason),
+                ActorFaultAction::Kill => (self.kill)(&fired.fault),
+                ActorFaultAction::Panic => panic!("{}", fired.fault),
                 ActorFaultAction::KillNode => {
-                    if let Some(killing) = (self.kill_node)(&fired.reason) {
-                        let _ = self.panic.set(fired.reason.clone());
+                    if let Some(killing) = (self.kill_node)(&fired.fault) {
+                        let _ = self.panic.set(fired.fault.to_string());
                         // No reply: the caller sees the node go.
                         return killing.map(|never| match never {}).boxed();
                     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use actix::{Message, Recipient};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{ActorId, ClusterEventKind};
+use crate::cluster::{ActorId, ClusterEventKind, DeathCause};
 use crate::wire::Incarnation;
 
 use super::handle::ActorHandle;
@@ -27,9 +27,9 @@ pub struct ActorDied {
     pub actor: ActorId,
     /// The incarnation that died.
     pub incarnation: Incarnation,
-    /// Why: `exited with code N`, `panic: MESSAGE`, `killed by signal N`,
-    /// `node lost: ...`.
-    pub reason: String,
+    /// Why (its `Display` reads `exited with code N`, `panic: MESSAGE`,
+    /// `killed by signal N`, `node lost: ...`).
+    pub reason: DeathCause,
     /// Whether a new incarnation is coming (from its node, or from the head
     /// on another node when its node was lost); `false`: dead for good.
     pub restarting: bool,

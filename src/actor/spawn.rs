@@ -198,7 +198,7 @@ pub async fn spawn<A: RemoteActor>(
         let release = ControlRequest::Directory(DirectoryRequest::ActorDown {
             actor: spec.actor,
             incarnation: Incarnation(0),
-            reason: "spawn failed".into(),
+            reason: crate::cluster::DeathCause::SpawnFailed,
             restarting: false,
         });
         let _ = context.call_head(&release).await;

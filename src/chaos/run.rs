@@ -282,7 +282,8 @@ impl Run {
         let what = format!("panic_actor at after={}ms", planned.as_millis());
         for record in self.targets(client, target, &what).await {
             let label = stable_name(&record);
-            let reason = format!("chaos: panic at after={}ms of {label}", planned.as_millis());
+            let trigger = format!("after={}ms", planned.as_millis());
+            let reason = FiredFault::new("panic", trigger, &label).to_string();
             let worker = crate::wire::NodeIdentity {
                 name: crate::actor::worker_name(record.actor),
                 incarnation: record.incarnation,
@@ -491,7 +492,7 @@ impl Run {
                     restarting,
                     ..
                 } => {
-                    if let Some(fired) = FiredFault::from_death(reason) {
+                    if let Some(fired) = reason.fault() {
                         self.injected(fired.kind, fired.target, fired.trigger);
                     }
                     if *restarting {

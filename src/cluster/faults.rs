@@ -71,13 +71,12 @@ impl ActorFault {
     }
 }
 
-/// A fault that killed a process, read back from its death reason:
-/// `chaos: KIND at TRIGGER of TARGET` (maybe behind `panic: `), the form
-/// every fault hook reports before the process dies.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A fault a fault hook fired, as every hook reports it before the process
+/// dies: `chaos: KIND at TRIGGER of TARGET` ([`Display`](std::fmt::Display)),
+/// read back from a death reason by [`FiredFault::from_death`]. The one
+/// place that format is written and parsed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FiredFault {
-    /// `chaos: ...` as reported: the fault's identity.
-    pub reason: String,
     /// Its kind (`kill`, `panic`, `torn_checkpoint_write`, ...).
     pub kind: String,
     /// What fired it (`message 3 (Push)`, `step 10`).
@@ -96,19 +95,40 @@ pub const PANIC_MESSAGE: &str = "nimbus.chaos.Panic";
 /// counted from its arrival.
 pub const PACKET_RULE_MESSAGE: &str = "nimbus.chaos.PacketRule";
 
+/// How a fault's report starts.
+const REPORT_PREFIX: &str = "chaos: ";
+
 impl FiredFault {
-    /// The fault in a death reason, if a fault hook caused the death.
+    /// The fault `kind` fired by `trigger` on `target`.
+    pub fn new(
+        kind: impl Into<String>,
+        trigger: impl Into<String>,
+        target: impl Into<String>,
+    ) -> Self {
+        FiredFault {
+            kind: kind.into(),
+            trigger: trigger.into(),
+            target: target.into(),
+        }
+    }
+
+    /// The fault in a death reason (where it may follow `panic: ` or a lost
+    /// node's description), if a fault hook caused the death.
     pub fn from_death(reason: &str) -> Option<Self> {
-        let at = reason.find("chaos: ")?;
-        let said = &reason[at..];
-        let body = &said["chaos: ".len()..];
+        let at = reason.find(REPORT_PREFIX)?;
+        let body = &reason[at + REPORT_PREFIX.len()..];
         let (kind, rest) = body.split_once(" at ").unwrap_or((body, ""));
         let (trigger, target) = rest.rsplit_once(" of ").unwrap_or((rest, "an actor"));
-        Some(FiredFault {
-            reason: said.to_string(),
-            kind: kind.to_string(),
-            trigger: trigger.to_string(),
-            target: target.to_string(),
-        })
+        Some(FiredFault::new(kind, trigger, target))
+    }
+}
+
+impl std::fmt::Display for FiredFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{REPORT_PREFIX}{} at {} of {}",
+            self.kind, self.trigger, self.target
+        )
     }
 }

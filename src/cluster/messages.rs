@@ -16,6 +16,9 @@ use super::ResourceSet;
 /// requests. A node's service routes each to the subsystem that answers it
 /// (`node/service.rs`, the one dispatcher); requests only the head answers
 /// are refused by other nodes.
+// Built once per request and encoded at once: boxing the large variant
+// would save no memory and cost an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum ControlRequest {
     /// To the head: joining, heartbeats, leaving, the membership view (answered by `Membership`).
@@ -117,7 +120,7 @@ pub enum DirectoryRequest {
         /// Its dead incarnation.
         incarnation: Incarnation,
         /// Why it died.
-        reason: String,
+        reason: super::DeathCause,
         /// Whether its node is starting a new incarnation.
         restarting: bool,
     },
@@ -520,7 +523,7 @@ pub struct ActorRecord {
     /// Restarts so far.
     pub restarts: u32,
     /// Why it is dead, if it is (for good).
-    pub dead: Option<String>,
+    pub dead: Option<super::DeathCause>,
     /// Its last incarnation died and its node is starting the next one.
     pub restarting: bool,
 }
@@ -661,8 +664,8 @@ pub enum ClusterEventKind {
         actor: ActorId,
         /// The incarnation that died.
         incarnation: Incarnation,
-        /// Why: exit, panic with its message, killed by signal N, node lost.
-        reason: String,
+        /// Why.
+        reason: super::DeathCause,
         /// Whether a new incarnation is being started.
         restarting: bool,
     },

@@ -5,6 +5,7 @@
 //! Architecture invariant: data and pure functions only; no actors, no
 //! sockets.
 
+mod death;
 mod digest;
 pub mod faults;
 pub mod gpus;
@@ -12,6 +13,7 @@ mod messages;
 mod objects;
 mod resources;
 
+pub use death::DeathCause;
 pub use digest::sha256_file;
 pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleRequest,

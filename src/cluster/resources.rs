@@ -232,9 +232,19 @@ mod tests {
     fn bad_custom_resources_are_named() {
         let mut set = ResourceSet::default();
         let err = set.merge_custom(r#"{"x": -1}"#).unwrap_err();
+        assert!(
+            matches!(&err, ResourceError::BadAmount { name, amount } if name == "x" && *amount == -1.0),
+            "{err}"
+        );
         assert!(err.to_string().contains("\"x\""));
-        assert!(set.merge_custom("[1]").is_err());
-        assert!(set.merge_custom(r#"{"x": "one"}"#).is_err());
+        assert!(matches!(
+            set.merge_custom("[1]"),
+            Err(ResourceError::NotJson(_))
+        ));
+        assert!(matches!(
+            set.merge_custom(r#"{"x": "one"}"#),
+            Err(ResourceError::NotJson(_))
+        ));
     }
 
     #[test]
@@ -243,6 +253,10 @@ mod tests {
             num_cpus: Some(-2.0),
             ..Default::default()
         };
-        assert!(overrides.resolve().is_err());
+        let err = overrides.resolve().unwrap_err();
+        assert!(
+            matches!(&err, ResourceError::BadAmount { name, amount } if name == CPU && *amount == -2.0),
+            "{err}"
+        );
     }
 }

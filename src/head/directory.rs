@@ -17,7 +17,8 @@ use actix::prelude::*;
 use crate::wire::Incarnation;
 
 use super::events::{ClusterEvents, Publish};
-use crate::cluster::{ActorId, ActorRecord, ActorSpec, ClusterEvent, ClusterEventKind};
+use crate::cluster::faults::FiredFault;
+use crate::cluster::{ActorId, ActorRecord, ActorSpec, ClusterEvent, ClusterEventKind, DeathCause};
 
 /// The directory actor.
 pub struct Directory {
@@ -29,9 +30,9 @@ pub struct Directory {
     /// Where actors lost with their node go to be started elsewhere
     /// (`None`: they die with it).
     rescheduler: Option<Recipient<Reschedule>>,
-    /// Why nodes about to be killed by an injected fault will die, by node
-    /// name: added to their actors' death reasons.
-    doomed: HashMap<String, String>,
+    /// The faults about to kill nodes, by node name: added to their
+    /// actors' death causes.
+    doomed: HashMap<String, FiredFault>,
 }
 
 impl Directory {
@@ -50,7 +51,7 @@ impl Directory {
 
     /// Hands an actor of the lost `node` to the rescheduler, if it may
     /// restart elsewhere; `false` if it may not.
-    fn reschedule(&mut self, actor: ActorId, reason: &str) -> bool {
+    fn reschedule(&mut self, actor: ActorId, reason: &DeathCause) -> bool {
         let (Some(record), Some(spec), Some(rescheduler)) = (
             self.actors.get_mut(&actor),
             self.specs.get(&actor),
@@ -69,12 +70,12 @@ impl Directory {
         rescheduler.do_send(Reschedule {
             spec,
             lost: record.incarnation,
-            reason: reason.to_string(),
+            reason: reason.clone(),
         });
         self.events.do_send(Publish(ClusterEventKind::ActorDied {
             actor,
             incarnation: record.incarnation,
-            reason: reason.to_string(),
+            reason: reason.clone(),
             restarting: true,
         }));
         true
@@ -84,7 +85,7 @@ impl Directory {
         self.actors.get(&actor).filter(|r| r.dead.is_none())
     }
 
-    fn bury(&mut self, actor: ActorId, reason: String) {
+    fn bury(&mut self, actor: ActorId, reason: DeathCause) {
         let Some(record) = self.actors.get_mut(&actor) else {
             return;
         };
@@ -138,7 +139,7 @@ pub struct Reschedule {
     /// The incarnation lost with the node.
     pub lost: Incarnation,
     /// Why it was lost.
-    pub reason: String,
+    pub reason: DeathCause,
 }
 
 /// An injected fault is about to kill this node: its actors' death
@@ -148,15 +149,15 @@ pub struct Reschedule {
 pub struct NodeDoomed {
     /// The node's name.
     pub node: String,
-    /// The fault, as `chaos: KIND at TRIGGER of TARGET`.
-    pub reason: String,
+    /// The fault.
+    pub fault: FiredFault,
 }
 
 impl Handler<NodeDoomed> for Directory {
     type Result = ();
 
     fn handle(&mut self, msg: NodeDoomed, _: &mut Self::Context) {
-        self.doomed.insert(msg.node, msg.reason);
+        self.doomed.insert(msg.node, msg.fault);
     }
 }
 
@@ -174,7 +175,7 @@ pub struct ActorDown {
     /// The incarnation that died.
     pub incarnation: Incarnation,
     /// Why.
-    pub reason: String,
+    pub reason: DeathCause,
     /// Whether its node starts a new incarnation.
     pub restarting: bool,
 }
@@ -291,14 +292,13 @@ impl Handler<ClusterEvent> for Directory {
                 .filter(|r| r.dead.is_none() && r.node.name == node.name)
                 .map(|r| r.actor)
                 .collect();
-            // The fault that killed it, if one did, comes last, where
-            // `FiredFault::from_death` reads it.
-            let fault = self
-                .doomed
-                .remove(&node.name)
-                .map_or(String::new(), |fault| format!("; {fault}"));
+            let cause = DeathCause::NodeLost {
+                node: node.to_string(),
+                reason,
+                fault: self.doomed.remove(&node.name),
+            };
             for actor in lost {
-                let reason = format!("node lost: {} ({reason}){fault}", node);
+                let reason = cause.clone();
                 if !self.reschedule(actor, &reason) {
                     self.bury(actor, reason);
                 }
@@ -379,7 +379,7 @@ mod tests {
         .unwrap();
         assert_eq!(dir.send(LookupName("bank".into())).await.unwrap(), None);
         let dead = dir.send(LocateActor(ActorId(1))).await.unwrap().unwrap();
-        assert!(dead.dead.unwrap().starts_with("node lost"));
+        assert!(dead.dead.unwrap().is_node_lost());
         let published = events
             .send(EventsSince {
                 after: 0,

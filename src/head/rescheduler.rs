@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::cluster::{ActorSpec, NodeState};
+use crate::cluster::{ActorSpec, DeathCause, NodeState};
 
 use super::directory::{ActorDown, Directory, Reschedule};
 use super::events::{ClusterEvents, EventsSince};
@@ -77,7 +77,10 @@ impl Handler<Reschedule> for ActorRescheduler {
                     me.directory.do_send(ActorDown {
                         actor,
                         incarnation: msg.lost,
-                        reason: format!("{}; no other node could restart it: {e}", msg.reason),
+                        reason: DeathCause::NotRescheduled {
+                            death: Box::new(msg.reason),
+                            error: e,
+                        },
                         restarting: false,
                     });
                 }

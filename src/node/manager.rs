@@ -18,7 +18,7 @@ use crate::cluster::faults::ActorFault;
 use crate::cluster::{
     ActorId, ActorRecord, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet,
 };
-use crate::cluster::{DirectoryRequest, MembershipRequest};
+use crate::cluster::{DeathCause, DirectoryRequest, MembershipRequest};
 use crate::head::directory::{self, Directory};
 use crate::head::membership::{self, Membership, MembershipError};
 use crate::transport::{Endpoint, JoinToken, RequestError, RequestOptions};
@@ -362,7 +362,7 @@ pub struct UploadBinary {
 struct WorkerExited {
     actor: ActorId,
     incarnation: Incarnation,
-    reason: String,
+    reason: DeathCause,
 }
 
 /// Read a chunk of a cached program binary.
@@ -534,7 +534,7 @@ impl Handler<WorkerExited> for NodeManager {
         }
         let restarting = !worker.killed && worker.restarts < worker.spec.max_restarts;
         let reason = if worker.killed {
-            format!("killed on request ({})", msg.reason)
+            DeathCause::KilledOnRequest(Box::new(msg.reason.clone()))
         } else {
             msg.reason.clone()
         };
@@ -565,7 +565,10 @@ impl Handler<WorkerExited> for NodeManager {
                     manager.report_down(directory::ActorDown {
                         actor: spec.actor,
                         incarnation: msg.incarnation,
-                        reason: format!("{}; the restart failed: {e}", msg.reason),
+                        reason: DeathCause::RestartFailed {
+                            death: Box::new(msg.reason),
+                            error: e,
+                        },
                         restarting: false,
                     });
                     futures::future::ready(()).boxed()

@@ -7,6 +7,7 @@ use actix::Addr;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use crate::cluster::faults::FiredFault;
 use crate::cluster::{
     BinaryRequest, BundleRequest, DirectoryRequest, EventRequest, FaultRequest, MembershipRequest,
     WorkerRequest,
@@ -289,9 +290,9 @@ async fn fault_report(
             kills_node,
         } => {
             if let Some(node) = kills_node {
-                let reason = format!("chaos: {fault} at {trigger} of {target}");
+                let fault = FiredFault::new(&fault, &trigger, &target);
                 head.directory
-                    .send(directory::NodeDoomed { node, reason })
+                    .send(directory::NodeDoomed { node, fault })
                     .await
                     .map_err(internal)?;
             }

@@ -13,11 +13,16 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
-use crate::runtime::boot::{parse_ready, WorkerBoot, DIED, READY, WORKER_ARG};
+use crate::cluster::DeathCause;
+use crate::runtime::boot::{parse_died, parse_ready, WorkerBoot, DIED, READY, WORKER_ARG};
 use crate::wire::Incarnation;
 
 /// How long a worker may take to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the lines a worker printed before it exited are read, once it
+/// has exited (they are in the pipe already; only a pipe held open by a
+/// child of the actor makes the read wait this long).
+const DRAIN_WAIT: Duration = Duration::from_millis(200);
 
 /// A worker that serves its actor.
 pub(super) struct LaunchedWorker {
@@ -36,7 +41,7 @@ pub(super) async fn launch(
     boot: &WorkerBoot,
     log: &Path,
     gpus: Option<String>,
-    on_exit: impl FnOnce(Incarnation, String) + Send + 'static,
+    on_exit: impl FnOnce(Incarnation, DeathCause) + Send + 'static,
 ) -> Result<LaunchedWorker, String> {
     let log_file =
         std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
@@ -102,7 +107,11 @@ pub(super) async fn launch(
         Ok(ready) => ready,
         Err(e) => {
             let _ = child.start_kill();
-            let status = child.wait().await.map(describe).unwrap_or_default();
+            let status = child
+                .wait()
+                .await
+                .map(|s| describe(s).to_string())
+                .unwrap_or_default();
             let log_text = std::fs::read_to_string(log).unwrap_or_default();
             let tail: Vec<&str> = log_text.lines().rev().take(5).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
@@ -114,16 +123,37 @@ pub(super) async fn launch(
         }
     };
     tokio::spawn(async move {
-        let mut reason = None;
-        while let Ok(Some(line)) = lines.next_line().await {
+        // The process's exit ends the watch, not the end of its stdout: a
+        // child process of the actor may hold the pipe open for ever.
+        let mut cause = None;
+        let mut read = |line: String| {
             if let Some(died) = line.strip_prefix(DIED) {
-                reason = Some(died.to_string());
+                cause = Some(parse_died(died));
             }
-        }
-        let status = child.wait().await;
+        };
+        let status = loop {
+            tokio::select! {
+                line = lines.next_line() => match line {
+                    Ok(Some(line)) => read(line),
+                    _ => break child.wait().await,
+                },
+                status = child.wait() => {
+                    // What it printed before exiting is in the pipe already.
+                    while let Ok(Ok(Some(line))) =
+                        tokio::time::timeout(DRAIN_WAIT, lines.next_line()).await
+                    {
+                        read(line);
+                    }
+                    break status;
+                }
+            }
+        };
         on_exit(
             incarnation,
-            reason.unwrap_or_else(|| status.map(describe).unwrap_or_else(|e| e.to_string())),
+            cause.unwrap_or_else(|| match status {
+                Ok(status) => describe(status),
+                Err(e) => DeathCause::Failed(format!("cannot wait for the worker process: {e}")),
+            }),
         );
     });
     Ok(LaunchedWorker {
@@ -133,11 +163,11 @@ pub(super) async fn launch(
     })
 }
 
-/// "exited with code N" or "killed by signal N".
-fn describe(status: ExitStatus) -> String {
+/// How a process ended: its exit code or the signal that killed it.
+fn describe(status: ExitStatus) -> DeathCause {
     match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with code {code}"),
-        (None, Some(signal)) => format!("killed by signal {signal}"),
-        _ => status.to_string(),
+        (Some(code), _) => DeathCause::Exited { code },
+        (None, Some(signal)) => DeathCause::Killed { signal },
+        _ => DeathCause::Failed(status.to_string()),
     }
 }

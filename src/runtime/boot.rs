@@ -9,16 +9,18 @@
 //!    environment);
 //! 3. the worker prints [`ready_line`] (`nimbus-worker-ready ADDRESS
 //!    INCARNATION`) once it serves its actor;
-//! 4. before dying of a panic it prints [`died_line`] (`nimbus-worker-died
-//!    REASON`). The node reaps the process and reports the death with that
-//!    reason, or with its exit code or signal.
+//! 4. before dying of a panic (or of a fault, or a failure to start) it
+//!    prints [`died_line`] (`nimbus-worker-died CAUSE`, the
+//!    [`DeathCause`] as JSON). The node watches the process itself (not the
+//!    pipe, which a child of the actor may hold open), and reports the death
+//!    with that cause, or with its exit code or signal.
 
 use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::faults::ActorFault;
-use crate::cluster::ActorSpec;
+use crate::cluster::{ActorSpec, DeathCause};
 use crate::wire::{Incarnation, NodeIdentity};
 
 /// Argument that puts a program in worker mode (and lets `pgrep -f
@@ -53,9 +55,18 @@ pub fn ready_line(address: SocketAddr, incarnation: Incarnation) -> String {
     format!("{READY}{address} {incarnation}")
 }
 
-/// The line a worker prints before it dies of `reason`.
-pub fn died_line(reason: &str) -> String {
-    format!("{DIED}{}", reason.replace('\n', " "))
+/// The line a worker prints before it dies of `cause`.
+pub fn died_line(cause: &DeathCause) -> String {
+    // JSON escapes newlines: the cause stays on one line.
+    let json = serde_json::to_string(cause)
+        .unwrap_or_else(|_| format!("{{\"Failed\":{:?}}}", cause.to_string()));
+    format!("{DIED}{json}")
+}
+
+/// The cause of a died line, after [`DIED`]; a line that is not one is
+/// taken as the worker's own words.
+pub(crate) fn parse_died(died: &str) -> DeathCause {
+    serde_json::from_str(died).unwrap_or_else(|_| DeathCause::Failed(died.to_string()))
 }
 
 /// The address and incarnation of a ready line, after [`READY`].

@@ -51,7 +51,7 @@ use crate::actor::{
     ActorHandle, CallError, ProcessContext, Registry, SpawnError, SpawnOptions, Strategy,
 };
 use crate::cluster::ObjectRequest;
-use crate::cluster::{ControlRequest, ObjectId, ObjectLocation, CPU, GPU};
+use crate::cluster::{ControlRequest, DeathCause, ObjectId, ObjectLocation, CPU, GPU};
 use crate::object_store::{self, refs, ObjectRef, ObjectStoreError};
 use crate::placement::{InBundle, PlacementError, PlacementGroup};
 use crate::transport::RequestOptions;
@@ -342,13 +342,8 @@ async fn drive(
             Err(system) => {
                 // A panic ends the worker process: the head's record of its
                 // death tells a panic from a loss.
-                let death = match &system {
-                    CallError::ActorDead { reason, .. } if reason.starts_with("panic: ") => {
-                        Some(reason.clone())
-                    }
-                    _ => pool::discard(context, lease).await,
-                };
-                if let Some(panic) = death.as_deref().and_then(|r| r.strip_prefix("panic: ")) {
+                let death = pool::discard(context, lease).await;
+                if let Some(panic) = death.as_ref().and_then(DeathCause::panic_message) {
                     break Err(format!("task {} failed: it panicked: {panic}", run.task));
                 }
                 if !lost(&system) {

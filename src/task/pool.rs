@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use dashmap::DashSet;
 use tokio::sync::oneshot;
 
-use crate::actor::{self, CallError, ProcessContext, SpawnError, SpawnOptions, Strategy};
+use crate::actor::{self, ProcessContext, SpawnError, SpawnOptions, Strategy};
 use crate::cluster::MembershipRequest;
-use crate::cluster::{ControlReply, ControlRequest, NodeState};
+use crate::cluster::{ControlReply, ControlRequest, DeathCause, NodeState};
 
 use super::{describe, TaskWorker, Worker, QUEUE_POLL};
 
@@ -191,7 +191,7 @@ const DEATH_WAIT: Duration = Duration::from_secs(3);
 /// head recorded it. A worker that failed a call is usually dying already,
 /// and its own reason (a panic) must not be masked by a kill: it is killed
 /// only if it is not recorded dead within [`DEATH_WAIT`].
-pub(crate) async fn discard(context: &ProcessContext, lease: Lease) -> Option<String> {
+pub(crate) async fn discard(context: &ProcessContext, lease: Lease) -> Option<DeathCause> {
     let end = tokio::time::Instant::now() + DEATH_WAIT;
     let mut seen = context.last_event().await.ok()?;
     loop {
@@ -214,14 +214,8 @@ pub(crate) async fn discard(context: &ProcessContext, lease: Lease) -> Option<St
 }
 
 /// Why `worker` died, if the head has recorded its death.
-async fn death(worker: &Worker) -> Option<String> {
-    match worker.record().await {
-        Ok(record) => record.dead,
-        Err(CallError::ActorDead { reason, .. } | CallError::NodeLost { reason, .. }) => {
-            Some(reason)
-        }
-        Err(_) => None,
-    }
+async fn death(worker: &Worker) -> Option<DeathCause> {
+    worker.record().await.ok()?.dead
 }
 
 /// Starts a worker: on this process's node first, then anywhere.

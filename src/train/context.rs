@@ -454,7 +454,8 @@ fn die(fault: &TrainingFault) -> TrainError {
     let reason = fault.reason();
     if crate::runtime::ProcessRole::current() == crate::runtime::ProcessRole::Worker {
         use std::io::Write;
-        println!("{}", crate::runtime::boot::died_line(&reason));
+        let cause = crate::cluster::DeathCause::ChaosFault(fault.fired());
+        println!("{}", crate::runtime::boot::died_line(&cause));
         let _ = std::io::stdout().flush();
         // SAFETY: plain syscall on this process.
         unsafe {

@@ -13,6 +13,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::faults::FiredFault;
+
 /// Environment variable a driver reads training fault rules from.
 pub const TRAINING_FAULTS_ENV: &str = "NIMBUS_TRAINING_FAULTS";
 
@@ -109,12 +111,12 @@ impl TrainingFault {
     /// The reason a worker reports when the fault fires:
     /// `chaos: KIND at step N of rank-R`.
     pub fn reason(&self) -> String {
-        format!(
-            "chaos: {} at step {} of {}",
-            self.kind(),
-            self.at_step,
-            self.target()
-        )
+        self.fired().to_string()
+    }
+
+    /// The fault as fired: its kind, `step N`, `rank-R`.
+    pub fn fired(&self) -> FiredFault {
+        FiredFault::new(self.kind(), format!("step {}", self.at_step), self.target())
     }
 
     /// Rules from [`TRAINING_FAULTS_ENV`], if set.

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::actor::{worker_name, ActorHost, HostedFaults};
 use crate::cluster::faults::FiredFault;
+use crate::cluster::DeathCause;
 use crate::runtime::boot::{died_line, ready_line, WorkerBoot};
 use crate::runtime::{
     kill_own_node, panic_text, HostedActor, NodeOfWorker, ProcessContext, Registry,
@@ -32,7 +33,7 @@ pub(crate) fn run(registry: Registry) -> ! {
         Ok(code) => code,
         Err(e) => {
             eprintln!("nimbus worker: {e}");
-            let _ = writeln!(std::io::stdout(), "{}", died_line(&e));
+            let _ = writeln!(std::io::stdout(), "{}", died_line(&DeathCause::Failed(e)));
             1
         }
     };
@@ -89,7 +90,7 @@ async fn host(
     registry: Arc<Registry>,
     hosted: HostedActor,
     panic: Arc<OnceLock<String>>,
-    mut died: mpsc::UnboundedReceiver<String>,
+    mut died: mpsc::UnboundedReceiver<DeathCause>,
 ) -> Result<i32, String> {
     let actor = boot.spec.actor;
     let identity = NodeIdentity {
@@ -143,8 +144,8 @@ async fn host(
             .name
             .clone()
             .unwrap_or_else(|| boot.spec.type_name.clone()),
-        kill: Box::new(|reason: &str| {
-            println!("{}", died_line(reason));
+        kill: Box::new(|fault: &FiredFault| {
+            println!("{}", died_line(&DeathCause::ChaosFault(fault.clone())));
             let _ = std::io::stdout().flush();
             // SAFETY: kill() on our own pid has no memory-safety preconditions.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
@@ -165,11 +166,11 @@ async fn host(
     let _ = std::io::stdout().flush();
 
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let (code, reason) = tokio::select! {
-        Some(reason) = died.recv() => (1, reason),
-        _ = terminate.recv() => (0, "stopped by SIGTERM".to_string()),
+    let (code, cause) = tokio::select! {
+        Some(cause) = died.recv() => (1, cause),
+        _ = terminate.recv() => (0, DeathCause::Stopped),
     };
-    println!("{}", died_line(&reason));
+    println!("{}", died_line(&cause));
     let _ = std::io::stdout().flush();
     endpoint.shutdown().await;
     Ok(code)
@@ -178,12 +179,12 @@ async fn host(
 /// How this worker's actor kills its node for a `kill_node` actor fault;
 /// `None` on the head.
 fn kill_node_of_actor() -> crate::actor::KillNode {
-    Box::new(|reason: &str| {
-        let fired = FiredFault::from_death(reason)?;
+    Box::new(|fired: &FiredFault| {
         if NodeOfWorker::get().is_none_or(|node| node.is_head) {
-            tracing::error!("{reason}: not injected, this worker's node is the head");
+            tracing::error!("{fired}: not injected, this worker's node is the head");
             return None;
         }
+        let fired = fired.clone();
         let killing = async move {
             let killed = tokio::task::spawn_blocking(move || {
                 kill_own_node(fired.kind, fired.target, fired.trigger)
@@ -200,13 +201,15 @@ fn kill_node_of_actor() -> crate::actor::KillNode {
 
 /// Records the first panic's message and reports it, after the default
 /// hook has printed it to stderr (the worker's log).
-fn install_panic_hook(panic: Arc<OnceLock<String>>, died: mpsc::UnboundedSender<String>) {
+fn install_panic_hook(panic: Arc<OnceLock<String>>, died: mpsc::UnboundedSender<DeathCause>) {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default(info);
-        let reason = format!("panic: {}", panic_text(info.payload()));
-        if panic.set(reason.clone()).is_ok() {
-            let _ = died.send(reason);
+        let cause = DeathCause::Panicked {
+            message: panic_text(info.payload()),
+        };
+        if panic.set(cause.to_string()).is_ok() {
+            let _ = died.send(cause);
         }
     }));
 }

@@ -13,6 +13,7 @@ pub fn registry() -> Registry {
         .message::<Counter, Add>()
         .message::<Counter, SlowAdd>()
         .message::<Counter, Boom>()
+        .message::<Counter, StartChild>()
         .actor::<Sequencer>()
         .message::<Sequencer, Push>()
         .message::<Sequencer, Seen>()
@@ -92,6 +93,27 @@ impl Handler<Boom> for Counter {
     type Result = ();
     fn handle(&mut self, Boom(message): Boom, _: &mut Context<Self>) {
         panic!("{message}");
+    }
+}
+
+/// Starts a child process that inherits the worker's stdout and outlives
+/// it (a `sleep`), as actors that run tools do; replies with its pid.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "u32")]
+pub struct StartChild;
+
+impl RemoteMessage for StartChild {
+    const NAME: &'static str = "tests.StartChild";
+}
+
+impl Handler<StartChild> for Counter {
+    type Result = u32;
+    fn handle(&mut self, _: StartChild, _: &mut Context<Self>) -> u32 {
+        std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .expect("sleep starts")
+            .id()
     }
 }
 

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use actix::Actor;
 use std::collections::HashSet;
 
-use nimbus::actor::faults::{ActorFault, ActorFaultAction, ACTOR_FAULTS_ENV};
+use nimbus::actor::faults::{ActorFault, ActorFaultAction, FiredFault, ACTOR_FAULTS_ENV};
 use nimbus::actor::{self, CallError, SpawnError, SpawnOptions, Strategy};
-use nimbus::cluster::ResourceSet;
+use nimbus::cluster::{DeathCause, ResourceSet};
 use nimbus::object_store;
 use nimbus::placement::{InBundle, PlacementError, PlacementGroup, PlacementStrategy};
 use nimbus::Driver;
@@ -42,6 +42,10 @@ pub const ALL: &[(&str, Test)] = &[
     (
         "sigkill_of_a_worker_is_reported_and_restarted_per_policy",
         |_| boxed(sigkill_of_a_worker()),
+    ),
+    (
+        "a_worker_whose_child_holds_its_stdout_is_still_seen_dying",
+        |_| boxed(a_worker_whose_child_holds_its_stdout_is_still_seen_dying()),
     ),
     ("a_handler_panic_kills_only_its_actor", |_| {
         boxed(a_handler_panic_kills_only_its_actor())
@@ -299,6 +303,23 @@ fn worker_pid(actor: nimbus::cluster::ActorId) -> i32 {
     nimbus::local::worker_pid(actor).unwrap_or_else(|| panic!("no worker process hosts {actor}"))
 }
 
+/// The node watches the worker process itself: a child the actor started
+/// keeps the worker's stdout open, and the worker's death is reported all
+/// the same.
+async fn a_worker_whose_child_holds_its_stdout_is_still_seen_dying() {
+    let counter = actor::spawn::<Counter>(0, on("node-1")).await.unwrap();
+    let child = counter.send(StartChild).await.unwrap();
+    let mut seen = 0;
+    // SAFETY: kill() has no memory-safety preconditions.
+    unsafe { libc::kill(worker_pid(counter.id()), libc::SIGKILL) };
+    let death = actor::next_death(&counter, &mut seen).await;
+    // SAFETY: as above; the child is ours to stop (it outlives the worker).
+    unsafe { libc::kill(child as libc::pid_t, libc::SIGKILL) };
+    let death = death.unwrap();
+    assert_eq!(death.reason, DeathCause::Killed { signal: 9 });
+    assert!(!death.restarting);
+}
+
 async fn sigkill_of_a_worker() {
     let counter = actor::spawn::<Counter>(0, on("node-2").max_restarts(1))
         .await
@@ -319,7 +340,7 @@ async fn sigkill_of_a_worker() {
     };
     let (in_flight, death) = futures::join!(in_flight, kill);
     assert!(in_flight.is_err(), "a call in flight fails: {in_flight:?}");
-    assert_eq!(death.reason, "killed by signal 9");
+    assert_eq!(death.reason, DeathCause::Killed { signal: 9 });
     assert!(death.restarting);
 
     // The restarted incarnation starts from its constructor arguments.
@@ -340,13 +361,13 @@ async fn sigkill_of_a_worker() {
     // The monitoring actor was told of both deaths, the last one final.
     let first = deaths.recv().await.unwrap();
     assert_eq!(
-        (first.reason.as_str(), first.restarting),
-        ("killed by signal 9", true)
+        (first.reason.clone(), first.restarting),
+        (DeathCause::Killed { signal: 9 }, true)
     );
     let last = deaths.recv().await.unwrap();
     assert_eq!(
-        (last.reason.as_str(), last.restarting),
-        ("killed by signal 9", false)
+        (last.reason.clone(), last.restarting),
+        (DeathCause::Killed { signal: 9 }, false)
     );
 }
 
@@ -366,7 +387,12 @@ async fn a_handler_panic_kills_only_its_actor() {
         "{err}"
     );
     let death = actor::next_death(&victim, &mut seen).await.unwrap();
-    assert_eq!(death.reason, "panic: boom in a handler");
+    assert_eq!(
+        death.reason,
+        DeathCause::Panicked {
+            message: "boom in a handler".into()
+        }
+    );
     assert!(death.restarting);
     assert_eq!(bystander.send(Add(2)).await.unwrap(), 42);
     assert_eq!(victim.send(Add(3)).await.unwrap(), 3);
@@ -448,7 +474,7 @@ async fn actors_of_a_lost_node_restart_on_another_node(driver: &mut Driver) {
     cluster.kill(doomed(cluster, &first.node.name)).unwrap();
     let death = actor::next_death(&counter, &mut seen).await.unwrap();
     assert!(death.restarting, "{death:?}");
-    assert!(death.reason.starts_with("node lost"), "{}", death.reason);
+    assert!(death.reason.is_node_lost(), "{}", death.reason);
     // A restarted actor starts from its arguments (state is not migrated).
     assert_eq!(counter.send(Add(1)).await.unwrap(), 1);
     let second = counter.record().await.unwrap();
@@ -483,7 +509,8 @@ async fn a_lost_actor_no_node_can_take_dies_saying_why(driver: &mut Driver) {
     let last = actor::next_death(&counter, &mut seen).await.unwrap();
     assert!(!last.restarting, "{last:?}");
     assert!(
-        last.reason.contains("no other node could restart it") && last.reason.contains("unique"),
+        matches!(&last.reason, DeathCause::NotRescheduled { death, error }
+            if death.is_node_lost() && error.contains("unique")),
         "{}",
         last.reason
     );
@@ -541,7 +568,7 @@ async fn actors_of_a_lost_node_are_reported_dead(driver: &mut Driver) {
     driver.local_cluster().unwrap().kill(doomed).unwrap();
     let death = actor::next_death(&counter, &mut seen).await.unwrap();
     assert!(!death.restarting, "{death:?}");
-    assert!(death.reason.starts_with("node lost"), "{}", death.reason);
+    assert!(death.reason.is_node_lost(), "{}", death.reason);
     let err = counter.send(Add(1)).await.unwrap_err();
     assert!(matches!(err, CallError::NodeLost { .. }), "{err}");
 }
@@ -629,7 +656,11 @@ async fn injected_actor_faults_fire_at_their_message_count(driver: &mut Driver) 
     let death = actor::next_death(&sequencer, &mut seen).await.unwrap();
     assert_eq!(
         death.reason,
-        "chaos: kill at message 100 (tests.Push) of tests.Sequencer"
+        DeathCause::ChaosFault(FiredFault::new(
+            "kill",
+            "message 100 (tests.Push)",
+            "tests.Sequencer"
+        ))
     );
     assert!(death.restarting);
     // The restarted incarnation is not killed again by the same rule.
@@ -648,7 +679,9 @@ async fn injected_actor_faults_fire_at_their_message_count(driver: &mut Driver) 
     let death = actor::next_death(&panicky, &mut seen).await.unwrap();
     assert_eq!(
         death.reason,
-        "panic: chaos: panic at message 3 (tests.Add) of panicky"
+        DeathCause::Panicked {
+            message: "chaos: panic at message 3 (tests.Add) of panicky".into()
+        }
     );
     assert!(!death.restarting);
 }
@@ -819,7 +852,7 @@ async fn a_named_actor_is_killed_at_a_planned_time(driver: &mut Driver) {
         // The planned kill is the workload's only death; then the restarted
         // actor (from its constructor arguments) answers again.
         let death = actor::next_death(&victim, &mut seen).await.unwrap();
-        assert_eq!(death.reason, "killed by signal 9");
+        assert_eq!(death.reason, DeathCause::Killed { signal: 9 });
         assert!(death.restarting);
         victim.send(Add(1)).await.unwrap()
     };
@@ -894,7 +927,9 @@ async fn a_named_actor_panics_at_a_planned_time(driver: &mut Driver) {
         let death = actor::next_death(&victim, &mut seen).await.unwrap();
         assert_eq!(
             death.reason,
-            "panic: chaos: panic at after=200ms of panicky"
+            DeathCause::Panicked {
+                message: "chaos: panic at after=200ms of panicky".into()
+            }
         );
         assert!(death.restarting);
         victim.send(Add(1)).await.unwrap()

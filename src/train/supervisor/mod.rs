@@ -267,13 +267,14 @@ impl TrainerSupervisor {
             // A fault rule killed it: it has fired. Its announcement may
             // have died with the process, so the death tells the observer
             // (the head has the death reason already).
-            if !self.fired.contains(&fired.reason) {
+            let said = fired.to_string();
+            if !self.fired.contains(&said) {
                 self.tell(TrainEvent::FaultInjected {
                     fault: fired.kind,
                     target: fired.target,
                     trigger: fired.trigger,
                 });
-                self.fired.push(fired.reason);
+                self.fired.push(said);
             }
         }
         let reason = format!("worker rank {rank}: {reason}");
@@ -380,7 +381,7 @@ impl TrainerSupervisor {
                     trigger,
                 } => {
                     self.fired
-                        .push(format!("chaos: {fault} at {trigger} of {target}"));
+                        .push(FiredFault::new(&fault, &trigger, &target).to_string());
                     self.tell(TrainEvent::FaultInjected {
                         fault: fault.clone(),
                         target: target.clone(),
