@@ -33,8 +33,16 @@ pub enum CallError {
         /// The deadline.
         after: Duration,
     },
-    /// A message or reply could not be encoded or decoded, or the receiving
-    /// binary does not know the message type.
+    /// A message could not be encoded here (its `Serialize` failed).
+    #[error("actor {actor}: {detail}")]
+    Encode {
+        /// The actor.
+        actor: ActorId,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A message or reply could not be decoded, or the receiving binary
+    /// does not know the message type.
     #[error("actor {actor}: {detail}")]
     Decode {
         /// The actor.

@@ -182,14 +182,16 @@ impl<A: RemoteActor> ActorHandle<A> {
                     let written = written.await.map_err(|_| dispatcher_gone(actor))?;
                     let (pending, record) = match written {
                         Ok(written) => written,
-                        Err(failure) => return Err(explain(actor, failure).await),
+                        Err(failure) => return Err(explain(actor, failure, deadline).await),
                     };
                     match pending.wait().await {
                         Ok(reply) => wire::decode(&reply).map_err(|e| CallError::Decode {
                             actor,
                             detail: format!("cannot decode the reply to {}: {e}", M::NAME),
                         }),
-                        Err(e) => Err(explain(actor, Failure::Transport(e, record)).await),
+                        Err(e) => {
+                            Err(explain(actor, Failure::Transport(e, record), deadline).await)
+                        }
                     }
                 }
             }
@@ -326,7 +328,7 @@ impl<A: RemoteActor> ActorHandle<A> {
     }
 
     fn encode<M: RemoteMessage>(&self, message: &M) -> Result<Vec<u8>, CallError> {
-        let encode_error = |e: rmp_serde::encode::Error| CallError::Decode {
+        let encode_error = |e: rmp_serde::encode::Error| CallError::Encode {
             actor: self.id,
             detail: format!("cannot encode {}: {e}", M::NAME),
         };
@@ -442,7 +444,8 @@ async fn open(
 }
 
 /// Turns a failure into the call error callers can act on.
-async fn explain(actor: ActorId, failure: Failure) -> CallError {
+/// `deadline` is the call's own (a remote `DeadlineExceeded` reports it).
+async fn explain(actor: ActorId, failure: Failure, deadline: Duration) -> CallError {
     let (error, used) = match failure {
         Failure::Call(e) => return e,
         Failure::Transport(error, used) => (error, used),
@@ -459,7 +462,7 @@ async fn explain(actor: ActorId, failure: Failure) -> CallError {
             },
             RemoteErrorKind::DeadlineExceeded => CallError::Timeout {
                 actor,
-                after: DEFAULT_CALL_DEADLINE,
+                after: deadline,
             },
             RemoteErrorKind::StaleIncarnation | RemoteErrorKind::ShuttingDown => {
                 CallError::ActorDead {

@@ -419,7 +419,7 @@ async fn home_location(context: &ProcessContext) -> Result<ObjectLocation, TaskE
 /// Whether a call failed because the worker process (or its node) is gone,
 /// rather than because of the task.
 fn lost(error: &CallError) -> bool {
-    !matches!(error, CallError::Decode { .. })
+    !matches!(error, CallError::Decode { .. } | CallError::Encode { .. })
 }
 
 /// Resources a task asks for, for messages.
