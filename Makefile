@@ -24,9 +24,11 @@ test:
 	  cargo test --no-default-features --lib && \
 	  cargo build --bins --examples && \
 	  cargo test --all-targets && \
+	  cargo test --test nimbus -- --ignored && \
 	  NIMBUS_BIN=$$(pwd)/target/debug/nimbus cargo test --doc
 
-# The long fault-injection tests, ignored by `make test` (a few minutes).
+# The long fault-injection tests alone (about 75 s here; `make test` runs
+# them too, after the others).
 test-long:
 	@$(TORCH_ENV); cargo build --bins --examples && cargo test --test nimbus -- --ignored
 
