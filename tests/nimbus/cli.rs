@@ -66,26 +66,40 @@ fn unused_token() -> String {
     format!("nimbus1-{}", "A".repeat(43))
 }
 
-#[test]
-fn start_status_and_stop_as_a_user_would() {
-    let home = TempDir::new().unwrap();
-    let home = home.path();
-    let _stop = StopOnDrop(home);
+/// Starts a head on loopback with `nimbus start --head` under `home`;
+/// its address, its token and what `start` printed.
+pub fn start_head(home: &Path) -> (String, String, String) {
     let port = free_port().to_string();
-    let ip = ["--node-ip-address", "127.0.0.1"];
-
     let out = succeeds(
         home,
-        &[&["start", "--head", "--port", &port][..], &ip].concat(),
+        &[
+            "start",
+            "--head",
+            "--port",
+            &port,
+            "--node-ip-address",
+            "127.0.0.1",
+        ],
     );
-    let address = format!("127.0.0.1:{port}");
-    assert!(out.contains(&format!("address: {address}")), "{out}");
-    assert!(out.contains("token-file: "), "{out}");
     let token = out
         .lines()
         .find_map(|l| l.strip_prefix("token: "))
         .expect("a token line")
         .to_string();
+    (format!("127.0.0.1:{port}"), token, out)
+}
+
+#[test]
+fn start_status_and_stop_as_a_user_would() {
+    let home = TempDir::new().unwrap();
+    let home = home.path();
+    let _stop = StopOnDrop(home);
+    let ip = ["--node-ip-address", "127.0.0.1"];
+
+    let (address, token, out) = start_head(home);
+    let port = address.rsplit(':').next().unwrap().to_string();
+    assert!(out.contains(&format!("address: {address}")), "{out}");
+    assert!(out.contains("token-file: "), "{out}");
 
     let join = [
         "start",

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use tempfile::TempDir;
 
-use crate::cli::{free_port, nimbus, succeeds, text, StopOnDrop};
+use crate::cli::{nimbus, start_head, succeeds, text, StopOnDrop};
 use crate::support::{cluster, within};
 
 /// Every process on this machine whose arguments contain `secret`.
@@ -33,18 +33,8 @@ fn the_join_token_is_in_no_process_arguments() {
     let home = TempDir::new().unwrap();
     let home = home.path();
     let _stop = StopOnDrop(home);
-    let port = free_port().to_string();
     let ip = ["--node-ip-address", "127.0.0.1"];
-    let out = succeeds(
-        home,
-        &[&["start", "--head", "--port", &port][..], &ip].concat(),
-    );
-    let address = format!("127.0.0.1:{port}");
-    let token = out
-        .lines()
-        .find_map(|l| l.strip_prefix("token: "))
-        .expect("a token line")
-        .to_string();
+    let (address, token, _) = start_head(home);
     // Typed on the command line: the short-lived `start` shows it, the node
     // it leaves running does not.
     let typed = ["start", "--address", &address, "--token", &token];
