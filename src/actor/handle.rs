@@ -327,6 +327,13 @@ impl<A: RemoteActor> ActorHandle<A> {
         locate(context, self.id).await
     }
 
+    /// Why the actor is dead for good, as the head recorded it; `None`
+    /// while it lives (or is being restarted).
+    pub async fn death(&self) -> Result<Option<DeathCause>, CallError> {
+        let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
+        Ok(locate_any(context, self.id).await?.dead)
+    }
+
     fn encode<M: RemoteMessage>(&self, message: &M) -> Result<Vec<u8>, CallError> {
         let encode_error = |e: rmp_serde::encode::Error| CallError::Encode {
             actor: self.id,

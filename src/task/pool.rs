@@ -215,7 +215,7 @@ pub(crate) async fn discard(context: &ProcessContext, lease: Lease) -> Option<De
 
 /// Why `worker` died, if the head has recorded its death.
 async fn death(worker: &Worker) -> Option<DeathCause> {
-    worker.record().await.ok()?.dead
+    worker.death().await.ok().flatten()
 }
 
 /// Starts a worker: on this process's node first, then anywhere.
