@@ -104,30 +104,11 @@ pub enum SpawnError {
     /// Another live actor has the name.
     #[error("the actor name {0:?} is taken")]
     NameTaken(String),
-    /// The node failed to start the worker process.
-    #[error("node {node} could not start the actor: {detail}")]
-    Start {
-        /// The node.
-        node: String,
-        /// What it said.
-        detail: String,
-    },
-    /// The program's own binary could not be read for shipping.
-    #[error("cannot ship this program to the nodes: {0}")]
-    Binary(String),
+    /// Starting it on the chosen node failed: the node could not start the
+    /// worker process, or the program could not be shipped there.
+    #[error(transparent)]
+    Launch(#[from] crate::launch::LaunchError),
     /// The cluster could not be reached.
     #[error("cannot reach the cluster: {0}")]
     Cluster(#[from] ClientError),
-}
-
-impl From<crate::launch::LaunchError> for SpawnError {
-    fn from(e: crate::launch::LaunchError) -> Self {
-        match e {
-            crate::launch::LaunchError::Start { node, detail } => {
-                SpawnError::Start { node, detail }
-            }
-            crate::launch::LaunchError::Binary(detail) => SpawnError::Binary(detail),
-            crate::launch::LaunchError::Cluster(e) => SpawnError::Cluster(e),
-        }
-    }
 }

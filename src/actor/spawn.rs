@@ -162,7 +162,8 @@ pub async fn spawn<A: RemoteActor>(
         actor: ActorId::random(),
         type_name: A::NAME.to_string(),
         name: options.name.clone(),
-        args: rmp_serde::to_vec_named(&args).map_err(|e| SpawnError::Binary(e.to_string()))?,
+        args: rmp_serde::to_vec_named(&args)
+            .map_err(|e| SpawnError::Launch(LaunchError::Binary(e.to_string())))?,
         resources: options.resources.clone(),
         max_restarts: options.max_restarts,
         restarts: 0,

@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 use crate::actor::{self, ProcessContext, SpawnError, SpawnOptions, Strategy};
 use crate::cluster::MembershipRequest;
 use crate::cluster::{ControlReply, ControlRequest, DeathCause, NodeState};
+use crate::launch::LaunchError;
 
 use super::{describe, TaskWorker, Worker, QUEUE_POLL};
 
@@ -84,10 +85,10 @@ pub(crate) async fn check_feasible(
     {
         ControlReply::Status(status) => status,
         other => {
-            return Err(SpawnError::Start {
+            return Err(SpawnError::Launch(LaunchError::Start {
                 node: "head".into(),
                 detail: format!("unexpected reply to Status: {other:?}"),
-            })
+            }))
         }
     };
     let fits = status.nodes.iter().any(|n| {

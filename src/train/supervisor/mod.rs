@@ -144,9 +144,9 @@ pub struct TrainerSupervisor {
     workers: usize,
     done: Option<oneshot::Sender<TrainResult>>,
     observer: Option<TrainObserver>,
-    /// Reasons of the injected faults that fired: each rule fires once per
+    /// The injected faults that fired: each rule fires once per
     /// run.
-    fired: Vec<String>,
+    fired: Vec<FiredFault>,
     /// When the last failure was seen, until the next attempt's first
     /// report (the recovery).
     failed_at: Option<Instant>,
@@ -185,7 +185,7 @@ impl TrainerSupervisor {
             .plan
             .faults
             .iter()
-            .filter(|f| !self.fired.contains(&f.reason()))
+            .filter(|f| !self.fired.contains(&f.fired()))
             .cloned()
             .collect();
         let launch = launch(
@@ -267,14 +267,13 @@ impl TrainerSupervisor {
             // A fault rule killed it: it has fired. Its announcement may
             // have died with the process, so the death tells the observer
             // (the head has the death reason already).
-            let said = fired.to_string();
-            if !self.fired.contains(&said) {
+            if !self.fired.contains(&fired) {
                 self.tell(TrainEvent::FaultInjected {
-                    fault: fired.kind,
-                    target: fired.target,
-                    trigger: fired.trigger,
+                    fault: fired.kind.clone(),
+                    target: fired.target.clone(),
+                    trigger: fired.trigger.clone(),
                 });
-                self.fired.push(said);
+                self.fired.push(fired);
             }
         }
         let reason = format!("worker rank {rank}: {reason}");
@@ -380,8 +379,7 @@ impl TrainerSupervisor {
                     target,
                     trigger,
                 } => {
-                    self.fired
-                        .push(FiredFault::new(&fault, &trigger, &target).to_string());
+                    self.fired.push(FiredFault::new(&fault, &trigger, &target));
                     self.tell(TrainEvent::FaultInjected {
                         fault: fault.clone(),
                         target: target.clone(),
