@@ -34,7 +34,7 @@ mod messages;
 mod monitor;
 mod spawn;
 
-pub use crate::launch::Strategy;
+pub use crate::launch::{LaunchError, Strategy};
 pub use crate::runtime::{
     DispatchError, HostedActor, ProcessContext, Registry, RemoteActor, RemoteMessage, Wire,
 };

@@ -15,10 +15,9 @@ use std::time::{Duration, Instant};
 use dashmap::DashSet;
 use tokio::sync::oneshot;
 
-use crate::actor::{self, ProcessContext, SpawnError, SpawnOptions, Strategy};
+use crate::actor::{self, LaunchError, ProcessContext, SpawnError, SpawnOptions, Strategy};
 use crate::cluster::MembershipRequest;
 use crate::cluster::{ControlReply, ControlRequest, DeathCause, NodeState};
-use crate::launch::LaunchError;
 
 use super::{describe, TaskWorker, Worker, QUEUE_POLL};
 
