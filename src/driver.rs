@@ -36,7 +36,7 @@ pub enum InitError {
     Credentials(#[from] CredentialError),
     /// This program's binary cannot be read (it is shipped to the nodes).
     #[error("cannot read this program's binary: {0}")]
-    Binary(String),
+    Binary(#[source] std::io::Error),
     /// The endpoint could not start.
     #[error(transparent)]
     Endpoint(#[from] EndpointError),
@@ -44,8 +44,8 @@ pub enum InitError {
     #[error(transparent)]
     Client(#[from] ClientError),
     /// `NIMBUS_PACKET_FAULTS` holds no valid plan.
-    #[error("{0}")]
-    FaultPlan(String),
+    #[error(transparent)]
+    FaultPlan(#[from] crate::transport::FaultPlanError),
     /// `connect` ran twice in this process.
     #[error("this process is connected to a cluster already")]
     AlreadyConnected,
@@ -124,10 +124,8 @@ pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, Ini
     if ProcessRole::current() == ProcessRole::Worker {
         crate::worker::run(registry);
     }
-    let path = std::env::current_exe().map_err(|e| InitError::Binary(e.to_string()))?;
-    let len = std::fs::metadata(&path)
-        .map_err(|e| InitError::Binary(e.to_string()))?
-        .len();
+    let path = std::env::current_exe().map_err(InitError::Binary)?;
+    let len = std::fs::metadata(&path).map_err(InitError::Binary)?.len();
     let hash = sha256_file(&path).map_err(InitError::Binary)?;
     let binary = (path, BinaryId { hash, len });
     let address = flag("--address").or_else(|| std::env::var("NIMBUS_ADDRESS").ok());

@@ -164,6 +164,6 @@ fn add_packet_rule(payload: &[u8]) -> Result<Vec<u8>, HandlerError> {
     context
         .endpoint
         .add_packet_rule(rule)
-        .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e))?;
+        .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string()))?;
     Ok(Vec::new())
 }

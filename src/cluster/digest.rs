@@ -5,12 +5,12 @@ use std::fs::File;
 use std::io::Read;
 
 /// Hex SHA-256 of a file.
-pub fn sha256_file(path: &std::path::Path) -> Result<String, String> {
-    let mut file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
+    let mut file = File::open(path)?;
     let mut context = ring::digest::Context::new(&ring::digest::SHA256);
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = file.read(&mut buf).map_err(|e| e.to_string())?;
+        let n = file.read(&mut buf)?;
         if n == 0 {
             break;
         }

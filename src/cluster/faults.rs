@@ -12,6 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ActorSpec;
+use crate::transport::FaultPlanError;
 
 /// Environment variable a node reads its actor fault rules from (JSON list).
 pub const ACTOR_FAULTS_ENV: &str = "NIMBUS_ACTOR_FAULTS";
@@ -62,12 +63,9 @@ impl ActorFault {
     }
 
     /// Rules from [`ACTOR_FAULTS_ENV`], if set.
-    pub fn from_env() -> Result<Vec<ActorFault>, String> {
-        match std::env::var(ACTOR_FAULTS_ENV) {
-            Ok(json) => serde_json::from_str(&json)
-                .map_err(|e| format!("{ACTOR_FAULTS_ENV} is not a list of actor faults: {e}")),
-            Err(_) => Ok(Vec::new()),
-        }
+    pub fn from_env() -> Result<Vec<ActorFault>, FaultPlanError> {
+        let rules = FaultPlanError::read(ACTOR_FAULTS_ENV, "a list of actor faults")?;
+        Ok(rules.unwrap_or_default())
     }
 }
 

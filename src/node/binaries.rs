@@ -8,6 +8,8 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
+use super::error::BinaryError;
+
 /// Binaries cached under one directory, and uploads in progress.
 pub(super) struct BinaryCache {
     dir: PathBuf,
@@ -37,20 +39,27 @@ impl BinaryCache {
 
     /// Up to `len` bytes of the cached binary `hash` from `offset`, and its
     /// whole length (another node that lacks it is sent it this way).
-    pub(super) fn read(&self, hash: &str, offset: u64, len: u64) -> Result<(u64, Vec<u8>), String> {
+    pub(super) fn read(
+        &self,
+        hash: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<(u64, Vec<u8>), BinaryError> {
         use std::io::{Seek, SeekFrom};
         let path = self
             .get(hash)
-            .ok_or_else(|| format!("this node has no binary {hash}"))?;
-        let mut file =
-            File::open(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let total = file.metadata().map_err(|e| e.to_string())?.len();
+            .ok_or_else(|| BinaryError::Missing(hash.to_string()))?;
+        let failed = |source| BinaryError::Io {
+            action: "read",
+            path: path.clone(),
+            source,
+        };
+        let mut file = File::open(&path).map_err(failed)?;
+        let total = file.metadata().map_err(failed)?.len();
         file.seek(SeekFrom::Start(offset.min(total)))
-            .map_err(|e| e.to_string())?;
+            .map_err(failed)?;
         let mut chunk = Vec::new();
-        file.take(len)
-            .read_to_end(&mut chunk)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        file.take(len).read_to_end(&mut chunk).map_err(failed)?;
         Ok((total, chunk))
     }
 
@@ -62,53 +71,55 @@ impl BinaryCache {
         offset: u64,
         total: u64,
         chunk: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), BinaryError> {
         let hash = valid_hash(hash)?.to_string();
         if offset == 0 {
-            fs::create_dir_all(&self.dir)
-                .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
-            let path = self.dir.join(format!("{hash}.part-{}", std::process::id()));
-            let file =
-                File::create(&path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            self.uploads.insert(
-                hash.clone(),
-                Upload {
-                    file,
-                    path,
-                    received: 0,
-                },
-            );
+            self.begin(&hash)?;
         }
         let upload = self
             .uploads
             .get_mut(&hash)
-            .ok_or_else(|| format!("no upload of {hash} in progress; start at offset 0"))?;
+            .ok_or_else(|| BinaryError::NoUpload(hash.clone()))?;
         if offset != upload.received || offset + chunk.len() as u64 > total {
             let expected = upload.received;
             self.abort(&hash);
-            return Err(format!(
-                "chunk at {offset} does not follow the {expected} bytes received of {total}"
-            ));
+            return Err(BinaryError::OutOfOrder {
+                offset,
+                expected,
+                total,
+            });
         }
-        upload.file.write_all(chunk).map_err(|e| e.to_string())?;
+        let path = upload.path.clone();
+        let failed = |action| {
+            let path = path.clone();
+            move |source| BinaryError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        upload.file.write_all(chunk).map_err(failed("write"))?;
         upload.received += chunk.len() as u64;
         if upload.received < total {
             return Ok(());
         }
-        let Some(upload) = self.uploads.remove(&hash) else {
-            return Err(format!("the upload of {hash} vanished"));
+        let Some(Upload { file, .. }) = self.uploads.remove(&hash) else {
+            return Err(BinaryError::NoUpload(hash));
         };
-        let Upload { file, path, .. } = upload;
-        file.sync_all().map_err(|e| e.to_string())?;
+        file.sync_all().map_err(failed("sync"))?;
         // Closed before it is published: a binary still open for writing
         // cannot be executed (ETXTBSY).
         drop(file);
-        let actual = crate::cluster::sha256_file(&path)?;
+        let actual = crate::cluster::sha256_file(&path).map_err(failed("hash"))?;
         if actual != hash {
             let _ = fs::remove_file(&path);
-            return Err(format!("uploaded binary hashes to {actual}, not {hash}"));
+            return Err(BinaryError::HashMismatch {
+                actual,
+                expected: hash,
+            });
         }
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755))
+            .map_err(failed("make executable"))?;
         let target = self.dir.join(&hash);
         if target.is_file() {
             // Another node sharing this directory published the same bytes
@@ -116,7 +127,29 @@ impl BinaryCache {
             let _ = fs::remove_file(&path);
             return Ok(());
         }
-        fs::rename(&path, target).map_err(|e| e.to_string())
+        fs::rename(&path, target).map_err(failed("publish"))
+    }
+
+    /// Starts the upload of `hash` (again, if one was in progress).
+    fn begin(&mut self, hash: &str) -> Result<(), BinaryError> {
+        let io = |action, path: &PathBuf| {
+            let path = path.clone();
+            move |source| BinaryError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
+        let path = self.dir.join(format!("{hash}.part-{}", std::process::id()));
+        let file = File::create(&path).map_err(io("write", &path))?;
+        let upload = Upload {
+            file,
+            path,
+            received: 0,
+        };
+        self.uploads.insert(hash.to_string(), upload);
+        Ok(())
     }
 
     fn abort(&mut self, hash: &str) {
@@ -127,13 +160,13 @@ impl BinaryCache {
 }
 
 /// A hash is 64 lowercase hex digits (it becomes a file name).
-fn valid_hash(hash: &str) -> Result<&str, String> {
+fn valid_hash(hash: &str) -> Result<&str, BinaryError> {
     let ok = hash.len() == 64
         && hash
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     ok.then_some(hash)
-        .ok_or_else(|| format!("{hash:?} is not a SHA-256 in hex"))
+        .ok_or_else(|| BinaryError::BadHash(hash.to_string()))
 }
 
 #[cfg(test)]
@@ -156,10 +189,14 @@ mod tests {
         assert!(cache
             .receive(&wrong, 0, 3, b"abc")
             .unwrap_err()
+            .to_string()
             .contains("hashes to"));
         // A hash that is a path: refused by name, before anything is
         // written (the cache's parent holds only the cache and the source).
-        let traversal = cache.receive("../etc", 0, 3, b"abc").unwrap_err();
+        let traversal = cache
+            .receive("../etc", 0, 3, b"abc")
+            .unwrap_err()
+            .to_string();
         assert!(traversal.contains("\"../etc\""), "{traversal}");
         let mut beside: Vec<String> = fs::read_dir(dir.path())
             .unwrap()

@@ -1,10 +1,12 @@
-//! Why a node could not start or had to stop.
+//! Why a node could not start or had to stop, and why it refused to
+//! grant resources, cache a binary or start a worker.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::client::ClientError;
-use crate::cluster::ResourceError;
+use crate::cluster::{BundleId, ResourceError};
 use crate::transport::{CredentialError, EndpointError};
 
 /// A node failed to start, or stopped on an error.
@@ -36,9 +38,128 @@ pub enum NodeError {
     HeadLost(Duration),
     /// A fault plan in the environment (`NIMBUS_PACKET_FAULTS`,
     /// `NIMBUS_ACTOR_FAULTS`) is malformed.
-    #[error("{0}")]
-    FaultPlan(String),
+    #[error(transparent)]
+    FaultPlan(#[from] crate::transport::FaultPlanError),
     /// The async runtime or signal handling failed.
     #[error("node runtime: {0}")]
     Runtime(#[from] std::io::Error),
+}
+
+/// A node cannot grant resources to an actor or a bundle.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GrantError {
+    /// What is free (on the node, or in the bundle) is short of the request.
+    #[error("the {scope} lacks {}", short.join(", "))]
+    Short {
+        /// `node` or `bundle`.
+        scope: &'static str,
+        /// What is missing, one entry per resource.
+        short: Vec<String>,
+    },
+    /// The actor asked for a bundle this node does not hold.
+    #[error("bundle {0} is not reserved on this node")]
+    NoBundle(BundleId),
+}
+
+/// A node's binary cache refused a read or an upload.
+#[derive(Debug, thiserror::Error)]
+pub enum BinaryError {
+    /// The hash is not 64 lowercase hex digits (it becomes a file name).
+    #[error("{0:?} is not a SHA-256 in hex")]
+    BadHash(String),
+    /// The binary is not cached here.
+    #[error("this node has no binary {0}")]
+    Missing(String),
+    /// A chunk after the first, but no upload began.
+    #[error("no upload of {0} in progress; start at offset 0")]
+    NoUpload(String),
+    /// A chunk that does not continue the bytes received.
+    #[error("chunk at {offset} does not follow the {expected} bytes received of {total}")]
+    OutOfOrder {
+        /// Where it starts.
+        offset: u64,
+        /// Bytes received so far.
+        expected: u64,
+        /// The binary's size.
+        total: u64,
+    },
+    /// The uploaded bytes are not the binary named.
+    #[error("uploaded binary hashes to {actual}, not {expected}")]
+    HashMismatch {
+        /// What the bytes hash to.
+        actual: String,
+        /// The name they were sent under.
+        expected: String,
+    },
+    /// A file of the cache could not be read or written.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// A node could not start a worker process.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerStartError {
+    /// The program's binary was removed from the cache meanwhile.
+    #[error("the program binary {0} left this node's binary cache")]
+    BinaryGone(String),
+    /// The log directory or file could not be created, or the process
+    /// could not be started.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The boot message could not be encoded.
+    #[error("cannot encode the worker's boot message: {0}")]
+    Boot(#[from] rmp_serde::encode::Error),
+    /// The process started but never announced it serves.
+    #[error("worker process failed to start: {why} ({status}); {log} says: {tail}")]
+    NotServing {
+        /// What happened instead.
+        why: NotServing,
+        /// How the process ended.
+        status: String,
+        /// Its log file.
+        log: PathBuf,
+        /// The log's last lines.
+        tail: String,
+    },
+}
+
+/// Why a started worker process is not serving.
+#[derive(Debug, thiserror::Error)]
+pub enum NotServing {
+    /// It exited first.
+    #[error("it exited before serving")]
+    Exited,
+    /// It took too long.
+    #[error("it did not serve within {0:?}")]
+    Timeout(Duration),
+    /// Its readiness line is malformed.
+    #[error("unreadable line {0:?}")]
+    Unreadable(String),
+    /// Its standard input or output failed.
+    #[error("its pipes failed: {0}")]
+    Pipe(#[from] std::io::Error),
+}
+
+/// A node has no room for an actor or a bundle.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("node {node}: {cause}")]
+pub struct NoCapacity {
+    /// The node's name.
+    pub node: String,
+    /// What it lacks.
+    pub cause: GrantError,
 }

@@ -25,9 +25,9 @@ use crate::transport::{Endpoint, JoinToken, RequestError, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
 use super::binaries::BinaryCache;
+use super::error::{GrantError, NoCapacity, NodeError, WorkerStartError};
 use super::resources::{Grant, ResourcePool};
 use super::workers::{self, LaunchedWorker};
-use super::NodeError;
 use crate::runtime::boot::WorkerBoot;
 
 /// How the node manager reaches the head's actors.
@@ -247,10 +247,10 @@ impl NodeManager {
         gpus: &[u32],
         first_life: bool,
         ctx: &mut Context<Self>,
-    ) -> BoxFuture<'static, Result<LaunchedWorker, String>> {
+    ) -> BoxFuture<'static, Result<LaunchedWorker, WorkerStartError>> {
         let Some(binary) = self.binaries.get(&spec.binary.hash) else {
-            return futures::future::ready(Err("the program binary left the cache".to_string()))
-                .boxed();
+            let gone = WorkerStartError::BinaryGone(spec.binary.hash.clone());
+            return futures::future::ready(Err(gone)).boxed();
         };
         let boot = WorkerBoot {
             spec: spec.clone(),
@@ -282,7 +282,11 @@ impl NodeManager {
         let me = ctx.address();
         let actor = spec.actor;
         async move {
-            std::fs::create_dir_all(&log_dir).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(&log_dir).map_err(|source| WorkerStartError::Io {
+                action: "create",
+                path: log_dir.clone(),
+                source,
+            })?;
             let worker = workers::launch(&binary, &boot, &log, gpus, move |incarnation, reason| {
                 me.do_send(WorkerExited {
                     actor,
@@ -294,6 +298,14 @@ impl NodeManager {
             Ok(worker)
         }
         .boxed()
+    }
+
+    /// This node has no room: `cause`.
+    fn no_capacity(&self, cause: GrantError) -> NoCapacity {
+        NoCapacity {
+            node: self.config.identity.name.clone(),
+            cause,
+        }
     }
 
     fn record_of(&self, worker: &Worker, address: SocketAddr) -> ActorRecord {
@@ -385,7 +397,7 @@ impl Handler<ReadBinary> for NodeManager {
         let (total, chunk) = self
             .binaries
             .read(&msg.hash, msg.offset, len)
-            .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e))?;
+            .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string()))?;
         Ok(ControlReply::BinaryChunk { total, chunk })
     }
 }
@@ -399,13 +411,13 @@ impl Handler<UploadBinary> for NodeManager {
     fn handle(&mut self, msg: UploadBinary, _: &mut Self::Context) -> Self::Result {
         self.binaries
             .receive(&msg.hash, msg.offset, msg.total, &msg.chunk)
-            .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e))
+            .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string()))
     }
 }
 
 /// Set resources aside for a placement-group bundle.
 #[derive(Message)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<(), NoCapacity>")]
 pub struct ReserveBundle {
     /// The bundle.
     pub bundle: BundleId,
@@ -442,12 +454,12 @@ impl Handler<KillActor> for NodeManager {
 }
 
 impl Handler<ReserveBundle> for NodeManager {
-    type Result = Result<(), String>;
+    type Result = Result<(), NoCapacity>;
 
     fn handle(&mut self, msg: ReserveBundle, _: &mut Self::Context) -> Self::Result {
         self.resources
             .reserve_bundle(msg.bundle, &msg.resources)
-            .map_err(|short| format!("node {}: {short}", self.config.identity.name))
+            .map_err(|cause| self.no_capacity(cause))
     }
 }
 
@@ -475,8 +487,8 @@ impl Handler<StartActor> for NodeManager {
         }
         let grant = match self.resources.reserve(&spec.resources, spec.bundle) {
             Ok(grant) => grant,
-            Err(short) => {
-                let short = format!("node {}: {short}", self.config.identity.name);
+            Err(cause) => {
+                let short = self.no_capacity(cause).to_string();
                 return Box::pin(fut::ready(Ok(ControlReply::NoCapacity(short))));
             }
         };
@@ -488,7 +500,7 @@ impl Handler<StartActor> for NodeManager {
                 Ok(worker) => worker,
                 Err(e) => {
                     manager.resources.release(&spec.resources, grant);
-                    let error = RemoteError::new(RemoteErrorKind::Internal, e);
+                    let error = RemoteError::new(RemoteErrorKind::Internal, e.to_string());
                     let failed: ResponseActFuture<NodeManager, _> =
                         Box::pin(fut::ready(Err(error)));
                     return failed;
@@ -567,7 +579,7 @@ impl Handler<WorkerExited> for NodeManager {
                         incarnation: msg.incarnation,
                         reason: DeathCause::RestartFailed {
                             death: Box::new(msg.reason),
-                            error: e,
+                            error: e.to_string(),
                         },
                         restarting: false,
                     });

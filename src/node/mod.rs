@@ -28,7 +28,7 @@ mod service;
 mod workers;
 
 pub use config::{default_state_dir, NodeConfig, NodeRole};
-pub use error::NodeError;
+pub use error::{BinaryError, GrantError, NoCapacity, NodeError, NotServing, WorkerStartError};
 pub use manager::{
     HeadLink, KillActor, NodeManager, NodeManagerConfig, ReadBinary, ReleaseBundle, ReserveBundle,
     StartActor, UploadBinary,

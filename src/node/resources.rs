@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use super::error::GrantError;
 use crate::cluster::{BundleId, ResourceSet, GPU};
 
 /// What a grant took, to give back on release.
@@ -54,17 +55,14 @@ impl ResourcePool {
         &mut self,
         request: &ResourceSet,
         bundle: Option<BundleId>,
-    ) -> Result<Grant, String> {
+    ) -> Result<Grant, GrantError> {
         let Some(id) = bundle else {
             check(request, &self.total.minus(&self.used), "node")?;
             self.used.add(request);
             let gpus = take_gpus(&mut self.free_gpus, request);
             return Ok(Grant { gpus, bundle: None });
         };
-        let bundle = self
-            .bundles
-            .get_mut(&id)
-            .ok_or_else(|| format!("bundle {id} is not reserved on this node"))?;
+        let bundle = self.bundles.get_mut(&id).ok_or(GrantError::NoBundle(id))?;
         check(request, &bundle.resources.minus(&bundle.used), "bundle")?;
         bundle.used.add(request);
         let gpus = take_gpus(&mut bundle.free_gpus, request);
@@ -95,7 +93,11 @@ impl ResourcePool {
 
     /// Sets `resources` aside for a placement-group bundle. Reserving the
     /// same bundle twice is harmless.
-    pub fn reserve_bundle(&mut self, id: BundleId, resources: &ResourceSet) -> Result<(), String> {
+    pub fn reserve_bundle(
+        &mut self,
+        id: BundleId,
+        resources: &ResourceSet,
+    ) -> Result<(), GrantError> {
         if self.bundles.contains_key(&id) {
             return Ok(());
         }
@@ -121,12 +123,12 @@ impl ResourcePool {
 }
 
 /// Fails, naming what is short, unless `request` fits in `free`.
-fn check(request: &ResourceSet, free: &ResourceSet, what: &str) -> Result<(), String> {
+fn check(request: &ResourceSet, free: &ResourceSet, scope: &'static str) -> Result<(), GrantError> {
     let short = request.shortfall(free);
     if short.is_empty() {
         Ok(())
     } else {
-        Err(format!("the {what} lacks {}", short.join(", ")))
+        Err(GrantError::Short { scope, short })
     }
 }
 
@@ -157,11 +159,13 @@ mod tests {
         assert!(pool
             .reserve(&cpus(0.5), Some(bundle))
             .unwrap_err()
+            .to_string()
             .contains("bundle lacks"));
         let outside = pool.reserve(&cpus(2.0), None).unwrap();
         assert!(pool
             .reserve(&cpus(0.5), None)
             .unwrap_err()
+            .to_string()
             .contains("node lacks CPU"));
         pool.release(&cpus(2.0), in_bundle);
         pool.release(&cpus(2.0), outside);

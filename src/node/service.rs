@@ -69,7 +69,7 @@ impl NodeService {
             ControlRequest::Faults(FaultRequest::AddPacketRule(rule)) => {
                 self.endpoint
                     .add_packet_rule(rule)
-                    .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e))?;
+                    .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string()))?;
                 Ok(ControlReply::Ack)
             }
             request => {
@@ -127,7 +127,7 @@ impl NodeService {
                 let reserve = ReserveBundle { bundle, resources };
                 Ok(match self.manager.send(reserve).await.map_err(internal)? {
                     Ok(()) => ControlReply::Ack,
-                    Err(short) => ControlReply::NoCapacity(short),
+                    Err(short) => ControlReply::NoCapacity(short.to_string()),
                 })
             }
             BundleRequest::ReleaseBundle(bundle) => {

@@ -17,6 +17,8 @@ use crate::cluster::DeathCause;
 use crate::runtime::boot::{parse_died, parse_ready, WorkerBoot, DIED, READY, WORKER_ARG};
 use crate::wire::Incarnation;
 
+use super::error::{NotServing, WorkerStartError};
+
 /// How long a worker may take to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the lines a worker printed before it exited are read, once it
@@ -42,9 +44,12 @@ pub(super) async fn launch(
     log: &Path,
     gpus: Option<String>,
     on_exit: impl FnOnce(Incarnation, DeathCause) + Send + 'static,
-) -> Result<LaunchedWorker, String> {
-    let log_file =
-        std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+) -> Result<LaunchedWorker, WorkerStartError> {
+    let log_file = std::fs::File::create(log).map_err(|source| WorkerStartError::Io {
+        action: "create",
+        path: log.to_path_buf(),
+        source,
+    })?;
     let mut command = Command::new(binary);
     command
         .arg(WORKER_ARG)
@@ -79,33 +84,39 @@ pub(super) async fn launch(
             Ok(())
         });
     }
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+    let boot_bytes = rmp_serde::to_vec_named(boot)?;
+    let mut child = command.spawn().map_err(|source| WorkerStartError::Io {
+        action: "start",
+        path: binary.to_path_buf(),
+        source,
+    })?;
     let pid = child.id().unwrap_or(0);
-    let boot_bytes = rmp_serde::to_vec_named(boot).map_err(|e| e.to_string())?;
-    let mut stdin = child.stdin.take().ok_or("no stdin")?;
-    let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = child.start_kill();
+        return Err(WorkerStartError::Io {
+            action: "open the pipes of",
+            path: binary.to_path_buf(),
+            source: std::io::Error::other("the process has no standard input or output"),
+        });
+    };
+    let mut lines = BufReader::new(stdout).lines();
     let started = async {
-        stdin
-            .write_all(&boot_bytes)
-            .await
-            .map_err(|e| e.to_string())?;
+        stdin.write_all(&boot_bytes).await?;
         drop(stdin);
-        while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
+        while let Some(line) = lines.next_line().await? {
             if let Some(ready) = line.strip_prefix(READY) {
-                return parse_ready(ready).ok_or_else(|| format!("unreadable line {line:?}"));
+                return parse_ready(ready).ok_or(NotServing::Unreadable(line));
             }
         }
-        Err("it exited before serving".to_string())
+        Err(NotServing::Exited)
     };
     let ready = match tokio::time::timeout(START_TIMEOUT, started).await {
         Ok(ready) => ready,
-        Err(_) => Err(format!("it did not serve within {START_TIMEOUT:?}")),
+        Err(_) => Err(NotServing::Timeout(START_TIMEOUT)),
     };
     let (address, incarnation) = match ready {
         Ok(ready) => ready,
-        Err(e) => {
+        Err(why) => {
             let _ = child.start_kill();
             let status = child
                 .wait()
@@ -115,11 +126,12 @@ pub(super) async fn launch(
             let log_text = std::fs::read_to_string(log).unwrap_or_default();
             let tail: Vec<&str> = log_text.lines().rev().take(5).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
-            return Err(format!(
-                "worker process failed to start: {e} ({status}); {} says: {}",
-                log.display(),
-                tail.join(" | ")
-            ));
+            return Err(WorkerStartError::NotServing {
+                why,
+                status,
+                log: log.to_path_buf(),
+                tail: tail.join(" | "),
+            });
         }
     };
     tokio::spawn(async move {

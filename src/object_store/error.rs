@@ -40,7 +40,77 @@ pub enum ObjectStoreError {
         /// The limit.
         after: Duration,
     },
+    /// The head's event stream (in the head's own process) has stopped.
+    #[error("the head's event stream has stopped")]
+    EventsStopped,
     /// The cluster could not be reached.
     #[error("cannot reach the object store: {0}")]
     Cluster(#[from] ClientError),
+}
+
+/// A node's object-store shard refused a request about one object.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    /// A new object was begun with an id in use.
+    #[error("object {0} exists already")]
+    Exists(ObjectId),
+    /// A chunk or seal for an object that is not being received.
+    #[error("object {0} is not being received")]
+    NotReceiving(ObjectId),
+    /// A seal for an object that is being received in chunks.
+    #[error("object {0} is not being written in place")]
+    NotWrittenInPlace(ObjectId),
+    /// A chunk that does not continue the bytes received.
+    #[error("object {id}: chunk at {offset} does not follow the {have} bytes received of {total}")]
+    OutOfOrder {
+        /// The object.
+        id: ObjectId,
+        /// Where the chunk starts.
+        offset: u64,
+        /// Bytes received so far.
+        have: u64,
+        /// The object's size.
+        total: u64,
+    },
+    /// An object written in place has the wrong size.
+    #[error("object {id}: {written} bytes were written in place, not {total}")]
+    WrongSize {
+        /// The object.
+        id: ObjectId,
+        /// Bytes in its file.
+        written: u64,
+        /// Its declared size.
+        total: u64,
+    },
+    /// The object is not here (complete).
+    #[error("object {0} is not here")]
+    NotHere(ObjectId),
+    /// The object was freed.
+    #[error("object {0} was freed: no reference to it remained")]
+    Freed(ObjectId),
+    /// The task producing the object failed with this message.
+    #[error("{0}")]
+    Failed(String),
+    /// A spilled object's file is not the object's size.
+    #[error("spilled object {id} is {found} bytes on disk, not {total}")]
+    SpillTruncated {
+        /// The object.
+        id: ObjectId,
+        /// Bytes on disk.
+        found: u64,
+        /// Its size.
+        total: u64,
+    },
+    /// Reading or writing an object's file failed.
+    #[error("cannot {action} object {id} ({}): {source}", path.display())]
+    Io {
+        /// What was being done: `spill`, `restore`, `read`, `write`.
+        action: &'static str,
+        /// The object.
+        id: ObjectId,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
 }

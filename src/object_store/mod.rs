@@ -37,7 +37,7 @@ mod node;
 mod process;
 mod transfer;
 
-pub use error::ObjectStoreError;
+pub use error::{ObjectStoreError, ShardError};
 pub use node::{remove_stale, Budget, HeadEvents, NodeObjectStore, ObjectStoreShard, SHARED_MIN};
 pub use process::refs::held_here;
 pub(crate) use process::refs::start;

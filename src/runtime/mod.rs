@@ -18,7 +18,7 @@ mod registry;
 mod role;
 
 pub use context::ProcessContext;
-pub use node_of_worker::{kill_own_node, NodeOfWorker};
+pub use node_of_worker::{kill_own_node, KillNodeRefused, NodeOfWorker};
 pub use packet_reports::{report_packet_faults, REPORT_EVERY};
 pub use panic::panic_text;
 pub use registry::{DispatchError, HostedActor, Registry, RemoteActor, RemoteMessage, Wire};

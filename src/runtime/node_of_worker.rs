@@ -27,6 +27,17 @@ pub struct NodeOfWorker {
 
 static NODE_OF_WORKER: OnceLock<NodeOfWorker> = OnceLock::new();
 
+/// Why a `kill_node` fault was not injected.
+#[derive(Debug, thiserror::Error)]
+pub enum KillNodeRefused {
+    /// This process is not a worker: it has no node of its own to kill.
+    #[error("not in a worker process")]
+    NotAWorker,
+    /// The cluster cannot lose its head.
+    #[error("this worker's node is the head, which the cluster cannot lose")]
+    NodeIsHead,
+}
+
 impl NodeOfWorker {
     /// Records this worker's node (once, when the worker starts).
     pub fn set(node: NodeOfWorker) {
@@ -45,10 +56,14 @@ impl NodeOfWorker {
 /// this process with it (`PR_SET_PDEATHSIG`). Blocks; call it from a
 /// thread outside the runtime. `Err` says why it may not: not a worker
 /// process, or its node is the head.
-pub fn kill_own_node(kind: String, target: String, trigger: String) -> Result<Infallible, String> {
-    let node = NodeOfWorker::get().ok_or("not in a worker process")?;
+pub fn kill_own_node(
+    kind: String,
+    target: String,
+    trigger: String,
+) -> Result<Infallible, KillNodeRefused> {
+    let node = NodeOfWorker::get().ok_or(KillNodeRefused::NotAWorker)?;
     if node.is_head {
-        return Err("this worker's node is the head, which the cluster cannot lose".into());
+        return Err(KillNodeRefused::NodeIsHead);
     }
     if let Some(context) = ProcessContext::current() {
         let report = ControlRequest::Faults(FaultRequest::ReportFault {

@@ -11,6 +11,9 @@ pub enum TrainError {
     /// The configuration cannot work.
     #[error("invalid training configuration: {0}")]
     Config(String),
+    /// `NIMBUS_TRAINING_FAULTS` is malformed.
+    #[error(transparent)]
+    FaultPlan(#[from] crate::transport::FaultPlanError),
     /// The workers' resources could not be reserved.
     #[error("cannot place the training workers: {0}")]
     Placement(#[from] PlacementError),

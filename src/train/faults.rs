@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::faults::FiredFault;
+use crate::transport::FaultPlanError;
 
 /// Environment variable a driver reads training fault rules from.
 pub const TRAINING_FAULTS_ENV: &str = "NIMBUS_TRAINING_FAULTS";
@@ -120,13 +121,9 @@ impl TrainingFault {
     }
 
     /// Rules from [`TRAINING_FAULTS_ENV`], if set.
-    pub fn from_env() -> Result<Vec<TrainingFault>, String> {
-        match std::env::var(TRAINING_FAULTS_ENV) {
-            Ok(json) => serde_json::from_str(&json).map_err(|e| {
-                format!("{TRAINING_FAULTS_ENV} is not a list of training faults: {e}")
-            }),
-            Err(_) => Ok(Vec::new()),
-        }
+    pub fn from_env() -> Result<Vec<TrainingFault>, FaultPlanError> {
+        let rules = FaultPlanError::read(TRAINING_FAULTS_ENV, "a list of training faults")?;
+        Ok(rules.unwrap_or_default())
     }
 }
 

@@ -234,7 +234,7 @@ mod trainer {
             let mut faults = self.run.faults.clone();
             match super::faults::TrainingFault::from_env() {
                 Ok(from_env) => faults.extend(from_env),
-                Err(e) => return failed(TrainError::Config(e)),
+                Err(e) => return failed(TrainError::FaultPlan(e)),
             }
             let plan = RunPlan {
                 faults,

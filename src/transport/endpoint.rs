@@ -135,17 +135,15 @@ impl Endpoint {
     /// Adds `rule` in front of the packet fault plan's rules; its window
     /// counts from now. Fails when the endpoint has no plan (its socket
     /// does not inject faults).
-    pub fn add_packet_rule(&self, rule: PacketRule) -> Result<(), String> {
+    pub fn add_packet_rule(&self, rule: PacketRule) -> Result<(), super::NoPacketFaults> {
         match &self.inner.faults {
             Some(socket) => {
                 socket.add_rule(rule);
                 Ok(())
             }
-            None => Err(format!(
-                "{} injects no packet faults: start it with a packet fault plan ({})",
-                self.inner.me,
-                super::faults::PACKET_FAULTS_ENV
-            )),
+            None => Err(super::NoPacketFaults {
+                endpoint: self.inner.me.clone(),
+            }),
         }
     }
 

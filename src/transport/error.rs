@@ -141,3 +141,46 @@ impl RequestError {
         }
     }
 }
+
+/// A fault plan in the environment is malformed.
+#[derive(Debug, thiserror::Error)]
+#[error("{variable} is not {expected}: {source}")]
+pub struct FaultPlanError {
+    /// The environment variable.
+    pub variable: &'static str,
+    /// What it should hold.
+    pub expected: &'static str,
+    /// Why it does not.
+    #[source]
+    pub source: serde_json::Error,
+}
+
+impl FaultPlanError {
+    /// Reads `variable` as JSON, if set.
+    pub fn read<T: serde::de::DeserializeOwned>(
+        variable: &'static str,
+        expected: &'static str,
+    ) -> Result<Option<T>, FaultPlanError> {
+        match std::env::var(variable) {
+            Ok(json) => serde_json::from_str(&json)
+                .map(Some)
+                .map_err(|source| FaultPlanError {
+                    variable,
+                    expected,
+                    source,
+                }),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+/// A packet rule was sent to an endpoint that injects no packet faults.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{endpoint} injects no packet faults: start it with a packet fault plan ({})",
+    super::faults::PACKET_FAULTS_ENV
+)]
+pub struct NoPacketFaults {
+    /// The endpoint.
+    pub endpoint: crate::wire::PeerIdentity,
+}

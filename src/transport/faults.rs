@@ -89,13 +89,8 @@ pub enum Fate {
 
 impl PacketFaults {
     /// Reads a plan from [`PACKET_FAULTS_ENV`], if set.
-    pub fn from_env() -> Result<Option<Self>, String> {
-        match std::env::var(PACKET_FAULTS_ENV) {
-            Ok(json) => serde_json::from_str(&json)
-                .map(Some)
-                .map_err(|e| format!("{PACKET_FAULTS_ENV} is not a packet fault plan: {e}")),
-            Err(_) => Ok(None),
-        }
+    pub fn from_env() -> Result<Option<Self>, super::FaultPlanError> {
+        super::FaultPlanError::read(PACKET_FAULTS_ENV, "a packet fault plan")
     }
 
     /// The fate of the `sequence`-th datagram sent to `peer`, `elapsed`

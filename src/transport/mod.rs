@@ -35,6 +35,6 @@ pub use config::{RequestOptions, TransportConfig};
 pub use connection::Connection;
 pub use credentials::{CredentialError, Credentials, JoinToken};
 pub use endpoint::Endpoint;
-pub use error::{ConnectError, EndpointError, RequestError};
+pub use error::{ConnectError, EndpointError, FaultPlanError, NoPacketFaults, RequestError};
 pub use faults::{FaultCounters, FaultCounts, PacketFaults, PacketRule};
 pub use server::{HandlerError, RequestHandler};

@@ -21,11 +21,63 @@ use crate::actor::{worker_name, ActorHost, HostedFaults};
 use crate::cluster::faults::FiredFault;
 use crate::cluster::DeathCause;
 use crate::runtime::boot::{died_line, ready_line, WorkerBoot};
+use crate::runtime::DispatchError;
 use crate::runtime::{
     kill_own_node, panic_text, HostedActor, NodeOfWorker, ProcessContext, Registry,
 };
-use crate::transport::{Credentials, Endpoint, JoinToken, TransportConfig};
+use crate::transport::{
+    CredentialError, Credentials, Endpoint, EndpointError, FaultPlanError, JoinToken,
+    TransportConfig,
+};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
+
+/// How long the actor's constructor may take.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a worker process could not host its actor.
+#[derive(Debug, thiserror::Error)]
+enum WorkerError {
+    /// Standard input did not deliver the boot message.
+    #[error("cannot read the boot message: {0}")]
+    ReadBoot(#[source] std::io::Error),
+    /// The boot message is not a `WorkerBoot`.
+    #[error("bad boot message: {0}")]
+    Boot(#[from] rmp_serde::decode::Error),
+    /// The token is malformed.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
+    /// A thread, the async runtime, a signal handler or the local address
+    /// could not be had.
+    #[error("cannot {what}: {source}")]
+    Os {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The actor's constructor did not finish in time.
+    #[error("the actor was not created within {0:?}")]
+    CreateTimeout(Duration),
+    /// The actor could not be created.
+    #[error("cannot create actor {type_name}: {cause:?}")]
+    Create {
+        /// Its type.
+        type_name: String,
+        /// Why.
+        cause: DispatchError,
+    },
+    /// The QUIC endpoint could not start.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// `NIMBUS_PACKET_FAULTS` is malformed.
+    #[error(transparent)]
+    FaultPlan(#[from] FaultPlanError),
+}
+
+/// An OS error while doing `what`.
+fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> WorkerError {
+    move |source| WorkerError::Os { what, source }
+}
 
 /// Runs this process as a worker and exits; never returns.
 pub(crate) fn run(registry: Registry) -> ! {
@@ -33,7 +85,8 @@ pub(crate) fn run(registry: Registry) -> ! {
         Ok(code) => code,
         Err(e) => {
             eprintln!("nimbus worker: {e}");
-            let _ = writeln!(std::io::stdout(), "{}", died_line(&DeathCause::Failed(e)));
+            let died = died_line(&DeathCause::Failed(e.to_string()));
+            let _ = writeln!(std::io::stdout(), "{died}");
             1
         }
     };
@@ -41,17 +94,13 @@ pub(crate) fn run(registry: Registry) -> ! {
     std::process::exit(code)
 }
 
-fn serve(registry: Registry) -> Result<i32, String> {
+fn serve(registry: Registry) -> Result<i32, WorkerError> {
     let mut boot = Vec::new();
     std::io::stdin()
         .read_to_end(&mut boot)
-        .map_err(|e| format!("cannot read the boot message: {e}"))?;
-    let boot: WorkerBoot =
-        rmp_serde::from_slice(&boot).map_err(|e| format!("bad boot message: {e}"))?;
-    let token: JoinToken = boot
-        .token
-        .parse()
-        .map_err(|e: crate::transport::CredentialError| e.to_string())?;
+        .map_err(WorkerError::ReadBoot)?;
+    let boot: WorkerBoot = rmp_serde::from_slice(&boot)?;
+    let token: JoinToken = boot.token.parse()?;
     let registry = Arc::new(registry);
 
     let panic = Arc::new(OnceLock::new());
@@ -70,17 +119,20 @@ fn serve(registry: Registry) -> Result<i32, String> {
             let _ = hosted_tx.send(hosted);
             system.run()
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(os("start the actor's thread"))?;
     let hosted = hosted_rx
-        .recv_timeout(Duration::from_secs(30))
-        .map_err(|_| "the actor was not created within 30 s".to_string())?
-        .map_err(|e| format!("cannot create actor {}: {e:?}", boot.spec.type_name))?;
+        .recv_timeout(CREATE_TIMEOUT)
+        .map_err(|_| WorkerError::CreateTimeout(CREATE_TIMEOUT))?
+        .map_err(|cause| WorkerError::Create {
+            type_name: boot.spec.type_name.clone(),
+            cause,
+        })?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(os("start the async runtime"))?;
     runtime.block_on(host(boot, token, registry, hosted, panic, died))
 }
 
@@ -91,16 +143,18 @@ async fn host(
     hosted: HostedActor,
     panic: Arc<OnceLock<String>>,
     mut died: mpsc::UnboundedReceiver<DeathCause>,
-) -> Result<i32, String> {
+) -> Result<i32, WorkerError> {
     let actor = boot.spec.actor;
     let identity = NodeIdentity {
         name: worker_name(actor),
         incarnation: Incarnation::fresh(),
     };
-    let credentials = Credentials::issue(&token, &identity.name).map_err(|e| e.to_string())?;
-    let socket = Endpoint::bind_socket(SocketAddr::new([0, 0, 0, 0].into(), 0))
-        .map_err(|e| e.to_string())?;
-    let port = socket.local_addr().map_err(|e| e.to_string())?.port();
+    let credentials = Credentials::issue(&token, &identity.name)?;
+    let socket = Endpoint::bind_socket(SocketAddr::new([0, 0, 0, 0].into(), 0))?;
+    let port = socket
+        .local_addr()
+        .map_err(os("read the socket's address"))?
+        .port();
     let me = PeerIdentity {
         role: PeerRole::Worker,
         identity: identity.clone(),
@@ -110,9 +164,8 @@ async fn host(
         packet_faults: crate::transport::PacketFaults::from_env()?.filter(|plan| plan.workers),
         ..TransportConfig::default()
     };
-    let endpoint =
-        Endpoint::listen(socket, me, &credentials, transport).map_err(|e| e.to_string())?;
-    let binary = std::env::current_exe().map_err(|e| e.to_string())?;
+    let endpoint = Endpoint::listen(socket, me, &credentials, transport)?;
+    let binary = std::env::current_exe().map_err(os("find this program's binary"))?;
     let context = ProcessContext::new(
         endpoint.clone(),
         boot.head,
@@ -165,7 +218,7 @@ async fn host(
     println!("{}", ready_line(address, identity.incarnation));
     let _ = std::io::stdout().flush();
 
-    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(os("handle SIGTERM"))?;
     let (code, cause) = tokio::select! {
         Some(cause) = died.recv() => (1, cause),
         _ = terminate.recv() => (0, DeathCause::Stopped),

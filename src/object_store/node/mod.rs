@@ -2,6 +2,7 @@
 //! (`shard.rs`, each on a thread of its own), pulls from other nodes,
 //! spilling under memory pressure, and the effects of frees on other nodes.
 
+mod refcount;
 mod shard;
 
 pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
@@ -22,6 +23,7 @@ use crate::cluster::{
 use crate::transport::{Endpoint, RequestOptions};
 use crate::wire::{RemoteError, RemoteErrorKind};
 
+use super::error::{ObjectStoreError, ShardError};
 use super::transfer::{host_id, read_chunks, CHUNK_BYTES, MAX_OBJECT_WAIT};
 use crate::cluster::SharedObjectFile;
 use shard::{
@@ -286,7 +288,7 @@ impl NodeObjectStore {
         };
         match self.begin(begin).await? {
             Begun::Fresh => {}
-            _ => return Err(bad(format!("object {id} exists already"))),
+            _ => return Err(bad(ShardError::Exists(id).to_string())),
         }
         self.hold_contained(id, &contains, RefChange::Hold { arrived: false })
             .await;
@@ -543,20 +545,21 @@ impl HeadEvents {
         endpoint: &Endpoint,
         after: u64,
         wait: Duration,
-    ) -> Result<Vec<crate::cluster::ClusterEvent>, String> {
+    ) -> Result<Vec<crate::cluster::ClusterEvent>, ObjectStoreError> {
         match self {
             HeadEvents::Local(events) => {
                 let since = crate::head::events::EventsSince { after, wait };
-                events.send(since).await.map_err(|e| e.to_string())
+                events
+                    .send(since)
+                    .await
+                    .map_err(|_| ObjectStoreError::EventsStopped)
             }
             HeadEvents::Remote(head) => {
                 let connection = endpoint
                     .connect(*head, None)
                     .await
-                    .map_err(|e| e.to_string())?;
-                client::events(&connection, after, wait)
-                    .await
-                    .map_err(|e| e.to_string())
+                    .map_err(client::ClientError::from)?;
+                Ok(client::events(&connection, after, wait).await?)
             }
         }
     }
@@ -607,9 +610,9 @@ fn unavailable(e: MailboxError) -> RemoteError {
     )
 }
 
-fn flatten<T>(sent: Result<Result<T, String>, MailboxError>) -> Result<T, RemoteError> {
+fn flatten<T>(sent: Result<Result<T, ShardError>, MailboxError>) -> Result<T, RemoteError> {
     match sent {
-        Ok(result) => result.map_err(bad),
+        Ok(result) => result.map_err(|e| bad(e.to_string())),
         Err(e) => Err(unavailable(e)),
     }
 }

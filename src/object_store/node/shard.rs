@@ -5,8 +5,8 @@
 //! budget; under pressure the node asks its shards to spill their least
 //! recently used complete objects (primaries to disk, cached copies simply
 //! dropped: they can be pulled again). A shard also counts the references
-//! to the objects its node owns and frees an object when none remains
-//! (see `refs.rs` for the protocol).
+//! to the objects its node owns and frees an object when none remains:
+//! the decisions are `refcount.rs`'s, the shard drops the bytes.
 //!
 //! Objects of [`SHARED_MIN`] bytes or more live in files on the node's
 //! tmpfs (`/dev/shm`): still memory, but processes on the same host can map
@@ -16,7 +16,7 @@
 //! Each shard runs on a thread of its own (an arbiter), so a spill's disk
 //! writes stall only its shard.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,12 +25,11 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use super::refcount::{Collected, RefCounts};
 use crate::cluster::{
     ContainedRef, ObjectId, ObjectLocation, ObjectState, ObjectSummary, RefChange, RefHolder,
 };
-
-/// Freed ids remembered, so late readers learn the object was freed.
-const TOMBSTONES: usize = 1 << 16;
+use crate::object_store::error::ShardError;
 
 /// Objects this large or larger live in shared-memory files.
 pub const SHARED_MIN: u64 = 1 << 20;
@@ -116,8 +115,6 @@ impl Budget {
 
 /// Where an object's bytes are.
 enum Data {
-    /// Referenced before it arrived.
-    Expected,
     /// Receiving; the bytes so far.
     Arriving(Vec<u8>),
     /// Receiving into its shared-memory file: by chunks (`received` so
@@ -137,10 +134,9 @@ enum Data {
 struct Stored {
     total: u64,
     data: Data,
-    /// Owned here (false: a cached copy of another node's object).
+    /// Owned here (false: a cached copy of another node's object); its
+    /// references are counted in the shard's [`RefCounts`].
     primary: bool,
-    holders: BTreeSet<RefHolder>,
-    transit: i64,
     contains: Vec<ContainedRef>,
     /// Nodes caching a copy of this primary.
     copies: Vec<ObjectLocation>,
@@ -155,8 +151,6 @@ impl Stored {
             total,
             data,
             primary,
-            holders: BTreeSet::new(),
-            transit: 0,
             contains: Vec::new(),
             copies: Vec::new(),
             waiting: Vec::new(),
@@ -177,13 +171,8 @@ impl Stored {
         }
     }
 
-    fn unreferenced(&self) -> bool {
-        self.holders.is_empty() && self.transit == 0
-    }
-
     fn state(&self) -> ObjectState {
         match self.data {
-            Data::Expected => ObjectState::Expected,
             Data::Arriving(_) | Data::ArrivingShared { .. } => ObjectState::Arriving,
             Data::Memory(_) => ObjectState::InMemory,
             Data::Shared(_) => ObjectState::SharedMemory,
@@ -208,10 +197,9 @@ pub struct Freed {
 pub struct ObjectStoreShard {
     objects: HashMap<ObjectId, Stored>,
     budget: Arc<Budget>,
+    refs: RefCounts,
     /// Waiting for objects not here yet.
     arrivals: HashMap<ObjectId, Vec<oneshot::Sender<()>>>,
-    freed: HashSet<ObjectId>,
-    freed_order: VecDeque<ObjectId>,
     clock: u64,
 }
 
@@ -221,9 +209,8 @@ impl ObjectStoreShard {
         ObjectStoreShard {
             objects: HashMap::new(),
             budget,
+            refs: RefCounts::default(),
             arrivals: HashMap::new(),
-            freed: HashSet::new(),
-            freed_order: VecDeque::new(),
             clock: 0,
         }
     }
@@ -244,27 +231,10 @@ impl ObjectStoreShard {
         }
     }
 
-    /// Frees `id` if it is an unreferenced primary.
-    fn collect(&mut self, id: ObjectId) -> Option<Freed> {
-        let stored = self.objects.get(&id)?;
-        if !stored.primary || !stored.unreferenced() {
-            return None;
-        }
-        if matches!(stored.data, Data::Expected) {
-            // A placeholder from a reference that came and went before the
-            // object: the object may still arrive with its holder.
-            self.objects.remove(&id);
-            return None;
-        }
+    /// Drops primary `id`, which no reference holds any more.
+    fn free(&mut self, id: ObjectId) -> Option<Freed> {
         let stored = self.objects.remove(&id)?;
         self.forget(id, &stored);
-        self.freed.insert(id);
-        self.freed_order.push_back(id);
-        if self.freed_order.len() > TOMBSTONES {
-            if let Some(old) = self.freed_order.pop_front() {
-                self.freed.remove(&old);
-            }
-        }
         self.notify(id);
         Some(Freed {
             id,
@@ -294,7 +264,7 @@ impl ObjectStoreShard {
     }
 
     /// Moves object `id` to disk (a primary) or drops it (a copy).
-    fn spill_one(&mut self, id: ObjectId) -> Result<u64, String> {
+    fn spill_one(&mut self, id: ObjectId) -> Result<u64, ShardError> {
         let Some(stored) = self.objects.get_mut(&id) else {
             return Ok(0);
         };
@@ -317,12 +287,14 @@ impl ObjectStoreShard {
                 }
                 _ => Ok(()),
             });
-        if let Err(e) = written {
+        if let Err(source) = written {
             let _ = std::fs::remove_file(&path);
-            return Err(format!(
-                "cannot spill object {id} ({size} bytes) to {}: {e}",
-                path.display()
-            ));
+            return Err(ShardError::Io {
+                action: "spill",
+                id,
+                path,
+                source,
+            });
         }
         stored.data = Data::Spilled;
         self.budget.give_back(size);
@@ -350,7 +322,7 @@ pub enum Begun {
 
 /// Start receiving an object of `total` bytes.
 #[derive(Message)]
-#[rtype(result = "Result<Begun, String>")]
+#[rtype(result = "Result<Begun, ShardError>")]
 pub struct Begin {
     /// The object.
     pub id: ObjectId,
@@ -365,7 +337,7 @@ pub struct Begin {
 
 /// The next chunk of an object being received.
 #[derive(Message)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<(), ShardError>")]
 pub struct Append {
     /// The object.
     pub id: ObjectId,
@@ -383,7 +355,7 @@ pub struct Abort(pub ObjectId);
 
 /// Read part of a complete object.
 #[derive(Message)]
-#[rtype(result = "Result<Vec<u8>, String>")]
+#[rtype(result = "Result<Vec<u8>, ShardError>")]
 pub struct Read {
     /// The object.
     pub id: ObjectId,
@@ -451,16 +423,8 @@ impl Handler<DropWorker> for ObjectStoreShard {
             matches!(holder, RefHolder::Process { worker: Some((actor, incarnation)), .. }
                 if *actor == msg.actor && *incarnation == msg.incarnation)
         };
-        let held: Vec<ObjectId> = self
-            .objects
-            .iter_mut()
-            .filter_map(|(id, stored)| {
-                let before = stored.holders.len();
-                stored.holders.retain(|h| !dead(h));
-                (stored.holders.len() < before).then_some(*id)
-            })
-            .collect();
-        MessageResult(held.into_iter().filter_map(|id| self.collect(id)).collect())
+        let freed = self.refs.drop_holders(dead);
+        MessageResult(freed.into_iter().filter_map(|id| self.free(id)).collect())
     }
 }
 
@@ -472,7 +436,7 @@ pub struct DropCopy(pub ObjectId);
 /// Spill least recently used complete objects until `need` bytes of
 /// memory are free (or nothing is left to spill). Returns bytes spilled.
 #[derive(Message)]
-#[rtype(result = "Result<u64, String>")]
+#[rtype(result = "Result<u64, ShardError>")]
 pub struct Spill {
     /// Bytes wanted free.
     pub need: u64,
@@ -484,7 +448,7 @@ pub struct Spill {
 pub struct List;
 
 impl Handler<Begin> for ObjectStoreShard {
-    type Result = Result<Begun, String>;
+    type Result = Result<Begun, ShardError>;
 
     fn handle(&mut self, msg: Begin, _: &mut Self::Context) -> Self::Result {
         let primary = msg.holder.is_some();
@@ -498,9 +462,10 @@ impl Handler<Begin> for ObjectStoreShard {
                     stored.waiting.push(tx);
                     return Ok(Begun::InProgress(rx));
                 }
-                Data::Failed(message) if !primary => return Err(message.clone()),
-                Data::Expected if primary => {}
-                _ => return Err(format!("object {} exists already", msg.id)),
+                Data::Failed(message) if !primary => {
+                    return Err(ShardError::Failed(message.clone()))
+                }
+                _ => return Err(ShardError::Exists(msg.id)),
             }
         }
         if !self.budget.take(msg.total) {
@@ -520,26 +485,22 @@ impl Handler<Begin> for ObjectStoreShard {
             },
             None => Data::Arriving(Vec::with_capacity(msg.total as usize)),
         };
-        let stored = self
-            .objects
-            .entry(msg.id)
-            .or_insert_with(|| Stored::new(msg.total, Data::Expected, primary));
-        stored.total = msg.total;
-        stored.data = data;
+        let mut stored = Stored::new(msg.total, data, primary);
         stored.contains = msg.contains;
         stored.last_used = tick;
+        self.objects.insert(msg.id, stored);
         if let Some(holder) = msg.holder {
-            stored.holders.insert(holder);
+            self.refs.arrived(msg.id, holder);
         }
         Ok(Begun::Fresh)
     }
 }
 
 impl Handler<Append> for ObjectStoreShard {
-    type Result = Result<(), String>;
+    type Result = Result<(), ShardError>;
 
     fn handle(&mut self, msg: Append, _: &mut Self::Context) -> Self::Result {
-        let not_receiving = || format!("object {} is not being received", msg.id);
+        let not_receiving = || ShardError::NotReceiving(msg.id);
         let stored = self.objects.get_mut(&msg.id).ok_or_else(not_receiving)?;
         let have = match &stored.data {
             Data::Arriving(bytes) => bytes.len() as u64,
@@ -547,10 +508,12 @@ impl Handler<Append> for ObjectStoreShard {
             _ => return Err(not_receiving()),
         };
         if msg.offset != have || have + msg.chunk.len() as u64 > stored.total {
-            return Err(format!(
-                "chunk at {} does not follow the {have} bytes received of {}",
-                msg.offset, stored.total
-            ));
+            return Err(ShardError::OutOfOrder {
+                id: msg.id,
+                offset: msg.offset,
+                have,
+                total: stored.total,
+            });
         }
         let done = have + msg.chunk.len() as u64 == stored.total;
         match &mut stored.data {
@@ -561,12 +524,18 @@ impl Handler<Append> for ObjectStoreShard {
                 }
             }
             Data::ArrivingShared { file, received } => {
+                let path = self.budget.shared_path(msg.id, stored.total);
+                let path = path.ok_or_else(not_receiving)?;
                 file.write_all_at(&msg.chunk, msg.offset)
-                    .map_err(|e| format!("cannot write object {}: {e}", msg.id))?;
+                    .map_err(|source| ShardError::Io {
+                        action: "write",
+                        id: msg.id,
+                        path: path.clone(),
+                        source,
+                    })?;
                 *received += msg.chunk.len() as u64;
                 if done {
-                    let path = self.budget.shared_path(msg.id, stored.total);
-                    stored.data = Data::Shared(path.ok_or_else(not_receiving)?);
+                    stored.data = Data::Shared(path);
                 }
             }
             _ => return Err(not_receiving()),
@@ -580,31 +549,38 @@ impl Handler<Append> for ObjectStoreShard {
 
 /// An object written in place by a process of this host is complete.
 #[derive(Message)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<(), ShardError>")]
 pub struct Seal(pub ObjectId);
 
 impl Handler<Seal> for ObjectStoreShard {
-    type Result = Result<(), String>;
+    type Result = Result<(), ShardError>;
 
     fn handle(&mut self, Seal(id): Seal, _: &mut Self::Context) -> Self::Result {
         let stored = self
             .objects
             .get_mut(&id)
-            .ok_or_else(|| format!("object {id} is not being received"))?;
-        let Data::ArrivingShared { file, .. } = &stored.data else {
-            return Err(format!("object {id} is not being written in place"));
+            .ok_or(ShardError::NotReceiving(id))?;
+        let (Data::ArrivingShared { file, .. }, Some(path)) =
+            (&stored.data, self.budget.shared_path(id, stored.total))
+        else {
+            return Err(ShardError::NotWrittenInPlace(id));
         };
-        let written = file.metadata().map_err(|e| e.to_string())?.len();
+        let written = match file.metadata() {
+            Ok(metadata) => metadata.len(),
+            Err(source) => {
+                let action = "seal";
+                return Err(ShardError::Io {
+                    action,
+                    id,
+                    path,
+                    source,
+                });
+            }
+        };
         if written != stored.total {
-            return Err(format!(
-                "object {id}: {written} bytes were written in place, not {}",
-                stored.total
-            ));
+            let total = stored.total;
+            return Err(ShardError::WrongSize { id, written, total });
         }
-        let path = self
-            .budget
-            .shared_path(id, stored.total)
-            .ok_or_else(|| format!("object {id} has no shared-memory file"))?;
         stored.data = Data::Shared(path);
         self.notify(id);
         Ok(())
@@ -642,33 +618,33 @@ impl Handler<Abort> for ObjectStoreShard {
         if !arriving {
             return MessageResult(Vec::new());
         }
-        let stored = self.objects.remove(&id).expect("present");
+        let Some(stored) = self.objects.remove(&id) else {
+            return MessageResult(Vec::new());
+        };
         self.forget(id, &stored);
         self.notify(id);
-        MessageResult(if stored.primary {
-            stored.contains
-        } else {
-            Vec::new()
-        })
+        if !stored.primary {
+            return MessageResult(Vec::new());
+        }
+        self.refs.forget(id);
+        MessageResult(stored.contains)
     }
 }
 
 impl Handler<Read> for ObjectStoreShard {
-    type Result = Result<Vec<u8>, String>;
+    type Result = Result<Vec<u8>, ShardError>;
 
     fn handle(&mut self, msg: Read, _: &mut Self::Context) -> Self::Result {
         let tick = self.tick();
-        let freed = self.freed.contains(&msg.id);
+        let freed = self.refs.was_freed(msg.id);
         let stored = self
             .objects
             .get_mut(&msg.id)
             .filter(|s| s.complete())
-            .ok_or_else(|| {
-                if freed {
-                    format!("object {} was freed: no reference to it remained", msg.id)
-                } else {
-                    format!("object {} is not here", msg.id)
-                }
+            .ok_or(if freed {
+                ShardError::Freed(msg.id)
+            } else {
+                ShardError::NotHere(msg.id)
             })?;
         stored.last_used = tick;
         if let Some(copy) = msg.copy_at.filter(|_| msg.offset == 0 && stored.primary) {
@@ -692,14 +668,15 @@ impl Handler<Read> for ObjectStoreShard {
                             stored.data = Data::Shared(shared.clone());
                             read_file(&shared, msg.id, start, end)
                         }
-                        Err(e) => {
+                        Err(source) => {
                             self.budget.give_back(total);
                             let _ = std::fs::remove_file(&shared);
-                            Err(format!(
-                                "cannot restore spilled object {} from {}: {e}",
-                                msg.id,
-                                path.display()
-                            ))
+                            Err(ShardError::Io {
+                                action: "restore",
+                                id: msg.id,
+                                path,
+                                source,
+                            })
                         }
                     };
                 }
@@ -711,19 +688,20 @@ impl Handler<Read> for ObjectStoreShard {
                     }
                     Ok(bytes) => {
                         self.budget.give_back(total);
-                        return Err(format!(
-                            "spilled object {} is {} bytes on disk, not {total}",
-                            msg.id,
-                            bytes.len()
-                        ));
+                        return Err(ShardError::SpillTruncated {
+                            id: msg.id,
+                            found: bytes.len() as u64,
+                            total,
+                        });
                     }
-                    Err(e) => {
+                    Err(source) => {
                         self.budget.give_back(total);
-                        return Err(format!(
-                            "cannot restore spilled object {} from {}: {e}",
-                            msg.id,
-                            path.display()
-                        ));
+                        return Err(ShardError::Io {
+                            action: "restore",
+                            id: msg.id,
+                            path,
+                            source,
+                        });
                     }
                 }
             } else {
@@ -733,7 +711,7 @@ impl Handler<Read> for ObjectStoreShard {
         match &stored.data {
             Data::Memory(bytes) => Ok(bytes[start as usize..end as usize].to_vec()),
             Data::Shared(path) => read_file(path, msg.id, start, end),
-            _ => Err(format!("object {} is not here", msg.id)),
+            _ => Err(ShardError::NotHere(msg.id)),
         }
     }
 }
@@ -744,11 +722,16 @@ fn read_file(
     id: ObjectId,
     start: u64,
     end: u64,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, ShardError> {
     let mut chunk = vec![0; (end - start) as usize];
     std::fs::File::open(path)
         .and_then(|file| file.read_exact_at(&mut chunk, start))
-        .map_err(|e| format!("cannot read object {id} from {}: {e}", path.display()))?;
+        .map_err(|source| ShardError::Io {
+            action: "read",
+            id,
+            path: path.to_path_buf(),
+            source,
+        })?;
     Ok(chunk)
 }
 
@@ -767,9 +750,7 @@ impl Handler<Await> for ObjectStoreShard {
                 stored.waiting.push(tx);
                 Awaited::Wait(rx)
             }
-            None if self.freed.contains(&id) => Awaited::Failed(format!(
-                "object {id} was freed: no reference to it remained"
-            )),
+            None if self.refs.was_freed(id) => Awaited::Failed(ShardError::Freed(id).to_string()),
             None => {
                 self.arrivals.entry(id).or_default().push(tx);
                 Awaited::Wait(rx)
@@ -782,15 +763,12 @@ impl Handler<Fail> for ObjectStoreShard {
     type Result = ();
 
     fn handle(&mut self, msg: Fail, _: &mut Self::Context) {
-        let stored = self
-            .objects
-            .entry(msg.id)
-            .or_insert_with(|| Stored::new(0, Data::Expected, true));
-        if !matches!(stored.data, Data::Expected) {
+        if self.objects.contains_key(&msg.id) {
             return;
         }
-        stored.data = Data::Failed(msg.message);
-        stored.holders.insert(msg.holder);
+        let failed = Stored::new(0, Data::Failed(msg.message), true);
+        self.objects.insert(msg.id, failed);
+        self.refs.arrived(msg.id, msg.holder);
         self.notify(msg.id);
     }
 }
@@ -801,29 +779,13 @@ impl Handler<UpdateRefs> for ObjectStoreShard {
     fn handle(&mut self, msg: UpdateRefs, _: &mut Self::Context) -> Self::Result {
         let mut freed = Vec::new();
         for (id, change) in msg.updates {
-            if self.freed.contains(&id) {
-                if matches!(change, RefChange::Hold { .. }) {
+            match self.refs.change(id, &msg.holder, change) {
+                Collected::Freed => freed.extend(self.free(id)),
+                Collected::Late if matches!(change, RefChange::Hold { .. }) => {
                     tracing::warn!(object = %id, holder = %msg.holder, "a reference to a freed object was taken");
                 }
-                continue;
+                Collected::Late | Collected::Kept | Collected::Placeholder => {}
             }
-            let stored = self
-                .objects
-                .entry(id)
-                .or_insert_with(|| Stored::new(0, Data::Expected, true));
-            match change {
-                RefChange::Hold { arrived } => {
-                    stored.holders.insert(msg.holder.clone());
-                    if arrived {
-                        stored.transit -= 1;
-                    }
-                }
-                RefChange::Release => {
-                    stored.holders.remove(&msg.holder);
-                }
-                RefChange::Transit => stored.transit += 1,
-            }
-            freed.extend(self.collect(id));
         }
         MessageResult(freed)
     }
@@ -838,14 +800,15 @@ impl Handler<DropCopy> for ObjectStoreShard {
             .get(&id)
             .is_some_and(|s| !s.primary && s.complete())
         {
-            let stored = self.objects.remove(&id).expect("present");
-            self.forget(id, &stored);
+            if let Some(stored) = self.objects.remove(&id) {
+                self.forget(id, &stored);
+            }
         }
     }
 }
 
 impl Handler<Spill> for ObjectStoreShard {
-    type Result = Result<u64, String>;
+    type Result = Result<u64, ShardError>;
 
     fn handle(&mut self, msg: Spill, _: &mut Self::Context) -> Self::Result {
         let mut candidates: Vec<(u64, bool, ObjectId)> = self
@@ -871,18 +834,30 @@ impl Handler<List> for ObjectStoreShard {
     type Result = MessageResult<List>;
 
     fn handle(&mut self, _: List, _: &mut Self::Context) -> Self::Result {
-        MessageResult(
-            self.objects
-                .iter()
-                .map(|(id, s)| ObjectSummary {
-                    id: *id,
-                    size: s.total,
-                    state: s.state(),
-                    primary: s.primary,
-                    holders: s.holders.iter().map(ToString::to_string).collect(),
-                    in_transit: s.transit,
-                })
-                .collect(),
-        )
+        let summary = |id: ObjectId, size, state, primary| {
+            let (holders, in_transit) = match self.refs.holders(id) {
+                Some((holders, transit)) => {
+                    (holders.iter().map(ToString::to_string).collect(), transit)
+                }
+                None => (Vec::new(), 0),
+            };
+            ObjectSummary {
+                id,
+                size,
+                state,
+                primary,
+                holders,
+                in_transit,
+            }
+        };
+        let present = self
+            .objects
+            .iter()
+            .map(|(id, s)| summary(*id, s.total, s.state(), s.primary));
+        let expected = self
+            .refs
+            .placeholders()
+            .map(|id| summary(id, 0, ObjectState::Expected, true));
+        MessageResult(present.chain(expected).collect())
     }
 }

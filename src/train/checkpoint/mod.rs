@@ -379,9 +379,10 @@ fn digest(path: &Path) -> Result<(u64, String), CheckpointError> {
             source,
         })?
         .len();
-    let sha = crate::cluster::sha256_file(path).map_err(|detail| CheckpointError::Corrupt {
+    let sha = crate::cluster::sha256_file(path).map_err(|source| CheckpointError::Io {
         path: path.to_path_buf(),
-        detail,
+        what: "cannot hash",
+        source,
     })?;
     Ok((size, sha))
 }
