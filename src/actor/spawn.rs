@@ -23,7 +23,9 @@ use crate::cluster::{
     ActorId, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet, CPU, GPU, MEMORY,
 };
 use crate::cluster::{DirectoryRequest, MembershipRequest};
-use crate::launch::{candidates, ship_to_head, start_on, BinarySource, LaunchError, Strategy};
+use crate::launch::{
+    candidates, ship_to_head, start_on, BinarySource, LaunchError, Started, Strategy,
+};
 use crate::runtime::{ProcessContext, RemoteActor};
 use crate::transport::RequestOptions;
 use crate::wire::Incarnation;
@@ -248,8 +250,8 @@ async fn place(
         let binary = BinarySource::File(context.binary.0.clone());
         for node in candidates {
             match start_on(&context.endpoint, node, spec, &binary).await {
-                Ok(Ok(())) => return Ok(()),
-                Ok(Err(refusal)) => last = refusal,
+                Ok(Started::Running) => return Ok(()),
+                Ok(Started::Full(refusal)) => last = refusal,
                 // Dead but not yet declared so: the other nodes may do.
                 Err(LaunchError::Cluster(e)) => last = format!("node {}: {e}", node.id),
                 Err(e) => return Err(e.into()),

@@ -25,7 +25,7 @@ mod plan;
 mod run;
 mod timeline;
 
-pub use plan::{ChaosPlan, FaultAction, NodeTarget, PlannedFault, ResolvedFault};
+pub use plan::{ChaosPlan, FaultAction, NodeTarget, PlanError, PlannedFault, ResolvedFault};
 pub use run::{run, run_while, ChaosError};
 pub use timeline::{Timeline, TimelineEntry};
 

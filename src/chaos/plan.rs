@@ -9,6 +9,29 @@ use crate::train::faults::{TrainingFault, TRAINING_FAULTS_ENV};
 use crate::transport::faults::PACKET_FAULTS_ENV;
 use crate::transport::{PacketFaults, PacketRule};
 
+/// A chaos plan that cannot be read, or does not fit the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The text is not a plan.
+    #[error("not a chaos plan: {0}")]
+    Toml(#[from] toml::de::Error),
+    /// A partition with nobody on its side.
+    #[error("a partition needs at least one node in `nodes`")]
+    EmptyPartition,
+    /// A fault names a node the cluster does not have.
+    #[error("the plan names node {0:?}, which the cluster does not have")]
+    UnknownNode(String),
+    /// A partition puts a node on both sides.
+    #[error("node {0:?} is on both sides of a partition")]
+    BothSides(String),
+    /// `degrade_links` given what it sets itself.
+    #[error("degrade_links sets its faults' peers and window itself (use `nodes`, `from`, `for_ms`; `partition` for a cut)")]
+    DegradeWindow,
+    /// `"random"` with no node to pick.
+    #[error("\"random\" picks among non-head nodes, and there are none")]
+    NoRandomNode,
+}
+
 /// A seeded list of faults.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChaosPlan {
@@ -258,8 +281,8 @@ impl ChaosPlan {
     }
 
     /// Parses a TOML plan.
-    pub fn from_toml(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|e| format!("not a chaos plan: {e}"))
+    pub fn from_toml(text: &str) -> Result<Self, PlanError> {
+        Ok(toml::from_str(text)?)
     }
 
     /// The plan as TOML, to print next to a failure for replay.
@@ -271,7 +294,7 @@ impl ChaosPlan {
     /// cluster's node names, index 0 the head. `"random"` picks a non-head
     /// node from the seed, and the `k`-th random choice of a plan is always
     /// the same node for the same seed and nodes.
-    pub fn resolve(&self, nodes: &[String]) -> Result<Vec<ResolvedFault>, String> {
+    pub fn resolve(&self, nodes: &[String]) -> Result<Vec<ResolvedFault>, PlanError> {
         let mut faults: Vec<&PlannedFault> = self.faults.iter().collect();
         faults.sort_by_key(|f| f.at_ms);
         let mut choices = 0u64;
@@ -282,20 +305,22 @@ impl ChaosPlan {
                     FaultAction::KillNode { node }
                     | FaultAction::StopNode { node, .. }
                     | FaultAction::RestartNode { node } => node,
-                    FaultAction::Partition { nodes: side, from, .. }
-                    | FaultAction::DegradeLinks { nodes: side, from, .. } => {
+                    FaultAction::Partition {
+                        nodes: side, from, ..
+                    }
+                    | FaultAction::DegradeLinks {
+                        nodes: side, from, ..
+                    } => {
                         if side.is_empty() {
-                            return Err("a partition needs at least one node in `nodes`".into());
+                            return Err(PlanError::EmptyPartition);
                         }
                         for name in side.iter().chain(from) {
                             if !nodes.contains(name) {
-                                return Err(format!(
-                                    "the partition names node {name:?}, which the cluster does not have"
-                                ));
+                                return Err(PlanError::UnknownNode(name.clone()));
                             }
                         }
                         if let Some(both) = side.iter().find(|n| from.contains(n)) {
-                            return Err(format!("node {both:?} is on both sides of a partition"));
+                            return Err(PlanError::BothSides(both.clone()));
                         }
                         if let FaultAction::DegradeLinks { faults, .. } = &fault.action {
                             if !faults.peers.is_empty()
@@ -303,7 +328,7 @@ impl ChaosPlan {
                                 || faults.from_ms != 0
                                 || faults.until_ms.is_some()
                             {
-                                return Err("degrade_links sets its faults' peers and window itself (use `nodes`, `from`, `for_ms`; `partition` for a cut)".into());
+                                return Err(PlanError::DegradeWindow);
                             }
                         }
                         return Ok(ResolvedFault {
@@ -322,16 +347,11 @@ impl ChaosPlan {
                     }
                 };
                 let node = match target {
-                    NodeTarget::Named(name) => {
-                        nodes.iter().position(|n| n == name).ok_or_else(|| {
-                            format!("the plan names node {name:?}, which the cluster does not have")
-                        })?
-                    }
-                    NodeTarget::Random if nodes.len() < 2 => {
-                        return Err(
-                            "\"random\" picks among non-head nodes, and there are none".into()
-                        )
-                    }
+                    NodeTarget::Named(name) => nodes
+                        .iter()
+                        .position(|n| n == name)
+                        .ok_or_else(|| PlanError::UnknownNode(name.clone()))?,
+                    NodeTarget::Random if nodes.len() < 2 => return Err(PlanError::NoRandomNode),
                     NodeTarget::Random => {
                         choices += 1;
                         1 + (mix(self.seed, choices) % (nodes.len() as u64 - 1)) as usize
@@ -431,7 +451,7 @@ mod tests {
                 },
             },
         );
-        let error = windowed.resolve(&names()).unwrap_err();
+        let error = windowed.resolve(&names()).unwrap_err().to_string();
         assert!(error.contains("window itself"), "{error}");
         let text = "seed = 1\n[[faults]]\nat_ms = 5\naction = { partition = { nodes = [\"node-2\"], for_ms = 10 } }\n[[faults]]\nat_ms = 9\naction = { degrade_links = { nodes = [\"node-1\"], for_ms = 10, faults = { drop = 0.2 } } }\n";
         let plan = ChaosPlan::from_toml(text).unwrap();
@@ -449,7 +469,7 @@ mod tests {
             (partition(&[], &["head"]), "at least one node"),
             (partition(&["node-1"], &["node-1"]), "both sides"),
         ] {
-            let error = bad.resolve(&names()).unwrap_err();
+            let error = bad.resolve(&names()).unwrap_err().to_string();
             assert!(error.contains(says), "{error}");
         }
     }
@@ -462,9 +482,11 @@ mod tests {
                 node: NodeTarget::Named("ghost".into()),
             },
         );
-        assert!(plan.resolve(&names()).unwrap_err().contains("ghost"));
-        assert!(ChaosPlan::from_toml("seed = \"x\"")
+        let unknown = plan.resolve(&names()).unwrap_err().to_string();
+        assert!(unknown.contains("ghost"), "{unknown}");
+        let malformed = ChaosPlan::from_toml("seed = \"x\"")
             .unwrap_err()
-            .contains("not a chaos plan"));
+            .to_string();
+        assert!(malformed.contains("not a chaos plan"), "{malformed}");
     }
 }

@@ -17,16 +17,43 @@ use crate::cluster::{
 };
 use crate::cluster::{DirectoryRequest, FaultRequest, ProcessClass};
 use crate::local::{LocalCluster, LocalClusterError};
-use crate::transport::{FaultCounts, PacketRule, RequestOptions};
+use crate::transport::{ConnectError, FaultCounts, PacketRule, RequestError, RequestOptions};
 
-use super::{ChaosPlan, FaultAction, ResolvedFault, Timeline, TimelineEntry};
+use super::{ChaosPlan, FaultAction, PlanError, ResolvedFault, Timeline, TimelineEntry};
+
+/// One fault could not be injected: the timeline records it, the run goes
+/// on.
+#[derive(Debug, thiserror::Error)]
+enum NotInjected {
+    /// The head or a process could not be asked.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A process could not be reached.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// A process did not answer.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// The call to a worker could not be encoded.
+    #[error("cannot encode the call: {0}")]
+    Encode(#[from] rmp_serde::encode::Error),
+    /// A `type:TYPE` target matches no live actor.
+    #[error("no live actor is of type {0}")]
+    NoActorOfType(String),
+    /// A name target matches no live actor.
+    #[error("no live actor has that name")]
+    NoActorNamed,
+}
 
 /// A chaos run could not be carried out.
 #[derive(Debug, thiserror::Error)]
 pub enum ChaosError {
     /// The plan does not fit the cluster.
     #[error("bad chaos plan: {0}")]
-    Plan(String),
+    Plan(#[from] PlanError),
+    /// An actor or link fault was routed to the node faults (a bug).
+    #[error("an actor or link fault reached the node faults")]
+    Misrouted,
     /// A node process could not be signalled or restarted.
     #[error(transparent)]
     Cluster(#[from] LocalClusterError),
@@ -59,7 +86,7 @@ pub async fn run_while<T>(
         .iter()
         .map(|n| n.name().to_string())
         .collect();
-    let faults = plan.resolve(&names).map_err(ChaosError::Plan)?;
+    let faults = plan.resolve(&names)?;
     let client = cluster.client().await?;
     let mut run = Run {
         start: Instant::now(),
@@ -214,11 +241,7 @@ impl Run {
                     FaultAction::KillActor { .. }
                     | FaultAction::PanicActor { .. }
                     | FaultAction::Partition { .. }
-                    | FaultAction::DegradeLinks { .. } => {
-                        return Err(ChaosError::Plan(
-                            "an actor or link fault reached the node faults".into(),
-                        ))
-                    }
+                    | FaultAction::DegradeLinks { .. } => return Err(ChaosError::Misrouted),
                 };
                 self.timeline.entries.push(TimelineEntry::Injected {
                     fault: label,
@@ -307,8 +330,8 @@ impl Run {
                     let _ = connection.request(body, options).await;
                     Ok(())
                 }
-                (Err(e), _) => Err(e.to_string()),
-                (_, Err(e)) => Err(e.to_string()),
+                (Err(e), _) => Err(NotInjected::from(e)),
+                (_, Err(e)) => Err(NotInjected::from(e)),
             };
             if let Err(e) = sent {
                 self.timeline.entries.push(not_done(&what, &label, e));
@@ -371,7 +394,7 @@ impl Run {
         let installing = async move {
             let failures = match link_rules(client, &nodes, &from, for_ms, rule).await {
                 Ok(failures) => failures,
-                Err(e) => vec![e],
+                Err(e) => vec![e.to_string()],
             };
             if failures.is_empty() {
                 return Vec::new();
@@ -519,7 +542,10 @@ impl Run {
 /// The live actors a plan's actor target names: `NAME` (the actor with
 /// that unique name) or `type:TYPE` (every actor of that registered type,
 /// in name order).
-async fn live_actors(client: &ClusterClient, target: &str) -> Result<Vec<ActorRecord>, String> {
+async fn live_actors(
+    client: &ClusterClient,
+    target: &str,
+) -> Result<Vec<ActorRecord>, NotInjected> {
     if let Some(type_name) = target.strip_prefix("type:") {
         let mut records: Vec<ActorRecord> = match client
             .call(&ControlRequest::Directory(DirectoryRequest::ListActors))
@@ -529,12 +555,12 @@ async fn live_actors(client: &ClusterClient, target: &str) -> Result<Vec<ActorRe
                 .into_iter()
                 .filter(|r| r.type_name == type_name && !r.restarting)
                 .collect(),
-            Ok(reply) => return Err(format!("unexpected reply to ListActors: {reply:?}")),
-            Err(e) => return Err(e.to_string()),
+            Ok(reply) => return Err(unexpected("ListActors", reply)),
+            Err(e) => return Err(e.into()),
         };
         records.sort_by(|a, b| (&a.name, a.actor).cmp(&(&b.name, b.actor)));
         if records.is_empty() {
-            return Err(format!("no live actor is of type {type_name}"));
+            return Err(NotInjected::NoActorOfType(type_name.to_string()));
         }
         return Ok(records);
     }
@@ -545,17 +571,25 @@ async fn live_actors(client: &ClusterClient, target: &str) -> Result<Vec<ActorRe
         .await
     {
         Ok(ControlReply::Actor(Some(record))) if record.dead.is_none() => Ok(vec![*record]),
-        Ok(_) => Err("no live actor has that name".into()),
-        Err(e) => Err(e.to_string()),
+        Ok(_) => Err(NotInjected::NoActorNamed),
+        Err(e) => Err(e.into()),
     }
 }
 
+/// The head answered `request` with the wrong kind of reply.
+fn unexpected(request: &'static str, reply: ControlReply) -> NotInjected {
+    NotInjected::Client(ClientError::UnexpectedReply {
+        request,
+        reply: Box::new(reply),
+    })
+}
+
 /// A planned fault that could not be injected.
-fn not_done(what: &str, target: &str, detail: String) -> TimelineEntry {
+fn not_done(what: &str, target: &str, detail: impl ToString) -> TimelineEntry {
     TimelineEntry::NotRecovered {
         what: what.to_string(),
         node: target.to_string(),
-        detail,
+        detail: detail.to_string(),
     }
 }
 
@@ -607,20 +641,17 @@ impl Process {
     }
 
     /// Adds `rule` to the process's socket.
-    async fn cut(&self, client: &ClusterClient, rule: PacketRule) -> Result<(), String> {
+    async fn cut(&self, client: &ClusterClient, rule: PacketRule) -> Result<(), NotInjected> {
         let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
         match self {
             Process::Node(node) => {
                 let connection = client
                     .endpoint()
                     .connect(node.address, Some(&node.identity()))
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .await?;
                 let request = ControlRequest::Faults(FaultRequest::AddPacketRule(rule));
-                crate::client::call(&connection, &request, options)
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string())
+                crate::client::call(&connection, &request, options).await?;
+                Ok(())
             }
             Process::Worker(record) => {
                 let worker = crate::wire::NodeIdentity {
@@ -630,19 +661,15 @@ impl Process {
                 let call = crate::actor::ActorCall {
                     actor: record.actor,
                     message: crate::actor::faults::PACKET_RULE_MESSAGE.to_string(),
-                    payload: rmp_serde::to_vec_named(&rule).map_err(|e| e.to_string())?,
+                    payload: rmp_serde::to_vec_named(&rule)?,
                 };
-                let body = rmp_serde::to_vec_named(&call).map_err(|e| e.to_string())?;
+                let body = rmp_serde::to_vec_named(&call)?;
                 let connection = client
                     .endpoint()
                     .connect(record.address, Some(&worker))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                connection
-                    .request(body, options)
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string())
+                    .await?;
+                connection.request(body, options).await?;
+                Ok(())
             }
         }
     }
@@ -656,15 +683,14 @@ async fn link_rules(
     from: &[String],
     for_ms: u64,
     template: PacketRule,
-) -> Result<Vec<String>, String> {
-    let status = client.status().await.map_err(|e| e.to_string())?;
+) -> Result<Vec<String>, NotInjected> {
+    let status = client.status().await?;
     let actors = match client
         .call(&ControlRequest::Directory(DirectoryRequest::ListActors))
-        .await
+        .await?
     {
-        Ok(ControlReply::Actors(actors)) => actors,
-        Ok(reply) => return Err(format!("unexpected reply to ListActors: {reply:?}")),
-        Err(e) => return Err(e.to_string()),
+        ControlReply::Actors(actors) => actors,
+        reply => return Err(unexpected("ListActors", reply)),
     };
     let on_side_a = |name: &str| nodes.iter().any(|n| n == name);
     let on_side_b = |name: &str| {

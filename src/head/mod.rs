@@ -27,7 +27,7 @@ use actix::Addr;
 pub use directory::Directory;
 pub use events::ClusterEvents;
 pub use membership::Membership;
-pub use rescheduler::{ActorRescheduler, RESCHEDULE_DEADLINE};
+pub use rescheduler::{ActorRescheduler, NotPlaced, RESCHEDULE_DEADLINE};
 
 /// The control-plane actors, on the head only.
 #[derive(Clone)]

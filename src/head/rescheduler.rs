@@ -21,11 +21,32 @@ use crate::cluster::{ActorSpec, DeathCause, NodeState};
 use super::directory::{ActorDown, Directory, Reschedule};
 use super::events::{ClusterEvents, EventsSince};
 use super::membership::{self, Membership};
-use crate::launch::{self, BinarySource, LaunchError, Strategy};
+use crate::cluster::ResourceSet;
+use crate::launch::{self, BinarySource, LaunchError, Started, Strategy};
 use crate::transport::Endpoint;
 
 /// How long the rescheduler looks for a node that can take a lost actor.
 pub const RESCHEDULE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Why a lost actor could not be started on another node.
+#[derive(Debug, thiserror::Error)]
+pub enum NotPlaced {
+    /// No alive node could ever hold it.
+    #[error("no alive node offers {0}")]
+    NoNodeOffers(ResourceSet),
+    /// No node could supply the program's binary.
+    #[error(transparent)]
+    Binary(LaunchError),
+    /// Every node that could hold it was full until the deadline.
+    #[error("every node refused it for {RESCHEDULE_DEADLINE:?}; last: {last}")]
+    Refused {
+        /// The last refusal.
+        last: String,
+    },
+    /// The head's own actors are stopping.
+    #[error("the head is stopping")]
+    HeadStopping,
+}
 
 /// Restarts actors lost with their node elsewhere (head only).
 pub struct ActorRescheduler {
@@ -79,7 +100,7 @@ impl Handler<Reschedule> for ActorRescheduler {
                         incarnation: msg.lost,
                         reason: DeathCause::NotRescheduled {
                             death: Box::new(msg.reason),
-                            error: e,
+                            error: e.to_string(),
                         },
                         restarting: false,
                     });
@@ -95,17 +116,17 @@ async fn place(
     membership: Addr<Membership>,
     events: Addr<ClusterEvents>,
     spec: ActorSpec,
-) -> Result<String, String> {
+) -> Result<String, NotPlaced> {
     let end = Instant::now() + RESCHEDULE_DEADLINE;
     let mut last = String::from("no node was asked");
     loop {
         let status = membership
             .send(membership::Status)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| NotPlaced::HeadStopping)?;
         let candidates = launch::candidates(&status.nodes, &spec, &Strategy::Any);
         if candidates.is_empty() {
-            return Err(format!("no alive node offers {}", spec.resources));
+            return Err(NotPlaced::NoNodeOffers(spec.resources.clone()));
         }
         // Spawners of movable actors ship the program to the head; other
         // nodes that ran it have it too.
@@ -119,18 +140,16 @@ async fn place(
         let binary = BinarySource::Nodes(sources);
         for node in candidates {
             match launch::start_on(&endpoint, node, &spec, &binary).await {
-                Ok(Ok(())) => return Ok(node.id.clone()),
-                Ok(Err(refusal)) => last = refusal,
+                Ok(Started::Running) => return Ok(node.id.clone()),
+                Ok(Started::Full(refusal)) => last = refusal,
                 // No node has the program: waiting will not help.
-                Err(e @ LaunchError::Binary(_)) => return Err(e.to_string()),
+                Err(e @ LaunchError::Binary(_)) => return Err(NotPlaced::Binary(e)),
                 Err(e) => last = format!("node {}: {e}", node.id),
             }
         }
         let left = end.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!(
-                "every node refused it for {RESCHEDULE_DEADLINE:?}; last: {last}"
-            ));
+            return Err(NotPlaced::Refused { last });
         }
         // Wait for the cluster to change (an actor died, a node joined):
         // no event is after u64::MAX, so the next one published ends the
@@ -139,6 +158,9 @@ async fn place(
             after: u64::MAX,
             wait: left,
         };
-        events.send(change).await.map_err(|e| e.to_string())?;
+        events
+            .send(change)
+            .await
+            .map_err(|_| NotPlaced::HeadStopping)?;
     }
 }

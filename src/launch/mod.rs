@@ -129,14 +129,22 @@ pub enum BinarySource {
     Nodes(Vec<NodeStatus>),
 }
 
+/// What a node did with a request to start an actor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// The actor runs there.
+    Running,
+    /// The node has no room for it: what it said.
+    Full(String),
+}
+
 /// Asks `node` to start the actor, shipping the binary if it asks for it.
-/// `Ok(Err(refusal))`: the node is full.
 pub async fn start_on(
     endpoint: &Endpoint,
     node: &NodeStatus,
     spec: &ActorSpec,
     binary: &BinarySource,
-) -> Result<Result<(), String>, LaunchError> {
+) -> Result<Started, LaunchError> {
     let connection = endpoint
         .connect(node.address, Some(&node.identity()))
         .await
@@ -161,8 +169,8 @@ pub async fn start_on(
             Err(e) => return Err(e.into()),
         };
         match reply {
-            ControlReply::ActorStarted(_) => return Ok(Ok(())),
-            ControlReply::NoCapacity(refusal) => return Ok(Err(refusal)),
+            ControlReply::ActorStarted(_) => return Ok(Started::Running),
+            ControlReply::NoCapacity(refusal) => return Ok(Started::Full(refusal)),
             ControlReply::NeedBinary if shipping.is_none() => {
                 // Ask again once holding the lock: another spawn may have
                 // shipped it meanwhile.

@@ -48,7 +48,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
     let ChaosCommand::Run(args) = args.command;
     let text = std::fs::read_to_string(&args.plan)
         .with_context(|| format!("cannot read {}", args.plan.display()))?;
-    let mut plan = ChaosPlan::from_toml(&text).map_err(anyhow::Error::msg)?;
+    let mut plan = ChaosPlan::from_toml(&text)?;
     if let Some(seed) = args.seed {
         plan.seed = seed;
     }

@@ -614,7 +614,7 @@ mod tests {
                 over: None,
                 stats: Stats::default(),
             };
-            sim.max_failures = sim.next(5) as u32;
+            sim.max_failures = sim.next(6) as u32;
             sim.elastic = (sim.next(2) == 0).then_some(4);
             sim.policy = Attempts::new(sim.max_failures, sim.timeout, sim.elastic);
             sim
@@ -628,7 +628,8 @@ mod tests {
         }
 
         fn step(&mut self, step: u32) {
-            let elapse = Duration::from_millis(self.next(300));
+            // Whole tenths of a second: some checks land on the timeout.
+            let elapse = Duration::from_millis(100 * self.next(4));
             self.now += elapse;
             let live = self.live.as_ref().map(|(id, _)| *id);
             let id = match live {
@@ -639,10 +640,10 @@ mod tests {
             match self.next(20) {
                 0 => self.begin(),
                 1 => self.launch(),
-                2..=9 => self.progress(id, rank),
+                2..=8 => self.progress(id, rank),
                 10 => self.report(id, rank),
-                11 if self.next(4) == 0 => self.rank_failed(id, rank, format!("boom {step}")),
-                12 => self.rank_finished(id, rank),
+                11 if self.next(8) == 0 => self.rank_failed(id, rank, format!("boom {step}")),
+                12 if self.next(3) == 0 => self.rank_finished(id, rank),
                 13 => self.hang(),
                 14 => self.node_joined(id),
                 15 => self.probed(),
@@ -703,7 +704,7 @@ mod tests {
         }
 
         fn progress(&mut self, id: u64, rank: usize) {
-            let (advance, stale, now) = (self.next(4) != 0, self.next(10), self.now);
+            let (advance, stale, now) = (self.next(2) == 0, self.next(10), self.now);
             let steps = match self.worker(id, rank) {
                 Some(w) if advance && !w.finished => {
                     w.steps += 1;
