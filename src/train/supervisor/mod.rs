@@ -16,6 +16,10 @@
 //! collective fails at once), kill every worker, wait for the deaths,
 //! release the placement group, then start the next attempt from the
 //! latest checkpoint that verifies, unless `max_failures` is spent.
+//!
+//! Which attempt is live, when it failed, hung or finished, and what
+//! follows are decided by the plain state machine in `policy.rs`; this
+//! actor carries its decisions out.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,9 +43,11 @@ use crate::cluster::FaultRequest;
 use crate::placement::{PlacementError, PlacementGroup};
 
 mod launch;
+mod policy;
 mod watch;
 
 use launch::{launch, stop_workers, Launched, ELASTIC_TRY};
+use policy::{Attempts, Failure, Next, Rescale};
 use watch::{watch, watch_for_room};
 
 /// How long a progress poll waits for news.
@@ -122,13 +128,10 @@ enum WorkerLink {
     Local(Arc<Progress>),
 }
 
+/// The workers of the current attempt, and their resources.
 struct Attempt {
-    id: u64,
     links: Vec<WorkerLink>,
     group: Option<PlacementGroup>,
-    finished: Vec<bool>,
-    progress: Vec<(u64, Instant)>,
-    ending: bool,
 }
 
 /// Supervises one training run; see the module docs.
@@ -136,39 +139,41 @@ pub struct TrainerSupervisor {
     plan: Arc<RunPlan>,
     reporter: Addr<CheckpointReporter>,
     history: Vec<(u64, Metrics)>,
-    failures: Vec<String>,
-    restarts: u32,
+    /// The decisions (`policy.rs`).
+    attempts: Attempts,
     resume: Option<PathBuf>,
     attempt: Option<Attempt>,
-    next_attempt: u64,
     workers: usize,
     done: Option<oneshot::Sender<TrainResult>>,
     observer: Option<TrainObserver>,
     /// The injected faults that fired: each rule fires once per
     /// run.
     fired: Vec<FiredFault>,
-    /// When the last failure was seen, until the next attempt's first
-    /// report (the recovery).
-    failed_at: Option<Instant>,
 }
 
 impl TrainerSupervisor {
     pub(crate) fn new(plan: RunPlan, observer: Option<TrainObserver>) -> Self {
         let reporter = CheckpointReporter::new(plan.run.checkpoint.clone()).start();
+        let elastic_max = match plan.scaling.workers {
+            WorkerCount::Elastic { max, .. } => Some(max),
+            _ => None,
+        };
+        let attempts = Attempts::new(
+            plan.run.max_failures,
+            plan.run.progress_timeout,
+            elastic_max,
+        );
         TrainerSupervisor {
             resume: plan.resume_from.clone(),
             plan: Arc::new(plan),
             reporter,
             history: Vec::new(),
-            failures: Vec::new(),
-            restarts: 0,
+            attempts,
             attempt: None,
-            next_attempt: 0,
             workers: 0,
             done: None,
             observer,
             fired: Vec::new(),
-            failed_at: None,
         }
     }
 
@@ -179,8 +184,9 @@ impl TrainerSupervisor {
     }
 
     fn start_attempt(&mut self, ctx: &mut Context<Self>) {
-        let id = self.next_attempt;
-        self.next_attempt += 1;
+        let Some(id) = self.attempts.begin() else {
+            return;
+        };
         let faults: Vec<TrainingFault> = self
             .plan
             .faults
@@ -191,7 +197,7 @@ impl TrainerSupervisor {
         let launch = launch(
             self.plan.clone(),
             id,
-            self.restarts,
+            self.attempts.restarts(),
             self.resume.clone(),
             faults,
         );
@@ -208,21 +214,27 @@ impl TrainerSupervisor {
         launched: Result<Launched, TrainError>,
         ctx: &mut Context<Self>,
     ) {
+        let now = Instant::now();
         let launched = match launched {
             Ok(launched) => launched,
             Err(e) if fatal(&e) => return self.complete(Some(e), ctx),
-            Err(e) => return self.attempt_failed(e.to_string(), ctx),
+            Err(e) => {
+                if let Some(failure) = self.attempts.launch_failed(id, e.to_string(), now) {
+                    self.tell_failed(failure);
+                    self.ended(ctx);
+                }
+                return;
+            }
         };
-        let n = launched.links.len();
+        self.attempts.launched(id, launched.links.len(), now);
         self.workers = launched.world_size;
         self.tell(TrainEvent::Started {
-            attempt: self.restarts,
+            attempt: self.attempts.restarts(),
             workers: launched.world_size,
             resumed_from: self.resume.clone(),
             backend: launched.backend,
             nodes: launched.nodes.clone(),
         });
-        let now = Instant::now();
         let me = ctx.address();
         for (rank, link) in launched.links.iter().enumerate() {
             tokio::spawn(watch(
@@ -233,36 +245,21 @@ impl TrainerSupervisor {
                 launched.seen_events,
             ));
         }
-        if let WorkerCount::Elastic { max, .. } = self.plan.scaling.workers {
-            if launched.world_size < max {
-                tokio::spawn(watch_for_room(me.clone(), id, launched.seen_events));
-            }
+        if self.attempts.room_wanted(id).is_some() {
+            tokio::spawn(watch_for_room(me.clone(), id, launched.seen_events));
         }
         self.attempt = Some(Attempt {
-            id,
             links: launched.links,
             group: launched.group,
-            finished: vec![false; n],
-            progress: vec![(0, now); n],
-            ending: false,
         });
     }
 
-    fn current(&mut self, id: u64) -> Option<&mut Attempt> {
-        self.attempt.as_mut().filter(|a| a.id == id && !a.ending)
-    }
-
-    /// The first failure of the current attempt: tear it down, then restart
-    /// or give up.
+    /// A worker of attempt `id` failed: if that is the attempt's first
+    /// failure, tear it down, then restart or give up.
     fn worker_failed(&mut self, id: u64, rank: usize, reason: String, ctx: &mut Context<Self>) {
-        let Some(attempt) = self.current(id) else {
+        let Some(failure) = self.attempts.rank_failed(id, rank, &reason, Instant::now()) else {
             return;
         };
-        if attempt.finished.get(rank).copied().unwrap_or(false) {
-            return;
-        }
-        attempt.ending = true;
-        self.failed_at.get_or_insert_with(Instant::now);
         if let Some(fired) = FiredFault::from_death(&reason) {
             // A fault rule killed it: it has fired. Its announcement may
             // have died with the process, so the death tells the observer
@@ -276,47 +273,46 @@ impl TrainerSupervisor {
                 self.fired.push(fired);
             }
         }
-        let reason = format!("worker rank {rank}: {reason}");
-        tracing::warn!(attempt = id, "training attempt failed: {reason}");
-        self.tell(TrainEvent::Failed {
-            attempt: self.restarts,
-            reason: reason.clone(),
-        });
-        let teardown = self.teardown(&reason);
-        ctx.spawn(
-            teardown
-                .into_actor(self)
-                .map(move |_, act, ctx| act.attempt_failed(reason, ctx)),
-        );
+        tracing::warn!(attempt = id, "training attempt failed: {}", failure.reason);
+        let why = failure.reason.clone();
+        self.tell_failed(failure);
+        self.end_attempt(&why, ctx);
     }
 
-    fn attempt_failed(&mut self, reason: String, ctx: &mut Context<Self>) {
-        self.failed_at.get_or_insert_with(Instant::now);
-        if self.attempt.is_none() {
-            // It failed to launch: nobody told the observer yet.
-            self.tell(TrainEvent::Failed {
-                attempt: self.restarts,
-                reason: reason.clone(),
-            });
-        }
+    fn tell_failed(&mut self, failure: Failure) {
+        self.tell(TrainEvent::Failed {
+            attempt: failure.attempt,
+            reason: failure.reason,
+        });
+    }
+
+    /// Tears the ending attempt down (for `why`), then acts on what follows.
+    fn end_attempt(&mut self, why: &str, ctx: &mut Context<Self>) {
+        let teardown = self.teardown(why);
+        ctx.spawn(teardown.into_actor(self).map(|_, act, ctx| act.ended(ctx)));
+    }
+
+    /// The ending attempt is gone: restart, finish or give up.
+    fn ended(&mut self, ctx: &mut Context<Self>) {
         self.attempt = None;
-        self.failures.push(reason);
-        if self.failures.len() as u32 > self.plan.run.max_failures {
-            let error = TrainError::FailuresExhausted {
-                failures: self.failures.len() as u32,
-                max_failures: self.plan.run.max_failures,
-                first: self.failures[0].clone(),
-                last: self.failures[self.failures.len() - 1].clone(),
-            };
-            return self.complete(Some(error), ctx);
+        match self.attempts.ended() {
+            Some(Next::Restart) => self.restart(ctx),
+            Some(Next::Done) => self.complete(None, ctx),
+            Some(Next::GiveUp(exhausted)) => {
+                let error = TrainError::FailuresExhausted {
+                    failures: exhausted.failures,
+                    max_failures: exhausted.max_failures,
+                    first: exhausted.first,
+                    last: exhausted.last,
+                };
+                self.complete(Some(error), ctx);
+            }
+            None => {}
         }
-        self.restart(ctx);
     }
 
     /// Starts the next attempt from the newest checkpoint that verifies.
     fn restart(&mut self, ctx: &mut Context<Self>) {
-        self.attempt = None;
-        self.restarts += 1;
         let latest = self.reporter.send(Latest);
         ctx.spawn(latest.into_actor(self).map(|latest, act, ctx| {
             match latest.ok().and_then(|l| l.checkpoint) {
@@ -352,18 +348,18 @@ impl TrainerSupervisor {
     }
 
     fn polled(&mut self, id: u64, rank: usize, report: ProgressReport, ctx: &mut Context<Self>) {
-        let Some(attempt) = self.current(id) else {
+        if !self
+            .attempts
+            .progress(id, rank, report.steps, Instant::now())
+        {
             return;
-        };
-        if report.steps != attempt.progress[rank].0 {
-            attempt.progress[rank] = (report.steps, Instant::now());
         }
         let mut failure = None;
         for (_, event) in report.events {
             match event {
                 WorkerEvent::Report { index, metrics, .. } if rank == 0 => {
-                    if let Some(failed) = self.failed_at.take() {
-                        self.report_recovery(index, failed);
+                    if let Some(took) = self.attempts.report(id, rank, Instant::now()) {
+                        self.report_recovery(index, took);
                     }
                     self.history.retain(|(i, _)| *i < index);
                     self.history.push((index, metrics.clone()));
@@ -412,26 +408,16 @@ impl TrainerSupervisor {
             None => {}
             Some(Err(e)) => self.worker_failed(id, rank, e, ctx),
             Some(Ok(())) => {
-                let Some(attempt) = self.current(id) else {
-                    return;
-                };
-                attempt.finished[rank] = true;
-                if attempt.finished.iter().all(|f| *f) {
-                    attempt.ending = true;
-                    let teardown = self.teardown("training finished");
-                    ctx.spawn(
-                        teardown
-                            .into_actor(self)
-                            .map(|_, act, ctx| act.complete(None, ctx)),
-                    );
+                if self.attempts.rank_finished(id, rank) {
+                    self.end_attempt("training finished", ctx);
                 }
             }
         }
     }
 
     /// Tells the cluster (for chaos timelines) that the group trains again.
-    fn report_recovery(&self, index: u64, failed: Instant) {
-        let took_ms = failed.elapsed().as_millis() as u64;
+    fn report_recovery(&self, index: u64, took: Duration) {
+        let took_ms = took.as_millis() as u64;
         tracing::info!(took_ms, "training restored: step {index} done");
         let Some(context) = ProcessContext::current() else {
             return;
@@ -439,7 +425,7 @@ impl TrainerSupervisor {
         let report = ControlRequest::Faults(FaultRequest::ReportRecovery {
             what: format!(
                 "training restored (attempt {}, first step {index} done)",
-                self.restarts
+                self.attempts.restarts()
             ),
             target: format!("run {}", self.plan.run.name),
             took_ms,
@@ -453,17 +439,7 @@ impl TrainerSupervisor {
 
     fn check_progress(&mut self, ctx: &mut Context<Self>) {
         let timeout = self.plan.run.progress_timeout;
-        let Some(attempt) = self.attempt.as_ref().filter(|a| !a.ending) else {
-            return;
-        };
-        let stalled = attempt
-            .progress
-            .iter()
-            .enumerate()
-            .find(|(rank, (_, at))| !attempt.finished[*rank] && at.elapsed() > timeout)
-            .map(|(rank, _)| rank);
-        if let Some(rank) = stalled {
-            let id = attempt.id;
+        if let Some((id, rank)) = self.attempts.hung(Instant::now()) {
             let reason = format!("no progress (report or collective step) for {timeout:?}: hung");
             self.worker_failed(id, rank, reason, ctx);
         }
@@ -474,7 +450,7 @@ impl TrainerSupervisor {
         let reporter = self.reporter.clone();
         let run_dir = self.plan.run.run_dir();
         let history: Vec<Metrics> = self.history.iter().map(|(_, m)| m.clone()).collect();
-        let (restarts, workers) = (self.restarts, self.workers);
+        let (restarts, workers) = (self.attempts.restarts(), self.workers);
         let done = self.done.take();
         ctx.spawn(
             async move {
@@ -521,16 +497,9 @@ impl Handler<NodeJoined> for TrainerSupervisor {
     type Result = ();
 
     fn handle(&mut self, NodeJoined(id): NodeJoined, ctx: &mut Context<Self>) {
-        let WorkerCount::Elastic { max, .. } = self.plan.scaling.workers else {
+        let Some(extra) = self.attempts.room_wanted(id) else {
             return;
         };
-        let Some(attempt) = self.current(id) else {
-            return;
-        };
-        let extra = max.saturating_sub(attempt.links.len());
-        if extra == 0 {
-            return;
-        }
         // Room for the missing workers? Reserve it for a moment to find out.
         let plan = self.plan.clone();
         let probe = async move {
@@ -544,20 +513,17 @@ impl Handler<NodeJoined> for TrainerSupervisor {
             }
         };
         ctx.spawn(probe.into_actor(self).map(move |room, act, ctx| {
-            let Some(attempt) = act.current(id) else {
-                return;
-            };
             if !room {
                 return;
             }
-            attempt.ending = true;
-            let n = attempt.links.len();
+            let Some(Rescale { from, to }) = act.attempts.room_found(id) else {
+                return;
+            };
             tracing::info!(
-                "elastic run: room for {max} workers again; restarting from the latest checkpoint"
+                "elastic run: room for {to} workers again; restarting from the latest checkpoint"
             );
-            act.tell(TrainEvent::Rescaling { from: n, to: max });
-            let teardown = act.teardown("growing the group");
-            ctx.spawn(teardown.into_actor(act).map(|_, act, ctx| act.restart(ctx)));
+            act.tell(TrainEvent::Rescaling { from, to });
+            act.end_attempt("growing the group", ctx);
         }));
     }
 }
