@@ -57,14 +57,14 @@ use crate::placement::{InBundle, PlacementError, PlacementGroup};
 use crate::transport::RequestOptions;
 
 pub use pool::IDLE_LEASE;
-pub use worker::{RunTask, TaskOutput, TaskWorker};
+pub use worker::{RunTask, TaskFailure, TaskOutput, TaskWorker};
 
 use worker::InputWire;
 
 /// A task function's type-erased entry point: MessagePack argument in,
 /// MessagePack result (and the references inside it) out.
 pub(crate) type TaskRun =
-    Arc<dyn Fn(&[u8], bool) -> Result<(Vec<u8>, refs::Captured), String> + Send + Sync>;
+    Arc<dyn Fn(&[u8], bool) -> Result<(Vec<u8>, refs::Captured), TaskFailure> + Send + Sync>;
 
 /// The name and signature of a task function: `A` in, `R` out. Declare one
 /// as a constant and use it both to register and to submit.
@@ -116,10 +116,10 @@ impl Registry {
             } else {
                 decode()
             }
-            .map_err(|e| format!("cannot decode the argument: {e}"))?;
-            let output = run(input).map_err(|e| e.to_string())?;
+            .map_err(|e| TaskFailure::DecodeArgument(e.to_string()))?;
+            let output = run(input).map_err(|e| TaskFailure::Function(e.to_string()))?;
             let (bytes, captured) = refs::capturing(|| rmp_serde::to_vec_named(&output));
-            let bytes = bytes.map_err(|e| format!("cannot encode the result: {e}"))?;
+            let bytes = bytes.map_err(|e| TaskFailure::EncodeResult(e.to_string()))?;
             Ok((bytes, captured))
         });
         self.extend(|table: &mut TaskTable| {

@@ -41,6 +41,47 @@ pub(crate) enum InputWire {
     Gather(Vec<ObjectRef<()>>),
 }
 
+/// Why a task failed in its worker. It travels back to the submitter
+/// over the wire, so it is serializable; `get` of the result reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum TaskFailure {
+    /// The worker process has no nimbus runtime.
+    #[error("the worker is not initialised")]
+    NotInitialized,
+    /// The worker's binary registers no such function.
+    #[error("this binary registers no task function {0}")]
+    NotRegistered(String),
+    /// An object the argument refers to could not be fetched.
+    #[error("its argument is unavailable: {0}")]
+    Argument(String),
+    /// The argument is not the function's argument type.
+    #[error("cannot decode the argument: {0}")]
+    DecodeArgument(String),
+    /// The function returned an error: its text.
+    #[error("{0}")]
+    Function(String),
+    /// The function's result could not be encoded.
+    #[error("cannot encode the result: {0}")]
+    EncodeResult(String),
+    /// The function panicked.
+    #[error("it panicked: {0}")]
+    Panicked(String),
+    /// The function's thread was cancelled.
+    #[error("it was cancelled: {0}")]
+    Cancelled(String),
+    /// The result's owner could not be reached.
+    #[error("cannot reach the result's owner {owner}: {detail}")]
+    Owner {
+        /// The owner node.
+        owner: String,
+        /// Why.
+        detail: String,
+    },
+    /// The result could not be stored at its owner.
+    #[error("cannot store its result: {0}")]
+    Store(String),
+}
+
 /// What a task's worker did with its result.
 #[derive(Serialize, Deserialize)]
 pub enum TaskOutput {
@@ -55,7 +96,7 @@ pub enum TaskOutput {
 /// `owner`, held by `holder` (or return it, if small). Answered with the
 /// function's error, if any.
 #[derive(Clone, Message, Serialize, Deserialize)]
-#[rtype(result = "Result<TaskOutput, String>")]
+#[rtype(result = "Result<TaskOutput, TaskFailure>")]
 pub struct RunTask {
     pub(crate) task: String,
     pub(crate) input: InputWire,
@@ -69,7 +110,7 @@ impl RemoteMessage for RunTask {
 }
 
 impl Handler<RunTask> for TaskWorker {
-    type Result = ResponseFuture<Result<TaskOutput, String>>;
+    type Result = ResponseFuture<Result<TaskOutput, TaskFailure>>;
 
     fn handle(&mut self, run: RunTask, _: &mut Context<Self>) -> Self::Result {
         // One task at a time reaches a worker: its lease says so.
@@ -77,18 +118,18 @@ impl Handler<RunTask> for TaskWorker {
     }
 }
 
-async fn execute(run: RunTask) -> Result<TaskOutput, String> {
-    let context = ProcessContext::current().ok_or("the worker is not initialised")?;
+async fn execute(run: RunTask) -> Result<TaskOutput, TaskFailure> {
+    let context = ProcessContext::current().ok_or(TaskFailure::NotInitialized)?;
     let function = super::TaskTable::lookup(&context.registry, &run.task)
-        .ok_or_else(|| format!("this binary registers no task function {}", run.task))?;
+        .ok_or_else(|| TaskFailure::NotRegistered(run.task.clone()))?;
     let (argument, from_objects) = resolve(&run.input)
         .await
-        .map_err(|e| format!("its argument is unavailable: {e}"))?;
+        .map_err(|e| TaskFailure::Argument(e.to_string()))?;
     let output = tokio::task::spawn_blocking(move || function(&argument, from_objects))
         .await
         .map_err(|e| match e.try_into_panic() {
-            Ok(panic) => format!("it panicked: {}", crate::runtime::panic_text(&*panic)),
-            Err(e) => format!("it was cancelled: {e}"),
+            Ok(panic) => TaskFailure::Panicked(crate::runtime::panic_text(&*panic)),
+            Err(e) => TaskFailure::Cancelled(e.to_string()),
         })??;
     // `captured` keeps this process's stakes in the references inside the
     // result until the stored result holds them.
@@ -100,7 +141,10 @@ async fn execute(run: RunTask) -> Result<TaskOutput, String> {
         .endpoint
         .connect(run.owner.address, Some(&run.owner.node))
         .await
-        .map_err(|e| format!("cannot reach the result's owner {}: {e}", run.owner))?;
+        .map_err(|e| TaskFailure::Owner {
+            owner: run.owner.to_string(),
+            detail: e.to_string(),
+        })?;
     let stored = object_store::store(
         &owner,
         run.result,
@@ -109,7 +153,7 @@ async fn execute(run: RunTask) -> Result<TaskOutput, String> {
         captured.refs.clone(),
     )
     .await
-    .map_err(|e| format!("cannot store its result: {e}"));
+    .map_err(|e| TaskFailure::Store(e.to_string()));
     drop(captured);
     stored.map(|()| TaskOutput::Stored)
 }

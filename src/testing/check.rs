@@ -92,10 +92,10 @@ pub struct Invariant {
 
 impl Invariant {
     /// Starts checking `check` (`Err` describes a violation).
-    pub fn watch(
+    pub fn watch<E: std::fmt::Display>(
         name: &str,
         period: Duration,
-        mut check: impl FnMut() -> Result<(), String> + Send + 'static,
+        mut check: impl FnMut() -> Result<(), E> + Send + 'static,
     ) -> Self {
         let (stop, mut stopped) = oneshot::channel();
         let name = name.to_string();
@@ -108,7 +108,7 @@ impl Invariant {
                         name,
                         checks,
                         at: started.elapsed(),
-                        detail,
+                        detail: detail.to_string(),
                     });
                 }
                 checks += 1;

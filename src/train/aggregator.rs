@@ -26,6 +26,7 @@ use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+use super::AggregatorRefusal;
 use crate::actor::{Registry, RemoteActor, RemoteMessage};
 
 /// A flat vector of `f32` parameters (or gradients), sent as little-endian
@@ -92,7 +93,7 @@ pub struct ParameterAggregator {
 }
 
 /// Where a synchronous push's answer goes once its round completes.
-type AverageReply = oneshot::Sender<Result<Params, String>>;
+type AverageReply = oneshot::Sender<Result<Params, AggregatorRefusal>>;
 
 impl Actor for ParameterAggregator {
     type Context = Context<Self>;
@@ -125,7 +126,7 @@ impl Registry {
 /// Synchronous mode: this worker's parameters for `round`; answered with the
 /// round's average once every worker has pushed.
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "Result<Params, String>")]
+#[rtype(result = "Result<Params, AggregatorRefusal>")]
 pub struct PushAverage {
     /// The round (0, 1, ...): pushes for any other round than the current
     /// one are refused.
@@ -139,27 +140,26 @@ impl RemoteMessage for PushAverage {
 }
 
 impl Handler<PushAverage> for ParameterAggregator {
-    type Result = ResponseFuture<Result<Params, String>>;
+    type Result = ResponseFuture<Result<Params, AggregatorRefusal>>;
 
     fn handle(&mut self, push: PushAverage, _: &mut Context<Self>) -> Self::Result {
         let (reply, answer) = oneshot::channel();
-        let refused = |e: String| -> Self::Result { Box::pin(async move { Err(e) }) };
+        let refused = |e: AggregatorRefusal| -> Self::Result { Box::pin(async move { Err(e) }) };
         let Aggregation::Synchronous { workers } = self.mode else {
-            return refused("this aggregator is asynchronous: push gradients".into());
+            return refused(AggregatorRefusal::Asynchronous);
         };
         if push.round != self.round {
-            return refused(format!(
-                "push for round {} but the aggregator is at round {}",
-                push.round, self.round
-            ));
+            return refused(AggregatorRefusal::WrongRound {
+                pushed: push.round,
+                current: self.round,
+            });
         }
         let values = push.params.to_f32();
         if values.len() != self.params.len() {
-            return refused(format!(
-                "{} parameters pushed, the aggregator holds {}",
-                values.len(),
-                self.params.len()
-            ));
+            return refused(AggregatorRefusal::WrongLength {
+                pushed: values.len(),
+                holds: self.params.len(),
+            });
         }
         self.pushed.push((values, reply));
         if self.pushed.len() >= workers {
@@ -180,11 +180,7 @@ impl Handler<PushAverage> for ParameterAggregator {
                 let _ = reply.send(Ok(average.clone()));
             }
         }
-        Box::pin(async move {
-            answer
-                .await
-                .unwrap_or_else(|_| Err("the aggregator stopped".into()))
-        })
+        Box::pin(async move { answer.await.unwrap_or(Err(AggregatorRefusal::Stopped)) })
     }
 }
 
@@ -199,7 +195,7 @@ pub struct Update {
 
 /// Asynchronous mode: a gradient computed on `seen_version`.
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "Result<Update, String>")]
+#[rtype(result = "Result<Update, AggregatorRefusal>")]
 pub struct PushGradient {
     /// The version of the parameters the gradient was computed on.
     pub seen_version: u64,
@@ -212,19 +208,18 @@ impl RemoteMessage for PushGradient {
 }
 
 impl Handler<PushGradient> for ParameterAggregator {
-    type Result = Result<Update, String>;
+    type Result = Result<Update, AggregatorRefusal>;
 
     fn handle(&mut self, push: PushGradient, _: &mut Context<Self>) -> Self::Result {
         let Aggregation::Asynchronous { lr } = self.mode else {
-            return Err("this aggregator is synchronous: push parameters per round".into());
+            return Err(AggregatorRefusal::Synchronous);
         };
         let gradient = push.gradient.to_f32();
         if gradient.len() != self.params.len() {
-            return Err(format!(
-                "a gradient of {} values for {} parameters",
-                gradient.len(),
-                self.params.len()
-            ));
+            return Err(AggregatorRefusal::WrongLength {
+                pushed: gradient.len(),
+                holds: self.params.len(),
+            });
         }
         for (p, g) in self.params.iter_mut().zip(&gradient) {
             *p -= lr * g;

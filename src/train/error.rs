@@ -1,5 +1,7 @@
 //! Errors of the training layer.
 
+use serde::{Deserialize, Serialize};
+
 use super::checkpoint::CheckpointError;
 use super::collective::CollectiveError;
 use crate::actor::{CallError, SpawnError};
@@ -59,3 +61,68 @@ pub enum TrainError {
     #[error("training loop error: {0}")]
     Loop(String),
 }
+
+/// A training worker refused a request. It travels back to the
+/// supervisor over the wire, so it is serializable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum WorkerRefusal {
+    /// `StartTraining` came twice.
+    #[error("this worker is already training")]
+    AlreadyTraining,
+    /// `PollTraining` before `StartTraining`.
+    #[error("this worker has not started training")]
+    NotTraining,
+    /// The worker process has no nimbus runtime.
+    #[error("nimbus is not initialised in the worker")]
+    NotInitialized,
+    /// The binary registers no loop of that name.
+    #[error("training loop {0:?} is not registered in this binary (Registry::train_loop)")]
+    UnknownLoop(String),
+    /// The network collective's inbox was handed out already.
+    #[error("this worker's collective inbox is taken")]
+    InboxTaken,
+    /// The loop's thread could not start.
+    #[error("cannot start the training thread: {0}")]
+    Thread(String),
+    /// NCCL is unavailable: built without the `cuda` feature, or the
+    /// library failed.
+    #[error("no NCCL: {0}")]
+    Nccl(String),
+}
+
+/// A parameter aggregator refused a push. It travels back to the pusher
+/// over the wire, so it is serializable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum AggregatorRefusal {
+    /// Parameters pushed to an asynchronous aggregator.
+    #[error("this aggregator is asynchronous: push gradients")]
+    Asynchronous,
+    /// A gradient pushed to a synchronous aggregator.
+    #[error("this aggregator is synchronous: push parameters per round")]
+    Synchronous,
+    /// A push for another round than the current one.
+    #[error("push for round {pushed} but the aggregator is at round {current}")]
+    WrongRound {
+        /// The push's round.
+        pushed: u64,
+        /// The aggregator's.
+        current: u64,
+    },
+    /// A push of the wrong size.
+    #[error("{pushed} values pushed, the aggregator holds {holds} parameters")]
+    WrongLength {
+        /// Values pushed.
+        pushed: usize,
+        /// Parameters held.
+        holds: usize,
+    },
+    /// The aggregator stopped before the round completed.
+    #[error("the aggregator stopped")]
+    Stopped,
+}
+
+/// How a training loop ended badly, as its worker reports it to the
+/// supervisor: the loop's error, rendered where it happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{0}")]
+pub struct LoopFailed(pub String);

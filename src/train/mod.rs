@@ -83,7 +83,7 @@ pub use config::{
 #[cfg(feature = "torch")]
 pub use context::{DistributedModel, Ranks, TrainContext};
 #[cfg(feature = "torch")]
-pub use error::TrainError;
+pub use error::{AggregatorRefusal, LoopFailed, TrainError, WorkerRefusal};
 #[cfg(feature = "torch")]
 pub use optim::Sgd;
 #[cfg(feature = "torch")]

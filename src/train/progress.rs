@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::checkpoint::SavedCheckpoint;
-use super::Metrics;
+use super::{LoopFailed, Metrics};
 
 /// Something a worker's loop did.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -54,13 +54,13 @@ pub struct ProgressReport {
     /// Reports plus collective operations so far: the liveness signal.
     pub steps: u64,
     /// `Some` once the loop returned (and its checkpoints are written).
-    pub finished: Option<Result<(), String>>,
+    pub finished: Option<Result<(), LoopFailed>>,
 }
 
 #[derive(Default)]
 struct State {
     events: Vec<WorkerEvent>,
-    finished: Option<Result<(), String>>,
+    finished: Option<Result<(), LoopFailed>>,
 }
 
 /// A loop's progress.
@@ -104,7 +104,7 @@ impl Progress {
     }
 
     /// Records the loop's outcome.
-    pub(crate) fn finish(&self, outcome: Result<(), String>) {
+    pub(crate) fn finish(&self, outcome: Result<(), LoopFailed>) {
         self.lock().finished = Some(outcome);
         self.bump();
     }

@@ -12,13 +12,14 @@ use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::Checkpoint;
+use super::collective::LinkClosed;
 use super::collective::{
     Chunk, Collective, Delivery, GroupAbort, NetworkGroup, SendChunk, SharedMemoryGroup, SoloGroup,
 };
 use super::context::{Ranks, TrainContext};
 use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport};
-use super::{LoopFn, TrainError};
+use super::{LoopFailed, LoopFn, TrainError, WorkerRefusal};
 use crate::actor::{ActorHandle, ProcessContext, RemoteActor, RemoteMessage};
 
 /// How a group's workers reach each other.
@@ -144,7 +145,7 @@ impl GroupAbortHandle {
 
 /// A new NCCL unique id, made by rank 0 for its group.
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "Result<Vec<u8>, String>")]
+#[rtype(result = "Result<Vec<u8>, WorkerRefusal>")]
 pub struct NcclUniqueId;
 
 impl RemoteMessage for NcclUniqueId {
@@ -152,13 +153,16 @@ impl RemoteMessage for NcclUniqueId {
 }
 
 impl Handler<NcclUniqueId> for TrainerWorker {
-    type Result = Result<Vec<u8>, String>;
+    type Result = Result<Vec<u8>, WorkerRefusal>;
 
     fn handle(&mut self, _: NcclUniqueId, _: &mut Context<Self>) -> Self::Result {
         #[cfg(feature = "cuda")]
-        return super::collective::nccl::unique_id().map_err(|e| e.to_string());
+        return super::collective::nccl::unique_id()
+            .map_err(|e| WorkerRefusal::Nccl(e.to_string()));
         #[cfg(not(feature = "cuda"))]
-        Err("this program was built without the `cuda` feature: no NCCL".into())
+        Err(WorkerRefusal::Nccl(
+            "this program was built without the `cuda` feature".into(),
+        ))
     }
 }
 
@@ -175,7 +179,7 @@ enum GroupLink {
 
 /// Start the loop; fails if it is unknown or already started.
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<(), WorkerRefusal>")]
 pub struct StartTraining(pub Assignment);
 
 impl RemoteMessage for StartTraining {
@@ -183,7 +187,7 @@ impl RemoteMessage for StartTraining {
 }
 
 impl Handler<StartTraining> for TrainerWorker {
-    type Result = Result<(), String>;
+    type Result = Result<(), WorkerRefusal>;
 
     fn handle(
         &mut self,
@@ -191,17 +195,11 @@ impl Handler<StartTraining> for TrainerWorker {
         _: &mut Context<Self>,
     ) -> Self::Result {
         if self.progress.is_some() {
-            return Err("this worker is already training".into());
+            return Err(WorkerRefusal::AlreadyTraining);
         }
-        let context = ProcessContext::current().ok_or("nimbus is not initialised")?;
-        let run = super::LoopTable::lookup(&context.registry, &assignment.loop_name).ok_or_else(
-            || {
-                format!(
-                    "training loop {:?} is not registered in this binary (Registry::train_loop)",
-                    assignment.loop_name
-                )
-            },
-        )?;
+        let context = ProcessContext::current().ok_or(WorkerRefusal::NotInitialized)?;
+        let run = super::LoopTable::lookup(&context.registry, &assignment.loop_name)
+            .ok_or_else(|| WorkerRefusal::UnknownLoop(assignment.loop_name.clone()))?;
         let link = match &assignment.group {
             None => GroupLink::Solo,
             Some(GroupSpec::SharedMemory { .. }) => GroupLink::SharedMemory,
@@ -210,7 +208,7 @@ impl Handler<StartTraining> for TrainerWorker {
                 let incoming = self
                     .inbox_receiver
                     .take()
-                    .ok_or("this worker's collective inbox is taken")?;
+                    .ok_or(WorkerRefusal::InboxTaken)?;
                 *self.group.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some(GroupAbortHandle::Network(self.inbox.clone()));
                 GroupLink::Network {
@@ -225,14 +223,14 @@ impl Handler<StartTraining> for TrainerWorker {
         std::thread::Builder::new()
             .name("nimbus-train-loop".into())
             .spawn(move || run_worker(run, assignment, link, progress, group))
-            .map_err(|e| format!("cannot start the training thread: {e}"))?;
+            .map_err(|e| WorkerRefusal::Thread(e.to_string()))?;
         Ok(())
     }
 }
 
 /// Progress after event `after`, waiting up to `wait_ms` for some.
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "Result<ProgressReport, String>")]
+#[rtype(result = "Result<ProgressReport, WorkerRefusal>")]
 pub struct PollTraining {
     /// The last event seen.
     pub after: u64,
@@ -245,12 +243,12 @@ impl RemoteMessage for PollTraining {
 }
 
 impl Handler<PollTraining> for TrainerWorker {
-    type Result = ResponseFuture<Result<ProgressReport, String>>;
+    type Result = ResponseFuture<Result<ProgressReport, WorkerRefusal>>;
 
     fn handle(&mut self, poll: PollTraining, _: &mut Context<Self>) -> Self::Result {
         let progress = self.progress.clone();
         Box::pin(async move {
-            let progress = progress.ok_or("this worker has not started training")?;
+            let progress = progress.ok_or(WorkerRefusal::NotTraining)?;
             Ok(progress
                 .poll(poll.after, Duration::from_millis(poll.wait_ms))
                 .await)
@@ -298,11 +296,7 @@ fn forward_chunks(peers: Vec<ActorHandle<TrainerWorker>>) -> SendChunk {
             }
         }
     });
-    Box::new(move |to, chunk| {
-        queue
-            .send((to, chunk))
-            .map_err(|_| "the worker's sender stopped".to_string())
-    })
+    Box::new(move |to, chunk| queue.send((to, chunk)).map_err(|_| LinkClosed(to)))
 }
 
 /// The loop thread of a worker process.
@@ -360,7 +354,7 @@ fn run_worker(
         };
         run_loop(&run, &assignment, collective, progress.clone())
     })();
-    progress.finish(outcome.map_err(|e| e.to_string()));
+    progress.finish(outcome.map_err(|e| LoopFailed(e.to_string())));
 }
 
 /// Joins an NCCL group on this thread (its device is the worker's GPU).

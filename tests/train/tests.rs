@@ -687,7 +687,7 @@ async fn parameter_aggregator_in_a_worker_process(_: &mut nimbus::Driver) {
         })
         .await
         .unwrap();
-    assert!(wrong.unwrap_err().contains("synchronous"));
+    assert!(wrong.unwrap_err().to_string().contains("synchronous"));
     let (version, params) = server.send(Pull).await.unwrap();
     assert_eq!((version, params.to_f32()), (1, vec![2.0, 3.0, 4.0]));
     server.kill().await.expect("killed");

@@ -26,7 +26,7 @@ mod shared_memory;
 
 use std::time::Duration;
 
-pub use network::{Chunk, Delivery, NetworkGroup, SendChunk};
+pub use network::{Chunk, Delivery, LinkClosed, NetworkGroup, SendChunk};
 pub use shared_memory::{GroupAbort, SharedMemoryGroup, MAX_WORLD};
 
 /// Why a collective operation failed.

@@ -42,7 +42,13 @@ pub enum Delivery {
 }
 
 /// Sends a chunk to a rank (in order, reliably, or fails).
-pub type SendChunk = Box<dyn Fn(usize, Chunk) -> Result<(), String> + Send>;
+pub type SendChunk = Box<dyn Fn(usize, Chunk) -> Result<(), LinkClosed> + Send>;
+
+/// A chunk could not be handed over: the way to that rank is closed (its
+/// inbox, or this worker's sender, is gone).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the link to rank {0} is closed")]
+pub struct LinkClosed(pub usize);
 
 /// One rank of a ring group.
 pub struct NetworkGroup {
@@ -281,7 +287,7 @@ mod tests {
                 let send: SendChunk = Box::new(move |to, chunk| {
                     peers[to]
                         .send(Delivery::Chunk(chunk))
-                        .map_err(|e| e.to_string())
+                        .map_err(|_| LinkClosed(to))
                 });
                 let group =
                     NetworkGroup::new(rank, world, send, incoming, Duration::from_secs(5)).unwrap();

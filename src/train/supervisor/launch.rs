@@ -18,7 +18,7 @@ use crate::train::progress::Progress;
 use crate::train::worker::{
     self, AbortTraining, Assignment, GroupSpec, NcclUniqueId, StartTraining, TrainerWorker,
 };
-use crate::train::{CollectiveBackend, TrainError, WorkerCount};
+use crate::train::{CollectiveBackend, LoopFailed, TrainError, WorkerCount};
 
 /// Bytes per rank slot of the shared-memory group: the allreduce bucket.
 const BUCKET_BYTES: usize = 4 << 20;
@@ -217,7 +217,10 @@ pub(super) async fn launch(
         .enumerate()
         .find_map(|(rank, r)| match r {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(TrainError::WorkerFailed { rank, reason: e }),
+            Ok(Err(e)) => Some(TrainError::WorkerFailed {
+                rank,
+                reason: e.to_string(),
+            }),
             Err(e) => Some(TrainError::WorkerFailed {
                 rank,
                 reason: e.to_string(),
@@ -249,7 +252,7 @@ fn launch_local(plan: &RunPlan, assignment: Assignment) -> Launched {
             Box::new(SoloGroup),
             thread_progress.clone(),
         );
-        thread_progress.finish(outcome.map_err(|e| e.to_string()));
+        thread_progress.finish(outcome.map_err(|e| LoopFailed(e.to_string())));
     });
     Launched {
         links: vec![WorkerLink::Local(progress)],

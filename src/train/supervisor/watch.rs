@@ -72,7 +72,7 @@ pub(super) async fn watch(
                         return None;
                     }
                 }
-                Ok(Err(e)) => return Some(e),
+                Ok(Err(e)) => return Some(e.to_string()),
                 Err(e) => return Some(e.to_string()),
             }
         }
