@@ -279,7 +279,13 @@ mod tests {
             })
             .await
             .unwrap();
-        assert!(stale.unwrap_err().contains("round 1"));
+        assert_eq!(
+            stale.unwrap_err(),
+            AggregatorRefusal::WrongRound {
+                pushed: 0,
+                current: 1
+            }
+        );
 
         let server = ParameterAggregator::from_args(AggregatorArgs {
             initial: Params::from_f32(&[1.0]),

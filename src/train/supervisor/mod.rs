@@ -407,11 +407,10 @@ impl TrainerSupervisor {
         match report.finished {
             None => {}
             Some(Err(e)) => self.worker_failed(id, rank, e.0, ctx),
-            Some(Ok(())) => {
-                if self.attempts.rank_finished(id, rank) {
-                    self.end_attempt("training finished", ctx);
-                }
+            Some(Ok(())) if self.attempts.rank_finished(id, rank) => {
+                self.end_attempt("training finished", ctx);
             }
+            Some(Ok(())) => {}
         }
     }
 
