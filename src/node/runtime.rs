@@ -2,6 +2,7 @@
 //! of [`crate::node`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,126 +50,53 @@ pub fn run(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), 
 
 async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), NodeError> {
     let resources = config.resources.resolve()?;
-    let socket = Endpoint::bind_socket(config.listen)?;
-    let port = socket.local_addr()?.port();
-    let ip = config.advertise_ip.unwrap_or_else(detect_ip);
-    let address = SocketAddr::new(ip, port);
-    let identity = NodeIdentity {
-        name: config
-            .node_name
-            .clone()
-            .unwrap_or_else(|| address.to_string()),
-        incarnation: Incarnation::fresh(),
-    };
-    let credentials = Credentials::issue(&config.token, &identity.name)?;
-    let me = PeerIdentity {
-        role: PeerRole::Node,
-        identity: identity.clone(),
-    };
-    let mut transport = config.transport.clone();
-    if let Some(plan) = PacketFaults::from_env().map_err(NodeError::FaultPlan)? {
-        transport.packet_faults = Some(plan);
-    }
-    let endpoint = Endpoint::listen(socket, me, &credentials, transport)?;
+    let (endpoint, identity, address) = bind(&config)?;
     let registration = NodeRegistration {
         node: identity.clone(),
         address,
         resources: resources.clone(),
     };
-
-    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
-    let (head_link, interval, head_actors, head_address) = match config.role {
+    let link = match config.role {
         NodeRole::Head { heartbeat_timeout } => {
-            let interval = heartbeat_timeout / 6;
-            let events = ClusterEvents::default().start();
-            let membership = Membership::new(heartbeat_timeout, events.clone()).start();
-            let directory = Directory::create(|ctx| {
-                let rescheduler = ActorRescheduler::new(
-                    endpoint.clone(),
-                    membership.clone(),
-                    events.clone(),
-                    ctx.address(),
-                )
-                .start();
-                Directory::new(events.clone(), Some(rescheduler.recipient()))
-            });
-            events.do_send(Subscribe(directory.clone().recipient()));
-            let join = membership::Join {
-                registration,
-                head: true,
-            };
-            membership
-                .send(join)
-                .await
-                .map_err(|e| NodeError::Runtime(std::io::Error::other(e)))?
-                .map_err(|e| NodeError::Expelled(e.to_string()))?;
-            let link = HeadLink::Local {
-                membership: membership.clone(),
-                directory: directory.clone(),
-            };
-            let actors = HeadActors {
-                membership,
-                events,
-                directory,
-                heartbeat_interval: interval,
-            };
-            (link, interval, Some(actors), address)
+            start_head(&endpoint, registration, heartbeat_timeout).await?
         }
-        NodeRole::Member { head } => {
-            let interval = join(&endpoint, head, registration).await?;
-            let link = HeadLink::Remote {
+        NodeRole::Member { head } => Link {
+            interval: join(&endpoint, head, registration).await?,
+            head: HeadLink::Remote {
                 endpoint: endpoint.clone(),
                 head,
-            };
-            (link, interval, None, head)
-        }
+            },
+            actors: None,
+            address: head,
+        },
     };
-    let is_member = head_actors.is_none();
+    let is_member = link.actors.is_none();
+    let head_address = link.address;
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
     let manager = NodeManager::new(NodeManagerConfig {
         identity: identity.clone(),
         address,
         total: resources.clone(),
-        head: head_link,
+        head: link.head,
         head_address,
-        interval,
+        interval: link.interval,
         head_lost_timeout: config.head_lost_timeout,
         fatal: fatal_tx,
         token: config.token.clone(),
-        advertise_ip: ip,
+        advertise_ip: address.ip(),
         state_dir: config.state_dir.clone(),
-        actor_faults: ActorFault::from_env().map_err(NodeError::FaultPlan)?,
+        actor_faults: ActorFault::from_env()?,
     })
     .start();
-    let store_memory = config
-        .object_store_memory
-        .unwrap_or((resources.amount(MEMORY) * 0.3) as u64);
-    // The node's own directory inside the one it is given: it removes that
-    // directory when it stops, and never the user's.
-    let own = format!("{}-{}", file_name_part(&identity.name), std::process::id());
-    let spill_dir = match &config.object_spill_dir {
-        Some(dir) => dir.join(format!("nimbus-{own}")),
-        None => config.state_dir.join("spill").join(&own),
-    };
     let me = ObjectLocation {
         node: identity.clone(),
         address,
     };
-    // Large objects live in tmpfs files that processes of this host map.
-    let shm = std::path::Path::new("/dev/shm");
-    crate::object_store::remove_stale(shm, "nimbus-");
-    crate::object_store::remove_stale(&config.state_dir.join("spill"), "");
-    let shared_dir = Some(shm)
-        .filter(|shm| shm.is_dir())
-        .map(|shm| shm.join(format!("nimbus-{own}")));
-    let objects = NodeObjectStore::start(store_memory, spill_dir, shared_dir, endpoint.clone(), me);
-    // Worker processes' references die with them.
-    objects.watch_worker_deaths(match &head_actors {
-        Some(head) => HeadEvents::Local(head.events.clone()),
-        None => HeadEvents::Remote(head_address),
-    });
+    let head = (&link.actors, head_address);
+    let objects = start_object_store(&config, &resources, &endpoint, me, head);
     endpoint.serve(Arc::new(NodeService::new(
         manager,
-        head_actors,
+        link.actors,
         objects.clone(),
         endpoint.clone(),
     )));
@@ -206,6 +134,145 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     endpoint.shutdown().await;
     objects.remove_files();
     outcome
+}
+
+/// Step 1–2: binds the port, picks a fresh incarnation, issues this
+/// process's certificate and starts serving QUIC (with the packet fault
+/// plan of the environment, if any).
+fn bind(config: &NodeConfig) -> Result<(Endpoint, NodeIdentity, SocketAddr), NodeError> {
+    let socket = Endpoint::bind_socket(config.listen)?;
+    let port = socket.local_addr()?.port();
+    let ip = config.advertise_ip.unwrap_or_else(detect_ip);
+    let address = SocketAddr::new(ip, port);
+    let identity = NodeIdentity {
+        name: config
+            .node_name
+            .clone()
+            .unwrap_or_else(|| address.to_string()),
+        incarnation: Incarnation::fresh(),
+    };
+    let credentials = Credentials::issue(&config.token, &identity.name)?;
+    let me = PeerIdentity {
+        role: PeerRole::Node,
+        identity: identity.clone(),
+    };
+    let mut transport = config.transport.clone();
+    if let Some(plan) = PacketFaults::from_env()? {
+        transport.packet_faults = Some(plan);
+    }
+    let endpoint = Endpoint::listen(socket, me, &credentials, transport)?;
+    Ok((endpoint, identity, address))
+}
+
+/// How this node reaches the control plane.
+struct Link {
+    /// The node manager's way to the head.
+    head: HeadLink,
+    /// The heartbeat interval.
+    interval: Duration,
+    /// The control-plane actors, on the head.
+    actors: Option<HeadActors>,
+    /// The head's address.
+    address: SocketAddr,
+}
+
+/// Heartbeats per heartbeat timeout: a node is declared dead after missing
+/// about this many.
+const BEATS_PER_TIMEOUT: u32 = 6;
+
+/// Step 3, on the head: starts the control-plane actors and registers this
+/// node with them.
+async fn start_head(
+    endpoint: &Endpoint,
+    registration: NodeRegistration,
+    heartbeat_timeout: Duration,
+) -> Result<Link, NodeError> {
+    let interval = heartbeat_timeout / BEATS_PER_TIMEOUT;
+    let address = registration.address;
+    let events = ClusterEvents::default().start();
+    let membership = Membership::new(heartbeat_timeout, events.clone()).start();
+    let directory = Directory::create(|ctx| {
+        let rescheduler = ActorRescheduler::new(
+            endpoint.clone(),
+            membership.clone(),
+            events.clone(),
+            ctx.address(),
+        )
+        .start();
+        Directory::new(events.clone(), Some(rescheduler.recipient()))
+    });
+    events.do_send(Subscribe(directory.clone().recipient()));
+    let join = membership::Join {
+        registration,
+        head: true,
+    };
+    membership
+        .send(join)
+        .await
+        .map_err(|e| NodeError::Runtime(std::io::Error::other(e)))?
+        .map_err(|e| NodeError::Expelled(e.to_string()))?;
+    let head = HeadLink::Local {
+        membership: membership.clone(),
+        directory: directory.clone(),
+    };
+    let actors = HeadActors {
+        membership,
+        events,
+        directory,
+        heartbeat_interval: interval,
+    };
+    Ok(Link {
+        head,
+        interval,
+        actors: Some(actors),
+        address,
+    })
+}
+
+/// Where a node's objects go: its spill directory (its own, inside the
+/// one it is given: it removes that one when it stops, never the user's)
+/// and its shared-memory directory under `shm` (`None` without tmpfs).
+fn object_dirs(
+    config: &NodeConfig,
+    node: &str,
+    pid: u32,
+    shm: Option<&Path>,
+) -> (PathBuf, Option<PathBuf>) {
+    let own = format!("{}-{pid}", file_name_part(node));
+    let spill_dir = match &config.object_spill_dir {
+        Some(dir) => dir.join(format!("nimbus-{own}")),
+        None => config.state_dir.join("spill").join(&own),
+    };
+    let shared_dir = shm.map(|shm| shm.join(format!("nimbus-{own}")));
+    (spill_dir, shared_dir)
+}
+
+/// Step 4, the object store: removes what killed nodes left behind, then
+/// starts the store with its share of the node's memory (the configured
+/// amount, else 30 %), and releases the references of workers that die.
+fn start_object_store(
+    config: &NodeConfig,
+    resources: &ResourceSet,
+    endpoint: &Endpoint,
+    me: ObjectLocation,
+    head: (&Option<HeadActors>, SocketAddr),
+) -> NodeObjectStore {
+    let store_memory = config
+        .object_store_memory
+        .unwrap_or((resources.amount(MEMORY) * 0.3) as u64);
+    // Large objects live in tmpfs files that processes of this host map.
+    let shm = Path::new("/dev/shm");
+    crate::object_store::remove_stale(shm, "nimbus-");
+    crate::object_store::remove_stale(&config.state_dir.join("spill"), "");
+    let tmpfs = Some(shm).filter(|shm| shm.is_dir());
+    let (spill_dir, shared_dir) = object_dirs(config, &me.node.name, std::process::id(), tmpfs);
+    let objects = NodeObjectStore::start(store_memory, spill_dir, shared_dir, endpoint.clone(), me);
+    // Worker processes' references die with them.
+    objects.watch_worker_deaths(match head {
+        (Some(actors), _) => HeadEvents::Local(actors.events.clone()),
+        (None, address) => HeadEvents::Remote(address),
+    });
+    objects
 }
 
 /// Tells the head this node is stopping on purpose.
@@ -275,5 +342,30 @@ fn file_name_part(name: &str) -> String {
         part.replace('.', "_")
     } else {
         part
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_spills_into_its_own_directory_inside_the_one_it_is_given() {
+        let head = NodeRole::Head {
+            heartbeat_timeout: Duration::from_secs(3),
+        };
+        let mut config = NodeConfig::new(head, crate::transport::JoinToken::generate());
+        config.state_dir = PathBuf::from("/state");
+        let shm = Some(Path::new("/dev/shm"));
+        let (spill, shared) = object_dirs(&config, "node/1", 42, shm);
+        assert_eq!(spill, Path::new("/state/spill/node_1-42"));
+        assert_eq!(
+            shared.as_deref(),
+            Some(Path::new("/dev/shm/nimbus-node_1-42"))
+        );
+        config.object_spill_dir = Some(PathBuf::from("/mnt/nvme"));
+        let (spill, shared) = object_dirs(&config, "..", 7, None);
+        assert_eq!(spill, Path::new("/mnt/nvme/nimbus-__-7"));
+        assert_eq!(shared, None);
     }
 }
