@@ -26,7 +26,6 @@ use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use super::AggregatorRefusal;
 use crate::actor::{Registry, RemoteActor, RemoteMessage};
 
 /// A flat vector of `f32` parameters (or gradients), sent as little-endian
@@ -81,6 +80,37 @@ pub struct AggregatorArgs {
     pub initial: Params,
     /// How pushes are combined.
     pub mode: Aggregation,
+}
+
+/// A parameter aggregator refused a push. It travels back to the pusher
+/// over the wire, so it is serializable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum AggregatorRefusal {
+    /// Parameters pushed to an asynchronous aggregator.
+    #[error("this aggregator is asynchronous: push gradients")]
+    Asynchronous,
+    /// A gradient pushed to a synchronous aggregator.
+    #[error("this aggregator is synchronous: push parameters per round")]
+    Synchronous,
+    /// A push for another round than the current one.
+    #[error("push for round {pushed} but the aggregator is at round {current}")]
+    WrongRound {
+        /// The push's round.
+        pushed: u64,
+        /// The aggregator's.
+        current: u64,
+    },
+    /// A push of the wrong size.
+    #[error("{pushed} values pushed, the aggregator holds {holds} parameters")]
+    WrongLength {
+        /// Values pushed.
+        pushed: usize,
+        /// Parameters held.
+        holds: usize,
+    },
+    /// The aggregator stopped before the round completed.
+    #[error("the aggregator stopped")]
+    Stopped,
 }
 
 /// Holds the parameters; see the module docs.

@@ -51,8 +51,8 @@ pub mod faults;
 mod sampler;
 
 pub use aggregator::{
-    Aggregation, AggregatorArgs, ParameterAggregator, Params, Pull, PushAverage, PushGradient,
-    Update,
+    Aggregation, AggregatorArgs, AggregatorRefusal, ParameterAggregator, Params, Pull, PushAverage,
+    PushGradient, Update,
 };
 pub use sampler::DistributedSampler;
 
@@ -83,7 +83,7 @@ pub use config::{
 #[cfg(feature = "torch")]
 pub use context::{DistributedModel, Ranks, TrainContext};
 #[cfg(feature = "torch")]
-pub use error::{AggregatorRefusal, LoopFailed, TrainError, WorkerRefusal};
+pub use error::{LoopFailed, TrainError, WorkerRefusal};
 #[cfg(feature = "torch")]
 pub use optim::Sgd;
 #[cfg(feature = "torch")]

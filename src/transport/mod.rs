@@ -3,7 +3,47 @@
 //!
 //! This layer moves opaque request and response bodies; it knows nothing of
 //! actors or the control plane. The node layer gives it a [`RequestHandler`]
-//! for what arrives, and calls [`Connection::request`] for what leaves.
+//! for what arrives, and calls [`Connection::request`] for what leaves. The
+//! frames and envelopes are [`crate::wire`]'s; this layer adds sockets, TLS
+//! and clocks:
+//!
+//! 1. **Connection.** QUIC (quinn), TLS 1.3 only, ALPN `nimbus`, server
+//!    name `nimbus`. Both sides present a certificate signed by the cluster
+//!    CA derived from the join token (`credentials.rs`) and verify the
+//!    other's; a process without the token fails the TLS handshake. A
+//!    dialer keeps one connection per peer address and reuses it while it
+//!    is open (and, when it names the incarnation it expects, while that is
+//!    the one at the other end).
+//! 2. **Handshake** (`server.rs`): the preamble, `Hello` and `HelloReply`
+//!    of the wire format, within `connect_timeout` (5 s by default; close
+//!    code 5 past it). A version mismatch closes with code 1, an `expect`
+//!    naming another incarnation with code 3.
+//! 3. **Requests.** Each opens its own bidirectional stream, or rides an
+//!    ordered [`Channel`] (`channel.rs`). The caller enforces the request's
+//!    deadline locally too ([`RequestOptions`]); the receiver answers a
+//!    handler still running at the deadline with `DeadlineExceeded`, and a
+//!    request for another incarnation of it with `StaleIncarnation`.
+//! 4. **Bad input** closes that connection only, with close code 2 and the
+//!    reason, and logs a warning: a frame over `max_frame_bytes` (16 MiB by
+//!    default, refused from its length prefix), an undecodable, truncated or
+//!    unknown frame, a body the handler calls malformed, or a first request
+//!    frame not complete within `request_read_timeout` (30 s). Nothing a peer
+//!    sends can panic a node.
+//! 5. **Priorities.** Streams are independent (no head-of-line blocking);
+//!    control traffic (heartbeats, membership) is sent at stream priority
+//!    `RequestOptions::CONTROL_PRIORITY` (100, deadline 10 s by default),
+//!    bulk at `BULK_PRIORITY` (0, deadline 60 s), so bulk transfers cannot
+//!    starve heartbeats.
+//! 6. **Dead peers.** A connection that receives nothing for `idle_timeout`
+//!    (3 s by default; keep-alives go at a third of it) is lost, and every
+//!    request waiting on it fails with `NodeLost`; every request also has
+//!    its deadline (`Timeout`). Nobody waits forever on a dead node.
+//! 7. **Shutdown.** [`Endpoint::shutdown`] closes every connection with
+//!    close code 4 ("shutting down") and waits up to `connect_timeout` for
+//!    peers to be told.
+//!
+//! The defaults are [`TransportConfig`]'s. Packet faults for fault-injection
+//! tests are injected below QUIC by `faults.rs`.
 //!
 //! ```no_run
 //! # async fn demo(token: nimbus::transport::JoinToken) -> anyhow::Result<()> {

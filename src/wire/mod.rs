@@ -4,22 +4,39 @@
 //! fuzzed on its own. A connection goes through these steps:
 //!
 //! 1. The dialer opens a bidirectional stream and writes the [`preamble`]
-//!    (`NMBS` + protocol version), then a [`Hello`] frame naming itself and,
-//!    optionally, the incarnation of the node it expects to reach.
+//!    (8 bytes: `NMBS` + the `u32` protocol version, [`PROTOCOL_VERSION`],
+//!    now 2), then a [`Hello`] frame naming itself (`from`: role, name,
+//!    incarnation) and, optionally, the identity of the node it expects to
+//!    reach (`expect`).
 //! 2. The acceptor checks the preamble first, so that a peer of another
 //!    version is refused with both versions named, whatever else changed in
-//!    the format. It answers with its own preamble and a [`HelloReply`], or
-//!    closes the connection with a [`CloseCode`] and a readable reason.
+//!    the format (the preamble never changes). It answers with its own
+//!    preamble and a [`HelloReply`] (its identity), or closes the connection
+//!    with a [`CloseCode`] and a readable reason: 1 for another version, 3
+//!    when `expect` names another incarnation of it, 5 when the handshake
+//!    does not complete in time.
 //! 3. Every later request opens a stream of its own: one [`Request`] frame
-//!    in, one [`Response`] frame out (none for fire-and-forget). Streams are
-//!    independent, so a large transfer never blocks a heartbeat behind it.
-//!    An ordered channel (requests marked [`Request::ordered`]) keeps its
-//!    stream open instead: its requests are handled in the order sent and
-//!    answered in that order, which is how calls to one actor stay ordered.
+//!    in (`id`, `to` incarnation, `deadline_ms`, `one_way`, `ordered`, the
+//!    opaque `body`), one [`Response`] frame out (`id`, then the reply body
+//!    or a [`RemoteError`] `{ kind, message }`; none for a one-way request).
+//!    A request meant for another incarnation is answered `StaleIncarnation`,
+//!    one whose handler is still running at its deadline `DeadlineExceeded`.
+//!    Streams are independent, so a large transfer never blocks a heartbeat
+//!    behind it. An ordered channel (requests marked [`Request::ordered`])
+//!    keeps its stream open instead: its requests are handled in the order
+//!    sent and answered in that order, which is how calls to one actor stay
+//!    ordered.
 //!
-//! Frames are a 4-byte big-endian length followed by a MessagePack body
-//! ([`frame`]); a frame longer than the configured maximum is refused before
-//! any byte of its body is read.
+//! Frames are a 4-byte big-endian length followed by a MessagePack body with
+//! named fields, so fields can be added ([`frame`]); a frame longer than the
+//! configured maximum ([`DEFAULT_MAX_FRAME_BYTES`], 16 MiB, by default) is
+//! refused from the length prefix alone, before any byte of its body is read.
+//!
+//! Close codes ([`CloseCode`]): 0 done, 1 version mismatch, 2 bad frame (an
+//! undecodable, truncated, oversized or unknown frame, or a request frame not
+//! complete in time: that connection only is closed), 3 stale incarnation,
+//! 4 shutting down, 5 handshake timeout. The timeouts themselves belong to
+//! the transport (`crate::transport::TransportConfig`).
 
 pub mod frame;
 mod identity;
