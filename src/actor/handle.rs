@@ -1,15 +1,35 @@
 //! Typed handles to actors anywhere in the cluster.
 //!
 //! A handle is an actor id plus a lazily opened ordered channel to the
-//! worker that hosts the actor's current incarnation. It serializes as the
-//! id (and its in-flight limit), so handles can be passed inside messages
-//! to actors on other nodes and keep working there: the receiving process
-//! asks the head where the actor runs on first use.
+//! worker that hosts the actor's current incarnation. Its wire form is
+//! `{ id, max_in_flight }`, so handles can be passed inside messages to
+//! actors on other nodes and keep working there: the receiving process
+//! asks the head where the actor runs (`LocateActor`) on first use.
 //!
-//! Ordering: every call made through one handle (and its clones) travels on
-//! one channel, so the actor receives them in the order they were made.
-//! Restarts: a call in flight when the actor dies fails; the next call asks
-//! the head again and reaches the new incarnation.
+//! 1. **Ordering.** Every call through one handle (and its clones) is
+//!    queued when `send`/`do_send` is called, and one delivery task per
+//!    handle writes the queue in order on one ordered channel (a single
+//!    QUIC stream) to the worker, which hands requests to the actor's
+//!    mailbox in arrival order. So calls from one caller to one actor are
+//!    delivered in order; they are pipelined (the next is written before
+//!    the previous is answered). Calls to an actor hosted in the same
+//!    process go to its actix `Addr` without serialization.
+//! 2. **Limits.** A call waits [`DEFAULT_CALL_DEADLINE`] (30 s) for its
+//!    reply unless given another deadline; at most `max_in_flight` calls
+//!    ([`DEFAULT_MAX_IN_FLIGHT`], 10 000) are in flight per handle, beyond
+//!    that `MailboxFull`.
+//! 3. **Delivery is at most once.** A call in flight when its worker dies
+//!    fails and is not retried; the error says why: `NodeLost` (the head
+//!    recorded the actor lost with its node, or the node is dead),
+//!    `ActorDead` (the incarnation died), `Handler` (the handler panicked,
+//!    with the panic text), `Timeout`, `Decode`.
+//! 4. **Restarts.** The next call asks the head again; while the actor
+//!    restarts (on its node, or on another after its node was lost), it
+//!    waits up to 60 s for the new incarnation and reaches it. An actor
+//!    dead for good fails the call with its death cause.
+//! 5. **Kill.** `kill` sends `KillActor` to the actor's node (SIGKILL, no
+//!    restart) and returns once the head has recorded the death (its name
+//!    and resources are free again), or fails after [`KILL_WAIT`] (10 s).
 
 use std::fmt;
 use std::marker::PhantomData;

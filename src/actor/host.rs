@@ -1,4 +1,26 @@
 //! The worker side of actor calls: decode, dispatch in arrival order, reply.
+//!
+//! Callers reach a worker on ordered channels; each request body is an
+//! `ActorCall { actor, message, payload }` (`messages.rs`: the message's
+//! registered name and its MessagePack), and the response body is the
+//! MessagePack of the handler's result, or a `RemoteError`. Per call:
+//!
+//! 1. A body that is not an `ActorCall` closes the caller's connection
+//!    (close code 2).
+//! 2. A call for another actor than the one hosted: `StaleIncarnation`. A
+//!    call while the worker is dying (its node is being killed by a fault):
+//!    `ShuttingDown`.
+//! 3. The two names reserved for the chaos harness: `nimbus.chaos.PacketRule`
+//!    adds a packet rule to the worker's socket; `nimbus.chaos.Panic` makes
+//!    the worker panic with the payload as the message.
+//! 4. The fault rules of this incarnation count the message
+//!    (`faults.rs`); a rule that fires kills the process, panics, or kills
+//!    the node (after reporting the fault to the head; never the head).
+//! 5. Otherwise the message is dispatched to the actor's mailbox at once,
+//!    so the channel's order is the actor's order. Errors: `BadRequest` for
+//!    an undecodable or unknown message type; `Internal` for a reply that
+//!    does not encode or a handler that panicked (with the panic's text);
+//!    `ShuttingDown` if the actor stopped.
 
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};

@@ -2,6 +2,14 @@
 //! actors into worker processes on any node, call them through typed
 //! handles, find them by name, watch them die.
 //!
+//! Files: `spawn.rs` (`SpawnOptions`, names, placement on a node; starting
+//! it there is `crate::launch`'s), `handle.rs` (the typed `ActorHandle`,
+//! its outbox and delivery task, error diagnosis), `monitor.rs` (death
+//! notifications), `host.rs` (the worker side of calls), `messages.rs`
+//! (`ActorCall`), `faults.rs` (a hosted actor's fault rules), `error.rs`.
+//! The registry and process context it re-exports live in
+//! `crate::runtime`.
+//!
 //! ```no_run
 //! # use actix::prelude::*;
 //! # use serde::{Deserialize, Serialize};

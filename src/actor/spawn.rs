@@ -6,15 +6,28 @@
 //! view; the chosen node's manager has the last word (it refuses what it
 //! cannot fit), so two spawners never over-commit a node.
 //!
-//! 1. Reserve the name at the head, if any (unique cluster-wide).
-//! 2. Read the head's view; if no node's *total* resources could ever fit
-//!    the request, fail at once (`Unsatisfiable`).
-//! 3. Ask candidate nodes in order; a node without this binary answers
-//!    `NeedBinary` and gets it (8 MiB chunks, SHA-256 checked), a full one
-//!    answers `NoCapacity` and the next is tried.
-//! 4. When every candidate is full (or unreachable: a node dead but not
+//! 1. Reserve the name at the head's directory, if any (unique
+//!    cluster-wide; `NameTaken` if a live actor has it).
+//! 2. An actor that may restart on another node (`max_restarts` > 0, not
+//!    pinned to a node or a bundle) needs its program where the head can
+//!    find it: make sure the head has this binary (`launch::ship_to_head`).
+//! 3. Read the head's view; if no alive node's *total* resources could
+//!    ever fit the request, fail at once (`Unsatisfiable`).
+//! 4. Ask candidate nodes in order (`StartActor`); a node without this
+//!    binary answers `NeedBinary` and gets it (8 MiB chunks, SHA-256
+//!    checked, cached by hash), a full one answers `NoCapacity` and the
+//!    next is tried. The node that starts it reports `ActorUp` (record and
+//!    spec) to the directory and its new resource use to the membership
+//!    (a heartbeat, so the next spawn's view includes this actor) before it
+//!    answers `ActorStarted`.
+//! 5. When every candidate is full (or unreachable: a node dead but not
 //!    yet declared so), wait for a cluster event (an actor died, a node
-//!    joined or died) and try again, until the deadline.
+//!    joined or died, resources changed) and try again, until the deadline
+//!    (30 s by default; then `NoCapacity`).
+//!
+//! A spawn that fails after reserving the name releases it (`ActorDown`
+//! with `SpawnFailed`). The handle returned is the actor's id; where it
+//! runs is asked of the head on first use (`handle.rs`).
 
 use std::time::{Duration, Instant};
 

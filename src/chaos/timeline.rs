@@ -1,4 +1,39 @@
 //! What a chaos run did and saw.
+//!
+//! How faults and recoveries reach the timeline, all through the head's
+//! event stream, which the run reads:
+//! 1. Faults that kill report their `FiredFault` (written and parsed only
+//!    in `crate::cluster::faults`: `chaos: KIND at TRIGGER of TARGET`) as
+//!    the death cause: the worker prints `DeathCause::ChaosFault` as its
+//!    died line before SIGKILLing itself; a panic fault's message is the
+//!    report.
+//! 2. A fault that kills a node sends `ReportFault` with `kills_node`
+//!    first, and the directory puts the fault into the `NodeLost` cause of
+//!    every actor lost with that node (`node lost: ...; chaos: ...`), so a
+//!    training supervisor counts the rule as fired and the timeline records
+//!    it once.
+//! 3. Faults that do not kill are published by whoever injected them as
+//!    `FaultInjected` events (training faults: the worker reports them to
+//!    its supervisor, which sends `ReportFault` to the head).
+//! 4. Recoveries the cluster cannot see by itself are reported the same
+//!    way: a training supervisor sends `ReportRecovery` (published as
+//!    `Recovered`) when a restarted group completes its first step; the
+//!    run observes the others itself (declared dead, resumed, rejoined,
+//!    links healed, actor restarted and where, and how long it took).
+//! 5. Every process whose socket has a packet plan reports its counters to
+//!    the head every 500 ms when they change (`ReportPacketFaults`,
+//!    published as `PacketFaults`; `crate::runtime`'s `packet_reports.rs`),
+//!    summed per kind of process.
+//!
+//! The printed timeline ([`Timeline`]'s `Display`): one line per fault,
+//! `fault <n> t=<seconds> <kind> target=<stable name> trigger=<what fired
+//! it>`, in trigger order; then the plan's packet rules as planned
+//! (`planned packets(...) target=... trigger=window=...`: the plan, not an
+//! observation); then what the packet faults did (`packets injected
+//! target=workload|nodes|workers processes=N sent=.. dropped=..
+//! duplicated=.. reordered=.. delayed=.. cut_off=..`); then the recoveries
+//! observed. `nimbus chaos run` prints the workload's own `summary:` line
+//! last.
 
 use std::fmt;
 

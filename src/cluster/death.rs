@@ -3,6 +3,18 @@
 //! `ActorDied` events, and shown to callers. [`Display`](std::fmt::Display)
 //! gives the words operators read (`killed by signal 9`, `panic: ...`,
 //! `node lost: ...`); code matches on the variants, never on the words.
+//!
+//! Who says what:
+//! - the worker, on its died line (`crate::runtime::boot`): `Panicked` (a
+//!   panic and its message), `ChaosFault` (a fault hook killed it),
+//!   `Stopped` (SIGTERM), `Failed` (it could not host the actor);
+//! - its node, when there is no died line: `Exited` (the exit code) or
+//!   `Killed` (the signal); and `KilledOnRequest` (wrapping how it ended)
+//!   after a `KillActor`, `RestartFailed` when it could not start it again;
+//! - the head: `NodeLost` (the directory, for every actor of a node it
+//!   declared dead, with the fault that killed the node if one did) and
+//!   `NotRescheduled` (the rescheduler, when no other node took it);
+//! - the spawner: `SpawnFailed` (the spawn that reserved its name failed).
 
 use serde::{Deserialize, Serialize};
 

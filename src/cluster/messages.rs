@@ -1,5 +1,36 @@
 //! The control protocol: what nodes and clients send to the head (and to
 //! each other), carried as request bodies by the transport.
+//!
+//! A [`ControlRequest`] names its subsystem, and each subsystem owns its
+//! requests; the node service (`crate::node::NodeService`) is the one
+//! dispatcher, and a node that is not the head refuses the head's
+//! subsystems. Bodies are MessagePack with named fields; a body that does
+//! not decode closes the sender's connection (close code 2).
+//!
+//! To the head:
+//! - `Membership` ([`MembershipRequest`]): `Join`, `Heartbeat`, `Leave`,
+//!   `Status`;
+//! - `Events` ([`EventRequest`]): `Events { after, wait_ms }`, a long poll
+//!   of the numbered cluster events;
+//! - `Directory` ([`DirectoryRequest`]): `ReserveName`, `LookupName`,
+//!   `LocateActor`, `ListActors`, `ActorUp`, `ActorDown`;
+//! - `Faults` ([`FaultRequest`]): `ReportFault`, `ReportRecovery`,
+//!   `ReportPacketFaults` (published as `FaultInjected`, `Recovered`,
+//!   `PacketFaults` events).
+//!
+//! To any node:
+//! - `Workers` ([`WorkerRequest`]): `StartActor`, `KillActor`;
+//! - `Binaries` ([`BinaryRequest`]): `UploadBinary`, `ReadBinary`;
+//! - `Bundles` ([`BundleRequest`]): `ReserveBundle`, `ReleaseBundle`;
+//! - `Faults`: `AddPacketRule` (a chaos partition or degraded link);
+//! - `Objects` ([`ObjectRequest`], the object store's, types in
+//!   `objects.rs`): `PutObjectChunk`, `CreateObject`, `SealObject`,
+//!   `ReadObject`, `OpenObject`, `PullObject`, `AwaitObject`, `FailObject`,
+//!   `UpdateRefs`, `FreeObject`, `ListObjects`;
+//! - `Echo` (a probe).
+//!
+//! Every answer is a [`ControlReply`]. The protocol version (the wire's
+//! `PROTOCOL_VERSION`, 2) counts this grouping by subsystem.
 
 use std::net::SocketAddr;
 

@@ -2,6 +2,16 @@
 //! and its types (nodes, actors, objects, events), fault rules and reports.
 //! The head's actors that answer the protocol are in [`crate::head`].
 //!
+//! Files: `resources.rs` (`ResourceSet`, resource detection), `gpus.rs`
+//! (counting GPUs), `messages.rs` (the control protocol: `ControlRequest`,
+//! one variant per subsystem, each with its own request enum;
+//! `ControlReply`; nodes, actors and events), `objects.rs` (the object
+//! store's wire types), `death.rs` (`DeathCause`), `faults.rs` (actor
+//! fault rules, the chaos harness's reserved messages, and `FiredFault`,
+//! the `chaos: KIND at TRIGGER of TARGET` form in which every fault hook
+//! reports a death it caused), `digest.rs` (SHA-256 of files: binaries,
+//! checkpoints).
+//!
 //! Architecture invariant: data and pure functions only; no actors, no
 //! sockets.
 

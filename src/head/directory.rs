@@ -1,14 +1,25 @@
 //! The cluster-wide directory on the head: where every actor runs, by id
 //! and by unique name, and which actors died.
 //!
-//! Node managers report actor incarnations up and down; the directory turns
-//! deaths into [`ClusterEventKind::ActorDied`] events (what monitors
-//! watch). When a node is lost, each of its actors with restarts left (and
-//! not pinned to that node or to a placement-group bundle on it) is handed
-//! to the head's [`ActorRescheduler`](super::ActorRescheduler) to be
-//! started on another node, and is marked restarting meanwhile; the others
-//! are declared dead with reason "node lost", so a lookup never sends a
-//! caller to a dead incarnation.
+//! Node managers report actor incarnations up (`ActorUp`, with the spec it
+//! was started from) and down (`ActorDown`, with the cause and whether the
+//! node restarts it); the directory publishes `ActorStarted` and
+//! [`ClusterEventKind::ActorDied`] events (what monitors watch). Callers
+//! ask it `ReserveName` (a unique name, before a spawn), `LookupName`,
+//! `LocateActor` (live or dead, with `restarting`) and `ListActors`.
+//!
+//! When a node is lost (a `NodeDead` event, to which it subscribes):
+//! 1. every live actor of that node gets the cause `NodeLost`, carrying
+//!    the fault that killed the node if a fault hook announced it first
+//!    (`NodeDoomed`, from a `ReportFault` with `kills_node`);
+//! 2. each with restarts left (`max_restarts`, counted across nodes) and
+//!    not pinned to that node (`Strategy::Node`) or to a placement-group
+//!    bundle on it is marked restarting, published as `ActorDied` with
+//!    `restarting`, and handed to the head's
+//!    [`ActorRescheduler`](super::ActorRescheduler) (`Reschedule`, its
+//!    `restarts` counting this restart) to be started on another node;
+//! 3. the others are declared dead for good, so a lookup never sends a
+//!    caller to a dead incarnation, and their names are freed.
 
 use std::collections::HashMap;
 

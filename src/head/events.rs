@@ -1,9 +1,17 @@
-//! The cluster event stream: membership changes, numbered, kept for late
-//! readers, and pushed to subscribers.
+//! The cluster event stream: membership changes, resource changes, actor
+//! starts and deaths, injected faults, recoveries and packet-fault counts,
+//! numbered, kept for late readers, and pushed to subscribers.
 //!
-//! Actors in the head process subscribe with [`Subscribe`]; other processes
-//! long-poll with [`EventRequest::Events`](crate::cluster::EventRequest::Events),
-//! which the node service turns into [`EventsSince`].
+//! Every published event gets the next sequence number (from 1); the last
+//! `HISTORY` (4096) are kept, older ones are dropped. Actors in the head
+//! process subscribe with [`Subscribe`] (the directory does, for node
+//! deaths); other processes long-poll with
+//! [`EventRequest::Events`](crate::cluster::EventRequest::Events), which
+//! the node service turns into [`EventsSince`]: the kept events after
+//! `after` at once, or, when there are none, the first ones published
+//! within the wait (which the node service caps at 60 s per request).
+//! A wait for any change asks for the events after `u64::MAX`: it
+//! returns, empty, as soon as the next event is published.
 
 use std::collections::VecDeque;
 use std::time::Duration;

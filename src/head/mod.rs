@@ -11,6 +11,8 @@
 //! - [`ActorRescheduler`]: places an actor lost with its node on another
 //!   node (through [`crate::launch`]).
 //!
+//! `HeadActors` bundles their addresses for the node service.
+//!
 //! Architecture invariant: no sockets of their own; requests reach these
 //! actors through the node service, which decodes them, and the rescheduler
 //! reaches nodes only through [`crate::launch`].

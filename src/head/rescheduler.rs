@@ -3,13 +3,23 @@
 //!
 //! The directory decides which actors may move (restarts left, not pinned
 //! to the lost node or to a bundle on it) and sends each one here as a
-//! [`Reschedule`]. The rescheduler places it as a spawn would (the alive
-//! node with the most free CPU that fits it), asks that node to start it,
-//! and ships the program binary from a node that has it if the new node
-//! lacks it (spawners of such actors make sure the head has it). The new node reports the new incarnation to the directory
-//! (`ActorUp`), which ends the restart for callers waiting on it. If no
-//! node takes it within [`RESCHEDULE_DEADLINE`], the actor is declared
-//! dead with the reason why.
+//! [`Reschedule`]. For each, until [`RESCHEDULE_DEADLINE`] (60 s):
+//! 1. read the membership's view and place it as a spawn would
+//!    (`crate::launch::candidates`: alive nodes whose totals fit, the one
+//!    with the most free CPU first); none could ever hold it: give up;
+//! 2. ask each candidate to start it (`StartActor`), shipping the program
+//!    from a node that has it (the head first: spawners of such actors
+//!    make sure the head has it) when the new node answers `NeedBinary`;
+//!    no node can supply the binary: give up;
+//! 3. every candidate full: wait for a cluster event (an actor died, a
+//!    node joined) and try again.
+//!
+//! The new node reports the new incarnation to the directory (`ActorUp`),
+//! which ends the restart for callers waiting on it; callers' waits are
+//! theirs (60 s, as for a restart on the same node), and the actor starts
+//! again from its constructor arguments (state is not migrated). An actor
+//! no node takes is declared dead with the reason why (`ActorDown` with
+//! `NotRescheduled`).
 
 use std::time::{Duration, Instant};
 

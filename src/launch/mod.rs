@@ -5,14 +5,29 @@
 //! [`actor::spawn`](crate::actor::spawn), the task pool (task workers are
 //! actors) and the head's [`ActorRescheduler`](crate::head::ActorRescheduler).
 //!
+//! Choosing: [`candidates`] are the alive nodes whose *total* resources fit
+//! the request, best first per [`Strategy`]: `Any`, the most free CPU;
+//! `Spread`, the smallest share of CPU in use; `Node(name)`, that node
+//! only. No candidate means the cluster could never run it.
+//!
 //! Starting an actor on a chosen node:
-//! 1. Send `StartActor`; a node that can fit it starts the worker process
-//!    and answers `ActorStarted`; a full one answers `NoCapacity`.
+//! 1. Send `StartActor` (60 s deadline); a node that can fit it starts the
+//!    worker process and answers `ActorStarted`; a full one answers
+//!    `NoCapacity` (the caller tries the next candidate).
 //! 2. A node without the program's binary answers `NeedBinary`: take this
 //!    process's upload lock for that node and ask again (another spawn may
-//!    have shipped it meanwhile); if it still needs it, upload it in
-//!    [`UPLOAD_CHUNK`] chunks (SHA-256 checked by the node) and ask again.
+//!    have shipped it meanwhile: concurrent uploads of one file would race,
+//!    and a node cannot execute a binary still open for writing); if it
+//!    still needs it, upload it in [`UPLOAD_CHUNK`] (8 MiB) chunks
+//!    (`UploadBinary`, SHA-256 checked by the node, bulk priority) and ask
+//!    again. Relaying from other nodes reads the same chunks from the first
+//!    node that has it (`ReadBinary`) and uploads each.
 //! 3. A node that asks for the binary a third time is an error.
+//!
+//! [`ship_to_head`]: an actor that may restart on another node is restarted
+//! by the head, which must find its program; before the first such spawn a
+//! process asks the head for 0 bytes of its binary (`ReadBinary`) and
+//! uploads it if the head lacks it, once per process.
 
 use std::time::Duration;
 

@@ -1,7 +1,9 @@
 //! A cluster of node processes on this machine, for tests, examples and
 //! benchmarks: [`LocalCluster::start`] runs a head and `n - 1` more nodes
 //! (each a real `nimbus start --block` process on loopback) and stops them
-//! all when dropped, even when a test panics.
+//! all when dropped, even when a test panics. It waits for each node's
+//! readiness line, and can kill, suspend (SIGSTOP), resume and restart
+//! single nodes, for fault-injection tests.
 //!
 //! ```
 //! # fn main() -> Result<(), nimbus::local::LocalClusterError> {

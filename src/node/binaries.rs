@@ -1,6 +1,12 @@
 //! The node's cache of program binaries, by SHA-256: a driver's executable
 //! is shipped to a node once per content and reused by every worker of
 //! every job that runs the same build.
+//!
+//! Binaries live under `state_dir/binaries/` (`$NIMBUS_HOME/binaries/`),
+//! named by their hash (64 lowercase hex digits). An upload arrives in
+//! chunks, in order (`UploadBinary`); on the last one the hash is checked
+//! and only then is the binary published. Another node that lacks it can
+//! read it from here chunk by chunk (`ReadBinary`).
 
 use std::collections::HashMap;
 use std::fs::{self, File};

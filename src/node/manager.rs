@@ -1,6 +1,35 @@
 //! The `NodeManager` actor: owns this node's resources, keeps the head
 //! informed of them by heartbeat, and runs actors in worker processes
 //! (starting, reaping and restarting them).
+//!
+//! It reaches the head's actors in-process on the head, over QUIC
+//! (control priority) elsewhere.
+//!
+//! - **Heartbeats**: at start, then every interval (the head's heartbeat
+//!   timeout / 6), one at a time, carrying the resources in use. A refusal
+//!   of this incarnation (stale, or declared dead) stops the node
+//!   (`NodeError::Expelled`); no acknowledgement for `head_lost_timeout`
+//!   stops it too (`NodeError::HeadLost`).
+//! - **`StartActor(spec)`**: 1. without the program's binary (by hash),
+//!   answer `NeedBinary`; 2. reserve the resources (in the spec's bundle,
+//!   if any; GPU ids picked) or answer `NoCapacity`; 3. start the worker
+//!   (`workers.rs`), with the fault rules only on an actor's first life;
+//!   4. report `ActorUp` (record and spec) to the directory and send a
+//!   heartbeat, so the head's view includes the actor before the spawner
+//!   hears of it; 5. answer `ActorStarted(record)`.
+//! - **`WorkerExited`** (the worker's watcher): report `ActorDown` with the
+//!   cause (`KilledOnRequest` if it was killed) and whether it restarts:
+//!   with restarts left (`max_restarts`) and not killed, start a new
+//!   incarnation from the same spec (new process, new address) and report
+//!   it up; a restart that fails reports `RestartFailed`. Otherwise free
+//!   its resources.
+//! - **`KillActor`**: mark the actor killed (no restart) and SIGKILL its
+//!   worker; the watcher reports the death.
+//! - **`UploadBinary`**, **`ReadBinary`**: the binary cache
+//!   (`binaries.rs`); a read returns at most `MAX_BINARY_CHUNK` (16 MiB),
+//!   and a read of 0 bytes asks whether the binary is here.
+//! - **`ReserveBundle`**, **`ReleaseBundle`**: set resources aside for a
+//!   placement-group bundle, or give them back (`resources.rs`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

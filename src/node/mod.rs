@@ -5,18 +5,38 @@
 //!
 //! 1. Resolve resources (command line, else detected) and bind the UDP port,
 //!    so that a port in use fails before anything else starts.
-//! 2. Pick a fresh incarnation, issue this process's certificate from the
-//!    join token, and start serving.
-//! 3. On the head, start the control-plane actors (and the
-//!    [`ActorRescheduler`](crate::head::ActorRescheduler), which restarts actors lost with their node on
-//!    other nodes) and register itself; on
-//!    other nodes, join the head (a refused or unreachable head is an error
-//!    and the process exits non-zero).
+//! 2. Pick a fresh incarnation (microseconds since the epoch: a restart is
+//!    always newer), issue this process's certificate from the join token,
+//!    and open the endpoint (with the packet-fault plan of
+//!    `NIMBUS_PACKET_FAULTS`, if any).
+//! 3. On the head, start the control-plane actors (`ClusterEvents`,
+//!    `Membership`, the `Directory` subscribed to the events, and the
+//!    [`ActorRescheduler`](crate::head::ActorRescheduler), which restarts
+//!    actors lost with their node on other nodes) and register itself; the
+//!    heartbeat interval is the heartbeat timeout / `BEATS_PER_TIMEOUT`
+//!    (6). On other nodes, join the head, which answers with the interval
+//!    (a refused or unreachable head is an error and the process exits
+//!    non-zero).
 //! 4. Start the [`NodeManager`], which heartbeats until the process stops,
-//!    and report readiness.
-//! 5. On SIGTERM or SIGINT, leave the cluster and close every connection
-//!    with a "shutting down" reason; on a fatal error (declared dead, head
-//!    lost), stop with that error.
+//!    and the object store: first remove the shared-memory and spill
+//!    directories that killed nodes of this host left behind (their
+//!    process is gone), then start it with `--object-store-memory` (default
+//!    30 % of the node's memory), watching worker deaths. Serve requests
+//!    through the [`NodeService`], report packet-fault counts if a plan is
+//!    active, and report readiness.
+//! 5. On SIGTERM or SIGINT, a member sends `Leave` (2 s deadline; reported
+//!    `NodeLeft`), every connection is closed with a "shutting down" reason
+//!    (close code 4), and the object store removes its directories. On a
+//!    fatal error (declared dead or replaced: `Expelled`; no heartbeat
+//!    acknowledged for `head_lost_timeout`, 30 s by default: `HeadLost`),
+//!    stop with that error.
+//!
+//! Files: `config.rs` (`NodeConfig`), `manager.rs` (the `NodeManager`
+//! actor), `workers.rs` (starting a worker process and reaping it),
+//! `binaries.rs` (the content-addressed cache of shipped program
+//! binaries), `resources.rs` (the pure `ResourcePool`: what actors and
+//! placement-group bundles hold, GPU ids), `service.rs` (`NodeService`,
+//! the one dispatcher), `runtime.rs` (`run`), `error.rs`.
 
 mod binaries;
 mod config;

@@ -1,5 +1,18 @@
 //! The node's request handler: decodes control requests and routes them to
 //! the actors that answer them.
+//!
+//! - `Workers`, `Bundles`, `Binaries` go to this node's `NodeManager`,
+//!   `Objects` to its object store, `AddPacketRule` to its own endpoint's
+//!   socket; `Echo` is answered here.
+//! - `Membership`, `Events`, `Directory` and the fault reports go to the
+//!   head's actors (`HeadActors`), and are refused with `BadRequest` on any
+//!   other node. An events long poll waits at most `MAX_EVENT_WAIT` (60 s)
+//!   per request. A `ReportFault` that kills a node (`kills_node`) first
+//!   tells the directory (`NodeDoomed`), so the actors lost with that node
+//!   carry the fault in their death cause; every fault or recovery report
+//!   is then published as a cluster event.
+//! - A `Join` is accepted only from a node peer joining as the identity it
+//!   connected with.
 
 use std::time::Duration;
 

@@ -1,7 +1,24 @@
 //! Worker processes: the node manager runs each actor in a process of its
 //! own, started from the driver's binary in worker mode, and learns of its
-//! death by reaping it. The protocol with the worker process is in
-//! [`crate::runtime::boot`].
+//! death by reaping it. The protocol with the worker process (argument,
+//! boot message, ready and died lines) is in [`crate::runtime::boot`].
+//!
+//! Starting one:
+//! 1. Run the cached binary with the worker argument; stdin and stdout are
+//!    pipes, stderr goes to `state_dir/logs/worker-ACTOR-STAMP.log`. The
+//!    environment loses `NIMBUS_ACTOR_FAULTS` (the rules travel in the boot
+//!    message) and, unless the node's packet-fault plan says `workers =
+//!    true`, `NIMBUS_PACKET_FAULTS`; a GPU actor gets `CUDA_VISIBLE_DEVICES`
+//!    set to its GPUs only. The child asks to be SIGKILLed when the node
+//!    dies (`PR_SET_PDEATHSIG`), so workers die with their node even when it
+//!    is killed outright.
+//! 2. Write the boot message, close stdin, and wait up to `START_TIMEOUT`
+//!    (30 s) for the ready line; otherwise kill the process and fail with
+//!    its status and the tail of its log.
+//! 3. Watch the process until it exits (not until its stdout closes),
+//!    reading its died line; once it has exited, read what it printed
+//!    before for at most `DRAIN_WAIT` (200 ms). Its death cause is the died
+//!    line's, else its exit code or signal.
 
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;

@@ -4,8 +4,8 @@
 //!
 //! A process puts into its *home* node's store (a worker's own node; the
 //! head for a driver), which then *owns* the object: it keeps the primary
-//! copy and counts the references to it (`process/refs.rs`). `get` asks the home
-//! node to pull the object from its owner (once: the copy is cached there,
+//! copy and counts the references to it (`process/refs.rs`). `get` asks the
+//! home node to pull the object from its owner (once: the copy is cached there,
 //! and concurrent pulls of one object share one transfer), then reads it
 //! from the home node in chunks into a buffer allocated once. A node short
 //! of memory spills its least recently used objects to disk and restores
@@ -16,6 +16,20 @@
 //! place and maps a get ([`ObjectBytes`]), with no copy through the
 //! network stack; processes elsewhere use the chunked transfers.
 //!
+//! Invariants: objects are immutable once complete; a transfer that fails
+//! leaves nothing behind; nothing still referenced is freed. The steps
+//! and constants are in the module docs of `process/mod.rs` (put, get,
+//! wait), `process/refs.rs` (the references a process holds),
+//! `node/mod.rs` (pulls, spilling, frees), `node/refcount.rs` (the
+//! counting) and `node/shard.rs` (memory, shared-memory files, disk).
+//!
+//! The code is in two halves: the process side (`process/`: what runs in
+//! the calling process) and the node side (`node/`: the store inside each
+//! node process, its shards on threads of their own), with the errors
+//! (`error.rs`) and the chunked transfers (`transfer.rs`: the chunk size,
+//! the host id, chunked reads) they share; the wire types are in
+//! `crate::cluster`'s `objects.rs`.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), nimbus::object_store::ObjectStoreError> {
 //! let weights = nimbus::object_store::put(&vec![0.5f32; 1024]).await?;
@@ -25,12 +39,6 @@
 //! drop(weights);
 //! # Ok(()) }
 //! ```
-
-//!
-//! The code is in two halves: the process side (`process/`: what runs in
-//! the calling process) and the node side (`node/`: the store inside each
-//! node process, its shards on threads of their own), with the errors
-//! (`error.rs`) and the chunked transfers (`transfer.rs`) they share.
 
 mod error;
 mod node;

@@ -1,6 +1,8 @@
-//! What both halves use to move objects: the chunk size, this host's
-//! identity (who may map a node's shared memory), and chunked reads from a
-//! node.
+//! What both halves use to move objects: the chunk size ([`CHUNK_BYTES`],
+//! 8 MiB per request), the longest wait of one long poll
+//! ([`MAX_OBJECT_WAIT`], 30 s), this host's identity (the kernel's boot id:
+//! who may map a node's shared memory), and chunked reads from a node
+//! (`ReadObject`, `READ_WINDOW`, 4, requests in flight, bulk priority).
 
 use futures::StreamExt;
 

@@ -2,17 +2,27 @@
 //! (Ray's gang reservation), for actors that must be placed as a group,
 //! such as a trainer's workers.
 //!
-//! Creation, from any process of the cluster:
+//! Creation, from any process of the cluster
+//! (`PlacementGroup::create(bundles, strategy, deadline)`):
 //! 1. Read the head's resource view and plan the bundles with the strategy
-//!    ([`planner::plan`]). If the plan fails even against the nodes' *total*
-//!    resources, the group can never be placed: fail at once.
-//! 2. Ask each chosen node to reserve its bundle. If one refuses (the view
-//!    was stale), give back every bundle reserved so far, wait for a cluster
-//!    event and plan again, until the deadline. A group is therefore either
+//!    ([`planner::plan`]: `Pack`, `Spread`, `StrictPack`, `StrictSpread`).
+//!    If the plan fails even against the nodes' *total* resources, the
+//!    group can never be placed: fail at once (`Infeasible`).
+//! 2. Ask each chosen node manager to reserve its bundle (`ReserveBundle`).
+//!    If one refuses (the view was stale), give back every bundle reserved
+//!    so far (`ReleaseBundle`), wait for a cluster event (a heartbeat
+//!    reporting changed resource use publishes `ResourcesChanged`) and plan
+//!    again, until the deadline (`Timeout`). A group is therefore either
 //!    wholly reserved or not at all.
 //!
 //! Actors go into a bundle with [`InBundle::in_bundle`] on their
-//! [`SpawnOptions`]; they draw from the bundle's resources, not the node's.
+//! [`SpawnOptions`]; they draw from the bundle's resources on its node,
+//! not the node's free ones, and are pinned to that node. `remove`
+//! releases every bundle; actors still running in them keep running, and
+//! what they hold is charged to the node until they die. The head keeps
+//! no placement-group state: node managers own the reservations, the
+//! creator owns the group; groups whose creator dies are not cleaned up
+//! yet.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), nimbus::placement::PlacementError> {

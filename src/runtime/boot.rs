@@ -1,19 +1,27 @@
 //! How a node starts a worker process and hears from it.
 //!
-//! The protocol with a worker process is an argument, three lines and a
-//! pipe:
-//! 1. the node starts the program with [`WORKER_ARG`] first, which puts it
-//!    in worker mode (and lets `pgrep -f nimbus-worker` find workers);
-//! 2. the node writes a [`WorkerBoot`] (MessagePack) to the worker's stdin
-//!    and closes it (the token never appears in the command line or the
-//!    environment);
+//! Every user actor runs in a worker process of its own (one per actor, CPU
+//! or GPU), started from the driver's own executable: the same binary
+//! everywhere, as with MPI. The protocol with a worker process is an
+//! argument, three lines and a pipe:
+//! 1. the node starts the program with [`WORKER_ARG`] first, then
+//!    `--job J --actor ID`, which puts it in worker mode (and lets
+//!    `pgrep -f nimbus-worker` find workers);
+//! 2. the node writes a [`WorkerBoot`] (MessagePack: the actor's spec, the
+//!    cluster token, the head's address, the node's identity and address,
+//!    the IP to advertise, and the fault rules of the actor's first
+//!    incarnation) to the worker's stdin and closes it (the token never
+//!    appears in the command line or the environment);
 //! 3. the worker prints [`ready_line`] (`nimbus-worker-ready ADDRESS
 //!    INCARNATION`) once it serves its actor;
-//! 4. before dying of a panic (or of a fault, or a failure to start) it
-//!    prints [`died_line`] (`nimbus-worker-died CAUSE`, the
+//! 4. before dying of a panic (or of a fault, SIGTERM, or a failure to
+//!    start) it prints [`died_line`] (`nimbus-worker-died CAUSE`, the
 //!    [`DeathCause`] as JSON). The node watches the process itself (not the
 //!    pipe, which a child of the actor may hold open), and reports the death
 //!    with that cause, or with its exit code or signal.
+//!
+//! The node's side (the start timeout, the environment, the death signal)
+//! is in `crate::node`'s `workers.rs`.
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -1,6 +1,14 @@
 //! What a process needs to reach the cluster: set once, by
 //! [`Driver::connect`](crate::driver::Driver::connect) in a driver or by
 //! the worker runtime in a worker process.
+//!
+//! Its home node is the worker's own node, or the head for a driver (where
+//! its puts go). Installing it starts the death watch: the process
+//! long-polls the head's events (30 s per poll) and, when an actor
+//! incarnation it has a channel to dies (`ActorDied`), cuts the connection
+//! to that worker, so calls in flight fail at once and the next call finds
+//! the new incarnation, instead of waiting out the transport's idle timeout
+//! (a SIGKILLed process sends no goodbye).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

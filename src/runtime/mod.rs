@@ -5,6 +5,16 @@
 //! starts a worker ([`boot`]), in a worker the node it runs on, and the
 //! reports of what a packet-fault plan did to the process's socket.
 //!
+//! Files: `context.rs` (`ProcessContext`: the endpoint, head, home node,
+//! registry, job and binary; the death watch), `registry.rs` (`Registry`:
+//! actor and message types by stable name, type-erased construction and
+//! dispatch, and one table per feature, added with `Registry::extend` and
+//! read with `Registry::table`: task functions, training loops),
+//! `role.rs` (`ProcessRole`, decided from the command line in one place),
+//! `boot.rs` (the worker boot protocol), `node_of_worker.rs` (a worker's
+//! node, and `kill_own_node` for `kill_node` faults), `packet_reports.rs`,
+//! `panic.rs` (a panic payload as a death reason).
+//!
 //! Features (actors, tasks, the object store, placement groups, training)
 //! build on it; it imports none of them. Their per-process services are
 //! started by the composition roots (`driver`, `worker`).

@@ -37,6 +37,7 @@
 //!   `max_retries` times (default 3, as in Ray); errors of the function
 //!   itself are not retried.
 
+mod policy;
 mod pool;
 mod worker;
 
@@ -59,6 +60,7 @@ use crate::transport::RequestOptions;
 pub use pool::IDLE_LEASE;
 pub use worker::{RunTask, TaskFailure, TaskOutput, TaskWorker};
 
+use policy::{Failure, Retries, Verdict};
 use worker::InputWire;
 
 /// A task function's type-erased entry point: MessagePack argument in,
@@ -315,13 +317,13 @@ async fn drive(
     options: TaskOptions,
     result: &ObjectRef<()>,
 ) {
-    let mut failures = Vec::new();
+    let mut retries = Retries::new(options.max_retries);
     let outcome = loop {
         let lease = match pool::acquire(context, &options.spawn).await {
             Ok(lease) => lease,
             Err(e) => break Err(format!("no worker for task {}: {e}", run.task)),
         };
-        match lease.worker().send(run.clone()).await {
+        let failure = match lease.worker().send(run.clone()).await {
             Ok(Ok(TaskOutput::Stored)) => {
                 pool::release(lease);
                 break Ok(());
@@ -333,34 +335,29 @@ async fn drive(
                     tracked.keep_copy(&bytes);
                     tracked.settle();
                 }
-                break store_inline(context, &run, &bytes).await;
+                let stored = store_inline(context, &run, &bytes).await;
+                break stored.map_err(|e| format!("task {}: {e}", run.task));
             }
             Ok(Err(application)) => {
                 pool::release(lease);
-                break Err(format!("task {} failed: {application}", run.task));
+                Failure::Application(application)
             }
             Err(system) => {
                 // A panic ends the worker process: the head's record of its
                 // death tells a panic from a loss.
                 let death = pool::discard(context, lease).await;
-                if let Some(panic) = death.as_ref().and_then(DeathCause::panic_message) {
-                    break Err(format!("task {} failed: it panicked: {panic}", run.task));
+                match death.as_ref().and_then(DeathCause::panic_message) {
+                    Some(panic) => Failure::Panicked(panic.to_string()),
+                    None if lost(&system) => Failure::Lost(system),
+                    None => Failure::NotLost(system),
                 }
-                if !lost(&system) {
-                    break Err(format!("task {} could not run: {system}", run.task));
-                }
-                failures.push(system.to_string());
-                if failures.len() as u32 > options.max_retries {
-                    break Err(format!(
-                        "task {} was lost {} times (max_retries = {}); last: {}",
-                        run.task,
-                        failures.len(),
-                        options.max_retries,
-                        failures.last().map_or("", String::as_str)
-                    ));
-                }
+            }
+        };
+        match retries.after(failure) {
+            Verdict::Retry(system) => {
                 tracing::info!(task = %run.task, "task lost ({system}); retrying");
             }
+            Verdict::Fail(reason) => break Err(format!("task {} {reason}", run.task)),
         }
     };
     if let Err(message) = outcome {
@@ -369,15 +366,22 @@ async fn drive(
 }
 
 /// Stores a result that came back inline at its owner.
-async fn store_inline(context: &ProcessContext, run: &RunTask, bytes: &[u8]) -> Result<(), String> {
+async fn store_inline(
+    context: &ProcessContext,
+    run: &RunTask,
+    bytes: &[u8],
+) -> Result<(), TaskFailure> {
     let owner = context
         .endpoint
         .connect(run.owner.address, Some(&run.owner.node))
         .await
-        .map_err(|e| format!("cannot reach the owner of task {}'s result: {e}", run.task))?;
+        .map_err(|e| TaskFailure::Owner {
+            owner: run.owner.to_string(),
+            detail: e.to_string(),
+        })?;
     object_store::store(&owner, run.result, bytes, run.holder.clone(), Vec::new())
         .await
-        .map_err(|e| format!("cannot store the result of task {}: {e}", run.task))
+        .map_err(|e| TaskFailure::Store(e.to_string()))
 }
 
 /// Marks a task's result failed at its owner.

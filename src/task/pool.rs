@@ -7,8 +7,10 @@
 //! (local first), else on any node that has them (spill); if none has
 //! them, the task queues until a lease is returned or resources free up.
 //! Whether any node could *ever* run the task is checked at submission.
+//! Which of these happens is decided by the plain state machine of
+//! `policy.rs` ([`Leases`]); this module carries it out.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -19,6 +21,7 @@ use crate::actor::{self, LaunchError, ProcessContext, SpawnError, SpawnOptions, 
 use crate::cluster::MembershipRequest;
 use crate::cluster::{ControlReply, ControlRequest, DeathCause, NodeState};
 
+use super::policy::{Ask, LeaseLimits, Leases, Release, Started, Ticket};
 use super::{describe, TaskWorker, Worker, QUEUE_POLL};
 
 /// How long an idle lease is kept before its worker is killed.
@@ -41,29 +44,47 @@ impl Lease {
 /// the same free resources.
 const MAX_STARTING: usize = 2;
 
-/// The leases of one placement.
-#[derive(Default)]
-struct Pool {
-    idle: Vec<(Worker, Instant)>,
-    waiting: VecDeque<oneshot::Sender<Worker>>,
-    starting: usize,
-    /// No node had the resources free when last asked: queue until then.
-    full_until: Option<Instant>,
+/// The policy's limits: idle leases are given up after [`IDLE_LEASE`], and
+/// a placement no node had room for backs off for [`QUEUE_POLL`].
+const LIMITS: LeaseLimits = LeaseLimits {
+    idle: IDLE_LEASE,
+    max_starting: MAX_STARTING,
+    full_backoff: QUEUE_POLL,
+};
+
+/// This process's leases, and the tasks waiting for one.
+struct State {
+    leases: Leases<String, Worker>,
+    waiters: HashMap<Ticket, oneshot::Sender<Worker>>,
+}
+
+impl State {
+    /// Where the worker handed to `ticket` arrives.
+    fn wait(&mut self, ticket: Ticket) -> oneshot::Receiver<Worker> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.insert(ticket, tx);
+        rx
+    }
+}
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+    STATE
+        .get_or_init(|| {
+            Mutex::new(State {
+                leases: Leases::new(LIMITS),
+                waiters: HashMap::new(),
+            })
+        })
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// What a task asking for a lease does next.
 enum Next {
     Run(Worker),
     Start,
-    Queue(oneshot::Receiver<Worker>),
-}
-
-fn pools() -> std::sync::MutexGuard<'static, HashMap<String, Pool>> {
-    static POOLS: OnceLock<Mutex<HashMap<String, Pool>>> = OnceLock::new();
-    POOLS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    Wait(Ticket, oneshot::Receiver<Worker>),
 }
 
 /// Fails if no alive node could ever give a task `options`' resources.
@@ -126,61 +147,64 @@ pub(crate) async fn acquire(
     let key = options.placement_key();
     loop {
         let next = {
-            let mut pools = pools();
-            let pool = pools.entry(key.clone()).or_default();
-            pool.waiting.retain(|w| !w.is_closed());
-            let full = pool.full_until.is_some_and(|until| until > Instant::now());
-            if let Some((worker, _)) = pool.idle.pop() {
-                Next::Run(worker)
-            } else if !full && pool.starting < MAX_STARTING {
-                pool.starting += 1;
-                Next::Start
-            } else {
-                let (tx, rx) = oneshot::channel();
-                pool.waiting.push_back(tx);
-                Next::Queue(rx)
+            let mut state = state();
+            match state.leases.ask(&key, Instant::now()) {
+                Ask::Run(worker) => Next::Run(worker),
+                Ask::Start => Next::Start,
+                Ask::Queue(ticket) => Next::Wait(ticket, state.wait(ticket)),
             }
         };
-        let queued = match next {
+        let (ticket, mut handed) = match next {
             Next::Run(worker) => return Ok(Lease { worker, key }),
-            Next::Queue(queued) => queued,
+            Next::Wait(ticket, handed) => (ticket, handed),
             Next::Start => {
                 let started = start_worker(context, options).await;
-                let mut pools = pools();
-                let pool = pools.entry(key.clone()).or_default();
-                pool.starting -= 1;
-                match started {
-                    Ok(worker) => return Ok(Lease { worker, key }),
-                    Err(SpawnError::NoCapacity { .. }) => {
-                        pool.full_until = Some(Instant::now() + QUEUE_POLL);
-                    }
-                    Err(e) => return Err(e),
+                let outcome = match &started {
+                    Ok(_) => Started::Up,
+                    Err(SpawnError::NoCapacity { .. }) => Started::NoCapacity,
+                    Err(_) => Started::Failed,
+                };
+                let mut state = state();
+                match state.leases.started(&key, outcome, Instant::now()) {
+                    None => return started.map(|worker| Lease { worker, key }),
+                    Some(ticket) => (ticket, state.wait(ticket)),
                 }
-                let (tx, rx) = oneshot::channel();
-                pool.waiting.push_back(tx);
-                rx
             }
         };
         // Resources may also free up elsewhere (another job's actors), so
         // a queued task looks again now and then.
-        if let Ok(Ok(worker)) = tokio::time::timeout(QUEUE_POLL, queued).await {
+        if let Ok(Ok(worker)) = tokio::time::timeout(QUEUE_POLL, &mut handed).await {
             return Ok(Lease { worker, key });
+        }
+        let mut state = state();
+        state.waiters.remove(&ticket);
+        if !state.leases.cancel(&key, ticket) {
+            // Handed a worker as the wait ended.
+            if let Ok(worker) = handed.try_recv() {
+                return Ok(Lease { worker, key });
+            }
         }
     }
 }
 
 /// Returns a lease whose task finished: to a queued task, or to the pool.
 pub(crate) fn release(lease: Lease) {
-    let mut pools = pools();
-    let pool = pools.entry(lease.key).or_default();
+    let mut state = state();
     let mut worker = lease.worker;
-    while let Some(waiter) = pool.waiting.pop_front() {
-        match waiter.send(worker) {
-            Ok(()) => return,
-            Err(back) => worker = back,
-        }
+    loop {
+        let Release::Handoff(ticket, handed) =
+            state.leases.release(&lease.key, worker, Instant::now())
+        else {
+            return;
+        };
+        worker = match state.waiters.remove(&ticket) {
+            Some(waiter) => match waiter.send(handed) {
+                Ok(()) => return,
+                Err(back) => back,
+            },
+            None => handed,
+        };
     }
-    pool.idle.push((worker, Instant::now()));
 }
 
 /// How long a failed worker gets to be recorded dead on its own before it
@@ -268,16 +292,7 @@ fn start_reaper() {
         let mut tick = tokio::time::interval(IDLE_LEASE / 2);
         loop {
             tick.tick().await;
-            let mut expired = Vec::new();
-            for pool in pools().values_mut() {
-                pool.idle.retain(|(worker, since)| {
-                    let keep = since.elapsed() < IDLE_LEASE;
-                    if !keep {
-                        expired.push(worker.clone());
-                    }
-                    keep
-                });
-            }
+            let expired = state().leases.expire(Instant::now());
             for worker in expired {
                 if let Err(e) = worker.kill().await {
                     tracing::debug!("returning an idle task worker: {e}");

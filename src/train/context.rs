@@ -1,5 +1,27 @@
 //! What a training loop sees: its rank, its device, its collective group,
 //! the checkpoint to resume from, and `report`.
+//!
+//! The step protocol: the worker runs the loop on a thread of its own; a
+//! step is the user's code plus the context's calls.
+//! 1. `prepare_model` (once) broadcasts rank 0's parameters to every rank,
+//!    so all start alike.
+//! 2. `sync_gradients` copies every gradient into one flat `f32` buffer
+//!    (parameters in name order; a missing gradient counts as zeros),
+//!    allreduces it (mean) through the group, and copies it back (the
+//!    NCCL backend averages CUDA tensors in place instead). The buffer goes
+//!    through after the backward pass, in slot-sized buckets: tch has no
+//!    backward hooks to overlap it.
+//! 3. `report(metrics, checkpoint)` records a numbered event (the report
+//!    index: the step); on rank 0 it hands the checkpoint to the writer
+//!    thread, which saves it atomically off the training thread and records
+//!    `CheckpointSaved` or `CheckpointFailed`; other ranks' checkpoints are
+//!    dropped.
+//! 4. Each collective operation and each report count as progress (the
+//!    counter the supervisor's hang check watches); an abort (from
+//!    `AbortTraining`) makes the next call fail.
+//!
+//! Fault rules (`faults.rs`) fire in the first of `sync_gradients` and
+//! `report` of their step, and in rank 0's checkpoint writer.
 
 use std::path::PathBuf;
 use std::sync::mpsc;

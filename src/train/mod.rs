@@ -16,6 +16,35 @@
 //! - a [`ParameterAggregator`] serves parameter-server style training
 //!   (synchronous averaging or asynchronous updates) instead of allreduce.
 //!
+//! Files: `collective/` (the `Collective` trait and its backends),
+//! `sampler.rs` (`DistributedSampler`), `config.rs` (`ScalingConfig`,
+//! `RunConfig`, `TrainResult`), `aggregator.rs`, `context.rs`
+//! (`TrainContext`), `optim.rs` (a checkpointable `Sgd`), `progress.rs`
+//! (what a loop has done, shared with whoever watches it), `worker.rs`
+//! (`TrainerWorker`), `supervisor/` (`TrainerSupervisor`; `policy.rs`,
+//! `launch.rs`, `watch.rs`), `checkpoint/` (format, atomic save,
+//! verification; `CheckpointReporter`), `faults.rs`; this file has
+//! `TrainLoop`, `Trainer` and `Registry::train_loop` (the loops are the
+//! registry's `LoopTable`). Everything but the collectives, the sampler,
+//! the aggregator and the fault rules needs the `torch` feature. The MNIST
+//! example's datasets live with the example (`examples/train_mnist/data/`).
+//!
+//! The protocols live with their code: an attempt, its failures and
+//! restarts in `supervisor/mod.rs` (launch and teardown in
+//! `supervisor/launch.rs`, the decisions in `supervisor/policy.rs`), a
+//! step in `context.rs`, the collectives in [`collective`], checkpoints in
+//! `checkpoint/`, training faults in `faults.rs`.
+//!
+//! **Bit-exact resume.** On CPU with one libtorch thread per worker, the
+//! training step is deterministic given parameters, optimizer state and
+//! the batch, and the reduction order is fixed; the sampler's shuffle is a
+//! pure function of seed and epoch, and the checkpoint holds the epoch and
+//! batch position (and the optimizer's momentum, `Sgd`); initial
+//! weights come from rank 0 (`prepare_model` broadcasts them). So a run
+//! restored from any checkpoint repeats the uninterrupted run's steps bit
+//! for bit (tests compare losses and a SHA-256 of the final parameters,
+//! `TrainResult::final_parameters_sha256`).
+//!
 //! ```no_run
 //! use nimbus::train::{Metrics, RunConfig, ScalingConfig, TrainContext, TrainLoop, Trainer, LoopResult};
 //!

@@ -1,6 +1,18 @@
 //! The `TrainerWorker` actor: one per worker process, owning the user's
 //! training loop, which runs on a thread of its own so the actor keeps
 //! answering the supervisor (progress polls, abort) during a step.
+//!
+//! Its messages: `StartTraining(Assignment)` starts the loop (once) with
+//! its ranks, group, checkpoint and faults; `PollTraining { after, wait_ms }`
+//! answers, within the wait, the events after `after`, the progress counter
+//! (reports plus collective operations: the liveness signal) and the
+//! outcome once the loop returned and its checkpoints are written;
+//! `AbortTraining` aborts the loop's group and its next report;
+//! `NcclUniqueId` makes an NCCL group's id (rank 0); `CollectiveChunk`
+//! carries a network group's chunk from a peer, buffered from the actor's
+//! creation, since a peer may send before this worker's own `StartTraining`
+//! arrives. A network group's outgoing chunks go to the peers'
+//! `TrainerWorker`s, in order, as `CollectiveChunk` calls.
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;

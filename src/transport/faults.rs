@@ -1,13 +1,28 @@
 //! Packet faults inside the QUIC socket layer: drop, duplicate, delay and
-//! reorder a fraction of datagrams to or from chosen peers, or cut them off
-//! (a partition) for a time window. QUIC's own loss recovery then has to do
-//! its job, as it would on a bad network.
+//! reorder a fraction of datagrams to or from chosen peers, cap a link's
+//! bandwidth, or cut peers off (a partition) for a time window. QUIC's own
+//! loss recovery then has to do its job, as it would on a bad network.
 //!
 //! A [`PacketFaults`] plan is data (serde), so a test can hand it to node
-//! processes (`NIMBUS_PACKET_FAULTS`, JSON). Every decision is a pure
-//! function of the plan's seed and the datagram's sequence number on its
-//! socket ([`PacketFaults::decide`]), so the same seed makes the same
-//! decisions for the same traffic.
+//! processes ([`PACKET_FAULTS_ENV`], `NIMBUS_PACKET_FAULTS`, JSON; with
+//! `workers = true` a node passes it on to its worker processes). Every
+//! decision is a pure function of the plan's seed and the datagram's
+//! sequence number on its socket ([`PacketFaults::decide`]), so the same
+//! seed makes the same decisions for the same traffic.
+//!
+//! - A rule applies to its `peers` (empty: every peer) from `from_ms` to
+//!   `until_ms` after the socket opened; the first rule that matches a
+//!   datagram's peer and time decides its fate.
+//! - A bandwidth cap queues datagrams behind each other; past
+//!   [`MAX_QUEUE_DELAY`] (200 ms) of queue they are dropped, as a router's
+//!   full buffer would (drop-tail).
+//! - Rules added at run time (`Endpoint::add_packet_rule`: a chaos
+//!   partition or degraded link, through `AddPacketRule` to a node or the
+//!   reserved message `nimbus.chaos.PacketRule` to a worker) go in front of
+//!   the plan's rules, their window counting from when they are added, and
+//!   expire on their own. A socket without a plan refuses them.
+//! - The socket counts what it did (`FaultCounters`); the process reports
+//!   the counts to the head (`crate::runtime` `packet_reports.rs`).
 
 use std::fmt;
 use std::io::{self, IoSliceMut};

@@ -42,8 +42,13 @@
 //!    close code 4 ("shutting down") and waits up to `connect_timeout` for
 //!    peers to be told.
 //!
-//! The defaults are [`TransportConfig`]'s. Packet faults for fault-injection
-//! tests are injected below QUIC by `faults.rs`.
+//! The defaults are [`TransportConfig`]'s (`config.rs`). Files:
+//! `endpoint.rs` (the only file that touches sockets; connections cached
+//! per peer address), `connection.rs` (the dialing side of a live
+//! connection), `server.rs` (the accepting side), `channel.rs` (ordered
+//! channels), `credentials.rs` (the join token and certificates),
+//! `error.rs`, and `faults.rs` (an optional socket wrapper that injects
+//! seeded packet faults below QUIC, for fault-injection tests).
 //!
 //! ```no_run
 //! # async fn demo(token: nimbus::transport::JoinToken) -> anyhow::Result<()> {

@@ -1,6 +1,25 @@
 //! The accepting side: TLS, the nimbus handshake, then one task per
 //! request stream.
 //!
+//! 1. TLS: a peer without this cluster's credentials fails here (logged as
+//!    a refusal: wrong token?).
+//! 2. The handshake, within `connect_timeout` (else close code 5): read the
+//!    8-byte preamble (another version: code 1, naming both), then the
+//!    `Hello` frame (unreadable: code 2); an `expect` naming another
+//!    incarnation of this node: code 3; otherwise answer with this node's
+//!    preamble and `HelloReply`.
+//! 3. Every later stream: read the first request frame within
+//!    `request_read_timeout` (else code 2). A plain request is handed to
+//!    the [`RequestHandler`] and answered on its stream; an ordered one
+//!    keeps the stream as a channel, whose requests reach the handler one
+//!    at a time in the order sent and are answered in that order (a channel
+//!    may then sit idle as long as its connection lives).
+//! 4. Each request: one meant for another incarnation is answered
+//!    `StaleIncarnation`; a handler not done by the request's deadline,
+//!    `DeadlineExceeded`; a body the handler calls malformed closes the
+//!    connection (code 2). A one-way request gets no response; its failure
+//!    is logged.
+//!
 //! Bad input never takes the node down: whatever a peer sends, the worst
 //! outcome is that its own connection is closed with a reason, and a
 //! warning is logged.

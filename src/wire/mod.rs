@@ -37,6 +37,10 @@
 //! complete in time: that connection only is closed), 3 stale incarnation,
 //! 4 shutting down, 5 handshake timeout. The timeouts themselves belong to
 //! the transport (`crate::transport::TransportConfig`).
+//!
+//! Files: `frame.rs` (frames), `message.rs` (the preamble, envelopes and
+//! close codes), `identity.rs` (`NodeIdentity`, `Incarnation`,
+//! `PeerIdentity`).
 
 pub mod frame;
 mod identity;

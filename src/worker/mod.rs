@@ -1,12 +1,25 @@
 //! Worker mode: a user program started by a node manager with the
-//! `nimbus-worker` argument hosts one actor.
+//! `nimbus-worker` argument hosts one actor. This is the composition root
+//! of a worker process.
 //!
-//! The actor runs on an actix system of its own thread; the QUIC endpoint
-//! runs on a tokio runtime on the main thread and hands calls to it. A
-//! panic anywhere in the process is the actor's death: the panic hook
+//! 1. Read the boot message from stdin (`crate::runtime::boot`).
+//! 2. Build the actor from its constructor arguments on an actix system of
+//!    its own thread, within `CREATE_TIMEOUT` (30 s).
+//! 3. On a tokio runtime on the main thread: open a QUIC endpoint named
+//!    `worker-<actor id>` with a fresh incarnation (with the node's packet
+//!    plan only if it says `workers = true`), install the process context
+//!    (home node: this worker's node), start the object store's reference
+//!    queue, report packet-fault counts if a plan is active, and record the
+//!    node it runs on (for `kill_node` faults).
+//! 4. Serve calls through the actor host, then print the ready line.
+//! 5. Run until the actor dies or SIGTERM; print the died line with the
+//!    cause (`Stopped` for SIGTERM), close the endpoint and exit.
+//!
+//! A panic anywhere in the process is the actor's death: the panic hook
 //! records its message, in-flight calls fail with it, the worker prints it
-//! for its node manager (`nimbus-worker-died panic: ...`) and exits, and the
-//! node manager reports the death and restarts the actor if allowed.
+//! for its node manager (`nimbus-worker-died`, `Panicked`) and exits, and
+//! the node manager reports the death and restarts the actor if allowed. A
+//! worker that cannot host its actor prints `Failed` with the reason.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;

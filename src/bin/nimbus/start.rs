@@ -1,4 +1,13 @@
 //! `nimbus start`: run a node, in the background (default) or the foreground.
+//!
+//! Without `--block` the command re-executes itself with `--block` as a
+//! detached process (its own process group, stderr to a log under
+//! `$NIMBUS_HOME/logs/`), relays its readiness lines and returns once it
+//! is up (within `START_TIMEOUT`, 60 s), or fails with the log's tail. A
+//! token given on the command line reaches the node through its
+//! environment (`NIMBUS_TOKEN`), never its arguments. `--head` listens on
+//! port 6379 by default; `--heartbeat-timeout-ms` (head only, default
+//! 3000) sets the failure detector's timeout.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr};

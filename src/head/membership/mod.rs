@@ -4,6 +4,34 @@
 //! The table lives in [`NodeTable`] (pure, tested without a runtime); the
 //! [`Membership`] actor feeds it messages and the clock, and publishes what
 //! changed to [`ClusterEvents`](super::ClusterEvents).
+//!
+//! 1. **Identity.** A node is a name (`--node-name`, default `IP:PORT`)
+//!    plus an incarnation (microseconds since the epoch at process start,
+//!    so a restart is always newer). The table keeps one entry per name.
+//!    `Join` of a newer incarnation replaces the old one (reported
+//!    `NodeDead`, "replaced by incarnation N", if it was alive, then
+//!    `NodeJoined`); an older one is refused (`Stale`), as is a declared
+//!    dead one (`Dead`); joining twice is harmless.
+//! 2. **Heartbeats.** Members heartbeat every `heartbeat_timeout / 6`
+//!    (`BEATS_PER_TIMEOUT` in `crate::node`; 500 ms with the default
+//!    timeout of 3 s, `--heartbeat-timeout-ms`) on control-priority
+//!    streams, carrying their resources in use; a change is published as
+//!    `ResourcesChanged` (what spawns and placement groups wait for).
+//! 3. **Failure detector.** The actor checks every `heartbeat_timeout / 10`
+//!    and declares dead (`NodeDead`) any member silent for longer than the
+//!    timeout. The last heartbeat precedes a crash by up to one interval,
+//!    so a crash is detected between `timeout - interval` and
+//!    `timeout + timeout / 10` after it. The head never declares itself
+//!    dead; and when its own checks were held up for more than half the
+//!    timeout (the head was stopped or starved of CPU), every member gets a
+//!    fresh timeout instead of being declared dead for heartbeats the head
+//!    could not read.
+//! 4. **Dead stays dead.** A declared-dead incarnation that comes back (a
+//!    stall, a partition) is refused on its next heartbeat, which the node
+//!    treats as fatal and exits; restarted, it joins as a new incarnation.
+//!    Refusals of stale or dead incarnations travel as `StaleIncarnation`.
+//! 5. **Leave.** A member stopping on purpose sends `Leave`: it is dead at
+//!    once ("left the cluster", reported `NodeLeft`).
 
 mod actor;
 mod state;

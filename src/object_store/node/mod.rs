@@ -1,6 +1,47 @@
 //! The half of the object store that runs in a node process: its shards
 //! (`shard.rs`, each on a thread of its own), pulls from other nodes,
 //! spilling under memory pressure, and the effects of frees on other nodes.
+//!
+//! Objects are spread over `SHARDS` (4) shards by id; every shard draws on
+//! one memory budget (`--object-store-memory`). It answers the
+//! `ObjectRequest`s of the control protocol:
+//!
+//! 1. **Puts.** A put arrives in `CHUNK_BYTES` (8 MiB) chunks
+//!    (`PutObjectChunk`); the first reserves the whole size, spilling if
+//!    needed, registers the putter as the object's first holder and holds
+//!    the references the object contains on its behalf. A process of this
+//!    host writes a large object in place instead (`CreateObject`: the node
+//!    reserves it and creates its file; the process writes; `SealObject`:
+//!    the node checks the size). A transfer that fails is aborted: nothing
+//!    is left behind, and the contained references are released.
+//! 2. **Pulls.** `PullObject` makes another node's object present here: the
+//!    home node long-polls the owner (`AwaitObject`, each wait at most
+//!    `MAX_OBJECT_WAIT`, 30 s, for objects still being produced), then reads
+//!    it in chunks, four in flight (`ReadObject`, recording itself as
+//!    caching a copy), into one buffer, and keeps the copy; concurrent
+//!    pulls of one object wait for the first. An owner that cannot be
+//!    reached makes the object "lost: its owner, node N, cannot be reached"
+//!    (there is no reconstruction; cached copies are not promoted).
+//! 3. **Spilling.** When an object does not fit, each shard in turn is
+//!    asked to spill its least recently used complete objects until it
+//!    fits (`Spill`): cached copies are dropped (they can be pulled again),
+//!    owned ones are written to the spill directory and leave memory.
+//!    Objects being received are never spilled. A put larger than what
+//!    remains after spilling everything fails with the numbers.
+//! 4. **Frees.** Reference changes (`UpdateRefs`) go to the object's shard
+//!    (`refcount.rs` decides). When an owned object is freed, the nodes
+//!    caching a copy are told (`FreeObject`), and the references it
+//!    contained are released on its behalf, wherever their owners are. A
+//!    freed id is remembered (the last 64 Ki), so a late reader is told it
+//!    was freed.
+//! 5. **Worker deaths.** The store watches the head's events and drops the
+//!    holds of each worker incarnation that died (`ActorDied`), so
+//!    references die with a SIGKILLed worker too.
+//! 6. **Files.** Spilled objects go to `--object-spill-dir`'s
+//!    `nimbus-NODE-PID` (default `$NIMBUS_HOME/spill/NODE-PID`), objects of
+//!    `SHARED_MIN` (1 MiB) or more to `/dev/shm/nimbus-NODE-PID/`; the node
+//!    removes both when it stops, and at start those of nodes of this host
+//!    whose process is gone ([`remove_stale`]).
 
 mod refcount;
 mod shard;

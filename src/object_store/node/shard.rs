@@ -13,6 +13,13 @@
 //! them instead of copying them over the network (`OpenObject`), and write
 //! new ones in place (`CreateObject`, then `SealObject`).
 //!
+//! Spilling and restoring: a spilled primary is a file in the spill
+//! directory, out of the memory budget. A read from offset 0 restores it
+//! (into its shared-memory file for a large object, else into memory)
+//! when it fits the budget; otherwise chunks are served from disk. A read
+//! of an object that is not here says whether it was freed (a tombstone
+//! of `refcount.rs`) or is unknown.
+//!
 //! Each shard runs on a thread of its own (an arbiter), so a spill's disk
 //! writes stall only its shard.
 

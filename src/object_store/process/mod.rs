@@ -2,6 +2,34 @@
 //! or a worker): [`ObjectRef`], `put`/`get`/`wait`, writing an object into
 //! its node's shared memory in place and mapping it back, and the
 //! references this process holds (`refs.rs`).
+//!
+//! An `ObjectRef<T>` carries the id, the size (unknown for a pending task
+//! result) and the owner node. A process's *home* node is its own node for
+//! a worker, the head for a driver.
+//!
+//! 1. **Put**: serialize (capturing the references inside), then store at
+//!    the home node, which owns the object: an object of `SHARED_MIN`
+//!    (1 MiB) or more, on the home node's host (same kernel boot id), is
+//!    written in place into its shared-memory file (`CreateObject`, write,
+//!    `SealObject`); anything else goes in `CHUNK_BYTES` (8 MiB) chunks
+//!    (`PutObjectChunk`).
+//! 2. **Get**: a copy this process keeps answers at once (objects of at
+//!    most 64 KiB are kept by the processes that put, read or produced
+//!    them while they hold a reference: `ObjectBytes::Local`). Otherwise
+//!    the home node makes the object present: `AwaitObject` if it is the
+//!    owner, else `PullObject` from the owner (long polls, up to
+//!    [`DEFAULT_GET_TIMEOUT`], 600 s, for a task's result still being
+//!    produced). Then a large object on this host is mapped
+//!    (`OpenObject`; `ObjectBytes::Mapped`, no copy: files are immutable
+//!    once sealed and only ever unlinked, which leaves mappings intact);
+//!    anything else is read from the home node in chunks, four in flight,
+//!    into a buffer allocated once.
+//! 3. **Errors**: a get of an object whose owner is gone fails with
+//!    `Unavailable` ("lost: its owner, node N, cannot be reached"); of a
+//!    failed task's result, with the task's name and error; of a freed
+//!    object, with "freed".
+//! 4. **Wait**: `wait(refs, n, timeout)` long-polls each object's owner
+//!    (`AwaitObject`) until `n` are ready or failed.
 
 pub(crate) mod refs;
 

@@ -16,11 +16,17 @@
 //!   free, so a reference passed on and dropped at once is never lost.
 //! - Serializing a reference into an object (a put, a task's result) does
 //!   not count as transit: the store holds the contained references on the
-//!   containing object's behalf until that object is freed.
+//!   containing object's behalf until that object is freed, from its
+//!   first chunk on; the serializing process keeps its own stakes until
+//!   the object is stored, so no release can overtake that hold.
 //!
-//! Changes go to their owners in order, from one background task. A
-//! reference serialized into a message that never arrives (the receiver
-//! died first) stays in transit: its object leaks rather than vanishes.
+//! Changes go to their owners in order, from one background task, batched
+//! (`UpdateRefs`, at most `BATCH`, 4096, changes a request). A worker's
+//! holds name its actor and incarnation, so its node's store drops them
+//! when the head reports that incarnation dead. Leaks rather than losses:
+//! a reference serialized into a message that never arrives (the receiver
+//! died first) stays in transit, and a driver killed outright never
+//! releases its holds (its objects stay until their owner stops).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};

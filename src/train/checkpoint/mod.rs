@@ -1,16 +1,29 @@
 //! Checkpoints: what a training run saves and resumes from.
 //!
-//! On disk a checkpoint is a directory `checkpoint_<index>` (the index is
-//! the report it was saved with, zero-padded) holding:
-//! - `checkpoint.safetensors`: every tensor (model parameters, optimizer
-//!   state, ...), loadable from Python with `safetensors.torch.load_file`;
-//! - `manifest.json`: [`Manifest`], with the tensor file's size and SHA-256
-//!   and the user's small values (epoch, step, sampler position, RNG seed).
+//! On disk a checkpoint is a directory
+//! `storage_path/<run name>/checkpoint_<index>` (the index is the report it
+//! was saved with, zero-padded to 9 digits so names sort by index) holding:
+//! - `checkpoint.safetensors` ([`TENSORS_FILE`]): every tensor
+//!   (`model.<var>`, `optimizer.momentum.<param>`, the user's), loadable
+//!   from Python with `safetensors.torch.load_file`;
+//! - `manifest.json` ([`MANIFEST_FILE`]): [`Manifest`] (`format`
+//!   [`FORMAT_VERSION`], `index`, `metrics`, the user's small `values` such
+//!   as epoch, step, sampler position, RNG seed, `tensors_bytes`,
+//!   `tensors_sha256`).
 //!
-//! Writes are atomic: everything goes into a temporary directory, is
-//! fsynced, and the directory is renamed into place, so a crash mid-write
-//! leaves no `checkpoint_*` directory at all. [`Checkpoint::load`] checks
-//! the size and checksum, so torn or corrupted bytes are detected.
+//! Writes are atomic (rank 0's writer thread):
+//! 1. write the tensor file into `.checkpoint_<index>.tmp-<pid>/` and
+//!    fsync it; hash it;
+//! 2. write the manifest, fsync it and the temporary directory;
+//! 3. rename the directory into place (replacing one of the same index an
+//!    earlier attempt left unreported) and fsync the run directory.
+//!
+//! A crash mid-write therefore leaves no `checkpoint_*` directory at all; a
+//! checkpoint counts as saved only once renamed, and rank 0's context
+//! removes the temporary directories of writes that never finished.
+//! [`Checkpoint::load`] checks the size and checksum, so torn or corrupted
+//! bytes are detected. Retention is the `CheckpointReporter`'s
+//! (`reporter.rs`).
 
 mod reporter;
 

@@ -1,9 +1,11 @@
 //! The `CheckpointReporter` actor: the driver-side record of a run's saved
 //! checkpoints. Rank 0 writes each checkpoint itself (atomically, off the
 //! training thread) and the supervisor tells this actor once it is complete;
-//! the reporter keeps the `num_to_keep` best (by score, or the newest),
-//! deletes the rest, and answers which checkpoint a restart resumes from:
-//! the newest one that still verifies.
+//! the reporter keeps the `num_to_keep` best (by `score_attribute` in
+//! `score_order`, or the newest) and always the latest (restarts resume
+//! from it), deletes the rest, and answers which checkpoint a restart
+//! resumes from (`Latest`: the newest one that still verifies, corrupt
+//! ones dropped) and which are the best (`Best`).
 
 use std::path::PathBuf;
 

@@ -3,13 +3,24 @@
 //!
 //! Backends:
 //! - [`SharedMemoryGroup`]: CPU workers on one host exchange through one
-//!   shared-memory segment (`/dev/shm`), no network copy at all;
+//!   shared-memory segment (`/dev/shm`), no network copy at all, and no
+//!   message;
 //! - [`NetworkGroup`]: ring collectives over any ordered transport (between
-//!   training workers: actor messages over QUIC), for groups across hosts.
+//!   training workers: `CollectiveChunk` actor messages over QUIC), for
+//!   groups across hosts;
+//! - `NcclGroup` (`nccl.rs`, feature `cuda`): GPU workers, on device
+//!   memory; rank 0 makes the group's id (`NcclUniqueId` message), which
+//!   the supervisor hands to every rank;
+//! - `SoloGroup`: a group of one.
 //!
-//! Every operation has a deadline and can be aborted from outside (the
-//! supervisor aborts survivors when a peer dies), so a dead peer turns into
-//! an error, never a hang.
+//! The supervisor picks one per attempt (`CollectiveBackend::Auto`: NCCL
+//! with `use_gpu`, else shared memory on one host, else the network).
+//! The CPU backends sum each value at one rank in a fixed order, so every
+//! rank, and every run, gets the same bits.
+//!
+//! Every operation has a deadline (the run's `collective_timeout`) and
+//! can be aborted from outside (the supervisor aborts survivors when a
+//! peer dies), so a dead peer turns into an error, never a hang.
 //!
 //! ```
 //! use nimbus::train::collective::{Collective, SoloGroup};

@@ -14,7 +14,11 @@
 //! NCCL's indefinite wait. Setting the group's abort flag does the same at
 //! once.
 //!
-//! Not yet run on a GPU: see `scripts/gpu-check.sh`.
+//! Gradients of CUDA tensors are averaged in place (`ncclAvg`), all of a
+//! step's in one NCCL group call.
+//!
+//! Not yet run on a GPU: it compiles, and fails clearly without one; see
+//! `scripts/gpu-check.sh`, the check to run on a GPU machine.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -9,6 +9,14 @@
 //! summed at one rank in ring order and copied everywhere, so every rank
 //! ends with the same bits. Broadcast pipelines the root's buffer around
 //! the ring in chunks; barrier is an allreduce of one value.
+//!
+//! Chunks hold at most `MAX_CHUNK_VALUES` (1 Mi) values. Between training
+//! workers each is a `CollectiveChunk` actor message to the next rank's
+//! `TrainerWorker`, ordered per handle over QUIC; a worker buffers chunks
+//! from its creation, since a peer may send before its own
+//! `StartTraining` arrives. Every wait for a peer has the group's timeout;
+//! an abort is a message into the same inbox ([`Delivery`]), so it ends a
+//! wait at once.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};

@@ -2,6 +2,14 @@
 //! segment (a file under `/dev/shm`) holding a slot per rank and two result
 //! areas, and synchronises through counters in the segment's header.
 //!
+//! Setup: rank 0 creates the segment under a temporary name and publishes
+//! it by rename (the supervisor names it under `/dev/shm`, one per
+//! attempt); the others wait for it (up to the timeout) and map it; after
+//! the first barrier rank 0 unlinks it, so a crash leaks nothing. A group
+//! holds at most [`MAX_WORLD`] ranks (one arrival counter per cache line
+//! of the 4 KiB header). Each rank slot holds one bucket (4 MiB from the
+//! supervisor); longer buffers go through in chunks of that size.
+//!
 //! Allreduce of a chunk, for `n` ranks:
 //! 1. each rank copies its chunk into its slot, then waits at a barrier;
 //! 2. rank `r` reduces segment `r` of the chunk over all slots (in rank
@@ -11,6 +19,11 @@
 //!
 //! The result area alternates between two buffers chunk by chunk, so step 3
 //! of one chunk never races step 2 of the next: two barriers per chunk.
+//!
+//! Waits spin (256 times), then yield (up to 4096 times), then sleep
+//! 50 µs between looks, and fail at the group's timeout naming the ranks
+//! that did not arrive, or at once when the abort word is set (with its
+//! reason).
 //!
 //! Segment layout (offsets in bytes):
 //! `0` magic, `8` world size, `16` slot capacity, `24` abort state,

@@ -1,5 +1,35 @@
 //! Starting and stopping an attempt's workers: placement, spawning, ranks,
 //! the collective group, and teardown.
+//!
+//! Launching one attempt, in phases (see `launch`):
+//! 1. The worker counts to try, largest first (a fixed count, or an elastic
+//!    range from its maximum down to its minimum), and the checkpoint to
+//!    resume from, verified.
+//! 2. Local mode (0 workers): the loop on a thread of the driver, done.
+//! 3. Reserve a placement group of one bundle per worker
+//!    (`resources_per_worker`, plus `GPU: 1` with `use_gpu`): each count but
+//!    the last gets `ELASTIC_TRY` (2 s) before a smaller one is tried, the
+//!    last the run's placement timeout.
+//! 4. Spawn a `TrainerWorker` into each bundle (`max_restarts` 0: the
+//!    supervisor, not the node, restarts).
+//! 5. Number the ranks in bundle order (`node_rank` by first appearance of
+//!    a node, `local_rank` within it); choose the collective (`Auto`: NCCL
+//!    with `use_gpu`, else shared memory when every worker is on one host
+//!    and there are at most `MAX_WORLD`, else the network; shared memory
+//!    asked for across hosts is refused); describe its group: a segment
+//!    path under `/dev/shm` with `BUCKET_BYTES` (4 MiB) per rank slot, the
+//!    peers' handles for the network ring, or for NCCL the unique id rank 0
+//!    makes (`NcclUniqueId`).
+//! 6. `StartTraining(Assignment)` on every rank: the loop's name and
+//!    serialized config, its ranks, the group, the checkpoint to resume
+//!    from, the run directory, the attempt number, its libtorch threads
+//!    (its CPUs), and its fault rules.
+//!
+//! A failure after step 3 stops the workers started and frees the group.
+//! Teardown (`stop_workers`): each worker gets `AbortTraining`, then
+//! `kill` (which returns once the head has recorded its death, or fails
+//! after 10 s); a local loop is aborted and awaited for at most
+//! `DEATH_WAIT` (10 s); then the group is removed.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -2,24 +2,51 @@
 //! group of `TrainerWorker`s, and restarts the whole group from the latest
 //! valid checkpoint when any worker dies, fails or hangs.
 //!
-//! One attempt:
-//! 1. reserve a placement group of one bundle per worker (for an elastic
-//!    run: the most workers that fit, down to the minimum);
-//! 2. spawn a `TrainerWorker` into each bundle and assign ranks;
-//! 3. `StartTraining` on every worker; the workers form their collective
-//!    group among themselves (nothing goes through the driver);
-//! 4. watch every worker: a task per worker long-polls its progress
-//!    (reports, checkpoints, steps) and waits for its death; a timer checks
-//!    the per-worker progress deadline.
+//! It receives `Fit` (run the job), `Watched` (progress and deaths, from
+//! one watcher task per worker), `NodeJoined` (an elastic run may grow
+//! back) and timer ticks (the progress deadline, checked every quarter of
+//! `progress_timeout`, between 100 ms and 1 s). One attempt:
+//! 1. reserve a placement group of one bundle per worker and spawn a
+//!    `TrainerWorker` into each, number the ranks, pick the collective and
+//!    send `StartTraining` to every rank (`launch.rs`); the workers form
+//!    their collective group among themselves (nothing goes through the
+//!    driver);
+//! 2. watch every worker (`watch.rs`): a task per worker long-polls its
+//!    progress (`PollTraining`, `POLL_WAIT` = 1 s a poll: reports,
+//!    checkpoints, steps) and waits for its death (`next_death`); rank 0's
+//!    reports become the metrics history, saved checkpoints go to the
+//!    `CheckpointReporter` (`Saved`); a fault a worker announces is
+//!    reported to the head (`ReportFault`), and the first report of rank 0
+//!    after a restart to the head as a recovery (`ReportRecovery`);
+//! 3. the first of these ends the attempt: a worker's death (`killed by
+//!    signal 9`, `panic: ...`, `node lost: ...`), a loop that returns an
+//!    error, a failed checkpoint write, a worker whose progress counter has
+//!    not moved for `progress_timeout` (hung), a launch that fails;
+//! 4. on that failure: `AbortTraining` to every worker (peers blocked in a
+//!    collective fail at once), kill every worker (`ActorHandle::kill` →
+//!    `KillActor` to its node → SIGKILL, no restart; it returns once the
+//!    head has recorded the death, so names and resources are free again),
+//!    remove the placement group;
+//! 5. then, unless more than `max_failures` failures have been seen (then
+//!    `fit` returns `FailuresExhausted` with their count and the first and
+//!    last reasons), start the next attempt from the newest checkpoint that
+//!    verifies (`Latest`: corrupt ones are skipped), else from
+//!    `resume_from_checkpoint` or the start. The metrics history is cut
+//!    back to that checkpoint's report index, so it reads as one
+//!    uninterrupted run.
 //!
-//! On the first failure of an attempt: abort the survivors (their
-//! collective fails at once), kill every worker, wait for the deaths,
-//! release the placement group, then start the next attempt from the
-//! latest checkpoint that verifies, unless `max_failures` is spent.
+//! Elastic runs (a worker range): resources that vanish (a lost node) are
+//! not waited for; the attempt starts with the most workers that fit
+//! (`launch.rs`). While it runs below its maximum, a task long-polls the
+//! head's events; when a node joins, the supervisor reserves (and at once
+//! releases) a placement group for the missing workers, and if that fits
+//! it ends the attempt and restarts at full size from the latest checkpoint
+//! (`TrainEvent::Rescaling`; a restart that counts no failure).
 //!
 //! Which attempt is live, when it failed, hung or finished, and what
 //! follows are decided by the plain state machine in `policy.rs`; this
-//! actor carries its decisions out.
+//! actor carries its decisions out. A run of 0 workers runs the loop on a
+//! thread of the driver (local mode).
 
 use std::path::PathBuf;
 use std::sync::Arc;
