@@ -28,10 +28,13 @@
 //!   them the task queues until a lease is returned. A task asking for
 //!   resources no node offers fails at submission. Leases idle for
 //!   [`IDLE_LEASE`] are returned (the worker is killed).
-//! - **Arguments** may be values or `ObjectRef`s; references are fetched to
-//!   the executing node before the function runs.
+//! - **Arguments** may be values or `ObjectRef`s (`Input::object`), or
+//!   several objects gathered into one array (`Input::gather`); references
+//!   are fetched to the executing node before the function runs.
 //! - **Results and failures**: the result is stored at the submitter's home
-//!   node, which owns it; a task that panics or returns an error makes the
+//!   node, which owns it (a result of at most 64 KiB holding no references
+//!   comes back inline in the reply: the submitter keeps a copy and stores
+//!   it); a task that panics or returns an error makes the
 //!   result *failed*, and `get` reports the task's name and message. A task
 //!   lost with its worker process or node is retried on a new lease up to
 //!   `max_retries` times (default 3, as in Ray); errors of the function

@@ -2,11 +2,21 @@
 //! reused per placement (resources, strategy, bundle), as Ray's worker
 //! leases are.
 //!
-//! Scheduling, as in Ray: an idle lease is reused; otherwise a new worker
-//! is started on this process's own node if it has the resources free
-//! (local first), else on any node that has them (spill); if none has
-//! them, the task queues until a lease is returned or resources free up.
-//! Whether any node could *ever* run the task is checked at submission.
+//! Scheduling, as in Ray:
+//! 1. Whether any alive node could *ever* run the task is checked once per
+//!    placement, at submission (`check_feasible`: else `Unsatisfiable`).
+//! 2. An idle lease of the same placement (resources, strategy, bundle) is
+//!    reused.
+//! 3. Otherwise a new worker is started on this process's own node if it
+//!    has the resources free (local first), else on any node that has them
+//!    (spill: the spawn's candidates, most free CPU first); at most
+//!    `MAX_STARTING` (2) starts at a time per placement.
+//! 4. If no node has them free, the task queues for the next returned
+//!    lease, and looks again every [`QUEUE_POLL`] (500 ms): resources may
+//!    free up elsewhere.
+//! 5. A finished task's lease goes to the oldest queued task, else idle;
+//!    leases idle for [`IDLE_LEASE`] (2 s) are returned (the worker is
+//!    killed).
 //! Which of these happens is decided by the plain state machine of
 //! `policy.rs` ([`Leases`]); this module carries it out.
 
