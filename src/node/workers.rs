@@ -26,8 +26,8 @@ use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
 use crate::cluster::DeathCause;
@@ -67,6 +67,55 @@ pub(super) async fn launch(
         path: log.to_path_buf(),
         source,
     })?;
+    let boot_bytes = rmp_serde::to_vec_named(boot)?;
+    let mut command = worker_command(binary, boot, log_file, gpus);
+    let mut child = command.spawn().map_err(|source| WorkerStartError::Io {
+        action: "start",
+        path: binary.to_path_buf(),
+        source,
+    })?;
+    let pid = child.id().unwrap_or(0);
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = child.start_kill();
+        return Err(WorkerStartError::Io {
+            action: "open the pipes of",
+            path: binary.to_path_buf(),
+            source: std::io::Error::other("the process has no standard input or output"),
+        });
+    };
+    let mut lines = BufReader::new(stdout).lines();
+    let ready =
+        match tokio::time::timeout(START_TIMEOUT, boot_and_wait(stdin, &boot_bytes, &mut lines))
+            .await
+        {
+            Ok(ready) => ready,
+            Err(_) => Err(NotServing::Timeout(START_TIMEOUT)),
+        };
+    let (address, incarnation) = match ready {
+        Ok(ready) => ready,
+        Err(why) => return Err(not_serving(child, why, log).await),
+    };
+    tokio::spawn(async move {
+        let cause = watch_exit(child, lines).await;
+        on_exit(incarnation, cause);
+    });
+    Ok(LaunchedWorker {
+        address,
+        incarnation,
+        pid,
+    })
+}
+
+/// The command that runs `binary` as the worker of `boot`'s actor: worker
+/// arguments, pipes for the boot message and the protocol lines, stderr to
+/// its log, its GPUs, only the fault plans meant for workers, and death
+/// with its node.
+fn worker_command(
+    binary: &Path,
+    boot: &WorkerBoot,
+    log: std::fs::File,
+    gpus: Option<String>,
+) -> Command {
     let mut command = Command::new(binary);
     command
         .arg(WORKER_ARG)
@@ -79,7 +128,7 @@ pub(super) async fn launch(
         .env_remove(ACTOR_FAULTS_ENV)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(log_file);
+        .stderr(log);
     // A node's packet faults reach its workers only when the plan says so.
     let for_workers = crate::transport::PacketFaults::from_env()
         .ok()
@@ -101,94 +150,77 @@ pub(super) async fn launch(
             Ok(())
         });
     }
-    let boot_bytes = rmp_serde::to_vec_named(boot)?;
-    let mut child = command.spawn().map_err(|source| WorkerStartError::Io {
-        action: "start",
-        path: binary.to_path_buf(),
-        source,
-    })?;
-    let pid = child.id().unwrap_or(0);
-    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        let _ = child.start_kill();
-        return Err(WorkerStartError::Io {
-            action: "open the pipes of",
-            path: binary.to_path_buf(),
-            source: std::io::Error::other("the process has no standard input or output"),
-        });
-    };
-    let mut lines = BufReader::new(stdout).lines();
-    let started = async {
-        stdin.write_all(&boot_bytes).await?;
-        drop(stdin);
-        while let Some(line) = lines.next_line().await? {
-            if let Some(ready) = line.strip_prefix(READY) {
-                return parse_ready(ready).ok_or(NotServing::Unreadable(line));
-            }
+    command
+}
+
+/// Writes the boot message, then reads the worker's lines until it says
+/// where it serves.
+async fn boot_and_wait(
+    mut stdin: ChildStdin,
+    boot: &[u8],
+    lines: &mut Lines<BufReader<ChildStdout>>,
+) -> Result<(SocketAddr, Incarnation), NotServing> {
+    stdin.write_all(boot).await?;
+    drop(stdin);
+    while let Some(line) = lines.next_line().await? {
+        if let Some(ready) = line.strip_prefix(READY) {
+            return parse_ready(ready).ok_or(NotServing::Unreadable(line));
         }
-        Err(NotServing::Exited)
-    };
-    let ready = match tokio::time::timeout(START_TIMEOUT, started).await {
-        Ok(ready) => ready,
-        Err(_) => Err(NotServing::Timeout(START_TIMEOUT)),
-    };
-    let (address, incarnation) = match ready {
-        Ok(ready) => ready,
-        Err(why) => {
-            let _ = child.start_kill();
-            let status = child
-                .wait()
-                .await
-                .map(|s| describe(s).to_string())
-                .unwrap_or_default();
-            let log_text = std::fs::read_to_string(log).unwrap_or_default();
-            let tail: Vec<&str> = log_text.lines().rev().take(5).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            return Err(WorkerStartError::NotServing {
-                why,
-                status,
-                log: log.to_path_buf(),
-                tail: tail.join(" | "),
-            });
+    }
+    Err(NotServing::Exited)
+}
+
+/// Kills a worker that did not come up and says why, with how it ended and
+/// the last lines of its log.
+async fn not_serving(mut child: Child, why: NotServing, log: &Path) -> WorkerStartError {
+    let _ = child.start_kill();
+    let status = child
+        .wait()
+        .await
+        .map(|s| describe(s).to_string())
+        .unwrap_or_default();
+    let log_text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = log_text.lines().rev().take(5).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    WorkerStartError::NotServing {
+        why,
+        status,
+        log: log.to_path_buf(),
+        tail: tail.join(" | "),
+    }
+}
+
+/// Waits for a serving worker's process to end; its death cause: the one
+/// it printed (a panic, a chaos fault), else its exit code or signal. The
+/// process's exit ends the watch, not the end of its stdout: a child
+/// process of the actor may hold the pipe open for ever.
+async fn watch_exit(mut child: Child, mut lines: Lines<BufReader<ChildStdout>>) -> DeathCause {
+    let mut cause = None;
+    let mut read = |line: String| {
+        if let Some(died) = line.strip_prefix(DIED) {
+            cause = Some(parse_died(died));
         }
     };
-    tokio::spawn(async move {
-        // The process's exit ends the watch, not the end of its stdout: a
-        // child process of the actor may hold the pipe open for ever.
-        let mut cause = None;
-        let mut read = |line: String| {
-            if let Some(died) = line.strip_prefix(DIED) {
-                cause = Some(parse_died(died));
-            }
-        };
-        let status = loop {
-            tokio::select! {
-                line = lines.next_line() => match line {
-                    Ok(Some(line)) => read(line),
-                    _ => break child.wait().await,
-                },
-                status = child.wait() => {
-                    // What it printed before exiting is in the pipe already.
-                    while let Ok(Ok(Some(line))) =
-                        tokio::time::timeout(DRAIN_WAIT, lines.next_line()).await
-                    {
-                        read(line);
-                    }
-                    break status;
+    let status = loop {
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => read(line),
+                _ => break child.wait().await,
+            },
+            status = child.wait() => {
+                // What it printed before exiting is in the pipe already.
+                while let Ok(Ok(Some(line))) =
+                    tokio::time::timeout(DRAIN_WAIT, lines.next_line()).await
+                {
+                    read(line);
                 }
+                break status;
             }
-        };
-        on_exit(
-            incarnation,
-            cause.unwrap_or_else(|| match status {
-                Ok(status) => describe(status),
-                Err(e) => DeathCause::Failed(format!("cannot wait for the worker process: {e}")),
-            }),
-        );
-    });
-    Ok(LaunchedWorker {
-        address,
-        incarnation,
-        pid,
+        }
+    };
+    cause.unwrap_or_else(|| match status {
+        Ok(status) => describe(status),
+        Err(e) => DeathCause::Failed(format!("cannot wait for the worker process: {e}")),
     })
 }
 

@@ -17,6 +17,7 @@
 //! 5. A finished task's lease goes to the oldest queued task, else idle;
 //!    leases idle for [`IDLE_LEASE`] (2 s) are returned (the worker is
 //!    killed).
+//!
 //! Which of these happens is decided by the plain state machine of
 //! `policy.rs` ([`Leases`]); this module carries it out.
 
