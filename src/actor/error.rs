@@ -104,6 +104,12 @@ pub enum SpawnError {
     /// Another live actor has the name.
     #[error("the actor name {0:?} is taken")]
     NameTaken(String),
+    /// An amount asked for is negative, infinite or NaN.
+    #[error("invalid resources for the actor: {0}")]
+    BadResources(#[from] crate::cluster::ResourceError),
+    /// The constructor arguments could not be encoded.
+    #[error("cannot encode the actor's arguments: {0}")]
+    EncodeArgs(String),
     /// Starting it on the chosen node failed: the node could not start the
     /// worker process, or the program could not be shipped there.
     #[error(transparent)]

@@ -173,12 +173,12 @@ pub async fn spawn<A: RemoteActor>(
     if !context.registry.has_actor(A::NAME) {
         return Err(SpawnError::NotRegistered(A::NAME));
     }
+    options.resources.validate()?;
     let spec = ActorSpec {
         actor: ActorId::random(),
         type_name: A::NAME.to_string(),
         name: options.name.clone(),
-        args: rmp_serde::to_vec_named(&args)
-            .map_err(|e| SpawnError::Launch(LaunchError::Binary(e.to_string())))?,
+        args: rmp_serde::to_vec_named(&args).map_err(|e| SpawnError::EncodeArgs(e.to_string()))?,
         resources: options.resources.clone(),
         max_restarts: options.max_restarts,
         restarts: 0,

@@ -30,7 +30,8 @@
 //! - `Echo` (a probe).
 //!
 //! Every answer is a [`ControlReply`]. The protocol version (the wire's
-//! `PROTOCOL_VERSION`, 2) counts this grouping by subsystem.
+//! `PROTOCOL_VERSION`, 3) counts this grouping by subsystem (3: a join
+//! refused for a taken name is answered `NodeNameTaken`).
 
 use std::net::SocketAddr;
 
@@ -414,6 +415,16 @@ pub enum ControlReply {
     Joined {
         /// Heartbeat interval in milliseconds.
         heartbeat_interval_ms: u64,
+    },
+    /// A join refused: a live member has the node's name.
+    NodeNameTaken {
+        /// The live member.
+        holder: NodeIdentity,
+        /// Where it is.
+        address: SocketAddr,
+        /// When it will have been declared dead if it has stopped (a
+        /// restarted node retries then); `None`: never (the head).
+        retry_after_ms: Option<u64>,
     },
     /// Acknowledges a heartbeat or a leave.
     Ack,

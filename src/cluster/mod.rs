@@ -10,7 +10,8 @@
 //! fault rules, the chaos harness's reserved messages, and `FiredFault`,
 //! the `chaos: KIND at TRIGGER of TARGET` form in which every fault hook
 //! reports a death it caused), `digest.rs` (SHA-256 of files: binaries,
-//! checkpoints).
+//! checkpoints), `files.rs` (the private modes of every file and directory
+//! nimbus creates).
 //!
 //! Architecture invariant: data and pure functions only; no actors, no
 //! sockets.
@@ -18,6 +19,7 @@
 mod death;
 mod digest;
 pub mod faults;
+pub mod files;
 pub mod gpus;
 mod messages;
 mod objects;

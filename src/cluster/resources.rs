@@ -27,8 +27,8 @@ pub const MEMORY: &str = "memory";
 #[serde(transparent)]
 pub struct ResourceSet(BTreeMap<String, f64>);
 
-/// A `--resources` value that cannot be used.
-#[derive(Debug, thiserror::Error)]
+/// A `--resources` value, or a request's resources, that cannot be used.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ResourceError {
     /// Not a JSON object of numbers.
     #[error("--resources must be a JSON object of numbers, such as '{{\"accelerator_type:H200\": 1}}': {0}")]
@@ -89,6 +89,25 @@ impl ResourceSet {
             self.0.insert(name, amount);
         }
         Ok(())
+    }
+
+    /// Fails on the first amount that is negative, infinite or NaN: such
+    /// an amount would corrupt a node's accounting for good.
+    ///
+    /// ```
+    /// use nimbus::cluster::ResourceSet;
+    /// assert!(ResourceSet::of("CPU", 0.5).validate().is_ok());
+    /// assert!(ResourceSet::of("CPU", f64::NAN).validate().is_err());
+    /// assert!(ResourceSet::of("GPU", -1.0).validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), ResourceError> {
+        match self.iter().find(|(_, a)| !a.is_finite() || *a < 0.0) {
+            Some((name, amount)) => Err(ResourceError::BadAmount {
+                name: name.to_string(),
+                amount,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The resources with their amounts.

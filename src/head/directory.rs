@@ -8,7 +8,9 @@
 //! ask it `ReserveName` (a unique name, before a spawn), `LookupName`,
 //! `LocateActor` (live or dead, with `restarting`) and `ListActors`.
 //!
-//! When a node is lost (a `NodeDead` event, to which it subscribes):
+//! When a node is lost (a `NodeDead` event, to which it subscribes) or
+//! leaves on purpose (`NodeLeft`: `nimbus stop`, SIGTERM; its workers die
+//! with it), alike:
 //! 1. every live actor of that node gets the cause `NodeLost`, carrying
 //!    the fault that killed the node if a fault hook announced it first
 //!    (`NodeDoomed`, from a `ReportFault` with `kills_node`);
@@ -30,6 +32,9 @@ use crate::wire::Incarnation;
 use super::events::{ClusterEvents, Publish};
 use crate::cluster::faults::FiredFault;
 use crate::cluster::{ActorId, ActorRecord, ActorSpec, ClusterEvent, ClusterEventKind, DeathCause};
+
+/// The cause given to the actors of a node that left on purpose.
+const LEFT: &str = "it left the cluster";
 
 /// The directory actor.
 pub struct Directory {
@@ -296,23 +301,26 @@ impl Handler<ClusterEvent> for Directory {
     type Result = ();
 
     fn handle(&mut self, event: ClusterEvent, _: &mut Self::Context) {
-        if let ClusterEventKind::NodeDead { node, reason } = event.kind {
-            let lost: Vec<ActorId> = self
-                .actors
-                .values()
-                .filter(|r| r.dead.is_none() && r.node.name == node.name)
-                .map(|r| r.actor)
-                .collect();
-            let cause = DeathCause::NodeLost {
-                node: node.to_string(),
-                reason,
-                fault: self.doomed.remove(&node.name),
-            };
-            for actor in lost {
-                let reason = cause.clone();
-                if !self.reschedule(actor, &reason) {
-                    self.bury(actor, reason);
-                }
+        let (node, reason) = match event.kind {
+            ClusterEventKind::NodeDead { node, reason } => (node, reason),
+            ClusterEventKind::NodeLeft { node } => (node, LEFT.to_string()),
+            _ => return,
+        };
+        let lost: Vec<ActorId> = self
+            .actors
+            .values()
+            .filter(|r| r.dead.is_none() && r.node.name == node.name)
+            .map(|r| r.actor)
+            .collect();
+        let cause = DeathCause::NodeLost {
+            node: node.to_string(),
+            reason,
+            fault: self.doomed.remove(&node.name),
+        };
+        for actor in lost {
+            let reason = cause.clone();
+            if !self.reschedule(actor, &reason) {
+                self.bury(actor, reason);
             }
         }
     }
@@ -402,5 +410,32 @@ mod tests {
             matches!(&published[1].kind, ClusterEventKind::ActorDied { actor, restarting: false, .. } if *actor == ActorId(1))
         );
         dir.send(reserve(2, "bank")).await.unwrap().unwrap();
+    }
+
+    /// A node that leaves on purpose takes its actors with it, as a lost
+    /// node does: dead (or restarting elsewhere), names freed.
+    #[actix_rt::test]
+    async fn the_actors_of_a_node_that_left_are_dead_and_their_names_free() {
+        let events = ClusterEvents::default().start();
+        let dir = Directory::new(events.clone(), None).start();
+        dir.send(ActorUp {
+            record: record(1, "bank", "a"),
+            spec: spec(1, "bank"),
+        })
+        .await
+        .unwrap();
+        dir.send(ClusterEvent {
+            seq: 1,
+            kind: ClusterEventKind::NodeLeft {
+                node: record(1, "bank", "a").node,
+            },
+        })
+        .await
+        .unwrap();
+        assert_eq!(dir.send(LookupName("bank".into())).await.unwrap(), None);
+        let dead = dir.send(LocateActor(ActorId(1))).await.unwrap().unwrap();
+        let cause = dead.dead.unwrap();
+        assert!(cause.is_node_lost(), "{cause}");
+        assert!(cause.to_string().contains(LEFT), "{cause}");
     }
 }

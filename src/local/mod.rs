@@ -433,7 +433,7 @@ impl LocalCluster {
             .home
             .path()
             .join(format!("{name}-{}.log", self.spawned));
-        let log_file = std::fs::File::create(&log).map_err(process)?;
+        let log_file = crate::cluster::files::private_file(&log).map_err(process)?;
         let mut command = Command::new(&self.program);
         command
             .arg("start")

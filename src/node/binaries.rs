@@ -15,6 +15,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use super::error::BinaryError;
+use crate::cluster::files::{private_dir, private_file};
+
+/// Mode of a cached program: its user may run it, nobody else may read it.
+const PRIVATE_PROGRAM: u32 = 0o700;
 
 /// Binaries cached under one directory, and uploads in progress.
 pub(super) struct BinaryCache {
@@ -124,7 +128,7 @@ impl BinaryCache {
                 expected: hash,
             });
         }
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755))
+        fs::set_permissions(&path, fs::Permissions::from_mode(PRIVATE_PROGRAM))
             .map_err(failed("make executable"))?;
         let target = self.dir.join(&hash);
         if target.is_file() {
@@ -146,9 +150,9 @@ impl BinaryCache {
                 source,
             }
         };
-        fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
+        private_dir(&self.dir).map_err(io("create", &self.dir))?;
         let path = self.dir.join(format!("{hash}.part-{}", std::process::id()));
-        let file = File::create(&path).map_err(io("write", &path))?;
+        let file = private_file(&path).map_err(io("write", &path))?;
         let upload = Upload {
             file,
             path,

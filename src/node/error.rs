@@ -29,6 +29,16 @@ pub enum NodeError {
         /// What went wrong.
         cause: ClientError,
     },
+    /// A live member of the cluster has this node's name.
+    #[error("cannot join the head at {head}: the node name is taken by the live member {holder} at {address}; choose another --node-name, or stop that node first")]
+    NameTaken {
+        /// The head's address.
+        head: SocketAddr,
+        /// The live member of that name.
+        holder: crate::wire::NodeIdentity,
+        /// Where it is.
+        address: SocketAddr,
+    },
     /// The head declared this node dead (it was unreachable for longer than
     /// the heartbeat timeout); restart it to rejoin as a new incarnation.
     #[error("the head no longer counts this node as a member: {0}")]
@@ -59,6 +69,9 @@ pub enum GrantError {
     /// The actor asked for a bundle this node does not hold.
     #[error("bundle {0} is not reserved on this node")]
     NoBundle(BundleId),
+    /// An amount is negative, infinite or NaN.
+    #[error(transparent)]
+    BadAmount(#[from] ResourceError),
 }
 
 /// A node's binary cache refused a read or an upload.

@@ -44,6 +44,7 @@ use tracing::{debug, info, warn};
 
 use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
+use crate::cluster::files::private_dir;
 use crate::cluster::{
     ActorId, ActorRecord, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet,
 };
@@ -311,7 +312,7 @@ impl NodeManager {
         let me = ctx.address();
         let actor = spec.actor;
         async move {
-            std::fs::create_dir_all(&log_dir).map_err(|source| WorkerStartError::Io {
+            private_dir(&log_dir).map_err(|source| WorkerStartError::Io {
                 action: "create",
                 path: log_dir.clone(),
                 source,

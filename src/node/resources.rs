@@ -56,6 +56,7 @@ impl ResourcePool {
         request: &ResourceSet,
         bundle: Option<BundleId>,
     ) -> Result<Grant, GrantError> {
+        request.validate()?;
         let Some(id) = bundle else {
             check(request, &self.total.minus(&self.used), "node")?;
             self.used.add(request);
@@ -171,5 +172,24 @@ mod tests {
         pool.release(&cpus(2.0), outside);
         pool.release_bundle(bundle);
         assert_eq!(pool.used().amount(CPU), 0.0);
+    }
+
+    /// A NaN, infinite or negative request (any token holder can send
+    /// one) is refused and leaves the accounting as it was; before, a NaN
+    /// was granted and made the node's use NaN for good.
+    #[test]
+    fn amounts_that_are_not_finite_and_positive_are_refused() {
+        let mut pool = ResourcePool::new(cpus(4.0));
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            let refused = pool.reserve(&cpus(bad), None).unwrap_err();
+            assert!(matches!(refused, GrantError::BadAmount(_)), "{refused}");
+            let bundle = BundleId {
+                group: PlacementGroupId(2),
+                index: 0,
+            };
+            assert!(pool.reserve_bundle(bundle, &cpus(bad)).is_err());
+        }
+        assert_eq!(pool.used().amount(CPU), 0.0);
+        assert!(pool.reserve(&cpus(4.0), None).is_ok());
     }
 }

@@ -292,7 +292,17 @@ async fn leave(
     Ok(())
 }
 
+/// How long past the first answer's `retry_after` a join keeps trying
+/// for a name held by a member that is not declared dead yet.
+const NAME_GRACE: Duration = Duration::from_secs(2);
+
 /// Joins the head; returns the heartbeat interval it asks for.
+///
+/// A name still held by a live member is retried when the head says the
+/// holder, if it has stopped, will have been declared dead (a node
+/// restarted before the head noticed its death), until [`NAME_GRACE`]
+/// past that; a holder that is still heartbeating keeps the name, and the
+/// join fails saying so.
 async fn join(
     endpoint: &Endpoint,
     head: SocketAddr,
@@ -304,15 +314,41 @@ async fn join(
         .await
         .map_err(|e| failed(e.into()))?;
     let request = ControlRequest::Membership(MembershipRequest::Join(registration));
-    match client::call(&connection, &request, RequestOptions::control()).await {
-        Ok(ControlReply::Joined {
-            heartbeat_interval_ms,
-        }) => Ok(Duration::from_millis(heartbeat_interval_ms.max(1))),
-        Ok(reply) => Err(failed(ClientError::UnexpectedReply {
-            request: "Join",
-            reply: Box::new(reply),
-        })),
-        Err(e) => Err(failed(e)),
+    let mut give_up = None;
+    loop {
+        let reply = client::call(&connection, &request, RequestOptions::control()).await;
+        let (holder, address, retry_after_ms) = match reply {
+            Ok(ControlReply::Joined {
+                heartbeat_interval_ms,
+            }) => return Ok(Duration::from_millis(heartbeat_interval_ms.max(1))),
+            Ok(ControlReply::NodeNameTaken {
+                holder,
+                address,
+                retry_after_ms,
+            }) => (holder, address, retry_after_ms),
+            Ok(reply) => {
+                return Err(failed(ClientError::UnexpectedReply {
+                    request: "Join",
+                    reply: Box::new(reply),
+                }))
+            }
+            Err(e) => return Err(failed(e)),
+        };
+        let taken = NodeError::NameTaken {
+            head,
+            holder: holder.clone(),
+            address,
+        };
+        let Some(wait) = retry_after_ms.map(Duration::from_millis) else {
+            return Err(taken);
+        };
+        let now = tokio::time::Instant::now();
+        let give_up = *give_up.get_or_insert(now + wait + NAME_GRACE);
+        if now + wait > give_up {
+            return Err(taken);
+        }
+        info!(%holder, "the node name is held by an incarnation not yet declared dead; joining again in {wait:?}");
+        tokio::time::sleep(wait).await;
     }
 }
 

@@ -198,10 +198,22 @@ async fn membership_request(
                 registration,
                 head: false,
             };
-            membership.send(join).await.map_err(internal)??;
-            Ok(ControlReply::Joined {
-                heartbeat_interval_ms: head.heartbeat_interval.as_millis() as u64,
-            })
+            match membership.send(join).await.map_err(internal)? {
+                Ok(()) => Ok(ControlReply::Joined {
+                    heartbeat_interval_ms: head.heartbeat_interval.as_millis() as u64,
+                }),
+                Err(membership::MembershipError::NameTaken {
+                    holder,
+                    address,
+                    retry_after,
+                    ..
+                }) => Ok(ControlReply::NodeNameTaken {
+                    holder,
+                    address,
+                    retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+                }),
+                Err(e) => Err(e.into()),
+            }
         }
         MembershipRequest::Heartbeat { node, used } => {
             membership

@@ -30,6 +30,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
+use crate::cluster::files::private_file;
 use crate::cluster::DeathCause;
 use crate::runtime::boot::{parse_died, parse_ready, WorkerBoot, DIED, READY, WORKER_ARG};
 use crate::wire::Incarnation;
@@ -62,7 +63,7 @@ pub(super) async fn launch(
     gpus: Option<String>,
     on_exit: impl FnOnce(Incarnation, DeathCause) + Send + 'static,
 ) -> Result<LaunchedWorker, WorkerStartError> {
-    let log_file = std::fs::File::create(log).map_err(|source| WorkerStartError::Io {
+    let log_file = private_file(log).map_err(|source| WorkerStartError::Io {
         action: "create",
         path: log.to_path_buf(),
         source,

@@ -80,6 +80,14 @@ pub enum PlacementError {
     /// A bundle index out of range.
     #[error("the placement group has no bundle {0}")]
     NoSuchBundle(usize),
+    /// A bundle asks for a negative, infinite or NaN amount.
+    #[error("invalid bundle {index}: {cause}")]
+    BadBundle {
+        /// The bundle.
+        index: usize,
+        /// What is wrong with it.
+        cause: crate::cluster::ResourceError,
+    },
     /// The cluster could not be reached.
     #[error("cannot reach the cluster: {0}")]
     Cluster(#[from] ClientError),
@@ -128,6 +136,11 @@ impl PlacementGroup {
         deadline: Duration,
     ) -> Result<Self, PlacementError> {
         let context = ProcessContext::current().ok_or(PlacementError::NotInitialized)?;
+        for (index, bundle) in bundles.iter().enumerate() {
+            bundle
+                .validate()
+                .map_err(|cause| PlacementError::BadBundle { index, cause })?;
+        }
         let id = PlacementGroupId(rand::random());
         let end = Instant::now() + deadline;
         loop {

@@ -104,6 +104,7 @@ pub(crate) async fn check_feasible(
     context: &ProcessContext,
     options: &SpawnOptions,
 ) -> Result<(), SpawnError> {
+    options.resources().validate()?;
     static FEASIBLE: OnceLock<DashSet<String>> = OnceLock::new();
     let feasible = FEASIBLE.get_or_init(DashSet::new);
     let key = options.placement_key();

@@ -5,7 +5,7 @@
 //!
 //! 1. The dialer opens a bidirectional stream and writes the [`preamble`]
 //!    (8 bytes: `NMBS` + the `u32` protocol version, [`PROTOCOL_VERSION`],
-//!    now 2), then a [`Hello`] frame naming itself (`from`: role, name,
+//!    now 3), then a [`Hello`] frame naming itself (`from`: role, name,
 //!    incarnation) and, optionally, the identity of the node it expects to
 //!    reach (`expect`).
 //! 2. The acceptor checks the preamble first, so that a peer of another
@@ -55,7 +55,7 @@ pub use message::{
 
 /// The protocol version this build speaks. Peers must match exactly.
 /// 2: control requests grouped by subsystem.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

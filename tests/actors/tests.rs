@@ -30,6 +30,9 @@ pub const ALL: &[(&str, Test)] = &[
         "impossible_or_busy_resources_fail_with_a_clear_error",
         |d| boxed(impossible_or_busy_resources_fail(d)),
     ),
+    ("bad_resource_amounts_are_refused_by_name", |d| {
+        boxed(bad_resource_amounts_are_refused_by_name(d))
+    }),
     ("a_handle_passed_through_a_third_node_works", |_| {
         boxed(a_handle_passed_through_a_third_node_works())
     }),
@@ -83,6 +86,9 @@ pub const ALL: &[(&str, Test)] = &[
     ),
     ("actors_of_a_lost_node_are_reported_dead", |d| {
         boxed(actors_of_a_lost_node_are_reported_dead(d))
+    }),
+    ("actors_of_a_node_that_left_are_dead_or_restarted", |d| {
+        boxed(actors_of_a_node_that_left_are_dead_or_restarted(d))
     }),
     ("a_named_actor_is_killed_at_a_planned_time", |d| {
         boxed(a_named_actor_is_killed_at_a_planned_time(d))
@@ -241,6 +247,35 @@ async fn impossible_or_busy_resources_fail(_: &mut Driver) {
         other => panic!("expected NoCapacity, got {other:?}"),
     }
     assert!(started.elapsed() >= deadline && started.elapsed() < deadline * 5);
+}
+
+/// A negative, infinite or NaN amount is refused by name before anything
+/// is asked of the cluster, for actors, placement-group bundles and tasks
+/// alike (a node refuses one sent to it directly too: a unit test of its
+/// resource pool).
+async fn bad_resource_amounts_are_refused_by_name(_: &mut Driver) {
+    for bad in [f64::NAN, f64::INFINITY, -1.0] {
+        let options = SpawnOptions::default().num_cpus(bad);
+        match actor::spawn::<Counter>(0, options).await {
+            Err(SpawnError::BadResources(e)) => {
+                assert!(e.to_string().contains("\"CPU\""), "{e}")
+            }
+            other => panic!("expected BadResources for {bad}, got {other:?}"),
+        }
+        let bundle = ResourceSet::of("CPU", 1.0).with("GPU", bad);
+        let created = PlacementGroup::create(
+            vec![ResourceSet::of("CPU", 0.1), bundle],
+            PlacementStrategy::Pack,
+            Duration::from_secs(1),
+        )
+        .await;
+        match created {
+            Err(PlacementError::BadBundle { index: 1, cause }) => {
+                assert!(cause.to_string().contains("\"GPU\""), "{cause}")
+            }
+            other => panic!("expected BadBundle for {bad}, got {other:?}"),
+        }
+    }
 }
 
 async fn a_handle_passed_through_a_third_node_works() {
@@ -571,6 +606,66 @@ async fn actors_of_a_lost_node_are_reported_dead(driver: &mut Driver) {
     assert!(death.reason.is_node_lost(), "{}", death.reason);
     let err = counter.send(Add(1)).await.unwrap_err();
     assert!(matches!(err, CallError::NodeLost { .. }), "{err}");
+}
+
+/// A node stopped on purpose (SIGTERM, as `nimbus stop` sends) takes its
+/// actors with it as a lost node does: an actor pinned there is dead with
+/// the cause, its name is free again, and a movable one restarts on
+/// another node. (Before, a leave left them listed alive for ever.)
+async fn actors_of_a_node_that_left_are_dead_or_restarted(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let mut leavers = Vec::new();
+    for _ in 0..2 {
+        let index = cluster
+            .add_node(&["--resources", r#"{"leaving": 1}"#])
+            .unwrap();
+        leavers.push(cluster.node(index).unwrap().name().to_string());
+    }
+    let movable = SpawnOptions::default()
+        .num_cpus(0.1)
+        .resource("leaving", 1.0)
+        .max_restarts(1);
+    let counter = actor::spawn::<Counter>(0, movable).await.unwrap();
+    let first = counter.record().await.unwrap();
+    let pinned = actor::spawn::<Counter>(0, on(&first.node.name).name("left-behind"))
+        .await
+        .unwrap();
+    assert_eq!(pinned.send(Add(1)).await.unwrap(), 1);
+    let cluster = driver.local_cluster().unwrap();
+    let index = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.name() == first.node.name)
+        .unwrap();
+    assert!(
+        cluster.stop(index, Duration::from_secs(10)).unwrap(),
+        "the node exits cleanly on SIGTERM"
+    );
+    let within = Duration::from_secs(20);
+    let mut seen = 0;
+    let death = tokio::time::timeout(within, actor::next_death(&pinned, &mut seen))
+        .await
+        .expect("the pinned actor's death is recorded")
+        .unwrap();
+    assert!(!death.restarting, "{death:?}");
+    assert!(death.reason.is_node_lost(), "{}", death.reason);
+    assert!(
+        death.reason.to_string().contains("left"),
+        "{}",
+        death.reason
+    );
+    let name = actor::get_actor::<Counter>("left-behind").await.unwrap();
+    assert!(name.is_none(), "the name is free again");
+    let mut seen = 0;
+    let death = tokio::time::timeout(within, actor::next_death(&counter, &mut seen))
+        .await
+        .expect("the movable actor's death is recorded")
+        .unwrap();
+    assert!(death.restarting, "{death:?}");
+    assert_eq!(counter.send(Add(2)).await.unwrap(), 2);
+    let second = counter.record().await.unwrap();
+    assert_ne!(second.node.name, first.node.name);
+    assert!(leavers.contains(&second.node.name), "{second:?}");
 }
 
 /// The second driver's part: joins with `NIMBUS_ADDRESS`/`NIMBUS_TOKEN`,

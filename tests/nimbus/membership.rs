@@ -100,9 +100,14 @@ async fn a_restarted_node_is_a_new_incarnation_and_its_old_one_is_refused() {
         let new = status.node("node-1").unwrap();
         assert!(new.incarnation > old.incarnation);
         assert_eq!(new.address, old.address, "same name, same recycled address");
+        // The new incarnation was admitted once the old one was declared
+        // dead (its name was not for the taking while it counted as alive).
         let events = client.events(0, Duration::ZERO).await.unwrap();
-        assert!(events.iter().any(|e| matches!(&e.kind,
-            ClusterEventKind::NodeDead { node, reason } if *node == old.identity() && reason.contains("replaced"))));
+        let died = events.iter().position(|e| matches!(&e.kind,
+            ClusterEventKind::NodeDead { node, reason } if *node == old.identity() && reason.contains("no heartbeat")));
+        let joined = events.iter().position(|e| matches!(&e.kind,
+            ClusterEventKind::NodeJoined { node, .. } if node.name == "node-1" && node.incarnation != old.identity().incarnation));
+        assert!(died.is_some() && died < joined, "{events:?}");
 
         // A session meant for the old incarnation is refused...
         match client.connect_node(&old).await {

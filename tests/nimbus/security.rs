@@ -65,6 +65,80 @@ fn the_join_token_is_in_no_process_arguments() {
     );
 }
 
+/// The nodes `nimbus status --json` lists: (name, state, incarnation).
+fn members(home: &std::path::Path, token: &str) -> Vec<(String, String, u64)> {
+    let status = nimbus(home, &["status", "--json", "--token", token]);
+    let json: serde_json::Value =
+        serde_json::from_slice(&status.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&status)));
+    json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["id"].as_str().unwrap().to_string(),
+                n["state"].as_str().unwrap().to_string(),
+                n["incarnation"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A node asking to join under a live member's name is refused and the
+/// member keeps it: named like the head, at once; named like another live
+/// member, once that member has kept heartbeating past the time a stopped
+/// one would have been declared dead. Before, the newcomer replaced the
+/// live owner, and a node named like the head made the head expel itself.
+#[test]
+fn a_live_members_name_cannot_be_taken() {
+    let home = TempDir::new().unwrap();
+    let home = home.path();
+    let _stop = StopOnDrop(home);
+    let (address, token, _) = start_head(home);
+    let join = |name: &str| {
+        let args = [
+            "start",
+            "--address",
+            &address,
+            "--token",
+            &token,
+            "--node-ip-address",
+            "127.0.0.1",
+            "--node-name",
+            name,
+        ];
+        nimbus(home, &args)
+    };
+    // The head's own name (`IP:PORT` unless it was given one).
+    let head = members(home, &token);
+    let taken = join(&head[0].0);
+    assert!(!taken.status.success(), "{}", text(&taken));
+    assert!(
+        text(&taken).contains(&format!(
+            "the node name is taken by the live member {}",
+            head[0].0
+        )),
+        "{}",
+        text(&taken)
+    );
+    assert!(join("twin").status.success());
+    let before = members(home, &token);
+    let taken = join("twin");
+    assert!(!taken.status.success(), "{}", text(&taken));
+    assert!(
+        text(&taken).contains("taken by the live member twin"),
+        "{}",
+        text(&taken)
+    );
+    let after = members(home, &token);
+    assert_eq!(after, before, "the live members keep their names");
+    assert_eq!(after[0], head[0], "the head is untouched");
+    assert!(
+        after.iter().all(|(_, state, _)| state == "alive"),
+        "{after:?}"
+    );
+}
+
 #[test]
 fn a_local_clusters_nodes_get_the_token_outside_their_arguments() {
     let cluster = cluster(2);

@@ -125,6 +125,11 @@ async fn large_objects_are_shared_memory_mapped(driver: &mut Driver) {
     let client = client(driver).await;
     let bytes = pattern(9, 3 << 20);
     let object = object_store::put_bytes(&bytes).await.unwrap();
+    // Other local users cannot read the head's shared-memory objects.
+    let head_pid = driver.local_cluster().unwrap().node(0).unwrap().pid();
+    assert_private(std::path::Path::new(&format!(
+        "/dev/shm/nimbus-head-{head_pid}"
+    )));
     let found = listing(&client, "head").await;
     let summary = found.objects.iter().find(|o| o.id == object.id()).unwrap();
     assert_eq!(summary.state, ObjectState::SharedMemory, "{summary:?}");
@@ -304,6 +309,11 @@ async fn objects_spill_to_disk_and_come_back(driver: &mut Driver) {
     assert_eq!(found.spilled, (spilled * size) as u64, "{found:?}");
     let spill_files = std::fs::read_dir(&own).map_or(0, |files| files.count());
     assert_eq!(spill_files, spilled, "files in {}", own.display());
+    // Spilled objects, worker logs and shipped programs: the user's only.
+    assert_private(&own);
+    let home = driver.local_cluster().unwrap().home().to_path_buf();
+    assert_private(&home.join("logs"));
+    assert_private(&home.join("binaries"));
     let expected: Vec<u64> = (0..6).map(|seed| digest(&pattern(seed, size))).collect();
     // Read back on their node (restored from disk) and pulled to the head.
     assert_eq!(
@@ -468,6 +478,13 @@ async fn an_impossible_task_fails_fast() {
         }
         other => panic!("{other:?}"),
     }
+    let nan = TaskOptions::default().num_cpus(f64::NAN);
+    match task::submit(SQUARE, Input::value(&1).unwrap(), nan).await {
+        Err(TaskError::Placement(actor::SpawnError::BadResources(e))) => {
+            assert!(e.to_string().contains("\"CPU\""), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
@@ -587,4 +604,23 @@ fn rss_bytes() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS in /proc/self/status");
     kib * 1024
+}
+
+/// Asserts that nobody but its owner can read, write or enter `path`, nor
+/// anything inside it.
+fn assert_private(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "{} is open to others: {:o}",
+        path.display(),
+        mode & 0o777
+    );
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            assert_private(&entry.unwrap().path());
+        }
+    }
 }

@@ -8,6 +8,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use nimbus::cluster::files::{private_dir, private_file};
 use serde::{Deserialize, Serialize};
 
 /// The state directory.
@@ -80,14 +81,13 @@ pub(crate) fn load_nodes() -> Vec<(PathBuf, NodeRecord)> {
 /// A fresh log file for a background node.
 pub(crate) fn new_log_file() -> Result<(PathBuf, fs::File)> {
     let dir = home().join("logs");
-    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    private_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis();
     let path = dir.join(format!("node-{stamp}.log"));
-    let file =
-        fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    let file = private_file(&path).with_context(|| format!("cannot create {}", path.display()))?;
     Ok((path, file))
 }
 
@@ -97,7 +97,7 @@ fn nodes_dir() -> PathBuf {
 
 fn write_private(path: &PathBuf, bytes: &[u8]) -> Result<()> {
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        private_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let tmp = path.with_extension("tmp");
     let mut file = fs::OpenOptions::new()

@@ -8,10 +8,13 @@
 //! 1. **Identity.** A node is a name (`--node-name`, default `IP:PORT`)
 //!    plus an incarnation (microseconds since the epoch at process start,
 //!    so a restart is always newer). The table keeps one entry per name.
-//!    `Join` of a newer incarnation replaces the old one (reported
-//!    `NodeDead`, "replaced by incarnation N", if it was alive, then
-//!    `NodeJoined`); an older one is refused (`Stale`), as is a declared
-//!    dead one (`Dead`); joining twice is harmless.
+//!    `Join` of a newer incarnation replaces the old one once that is dead
+//!    or has left (`NodeJoined`); while the old one is alive the name is
+//!    taken (`NameTaken`, answered as `ControlReply::NodeNameTaken` with when
+//!    the old one, if silent, will have been declared dead: a restarted
+//!    node retries then; the head's name is never free). An older
+//!    incarnation is refused (`Stale`), as is a declared dead one (`Dead`);
+//!    joining twice is harmless.
 //! 2. **Heartbeats.** Members heartbeat every `heartbeat_timeout / 6`
 //!    (`BEATS_PER_TIMEOUT` in `crate::node`; 500 ms with the default
 //!    timeout of 3 s, `--heartbeat-timeout-ms`) on control-priority
@@ -58,6 +61,19 @@ pub enum MembershipError {
         /// The current incarnation.
         current: NodeIdentity,
     },
+    /// Another incarnation of that name is a live member.
+    #[error("the node name {:?} is taken by the live member {holder} at {address}; choose another --node-name, or stop that node first", node.name)]
+    NameTaken {
+        /// The node that asked to join.
+        node: NodeIdentity,
+        /// The live member of that name.
+        holder: NodeIdentity,
+        /// Where the holder is.
+        address: std::net::SocketAddr,
+        /// When the holder, if it has stopped, will have been declared
+        /// dead (`None`: the head, which never is).
+        retry_after: Option<std::time::Duration>,
+    },
     /// The incarnation was declared dead; a dead node comes back only as a
     /// new incarnation (restart it).
     #[error("{node} was declared dead ({reason}); restart it to rejoin as a new incarnation")]
@@ -72,7 +88,9 @@ pub enum MembershipError {
 impl From<MembershipError> for RemoteError {
     fn from(e: MembershipError) -> Self {
         let kind = match e {
-            MembershipError::Unknown { .. } => RemoteErrorKind::BadRequest,
+            MembershipError::Unknown { .. } | MembershipError::NameTaken { .. } => {
+                RemoteErrorKind::BadRequest
+            }
             MembershipError::Stale { .. } | MembershipError::Dead { .. } => {
                 RemoteErrorKind::StaleIncarnation
             }

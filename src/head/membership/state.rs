@@ -41,8 +41,11 @@ impl NodeTable {
     }
 
     /// Admits a node. A newer incarnation of a known node replaces the old
-    /// one (declared dead if it was not already); an older one is refused.
-    /// Joining twice with the same incarnation is harmless.
+    /// one once that is dead or has left; while the old one is alive its
+    /// name is taken (`NameTaken`, with when the old one would be declared
+    /// dead if it is silent: a restarted node retries then). An older
+    /// incarnation is refused. Joining twice with the same incarnation is
+    /// harmless.
     pub fn handle_join(
         &mut self,
         registration: NodeRegistration,
@@ -83,16 +86,20 @@ impl NodeTable {
                 }),
             };
         }
-        let mut events = Vec::new();
         if current.state == NodeState::Alive {
-            events.push(ClusterEventKind::NodeDead {
-                node: known,
-                reason: format!("replaced by incarnation {}", node.incarnation),
+            // Declared dead once silent for the timeout, seen by the next
+            // check (every tenth of it).
+            let silent = now.saturating_duration_since(current.last_heartbeat);
+            let declared_in = (self.timeout + self.timeout / 10).saturating_sub(silent);
+            return Err(MembershipError::NameTaken {
+                node,
+                holder: known,
+                address: current.registration.address,
+                retry_after: (!current.head).then_some(declared_in),
             });
         }
         *current = entry;
-        events.push(joined);
-        Ok(events)
+        Ok(vec![joined])
     }
 
     /// Records a heartbeat from a live member; reports a change of the
@@ -272,17 +279,66 @@ mod tests {
         );
     }
 
+    /// A live member's name is not for the taking: not the head's (ever),
+    /// not another member's while it heartbeats. Before, a join with a
+    /// taken name replaced the live owner, and one named like the head
+    /// took the cluster down.
     #[test]
-    fn old_incarnations_are_refused_and_new_ones_replace() {
+    fn a_live_members_name_is_refused_and_freed_by_its_death() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_secs(3);
+        let mut table = NodeTable::new(timeout);
+        table
+            .handle_join(registration("head", 1), true, t0)
+            .unwrap();
+        table.handle_join(registration("a", 5), false, t0).unwrap();
+        let later = t0 + Duration::from_secs(1);
+        match table.handle_join(registration("head", 9), false, later) {
+            Err(MembershipError::NameTaken { retry_after, .. }) => {
+                assert_eq!(retry_after, None, "the head is never declared dead")
+            }
+            other => panic!("{other:?}"),
+        }
+        match table.handle_join(registration("a", 7), false, later) {
+            Err(MembershipError::NameTaken {
+                holder,
+                retry_after,
+                ..
+            }) => {
+                assert_eq!(holder.incarnation.0, 5);
+                assert_eq!(
+                    retry_after,
+                    Some(timeout + timeout / 10 - Duration::from_secs(1))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(table.status(later).nodes.len(), 2);
+        assert!(table
+            .status(later)
+            .nodes
+            .iter()
+            .all(|n| n.state == NodeState::Alive && n.incarnation != 7 && n.incarnation != 9));
+        // Silent for the timeout: declared dead, and the name is free.
+        let dead = t0 + timeout + Duration::from_millis(1);
+        assert_eq!(table.poll_failures(dead).len(), 1);
+        let events = table
+            .handle_join(registration("a", 7), false, dead)
+            .unwrap();
+        assert!(
+            matches!(&events[..], [ClusterEventKind::NodeJoined { node, .. }] if node.incarnation.0 == 7)
+        );
+    }
+
+    #[test]
+    fn old_incarnations_are_refused_and_new_ones_replace_a_node_that_left() {
         let t0 = Instant::now();
         let mut table = NodeTable::new(Duration::from_secs(3));
         table.handle_join(registration("a", 5), false, t0).unwrap();
+        table.handle_leave(&registration("a", 5).node).unwrap();
         let events = table.handle_join(registration("a", 7), false, t0).unwrap();
         assert!(
-            matches!(&events[0], ClusterEventKind::NodeDead { node, .. } if node.incarnation.0 == 5)
-        );
-        assert!(
-            matches!(&events[1], ClusterEventKind::NodeJoined { node, .. } if node.incarnation.0 == 7)
+            matches!(&events[..], [ClusterEventKind::NodeJoined { node, .. }] if node.incarnation.0 == 7)
         );
         let old = registration("a", 5).node;
         let err = table
@@ -331,27 +387,50 @@ mod tests {
         let t0 = Instant::now();
         let mut now = t0;
         let mut table = NodeTable::new(timeout);
-        // Per node: incarnation, crashed?, last heartbeat sent.
-        let mut nodes: Vec<(u64, bool, Instant)> = Vec::new();
+        // Per node: incarnation, crashed?, last heartbeat sent, and since
+        // when a restart has been trying to join.
+        let mut nodes: Vec<(u64, bool, Instant, Option<Instant>)> = Vec::new();
         for i in 0..5 {
             table
                 .handle_join(registration(&format!("n{i}"), 1), false, now)
                 .unwrap();
-            nodes.push((1, false, now));
+            nodes.push((1, false, now, None));
         }
         for _ in 0..2_000 {
             now += step;
-            for (i, (incarnation, crashed, last)) in nodes.iter_mut().enumerate() {
+            let alive: Vec<bool> = table
+                .status(now)
+                .nodes
+                .iter()
+                .map(|n| n.state == NodeState::Alive)
+                .collect();
+            for (i, (incarnation, crashed, last, joining)) in nodes.iter_mut().enumerate() {
                 let name = format!("n{i}");
                 match next(100) {
                     0 if !*crashed => *crashed = true,
-                    1 if *crashed => {
-                        *incarnation += 1;
-                        *crashed = false;
-                        *last = now;
-                        table
-                            .handle_join(registration(&name, *incarnation), false, now)
-                            .unwrap();
+                    _ if joining.is_some() || (*crashed && next(100) == 0) => {
+                        // A restart joins once the old incarnation is dead.
+                        let since = *joining.get_or_insert(now);
+                        let joined =
+                            table.handle_join(registration(&name, *incarnation + 1), false, now);
+                        match joined {
+                            Ok(_) => {
+                                assert!(!alive[i], "seed {seed}: {name} taken over alive");
+                                *incarnation += 1;
+                                *crashed = false;
+                                *last = now;
+                                *joining = None;
+                            }
+                            Err(MembershipError::NameTaken { .. }) => {
+                                assert!(alive[i], "seed {seed}: {name} refused, yet dead");
+                                assert!(
+                                    now - since <= timeout + step,
+                                    "seed {seed}: {name} kept out for {:?}",
+                                    now - since
+                                );
+                            }
+                            Err(e) => panic!("seed {seed}: {e}"),
+                        }
                     }
                     // Live nodes heartbeat at random, but at least every
                     // 500 ms (a sixth of the timeout, as real nodes do).
@@ -370,7 +449,7 @@ mod tests {
             table.poll_failures(now);
             for status in table.status(now).nodes {
                 let i: usize = status.id[1..].parse().unwrap();
-                let (incarnation, crashed, last) = nodes[i];
+                let (incarnation, crashed, last, _) = nodes[i];
                 assert_eq!(status.incarnation, incarnation, "seed {seed}");
                 let silent = now - last;
                 if status.state == NodeState::Dead {

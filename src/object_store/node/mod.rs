@@ -56,6 +56,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 
 use crate::client;
+use crate::cluster::files::private_dir;
 use crate::cluster::ObjectRequest;
 use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
@@ -97,7 +98,7 @@ impl NodeObjectStore {
         endpoint: Endpoint,
         me: ObjectLocation,
     ) -> Self {
-        let shared_dir = shared_dir.filter(|dir| match std::fs::create_dir_all(dir) {
+        let shared_dir = shared_dir.filter(|dir| match private_dir(dir) {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(
@@ -108,7 +109,7 @@ impl NodeObjectStore {
             }
         });
         // Created now, so it is plainly this node's (and removed at stop).
-        if let Err(e) = std::fs::create_dir_all(&spill_dir) {
+        if let Err(e) = private_dir(&spill_dir) {
             tracing::warn!(
                 "cannot create the spill directory {}: {e}",
                 spill_dir.display()

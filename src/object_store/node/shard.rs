@@ -33,6 +33,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::refcount::{Collected, RefCounts};
+use crate::cluster::files::{private_dir, private_file, write_private};
 use crate::cluster::{
     ContainedRef, ObjectId, ObjectLocation, ObjectState, ObjectSummary, RefChange, RefHolder,
 };
@@ -286,14 +287,13 @@ impl ObjectStoreShard {
             return Ok(size);
         }
         let path = self.budget.spill_path(id);
-        let written =
-            std::fs::create_dir_all(&self.budget.spill_dir).and_then(|()| match &stored.data {
-                Data::Memory(bytes) => std::fs::write(&path, bytes),
-                Data::Shared(shared) => {
-                    std::fs::copy(shared, &path).and_then(|_| std::fs::remove_file(shared))
-                }
-                _ => Ok(()),
-            });
+        let written = private_dir(&self.budget.spill_dir).and_then(|()| match &stored.data {
+            Data::Memory(bytes) => write_private(&path, bytes),
+            Data::Shared(shared) => {
+                std::fs::copy(shared, &path).and_then(|_| std::fs::remove_file(shared))
+            }
+            _ => Ok(()),
+        });
         if let Err(source) = written {
             let _ = std::fs::remove_file(&path);
             return Err(ShardError::Io {
@@ -480,7 +480,7 @@ impl Handler<Begin> for ObjectStoreShard {
         }
         let tick = self.tick();
         let data = match self.budget.shared_path(msg.id, msg.total) {
-            Some(path) => match std::fs::File::create(&path) {
+            Some(path) => match private_file(&path) {
                 Ok(file) => Data::ArrivingShared { file, received: 0 },
                 Err(e) => {
                     tracing::warn!(

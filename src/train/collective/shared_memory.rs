@@ -31,6 +31,7 @@
 //! (one cache line each), `4096` the slots, then the two result areas.
 
 use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -371,6 +372,7 @@ fn create(
         .write(true)
         .create(true)
         .truncate(true)
+        .mode(crate::cluster::files::PRIVATE_FILE)
         .open(&temporary)
         .map_err(|e| setup("cannot create", e))?;
     file.set_len(len as u64)
