@@ -191,6 +191,15 @@ async fn removing_a_placement_group_frees_its_resources() {
     }
 }
 
+/// The index of the cluster's node named `name`.
+fn node_index(cluster: &nimbus::local::LocalCluster, name: &str) -> usize {
+    cluster
+        .nodes()
+        .iter()
+        .position(|n| n.name() == name)
+        .unwrap()
+}
+
 fn on(node: &str) -> SpawnOptions {
     SpawnOptions::default()
         .num_cpus(0.1)
@@ -497,16 +506,9 @@ async fn actors_of_a_lost_node_restart_on_another_node(driver: &mut Driver) {
     let counter = actor::spawn::<Counter>(0, options).await.unwrap();
     assert_eq!(counter.send(Add(5)).await.unwrap(), 5);
     let first = counter.record().await.unwrap();
-    let doomed = |cluster: &nimbus::local::LocalCluster, name: &str| {
-        cluster
-            .nodes()
-            .iter()
-            .position(|n| n.name() == name)
-            .unwrap()
-    };
     let mut seen = 0;
     let cluster = driver.local_cluster().unwrap();
-    cluster.kill(doomed(cluster, &first.node.name)).unwrap();
+    cluster.kill(node_index(cluster, &first.node.name)).unwrap();
     let death = actor::next_death(&counter, &mut seen).await.unwrap();
     assert!(death.restarting, "{death:?}");
     assert!(death.reason.is_node_lost(), "{}", death.reason);
@@ -518,7 +520,9 @@ async fn actors_of_a_lost_node_restart_on_another_node(driver: &mut Driver) {
     assert_eq!(second.restarts, 1);
 
     let cluster = driver.local_cluster().unwrap();
-    cluster.kill(doomed(cluster, &second.node.name)).unwrap();
+    cluster
+        .kill(node_index(cluster, &second.node.name))
+        .unwrap();
     let death = actor::next_death(&counter, &mut seen).await.unwrap();
     assert!(!death.restarting, "out of restarts: {death:?}");
     let err = counter.send(Add(1)).await.unwrap_err();
@@ -568,11 +572,7 @@ async fn killing_an_actor_being_restarted_elsewhere_keeps_it_dead(driver: &mut D
     let counter = actor::spawn::<Counter>(0, options).await.unwrap();
     let first = counter.record().await.unwrap();
     let cluster = driver.local_cluster().unwrap();
-    let index = cluster
-        .nodes()
-        .iter()
-        .position(|n| n.name() == first.node.name)
-        .unwrap();
+    let index = node_index(cluster, &first.node.name);
     cluster.kill(index).unwrap();
     let mut seen = 0;
     let death = actor::next_death(&counter, &mut seen).await.unwrap();
@@ -632,11 +632,7 @@ async fn actors_of_a_node_that_left_are_dead_or_restarted(driver: &mut Driver) {
         .unwrap();
     assert_eq!(pinned.send(Add(1)).await.unwrap(), 1);
     let cluster = driver.local_cluster().unwrap();
-    let index = cluster
-        .nodes()
-        .iter()
-        .position(|n| n.name() == first.node.name)
-        .unwrap();
+    let index = node_index(cluster, &first.node.name);
     assert!(
         cluster.stop(index, Duration::from_secs(10)).unwrap(),
         "the node exits cleanly on SIGTERM"
