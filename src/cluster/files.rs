@@ -2,12 +2,15 @@
 //! objects, logs, shipped programs, collective buffers): they are private
 //! to the user that runs nimbus, whatever the umask. Directories are
 //! created `0700`, files `0600`; a directory that exists already is left as
-//! it is (it is not nimbus's to change).
+//! it is (it is not nimbus's to change). The state directory
+//! ([`nimbus_home`]) is per user, and a node refuses one that another user
+//! owns or can write in ([`own_state_dir`]).
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 /// Mode of the directories nimbus creates.
 pub const PRIVATE_DIR: u32 = 0o700;
@@ -35,4 +38,107 @@ pub fn private_file(path: &Path) -> std::io::Result<File> {
 /// Writes `bytes` to a new private file at `path`.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     private_file(path)?.write_all(bytes)
+}
+
+/// The state directory: `$NIMBUS_HOME`; else `.nimbus` in this user's home
+/// (`$HOME`, else the password database's); else `nimbus-UID` in the
+/// temporary directory — never a name shared between users.
+pub fn nimbus_home() -> PathBuf {
+    if let Some(dir) = std::env::var_os("NIMBUS_HOME") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .map(PathBuf::from)
+        .or_else(password_database_home);
+    match home {
+        Some(home) => home.join(".nimbus"),
+        // SAFETY: geteuid cannot fail.
+        None => std::env::temp_dir().join(format!("nimbus-{}", unsafe { libc::geteuid() })),
+    }
+}
+
+/// This user's home directory in the password database.
+fn password_database_home() -> Option<PathBuf> {
+    let mut buffer = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: an all-zero `passwd` is a valid out-parameter.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found = std::ptr::null_mut();
+    // SAFETY: the buffers outlive the call; `found` points into them or is null.
+    let failed = unsafe {
+        libc::getpwuid_r(
+            libc::geteuid(),
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
+    if failed != 0 || found.is_null() || entry.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: `pw_dir` is a NUL-terminated string inside `buffer`.
+    let dir = unsafe { std::ffi::CStr::from_ptr(entry.pw_dir) };
+    let dir = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+    (!dir.as_os_str().is_empty()).then_some(dir)
+}
+
+/// Why a state directory is not safe to use.
+#[derive(Debug, thiserror::Error)]
+pub enum StateDirError {
+    /// It could not be created or read.
+    #[error("state directory {}: {source}; set NIMBUS_HOME to a directory of yours", path.display())]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Another user owns it (or it is a link): they could read or replace
+    /// what nimbus keeps there.
+    #[error("state directory {} belongs to uid {owner}, not to you (uid {me}), or is a link; set NIMBUS_HOME to a directory of yours", path.display())]
+    NotYours {
+        /// The directory.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's user.
+        me: u32,
+    },
+    /// Other users may write in it.
+    #[error("state directory {} has mode {mode:o}: other users can write in it; chmod go-w it or set NIMBUS_HOME", path.display())]
+    Writable {
+        /// The directory.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+/// Creates the state directory `dir` (`0700`) when missing, and checks that
+/// it is a directory of this user that no one else can write in.
+pub fn own_state_dir(dir: &Path) -> Result<(), StateDirError> {
+    let io = |source| StateDirError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    private_dir(dir).map_err(io)?;
+    let metadata = std::fs::symlink_metadata(dir).map_err(io)?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !metadata.is_dir() || metadata.uid() != me {
+        return Err(StateDirError::NotYours {
+            path: dir.to_path_buf(),
+            owner: metadata.uid(),
+            me,
+        });
+    }
+    let mode = metadata.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(StateDirError::Writable {
+            path: dir.to_path_buf(),
+            mode,
+        });
+    }
+    Ok(())
 }

@@ -11,7 +11,8 @@
 //! the `chaos: KIND at TRIGGER of TARGET` form in which every fault hook
 //! reports a death it caused), `digest.rs` (SHA-256 of files: binaries,
 //! checkpoints), `files.rs` (the private modes of every file and directory
-//! nimbus creates).
+//! nimbus creates), `ownership.rs` (directories a node owns for its life,
+//! and the clean-up of those whose owner is provably gone).
 //!
 //! Architecture invariant: data and pure functions only; no actors, no
 //! sockets.
@@ -23,6 +24,7 @@ pub mod files;
 pub mod gpus;
 mod messages;
 mod objects;
+pub mod ownership;
 mod resources;
 
 pub use death::DeathCause;

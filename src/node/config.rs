@@ -4,6 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::cluster::files::nimbus_home;
 use crate::cluster::ResourceOverrides;
 use crate::transport::{JoinToken, TransportConfig};
 
@@ -53,14 +54,9 @@ pub struct NodeConfig {
     pub object_spill_dir: Option<PathBuf>,
 }
 
-/// `$NIMBUS_HOME`, or `~/.nimbus`.
+/// `$NIMBUS_HOME`, else `~/.nimbus` (see [`nimbus_home`]).
 pub fn default_state_dir() -> PathBuf {
-    match std::env::var_os("NIMBUS_HOME") {
-        Some(dir) => PathBuf::from(dir),
-        None => {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".nimbus")
-        }
-    }
+    nimbus_home()
 }
 
 impl NodeConfig {

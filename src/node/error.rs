@@ -15,6 +15,9 @@ pub enum NodeError {
     /// `--num-cpus`, `--num-gpus`, `--memory` or `--resources` is invalid.
     #[error(transparent)]
     Resources(#[from] ResourceError),
+    /// The state directory (`NIMBUS_HOME`) is not this user's alone.
+    #[error(transparent)]
+    StateDir(#[from] crate::cluster::files::StateDirError),
     /// The token is unusable.
     #[error(transparent)]
     Credentials(#[from] CredentialError),

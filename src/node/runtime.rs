@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
+use crate::cluster::ownership::remove_stale;
 use crate::cluster::MembershipRequest;
 use crate::cluster::{
     ControlReply, ControlRequest, NodeRegistration, ObjectLocation, ResourceSet, MEMORY,
@@ -50,6 +51,7 @@ pub fn run(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), 
 
 async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), NodeError> {
     let resources = config.resources.resolve()?;
+    crate::cluster::files::own_state_dir(&config.state_dir)?;
     let (endpoint, identity, address) = bind(&config)?;
     let registration = NodeRegistration {
         node: identity.clone(),
@@ -262,8 +264,19 @@ fn start_object_store(
         .unwrap_or((resources.amount(MEMORY) * 0.3) as u64);
     // Large objects live in tmpfs files that processes of this host map.
     let shm = Path::new("/dev/shm");
-    crate::object_store::remove_stale(shm, "nimbus-");
-    crate::object_store::remove_stale(&config.state_dir.join("spill"), "");
+    let stale = [
+        (shm.to_path_buf(), "nimbus-"),
+        (config.state_dir.join("spill"), ""),
+    ];
+    let user_spill = config
+        .object_spill_dir
+        .iter()
+        .map(|d| (d.clone(), "nimbus-"));
+    for (parent, prefix) in stale.into_iter().chain(user_spill) {
+        for removed in remove_stale(&parent, prefix) {
+            tracing::info!("removed {}, left by a node that is gone", removed.display());
+        }
+    }
     let tmpfs = Some(shm).filter(|shm| shm.is_dir());
     let (spill_dir, shared_dir) = object_dirs(config, &me.node.name, std::process::id(), tmpfs);
     let objects = NodeObjectStore::start(store_memory, spill_dir, shared_dir, endpoint.clone(), me);

@@ -44,7 +44,7 @@ pub fn succeeds(home: &Path, args: &[&str]) -> String {
 }
 
 /// Runs `nimbus args`, which must fail with an error containing `needle`.
-fn fails_with(home: &Path, args: &[&str], needle: &str) {
+pub fn fails_with(home: &Path, args: &[&str], needle: &str) {
     let output = nimbus(home, args);
     assert!(!output.status.success(), "nimbus {args:?} succeeded");
     assert!(

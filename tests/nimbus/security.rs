@@ -1,6 +1,7 @@
 //! Secrets, identities and user data: the token never shows in a process
 //! list, a node refuses clients without a certificate of its cluster, and a
-//! node never deletes a directory it did not create.
+//! node never deletes a directory it did not create or whose owner may
+//! live.
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use tempfile::TempDir;
 
-use crate::cli::{nimbus, start_head, succeeds, text, StopOnDrop};
+use crate::cli::{fails_with, free_port, nimbus, start_head, succeeds, text, StopOnDrop};
 use crate::support::{cluster, within};
 
 /// Every process on this machine whose arguments contain `secret`.
@@ -175,6 +176,80 @@ fn a_node_removes_only_its_own_directory_inside_the_spill_directory() {
         b"the user's data"
     );
     assert!(!own.exists(), "{} is left behind", own.display());
+}
+
+/// A PID above Linux's largest `pid_max`: no process ever has it.
+const NO_SUCH_PID: u32 = 4_194_305;
+
+/// A starting node removes what a killed node of this host left behind,
+/// and nothing else. Before, it removed every directory of `spill/` whose
+/// name ended in a PID with no process on this host: another host's on a
+/// shared `$NIMBUS_HOME`, another container's, or one the user made.
+#[test]
+fn a_starting_node_removes_only_directories_whose_owner_is_provably_gone() {
+    use nimbus::cluster::ownership::{Owner, OWNER_FILE};
+    let mut cluster = cluster(1);
+    let spill = cluster.home().join("spill");
+    let users = spill.join(format!("backup-{NO_SUCH_PID}"));
+    std::fs::create_dir_all(&users).unwrap();
+    std::fs::write(users.join("data"), b"the user's").unwrap();
+    let elsewhere = spill.join(format!("node-9-{NO_SUCH_PID}"));
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let other_host = Owner {
+        machine: "another machine sharing $NIMBUS_HOME".into(),
+        pid: NO_SUCH_PID,
+        ..Owner::me()
+    };
+    let record = serde_json::to_vec(&other_host).unwrap();
+    std::fs::write(elsewhere.join(OWNER_FILE), record).unwrap();
+
+    let node = cluster.add_node(&[]).unwrap();
+    let pid = cluster.node(node).unwrap().pid();
+    let left_behind = spill.join(format!("node-{node}-{pid}"));
+    assert!(
+        left_behind.join(OWNER_FILE).is_file(),
+        "{} has no owner file",
+        left_behind.display()
+    );
+    cluster.kill(node).unwrap();
+    cluster.add_node(&[]).unwrap();
+
+    assert!(
+        !left_behind.exists(),
+        "{} is left behind",
+        left_behind.display()
+    );
+    assert_eq!(std::fs::read(users.join("data")).unwrap(), b"the user's");
+    assert!(
+        elsewhere.join(OWNER_FILE).is_file(),
+        "another host's directory was removed"
+    );
+}
+
+/// The state directory holds the token and every node's files: a node
+/// refuses one that other users can write in or that another user owns
+/// (as `/tmp/.nimbus` was, the default when `$HOME` is unset, made by
+/// whoever came first). Before, it used either.
+#[test]
+fn a_node_refuses_a_state_directory_that_is_not_its_users_alone() {
+    let parent = TempDir::new().unwrap();
+    let port = free_port().to_string();
+    let start = [
+        "start",
+        "--head",
+        "--port",
+        &port,
+        "--node-ip-address",
+        "127.0.0.1",
+    ];
+    let writable = parent.path().join("writable");
+    std::fs::create_dir(&writable).unwrap();
+    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).unwrap();
+    fails_with(&writable, &start, "other users can write in it");
+    let foreign = parent.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+    fails_with(&foreign, &start, "belongs to uid 65534");
 }
 
 /// Accepts any server certificate: the test client must get past its own

@@ -13,12 +13,7 @@ use serde::{Deserialize, Serialize};
 
 /// The state directory.
 pub(crate) fn home() -> PathBuf {
-    match std::env::var_os("NIMBUS_HOME") {
-        Some(dir) => PathBuf::from(dir),
-        None => {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".nimbus")
-        }
-    }
+    nimbus::cluster::files::nimbus_home()
 }
 
 /// Where the head started on this machine keeps its token (mode 0600).

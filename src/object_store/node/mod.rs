@@ -39,9 +39,10 @@
 //!    references die with a SIGKILLed worker too.
 //! 6. **Files.** Spilled objects go to `--object-spill-dir`'s
 //!    `nimbus-NODE-PID` (default `$NIMBUS_HOME/spill/NODE-PID`), objects of
-//!    `SHARED_MIN` (1 MiB) or more to `/dev/shm/nimbus-NODE-PID/`; the node
-//!    removes both when it stops, and at start those of nodes of this host
-//!    whose process is gone ([`remove_stale`]).
+//!    `SHARED_MIN` (1 MiB) or more to `/dev/shm/nimbus-NODE-PID/`. Both are
+//!    the node's own (`cluster/ownership.rs`: created by it, with an owner
+//!    file it keeps locked); the node removes them when it stops, and at
+//!    start those left by nodes of this host whose owner is provably gone.
 
 mod refcount;
 mod shard;
@@ -56,7 +57,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 
 use crate::client;
-use crate::cluster::files::private_dir;
+use crate::cluster::ownership::OwnedDir;
 use crate::cluster::ObjectRequest;
 use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
@@ -81,6 +82,8 @@ const SHARDS: u64 = 4;
 pub struct NodeObjectStore {
     shards: Vec<Addr<ObjectStoreShard>>,
     budget: Arc<Budget>,
+    /// Its spill and shared-memory directories.
+    owned: Arc<Vec<OwnedDir>>,
     endpoint: Endpoint,
     me: ObjectLocation,
 }
@@ -89,8 +92,10 @@ impl NodeObjectStore {
     /// Starts the shards, each on a thread of its own, holding at most
     /// `capacity` bytes in memory, keeping large objects in files under
     /// `shared_dir` (a tmpfs directory, created here; `None`: none) and
-    /// spilling into `spill_dir`; `me` is this node; pulls go through
-    /// `endpoint`.
+    /// spilling into `spill_dir` (created here); `me` is this node; pulls
+    /// go through `endpoint`. Both directories are this node's own
+    /// ([`OwnedDir`]): when a path is taken, a fresh name next to it is
+    /// used.
     pub fn start(
         capacity: u64,
         spill_dir: std::path::PathBuf,
@@ -98,23 +103,23 @@ impl NodeObjectStore {
         endpoint: Endpoint,
         me: ObjectLocation,
     ) -> Self {
-        let shared_dir = shared_dir.filter(|dir| match private_dir(dir) {
-            Ok(()) => true,
+        let shared = shared_dir.and_then(|dir| match OwnedDir::create_unique(&dir) {
+            Ok(owned) => Some(owned),
             Err(e) => {
-                tracing::warn!(
-                    "no shared memory for objects: cannot create {}: {e}",
-                    dir.display()
-                );
-                false
+                tracing::warn!("no shared memory for objects: {e}");
+                None
             }
         });
-        // Created now, so it is plainly this node's (and removed at stop).
-        if let Err(e) = private_dir(&spill_dir) {
-            tracing::warn!(
-                "cannot create the spill directory {}: {e}",
-                spill_dir.display()
-            );
-        }
+        let spill = match OwnedDir::create_unique(&spill_dir) {
+            Ok(owned) => Some(owned),
+            Err(e) => {
+                tracing::warn!("spilling objects will fail: {e}");
+                None
+            }
+        };
+        let spill_dir = spill.as_ref().map_or(spill_dir, |d| d.path().to_path_buf());
+        let shared_dir = shared.as_ref().map(|d| d.path().to_path_buf());
+        let owned = Arc::new([spill, shared].into_iter().flatten().collect());
         let budget = Budget::new(capacity, spill_dir, shared_dir);
         let shards = (0..SHARDS)
             .map(|_| {
@@ -125,6 +130,7 @@ impl NodeObjectStore {
         NodeObjectStore {
             shards,
             budget,
+            owned,
             endpoint,
             me,
         }
@@ -183,12 +189,11 @@ impl NodeObjectStore {
     }
 
     /// Removes the spilled objects' and shared-memory objects' files (at
-    /// node shutdown).
+    /// node shutdown): the directories this node created, nothing else.
     pub fn remove_files(&self) {
-        let dirs = [Some(self.budget.spill_dir()), self.budget.shared_dir()];
-        for dir in dirs.into_iter().flatten().filter(|d| d.exists()) {
-            if let Err(e) = std::fs::remove_dir_all(dir) {
-                tracing::warn!("cannot remove {}: {e}", dir.display());
+        for dir in self.owned.iter() {
+            if let Err(e) = dir.remove() {
+                tracing::warn!("cannot remove {}: {e}", dir.path().display());
             }
         }
     }
@@ -602,28 +607,6 @@ impl HeadEvents {
                     .await
                     .map_err(client::ClientError::from)?;
                 Ok(client::events(&connection, after, wait).await?)
-            }
-        }
-    }
-}
-
-/// Removes the directories under `parent` named `PREFIX-...-PID` whose
-/// process is gone: the files of nodes that were killed outright.
-pub fn remove_stale(parent: &std::path::Path, prefix: &str) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten().filter(|e| e.path().is_dir()) {
-        let name = entry.file_name().to_string_lossy().to_string();
-        let pid = name
-            .strip_prefix(prefix)
-            .and_then(|rest| rest.rsplit('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                if let Err(e) = std::fs::remove_dir_all(entry.path()) {
-                    tracing::warn!("cannot remove stale {}: {e}", entry.path().display());
-                }
             }
         }
     }
