@@ -1,4 +1,4 @@
-//! Counting this machine's GPUs.
+//! Counting this machine's GPUs, and naming them.
 
 /// The number of GPUs this node offers when `--num-gpus` is not given.
 ///
@@ -30,4 +30,47 @@ fn cuda_device_count() -> Option<usize> {
     cudarc::driver::result::device::get_count()
         .ok()
         .map(|n| n as usize)
+}
+
+/// The device ids of this node's `count` GPUs, as its workers' CUDA sees
+/// them: the entries of the node's own `CUDA_VISIBLE_DEVICES` when set
+/// (indices or UUIDs), else `0`, `1`, …; when `count` is more than that
+/// (`--num-gpus` above what is visible), the rest are numbered after.
+pub fn device_ids(count: usize) -> Vec<String> {
+    device_ids_from(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), count)
+}
+
+fn device_ids_from(visible: Option<&str>, count: usize) -> Vec<String> {
+    let mut ids: Vec<String> = visible
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty() && *id != "-1")
+        .take(count)
+        .map(String::from)
+        .collect();
+    let mut next = 0;
+    while ids.len() < count {
+        let id = next.to_string();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+        next += 1;
+    }
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_ids_from;
+
+    #[test]
+    fn visible_devices_keep_their_ids_and_extra_gpus_are_numbered_after() {
+        assert_eq!(device_ids_from(Some("5,6"), 2), ["5", "6"]);
+        assert_eq!(device_ids_from(Some("5, 6,7"), 2), ["5", "6"]);
+        assert_eq!(device_ids_from(Some("GPU-8f3c"), 1), ["GPU-8f3c"]);
+        assert_eq!(device_ids_from(None, 3), ["0", "1", "2"]);
+        assert_eq!(device_ids_from(Some("1"), 3), ["1", "0", "2"]);
+        assert_eq!(device_ids_from(Some(""), 0), Vec::<String>::new());
+    }
 }

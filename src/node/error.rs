@@ -69,6 +69,15 @@ pub enum GrantError {
         /// What is missing, one entry per resource.
         short: Vec<String>,
     },
+    /// The GPU amount fits in the totals but not on the devices (a
+    /// fraction no single device has free, or a fractional amount above 1).
+    #[error("the {scope} cannot hand out the GPUs: {cause}")]
+    Gpus {
+        /// `node` or `bundle`.
+        scope: &'static str,
+        /// Why.
+        cause: super::gpu_slots::GpuSlotError,
+    },
     /// The actor asked for a bundle this node does not hold.
     #[error("bundle {0} is not reserved on this node")]
     NoBundle(BundleId),

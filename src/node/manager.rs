@@ -56,6 +56,7 @@ use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
 use super::binaries::BinaryCache;
 use super::error::{GrantError, NoCapacity, NodeError, WorkerStartError};
+use super::gpu_slots::GpuTake;
 use super::resources::{Grant, ResourcePool};
 use super::workers::{self, LaunchedWorker};
 use crate::runtime::boot::WorkerBoot;
@@ -142,7 +143,10 @@ impl NodeManager {
     pub fn new(config: NodeManagerConfig) -> Self {
         NodeManager {
             binaries: BinaryCache::new(config.state_dir.join("binaries")),
-            resources: ResourcePool::new(config.total.clone()),
+            resources: ResourcePool::new(
+                config.total.clone(),
+                crate::cluster::gpus::device_ids(config.total.amount(crate::cluster::GPU) as usize),
+            ),
             config,
             last_ack: Instant::now(),
             in_flight: false,
@@ -274,7 +278,7 @@ impl NodeManager {
     fn launch(
         &self,
         spec: &ActorSpec,
-        gpus: &[u32],
+        gpus: &GpuTake,
         first_life: bool,
         ctx: &mut Context<Self>,
     ) -> BoxFuture<'static, Result<LaunchedWorker, WorkerStartError>> {
@@ -303,12 +307,8 @@ impl NodeManager {
             spec.actor,
             Incarnation::fresh()
         ));
-        let gpus = (!gpus.is_empty()).then(|| {
-            gpus.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        });
+        // An actor sees its own devices only; one without GPUs sees none.
+        let gpus = gpus.ids().join(",");
         let me = ctx.address();
         let actor = spec.actor;
         async move {

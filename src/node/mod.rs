@@ -35,12 +35,14 @@
 //! actor), `workers.rs` (starting a worker process and reaping it),
 //! `binaries.rs` (the content-addressed cache of shipped program
 //! binaries), `resources.rs` (the pure `ResourcePool`: what actors and
-//! placement-group bundles hold, GPU ids), `service.rs` (`NodeService`,
+//! placement-group bundles hold), `gpu_slots.rs` (which GPU devices, or
+//! fractions of one, each actor gets: its `CUDA_VISIBLE_DEVICES`), `service.rs` (`NodeService`,
 //! the one dispatcher), `runtime.rs` (`run`), `error.rs`.
 
 mod binaries;
 mod config;
 mod error;
+mod gpu_slots;
 mod manager;
 mod resources;
 mod runtime;
@@ -49,6 +51,7 @@ mod workers;
 
 pub use config::{default_state_dir, NodeConfig, NodeRole};
 pub use error::{BinaryError, GrantError, NoCapacity, NodeError, NotServing, WorkerStartError};
+pub use gpu_slots::{GpuSlotError, GpuSlots, GpuTake, FRACTION_EPSILON};
 pub use manager::{
     HeadLink, KillActor, NodeManager, NodeManagerConfig, ReadBinary, ReleaseBundle, ReserveBundle,
     StartActor, UploadBinary,

@@ -1,17 +1,19 @@
 //! A node's resource accounting: what it offers, what actors and reserved
-//! placement-group bundles hold, and which GPU ids are free. Pure, so the
-//! node manager's decisions are testable without processes.
+//! placement-group bundles hold, and which GPU devices (and fractions of
+//! them, `gpu_slots.rs`) are free. Pure, so the node manager's decisions
+//! are testable without processes.
 
 use std::collections::HashMap;
 
 use super::error::GrantError;
+use super::gpu_slots::{GpuSlots, GpuTake};
 use crate::cluster::{BundleId, ResourceSet, GPU};
 
 /// What a grant took, to give back on release.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Grant {
-    /// GPU ids handed to the holder.
-    pub gpus: Vec<u32>,
+    /// The GPU devices (and fractions of them) handed to the holder.
+    pub gpus: GpuTake,
     /// The bundle it was drawn from, if any.
     pub bundle: Option<BundleId>,
 }
@@ -21,7 +23,7 @@ pub struct Grant {
 struct Bundle {
     resources: ResourceSet,
     used: ResourceSet,
-    free_gpus: Vec<u32>,
+    gpus: GpuSlots,
 }
 
 /// Total, used and reserved resources of one node.
@@ -29,18 +31,17 @@ struct Bundle {
 pub struct ResourcePool {
     total: ResourceSet,
     used: ResourceSet,
-    free_gpus: Vec<u32>,
+    gpus: GpuSlots,
     bundles: HashMap<BundleId, Bundle>,
 }
 
 impl ResourcePool {
-    /// A pool offering `total`; GPU ids are `0..GPU`.
-    pub fn new(total: ResourceSet) -> Self {
-        let gpus = total.amount(GPU) as u32;
+    /// A pool offering `total`, whose GPUs are the devices `gpu_ids`.
+    pub fn new(total: ResourceSet, gpu_ids: Vec<String>) -> Self {
         ResourcePool {
             total,
             used: ResourceSet::default(),
-            free_gpus: (0..gpus).collect(),
+            gpus: GpuSlots::new(gpu_ids),
             bundles: HashMap::new(),
         }
     }
@@ -59,14 +60,14 @@ impl ResourcePool {
         request.validate()?;
         let Some(id) = bundle else {
             check(request, &self.total.minus(&self.used), "node")?;
+            let gpus = take_gpus(&mut self.gpus, request, "node")?;
             self.used.add(request);
-            let gpus = take_gpus(&mut self.free_gpus, request);
             return Ok(Grant { gpus, bundle: None });
         };
         let bundle = self.bundles.get_mut(&id).ok_or(GrantError::NoBundle(id))?;
         check(request, &bundle.resources.minus(&bundle.used), "bundle")?;
+        let gpus = take_gpus(&mut bundle.gpus, request, "bundle")?;
         bundle.used.add(request);
-        let gpus = take_gpus(&mut bundle.free_gpus, request);
         Ok(Grant {
             gpus,
             bundle: Some(id),
@@ -81,13 +82,13 @@ impl ResourcePool {
         match grant.bundle.and_then(|id| self.bundles.get_mut(&id)) {
             Some(bundle) => {
                 bundle.used.subtract(request);
-                bundle.free_gpus.extend(grant.gpus);
+                bundle.gpus.give_back(grant.gpus);
             }
             // No bundle (or it was released since, and what its actors held
             // was charged to the node then).
             None => {
                 self.used.subtract(request);
-                self.free_gpus.extend(grant.gpus);
+                self.gpus.give_back(grant.gpus);
             }
         }
     }
@@ -106,7 +107,7 @@ impl ResourcePool {
         let bundle = Bundle {
             resources: resources.clone(),
             used: ResourceSet::default(),
-            free_gpus: grant.gpus,
+            gpus: GpuSlots::from_take(&grant.gpus),
         };
         self.bundles.insert(id, bundle);
         Ok(())
@@ -118,7 +119,7 @@ impl ResourcePool {
         if let Some(bundle) = self.bundles.remove(&id) {
             self.used.subtract(&bundle.resources);
             self.used.add(&bundle.used);
-            self.free_gpus.extend(bundle.free_gpus);
+            self.gpus.give_back(bundle.gpus.into_take());
         }
     }
 }
@@ -133,9 +134,15 @@ fn check(request: &ResourceSet, free: &ResourceSet, scope: &'static str) -> Resu
     }
 }
 
-fn take_gpus(free: &mut Vec<u32>, request: &ResourceSet) -> Vec<u32> {
-    let wanted = request.amount(GPU).ceil() as usize;
-    free.drain(..wanted.min(free.len())).collect()
+/// Takes the request's GPUs from `slots`, naming `scope` when it cannot.
+fn take_gpus(
+    slots: &mut GpuSlots,
+    request: &ResourceSet,
+    scope: &'static str,
+) -> Result<GpuTake, GrantError> {
+    slots
+        .take(request.amount(GPU))
+        .map_err(|cause| GrantError::Gpus { scope, cause })
 }
 
 #[cfg(test)]
@@ -149,7 +156,7 @@ mod tests {
 
     #[test]
     fn actors_draw_from_the_node_or_from_their_bundle() {
-        let mut pool = ResourcePool::new(cpus(4.0));
+        let mut pool = ResourcePool::new(cpus(4.0), Vec::new());
         let bundle = BundleId {
             group: PlacementGroupId(1),
             index: 0,
@@ -179,7 +186,7 @@ mod tests {
     /// was granted and made the node's use NaN for good.
     #[test]
     fn amounts_that_are_not_finite_and_positive_are_refused() {
-        let mut pool = ResourcePool::new(cpus(4.0));
+        let mut pool = ResourcePool::new(cpus(4.0), Vec::new());
         for bad in [f64::NAN, f64::INFINITY, -1.0] {
             let refused = pool.reserve(&cpus(bad), None).unwrap_err();
             assert!(matches!(refused, GrantError::BadAmount(_)), "{refused}");

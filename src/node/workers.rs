@@ -8,8 +8,9 @@
 //!    pipes, stderr goes to `state_dir/logs/worker-ACTOR-STAMP.log`. The
 //!    environment loses `NIMBUS_ACTOR_FAULTS` (the rules travel in the boot
 //!    message) and, unless the node's packet-fault plan says `workers =
-//!    true`, `NIMBUS_PACKET_FAULTS`; a GPU actor gets `CUDA_VISIBLE_DEVICES`
-//!    set to its GPUs only. The child asks to be SIGKILLed when the node
+//!    true`, `NIMBUS_PACKET_FAULTS`; `CUDA_VISIBLE_DEVICES` names the
+//!    actor's devices only (the node's ids; empty for an actor without
+//!    GPUs, which then sees none). The child asks to be SIGKILLed when the node
 //!    dies (`PR_SET_PDEATHSIG`), so workers die with their node even when it
 //!    is killed outright.
 //! 2. Write the boot message, close stdin, and wait up to `START_TIMEOUT`
@@ -60,7 +61,7 @@ pub(super) async fn launch(
     binary: &Path,
     boot: &WorkerBoot,
     log: &Path,
-    gpus: Option<String>,
+    gpus: String,
     on_exit: impl FnOnce(Incarnation, DeathCause) + Send + 'static,
 ) -> Result<LaunchedWorker, WorkerStartError> {
     let log_file = private_file(log).map_err(|source| WorkerStartError::Io {
@@ -111,12 +112,7 @@ pub(super) async fn launch(
 /// arguments, pipes for the boot message and the protocol lines, stderr to
 /// its log, its GPUs, only the fault plans meant for workers, and death
 /// with its node.
-fn worker_command(
-    binary: &Path,
-    boot: &WorkerBoot,
-    log: std::fs::File,
-    gpus: Option<String>,
-) -> Command {
+fn worker_command(binary: &Path, boot: &WorkerBoot, log: std::fs::File, gpus: String) -> Command {
     let mut command = Command::new(binary);
     command
         .arg(WORKER_ARG)
@@ -138,9 +134,7 @@ fn worker_command(
     if !for_workers {
         command.env_remove(crate::transport::faults::PACKET_FAULTS_ENV);
     }
-    if let Some(gpus) = gpus {
-        command.env("CUDA_VISIBLE_DEVICES", gpus);
-    }
+    command.env("CUDA_VISIBLE_DEVICES", gpus);
     // Workers die with their node, even when the node is killed outright.
     // SAFETY: prctl is async-signal-safe, as pre_exec requires.
     unsafe {

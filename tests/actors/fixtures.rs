@@ -14,6 +14,7 @@ pub fn registry() -> Registry {
         .message::<Counter, SlowAdd>()
         .message::<Counter, Boom>()
         .message::<Counter, StartChild>()
+        .message::<Counter, EnvVar>()
         .actor::<Sequencer>()
         .message::<Sequencer, Push>()
         .message::<Sequencer, Seen>()
@@ -54,6 +55,22 @@ impl Handler<Add> for Counter {
     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> i64 {
         self.0 += n;
         self.0
+    }
+}
+
+/// The worker's value of an environment variable.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Option<String>")]
+pub struct EnvVar(pub String);
+
+impl RemoteMessage for EnvVar {
+    const NAME: &'static str = "tests.EnvVar";
+}
+
+impl Handler<EnvVar> for Counter {
+    type Result = Option<String>;
+    fn handle(&mut self, EnvVar(name): EnvVar, _: &mut Context<Self>) -> Option<String> {
+        std::env::var(name).ok()
     }
 }
 

@@ -99,6 +99,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_named_actor_panics_at_a_planned_time", |d| {
         boxed(a_named_actor_panics_at_a_planned_time(d))
     }),
+    (
+        "actors_see_only_their_own_gpus_by_the_nodes_device_ids",
+        |d| boxed(actors_see_only_their_own_gpus_by_the_nodes_device_ids(d)),
+    ),
 ];
 
 fn cpus(n: f64) -> ResourceSet {
@@ -1032,4 +1036,48 @@ async fn a_named_actor_panics_at_a_planned_time(driver: &mut Driver) {
         timeline.injected(),
         vec![("after=200ms", "panic", "panicky")]
     );
+}
+
+/// A node started with `CUDA_VISIBLE_DEVICES=5,6` hands out its devices
+/// `5` and `6`; two half-GPU actors share one device; an actor without
+/// GPUs sees none. Before, the first actor got device `0` (the node's pool
+/// index), each half took a whole device, and a CPU actor saw all of them.
+async fn actors_see_only_their_own_gpus_by_the_nodes_device_ids(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let gpu_node = cluster
+        .add_node_with_env(
+            &["--num-gpus", "2", "--resources", r#"{"gpu_node": 10}"#],
+            &[("CUDA_VISIBLE_DEVICES", "5,6".into())],
+        )
+        .expect("a node with two GPUs joins");
+    let name = cluster.node(gpu_node).unwrap().name().to_string();
+    let on_it = |gpus: f64| {
+        SpawnOptions::default()
+            .num_cpus(0.1)
+            .num_gpus(gpus)
+            .resource("gpu_node", 1.0)
+    };
+    let mut seen = Vec::new();
+    let mut actors = Vec::new();
+    for gpus in [1.0, 0.5, 0.5, 0.0] {
+        let counter = actor::spawn::<Counter>(0, on_it(gpus)).await.unwrap();
+        assert_eq!(counter.record().await.unwrap().node.name, name);
+        let visible = counter.send(EnvVar("CUDA_VISIBLE_DEVICES".into())).await;
+        seen.push(visible.unwrap());
+        actors.push(counter);
+    }
+    let expected = ["5", "6", "6", ""].map(|ids| Some(ids.to_string()));
+    assert_eq!(seen, expected);
+    // The halves filled device 6: another whole GPU is refused by name.
+    let third = on_it(1.0).deadline(Duration::from_secs(2));
+    match actor::spawn::<Counter>(0, third).await {
+        Err(SpawnError::NoCapacity { last, .. }) => assert!(last.contains("GPU"), "{last}"),
+        other => panic!(
+            "a third whole GPU on a two-GPU node: {:?}",
+            other.map(|a| a.id())
+        ),
+    }
+    for counter in actors {
+        counter.kill().await.unwrap();
+    }
 }
