@@ -13,6 +13,7 @@ use crate::wire::{
     PREAMBLE_LEN,
 };
 
+use super::admission::{self, Admission, Admit, HandshakeSlot, MAX_HANDSHAKES};
 use super::connection::{close, Connection};
 use super::credentials::SERVER_NAME;
 use super::faults::{FaultCounters, FaultySocket, PacketRule};
@@ -35,6 +36,8 @@ struct Inner {
     config: TransportConfig,
     connections: DashMap<SocketAddr, Connection>,
     faults: Option<Arc<FaultySocket>>,
+    /// Which incoming handshakes to take (`admission.rs`).
+    admission: Arc<std::sync::Mutex<Admission>>,
 }
 
 impl Endpoint {
@@ -62,6 +65,8 @@ impl Endpoint {
             .map_err(|e| EndpointError::Quic(e.to_string()))?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(tls));
         server.transport_config(quic_transport(&config)?);
+        // Connections not yet seen by the accept loop: a bound on memory.
+        server.max_incoming(4 * MAX_HANDSHAKES);
         Self::from_socket(socket, Some(server), me, credentials, config)
     }
 
@@ -110,6 +115,7 @@ impl Endpoint {
                 config,
                 connections: DashMap::new(),
                 faults,
+                admission: Default::default(),
             }),
         })
     }
@@ -145,6 +151,11 @@ impl Endpoint {
                 endpoint: self.inner.me.clone(),
             }),
         }
+    }
+
+    /// Which incoming handshakes this endpoint takes.
+    pub(super) fn admission(&self) -> Arc<std::sync::Mutex<Admission>> {
+        self.inner.admission.clone()
     }
 
     /// The settings this endpoint was made with.
@@ -189,8 +200,33 @@ impl Endpoint {
     pub fn serve(&self, handler: Arc<dyn RequestHandler>) {
         let endpoint = self.clone();
         tokio::spawn(async move {
+            let admission = &endpoint.inner.admission;
             while let Some(incoming) = endpoint.inner.quic.accept().await {
-                tokio::spawn(server::accept(endpoint.clone(), incoming, handler.clone()));
+                let validated = incoming.remote_address_validated() || !incoming.may_retry();
+                let admit = admission::lock(admission).decide(validated);
+                match admit {
+                    Admit::Accept => {
+                        let slot = HandshakeSlot::new(admission.clone());
+                        let accept =
+                            server::accept(endpoint.clone(), incoming, handler.clone(), slot);
+                        tokio::spawn(accept);
+                    }
+                    Admit::Retry => {
+                        if incoming.retry().is_err() {
+                            // Only an already validated address cannot be retried.
+                            tracing::debug!("a connection could not be retried");
+                        }
+                    }
+                    Admit::Refuse => {
+                        let remote = incoming.remote_address();
+                        incoming.refuse();
+                        server::refused(
+                            admission,
+                            remote,
+                            &format!("{MAX_HANDSHAKES} handshakes are in progress already"),
+                        );
+                    }
+                }
             }
         });
     }

@@ -14,7 +14,10 @@
 //!    dialer keeps one connection per peer address and reuses it while it
 //!    is open (and, when it names the incarnation it expects, while that is
 //!    the one at the other end).
-//! 2. **Handshake** (`server.rs`): the preamble, `Hello` and `HelloReply`
+//! 2. **Admission and handshake.** Past 16 handshakes in progress a client
+//!    must prove its address (QUIC Retry) first, at 64 new ones are
+//!    refused, and refusals are logged once per 10 s with a count
+//!    (`admission.rs`). Then (`server.rs`) the preamble, `Hello` and `HelloReply`
 //!    of the wire format, within `connect_timeout` (5 s by default; close
 //!    code 5 past it). A version mismatch closes with code 1, an `expect`
 //!    naming another incarnation with code 3.
@@ -66,6 +69,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 mod channel;
 mod config;
 mod connection;

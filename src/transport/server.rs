@@ -24,6 +24,7 @@
 //! outcome is that its own connection is closed with a reason, and a
 //! warning is logged.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +39,7 @@ use crate::wire::{
     RemoteErrorKind, Request, Response, WireError, PREAMBLE_LEN,
 };
 
+use super::admission::{self, Admission, HandshakeSlot};
 use super::connection::close;
 use super::endpoint::version_mismatch;
 use super::Endpoint;
@@ -68,18 +70,21 @@ pub enum HandlerError {
     Malformed(String),
 }
 
-/// Takes one incoming connection through TLS and the handshake, then serves
-/// its streams until it closes.
+/// Takes one incoming connection through TLS and the handshake, holding
+/// `slot` until both are done, then serves its streams until it closes.
 pub(super) async fn accept(
     endpoint: Endpoint,
     incoming: quinn::Incoming,
     handler: Arc<dyn RequestHandler>,
+    slot: HandshakeSlot,
 ) {
     let remote = incoming.remote_address();
+    let admission = endpoint.admission();
     let quic = match incoming.await {
         Ok(quic) => quic,
         Err(e) => {
-            warn!(%remote, "refused a connection: TLS handshake failed ({e}); the peer lacks this cluster's credentials (wrong token?)");
+            let reason = format!("TLS handshake failed ({e}); the peer lacks this cluster's credentials (wrong token?)");
+            refused(&admission, remote, &reason);
             return;
         }
     };
@@ -87,17 +92,18 @@ pub(super) async fn accept(
     let peer = match tokio::time::timeout(timeout, handshake(&endpoint, &quic)).await {
         Ok(Ok(peer)) => peer,
         Ok(Err(refusal)) => {
-            warn!(%remote, "refused a connection: {}", refusal.reason);
+            refused(&admission, remote, &refusal.reason);
             close(&quic, refusal.code, &refusal.reason);
             return;
         }
         Err(_) => {
             let reason = format!("no nimbus handshake within {timeout:?}");
-            warn!(%remote, "refused a connection: {reason}");
+            refused(&admission, remote, &reason);
             close(&quic, CloseCode::HandshakeTimeout, &reason);
             return;
         }
     };
+    drop(slot);
     debug!(%remote, %peer, "connection accepted");
     loop {
         let (send, recv) = match quic.accept_bi().await {
@@ -114,6 +120,18 @@ pub(super) async fn accept(
             handler: handler.clone(),
         };
         tokio::spawn(task.run(send, recv));
+    }
+}
+
+/// Logs a refused connection, at most once per `LOG_INTERVAL`
+/// (`admission.rs`, step 5).
+pub(super) fn refused(admission: &std::sync::Mutex<Admission>, remote: SocketAddr, reason: &str) {
+    if let Some(not_logged) = admission::lock(admission).refusal(std::time::Instant::now()) {
+        let since = match not_logged {
+            0 => String::new(),
+            n => format!(" ({n} more refused since the last such line)"),
+        };
+        warn!(%remote, "refused a connection: {reason}{since}");
     }
 }
 

@@ -302,13 +302,9 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyServer {
     }
 }
 
-/// What a client that trusts any server, presenting `certificate` (or
-/// none), gets from the node at `address` when it sends a connection
-/// preamble: the error that ended the connection, and the bytes it read.
-async fn probe_with_certificate(
-    address: std::net::SocketAddr,
-    certificate: Option<rcgen::CertifiedKey<rcgen::KeyPair>>,
-) -> (String, Option<quinn::ConnectionError>, usize) {
+/// A QUIC client that trusts any server and presents `certificate` (or
+/// none).
+fn untrusted_client(certificate: Option<rcgen::CertifiedKey<rcgen::KeyPair>>) -> quinn::Endpoint {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -330,6 +326,17 @@ async fn probe_with_certificate(
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
     let mut endpoint = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).unwrap();
     endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+    endpoint
+}
+
+/// What a client that trusts any server, presenting `certificate` (or
+/// none), gets from the node at `address` when it sends a connection
+/// preamble: the error that ended the connection, and the bytes it read.
+async fn probe_with_certificate(
+    address: std::net::SocketAddr,
+    certificate: Option<rcgen::CertifiedKey<rcgen::KeyPair>>,
+) -> (String, Option<quinn::ConnectionError>, usize) {
+    let endpoint = untrusted_client(certificate);
     let outcome = async {
         // TLS 1.3: the client may finish its side of the handshake before
         // the server has checked the client's certificate.
@@ -401,6 +408,71 @@ async fn the_server_refuses_a_client_certificate_of_another_cluster_or_none() {
 
         // The node still serves its own cluster.
         cluster.client().await.unwrap().status().await.unwrap();
+    })
+    .await
+}
+
+/// Connections the flood test opens, and how many at once.
+const FLOOD: usize = 3000;
+const FLOOD_AT_ONCE: usize = 300;
+
+/// Anyone who can send UDP packets to a node can start TLS handshakes. A
+/// flood of connections without a certificate must leave the head serving
+/// its cluster (heartbeats answered: no member declared dead) and its log
+/// short. Before, the head wrote one warning line per refused connection.
+#[tokio::test]
+async fn a_handshake_flood_leaves_the_node_serving_and_its_log_short() {
+    use futures::StreamExt;
+    within(Duration::from_secs(120), async {
+        let cluster = cluster(2);
+        let members = |status: &nimbus::cluster::ClusterStatus| {
+            let mut alive: Vec<(String, u64)> = status
+                .alive()
+                .map(|n| (n.id.clone(), n.incarnation))
+                .collect();
+            alive.sort();
+            alive
+        };
+        let client = cluster.client().await.unwrap();
+        let before = members(&client.status().await.unwrap());
+        assert_eq!(before.len(), 2);
+
+        let address = cluster.address();
+        let endpoints: Vec<quinn::Endpoint> = (0..4).map(|_| untrusted_client(None)).collect();
+        let ended = futures::stream::iter(0..FLOOD)
+            .map(|i| {
+                let endpoint = endpoints[i % endpoints.len()].clone();
+                async move {
+                    // TLS 1.3: the client may finish its side first; the
+                    // server's refusal then closes the connection.
+                    let ended = async {
+                        match endpoint.connect(address, "nimbus").unwrap().await {
+                            Ok(connection) => connection.closed().await,
+                            Err(e) => e,
+                        }
+                    };
+                    tokio::time::timeout(Duration::from_secs(10), ended).await
+                }
+            })
+            .buffer_unordered(FLOOD_AT_ONCE)
+            .filter(|ended| futures::future::ready(ended.is_ok()))
+            .count()
+            .await;
+        // The rest were dropped or refused before a handshake and gave up.
+        println!("{ended} of {FLOOD} connections ended within 10 s");
+
+        let after = members(&client.status().await.unwrap());
+        assert_eq!(after, before, "a member was lost during the flood");
+        let log = cluster.log(0);
+        let lines = log.matches("refused a connection").count();
+        assert!(
+            lines <= 20,
+            "{lines} refusal lines for {FLOOD} connections:\n{}",
+            log.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+        );
+        for endpoint in endpoints {
+            endpoint.close(0u32.into(), b"done");
+        }
     })
     .await
 }
