@@ -74,7 +74,59 @@ pub enum DeathCause {
     Failed(String),
 }
 
+/// The most bytes of one text (a panic message, a reason) the cluster
+/// keeps: the head's records and events stay far below the frame limit
+/// however large a panic message is.
+pub const MAX_TEXT_BYTES: usize = 4096;
+
+/// `text`, cut to at most [`MAX_TEXT_BYTES`] (on a character boundary)
+/// with a note of how much was cut.
+pub fn bounded_text(text: String) -> String {
+    if text.len() <= MAX_TEXT_BYTES {
+        return text;
+    }
+    let mut end = MAX_TEXT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes cut)", &text[..end], text.len() - end)
+}
+
 impl DeathCause {
+    /// This cause with every text in it cut to [`MAX_TEXT_BYTES`].
+    pub fn bounded(self) -> DeathCause {
+        let nested = |death: Box<DeathCause>| Box::new(death.bounded());
+        match self {
+            DeathCause::Panicked { message } => DeathCause::Panicked {
+                message: bounded_text(message),
+            },
+            DeathCause::ChaosFault(fault) => DeathCause::ChaosFault(fault.bounded()),
+            DeathCause::KilledOnRequest(death) => DeathCause::KilledOnRequest(nested(death)),
+            DeathCause::NodeLost {
+                node,
+                reason,
+                fault,
+            } => DeathCause::NodeLost {
+                node: bounded_text(node),
+                reason: bounded_text(reason),
+                fault: fault.map(FiredFault::bounded),
+            },
+            DeathCause::RestartFailed { death, error } => DeathCause::RestartFailed {
+                death: nested(death),
+                error: bounded_text(error),
+            },
+            DeathCause::NotRescheduled { death, error } => DeathCause::NotRescheduled {
+                death: nested(death),
+                error: bounded_text(error),
+            },
+            DeathCause::Failed(text) => DeathCause::Failed(bounded_text(text)),
+            plain @ (DeathCause::Exited { .. }
+            | DeathCause::Killed { .. }
+            | DeathCause::Stopped
+            | DeathCause::SpawnFailed) => plain,
+        }
+    }
+
     /// The fault that caused this death, if a fault hook did (directly, by
     /// a panic it caused, or by killing the actor's node).
     pub fn fault(&self) -> Option<FiredFault> {

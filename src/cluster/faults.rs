@@ -83,6 +83,19 @@ pub struct FiredFault {
     pub target: String,
 }
 
+impl FiredFault {
+    /// This report with each text cut to
+    /// [`MAX_TEXT_BYTES`](crate::cluster::MAX_TEXT_BYTES).
+    pub fn bounded(self) -> FiredFault {
+        use crate::cluster::bounded_text;
+        FiredFault {
+            kind: bounded_text(self.kind),
+            trigger: bounded_text(self.trigger),
+            target: bounded_text(self.target),
+        }
+    }
+}
+
 /// The reserved message name that makes a worker panic at once (a chaos
 /// plan's `panic_actor` at a time); the payload is the panic's message.
 pub const PANIC_MESSAGE: &str = "nimbus.chaos.Panic";

@@ -740,6 +740,73 @@ pub enum ClusterEventKind {
     },
 }
 
+impl ClusterEventKind {
+    /// This event with each text in it cut to
+    /// [`MAX_TEXT_BYTES`](crate::cluster::MAX_TEXT_BYTES), so that no event
+    /// (a huge panic message) can push the event history past a frame.
+    pub fn bounded(self) -> ClusterEventKind {
+        use crate::cluster::bounded_text;
+        match self {
+            ClusterEventKind::NodeDead { node, reason } => ClusterEventKind::NodeDead {
+                node,
+                reason: bounded_text(reason),
+            },
+            ClusterEventKind::ActorStarted {
+                actor,
+                incarnation,
+                name,
+                node,
+            } => ClusterEventKind::ActorStarted {
+                actor,
+                incarnation,
+                name: name.map(bounded_text),
+                node: bounded_text(node),
+            },
+            ClusterEventKind::ActorDied {
+                actor,
+                incarnation,
+                reason,
+                restarting,
+            } => ClusterEventKind::ActorDied {
+                actor,
+                incarnation,
+                reason: reason.bounded(),
+                restarting,
+            },
+            ClusterEventKind::Recovered {
+                what,
+                target,
+                took_ms,
+            } => ClusterEventKind::Recovered {
+                what: bounded_text(what),
+                target: bounded_text(target),
+                took_ms,
+            },
+            ClusterEventKind::FaultInjected {
+                fault,
+                target,
+                trigger,
+            } => ClusterEventKind::FaultInjected {
+                fault: bounded_text(fault),
+                target: bounded_text(target),
+                trigger: bounded_text(trigger),
+            },
+            ClusterEventKind::PacketFaults {
+                process,
+                class,
+                counts,
+            } => ClusterEventKind::PacketFaults {
+                process: bounded_text(process),
+                class,
+                counts,
+            },
+            plain @ (ClusterEventKind::NodeJoined { .. }
+            | ClusterEventKind::NodeLeft { .. }
+            | ClusterEventKind::ResourcesChanged { .. }) => plain,
+        }
+    }
+}
+
 /// The kinds of process whose sockets a fault plan can reach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ProcessClass {

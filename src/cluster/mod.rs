@@ -27,7 +27,7 @@ mod objects;
 pub mod ownership;
 mod resources;
 
-pub use death::DeathCause;
+pub use death::{bounded_text, DeathCause, MAX_TEXT_BYTES};
 pub use digest::sha256_file;
 pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleRequest,

@@ -243,7 +243,8 @@ impl Handler<ActorUp> for Directory {
 impl Handler<ActorDown> for Directory {
     type Result = ();
 
-    fn handle(&mut self, msg: ActorDown, _: &mut Self::Context) {
+    fn handle(&mut self, mut msg: ActorDown, _: &mut Self::Context) {
+        msg.reason = msg.reason.bounded();
         let current = self.actors.get(&msg.actor).map(|r| r.incarnation);
         match current {
             Some(incarnation) if incarnation != msg.incarnation => {}

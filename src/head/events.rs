@@ -2,8 +2,11 @@
 //! starts and deaths, injected faults, recoveries and packet-fault counts,
 //! numbered, kept for late readers, and pushed to subscribers.
 //!
-//! Every published event gets the next sequence number (from 1); the last
-//! `HISTORY` (4096) are kept, older ones are dropped. Actors in the head
+//! Every published event gets the next sequence number (from 1), and each
+//! text in it is cut to `MAX_TEXT_BYTES` (4 KiB); the last `HISTORY`
+//! (4096) are kept, older ones are dropped. One answer holds at most
+//! `PAGE` (512) events, so it always fits in a frame; readers ask again
+//! after the last one they got. Actors in the head
 //! process subscribe with [`Subscribe`] (the directory does, for node
 //! deaths); other processes long-poll with
 //! [`EventRequest::Events`](crate::cluster::EventRequest::Events), which
@@ -23,6 +26,9 @@ use crate::cluster::{ClusterEvent, ClusterEventKind};
 
 /// Events kept for readers that poll; older ones are dropped.
 const HISTORY: usize = 4096;
+/// The most events in one answer: 512 × (4 KiB texts × at most 3 per
+/// event) stays below the 16 MiB frame limit.
+const PAGE: usize = 512;
 
 /// Numbers and fans out cluster events.
 #[derive(Default)]
@@ -63,6 +69,7 @@ impl ClusterEvents {
         self.history
             .iter()
             .filter(|e| e.seq > after)
+            .take(PAGE)
             .cloned()
             .collect()
     }
@@ -75,7 +82,7 @@ impl Handler<Publish> for ClusterEvents {
         self.next_seq += 1;
         let event = ClusterEvent {
             seq: self.next_seq,
-            kind,
+            kind: kind.bounded(),
         };
         if self.history.len() == HISTORY {
             self.history.pop_front();

@@ -65,8 +65,10 @@ pub fn ready_line(address: SocketAddr, incarnation: Incarnation) -> String {
 
 /// The line a worker prints before it dies of `cause`.
 pub fn died_line(cause: &DeathCause) -> String {
+    // A panic message may be megabytes: the cluster keeps 4 KiB of it.
+    let cause = cause.clone().bounded();
     // JSON escapes newlines: the cause stays on one line.
-    let json = serde_json::to_string(cause)
+    let json = serde_json::to_string(&cause)
         .unwrap_or_else(|_| format!("{{\"Failed\":{:?}}}", cause.to_string()));
     format!("{DIED}{json}")
 }
@@ -74,7 +76,9 @@ pub fn died_line(cause: &DeathCause) -> String {
 /// The cause of a died line, after [`DIED`]; a line that is not one is
 /// taken as the worker's own words.
 pub(crate) fn parse_died(died: &str) -> DeathCause {
-    serde_json::from_str(died).unwrap_or_else(|_| DeathCause::Failed(died.to_string()))
+    let cause: DeathCause =
+        serde_json::from_str(died).unwrap_or_else(|_| DeathCause::Failed(died.to_string()));
+    cause.bounded()
 }
 
 /// The address and incarnation of a ready line, after [`READY`].

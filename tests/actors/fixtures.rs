@@ -15,6 +15,7 @@ pub fn registry() -> Registry {
         .message::<Counter, Boom>()
         .message::<Counter, StartChild>()
         .message::<Counter, EnvVar>()
+        .message::<Counter, BoomOfSize>()
         .actor::<Sequencer>()
         .message::<Sequencer, Push>()
         .message::<Sequencer, Seen>()
@@ -110,6 +111,23 @@ impl Handler<Boom> for Counter {
     type Result = ();
     fn handle(&mut self, Boom(message): Boom, _: &mut Context<Self>) {
         panic!("{message}");
+    }
+}
+
+/// Panics with a message of this many bytes (as an `assert_eq!` on big
+/// vectors does).
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct BoomOfSize(pub usize);
+
+impl RemoteMessage for BoomOfSize {
+    const NAME: &'static str = "tests.BoomOfSize";
+}
+
+impl Handler<BoomOfSize> for Counter {
+    type Result = ();
+    fn handle(&mut self, BoomOfSize(size): BoomOfSize, _: &mut Context<Self>) {
+        panic!("{}", "x".repeat(size));
     }
 }
 

@@ -100,6 +100,10 @@ pub const ALL: &[(&str, Test)] = &[
         boxed(a_named_actor_panics_at_a_planned_time(d))
     }),
     (
+        "huge_panic_messages_leave_the_event_history_readable",
+        |d| boxed(huge_panic_messages_leave_the_event_history_readable(d)),
+    ),
+    (
         "actors_see_only_their_own_gpus_by_the_nodes_device_ids",
         |d| boxed(actors_see_only_their_own_gpus_by_the_nodes_device_ids(d)),
     ),
@@ -1080,4 +1084,36 @@ async fn actors_see_only_their_own_gpus_by_the_nodes_device_ids(driver: &mut Dri
     for counter in actors {
         counter.kill().await.unwrap();
     }
+}
+
+/// A panic message of megabytes (an `assert_eq!` on big vectors) is kept
+/// cut to 4 KiB, so the head's event history stays readable and spawns
+/// keep working. Before, three 6 MiB panics put 18 MiB in the history,
+/// past the 16 MiB frame limit, and every read of the events failed.
+async fn huge_panic_messages_leave_the_event_history_readable(driver: &mut Driver) {
+    const SIZE: usize = 6 << 20;
+    for _ in 0..3 {
+        let victim = actor::spawn::<Counter>(0, on("node-1")).await.unwrap();
+        let mut seen = 0;
+        assert!(victim.send(BoomOfSize(SIZE)).await.is_err());
+        let death = actor::next_death(&victim, &mut seen).await.unwrap();
+        let message = death.reason.panic_message().expect("a panic");
+        assert!(
+            message.len() < nimbus::cluster::MAX_TEXT_BYTES + 64,
+            "{} bytes kept",
+            message.len()
+        );
+        assert!(
+            message.contains("more bytes cut"),
+            "{}",
+            &message[message.len() - 64..]
+        );
+    }
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let client = cluster.client().await.unwrap();
+    let history = client.events(0, Duration::ZERO).await.unwrap();
+    assert!(!history.is_empty());
+    let counter = actor::spawn::<Counter>(1, on("node-1")).await.unwrap();
+    assert_eq!(counter.send(Add(1)).await.unwrap(), 2);
+    counter.kill().await.unwrap();
 }
