@@ -157,8 +157,13 @@ impl Run {
         loop {
             if steps.is_empty() && observations.is_empty() {
                 if let Some(output) = output {
-                    let last = client.events(seen, Duration::ZERO).await?;
-                    self.record_events(&last);
+                    // The rest of the events, a page at a time.
+                    loop {
+                        let last = client.events(seen, Duration::ZERO).await?;
+                        let Some(newest) = last.last() else { break };
+                        seen = newest.seq;
+                        self.record_events(&last);
+                    }
                     self.record_packet_counts();
                     return Ok(output);
                 }
