@@ -123,14 +123,25 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         }
     }
     let len = body_len(prefix, max)?;
-    let mut body = vec![0u8; len];
-    let got = read_up_to(reader, &mut body).await?;
-    if got < len {
+    let body = read_body(reader, len).await?;
+    if body.len() < len {
         return Err(WireError::Truncated {
             expected: len,
-            received: got,
+            received: body.len(),
         });
     }
+    Ok(body)
+}
+
+/// The most a frame's buffer is given before its bytes arrive.
+const PREALLOCATE_MAX: usize = 1 << 20;
+
+/// Reads up to `len` bytes. The buffer grows with what arrives, not with
+/// what the length prefix claims: a peer cannot make a node hold 16 MiB
+/// per open stream by sending four bytes.
+async fn read_body<R: AsyncRead + Unpin>(reader: &mut R, len: usize) -> Result<Vec<u8>, WireError> {
+    let mut body = Vec::with_capacity(len.min(PREALLOCATE_MAX));
+    reader.take(len as u64).read_to_end(&mut body).await?;
     Ok(body)
 }
 
@@ -167,6 +178,21 @@ fn short_type_name<T>() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_frame_claiming_more_than_it_sends_holds_only_what_arrived() {
+        let mut stream: &[u8] = &[7u8; 10];
+        let body = read_body(&mut stream, 16 << 20).await.unwrap();
+        assert_eq!(body.len(), 10);
+        assert!(body.capacity() <= PREALLOCATE_MAX, "{}", body.capacity());
+        let mut frame = (16u32 << 20).to_be_bytes().to_vec();
+        frame.extend([7u8; 10]);
+        let refused = read_frame(&mut &frame[..], 16 << 20).await.unwrap_err();
+        assert!(
+            matches!(refused, WireError::Truncated { received: 10, .. }),
+            "{refused}"
+        );
+    }
 
     #[tokio::test]
     async fn frame_round_trips() {
