@@ -13,7 +13,7 @@ TORCH_ENV = if [ -z "$$LIBTORCH" ]; then \
 	  export LIBTORCH_USE_PYTORCH=1 PATH="$$(dirname $$PY):$$PATH"; \
 	fi
 
-.PHONY: demo test test-long build run lint bench
+.PHONY: demo test test-long fuzz build run lint bench
 
 demo:
 	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/local_cluster && \
@@ -31,6 +31,12 @@ test:
 # them too, after the others).
 test-long:
 	@$(TORCH_ENV); cargo build --bins --examples && cargo test --test nimbus -- --ignored
+
+# The long fuzzing run: a million inputs per decoder (`make test` runs a
+# short pass). A panic leaves its input in target/fuzz-crashers/.
+fuzz:
+	@$(TORCH_ENV); NIMBUS_FUZZ_INPUTS=$${NIMBUS_FUZZ_INPUTS:-1000000} \
+	  NIMBUS_FUZZ_SEED=$${NIMBUS_FUZZ_SEED:-$$(date +%s)} cargo test --release --test fuzz
 
 build:
 	@$(TORCH_ENV); cargo build --release --bins --examples

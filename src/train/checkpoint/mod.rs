@@ -102,6 +102,28 @@ pub struct Manifest {
     pub tensors_sha256: String,
 }
 
+/// Why a manifest file's bytes are not a manifest this build reads.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// Not JSON of a manifest's shape.
+    #[error("{MANIFEST_FILE} is not a manifest: {0}")]
+    NotAManifest(#[from] serde_json::Error),
+    /// Written by a build with another format.
+    #[error("manifest format {0} (this build reads {FORMAT_VERSION})")]
+    Format(u32),
+}
+
+impl Manifest {
+    /// Reads a manifest from the bytes of its file, checking its format.
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestError> {
+        let manifest: Manifest = serde_json::from_slice(bytes)?;
+        if manifest.format != FORMAT_VERSION {
+            return Err(ManifestError::Format(manifest.format));
+        }
+        Ok(manifest)
+    }
+}
+
 /// Tensors and small values to save, or loaded from a saved checkpoint.
 ///
 /// ```
@@ -366,14 +388,7 @@ pub fn verify(dir: &Path) -> Result<Manifest, CheckpointError> {
         what: "cannot read",
         source,
     })?;
-    let manifest: Manifest = serde_json::from_slice(&bytes)
-        .map_err(|e| corrupt(format!("{MANIFEST_FILE} is not a manifest: {e}")))?;
-    if manifest.format != FORMAT_VERSION {
-        return Err(corrupt(format!(
-            "manifest format {} (this build reads {FORMAT_VERSION})",
-            manifest.format
-        )));
-    }
+    let manifest = Manifest::parse(&bytes).map_err(|e| corrupt(e.to_string()))?;
     let (size, sha) = digest(&dir.join(TENSORS_FILE))?;
     if size != manifest.tensors_bytes || sha != manifest.tensors_sha256 {
         return Err(corrupt(format!(
