@@ -34,6 +34,7 @@ pub enum PlanError {
 
 /// A seeded list of faults.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ChaosPlan {
     /// Seeds every random choice.
     pub seed: u64,
@@ -63,6 +64,7 @@ pub struct ChaosPlan {
 
 /// One fault and its trigger (a time after the run starts).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PlannedFault {
     /// Milliseconds after the run starts.
     pub at_ms: u64,
@@ -73,6 +75,7 @@ pub struct PlannedFault {
 /// Faults on node processes, actors, and the links between nodes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[serde(deny_unknown_fields)]
 pub enum FaultAction {
     /// SIGKILL the node process.
     KillNode {

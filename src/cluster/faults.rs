@@ -19,6 +19,7 @@ pub const ACTOR_FAULTS_ENV: &str = "NIMBUS_ACTOR_FAULTS";
 
 /// Fail an actor when a message arrives.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ActorFault {
     /// Actors with this unique name (`None`: any name)...
     #[serde(default)]

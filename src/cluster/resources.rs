@@ -41,6 +41,9 @@ pub enum ResourceError {
         /// Its amount.
         amount: f64,
     },
+    /// A node offering part of a GPU.
+    #[error("--num-gpus {0} is not a whole number: a node offers whole GPUs (actors may ask for fractions of one)")]
+    FractionalGpus(f64),
     /// A built-in resource given as a custom one.
     #[error("resource {0:?} is built in; set it with --num-cpus, --num-gpus or --memory")]
     BuiltIn(String),
@@ -192,6 +195,9 @@ impl ResourceOverrides {
                     amount,
                 });
             }
+        }
+        if let Some(gpus) = self.num_gpus.filter(|g| g.fract() != 0.0) {
+            return Err(ResourceError::FractionalGpus(gpus));
         }
         set.set(CPU, self.num_cpus.unwrap_or_else(detect_cpus));
         set.set(

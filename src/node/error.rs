@@ -15,6 +15,12 @@ pub enum NodeError {
     /// `--num-cpus`, `--num-gpus`, `--memory` or `--resources` is invalid.
     #[error(transparent)]
     Resources(#[from] ResourceError),
+    /// `--node-name` is not a usable name.
+    #[error(transparent)]
+    BadName(#[from] crate::wire::BadNodeName),
+    /// The spill directory (`--object-spill-dir`) cannot be used.
+    #[error("the spill directory (--object-spill-dir): {0}")]
+    SpillDir(#[from] crate::cluster::ownership::OwnershipError),
     /// The state directory (`NIMBUS_HOME`) is not this user's alone.
     #[error(transparent)]
     StateDir(#[from] crate::cluster::files::StateDirError),

@@ -95,7 +95,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         address,
     };
     let head = (&link.actors, head_address);
-    let objects = start_object_store(&config, &resources, &endpoint, me, head);
+    let objects = start_object_store(&config, &resources, &endpoint, me, head)?;
     endpoint.serve(Arc::new(NodeService::new(
         manager,
         link.actors,
@@ -153,6 +153,7 @@ fn bind(config: &NodeConfig) -> Result<(Endpoint, NodeIdentity, SocketAddr), Nod
             .unwrap_or_else(|| address.to_string()),
         incarnation: Incarnation::fresh(),
     };
+    NodeIdentity::check_name(&identity.name)?;
     let credentials = Credentials::issue(&config.token, &identity.name)?;
     let me = PeerIdentity {
         role: PeerRole::Node,
@@ -258,7 +259,7 @@ fn start_object_store(
     endpoint: &Endpoint,
     me: ObjectLocation,
     head: (&Option<HeadActors>, SocketAddr),
-) -> NodeObjectStore {
+) -> Result<NodeObjectStore, NodeError> {
     let store_memory = config
         .object_store_memory
         .unwrap_or((resources.amount(MEMORY) * 0.3) as u64);
@@ -279,13 +280,14 @@ fn start_object_store(
     }
     let tmpfs = Some(shm).filter(|shm| shm.is_dir());
     let (spill_dir, shared_dir) = object_dirs(config, &me.node.name, std::process::id(), tmpfs);
-    let objects = NodeObjectStore::start(store_memory, spill_dir, shared_dir, endpoint.clone(), me);
+    let objects =
+        NodeObjectStore::start(store_memory, spill_dir, shared_dir, endpoint.clone(), me)?;
     // Worker processes' references die with them.
     objects.watch_worker_deaths(match head {
         (Some(actors), _) => HeadEvents::Local(actors.events.clone()),
         (None, address) => HeadEvents::Remote(address),
     });
-    objects
+    Ok(objects)
 }
 
 /// Tells the head this node is stopping on purpose.

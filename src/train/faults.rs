@@ -21,6 +21,7 @@ pub const TRAINING_FAULTS_ENV: &str = "NIMBUS_TRAINING_FAULTS";
 
 /// One training fault.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TrainingFault {
     /// The rank it hits (checkpoint faults: rank 0, the writer).
     #[serde(default)]
@@ -34,6 +35,7 @@ pub struct TrainingFault {
 /// What a training fault does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[serde(deny_unknown_fields)]
 pub enum TrainingFaultAction {
     /// SIGKILL the worker process.
     Kill,

@@ -42,6 +42,7 @@ pub const PACKET_FAULTS_ENV: &str = "NIMBUS_PACKET_FAULTS";
 
 /// A seeded plan of packet faults for one process's socket.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PacketFaults {
     /// Seeds every random decision.
     #[serde(default)]
@@ -58,6 +59,7 @@ pub struct PacketFaults {
 /// Faults for datagrams to and from some peers, during a time window.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[serde(deny_unknown_fields)]
 pub struct PacketRule {
     /// The peers it applies to; empty means every peer.
     pub peers: Vec<SocketAddr>,

@@ -41,6 +41,31 @@ pub struct NodeIdentity {
     pub incarnation: Incarnation,
 }
 
+/// The longest node name, in bytes.
+pub const MAX_NODE_NAME: usize = 128;
+
+/// A node name that cannot be one: names appear in file names, logs,
+/// certificates and command lines.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("node name {name:?} is not allowed: use 1 to {MAX_NODE_NAME} letters, digits and . _ - : [ ] @ (--node-name)")]
+pub struct BadNodeName {
+    /// The name refused.
+    pub name: String,
+}
+
+impl NodeIdentity {
+    /// Checks that `name` is a usable node name.
+    pub fn check_name(name: &str) -> Result<(), BadNodeName> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "._-:[]@".contains(c);
+        if name.is_empty() || name.len() > MAX_NODE_NAME || !name.chars().all(allowed) {
+            return Err(BadNodeName {
+                name: name.chars().take(MAX_NODE_NAME + 1).collect(),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for NodeIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}#{}", self.name, self.incarnation)
@@ -75,5 +100,21 @@ impl fmt::Display for PeerIdentity {
             PeerRole::Worker => "worker",
         };
         write!(f, "{role} {}", self.identity)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_names_are_short_plain_and_not_empty() {
+        for good in ["node-3", "10.0.0.7:6379", "[::1]:6379", "gpu_box.a@rack2"] {
+            assert_eq!(NodeIdentity::check_name(good), Ok(()), "{good}");
+        }
+        let long = "n".repeat(MAX_NODE_NAME + 1);
+        for bad in ["", "a/b", "../x", "a b", "tab\t", "ünï", long.as_str()] {
+            assert!(NodeIdentity::check_name(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -47,7 +47,7 @@ mod identity;
 mod message;
 
 pub use frame::{decode, encode, read_frame, write_frame, WireError};
-pub use identity::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
+pub use identity::{BadNodeName, Incarnation, NodeIdentity, PeerIdentity, PeerRole, MAX_NODE_NAME};
 pub use message::{
     preamble, read_preamble, CloseCode, Hello, HelloReply, RemoteError, RemoteErrorKind, Request,
     Response, PREAMBLE_LEN,

@@ -201,6 +201,81 @@ fn bad_addresses_and_resources_fail_with_clear_errors() {
     fails_with(home, &["status"], "no head was started on this machine");
 }
 
+/// Every value a person writes on the command line or in a plan file, when
+/// wrong, fails with an error naming it and a non-zero exit: no node is
+/// left running with a half-right configuration. Before, a fractional GPU
+/// count, an empty or path-like node name, an unusable spill directory and
+/// a misspelt plan key were all accepted (the last silently did nothing).
+#[test]
+fn every_bad_flag_or_plan_fails_with_an_error_naming_it() {
+    let home = TempDir::new().unwrap();
+    let home = home.path();
+    let _stop = StopOnDrop(home);
+    let port = free_port().to_string();
+    let head = [
+        "start",
+        "--head",
+        "--port",
+        &port,
+        "--node-ip-address",
+        "127.0.0.1",
+    ];
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--num-cpus=-1"],
+            "amounts must be finite and not negative",
+        ),
+        (
+            &["--num-cpus", "nan"],
+            "amounts must be finite and not negative",
+        ),
+        (
+            &["--num-gpus", "inf"],
+            "amounts must be finite and not negative",
+        ),
+        (&["--num-gpus", "1.5"], "not a whole number"),
+        (&["--memory=-5"], "--memory"),
+        (
+            &["--resources", "{bad"],
+            "--resources must be a JSON object",
+        ),
+        (&["--resources", r#"{"x": -1}"#], "amounts must be finite"),
+        (&["--node-name="], "is not allowed"),
+        (&["--node-name", "../a"], "is not allowed"),
+        (
+            &["--object-spill-dir", "/proc/no/such"],
+            "the spill directory",
+        ),
+        (&["--heartbeat-timeout-ms", "0"], "--heartbeat-timeout-ms"),
+    ];
+    for (extra, needle) in cases {
+        let args: Vec<&str> = head.iter().chain(extra.iter()).copied().collect();
+        fails_with(home, &args, needle);
+    }
+    let port_too_big = ["start", "--head", "--port", "99999"];
+    fails_with(home, &port_too_big, "--port");
+    let missing = [
+        "start",
+        "--address",
+        "127.0.0.1:1",
+        "--token-file",
+        "/no/such/token",
+    ];
+    fails_with(home, &missing, "/no/such/token");
+
+    let plans = TempDir::new().unwrap();
+    let misspelt = plans.path().join("misspelt.toml");
+    std::fs::write(&misspelt, "seed = 1\n[[actor_fault]]\naction = \"kill\"\n").unwrap();
+    let misspelt = misspelt.to_str().unwrap();
+    fails_with(
+        home,
+        &["chaos", "run", misspelt, "--", "true"],
+        "unknown field `actor_fault`",
+    );
+    let absent = ["chaos", "run", "/no/such/plan.toml", "--", "true"];
+    fails_with(home, &absent, "/no/such/plan.toml");
+}
+
 #[test]
 fn chaos_run_injects_a_plan_while_a_command_runs() {
     let home = TempDir::new().unwrap();

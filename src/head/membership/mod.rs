@@ -74,6 +74,9 @@ pub enum MembershipError {
         /// dead (`None`: the head, which never is).
         retry_after: Option<std::time::Duration>,
     },
+    /// The name cannot be a node's.
+    #[error(transparent)]
+    BadName(#[from] crate::wire::BadNodeName),
     /// The incarnation was declared dead; a dead node comes back only as a
     /// new incarnation (restart it).
     #[error("{node} was declared dead ({reason}); restart it to rejoin as a new incarnation")]
@@ -88,9 +91,9 @@ pub enum MembershipError {
 impl From<MembershipError> for RemoteError {
     fn from(e: MembershipError) -> Self {
         let kind = match e {
-            MembershipError::Unknown { .. } | MembershipError::NameTaken { .. } => {
-                RemoteErrorKind::BadRequest
-            }
+            MembershipError::Unknown { .. }
+            | MembershipError::NameTaken { .. }
+            | MembershipError::BadName(_) => RemoteErrorKind::BadRequest,
             MembershipError::Stale { .. } | MembershipError::Dead { .. } => {
                 RemoteErrorKind::StaleIncarnation
             }

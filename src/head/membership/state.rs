@@ -52,6 +52,7 @@ impl NodeTable {
         head: bool,
         now: Instant,
     ) -> Result<Vec<ClusterEventKind>, MembershipError> {
+        NodeIdentity::check_name(&registration.node.name)?;
         let node = registration.node.clone();
         let joined = ClusterEventKind::NodeJoined {
             node: node.clone(),

@@ -57,7 +57,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 
 use crate::client;
-use crate::cluster::ownership::OwnedDir;
+use crate::cluster::ownership::{OwnedDir, OwnershipError};
 use crate::cluster::ObjectRequest;
 use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
@@ -95,14 +95,15 @@ impl NodeObjectStore {
     /// spilling into `spill_dir` (created here); `me` is this node; pulls
     /// go through `endpoint`. Both directories are this node's own
     /// ([`OwnedDir`]): when a path is taken, a fresh name next to it is
-    /// used.
+    /// used. Fails when the spill directory cannot be made (without shared
+    /// memory, objects stay in process memory).
     pub fn start(
         capacity: u64,
         spill_dir: std::path::PathBuf,
         shared_dir: Option<std::path::PathBuf>,
         endpoint: Endpoint,
         me: ObjectLocation,
-    ) -> Self {
+    ) -> Result<Self, OwnershipError> {
         let shared = shared_dir.and_then(|dir| match OwnedDir::create_unique(&dir) {
             Ok(owned) => Some(owned),
             Err(e) => {
@@ -110,16 +111,10 @@ impl NodeObjectStore {
                 None
             }
         });
-        let spill = match OwnedDir::create_unique(&spill_dir) {
-            Ok(owned) => Some(owned),
-            Err(e) => {
-                tracing::warn!("spilling objects will fail: {e}");
-                None
-            }
-        };
-        let spill_dir = spill.as_ref().map_or(spill_dir, |d| d.path().to_path_buf());
+        let spill = OwnedDir::create_unique(&spill_dir)?;
+        let spill_dir = spill.path().to_path_buf();
         let shared_dir = shared.as_ref().map(|d| d.path().to_path_buf());
-        let owned = Arc::new([spill, shared].into_iter().flatten().collect());
+        let owned = Arc::new([Some(spill), shared].into_iter().flatten().collect());
         let budget = Budget::new(capacity, spill_dir, shared_dir);
         let shards = (0..SHARDS)
             .map(|_| {
@@ -127,13 +122,13 @@ impl NodeObjectStore {
                 ObjectStoreShard::start_in_arbiter(&Arbiter::new().handle(), |_| shard)
             })
             .collect();
-        NodeObjectStore {
+        Ok(NodeObjectStore {
             shards,
             budget,
             owned,
             endpoint,
             me,
-        }
+        })
     }
 
     /// Watches the head's events and releases the references of worker
