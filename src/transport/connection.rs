@@ -83,6 +83,34 @@ impl Connection {
             .map_err(|e| self.io_failure(std::io::Error::other(e)))
     }
 
+    /// Writes raw bytes on a new stream until the peer stops taking them
+    /// for `stall` (flow control holding the rest back), and keeps the
+    /// stream open while the returned value lives. For tests of what a
+    /// peer that stalls mid-frame can make a node hold.
+    pub async fn send_raw_and_stall(
+        &self,
+        bytes: &[u8],
+        stall: std::time::Duration,
+    ) -> Result<StalledStream, RequestError> {
+        let (mut send, _recv) = self.quic.open_bi().await.map_err(|e| self.lost(e))?;
+        let mut sent = 0;
+        while sent < bytes.len() {
+            let end = (sent + (64 << 10)).min(bytes.len());
+            match tokio::time::timeout(stall, send.write(&bytes[sent..end])).await {
+                Ok(Ok(n)) => sent += n,
+                Ok(Err(e)) => return Err(self.io_failure(e.into())),
+                Err(_) => break,
+            }
+        }
+        Ok(StalledStream { sent, send })
+    }
+
+    /// QUIC's counters for this connection (bytes and packets sent and
+    /// received, frames, round-trip time).
+    pub fn stats(&self) -> quinn::ConnectionStats {
+        self.quic.stats()
+    }
+
     /// Opens an ordered channel: requests sent on it are handled by the peer
     /// in the order they were sent (see [`Channel`]).
     pub async fn open_channel(&self) -> Result<Channel, RequestError> {
@@ -198,4 +226,19 @@ impl Connection {
 /// Closes `quic` with a nimbus close code and a reason the peer can read.
 pub(super) fn close(quic: &quinn::Connection, code: CloseCode, reason: &str) {
     quic.close(quinn::VarInt::from_u32(code as u32), reason.as_bytes());
+}
+
+/// A stream left open mid-write by [`Connection::send_raw_and_stall`];
+/// reset when dropped.
+#[derive(Debug)]
+pub struct StalledStream {
+    /// Bytes the peer took.
+    pub sent: usize,
+    send: quinn::SendStream,
+}
+
+impl Drop for StalledStream {
+    fn drop(&mut self) {
+        let _ = self.send.reset(0u32.into());
+    }
 }

@@ -311,6 +311,9 @@ pub(super) fn version_mismatch(ours: u32, theirs: u32) -> String {
     format!("protocol version mismatch: this side speaks nimbus protocol v{ours}, the peer speaks v{theirs}; run the same nimbus version on every node")
 }
 
+/// What one stream may have sent and a node not yet read.
+const STREAM_WINDOW: u32 = 2 << 20;
+
 fn quic_transport(config: &TransportConfig) -> Result<Arc<quinn::TransportConfig>, EndpointError> {
     let mut transport = quinn::TransportConfig::default();
     let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
@@ -318,12 +321,21 @@ fn quic_transport(config: &TransportConfig) -> Result<Arc<quinn::TransportConfig
     transport.max_idle_timeout(Some(idle));
     transport.keep_alive_interval(Some(config.idle_timeout / 3));
     transport.max_concurrent_bidi_streams(1024u32.into());
-    // A whole frame may sit in one stream's window, and many streams share
-    // the connection: size both windows for that, not for quinn's 100 Mbps
-    // WAN defaults.
+    // nimbus uses bidirectional streams only.
+    transport.max_concurrent_uni_streams(0u32.into());
+    // Memory a peer can make a node hold (`server.rs` reads a request only
+    // once the connection's budget of four frames has room for it):
+    // - a stream's window, what one stream may have sent unread: enough
+    //   for loopback and LAN round trips at full speed, small enough that
+    //   streams waiting for the budget leave the connection's window to
+    //   the requests being read (they would need 32 such streams to fill
+    //   it);
+    // - the connection's window, what all its streams together may have
+    //   sent unread: four frames.
     let frame_window = (config.max_frame_bytes as u64).max(1 << 20);
+    transport.stream_receive_window(quinn::VarInt::from_u32(STREAM_WINDOW));
     transport
-        .stream_receive_window(quinn::VarInt::from_u64(frame_window).unwrap_or(quinn::VarInt::MAX));
+        .receive_window(quinn::VarInt::from_u64(4 * frame_window).unwrap_or(quinn::VarInt::MAX));
     transport.send_window(4 * frame_window);
     transport.initial_rtt(Duration::from_millis(10));
     Ok(Arc::new(transport))

@@ -81,7 +81,7 @@ mod server;
 
 pub use channel::{Channel, PendingReply};
 pub use config::{RequestOptions, TransportConfig};
-pub use connection::Connection;
+pub use connection::{Connection, StalledStream};
 pub use credentials::{CredentialError, Credentials, JoinToken};
 pub use endpoint::Endpoint;
 pub use error::{ConnectError, EndpointError, FaultPlanError, NoPacketFaults, RequestError};

@@ -31,7 +31,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::io::AsyncReadExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use crate::wire::{
@@ -104,6 +104,9 @@ pub(super) async fn accept(
         }
     };
     drop(slot);
+    let budget = Arc::new(Semaphore::new(buffer_budget(
+        endpoint.config().max_frame_bytes,
+    )));
     debug!(%remote, %peer, "connection accepted");
     loop {
         let (send, recv) = match quic.accept_bi().await {
@@ -118,6 +121,7 @@ pub(super) async fn accept(
             quic: quic.clone(),
             peer: peer.clone(),
             handler: handler.clone(),
+            budget: budget.clone(),
         };
         tokio::spawn(task.run(send, recv));
     }
@@ -191,12 +195,31 @@ async fn handshake(endpoint: &Endpoint, quic: &quinn::Connection) -> Result<Peer
     Ok(hello.from)
 }
 
+/// The bytes of requests one connection may have received but not yet
+/// answered: four maximal frames (64 MiB by default).
+fn buffer_budget(max_frame_bytes: usize) -> usize {
+    max_frame_bytes.saturating_mul(4).min(u32::MAX as usize)
+}
+
+/// What the smallest request counts for against the budget, so that the
+/// number of requests waiting for a handler is bounded too.
+const MIN_CHARGE: usize = 4 << 10;
+
 /// Serves one request stream: a single request, or an ordered channel.
 struct StreamTask {
     endpoint: Endpoint,
     quic: quinn::Connection,
     peer: PeerIdentity,
     handler: Arc<dyn RequestHandler>,
+    /// The connection's [`buffer_budget`], shared by its streams.
+    budget: Arc<Semaphore>,
+}
+
+/// A request and its share of the connection's budget, given back once it
+/// is answered.
+struct Admitted {
+    request: Request,
+    _charge: OwnedSemaphorePermit,
 }
 
 /// The response to one request, once the handler is done (`None` for a
@@ -208,7 +231,7 @@ impl StreamTask {
         let Ok(Some(first)) = self.read_request(&mut recv, true).await else {
             return;
         };
-        if first.ordered {
+        if first.request.ordered {
             return self.serve_channel(first, send, recv).await;
         }
         let response = self.start(first).await;
@@ -222,7 +245,7 @@ impl StreamTask {
     /// and writes the responses back in that same order.
     async fn serve_channel(
         self,
-        first: Request,
+        first: Admitted,
         mut send: quinn::SendStream,
         mut recv: quinn::RecvStream,
     ) {
@@ -232,6 +255,7 @@ impl StreamTask {
             quic: self.quic.clone(),
             peer: self.peer.clone(),
             handler: self.handler.clone(),
+            budget: self.budget.clone(),
         };
         let writing = tokio::spawn(async move {
             while let Some(response) = responses.recv().await {
@@ -254,38 +278,69 @@ impl StreamTask {
     /// Reads one request. `Ok(None)`: the peer finished the stream cleanly.
     /// `Err`: the stream failed, or the connection was closed for bad input.
     ///
-    /// The first request of a stream must arrive within
-    /// `request_read_timeout`; a channel may then sit idle between requests
-    /// for as long as its connection lives (QUIC keep-alives and the idle
-    /// timeout tell a live caller from a dead one).
+    /// 1. The length prefix: the first request of a stream within
+    ///    `request_read_timeout`; a channel may then sit idle between
+    ///    requests for as long as its connection lives (QUIC keep-alives
+    ///    and the idle timeout tell a live caller from a dead one).
+    /// 2. Room in the connection's budget for the body (at least
+    ///    `MIN_CHARGE`): what a peer can make a node hold is bounded per
+    ///    connection, not per stream. While other requests of the
+    ///    connection hold it, this one waits unread (QUIC flow control
+    ///    holds the sender back); every holder lets go once answered or
+    ///    past its deadline, or once its body times out in step 3, so the
+    ///    wait ends.
+    /// 3. The body, within `request_read_timeout` of its prefix.
     async fn read_request(
         &self,
         recv: &mut quinn::RecvStream,
         first: bool,
-    ) -> Result<Option<Request>, ()> {
+    ) -> Result<Option<Admitted>, ()> {
         let max = self.endpoint.config().max_frame_bytes;
-        let read_timeout = if first {
-            self.endpoint.config().request_read_timeout
-        } else {
-            Duration::MAX
+        let read_timeout = self.endpoint.config().request_read_timeout;
+        let idle = if first { read_timeout } else { Duration::MAX };
+        let len = match tokio::time::timeout(idle, wire::read_prefix(recv, max)).await {
+            Ok(len) => len,
+            Err(_) => return self.too_slow("no request frame", read_timeout),
         };
-        let frame = match tokio::time::timeout(read_timeout, wire::read_frame(recv, max)).await {
-            Ok(frame) => frame,
-            Err(_) => {
-                self.refuse(&format!(
-                    "no complete request frame within {read_timeout:?} (request_read_timeout)"
-                ));
-                return Err(());
-            }
+        let len = match len {
+            Ok(len) => len,
+            Err(e) => return self.failed(e).map(|()| None),
         };
-        match frame.and_then(|frame| wire::decode::<Request>(&frame)) {
-            Ok(request) => Ok(Some(request)),
-            Err(WireError::Empty) => Ok(None),
-            Err(WireError::Io(e)) => {
+        let charge = len.max(MIN_CHARGE).min(buffer_budget(max)) as u32;
+        let Ok(charge) = self.budget.clone().acquire_many_owned(charge).await else {
+            return Err(());
+        };
+        let body = match tokio::time::timeout(read_timeout, wire::read_body_exact(recv, len)).await
+        {
+            Ok(body) => body,
+            Err(_) => return self.too_slow("no complete request frame", read_timeout),
+        };
+        match body.and_then(|body| wire::decode::<Request>(&body)) {
+            Ok(request) => Ok(Some(Admitted {
+                request,
+                _charge: charge,
+            })),
+            Err(e) => self.failed(e).map(|()| None),
+        }
+    }
+
+    /// A request not read in time: closes the connection.
+    fn too_slow<T>(&self, what: &str, timeout: Duration) -> Result<T, ()> {
+        self.refuse(&format!("{what} within {timeout:?} (request_read_timeout)"));
+        Err(())
+    }
+
+    /// A read that failed: `Ok` for a stream the peer ended cleanly,
+    /// otherwise the stream failed (`Err`) or the input was bad (the
+    /// connection is closed).
+    fn failed(&self, error: WireError) -> Result<(), ()> {
+        match error {
+            WireError::Empty => Ok(()),
+            WireError::Io(e) => {
                 debug!(peer = %self.peer, "request stream failed: {e}");
                 Err(())
             }
-            Err(e) => {
+            e => {
                 self.refuse(&e.to_string());
                 Err(())
             }
@@ -294,15 +349,19 @@ impl StreamTask {
 
     /// Calls the handler now (so requests of a channel reach it in order)
     /// and returns the response to come.
-    fn start(&self, request: Request) -> PendingResponse {
-        let Request {
-            id,
-            to,
-            deadline_ms,
-            one_way,
-            body,
-            ..
-        } = request;
+    fn start(&self, admitted: Admitted) -> PendingResponse {
+        let Admitted {
+            request:
+                Request {
+                    id,
+                    to,
+                    deadline_ms,
+                    one_way,
+                    body,
+                    ..
+                },
+            _charge: charge,
+        } = admitted;
         let me = &self.endpoint.identity().identity;
         let deadline = Duration::from_millis(deadline_ms);
         let peer = self.peer.clone();
@@ -321,7 +380,9 @@ impl StreamTask {
         };
         let quic = self.quic.clone();
         async move {
-            let result = match tokio::time::timeout(deadline, handled).await {
+            let result = tokio::time::timeout(deadline, handled).await;
+            drop(charge);
+            let result = match result {
                 Ok(Ok(body)) => Ok(body),
                 Ok(Err(HandlerError::Remote(error))) => Err(error),
                 Ok(Err(HandlerError::Malformed(reason))) => {

@@ -110,19 +110,33 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     max: usize,
 ) -> Result<Vec<u8>, WireError> {
+    let len = read_prefix(reader, max).await?;
+    read_body_exact(reader, len).await
+}
+
+/// Reads a frame's length prefix and checks it against `max`; returns the
+/// body's length. [`WireError::Empty`]: the stream ended before it.
+pub async fn read_prefix<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    max: usize,
+) -> Result<usize, WireError> {
     let mut prefix = [0u8; LENGTH_PREFIX_BYTES];
     let got = read_up_to(reader, &mut prefix).await?;
     match got {
-        0 => return Err(WireError::Empty),
-        LENGTH_PREFIX_BYTES => {}
-        _ => {
-            return Err(WireError::Truncated {
-                expected: LENGTH_PREFIX_BYTES,
-                received: got,
-            })
-        }
+        0 => Err(WireError::Empty),
+        LENGTH_PREFIX_BYTES => body_len(prefix, max),
+        _ => Err(WireError::Truncated {
+            expected: LENGTH_PREFIX_BYTES,
+            received: got,
+        }),
     }
-    let len = body_len(prefix, max)?;
+}
+
+/// Reads a frame body of `len` bytes (after [`read_prefix`]).
+pub async fn read_body_exact<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    len: usize,
+) -> Result<Vec<u8>, WireError> {
     let body = read_body(reader, len).await?;
     if body.len() < len {
         return Err(WireError::Truncated {

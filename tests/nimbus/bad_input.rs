@@ -9,6 +9,8 @@ use nimbus::cluster::NodeState;
 use nimbus::transport::{ConnectError, JoinToken, RequestError, RequestOptions, TransportConfig};
 use nimbus::wire::{self, CloseCode, Request};
 
+use nimbus::testing::check::wait_until;
+
 use crate::support::{cluster, within};
 
 /// Sends `bytes` on a fresh authenticated connection to `node` and returns
@@ -174,6 +176,84 @@ async fn a_wrong_token_can_neither_join_nor_call() {
         assert!(cluster
             .log(0)
             .contains("refused a connection: TLS handshake failed"));
+    })
+    .await
+}
+
+/// The resident memory of process `pid`, in MiB.
+fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kib / 1024
+}
+
+/// Streams the stall test opens on one connection, and the body bytes it
+/// sends on each (of a 15 MiB frame it never finishes).
+const STALLED_STREAMS: usize = 32;
+const STALLED_FRAME: usize = 15 << 20;
+/// How long the sent bytes may take to reach the node.
+const SENT_WITHIN: Duration = Duration::from_secs(30);
+
+/// A token holder that opens many streams on one connection and sends
+/// most of a large frame on each, never finishing, can make a node hold
+/// only that connection's budget (4 frames) and flow-control window.
+/// Before, the node read every stream's frame into memory: 32 streams made
+/// it hold 480 MiB. The attacker's own endpoint is no nimbus node: its
+/// send window (derived from its frame limit) does not hold it back.
+#[tokio::test]
+async fn a_peer_stalling_mid_frame_on_many_streams_holds_bounded_memory() {
+    within(Duration::from_secs(90), async {
+        let cluster = cluster(2);
+        let unthrottled = TransportConfig {
+            max_frame_bytes: 1 << 30,
+            ..TransportConfig::default()
+        };
+        let address = cluster.address().to_string();
+        let client = ClusterClient::connect_with(&address, cluster.token(), unthrottled)
+            .await
+            .unwrap();
+        let node = cluster.node(1).unwrap();
+        let before = rss_mib(node.pid());
+        let connection = client
+            .endpoint()
+            .connect(node.address(), None)
+            .await
+            .unwrap();
+        let mut frame = ((STALLED_FRAME + (1 << 20)) as u32).to_be_bytes().to_vec();
+        frame.resize(4 + STALLED_FRAME, 7);
+        let stalls = (0..STALLED_STREAMS)
+            .map(|_| connection.send_raw_and_stall(&frame, Duration::from_secs(2)));
+        let stalled: Vec<_> = futures::future::try_join_all(stalls).await.unwrap();
+        let sent: usize = stalled.iter().map(|s| s.sent).sum();
+        // What the sender took has left it, and the node acknowledged
+        // packets after that (QUIC holds what it received in memory).
+        wait_until("the node received what was sent", SENT_WITHIN, || async {
+            (connection.stats().udp_tx.bytes >= sent as u64).then_some(())
+        })
+        .await
+        .unwrap();
+        let acks = connection.stats().frame_rx.acks;
+        wait_until(
+            "the node acknowledged later packets",
+            SENT_WITHIN,
+            || async { (connection.stats().frame_rx.acks > acks + 1).then_some(()) },
+        )
+        .await
+        .unwrap();
+        let grown = rss_mib(node.pid()).saturating_sub(before);
+        assert!(
+            grown < 250,
+            "the node grew by {grown} MiB while {STALLED_STREAMS} streams stalled with {} MiB sent",
+            sent >> 20
+        );
+        // It still answers, this connection's peer included.
+        client.status().await.unwrap();
+        drop(stalled);
     })
     .await
 }
