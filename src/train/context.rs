@@ -31,7 +31,7 @@ use std::thread::JoinHandle;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
-use super::checkpoint::{Checkpoint, SavedCheckpoint};
+use super::checkpoint::{Checkpoint, CheckpointError, SavedCheckpoint};
 use super::collective::{Collective, CollectiveError};
 use super::faults::{StorageError, TrainingFault, TrainingFaultAction};
 use super::progress::{Progress, WorkerEvent};
@@ -545,9 +545,13 @@ impl CheckpointWriter {
                         .save(&run_dir, index, &metrics)
                         .inspect(|path| flip_a_byte(&path.join(super::checkpoint::TENSORS_FILE)))
                         .map_err(|e| e.to_string()),
-                    None => checkpoint
-                        .save(&run_dir, index, &metrics)
-                        .map_err(|e| e.to_string()),
+                    None => match checkpoint.save(&run_dir, index, &metrics) {
+                        Err(CheckpointError::NoSpace(full)) => {
+                            progress.push(WorkerEvent::StorageFull(full));
+                            continue;
+                        }
+                        saved => saved.map_err(|e| e.to_string()),
+                    },
                 };
                 match saved {
                     Ok(path) => progress.push(WorkerEvent::CheckpointSaved(SavedCheckpoint {

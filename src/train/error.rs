@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::CheckpointError;
+use super::checkpoint::{CheckpointError, NoSpace};
 use super::collective::CollectiveError;
 use crate::actor::{CallError, SpawnError};
 use crate::placement::PlacementError;
@@ -51,6 +51,10 @@ pub enum TrainError {
     /// A checkpoint could not be written or read.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// A checkpoint did not fit on its filesystem: the run stopped at once,
+    /// keeping its last good checkpoint.
+    #[error("training stopped: {0}")]
+    StorageFull(NoSpace),
     /// The supervisor stopped this worker (a peer failed).
     #[error("training aborted: {0}")]
     Aborted(String),

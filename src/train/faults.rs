@@ -54,7 +54,10 @@ pub enum TrainingFaultAction {
     },
     /// Stop inside the collective and never arrive (until aborted).
     HangInCollective,
-    /// The checkpoint write of this step fails with this error.
+    /// The checkpoint write of this step fails once with this error: a
+    /// passing write failure, which restarts the group. (A real full disk
+    /// is found before writing, or from the write's ENOSPC, and stops the
+    /// run: `TrainError::StorageFull`.)
     FailCheckpointWrite {
         /// The error.
         error: StorageError,

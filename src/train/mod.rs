@@ -103,7 +103,7 @@ mod supervisor;
 mod worker;
 
 #[cfg(feature = "torch")]
-pub use checkpoint::{Checkpoint, CheckpointError, CheckpointReporter, SavedCheckpoint};
+pub use checkpoint::{Checkpoint, CheckpointError, CheckpointReporter, NoSpace, SavedCheckpoint};
 #[cfg(feature = "torch")]
 pub use config::{
     CheckpointConfig, CollectiveBackend, Metrics, RunConfig, ScalingConfig, ScoreOrder,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::checkpoint::SavedCheckpoint;
+use super::checkpoint::{NoSpace, SavedCheckpoint};
 use super::{LoopFailed, Metrics};
 
 /// Something a worker's loop did.
@@ -43,6 +43,8 @@ pub enum WorkerEvent {
         /// Why.
         error: String,
     },
+    /// A checkpoint did not fit on its filesystem: the run cannot go on.
+    StorageFull(NoSpace),
 }
 
 /// A poll's answer: events after the asked sequence number, the step

@@ -29,6 +29,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("max_failures_exhausted_returns_the_root_cause", |d| {
         boxed(max_failures_exhausted_returns_the_root_cause(d))
     }),
+    (
+        "a_full_disk_stops_the_run_and_keeps_its_last_checkpoint",
+        |d| boxed(a_full_disk_stops_the_run_and_keeps_its_last_checkpoint(d)),
+    ),
     ("local_mode_and_resume_of_a_finished_run", |d| {
         boxed(local_mode_and_resume_of_a_finished_run(d))
     }),
@@ -484,6 +488,93 @@ async fn max_failures_exhausted_returns_the_root_cause(_: &mut nimbus::Driver) {
         other => panic!("unexpected error: {other}"),
     }
     println!("  failed after {:.1?}: {error}", started.elapsed());
+}
+
+/// A tmpfs of `bytes` mounted at `dir` while it lives (needs root).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, bytes: u64) -> Tmpfs {
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={bytes},mode=0700"))
+            .arg("tmpfs")
+            .arg(dir)
+            .status()
+            .expect("mount runs");
+        assert!(
+            status.success(),
+            "mount a tmpfs at {}: {status}",
+            dir.display()
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Bytes of the files in `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+/// A real full disk: a run on a tmpfs with room for one checkpoint (of
+/// steps 5, 10, 15) stops at the second with the space it needs and the
+/// space free, without a restart, keeps the first, and leaves no partial
+/// write. Before, each restart hit the same full disk until
+/// `max_failures` was spent.
+async fn a_full_disk_stops_the_run_and_keeps_its_last_checkpoint(_: &mut nimbus::Driver) {
+    // SAFETY: a plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("  SKIPPED: mounting a small tmpfs needs root");
+        return;
+    }
+    // One checkpoint's size, from a run on the usual storage.
+    let (sized, _) = fit(small(5), ScalingConfig::workers(2), run_config("sized")).await;
+    ok(&sized);
+    let one = dir_bytes(&sized.checkpoint.expect("a checkpoint").path);
+    let dir = tempfile::TempDir::new().unwrap();
+    let _disk = Tmpfs::mount(dir.path(), one * 3 / 2);
+    let run = RunConfig::new("full", dir.path())
+        .max_failures(3)
+        .collective_timeout(Duration::from_secs(20))
+        .placement_timeout(Duration::from_secs(20));
+    let run_dir = run.run_dir();
+    let (result, events) = fit(small(20), ScalingConfig::workers(2), run).await;
+    match &result.error {
+        Some(TrainError::StorageFull(full)) => {
+            assert_eq!(full.index, 10, "{full}");
+            assert!(full.needed > full.free, "{full}");
+            assert_eq!(full.dir, run_dir, "{full}");
+            let text = TrainError::StorageFull(full.clone()).to_string();
+            assert!(text.contains("storage_path"), "names the setting: {text}");
+        }
+        other => panic!("expected StorageFull, got {other:?}"),
+    }
+    assert_eq!(result.restarts, 0, "no restart onto the same full disk");
+    let failed = events
+        .iter()
+        .filter(|e| matches!(e, TrainEvent::Failed { .. }))
+        .count();
+    assert_eq!(failed, 1, "{events:?}");
+    let kept = result.checkpoint.expect("the last good checkpoint");
+    assert_eq!(Checkpoint::load(&kept.path).expect("it loads").index(), 5);
+    let entries: Vec<String> = std::fs::read_dir(&run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        entries,
+        vec!["checkpoint_000000005".to_string()],
+        "no partial write"
+    );
 }
 
 async fn local_mode_and_resume_of_a_finished_run(_: &mut nimbus::Driver) {

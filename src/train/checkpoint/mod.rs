@@ -75,6 +75,9 @@ pub enum CheckpointError {
         /// libtorch's error.
         detail: String,
     },
+    /// The filesystem has no room for it: no restart can help.
+    #[error(transparent)]
+    NoSpace(#[from] NoSpace),
     /// A value is missing or of the wrong type.
     #[error("checkpoint value {key:?}: {detail}")]
     Value {
@@ -83,6 +86,22 @@ pub enum CheckpointError {
         /// What is wrong.
         detail: String,
     },
+}
+
+/// A checkpoint that did not fit on its filesystem (ENOSPC, EDQUOT, or
+/// less free than it needs). It travels from rank 0 to the supervisor, so
+/// it is serializable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("no space for checkpoint {index} in {}: it needs about {needed} bytes and {free} are free; free space there, or give the run a storage_path with room (RunConfig::new)", dir.display())]
+pub struct NoSpace {
+    /// The report index of the checkpoint.
+    pub index: u64,
+    /// The run directory.
+    pub dir: PathBuf,
+    /// Bytes the checkpoint needs (its tensors and manifest).
+    pub needed: u64,
+    /// Bytes free for this user on that filesystem when the write began.
+    pub free: u64,
 }
 
 /// What `manifest.json` holds.
@@ -295,8 +314,58 @@ impl Checkpoint {
     }
 
     /// Writes the checkpoint as `run_dir/checkpoint_<index>`, atomically.
+    ///
+    /// A write that fails leaves nothing behind: its temporary directory is
+    /// removed. One that finds the filesystem without room for it (less
+    /// free than it needs before it starts, or ENOSPC/EDQUOT on the way) is
+    /// [`CheckpointError::NoSpace`].
     pub fn save(
         &self,
+        run_dir: &Path,
+        index: u64,
+        metrics: &Metrics,
+    ) -> Result<PathBuf, CheckpointError> {
+        let no_space = |free| NoSpace {
+            index,
+            dir: run_dir.to_path_buf(),
+            needed: self.bytes_needed(),
+            free,
+        };
+        let free = free_bytes(run_dir);
+        if let Some(free) = free.filter(|&free| free < self.bytes_needed()) {
+            return Err(no_space(free).into());
+        }
+        let temporary = run_dir.join(format!(
+            ".{}.tmp-{}",
+            directory_name(index),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&temporary);
+        let written = self.write_into(&temporary, run_dir, index, metrics);
+        if written.is_err() {
+            let _ = std::fs::remove_dir_all(&temporary);
+        }
+        written.map_err(|e| match (e.os_error(), free) {
+            (Some(libc::ENOSPC | libc::EDQUOT), Some(free)) => no_space(free).into(),
+            _ => e,
+        })
+    }
+
+    /// Bytes a save needs: the tensors' data and a margin for the
+    /// safetensors header and the manifest.
+    fn bytes_needed(&self) -> u64 {
+        let data: u64 = self
+            .tensors
+            .iter()
+            .map(|(_, t)| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
+            .sum();
+        data + 64 * 1024
+    }
+
+    /// Steps 1 to 3 of a write (module docs), through `temporary`.
+    fn write_into(
+        &self,
+        temporary: &Path,
         run_dir: &Path,
         index: u64,
         metrics: &Metrics,
@@ -306,17 +375,11 @@ impl Checkpoint {
             move |source| CheckpointError::Io { path, what, source }
         };
         let final_dir = run_dir.join(directory_name(index));
-        let temporary = run_dir.join(format!(
-            ".{}.tmp-{}",
-            directory_name(index),
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&temporary);
-        std::fs::create_dir_all(&temporary).map_err(io(&temporary, "cannot create"))?;
+        std::fs::create_dir_all(temporary).map_err(io(temporary, "cannot create"))?;
         let tensors_path = temporary.join(TENSORS_FILE);
         Tensor::write_safetensors(&self.tensors, &tensors_path).map_err(|e| {
             CheckpointError::Tensors {
-                path: temporary.clone(),
+                path: temporary.to_path_buf(),
                 detail: e.to_string(),
             }
         })?;
@@ -340,16 +403,49 @@ impl Checkpoint {
             .map_err(io(&manifest_path, "cannot write"))?;
         file.sync_all()
             .map_err(io(&manifest_path, "cannot fsync"))?;
-        sync_dir(&temporary)?;
+        sync_dir(temporary)?;
         if final_dir.exists() {
             // A checkpoint of the same index from an earlier attempt that
             // was never reported: this one replaces it.
             std::fs::remove_dir_all(&final_dir).map_err(io(&final_dir, "cannot replace"))?;
         }
-        std::fs::rename(&temporary, &final_dir).map_err(io(&final_dir, "cannot publish"))?;
+        std::fs::rename(temporary, &final_dir).map_err(io(&final_dir, "cannot publish"))?;
         sync_dir(run_dir)?;
         Ok(final_dir)
     }
+}
+
+impl CheckpointError {
+    /// The OS error behind it, if any. libtorch's tensor writer reports
+    /// one only in its text (`os error N`).
+    fn os_error(&self) -> Option<i32> {
+        match self {
+            CheckpointError::Io { source, .. } => source.raw_os_error(),
+            CheckpointError::Tensors { detail, .. } => detail
+                .split("os error ")
+                .nth(1)
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|code| code.parse().ok()),
+            _ => None,
+        }
+    }
+}
+
+/// Bytes free for an unprivileged user on the filesystem of `dir`, if the
+/// system says.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is NUL-terminated and `stats` is written by the call
+    // before it is read (only when it succeeds).
+    let stats = unsafe {
+        if libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stats.assume_init()
+    };
+    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
 }
 
 impl Checkpoint {

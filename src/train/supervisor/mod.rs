@@ -21,7 +21,10 @@
 //! 3. the first of these ends the attempt: a worker's death (`killed by
 //!    signal 9`, `panic: ...`, `node lost: ...`), a loop that returns an
 //!    error, a failed checkpoint write, a worker whose progress counter has
-//!    not moved for `progress_timeout` (hung), a launch that fails;
+//!    not moved for `progress_timeout` (hung), a launch that fails; a
+//!    checkpoint that found no room on its filesystem ends the whole run
+//!    (`TrainError::StorageFull`, after step 4), keeping the checkpoints
+//!    already saved;
 //! 4. on that failure: `AbortTraining` to every worker (peers blocked in a
 //!    collective fail at once), kill every worker (`ActorHandle::kill` →
 //!    `KillActor` to its node → SIGKILL, no restart; it returns once the
@@ -325,6 +328,9 @@ impl TrainerSupervisor {
         match self.attempts.ended() {
             Some(Next::Restart) => self.restart(ctx),
             Some(Next::Done) => self.complete(None, ctx),
+            Some(Next::StorageFull(full)) => {
+                self.complete(Some(TrainError::StorageFull(full)), ctx)
+            }
             Some(Next::GiveUp(exhausted)) => {
                 let error = TrainError::FailuresExhausted {
                     failures: exhausted.failures,
@@ -382,6 +388,7 @@ impl TrainerSupervisor {
             return;
         }
         let mut failure = None;
+        let mut storage_full = None;
         for (_, event) in report.events {
             match event {
                 WorkerEvent::Report { index, metrics, .. } if rank == 0 => {
@@ -426,7 +433,19 @@ impl TrainerSupervisor {
                 WorkerEvent::CheckpointFailed { index, error } => {
                     failure = Some(format!("checkpoint {index} could not be written: {error}"));
                 }
+                WorkerEvent::StorageFull(full) => {
+                    storage_full = Some(full);
+                }
             }
+        }
+        if let Some(full) = storage_full {
+            if let Some(failure) = self.attempts.storage_full(id, rank, full, Instant::now()) {
+                tracing::error!(attempt = id, "training stops: {}", failure.reason);
+                let why = failure.reason.clone();
+                self.tell_failed(failure);
+                self.end_attempt(&why, ctx);
+            }
+            return;
         }
         if let Some(reason) = failure {
             return self.worker_failed(id, rank, reason, ctx);

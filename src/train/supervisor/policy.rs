@@ -22,7 +22,10 @@
 //! 5. All ranks finished: the attempt ends and the run is done.
 //! 6. After a failed attempt ended, its failure is recorded: more than
 //!    `max_failures` failures → give up, with their count and the first and
-//!    last reasons; otherwise restart (one more in `restarts`).
+//!    last reasons; otherwise restart (one more in `restarts`). A rank whose
+//!    checkpoint found no room on its filesystem ([`Attempts::storage_full`])
+//!    fails the attempt too, but the run stops once it ended: a restart
+//!    would write the same checkpoint to the same full disk.
 //! 7. Elastic: while the running attempt has fewer ranks than the maximum,
 //!    a node joining makes the actor probe for room for the missing ones;
 //!    room found (the attempt still running) → rescale: the attempt ends and
@@ -33,6 +36,8 @@
 //!    change nothing.
 
 use std::time::{Duration, Instant};
+
+use crate::train::checkpoint::NoSpace;
 
 /// The attempts of one training run; see the module docs.
 #[derive(Debug)]
@@ -78,6 +83,7 @@ struct Rank {
 #[derive(Debug)]
 enum Ending {
     Failed(String),
+    StorageFull(NoSpace),
     Finished,
     Rescaled,
 }
@@ -116,6 +122,8 @@ pub(crate) enum Next {
     Done,
     /// Too many failures: the run failed.
     GiveUp(Exhausted),
+    /// A checkpoint found its storage full: the run stopped.
+    StorageFull(NoSpace),
 }
 
 /// The run failed more than `max_failures` times.
@@ -232,6 +240,20 @@ impl Attempts {
         Some(self.fail(format!("worker rank {rank}: {reason}"), now))
     }
 
+    /// Rank `rank` of attempt `id` found no room for a checkpoint: like
+    /// [`Attempts::rank_failed`], but once the attempt ended the run stops.
+    pub(crate) fn storage_full(
+        &mut self,
+        id: u64,
+        rank: usize,
+        full: NoSpace,
+        now: Instant,
+    ) -> Option<Failure> {
+        let failure = self.rank_failed(id, rank, &full.to_string(), now)?;
+        self.phase = Phase::Ending(Ending::StorageFull(full));
+        Some(failure)
+    }
+
     /// Rank `rank` of attempt `id` finished: whether every rank has, so
     /// the attempt ends (tear it down, then [`Attempts::ended`]).
     pub(crate) fn rank_finished(&mut self, id: u64, rank: usize) -> bool {
@@ -293,6 +315,10 @@ impl Attempts {
             Ending::Failed(reason) => {
                 self.failures.push(reason.clone());
                 self.after_failure()
+            }
+            Ending::StorageFull(full) => {
+                self.failures.push(full.to_string());
+                Next::StorageFull(full.clone())
             }
             Ending::Finished => Next::Done,
             Ending::Rescaled => Next::Restart,
@@ -446,6 +472,26 @@ mod tests {
         assert_eq!(attempts.hung(after), None);
         assert_eq!(attempts.hung(timeout + 5 * SECOND), None);
         assert_eq!(attempts.hung(after + 5 * SECOND), Some((0, 0)));
+    }
+
+    #[test]
+    fn a_full_disk_stops_the_run_whatever_failures_are_left() {
+        let t0 = Instant::now();
+        let mut attempts = running(3, None, 2, t0);
+        let full = NoSpace {
+            index: 10,
+            dir: "/runs/r".into(),
+            needed: 4 << 20,
+            free: 1 << 20,
+        };
+        let failure = attempts.storage_full(0, 0, full.clone(), t0);
+        assert!(failure.is_some_and(|f| f.reason.contains("no space for checkpoint 10")));
+        // Later news of the ending attempt is ignored.
+        assert!(attempts.rank_failed(0, 1, "aborted", t0).is_none());
+        assert_eq!(attempts.ended(), Some(Next::StorageFull(full)));
+        assert_eq!(attempts.restarts(), 0);
+        assert_eq!(attempts.begin(), None);
+        assert_eq!(attempts.ended(), None);
     }
 
     #[test]
