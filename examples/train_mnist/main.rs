@@ -41,6 +41,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use mnist::{DataSource, FailMode, MnistConfig, MnistLoop};
 use nimbus::actor::Registry;
+use nimbus::cluster::files;
 use nimbus::placement::PlacementStrategy;
 use nimbus::train::{
     Checkpoint, CollectiveBackend, RunConfig, ScalingConfig, ScoreOrder, TrainEvent, Trainer,
@@ -80,7 +81,8 @@ struct Args {
     /// Resume from this checkpoint directory.
     #[arg(long)]
     resume: Option<PathBuf>,
-    /// Where runs are stored.
+    /// Where runs are stored [default: runs/ in the nimbus state
+    /// directory, ~/.nimbus/runs or $NIMBUS_HOME/runs].
     #[arg(long)]
     storage: Option<PathBuf>,
     /// Failures to recover from.
@@ -138,10 +140,10 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
     let train_len = described.train.len();
     drop(described);
 
-    let storage = args
-        .storage
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join("nimbus-runs"));
+    let storage = match args.storage.clone() {
+        Some(storage) => storage,
+        None => default_storage()?,
+    };
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let name = format!("mnist-{stamp}");
     let run = RunConfig::new(&name, &storage)
@@ -328,4 +330,15 @@ impl Progress {
             }
         }
     }
+}
+
+/// `runs/` in this user's nimbus state directory (`~/.nimbus`, or
+/// `$NIMBUS_HOME`), private to them: never a name in the shared temporary
+/// directory, which another user could create first.
+fn default_storage() -> Result<PathBuf> {
+    let home = files::nimbus_home();
+    files::own_state_dir(&home)?;
+    let runs = home.join("runs");
+    files::private_dir(&runs).with_context(|| format!("creating {}", runs.display()))?;
+    Ok(runs)
 }

@@ -153,7 +153,7 @@ pub struct CheckpointConfig {
 ///
 /// ```
 /// use nimbus::train::RunConfig;
-/// let run = RunConfig::new("mnist", "/tmp/nimbus-runs").max_failures(3).num_to_keep(2);
+/// let run = RunConfig::new("mnist", "/data/runs").max_failures(3).num_to_keep(2);
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
