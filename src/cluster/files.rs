@@ -40,6 +40,22 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     private_file(path)?.write_all(bytes)
 }
 
+/// Bytes free for an unprivileged user on the filesystem of `dir`, if the
+/// system says.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is NUL-terminated and `stats` is written by the call
+    // before it is read (only when it succeeds).
+    let stats = unsafe {
+        if libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stats.assume_init()
+    };
+    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
 /// The state directory: `$NIMBUS_HOME`; else `.nimbus` in this user's home
 /// (`$HOME`, else the password database's); else `nimbus-UID` in the
 /// temporary directory — never a name shared between users.

@@ -4,32 +4,124 @@
 //!
 //! Binaries live under `state_dir/binaries/` (`$NIMBUS_HOME/binaries/`),
 //! named by their hash (64 lowercase hex digits). An upload arrives in
-//! chunks, in order (`UploadBinary`); on the last one the hash is checked
-//! and only then is the binary published. Another node that lacks it can
-//! read it from here chunk by chunk (`ReadBinary`).
+//! chunks, in order (`UploadBinary`; the steps are on [`BinaryCache`]); on
+//! the last one the hash is checked and only then is the binary published.
+//! Another node that lacks it can read it from here chunk by chunk
+//! (`ReadBinary`).
 
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use super::error::BinaryError;
-use crate::cluster::files::{private_dir, private_file};
+use crate::cluster::files::{free_bytes, private_dir, private_file};
 
 /// Mode of a cached program: its user may run it, nobody else may read it.
 const PRIVATE_PROGRAM: u32 = 0o700;
+/// The largest program a node takes: a larger upload is refused at its
+/// first chunk.
+pub(super) const MAX_BINARY_BYTES: u64 = 4 << 30;
+/// An upload that gets no chunk for this long is abandoned: its partial
+/// file is removed (checked whenever a chunk arrives).
+pub(super) const UPLOAD_IDLE: Duration = Duration::from_secs(60);
+/// Uploads in progress at once; more are refused until one ends.
+pub(super) const MAX_UPLOADS: usize = 16;
 
 /// Binaries cached under one directory, and uploads in progress.
+///
+/// Uploads, one per uploader and binary (two drivers shipping the same
+/// build do not clobber each other):
+/// 1. The first chunk (offset 0) of a binary of at most
+///    [`MAX_BINARY_BYTES`], when fewer than [`MAX_UPLOADS`] are in
+///    progress and the filesystem has room for it, begins one: a private
+///    partial file `HASH.part-PID-N`. Offset 0 again starts over.
+/// 2. Every chunk must continue the bytes received; one that does not, or
+///    a write that fails (ENOSPC), ends the upload and removes its file.
+/// 3. The last chunk hands back a [`Publish`]: fsync, SHA-256, the mode and
+///    the rename into place, blocking work the caller runs off its
+///    thread. A binary someone published meanwhile is kept, not replaced.
+/// 4. Uploads idle for [`UPLOAD_IDLE`] are removed as the next chunk of any
+///    upload arrives.
 pub(super) struct BinaryCache {
     dir: PathBuf,
-    uploads: HashMap<String, Upload>,
+    uploads: HashMap<(String, String), Upload>,
+    /// Numbers partial files, so no two uploads share one.
+    parts: u64,
 }
 
 struct Upload {
     file: File,
     path: PathBuf,
     received: u64,
+    /// When its last chunk arrived.
+    touched: Instant,
+}
+
+/// What a chunk did.
+#[must_use]
+pub(super) enum Received {
+    /// More chunks are due.
+    More,
+    /// All bytes are here: run this (blocking) to check and publish them.
+    Complete(Publish),
+}
+
+/// The last step of an upload (step 3): blocking file work.
+pub(super) struct Publish {
+    file: File,
+    path: PathBuf,
+    hash: String,
+    target: PathBuf,
+}
+
+impl Publish {
+    /// Syncs the bytes, checks their hash and publishes the binary.
+    pub(super) fn run(self) -> Result<(), BinaryError> {
+        let Publish {
+            file,
+            path,
+            hash,
+            target,
+        } = self;
+        let failed = |action| {
+            let path = path.clone();
+            move |source| BinaryError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        let published = (|| {
+            file.sync_all().map_err(failed("sync"))?;
+            // Closed before it is published: a binary still open for
+            // writing cannot be executed (ETXTBSY).
+            drop(file);
+            let actual = crate::cluster::sha256_file(&path).map_err(failed("hash"))?;
+            if actual != hash {
+                return Err(BinaryError::HashMismatch {
+                    actual,
+                    expected: hash,
+                });
+            }
+            if target.is_file() {
+                // Published meanwhile, by another upload or another node
+                // sharing this directory: replacing a binary workers run
+                // from gains nothing.
+                return Ok(false);
+            }
+            fs::set_permissions(&path, fs::Permissions::from_mode(PRIVATE_PROGRAM))
+                .map_err(failed("make executable"))?;
+            fs::rename(&path, &target).map_err(failed("publish"))?;
+            Ok(true)
+        })();
+        if !matches!(published, Ok(true)) {
+            let _ = fs::remove_file(&path);
+        }
+        published.map(|_| ())
+    }
 }
 
 impl BinaryCache {
@@ -38,6 +130,7 @@ impl BinaryCache {
         BinaryCache {
             dir,
             uploads: HashMap::new(),
+            parts: 0,
         }
     }
 
@@ -73,75 +166,85 @@ impl BinaryCache {
         Ok((total, chunk))
     }
 
-    /// Appends one chunk; on the last one, checks the hash and publishes the
-    /// binary. Chunks must come in order.
+    /// Takes one chunk of `uploader`'s upload of `hash` (steps 1, 2, 4 of
+    /// [`BinaryCache`]); `now` is the time it arrived.
     pub(super) fn receive(
         &mut self,
+        uploader: &str,
         hash: &str,
         offset: u64,
         total: u64,
         chunk: &[u8],
-    ) -> Result<(), BinaryError> {
+        now: Instant,
+    ) -> Result<Received, BinaryError> {
+        self.expire(now);
         let hash = valid_hash(hash)?.to_string();
+        let key = (uploader.to_string(), hash.clone());
         if offset == 0 {
-            self.begin(&hash)?;
+            self.abort(&key);
+            self.begin(&key, total, now)?;
         }
         let upload = self
             .uploads
-            .get_mut(&hash)
+            .get_mut(&key)
             .ok_or_else(|| BinaryError::NoUpload(hash.clone()))?;
         if offset != upload.received || offset + chunk.len() as u64 > total {
             let expected = upload.received;
-            self.abort(&hash);
+            self.abort(&key);
             return Err(BinaryError::OutOfOrder {
                 offset,
                 expected,
                 total,
             });
         }
-        let path = upload.path.clone();
-        let failed = |action| {
-            let path = path.clone();
-            move |source| BinaryError::Io {
-                action,
+        if let Err(source) = upload.file.write_all(chunk) {
+            let path = upload.path.clone();
+            self.abort(&key);
+            return Err(BinaryError::Io {
+                action: "write",
                 path,
                 source,
-            }
-        };
-        upload.file.write_all(chunk).map_err(failed("write"))?;
-        upload.received += chunk.len() as u64;
-        if upload.received < total {
-            return Ok(());
-        }
-        let Some(Upload { file, .. }) = self.uploads.remove(&hash) else {
-            return Err(BinaryError::NoUpload(hash));
-        };
-        file.sync_all().map_err(failed("sync"))?;
-        // Closed before it is published: a binary still open for writing
-        // cannot be executed (ETXTBSY).
-        drop(file);
-        let actual = crate::cluster::sha256_file(&path).map_err(failed("hash"))?;
-        if actual != hash {
-            let _ = fs::remove_file(&path);
-            return Err(BinaryError::HashMismatch {
-                actual,
-                expected: hash,
             });
         }
-        fs::set_permissions(&path, fs::Permissions::from_mode(PRIVATE_PROGRAM))
-            .map_err(failed("make executable"))?;
-        let target = self.dir.join(&hash);
-        if target.is_file() {
-            // Another node sharing this directory published the same bytes
-            // already; replacing a binary workers run from gains nothing.
-            let _ = fs::remove_file(&path);
-            return Ok(());
+        upload.received += chunk.len() as u64;
+        upload.touched = now;
+        if upload.received < total {
+            return Ok(Received::More);
         }
-        fs::rename(&path, target).map_err(failed("publish"))
+        let Some(Upload { file, path, .. }) = self.uploads.remove(&key) else {
+            return Err(BinaryError::NoUpload(hash));
+        };
+        let target = self.dir.join(&hash);
+        Ok(Received::Complete(Publish {
+            file,
+            path,
+            hash,
+            target,
+        }))
     }
 
-    /// Starts the upload of `hash` (again, if one was in progress).
-    fn begin(&mut self, hash: &str) -> Result<(), BinaryError> {
+    /// Uploads in progress.
+    #[cfg(test)]
+    fn in_progress(&self) -> usize {
+        self.uploads.len()
+    }
+
+    /// Begins an upload of `total` bytes (step 1).
+    fn begin(
+        &mut self,
+        key: &(String, String),
+        total: u64,
+        now: Instant,
+    ) -> Result<(), BinaryError> {
+        if total > MAX_BINARY_BYTES {
+            return Err(BinaryError::TooLarge {
+                bytes: total,
+                max: MAX_BINARY_BYTES,
+            });
+        }
+        if self.uploads.len() >= MAX_UPLOADS {
+            return Err(BinaryError::TooManyUploads { max: MAX_UPLOADS });
+        }
         let io = |action, path: &PathBuf| {
             let path = path.clone();
             move |source| BinaryError::Io {
@@ -151,19 +254,51 @@ impl BinaryCache {
             }
         };
         private_dir(&self.dir).map_err(io("create", &self.dir))?;
-        let path = self.dir.join(format!("{hash}.part-{}", std::process::id()));
+        if let Some(free) = free_bytes(&self.dir).filter(|&free| free < total) {
+            return Err(BinaryError::NoSpace {
+                dir: self.dir.clone(),
+                needed: total,
+                free,
+            });
+        }
+        self.parts += 1;
+        let path = self.dir.join(format!(
+            "{}.part-{}-{}",
+            key.1,
+            std::process::id(),
+            self.parts
+        ));
         let file = private_file(&path).map_err(io("write", &path))?;
         let upload = Upload {
             file,
             path,
             received: 0,
+            touched: now,
         };
-        self.uploads.insert(hash.to_string(), upload);
+        self.uploads.insert(key.clone(), upload);
         Ok(())
     }
 
-    fn abort(&mut self, hash: &str) {
-        if let Some(upload) = self.uploads.remove(hash) {
+    /// Removes the uploads idle for longer than [`UPLOAD_IDLE`] (step 4).
+    fn expire(&mut self, now: Instant) {
+        let idle: Vec<_> = self
+            .uploads
+            .iter()
+            .filter(|(_, u)| now.saturating_duration_since(u.touched) > UPLOAD_IDLE)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in idle {
+            tracing::warn!(
+                uploader = %key.0,
+                "binary upload of {} abandoned: no chunk for {UPLOAD_IDLE:?}; its partial file is removed",
+                key.1
+            );
+            self.abort(&key);
+        }
+    }
+
+    fn abort(&mut self, key: &(String, String)) {
+        if let Some(upload) = self.uploads.remove(key) {
             let _ = fs::remove_file(upload.path);
         }
     }
@@ -183,29 +318,84 @@ fn valid_hash(hash: &str) -> Result<&str, BinaryError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_binary_arrives_in_chunks_and_is_checked() {
+    const PROGRAM: &[u8] = b"#!/bin/sh\necho hi\n";
+
+    /// A cache in a fresh directory, and the hash of [`PROGRAM`].
+    fn cache() -> (tempfile::TempDir, BinaryCache, String) {
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("program");
-        fs::write(&source, b"#!/bin/sh\necho hi\n").unwrap();
+        fs::write(&source, PROGRAM).unwrap();
         let hash = crate::cluster::sha256_file(&source).unwrap();
-        let mut cache = BinaryCache::new(dir.path().join("cache"));
+        let cache = BinaryCache::new(dir.path().join("cache"));
+        (dir, cache, hash)
+    }
+
+    /// Takes a chunk that must not be the last.
+    fn more(
+        cache: &mut BinaryCache,
+        who: &str,
+        hash: &str,
+        offset: u64,
+        chunk: &[u8],
+        now: Instant,
+    ) {
+        let total = PROGRAM.len() as u64;
+        match cache.receive(who, hash, offset, total, chunk, now).unwrap() {
+            Received::More => {}
+            Received::Complete(_) => panic!("complete after {} bytes", offset + chunk.len() as u64),
+        }
+    }
+
+    /// Takes the last chunk and publishes.
+    fn last(
+        cache: &mut BinaryCache,
+        who: &str,
+        hash: &str,
+        offset: u64,
+        chunk: &[u8],
+        now: Instant,
+    ) -> Result<(), BinaryError> {
+        let total = PROGRAM.len() as u64;
+        match cache.receive(who, hash, offset, total, chunk, now)? {
+            Received::More => panic!("more wanted after {} bytes", offset + chunk.len() as u64),
+            Received::Complete(publish) => publish.run(),
+        }
+    }
+
+    /// Names in the cache directory.
+    fn files(cache: &BinaryCache) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(&cache.dir)
+            .map(|dir| {
+                dir.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_binary_arrives_in_chunks_and_is_checked() {
+        let (dir, mut cache, hash) = cache();
+        let now = Instant::now();
         assert!(cache.get(&hash).is_none());
-        cache.receive(&hash, 0, 18, b"#!/bin/sh\n").unwrap();
-        cache.receive(&hash, 10, 18, b"echo hi\n").unwrap();
+        more(&mut cache, "a", &hash, 0, &PROGRAM[..10], now);
+        last(&mut cache, "a", &hash, 10, &PROGRAM[10..], now).unwrap();
         assert!(cache.get(&hash).is_some());
 
         let wrong = "0".repeat(64);
-        assert!(cache
-            .receive(&wrong, 0, 3, b"abc")
-            .unwrap_err()
-            .to_string()
-            .contains("hashes to"));
+        let mismatch = match cache.receive("a", &wrong, 0, 3, b"abc", now).unwrap() {
+            Received::Complete(publish) => publish.run().unwrap_err(),
+            Received::More => panic!("3 of 3 bytes"),
+        };
+        assert!(mismatch.to_string().contains("hashes to"), "{mismatch}");
+        assert_eq!(files(&cache), [hash.clone()], "the mismatch left nothing");
         // A hash that is a path: refused by name, before anything is
         // written (the cache's parent holds only the cache and the source).
         let traversal = cache
-            .receive("../etc", 0, 3, b"abc")
-            .unwrap_err()
+            .receive("a", "../etc", 0, 3, b"abc", now)
+            .err()
+            .unwrap()
             .to_string();
         assert!(traversal.contains("\"../etc\""), "{traversal}");
         let mut beside: Vec<String> = fs::read_dir(dir.path())
@@ -214,6 +404,86 @@ mod tests {
             .collect();
         beside.sort();
         assert_eq!(beside, ["cache", "program"]);
-        assert!(cache.receive(&wrong, 5, 10, b"abc").is_err());
+        assert!(cache.receive("a", &wrong, 5, 10, b"abc", now).is_err());
+    }
+
+    /// Two drivers shipping the same build at once, chunks interleaved:
+    /// both uploads complete. Before, the second's first chunk truncated
+    /// the first's partial file and both failed.
+    #[test]
+    fn concurrent_uploads_of_one_binary_do_not_clobber_each_other() {
+        let (_dir, mut cache, hash) = cache();
+        let now = Instant::now();
+        more(&mut cache, "driver-1", &hash, 0, &PROGRAM[..10], now);
+        more(&mut cache, "driver-2", &hash, 0, &PROGRAM[..4], now);
+        last(&mut cache, "driver-1", &hash, 10, &PROGRAM[10..], now).unwrap();
+        last(&mut cache, "driver-2", &hash, 4, &PROGRAM[4..], now).unwrap();
+        assert_eq!(fs::read(cache.get(&hash).unwrap()).unwrap(), PROGRAM);
+        assert_eq!(files(&cache), [hash], "no partial file left");
+        assert_eq!(cache.in_progress(), 0);
+    }
+
+    /// An uploader that vanishes mid-way: its partial file is removed once
+    /// it has been idle for `UPLOAD_IDLE`, when any chunk arrives.
+    #[test]
+    fn an_abandoned_upload_expires() {
+        let (_dir, mut cache, hash) = cache();
+        let t0 = Instant::now();
+        more(&mut cache, "gone", &hash, 0, &PROGRAM[..10], t0);
+        assert_eq!(files(&cache).len(), 1);
+        let other = "1".repeat(64);
+        let almost = t0 + UPLOAD_IDLE;
+        let _ = cache
+            .receive("alive", &other, 0, 100, &[0; 10], almost)
+            .unwrap();
+        assert_eq!(
+            cache.in_progress(),
+            2,
+            "not idle for longer than UPLOAD_IDLE yet"
+        );
+        let later = almost + Duration::from_secs(1);
+        let _ = cache
+            .receive("alive", &other, 10, 100, &[0; 10], later)
+            .unwrap();
+        assert_eq!(cache.in_progress(), 1);
+        assert!(
+            files(&cache).iter().all(|f| f.starts_with(&other)),
+            "{:?}",
+            files(&cache)
+        );
+        let gone = cache.receive(
+            "gone",
+            &hash,
+            10,
+            PROGRAM.len() as u64,
+            &PROGRAM[10..],
+            later,
+        );
+        assert!(matches!(gone, Err(BinaryError::NoUpload(_))));
+    }
+
+    #[test]
+    fn oversized_uploads_and_too_many_uploads_are_refused() {
+        let (_dir, mut cache, hash) = cache();
+        let now = Instant::now();
+        let huge = cache.receive("a", &hash, 0, MAX_BINARY_BYTES + 1, b"x", now);
+        assert!(matches!(huge, Err(BinaryError::TooLarge { .. })));
+        for uploader in 0..MAX_UPLOADS {
+            more(
+                &mut cache,
+                &uploader.to_string(),
+                &hash,
+                0,
+                &PROGRAM[..1],
+                now,
+            );
+        }
+        let refused = cache.receive("one more", &hash, 0, 19, b"#", now);
+        assert!(matches!(refused, Err(BinaryError::TooManyUploads { .. })));
+        assert_eq!(
+            files(&cache).len(),
+            MAX_UPLOADS,
+            "one partial file each, no more"
+        );
     }
 }

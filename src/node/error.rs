@@ -122,6 +122,30 @@ pub enum BinaryError {
         /// The name they were sent under.
         expected: String,
     },
+    /// The program is larger than a node takes.
+    #[error("a binary of {bytes} bytes is larger than the {max} bytes a node takes")]
+    TooLarge {
+        /// Its size.
+        bytes: u64,
+        /// The limit (`MAX_BINARY_BYTES`).
+        max: u64,
+    },
+    /// As many uploads as a node takes at once are in progress.
+    #[error("{max} binary uploads are in progress on this node already; try again once one ends")]
+    TooManyUploads {
+        /// The limit (`MAX_UPLOADS`).
+        max: usize,
+    },
+    /// The binary cache's filesystem has no room for the program.
+    #[error("no space for a binary of {needed} bytes in {}: {free} bytes are free; free space there or move NIMBUS_HOME", dir.display())]
+    NoSpace {
+        /// The cache directory.
+        dir: PathBuf,
+        /// The binary's size.
+        needed: u64,
+        /// Bytes free there.
+        free: u64,
+    },
     /// A file of the cache could not be read or written.
     #[error("cannot {action} {path}: {source}")]
     Io {

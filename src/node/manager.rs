@@ -26,8 +26,10 @@
 //! - **`KillActor`**: mark the actor killed (no restart) and SIGKILL its
 //!   worker; the watcher reports the death.
 //! - **`UploadBinary`**, **`ReadBinary`**: the binary cache
-//!   (`binaries.rs`); a read returns at most `MAX_BINARY_CHUNK` (16 MiB),
-//!   and a read of 0 bytes asks whether the binary is here.
+//!   (`binaries.rs`, its upload protocol); an upload's last chunk is hashed
+//!   and synced on the blocking pool; a read returns at most
+//!   `MAX_BINARY_CHUNK` (16 MiB), and a read of 0 bytes asks whether the
+//!   binary is here.
 //! - **`ReserveBundle`**, **`ReleaseBundle`**: set resources aside for a
 //!   placement-group bundle, or give them back (`resources.rs`).
 
@@ -54,8 +56,8 @@ use crate::head::membership::{self, Membership, MembershipError};
 use crate::transport::{Endpoint, JoinToken, RequestError, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
-use super::binaries::BinaryCache;
-use super::error::{GrantError, NoCapacity, NodeError, WorkerStartError};
+use super::binaries::{BinaryCache, Received};
+use super::error::{BinaryError, GrantError, NoCapacity, NodeError, WorkerStartError};
 use super::gpu_slots::GpuTake;
 use super::resources::{Grant, ResourcePool};
 use super::workers::{self, LaunchedWorker};
@@ -388,6 +390,8 @@ pub struct StartActor(pub ActorSpec);
 #[derive(Message)]
 #[rtype(result = "Result<(), RemoteError>")]
 pub struct UploadBinary {
+    /// Who sends it (each uploader's upload is its own).
+    pub uploader: String,
     /// Hex SHA-256 of the whole binary.
     pub hash: String,
     /// Offset of this chunk.
@@ -436,12 +440,29 @@ impl Handler<ReadBinary> for NodeManager {
 const MAX_BINARY_CHUNK: u64 = 16 << 20;
 
 impl Handler<UploadBinary> for NodeManager {
-    type Result = Result<(), RemoteError>;
+    type Result = ResponseFuture<Result<(), RemoteError>>;
 
+    /// The last chunk's hashing and fsync run on the blocking pool, not on
+    /// this actor's thread, which heartbeats and starts workers.
     fn handle(&mut self, msg: UploadBinary, _: &mut Self::Context) -> Self::Result {
-        self.binaries
-            .receive(&msg.hash, msg.offset, msg.total, &msg.chunk)
-            .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string()))
+        let refused = |e: BinaryError| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string());
+        let received = self.binaries.receive(
+            &msg.uploader,
+            &msg.hash,
+            msg.offset,
+            msg.total,
+            &msg.chunk,
+            Instant::now(),
+        );
+        Box::pin(async move {
+            match received.map_err(refused)? {
+                Received::More => Ok(()),
+                Received::Complete(publish) => tokio::task::spawn_blocking(move || publish.run())
+                    .await
+                    .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?
+                    .map_err(refused),
+            }
+        })
     }
 }
 

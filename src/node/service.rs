@@ -78,7 +78,7 @@ impl NodeService {
             ControlRequest::Objects(request) => self.objects.handle(request).await,
             ControlRequest::Workers(request) => self.workers(request).await,
             ControlRequest::Bundles(request) => self.bundles(request).await,
-            ControlRequest::Binaries(request) => self.binaries(request).await,
+            ControlRequest::Binaries(request) => self.binaries(from, request).await,
             ControlRequest::Faults(FaultRequest::AddPacketRule(rule)) => {
                 self.endpoint
                     .add_packet_rule(rule)
@@ -153,7 +153,11 @@ impl NodeService {
         }
     }
 
-    async fn binaries(&self, request: BinaryRequest) -> Result<ControlReply, RemoteError> {
+    async fn binaries(
+        &self,
+        from: PeerIdentity,
+        request: BinaryRequest,
+    ) -> Result<ControlReply, RemoteError> {
         match request {
             BinaryRequest::ReadBinary { hash, offset, len } => self
                 .manager
@@ -167,6 +171,7 @@ impl NodeService {
                 chunk,
             } => {
                 let upload = UploadBinary {
+                    uploader: from.to_string(),
                     hash,
                     offset,
                     total,

@@ -38,6 +38,7 @@ use tch::Tensor;
 pub use reporter::{Best, CheckpointReporter, Latest, LatestReply, Saved, SavedCheckpoint};
 
 use super::Metrics;
+use crate::cluster::files::free_bytes;
 
 /// The tensor file inside a checkpoint directory.
 pub const TENSORS_FILE: &str = "checkpoint.safetensors";
@@ -429,23 +430,6 @@ impl CheckpointError {
             _ => None,
         }
     }
-}
-
-/// Bytes free for an unprivileged user on the filesystem of `dir`, if the
-/// system says.
-fn free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `path` is NUL-terminated and `stats` is written by the call
-    // before it is read (only when it succeeds).
-    let stats = unsafe {
-        if libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) != 0 {
-            return None;
-        }
-        stats.assume_init()
-    };
-    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
 }
 
 impl Checkpoint {
