@@ -139,12 +139,14 @@ impl TrainContext {
         let ranks = assignment.ranks;
         let run_dir = assignment.run_dir.clone();
         let (attempt, faults) = (assignment.attempt, assignment.faults.clone());
+        let generation = assignment.generation;
         let reports = checkpoint.as_ref().map_or(0, Checkpoint::index);
         if ranks.world_rank == 0 {
-            remove_torn_checkpoints(&run_dir);
+            remove_torn_checkpoints(&run_dir, generation);
         }
-        let writer = (ranks.world_rank == 0)
-            .then(|| CheckpointWriter::start(run_dir.clone(), progress.clone()));
+        let writer = (ranks.world_rank == 0).then(|| {
+            CheckpointWriter::start(run_dir.clone(), (attempt, generation), progress.clone())
+        });
         TrainContext {
             ranks,
             device,
@@ -489,15 +491,27 @@ fn die(fault: &TrainingFault) -> TrainError {
     ))
 }
 
-/// Removes the temporary directories of checkpoint writes that never
-/// finished (a torn write leaves one behind; it was never a checkpoint).
-fn remove_torn_checkpoints(run_dir: &std::path::Path) {
+/// Removes the temporary directories of checkpoint writes of earlier
+/// generations, which never finished (a torn write leaves one behind; it
+/// was never a checkpoint). `.checkpoint_<index>.tmp-<generation>-<pid>`;
+/// one without a generation is from a build before fencing.
+fn remove_torn_checkpoints(run_dir: &std::path::Path, generation: u64) {
     let Ok(entries) = std::fs::read_dir(run_dir) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(".checkpoint_") && name.contains(".tmp-") {
+        let Some((_, tail)) = name
+            .strip_prefix(".checkpoint_")
+            .and_then(|rest| rest.split_once(".tmp-"))
+        else {
+            continue;
+        };
+        let earlier = match tail.split_once('-') {
+            Some((written_in, _)) => written_in.parse::<u64>().map_or(true, |g| g < generation),
+            None => true,
+        };
+        if earlier {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -518,7 +532,7 @@ struct CheckpointWriter {
 }
 
 impl CheckpointWriter {
-    fn start(run_dir: PathBuf, progress: Arc<Progress>) -> Self {
+    fn start(run_dir: PathBuf, (attempt, generation): (u32, u64), progress: Arc<Progress>) -> Self {
         let (queue, jobs) = mpsc::channel::<WriteJob>();
         let thread = std::thread::spawn(move || {
             for job in jobs {
@@ -538,14 +552,15 @@ impl CheckpointWriter {
                         error.io_error()
                     )),
                     Some((WriteFault::Torn, rule)) => {
-                        checkpoint.save_torn(&run_dir, index);
+                        checkpoint.save_torn(&run_dir, index, generation);
                         Err(die(&rule).to_string())
                     }
                     Some((WriteFault::Corrupt, _)) => checkpoint
-                        .save(&run_dir, index, &metrics)
+                        .save(&run_dir, index, (attempt, generation), &metrics)
                         .inspect(|path| flip_a_byte(&path.join(super::checkpoint::TENSORS_FILE)))
                         .map_err(|e| e.to_string()),
-                    None => match checkpoint.save(&run_dir, index, &metrics) {
+                    None => match checkpoint.save(&run_dir, index, (attempt, generation), &metrics)
+                    {
                         Err(CheckpointError::NoSpace(full)) => {
                             progress.push(WorkerEvent::StorageFull(full));
                             continue;

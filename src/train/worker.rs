@@ -85,6 +85,9 @@ pub struct Assignment {
     pub threads: usize,
     /// Which attempt of the run this is (0 first, then one per restart).
     pub attempt: u32,
+    /// The attempt's generation, which fences its checkpoint writes
+    /// (`checkpoint/fence.rs`).
+    pub generation: u64,
     /// Faults to inject into this worker.
     pub faults: Vec<TrainingFault>,
 }

@@ -305,6 +305,7 @@ fn manifests() -> Vec<Vec<u8>> {
     let manifest = nimbus::train::checkpoint::Manifest {
         format: 1,
         index: 3,
+        attempt: 1,
         metrics: [("loss".to_string(), 0.25)].into(),
         values: [("epoch".to_string(), serde_json::json!(2))].into(),
         tensors_bytes: 1024,

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nimbus::placement::PlacementStrategy;
+use nimbus::train::checkpoint::fence::FENCE_FILE;
 use nimbus::train::{
     Checkpoint, CollectiveBackend, RunConfig, ScalingConfig, TrainError, TrainEvent, TrainResult,
     Trainer,
@@ -566,13 +567,14 @@ async fn a_full_disk_stops_the_run_and_keeps_its_last_checkpoint(_: &mut nimbus:
     assert_eq!(failed, 1, "{events:?}");
     let kept = result.checkpoint.expect("the last good checkpoint");
     assert_eq!(Checkpoint::load(&kept.path).expect("it loads").index(), 5);
-    let entries: Vec<String> = std::fs::read_dir(&run_dir)
+    let mut entries: Vec<String> = std::fs::read_dir(&run_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
+    entries.sort();
     assert_eq!(
         entries,
-        vec!["checkpoint_000000005".to_string()],
+        [FENCE_FILE, "checkpoint_000000005"],
         "no partial write"
     );
 }

@@ -12,11 +12,12 @@
 //!   `tensors_sha256`).
 //!
 //! Writes are atomic (rank 0's writer thread):
-//! 1. write the tensor file into `.checkpoint_<index>.tmp-<pid>/` and
-//!    fsync it; hash it;
+//! 1. write the tensor file into `.checkpoint_<index>.tmp-<generation>-<pid>/`
+//!    and fsync it; hash it;
 //! 2. write the manifest, fsync it and the temporary directory;
-//! 3. rename the directory into place (replacing one of the same index an
-//!    earlier attempt left unreported) and fsync the run directory.
+//! 3. unless a newer attempt owns the run directory (`fence.rs`), rename
+//!    the directory into place (replacing one of the same index an earlier
+//!    attempt left unreported) and fsync the run directory.
 //!
 //! A crash mid-write therefore leaves no `checkpoint_*` directory at all; a
 //! checkpoint counts as saved only once renamed, and rank 0's context
@@ -25,6 +26,7 @@
 //! bytes are detected. Retention is the `CheckpointReporter`'s
 //! (`reporter.rs`).
 
+pub mod fence;
 mod reporter;
 
 use std::collections::BTreeMap;
@@ -76,6 +78,16 @@ pub enum CheckpointError {
         /// libtorch's error.
         detail: String,
     },
+    /// A newer attempt owns the run directory: this writer is stale.
+    #[error("checkpoint not written to {}: a later attempt (generation {newer}) owns it now, and this worker's attempt (generation {generation}) is over; it outlived its attempt", dir.display())]
+    Stale {
+        /// The run directory.
+        dir: PathBuf,
+        /// The writer's generation (`fence.rs`).
+        generation: u64,
+        /// The generation that claimed the directory.
+        newer: u64,
+    },
     /// The filesystem has no room for it: no restart can help.
     #[error(transparent)]
     NoSpace(#[from] NoSpace),
@@ -112,6 +124,9 @@ pub struct Manifest {
     pub format: u32,
     /// The report index the checkpoint was saved with.
     pub index: u64,
+    /// The attempt of the run that wrote it (0 in older manifests).
+    #[serde(default)]
+    pub attempt: u32,
     /// The metrics reported with it.
     pub metrics: Metrics,
     /// The user's values.
@@ -314,16 +329,19 @@ impl Checkpoint {
         })
     }
 
-    /// Writes the checkpoint as `run_dir/checkpoint_<index>`, atomically.
+    /// Writes the checkpoint as `run_dir/checkpoint_<index>` for
+    /// `attempt` (fenced by its `generation`, `fence.rs`), atomically.
     ///
     /// A write that fails leaves nothing behind: its temporary directory is
     /// removed. One that finds the filesystem without room for it (less
     /// free than it needs before it starts, or ENOSPC/EDQUOT on the way) is
-    /// [`CheckpointError::NoSpace`].
+    /// [`CheckpointError::NoSpace`]; one whose run directory a newer attempt
+    /// claimed is [`CheckpointError::Stale`].
     pub fn save(
         &self,
         run_dir: &Path,
         index: u64,
+        (attempt, generation): (u32, u64),
         metrics: &Metrics,
     ) -> Result<PathBuf, CheckpointError> {
         let no_space = |free| NoSpace {
@@ -336,13 +354,9 @@ impl Checkpoint {
         if let Some(free) = free.filter(|&free| free < self.bytes_needed()) {
             return Err(no_space(free).into());
         }
-        let temporary = run_dir.join(format!(
-            ".{}.tmp-{}",
-            directory_name(index),
-            std::process::id()
-        ));
+        let temporary = temporary_dir(run_dir, index, generation);
         let _ = std::fs::remove_dir_all(&temporary);
-        let written = self.write_into(&temporary, run_dir, index, metrics);
+        let written = self.write_into(&temporary, run_dir, index, (attempt, generation), metrics);
         if written.is_err() {
             let _ = std::fs::remove_dir_all(&temporary);
         }
@@ -369,6 +383,7 @@ impl Checkpoint {
         temporary: &Path,
         run_dir: &Path,
         index: u64,
+        (attempt, generation): (u32, u64),
         metrics: &Metrics,
     ) -> Result<PathBuf, CheckpointError> {
         let io = |path: &Path, what: &'static str| {
@@ -389,6 +404,7 @@ impl Checkpoint {
         let manifest = Manifest {
             format: FORMAT_VERSION,
             index,
+            attempt,
             metrics: metrics.clone(),
             values: self.values.clone(),
             tensors_bytes,
@@ -405,6 +421,7 @@ impl Checkpoint {
         file.sync_all()
             .map_err(io(&manifest_path, "cannot fsync"))?;
         sync_dir(temporary)?;
+        fence::check(run_dir, generation)?;
         if final_dir.exists() {
             // A checkpoint of the same index from an earlier attempt that
             // was never reported: this one replaces it.
@@ -435,12 +452,8 @@ impl CheckpointError {
 impl Checkpoint {
     /// What a write killed halfway leaves: the temporary directory with
     /// half of the tensor file and no manifest (fault injection).
-    pub(crate) fn save_torn(&self, run_dir: &Path, index: u64) {
-        let temporary = run_dir.join(format!(
-            ".{}.tmp-{}",
-            directory_name(index),
-            std::process::id()
-        ));
+    pub(crate) fn save_torn(&self, run_dir: &Path, index: u64, generation: u64) {
+        let temporary = temporary_dir(run_dir, index, generation);
         let _ = std::fs::create_dir_all(&temporary);
         let file = temporary.join(TENSORS_FILE);
         if Tensor::write_safetensors(&self.tensors, &file).is_ok() {
@@ -449,6 +462,17 @@ impl Checkpoint {
             }
         }
     }
+}
+
+/// Where a write of checkpoint `index` in `generation` is assembled (step 1):
+/// never a name that another attempt's writer, on this host or another,
+/// uses at the same time.
+fn temporary_dir(run_dir: &Path, index: u64, generation: u64) -> PathBuf {
+    run_dir.join(format!(
+        ".{}.tmp-{generation}-{}",
+        directory_name(index),
+        std::process::id()
+    ))
 }
 
 /// `checkpoint_<index>`, zero-padded so names sort by index.
@@ -522,6 +546,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_worker_of_an_earlier_attempt_cannot_replace_the_current_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        let metrics = Metrics::from([("loss".to_string(), 0.5)]);
+        let with = |x: f32| Checkpoint::new().with_tensor("w", &Tensor::from_slice(&[x]));
+        fence::claim(run, 3).unwrap();
+        let current = with(1.0).save(run, 10, (1, 3), &metrics).unwrap();
+        // The stale rank 0 (generation 2) still runs and writes the same
+        // index: refused, nothing of it left, the current one intact.
+        match with(2.0).save(run, 10, (0, 2), &metrics) {
+            Err(CheckpointError::Stale {
+                generation: 2,
+                newer: 3,
+                ..
+            }) => {}
+            other => panic!("expected Stale, got {other:?}"),
+        }
+        let loaded = Checkpoint::load(&current).unwrap();
+        assert_eq!(
+            Vec::<f32>::try_from(loaded.tensor("w").unwrap()).unwrap(),
+            [1.0]
+        );
+        let mut names: Vec<_> = std::fs::read_dir(run)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, [fence::FENCE_FILE, "checkpoint_000000010"]);
+        assert_eq!(verify(&current).unwrap().attempt, 1);
+        // Claims only move forward.
+        assert!(matches!(
+            fence::claim(run, 2),
+            Err(CheckpointError::Stale { .. })
+        ));
+        fence::claim(run, 4).unwrap();
+        assert_eq!(fence::owner(run).unwrap(), Some(4));
+    }
+
+    #[test]
     fn saves_atomically_loads_back_and_detects_corruption() {
         let dir = tempfile::tempdir().unwrap();
         let checkpoint = Checkpoint::new()
@@ -530,7 +593,7 @@ mod tests {
             .with_value("epoch", 2u64)
             .unwrap();
         let metrics = Metrics::from([("loss".to_string(), 0.5)]);
-        let path = checkpoint.save(dir.path(), 7, &metrics).unwrap();
+        let path = checkpoint.save(dir.path(), 7, (0, 0), &metrics).unwrap();
         assert_eq!(path, dir.path().join("checkpoint_000000007"));
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()

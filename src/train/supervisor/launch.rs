@@ -22,7 +22,9 @@
 //!    makes (`NcclUniqueId`).
 //! 6. `StartTraining(Assignment)` on every rank: the loop's name and
 //!    serialized config, its ranks, the group, the checkpoint to resume
-//!    from, the run directory, the attempt number, its libtorch threads
+//!    from, the run directory, the attempt number and its generation
+//!    (which the supervisor claimed the run directory for just before:
+//!    `checkpoint/fence.rs`), its libtorch threads
 //!    (its CPUs), and its fault rules.
 //!
 //! A failure after step 3 stops the workers started and frees the group.
@@ -85,7 +87,7 @@ pub(super) struct Launched {
 pub(super) async fn launch(
     plan: Arc<RunPlan>,
     id: u64,
-    attempt: u32,
+    (attempt, generation): (u32, u64),
     resume: Option<PathBuf>,
     faults: Vec<TrainingFault>,
 ) -> Result<Launched, TrainError> {
@@ -93,7 +95,7 @@ pub(super) async fn launch(
     if let Some(path) = &resume {
         checkpoint::verify(path).map_err(|e| TrainError::Config(format!("cannot resume: {e}")))?;
     }
-    let mut assignment = first_assignment(&plan, resume, attempt);
+    let mut assignment = first_assignment(&plan, resume, (attempt, generation));
     if counts == [0] {
         assignment.faults = faults_of(&faults, 0);
         return Ok(launch_local(&plan, assignment));
@@ -159,7 +161,11 @@ fn worker_counts(workers: WorkerCount) -> Result<Vec<usize>, TrainError> {
 }
 
 /// What every rank is told, before its rank, group and faults are known.
-fn first_assignment(plan: &RunPlan, resume: Option<PathBuf>, attempt: u32) -> Assignment {
+fn first_assignment(
+    plan: &RunPlan,
+    resume: Option<PathBuf>,
+    (attempt, generation): (u32, u64),
+) -> Assignment {
     Assignment {
         loop_name: plan.loop_name.to_string(),
         config: plan.config.clone(),
@@ -180,6 +186,7 @@ fn first_assignment(plan: &RunPlan, resume: Option<PathBuf>, attempt: u32) -> As
             .floor()
             .max(1.0) as usize,
         attempt,
+        generation,
         faults: Vec::new(),
     }
 }

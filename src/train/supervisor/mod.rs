@@ -179,6 +179,8 @@ pub struct TrainerSupervisor {
     /// The injected faults that fired: each rule fires once per
     /// run.
     fired: Vec<FiredFault>,
+    /// The generation of attempt 0 (`checkpoint/fence.rs`).
+    first_generation: u64,
 }
 
 impl TrainerSupervisor {
@@ -204,6 +206,7 @@ impl TrainerSupervisor {
             done: None,
             observer,
             fired: Vec::new(),
+            first_generation: 0,
         }
     }
 
@@ -224,10 +227,16 @@ impl TrainerSupervisor {
             .filter(|f| !self.fired.contains(&f.fired()))
             .cloned()
             .collect();
+        // Fence the run directory off from workers of earlier attempts.
+        let attempt = self.attempts.restarts();
+        let generation = self.first_generation + u64::from(attempt);
+        if let Err(e) = checkpoint::fence::claim(&self.plan.run.run_dir(), generation) {
+            return self.complete(Some(e.into()), ctx);
+        }
         let launch = launch(
             self.plan.clone(),
             id,
-            self.attempts.restarts(),
+            (attempt, generation),
             self.resume.clone(),
             faults,
         );
@@ -584,14 +593,21 @@ impl Handler<Fit> for TrainerSupervisor {
     fn handle(&mut self, _: Fit, ctx: &mut Context<Self>) -> Self::Result {
         let (done, result) = oneshot::channel();
         self.done = Some(done);
-        if let Err(e) = std::fs::create_dir_all(self.plan.run.run_dir()) {
+        let run_dir = self.plan.run.run_dir();
+        if let Err(e) = std::fs::create_dir_all(&run_dir) {
             let error = TrainError::Config(format!(
                 "cannot create the run directory {}: {e}",
-                self.plan.run.run_dir().display()
+                run_dir.display()
             ));
             self.complete(Some(error), ctx);
         } else {
-            self.start_attempt(ctx);
+            match checkpoint::fence::owner(&run_dir) {
+                Ok(owner) => {
+                    self.first_generation = owner.map_or(0, |g| g + 1);
+                    self.start_attempt(ctx);
+                }
+                Err(e) => self.complete(Some(e.into()), ctx),
+            }
         }
         Box::pin(async move {
             result
