@@ -20,6 +20,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -126,7 +127,7 @@ impl LocalClusterBuilder {
             "--heartbeat-timeout-ms".into(),
             self.heartbeat_timeout.as_millis().to_string(),
         ];
-        let head = cluster.spawn("head", head_args, &[], true)?;
+        let head = cluster.spawn("head", head_args, &[], true, &[])?;
         cluster.address = head.address;
         cluster.nodes.push(head);
         for _ in 1..self.nodes {
@@ -264,6 +265,31 @@ impl LocalCluster {
         extra_args: &[&str],
         env: &[(&str, String)],
     ) -> Result<usize, LocalClusterError> {
+        let (index, name, args) = self.next_node(extra_args);
+        let node = self.spawn(&name, args, env, false, &[])?;
+        self.nodes.push(node);
+        Ok(index)
+    }
+
+    /// [`add_node`](Self::add_node), for a node that sees each of `dirs` as
+    /// an empty tmpfs of its own, as a node on another host sees its own
+    /// disk at a path this host also has: the node and its workers run in
+    /// a mount namespace of their own (Linux; needs root). The mounts go
+    /// with the last of those processes. A [`restart`](Self::restart)ed
+    /// node sees this host's directories again.
+    pub fn add_node_with_private_dirs(
+        &mut self,
+        extra_args: &[&str],
+        dirs: &[&Path],
+    ) -> Result<usize, LocalClusterError> {
+        let (index, name, args) = self.next_node(extra_args);
+        let node = self.spawn(&name, args, &[], false, dirs)?;
+        self.nodes.push(node);
+        Ok(index)
+    }
+
+    /// The index, name and arguments of the next node to add.
+    fn next_node(&self, extra_args: &[&str]) -> (usize, String, Vec<String>) {
         let index = self.nodes.len();
         let name = format!("node-{index}");
         let mut args = vec![
@@ -273,9 +299,7 @@ impl LocalCluster {
             name.clone(),
         ];
         args.extend(extra_args.iter().map(|a| a.to_string()));
-        let node = self.spawn(&name, args, env, false)?;
-        self.nodes.push(node);
-        Ok(index)
+        (index, name, args)
     }
 
     /// SIGKILLs node `index` and reaps it (nothing to do if it exited).
@@ -386,7 +410,7 @@ impl LocalCluster {
             args.extend(["--port".to_string(), node.address.port().to_string()]);
         }
         let name = node.name.clone();
-        let restarted = self.spawn(&name, args, &[], false)?;
+        let restarted = self.spawn(&name, args, &[], false, &[])?;
         self.nodes[index] = restarted;
         Ok(())
     }
@@ -423,11 +447,17 @@ impl LocalCluster {
         args: Vec<String>,
         env: &[(&str, String)],
         head: bool,
+        private_dirs: &[&Path],
     ) -> Result<NodeProcess, LocalClusterError> {
         let process = |cause| LocalClusterError::Process {
             name: name.to_string(),
             cause,
         };
+        let private_dirs = private_dirs
+            .iter()
+            .map(|dir| std::ffi::CString::new(dir.as_os_str().as_bytes()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| process(std::io::Error::other(e)))?;
         self.spawned += 1;
         let log = self
             .home
@@ -454,11 +484,28 @@ impl LocalCluster {
             // a process's arguments, only its owner its environment.
             command.env("NIMBUS_TOKEN", self.token.to_string());
         }
-        // SAFETY: prctl is async-signal-safe, as pre_exec requires.
+        // SAFETY: prctl, unshare and mount are async-signal-safe system
+        // calls, as pre_exec requires; the paths were allocated before.
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if private_dirs.is_empty() {
+                    return Ok(());
+                }
+                let none = std::ptr::null();
+                let propagation = libc::MS_REC | libc::MS_PRIVATE;
+                if libc::unshare(libc::CLONE_NEWNS) != 0
+                    || libc::mount(none, c"/".as_ptr(), none, propagation, none.cast()) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for dir in &private_dirs {
+                    let tmpfs = c"tmpfs".as_ptr();
+                    if libc::mount(tmpfs, dir.as_ptr(), tmpfs, 0, none.cast()) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });

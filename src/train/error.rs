@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::{CheckpointError, NoSpace};
+use super::checkpoint::{CheckpointError, NoSpace, NotShared};
 use super::collective::CollectiveError;
 use crate::actor::{CallError, SpawnError};
 use crate::placement::PlacementError;
@@ -55,6 +55,10 @@ pub enum TrainError {
     /// keeping its last good checkpoint.
     #[error("training stopped: {0}")]
     StorageFull(NoSpace),
+    /// A checkpoint rank 0 saved is not on the driver's filesystem: the run
+    /// stopped at its first checkpoint.
+    #[error("training stopped: {0}")]
+    StorageNotShared(NotShared),
     /// The supervisor stopped this worker (a peer failed).
     #[error("training aborted: {0}")]
     Aborted(String),

@@ -103,7 +103,9 @@ mod supervisor;
 mod worker;
 
 #[cfg(feature = "torch")]
-pub use checkpoint::{Checkpoint, CheckpointError, CheckpointReporter, NoSpace, SavedCheckpoint};
+pub use checkpoint::{
+    Checkpoint, CheckpointError, CheckpointReporter, NoSpace, NotShared, SavedCheckpoint,
+};
 #[cfg(feature = "torch")]
 pub use config::{
     CheckpointConfig, CollectiveBackend, Metrics, RunConfig, ScalingConfig, ScoreOrder,

@@ -53,6 +53,10 @@ pub const ALL: &[(&str, Test)] = &[
         "elastic_run_continues_with_fewer_workers_after_node_loss",
         |d| boxed(elastic_run_continues_with_fewer_workers_after_node_loss(d)),
     ),
+    (
+        "storage_not_shared_with_rank_0s_host_fails_at_the_first_checkpoint",
+        |d| boxed(storage_not_shared_with_rank_0s_host_fails_at_the_first_checkpoint(d)),
+    ),
 ];
 
 /// A short run: 1,280 generated training images, batch 32, 2 workers →
@@ -577,6 +581,48 @@ async fn a_full_disk_stops_the_run_and_keeps_its_last_checkpoint(_: &mut nimbus:
         [FENCE_FILE, "checkpoint_000000005"],
         "no partial write"
     );
+}
+
+/// Rank 0 on a node that sees the run's storage as a disk of its own (a
+/// mount namespace with a tmpfs over it): as on two hosts without shared
+/// storage, the driver does not find the first checkpoint, and the run
+/// stops there, naming the node and the fix. Before, it trained on and
+/// every restart started from scratch, silently.
+async fn storage_not_shared_with_rank_0s_host_fails_at_the_first_checkpoint(
+    driver: &mut nimbus::Driver,
+) {
+    // SAFETY: a plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("  SKIPPED: a node with a mount namespace of its own needs root");
+        return;
+    }
+    let storage = tempfile::TempDir::new().unwrap();
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let resources = r#"{"elsewhere": 1}"#;
+    let index = cluster
+        .add_node_with_private_dirs(&["--resources", resources], &[storage.path()])
+        .unwrap();
+    let node = cluster.node(index).unwrap().name().to_string();
+    let mut scaling = ScalingConfig::workers(1);
+    scaling.resources_per_worker.set("elsewhere", 1.0);
+    let run = RunConfig::new("unshared", storage.path())
+        .max_failures(3)
+        .placement_timeout(Duration::from_secs(20));
+    let (result, events) = fit(small(20), scaling, run).await;
+    match &result.error {
+        Some(TrainError::StorageNotShared(unshared)) => {
+            assert_eq!(unshared.node, node, "{unshared}");
+            assert!(
+                unshared.path.ends_with("checkpoint_000000005"),
+                "{unshared}"
+            );
+            let text = unshared.to_string();
+            assert!(text.contains("storage_path"), "names the setting: {text}");
+        }
+        other => panic!("expected StorageNotShared, got {other:?}"),
+    }
+    assert_eq!(result.restarts, 0, "{events:?}");
+    cluster.kill(index).unwrap();
 }
 
 async fn local_mode_and_resume_of_a_finished_run(_: &mut nimbus::Driver) {

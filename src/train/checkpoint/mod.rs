@@ -117,6 +117,17 @@ pub struct NoSpace {
     pub free: u64,
 }
 
+/// A checkpoint rank 0 saved that the driver cannot see: the run's
+/// storage is not shared between the hosts.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("rank 0 (on node {node}) saved checkpoint {}, but the driver does not find it there: storage_path must be a directory that every node and the driver share (a network filesystem), or a restart would start from scratch; give the run such a storage_path (RunConfig::new)", path.display())]
+pub struct NotShared {
+    /// The checkpoint directory rank 0 reported.
+    pub path: PathBuf,
+    /// The node rank 0 ran on.
+    pub node: String,
+}
+
 /// What `manifest.json` holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {

@@ -22,9 +22,10 @@
 //!    signal 9`, `panic: ...`, `node lost: ...`), a loop that returns an
 //!    error, a failed checkpoint write, a worker whose progress counter has
 //!    not moved for `progress_timeout` (hung), a launch that fails; a
-//!    checkpoint that found no room on its filesystem ends the whole run
-//!    (`TrainError::StorageFull`, after step 4), keeping the checkpoints
-//!    already saved;
+//!    checkpoint that found no room on its filesystem, or that rank 0 saved
+//!    where this driver cannot see it (storage not shared between hosts),
+//!    ends the whole run after step 4 (`TrainError::StorageFull`,
+//!    `StorageNotShared`), keeping the checkpoints already saved;
 //! 4. on that failure: `AbortTraining` to every worker (peers blocked in a
 //!    collective fail at once), kill every worker (`ActorHandle::kill` →
 //!    `KillActor` to its node → SIGKILL, no restart; it returns once the
@@ -58,7 +59,9 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::checkpoint::{self, Best, CheckpointReporter, Latest, Saved};
+use super::checkpoint::{
+    self, Best, CheckpointReporter, Latest, NotShared, Saved, SavedCheckpoint,
+};
 use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport, WorkerEvent};
 use super::worker::TrainerWorker;
@@ -77,7 +80,7 @@ mod policy;
 mod watch;
 
 use launch::{launch, stop_workers, Launched, ELASTIC_TRY};
-use policy::{Attempts, Failure, Next, Rescale};
+use policy::{Attempts, Failure, Next, Rescale, Unrecoverable};
 use watch::{watch, watch_for_room};
 
 /// How long a progress poll waits for news.
@@ -162,6 +165,8 @@ enum WorkerLink {
 struct Attempt {
     links: Vec<WorkerLink>,
     group: Option<PlacementGroup>,
+    /// The node of each rank.
+    nodes: Vec<String>,
 }
 
 /// Supervises one training run; see the module docs.
@@ -290,6 +295,7 @@ impl TrainerSupervisor {
         self.attempt = Some(Attempt {
             links: launched.links,
             group: launched.group,
+            nodes: launched.nodes,
         });
     }
 
@@ -337,8 +343,11 @@ impl TrainerSupervisor {
         match self.attempts.ended() {
             Some(Next::Restart) => self.restart(ctx),
             Some(Next::Done) => self.complete(None, ctx),
-            Some(Next::StorageFull(full)) => {
+            Some(Next::Stop(Unrecoverable::StorageFull(full))) => {
                 self.complete(Some(TrainError::StorageFull(full)), ctx)
+            }
+            Some(Next::Stop(Unrecoverable::StorageNotShared(unshared))) => {
+                self.complete(Some(TrainError::StorageNotShared(unshared)), ctx)
             }
             Some(Next::GiveUp(exhausted)) => {
                 let error = TrainError::FailuresExhausted {
@@ -397,7 +406,7 @@ impl TrainerSupervisor {
             return;
         }
         let mut failure = None;
-        let mut storage_full = None;
+        let mut unrecoverable = None;
         for (_, event) in report.events {
             match event {
                 WorkerEvent::Report { index, metrics, .. } if rank == 0 => {
@@ -409,6 +418,17 @@ impl TrainerSupervisor {
                     self.tell(TrainEvent::Reported { index, metrics });
                 }
                 WorkerEvent::Report { .. } => {}
+                WorkerEvent::CheckpointSaved(saved) if !self.sees(&saved) => {
+                    let node = self
+                        .attempt
+                        .as_ref()
+                        .and_then(|a| a.nodes.get(rank).cloned());
+                    let unshared = NotShared {
+                        path: saved.path,
+                        node: node.unwrap_or_default(),
+                    };
+                    unrecoverable = Some(Unrecoverable::StorageNotShared(unshared));
+                }
                 WorkerEvent::CheckpointSaved(saved) => {
                     self.tell(TrainEvent::CheckpointSaved(saved.clone()));
                     self.reporter.do_send(Saved(saved));
@@ -443,12 +463,12 @@ impl TrainerSupervisor {
                     failure = Some(format!("checkpoint {index} could not be written: {error}"));
                 }
                 WorkerEvent::StorageFull(full) => {
-                    storage_full = Some(full);
+                    unrecoverable = Some(Unrecoverable::StorageFull(full));
                 }
             }
         }
-        if let Some(full) = storage_full {
-            if let Some(failure) = self.attempts.storage_full(id, rank, full, Instant::now()) {
+        if let Some(stop) = unrecoverable {
+            if let Some(failure) = self.attempts.unrecoverable(id, rank, stop, Instant::now()) {
                 tracing::error!(attempt = id, "training stops: {}", failure.reason);
                 let why = failure.reason.clone();
                 self.tell_failed(failure);
@@ -467,6 +487,13 @@ impl TrainerSupervisor {
             }
             Some(Ok(())) => {}
         }
+    }
+
+    /// Whether the checkpoint rank 0 saved is where this driver reads it:
+    /// without storage shared by every host, a restart would find no
+    /// checkpoint and start over.
+    fn sees(&self, saved: &SavedCheckpoint) -> bool {
+        saved.path.join(checkpoint::MANIFEST_FILE).is_file()
     }
 
     /// Tells the cluster (for chaos timelines) that the group trains again.

@@ -22,10 +22,11 @@
 //! 5. All ranks finished: the attempt ends and the run is done.
 //! 6. After a failed attempt ended, its failure is recorded: more than
 //!    `max_failures` failures → give up, with their count and the first and
-//!    last reasons; otherwise restart (one more in `restarts`). A rank whose
-//!    checkpoint found no room on its filesystem ([`Attempts::storage_full`])
+//!    last reasons; otherwise restart (one more in `restarts`). An
+//!    [`Unrecoverable`] failure ([`Attempts::unrecoverable`]: a checkpoint
+//!    that found no room on its filesystem, or one the driver cannot see)
 //!    fails the attempt too, but the run stops once it ended: a restart
-//!    would write the same checkpoint to the same full disk.
+//!    would write the same checkpoint to the same storage.
 //! 7. Elastic: while the running attempt has fewer ranks than the maximum,
 //!    a node joining makes the actor probe for room for the missing ones;
 //!    room found (the attempt still running) → rescale: the attempt ends and
@@ -37,7 +38,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::train::checkpoint::NoSpace;
+use crate::train::checkpoint::{NoSpace, NotShared};
 
 /// The attempts of one training run; see the module docs.
 #[derive(Debug)]
@@ -83,7 +84,7 @@ struct Rank {
 #[derive(Debug)]
 enum Ending {
     Failed(String),
-    StorageFull(NoSpace),
+    Unrecoverable(Unrecoverable),
     Finished,
     Rescaled,
 }
@@ -122,8 +123,26 @@ pub(crate) enum Next {
     Done,
     /// Too many failures: the run failed.
     GiveUp(Exhausted),
-    /// A checkpoint found its storage full: the run stopped.
+    /// A failure no restart can fix: the run stopped.
+    Stop(Unrecoverable),
+}
+
+/// A failure no restart can fix, so the run stops.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Unrecoverable {
+    /// A checkpoint found no room on its filesystem.
     StorageFull(NoSpace),
+    /// A checkpoint rank 0 saved is not where the driver looks for it.
+    StorageNotShared(NotShared),
+}
+
+impl Unrecoverable {
+    fn reason(&self) -> String {
+        match self {
+            Unrecoverable::StorageFull(full) => full.to_string(),
+            Unrecoverable::StorageNotShared(unshared) => unshared.to_string(),
+        }
+    }
 }
 
 /// The run failed more than `max_failures` times.
@@ -240,18 +259,19 @@ impl Attempts {
         Some(self.fail(format!("worker rank {rank}: {reason}"), now))
     }
 
-    /// Rank `rank` of attempt `id` found no room for a checkpoint: like
-    /// [`Attempts::rank_failed`], but once the attempt ended the run stops.
-    pub(crate) fn storage_full(
+    /// Rank `rank` of attempt `id` failed in a way no restart can fix:
+    /// like [`Attempts::rank_failed`], but once the attempt ended the run
+    /// stops.
+    pub(crate) fn unrecoverable(
         &mut self,
         id: u64,
         rank: usize,
-        full: NoSpace,
+        failure: Unrecoverable,
         now: Instant,
     ) -> Option<Failure> {
-        let failure = self.rank_failed(id, rank, &full.to_string(), now)?;
-        self.phase = Phase::Ending(Ending::StorageFull(full));
-        Some(failure)
+        let failed = self.rank_failed(id, rank, &failure.reason(), now)?;
+        self.phase = Phase::Ending(Ending::Unrecoverable(failure));
+        Some(failed)
     }
 
     /// Rank `rank` of attempt `id` finished: whether every rank has, so
@@ -316,9 +336,9 @@ impl Attempts {
                 self.failures.push(reason.clone());
                 self.after_failure()
             }
-            Ending::StorageFull(full) => {
-                self.failures.push(full.to_string());
-                Next::StorageFull(full.clone())
+            Ending::Unrecoverable(failure) => {
+                self.failures.push(failure.reason());
+                Next::Stop(failure.clone())
             }
             Ending::Finished => Next::Done,
             Ending::Rescaled => Next::Restart,
@@ -484,11 +504,12 @@ mod tests {
             needed: 4 << 20,
             free: 1 << 20,
         };
-        let failure = attempts.storage_full(0, 0, full.clone(), t0);
+        let full = Unrecoverable::StorageFull(full);
+        let failure = attempts.unrecoverable(0, 0, full.clone(), t0);
         assert!(failure.is_some_and(|f| f.reason.contains("no space for checkpoint 10")));
         // Later news of the ending attempt is ignored.
         assert!(attempts.rank_failed(0, 1, "aborted", t0).is_none());
-        assert_eq!(attempts.ended(), Some(Next::StorageFull(full)));
+        assert_eq!(attempts.ended(), Some(Next::Stop(full)));
         assert_eq!(attempts.restarts(), 0);
         assert_eq!(attempts.begin(), None);
         assert_eq!(attempts.ended(), None);
