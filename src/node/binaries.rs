@@ -389,7 +389,11 @@ mod tests {
             Received::More => panic!("3 of 3 bytes"),
         };
         assert!(mismatch.to_string().contains("hashes to"), "{mismatch}");
-        assert_eq!(files(&cache), [hash.clone()], "the mismatch left nothing");
+        assert_eq!(
+            files(&cache),
+            std::slice::from_ref(&hash),
+            "the mismatch left nothing"
+        );
         // A hash that is a path: refused by name, before anything is
         // written (the cache's parent holds only the cache and the source).
         let traversal = cache
