@@ -330,36 +330,29 @@ mod tests {
         (dir, cache, hash)
     }
 
-    /// Takes a chunk that must not be the last.
-    fn more(
+    /// Sends bytes `range` of [`PROGRAM`] as `who`'s chunk.
+    fn upload(
         cache: &mut BinaryCache,
         who: &str,
         hash: &str,
-        offset: u64,
-        chunk: &[u8],
+        range: std::ops::Range<usize>,
         now: Instant,
-    ) {
+    ) -> Result<Received, BinaryError> {
         let total = PROGRAM.len() as u64;
-        match cache.receive(who, hash, offset, total, chunk, now).unwrap() {
-            Received::More => {}
-            Received::Complete(_) => panic!("complete after {} bytes", offset + chunk.len() as u64),
+        cache.receive(who, hash, range.start as u64, total, &PROGRAM[range], now)
+    }
+
+    /// Publishes what the last chunk handed back.
+    fn publish(received: Received) -> Result<(), BinaryError> {
+        match received {
+            Received::Complete(publish) => publish.run(),
+            Received::More => panic!("more chunks wanted"),
         }
     }
 
-    /// Takes the last chunk and publishes.
-    fn last(
-        cache: &mut BinaryCache,
-        who: &str,
-        hash: &str,
-        offset: u64,
-        chunk: &[u8],
-        now: Instant,
-    ) -> Result<(), BinaryError> {
-        let total = PROGRAM.len() as u64;
-        match cache.receive(who, hash, offset, total, chunk, now)? {
-            Received::More => panic!("more wanted after {} bytes", offset + chunk.len() as u64),
-            Received::Complete(publish) => publish.run(),
-        }
+    /// A chunk that is not the last.
+    fn more(received: Result<Received, BinaryError>) {
+        assert!(matches!(received, Ok(Received::More)));
     }
 
     /// Names in the cache directory.
@@ -379,8 +372,8 @@ mod tests {
         let (dir, mut cache, hash) = cache();
         let now = Instant::now();
         assert!(cache.get(&hash).is_none());
-        more(&mut cache, "a", &hash, 0, &PROGRAM[..10], now);
-        last(&mut cache, "a", &hash, 10, &PROGRAM[10..], now).unwrap();
+        more(upload(&mut cache, "a", &hash, 0..10, now));
+        publish(upload(&mut cache, "a", &hash, 10..PROGRAM.len(), now).unwrap()).unwrap();
         assert!(cache.get(&hash).is_some());
 
         let wrong = "0".repeat(64);
@@ -418,10 +411,10 @@ mod tests {
     fn concurrent_uploads_of_one_binary_do_not_clobber_each_other() {
         let (_dir, mut cache, hash) = cache();
         let now = Instant::now();
-        more(&mut cache, "driver-1", &hash, 0, &PROGRAM[..10], now);
-        more(&mut cache, "driver-2", &hash, 0, &PROGRAM[..4], now);
-        last(&mut cache, "driver-1", &hash, 10, &PROGRAM[10..], now).unwrap();
-        last(&mut cache, "driver-2", &hash, 4, &PROGRAM[4..], now).unwrap();
+        more(upload(&mut cache, "driver-1", &hash, 0..10, now));
+        more(upload(&mut cache, "driver-2", &hash, 0..4, now));
+        publish(upload(&mut cache, "driver-1", &hash, 10..PROGRAM.len(), now).unwrap()).unwrap();
+        publish(upload(&mut cache, "driver-2", &hash, 4..PROGRAM.len(), now).unwrap()).unwrap();
         assert_eq!(fs::read(cache.get(&hash).unwrap()).unwrap(), PROGRAM);
         assert_eq!(files(&cache), [hash], "no partial file left");
         assert_eq!(cache.in_progress(), 0);
@@ -433,7 +426,7 @@ mod tests {
     fn an_abandoned_upload_expires() {
         let (_dir, mut cache, hash) = cache();
         let t0 = Instant::now();
-        more(&mut cache, "gone", &hash, 0, &PROGRAM[..10], t0);
+        more(upload(&mut cache, "gone", &hash, 0..10, t0));
         assert_eq!(files(&cache).len(), 1);
         let other = "1".repeat(64);
         let almost = t0 + UPLOAD_IDLE;
@@ -473,14 +466,7 @@ mod tests {
         let huge = cache.receive("a", &hash, 0, MAX_BINARY_BYTES + 1, b"x", now);
         assert!(matches!(huge, Err(BinaryError::TooLarge { .. })));
         for uploader in 0..MAX_UPLOADS {
-            more(
-                &mut cache,
-                &uploader.to_string(),
-                &hash,
-                0,
-                &PROGRAM[..1],
-                now,
-            );
+            more(upload(&mut cache, &uploader.to_string(), &hash, 0..1, now));
         }
         let refused = cache.receive("one more", &hash, 0, 19, b"#", now);
         assert!(matches!(refused, Err(BinaryError::TooManyUploads { .. })));
