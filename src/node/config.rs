@@ -52,6 +52,9 @@ pub struct NodeConfig {
     /// (the given directory is never removed); `state_dir/spill/NODE-PID`
     /// when `None`.
     pub object_spill_dir: Option<PathBuf>,
+    /// An object put that sends no bytes for this long is abandoned
+    /// (`object_store::ARRIVAL_TIMEOUT` by default).
+    pub object_arrival_timeout: Duration,
 }
 
 /// `$NIMBUS_HOME`, else `~/.nimbus` (see [`nimbus_home`]).
@@ -74,6 +77,7 @@ impl NodeConfig {
             state_dir: default_state_dir(),
             object_store_memory: None,
             object_spill_dir: None,
+            object_arrival_timeout: crate::object_store::ARRIVAL_TIMEOUT,
         }
     }
 }

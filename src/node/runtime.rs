@@ -280,8 +280,14 @@ fn start_object_store(
     }
     let tmpfs = Some(shm).filter(|shm| shm.is_dir());
     let (spill_dir, shared_dir) = object_dirs(config, &me.node.name, std::process::id(), tmpfs);
-    let objects =
-        NodeObjectStore::start(store_memory, spill_dir, shared_dir, endpoint.clone(), me)?;
+    let objects = NodeObjectStore::start(
+        store_memory,
+        spill_dir,
+        shared_dir,
+        config.object_arrival_timeout,
+        endpoint.clone(),
+        me,
+    )?;
     // Worker processes' references die with them.
     objects.watch_worker_deaths(match head {
         (Some(actors), _) => HeadEvents::Local(actors.events.clone()),

@@ -46,7 +46,9 @@ mod process;
 mod transfer;
 
 pub use error::{ObjectStoreError, ShardError};
-pub use node::{Budget, HeadEvents, NodeObjectStore, ObjectStoreShard, SHARED_MIN};
+pub use node::{
+    Budget, HeadEvents, NodeObjectStore, ObjectStoreShard, ARRIVAL_TIMEOUT, SHARED_MIN,
+};
 pub use process::refs::held_here;
 pub(crate) use process::refs::start;
 pub(crate) use process::{fetch, refs, store};

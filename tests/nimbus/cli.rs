@@ -247,6 +247,10 @@ fn every_bad_flag_or_plan_fails_with_an_error_naming_it() {
             "the spill directory",
         ),
         (&["--heartbeat-timeout-ms", "0"], "--heartbeat-timeout-ms"),
+        (
+            &["--object-arrival-timeout-s", "0"],
+            "--object-arrival-timeout-s",
+        ),
     ];
     for (extra, needle) in cases {
         let args: Vec<&str> = head.iter().chain(extra.iter()).copied().collect();

@@ -4,11 +4,15 @@ use std::time::{Duration, Instant};
 
 use nimbus::actor::{self, SpawnOptions, Strategy};
 use nimbus::client::ClusterClient;
-use nimbus::cluster::{ObjectId, ObjectListing, ObjectState, ResourceSet};
+use nimbus::cluster::{
+    ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectRequest, ObjectState, RefHolder,
+    ResourceSet,
+};
 use nimbus::object_store::{self, ObjectBytes, ObjectStoreError};
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
 use nimbus::task::{self, Input, TaskError, TaskOptions};
 use nimbus::testing::check::wait_until;
+use nimbus::transport::RequestOptions;
 use nimbus::Driver;
 
 use crate::fixtures::*;
@@ -67,6 +71,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("an_object_lost_with_its_owner_node_fails_clearly", |d| {
         boxed(an_object_lost_with_its_owner_node_fails_clearly(d))
     }),
+    (
+        "a_put_that_stops_half_way_is_abandoned_and_frees_its_memory",
+        |d| boxed(a_put_that_stops_half_way_is_abandoned(d)),
+    ),
 ];
 
 const SETTLE: Duration = Duration::from_secs(20);
@@ -638,4 +646,83 @@ fn assert_private(path: &std::path::Path) {
             assert_private(&entry.unwrap().path());
         }
     }
+}
+
+/// A put that stops half-way (its putter stalled or vanished) is abandoned
+/// once the node's arrival timeout passes without bytes: the object fails
+/// for its readers with the reason, its memory is given back, and a put
+/// from offset 0 starts it over. Before, it stayed arriving for good,
+/// holding its memory, and a reader waited out its own timeout.
+async fn a_put_that_stops_half_way_is_abandoned(driver: &mut Driver) {
+    let client = client(driver).await;
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let index = cluster
+        .add_node(&["--object-arrival-timeout-s", "1"])
+        .unwrap();
+    let name = cluster.node(index).unwrap().name().to_string();
+    let status = client.status().await.unwrap();
+    let node = client
+        .connect_node(status.node(&name).expect("the node is known"))
+        .await
+        .unwrap();
+    let id = ObjectId::random();
+    let holder = RefHolder::Process {
+        id: 7,
+        label: "a putter that stalls".into(),
+        worker: None,
+    };
+    let half = 1 << 20;
+    let put = |offset: u64| {
+        ControlRequest::Objects(ObjectRequest::PutObjectChunk {
+            id,
+            offset,
+            total: 2 * half as u64,
+            holder: holder.clone(),
+            contains: Vec::new(),
+            chunk: vec![9; half],
+        })
+    };
+    nimbus::client::call(&node, &put(0), RequestOptions::bulk())
+        .await
+        .unwrap();
+    let state = |listing: &ObjectListing| {
+        listing
+            .objects
+            .iter()
+            .find(|o| o.id == id)
+            .map(|o| o.state.clone())
+    };
+    assert_eq!(
+        state(&listing(&client, &name).await),
+        Some(ObjectState::Arriving)
+    );
+    wait_until("the stalled put is abandoned", SETTLE, || async {
+        let now = listing(&client, &name).await;
+        (state(&now) == Some(ObjectState::Failed) && now.used == 0).then_some(())
+    })
+    .await
+    .unwrap();
+    let awaited = ControlRequest::Objects(ObjectRequest::AwaitObject { id, wait_ms: 1000 });
+    match nimbus::client::call(&node, &awaited, RequestOptions::control()).await {
+        Ok(ControlReply::ObjectFailed(reason)) => {
+            assert!(reason.contains("its upload stopped"), "{reason}");
+            assert!(reason.contains("--object-arrival-timeout-s"), "{reason}");
+        }
+        other => panic!("expected the object failed, got {other:?}"),
+    }
+    // Put again, whole this time: it is complete.
+    for offset in [0, half as u64] {
+        nimbus::client::call(&node, &put(offset), RequestOptions::bulk())
+            .await
+            .unwrap();
+    }
+    let complete = state(&listing(&client, &name).await);
+    assert!(
+        matches!(
+            complete,
+            Some(ObjectState::InMemory | ObjectState::SharedMemory)
+        ),
+        "{complete:?}"
+    );
+    cluster.kill(index).unwrap();
 }

@@ -76,6 +76,10 @@ pub(crate) struct StartArgs {
     /// removes only that one at stop (default: under the state directory).
     #[arg(long)]
     object_spill_dir: Option<std::path::PathBuf>,
+    /// Abandon an object whose put sends no bytes for this many seconds: it
+    /// fails for its readers and its memory is freed [default: 60].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    object_arrival_timeout_s: Option<u64>,
     /// Custom resources as a JSON object, e.g. '{"accelerator_type:H200": 1}'.
     #[arg(long)]
     resources: Option<String>,
@@ -127,6 +131,9 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     config.node_name = args.node_name;
     config.object_store_memory = args.object_store_memory;
     config.object_spill_dir = args.object_spill_dir.clone();
+    if let Some(seconds) = args.object_arrival_timeout_s {
+        config.object_arrival_timeout = std::time::Duration::from_secs(seconds);
+    }
     config.resources = ResourceOverrides {
         num_cpus: args.num_cpus,
         num_gpus: args.num_gpus,

@@ -13,7 +13,12 @@
 //!    host writes a large object in place instead (`CreateObject`: the node
 //!    reserves it and creates its file; the process writes; `SealObject`:
 //!    the node checks the size). A transfer that fails is aborted: nothing
-//!    is left behind, and the contained references are released.
+//!    is left behind, and the contained references are released. One that
+//!    gets no bytes for the arrival timeout (`--object-arrival-timeout-s`,
+//!    default [`ARRIVAL_TIMEOUT`], 60 s; for an object written in place,
+//!    no change of its file) is abandoned: a primary fails with the reason
+//!    (readers and waiters learn it; a put from offset 0 starts it over), a
+//!    cached copy is dropped; its memory and file are given back.
 //! 2. **Pulls.** `PullObject` makes another node's object present here: the
 //!    home node long-polls the owner (`AwaitObject`, each wait at most
 //!    `MAX_OBJECT_WAIT`, 30 s, for objects still being produced), then reads
@@ -48,6 +53,10 @@ mod refcount;
 mod shard;
 
 pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
+
+/// How long an object may arrive without bytes before it is abandoned
+/// (step 1), unless the node is told otherwise.
+pub const ARRIVAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,6 +110,7 @@ impl NodeObjectStore {
         capacity: u64,
         spill_dir: std::path::PathBuf,
         shared_dir: Option<std::path::PathBuf>,
+        arrival_timeout: std::time::Duration,
         endpoint: Endpoint,
         me: ObjectLocation,
     ) -> Result<Self, OwnershipError> {
@@ -115,7 +125,7 @@ impl NodeObjectStore {
         let spill_dir = spill.path().to_path_buf();
         let shared_dir = shared.as_ref().map(|d| d.path().to_path_buf());
         let owned = Arc::new([Some(spill), shared].into_iter().flatten().collect());
-        let budget = Budget::new(capacity, spill_dir, shared_dir);
+        let budget = Budget::new(capacity, spill_dir, shared_dir, arrival_timeout);
         let shards = (0..SHARDS)
             .map(|_| {
                 let shard = ObjectStoreShard::new(budget.clone());

@@ -28,6 +28,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
@@ -51,19 +52,29 @@ pub struct Budget {
     spilled: AtomicU64,
     spill_dir: PathBuf,
     shared_dir: Option<PathBuf>,
+    /// An object that gets no bytes for this long while it arrives is
+    /// abandoned (`expire_arrivals`).
+    arrival_timeout: Duration,
 }
 
 impl Budget {
     /// A budget of `capacity` bytes in memory, spilling into `spill_dir`
     /// (created on the first spill), keeping large objects as files in
     /// `shared_dir` (a tmpfs directory; `None`: all in process memory).
-    pub fn new(capacity: u64, spill_dir: PathBuf, shared_dir: Option<PathBuf>) -> Arc<Self> {
+    /// An object arriving without bytes for `arrival_timeout` is abandoned.
+    pub fn new(
+        capacity: u64,
+        spill_dir: PathBuf,
+        shared_dir: Option<PathBuf>,
+        arrival_timeout: Duration,
+    ) -> Arc<Self> {
         Arc::new(Budget {
             capacity,
             used: AtomicU64::new(0),
             spilled: AtomicU64::new(0),
             spill_dir,
             shared_dir,
+            arrival_timeout,
         })
     }
 
@@ -151,6 +162,10 @@ struct Stored {
     /// Who waits for it to complete (or fail).
     waiting: Vec<oneshot::Sender<()>>,
     last_used: u64,
+    /// When its last bytes arrived (or it began).
+    touched: Instant,
+    /// It stopped arriving and failed: a put of it may begin again.
+    abandoned: bool,
 }
 
 impl Stored {
@@ -163,6 +178,8 @@ impl Stored {
             copies: Vec::new(),
             waiting: Vec::new(),
             last_used: 0,
+            touched: Instant::now(),
+            abandoned: false,
         }
     }
 
@@ -312,6 +329,71 @@ impl ObjectStoreShard {
 
 impl Actor for ObjectStoreShard {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let every = (self.budget.arrival_timeout / 4).clamp(ARRIVAL_CHECK_MIN, ARRIVAL_CHECK_MAX);
+        ctx.run_interval(every, |shard, _| shard.expire_arrivals(Instant::now()));
+    }
+}
+
+/// How often arriving objects are checked for abandonment: a quarter of
+/// the arrival timeout, within these bounds.
+const ARRIVAL_CHECK_MIN: Duration = Duration::from_millis(100);
+const ARRIVAL_CHECK_MAX: Duration = Duration::from_secs(5);
+
+impl ObjectStoreShard {
+    /// Abandons the objects that got no bytes for the arrival timeout
+    /// (their putter stopped or vanished half-way): a primary fails, with
+    /// the reason, for whoever waits or reads it, and may be put again; a
+    /// cached copy is dropped (a later pull starts over). Either way its
+    /// memory and file are given back. An object a process of this host
+    /// writes in place counts its file's modification time as bytes.
+    fn expire_arrivals(&mut self, now: Instant) {
+        let timeout = self.budget.arrival_timeout;
+        let abandoned: Vec<ObjectId> = self
+            .objects
+            .iter()
+            .filter(|(_, stored)| {
+                let written = match &stored.data {
+                    Data::Arriving(_) => None,
+                    Data::ArrivingShared { file, .. } => file
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|modified| modified.elapsed().ok()),
+                    _ => return false,
+                };
+                let idle = now.saturating_duration_since(stored.touched);
+                written.map_or(idle, |since| since.min(idle)) > timeout
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in abandoned {
+            let Some(stored) = self.objects.remove(&id) else {
+                continue;
+            };
+            self.forget(id, &stored);
+            tracing::warn!(
+                object = %id,
+                "abandoned an object that got no bytes for {timeout:?} while it arrived"
+            );
+            if stored.primary {
+                let reason = format!(
+                    "its upload stopped: no bytes arrived for {timeout:?} (--object-arrival-timeout-s on the node)"
+                );
+                let mut failed = Stored::new(stored.total, Data::Failed(reason), true);
+                failed.contains = stored.contains;
+                failed.waiting = stored.waiting;
+                failed.abandoned = true;
+                self.objects.insert(id, failed);
+            } else {
+                for waiter in stored.waiting {
+                    let _ = waiter.send(());
+                }
+            }
+            self.notify(id);
+        }
+    }
 }
 
 /// How a [`Begin`] went.
@@ -459,6 +541,10 @@ impl Handler<Begin> for ObjectStoreShard {
 
     fn handle(&mut self, msg: Begin, _: &mut Self::Context) -> Self::Result {
         let primary = msg.holder.is_some();
+        if primary && self.objects.get(&msg.id).is_some_and(|s| s.abandoned) {
+            // Its put stopped half-way: this one starts it over.
+            self.objects.remove(&msg.id);
+        }
         if let Some(stored) = self.objects.get_mut(&msg.id) {
             match &stored.data {
                 Data::Memory(_) | Data::Shared(_) | Data::Spilled if !primary => {
@@ -523,6 +609,7 @@ impl Handler<Append> for ObjectStoreShard {
             });
         }
         let done = have + msg.chunk.len() as u64 == stored.total;
+        stored.touched = Instant::now();
         match &mut stored.data {
             Data::Arriving(bytes) => {
                 bytes.extend_from_slice(&msg.chunk);
