@@ -272,15 +272,16 @@ impl LocalCluster {
     }
 
     /// [`add_node`](Self::add_node), for a node that sees each of `dirs` as
-    /// an empty tmpfs of its own, as a node on another host sees its own
-    /// disk at a path this host also has: the node and its workers run in
-    /// a mount namespace of their own (Linux; needs root). The mounts go
-    /// with the last of those processes. A [`restart`](Self::restart)ed
-    /// node sees this host's directories again.
+    /// an empty tmpfs of its own of the given size in bytes, as a node on
+    /// another host sees its own disk (or its own `/dev/shm`) at a path
+    /// this host also has: the node and its workers run in a mount
+    /// namespace of their own (Linux; needs root). The mounts go with the
+    /// last of those processes. A [`restart`](Self::restart)ed node sees
+    /// this host's directories again.
     pub fn add_node_with_private_dirs(
         &mut self,
         extra_args: &[&str],
-        dirs: &[&Path],
+        dirs: &[(&Path, u64)],
     ) -> Result<usize, LocalClusterError> {
         let (index, name, args) = self.next_node(extra_args);
         let node = self.spawn(&name, args, &[], false, dirs)?;
@@ -447,7 +448,7 @@ impl LocalCluster {
         args: Vec<String>,
         env: &[(&str, String)],
         head: bool,
-        private_dirs: &[&Path],
+        private_dirs: &[(&Path, u64)],
     ) -> Result<NodeProcess, LocalClusterError> {
         let process = |cause| LocalClusterError::Process {
             name: name.to_string(),
@@ -455,8 +456,11 @@ impl LocalCluster {
         };
         let private_dirs = private_dirs
             .iter()
-            .map(|dir| std::ffi::CString::new(dir.as_os_str().as_bytes()))
-            .collect::<Result<Vec<_>, _>>()
+            .map(|(dir, bytes)| {
+                let dir = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+                Ok((dir, std::ffi::CString::new(format!("size={bytes}"))?))
+            })
+            .collect::<Result<Vec<_>, std::ffi::NulError>>()
             .map_err(|e| process(std::io::Error::other(e)))?;
         self.spawned += 1;
         let log = self
@@ -501,9 +505,9 @@ impl LocalCluster {
                 {
                     return Err(std::io::Error::last_os_error());
                 }
-                for dir in &private_dirs {
+                for (dir, size) in &private_dirs {
                     let tmpfs = c"tmpfs".as_ptr();
-                    if libc::mount(tmpfs, dir.as_ptr(), tmpfs, 0, none.cast()) != 0 {
+                    if libc::mount(tmpfs, dir.as_ptr(), tmpfs, 0, size.as_ptr().cast()) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }

@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
+use crate::cluster::files::free_bytes;
 use crate::cluster::ownership::remove_stale;
 use crate::cluster::MembershipRequest;
 use crate::cluster::{
@@ -279,6 +280,17 @@ fn start_object_store(
         }
     }
     let tmpfs = Some(shm).filter(|shm| shm.is_dir());
+    if let Some(free) = tmpfs
+        .and_then(free_bytes)
+        .filter(|&free| free < store_memory)
+    {
+        tracing::warn!(
+            "{} has {} MiB free, less than this node's object store ({} MiB): large objects that do not fit there are kept in the node's memory, where processes of this host cannot map them; give the host or container a larger /dev/shm (docker run --shm-size) or lower --object-store-memory",
+            shm.display(),
+            free >> 20,
+            store_memory >> 20
+        );
+    }
     let (spill_dir, shared_dir) = object_dirs(config, &me.node.name, std::process::id(), tmpfs);
     let objects = NodeObjectStore::start(
         store_memory,

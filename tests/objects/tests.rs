@@ -75,6 +75,9 @@ pub const ALL: &[(&str, Test)] = &[
         "a_put_that_stops_half_way_is_abandoned_and_frees_its_memory",
         |d| boxed(a_put_that_stops_half_way_is_abandoned(d)),
     ),
+    ("a_small_dev_shm_keeps_large_objects_in_memory", |d| {
+        boxed(a_small_dev_shm_keeps_large_objects_in_memory(d))
+    }),
 ];
 
 const SETTLE: Duration = Duration::from_secs(20);
@@ -724,5 +727,45 @@ async fn a_put_that_stops_half_way_is_abandoned(driver: &mut Driver) {
         ),
         "{complete:?}"
     );
+    cluster.kill(index).unwrap();
+}
+
+/// A node whose `/dev/shm` is small (8 MiB here; 64 MiB is a container's
+/// default) says so at start, and large objects that do not fit there are
+/// kept in its memory instead of failing. Before, a put past the tmpfs's
+/// size failed (or killed the process writing it in place, by SIGBUS).
+async fn a_small_dev_shm_keeps_large_objects_in_memory(driver: &mut Driver) {
+    // SAFETY: a plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("  SKIPPED: a node with a /dev/shm of its own needs root");
+        return;
+    }
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let index = cluster
+        .add_node_with_private_dirs(
+            &["--object-store-memory", "67108864"],
+            &[(std::path::Path::new("/dev/shm"), 8 << 20)],
+        )
+        .unwrap();
+    let node = cluster.node(index).unwrap();
+    let (name, log) = (node.name().to_string(), node.log_path().to_path_buf());
+    let warned = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        warned.contains("MiB free, less than this node's object store (64 MiB)")
+            && warned.contains("--shm-size"),
+        "the node names the sizes and the fix at start: {warned}"
+    );
+    let keeper = actor::spawn::<Keeper>((), on(&name)).await.unwrap();
+    let size = 3 << 20;
+    let refs = keeper
+        .send(PutMany { count: 4, size })
+        .await
+        .unwrap()
+        .expect("12 MiB of objects on a node with 8 MiB of /dev/shm");
+    let digests = keeper.send(Digests(refs.clone())).await.unwrap().unwrap();
+    let expected: Vec<u64> = (0..4).map(|seed| digest(&pattern(seed, size))).collect();
+    assert_eq!(digests, expected, "every object reads back whole");
+    drop(refs);
+    keeper.kill().await.unwrap();
     cluster.kill(index).unwrap();
 }

@@ -600,7 +600,7 @@ async fn storage_not_shared_with_rank_0s_host_fails_at_the_first_checkpoint(
     let cluster = driver.local_cluster().expect("a local cluster");
     let resources = r#"{"elsewhere": 1}"#;
     let index = cluster
-        .add_node_with_private_dirs(&["--resources", resources], &[storage.path()])
+        .add_node_with_private_dirs(&["--resources", resources], &[(storage.path(), 256 << 20)])
         .unwrap();
     let node = cluster.node(index).unwrap().name().to_string();
     let mut scaling = ScalingConfig::workers(1);

@@ -44,7 +44,10 @@
 //!    references die with a SIGKILLed worker too.
 //! 6. **Files.** Spilled objects go to `--object-spill-dir`'s
 //!    `nimbus-NODE-PID` (default `$NIMBUS_HOME/spill/NODE-PID`), objects of
-//!    `SHARED_MIN` (1 MiB) or more to `/dev/shm/nimbus-NODE-PID/`. Both are
+//!    `SHARED_MIN` (1 MiB) or more to `/dev/shm/nimbus-NODE-PID/`, their
+//!    blocks allocated up front; one that does not fit there stays in the
+//!    node's memory (a node whose `/dev/shm` is smaller than its store says
+//!    so at start). Both are
 //!    the node's own (`cluster/ownership.rs`: created by it, with an owner
 //!    file it keeps locked); the node removes them when it stops, and at
 //!    start those left by nodes of this host whose owner is provably gone.
@@ -316,7 +319,11 @@ impl NodeObjectStore {
         let Some(dir) = self.budget.shared_dir().filter(|_| total >= SHARED_MIN) else {
             return Ok(ControlReply::ObjectFile(None));
         };
-        self.begin_owned(id, total, holder, contains).await?;
+        if !self.begin_owned(id, total, holder, contains).await? {
+            // No room in /dev/shm: the process sends it in chunks instead.
+            self.abort(id).await;
+            return Ok(ControlReply::ObjectFile(None));
+        }
         Ok(ControlReply::ObjectFile(Some(shared(
             dir.join(id.to_string()),
             total,
@@ -324,27 +331,28 @@ impl NodeObjectStore {
     }
 
     /// Begins a new object owned here, held by `holder`; from now until it
-    /// is freed it holds the references it contains.
+    /// is freed it holds the references it contains. Whether it is received
+    /// into its shared-memory file.
     async fn begin_owned(
         &self,
         id: ObjectId,
         total: u64,
         holder: RefHolder,
         contains: Vec<ContainedRef>,
-    ) -> Result<(), RemoteError> {
+    ) -> Result<bool, RemoteError> {
         let begin = Begin {
             id,
             total,
             holder: Some(holder),
             contains: contains.clone(),
         };
-        match self.begin(begin).await? {
-            Begun::Fresh => {}
+        let shared = match self.begin(begin).await? {
+            Begun::Fresh { shared } => shared,
             _ => return Err(bad(ShardError::Exists(id).to_string())),
-        }
+        };
         self.hold_contained(id, &contains, RefChange::Hold { arrived: false })
             .await;
-        Ok(())
+        Ok(shared)
     }
 
     /// Begins an object, spilling older ones first if memory is short.
@@ -538,7 +546,7 @@ impl NodeObjectStore {
                     )),
                 }
             }
-            Ok(Begun::Fresh) => {}
+            Ok(Begun::Fresh { .. }) => {}
             Ok(Begun::NoRoom(short)) => {
                 return ControlReply::ObjectFailed(format!(
                     "no room for a copy of object {id}: {short} bytes short"

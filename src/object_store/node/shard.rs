@@ -226,6 +226,8 @@ pub struct ObjectStoreShard {
     /// Waiting for objects not here yet.
     arrivals: HashMap<ObjectId, Vec<oneshot::Sender<()>>>,
     clock: u64,
+    /// A shared-memory file could not be made once already (warned).
+    warned_shared: bool,
 }
 
 impl ObjectStoreShard {
@@ -237,6 +239,7 @@ impl ObjectStoreShard {
             refs: RefCounts::default(),
             arrivals: HashMap::new(),
             clock: 0,
+            warned_shared: false,
         }
     }
 
@@ -399,14 +402,37 @@ impl ObjectStoreShard {
 /// How a [`Begin`] went.
 #[derive(Debug)]
 pub enum Begun {
-    /// The object is new here: send its chunks.
-    Fresh,
+    /// The object is new here: send its chunks. `shared`: it is received
+    /// into its shared-memory file (else into the node's memory, also when
+    /// `/dev/shm` has no room for it).
+    Fresh {
+        /// Whether its bytes go to its shared-memory file.
+        shared: bool,
+    },
     /// It is here already, complete.
     Present,
     /// Another transfer is filling it: wait for this.
     InProgress(oneshot::Receiver<()>),
     /// Memory is short by this many bytes: spill, then begin again.
     NoRoom(u64),
+}
+
+/// Creates the shared-memory file of an object of `total` bytes with its
+/// blocks allocated, so that a full tmpfs refuses it now (ENOSPC) rather
+/// than failing a write later, or killing a process that writes it in place
+/// through a mapping (SIGBUS).
+fn reserve_shared(path: &std::path::Path, total: u64) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let file = private_file(path)?;
+    let length = libc::off_t::try_from(total).map_err(std::io::Error::other)?;
+    // SAFETY: a plain system call on a file descriptor this function owns.
+    let error = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, length) };
+    if error != 0 {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(std::io::Error::from_raw_os_error(error));
+    }
+    Ok(file)
 }
 
 /// Start receiving an object of `total` bytes.
@@ -566,18 +592,25 @@ impl Handler<Begin> for ObjectStoreShard {
         }
         let tick = self.tick();
         let data = match self.budget.shared_path(msg.id, msg.total) {
-            Some(path) => match private_file(&path) {
+            Some(path) => match reserve_shared(&path, msg.total) {
                 Ok(file) => Data::ArrivingShared { file, received: 0 },
                 Err(e) => {
-                    tracing::warn!(
-                        "cannot create {}: {e}; keeping the object in process memory",
-                        path.display()
+                    let warning = format!(
+                        "cannot make {} ({} bytes): {e}; keeping such objects in the node's memory (a larger /dev/shm lets processes of this host map them)",
+                        path.display(),
+                        msg.total
                     );
+                    if std::mem::replace(&mut self.warned_shared, true) {
+                        tracing::debug!("{warning}");
+                    } else {
+                        tracing::warn!("{warning}");
+                    }
                     Data::Arriving(Vec::with_capacity(msg.total as usize))
                 }
             },
             None => Data::Arriving(Vec::with_capacity(msg.total as usize)),
         };
+        let shared = matches!(data, Data::ArrivingShared { .. });
         let mut stored = Stored::new(msg.total, data, primary);
         stored.contains = msg.contains;
         stored.last_used = tick;
@@ -585,7 +618,7 @@ impl Handler<Begin> for ObjectStoreShard {
         if let Some(holder) = msg.holder {
             self.refs.arrived(msg.id, holder);
         }
-        Ok(Begun::Fresh)
+        Ok(Begun::Fresh { shared })
     }
 }
 
