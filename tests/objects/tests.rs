@@ -688,13 +688,8 @@ async fn a_put_that_stops_half_way_is_abandoned(driver: &mut Driver) {
     nimbus::client::call(&node, &put(0), RequestOptions::bulk())
         .await
         .unwrap();
-    let state = |listing: &ObjectListing| {
-        listing
-            .objects
-            .iter()
-            .find(|o| o.id == id)
-            .map(|o| o.state.clone())
-    };
+    let state =
+        |listing: &ObjectListing| listing.objects.iter().find(|o| o.id == id).map(|o| o.state);
     assert_eq!(
         state(&listing(&client, &name).await),
         Some(ObjectState::Arriving)
