@@ -66,21 +66,23 @@ fn unused_token() -> String {
     format!("nimbus1-{}", "A".repeat(43))
 }
 
+/// The arguments of `nimbus start` for a head on loopback port `port`.
+pub fn head_start(port: &str) -> [&str; 6] {
+    [
+        "start",
+        "--head",
+        "--port",
+        port,
+        "--node-ip-address",
+        "127.0.0.1",
+    ]
+}
+
 /// Starts a head on loopback with `nimbus start --head` under `home`;
 /// its address, its token and what `start` printed.
 pub fn start_head(home: &Path) -> (String, String, String) {
     let port = free_port().to_string();
-    let out = succeeds(
-        home,
-        &[
-            "start",
-            "--head",
-            "--port",
-            &port,
-            "--node-ip-address",
-            "127.0.0.1",
-        ],
-    );
+    let out = succeeds(home, &head_start(&port));
     let token = out
         .lines()
         .find_map(|l| l.strip_prefix("token: "))
@@ -212,14 +214,7 @@ fn every_bad_flag_or_plan_fails_with_an_error_naming_it() {
     let home = home.path();
     let _stop = StopOnDrop(home);
     let port = free_port().to_string();
-    let head = [
-        "start",
-        "--head",
-        "--port",
-        &port,
-        "--node-ip-address",
-        "127.0.0.1",
-    ];
+    let head = head_start(&port);
     let cases: &[(&[&str], &str)] = &[
         (
             &["--num-cpus=-1"],

@@ -10,7 +10,9 @@ use std::time::Duration;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use tempfile::TempDir;
 
-use crate::cli::{fails_with, free_port, nimbus, start_head, succeeds, text, StopOnDrop};
+use crate::cli::{
+    fails_with, free_port, head_start, nimbus, start_head, succeeds, text, StopOnDrop,
+};
 use crate::support::{cluster, within};
 
 /// Every process on this machine whose arguments contain `secret`.
@@ -234,14 +236,7 @@ fn a_starting_node_removes_only_directories_whose_owner_is_provably_gone() {
 fn a_node_refuses_a_state_directory_that_is_not_its_users_alone() {
     let parent = TempDir::new().unwrap();
     let port = free_port().to_string();
-    let start = [
-        "start",
-        "--head",
-        "--port",
-        &port,
-        "--node-ip-address",
-        "127.0.0.1",
-    ];
+    let start = head_start(&port);
     let writable = parent.path().join("writable");
     std::fs::create_dir(&writable).unwrap();
     std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).unwrap();
