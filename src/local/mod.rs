@@ -265,10 +265,7 @@ impl LocalCluster {
         extra_args: &[&str],
         env: &[(&str, String)],
     ) -> Result<usize, LocalClusterError> {
-        let (index, name, args) = self.next_node(extra_args);
-        let node = self.spawn(&name, args, env, false, &[])?;
-        self.nodes.push(node);
-        Ok(index)
+        self.add(extra_args, env, &[])
     }
 
     /// [`add_node`](Self::add_node), for a node that sees each of `dirs` as
@@ -283,14 +280,16 @@ impl LocalCluster {
         extra_args: &[&str],
         dirs: &[(&Path, u64)],
     ) -> Result<usize, LocalClusterError> {
-        let (index, name, args) = self.next_node(extra_args);
-        let node = self.spawn(&name, args, &[], false, dirs)?;
-        self.nodes.push(node);
-        Ok(index)
+        self.add(extra_args, &[], dirs)
     }
 
-    /// The index, name and arguments of the next node to add.
-    fn next_node(&self, extra_args: &[&str]) -> (usize, String, Vec<String>) {
+    /// Starts the next node, `node-N`, joining this cluster; its index.
+    fn add(
+        &mut self,
+        extra_args: &[&str],
+        env: &[(&str, String)],
+        private_dirs: &[(&Path, u64)],
+    ) -> Result<usize, LocalClusterError> {
         let index = self.nodes.len();
         let name = format!("node-{index}");
         let mut args = vec![
@@ -300,7 +299,9 @@ impl LocalCluster {
             name.clone(),
         ];
         args.extend(extra_args.iter().map(|a| a.to_string()));
-        (index, name, args)
+        let node = self.spawn(&name, args, env, false, private_dirs)?;
+        self.nodes.push(node);
+        Ok(index)
     }
 
     /// SIGKILLs node `index` and reaps it (nothing to do if it exited).

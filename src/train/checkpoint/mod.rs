@@ -355,14 +355,15 @@ impl Checkpoint {
         (attempt, generation): (u32, u64),
         metrics: &Metrics,
     ) -> Result<PathBuf, CheckpointError> {
+        let needed = self.bytes_needed();
         let no_space = |free| NoSpace {
             index,
             dir: run_dir.to_path_buf(),
-            needed: self.bytes_needed(),
+            needed,
             free,
         };
         let free = free_bytes(run_dir);
-        if let Some(free) = free.filter(|&free| free < self.bytes_needed()) {
+        if let Some(free) = free.filter(|&free| free < needed) {
             return Err(no_space(free).into());
         }
         let temporary = temporary_dir(run_dir, index, generation);
