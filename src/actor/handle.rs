@@ -483,7 +483,7 @@ async fn explain(actor: ActorId, failure: Failure, deadline: Duration) -> CallEr
                 actor,
                 detail: error.message,
             },
-            RemoteErrorKind::Internal => CallError::Handler {
+            RemoteErrorKind::Internal | RemoteErrorKind::Forbidden => CallError::Handler {
                 actor,
                 message: error.message,
             },
@@ -548,7 +548,7 @@ async fn diagnose(
 
 /// The name a worker hosting `actor` gives itself.
 pub(crate) fn worker_name(actor: ActorId) -> String {
-    format!("worker-{actor}")
+    actor.worker_name()
 }
 
 /// How long a caller waits for a restarting actor's next incarnation.

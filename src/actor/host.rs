@@ -29,8 +29,9 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use crate::cluster::ActorId;
+use crate::transport::Caller;
 use crate::transport::{HandlerError, RequestHandler};
-use crate::wire::{self, PeerIdentity, RemoteError, RemoteErrorKind};
+use crate::wire::{self, RemoteError, RemoteErrorKind};
 
 use super::faults::{ActorFault, ActorFaultAction, FaultTriggers, FiredFault};
 use super::messages::ActorCall;
@@ -99,7 +100,7 @@ impl ActorHost {
 impl RequestHandler for ActorHost {
     fn handle(
         &self,
-        _from: PeerIdentity,
+        _from: Caller,
         body: Vec<u8>,
     ) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>> {
         let call: ActorCall = match wire::decode(&body) {

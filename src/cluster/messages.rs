@@ -30,8 +30,9 @@
 //! - `Echo` (a probe).
 //!
 //! Every answer is a [`ControlReply`]. The protocol version (the wire's
-//! `PROTOCOL_VERSION`, 3) counts this grouping by subsystem (3: a join
-//! refused for a taken name is answered `NodeNameTaken`).
+//! `PROTOCOL_VERSION`, 4) counts this grouping by subsystem (3: a join
+//! refused for a taken name is answered `NodeNameTaken`; 4: a join names
+//! the node's worker-ticket key and is answered with its ticket).
 
 use std::net::SocketAddr;
 
@@ -77,7 +78,14 @@ pub enum ControlRequest {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum MembershipRequest {
     /// A node asks the head to admit it. Answered with [`ControlReply::Joined`].
-    Join(NodeRegistration),
+    Join {
+        /// Who, where, with what.
+        registration: NodeRegistration,
+        /// The Ed25519 public key the node signs its workers' tickets with
+        /// (`crate::transport`'s `tickets.rs`, step 3).
+        #[serde(with = "serde_bytes")]
+        signs_workers: Vec<u8>,
+    },
     /// A node is alive; `used` is what it has handed out.
     Heartbeat {
         /// The node.
@@ -415,6 +423,11 @@ pub enum ControlReply {
     Joined {
         /// Heartbeat interval in milliseconds.
         heartbeat_interval_ms: u64,
+        /// The node's ticket, for the certificate it joined with.
+        ticket: crate::wire::Ticket,
+        /// The head's public ticket key, to check other peers' tickets.
+        #[serde(with = "serde_bytes")]
+        head_key: Vec<u8>,
     },
     /// A join refused: a live member has the node's name.
     NodeNameTaken {
@@ -477,6 +490,14 @@ impl ActorId {
     /// A new random id.
     pub fn random() -> Self {
         ActorId(rand::random())
+    }
+}
+
+impl ActorId {
+    /// The name of the worker process hosting this actor (its endpoint's
+    /// identity), `worker-ACTOR`.
+    pub fn worker_name(self) -> String {
+        format!("worker-{self}")
     }
 }
 

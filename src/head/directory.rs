@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use actix::prelude::*;
 
-use crate::wire::Incarnation;
+use crate::wire::{Incarnation, NodeIdentity};
 
 use super::events::{ClusterEvents, Publish};
 use crate::cluster::faults::FiredFault;
@@ -194,6 +194,10 @@ pub struct ActorDown {
     pub reason: DeathCause,
     /// Whether its node starts a new incarnation.
     pub restarting: bool,
+    /// The node that reports it (`None`: the head itself, or a spawner
+    /// releasing a name); a report from another node than the actor's is
+    /// ignored.
+    pub node: Option<NodeIdentity>,
 }
 
 /// The live actor with this name.
@@ -245,7 +249,14 @@ impl Handler<ActorDown> for Directory {
 
     fn handle(&mut self, mut msg: ActorDown, _: &mut Self::Context) {
         msg.reason = msg.reason.bounded();
-        let current = self.actors.get(&msg.actor).map(|r| r.incarnation);
+        let record = self.actors.get(&msg.actor);
+        if let (Some(record), Some(node)) = (record, &msg.node) {
+            if record.node != *node {
+                tracing::warn!(actor = %msg.actor, "ignored a death report from {node}: the actor runs on {}", record.node);
+                return;
+            }
+        }
+        let current = record.map(|r| r.incarnation);
         match current {
             Some(incarnation) if incarnation != msg.incarnation => {}
             None => self.names.retain(|_, actor| *actor != msg.actor),

@@ -42,4 +42,6 @@ pub struct HeadActors {
     pub directory: Addr<Directory>,
     /// The heartbeat interval members are told to keep.
     pub heartbeat_interval: Duration,
+    /// The head's ticket key, certifying nodes as they join.
+    pub tickets: std::sync::Arc<crate::transport::TicketAuthority>,
 }

@@ -113,6 +113,7 @@ impl Handler<Reschedule> for ActorRescheduler {
                             error: e.to_string(),
                         },
                         restarting: false,
+                        node: None,
                     });
                 }
             }

@@ -178,6 +178,12 @@ pub enum WorkerStartError {
     /// The boot message could not be encoded.
     #[error("cannot encode the worker's boot message: {0}")]
     Boot(#[from] rmp_serde::encode::Error),
+    /// The worker's certificate could not be issued.
+    #[error("cannot issue the worker's certificate: {0}")]
+    Credentials(#[from] CredentialError),
+    /// The node has no ticket of its own yet to vouch for its worker.
+    #[error("this node has no ticket from the head yet, so it cannot vouch for a worker")]
+    Uncertified,
     /// The process started but never announced it serves.
     #[error("worker process failed to start: {why} ({status}); {log} says: {tail}")]
     NotServing {

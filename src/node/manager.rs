@@ -53,14 +53,14 @@ use crate::cluster::{
 use crate::cluster::{DeathCause, DirectoryRequest, MembershipRequest};
 use crate::head::directory::{self, Directory};
 use crate::head::membership::{self, Membership, MembershipError};
-use crate::transport::{Endpoint, JoinToken, RequestError, RequestOptions};
+use crate::transport::{Endpoint, RequestError, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
 use super::binaries::{BinaryCache, Received};
 use super::error::{BinaryError, GrantError, NoCapacity, NodeError, WorkerStartError};
 use super::gpu_slots::GpuTake;
 use super::resources::{Grant, ResourcePool};
-use super::workers::{self, LaunchedWorker};
+use super::workers::{self, LaunchedWorker, WorkerIdentities};
 use crate::runtime::boot::WorkerBoot;
 
 /// How the node manager reaches the head's actors.
@@ -100,8 +100,8 @@ pub struct NodeManagerConfig {
     pub head_lost_timeout: Duration,
     /// Where fatal errors go.
     pub fatal: mpsc::UnboundedSender<NodeError>,
-    /// The cluster token, passed to worker processes.
-    pub token: JoinToken,
+    /// How this node gives its workers their identities.
+    pub workers: WorkerIdentities,
     /// The IP workers advertise.
     pub advertise_ip: IpAddr,
     /// The node's state directory (binaries, worker logs).
@@ -258,7 +258,10 @@ impl NodeManager {
     /// Tells the head's directory that an actor incarnation died.
     fn report_down(&self, down: directory::ActorDown) {
         match &self.config.head {
-            HeadLink::Local { directory, .. } => directory.do_send(down),
+            HeadLink::Local { directory, .. } => directory.do_send(directory::ActorDown {
+                node: Some(self.config.identity.clone()),
+                ..down
+            }),
             HeadLink::Remote { endpoint, head } => {
                 let request = ControlRequest::Directory(DirectoryRequest::ActorDown {
                     actor: down.actor,
@@ -288,9 +291,13 @@ impl NodeManager {
             let gone = WorkerStartError::BinaryGone(spec.binary.hash.clone());
             return futures::future::ready(Err(gone)).boxed();
         };
+        let identity = match self.config.workers.issue(spec.actor) {
+            Ok(identity) => identity,
+            Err(e) => return futures::future::ready(Err(e)).boxed(),
+        };
         let boot = WorkerBoot {
             spec: spec.clone(),
-            token: self.config.token.to_string(),
+            identity,
             head: self.config.head_address,
             node: self.config.identity.clone(),
             node_address: self.config.address,
@@ -609,6 +616,7 @@ impl Handler<WorkerExited> for NodeManager {
             incarnation: msg.incarnation,
             reason: msg.reason.clone(),
             restarting,
+            node: None,
         });
         if !restarting {
             self.workers.remove(&msg.actor);
@@ -633,6 +641,7 @@ impl Handler<WorkerExited> for NodeManager {
                             error: e.to_string(),
                         },
                         restarting: false,
+                        node: None,
                     });
                     futures::future::ready(()).boxed()
                 }

@@ -7,23 +7,27 @@
 //!    so that a port in use fails before anything else starts.
 //! 2. Pick a fresh incarnation (microseconds since the epoch: a restart is
 //!    always newer), issue this process's certificate from the join token,
-//!    and open the endpoint (with the packet-fault plan of
-//!    `NIMBUS_PACKET_FAULTS`, if any).
+//!    make the key it signs its workers' tickets with, and open the
+//!    endpoint (with the packet-fault plan of `NIMBUS_PACKET_FAULTS`, if
+//!    any).
 //! 3. On the head, start the control-plane actors (`ClusterEvents`,
 //!    `Membership`, the `Directory` subscribed to the events, and the
 //!    [`ActorRescheduler`](crate::head::ActorRescheduler), which restarts
 //!    actors lost with their node on other nodes) and register itself; the
 //!    heartbeat interval is the heartbeat timeout / `BEATS_PER_TIMEOUT`
-//!    (6). On other nodes, join the head, which answers with the interval
-//!    (a refused or unreachable head is an error and the process exits
-//!    non-zero).
+//!    (6); the head makes its ticket key and certifies itself. On other
+//!    nodes, join the head as a token holder, which answers with the
+//!    interval and the node's ticket (a refused or unreachable head is an
+//!    error and the process exits non-zero); from then on the node presents
+//!    the ticket (`crate::transport`'s `tickets.rs`).
 //! 4. Start the [`NodeManager`], which heartbeats until the process stops,
 //!    and the object store: first remove the shared-memory and spill
 //!    directories that killed nodes of this host left behind (their
 //!    process is gone), then start it with `--object-store-memory` (default
 //!    30 % of the node's memory), watching worker deaths. Serve requests
 //!    through the [`NodeService`], report packet-fault counts if a plan is
-//!    active, and report readiness.
+//!    active, and report readiness. Every request is checked against its
+//!    caller's proven identity first (`authorize.rs`).
 //! 5. On SIGTERM or SIGINT, a member sends `Leave` (2 s deadline; reported
 //!    `NodeLeft`), every connection is closed with a "shutting down" reason
 //!    (close code 4), and the object store removes its directories. On a
@@ -34,11 +38,12 @@
 //! Files: `config.rs` (`NodeConfig`), `manager.rs` (the `NodeManager`
 //! actor), `workers.rs` (starting a worker process and reaping it),
 //! `binaries.rs` (the content-addressed cache of shipped program
-//! binaries), `resources.rs` (the pure `ResourcePool`: what actors and
+//! binaries), `authorize.rs` (who may ask what), `resources.rs` (the pure `ResourcePool`: what actors and
 //! placement-group bundles hold), `gpu_slots.rs` (which GPU devices, or
 //! fractions of one, each actor gets: its `CUDA_VISIBLE_DEVICES`), `service.rs` (`NodeService`,
 //! the one dispatcher), `runtime.rs` (`run`), `error.rs`.
 
+mod authorize;
 mod binaries;
 mod config;
 mod error;
@@ -49,6 +54,7 @@ mod runtime;
 mod service;
 mod workers;
 
+pub use authorize::Forbidden;
 pub use config::{default_state_dir, NodeConfig, NodeRole};
 pub use error::{BinaryError, GrantError, NoCapacity, NodeError, NotServing, WorkerStartError};
 pub use gpu_slots::{GpuSlotError, GpuSlots, GpuTake, FRACTION_EPSILON};
@@ -59,3 +65,4 @@ pub use manager::{
 pub use resources::{Grant, ResourcePool};
 pub use runtime::{run, NodeReady};
 pub use service::NodeService;
+pub use workers::WorkerIdentities;

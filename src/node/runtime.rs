@@ -23,11 +23,16 @@ use crate::head::events::Subscribe;
 use crate::head::membership::{self, Membership};
 use crate::head::{ActorRescheduler, ClusterEvents, Directory, HeadActors};
 use crate::object_store::{HeadEvents, NodeObjectStore};
-use crate::transport::{Credentials, Endpoint, PacketFaults, RequestOptions};
+use crate::transport::{
+    CertificateHash, Credentials, Endpoint, PacketFaults, RequestOptions, TicketAuthority,
+    WorkerSigner,
+};
+use crate::wire::Ticket;
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
 use super::{
     HeadLink, NodeConfig, NodeError, NodeManager, NodeManagerConfig, NodeRole, NodeService,
+    WorkerIdentities,
 };
 
 /// What a node reports once it serves.
@@ -53,7 +58,8 @@ pub fn run(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), 
 async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), NodeError> {
     let resources = config.resources.resolve()?;
     crate::cluster::files::own_state_dir(&config.state_dir)?;
-    let (endpoint, identity, address) = bind(&config)?;
+    let (endpoint, mut bound) = bind(&config)?;
+    let (identity, address) = (bound.identity.clone(), bound.address);
     let registration = NodeRegistration {
         node: identity.clone(),
         address,
@@ -61,17 +67,23 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     };
     let link = match config.role {
         NodeRole::Head { heartbeat_timeout } => {
-            start_head(&endpoint, registration, heartbeat_timeout).await?
+            start_head(&endpoint, &mut bound, registration, heartbeat_timeout).await?
         }
-        NodeRole::Member { head } => Link {
-            interval: join(&endpoint, head, registration).await?,
-            head: HeadLink::Remote {
-                endpoint: endpoint.clone(),
-                head,
-            },
-            actors: None,
-            address: head,
-        },
+        NodeRole::Member { head } => {
+            let joined = join(&endpoint, head, registration, bound.signer.public_key()).await?;
+            endpoint.certify(joined.ticket.clone(), joined.head_key.clone());
+            bound.signer.set_ticket(joined.ticket);
+            Link {
+                interval: joined.interval,
+                head: HeadLink::Remote {
+                    endpoint: endpoint.clone(),
+                    head,
+                },
+                actors: None,
+                address: head,
+                head_key: joined.head_key,
+            }
+        }
     };
     let is_member = link.actors.is_none();
     let head_address = link.address;
@@ -85,7 +97,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         interval: link.interval,
         head_lost_timeout: config.head_lost_timeout,
         fatal: fatal_tx,
-        token: config.token.clone(),
+        workers: WorkerIdentities::new(config.token.clone(), bound.signer, link.head_key),
         advertise_ip: address.ip(),
         state_dir: config.state_dir.clone(),
         actor_faults: ActorFault::from_env()?,
@@ -142,7 +154,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
 /// Step 1–2: binds the port, picks a fresh incarnation, issues this
 /// process's certificate and starts serving QUIC (with the packet fault
 /// plan of the environment, if any).
-fn bind(config: &NodeConfig) -> Result<(Endpoint, NodeIdentity, SocketAddr), NodeError> {
+fn bind(config: &NodeConfig) -> Result<(Endpoint, Bound), NodeError> {
     let socket = Endpoint::bind_socket(config.listen)?;
     let port = socket.local_addr()?.port();
     let ip = config.advertise_ip.unwrap_or_else(detect_ip);
@@ -165,7 +177,23 @@ fn bind(config: &NodeConfig) -> Result<(Endpoint, NodeIdentity, SocketAddr), Nod
         transport.packet_faults = Some(plan);
     }
     let endpoint = Endpoint::listen(socket, me, &credentials, transport)?;
-    Ok((endpoint, identity, address))
+    let bound = Bound {
+        signer: WorkerSigner::generate(&identity)?,
+        certificate: credentials.certificate_hash(),
+        identity,
+        address,
+    };
+    Ok((endpoint, bound))
+}
+
+/// What [`bind`] made besides the endpoint.
+struct Bound {
+    identity: NodeIdentity,
+    address: SocketAddr,
+    /// The certificate the endpoint presents.
+    certificate: CertificateHash,
+    /// This node's key for its workers' tickets.
+    signer: WorkerSigner,
 }
 
 /// How this node reaches the control plane.
@@ -178,6 +206,8 @@ struct Link {
     actors: Option<HeadActors>,
     /// The head's address.
     address: SocketAddr,
+    /// The head's public ticket key.
+    head_key: Vec<u8>,
 }
 
 /// Heartbeats per heartbeat timeout: a node is declared dead after missing
@@ -188,10 +218,20 @@ const BEATS_PER_TIMEOUT: u32 = 6;
 /// node with them.
 async fn start_head(
     endpoint: &Endpoint,
+    bound: &mut Bound,
     registration: NodeRegistration,
     heartbeat_timeout: Duration,
 ) -> Result<Link, NodeError> {
     let interval = heartbeat_timeout / BEATS_PER_TIMEOUT;
+    // The head certifies itself like any node (`tickets.rs`, step 2).
+    let tickets = TicketAuthority::generate()?;
+    let ticket = tickets.certify_node(
+        &bound.identity,
+        bound.certificate,
+        &bound.signer.public_key(),
+    );
+    endpoint.certify(ticket.clone(), tickets.public_key());
+    bound.signer.set_ticket(ticket);
     let address = registration.address;
     let events = ClusterEvents::default().start();
     let membership = Membership::new(heartbeat_timeout, events.clone()).start();
@@ -219,17 +259,20 @@ async fn start_head(
         membership: membership.clone(),
         directory: directory.clone(),
     };
+    let head_key = tickets.public_key();
     let actors = HeadActors {
         membership,
         events,
         directory,
         heartbeat_interval: interval,
+        tickets: Arc::new(tickets),
     };
     Ok(Link {
         head,
         interval,
         actors: Some(actors),
         address,
+        head_key,
     })
 }
 
@@ -329,7 +372,18 @@ async fn leave(
 /// for a name held by a member that is not declared dead yet.
 const NAME_GRACE: Duration = Duration::from_secs(2);
 
-/// Joins the head; returns the heartbeat interval it asks for.
+/// What the head answered a join with.
+struct Joined {
+    /// The heartbeat interval it asks for.
+    interval: Duration,
+    /// This node's ticket.
+    ticket: Ticket,
+    /// The head's public ticket key.
+    head_key: Vec<u8>,
+}
+
+/// Joins the head, naming the key this node signs its workers' tickets
+/// with (`signs_workers`).
 ///
 /// A name still held by a live member is retried when the head says the
 /// holder, if it has stopped, will have been declared dead (a node
@@ -340,20 +394,32 @@ async fn join(
     endpoint: &Endpoint,
     head: SocketAddr,
     registration: NodeRegistration,
-) -> Result<Duration, NodeError> {
+    signs_workers: Vec<u8>,
+) -> Result<Joined, NodeError> {
     let failed = |cause: ClientError| NodeError::Join { head, cause };
     let connection = endpoint
         .connect(head, None)
         .await
         .map_err(|e| failed(e.into()))?;
-    let request = ControlRequest::Membership(MembershipRequest::Join(registration));
+    let request = ControlRequest::Membership(MembershipRequest::Join {
+        registration,
+        signs_workers,
+    });
     let mut give_up = None;
     loop {
         let reply = client::call(&connection, &request, RequestOptions::control()).await;
         let (holder, address, retry_after_ms) = match reply {
             Ok(ControlReply::Joined {
                 heartbeat_interval_ms,
-            }) => return Ok(Duration::from_millis(heartbeat_interval_ms.max(1))),
+                ticket,
+                head_key,
+            }) => {
+                return Ok(Joined {
+                    interval: Duration::from_millis(heartbeat_interval_ms.max(1)),
+                    ticket,
+                    head_key,
+                })
+            }
             Ok(ControlReply::NodeNameTaken {
                 holder,
                 address,

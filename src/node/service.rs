@@ -11,8 +11,11 @@
 //!   tells the directory (`NodeDoomed`), so the actors lost with that node
 //!   carry the fault in their death cause; every fault or recovery report
 //!   is then published as a cluster event.
-//! - A `Join` is accepted only from a node peer joining as the identity it
-//!   connected with.
+//! - Every request is first checked against the caller's proven identity
+//!   (`authorize.rs`). A `Join` is accepted only from a token holder joining
+//!   as the identity it connected with, and answered with its node ticket
+//!   for the certificate it connected with (`crate::transport`'s
+//!   `tickets.rs`, step 2).
 
 use std::time::Duration;
 
@@ -28,8 +31,10 @@ use crate::cluster::{
 use crate::cluster::{ClusterEventKind, ControlReply, ControlRequest};
 use crate::head::events::{EventsSince, Publish};
 use crate::head::{directory, membership, HeadActors};
-use crate::transport::{Endpoint, HandlerError, RequestHandler};
-use crate::wire::{self, PeerIdentity, PeerRole, RemoteError, RemoteErrorKind};
+use crate::transport::{Caller, Endpoint, HandlerError, RequestHandler};
+use crate::wire::{self, PeerRole, RemoteError, RemoteErrorKind};
+
+use super::authorize::authorize;
 
 use crate::object_store::NodeObjectStore;
 
@@ -70,9 +75,10 @@ impl NodeService {
     /// that answer them; head-only subsystems are refused elsewhere.
     async fn dispatch(
         &self,
-        from: PeerIdentity,
+        from: Caller,
         request: ControlRequest,
     ) -> Result<ControlReply, RemoteError> {
+        authorize(&from, &request)?;
         match request {
             ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
             ControlRequest::Objects(request) => self.objects.handle(request).await,
@@ -106,7 +112,9 @@ impl NodeService {
                             .map_err(internal)?;
                         Ok(ControlReply::Events(since))
                     }
-                    ControlRequest::Directory(request) => directory_request(&head, request).await,
+                    ControlRequest::Directory(request) => {
+                        directory_request(&head, from, request).await
+                    }
                     ControlRequest::Faults(request) => fault_report(&head, request).await,
                     _ => Err(RemoteError::new(
                         RemoteErrorKind::Internal,
@@ -155,7 +163,7 @@ impl NodeService {
 
     async fn binaries(
         &self,
-        from: PeerIdentity,
+        from: Caller,
         request: BinaryRequest,
     ) -> Result<ControlReply, RemoteError> {
         match request {
@@ -171,7 +179,7 @@ impl NodeService {
                 chunk,
             } => {
                 let upload = UploadBinary {
-                    uploader: from.to_string(),
+                    uploader: from.peer.to_string(),
                     hash,
                     offset,
                     total,
@@ -187,18 +195,22 @@ impl NodeService {
 /// Membership requests, on the head.
 async fn membership_request(
     head: &HeadActors,
-    from: PeerIdentity,
+    from: Caller,
     request: MembershipRequest,
 ) -> Result<ControlReply, RemoteError> {
     let membership = &head.membership;
     match request {
-        MembershipRequest::Join(registration) => {
-            if from.role != PeerRole::Node || from.identity != registration.node {
+        MembershipRequest::Join {
+            registration,
+            signs_workers,
+        } => {
+            if from.peer.role != PeerRole::Node || from.peer.identity != registration.node {
                 return Err(RemoteError::new(
                     RemoteErrorKind::BadRequest,
                     format!("{from} cannot join as {}", registration.node),
                 ));
             }
+            let node = registration.node.clone();
             let join = membership::Join {
                 registration,
                 head: false,
@@ -206,6 +218,10 @@ async fn membership_request(
             match membership.send(join).await.map_err(internal)? {
                 Ok(()) => Ok(ControlReply::Joined {
                     heartbeat_interval_ms: head.heartbeat_interval.as_millis() as u64,
+                    ticket: head
+                        .tickets
+                        .certify_node(&node, from.certificate, &signs_workers),
+                    head_key: head.tickets.public_key(),
                 }),
                 Err(membership::MembershipError::NameTaken {
                     holder,
@@ -247,6 +263,7 @@ async fn membership_request(
 /// Directory requests, on the head.
 async fn directory_request(
     head: &HeadActors,
+    from: Caller,
     request: DirectoryRequest,
 ) -> Result<ControlReply, RemoteError> {
     let directory = &head.directory;
@@ -300,6 +317,9 @@ async fn directory_request(
                 incarnation,
                 reason,
                 restarting,
+                node: from
+                    .certified_as(PeerRole::Node)
+                    .then(|| from.peer.identity.clone()),
             };
             directory.send(down).await.map_err(internal)?;
             Ok(ControlReply::Ack)
@@ -364,7 +384,7 @@ async fn fault_report(
 impl RequestHandler for NodeService {
     fn handle(
         &self,
-        from: PeerIdentity,
+        from: Caller,
         body: Vec<u8>,
     ) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>> {
         let request: ControlRequest = match wire::decode(&body) {

@@ -32,9 +32,12 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
 use crate::cluster::files::private_file;
-use crate::cluster::DeathCause;
-use crate::runtime::boot::{parse_died, parse_ready, WorkerBoot, DIED, READY, WORKER_ARG};
-use crate::wire::Incarnation;
+use crate::cluster::{ActorId, DeathCause};
+use crate::runtime::boot::{
+    parse_died, parse_ready, WorkerBoot, WorkerIdentity, DIED, READY, WORKER_ARG,
+};
+use crate::transport::{Credentials, JoinToken, WorkerSigner};
+use crate::wire::{Incarnation, NodeIdentity};
 
 use super::error::{NotServing, WorkerStartError};
 
@@ -44,6 +47,49 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// has exited (they are in the pipe already; only a pipe held open by a
 /// child of the actor makes the read wait this long).
 const DRAIN_WAIT: Duration = Duration::from_millis(200);
+
+/// What a node needs to give each of its workers an identity of its own
+/// (`crate::transport`'s `tickets.rs`, step 3): the token, to issue the
+/// worker a certificate (the worker gets the certificate, not the token),
+/// and the node's signer for the worker's ticket.
+pub struct WorkerIdentities {
+    token: JoinToken,
+    signer: WorkerSigner,
+    head_key: Vec<u8>,
+}
+
+impl WorkerIdentities {
+    /// From the cluster token, this node's certified signer and the head's
+    /// public ticket key.
+    pub fn new(token: JoinToken, signer: WorkerSigner, head_key: Vec<u8>) -> Self {
+        WorkerIdentities {
+            token,
+            signer,
+            head_key,
+        }
+    }
+
+    /// A new identity for the next incarnation of `actor`'s worker.
+    pub(super) fn issue(&self, actor: ActorId) -> Result<WorkerIdentity, WorkerStartError> {
+        let name = NodeIdentity {
+            name: actor.worker_name(),
+            incarnation: Incarnation::fresh(),
+        };
+        let credentials = Credentials::for_worker(&self.token, &name.name)?;
+        let ticket = self
+            .signer
+            .certify_worker(&name, credentials.certificate_hash())
+            .ok_or(WorkerStartError::Uncertified)?;
+        Ok(WorkerIdentity {
+            name,
+            credentials: credentials
+                .to_worker()
+                .ok_or(WorkerStartError::Uncertified)?,
+            ticket,
+            head_key: self.head_key.clone(),
+        })
+    }
+}
 
 /// A worker that serves its actor.
 pub(super) struct LaunchedWorker {

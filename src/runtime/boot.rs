@@ -8,10 +8,12 @@
 //!    `--job J --actor ID`, which puts it in worker mode (and lets
 //!    `pgrep -f nimbus-worker` find workers);
 //! 2. the node writes a [`WorkerBoot`] (MessagePack: the actor's spec, the
-//!    cluster token, the head's address, the node's identity and address,
-//!    the IP to advertise, and the fault rules of the actor's first
-//!    incarnation) to the worker's stdin and closes it (the token never
-//!    appears in the command line or the environment);
+//!    worker's identity — its name and incarnation, a certificate the node
+//!    issued for it and its ticket, never the token — the head's address,
+//!    the node's identity and address, the IP to advertise, and the fault
+//!    rules of the actor's first incarnation) to the worker's stdin and
+//!    closes it (nothing secret appears in the command line or the
+//!    environment);
 //! 3. the worker prints [`ready_line`] (`nimbus-worker-ready ADDRESS
 //!    INCARNATION`) once it serves its actor;
 //! 4. before dying of a panic (or of a fault, SIGTERM, or a failure to
@@ -29,7 +31,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::faults::ActorFault;
 use crate::cluster::{ActorSpec, DeathCause};
-use crate::wire::{Incarnation, NodeIdentity};
+use crate::transport::WorkerCredentials;
+use crate::wire::{Incarnation, NodeIdentity, Ticket};
 
 /// Argument that puts a program in worker mode (and lets `pgrep -f
 /// nimbus-worker` find worker processes).
@@ -44,8 +47,9 @@ pub(crate) const DIED: &str = "nimbus-worker-died ";
 pub struct WorkerBoot {
     /// The actor to host.
     pub spec: ActorSpec,
-    /// The cluster token.
-    pub token: String,
+    /// Who the worker is, and its proof (`crate::transport`'s `tickets.rs`,
+    /// step 3).
+    pub identity: WorkerIdentity,
     /// The head's address (for lookups and spawns from inside the actor).
     pub head: SocketAddr,
     /// The node that started it.
@@ -56,6 +60,20 @@ pub struct WorkerBoot {
     pub advertise_ip: IpAddr,
     /// Fault rules to apply to this incarnation (fault-injection tests).
     pub faults: Vec<ActorFault>,
+}
+
+/// A worker's identity, as its node hands it over.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerIdentity {
+    /// Its name (`worker-ACTOR`) and incarnation.
+    pub name: NodeIdentity,
+    /// Its certificate and key.
+    pub credentials: WorkerCredentials,
+    /// Its ticket, signed by the node.
+    pub ticket: Ticket,
+    /// The head's public ticket key.
+    #[serde(with = "serde_bytes")]
+    pub head_key: Vec<u8>,
 }
 
 /// The line a worker prints once it serves.

@@ -10,6 +10,11 @@
 //!
 //! The CA key never leaves the process and is never written to disk; the
 //! token is the only secret, so treat it like a password.
+//!
+//! A token holder also proves it holds the token in its `Hello` (an HMAC of
+//! its certificate), so that a process with a certificate but no token (a
+//! worker, whose certificate its node issued with
+//! [`Credentials::for_worker`]) cannot pass for one (`tickets.rs`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -21,6 +26,10 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose, PKCS_ED25519,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use serde::{Deserialize, Serialize};
+
+use super::tickets::{self, CertificateHash, Verifier};
+use crate::wire::Proof;
 
 /// The server name every nimbus certificate carries and every client checks.
 pub(crate) const SERVER_NAME: &str = "nimbus";
@@ -100,18 +109,53 @@ impl FromStr for JoinToken {
     }
 }
 
+impl JoinToken {
+    /// The key of this token's proofs (`tickets.rs`, step 1).
+    fn mac_key(&self) -> ring::hmac::Key {
+        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0)
+    }
+}
+
 /// A process's TLS identity in a cluster: the cluster CA and a certificate
-/// signed by it.
+/// signed by it, and the token's proof key when it holds the token.
 pub struct Credentials {
     ca: CertificateDer<'static>,
     chain: Vec<CertificateDer<'static>>,
     key: PrivatePkcs8KeyDer<'static>,
+    token: Option<ring::hmac::Key>,
+}
+
+/// A worker's credentials as its node hands them over (in the worker's
+/// boot message): a certificate and its key, never the token.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct WorkerCredentials {
+    #[serde(with = "serde_bytes")]
+    ca: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    certificate: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    key: Vec<u8>,
+}
+
+impl fmt::Debug for WorkerCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WorkerCredentials(<redacted>)")
+    }
 }
 
 impl Credentials {
     /// Derives the cluster CA from `token` and issues a certificate for
     /// `subject` (a node or client name, for logs).
     pub fn issue(token: &JoinToken, subject: &str) -> Result<Self, CredentialError> {
+        let mut credentials = Self::for_worker(token, subject)?;
+        credentials.token = Some(token.mac_key());
+        Ok(credentials)
+    }
+
+    /// A certificate of the cluster of `token` for a worker `subject`,
+    /// without the token: its holder cannot prove it holds the token, nor
+    /// make another certificate.
+    pub fn for_worker(token: &JoinToken, subject: &str) -> Result<Self, CredentialError> {
         let seed = ring::digest::digest(
             &ring::digest::SHA256,
             &[b"nimbus cluster CA v1".as_slice(), &token.0].concat(),
@@ -140,7 +184,52 @@ impl Credentials {
             ca: ca.der().clone(),
             chain: vec![cert.der().clone()],
             key: PrivatePkcs8KeyDer::from(key.serialize_der()),
+            token: None,
         })
+    }
+
+    /// These credentials as a node hands them to its worker; refused for
+    /// credentials that hold the token.
+    pub fn to_worker(&self) -> Option<WorkerCredentials> {
+        match self.token {
+            Some(_) => None,
+            None => Some(WorkerCredentials {
+                ca: self.ca.to_vec(),
+                certificate: self.chain[0].to_vec(),
+                key: self.key.secret_pkcs8_der().to_vec(),
+            }),
+        }
+    }
+
+    /// A worker's credentials, as its node handed them over.
+    pub fn from_worker(worker: WorkerCredentials) -> Self {
+        Credentials {
+            ca: CertificateDer::from(worker.ca),
+            chain: vec![CertificateDer::from(worker.certificate)],
+            key: PrivatePkcs8KeyDer::from(worker.key),
+            token: None,
+        }
+    }
+
+    /// The SHA-256 of this process's certificate, which tickets name.
+    pub fn certificate_hash(&self) -> CertificateHash {
+        CertificateHash::of(&self.chain[0])
+    }
+
+    /// What this process offers in its `Hello` before it has a ticket.
+    pub(crate) fn proof(&self) -> Proof {
+        match &self.token {
+            Some(key) => tickets::token_proof(key, self.certificate_hash()),
+            None => Proof::None,
+        }
+    }
+
+    /// What this process can check of its callers' proofs.
+    pub(crate) fn verifier(&self) -> Verifier {
+        match &self.token {
+            Some(key) => Verifier::with_token(key.clone()),
+            None => Verifier::default(),
+        }
     }
 
     /// TLS for accepting connections: clients must present a certificate of

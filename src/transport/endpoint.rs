@@ -9,8 +9,8 @@ use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use tokio::io::AsyncReadExt;
 
 use crate::wire::{
-    self, preamble, read_preamble, CloseCode, Hello, HelloReply, NodeIdentity, PeerIdentity,
-    PREAMBLE_LEN,
+    self, preamble, read_preamble, CloseCode, Hello, HelloReply, NodeIdentity, PeerIdentity, Proof,
+    Ticket, PREAMBLE_LEN,
 };
 
 use super::admission::{self, Admission, Admit, HandshakeSlot, MAX_HANDSHAKES};
@@ -18,6 +18,7 @@ use super::connection::{close, Connection};
 use super::credentials::SERVER_NAME;
 use super::faults::{FaultCounters, FaultySocket, PacketRule};
 use super::server::{self, RequestHandler};
+use super::tickets::Verifier;
 use super::{ConnectError, Credentials, EndpointError, TransportConfig};
 
 /// One process's QUIC endpoint: it dials peers (keeping one connection per
@@ -38,6 +39,10 @@ struct Inner {
     faults: Option<Arc<FaultySocket>>,
     /// Which incoming handshakes to take (`admission.rs`).
     admission: Arc<std::sync::Mutex<Admission>>,
+    /// What this process offers in its `Hello` (`tickets.rs`, step 1).
+    proof: std::sync::RwLock<Proof>,
+    /// What it checks of its callers' (step 4).
+    verifier: std::sync::RwLock<Verifier>,
 }
 
 impl Endpoint {
@@ -116,8 +121,36 @@ impl Endpoint {
                 connections: DashMap::new(),
                 faults,
                 admission: Default::default(),
+                proof: std::sync::RwLock::new(credentials.proof()),
+                verifier: std::sync::RwLock::new(credentials.verifier()),
             }),
         })
+    }
+
+    /// From now on presents `ticket` (this process's, from the head or its
+    /// node) instead of its token proof, and checks callers' tickets with
+    /// `head_key` (the head's public ticket key). Connections made before
+    /// are closed: the next request dials again, with the ticket.
+    pub fn certify(&self, ticket: Ticket, head_key: Vec<u8>) {
+        *self.inner.proof.write().unwrap_or_else(|e| e.into_inner()) = Proof::Ticket(ticket);
+        self.inner
+            .verifier
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_head_key(head_key);
+        let addresses: Vec<SocketAddr> = self.inner.connections.iter().map(|c| *c.key()).collect();
+        for addr in addresses {
+            self.disconnect(addr, "reconnecting with this process's ticket");
+        }
+    }
+
+    /// What this endpoint checks of its callers' proofs.
+    pub(super) fn verifier(&self) -> Verifier {
+        self.inner
+            .verifier
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The address this endpoint listens on.
@@ -281,9 +314,16 @@ impl Endpoint {
         expect: Option<&NodeIdentity>,
     ) -> Result<NodeIdentity, wire::WireError> {
         let (mut send, mut recv) = quic.open_bi().await.map_err(io_error)?;
+        let proof = self
+            .inner
+            .proof
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let hello = Hello {
             from: self.inner.me.clone(),
             expect: expect.cloned(),
+            proof,
         };
         let mut out = preamble(self.inner.config.protocol_version).to_vec();
         out.extend(wire::encode(&hello, self.inner.config.max_frame_bytes)?);

@@ -10,7 +10,8 @@
 //! 1. **Connection.** QUIC (quinn), TLS 1.3 only, ALPN `nimbus`, server
 //!    name `nimbus`. Both sides present a certificate signed by the cluster
 //!    CA derived from the join token (`credentials.rs`) and verify the
-//!    other's; a process without the token fails the TLS handshake. A
+//!    other's; a process without a cluster certificate fails the TLS
+//!    handshake. A
 //!    dialer keeps one connection per peer address and reuses it while it
 //!    is open (and, when it names the incarnation it expects, while that is
 //!    the one at the other end).
@@ -21,27 +22,31 @@
 //!    of the wire format, within `connect_timeout` (5 s by default; close
 //!    code 5 past it). A version mismatch closes with code 1, an `expect`
 //!    naming another incarnation with code 3.
-//! 3. **Requests.** Each opens its own bidirectional stream, or rides an
+//! 3. **Identity** (`tickets.rs`): the `Hello` carries a proof, a token
+//!    holder's HMAC of its certificate or a node's or worker's ticket; a
+//!    proof that fails closes the connection with code 6, and the handler
+//!    is told the [`Caller`] as far as this process could check it.
+//! 4. **Requests.** Each opens its own bidirectional stream, or rides an
 //!    ordered [`Channel`] (`channel.rs`). The caller enforces the request's
 //!    deadline locally too ([`RequestOptions`]); the receiver answers a
 //!    handler still running at the deadline with `DeadlineExceeded`, and a
 //!    request for another incarnation of it with `StaleIncarnation`.
-//! 4. **Bad input** closes that connection only, with close code 2 and the
+//! 5. **Bad input** closes that connection only, with close code 2 and the
 //!    reason, and logs a warning: a frame over `max_frame_bytes` (16 MiB by
 //!    default, refused from its length prefix), an undecodable, truncated or
 //!    unknown frame, a body the handler calls malformed, or a first request
 //!    frame not complete within `request_read_timeout` (30 s). Nothing a peer
 //!    sends can panic a node.
-//! 5. **Priorities.** Streams are independent (no head-of-line blocking);
+//! 6. **Priorities.** Streams are independent (no head-of-line blocking);
 //!    control traffic (heartbeats, membership) is sent at stream priority
 //!    `RequestOptions::CONTROL_PRIORITY` (100, deadline 10 s by default),
 //!    bulk at `BULK_PRIORITY` (0, deadline 60 s), so bulk transfers cannot
 //!    starve heartbeats.
-//! 6. **Dead peers.** A connection that receives nothing for `idle_timeout`
+//! 7. **Dead peers.** A connection that receives nothing for `idle_timeout`
 //!    (3 s by default; keep-alives go at a third of it) is lost, and every
 //!    request waiting on it fails with `NodeLost`; every request also has
 //!    its deadline (`Timeout`). Nobody waits forever on a dead node.
-//! 7. **Shutdown.** [`Endpoint::shutdown`] closes every connection with
+//! 8. **Shutdown.** [`Endpoint::shutdown`] closes every connection with
 //!    close code 4 ("shutting down") and waits up to `connect_timeout` for
 //!    peers to be told.
 //!
@@ -50,6 +55,7 @@
 //! per peer address), `connection.rs` (the dialing side of a live
 //! connection), `server.rs` (the accepting side), `channel.rs` (ordered
 //! channels), `credentials.rs` (the join token and certificates),
+//! `tickets.rs` (proofs of identity),
 //! `error.rs`, and `faults.rs` (an optional socket wrapper that injects
 //! seeded packet faults below QUIC, for fault-injection tests).
 //!
@@ -78,12 +84,17 @@ mod endpoint;
 mod error;
 pub mod faults;
 mod server;
+mod tickets;
 
 pub use channel::{Channel, PendingReply};
 pub use config::{RequestOptions, TransportConfig};
 pub use connection::{Connection, StalledStream};
-pub use credentials::{CredentialError, Credentials, JoinToken};
+pub use credentials::{CredentialError, Credentials, JoinToken, WorkerCredentials};
 pub use endpoint::Endpoint;
 pub use error::{ConnectError, EndpointError, FaultPlanError, NoPacketFaults, RequestError};
 pub use faults::{FaultCounters, FaultCounts, PacketFaults, PacketRule};
 pub use server::{HandlerError, RequestHandler};
+pub use tickets::{
+    Caller, CertificateHash, Standing, TicketAuthority, TicketError, Verifier, WorkerSigner,
+    NODE_TICKET, TOKEN_PROOF, WORKER_TICKET,
+};

@@ -6,8 +6,9 @@
 //! 2. The handshake, within `connect_timeout` (else close code 5): read the
 //!    8-byte preamble (another version: code 1, naming both), then the
 //!    `Hello` frame (unreadable: code 2); an `expect` naming another
-//!    incarnation of this node: code 3; otherwise answer with this node's
-//!    preamble and `HelloReply`.
+//!    incarnation of this node: code 3; a proof of identity that does not
+//!    hold for the certificate the peer connected with (`tickets.rs`): code
+//!    6; otherwise answer with this node's preamble and `HelloReply`.
 //! 3. Every later stream: read the first request frame within
 //!    `request_read_timeout` (else code 2). A plain request is handed to
 //!    the [`RequestHandler`] and answered on its stream; an ordered one
@@ -35,25 +36,27 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use crate::wire::{
-    self, preamble, read_preamble, CloseCode, Hello, HelloReply, PeerIdentity, RemoteError,
-    RemoteErrorKind, Request, Response, WireError, PREAMBLE_LEN,
+    self, preamble, read_preamble, CloseCode, Hello, HelloReply, RemoteError, RemoteErrorKind,
+    Request, Response, WireError, PREAMBLE_LEN,
 };
 
 use super::admission::{self, Admission, HandshakeSlot};
 use super::connection::close;
 use super::endpoint::version_mismatch;
+use super::tickets::{Caller, CertificateHash};
 use super::Endpoint;
 
 /// What a node does with the requests that reach it.
 pub trait RequestHandler: Send + Sync + 'static {
-    /// Answers one request body from `from`.
+    /// Answers one request body from `from` (who it is, as far as this
+    /// process could check: `tickets.rs`).
     ///
     /// Requests of one ordered channel are passed to `handle` one at a time,
     /// in the order sent; work that must keep that order has to start inside
     /// `handle` itself, not in the future it returns.
     fn handle(
         &self,
-        from: PeerIdentity,
+        from: Caller,
         body: Vec<u8>,
     ) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>>;
 }
@@ -153,7 +156,7 @@ impl Refusal {
     }
 }
 
-async fn handshake(endpoint: &Endpoint, quic: &quinn::Connection) -> Result<PeerIdentity, Refusal> {
+async fn handshake(endpoint: &Endpoint, quic: &quinn::Connection) -> Result<Caller, Refusal> {
     let config = endpoint.config();
     let (mut send, mut recv) = quic.accept_bi().await.map_err(Refusal::bad_frame)?;
     let mut theirs = [0u8; PREAMBLE_LEN];
@@ -174,6 +177,13 @@ async fn handshake(endpoint: &Endpoint, quic: &quinn::Connection) -> Result<Peer
     )
     .map_err(Refusal::bad_frame)?;
     let me = &endpoint.identity().identity;
+    let caller = endpoint
+        .verifier()
+        .check(&hello.from, &hello.proof, peer_certificate(quic)?)
+        .map_err(|e| Refusal {
+            code: CloseCode::Unauthenticated,
+            reason: format!("{} is not who it says: {e}", hello.from),
+        })?;
     if let Some(expected) = hello.expect.as_ref().filter(|e| *e != me) {
         return Err(Refusal {
             code: CloseCode::StaleIncarnation,
@@ -192,7 +202,28 @@ async fn handshake(endpoint: &Endpoint, quic: &quinn::Connection) -> Result<Peer
         .await
         .map_err(Refusal::bad_frame)?;
     let _ = send.finish();
-    Ok(hello.from)
+    Ok(caller)
+}
+
+/// The SHA-256 of the certificate the peer proved in TLS that it holds.
+fn peer_certificate(quic: &quinn::Connection) -> Result<CertificateHash, Refusal> {
+    let chain = quic
+        .peer_identity()
+        .and_then(|any| {
+            any.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+                .ok()
+        })
+        .ok_or_else(|| Refusal {
+            code: CloseCode::Unauthenticated,
+            reason: "the peer presented no certificate".into(),
+        })?;
+    chain
+        .first()
+        .map(|leaf| CertificateHash::of(leaf))
+        .ok_or_else(|| Refusal {
+            code: CloseCode::Unauthenticated,
+            reason: "the peer presented an empty certificate chain".into(),
+        })
 }
 
 /// The bytes of requests one connection may have received but not yet
@@ -209,7 +240,7 @@ const MIN_CHARGE: usize = 4 << 10;
 struct StreamTask {
     endpoint: Endpoint,
     quic: quinn::Connection,
-    peer: PeerIdentity,
+    peer: Caller,
     handler: Arc<dyn RequestHandler>,
     /// The connection's [`buffer_budget`], shared by its streams.
     budget: Arc<Semaphore>,

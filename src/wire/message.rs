@@ -36,6 +36,46 @@ pub struct Hello {
     /// The node the dialer means to reach, if it knows it: the acceptor
     /// refuses the session when its own incarnation differs.
     pub expect: Option<NodeIdentity>,
+    /// What backs `from` (checked by `crate::transport`'s `tickets.rs`).
+    pub proof: Proof,
+}
+
+/// What a dialer offers to prove who it is, beyond the TLS certificate
+/// every token holder can make.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Proof {
+    /// Nothing: the peer can prove neither.
+    None,
+    /// A token holder: the HMAC of its certificate's SHA-256 keyed with
+    /// the join token.
+    Token(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// A certified node or worker.
+    Ticket(Ticket),
+}
+
+/// A signed statement of who holds one certificate: a node's, signed by
+/// the head; a worker's, signed by its node, with the node's attached.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ticket {
+    /// The statement (MessagePack, decoded only once the signature holds).
+    #[serde(with = "serde_bytes")]
+    pub claims: Vec<u8>,
+    /// Its Ed25519 signature.
+    #[serde(with = "serde_bytes")]
+    pub signature: Vec<u8>,
+    /// A worker's: the ticket of the node that signed it.
+    pub issuer: Option<IssuerTicket>,
+}
+
+/// The node ticket attached to a worker's (one level: nothing nests).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuerTicket {
+    /// The node's statement.
+    #[serde(with = "serde_bytes")]
+    pub claims: Vec<u8>,
+    /// The head's signature of it.
+    #[serde(with = "serde_bytes")]
+    pub signature: Vec<u8>,
 }
 
 /// The acceptor's answer to a [`Hello`] (refusals close the connection
@@ -109,6 +149,9 @@ pub enum RemoteErrorKind {
     ShuttingDown,
     /// The handler failed.
     Internal,
+    /// The caller may not ask this (a node speaks only for itself, a worker
+    /// only for its own actor).
+    Forbidden,
 }
 
 /// Application close codes a node uses when it closes a connection.
@@ -127,6 +170,8 @@ pub enum CloseCode {
     ShuttingDown = 4,
     /// The handshake did not complete in time.
     HandshakeTimeout = 5,
+    /// The peer's proof of identity (token or ticket) does not hold.
+    Unauthenticated = 6,
 }
 
 impl CloseCode {
@@ -139,6 +184,7 @@ impl CloseCode {
             3 => CloseCode::StaleIncarnation,
             4 => CloseCode::ShuttingDown,
             5 => CloseCode::HandshakeTimeout,
+            6 => CloseCode::Unauthenticated,
             _ => return None,
         })
     }

@@ -49,13 +49,15 @@ mod message;
 pub use frame::{decode, encode, read_body_exact, read_frame, read_prefix, write_frame, WireError};
 pub use identity::{BadNodeName, Incarnation, NodeIdentity, PeerIdentity, PeerRole, MAX_NODE_NAME};
 pub use message::{
-    preamble, read_preamble, CloseCode, Hello, HelloReply, RemoteError, RemoteErrorKind, Request,
-    Response, PREAMBLE_LEN,
+    preamble, read_preamble, CloseCode, Hello, HelloReply, IssuerTicket, Proof, RemoteError,
+    RemoteErrorKind, Request, Response, Ticket, PREAMBLE_LEN,
 };
 
 /// The protocol version this build speaks. Peers must match exactly.
-/// 2: control requests grouped by subsystem.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// 2: control requests grouped by subsystem; 3: `NodeNameTaken`; 4: a
+/// `Hello` carries a [`Proof`] (token or ticket), a join is answered with a
+/// node ticket.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

@@ -30,19 +30,18 @@ use futures::FutureExt;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::actor::{worker_name, ActorHost, HostedFaults};
+use crate::actor::{ActorHost, HostedFaults};
 use crate::cluster::faults::FiredFault;
 use crate::cluster::DeathCause;
-use crate::runtime::boot::{died_line, ready_line, WorkerBoot};
+use crate::runtime::boot::{died_line, ready_line, WorkerBoot, WorkerIdentity};
 use crate::runtime::DispatchError;
 use crate::runtime::{
     kill_own_node, panic_text, HostedActor, NodeOfWorker, ProcessContext, Registry,
 };
 use crate::transport::{
-    CredentialError, Credentials, Endpoint, EndpointError, FaultPlanError, JoinToken,
-    TransportConfig,
+    CredentialError, Credentials, Endpoint, EndpointError, FaultPlanError, TransportConfig,
 };
-use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
+use crate::wire::{PeerIdentity, PeerRole};
 
 /// How long the actor's constructor may take.
 const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -113,7 +112,6 @@ fn serve(registry: Registry) -> Result<i32, WorkerError> {
         .read_to_end(&mut boot)
         .map_err(WorkerError::ReadBoot)?;
     let boot: WorkerBoot = rmp_serde::from_slice(&boot)?;
-    let token: JoinToken = boot.token.parse()?;
     let registry = Arc::new(registry);
 
     let panic = Arc::new(OnceLock::new());
@@ -146,23 +144,24 @@ fn serve(registry: Registry) -> Result<i32, WorkerError> {
         .enable_all()
         .build()
         .map_err(os("start the async runtime"))?;
-    runtime.block_on(host(boot, token, registry, hosted, panic, died))
+    runtime.block_on(host(boot, registry, hosted, panic, died))
 }
 
 async fn host(
     boot: WorkerBoot,
-    token: JoinToken,
     registry: Arc<Registry>,
     hosted: HostedActor,
     panic: Arc<OnceLock<String>>,
     mut died: mpsc::UnboundedReceiver<DeathCause>,
 ) -> Result<i32, WorkerError> {
     let actor = boot.spec.actor;
-    let identity = NodeIdentity {
-        name: worker_name(actor),
-        incarnation: Incarnation::fresh(),
-    };
-    let credentials = Credentials::issue(&token, &identity.name)?;
+    let WorkerIdentity {
+        name: identity,
+        credentials,
+        ticket,
+        head_key,
+    } = boot.identity.clone();
+    let credentials = Credentials::from_worker(credentials);
     let socket = Endpoint::bind_socket(SocketAddr::new([0, 0, 0, 0].into(), 0))?;
     let port = socket
         .local_addr()
@@ -178,6 +177,7 @@ async fn host(
         ..TransportConfig::default()
     };
     let endpoint = Endpoint::listen(socket, me, &credentials, transport)?;
+    endpoint.certify(ticket, head_key);
     let binary = std::env::current_exe().map_err(os("find this program's binary"))?;
     let context = ProcessContext::new(
         endpoint.clone(),

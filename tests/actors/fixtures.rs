@@ -4,7 +4,12 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use nimbus::actor::{self, ActorHandle, Registry, RemoteActor, RemoteMessage};
+use nimbus::cluster::{
+    ActorId, ControlReply, ControlRequest, DeathCause, DirectoryRequest, MembershipRequest,
+    ResourceSet,
+};
 use nimbus::object_store::{self, ObjectRef, RawBytes};
+use nimbus::wire::{Incarnation, NodeIdentity};
 use serde::{Deserialize, Serialize};
 
 pub fn registry() -> Registry {
@@ -16,6 +21,7 @@ pub fn registry() -> Registry {
         .message::<Counter, StartChild>()
         .message::<Counter, EnvVar>()
         .message::<Counter, BoomOfSize>()
+        .message::<Counter, Impersonate>()
         .actor::<Sequencer>()
         .message::<Sequencer, Push>()
         .message::<Sequencer, Seen>()
@@ -56,6 +62,77 @@ impl Handler<Add> for Counter {
     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> i64 {
         self.0 += n;
         self.0
+    }
+}
+
+/// From inside a worker, tries to speak for the head (leave and heartbeat
+/// as it) and for another actor (report it dead); the outcome of each.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Vec<String>")]
+pub struct Impersonate {
+    /// The other actor.
+    pub victim: ActorId,
+}
+
+impl RemoteMessage for Impersonate {
+    const NAME: &'static str = "tests.Impersonate";
+}
+
+impl Handler<Impersonate> for Counter {
+    type Result = ResponseFuture<Vec<String>>;
+    fn handle(
+        &mut self,
+        Impersonate { victim }: Impersonate,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        Box::pin(async move {
+            let Some(context) = actor::ProcessContext::current() else {
+                return vec!["not a worker".into()];
+            };
+            let ask = |request| async move {
+                match context.call_head(&request).await {
+                    Ok(reply) => format!("accepted: {reply:?}"),
+                    Err(e) => e.to_string(),
+                }
+            };
+            let status = context
+                .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+                .await;
+            let Ok(ControlReply::Status(status)) = status else {
+                return vec![format!("no status: {status:?}")];
+            };
+            let Some(head) = status.nodes.into_iter().find(|n| n.head) else {
+                return vec!["no head listed".into()];
+            };
+            let head = NodeIdentity {
+                name: head.id,
+                incarnation: Incarnation(head.incarnation),
+            };
+            let located = context
+                .call_head(&ControlRequest::Directory(DirectoryRequest::LocateActor(
+                    victim,
+                )))
+                .await;
+            let Ok(ControlReply::Actor(Some(record))) = located else {
+                return vec![format!("victim not found: {located:?}")];
+            };
+            let leave = MembershipRequest::Leave { node: head.clone() };
+            let beat = MembershipRequest::Heartbeat {
+                node: head,
+                used: ResourceSet::default(),
+            };
+            let down = DirectoryRequest::ActorDown {
+                actor: victim,
+                incarnation: record.incarnation,
+                reason: DeathCause::Stopped,
+                restarting: false,
+            };
+            vec![
+                ask(ControlRequest::Membership(leave)).await,
+                ask(ControlRequest::Membership(beat)).await,
+                ask(ControlRequest::Directory(down)).await,
+            ]
+        })
     }
 }
 

@@ -43,6 +43,10 @@ pub const ALL: &[(&str, Test)] = &[
         boxed(get_actor_by_name_from_another_node())
     }),
     (
+        "actor_code_cannot_speak_for_the_head_or_another_actor",
+        |_| boxed(actor_code_cannot_speak_for_the_head_or_another_actor()),
+    ),
+    (
         "sigkill_of_a_worker_is_reported_and_restarted_per_policy",
         |_| boxed(sigkill_of_a_worker()),
     ),
@@ -370,6 +374,35 @@ async fn a_worker_whose_child_holds_its_stdout_is_still_seen_dying() {
     let death = death.unwrap();
     assert_eq!(death.reason, DeathCause::Killed { signal: 9 });
     assert!(!death.restarting);
+}
+
+/// A worker holds a ticket for itself, not the token: the head refuses it
+/// a leave or heartbeat in the head's name and a death report for another
+/// actor (before tickets, each was taken: the head left its own cluster).
+async fn actor_code_cannot_speak_for_the_head_or_another_actor() {
+    let victim = actor::spawn::<Counter>(0, on("node-1")).await.unwrap();
+    let intruder = actor::spawn::<Counter>(0, on("node-2")).await.unwrap();
+    let token = intruder.send(EnvVar("NIMBUS_TOKEN".into())).await.unwrap();
+    assert_eq!(token, None, "a worker's environment holds no token");
+    let outcomes = intruder
+        .send(Impersonate {
+            victim: victim.id(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcomes.len(), 3, "{outcomes:?}");
+    for (outcome, request) in outcomes.iter().zip(["Leave", "Heartbeat", "ActorDown"]) {
+        assert!(
+            outcome.contains(&format!("may not send {request}")),
+            "{request}: {outcome}"
+        );
+    }
+    assert_eq!(victim.send(Add(2)).await.unwrap(), 2, "the victim lives");
+    let head = actor::spawn::<Counter>(0, on("head")).await.unwrap();
+    assert_eq!(head.send(Add(3)).await.unwrap(), 3, "the head still serves");
+    for counter in [victim, intruder, head] {
+        counter.kill().await.unwrap();
+    }
 }
 
 async fn sigkill_of_a_worker() {

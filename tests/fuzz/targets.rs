@@ -14,8 +14,8 @@ use nimbus::cluster::{
 };
 use nimbus::transport::PacketFaults;
 use nimbus::wire::{
-    self, Hello, HelloReply, Incarnation, NodeIdentity, PeerIdentity, PeerRole, RemoteError,
-    RemoteErrorKind, Request, Response,
+    self, Hello, HelloReply, Incarnation, IssuerTicket, NodeIdentity, PeerIdentity, PeerRole,
+    Proof, RemoteError, RemoteErrorKind, Request, Response, Ticket,
 };
 use serde::{Deserialize, Serialize};
 
@@ -127,6 +127,15 @@ fn envelopes() -> Vec<Vec<u8>> {
             identity: node("w"),
         },
         expect: Some(node("b")),
+        proof: Proof::Ticket(ticket()),
+    };
+    let token_holder = Hello {
+        from: PeerIdentity {
+            role: PeerRole::Client,
+            identity: node("cli"),
+        },
+        expect: None,
+        proof: Proof::Token(vec![9; 32]),
     };
     let failed = Response {
         id: 7,
@@ -139,6 +148,7 @@ fn envelopes() -> Vec<Vec<u8>> {
     let tagged = |tag: u8, body: Vec<u8>| [vec![tag], body].concat();
     vec![
         tagged(0, msgpack(&hello)),
+        tagged(0, msgpack(&token_holder)),
         tagged(1, msgpack(&HelloReply { node: node("b") })),
         tagged(2, msgpack(&request(vec![0x90]))),
         tagged(3, msgpack(&failed)),
@@ -156,6 +166,18 @@ fn envelope(input: &[u8]) -> Outcome {
     }
 }
 
+/// A worker's ticket (signatures of the right length, not valid ones).
+fn ticket() -> Ticket {
+    Ticket {
+        claims: vec![0x80; 40],
+        signature: vec![1; 64],
+        issuer: Some(IssuerTicket {
+            claims: vec![0x80; 40],
+            signature: vec![2; 64],
+        }),
+    }
+}
+
 fn control_requests() -> Vec<Vec<u8>> {
     let registration = NodeRegistration {
         node: node("c"),
@@ -163,7 +185,10 @@ fn control_requests() -> Vec<Vec<u8>> {
         resources: ResourceSet::of("CPU", 4.0).with("GPU", 1.0),
     };
     [
-        ControlRequest::Membership(MembershipRequest::Join(registration)),
+        ControlRequest::Membership(MembershipRequest::Join {
+            registration,
+            signs_workers: vec![7; 32],
+        }),
         ControlRequest::Membership(MembershipRequest::Heartbeat {
             node: node("c"),
             used: ResourceSet::of("CPU", 1.5),
@@ -211,6 +236,11 @@ fn control_replies() -> Vec<Vec<u8>> {
     [
         ControlReply::Events(vec![died, joined]),
         ControlReply::Ack,
+        ControlReply::Joined {
+            heartbeat_interval_ms: 500,
+            ticket: ticket(),
+            head_key: vec![3; 32],
+        },
         ControlReply::ObjectReady(10),
         ControlReply::ObjectFailed("lost".into()),
         ControlReply::NoCapacity("the node lacks CPU".into()),

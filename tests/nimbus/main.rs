@@ -12,6 +12,7 @@ mod chaos;
 mod cli;
 mod fault_plans;
 mod faults;
+mod identity;
 mod membership;
 mod requests;
 mod security;

@@ -1,0 +1,294 @@
+//! Who may ask a node what: every control request is checked against the
+//! caller's proven identity (`crate::transport`'s `tickets.rs`) before it
+//! is routed.
+//!
+//! | caller | may |
+//! |---|---|
+//! | a certified node | heartbeat and leave as itself; report its own actors up and down; everything a worker may |
+//! | a certified worker | objects (reference changes as itself only), spawns, kills, bundles, binaries, name lookups; report a fault that kills its own node; report recoveries and its own packet faults |
+//! | a token holder (a driver, the CLI, a node before it joined) | join as the node it announced; everything a worker may, with any fault report and packet rules; release the name of a spawn that never started |
+//! | unverified (this node cannot check proofs yet) | `Echo` only |
+//!
+//! So no token holder can evict a member or keep a dead one alive, and no
+//! actor's code can rewrite another actor's record, release another
+//! process's references, or join as a node. Only the head expels (its
+//! membership state machine, in its own process). The directory also
+//! ignores an `ActorDown` from a node that is not the actor's
+//! (`head/directory.rs`).
+
+use crate::cluster::{
+    ControlRequest, DirectoryRequest, FaultRequest, MembershipRequest, ObjectRequest, RefHolder,
+};
+use crate::transport::{Caller, Standing};
+use crate::wire::{Incarnation, PeerRole, RemoteError, RemoteErrorKind};
+
+/// A request its caller may not make.
+#[derive(Debug, thiserror::Error)]
+#[error("{caller} may not send {request}: {rule}")]
+pub struct Forbidden {
+    /// Who asked, and how far that is proven.
+    pub caller: String,
+    /// What it asked.
+    pub request: &'static str,
+    /// The rule it broke.
+    pub rule: &'static str,
+}
+
+impl From<Forbidden> for RemoteError {
+    fn from(e: Forbidden) -> Self {
+        RemoteError::new(RemoteErrorKind::Forbidden, e.to_string())
+    }
+}
+
+/// Whether `caller` may send `request` (the table in the module docs).
+pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(), Forbidden> {
+    let token = caller.standing == Standing::TokenHolder;
+    let node = caller.certified_as(PeerRole::Node);
+    let worker = caller.certified_as(PeerRole::Worker);
+    let deny = |request, rule| {
+        Err(Forbidden {
+            caller: caller.to_string(),
+            request,
+            rule,
+        })
+    };
+    if caller.standing == Standing::Unverified {
+        return match request {
+            ControlRequest::Echo(_) => Ok(()),
+            _ => deny(
+                "a request",
+                "this node cannot check who its callers are yet (it has not joined)",
+            ),
+        };
+    }
+    match request {
+        ControlRequest::Echo(_)
+        | ControlRequest::Events(_)
+        | ControlRequest::Membership(MembershipRequest::Status)
+        | ControlRequest::Binaries(_)
+        | ControlRequest::Workers(_)
+        | ControlRequest::Bundles(_) => Ok(()),
+        ControlRequest::Membership(MembershipRequest::Join { registration, .. }) => {
+            match token
+                && caller.peer.role == PeerRole::Node
+                && caller.peer.identity == registration.node
+            {
+                true => Ok(()),
+                false => deny(
+                    "Join",
+                    "a node joins holding the token, as the identity it connected with",
+                ),
+            }
+        }
+        ControlRequest::Membership(MembershipRequest::Heartbeat { node, .. }) => {
+            match caller.is_node(node) {
+                true => Ok(()),
+                false => deny("Heartbeat", "a node heartbeats only as itself"),
+            }
+        }
+        ControlRequest::Membership(MembershipRequest::Leave { node }) => {
+            match caller.is_node(node) {
+                true => Ok(()),
+                false => deny(
+                    "Leave",
+                    "a node leaves only as itself; only the head expels",
+                ),
+            }
+        }
+        ControlRequest::Directory(DirectoryRequest::ActorUp { record, .. }) => {
+            match caller.is_node(&record.node) {
+                true => Ok(()),
+                false => deny("ActorUp", "only the node an actor runs on reports it up"),
+            }
+        }
+        ControlRequest::Directory(DirectoryRequest::ActorDown { incarnation, .. }) => {
+            match node || *incarnation == Incarnation(0) {
+                true => Ok(()),
+                false => deny(
+                    "ActorDown",
+                    "only the node an actor runs on reports it down; a spawner may only \
+                     release the name of a spawn that never started (incarnation 0)",
+                ),
+            }
+        }
+        ControlRequest::Directory(_) => Ok(()),
+        ControlRequest::Faults(FaultRequest::AddPacketRule(_)) => match token {
+            true => Ok(()),
+            false => deny(
+                "AddPacketRule",
+                "only a token holder (the fault-injection harness) adds packet rules",
+            ),
+        },
+        ControlRequest::Faults(FaultRequest::ReportFault { kills_node, .. }) => {
+            let own_node = match &caller.standing {
+                Standing::Certified { host } => {
+                    kills_node.as_ref().is_none_or(|name| *name == host.name)
+                }
+                _ => false,
+            };
+            match token || (worker && own_node) {
+                true => Ok(()),
+                false => deny(
+                    "ReportFault",
+                    "a worker reports only faults of its own node; nodes report none",
+                ),
+            }
+        }
+        ControlRequest::Faults(FaultRequest::ReportRecovery { .. }) => match token || worker {
+            true => Ok(()),
+            false => deny("ReportRecovery", "nodes report no recoveries"),
+        },
+        ControlRequest::Faults(FaultRequest::ReportPacketFaults { process, .. }) => {
+            match token || *process == caller.peer.identity.name {
+                true => Ok(()),
+                false => deny(
+                    "ReportPacketFaults",
+                    "a node or worker reports only its own packet faults",
+                ),
+            }
+        }
+        ControlRequest::Objects(ObjectRequest::UpdateRefs { holder, .. }) => {
+            match !worker || speaks_for_itself(caller, holder) {
+                true => Ok(()),
+                false => deny(
+                    "UpdateRefs",
+                    "a worker changes only its own references (its actor and incarnation)",
+                ),
+            }
+        }
+        ControlRequest::Objects(_) => Ok(()),
+    }
+}
+
+/// Whether `holder` is the worker process `caller` (named `worker-ACTOR`,
+/// `crate::object_store`'s `process/refs.rs`).
+fn speaks_for_itself(caller: &Caller, holder: &RefHolder) -> bool {
+    match holder {
+        RefHolder::Process {
+            worker: Some((actor, incarnation)),
+            ..
+        } => {
+            caller.peer.identity.name == format!("worker-{actor}")
+                && caller.peer.identity.incarnation == *incarnation
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{ActorId, NodeRegistration, ResourceSet};
+    use crate::transport::CertificateHash;
+    use crate::wire::{NodeIdentity, PeerIdentity};
+
+    fn identity(name: &str, incarnation: u64) -> NodeIdentity {
+        NodeIdentity {
+            name: name.into(),
+            incarnation: Incarnation(incarnation),
+        }
+    }
+
+    fn caller(role: PeerRole, who: &NodeIdentity, standing: Standing) -> Caller {
+        Caller {
+            peer: PeerIdentity {
+                role,
+                identity: who.clone(),
+            },
+            certificate: CertificateHash([0; 32]),
+            standing,
+        }
+    }
+
+    fn leave(node: &NodeIdentity) -> ControlRequest {
+        ControlRequest::Membership(MembershipRequest::Leave { node: node.clone() })
+    }
+
+    #[test]
+    fn a_node_leaves_and_heartbeats_only_as_itself() {
+        let n1 = identity("n1", 1);
+        let head = identity("head", 2);
+        let certified = Standing::Certified { host: n1.clone() };
+        let node = caller(PeerRole::Node, &n1, certified);
+        assert!(authorize(&node, &leave(&n1)).is_ok());
+        assert!(authorize(&node, &leave(&head)).is_err());
+        assert!(authorize(&node, &leave(&identity("n1", 3))).is_err());
+        let holder = caller(PeerRole::Node, &n1, Standing::TokenHolder);
+        assert!(authorize(&holder, &leave(&n1)).is_err());
+        let beat = ControlRequest::Membership(MembershipRequest::Heartbeat {
+            node: head,
+            used: ResourceSet::default(),
+        });
+        assert!(authorize(&node, &beat).is_err());
+        assert!(authorize(&holder, &beat).is_err());
+    }
+
+    #[test]
+    fn only_a_token_holder_joins_and_only_as_itself() {
+        let n1 = identity("n1", 1);
+        let join = |node: &NodeIdentity| {
+            ControlRequest::Membership(MembershipRequest::Join {
+                registration: NodeRegistration {
+                    node: node.clone(),
+                    address: ([127, 0, 0, 1], 1).into(),
+                    resources: ResourceSet::default(),
+                },
+                signs_workers: Vec::new(),
+            })
+        };
+        let holder = caller(PeerRole::Node, &n1, Standing::TokenHolder);
+        assert!(authorize(&holder, &join(&n1)).is_ok());
+        assert!(authorize(&holder, &join(&identity("head", 1))).is_err());
+        let worker = caller(
+            PeerRole::Node,
+            &n1,
+            Standing::Certified {
+                host: identity("n2", 1),
+            },
+        );
+        assert!(authorize(&worker, &join(&n1)).is_err());
+        let unverified = caller(PeerRole::Node, &n1, Standing::Unverified);
+        assert!(authorize(&unverified, &join(&n1)).is_err());
+    }
+
+    #[test]
+    fn a_worker_speaks_only_for_its_own_actor() {
+        let actor = ActorId(0xab);
+        let me = identity(&format!("worker-{actor}"), 9);
+        let n1 = identity("n1", 1);
+        let worker = caller(PeerRole::Worker, &me, Standing::Certified { host: n1 });
+        let refs = |actor, incarnation| {
+            ControlRequest::Objects(ObjectRequest::UpdateRefs {
+                holder: RefHolder::Process {
+                    id: 1,
+                    label: "worker".into(),
+                    worker: Some((actor, Incarnation(incarnation))),
+                },
+                updates: Vec::new(),
+            })
+        };
+        assert!(authorize(&worker, &refs(actor, 9)).is_ok());
+        assert!(authorize(&worker, &refs(ActorId(0xac), 9)).is_err());
+        assert!(authorize(&worker, &refs(actor, 8)).is_err());
+        let down = |incarnation| {
+            ControlRequest::Directory(DirectoryRequest::ActorDown {
+                actor: ActorId(0xac),
+                incarnation: Incarnation(incarnation),
+                reason: crate::cluster::DeathCause::Stopped,
+                restarting: false,
+            })
+        };
+        assert!(authorize(&worker, &down(5)).is_err());
+        assert!(authorize(&worker, &down(0)).is_ok());
+        let kill = |node: &str| {
+            ControlRequest::Faults(FaultRequest::ReportFault {
+                fault: "kill_node".into(),
+                target: "a".into(),
+                trigger: "t".into(),
+                kills_node: Some(node.into()),
+            })
+        };
+        assert!(authorize(&worker, &kill("n1")).is_ok());
+        assert!(authorize(&worker, &kill("head")).is_err());
+    }
+}

@@ -1,0 +1,591 @@
+//! Certified identities: who a peer is, beyond holding the token.
+//!
+//! The token admits a process (TLS, `credentials.rs`), and every token
+//! holder can make a certificate and call itself anything. So the head
+//! certifies who each node is, and each node who its workers are:
+//!
+//! 1. **Proofs.** Every `Hello` carries a [`Proof`]: a token holder (a
+//!    driver, the CLI, a node that has not joined yet) sends
+//!    [`Proof::Token`], the HMAC-SHA256 of its own certificate's SHA-256
+//!    keyed with the token ([`TOKEN_PROOF`] first); a certified process
+//!    sends its [`Ticket`].
+//! 2. **Node tickets.** The head makes an Ed25519 ticket key when it starts
+//!    ([`TicketAuthority`]); the key never leaves the head's process. A
+//!    node joins as a token holder; the head answers with a node ticket
+//!    ([`NODE_TICKET`]): the node's identity, the SHA-256 of the
+//!    certificate it connected with, and the public key the node signs its
+//!    workers' tickets with. The node then presents the ticket on every
+//!    connection ([`Endpoint::certify`](super::Endpoint::certify)).
+//! 3. **Worker tickets.** A node starts each worker with a certificate it
+//!    issued for it ([`Credentials::for_worker`](super::Credentials::for_worker)):
+//!    a worker never holds the token, so it cannot prove it, cannot join,
+//!    and cannot make itself another certificate. Its ticket
+//!    ([`WORKER_TICKET`]) names the worker, its certificate and its node,
+//!    signed by the node's key, with the node's ticket attached.
+//! 4. **Checks** ([`Verifier`], on every accepted connection): a ticket must
+//!    be signed by the head (a worker's by a key the head certified) and
+//!    name the certificate the peer proved in TLS that it holds; a token
+//!    proof must be that certificate's HMAC with this cluster's token; a
+//!    failed proof closes the connection (close code 6). The handler gets a
+//!    [`Caller`]: [`Standing::Certified`], [`Standing::TokenHolder`], or
+//!    [`Standing::Unverified`] at a process that can check neither (a
+//!    worker, which holds no token, or a node before it joined).
+//! 5. What each caller may ask is decided above this layer
+//!    (`crate::node`'s `authorize.rs`).
+//!
+//! Tickets do not expire: each names one incarnation, and the head refuses
+//! incarnations it declared dead or that left.
+
+use std::fmt;
+
+use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
+use serde::{Deserialize, Serialize};
+
+use crate::wire::{self, IssuerTicket, NodeIdentity, PeerIdentity, PeerRole, Proof, Ticket};
+
+use super::CredentialError;
+
+/// Signed before a node ticket's claims.
+pub const NODE_TICKET: &[u8] = b"nimbus node ticket v1\0";
+/// Signed before a worker ticket's claims.
+pub const WORKER_TICKET: &[u8] = b"nimbus worker ticket v1\0";
+/// MACed before a token holder's certificate hash.
+pub const TOKEN_PROOF: &[u8] = b"nimbus token proof v1\0";
+
+/// Largest claims a ticket may carry: an identity, a hash and a key.
+const MAX_CLAIMS: usize = 4 << 10;
+
+/// The SHA-256 of a DER certificate: what a ticket or token proof binds to.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CertificateHash(pub [u8; 32]);
+
+impl CertificateHash {
+    /// The hash of `der`.
+    pub fn of(der: &[u8]) -> Self {
+        let digest = ring::digest::digest(&ring::digest::SHA256, der);
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(digest.as_ref());
+        CertificateHash(hash)
+    }
+}
+
+impl fmt::Debug for CertificateHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in &self.0[..8] {
+            write!(f, "{byte:02x}")?;
+        }
+        f.write_str("…")
+    }
+}
+
+/// What a ticket states.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Claims {
+    /// Who holds the certificate.
+    subject: PeerIdentity,
+    /// The certificate's SHA-256.
+    #[serde(with = "serde_bytes")]
+    certificate: Vec<u8>,
+    /// The node the subject runs on (a node: itself).
+    host: NodeIdentity,
+    /// A node's: the Ed25519 public key its workers' tickets are signed
+    /// with (empty in a worker's).
+    #[serde(with = "serde_bytes")]
+    signs_workers: Vec<u8>,
+}
+
+/// Why a proof does not hold.
+#[derive(Debug, thiserror::Error)]
+pub enum TicketError {
+    /// A signature does not verify.
+    #[error("its {0} is not signed by this cluster's head (a ticket of another cluster or head, or forged)")]
+    BadSignature(&'static str),
+    /// The ticket names another certificate.
+    #[error(
+        "its ticket names another certificate than the one it connected with (a copied ticket)"
+    )]
+    OtherCertificate,
+    /// The claims are not a ticket's.
+    #[error("its ticket is malformed: {0}")]
+    Malformed(String),
+    /// A worker ticket signed by something other than a node, or a node
+    /// ticket presented by a worker.
+    #[error("its ticket is for a {found}, but it came as a {expected}")]
+    WrongRole {
+        /// What the ticket needs.
+        expected: &'static str,
+        /// What it names.
+        found: &'static str,
+    },
+    /// The token proof does not match.
+    #[error("its token proof is wrong (another cluster's token?)")]
+    BadTokenProof,
+    /// The Hello names someone else than the ticket.
+    #[error("it announced itself as {announced} with a ticket for {certified}")]
+    NotItsTicket {
+        /// From the Hello.
+        announced: PeerIdentity,
+        /// From the ticket.
+        certified: PeerIdentity,
+    },
+    /// It offered no proof to a process that requires one.
+    #[error("it offered no proof of identity (a worker's certificate without its ticket?)")]
+    NoProof,
+}
+
+/// Who sent a request, as far as this process could check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The peer: from its ticket when certified, else as it announced.
+    pub peer: PeerIdentity,
+    /// The SHA-256 of the certificate it connected with.
+    pub certificate: CertificateHash,
+    /// How far `peer` is proven.
+    pub standing: Standing,
+}
+
+/// How far a caller's identity is proven.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// A node or worker with a valid ticket; `host` is its node (a node:
+    /// itself).
+    Certified {
+        /// The node it runs on.
+        host: NodeIdentity,
+    },
+    /// It proved it holds the token, nothing more: a driver, the CLI, a
+    /// node before it joined.
+    TokenHolder,
+    /// This process can check no proof (it holds neither the token nor
+    /// the head's key): the caller holds a cluster certificate, nothing
+    /// more is known.
+    Unverified,
+}
+
+impl Caller {
+    /// Whether this is the certified node `node` (name and incarnation).
+    pub fn is_node(&self, node: &NodeIdentity) -> bool {
+        self.certified_as(PeerRole::Node) && self.peer.identity == *node
+    }
+
+    /// Whether the caller holds a ticket for `role`.
+    pub fn certified_as(&self, role: PeerRole) -> bool {
+        matches!(self.standing, Standing::Certified { .. }) && self.peer.role == role
+    }
+}
+
+impl fmt::Display for Caller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let standing = match &self.standing {
+            Standing::Certified { .. } => "certified",
+            Standing::TokenHolder => "token holder",
+            Standing::Unverified => "unverified",
+        };
+        write!(f, "{} ({standing})", self.peer)
+    }
+}
+
+/// The head's ticket key: it certifies nodes (step 2).
+pub struct TicketAuthority {
+    key: Ed25519KeyPair,
+}
+
+impl TicketAuthority {
+    /// A new random key, for one head process.
+    pub fn generate() -> Result<Self, CredentialError> {
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng)
+            .map_err(|_| CredentialError::Tls("cannot generate the head's ticket key".into()))?;
+        let key = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref())
+            .map_err(|e| CredentialError::Tls(format!("the head's ticket key: {e}")))?;
+        Ok(TicketAuthority { key })
+    }
+
+    /// The public key every node checks tickets with.
+    pub fn public_key(&self) -> Vec<u8> {
+        self.key.public_key().as_ref().to_vec()
+    }
+
+    /// A ticket for node `node`, connected with `certificate`, whose
+    /// workers' tickets `signs_workers` signs.
+    pub fn certify_node(
+        &self,
+        node: &NodeIdentity,
+        certificate: CertificateHash,
+        signs_workers: &[u8],
+    ) -> Ticket {
+        let claims = Claims {
+            subject: PeerIdentity {
+                role: PeerRole::Node,
+                identity: node.clone(),
+            },
+            certificate: certificate.0.to_vec(),
+            host: node.clone(),
+            signs_workers: signs_workers.to_vec(),
+        };
+        let claims = rmp_serde::to_vec_named(&claims).unwrap_or_default();
+        let signature = sign(&self.key, NODE_TICKET, &claims);
+        Ticket {
+            claims,
+            signature,
+            issuer: None,
+        }
+    }
+}
+
+/// A node's key for its workers' tickets (step 3).
+pub struct WorkerSigner {
+    key: Ed25519KeyPair,
+    node: NodeIdentity,
+    ticket: Option<Ticket>,
+}
+
+impl WorkerSigner {
+    /// A new random key for node `node`; it signs nothing until the node
+    /// is certified ([`WorkerSigner::set_ticket`]).
+    pub fn generate(node: &NodeIdentity) -> Result<Self, CredentialError> {
+        let authority = TicketAuthority::generate()?;
+        Ok(WorkerSigner {
+            key: authority.key,
+            node: node.clone(),
+            ticket: None,
+        })
+    }
+
+    /// The public key the node's ticket must name.
+    pub fn public_key(&self) -> Vec<u8> {
+        self.key.public_key().as_ref().to_vec()
+    }
+
+    /// The node's ticket, attached to every worker ticket.
+    pub fn set_ticket(&mut self, ticket: Ticket) {
+        self.ticket = Some(ticket);
+    }
+
+    /// A ticket for worker `worker` with `certificate`; `None` before the
+    /// node has its own ticket.
+    pub fn certify_worker(
+        &self,
+        worker: &NodeIdentity,
+        certificate: CertificateHash,
+    ) -> Option<Ticket> {
+        let node = self.ticket.as_ref()?;
+        let claims = Claims {
+            subject: PeerIdentity {
+                role: PeerRole::Worker,
+                identity: worker.clone(),
+            },
+            certificate: certificate.0.to_vec(),
+            host: self.node.clone(),
+            signs_workers: Vec::new(),
+        };
+        let claims = rmp_serde::to_vec_named(&claims).unwrap_or_default();
+        let signature = sign(&self.key, WORKER_TICKET, &claims);
+        Some(Ticket {
+            claims,
+            signature,
+            issuer: Some(IssuerTicket {
+                claims: node.claims.clone(),
+                signature: node.signature.clone(),
+            }),
+        })
+    }
+}
+
+/// What this process can check (step 4): the token's MAC key, the head's
+/// public key, both or neither.
+#[derive(Clone, Default)]
+pub struct Verifier {
+    token: Option<ring::hmac::Key>,
+    head: Option<Vec<u8>>,
+}
+
+impl Verifier {
+    /// Checks token proofs with `token` (the MAC key derived from it).
+    pub(super) fn with_token(token: ring::hmac::Key) -> Self {
+        Verifier {
+            token: Some(token),
+            head: None,
+        }
+    }
+
+    /// Also checks tickets, with the head's public key.
+    pub(super) fn set_head_key(&mut self, key: Vec<u8>) {
+        self.head = Some(key);
+    }
+
+    /// Who the peer that sent `hello` with the certificate `certificate`
+    /// is, or why its proof fails.
+    pub fn check(
+        &self,
+        announced: &PeerIdentity,
+        proof: &Proof,
+        certificate: CertificateHash,
+    ) -> Result<Caller, TicketError> {
+        let caller = |peer: PeerIdentity, standing| Caller {
+            peer,
+            certificate,
+            standing,
+        };
+        match proof {
+            Proof::Ticket(ticket) => match &self.head {
+                Some(head) => {
+                    let claims = verify_ticket(head, ticket, certificate)?;
+                    if claims.subject != *announced {
+                        return Err(TicketError::NotItsTicket {
+                            announced: announced.clone(),
+                            certified: claims.subject,
+                        });
+                    }
+                    let host = claims.host;
+                    Ok(caller(claims.subject, Standing::Certified { host }))
+                }
+                None => Ok(caller(announced.clone(), Standing::Unverified)),
+            },
+            Proof::Token(mac) => match &self.token {
+                Some(key) => {
+                    ring::hmac::verify(key, &proof_message(certificate), mac)
+                        .map_err(|_| TicketError::BadTokenProof)?;
+                    Ok(caller(announced.clone(), Standing::TokenHolder))
+                }
+                None => Ok(caller(announced.clone(), Standing::Unverified)),
+            },
+            Proof::None if self.token.is_some() || self.head.is_some() => Err(TicketError::NoProof),
+            Proof::None => Ok(caller(announced.clone(), Standing::Unverified)),
+        }
+    }
+}
+
+/// The token proof for `certificate`, with the token's MAC key.
+pub(super) fn token_proof(token: &ring::hmac::Key, certificate: CertificateHash) -> Proof {
+    Proof::Token(
+        ring::hmac::sign(token, &proof_message(certificate))
+            .as_ref()
+            .to_vec(),
+    )
+}
+
+fn proof_message(certificate: CertificateHash) -> Vec<u8> {
+    [TOKEN_PROOF, &certificate.0].concat()
+}
+
+fn sign(key: &Ed25519KeyPair, domain: &[u8], claims: &[u8]) -> Vec<u8> {
+    key.sign(&[domain, claims].concat()).as_ref().to_vec()
+}
+
+fn verify(
+    public: &[u8],
+    domain: &[u8],
+    claims: &[u8],
+    signature: &[u8],
+    what: &'static str,
+) -> Result<Claims, TicketError> {
+    if claims.len() > MAX_CLAIMS {
+        return Err(TicketError::Malformed(format!(
+            "claims of {} bytes",
+            claims.len()
+        )));
+    }
+    UnparsedPublicKey::new(&ED25519, public)
+        .verify(&[domain, claims].concat(), signature)
+        .map_err(|_| TicketError::BadSignature(what))?;
+    wire::decode(claims).map_err(|e| TicketError::Malformed(e.to_string()))
+}
+
+/// The claims of `ticket` once every signature holds and it names
+/// `certificate`.
+fn verify_ticket(
+    head: &[u8],
+    ticket: &Ticket,
+    certificate: CertificateHash,
+) -> Result<Claims, TicketError> {
+    let claims = match &ticket.issuer {
+        None => {
+            let claims = verify(
+                head,
+                NODE_TICKET,
+                &ticket.claims,
+                &ticket.signature,
+                "ticket",
+            )?;
+            expect_role(&claims, PeerRole::Node)?;
+            claims
+        }
+        Some(node) => {
+            let node = verify(
+                head,
+                NODE_TICKET,
+                &node.claims,
+                &node.signature,
+                "node ticket",
+            )?;
+            expect_role(&node, PeerRole::Node)?;
+            let claims = verify(
+                &node.signs_workers,
+                WORKER_TICKET,
+                &ticket.claims,
+                &ticket.signature,
+                "worker ticket's node",
+            )?;
+            expect_role(&claims, PeerRole::Worker)?;
+            if claims.host != node.subject.identity {
+                return Err(TicketError::Malformed(format!(
+                    "a worker ticket for a worker of {} signed by {}",
+                    claims.host, node.subject.identity
+                )));
+            }
+            claims
+        }
+    };
+    if claims.certificate != certificate.0 {
+        return Err(TicketError::OtherCertificate);
+    }
+    Ok(claims)
+}
+
+fn expect_role(claims: &Claims, expected: PeerRole) -> Result<(), TicketError> {
+    let name = |role| match role {
+        PeerRole::Node => "node",
+        PeerRole::Worker => "worker",
+        PeerRole::Client => "client",
+    };
+    match claims.subject.role == expected {
+        true => Ok(()),
+        false => Err(TicketError::WrongRole {
+            expected: name(expected),
+            found: name(claims.subject.role),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Incarnation;
+
+    fn node(name: &str) -> NodeIdentity {
+        NodeIdentity {
+            name: name.into(),
+            incarnation: Incarnation::fresh(),
+        }
+    }
+
+    fn peer(role: PeerRole, identity: &NodeIdentity) -> PeerIdentity {
+        PeerIdentity {
+            role,
+            identity: identity.clone(),
+        }
+    }
+
+    fn verifier(head: &TicketAuthority) -> Verifier {
+        let mut verifier =
+            Verifier::with_token(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"k"));
+        verifier.set_head_key(head.public_key());
+        verifier
+    }
+
+    #[test]
+    fn a_node_ticket_certifies_its_certificate_only() {
+        let head = TicketAuthority::generate().unwrap();
+        let n1 = node("n1");
+        let cert = CertificateHash::of(b"n1's certificate");
+        let ticket = head.certify_node(&n1, cert, b"");
+        let verifier = verifier(&head);
+        let proof = Proof::Ticket(ticket);
+        let caller = verifier
+            .check(&peer(PeerRole::Node, &n1), &proof, cert)
+            .unwrap();
+        assert!(caller.is_node(&n1));
+        let copied = verifier.check(
+            &peer(PeerRole::Node, &n1),
+            &proof,
+            CertificateHash::of(b"another"),
+        );
+        assert!(matches!(copied, Err(TicketError::OtherCertificate)));
+        let renamed = verifier.check(&peer(PeerRole::Node, &node("n2")), &proof, cert);
+        assert!(matches!(renamed, Err(TicketError::NotItsTicket { .. })));
+    }
+
+    #[test]
+    fn a_ticket_of_another_head_or_tampered_claims_are_refused() {
+        let head = TicketAuthority::generate().unwrap();
+        let other = TicketAuthority::generate().unwrap();
+        let n1 = node("n1");
+        let cert = CertificateHash::of(b"c");
+        let foreign = Proof::Ticket(other.certify_node(&n1, cert, b""));
+        let verifier = verifier(&head);
+        let checked = verifier.check(&peer(PeerRole::Node, &n1), &foreign, cert);
+        assert!(matches!(checked, Err(TicketError::BadSignature(_))));
+        let mut ticket = head.certify_node(&n1, cert, b"");
+        let last = ticket.claims.len() - 1;
+        ticket.claims[last] ^= 1;
+        let tampered = verifier.check(&peer(PeerRole::Node, &n1), &Proof::Ticket(ticket), cert);
+        assert!(matches!(tampered, Err(TicketError::BadSignature(_))));
+    }
+
+    #[test]
+    fn a_worker_ticket_needs_a_certified_node_and_cannot_pass_as_one() {
+        let head = TicketAuthority::generate().unwrap();
+        let n1 = node("n1");
+        let mut signer = WorkerSigner::generate(&n1).unwrap();
+        let w = node("worker-7");
+        let wcert = CertificateHash::of(b"w");
+        assert!(signer.certify_worker(&w, wcert).is_none());
+        signer.set_ticket(head.certify_node(&n1, CertificateHash::of(b"n"), &signer.public_key()));
+        let ticket = signer.certify_worker(&w, wcert).unwrap();
+        let verifier = verifier(&head);
+        let caller = verifier
+            .check(
+                &peer(PeerRole::Worker, &w),
+                &Proof::Ticket(ticket.clone()),
+                wcert,
+            )
+            .unwrap();
+        assert_eq!(caller.standing, Standing::Certified { host: n1.clone() });
+        assert!(caller.certified_as(PeerRole::Worker));
+        // A worker's ticket with its node's attached ticket stripped off is
+        // a node ticket signed by the wrong key.
+        let mut stripped = ticket.clone();
+        stripped.issuer = None;
+        let checked = verifier.check(&peer(PeerRole::Worker, &w), &Proof::Ticket(stripped), wcert);
+        assert!(matches!(checked, Err(TicketError::BadSignature(_))));
+        // A node key the head did not certify signs nothing that holds.
+        let rogue = WorkerSigner::generate(&n1).unwrap();
+        let mut forged = ticket;
+        let claims = Claims {
+            subject: peer(PeerRole::Worker, &w),
+            certificate: wcert.0.to_vec(),
+            host: n1.clone(),
+            signs_workers: Vec::new(),
+        };
+        forged.claims = rmp_serde::to_vec_named(&claims).unwrap();
+        forged.signature = sign(&rogue.key, WORKER_TICKET, &forged.claims);
+        let checked = verifier.check(&peer(PeerRole::Worker, &w), &Proof::Ticket(forged), wcert);
+        assert!(matches!(checked, Err(TicketError::BadSignature(_))));
+    }
+
+    #[test]
+    fn a_token_proof_binds_the_token_to_the_certificate() {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"token");
+        let verifier = Verifier::with_token(key.clone());
+        let cert = CertificateHash::of(b"c");
+        let me = peer(PeerRole::Client, &node("cli"));
+        let proof = token_proof(&key, cert);
+        let caller = verifier.check(&me, &proof, cert).unwrap();
+        assert_eq!(caller.standing, Standing::TokenHolder);
+        let replayed = verifier.check(&me, &proof, CertificateHash::of(b"d"));
+        assert!(matches!(replayed, Err(TicketError::BadTokenProof)));
+        let other = token_proof(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"x"), cert);
+        assert!(matches!(
+            verifier.check(&me, &other, cert),
+            Err(TicketError::BadTokenProof)
+        ));
+        assert!(matches!(
+            verifier.check(&me, &Proof::None, cert),
+            Err(TicketError::NoProof)
+        ));
+        let worker_side = Verifier::default();
+        let caller = worker_side.check(&me, &Proof::None, cert).unwrap();
+        assert_eq!(caller.standing, Standing::Unverified);
+    }
+}

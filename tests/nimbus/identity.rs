@@ -1,0 +1,146 @@
+//! Identities bound to certificates: a token holder cannot speak for a
+//! node, and a node's ticket holds only with the certificate it names
+//! (`src/transport/tickets.rs`, `src/node/authorize.rs`). A worker's side
+//! is in `tests/actors` (`actor_code_cannot_speak_for_the_head_or_another_actor`).
+
+use std::time::Duration;
+
+use nimbus::client;
+use nimbus::cluster::{
+    ControlReply, ControlRequest, MembershipRequest, NodeRegistration, NodeState, ResourceSet,
+};
+use nimbus::transport::{ConnectError, Credentials, Endpoint, RequestOptions, TransportConfig};
+use nimbus::wire::{CloseCode, Incarnation, NodeIdentity, PeerIdentity, PeerRole};
+
+use crate::support::{cluster, within};
+
+fn identity(name: &str, incarnation: u64) -> NodeIdentity {
+    NodeIdentity {
+        name: name.into(),
+        incarnation: Incarnation(incarnation),
+    }
+}
+
+/// Before tickets, any token holder's `Leave` in a member's (or the head's)
+/// name was taken, and its heartbeats kept a dead member listed alive.
+#[tokio::test]
+async fn a_token_holder_cannot_evict_a_member_or_heartbeat_for_it() {
+    within(Duration::from_secs(60), async {
+        let cluster = cluster(2);
+        let client = cluster.client().await.unwrap();
+        let before = client.status().await.unwrap();
+        assert_eq!(before.alive().count(), 2);
+        for node in &before.nodes {
+            let node = identity(&node.id, node.incarnation);
+            let leave = MembershipRequest::Leave { node: node.clone() };
+            let beat = MembershipRequest::Heartbeat {
+                node: node.clone(),
+                used: ResourceSet::default(),
+            };
+            for (request, name) in [(leave, "Leave"), (beat, "Heartbeat")] {
+                let refused = client
+                    .call(&ControlRequest::Membership(request))
+                    .await
+                    .unwrap_err();
+                assert!(
+                    refused
+                        .to_string()
+                        .contains(&format!("may not send {name}")),
+                    "{name} for {node}: {refused}"
+                );
+            }
+        }
+        let after = client.status().await.unwrap();
+        let states: Vec<_> = after
+            .nodes
+            .iter()
+            .map(|n| (&n.id, n.incarnation, n.state))
+            .collect();
+        let expected: Vec<_> = before
+            .nodes
+            .iter()
+            .map(|n| (&n.id, n.incarnation, NodeState::Alive))
+            .collect();
+        assert_eq!(states, expected, "every member is still there, alive");
+    })
+    .await
+}
+
+/// A node joins as a token holder and gets a ticket for the certificate it
+/// joined with: with it, the node heartbeats and leaves as itself; the same
+/// ticket presented with another certificate is refused at the handshake.
+#[tokio::test]
+async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
+    within(Duration::from_secs(60), async {
+        let cluster = cluster(1);
+        let head = cluster.address();
+        let token = cluster.token().clone();
+        let me = identity("outsider", Incarnation::fresh().0);
+        let peer = PeerIdentity {
+            role: PeerRole::Node,
+            identity: me.clone(),
+        };
+        let config = TransportConfig::default();
+        let credentials = Credentials::issue(&token, "outsider").unwrap();
+        let node = Endpoint::client(peer.clone(), &credentials, config.clone()).unwrap();
+        let join = ControlRequest::Membership(MembershipRequest::Join {
+            registration: NodeRegistration {
+                node: me.clone(),
+                address: node.local_addr(),
+                resources: ResourceSet::default(),
+            },
+            signs_workers: Vec::new(),
+        });
+        let connection = node.connect(head, None).await.unwrap();
+        let joined = client::call(&connection, &join, RequestOptions::control()).await;
+        let Ok(ControlReply::Joined {
+            ticket, head_key, ..
+        }) = joined
+        else {
+            panic!("join: {joined:?}");
+        };
+        // As a token holder it may not heartbeat yet, even as itself.
+        let beat = ControlRequest::Membership(MembershipRequest::Heartbeat {
+            node: me.clone(),
+            used: ResourceSet::default(),
+        });
+        let uncertified = client::call(&connection, &beat, RequestOptions::control()).await;
+        assert!(uncertified.is_err(), "{uncertified:?}");
+        node.certify(ticket.clone(), head_key.clone());
+        let connection = node.connect(head, None).await.unwrap();
+        client::call(&connection, &beat, RequestOptions::control())
+            .await
+            .expect("a certified node heartbeats as itself");
+
+        let copier = Endpoint::client(
+            peer,
+            &Credentials::issue(&token, "outsider").unwrap(),
+            config,
+        )
+        .unwrap();
+        copier.certify(ticket, head_key);
+        let Err(refused) = copier.connect(head, None).await else {
+            panic!("a copied ticket was taken");
+        };
+        assert!(
+            matches!(
+                &refused,
+                ConnectError::Refused {
+                    code: Some(CloseCode::Unauthenticated),
+                    ..
+                }
+            ),
+            "{refused}"
+        );
+        assert!(
+            refused.to_string().contains("another certificate"),
+            "{refused}"
+        );
+
+        let leave = ControlRequest::Membership(MembershipRequest::Leave { node: me });
+        client::call(&connection, &leave, RequestOptions::control())
+            .await
+            .expect("a certified node leaves as itself");
+    })
+    .await
+}
