@@ -4,9 +4,11 @@
 //! - started by a node manager with the `nimbus-worker` argument, `init`
 //!   hosts one actor and never returns;
 //! - otherwise the program is a driver: with `--address HOST:PORT` (or
-//!   `NIMBUS_ADDRESS`) it joins that cluster, with the token from `--token`,
-//!   `NIMBUS_TOKEN` or this machine's token file; with neither it starts a
-//!   local cluster of its own, stopped when the [`Driver`] is dropped.
+//!   `NIMBUS_ADDRESS`) it joins that cluster, with the token from
+//!   `--token-file` (private: mode 0600), `--token` (visible to local users
+//!   in the process list; warned), `NIMBUS_TOKEN` or this machine's token
+//!   file; with neither it starts a local cluster of its own, stopped when
+//!   the [`Driver`] is dropped.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +33,9 @@ pub enum InitError {
     /// No usable token.
     #[error("no cluster token: {0}")]
     Token(String),
+    /// The `--token-file` is unreadable or not private.
+    #[error(transparent)]
+    TokenFile(#[from] crate::cluster::files::TokenFileError),
     /// The token is malformed.
     #[error(transparent)]
     Credentials(#[from] CredentialError),
@@ -220,13 +225,21 @@ fn flag(name: &str) -> Option<String> {
 }
 
 fn token() -> Result<JoinToken, InitError> {
-    let text = match flag("--token").or_else(|| std::env::var("NIMBUS_TOKEN").ok()) {
+    if let Some(file) = flag("--token-file") {
+        let text = crate::cluster::files::read_token_file(std::path::Path::new(&file))?;
+        return Ok(text.parse()?);
+    }
+    let typed = flag("--token");
+    if typed.is_some() {
+        tracing::warn!("--token puts the cluster's token in this program's arguments, which every local user can read while it runs; prefer --token-file PATH (mode 0600) or NIMBUS_TOKEN");
+    }
+    let text = match typed.or_else(|| std::env::var("NIMBUS_TOKEN").ok()) {
         Some(token) => token,
         None => {
             let file = default_state_dir().join("token");
             std::fs::read_to_string(&file).map_err(|e| {
                 InitError::Token(format!(
-                    "no --token, no NIMBUS_TOKEN, and {} unreadable: {e}",
+                    "no --token-file, --token or NIMBUS_TOKEN, and {} unreadable: {e}",
                     file.display()
                 ))
             })?

@@ -53,6 +53,7 @@ use crate::wire::{self, NodeIdentity, RemoteErrorKind};
 
 use super::messages::ActorCall;
 use super::CallError;
+use crate::runtime::transits::{self, Transits};
 use crate::runtime::ProcessContext;
 use crate::runtime::{RemoteActor, RemoteMessage, Wire};
 
@@ -108,6 +109,9 @@ impl Link {
 /// A call waiting in the outbox.
 struct Outgoing {
     body: Vec<u8>,
+    /// The object references it carries, which their owners must know of
+    /// before it is written (`crate::runtime::transits`).
+    transits: Transits,
     deadline: Duration,
     waiter: Waiter,
 }
@@ -232,8 +236,10 @@ impl<A: RemoteActor> ActorHandle<A> {
             addr.do_send(message);
             return Ok(());
         }
+        let (body, transits) = self.encode(&message)?;
         let call = Outgoing {
-            body: self.encode(&message)?,
+            body,
+            transits,
             deadline: DEFAULT_CALL_DEADLINE,
             waiter: Waiter::OneWay,
         };
@@ -263,8 +269,10 @@ impl<A: RemoteActor> ActorHandle<A> {
             return Ok(Queued::Local(addr.send(message).boxed()));
         }
         let (written, receipt) = oneshot::channel();
+        let (body, transits) = self.encode(&message)?;
         let call = Outgoing {
-            body: self.encode(&message)?,
+            body,
+            transits,
             deadline,
             waiter: Waiter::TwoWay(written),
         };
@@ -354,17 +362,19 @@ impl<A: RemoteActor> ActorHandle<A> {
         Ok(locate_any(context, self.id).await?.dead)
     }
 
-    fn encode<M: RemoteMessage>(&self, message: &M) -> Result<Vec<u8>, CallError> {
+    fn encode<M: RemoteMessage>(&self, message: &M) -> Result<(Vec<u8>, Transits), CallError> {
         let encode_error = |e: rmp_serde::encode::Error| CallError::Encode {
             actor: self.id,
             detail: format!("cannot encode {}: {e}", M::NAME),
         };
+        let (payload, transits) = transits::encoding(|| rmp_serde::to_vec_named(message));
         let call = ActorCall {
             actor: self.id,
             message: M::NAME.to_string(),
-            payload: rmp_serde::to_vec_named(message).map_err(encode_error)?,
+            payload: payload.map_err(encode_error)?,
         };
-        rmp_serde::to_vec_named(&call).map_err(encode_error)
+        let body = rmp_serde::to_vec_named(&call).map_err(encode_error)?;
+        Ok((body, transits))
     }
 }
 
@@ -396,6 +406,27 @@ async fn deliver(
 ) {
     let mut current: Option<(Channel, ActorRecord)> = None;
     while let Some(call) = queue.recv().await {
+        if let Some(delivered) = call.transits.delivered() {
+            if tokio::time::timeout(call.deadline, delivered)
+                .await
+                .is_err()
+            {
+                let why = "the owners of the object references it carries did not answer";
+                match call.waiter {
+                    Waiter::TwoWay(written) => {
+                        let timeout = CallError::Timeout {
+                            actor,
+                            after: call.deadline,
+                        };
+                        let _ = written.send(Err(Failure::Call(timeout)));
+                    }
+                    Waiter::OneWay => {
+                        tracing::warn!(%actor, "a one-way message was not sent: {why}")
+                    }
+                }
+                continue;
+            }
+        }
         let live = current
             .as_ref()
             .filter(|(channel, _)| channel.is_open())

@@ -174,11 +174,16 @@ pub async fn spawn<A: RemoteActor>(
         return Err(SpawnError::NotRegistered(A::NAME));
     }
     options.resources.validate()?;
+    let (args, transits) = crate::runtime::transits::encoding(|| rmp_serde::to_vec_named(&args));
+    let args = args.map_err(|e| SpawnError::EncodeArgs(e.to_string()))?;
+    if let Some(delivered) = transits.delivered() {
+        delivered.await;
+    }
     let spec = ActorSpec {
         actor: ActorId::random(),
         type_name: A::NAME.to_string(),
         name: options.name.clone(),
-        args: rmp_serde::to_vec_named(&args).map_err(|e| SpawnError::EncodeArgs(e.to_string()))?,
+        args,
         resources: options.resources.clone(),
         max_restarts: options.max_restarts,
         restarts: 0,

@@ -40,6 +40,45 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     private_file(path)?.write_all(bytes)
 }
 
+/// A token file that other users could read or write (a `--token-file`).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    /// It could not be read.
+    #[error("cannot read the token file {path} (--token-file): {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Its mode lets other users in.
+    #[error("the token file {path} (--token-file) is readable or writable by other users (mode {mode:o}); make it private: chmod 600 {path}")]
+    NotPrivate {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+/// The text of a token file, refused when other users could read or write
+/// it (as ssh refuses such a private key): the token is the cluster's root
+/// secret.
+pub fn read_token_file(path: &Path) -> Result<String, TokenFileError> {
+    let unreadable = |source| TokenFileError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mode = std::fs::metadata(path).map_err(unreadable)?.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(TokenFileError::NotPrivate {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    std::fs::read_to_string(path).map_err(unreadable)
+}
+
 /// Bytes free for an unprivileged user on the filesystem of `dir`, if the
 /// system says.
 pub fn free_bytes(dir: &Path) -> Option<u64> {

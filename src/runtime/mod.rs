@@ -13,7 +13,8 @@
 //! `role.rs` (`ProcessRole`, decided from the command line in one place),
 //! `boot.rs` (the worker boot protocol), `node_of_worker.rs` (a worker's
 //! node, and `kill_own_node` for `kill_node` faults), `packet_reports.rs`,
-//! `panic.rs` (a panic payload as a death reason).
+//! `panic.rs` (a panic payload as a death reason), `transits.rs` (a
+//! message carrying object references leaves only once their owners know).
 //!
 //! Features (actors, tasks, the object store, placement groups, training)
 //! build on it; it imports none of them. Their per-process services are
@@ -26,6 +27,7 @@ mod packet_reports;
 mod panic;
 mod registry;
 mod role;
+pub mod transits;
 
 pub use context::ProcessContext;
 pub use node_of_worker::{kill_own_node, KillNodeRefused, NodeOfWorker};

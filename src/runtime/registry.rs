@@ -182,7 +182,12 @@ impl Registry {
             let reply = addr.send(message);
             Ok(async move {
                 let reply = reply.await.map_err(|_| DispatchError::ActorGone)?;
-                rmp_serde::to_vec_named(&reply).map_err(|e| DispatchError::Encode(e.to_string()))
+                let (encoded, transits) =
+                    super::transits::encoding(|| rmp_serde::to_vec_named(&reply));
+                if let Some(delivered) = transits.delivered() {
+                    delivered.await;
+                }
+                encoded.map_err(|e| DispatchError::Encode(e.to_string()))
             }
             .boxed())
         });

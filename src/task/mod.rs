@@ -58,6 +58,7 @@ use crate::cluster::ObjectRequest;
 use crate::cluster::{ControlRequest, DeathCause, ObjectId, ObjectLocation, CPU, GPU};
 use crate::object_store::{self, refs, ObjectRef, ObjectStoreError};
 use crate::placement::{InBundle, PlacementError, PlacementGroup};
+use crate::runtime::transits::{self, Transits};
 use crate::transport::RequestOptions;
 
 pub use pool::IDLE_LEASE;
@@ -156,15 +157,20 @@ pub(crate) fn with_task_worker(registry: Registry) -> Registry {
 /// A task's argument: a value, or object(s) to fetch first.
 pub struct Input<A> {
     wire: InputWire,
+    /// The object references serialized into a value
+    /// (`crate::runtime::transits`).
+    transits: Transits,
     argument: PhantomData<fn() -> A>,
 }
 
 impl<A: Serialize> Input<A> {
     /// A value, sent along with the task.
     pub fn value(value: &A) -> Result<Self, TaskError> {
-        let bytes = rmp_serde::to_vec_named(value).map_err(|e| TaskError::Encode(e.to_string()))?;
+        let (bytes, transits) = transits::encoding(|| rmp_serde::to_vec_named(value));
+        let bytes = bytes.map_err(|e| TaskError::Encode(e.to_string()))?;
         Ok(Input {
             wire: InputWire::Inline(bytes),
+            transits,
             argument: PhantomData,
         })
     }
@@ -176,6 +182,7 @@ impl<A> Input<A> {
     pub fn object(object: &ObjectRef<A>) -> Self {
         Input {
             wire: InputWire::Object(object.erase()),
+            transits: Transits::NONE,
             argument: PhantomData,
         }
     }
@@ -186,6 +193,7 @@ impl<E> Input<Vec<E>> {
     pub fn gather(objects: &[ObjectRef<E>]) -> Self {
         Input {
             wire: InputWire::Gather(objects.iter().map(ObjectRef::erase).collect()),
+            transits: Transits::NONE,
             argument: PhantomData,
         }
     }
@@ -287,6 +295,9 @@ pub async fn submit<A, R>(
         return Err(TaskError::NotRegistered(function.name));
     }
     let holder = refs::holder().ok_or(TaskError::NotInitialized)?;
+    if let Some(delivered) = input.transits.delivered() {
+        delivered.await;
+    }
     let home = home_location(context).await?;
     pool::check_feasible(context, &options.spawn).await?;
     let result = ObjectRef::<R>::expected(ObjectId::random(), home.clone());

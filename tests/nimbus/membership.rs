@@ -118,14 +118,16 @@ async fn a_restarted_node_is_a_new_incarnation_and_its_old_one_is_refused() {
             Err(other) => panic!("expected a stale-incarnation refusal, got {other}"),
             Ok(_) => panic!("the old incarnation was accepted"),
         }
-        // ...and so is a heartbeat in its name.
+        // ...and so is a heartbeat in its name: from anyone but that node
+        // it is forbidden (`tests/nimbus/identity.rs`); the old node itself
+        // would be told `StaleIncarnation` (`head/membership/state.rs`).
         let heartbeat = ControlRequest::Membership(MembershipRequest::Heartbeat {
             node: old.identity(),
             used: ResourceSet::default(),
         });
         let err = client.call(&heartbeat).await.unwrap_err();
         let ClientError::Request(err) = err else { panic!("{err}") };
-        assert_eq!(err.remote().unwrap().kind, RemoteErrorKind::StaleIncarnation);
+        assert_eq!(err.remote().unwrap().kind, RemoteErrorKind::Forbidden);
         // The new incarnation serves.
         let connection = client.connect_node(new).await.unwrap();
         client.echo(&connection, vec![1], RequestOptions::control()).await.unwrap();

@@ -3,8 +3,7 @@
 use std::time::{Duration, Instant};
 
 use nimbus::client::ClientError;
-use nimbus::cluster::MembershipRequest;
-use nimbus::cluster::{ClusterEventKind, ControlRequest};
+use nimbus::cluster::{ClusterEventKind, ControlRequest, FaultRequest};
 use nimbus::transport::{RequestError, RequestOptions};
 
 use crate::support::{cluster, within};
@@ -42,30 +41,25 @@ async fn a_one_way_message_is_delivered_without_a_reply() {
         let cluster = cluster(2);
         let client = cluster.client().await.unwrap();
         let seen = client.last_event_seq().await.unwrap();
-        let node = client
-            .status()
-            .await
-            .unwrap()
-            .node("node-1")
-            .unwrap()
-            .identity();
-        let leave =
-            rmp_serde::to_vec_named(&ControlRequest::Membership(MembershipRequest::Leave {
-                node: node.clone(),
+        let recovered = ClusterEventKind::Recovered {
+            what: "a one-way report".into(),
+            target: "requests test".into(),
+            took_ms: 7,
+        };
+        let report =
+            rmp_serde::to_vec_named(&ControlRequest::Faults(FaultRequest::ReportRecovery {
+                what: "a one-way report".into(),
+                target: "requests test".into(),
+                took_ms: 7,
             }))
             .unwrap();
         client
             .head()
-            .notify(leave, RequestOptions::control())
+            .notify(report, RequestOptions::control())
             .await
             .unwrap();
         let events = client.events(seen, Duration::from_secs(10)).await.unwrap();
-        assert!(
-            events
-                .iter()
-                .any(|e| e.kind == ClusterEventKind::NodeLeft { node: node.clone() }),
-            "{events:?}"
-        );
+        assert!(events.iter().any(|e| e.kind == recovered), "{events:?}");
     })
     .await
 }

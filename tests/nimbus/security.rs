@@ -59,6 +59,19 @@ fn the_join_token_is_in_no_process_arguments() {
     assert_eq!(json["nodes"].as_array().unwrap().len(), 3, "{json}");
     assert_eq!(processes_showing(&token), Vec::<String>::new());
 
+    // Readable by others: refused, naming the fix.
+    let shared = home.join("shared-token");
+    std::fs::write(&shared, &token).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let shared = shared.to_str().unwrap();
+    let refused = nimbus(home, &["status", "--token-file", shared]);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(
+        text(&refused).contains(&format!("make it private: chmod 600 {shared}")),
+        "{}",
+        text(&refused)
+    );
+
     let missing = nimbus(home, &["status", "--token-file", "/nonexistent/token"]);
     assert!(!missing.status.success());
     assert!(

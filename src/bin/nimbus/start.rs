@@ -272,9 +272,11 @@ fn without_token(
 /// machine's token file.
 pub(crate) fn token_from(arg: Option<&str>, file: Option<&std::path::Path>) -> Result<JoinToken> {
     let text = match (arg, file) {
-        (Some(token), _) => token.to_string(),
-        (None, Some(file)) => std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read the token file {} (--token-file)", file.display()))?,
+        (Some(token), _) => {
+            eprintln!("warning: --token puts the cluster's token in this command's arguments, which every local user can read while it runs; prefer --token-file PATH (mode 0600) or {TOKEN_ENV}");
+            token.to_string()
+        }
+        (None, Some(file)) => nimbus::cluster::files::read_token_file(file)?,
         (None, None) => match std::env::var(TOKEN_ENV) {
             Ok(token) => token,
             Err(_) => std::fs::read_to_string(state::token_file()).with_context(|| {

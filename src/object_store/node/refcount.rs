@@ -294,6 +294,106 @@ mod tests {
         }
     }
 
+    /// The simulation above with senders that die: a dead process's
+    /// undelivered changes are lost and its holds dropped
+    /// ([`RefCounts::drop_holders`], as when the head reports a worker
+    /// dead). With the barrier of `crate::runtime::transits` (a message
+    /// leaves only once its sender's changes, its `Transit` included, are
+    /// delivered), no seed frees an object a live process holds or a
+    /// message still carries; without it, some seed does: the early free
+    /// the barrier is for.
+    #[test]
+    fn a_sender_dying_after_passing_a_reference_on_never_frees_it_early() {
+        for seed in 1..=50u64 {
+            let early = first_early_free(seed, true);
+            assert_eq!(early, None, "seed {seed}, with the barrier");
+        }
+        let found = (1..=50u64).find_map(|seed| first_early_free(seed, false));
+        assert!(found.is_some(), "without the barrier no seed frees early");
+    }
+
+    /// The first step of `seed` at which an object is freed while a live
+    /// process holds it or a message to a live process carries it.
+    fn first_early_free(seed: u64, barrier: bool) -> Option<String> {
+        const PROCESSES: u64 = 4;
+        const OBJECTS: u64 = 3;
+        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut refs = RefCounts::default();
+        let mut holds: HashSet<(u64, ObjectId)> = HashSet::new();
+        let mut in_flight: Vec<(u64, ObjectId)> = Vec::new();
+        let mut outboxes: Vec<Outbox> = vec![VecDeque::new(); PROCESSES as usize];
+        let mut dead: HashSet<u64> = HashSet::new();
+        let mut freed: HashSet<ObjectId> = HashSet::new();
+        for o in 0..OBJECTS {
+            refs.arrived(ObjectId(o), process(0));
+            holds.insert((0, ObjectId(o)));
+        }
+        // The owner hears `p`'s next change.
+        fn hear(refs: &mut RefCounts, outbox: &mut Outbox, p: u64, freed: &mut HashSet<ObjectId>) {
+            if let Some((object, change)) = outbox.pop_front() {
+                if refs.change(object, &process(p), change) == Collected::Freed {
+                    freed.insert(object);
+                }
+            }
+        }
+        for step in 0..600 {
+            let p = next(PROCESSES);
+            let object = ObjectId(next(OBJECTS));
+            if dead.contains(&p) {
+                continue;
+            }
+            let holding = holds.contains(&(p, object));
+            match next(12) {
+                0 | 1 | 2 if holding => {
+                    let to = next(PROCESSES);
+                    outboxes[p as usize].push_back((object, RefChange::Transit));
+                    if barrier {
+                        while !outboxes[p as usize].is_empty() {
+                            hear(&mut refs, &mut outboxes[p as usize], p, &mut freed);
+                        }
+                    }
+                    in_flight.push((to, object));
+                }
+                3 | 4 if holding => {
+                    holds.remove(&(p, object));
+                    outboxes[p as usize].push_back((object, RefChange::Release));
+                }
+                5 | 6 | 7 if !in_flight.is_empty() => {
+                    let (to, object) = in_flight.swap_remove(next(in_flight.len() as u64) as usize);
+                    if !dead.contains(&to) {
+                        holds.insert((to, object));
+                        outboxes[to as usize].push_back((object, LANDED));
+                    }
+                }
+                8 => {
+                    dead.insert(p);
+                    outboxes[p as usize].clear();
+                    holds.retain(|&(h, _)| h != p);
+                    freed.extend(refs.drop_holders(|h| *h == process(p)));
+                }
+                _ => hear(&mut refs, &mut outboxes[p as usize], p, &mut freed),
+            }
+            for id in &freed {
+                let held = holds.iter().any(|&(_, h)| h == *id);
+                let carried = in_flight
+                    .iter()
+                    .any(|&(to, h)| h == *id && !dead.contains(&to));
+                if held || carried {
+                    return Some(format!(
+                        "seed {seed} step {step}: {id} freed while referenced"
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// One process's undelivered changes, in order.
     type Outbox = VecDeque<(ObjectId, RefChange)>;
 

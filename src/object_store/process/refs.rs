@@ -9,11 +9,13 @@
 //! - The first `ObjectRef` to an object in this process announces a holder
 //!   (`Hold`); dropping the last one sends `Release`. (A put or a task
 //!   submission registers its holder with the object itself.)
-//! - Serializing a reference into a message sends `Transit` before the
-//!   message can arrive; deserializing it in the receiver sends
-//!   `Hold { arrived: true }`, which consumes one transit. The owner may see
-//!   the two in either order: a count that dips below zero only delays the
-//!   free, so a reference passed on and dropped at once is never lost.
+//! - Serializing a reference into a message sends `Transit`, and the
+//!   message leaves only once the owner has answered it
+//!   (`crate::runtime::transits`): a sender that dies right after its
+//!   message cannot make the owner free the object. Deserializing it in
+//!   the receiver sends `Hold { arrived: true }`, which consumes one
+//!   transit. A count that dips below zero only delays the free, so a
+//!   reference passed on and dropped at once is never lost.
 //! - Serializing a reference into an object (a put, a task's result) does
 //!   not count as transit: the store holds the contained references on the
 //!   containing object's behalf until that object is freed, from its
@@ -23,10 +25,13 @@
 //! Changes go to their owners in order, from one background task, batched
 //! (`UpdateRefs`, at most `BATCH`, 4096, changes a request). A worker's
 //! holds name its actor and incarnation, so its node's store drops them
-//! when the head reports that incarnation dead. Leaks rather than losses:
-//! a reference serialized into a message that never arrives (the receiver
-//! died first) stays in transit, and a driver killed outright never
-//! releases its holds (its objects stay until their owner stops).
+//! when the head reports that incarnation dead. A hold or transit is not
+//! given up on while the head lists its owner alive (up to `OWNER_WAIT`,
+//! 60 s, then logged as an error); a release is, after three tries
+//! (logged). Leaks rather than losses: a reference serialized into a
+//! message that never arrives (the receiver died first) stays in transit,
+//! and a driver killed outright never releases its holds (its objects stay
+//! until their owner stops).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,7 +39,8 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::sync::{mpsc, Notify};
+use futures::FutureExt;
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::client;
 use crate::cluster::ObjectRequest;
@@ -120,13 +126,24 @@ impl Drop for Tracked {
 struct Process {
     holder: RefHolder,
     table: DashMap<ObjectId, Weak<Tracked>>,
-    queue: mpsc::UnboundedSender<(ObjectLocation, RefUpdate)>,
+    queue: mpsc::UnboundedSender<Queued>,
+}
+
+/// What the delivery task is asked.
+enum Queued {
+    /// Send this change to that owner.
+    Change(ObjectLocation, RefUpdate),
+    /// Say when every change queued before is delivered (or given up on:
+    /// its owner is gone), the barrier of `crate::runtime::transits`.
+    Barrier(oneshot::Sender<()>),
 }
 
 impl Process {
     fn send(&self, owner: &ObjectLocation, id: ObjectId, change: RefChange) {
         // The queue only closes when the runtime is gone, at exit.
-        let _ = self.queue.send((owner.clone(), RefUpdate { id, change }));
+        let _ = self
+            .queue
+            .send(Queued::Change(owner.clone(), RefUpdate { id, change }));
     }
 }
 
@@ -157,6 +174,16 @@ pub(crate) fn start(context: &'static ProcessContext) {
     };
     if PROCESS.set(process).is_ok() {
         tokio::spawn(deliver(context, holder, updates));
+        crate::runtime::transits::install(Box::new(|| {
+            let (done, delivered) = oneshot::channel();
+            if let Some(process) = PROCESS.get() {
+                let _ = process.queue.send(Queued::Barrier(done));
+            }
+            async move {
+                let _ = delivered.await;
+            }
+            .boxed()
+        }));
     }
 }
 
@@ -262,6 +289,7 @@ pub(crate) fn serialized(id: ObjectId, owner: &ObjectLocation, stake: Option<&Ar
     if !captured {
         if let Some(process) = PROCESS.get() {
             process.send(owner, id, RefChange::Transit);
+            crate::runtime::transits::serialized();
         }
     }
 }
@@ -277,7 +305,7 @@ pub(crate) fn deserialized(id: ObjectId, owner: &ObjectLocation) -> Option<Arc<T
 async fn deliver(
     context: &'static ProcessContext,
     holder: RefHolder,
-    mut updates: mpsc::UnboundedReceiver<(ObjectLocation, RefUpdate)>,
+    mut updates: mpsc::UnboundedReceiver<Queued>,
 ) {
     while let Some(first) = updates.recv().await {
         let mut batch = vec![first];
@@ -288,7 +316,15 @@ async fn deliver(
             }
         }
         let mut by_owner: Vec<(ObjectLocation, Vec<RefUpdate>)> = Vec::new();
-        for (owner, update) in batch {
+        let mut barriers = Vec::new();
+        for queued in batch {
+            let (owner, update) = match queued {
+                Queued::Change(owner, update) => (owner, update),
+                Queued::Barrier(done) => {
+                    barriers.push(done);
+                    continue;
+                }
+            };
             match by_owner.iter_mut().find(|(o, _)| *o == owner) {
                 Some((_, list)) => list.push(update),
                 None => by_owner.push((owner, vec![update])),
@@ -297,41 +333,93 @@ async fn deliver(
         for (owner, updates) in by_owner {
             send(context, &holder, &owner, updates).await;
         }
+        // Everything queued before each barrier was in this batch.
+        for done in barriers {
+            let _ = done.send(());
+        }
     }
 }
 
 /// Sends one owner its changes, retrying a few times: an owner that stays
-/// unreachable has died with its objects.
+/// unreachable has died with its objects. Changes that keep an object
+/// alive (a hold, a transit) are not given up on while the head still
+/// lists the owner alive, for up to [`OWNER_WAIT`]: dropping one could
+/// free an object early. Releases are given up on after the retries
+/// (the objects then stay until their owner stops: a delayed free).
 async fn send(
     context: &ProcessContext,
     holder: &RefHolder,
     owner: &ObjectLocation,
     updates: Vec<RefUpdate>,
 ) {
+    let keeps_alive = updates
+        .iter()
+        .any(|u| !matches!(u.change, RefChange::Release));
     let request = ControlRequest::Objects(ObjectRequest::UpdateRefs {
         holder: holder.clone(),
         updates,
     });
-    let mut last = String::new();
-    for attempt in 0..3u32 {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-        }
-        let connection = match context
-            .endpoint
-            .connect(owner.address, Some(&owner.node))
-            .await
-        {
-            Ok(connection) => connection,
-            Err(e) => {
-                last = e.to_string();
-                continue;
-            }
+    let give_up = tokio::time::Instant::now() + OWNER_WAIT;
+    let mut attempt = 0u32;
+    let last = loop {
+        let last = match try_send(context, owner, &request).await {
+            Ok(()) => return,
+            Err(last) => last,
         };
-        match client::call(&connection, &request, RequestOptions::control()).await {
-            Ok(_) => return,
-            Err(e) => last = e.to_string(),
+        attempt += 1;
+        if attempt < 3 {
+            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            continue;
+        }
+        if !keeps_alive || tokio::time::Instant::now() >= give_up {
+            break last;
+        }
+        match owner_alive(context, owner).await {
+            Some(true) | None => tokio::time::sleep(Duration::from_secs(1)).await,
+            Some(false) => {
+                tracing::debug!(%owner, "reference changes dropped: the owner is gone, and its objects with it ({last})");
+                return;
+            }
+        }
+    };
+    match keeps_alive {
+        true => {
+            tracing::error!(%owner, "reference holds not delivered within {OWNER_WAIT:?} while the owner is still listed alive ({last}): it may free those objects while this process still refers to them")
+        }
+        false => {
+            tracing::warn!(%owner, "reference releases not delivered ({last}): the objects stay until their owner stops")
         }
     }
-    tracing::warn!(%owner, "reference changes not delivered to the objects' owner: {last}");
+}
+
+/// Longest a hold or transit is retried for an owner the head lists alive.
+const OWNER_WAIT: Duration = Duration::from_secs(60);
+
+/// One attempt at `request` to `owner`.
+async fn try_send(
+    context: &ProcessContext,
+    owner: &ObjectLocation,
+    request: &ControlRequest,
+) -> Result<(), String> {
+    let connection = context
+        .endpoint
+        .connect(owner.address, Some(&owner.node))
+        .await
+        .map_err(|e| e.to_string())?;
+    client::call(&connection, request, RequestOptions::control())
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Whether the head lists `owner`'s incarnation as alive (`None`: the head
+/// did not say).
+async fn owner_alive(context: &ProcessContext, owner: &ObjectLocation) -> Option<bool> {
+    let status = ControlRequest::Membership(crate::cluster::MembershipRequest::Status);
+    match context.call_head(&status).await {
+        Ok(crate::cluster::ControlReply::Status(status)) => Some(status.alive().any(|node| {
+            node.id == owner.node.name && node.incarnation == owner.node.incarnation.0
+        })),
+        _ => None,
+    }
 }

@@ -30,8 +30,9 @@ pub mod fence;
 mod reporter;
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, Permissions};
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -40,7 +41,7 @@ use tch::Tensor;
 pub use reporter::{Best, CheckpointReporter, Latest, LatestReply, Saved, SavedCheckpoint};
 
 use super::Metrics;
-use crate::cluster::files::free_bytes;
+use crate::cluster::files::{free_bytes, private_dir, private_file, PRIVATE_FILE};
 
 /// The tensor file inside a checkpoint directory.
 pub const TENSORS_FILE: &str = "checkpoint.safetensors";
@@ -403,7 +404,10 @@ impl Checkpoint {
             move |source| CheckpointError::Io { path, what, source }
         };
         let final_dir = run_dir.join(directory_name(index));
-        std::fs::create_dir_all(temporary).map_err(io(temporary, "cannot create"))?;
+        // The run directory is the user's (their umask); what goes in a
+        // checkpoint is private: its directory is 0700 from the start.
+        std::fs::create_dir_all(run_dir).map_err(io(run_dir, "cannot create"))?;
+        private_dir(temporary).map_err(io(temporary, "cannot create"))?;
         let tensors_path = temporary.join(TENSORS_FILE);
         Tensor::write_safetensors(&self.tensors, &tensors_path).map_err(|e| {
             CheckpointError::Tensors {
@@ -411,6 +415,8 @@ impl Checkpoint {
                 detail: e.to_string(),
             }
         })?;
+        std::fs::set_permissions(&tensors_path, Permissions::from_mode(PRIVATE_FILE))
+            .map_err(io(&tensors_path, "cannot make private"))?;
         sync_file(&tensors_path)?;
         let (tensors_bytes, tensors_sha256) = digest(&tensors_path)?;
         let manifest = Manifest {
@@ -427,7 +433,7 @@ impl Checkpoint {
             key: "manifest".into(),
             detail: e.to_string(),
         })?;
-        let mut file = File::create(&manifest_path).map_err(io(&manifest_path, "cannot create"))?;
+        let mut file = private_file(&manifest_path).map_err(io(&manifest_path, "cannot create"))?;
         file.write_all(&json)
             .map_err(io(&manifest_path, "cannot write"))?;
         file.sync_all()
@@ -612,6 +618,10 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, vec!["checkpoint_000000007"], "no temporary left");
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o700, "a checkpoint is private");
+        assert_eq!(mode(&path.join(TENSORS_FILE)), 0o600);
+        assert_eq!(mode(&path.join(MANIFEST_FILE)), 0o600);
 
         let loaded = Checkpoint::load(&path).unwrap();
         assert_eq!(loaded.index(), 7);
