@@ -11,9 +11,9 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::error::BinaryError;
@@ -38,11 +38,14 @@ pub(super) const MAX_UPLOADS: usize = 16;
 ///    [`MAX_BINARY_BYTES`], when fewer than [`MAX_UPLOADS`] are in
 ///    progress and the filesystem has room for it, begins one: a private
 ///    partial file `HASH.part-PID-N`. Offset 0 again starts over.
-/// 2. Every chunk must continue the bytes received; one that does not, or
-///    a write that fails (ENOSPC), ends the upload and removes its file.
-/// 3. The last chunk hands back a [`Publish`]: fsync, SHA-256, the mode and
-///    the rename into place, blocking work the caller runs off its
-///    thread. A binary someone published meanwhile is kept, not replaced.
+/// 2. Every chunk must continue the bytes received (one that does not ends
+///    the upload and removes its file); it is handed back as a [`Write`],
+///    blocking work the caller runs off its thread. A write that fails
+///    (ENOSPC) removes the file, and the caller ends the upload
+///    ([`BinaryCache::abort`]).
+/// 3. The last chunk's [`Write`] then syncs, checks the SHA-256, sets the
+///    mode and renames the binary into place. A binary someone published
+///    meanwhile is kept, not replaced.
 /// 4. Uploads idle for [`UPLOAD_IDLE`] are removed as the next chunk of any
 ///    upload arrives.
 pub(super) struct BinaryCache {
@@ -53,25 +56,84 @@ pub(super) struct BinaryCache {
 }
 
 struct Upload {
-    file: File,
+    file: Arc<File>,
     path: PathBuf,
     received: u64,
     /// When its last chunk arrived.
     touched: Instant,
 }
 
-/// What a chunk did.
+/// One chunk's file work (steps 2–3), blocking: run it off the actor's
+/// thread.
 #[must_use]
-pub(super) enum Received {
-    /// More chunks are due.
-    More,
-    /// All bytes are here: run this (blocking) to check and publish them.
-    Complete(Publish),
+pub(super) struct Write {
+    file: Arc<File>,
+    path: PathBuf,
+    offset: u64,
+    chunk: Vec<u8>,
+    /// After the last chunk: check and publish.
+    last: Option<Publish>,
 }
 
-/// The last step of an upload (step 3): blocking file work.
-pub(super) struct Publish {
-    file: File,
+impl Write {
+    /// Writes the chunk at its offset and, after the last one, checks and
+    /// publishes the binary. A failed write removes the partial file.
+    pub(super) fn run(self) -> Result<(), BinaryError> {
+        let Write {
+            file,
+            path,
+            offset,
+            chunk,
+            last,
+        } = self;
+        if let Err(source) = file.write_all_at(&chunk, offset) {
+            let _ = fs::remove_file(&path);
+            return Err(BinaryError::Io {
+                action: "write",
+                path,
+                source,
+            });
+        }
+        drop(file);
+        last.map_or(Ok(()), Publish::run)
+    }
+
+    /// Whether this is the upload's last chunk.
+    pub(super) fn is_last(&self) -> bool {
+        self.last.is_some()
+    }
+}
+
+/// A read of part of a cached binary, blocking: run it off the actor's
+/// thread.
+#[must_use]
+pub(super) struct ReadChunk {
+    path: PathBuf,
+    offset: u64,
+    len: u64,
+}
+
+impl ReadChunk {
+    /// The whole length and the bytes read.
+    pub(super) fn run(self) -> Result<(u64, Vec<u8>), BinaryError> {
+        let ReadChunk { path, offset, len } = self;
+        let failed = |source| BinaryError::Io {
+            action: "read",
+            path: path.clone(),
+            source,
+        };
+        let file = File::open(&path).map_err(failed)?;
+        let total = file.metadata().map_err(failed)?.len();
+        let start = offset.min(total);
+        let mut chunk = vec![0; len.min(total - start) as usize];
+        file.read_exact_at(&mut chunk, start).map_err(failed)?;
+        Ok((total, chunk))
+    }
+}
+
+/// The last step of an upload (step 3).
+struct Publish {
+    file: Arc<File>,
     path: PathBuf,
     hash: String,
     target: PathBuf,
@@ -79,7 +141,7 @@ pub(super) struct Publish {
 
 impl Publish {
     /// Syncs the bytes, checks their hash and publishes the binary.
-    pub(super) fn run(self) -> Result<(), BinaryError> {
+    fn run(self) -> Result<(), BinaryError> {
         let Publish {
             file,
             path,
@@ -141,29 +203,18 @@ impl BinaryCache {
     }
 
     /// Up to `len` bytes of the cached binary `hash` from `offset`, and its
-    /// whole length (another node that lacks it is sent it this way).
-    pub(super) fn read(
+    /// whole length (another node that lacks it is sent it this way):
+    /// blocking work, run it off the actor's thread.
+    pub(super) fn reader(
         &self,
         hash: &str,
         offset: u64,
         len: u64,
-    ) -> Result<(u64, Vec<u8>), BinaryError> {
-        use std::io::{Seek, SeekFrom};
+    ) -> Result<ReadChunk, BinaryError> {
         let path = self
             .get(hash)
             .ok_or_else(|| BinaryError::Missing(hash.to_string()))?;
-        let failed = |source| BinaryError::Io {
-            action: "read",
-            path: path.clone(),
-            source,
-        };
-        let mut file = File::open(&path).map_err(failed)?;
-        let total = file.metadata().map_err(failed)?.len();
-        file.seek(SeekFrom::Start(offset.min(total)))
-            .map_err(failed)?;
-        let mut chunk = Vec::new();
-        file.take(len).read_to_end(&mut chunk).map_err(failed)?;
-        Ok((total, chunk))
+        Ok(ReadChunk { path, offset, len })
     }
 
     /// Takes one chunk of `uploader`'s upload of `hash` (steps 1, 2, 4 of
@@ -174,9 +225,9 @@ impl BinaryCache {
         hash: &str,
         offset: u64,
         total: u64,
-        chunk: &[u8],
+        chunk: Vec<u8>,
         now: Instant,
-    ) -> Result<Received, BinaryError> {
+    ) -> Result<Write, BinaryError> {
         self.expire(now);
         let hash = valid_hash(hash)?.to_string();
         let key = (uploader.to_string(), hash.clone());
@@ -197,30 +248,29 @@ impl BinaryCache {
                 total,
             });
         }
-        if let Err(source) = upload.file.write_all(chunk) {
-            let path = upload.path.clone();
-            self.abort(&key);
-            return Err(BinaryError::Io {
-                action: "write",
-                path,
-                source,
-            });
-        }
         upload.received += chunk.len() as u64;
         upload.touched = now;
+        let mut write = Write {
+            file: upload.file.clone(),
+            path: upload.path.clone(),
+            offset,
+            chunk,
+            last: None,
+        };
         if upload.received < total {
-            return Ok(Received::More);
+            return Ok(write);
         }
         let Some(Upload { file, path, .. }) = self.uploads.remove(&key) else {
             return Err(BinaryError::NoUpload(hash));
         };
         let target = self.dir.join(&hash);
-        Ok(Received::Complete(Publish {
+        write.last = Some(Publish {
             file,
             path,
             hash,
             target,
-        }))
+        });
+        Ok(write)
     }
 
     /// Uploads in progress.
@@ -268,7 +318,7 @@ impl BinaryCache {
             std::process::id(),
             self.parts
         ));
-        let file = private_file(&path).map_err(io("write", &path))?;
+        let file = Arc::new(private_file(&path).map_err(io("write", &path))?);
         let upload = Upload {
             file,
             path,
@@ -295,6 +345,12 @@ impl BinaryCache {
             );
             self.abort(&key);
         }
+    }
+
+    /// Ends `uploader`'s upload of `hash`, removing its partial file (a
+    /// chunk's write failed).
+    pub(super) fn abort_upload(&mut self, uploader: &str, hash: &str) {
+        self.abort(&(uploader.to_string(), hash.to_string()));
     }
 
     fn abort(&mut self, key: &(String, String)) {
@@ -337,22 +393,23 @@ mod tests {
         hash: &str,
         range: std::ops::Range<usize>,
         now: Instant,
-    ) -> Result<Received, BinaryError> {
+    ) -> Result<Write, BinaryError> {
         let total = PROGRAM.len() as u64;
-        cache.receive(who, hash, range.start as u64, total, &PROGRAM[range], now)
+        let chunk = PROGRAM[range.clone()].to_vec();
+        cache.receive(who, hash, range.start as u64, total, chunk, now)
     }
 
-    /// Publishes what the last chunk handed back.
-    fn publish(received: Received) -> Result<(), BinaryError> {
-        match received {
-            Received::Complete(publish) => publish.run(),
-            Received::More => panic!("more chunks wanted"),
-        }
+    /// Writes and publishes what the last chunk handed back.
+    fn publish(received: Write) -> Result<(), BinaryError> {
+        assert!(received.is_last(), "more chunks wanted");
+        received.run()
     }
 
-    /// A chunk that is not the last.
-    fn more(received: Result<Received, BinaryError>) {
-        assert!(matches!(received, Ok(Received::More)));
+    /// A chunk that is not the last, written.
+    fn more(received: Result<Write, BinaryError>) {
+        let write = received.unwrap();
+        assert!(!write.is_last());
+        write.run().unwrap();
     }
 
     /// Names in the cache directory.
@@ -377,10 +434,12 @@ mod tests {
         assert!(cache.get(&hash).is_some());
 
         let wrong = "0".repeat(64);
-        let mismatch = match cache.receive("a", &wrong, 0, 3, b"abc", now).unwrap() {
-            Received::Complete(publish) => publish.run().unwrap_err(),
-            Received::More => panic!("3 of 3 bytes"),
-        };
+        let mismatch = publish(
+            cache
+                .receive("a", &wrong, 0, 3, b"abc".to_vec(), now)
+                .unwrap(),
+        )
+        .unwrap_err();
         assert!(mismatch.to_string().contains("hashes to"), "{mismatch}");
         assert_eq!(
             files(&cache),
@@ -390,7 +449,7 @@ mod tests {
         // A hash that is a path: refused by name, before anything is
         // written (the cache's parent holds only the cache and the source).
         let traversal = cache
-            .receive("a", "../etc", 0, 3, b"abc", now)
+            .receive("a", "../etc", 0, 3, b"abc".to_vec(), now)
             .err()
             .unwrap()
             .to_string();
@@ -401,7 +460,9 @@ mod tests {
             .collect();
         beside.sort();
         assert_eq!(beside, ["cache", "program"]);
-        assert!(cache.receive("a", &wrong, 5, 10, b"abc", now).is_err());
+        assert!(cache
+            .receive("a", &wrong, 5, 10, b"abc".to_vec(), now)
+            .is_err());
     }
 
     /// Two drivers shipping the same build at once, chunks interleaved:
@@ -431,7 +492,7 @@ mod tests {
         let other = "1".repeat(64);
         let almost = t0 + UPLOAD_IDLE;
         let _ = cache
-            .receive("alive", &other, 0, 100, &[0; 10], almost)
+            .receive("alive", &other, 0, 100, vec![0; 10], almost)
             .unwrap();
         assert_eq!(
             cache.in_progress(),
@@ -440,7 +501,7 @@ mod tests {
         );
         let later = almost + Duration::from_secs(1);
         let _ = cache
-            .receive("alive", &other, 10, 100, &[0; 10], later)
+            .receive("alive", &other, 10, 100, vec![0; 10], later)
             .unwrap();
         assert_eq!(cache.in_progress(), 1);
         assert!(
@@ -453,22 +514,41 @@ mod tests {
             &hash,
             10,
             PROGRAM.len() as u64,
-            &PROGRAM[10..],
+            PROGRAM[10..].to_vec(),
             later,
         );
         assert!(matches!(gone, Err(BinaryError::NoUpload(_))));
+    }
+
+    /// A chunk whose write fails (here: its partial file's descriptor
+    /// cannot write) removes the partial file, and the caller's abort ends
+    /// the upload.
+    #[test]
+    fn a_failed_write_removes_the_partial_file() {
+        let (_dir, mut cache, hash) = cache();
+        let now = Instant::now();
+        let write = upload(&mut cache, "a", &hash, 0..10, now).unwrap();
+        let read_only = Write {
+            file: Arc::new(File::open(&write.path).unwrap()),
+            ..write
+        };
+        let failed = read_only.run().unwrap_err();
+        assert!(failed.to_string().contains("write"), "{failed}");
+        assert_eq!(files(&cache), Vec::<String>::new(), "no partial file left");
+        cache.abort_upload("a", &hash);
+        assert_eq!(cache.in_progress(), 0);
     }
 
     #[test]
     fn oversized_uploads_and_too_many_uploads_are_refused() {
         let (_dir, mut cache, hash) = cache();
         let now = Instant::now();
-        let huge = cache.receive("a", &hash, 0, MAX_BINARY_BYTES + 1, b"x", now);
+        let huge = cache.receive("a", &hash, 0, MAX_BINARY_BYTES + 1, b"x".to_vec(), now);
         assert!(matches!(huge, Err(BinaryError::TooLarge { .. })));
         for uploader in 0..MAX_UPLOADS {
             more(upload(&mut cache, &uploader.to_string(), &hash, 0..1, now));
         }
-        let refused = cache.receive("one more", &hash, 0, 19, b"#", now);
+        let refused = cache.receive("one more", &hash, 0, 19, b"#".to_vec(), now);
         assert!(matches!(refused, Err(BinaryError::TooManyUploads { .. })));
         assert_eq!(
             files(&cache).len(),

@@ -56,7 +56,7 @@ use crate::head::membership::{self, Membership, MembershipError};
 use crate::transport::{Endpoint, RequestError, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
-use super::binaries::{BinaryCache, Received};
+use super::binaries::BinaryCache;
 use super::error::{BinaryError, GrantError, NoCapacity, NodeError, WorkerStartError};
 use super::gpu_slots::GpuTake;
 use super::resources::{Grant, ResourcePool};
@@ -431,15 +431,21 @@ pub struct ReadBinary {
 }
 
 impl Handler<ReadBinary> for NodeManager {
-    type Result = Result<ControlReply, RemoteError>;
+    type Result = ResponseFuture<Result<ControlReply, RemoteError>>;
 
+    /// The file is read on the blocking pool, off this actor's thread.
     fn handle(&mut self, msg: ReadBinary, _: &mut Self::Context) -> Self::Result {
+        let refused = |e: BinaryError| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string());
         let len = msg.len.min(MAX_BINARY_CHUNK);
-        let (total, chunk) = self
-            .binaries
-            .read(&msg.hash, msg.offset, len)
-            .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string()))?;
-        Ok(ControlReply::BinaryChunk { total, chunk })
+        let reader = self.binaries.reader(&msg.hash, msg.offset, len);
+        Box::pin(async move {
+            let reader = reader.map_err(refused)?;
+            let (total, chunk) = tokio::task::spawn_blocking(move || reader.run())
+                .await
+                .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?
+                .map_err(refused)?;
+            Ok(ControlReply::BinaryChunk { total, chunk })
+        })
     }
 }
 
@@ -449,27 +455,49 @@ const MAX_BINARY_CHUNK: u64 = 16 << 20;
 impl Handler<UploadBinary> for NodeManager {
     type Result = ResponseFuture<Result<(), RemoteError>>;
 
-    /// The last chunk's hashing and fsync run on the blocking pool, not on
-    /// this actor's thread, which heartbeats and starts workers.
-    fn handle(&mut self, msg: UploadBinary, _: &mut Self::Context) -> Self::Result {
+    /// Each chunk's write (and the last one's fsync, hash and publish) runs
+    /// on the blocking pool, not on this actor's thread, which heartbeats
+    /// and starts workers; a failed write ends the upload.
+    fn handle(&mut self, msg: UploadBinary, ctx: &mut Self::Context) -> Self::Result {
         let refused = |e: BinaryError| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string());
-        let received = self.binaries.receive(
-            &msg.uploader,
-            &msg.hash,
-            msg.offset,
-            msg.total,
-            &msg.chunk,
-            Instant::now(),
-        );
+        let UploadBinary {
+            uploader,
+            hash,
+            offset,
+            total,
+            chunk,
+        } = msg;
+        let write = self
+            .binaries
+            .receive(&uploader, &hash, offset, total, chunk, Instant::now());
+        let me = ctx.address();
         Box::pin(async move {
-            match received.map_err(refused)? {
-                Received::More => Ok(()),
-                Received::Complete(publish) => tokio::task::spawn_blocking(move || publish.run())
-                    .await
-                    .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?
-                    .map_err(refused),
+            let write = write.map_err(refused)?;
+            let last = write.is_last();
+            let written = tokio::task::spawn_blocking(move || write.run())
+                .await
+                .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?;
+            if written.is_err() && !last {
+                me.do_send(AbortUpload { uploader, hash });
             }
+            written.map_err(refused)
         })
+    }
+}
+
+/// A chunk of this upload failed to be written: end it.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct AbortUpload {
+    uploader: String,
+    hash: String,
+}
+
+impl Handler<AbortUpload> for NodeManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: AbortUpload, _: &mut Self::Context) {
+        self.binaries.abort_upload(&msg.uploader, &msg.hash);
     }
 }
 

@@ -111,7 +111,7 @@ impl FromStr for JoinToken {
 
 impl JoinToken {
     /// The key of this token's proofs (`tickets.rs`, step 1).
-    fn mac_key(&self) -> ring::hmac::Key {
+    pub(super) fn mac_key(&self) -> ring::hmac::Key {
         ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0)
     }
 }

@@ -301,6 +301,14 @@ pub struct Verifier {
 }
 
 impl Verifier {
+    /// What a node of the cluster of `token`, whose head's public ticket
+    /// key is `head_key`, checks.
+    pub fn for_cluster(token: &super::JoinToken, head_key: Vec<u8>) -> Self {
+        let mut verifier = Verifier::with_token(token.mac_key());
+        verifier.set_head_key(head_key);
+        verifier
+    }
+
     /// Checks token proofs with `token` (the MAC key derived from it).
     pub(super) fn with_token(token: ring::hmac::Key) -> Self {
         Verifier {

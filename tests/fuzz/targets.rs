@@ -4,6 +4,7 @@
 //! custom resources, checkpoint manifests.
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 
 use nimbus::actor::ActorCall;
 use nimbus::chaos::ChaosPlan;
@@ -12,7 +13,9 @@ use nimbus::cluster::{
     ActorId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, DeathCause,
     EventRequest, MembershipRequest, NodeRegistration, ObjectId, ObjectRequest, ResourceSet,
 };
-use nimbus::transport::PacketFaults;
+use nimbus::transport::{
+    CertificateHash, JoinToken, PacketFaults, TicketAuthority, Verifier, WorkerSigner,
+};
 use nimbus::wire::{
     self, Hello, HelloReply, Incarnation, IssuerTicket, NodeIdentity, PeerIdentity, PeerRole,
     Proof, RemoteError, RemoteErrorKind, Request, Response, Ticket,
@@ -56,6 +59,11 @@ pub const ALL: &[Target] = &[
         name: "custom_resources",
         seeds: custom_resources,
         decode: custom_resource,
+    },
+    Target {
+        name: "hello_proof",
+        seeds: hello_proofs,
+        decode: hello_proof,
     },
     #[cfg(feature = "torch")]
     Target {
@@ -164,6 +172,59 @@ fn envelope(input: &[u8]) -> Outcome {
         Some((3, body)) => decodes::<Response>(body),
         _ => Err("no such envelope".into()),
     }
+}
+
+/// One cluster's head key and a node's worker signer, fixed for the run:
+/// the seeds carry proofs that hold, so mutations start from inputs that
+/// reach every check.
+fn cluster_keys() -> &'static (JoinToken, TicketAuthority, WorkerSigner) {
+    static KEYS: OnceLock<(JoinToken, TicketAuthority, WorkerSigner)> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let head = TicketAuthority::generate().unwrap();
+        let mut signer = WorkerSigner::generate(&node("n")).unwrap();
+        let ticket = head.certify_node(&node("n"), certificate(), &signer.public_key());
+        signer.set_ticket(ticket);
+        (JoinToken::generate(), head, signer)
+    })
+}
+
+/// The certificate every fuzzed peer connected with.
+fn certificate() -> CertificateHash {
+    CertificateHash::of(b"the fuzzed peer's certificate")
+}
+
+/// Hellos whose tickets hold: a node's and a worker's.
+fn hello_proofs() -> Vec<Vec<u8>> {
+    let (_, head, signer) = cluster_keys();
+    let peer = |role| PeerIdentity {
+        role,
+        identity: node("n"),
+    };
+    let node_ticket = head.certify_node(&node("n"), certificate(), &signer.public_key());
+    let worker_ticket = signer.certify_worker(&node("n"), certificate()).unwrap();
+    [
+        (peer(PeerRole::Node), node_ticket),
+        (peer(PeerRole::Worker), worker_ticket),
+    ]
+    .into_iter()
+    .map(|(from, ticket)| {
+        msgpack(&Hello {
+            from,
+            expect: None,
+            proof: Proof::Ticket(ticket),
+        })
+    })
+    .collect()
+}
+
+/// A Hello, checked as a node of the cluster checks it.
+fn hello_proof(input: &[u8]) -> Outcome {
+    let (token, head, _) = cluster_keys();
+    let hello: Hello = wire::decode(input).map_err(|e| e.to_string())?;
+    Verifier::for_cluster(token, head.public_key())
+        .check(&hello.from, &hello.proof, certificate())
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// A worker's ticket (signatures of the right length, not valid ones).

@@ -350,7 +350,7 @@ mod tests {
             }
             let holding = holds.contains(&(p, object));
             match next(12) {
-                0 | 1 | 2 if holding => {
+                0..=2 if holding => {
                     let to = next(PROCESSES);
                     outboxes[p as usize].push_back((object, RefChange::Transit));
                     if barrier {
@@ -360,11 +360,11 @@ mod tests {
                     }
                     in_flight.push((to, object));
                 }
-                3 | 4 if holding => {
+                3..=4 if holding => {
                     holds.remove(&(p, object));
                     outboxes[p as usize].push_back((object, RefChange::Release));
                 }
-                5 | 6 | 7 if !in_flight.is_empty() => {
+                5..=7 if !in_flight.is_empty() => {
                     let (to, object) = in_flight.swap_remove(next(in_flight.len() as u64) as usize);
                     if !dead.contains(&to) {
                         holds.insert((to, object));
