@@ -79,6 +79,13 @@ impl RemoteActor for Account {
     const NAME: &'static str = "examples.Account";
     type Args = (String, ActorHandle<Ledger>);
     fn from_args((name, ledger): Self::Args) -> Self {
+        // Goes to the worker's log on its node: `nimbus logs account-N`.
+        if let Some(me) = actor::this_worker() {
+            println!(
+                "{name} started on {} (incarnation {})",
+                me.node.name, me.worker.incarnation
+            );
+        }
         Account { name, ledger }
     }
 }

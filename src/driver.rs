@@ -118,6 +118,20 @@ pub struct Driver {
     binary: (PathBuf, BinaryId),
 }
 
+/// Logs of this process (a driver's reach its terminal, a worker's its
+/// log file on the node): `tracing` events to stderr, filtered by
+/// `NIMBUS_LOG` (default `info`). A program that installed a subscriber
+/// of its own keeps it.
+fn install_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NIMBUS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
 /// [`init_with`] with default options.
 pub fn init(registry: Registry) -> Result<Driver, InitError> {
     init_with(registry, InitOptions::default())
@@ -125,6 +139,7 @@ pub fn init(registry: Registry) -> Result<Driver, InitError> {
 
 /// Starts this program as a worker (never returns) or as a driver.
 pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, InitError> {
+    install_logging();
     let registry = crate::task::with_task_worker(registry);
     if ProcessRole::current() == ProcessRole::Worker {
         crate::worker::run(registry);

@@ -43,6 +43,7 @@ mod monitor;
 mod spawn;
 
 pub use crate::launch::{LaunchError, Strategy};
+pub use crate::runtime::boot::{this_worker, ThisWorker};
 pub use crate::runtime::{
     DispatchError, HostedActor, ProcessContext, Registry, RemoteActor, RemoteMessage, Wire,
 };

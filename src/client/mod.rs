@@ -13,6 +13,10 @@
 //! # Ok(()) }
 //! ```
 
+mod actors;
+
+pub use actors::LogChunk;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -59,6 +63,12 @@ pub enum ClientError {
         request: &'static str,
         /// What came back.
         reply: Box<ControlReply>,
+    },
+    /// What was asked for is not in the cluster.
+    #[error("no {what} in the cluster")]
+    NotFound {
+        /// What was looked for.
+        what: String,
     },
     /// A wait ran past its deadline.
     #[error("{what} did not happen within {after:?}")]

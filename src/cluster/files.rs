@@ -35,6 +35,16 @@ pub fn private_file(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Opens `path` for appending, `0600` when created: a log that more than
+/// one writer (a process and its node) adds lines to.
+pub fn private_log(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(PRIVATE_FILE)
+        .open(path)
+}
+
 /// Writes `bytes` to a new private file at `path`.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     private_file(path)?.write_all(bytes)

@@ -189,6 +189,17 @@ pub enum WorkerRequest {
     /// (Ray's `ray.kill`). Answered with `Ack`, also when the actor is not
     /// (or no longer) there.
     KillActor(ActorId),
+    /// To a node: up to `max` bytes from `offset` of the log (stdout and
+    /// stderr) of the newest worker process that hosted `actor` there.
+    /// Answered with [`ControlReply::Log`].
+    ReadLog {
+        /// The actor.
+        actor: ActorId,
+        /// Where to start reading.
+        offset: u64,
+        /// The most bytes to return (the node caps it at 1 MiB).
+        max: u64,
+    },
 }
 
 impl From<WorkerRequest> for ControlRequest {
@@ -479,6 +490,16 @@ pub enum ControlReply {
         /// The bytes.
         #[serde(with = "serde_bytes")]
         chunk: Vec<u8>,
+    },
+    /// Part of a worker's log.
+    Log {
+        /// The log file, on the node.
+        file: String,
+        /// Its length now.
+        total: u64,
+        /// The bytes asked for.
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
     },
 }
 

@@ -59,6 +59,7 @@ use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 use super::binaries::BinaryCache;
 use super::error::{BinaryError, GrantError, NoCapacity, NodeError, WorkerStartError};
 use super::gpu_slots::GpuTake;
+use super::logs;
 use super::resources::{Grant, ResourcePool};
 use super::workers::{self, LaunchedWorker, WorkerIdentities};
 use crate::runtime::boot::WorkerBoot;
@@ -312,9 +313,9 @@ impl NodeManager {
         };
         let log_dir = self.config.state_dir.join("logs");
         let log = log_dir.join(format!(
-            "worker-{}-{}.log",
-            spec.actor,
-            Incarnation::fresh()
+            "{}-{}.log",
+            spec.actor.worker_name(),
+            boot.identity.name.incarnation
         ));
         // An actor sees its own devices only; one without GPUs sees none.
         let gpus = gpus.ids().join(",");
@@ -416,6 +417,45 @@ struct WorkerExited {
     actor: ActorId,
     incarnation: Incarnation,
     reason: DeathCause,
+}
+
+/// Read part of the log of an actor's newest worker here.
+#[derive(Message)]
+#[rtype(result = "Result<ControlReply, RemoteError>")]
+pub struct ReadLog {
+    /// The actor.
+    pub actor: ActorId,
+    /// From where.
+    pub offset: u64,
+    /// At most this many bytes.
+    pub max: u64,
+}
+
+impl Handler<ReadLog> for NodeManager {
+    type Result = ResponseFuture<Result<ControlReply, RemoteError>>;
+
+    /// The directory is searched and the file read on the blocking pool.
+    fn handle(&mut self, msg: ReadLog, _: &mut Self::Context) -> Self::Result {
+        let dir = self.config.state_dir.join("logs");
+        let node = self.config.identity.name.clone();
+        Box::pin(async move {
+            let read = tokio::task::spawn_blocking(move || {
+                let path = logs::newest(&dir, msg.actor).ok_or_else(|| {
+                    format!("no worker of actor {} ran on node {node}", msg.actor)
+                })?;
+                let (total, bytes) = logs::read(&path, msg.offset, msg.max)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                Ok::<_, String>(ControlReply::Log {
+                    file: path.display().to_string(),
+                    total,
+                    bytes,
+                })
+            })
+            .await
+            .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?;
+            read.map_err(|why| RemoteError::new(RemoteErrorKind::BadRequest, why))
+        })
+    }
 }
 
 /// Read a chunk of a cached program binary.

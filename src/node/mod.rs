@@ -38,7 +38,7 @@
 //! Files: `config.rs` (`NodeConfig`), `manager.rs` (the `NodeManager`
 //! actor), `workers.rs` (starting a worker process and reaping it),
 //! `binaries.rs` (the content-addressed cache of shipped program
-//! binaries), `authorize.rs` (who may ask what), `resources.rs` (the pure `ResourcePool`: what actors and
+//! binaries), `authorize.rs` (who may ask what), `logs.rs` (workers' logs, read with `ReadLog`), `resources.rs` (the pure `ResourcePool`: what actors and
 //! placement-group bundles hold), `gpu_slots.rs` (which GPU devices, or
 //! fractions of one, each actor gets: its `CUDA_VISIBLE_DEVICES`), `service.rs` (`NodeService`,
 //! the one dispatcher), `runtime.rs` (`run`), `error.rs`.
@@ -48,6 +48,7 @@ mod binaries;
 mod config;
 mod error;
 mod gpu_slots;
+mod logs;
 mod manager;
 mod resources;
 mod runtime;

@@ -39,7 +39,8 @@ use super::authorize::authorize;
 use crate::object_store::NodeObjectStore;
 
 use super::manager::{
-    KillActor, NodeManager, ReadBinary, ReleaseBundle, ReserveBundle, StartActor, UploadBinary,
+    KillActor, NodeManager, ReadBinary, ReadLog, ReleaseBundle, ReserveBundle, StartActor,
+    UploadBinary,
 };
 
 /// Longest a client may long-poll for events in one request.
@@ -130,6 +131,11 @@ impl NodeService {
             WorkerRequest::StartActor(spec) => self
                 .manager
                 .send(StartActor(spec))
+                .await
+                .map_err(internal)?,
+            WorkerRequest::ReadLog { actor, offset, max } => self
+                .manager
+                .send(ReadLog { actor, offset, max })
                 .await
                 .map_err(internal)?,
             WorkerRequest::KillActor(actor) => {

@@ -5,7 +5,9 @@
 //!
 //! Starting one:
 //! 1. Run the cached binary with the worker argument; stdin and stdout are
-//!    pipes, stderr goes to `state_dir/logs/worker-ACTOR-STAMP.log`. The
+//!    pipes, stderr goes to `state_dir/logs/worker-ACTOR-INCARNATION.log`
+//!    (appended to; what the actor prints to stdout, all but the protocol
+//!    lines, is appended there too, so nothing it prints is lost). The
 //!    environment loses `NIMBUS_ACTOR_FAULTS` (the rules travel in the boot
 //!    message) and, unless the node's packet-fault plan says `workers =
 //!    true`, `NIMBUS_PACKET_FAULTS`; `CUDA_VISIBLE_DEVICES` names the
@@ -31,7 +33,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
-use crate::cluster::files::private_file;
+use crate::cluster::files::private_log;
 use crate::cluster::{ActorId, DeathCause};
 use crate::runtime::boot::{
     parse_died, parse_ready, WorkerBoot, WorkerIdentity, DIED, READY, WORKER_ARG,
@@ -110,11 +112,15 @@ pub(super) async fn launch(
     gpus: String,
     on_exit: impl FnOnce(Incarnation, DeathCause) + Send + 'static,
 ) -> Result<LaunchedWorker, WorkerStartError> {
-    let log_file = private_file(log).map_err(|source| WorkerStartError::Io {
-        action: "create",
-        path: log.to_path_buf(),
-        source,
-    })?;
+    let open_log = || {
+        private_log(log).map_err(|source| WorkerStartError::Io {
+            action: "create",
+            path: log.to_path_buf(),
+            source,
+        })
+    };
+    let log_file = open_log()?;
+    let mut printed = Printed(std::io::BufWriter::new(open_log()?));
     let boot_bytes = rmp_serde::to_vec_named(boot)?;
     let mut command = worker_command(binary, boot, log_file, gpus);
     let mut child = command.spawn().map_err(|source| WorkerStartError::Io {
@@ -132,19 +138,21 @@ pub(super) async fn launch(
         });
     };
     let mut lines = BufReader::new(stdout).lines();
-    let ready =
-        match tokio::time::timeout(START_TIMEOUT, boot_and_wait(stdin, &boot_bytes, &mut lines))
-            .await
-        {
-            Ok(ready) => ready,
-            Err(_) => Err(NotServing::Timeout(START_TIMEOUT)),
-        };
+    let ready = match tokio::time::timeout(
+        START_TIMEOUT,
+        boot_and_wait(stdin, &boot_bytes, &mut lines, &mut printed),
+    )
+    .await
+    {
+        Ok(ready) => ready,
+        Err(_) => Err(NotServing::Timeout(START_TIMEOUT)),
+    };
     let (address, incarnation) = match ready {
         Ok(ready) => ready,
         Err(why) => return Err(not_serving(child, why, log).await),
     };
     tokio::spawn(async move {
-        let cause = watch_exit(child, lines).await;
+        let cause = watch_exit(child, lines, printed).await;
         on_exit(incarnation, cause);
     });
     Ok(LaunchedWorker {
@@ -200,15 +208,29 @@ async fn boot_and_wait(
     mut stdin: ChildStdin,
     boot: &[u8],
     lines: &mut Lines<BufReader<ChildStdout>>,
+    printed: &mut Printed,
 ) -> Result<(SocketAddr, Incarnation), NotServing> {
     stdin.write_all(boot).await?;
     drop(stdin);
     while let Some(line) = lines.next_line().await? {
-        if let Some(ready) = line.strip_prefix(READY) {
-            return parse_ready(ready).ok_or(NotServing::Unreadable(line));
+        match line.strip_prefix(READY) {
+            Some(ready) => return parse_ready(ready).ok_or(NotServing::Unreadable(line)),
+            None => printed.line(&line),
         }
     }
     Err(NotServing::Exited)
+}
+
+/// Where the lines a worker prints to stdout go: its log.
+struct Printed(std::io::BufWriter<std::fs::File>);
+
+impl Printed {
+    /// Appends one line the actor printed (a full disk loses the line, not
+    /// the worker).
+    fn line(&mut self, line: &str) {
+        use std::io::Write;
+        let _ = writeln!(self.0, "{line}").and_then(|()| self.0.flush());
+    }
 }
 
 /// Kills a worker that did not come up and says why, with how it ended and
@@ -235,12 +257,15 @@ async fn not_serving(mut child: Child, why: NotServing, log: &Path) -> WorkerSta
 /// it printed (a panic, a chaos fault), else its exit code or signal. The
 /// process's exit ends the watch, not the end of its stdout: a child
 /// process of the actor may hold the pipe open for ever.
-async fn watch_exit(mut child: Child, mut lines: Lines<BufReader<ChildStdout>>) -> DeathCause {
+async fn watch_exit(
+    mut child: Child,
+    mut lines: Lines<BufReader<ChildStdout>>,
+    mut printed: Printed,
+) -> DeathCause {
     let mut cause = None;
-    let mut read = |line: String| {
-        if let Some(died) = line.strip_prefix(DIED) {
-            cause = Some(parse_died(died));
-        }
+    let mut read = |line: String| match line.strip_prefix(DIED) {
+        Some(died) => cause = Some(parse_died(died)),
+        None => printed.line(&line),
     };
     let status = loop {
         tokio::select! {

@@ -62,6 +62,36 @@ pub struct WorkerBoot {
     pub faults: Vec<ActorFault>,
 }
 
+/// Who this worker process is, for the actor's own code (its node and
+/// incarnation, e.g. for a line it prints when it starts); `None` in a
+/// driver.
+pub fn this_worker() -> Option<&'static ThisWorker> {
+    THIS_WORKER.get()
+}
+
+/// What [`this_worker`] says.
+#[derive(Clone, Debug)]
+pub struct ThisWorker {
+    /// The node that started it.
+    pub node: NodeIdentity,
+    /// Its own name (`worker-ACTOR`) and incarnation: the actor's, for this
+    /// life.
+    pub worker: NodeIdentity,
+}
+
+static THIS_WORKER: std::sync::OnceLock<ThisWorker> = std::sync::OnceLock::new();
+
+impl WorkerBoot {
+    /// Records who this process is ([`this_worker`]), before the actor is
+    /// made.
+    pub(crate) fn remember(&self) {
+        let _ = THIS_WORKER.set(ThisWorker {
+            node: self.node.clone(),
+            worker: self.identity.name.clone(),
+        });
+    }
+}
+
 /// A worker's identity, as its node hands it over.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkerIdentity {

@@ -112,6 +112,7 @@ fn serve(registry: Registry) -> Result<i32, WorkerError> {
         .read_to_end(&mut boot)
         .map_err(WorkerError::ReadBoot)?;
     let boot: WorkerBoot = rmp_serde::from_slice(&boot)?;
+    boot.remember();
     let registry = Arc::new(registry);
 
     let panic = Arc::new(OnceLock::new());

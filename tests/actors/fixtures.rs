@@ -22,6 +22,7 @@ pub fn registry() -> Registry {
         .message::<Counter, EnvVar>()
         .message::<Counter, BoomOfSize>()
         .message::<Counter, Impersonate>()
+        .message::<Counter, Print>()
         .actor::<Sequencer>()
         .message::<Sequencer, Push>()
         .message::<Sequencer, Seen>()
@@ -133,6 +134,22 @@ impl Handler<Impersonate> for Counter {
                 ask(ControlRequest::Directory(down)).await,
             ]
         })
+    }
+}
+
+/// Prints a line to the worker's stdout (which goes to its log).
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct Print(pub String);
+
+impl RemoteMessage for Print {
+    const NAME: &'static str = "tests.Print";
+}
+
+impl Handler<Print> for Counter {
+    type Result = ();
+    fn handle(&mut self, Print(line): Print, _: &mut Context<Self>) {
+        println!("{line}");
     }
 }
 

@@ -43,6 +43,10 @@ pub const ALL: &[(&str, Test)] = &[
         boxed(get_actor_by_name_from_another_node())
     }),
     (
+        "an_operator_lists_reads_the_log_of_and_kills_an_actor",
+        |d| boxed(an_operator_lists_reads_the_log_of_and_kills_an_actor(d)),
+    ),
+    (
         "actor_code_cannot_speak_for_the_head_or_another_actor",
         |_| boxed(actor_code_cannot_speak_for_the_head_or_another_actor()),
     ),
@@ -374,6 +378,109 @@ async fn a_worker_whose_child_holds_its_stdout_is_still_seen_dying() {
     let death = death.unwrap();
     assert_eq!(death.reason, DeathCause::Killed { signal: 9 });
     assert!(!death.restarting);
+}
+
+/// `nimbus list actors`, `nimbus logs` and `nimbus kill` from another
+/// process, as an operator runs them: what the actor printed to stdout is
+/// in its log on its node (before, the node threw it away).
+async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let (program, address) = (
+        cluster.program().to_path_buf(),
+        cluster.address().to_string(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, cluster.token().to_string()).unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let nimbus = |args: &[&str]| {
+        let out = std::process::Command::new(&program)
+            .args(args)
+            .args(["--address", &address, "--token-file"])
+            .arg(&token_file)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), stdout, stderr)
+    };
+    let printer = actor::spawn::<Counter>(0, on("node-2").name("printer"))
+        .await
+        .unwrap();
+    let line = format!("printed by {} on node-2", printer.id());
+    printer.send(Print(line.clone())).await.unwrap();
+
+    let (ok, listed, err) = nimbus(&["list", "actors", "--json", "--filter", "name=printer"]);
+    assert!(ok, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{listed}");
+    assert_eq!(rows[0]["id"], printer.id().to_string());
+    assert_eq!(rows[0]["node"], "node-2");
+    assert_eq!(rows[0]["state"], "ALIVE");
+    assert_eq!(rows[0]["class"], "tests.Counter");
+    let (ok, _, err) = nimbus(&["list", "actors", "--filter", "colour=red"]);
+    assert!(
+        !ok && err.contains("--filter colour: no such column"),
+        "{err}"
+    );
+
+    // The node appends the line to the log as it reads the worker's
+    // stdout: `--follow` prints it once it is there, and ends once the
+    // actor's worker is dead.
+    let mut follow = tokio::process::Command::new(&program)
+        .args([
+            "logs",
+            "printer",
+            "--follow",
+            "--address",
+            &address,
+            "--token-file",
+        ])
+        .arg(&token_file)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(follow.stdout.take().unwrap()));
+    let shown = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(shown) = lines.next_line().await.unwrap() {
+            if shown == line {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        shown,
+        Ok(true),
+        "`nimbus logs --follow` showed the printed line"
+    );
+    let (ok, tail, err) = nimbus(&["logs", "printer", "--tail", "50"]);
+    assert!(ok && tail.contains(&line), "{tail}{err}");
+
+    let mut seen = 0;
+    let (ok, killed, err) = nimbus(&["kill", "printer"]);
+    assert!(ok, "{err}");
+    assert_eq!(killed.trim(), format!("killed: {}", printer.id()));
+    let death = actor::next_death(&printer, &mut seen).await.unwrap();
+    assert!(!death.restarting, "{death:?}");
+    let ended = tokio::time::timeout(Duration::from_secs(20), follow.wait()).await;
+    assert!(
+        matches!(&ended, Ok(Ok(status)) if status.success()),
+        "`--follow` ends with the worker: {ended:?}"
+    );
+    let (ok, listed, err) = nimbus(&["list", "actors", "--json", "--filter", "name=printer"]);
+    assert!(ok, "{err}");
+    assert_eq!(listed.trim(), "[]");
+    let (ok, _, err) = nimbus(&["kill", "printer"]);
+    assert!(!ok && err.contains("no actor named \"printer\""), "{err}");
 }
 
 /// A worker holds a ticket for itself, not the token: the head refuses it

@@ -5,10 +5,14 @@
 //! nimbus start --address HOST:PORT --token TOKEN [--num-cpus N] [--num-gpus N] [--resources JSON]
 //! nimbus status [--address HOST:PORT --token TOKEN] [--json]
 //! nimbus memory [--address HOST:PORT --token TOKEN]
+//! nimbus list actors|nodes|objects [--filter KEY=VALUE]... [--json] [--limit N]
+//! nimbus logs ACTOR [--tail N] [--follow]
+//! nimbus kill ACTOR
 //! nimbus stop
 //! nimbus chaos run PLAN.toml [--nodes 3] -- COMMAND...
 //! ```
 
+mod actors;
 mod chaos;
 mod head;
 mod memory;
@@ -39,6 +43,12 @@ enum Command {
     Memory(memory::MemoryArgs),
     /// Run a program against a local cluster under a seeded fault plan.
     Chaos(chaos::ChaosArgs),
+    /// List actors, nodes or objects, with filters, as a table or JSON.
+    List(actors::ListArgs),
+    /// Print an actor's log (its stdout and stderr), from the node it runs on.
+    Logs(actors::LogsArgs),
+    /// Kill an actor for good (no restart), by name or id.
+    Kill(actors::KillArgs),
 }
 
 fn main() {
@@ -49,6 +59,9 @@ fn main() {
         Command::Stop(args) => stop::run(args),
         Command::Memory(args) => memory::run(args),
         Command::Chaos(args) => chaos::run(args),
+        Command::List(args) => actors::list(args),
+        Command::Logs(args) => actors::logs(args),
+        Command::Kill(args) => actors::kill(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

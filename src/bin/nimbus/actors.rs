@@ -1,0 +1,292 @@
+//! `nimbus list`, `nimbus logs` and `nimbus kill`: the cluster's state as
+//! rows, an actor's log from the node that has it, and `ray.kill` from the
+//! command line.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use nimbus::client::ClusterClient;
+use nimbus::cluster::{ActorRecord, NodeState};
+use serde_json::{json, Map, Value};
+
+use crate::head::HeadArgs;
+
+/// What `nimbus list` lists.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Listed {
+    /// Live actors (alive or restarting): id, name, class, state, node, address, incarnation, restarts.
+    Actors,
+    /// Nodes: id, state, head, incarnation, address, resources.
+    Nodes,
+    /// Objects in every live node's store: id, node, size, state, owned, holders.
+    Objects,
+}
+
+/// Options of `nimbus list`.
+#[derive(Args)]
+pub(crate) struct ListArgs {
+    /// What to list.
+    what: Listed,
+    #[command(flatten)]
+    head: HeadArgs,
+    /// Only rows whose KEY (a column, as in --json) equals VALUE; repeat to
+    /// require several.
+    #[arg(long, value_name = "KEY=VALUE")]
+    filter: Vec<String>,
+    /// Print a JSON array of rows.
+    #[arg(long)]
+    json: bool,
+    /// Print at most this many rows.
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+}
+
+/// Runs `nimbus list`.
+pub(crate) fn list(args: ListArgs) -> Result<()> {
+    let filters = args
+        .filter
+        .iter()
+        .map(|f| {
+            f.split_once('=')
+                .with_context(|| format!("--filter {f:?} is not KEY=VALUE"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let what = args.what;
+    let rows = args
+        .head
+        .with_client(async |client| rows(&client, what).await)?;
+    if let Some(row) = rows.first() {
+        for (key, _) in &filters {
+            if !row.contains_key(*key) {
+                let columns: Vec<&str> = row.keys().map(String::as_str).collect();
+                bail!(
+                    "--filter {key}: no such column (columns: {})",
+                    columns.join(", ")
+                );
+            }
+        }
+    }
+    let matching: Vec<Map<String, Value>> = rows
+        .into_iter()
+        .filter(|row| {
+            filters
+                .iter()
+                .all(|(key, value)| row.get(*key).is_some_and(|v| text(v) == *value))
+        })
+        .collect();
+    let shown = &matching[..matching.len().min(args.limit)];
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(shown)?);
+    } else {
+        print_table(shown);
+    }
+    if matching.len() > shown.len() {
+        eprintln!(
+            "{} more not shown (--limit {})",
+            matching.len() - shown.len(),
+            args.limit
+        );
+    }
+    Ok(())
+}
+
+async fn rows(client: &ClusterClient, what: Listed) -> Result<Vec<Map<String, Value>>> {
+    let object = |value: Value| match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    Ok(match what {
+        Listed::Actors => client.actors().await?.iter().map(actor_row).map(object).collect(),
+        Listed::Nodes => client
+            .status()
+            .await?
+            .nodes
+            .iter()
+            .map(|node| {
+                object(json!({
+                    "id": node.id,
+                    "state": match node.state { NodeState::Alive => "ALIVE", NodeState::Dead => "DEAD" },
+                    "head": node.head,
+                    "incarnation": node.incarnation,
+                    "address": node.address.to_string(),
+                    "resources": node.resources.total.to_string(),
+                    "used": node.resources.used.to_string(),
+                }))
+            })
+            .collect(),
+        Listed::Objects => {
+            let mut rows = Vec::new();
+            let status = client.status().await?;
+            for node in status.alive() {
+                for summary in client.objects(node).await?.objects {
+                    rows.push(object(json!({
+                        "id": summary.id.to_string(),
+                        "node": node.id,
+                        "size": summary.size,
+                        "state": summary.state.to_string(),
+                        "owned": summary.primary,
+                        "holders": summary.holders.join(", "),
+                    })));
+                }
+            }
+            rows
+        }
+    })
+}
+
+fn actor_row(record: &ActorRecord) -> Value {
+    let state = match (&record.dead, record.restarting) {
+        (Some(_), _) => "DEAD",
+        (None, true) => "RESTARTING",
+        (None, false) => "ALIVE",
+    };
+    json!({
+        "id": record.actor.to_string(),
+        "name": record.name.clone().unwrap_or_default(),
+        "class": record.type_name,
+        "state": state,
+        "node": record.node.name,
+        "address": record.address.to_string(),
+        "incarnation": record.incarnation.0,
+        "restarts": record.restarts,
+        "death": record.dead.as_ref().map(ToString::to_string).unwrap_or_default(),
+    })
+}
+
+/// A cell as text: strings without quotes.
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn print_table(rows: &[Map<String, Value>]) {
+    let Some(first) = rows.first() else {
+        println!("(none)");
+        return;
+    };
+    let columns: Vec<&String> = first.keys().collect();
+    let width = |column: &String| {
+        rows.iter()
+            .map(|row| row.get(column.as_str()).map_or(0, |v| text(v).len()))
+            .chain([column.len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = columns.iter().map(|c| width(c)).collect();
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(columns.iter().map(|c| c.to_uppercase()).collect());
+    for row in rows {
+        line(
+            columns
+                .iter()
+                .map(|c| row.get(c.as_str()).map(text).unwrap_or_default())
+                .collect(),
+        );
+    }
+}
+
+/// Options of `nimbus logs`.
+#[derive(Args)]
+pub(crate) struct LogsArgs {
+    /// The actor: its name, or its id as `nimbus list actors` shows it.
+    actor: String,
+    #[command(flatten)]
+    head: HeadArgs,
+    /// Print only the last N lines.
+    #[arg(long, default_value_t = 1000)]
+    tail: usize,
+    /// Keep printing what the actor's worker writes until that worker
+    /// exits.
+    #[arg(long)]
+    follow: bool,
+}
+
+/// Most bytes `nimbus logs` reads back for `--tail`.
+const TAIL_BYTES: u64 = 1 << 20;
+/// How often `--follow` reads on.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Runs `nimbus logs`: the log (stdout and stderr) of the actor's newest
+/// worker process, read from its node.
+pub(crate) fn logs(args: LogsArgs) -> Result<()> {
+    let LogsArgs {
+        actor,
+        head,
+        tail,
+        follow,
+    } = args;
+    head.with_client(async |client| {
+        let record = client
+            .find_actor(&actor)
+            .await?
+            .with_context(|| format!("no actor named {actor:?} (by name, only live actors are found; use its id for a dead one)"))?;
+        let end = client.read_log(&record, 0, 0).await?.total;
+        let chunk = client
+            .read_log(&record, end.saturating_sub(TAIL_BYTES), TAIL_BYTES)
+            .await?;
+        let text = String::from_utf8_lossy(&chunk.bytes);
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = std::io::stdout().lock();
+        for line in &lines[lines.len().saturating_sub(tail)..] {
+            writeln!(out, "{line}")?;
+        }
+        out.flush()?;
+        drop(out);
+        if !follow {
+            return Ok(());
+        }
+        let mut offset = chunk.total;
+        loop {
+            let more = client.read_log(&record, offset, TAIL_BYTES).await?;
+            offset += more.bytes.len() as u64;
+            if !more.bytes.is_empty() {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&more.bytes)?;
+                out.flush()?;
+                continue;
+            }
+            let now = client.find_actor(&record.actor.to_string()).await?;
+            if now.is_none_or(|r| r.dead.is_some() || r.incarnation != record.incarnation) {
+                return Ok(());
+            }
+            tokio::time::sleep(FOLLOW_INTERVAL).await;
+        }
+    })
+}
+
+/// Options of `nimbus kill`.
+#[derive(Args)]
+pub(crate) struct KillArgs {
+    /// The actor: its name, or its id as `nimbus list actors` shows it.
+    actor: String,
+    #[command(flatten)]
+    head: HeadArgs,
+}
+
+/// Runs `nimbus kill`: the actor's worker is SIGKILLed and not restarted.
+pub(crate) fn kill(args: KillArgs) -> Result<()> {
+    let KillArgs { actor, head } = args;
+    head.with_client(async |client| {
+        let record = client
+            .find_actor(&actor)
+            .await?
+            .with_context(|| format!("no actor named {actor:?}"))?;
+        if let Some(death) = &record.dead {
+            bail!("actor {} is dead already: {death}", record.actor);
+        }
+        client.kill_actor(&record).await?;
+        println!("killed: {}", record.actor);
+        Ok(())
+    })
+}

@@ -1,0 +1,114 @@
+//! Actors as an operator sees them: listed, found by name or id, their
+//! logs read from the node that has them, killed (`nimbus list actors`,
+//! `nimbus logs`, `nimbus kill`).
+
+use crate::cluster::{
+    ActorId, ActorRecord, ControlReply, ControlRequest, DirectoryRequest, NodeStatus, WorkerRequest,
+};
+use crate::transport::RequestOptions;
+
+use super::{call, unexpected, ClientError, ClusterClient};
+
+/// Part of a worker's log, as its node read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogChunk {
+    /// The log file, on the node.
+    pub file: String,
+    /// Its length when read.
+    pub total: u64,
+    /// The bytes from the offset asked for.
+    pub bytes: Vec<u8>,
+}
+
+impl ClusterClient {
+    /// The live actors (alive or restarting), as the head's directory lists
+    /// them.
+    pub async fn actors(&self) -> Result<Vec<ActorRecord>, ClientError> {
+        match self
+            .call(&ControlRequest::Directory(DirectoryRequest::ListActors))
+            .await?
+        {
+            ControlReply::Actors(actors) => Ok(actors),
+            reply => Err(unexpected("ListActors", reply)),
+        }
+    }
+
+    /// The actor named `name`, or with id `name` (16 hex digits, as
+    /// listed), if the head knows it; by id it is found dead too.
+    pub async fn find_actor(&self, name: &str) -> Result<Option<ActorRecord>, ClientError> {
+        let request = match parse_id(name) {
+            Some(id) => DirectoryRequest::LocateActor(id),
+            None => DirectoryRequest::LookupName(name.to_string()),
+        };
+        match self.call(&ControlRequest::Directory(request)).await? {
+            ControlReply::Actor(found) => Ok(found.map(|record| *record)),
+            reply => Err(unexpected("LookupName", reply)),
+        }
+    }
+
+    /// Up to `max` bytes from `offset` of the log of `actor`'s newest
+    /// worker process, read on the node it runs (or ran) on.
+    pub async fn read_log(
+        &self,
+        actor: &ActorRecord,
+        offset: u64,
+        max: u64,
+    ) -> Result<LogChunk, ClientError> {
+        let node = self.node_of(actor).await?;
+        let request = ControlRequest::Workers(WorkerRequest::ReadLog {
+            actor: actor.actor,
+            offset,
+            max,
+        });
+        let connection = self.connect_node(&node).await?;
+        match call(&connection, &request, RequestOptions::bulk()).await? {
+            ControlReply::Log { file, total, bytes } => Ok(LogChunk { file, total, bytes }),
+            reply => Err(unexpected("ReadLog", reply)),
+        }
+    }
+
+    /// Kills `actor`'s worker for good (no restart), as `ray.kill` does.
+    pub async fn kill_actor(&self, actor: &ActorRecord) -> Result<(), ClientError> {
+        let node = self.node_of(actor).await?;
+        let connection = self.connect_node(&node).await?;
+        let request = ControlRequest::Workers(WorkerRequest::KillActor(actor.actor));
+        call(&connection, &request, RequestOptions::control()).await?;
+        Ok(())
+    }
+
+    /// The node `actor` is on, as the membership lists it.
+    async fn node_of(&self, actor: &ActorRecord) -> Result<NodeStatus, ClientError> {
+        self.status()
+            .await?
+            .node(&actor.node.name)
+            .cloned()
+            .ok_or_else(|| ClientError::NotFound {
+                what: format!("node {} of actor {}", actor.node.name, actor.actor),
+            })
+    }
+}
+
+/// An actor id as listed: 16 hex digits.
+fn parse_id(text: &str) -> Option<ActorId> {
+    (text.len() == 16)
+        .then(|| u64::from_str_radix(text, 16).ok())
+        .flatten()
+        .map(ActorId)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_sixteen_hex_digits_and_anything_else_is_a_name() {
+        assert_eq!(parse_id("00000000000000ab"), Some(ActorId(0xab)));
+        assert_eq!(
+            parse_id(&ActorId(u64::MAX).to_string()),
+            Some(ActorId(u64::MAX))
+        );
+        assert_eq!(parse_id("account-1"), None);
+        assert_eq!(parse_id("ab"), None);
+        assert_eq!(parse_id("zzzzzzzzzzzzzzzz"), None);
+    }
+}
