@@ -16,6 +16,7 @@ use std::sync::Arc;
 use crate::client::{self, ClientError};
 use crate::cluster::sha256_file;
 use crate::cluster::BinaryId;
+use crate::cluster::{ControlRequest, JobRequest, DRIVER_BEAT};
 use crate::local::{LocalCluster, LocalClusterError};
 use crate::node::default_state_dir;
 use crate::runtime::{ProcessContext, ProcessRole, Registry};
@@ -207,6 +208,7 @@ impl Driver {
         );
         let context = ProcessContext::install(context).ok_or(InitError::AlreadyConnected)?;
         crate::object_store::start(context);
+        tokio::spawn(keep_job_alive(context));
         crate::runtime::report_packet_faults(
             context.endpoint.clone(),
             head,
@@ -237,6 +239,27 @@ fn flag(name: &str) -> Option<String> {
             arg.strip_prefix(&format!("{name}=")).map(str::to_string)
         }
     })
+}
+
+/// Tells the head, every `DRIVER_BEAT`, that this driver's job is alive
+/// (`crate::head::jobs`): once it is silent for the head's grace period,
+/// the job's actors are killed and its placement groups released.
+async fn keep_job_alive(context: &'static ProcessContext) {
+    let job = context.job.clone();
+    let request = ControlRequest::Jobs(JobRequest::DriverAlive { job: job.clone() });
+    let mut beat = tokio::time::interval(DRIVER_BEAT);
+    let mut told = false;
+    loop {
+        beat.tick().await;
+        match context.call_head(&request).await {
+            Ok(_) => told = false,
+            Err(e) if !told => {
+                tracing::warn!(%job, "cannot tell the head this job is alive: {e}");
+                told = true;
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 fn token() -> Result<JoinToken, InitError> {

@@ -61,6 +61,7 @@ pub struct SpawnOptions {
     max_in_flight: u32,
     deadline: Duration,
     bundle: Option<BundleId>,
+    detached: bool,
 }
 
 impl Default for SpawnOptions {
@@ -75,6 +76,7 @@ impl Default for SpawnOptions {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             deadline: Duration::from_secs(30),
             bundle: None,
+            detached: false,
         }
     }
 }
@@ -114,6 +116,14 @@ impl SpawnOptions {
     /// A cluster-unique name, for [`get_actor`](super::get_actor).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// The actor outlives its job (Ray's `lifetime="detached"`): it is not
+    /// killed when its driver is gone (`crate::head::jobs`). Kill it
+    /// yourself (`ActorHandle::kill`, `nimbus kill`).
+    pub fn detached(mut self) -> Self {
+        self.detached = true;
         self
     }
 
@@ -192,6 +202,7 @@ pub async fn spawn<A: RemoteActor>(
             _ => None,
         },
         job: context.job.clone(),
+        detached: options.detached,
         binary: context.binary.1.clone(),
         bundle: options.bundle,
     };

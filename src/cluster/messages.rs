@@ -70,8 +70,32 @@ pub enum ControlRequest {
     Objects(ObjectRequest),
     /// Fault injection: reports to the head, packet rules to a node.
     Faults(FaultRequest),
+    /// Jobs: drivers' liveness to the head, the end of a job to nodes.
+    Jobs(JobRequest),
     /// Returns the payload unchanged: a liveness probe and a benchmark.
     Echo(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
+/// How often a driver tells the head its job is alive (`JobRequest::DriverAlive`).
+pub const DRIVER_BEAT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Jobs (`crate::head`'s `jobs.rs`): a job is one driver program run; what
+/// it creates is its own, and ends with it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum JobRequest {
+    /// To the head, from a driver every second: its job is alive.
+    /// Answered with `Ack`.
+    DriverAlive {
+        /// The job.
+        job: String,
+    },
+    /// To a node, from the head once a job's driver is gone: kill the job's
+    /// actors (not the detached ones) and release its bundles. Answered
+    /// with `Ack`.
+    EndJob {
+        /// The job.
+        job: String,
+    },
 }
 
 /// To the head: joining, heartbeats, leaving, the membership view (answered by `Membership`).
@@ -218,6 +242,9 @@ pub enum BundleRequest {
         bundle: BundleId,
         /// Its resources.
         resources: ResourceSet,
+        /// The job whose placement group it is: released when the job ends.
+        #[serde(default)]
+        job: String,
     },
     /// To a node: give a bundle's resources back.
     ReleaseBundle(BundleId),
@@ -574,6 +601,10 @@ pub struct ActorSpec {
     pub node: Option<String>,
     /// The job (driver program run) it belongs to.
     pub job: String,
+    /// It outlives its job (Ray's `lifetime="detached"`): it is not killed
+    /// when the job's driver is gone.
+    #[serde(default)]
+    pub detached: bool,
     /// The program that hosts it.
     pub binary: BinaryId,
     /// The placement-group bundle whose resources it uses, if any.
@@ -717,6 +748,14 @@ pub enum ClusterEventKind {
         /// The node.
         node: NodeIdentity,
     },
+    /// A job ended: its actors (all but the detached ones) were killed and
+    /// its bundles released.
+    JobEnded {
+        /// The job.
+        job: String,
+        /// Why (its driver was not heard from for the grace period).
+        reason: String,
+    },
     /// A node was declared dead.
     NodeDead {
         /// The node.
@@ -844,6 +883,7 @@ impl ClusterEventKind {
             },
             plain @ (ClusterEventKind::NodeJoined { .. }
             | ClusterEventKind::NodeLeft { .. }
+            | ClusterEventKind::JobEnded { .. }
             | ClusterEventKind::ResourcesChanged { .. }) => plain,
         }
     }
@@ -882,6 +922,7 @@ impl ClusterEventKind {
             | ClusterEventKind::ActorDied { .. }
             | ClusterEventKind::Recovered { .. }
             | ClusterEventKind::FaultInjected { .. }
+            | ClusterEventKind::JobEnded { .. }
             | ClusterEventKind::PacketFaults { .. } => None,
         }
     }

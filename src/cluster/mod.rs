@@ -32,8 +32,9 @@ pub use digest::sha256_file;
 pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleRequest,
     ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest, DirectoryRequest,
-    EventRequest, FaultRequest, MembershipRequest, NodeRegistration, NodeState, NodeStatus,
-    ObjectRequest, PlacementGroupId, ProcessClass, ResourceUsage, WorkerRequest,
+    EventRequest, FaultRequest, JobRequest, MembershipRequest, NodeRegistration, NodeState,
+    NodeStatus, ObjectRequest, PlacementGroupId, ProcessClass, ResourceUsage, WorkerRequest,
+    DRIVER_BEAT,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

@@ -372,6 +372,7 @@ mod tests {
             restarts: 0,
             node: None,
             job: "job".into(),
+            detached: false,
             binary: crate::cluster::BinaryId {
                 hash: "00".into(),
                 len: 0,

@@ -19,6 +19,7 @@
 
 pub mod directory;
 pub mod events;
+pub mod jobs;
 pub mod membership;
 mod rescheduler;
 
@@ -42,6 +43,8 @@ pub struct HeadActors {
     pub directory: Addr<Directory>,
     /// The heartbeat interval members are told to keep.
     pub heartbeat_interval: Duration,
+    /// Jobs and their drivers.
+    pub jobs: Addr<jobs::Jobs>,
     /// The head's ticket key, certifying nodes as they join.
     pub tickets: std::sync::Arc<crate::transport::TicketAuthority>,
 }

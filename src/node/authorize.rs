@@ -4,9 +4,9 @@
 //!
 //! | caller | may |
 //! |---|---|
-//! | a certified node | heartbeat and leave as itself; report its own actors up and down; everything a worker may |
+//! | a certified node | heartbeat and leave as itself; report its own actors up and down; end a job (the head); everything a worker may |
 //! | a certified worker | objects (reference changes as itself only), spawns, kills, bundles, binaries, name lookups; report a fault that kills its own node; report recoveries and its own packet faults |
-//! | a token holder (a driver, the CLI, a node before it joined) | join as the node it announced; everything a worker may, with any fault report and packet rules; release the name of a spawn that never started |
+//! | a token holder (a driver, the CLI, a node before it joined) | join as the node it announced; keep its job alive; everything a worker may, with any fault report and packet rules; release the name of a spawn that never started |
 //! | unverified (this node cannot check proofs yet) | `Echo` only |
 //!
 //! So no token holder can evict a member or keep a dead one alive, and no
@@ -17,7 +17,8 @@
 //! (`head/directory.rs`).
 
 use crate::cluster::{
-    ControlRequest, DirectoryRequest, FaultRequest, MembershipRequest, ObjectRequest, RefHolder,
+    ControlRequest, DirectoryRequest, FaultRequest, JobRequest, MembershipRequest, ObjectRequest,
+    RefHolder,
 };
 use crate::transport::{Caller, Standing};
 use crate::wire::{Incarnation, PeerRole, RemoteError, RemoteErrorKind};
@@ -157,6 +158,17 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
             }
         }
         ControlRequest::Objects(_) => Ok(()),
+        ControlRequest::Jobs(JobRequest::DriverAlive { .. }) => match token {
+            true => Ok(()),
+            false => deny(
+                "DriverAlive",
+                "only a driver (a token holder) keeps its job alive",
+            ),
+        },
+        ControlRequest::Jobs(JobRequest::EndJob { .. }) => match node {
+            true => Ok(()),
+            false => deny("EndJob", "only the head ends a job"),
+        },
     }
 }
 

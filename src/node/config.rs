@@ -55,6 +55,9 @@ pub struct NodeConfig {
     /// An object put that sends no bytes for this long is abandoned
     /// (`object_store::ARRIVAL_TIMEOUT` by default).
     pub object_arrival_timeout: Duration,
+    /// Head only: a job whose driver is silent for this long ends
+    /// (`head::jobs::DEFAULT_DRIVER_GRACE` by default).
+    pub driver_grace: Duration,
 }
 
 /// `$NIMBUS_HOME`, else `~/.nimbus` (see [`nimbus_home`]).
@@ -78,6 +81,7 @@ impl NodeConfig {
             object_store_memory: None,
             object_spill_dir: None,
             object_arrival_timeout: crate::object_store::ARRIVAL_TIMEOUT,
+            driver_grace: crate::head::jobs::DEFAULT_DRIVER_GRACE,
         }
     }
 }

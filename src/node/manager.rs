@@ -119,6 +119,8 @@ pub struct NodeManager {
     in_flight: bool,
     binaries: BinaryCache,
     workers: HashMap<ActorId, Worker>,
+    /// The job of each reserved bundle.
+    bundle_jobs: HashMap<BundleId, String>,
 }
 
 /// An actor this node runs.
@@ -154,6 +156,7 @@ impl NodeManager {
             last_ack: Instant::now(),
             in_flight: false,
             workers: HashMap::new(),
+            bundle_jobs: HashMap::new(),
         }
     }
 
@@ -549,6 +552,8 @@ pub struct ReserveBundle {
     pub bundle: BundleId,
     /// Its resources.
     pub resources: ResourceSet,
+    /// The job whose placement group it is.
+    pub job: String,
 }
 
 /// Give a bundle's resources back.
@@ -585,7 +590,9 @@ impl Handler<ReserveBundle> for NodeManager {
     fn handle(&mut self, msg: ReserveBundle, _: &mut Self::Context) -> Self::Result {
         self.resources
             .reserve_bundle(msg.bundle, &msg.resources)
-            .map_err(|cause| self.no_capacity(cause))
+            .map_err(|cause| self.no_capacity(cause))?;
+        self.bundle_jobs.insert(msg.bundle, msg.job);
+        Ok(())
     }
 }
 
@@ -594,6 +601,39 @@ impl Handler<ReleaseBundle> for NodeManager {
 
     fn handle(&mut self, ReleaseBundle(bundle): ReleaseBundle, _: &mut Self::Context) {
         self.resources.release_bundle(bundle);
+        self.bundle_jobs.remove(&bundle);
+    }
+}
+
+/// A job ended (`crate::head`'s `jobs.rs`, step 3): kill its actors here,
+/// but the detached ones, for good, and release its bundles.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EndJob(pub String);
+
+impl Handler<EndJob> for NodeManager {
+    type Result = ();
+
+    fn handle(&mut self, EndJob(job): EndJob, ctx: &mut Self::Context) {
+        let actors: Vec<ActorId> = self
+            .workers
+            .iter()
+            .filter(|(_, worker)| worker.spec.job == job && !worker.spec.detached)
+            .map(|(actor, _)| *actor)
+            .collect();
+        let bundles: Vec<BundleId> = self
+            .bundle_jobs
+            .iter()
+            .filter(|(_, of)| **of == job)
+            .map(|(bundle, _)| *bundle)
+            .collect();
+        info!(%job, actors = actors.len(), bundles = bundles.len(), "job ended: killing its actors, releasing its bundles");
+        for actor in actors {
+            <Self as Handler<KillActor>>::handle(self, KillActor(actor), ctx);
+        }
+        for bundle in bundles {
+            <Self as Handler<ReleaseBundle>>::handle(self, ReleaseBundle(bundle), ctx);
+        }
     }
 }
 

@@ -20,6 +20,7 @@ use crate::cluster::{
     ControlReply, ControlRequest, NodeRegistration, ObjectLocation, ResourceSet, MEMORY,
 };
 use crate::head::events::Subscribe;
+use crate::head::jobs::Jobs;
 use crate::head::membership::{self, Membership};
 use crate::head::{ActorRescheduler, ClusterEvents, Directory, HeadActors};
 use crate::object_store::{HeadEvents, NodeObjectStore};
@@ -67,7 +68,8 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     };
     let link = match config.role {
         NodeRole::Head { heartbeat_timeout } => {
-            start_head(&endpoint, &mut bound, registration, heartbeat_timeout).await?
+            let timeouts = (heartbeat_timeout, config.driver_grace);
+            start_head(&endpoint, &mut bound, registration, timeouts).await?
         }
         NodeRole::Member { head } => {
             let joined = join(&endpoint, head, registration, bound.signer.public_key()).await?;
@@ -220,7 +222,7 @@ async fn start_head(
     endpoint: &Endpoint,
     bound: &mut Bound,
     registration: NodeRegistration,
-    heartbeat_timeout: Duration,
+    (heartbeat_timeout, driver_grace): (Duration, Duration),
 ) -> Result<Link, NodeError> {
     let interval = heartbeat_timeout / BEATS_PER_TIMEOUT;
     // The head certifies itself like any node (`tickets.rs`, step 2).
@@ -260,10 +262,18 @@ async fn start_head(
         directory: directory.clone(),
     };
     let head_key = tickets.public_key();
+    let jobs = Jobs::new(
+        driver_grace,
+        endpoint.clone(),
+        membership.clone(),
+        events.clone(),
+    )
+    .start();
     let actors = HeadActors {
         membership,
         events,
         directory,
+        jobs,
         heartbeat_interval: interval,
         tickets: Arc::new(tickets),
     };

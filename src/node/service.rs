@@ -25,12 +25,12 @@ use futures::FutureExt;
 
 use crate::cluster::faults::FiredFault;
 use crate::cluster::{
-    BinaryRequest, BundleRequest, DirectoryRequest, EventRequest, FaultRequest, MembershipRequest,
-    WorkerRequest,
+    BinaryRequest, BundleRequest, DirectoryRequest, EventRequest, FaultRequest, JobRequest,
+    MembershipRequest, WorkerRequest,
 };
 use crate::cluster::{ClusterEventKind, ControlReply, ControlRequest};
 use crate::head::events::{EventsSince, Publish};
-use crate::head::{directory, membership, HeadActors};
+use crate::head::{directory, jobs, membership, HeadActors};
 use crate::transport::{Caller, Endpoint, HandlerError, RequestHandler};
 use crate::wire::{self, PeerRole, RemoteError, RemoteErrorKind};
 
@@ -39,7 +39,7 @@ use super::authorize::authorize;
 use crate::object_store::NodeObjectStore;
 
 use super::manager::{
-    KillActor, NodeManager, ReadBinary, ReadLog, ReleaseBundle, ReserveBundle, StartActor,
+    EndJob, KillActor, NodeManager, ReadBinary, ReadLog, ReleaseBundle, ReserveBundle, StartActor,
     UploadBinary,
 };
 
@@ -86,6 +86,10 @@ impl NodeService {
             ControlRequest::Workers(request) => self.workers(request).await,
             ControlRequest::Bundles(request) => self.bundles(request).await,
             ControlRequest::Binaries(request) => self.binaries(from, request).await,
+            ControlRequest::Jobs(JobRequest::EndJob { job }) => {
+                self.manager.send(EndJob(job)).await.map_err(internal)?;
+                Ok(ControlReply::Ack)
+            }
             ControlRequest::Faults(FaultRequest::AddPacketRule(rule)) => {
                 self.endpoint
                     .add_packet_rule(rule)
@@ -117,6 +121,20 @@ impl NodeService {
                         directory_request(&head, from, request).await
                     }
                     ControlRequest::Faults(request) => fault_report(&head, request).await,
+                    ControlRequest::Jobs(JobRequest::DriverAlive { job }) => {
+                        let alive = head
+                            .jobs
+                            .send(jobs::DriverAlive(job.clone()))
+                            .await
+                            .map_err(internal)?;
+                        match alive {
+                            true => Ok(ControlReply::Ack),
+                            false => Err(RemoteError::new(
+                                RemoteErrorKind::BadRequest,
+                                format!("job {job} has ended: its driver was not heard from for the grace period (--driver-grace-s), and its actors were killed"),
+                            )),
+                        }
+                    }
                     _ => Err(RemoteError::new(
                         RemoteErrorKind::Internal,
                         "a node request reached the head's dispatcher",
@@ -150,8 +168,16 @@ impl NodeService {
 
     async fn bundles(&self, request: BundleRequest) -> Result<ControlReply, RemoteError> {
         match request {
-            BundleRequest::ReserveBundle { bundle, resources } => {
-                let reserve = ReserveBundle { bundle, resources };
+            BundleRequest::ReserveBundle {
+                bundle,
+                resources,
+                job,
+            } => {
+                let reserve = ReserveBundle {
+                    bundle,
+                    resources,
+                    job,
+                };
                 Ok(match self.manager.send(reserve).await.map_err(internal)? {
                     Ok(()) => ControlReply::Ack,
                     Err(short) => ControlReply::NoCapacity(short.to_string()),

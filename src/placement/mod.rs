@@ -251,6 +251,7 @@ impl PlacementGroup {
             let request = ControlRequest::Bundles(BundleRequest::ReserveBundle {
                 bundle: self.bundle(index)?,
                 resources: placed.resources.clone(),
+                job: context.job.clone(),
             });
             let refusal = match call_node(context, &placed.node, &request).await {
                 Ok(ControlReply::Ack) => continue,

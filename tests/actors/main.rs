@@ -26,6 +26,14 @@ const DEADLINE: Duration = Duration::from_secs(90);
 /// the first one's cluster by address.
 pub const REMOTE_DRIVER: &str = "NIMBUS_TEST_REMOTE_DRIVER";
 
+/// Set in the environment of a driver a test SIGKILLs once it has
+/// spawned its actors and a placement group.
+pub const ORPHAN_DRIVER: &str = "NIMBUS_TEST_ORPHAN_DRIVER";
+
+/// Seconds a job's driver may be silent before the job ends, in this
+/// binary's cluster (`--driver-grace-s`; the nodes inherit it).
+const DRIVER_GRACE_S: &str = "5";
+
 /// Set in the environment of the workload `nimbus chaos run` runs in a test.
 pub const CHAOS_WORKLOAD: &str = "NIMBUS_TEST_CHAOS_WORKLOAD";
 
@@ -35,6 +43,12 @@ fn main() {
     }
     if std::env::var_os(CHAOS_WORKLOAD).is_some() {
         return tests::chaos_workload();
+    }
+    if std::env::var_os(ORPHAN_DRIVER).is_some() {
+        return tests::orphan_driver();
+    }
+    if std::env::var_os("NIMBUS_DRIVER_GRACE_S").is_none() {
+        std::env::set_var("NIMBUS_DRIVER_GRACE_S", DRIVER_GRACE_S);
     }
     let driver = nimbus::init_with(fixtures::registry(), nimbus::InitOptions { local_nodes: 3 })
         .expect("a local cluster starts");

@@ -23,6 +23,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("removing_a_placement_group_frees_its_resources", |_| {
         boxed(removing_a_placement_group_frees_its_resources())
     }),
+    (
+        "a_dead_drivers_actors_and_placement_groups_are_released",
+        |d| boxed(a_dead_drivers_actors_and_placement_groups_are_released(d)),
+    ),
     ("spawn_lands_on_the_node_with_the_resources", |d| {
         boxed(spawn_lands_on_the_node_with_the_resources(d))
     }),
@@ -220,6 +224,77 @@ fn on(node: &str) -> SpawnOptions {
     SpawnOptions::default()
         .num_cpus(0.1)
         .strategy(Strategy::Node(node.into()))
+}
+
+/// Ray's job ownership: a driver killed outright leaves nothing held. Its
+/// actors are killed and its placement group released once the head has
+/// not heard from it for the grace period (5 s here), its detached actor
+/// lives on. Before, all of it was held for ever.
+async fn a_dead_drivers_actors_and_placement_groups_are_released(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let client = cluster.client().await.unwrap();
+    let used = |status: &nimbus::cluster::ClusterStatus| -> f64 {
+        status.alive().map(|n| n.resources.used.amount("CPU")).sum()
+    };
+    let before = used(&client.status().await.unwrap());
+    let mut orphan = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .env(crate::ORPHAN_DRIVER, "1")
+        .env("NIMBUS_ADDRESS", cluster.address().to_string())
+        .env("NIMBUS_TOKEN", cluster.token().to_string())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(orphan.stdout.take().unwrap()));
+    let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
+    assert!(
+        matches!(&ready, Ok(Ok(Some(line))) if line == "ready"),
+        "{ready:?}"
+    );
+    let held = before + 0.5 + 0.5 + 0.1 + 0.5;
+    client
+        .wait_for_status(
+            "the driver's actors and bundle held",
+            Duration::from_secs(20),
+            |s| (used(s) - held).abs() < 1e-6,
+        )
+        .await
+        .unwrap();
+
+    orphan.start_kill().unwrap();
+    orphan.wait().await.unwrap();
+    let killed = Instant::now();
+    let freed = before + 0.1;
+    client
+        .wait_for_status(
+            "the dead driver's CPUs free again",
+            Duration::from_secs(30),
+            |s| (used(s) - freed).abs() < 1e-6,
+        )
+        .await
+        .unwrap();
+    // The grace counts from the driver's last beat, up to a second before
+    // it was killed.
+    let took = killed.elapsed();
+    let grace = Duration::from_secs(5);
+    assert!(
+        took >= grace - nimbus::cluster::DRIVER_BEAT && took < grace * 2,
+        "freed once the grace passed, not before: {took:?}"
+    );
+    for i in 0..2 {
+        let name = format!("orphan-{i}");
+        assert!(
+            actor::get_actor::<Counter>(&name).await.unwrap().is_none(),
+            "{name} lives"
+        );
+    }
+    let survivor = actor::get_actor::<Counter>("survivor")
+        .await
+        .unwrap()
+        .expect("a detached actor outlives its driver");
+    assert_eq!(survivor.send(Add(1)).await.unwrap(), 1);
+    survivor.kill().await.unwrap();
 }
 
 async fn spawn_lands_on_the_node_with_the_resources(driver: &mut Driver) {
@@ -814,6 +889,33 @@ async fn actors_of_a_node_that_left_are_dead_or_restarted(driver: &mut Driver) {
 
 /// The second driver's part: joins with `NIMBUS_ADDRESS`/`NIMBUS_TOKEN`,
 /// finds the first driver's named actor and spawns one of its own.
+/// A driver that spawns two actors (0.5 CPU each), a detached one (0.1
+/// CPU) and a placement group (one 0.5-CPU bundle), says `ready`, and
+/// waits to be killed.
+pub fn orphan_driver() {
+    let driver = nimbus::init(registry()).expect("joins the cluster by address");
+    actix::System::new().block_on(async {
+        driver.connect().await.unwrap();
+        let mut kept = Vec::new();
+        for i in 0..2 {
+            let options = on("node-1").num_cpus(0.5).name(format!("orphan-{i}"));
+            kept.push(actor::spawn::<Counter>(0, options).await.unwrap());
+        }
+        let survivor = on("node-1").name("survivor").detached();
+        kept.push(actor::spawn::<Counter>(0, survivor).await.unwrap());
+        let group = PlacementGroup::create(
+            vec![cpus(0.5)],
+            PlacementStrategy::Pack,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        println!("ready");
+        std::future::pending::<()>().await;
+        drop((kept, group));
+    });
+}
+
 pub fn remote_driver() {
     let driver = nimbus::init(registry()).expect("joins the cluster by address");
     actix::System::new().block_on(async {

@@ -86,6 +86,11 @@ pub(crate) struct StartArgs {
     /// Head only: declare a node dead after this many milliseconds without a heartbeat [default: 3000].
     #[arg(long, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     heartbeat_timeout_ms: Option<u64>,
+    /// Head only: end a job (kill its actors but the detached ones, release
+    /// its placement groups) once its driver has not been heard from for
+    /// this many seconds [default: 30].
+    #[arg(long, env = "NIMBUS_DRIVER_GRACE_S", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    driver_grace_s: Option<u64>,
     /// Stay in the foreground instead of returning once the node is up.
     #[arg(long)]
     block: bool,
@@ -133,6 +138,9 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     config.object_spill_dir = args.object_spill_dir.clone();
     if let Some(seconds) = args.object_arrival_timeout_s {
         config.object_arrival_timeout = std::time::Duration::from_secs(seconds);
+    }
+    if let Some(seconds) = args.driver_grace_s {
+        config.driver_grace = Duration::from_secs(seconds);
     }
     config.resources = ResourceOverrides {
         num_cpus: args.num_cpus,

@@ -43,6 +43,7 @@ impl Membership {
                 | ClusterEventKind::ActorDied { .. }
                 | ClusterEventKind::Recovered { .. }
                 | ClusterEventKind::FaultInjected { .. }
+                | ClusterEventKind::JobEnded { .. }
                 | ClusterEventKind::PacketFaults { .. } => {}
             }
             self.events.do_send(Publish(kind));
