@@ -38,6 +38,7 @@ const TOTAL: TaskFn<Vec<u64>, u64> = TaskFn::new("tasks.total");
 /// FNV-1a of a byte buffer, and the node it ran on.
 const DIGEST: TaskFn<ByteBuf, (u64, String)> = TaskFn::new("tasks.digest");
 
+/// Remote tasks and the object store on a local cluster (or --address): a fan-out of small tasks, a map-reduce over object references, and a broadcast of one large object.
 #[derive(Parser)]
 struct Args {
     /// Small tasks to fan out.
@@ -95,8 +96,8 @@ fn digest(bytes: &[u8]) -> u64 {
 }
 
 fn main() -> Result<()> {
-    let driver = nimbus::init_with(registry(), nimbus::InitOptions::from_args(3))?;
-    let args = Args::parse();
+    let (driver, args) =
+        nimbus::init_parsed::<Args>(registry(), |_| nimbus::InitOptions::from_args(3))?;
     actix::System::new().block_on(async {
         driver.connect().await?;
         let names = node_names().await?;

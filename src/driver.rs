@@ -105,9 +105,13 @@ pub struct ClusterArgs {
     /// A running cluster's head, HOST:PORT (also NIMBUS_ADDRESS).
     #[arg(long)]
     pub address: Option<String>,
-    /// The cluster's token (also NIMBUS_TOKEN).
+    /// The cluster's token (also NIMBUS_TOKEN); other local users can see
+    /// it in the process list: prefer --token-file.
     #[arg(long)]
     pub token: Option<String>,
+    /// A file holding the cluster's token (mode 0600).
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// A user program's link to its cluster.
@@ -131,6 +135,40 @@ fn install_logging() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+/// [`init_with`] for a program with its own `clap` arguments `A`: in a
+/// worker process it hosts the actor and never returns (a worker never
+/// parses the program's arguments); in a driver it parses them first, so
+/// `--help` or a bad flag exits before any cluster starts, then connects
+/// with the options `options` picks.
+///
+/// ```no_run
+/// use clap::Parser;
+/// /// What this program does, for its --help.
+/// #[derive(Parser)]
+/// struct Args {
+///     #[arg(long, default_value_t = 3)]
+///     epochs: u32,
+///     #[command(flatten)]
+///     cluster: nimbus::ClusterArgs,
+/// }
+/// let (driver, args) = nimbus::init_parsed::<Args>(nimbus::actor::Registry::new(), |args| {
+///     nimbus::InitOptions { local_nodes: args.cluster.nodes }
+/// })?;
+/// # Ok::<(), nimbus::InitError>(())
+/// ```
+pub fn init_parsed<A: clap::Parser>(
+    registry: Registry,
+    options: impl FnOnce(&A) -> InitOptions,
+) -> Result<(Driver, A), InitError> {
+    if ProcessRole::current() == ProcessRole::Worker {
+        install_logging();
+        crate::worker::run(crate::task::with_task_worker(registry));
+    }
+    let args = A::parse();
+    let driver = init_with(registry, options(&args))?;
+    Ok((driver, args))
 }
 
 /// [`init_with`] with default options.

@@ -71,7 +71,7 @@ pub mod transport;
 pub mod wire;
 mod worker;
 
-pub use driver::{init, init_with, ClusterArgs, Driver, InitError, InitOptions};
+pub use driver::{init, init_parsed, init_with, ClusterArgs, Driver, InitError, InitOptions};
 
 /// The libtorch bindings nimbus is built against, so training code uses the
 /// same version.

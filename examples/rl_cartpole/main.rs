@@ -33,7 +33,7 @@ use clap::Parser;
 use training::Settings;
 
 #[derive(Parser, Debug)]
-#[command(about = "PPO on CartPole-v1 with environment-runner actors")]
+#[command(about = "PPO on CartPole-v1 with environment-runner actors", long_about = None)]
 struct Args {
     /// Environment-runner actors.
     #[arg(long, default_value_t = 2)]
@@ -66,9 +66,10 @@ struct Args {
 }
 
 fn main() -> Result<()> {
-    // Worker processes run this binary too: there, init never returns.
-    let mut driver = nimbus::init_with(runner::registry(), nimbus::InitOptions::from_args(2))?;
-    let args = Args::parse();
+    // Worker processes run this binary too: there, init never returns (and
+    // never parses the arguments); `--help` starts no cluster.
+    let (mut driver, args) =
+        nimbus::init_parsed::<Args>(runner::registry(), |_| nimbus::InitOptions::from_args(2))?;
     let system = actix::System::new();
     let result = system.block_on(run(&mut driver, args));
     drop(driver);

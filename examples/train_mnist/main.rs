@@ -48,7 +48,7 @@ use nimbus::train::{
 };
 
 #[derive(Parser, Debug)]
-#[command(about = "Data-parallel MNIST on a nimbus cluster")]
+#[command(about = "Data-parallel MNIST on a nimbus cluster", long_about = None)]
 struct Args {
     /// Training workers (0: run in this process, for debugging).
     #[arg(long, default_value_t = 2)]
@@ -106,9 +106,10 @@ struct Args {
 
 fn main() -> Result<()> {
     let registry = Registry::new().train_loop::<MnistLoop>();
-    // Worker processes run this binary too: there, init never returns.
-    let mut driver = nimbus::init_with(registry, nimbus::InitOptions::from_args(2))?;
-    let args = Args::parse();
+    // Worker processes run this binary too: there, init never returns (and
+    // never parses the arguments); `--help` starts no cluster.
+    let (mut driver, args) =
+        nimbus::init_parsed::<Args>(registry, |_| nimbus::InitOptions::from_args(2))?;
     let system = actix::System::new();
     let result = system.block_on(run(&mut driver, args));
     drop(driver);

@@ -17,16 +17,17 @@ use crate::fixtures::*;
 use crate::{boxed, Test};
 
 pub const ALL: &[(&str, Test)] = &[
+    // First, on the bare cluster: it counts the CPUs in use.
+    (
+        "a_dead_drivers_actors_and_placement_groups_are_released",
+        |d| boxed(a_dead_drivers_actors_and_placement_groups_are_released(d)),
+    ),
     ("placement_groups_of_each_strategy", |_| {
         boxed(placement_groups_of_each_strategy())
     }),
     ("removing_a_placement_group_frees_its_resources", |_| {
         boxed(removing_a_placement_group_frees_its_resources())
     }),
-    (
-        "a_dead_drivers_actors_and_placement_groups_are_released",
-        |d| boxed(a_dead_drivers_actors_and_placement_groups_are_released(d)),
-    ),
     ("spawn_lands_on_the_node_with_the_resources", |d| {
         boxed(spawn_lands_on_the_node_with_the_resources(d))
     }),
@@ -295,6 +296,14 @@ async fn a_dead_drivers_actors_and_placement_groups_are_released(driver: &mut Dr
         .expect("a detached actor outlives its driver");
     assert_eq!(survivor.send(Add(1)).await.unwrap(), 1);
     survivor.kill().await.unwrap();
+    client
+        .wait_for_status(
+            "the detached actor's CPU free",
+            Duration::from_secs(20),
+            |s| (used(s) - before).abs() < 1e-6,
+        )
+        .await
+        .unwrap();
 }
 
 async fn spawn_lands_on_the_node_with_the_resources(driver: &mut Driver) {

@@ -321,3 +321,46 @@ fn chaos_run_injects_a_plan_while_a_command_runs() {
     assert!(!failed.status.success(), "{out}");
     assert!(out.contains("replay") && out.contains("seed = 9"), "{out}");
 }
+
+/// A program's `--help` prints its own text (not `ClusterArgs`' docs) and
+/// starts no cluster: nothing is left in its temporary or state directory.
+/// Before, `init` started a local cluster first, and clap's exit left its
+/// directory behind.
+#[test]
+fn a_programs_help_starts_no_cluster() {
+    let examples = Path::new(env!("CARGO_BIN_EXE_nimbus"))
+        .parent()
+        .unwrap()
+        .join("examples");
+    let mut cases = vec![("tasks", "Remote tasks and the object store")];
+    if cfg!(feature = "torch") {
+        cases.push(("train_mnist", "Data-parallel MNIST on a nimbus cluster"));
+        cases.push(("rl_cartpole", "PPO on CartPole-v1"));
+    }
+    for (example, about) in cases {
+        let (tmp, home) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+        let out = Command::new(examples.join(example))
+            .arg("--help")
+            .env("TMPDIR", tmp.path())
+            .env("NIMBUS_HOME", home.path())
+            .env_remove("NIMBUS_ADDRESS")
+            .output()
+            .unwrap_or_else(|e| panic!("{example}: {e} (built by `cargo build --examples`)"));
+        let help = text(&out);
+        assert!(out.status.success(), "{example}: {help}");
+        assert!(help.contains(about), "{example}: {help}");
+        assert!(help.contains("--token-file"), "{example}: {help}");
+        assert!(
+            !help.contains("The command-line flags"),
+            "{example}: {help}"
+        );
+        for dir in [tmp.path(), home.path()] {
+            let left: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
+            assert!(
+                left.is_empty(),
+                "{example} --help left {left:?} in {}",
+                dir.display()
+            );
+        }
+    }
+}
