@@ -317,13 +317,7 @@ mod tests {
     fn first_early_free(seed: u64, barrier: bool) -> Option<String> {
         const PROCESSES: u64 = 4;
         const OBJECTS: u64 = 3;
-        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut next = move |n: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
+        let mut next = seeded(seed);
         let mut refs = RefCounts::default();
         let mut holds: HashSet<(u64, ObjectId)> = HashSet::new();
         let mut in_flight: Vec<(u64, ObjectId)> = Vec::new();
@@ -397,16 +391,21 @@ mod tests {
     /// One process's undelivered changes, in order.
     type Outbox = VecDeque<(ObjectId, RefChange)>;
 
-    fn simulate(seed: u64) {
-        const PROCESSES: u64 = 4;
-        const OBJECTS: u64 = 3;
+    /// The simulations' random numbers (xorshift): `next(n)` is in `0..n`.
+    fn seeded(seed: u64) -> impl FnMut(u64) -> u64 {
         let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut next = move |n: u64| {
+        move |n: u64| {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
             rng % n
-        };
+        }
+    }
+
+    fn simulate(seed: u64) {
+        const PROCESSES: u64 = 4;
+        const OBJECTS: u64 = 3;
+        let mut next = seeded(seed);
         let mut refs = RefCounts::default();
         // The model: who really holds what, and messages carrying a
         // reference not yet received.
