@@ -10,13 +10,18 @@
 //!   file; with neither it starts a local cluster of its own, stopped when
 //!   the [`Driver`] is dropped.
 
+use std::collections::HashMap;
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::client::{self, ClientError};
 use crate::cluster::sha256_file;
 use crate::cluster::BinaryId;
-use crate::cluster::{ControlRequest, JobRequest, DRIVER_BEAT};
+use crate::cluster::{
+    ControlReply, ControlRequest, JobRequest, MembershipRequest, WorkerRequest, DRIVER_BEAT,
+};
 use crate::local::{LocalCluster, LocalClusterError};
 use crate::node::default_state_dir;
 use crate::runtime::{ProcessContext, ProcessRole, Registry};
@@ -247,6 +252,9 @@ impl Driver {
         let context = ProcessContext::install(context).ok_or(InitError::AlreadyConnected)?;
         crate::object_store::start(context);
         tokio::spawn(keep_job_alive(context));
+        if log_to_driver() {
+            tokio::spawn(show_output(context));
+        }
         crate::runtime::report_packet_faults(
             context.endpoint.clone(),
             head,
@@ -296,6 +304,77 @@ async fn keep_job_alive(context: &'static ProcessContext) {
                 told = true;
             }
             Err(_) => {}
+        }
+    }
+}
+
+/// Whether this driver shows what its job's workers print: on unless
+/// `--no-log-to-driver` or `NIMBUS_LOG_TO_DRIVER=0`.
+fn log_to_driver() -> bool {
+    let off_by_flag = std::env::args().any(|arg| arg == "--no-log-to-driver");
+    let off_by_env = std::env::var("NIMBUS_LOG_TO_DRIVER").is_ok_and(|v| v == "0");
+    !(off_by_flag || off_by_env)
+}
+
+/// How often the driver reads what its job's workers printed.
+const OUTPUT_POLL: Duration = Duration::from_millis(250);
+
+/// Shows on stderr what this job's workers print to stdout, prefixed with
+/// the actor and its node (`(account-1 on node-2) ...`), as Ray's
+/// `log_to_driver` does: every `OUTPUT_POLL` it reads each live node's new
+/// lines of this job (`ReadOutput`; a node restarted with a new
+/// incarnation is read from its start).
+async fn show_output(context: &'static ProcessContext) {
+    let job = context.job.clone();
+    let mut read: HashMap<(String, u64), u64> = HashMap::new();
+    let mut tick = tokio::time::interval(OUTPUT_POLL);
+    loop {
+        tick.tick().await;
+        let Ok(ControlReply::Status(status)) = context
+            .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+            .await
+        else {
+            continue;
+        };
+        for node in status.alive() {
+            let key = (node.id.clone(), node.incarnation);
+            let after = read.get(&key).copied().unwrap_or(0);
+            let request = ControlRequest::Workers(WorkerRequest::ReadOutput {
+                job: job.clone(),
+                after,
+                max: 1000,
+            });
+            let Ok(connection) = context
+                .endpoint
+                .connect(node.address, Some(&node.identity()))
+                .await
+            else {
+                continue;
+            };
+            let options = crate::transport::RequestOptions::control();
+            let Ok(ControlReply::Output { lines, dropped }) =
+                client::call(&connection, &request, options).await
+            else {
+                continue;
+            };
+            let mut err = std::io::stderr().lock();
+            if dropped > 0 {
+                let _ = writeln!(
+                    err,
+                    "({} lines of {} not shown: the node keeps the last 10,000)",
+                    dropped, node.id
+                );
+            }
+            for line in &lines {
+                let who = line
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("actor {}", line.actor));
+                let _ = writeln!(err, "({who} on {}) {}", node.id, line.line);
+            }
+            if let Some(last) = lines.last() {
+                read.insert(key, last.seq);
+            }
         }
     }
 }

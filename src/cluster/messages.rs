@@ -213,6 +213,17 @@ pub enum WorkerRequest {
     /// (Ray's `ray.kill`). Answered with `Ack`, also when the actor is not
     /// (or no longer) there.
     KillActor(ActorId),
+    /// To a node: the lines its workers of `job` printed to stdout after
+    /// number `after` (at most `max`, and 1,000), for the job's driver to
+    /// show (`log_to_driver`). Answered with [`ControlReply::Output`].
+    ReadOutput {
+        /// The job.
+        job: String,
+        /// The last line number already read (0: none).
+        after: u64,
+        /// The most lines to return.
+        max: u32,
+    },
     /// To a node: up to `max` bytes from `offset` of the log (stdout and
     /// stderr) of the newest worker process that hosted `actor` there.
     /// Answered with [`ControlReply::Log`].
@@ -518,6 +529,14 @@ pub enum ControlReply {
         #[serde(with = "serde_bytes")]
         chunk: Vec<u8>,
     },
+    /// Lines workers printed, oldest first.
+    Output {
+        /// The lines.
+        lines: Vec<OutputLine>,
+        /// Lines of the job dropped unread since `after` (the node keeps the
+        /// last 10,000 of each job).
+        dropped: u64,
+    },
     /// Part of a worker's log.
     Log {
         /// The log file, on the node.
@@ -528,6 +547,20 @@ pub enum ControlReply {
         #[serde(with = "serde_bytes")]
         bytes: Vec<u8>,
     },
+}
+
+/// A line a worker printed to its stdout, as its node keeps it for the
+/// job's driver.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputLine {
+    /// Its number among the job's lines on that node (from 1).
+    pub seq: u64,
+    /// The actor that printed it.
+    pub actor: ActorId,
+    /// Its name, if it has one.
+    pub name: Option<String>,
+    /// The line, without its newline (at most 4 KiB of it).
+    pub line: String,
 }
 
 /// A cluster-unique actor id.

@@ -33,8 +33,8 @@ pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleRequest,
     ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest, DirectoryRequest,
     EventRequest, FaultRequest, JobRequest, MembershipRequest, NodeRegistration, NodeState,
-    NodeStatus, ObjectRequest, PlacementGroupId, ProcessClass, ResourceUsage, WorkerRequest,
-    DRIVER_BEAT,
+    NodeStatus, ObjectRequest, OutputLine, PlacementGroupId, ProcessClass, ResourceUsage,
+    WorkerRequest, DRIVER_BEAT,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

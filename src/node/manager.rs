@@ -60,6 +60,7 @@ use super::binaries::BinaryCache;
 use super::error::{BinaryError, GrantError, NoCapacity, NodeError, WorkerStartError};
 use super::gpu_slots::GpuTake;
 use super::logs;
+use super::output::JobOutput;
 use super::resources::{Grant, ResourcePool};
 use super::workers::{self, LaunchedWorker, WorkerIdentities};
 use crate::runtime::boot::WorkerBoot;
@@ -121,6 +122,8 @@ pub struct NodeManager {
     workers: HashMap<ActorId, Worker>,
     /// The job of each reserved bundle.
     bundle_jobs: HashMap<BundleId, String>,
+    /// What workers printed, per job, for the jobs' drivers.
+    output: JobOutput,
 }
 
 /// An actor this node runs.
@@ -157,6 +160,7 @@ impl NodeManager {
             in_flight: false,
             workers: HashMap::new(),
             bundle_jobs: HashMap::new(),
+            output: JobOutput::default(),
         }
     }
 
@@ -324,20 +328,30 @@ impl NodeManager {
         let gpus = gpus.ids().join(",");
         let me = ctx.address();
         let actor = spec.actor;
+        let printer = me.clone();
+        let (job, name) = (spec.job.clone(), spec.name.clone());
+        let on_line = move |line: &str| {
+            printer.do_send(WorkerPrinted {
+                job: job.clone(),
+                actor,
+                name: name.clone(),
+                line: line.to_string(),
+            });
+        };
         async move {
             private_dir(&log_dir).map_err(|source| WorkerStartError::Io {
                 action: "create",
                 path: log_dir.clone(),
                 source,
             })?;
-            let worker = workers::launch(&binary, &boot, &log, gpus, move |incarnation, reason| {
+            let on_exit = move |incarnation, reason| {
                 me.do_send(WorkerExited {
                     actor,
                     incarnation,
                     reason,
                 });
-            })
-            .await?;
+            };
+            let worker = workers::launch(&binary, &boot, &log, gpus, on_line, on_exit).await?;
             Ok(worker)
         }
         .boxed()
@@ -420,6 +434,45 @@ struct WorkerExited {
     actor: ActorId,
     incarnation: Incarnation,
     reason: DeathCause,
+}
+
+/// A worker printed a line to its stdout.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct WorkerPrinted {
+    job: String,
+    actor: ActorId,
+    name: Option<String>,
+    line: String,
+}
+
+impl Handler<WorkerPrinted> for NodeManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: WorkerPrinted, _: &mut Self::Context) {
+        self.output.push(&msg.job, msg.actor, msg.name, &msg.line);
+    }
+}
+
+/// The lines workers of a job printed here after a number.
+#[derive(Message)]
+#[rtype(result = "ControlReply")]
+pub struct ReadOutput {
+    /// The job.
+    pub job: String,
+    /// The last line number read.
+    pub after: u64,
+    /// At most this many.
+    pub max: u32,
+}
+
+impl Handler<ReadOutput> for NodeManager {
+    type Result = MessageResult<ReadOutput>;
+
+    fn handle(&mut self, msg: ReadOutput, _: &mut Self::Context) -> Self::Result {
+        let (lines, dropped) = self.output.since(&msg.job, msg.after, msg.max as usize);
+        MessageResult(ControlReply::Output { lines, dropped })
+    }
 }
 
 /// Read part of the log of an actor's newest worker here.
@@ -634,6 +687,7 @@ impl Handler<EndJob> for NodeManager {
         for bundle in bundles {
             <Self as Handler<ReleaseBundle>>::handle(self, ReleaseBundle(bundle), ctx);
         }
+        self.output.forget(&job);
     }
 }
 

@@ -38,7 +38,8 @@
 //! Files: `config.rs` (`NodeConfig`), `manager.rs` (the `NodeManager`
 //! actor), `workers.rs` (starting a worker process and reaping it),
 //! `binaries.rs` (the content-addressed cache of shipped program
-//! binaries), `authorize.rs` (who may ask what), `logs.rs` (workers' logs, read with `ReadLog`), `resources.rs` (the pure `ResourcePool`: what actors and
+//! binaries), `authorize.rs` (who may ask what), `logs.rs` (workers' logs, read with `ReadLog`), `output.rs` (what
+//! workers print, kept per job for its driver: `ReadOutput`), `resources.rs` (the pure `ResourcePool`: what actors and
 //! placement-group bundles hold), `gpu_slots.rs` (which GPU devices, or
 //! fractions of one, each actor gets: its `CUDA_VISIBLE_DEVICES`), `service.rs` (`NodeService`,
 //! the one dispatcher), `runtime.rs` (`run`), `error.rs`.
@@ -50,6 +51,7 @@ mod error;
 mod gpu_slots;
 mod logs;
 mod manager;
+mod output;
 mod resources;
 mod runtime;
 mod service;

@@ -39,8 +39,8 @@ use super::authorize::authorize;
 use crate::object_store::NodeObjectStore;
 
 use super::manager::{
-    EndJob, KillActor, NodeManager, ReadBinary, ReadLog, ReleaseBundle, ReserveBundle, StartActor,
-    UploadBinary,
+    EndJob, KillActor, NodeManager, ReadBinary, ReadLog, ReadOutput, ReleaseBundle, ReserveBundle,
+    StartActor, UploadBinary,
 };
 
 /// Longest a client may long-poll for events in one request.
@@ -151,6 +151,11 @@ impl NodeService {
                 .send(StartActor(spec))
                 .await
                 .map_err(internal)?,
+            WorkerRequest::ReadOutput { job, after, max } => self
+                .manager
+                .send(ReadOutput { job, after, max })
+                .await
+                .map_err(internal),
             WorkerRequest::ReadLog { actor, offset, max } => self
                 .manager
                 .send(ReadLog { actor, offset, max })

@@ -7,7 +7,8 @@
 //! 1. Run the cached binary with the worker argument; stdin and stdout are
 //!    pipes, stderr goes to `state_dir/logs/worker-ACTOR-INCARNATION.log`
 //!    (appended to; what the actor prints to stdout, all but the protocol
-//!    lines, is appended there too, so nothing it prints is lost). The
+//!    lines, is appended there too, so nothing it prints is lost, and kept
+//!    for the job's driver, `output.rs`). The
 //!    environment loses `NIMBUS_ACTOR_FAULTS` (the rules travel in the boot
 //!    message) and, unless the node's packet-fault plan says `workers =
 //!    true`, `NIMBUS_PACKET_FAULTS`; `CUDA_VISIBLE_DEVICES` names the
@@ -110,6 +111,7 @@ pub(super) async fn launch(
     boot: &WorkerBoot,
     log: &Path,
     gpus: String,
+    on_line: impl FnMut(&str) + Send + 'static,
     on_exit: impl FnOnce(Incarnation, DeathCause) + Send + 'static,
 ) -> Result<LaunchedWorker, WorkerStartError> {
     let open_log = || {
@@ -120,7 +122,10 @@ pub(super) async fn launch(
         })
     };
     let log_file = open_log()?;
-    let mut printed = Printed(std::io::BufWriter::new(open_log()?));
+    let mut printed = Printed {
+        log: std::io::BufWriter::new(open_log()?),
+        forward: Box::new(on_line),
+    };
     let boot_bytes = rmp_serde::to_vec_named(boot)?;
     let mut command = worker_command(binary, boot, log_file, gpus);
     let mut child = command.spawn().map_err(|source| WorkerStartError::Io {
@@ -221,15 +226,20 @@ async fn boot_and_wait(
     Err(NotServing::Exited)
 }
 
-/// Where the lines a worker prints to stdout go: its log.
-struct Printed(std::io::BufWriter<std::fs::File>);
+/// Where the lines a worker prints to stdout go: its log, and the job's
+/// output for its driver (`output.rs`).
+struct Printed {
+    log: std::io::BufWriter<std::fs::File>,
+    forward: Box<dyn FnMut(&str) + Send>,
+}
 
 impl Printed {
     /// Appends one line the actor printed (a full disk loses the line, not
-    /// the worker).
+    /// the worker), and forwards it.
     fn line(&mut self, line: &str) {
         use std::io::Write;
-        let _ = writeln!(self.0, "{line}").and_then(|()| self.0.flush());
+        let _ = writeln!(self.log, "{line}").and_then(|()| self.log.flush());
+        (self.forward)(line);
     }
 }
 

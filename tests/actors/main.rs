@@ -30,6 +30,10 @@ pub const REMOTE_DRIVER: &str = "NIMBUS_TEST_REMOTE_DRIVER";
 /// spawned its actors and a placement group.
 pub const ORPHAN_DRIVER: &str = "NIMBUS_TEST_ORPHAN_DRIVER";
 
+/// Set in the environment of a driver whose actor prints a line, which the
+/// driver shows (`log_to_driver`).
+pub const PRINTING_DRIVER: &str = "NIMBUS_TEST_PRINTING_DRIVER";
+
 /// Seconds a job's driver may be silent before the job ends, in this
 /// binary's cluster (`--driver-grace-s`; the nodes inherit it).
 const DRIVER_GRACE_S: &str = "5";
@@ -46,6 +50,9 @@ fn main() {
     }
     if std::env::var_os(ORPHAN_DRIVER).is_some() {
         return tests::orphan_driver();
+    }
+    if std::env::var_os(PRINTING_DRIVER).is_some() {
+        return tests::printing_driver();
     }
     if std::env::var_os("NIMBUS_DRIVER_GRACE_S").is_none() {
         std::env::set_var("NIMBUS_DRIVER_GRACE_S", DRIVER_GRACE_S);

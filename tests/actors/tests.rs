@@ -51,6 +51,9 @@ pub const ALL: &[(&str, Test)] = &[
         "an_operator_lists_reads_the_log_of_and_kills_an_actor",
         |d| boxed(an_operator_lists_reads_the_log_of_and_kills_an_actor(d)),
     ),
+    ("what_an_actor_prints_shows_in_its_drivers_output", |d| {
+        boxed(what_an_actor_prints_shows_in_its_drivers_output(d))
+    }),
     (
         "actor_code_cannot_speak_for_the_head_or_another_actor",
         |_| boxed(actor_code_cannot_speak_for_the_head_or_another_actor()),
@@ -567,6 +570,39 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
     assert!(!ok && err.contains("no actor named \"printer\""), "{err}");
 }
 
+/// Ray's `log_to_driver`: a line an actor prints on another node shows in
+/// its driver's output, prefixed with the actor and the node. Before, the
+/// node threw it away.
+async fn what_an_actor_prints_shows_in_its_drivers_output(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let mut printing = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .env(crate::PRINTING_DRIVER, "1")
+        .env("NIMBUS_ADDRESS", cluster.address().to_string())
+        .env("NIMBUS_TOKEN", cluster.token().to_string())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
+        printing.stderr.take().unwrap(),
+    ));
+    let expected = "(shouter on node-1) shouting from node-1";
+    let shown = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line == expected {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(shown, Ok(true), "the driver showed {expected:?}");
+    printing.start_kill().unwrap();
+    printing.wait().await.unwrap();
+    let shouter = actor::get_actor::<Counter>("shouter").await.unwrap().unwrap();
+    shouter.kill().await.unwrap();
+}
+
 /// A worker holds a ticket for itself, not the token: the head refuses it
 /// a leave or heartbeat in the head's name and a death report for another
 /// actor (before tickets, each was taken: the head left its own cluster).
@@ -922,6 +958,23 @@ pub fn orphan_driver() {
         println!("ready");
         std::future::pending::<()>().await;
         drop((kept, group));
+    });
+}
+
+/// A driver whose actor on node-1 prints a line; it waits to be killed.
+pub fn printing_driver() {
+    let driver = nimbus::init(registry()).expect("joins the cluster by address");
+    actix::System::new().block_on(async {
+        driver.connect().await.unwrap();
+        let shouter = actor::spawn::<Counter>(0, on("node-1").name("shouter"))
+            .await
+            .unwrap();
+        shouter
+            .send(Print("shouting from node-1".into()))
+            .await
+            .unwrap();
+        std::future::pending::<()>().await;
+        drop(shouter);
     });
 }
 
