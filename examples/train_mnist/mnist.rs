@@ -180,7 +180,12 @@ impl TrainLoop for MnistLoop {
                     && ctx.attempt() == 0
                     && ctx.world_rank() + 1 == ctx.world_size()
                 {
-                    die(ctx, config.fail_mode, step);
+                    // The newest checkpoint rank 0 saves before this step.
+                    let saved = config
+                        .checkpoint_every
+                        .map(|k| step / k * k)
+                        .filter(|&n| n > 0);
+                    die(ctx, config.fail_mode, step, saved);
                 }
                 let (images, labels) = data.train.batch(indices);
                 let loss = net
@@ -246,7 +251,9 @@ fn check_replicas(ctx: &mut TrainContext, vs: &nn::VarStore, step: u64) -> LoopR
 }
 
 /// The injected failure: record when, then die.
-fn die(ctx: &TrainContext, mode: FailMode, step: u64) {
+/// `saved`: the newest checkpoint rank 0 has saved (or is saving, on its
+/// writer thread) by this step, if any.
+fn die(ctx: &TrainContext, mode: FailMode, step: u64, saved: Option<u64>) {
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -265,6 +272,20 @@ fn die(ctx: &TrainContext, mode: FailMode, step: u64) {
         }
         FailMode::Panic => panic!("injected failure at step {step}"),
         FailMode::CorruptLatestThenKill => {
+            // Rank 0 writes checkpoints off its training thread: wait (at
+            // most 30 s) until the newest one is in place, so that it is
+            // the one corrupted.
+            if let Some(index) = saved {
+                let dir = ctx
+                    .run_dir()
+                    .join(nimbus::train::checkpoint::directory_name(index));
+                let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                while !dir.join(nimbus::train::checkpoint::MANIFEST_FILE).exists()
+                    && std::time::Instant::now() < end
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
             let newest = std::fs::read_dir(ctx.run_dir())
                 .into_iter()
                 .flatten()
@@ -287,7 +308,7 @@ fn die(ctx: &TrainContext, mode: FailMode, step: u64) {
                     );
                 }
             }
-            die(ctx, FailMode::Kill, step)
+            die(ctx, FailMode::Kill, step, None)
         }
     }
 }

@@ -599,7 +599,10 @@ async fn what_an_actor_prints_shows_in_its_drivers_output(driver: &mut Driver) {
     assert_eq!(shown, Ok(true), "the driver showed {expected:?}");
     printing.start_kill().unwrap();
     printing.wait().await.unwrap();
-    let shouter = actor::get_actor::<Counter>("shouter").await.unwrap().unwrap();
+    let shouter = actor::get_actor::<Counter>("shouter")
+        .await
+        .unwrap()
+        .unwrap();
     shouter.kill().await.unwrap();
 }
 

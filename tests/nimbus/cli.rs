@@ -129,8 +129,16 @@ fn start_status_and_stop_as_a_user_would() {
         memory.contains("0 objects (0 owned, 0 cached copies), 0 of"),
         "{memory}"
     );
+    let cpus: f64 = nodes
+        .iter()
+        .map(|n| n["resources"]["total"]["CPU"].as_f64().unwrap())
+        .sum();
     let table = succeeds(home, &["status", "--address", &address, "--token", &token]);
     assert!(table.contains("2 alive, 0 dead"), "{table}");
+    assert!(
+        table.contains(&format!("cluster (alive nodes): CPU={cpus} ")),
+        "{table}"
+    );
 
     let status_with =
         |token: &str| ["status", "--address", &address, "--token", token].map(str::to_string);

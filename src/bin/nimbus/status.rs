@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use nimbus::cluster::{ClusterStatus, NodeState};
+use nimbus::cluster::{ClusterStatus, NodeState, ResourceSet};
 
 use crate::head::HeadArgs;
 
@@ -53,5 +53,11 @@ fn print_table(status: &ClusterStatus) {
         }
     }
     let alive = status.alive().count();
+    let (mut total, mut used) = (ResourceSet::default(), ResourceSet::default());
+    for node in status.alive() {
+        total.add(&node.resources.total);
+        used.add(&node.resources.used);
+    }
     println!("{alive} alive, {} dead", status.nodes.len() - alive);
+    println!("cluster (alive nodes): {total} total; {used} used");
 }
