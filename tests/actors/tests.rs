@@ -125,6 +125,40 @@ pub const ALL: &[(&str, Test)] = &[
     ),
 ];
 
+/// This test binary as a second driver of `cluster`, in the mode the
+/// environment variable `mode` selects (`main.rs`).
+fn second_driver(cluster: &nimbus::local::LocalCluster, mode: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .env(mode, "1")
+        .env("NIMBUS_ADDRESS", cluster.address().to_string())
+        .env("NIMBUS_TOKEN", cluster.token().to_string())
+        .kill_on_drop(true);
+    command
+}
+
+/// The lines of a child's output pipe.
+fn lines_of<R: tokio::io::AsyncRead>(pipe: R) -> tokio::io::Lines<tokio::io::BufReader<R>> {
+    tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(pipe))
+}
+
+/// Whether `lines` yields `expected` within `within` (`Err` past it).
+async fn shows_line<R: tokio::io::AsyncRead + Unpin>(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<R>>,
+    expected: &str,
+    within: Duration,
+) -> Result<bool, tokio::time::error::Elapsed> {
+    tokio::time::timeout(within, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line == expected {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+}
+
 fn cpus(n: f64) -> ResourceSet {
     ResourceSet::of("CPU", n)
 }
@@ -241,16 +275,11 @@ async fn a_dead_drivers_actors_and_placement_groups_are_released(driver: &mut Dr
         status.alive().map(|n| n.resources.used.amount("CPU")).sum()
     };
     let before = used(&client.status().await.unwrap());
-    let mut orphan = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .env(crate::ORPHAN_DRIVER, "1")
-        .env("NIMBUS_ADDRESS", cluster.address().to_string())
-        .env("NIMBUS_TOKEN", cluster.token().to_string())
+    let mut orphan = second_driver(cluster, crate::ORPHAN_DRIVER)
         .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(orphan.stdout.take().unwrap()));
+    let mut lines = lines_of(orphan.stdout.take().unwrap());
     let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
     assert!(
         matches!(&ready, Ok(Ok(Some(line))) if line == "ready"),
@@ -533,17 +562,8 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(follow.stdout.take().unwrap()));
-    let shown = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(shown) = lines.next_line().await.unwrap() {
-            if shown == line {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
+    let mut lines = lines_of(follow.stdout.take().unwrap());
+    let shown = shows_line(&mut lines, &line, Duration::from_secs(20)).await;
     assert_eq!(
         shown,
         Ok(true),
@@ -575,27 +595,13 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
 /// node threw it away.
 async fn what_an_actor_prints_shows_in_its_drivers_output(driver: &mut Driver) {
     let cluster = driver.local_cluster().expect("a local cluster");
-    let mut printing = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .env(crate::PRINTING_DRIVER, "1")
-        .env("NIMBUS_ADDRESS", cluster.address().to_string())
-        .env("NIMBUS_TOKEN", cluster.token().to_string())
+    let mut printing = second_driver(cluster, crate::PRINTING_DRIVER)
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
-        printing.stderr.take().unwrap(),
-    ));
+    let mut lines = lines_of(printing.stderr.take().unwrap());
     let expected = "(shouter on node-1) shouting from node-1";
-    let shown = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line == expected {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
+    let shown = shows_line(&mut lines, expected, Duration::from_secs(30)).await;
     assert_eq!(shown, Ok(true), "the driver showed {expected:?}");
     printing.start_kill().unwrap();
     printing.wait().await.unwrap();
@@ -1003,12 +1009,7 @@ async fn a_second_driver_joins_by_address(driver: &mut Driver) {
         .await
         .unwrap();
     let cluster = driver.local_cluster().expect("a local cluster");
-    let child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .env(crate::REMOTE_DRIVER, "1")
-        .env("NIMBUS_ADDRESS", cluster.address().to_string())
-        .env("NIMBUS_TOKEN", cluster.token().to_string())
-        .kill_on_drop(true)
-        .output();
+    let child = second_driver(cluster, crate::REMOTE_DRIVER).output();
     let output = tokio::time::timeout(Duration::from_secs(60), child)
         .await
         .unwrap()
