@@ -39,6 +39,9 @@ pub enum InitError {
     /// No usable token.
     #[error("no cluster token: {0}")]
     Token(String),
+    /// `NIMBUS_JOB_ID` cannot name a job.
+    #[error("NIMBUS_JOB_ID {0:?} is malformed: 1 to 64 letters, digits, '-' or '_'")]
+    JobId(String),
     /// The `--token-file` is unreadable or not private.
     #[error(transparent)]
     TokenFile(#[from] crate::cluster::files::TokenFileError),
@@ -240,7 +243,7 @@ impl Driver {
             .connect(head, None)
             .await
             .map_err(ClientError::from)?;
-        let job = format!("{:08x}", rand::random::<u32>());
+        let job = job_id()?;
         let context = ProcessContext::new(
             endpoint,
             head,
@@ -287,12 +290,26 @@ fn flag(name: &str) -> Option<String> {
     })
 }
 
+/// This driver's job: `NIMBUS_JOB_ID` when the cluster started it
+/// (`nimbus job submit`), else a new one.
+fn job_id() -> Result<String, InitError> {
+    match std::env::var("NIMBUS_JOB_ID") {
+        Ok(id) if crate::cluster::valid_job_id(&id) => Ok(id),
+        Ok(id) => Err(InitError::JobId(id)),
+        Err(_) => Ok(format!("{:08x}", rand::random::<u32>())),
+    }
+}
+
 /// Tells the head, every `DRIVER_BEAT`, that this driver's job is alive
 /// (`crate::head::jobs`): once it is silent for the head's grace period,
 /// the job's actors are killed and its placement groups released.
 async fn keep_job_alive(context: &'static ProcessContext) {
     let job = context.job.clone();
-    let request = ControlRequest::Jobs(JobRequest::DriverAlive { job: job.clone() });
+    let entrypoint: Vec<String> = std::env::args().collect();
+    let request = ControlRequest::Jobs(JobRequest::DriverAlive {
+        job: job.clone(),
+        entrypoint: crate::cluster::bounded_text(entrypoint.join(" ")),
+    });
     let mut beat = tokio::time::interval(DRIVER_BEAT);
     let mut told = false;
     loop {

@@ -14,8 +14,10 @@
 //! ```
 
 mod actors;
+mod jobs;
 
 pub use actors::LogChunk;
+pub use jobs::{pack, MAX_WORKING_DIR};
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -69,6 +71,14 @@ pub enum ClientError {
     NotFound {
         /// What was looked for.
         what: String,
+    },
+    /// A job's working directory could not be packed.
+    #[error("cannot pack the working directory {dir}: {detail}")]
+    WorkingDir {
+        /// The directory.
+        dir: String,
+        /// Why.
+        detail: String,
     },
     /// A wait ran past its deadline.
     #[error("{what} did not happen within {after:?}")]

@@ -4,6 +4,11 @@
 use std::fs::File;
 use std::io::Read;
 
+/// Hex SHA-256 of `bytes`.
+pub fn sha256_bytes(bytes: &[u8]) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
+}
+
 /// Hex SHA-256 of a file.
 pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
     let mut file = File::open(path)?;
@@ -16,10 +21,9 @@ pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
         }
         context.update(&buf[..n]);
     }
-    Ok(context
-        .finish()
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hex(context.finish().as_ref()))
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }

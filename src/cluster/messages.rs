@@ -16,13 +16,16 @@
 //!   `LocateActor`, `ListActors`, `ActorUp`, `ActorDown`;
 //! - `Faults` ([`FaultRequest`]): `ReportFault`, `ReportRecovery`,
 //!   `ReportPacketFaults` (published as `FaultInjected`, `Recovered`,
-//!   `PacketFaults` events).
+//!   `PacketFaults` events);
+//! - `Jobs` ([`JobRequest`], types in `jobs.rs`): `DriverAlive`,
+//!   `SubmitJob`, `StopJob`, `ListJobs`, `DriverExited`.
 //!
 //! To any node:
 //! - `Workers` ([`WorkerRequest`]): `StartActor`, `KillActor`;
 //! - `Binaries` ([`BinaryRequest`]): `UploadBinary`, `ReadBinary`;
 //! - `Bundles` ([`BundleRequest`]): `ReserveBundle`, `ReleaseBundle`;
 //! - `Faults`: `AddPacketRule` (a chaos partition or degraded link);
+//! - `Jobs`: `EndJob`, `RunDriver`, `StopDriver`, `ReadJobLog`;
 //! - `Objects` ([`ObjectRequest`], the object store's, types in
 //!   `objects.rs`): `PutObjectChunk`, `CreateObject`, `SealObject`,
 //!   `ReadObject`, `OpenObject`, `PullObject`, `AwaitObject`, `FailObject`,
@@ -40,10 +43,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::wire::{Incarnation, NodeIdentity};
 
+use super::jobs::{JobRecord, JobSubmission};
 use super::objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, RefHolder, RefUpdate, SharedObjectFile,
 };
-use super::ResourceSet;
+use super::{DeathCause, ResourceSet};
 
 /// A control-plane request: one variant per subsystem, each owning its own
 /// requests. A node's service routes each to the subsystem that answers it
@@ -88,6 +92,10 @@ pub enum JobRequest {
     DriverAlive {
         /// The job.
         job: String,
+        /// The driver's command line (shown by `nimbus job list` for a
+        /// driver that attached by itself).
+        #[serde(default)]
+        entrypoint: String,
     },
     /// To a node, from the head once a job's driver is gone: kill the job's
     /// actors (not the detached ones) and release its bundles. Answered
@@ -95,6 +103,54 @@ pub enum JobRequest {
     EndJob {
         /// The job.
         job: String,
+    },
+    /// To the head, from a token holder: run a driver program on a node
+    /// (`nimbus job submit`). Answered with [`ControlReply::Job`] once the
+    /// driver runs (or with the reason it could not start).
+    SubmitJob(JobSubmission),
+    /// To the head, from a token holder: stop a job (its driver gets
+    /// SIGTERM, then SIGKILL after the node's grace; its actors are
+    /// killed). Answered with [`ControlReply::Job`].
+    StopJob {
+        /// The job.
+        job: String,
+    },
+    /// To the head: every job it knows, live and ended. Answered with
+    /// [`ControlReply::Jobs`].
+    ListJobs,
+    /// To a node, from the head: start a submitted job's driver. Answered
+    /// with [`ControlReply::DriverStarted`].
+    RunDriver {
+        /// The job.
+        job: String,
+        /// What to run.
+        submission: JobSubmission,
+        /// The head's address, for the driver.
+        head: SocketAddr,
+    },
+    /// To a node, from the head: stop a job's driver (SIGTERM, SIGKILL
+    /// after the grace). Answered with `Ack`.
+    StopDriver {
+        /// The job.
+        job: String,
+    },
+    /// To the head, from the node that ran it: a submitted job's driver
+    /// exited. Answered with `Ack`.
+    DriverExited {
+        /// The job.
+        job: String,
+        /// How it ended.
+        exit: DeathCause,
+    },
+    /// To a node: up to `max` bytes from `offset` of a submitted job's
+    /// driver log there. Answered with [`ControlReply::Log`].
+    ReadJobLog {
+        /// The job.
+        job: String,
+        /// Where to start reading.
+        offset: u64,
+        /// The most bytes to return (the node caps it at 1 MiB).
+        max: u64,
     },
 }
 
@@ -537,6 +593,15 @@ pub enum ControlReply {
         /// last 10,000 of each job).
         dropped: u64,
     },
+    /// A job, as the head knows it.
+    Job(Box<JobRecord>),
+    /// Every job the head knows.
+    Jobs(Vec<JobRecord>),
+    /// A submitted job's driver runs, with this process id.
+    DriverStarted {
+        /// Its process id on the node.
+        pid: u32,
+    },
     /// Part of a worker's log.
     Log {
         /// The log file, on the node.
@@ -674,6 +739,12 @@ pub struct ActorRecord {
     pub dead: Option<super::DeathCause>,
     /// Its last incarnation died and its node is starting the next one.
     pub restarting: bool,
+    /// The job it belongs to.
+    #[serde(default)]
+    pub job: String,
+    /// Its worker's process id on its node.
+    #[serde(default)]
+    pub pid: u32,
 }
 
 /// What a node tells the head when it joins.

@@ -3,7 +3,8 @@
 //! The head's actors that answer the protocol are in [`crate::head`].
 //!
 //! Files: `resources.rs` (`ResourceSet`, resource detection), `gpus.rs`
-//! (counting GPUs), `messages.rs` (the control protocol: `ControlRequest`,
+//! (counting GPUs), `jobs.rs` (jobs: submissions, records, states),
+//! `messages.rs` (the control protocol: `ControlRequest`,
 //! one variant per subsystem, each with its own request enum;
 //! `ControlReply`; nodes, actors and events), `objects.rs` (the object
 //! store's wire types), `death.rs` (`DeathCause`), `faults.rs` (actor
@@ -22,13 +23,15 @@ mod digest;
 pub mod faults;
 pub mod files;
 pub mod gpus;
+mod jobs;
 mod messages;
 mod objects;
 pub mod ownership;
 mod resources;
 
 pub use death::{bounded_text, DeathCause, MAX_TEXT_BYTES};
-pub use digest::sha256_file;
+pub use digest::{sha256_bytes, sha256_file};
+pub use jobs::{valid_job_id, JobRecord, JobState, JobSubmission, MAX_JOB_ID};
 pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleRequest,
     ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest, DirectoryRequest,

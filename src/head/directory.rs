@@ -358,6 +358,8 @@ mod tests {
             restarts: 0,
             dead: None,
             restarting: false,
+            job: "j".into(),
+            pid: 1,
         }
     }
 

@@ -1,83 +1,400 @@
 //! Jobs and their drivers: what a driver program creates is its job's, and
-//! is cleaned up when the driver is gone (Ray's job ownership).
+//! is cleaned up when the driver is gone (Ray's job ownership); the head
+//! keeps a record of every job, live and ended (`nimbus job list`).
 //!
-//! 1. A driver sends `DriverAlive { job }` to the head every
-//!    [`DRIVER_BEAT`] (1 s) while it runs (`crate::driver`).
+//! A driver that attaches by itself (`--address`):
+//! 1. It sends `DriverAlive { job, entrypoint }` to the head every
+//!    [`DRIVER_BEAT`] (1 s) while it runs (`crate::driver`). The first one
+//!    records the job, `RUNNING`.
 //! 2. The head's [`JobTable`] keeps when it last heard from each job. A job
 //!    not heard from for the grace period (`--driver-grace-s`, default
-//!    [`DEFAULT_DRIVER_GRACE`], 30 s) ends: its driver died, was killed, or
-//!    lost the head for that long. An ended job stays ended: a driver heard
-//!    from again after that is told nothing, its actors are gone.
-//! 3. For an ended job the head sends `EndJob { job }` to every live node
-//!    and publishes `JobEnded`. Each node kills the job's actors (not the
-//!    detached ones, `SpawnOptions::detached`) for good, which gives back
-//!    their resources and task leases, and releases the job's
-//!    placement-group bundles (`crate::node`'s `manager.rs`).
+//!    [`DEFAULT_DRIVER_GRACE`], 30 s) ends `FAILED`: its driver died, was
+//!    killed, or lost the head for that long. An ended job stays ended: a
+//!    driver heard from again after that is refused, its actors are gone.
+//!
+//! A submitted job (`nimbus job submit`, `SubmitJob`):
+//! 1. The submitter uploads the packed working directory to the chosen
+//!    node's binary cache (the head's unless it names one), then sends
+//!    `SubmitJob`. The head records the job `PENDING` with a new id and
+//!    sends `RunDriver` to the node ([`RUN_DRIVER_DEADLINE`], 60 s), which
+//!    starts the program (`crate::node`'s `drivers.rs`) and answers with
+//!    its pid: the job is `RUNNING` (or `FAILED` with the node's reason).
+//! 2. Its driver's beats keep nothing alive: the node watches the process.
+//!    When it exits, the node sends `DriverExited` with how it ended:
+//!    `SUCCEEDED` on exit code 0, `FAILED` otherwise, `STOPPED` if it was
+//!    asked to stop. A job whose node leaves the membership ends `FAILED`.
+//! 3. `StopJob` asks the node to stop the driver (`StopDriver`: SIGTERM,
+//!    SIGKILL after its grace) and answers at once; the node's
+//!    `DriverExited` ends the job. An attached job is ended at once,
+//!    `STOPPED`.
+//!
+//! Whenever a job ends, the head sends `EndJob { job }` to every live node
+//! and publishes `JobEnded`. Each node kills the job's actors (not the
+//! detached ones, `SpawnOptions::detached`) for good, which gives back
+//! their resources and task leases, and releases the job's placement-group
+//! bundles (`crate::node`'s `manager.rs`). The head keeps the records of
+//! the last [`MAX_ENDED`] ended jobs.
 //!
 //! Not yet: a job's object references are not dropped (a driver's holds
 //! stay until their owners stop), and jobs are not persisted.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
 use tracing::{info, warn};
 
 use super::events::{ClusterEvents, Publish};
 use super::membership::{self, Membership};
-use crate::cluster::{ClusterEventKind, ControlRequest, JobRequest};
+use crate::cluster::{
+    valid_job_id, ClusterEventKind, ControlReply, ControlRequest, DeathCause, JobRecord,
+    JobRequest, JobState, JobSubmission,
+};
 use crate::transport::{Endpoint, RequestOptions};
 
 pub use crate::cluster::DRIVER_BEAT;
 /// How long a job's driver may be silent before the job ends.
 pub const DEFAULT_DRIVER_GRACE: Duration = Duration::from_secs(30);
-/// How often the head looks for jobs past their grace.
+/// How often the head looks for jobs past their grace or on lost nodes.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
+/// How long a node may take to start a submitted job's driver (unpacking
+/// its working directory included).
+pub const RUN_DRIVER_DEADLINE: Duration = Duration::from_secs(60);
+/// Ended jobs whose records the head keeps.
+pub const MAX_ENDED: usize = 1000;
+/// The longest job name the head takes.
+const MAX_NAME: usize = 256;
 
-/// The jobs the head has heard of, as a plain state machine (time passed
-/// in).
+/// Why the head refused a job request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// No job has that id.
+    #[error("no job {job} (nimbus job list shows the jobs this head knows)")]
+    Unknown {
+        /// The id asked for.
+        job: String,
+    },
+    /// The job is over.
+    #[error("job {job} has ended already: {state}")]
+    Ended {
+        /// The job.
+        job: String,
+        /// How it ended.
+        state: JobState,
+    },
+    /// The submission is not runnable.
+    #[error("job submission refused: {0}")]
+    BadSubmission(String),
+    /// A node reported a job it does not run.
+    #[error("node {node} does not run job {job}'s driver")]
+    NotItsNode {
+        /// The node that reported.
+        node: String,
+        /// The job.
+        job: String,
+    },
+    /// The node could not start the driver.
+    #[error("node {node} could not start job {job}'s driver: {detail}")]
+    NotStarted {
+        /// The node.
+        node: String,
+        /// The job.
+        job: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+/// A job and what the table needs to decide about it.
+#[derive(Debug)]
+struct Entry {
+    record: JobRecord,
+    /// When its driver was last heard from (attached jobs).
+    heard: Instant,
+    /// A stop was asked for (submitted jobs: its driver is being stopped).
+    stopping: bool,
+}
+
+/// What the head must do to stop a job.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StopAction {
+    /// Ask this node to stop the job's driver; the job ends when it exits.
+    StopDriver {
+        /// The node.
+        node: String,
+    },
+    /// The job ended now (an attached or a pending job): end it everywhere.
+    EndNow,
+}
+
+/// The jobs the head knows, as a plain state machine (time passed in:
+/// `now` for deadlines, `wall_ms` for the records).
 #[derive(Debug, Default)]
 pub struct JobTable {
-    /// Live jobs: when each was last heard from.
-    alive: HashMap<String, Instant>,
-    /// Jobs that ended.
-    ended: HashMap<String, String>,
+    jobs: HashMap<String, Entry>,
+    /// Ended jobs, oldest first, to forget the oldest past [`MAX_ENDED`].
+    ended: VecDeque<String>,
 }
 
 impl JobTable {
-    /// Step 2: `job`'s driver is alive at `now`; false for a job that ended.
-    pub fn heard(&mut self, job: &str, now: Instant) -> bool {
-        if self.ended.contains_key(job) {
-            return false;
+    /// Attached step 1-2: `job`'s driver is alive at `now`; false for a job
+    /// that ended. An unknown job is recorded as an attached one.
+    pub fn heard(&mut self, job: &str, entrypoint: &str, now: Instant, wall_ms: u64) -> bool {
+        match self.jobs.get_mut(job) {
+            Some(entry) if entry.record.state.is_terminal() => false,
+            Some(entry) => {
+                entry.heard = now;
+                true
+            }
+            None => {
+                let record = JobRecord {
+                    id: job.to_string(),
+                    name: None,
+                    submitted: false,
+                    entrypoint: entrypoint.to_string(),
+                    node: None,
+                    state: JobState::Running,
+                    message: String::new(),
+                    exit: None,
+                    driver_pid: None,
+                    start_ms: wall_ms,
+                    end_ms: None,
+                };
+                self.insert(record, now);
+                true
+            }
         }
-        self.alive.insert(job.to_string(), now);
-        true
     }
 
-    /// Step 2: the jobs silent for longer than `grace` at `now`, which end
-    /// now (each once), with the reason.
-    pub fn expire(&mut self, now: Instant, grace: Duration) -> Vec<(String, String)> {
+    /// Attached step 2: the attached jobs silent for longer than `grace` at
+    /// `now`, which end now (each once), with the reason.
+    pub fn expire(&mut self, now: Instant, grace: Duration, wall_ms: u64) -> Vec<(String, String)> {
         let silent: Vec<String> = self
-            .alive
-            .iter()
-            .filter(|(_, seen)| now.saturating_duration_since(**seen) > grace)
-            .map(|(job, _)| job.clone())
+            .jobs
+            .values()
+            .filter(|e| !e.record.submitted && !e.record.state.is_terminal())
+            .filter(|e| now.saturating_duration_since(e.heard) > grace)
+            .map(|e| e.record.id.clone())
             .collect();
         silent
             .into_iter()
             .map(|job| {
-                self.alive.remove(&job);
-                let reason = format!("its driver was not heard from for {grace:?}");
-                self.ended.insert(job.clone(), reason.clone());
+                let reason = format!(
+                    "its driver was not heard from for {grace:?} (it exited, was killed, or lost the head; --driver-grace-s)"
+                );
+                self.end(&job, JobState::Failed, &reason, wall_ms);
                 (job, reason)
             })
             .collect()
     }
 
-    /// Whether `job` ended.
-    pub fn has_ended(&self, job: &str) -> bool {
-        self.ended.contains_key(job)
+    /// Submitted step 1: records a submission as `id`, `PENDING`, to run on
+    /// `node`.
+    pub fn submit(
+        &mut self,
+        id: &str,
+        submission: &JobSubmission,
+        node: &str,
+        now: Instant,
+        wall_ms: u64,
+    ) -> Result<JobRecord, JobError> {
+        check(submission)?;
+        if !valid_job_id(id) || self.jobs.contains_key(id) {
+            return Err(JobError::BadSubmission(format!(
+                "job id {id:?} is taken or malformed"
+            )));
+        }
+        let record = JobRecord {
+            id: id.to_string(),
+            name: submission.name.clone(),
+            submitted: true,
+            entrypoint: submission.entrypoint.join(" "),
+            node: Some(node.to_string()),
+            state: JobState::Pending,
+            message: String::new(),
+            exit: None,
+            driver_pid: None,
+            start_ms: wall_ms,
+            end_ms: None,
+        };
+        self.insert(record.clone(), now);
+        Ok(record)
     }
+
+    /// Submitted step 1: the node started `job`'s driver as `pid`. False if
+    /// the job was stopped meanwhile (the driver must be stopped too).
+    pub fn started(&mut self, job: &str, pid: u32) -> bool {
+        let Some(entry) = self.jobs.get_mut(job) else {
+            return false;
+        };
+        entry.record.driver_pid = Some(pid);
+        if entry.record.state == JobState::Pending {
+            entry.record.state = JobState::Running;
+            return true;
+        }
+        false
+    }
+
+    /// Submitted step 1: the node could not start `job`'s driver.
+    pub fn start_failed(&mut self, job: &str, why: &str, wall_ms: u64) {
+        self.end(job, JobState::Failed, why, wall_ms);
+    }
+
+    /// Submitted step 2: `job`'s driver exited from `node`; the reason the
+    /// job ends now, if it was live.
+    pub fn exited(
+        &mut self,
+        job: &str,
+        node: &str,
+        exit: DeathCause,
+        wall_ms: u64,
+    ) -> Result<Option<String>, JobError> {
+        let entry = self.jobs.get_mut(job).ok_or_else(|| JobError::Unknown {
+            job: job.to_string(),
+        })?;
+        if entry.record.node.as_deref() != Some(node) {
+            return Err(JobError::NotItsNode {
+                node: node.to_string(),
+                job: job.to_string(),
+            });
+        }
+        entry.record.exit = Some(exit.clone());
+        if entry.record.state.is_terminal() {
+            return Ok(None);
+        }
+        let (state, reason) = match (&exit, entry.stopping) {
+            (_, true) => (
+                JobState::Stopped,
+                format!("stopped on request; its driver {exit}"),
+            ),
+            (DeathCause::Exited { code: 0 }, false) => {
+                (JobState::Succeeded, "its driver exited with code 0".into())
+            }
+            (exit, false) => (JobState::Failed, format!("its driver {exit}")),
+        };
+        self.end(job, state, &reason, wall_ms);
+        Ok(Some(reason))
+    }
+
+    /// Submitted step 2: the live submitted jobs whose node is not among
+    /// `alive`, which end now, with the reason.
+    pub fn nodes_lost(&mut self, alive: &[&str], wall_ms: u64) -> Vec<(String, String)> {
+        let lost: Vec<(String, String)> = self
+            .jobs
+            .values()
+            .filter(|e| e.record.submitted && !e.record.state.is_terminal())
+            .filter_map(|e| {
+                let node = e.record.node.as_deref()?;
+                (!alive.contains(&node)).then(|| (e.record.id.clone(), node.to_string()))
+            })
+            .collect();
+        lost.into_iter()
+            .map(|(job, node)| {
+                let reason = format!("its driver's node {node} left the cluster");
+                self.end(&job, JobState::Failed, &reason, wall_ms);
+                (job, reason)
+            })
+            .collect()
+    }
+
+    /// Step 3: how to stop `job`.
+    pub fn stop(&mut self, job: &str, wall_ms: u64) -> Result<StopAction, JobError> {
+        let entry = self.jobs.get_mut(job).ok_or_else(|| JobError::Unknown {
+            job: job.to_string(),
+        })?;
+        if entry.record.state.is_terminal() {
+            return Err(JobError::Ended {
+                job: job.to_string(),
+                state: entry.record.state,
+            });
+        }
+        entry.stopping = true;
+        match (&entry.record.node, entry.record.state) {
+            (Some(node), JobState::Running) => Ok(StopAction::StopDriver { node: node.clone() }),
+            _ => {
+                self.end(job, JobState::Stopped, "stopped on request", wall_ms);
+                Ok(StopAction::EndNow)
+            }
+        }
+    }
+
+    /// The record of `job`.
+    pub fn get(&self, job: &str) -> Option<&JobRecord> {
+        self.jobs.get(job).map(|e| &e.record)
+    }
+
+    /// Every job, oldest first.
+    pub fn list(&self) -> Vec<JobRecord> {
+        let mut all: Vec<JobRecord> = self.jobs.values().map(|e| e.record.clone()).collect();
+        all.sort_by(|a, b| (a.start_ms, &a.id).cmp(&(b.start_ms, &b.id)));
+        all
+    }
+
+    fn insert(&mut self, record: JobRecord, now: Instant) {
+        let entry = Entry {
+            record,
+            heard: now,
+            stopping: false,
+        };
+        self.jobs.insert(entry.record.id.clone(), entry);
+    }
+
+    /// Ends `job` in `state`, and forgets the oldest ended jobs past
+    /// [`MAX_ENDED`].
+    fn end(&mut self, job: &str, state: JobState, message: &str, wall_ms: u64) {
+        let Some(entry) = self.jobs.get_mut(job) else {
+            return;
+        };
+        if entry.record.state.is_terminal() {
+            return;
+        }
+        entry.record.state = state;
+        entry.record.message = message.to_string();
+        entry.record.end_ms = Some(wall_ms);
+        self.ended.push_back(job.to_string());
+        while self.ended.len() > MAX_ENDED {
+            if let Some(oldest) = self.ended.pop_front() {
+                self.jobs.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// Refuses a submission that cannot run, naming what is wrong.
+fn check(submission: &JobSubmission) -> Result<(), JobError> {
+    let bad = |why: String| Err(JobError::BadSubmission(why));
+    match submission.entrypoint.first() {
+        None => return bad("no program to run (nimbus job submit -- PROGRAM ARGS...)".into()),
+        Some(program) if program.is_empty() => return bad("the program is an empty string".into()),
+        Some(_) => {}
+    }
+    if let Some(arg) = submission.entrypoint.iter().find(|a| a.contains('\0')) {
+        return bad(format!("argument {arg:?} holds a NUL byte"));
+    }
+    if let Some(name) = &submission.name {
+        if name.len() > MAX_NAME || name.contains('\0') {
+            return bad(format!(
+                "the name must be at most {MAX_NAME} bytes without NUL"
+            ));
+        }
+    }
+    for (key, value) in &submission.env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return bad(format!(
+                "environment variable {key:?}: a name needs no '=' or NUL, a value no NUL"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Milliseconds since the Unix epoch.
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// The head's job keeper: a thin shell around [`JobTable`].
@@ -85,16 +402,19 @@ pub struct Jobs {
     table: JobTable,
     grace: Duration,
     endpoint: Endpoint,
+    head: SocketAddr,
     membership: Addr<Membership>,
     events: Addr<ClusterEvents>,
 }
 
 impl Jobs {
-    /// A keeper that ends jobs silent for `grace`, telling the nodes
-    /// `membership` lists through `endpoint`.
+    /// A keeper that ends attached jobs silent for `grace`, telling the
+    /// nodes `membership` lists through `endpoint`; submitted drivers learn
+    /// the head's address `head`.
     pub fn new(
         grace: Duration,
         endpoint: Endpoint,
+        head: SocketAddr,
         membership: Addr<Membership>,
         events: Addr<ClusterEvents>,
     ) -> Self {
@@ -102,9 +422,23 @@ impl Jobs {
             table: JobTable::default(),
             grace,
             endpoint,
+            head,
             membership,
             events,
         }
+    }
+
+    /// Ends `job` on every node (in the background).
+    fn end_everywhere(&self, job: String, reason: String, ctx: &mut Context<Self>) {
+        info!(%job, "job ended: {reason}; killing its actors and releasing its bundles");
+        let end = end_job(
+            self.endpoint.clone(),
+            self.membership.clone(),
+            self.events.clone(),
+            job,
+            reason,
+        );
+        ctx.spawn(end.into_actor(self));
     }
 }
 
@@ -113,22 +447,50 @@ impl Actor for Jobs {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(CHECK_EVERY, |jobs, ctx| {
-            for (job, reason) in jobs.table.expire(Instant::now(), jobs.grace) {
-                info!(%job, "job ended: {reason}; killing its actors and releasing its bundles");
-                let end = end_job(
-                    jobs.endpoint.clone(),
-                    jobs.membership.clone(),
-                    jobs.events.clone(),
-                    job,
-                    reason,
-                );
-                ctx.spawn(end.into_actor(jobs));
+            for (job, reason) in jobs.table.expire(Instant::now(), jobs.grace, wall_ms()) {
+                jobs.end_everywhere(job, reason, ctx);
             }
+            let status = jobs.membership.send(membership::Status);
+            ctx.spawn(status.into_actor(jobs).map(|status, jobs, ctx| {
+                let Ok(status) = status else { return };
+                let alive: Vec<&str> = status.alive().map(|n| n.id.as_str()).collect();
+                for (job, reason) in jobs.table.nodes_lost(&alive, wall_ms()) {
+                    jobs.end_everywhere(job, reason, ctx);
+                }
+            }));
         });
     }
 }
 
-/// Step 3: every live node ends `job`; then `JobEnded` is published.
+/// Sends `request` to the live node named `node`.
+async fn call_node(
+    endpoint: Endpoint,
+    membership: Addr<Membership>,
+    node: String,
+    request: ControlRequest,
+    deadline: Duration,
+) -> Result<ControlReply, String> {
+    let status = membership
+        .send(membership::Status)
+        .await
+        .map_err(|e| e.to_string())?;
+    let target = status
+        .alive()
+        .find(|n| n.id == node)
+        .ok_or_else(|| format!("node {node} is not an alive member (nimbus status lists them)"))?;
+    let connection = endpoint
+        .connect(target.address, Some(&target.identity()))
+        .await
+        .map_err(|e| e.to_string())?;
+    let body = rmp_serde::to_vec_named(&request).map_err(|e| e.to_string())?;
+    let reply = connection
+        .request(body, RequestOptions::control().with_deadline(deadline))
+        .await
+        .map_err(|e| e.to_string())?;
+    rmp_serde::from_slice(&reply).map_err(|e| e.to_string())
+}
+
+/// Every live node ends `job`; then `JobEnded` is published.
 async fn end_job(
     endpoint: Endpoint,
     membership: Addr<Membership>,
@@ -159,17 +521,199 @@ async fn end_job(
     events.do_send(Publish(ClusterEventKind::JobEnded { job, reason }));
 }
 
-/// Step 1, at the head: a driver of `job` is alive. Answers false for a
-/// job that ended.
+/// Attached step 1, at the head: a driver of `job` is alive. Answers false
+/// for a job that ended.
 #[derive(Message)]
 #[rtype(result = "bool")]
-pub struct DriverAlive(pub String);
+pub struct DriverAlive {
+    /// The job.
+    pub job: String,
+    /// The driver's command line.
+    pub entrypoint: String,
+}
 
 impl Handler<DriverAlive> for Jobs {
     type Result = bool;
 
-    fn handle(&mut self, DriverAlive(job): DriverAlive, _: &mut Self::Context) -> bool {
-        self.table.heard(&job, Instant::now())
+    fn handle(&mut self, msg: DriverAlive, _: &mut Self::Context) -> bool {
+        self.table
+            .heard(&msg.job, &msg.entrypoint, Instant::now(), wall_ms())
+    }
+}
+
+/// Submitted step 1: run a driver program on a node.
+#[derive(Message)]
+#[rtype(result = "Result<JobRecord, JobError>")]
+pub struct Submit(pub JobSubmission);
+
+impl Handler<Submit> for Jobs {
+    type Result = ResponseActFuture<Self, Result<JobRecord, JobError>>;
+
+    fn handle(&mut self, Submit(submission): Submit, _: &mut Self::Context) -> Self::Result {
+        let id = loop {
+            let id = format!("{:08x}", rand::random::<u32>());
+            if self.table.get(&id).is_none() {
+                break id;
+            }
+        };
+        let endpoint = self.endpoint.clone();
+        let membership = self.membership.clone();
+        let head = self.head;
+        let pick = async move {
+            let status = membership.send(membership::Status).await.ok();
+            let node = match (&submission.node, &status) {
+                (Some(node), _) => node.clone(),
+                (None, Some(status)) => status
+                    .alive()
+                    .find(|n| n.head)
+                    .map(|n| n.id.clone())
+                    .unwrap_or_default(),
+                (None, None) => String::new(),
+            };
+            (submission, node, endpoint, membership, head)
+        };
+        Box::pin(pick.into_actor(self).then(
+            move |(submission, node, endpoint, membership, head), jobs, _| {
+                let recorded =
+                    jobs.table
+                        .submit(&id, &submission, &node, Instant::now(), wall_ms());
+                let run = async move {
+                    recorded?;
+                    let request = ControlRequest::Jobs(JobRequest::RunDriver {
+                        job: id.clone(),
+                        submission,
+                        head,
+                    });
+                    let reply = call_node(
+                        endpoint,
+                        membership,
+                        node.clone(),
+                        request,
+                        RUN_DRIVER_DEADLINE,
+                    )
+                    .await;
+                    let detail = match reply {
+                        Ok(ControlReply::DriverStarted { pid }) => return Ok((id, Ok(pid))),
+                        Ok(reply) => format!("unexpected reply {reply:?}"),
+                        Err(e) => e,
+                    };
+                    Ok((
+                        id.clone(),
+                        Err(JobError::NotStarted {
+                            node,
+                            job: id,
+                            detail,
+                        }),
+                    ))
+                };
+                run.into_actor(jobs).map(|ran, jobs, ctx| {
+                    let (id, started) = ran?;
+                    match started {
+                        Ok(pid) => {
+                            if !jobs.table.started(&id, pid) {
+                                jobs.stop_driver(&id, ctx);
+                            }
+                        }
+                        Err(e) => {
+                            jobs.table.start_failed(&id, &e.to_string(), wall_ms());
+                            return Err(e);
+                        }
+                    }
+                    let record = jobs.table.get(&id).cloned();
+                    record.ok_or(JobError::Unknown { job: id })
+                })
+            },
+        ))
+    }
+}
+
+impl Jobs {
+    /// Asks the node that runs `job`'s driver to stop it (in the
+    /// background; its `DriverExited` ends the job).
+    fn stop_driver(&self, job: &str, ctx: &mut Context<Self>) {
+        let Some(node) = self.table.get(job).and_then(|r| r.node.clone()) else {
+            return;
+        };
+        let request = ControlRequest::Jobs(JobRequest::StopDriver {
+            job: job.to_string(),
+        });
+        let call = call_node(
+            self.endpoint.clone(),
+            self.membership.clone(),
+            node.clone(),
+            request,
+            Duration::from_secs(10),
+        );
+        let job = job.to_string();
+        ctx.spawn(
+            async move {
+                if let Err(e) = call.await {
+                    warn!(%job, %node, "could not ask the node to stop the job's driver: {e}");
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}
+
+/// Step 3: stop a job.
+#[derive(Message)]
+#[rtype(result = "Result<JobRecord, JobError>")]
+pub struct Stop(pub String);
+
+impl Handler<Stop> for Jobs {
+    type Result = Result<JobRecord, JobError>;
+
+    fn handle(&mut self, Stop(job): Stop, ctx: &mut Self::Context) -> Self::Result {
+        match self.table.stop(&job, wall_ms())? {
+            StopAction::StopDriver { .. } => self.stop_driver(&job, ctx),
+            StopAction::EndNow => {
+                self.end_everywhere(job.clone(), "stopped on request".into(), ctx)
+            }
+        }
+        self.table
+            .get(&job)
+            .cloned()
+            .ok_or(JobError::Unknown { job })
+    }
+}
+
+/// Every job the head knows.
+#[derive(Message)]
+#[rtype(result = "Vec<JobRecord>")]
+pub struct List;
+
+impl Handler<List> for Jobs {
+    type Result = MessageResult<List>;
+
+    fn handle(&mut self, _: List, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.table.list())
+    }
+}
+
+/// Submitted step 2: `node` reports that `job`'s driver exited.
+#[derive(Message)]
+#[rtype(result = "Result<(), JobError>")]
+pub struct Exited {
+    /// The job.
+    pub job: String,
+    /// The node that reported it (it must be the job's).
+    pub node: String,
+    /// How the driver ended.
+    pub exit: DeathCause,
+}
+
+impl Handler<Exited> for Jobs {
+    type Result = Result<(), JobError>;
+
+    fn handle(&mut self, msg: Exited, ctx: &mut Self::Context) -> Self::Result {
+        if let Some(reason) = self
+            .table
+            .exited(&msg.job, &msg.node, msg.exit, wall_ms())?
+        {
+            self.end_everywhere(msg.job, reason, ctx);
+        }
+        Ok(())
     }
 }
 
@@ -177,30 +721,209 @@ impl Handler<DriverAlive> for Jobs {
 mod tests {
     use super::*;
 
+    fn submission(program: &str) -> JobSubmission {
+        JobSubmission {
+            name: Some("nightly".into()),
+            entrypoint: vec![program.into(), "--epochs".into(), "3".into()],
+            env: vec![("K".into(), "V".into())],
+            working_dir: None,
+            node: None,
+        }
+    }
+
     #[test]
-    fn a_job_ends_once_after_its_grace_and_stays_ended() {
+    fn an_attached_job_ends_once_after_its_grace_and_stays_ended() {
         let mut table = JobTable::default();
         let t0 = Instant::now();
         let grace = Duration::from_secs(30);
-        assert!(table.heard("a", t0));
-        assert!(table.heard("b", t0));
-        assert!(table.heard("a", t0 + Duration::from_secs(20)));
+        assert!(table.heard("a", "prog a", t0, 1));
+        assert!(table.heard("b", "prog b", t0, 2));
+        assert!(table.heard("a", "prog a", t0 + Duration::from_secs(20), 3));
         assert!(
-            table.expire(t0 + grace, grace).is_empty(),
+            table.expire(t0 + grace, grace, 4).is_empty(),
             "not past it yet"
         );
-        let ended = table.expire(t0 + grace + Duration::from_secs(1), grace);
+        let ended = table.expire(t0 + grace + Duration::from_secs(1), grace, 5);
         assert_eq!(ended.len(), 1);
         assert_eq!(ended[0].0, "b");
-        assert!(table.has_ended("b") && !table.has_ended("a"));
+        let b = table.get("b").unwrap();
+        assert_eq!(
+            (b.state, b.end_ms, b.entrypoint.as_str()),
+            (JobState::Failed, Some(5), "prog b")
+        );
+        assert_eq!(table.get("a").unwrap().state, JobState::Running);
         assert!(table
-            .expire(t0 + grace * 2, grace)
+            .expire(t0 + grace * 2, grace, 6)
             .iter()
             .all(|(job, _)| job == "a"));
         assert!(
-            !table.heard("b", t0 + grace * 3),
+            !table.heard("b", "prog b", t0 + grace * 3, 7),
             "an ended job stays ended"
         );
-        assert!(table.expire(t0 + grace * 9, grace).is_empty());
+        assert!(table.expire(t0 + grace * 9, grace, 8).is_empty());
+        assert_eq!(table.list().len(), 2, "ended jobs are still listed");
+    }
+
+    #[test]
+    fn a_submitted_job_runs_and_ends_as_its_driver_exits() {
+        let mut table = JobTable::default();
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(1);
+        let job = table
+            .submit("j1", &submission("/bin/prog"), "head", t0, 10)
+            .unwrap();
+        assert_eq!(
+            (job.state, job.entrypoint.as_str()),
+            (JobState::Pending, "/bin/prog --epochs 3")
+        );
+        assert!(table.started("j1", 42));
+        assert!(
+            table.heard("j1", "", t0, 11),
+            "its driver's beats are taken"
+        );
+        assert!(
+            table.expire(t0 + grace * 100, grace, 12).is_empty(),
+            "a submitted job is watched by its node, not by beats"
+        );
+        assert_eq!(
+            table.exited("j1", "node-2", DeathCause::Exited { code: 0 }, 13),
+            Err(JobError::NotItsNode {
+                node: "node-2".into(),
+                job: "j1".into()
+            })
+        );
+        let ended = table
+            .exited("j1", "head", DeathCause::Exited { code: 0 }, 14)
+            .unwrap();
+        assert!(ended.is_some());
+        let record = table.get("j1").unwrap();
+        assert_eq!(
+            (record.state, record.driver_pid, record.end_ms),
+            (JobState::Succeeded, Some(42), Some(14))
+        );
+        assert_eq!(record.exit_status(), 0);
+
+        table
+            .submit("j2", &submission("prog"), "head", t0, 20)
+            .unwrap();
+        table.started("j2", 43);
+        table
+            .exited("j2", "head", DeathCause::Exited { code: 3 }, 21)
+            .unwrap();
+        let record = table.get("j2").unwrap();
+        assert_eq!((record.state, record.exit_status()), (JobState::Failed, 3));
+        assert!(record.message.contains('3'), "{}", record.message);
+        assert_eq!(
+            table
+                .exited("j2", "head", DeathCause::Exited { code: 0 }, 22)
+                .unwrap(),
+            None,
+            "an ended job ends once"
+        );
+    }
+
+    #[test]
+    fn a_stopped_job_ends_stopped_once_its_driver_exits() {
+        let mut table = JobTable::default();
+        let t0 = Instant::now();
+        table
+            .submit("j", &submission("prog"), "node-1", t0, 1)
+            .unwrap();
+        table.started("j", 7);
+        assert_eq!(
+            table.stop("j", 2),
+            Ok(StopAction::StopDriver {
+                node: "node-1".into()
+            })
+        );
+        assert_eq!(
+            table.get("j").unwrap().state,
+            JobState::Running,
+            "until it exits"
+        );
+        table
+            .exited("j", "node-1", DeathCause::Killed { signal: 15 }, 3)
+            .unwrap();
+        let record = table.get("j").unwrap();
+        assert_eq!(
+            (record.state, record.exit_status()),
+            (JobState::Stopped, 128 + 15)
+        );
+        assert_eq!(
+            table.stop("j", 4),
+            Err(JobError::Ended {
+                job: "j".into(),
+                state: JobState::Stopped
+            })
+        );
+        assert_eq!(
+            table.stop("nope", 4),
+            Err(JobError::Unknown { job: "nope".into() })
+        );
+
+        assert!(table.heard("attached", "prog", t0, 5));
+        assert_eq!(table.stop("attached", 6), Ok(StopAction::EndNow));
+        assert_eq!(table.get("attached").unwrap().state, JobState::Stopped);
+
+        table
+            .submit("pending", &submission("prog"), "node-1", t0, 7)
+            .unwrap();
+        assert_eq!(table.stop("pending", 8), Ok(StopAction::EndNow));
+        assert!(
+            !table.started("pending", 9),
+            "a driver started after its stop is stopped"
+        );
+    }
+
+    #[test]
+    fn jobs_on_a_lost_node_fail_and_bad_submissions_are_refused() {
+        let mut table = JobTable::default();
+        let t0 = Instant::now();
+        table
+            .submit("j", &submission("prog"), "node-1", t0, 1)
+            .unwrap();
+        table.started("j", 7);
+        assert!(table.nodes_lost(&["head", "node-1"], 2).is_empty());
+        let lost = table.nodes_lost(&["head"], 3);
+        assert_eq!(lost.len(), 1);
+        assert_eq!(table.get("j").unwrap().state, JobState::Failed);
+
+        let mut bad = submission("prog");
+        bad.entrypoint.clear();
+        assert!(matches!(
+            table.submit("x", &bad, "head", t0, 4),
+            Err(JobError::BadSubmission(_))
+        ));
+        let mut bad = submission("prog");
+        bad.env.push(("A=B".into(), "c".into()));
+        assert!(matches!(
+            table.submit("y", &bad, "head", t0, 4),
+            Err(JobError::BadSubmission(_))
+        ));
+        assert!(
+            matches!(
+                table.submit("j", &submission("prog"), "head", t0, 4),
+                Err(JobError::BadSubmission(_))
+            ),
+            "an id is used once"
+        );
+        assert!(matches!(
+            table.submit("../j", &submission("prog"), "head", t0, 4),
+            Err(JobError::BadSubmission(_))
+        ));
+    }
+
+    #[test]
+    fn only_the_last_ended_jobs_are_kept() {
+        let mut table = JobTable::default();
+        let t0 = Instant::now();
+        for i in 0..MAX_ENDED + 5 {
+            let job = format!("j{i}");
+            assert!(table.heard(&job, "prog", t0, i as u64));
+            table.stop(&job, i as u64).unwrap();
+        }
+        assert!(table.heard("live", "prog", t0, 0));
+        assert_eq!(table.list().len(), MAX_ENDED + 1);
+        assert!(table.get("j0").is_none() && table.get("j5").is_some());
     }
 }

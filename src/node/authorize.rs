@@ -4,9 +4,9 @@
 //!
 //! | caller | may |
 //! |---|---|
-//! | a certified node | heartbeat and leave as itself; report its own actors up and down; end a job (the head); everything a worker may |
-//! | a certified worker | objects (reference changes as itself only), spawns, kills, bundles, binaries, name lookups; report a fault that kills its own node; report recoveries and its own packet faults |
-//! | a token holder (a driver, the CLI, a node before it joined) | join as the node it announced; keep its job alive; everything a worker may, with any fault report and packet rules; release the name of a spawn that never started |
+//! | a certified node | heartbeat and leave as itself; report its own actors up and down; end a job, start and stop a submitted job's driver (the head); report that a job's driver exited (its own, checked by the head's `Jobs`); everything a worker may |
+//! | a certified worker | objects (reference changes as itself only), spawns, kills, bundles, binaries, name lookups, job listings and logs; report a fault that kills its own node; report recoveries and its own packet faults |
+//! | a token holder (a driver, the CLI, a node before it joined) | join as the node it announced; keep its job alive; submit and stop jobs; everything a worker may, with any fault report and packet rules; release the name of a spawn that never started |
 //! | unverified (this node cannot check proofs yet) | `Echo` only |
 //!
 //! So no token holder can evict a member or keep a dead one alive, and no
@@ -165,9 +165,35 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
                 "only a driver (a token holder) keeps its job alive",
             ),
         },
+        ControlRequest::Jobs(JobRequest::SubmitJob(_) | JobRequest::StopJob { .. }) => {
+            match token {
+                true => Ok(()),
+                false => deny(
+                    "SubmitJob/StopJob",
+                    "only a token holder (the CLI, a driver) submits or stops jobs",
+                ),
+            }
+        }
+        ControlRequest::Jobs(JobRequest::ListJobs | JobRequest::ReadJobLog { .. }) => Ok(()),
         ControlRequest::Jobs(JobRequest::EndJob { .. }) => match node {
             true => Ok(()),
             false => deny("EndJob", "only the head ends a job"),
+        },
+        ControlRequest::Jobs(JobRequest::RunDriver { .. } | JobRequest::StopDriver { .. }) => {
+            match node {
+                true => Ok(()),
+                false => deny(
+                    "RunDriver/StopDriver",
+                    "only the head starts or stops a submitted job's driver",
+                ),
+            }
+        }
+        ControlRequest::Jobs(JobRequest::DriverExited { .. }) => match node {
+            true => Ok(()),
+            false => deny(
+                "DriverExited",
+                "only the node that runs a job's driver reports its exit",
+            ),
         },
     }
 }
@@ -302,5 +328,59 @@ mod tests {
         };
         assert!(authorize(&worker, &kill("n1")).is_ok());
         assert!(authorize(&worker, &kill("head")).is_err());
+    }
+
+    #[test]
+    fn only_token_holders_submit_jobs_and_only_nodes_run_their_drivers() {
+        let n1 = identity("n1", 1);
+        let worker = caller(
+            PeerRole::Worker,
+            &identity("worker-00000000000000ab", 9),
+            Standing::Certified { host: n1.clone() },
+        );
+        let node = caller(
+            PeerRole::Node,
+            &n1,
+            Standing::Certified { host: n1.clone() },
+        );
+        let cli = caller(
+            PeerRole::Client,
+            &identity("client-1", 1),
+            Standing::TokenHolder,
+        );
+        let submission = crate::cluster::JobSubmission {
+            name: None,
+            entrypoint: vec!["prog".into()],
+            env: Vec::new(),
+            working_dir: None,
+            node: None,
+        };
+        let submit = ControlRequest::Jobs(JobRequest::SubmitJob(submission.clone()));
+        let stop = ControlRequest::Jobs(JobRequest::StopJob { job: "j".into() });
+        let run = ControlRequest::Jobs(JobRequest::RunDriver {
+            job: "j".into(),
+            submission,
+            head: "127.0.0.1:1".parse().unwrap(),
+        });
+        let exited = ControlRequest::Jobs(JobRequest::DriverExited {
+            job: "j".into(),
+            exit: crate::cluster::DeathCause::Exited { code: 0 },
+        });
+        let list = ControlRequest::Jobs(JobRequest::ListJobs);
+        for request in [&submit, &stop] {
+            assert!(authorize(&cli, request).is_ok());
+            assert!(
+                authorize(&worker, request).is_err(),
+                "actor code submits no jobs"
+            );
+        }
+        for request in [&run, &exited] {
+            assert!(authorize(&node, request).is_ok());
+            assert!(authorize(&cli, request).is_err(), "{request:?}");
+            assert!(authorize(&worker, request).is_err(), "{request:?}");
+        }
+        for who in [&cli, &worker, &node] {
+            assert!(authorize(who, &list).is_ok());
+        }
     }
 }

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -186,6 +186,13 @@ impl Publish {
     }
 }
 
+/// The complete file `hash` in the cache directory `dir`, if it is there
+/// (a job's working-directory archive is read this way).
+pub(super) fn cached(dir: &Path, hash: &str) -> Option<PathBuf> {
+    let path = dir.join(valid_hash(hash).ok()?);
+    path.is_file().then_some(path)
+}
+
 impl BinaryCache {
     /// A cache in `dir` (created when first written).
     pub(super) fn new(dir: PathBuf) -> Self {
@@ -198,8 +205,7 @@ impl BinaryCache {
 
     /// The cached binary with this hash, if it is here.
     pub(super) fn get(&self, hash: &str) -> Option<PathBuf> {
-        let path = self.dir.join(valid_hash(hash).ok()?);
-        path.is_file().then_some(path)
+        cached(&self.dir, hash)
     }
 
     /// Up to `len` bytes of the cached binary `hash` from `offset`, and its

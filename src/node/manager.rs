@@ -376,6 +376,8 @@ impl NodeManager {
             restarts: worker.restarts,
             dead: None,
             restarting: false,
+            job: worker.spec.job.clone(),
+            pid: worker.pid,
         }
     }
 }

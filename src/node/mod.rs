@@ -38,7 +38,8 @@
 //! Files: `config.rs` (`NodeConfig`), `manager.rs` (the `NodeManager`
 //! actor), `workers.rs` (starting a worker process and reaping it),
 //! `binaries.rs` (the content-addressed cache of shipped program
-//! binaries), `authorize.rs` (who may ask what), `logs.rs` (workers' logs, read with `ReadLog`), `output.rs` (what
+//! binaries), `drivers.rs` (the `DriverRunner` actor: submitted jobs'
+//! driver programs, started, watched, stopped, their logs), `authorize.rs` (who may ask what), `logs.rs` (workers' logs, read with `ReadLog`), `output.rs` (what
 //! workers print, kept per job for its driver: `ReadOutput`), `resources.rs` (the pure `ResourcePool`: what actors and
 //! placement-group bundles hold), `gpu_slots.rs` (which GPU devices, or
 //! fractions of one, each actor gets: its `CUDA_VISIBLE_DEVICES`), `service.rs` (`NodeService`,
@@ -47,6 +48,7 @@
 mod authorize;
 mod binaries;
 mod config;
+mod drivers;
 mod error;
 mod gpu_slots;
 mod logs;
@@ -59,6 +61,7 @@ mod workers;
 
 pub use authorize::Forbidden;
 pub use config::{default_state_dir, NodeConfig, NodeRole};
+pub use drivers::{DriverError, DriverRunner, REPORT_TRIES, STOP_GRACE};
 pub use error::{BinaryError, GrantError, NoCapacity, NodeError, NotServing, WorkerStartError};
 pub use gpu_slots::{GpuSlotError, GpuSlots, GpuTake, FRACTION_EPSILON};
 pub use manager::{

@@ -32,8 +32,8 @@ use crate::wire::Ticket;
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
 use super::{
-    HeadLink, NodeConfig, NodeError, NodeManager, NodeManagerConfig, NodeRole, NodeService,
-    WorkerIdentities,
+    DriverRunner, HeadLink, NodeConfig, NodeError, NodeManager, NodeManagerConfig, NodeRole,
+    NodeService, WorkerIdentities,
 };
 
 /// What a node reports once it serves.
@@ -111,8 +111,16 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     };
     let head = (&link.actors, head_address);
     let objects = start_object_store(&config, &resources, &endpoint, me, head)?;
+    let drivers = DriverRunner::new(
+        config.state_dir.clone(),
+        config.token.clone(),
+        endpoint.clone(),
+        head_address,
+    )
+    .start();
     endpoint.serve(Arc::new(NodeService::new(
         manager,
+        drivers,
         link.actors,
         objects.clone(),
         endpoint.clone(),
@@ -265,6 +273,7 @@ async fn start_head(
     let jobs = Jobs::new(
         driver_grace,
         endpoint.clone(),
+        address,
         membership.clone(),
         events.clone(),
     )

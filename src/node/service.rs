@@ -4,9 +4,11 @@
 //! - `Workers`, `Bundles`, `Binaries` go to this node's `NodeManager`,
 //!   `Objects` to its object store, `AddPacketRule` to its own endpoint's
 //!   socket; `Echo` is answered here.
-//! - `Membership`, `Events`, `Directory` and the fault reports go to the
-//!   head's actors (`HeadActors`), and are refused with `BadRequest` on any
-//!   other node. An events long poll waits at most `MAX_EVENT_WAIT` (60 s)
+//! - `RunDriver`, `StopDriver`, `ReadJobLog` go to this node's
+//!   `DriverRunner` (`drivers.rs`), `EndJob` to its `NodeManager`.
+//! - `Membership`, `Events`, `Directory`, the fault reports and the other
+//!   job requests go to the head's actors (`HeadActors`), and are refused
+//!   with `BadRequest` on any other node. An events long poll waits at most `MAX_EVENT_WAIT` (60 s)
 //!   per request. A `ReportFault` that kills a node (`kills_node`) first
 //!   tells the directory (`NodeDoomed`), so the actors lost with that node
 //!   carry the fault in their death cause; every fault or recovery report
@@ -38,6 +40,7 @@ use super::authorize::authorize;
 
 use crate::object_store::NodeObjectStore;
 
+use super::drivers::{DriverRunner, ReadJobLog, RunDriver, StopDriver};
 use super::manager::{
     EndJob, KillActor, NodeManager, ReadBinary, ReadLog, ReadOutput, ReleaseBundle, ReserveBundle,
     StartActor, UploadBinary,
@@ -50,6 +53,7 @@ const MAX_EVENT_WAIT: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct NodeService {
     manager: Addr<NodeManager>,
+    drivers: Addr<DriverRunner>,
     head: Option<HeadActors>,
     objects: NodeObjectStore,
     endpoint: Endpoint,
@@ -60,12 +64,14 @@ impl NodeService {
     /// `endpoint` is the node's own (packet rules are added to its socket).
     pub fn new(
         manager: Addr<NodeManager>,
+        drivers: Addr<DriverRunner>,
         head: Option<HeadActors>,
         objects: NodeObjectStore,
         endpoint: Endpoint,
     ) -> Self {
         NodeService {
             manager,
+            drivers,
             head,
             objects,
             endpoint,
@@ -90,6 +96,26 @@ impl NodeService {
                 self.manager.send(EndJob(job)).await.map_err(internal)?;
                 Ok(ControlReply::Ack)
             }
+            ControlRequest::Jobs(JobRequest::RunDriver {
+                job,
+                submission,
+                head,
+            }) => {
+                let run = RunDriver {
+                    job,
+                    submission,
+                    head,
+                };
+                self.drivers.send(run).await.map_err(internal)?
+            }
+            ControlRequest::Jobs(JobRequest::StopDriver { job }) => {
+                self.drivers.send(StopDriver(job)).await.map_err(internal)?
+            }
+            ControlRequest::Jobs(JobRequest::ReadJobLog { job, offset, max }) => self
+                .drivers
+                .send(ReadJobLog { job, offset, max })
+                .await
+                .map_err(internal)?,
             ControlRequest::Faults(FaultRequest::AddPacketRule(rule)) => {
                 self.endpoint
                     .add_packet_rule(rule)
@@ -121,20 +147,7 @@ impl NodeService {
                         directory_request(&head, from, request).await
                     }
                     ControlRequest::Faults(request) => fault_report(&head, request).await,
-                    ControlRequest::Jobs(JobRequest::DriverAlive { job }) => {
-                        let alive = head
-                            .jobs
-                            .send(jobs::DriverAlive(job.clone()))
-                            .await
-                            .map_err(internal)?;
-                        match alive {
-                            true => Ok(ControlReply::Ack),
-                            false => Err(RemoteError::new(
-                                RemoteErrorKind::BadRequest,
-                                format!("job {job} has ended: its driver was not heard from for the grace period (--driver-grace-s), and its actors were killed"),
-                            )),
-                        }
-                    }
+                    ControlRequest::Jobs(request) => job_request(&head, from, request).await,
                     _ => Err(RemoteError::new(
                         RemoteErrorKind::Internal,
                         "a node request reached the head's dispatcher",
@@ -226,6 +239,79 @@ impl NodeService {
                 Ok(ControlReply::Ack)
             }
         }
+    }
+}
+
+/// Job requests, on the head (`crate::head`'s `jobs.rs`).
+async fn job_request(
+    head: &HeadActors,
+    from: Caller,
+    request: JobRequest,
+) -> Result<ControlReply, RemoteError> {
+    let refused = |e: jobs::JobError| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string());
+    let jobs = &head.jobs;
+    match request {
+        JobRequest::DriverAlive { job, entrypoint } => {
+            if !crate::cluster::valid_job_id(&job) {
+                return Err(RemoteError::new(
+                    RemoteErrorKind::BadRequest,
+                    format!("job id {job:?} is malformed: 1 to {} letters, digits, '-' or '_' (NIMBUS_JOB_ID)", crate::cluster::MAX_JOB_ID),
+                ));
+            }
+            let entrypoint = crate::cluster::bounded_text(entrypoint);
+            let alive = jobs
+                .send(jobs::DriverAlive {
+                    job: job.clone(),
+                    entrypoint,
+                })
+                .await
+                .map_err(internal)?;
+            match alive {
+                true => Ok(ControlReply::Ack),
+                false => Err(RemoteError::new(
+                    RemoteErrorKind::BadRequest,
+                    format!("job {job} has ended (nimbus job status {job} says why), and its actors were killed"),
+                )),
+            }
+        }
+        JobRequest::SubmitJob(submission) => {
+            let record = jobs
+                .send(jobs::Submit(submission))
+                .await
+                .map_err(internal)?
+                .map_err(refused)?;
+            Ok(ControlReply::Job(Box::new(record)))
+        }
+        JobRequest::StopJob { job } => {
+            let record = jobs
+                .send(jobs::Stop(job))
+                .await
+                .map_err(internal)?
+                .map_err(refused)?;
+            Ok(ControlReply::Job(Box::new(record)))
+        }
+        JobRequest::ListJobs => Ok(ControlReply::Jobs(
+            jobs.send(jobs::List).await.map_err(internal)?,
+        )),
+        JobRequest::DriverExited { job, exit } => {
+            let exited = jobs::Exited {
+                job,
+                node: from.peer.identity.name.clone(),
+                exit,
+            };
+            jobs.send(exited)
+                .await
+                .map_err(internal)?
+                .map_err(refused)?;
+            Ok(ControlReply::Ack)
+        }
+        JobRequest::EndJob { .. }
+        | JobRequest::RunDriver { .. }
+        | JobRequest::StopDriver { .. }
+        | JobRequest::ReadJobLog { .. } => Err(RemoteError::new(
+            RemoteErrorKind::Internal,
+            "a node's job request reached the head's dispatcher",
+        )),
     }
 }
 

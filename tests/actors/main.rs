@@ -14,6 +14,7 @@
 mod fixtures;
 #[path = "../common/harness.rs"]
 mod harness;
+mod jobs;
 mod tests;
 
 use std::time::Duration;
@@ -53,6 +54,9 @@ fn main() {
     }
     if std::env::var_os(PRINTING_DRIVER).is_some() {
         return tests::printing_driver();
+    }
+    if let Ok(mode) = std::env::var(jobs::JOB_DRIVER) {
+        return jobs::job_driver(&mode);
     }
     if std::env::var_os("NIMBUS_DRIVER_GRACE_S").is_none() {
         std::env::set_var("NIMBUS_DRIVER_GRACE_S", DRIVER_GRACE_S);

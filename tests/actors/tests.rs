@@ -51,6 +51,13 @@ pub const ALL: &[(&str, Test)] = &[
         "an_operator_lists_reads_the_log_of_and_kills_an_actor",
         |d| boxed(an_operator_lists_reads_the_log_of_and_kills_an_actor(d)),
     ),
+    (
+        "a_submitted_job_runs_streams_and_ends_with_its_actors",
+        |d| boxed(crate::jobs::a_submitted_job_runs_streams_and_ends_with_its_actors(d)),
+    ),
+    ("a_jobs_working_directory_travels_with_it", |d| {
+        boxed(crate::jobs::a_jobs_working_directory_travels_with_it(d))
+    }),
     ("what_an_actor_prints_shows_in_its_drivers_output", |d| {
         boxed(what_an_actor_prints_shows_in_its_drivers_output(d))
     }),
@@ -501,37 +508,17 @@ async fn a_worker_whose_child_holds_its_stdout_is_still_seen_dying() {
 /// in its log on its node (before, the node threw it away).
 async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driver) {
     let cluster = driver.local_cluster().expect("a local cluster");
-    let (program, address) = (
-        cluster.program().to_path_buf(),
-        cluster.address().to_string(),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, cluster.token().to_string()).unwrap();
-    std::fs::set_permissions(
-        &token_file,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
-    let nimbus = |args: &[&str]| {
-        let out = std::process::Command::new(&program)
-            .args(args)
-            .args(["--address", &address, "--token-file"])
-            .arg(&token_file)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        (out.status.success(), stdout, stderr)
-    };
+    let operator = crate::jobs::Operator::of(cluster);
     let printer = actor::spawn::<Counter>(0, on("node-2").name("printer"))
         .await
         .unwrap();
     let line = format!("printed by {} on node-2", printer.id());
     printer.send(Print(line.clone())).await.unwrap();
 
-    let (ok, listed, err) = nimbus(&["list", "actors", "--json", "--filter", "name=printer"]);
-    assert!(ok, "{err}");
+    let (code, listed, err) = operator
+        .run(&["list", "actors", "--json", "--filter", "name=printer"])
+        .await;
+    assert_eq!(code, Some(0), "{err}");
     let rows: serde_json::Value = serde_json::from_str(&listed).unwrap();
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), 1, "{listed}");
@@ -539,27 +526,21 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
     assert_eq!(rows[0]["node"], "node-2");
     assert_eq!(rows[0]["state"], "ALIVE");
     assert_eq!(rows[0]["class"], "tests.Counter");
-    let (ok, _, err) = nimbus(&["list", "actors", "--filter", "colour=red"]);
+    assert!(rows[0]["pid"].as_u64().unwrap() > 0, "{listed}");
+    let (code, _, err) = operator
+        .run(&["list", "actors", "--filter", "colour=red"])
+        .await;
     assert!(
-        !ok && err.contains("--filter colour: no such column"),
+        code != Some(0) && err.contains("--filter colour: no such column"),
         "{err}"
     );
 
     // The node appends the line to the log as it reads the worker's
     // stdout: `--follow` prints it once it is there, and ends once the
     // actor's worker is dead.
-    let mut follow = tokio::process::Command::new(&program)
-        .args([
-            "logs",
-            "printer",
-            "--follow",
-            "--address",
-            &address,
-            "--token-file",
-        ])
-        .arg(&token_file)
+    let mut follow = operator
+        .command(&["logs", "printer", "--follow"])
         .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let mut lines = lines_of(follow.stdout.take().unwrap());
@@ -569,12 +550,12 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
         Ok(true),
         "`nimbus logs --follow` showed the printed line"
     );
-    let (ok, tail, err) = nimbus(&["logs", "printer", "--tail", "50"]);
-    assert!(ok && tail.contains(&line), "{tail}{err}");
+    let (code, tail, err) = operator.run(&["logs", "printer", "--tail", "50"]).await;
+    assert!(code == Some(0) && tail.contains(&line), "{tail}{err}");
 
     let mut seen = 0;
-    let (ok, killed, err) = nimbus(&["kill", "printer"]);
-    assert!(ok, "{err}");
+    let (code, killed, err) = operator.run(&["kill", "printer"]).await;
+    assert_eq!(code, Some(0), "{err}");
     assert_eq!(killed.trim(), format!("killed: {}", printer.id()));
     let death = actor::next_death(&printer, &mut seen).await.unwrap();
     assert!(!death.restarting, "{death:?}");
@@ -583,11 +564,16 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
         matches!(&ended, Ok(Ok(status)) if status.success()),
         "`--follow` ends with the worker: {ended:?}"
     );
-    let (ok, listed, err) = nimbus(&["list", "actors", "--json", "--filter", "name=printer"]);
-    assert!(ok, "{err}");
+    let (code, listed, err) = operator
+        .run(&["list", "actors", "--json", "--filter", "name=printer"])
+        .await;
+    assert_eq!(code, Some(0), "{err}");
     assert_eq!(listed.trim(), "[]");
-    let (ok, _, err) = nimbus(&["kill", "printer"]);
-    assert!(!ok && err.contains("no actor named \"printer\""), "{err}");
+    let (code, _, err) = operator.run(&["kill", "printer"]).await;
+    assert!(
+        code != Some(0) && err.contains("no actor named \"printer\""),
+        "{err}"
+    );
 }
 
 /// Ray's `log_to_driver`: a line an actor prints on another node shows in

@@ -16,7 +16,7 @@ use crate::head::HeadArgs;
 /// What `nimbus list` lists.
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum Listed {
-    /// Live actors (alive or restarting): id, name, class, state, node, address, incarnation, restarts.
+    /// Live actors (alive or restarting): id, name, class, state, node, address, incarnation, restarts, job, pid.
     Actors,
     /// Nodes: id, state, head, incarnation, address, resources.
     Nodes,
@@ -151,19 +151,21 @@ fn actor_row(record: &ActorRecord) -> Value {
         "address": record.address.to_string(),
         "incarnation": record.incarnation.0,
         "restarts": record.restarts,
+        "job": record.job,
+        "pid": record.pid,
         "death": record.dead.as_ref().map(ToString::to_string).unwrap_or_default(),
     })
 }
 
 /// A cell as text: strings without quotes.
-fn text(value: &Value) -> String {
+pub(crate) fn text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
 }
 
-fn print_table(rows: &[Map<String, Value>]) {
+pub(crate) fn print_table(rows: &[Map<String, Value>]) {
     let Some(first) = rows.first() else {
         println!("(none)");
         return;

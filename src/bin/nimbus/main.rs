@@ -8,6 +8,8 @@
 //! nimbus list actors|nodes|objects [--filter KEY=VALUE]... [--json] [--limit N]
 //! nimbus logs ACTOR [--tail N] [--follow]
 //! nimbus kill ACTOR
+//! nimbus job submit [--working-dir DIR] [--env K=V]... [--name NAME] [--node NODE] [--no-wait] -- PROGRAM ARGS...
+//! nimbus job list|status ID|logs ID [--follow]|stop ID
 //! nimbus stop
 //! nimbus chaos run PLAN.toml [--nodes 3] -- COMMAND...
 //! ```
@@ -15,6 +17,7 @@
 mod actors;
 mod chaos;
 mod head;
+mod jobs;
 mod memory;
 mod start;
 mod state;
@@ -49,6 +52,9 @@ enum Command {
     Logs(actors::LogsArgs),
     /// Kill an actor for good (no restart), by name or id.
     Kill(actors::KillArgs),
+    /// Submit driver programs to run on the cluster, list, follow and stop them.
+    #[command(subcommand)]
+    Job(jobs::JobCommand),
 }
 
 fn main() {
@@ -62,6 +68,7 @@ fn main() {
         Command::List(args) => actors::list(args),
         Command::Logs(args) => actors::logs(args),
         Command::Kill(args) => actors::kill(args),
+        Command::Job(command) => jobs::run(command),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

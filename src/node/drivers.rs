@@ -1,0 +1,474 @@
+//! The drivers of submitted jobs on this node (`nimbus job submit`; the
+//! job protocol is in `crate::head`'s `jobs.rs`): the [`DriverRunner`]
+//! actor starts them, watches them and stops them.
+//!
+//! 1. `RunDriver { job, submission, head }`: make `state_dir/jobs/JOB/`
+//!    (0700) the driver's working directory; with a working-directory
+//!    archive (a tar file the submitter uploaded to the binary cache),
+//!    unpack it there first, on the blocking pool (entries that would land
+//!    outside it are refused). Then start the program in it: stdin from
+//!    `/dev/null`, stdout and stderr appended to
+//!    `state_dir/logs/job-JOB.log`, a process group of its own, and SIGKILL
+//!    when the node dies (`PR_SET_PDEATHSIG`). Its environment is the
+//!    node's without the fault plans, plus the submission's variables,
+//!    `NIMBUS_ADDRESS` (the head), `NIMBUS_JOB_ID` and `NIMBUS_TOKEN`: the
+//!    token travels in the environment, which only its user can read,
+//!    never in arguments. Answer with its pid.
+//! 2. When it exits, tell the head (`DriverExited`, with its exit code or
+//!    signal; [`REPORT_TRIES`] tries, a second apart) and remove
+//!    `state_dir/jobs/JOB/`. The log stays.
+//! 3. `StopDriver { job }`: SIGTERM to its process group, SIGKILL after
+//!    [`STOP_GRACE`] (5 s) if it is still there.
+//! 4. `ReadJobLog`: part of a job's log, while it runs and after.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tracing::{info, warn};
+
+use crate::client;
+use crate::cluster::faults::ACTOR_FAULTS_ENV;
+use crate::cluster::files::{private_dir, private_log};
+use crate::cluster::{valid_job_id, ControlReply, ControlRequest, DeathCause, JobRequest};
+use crate::cluster::{BinaryId, JobSubmission};
+use crate::transport::{Endpoint, JoinToken, RequestOptions};
+use crate::wire::{RemoteError, RemoteErrorKind};
+
+use super::binaries::cached;
+use super::logs;
+
+/// How long a driver asked to stop has between SIGTERM and SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Tries to tell the head a driver exited.
+pub const REPORT_TRIES: u32 = 30;
+
+/// Why a job's driver could not be started here.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The job id cannot name files.
+    #[error("job id {0:?} is malformed")]
+    BadId(String),
+    /// The job's driver runs here already.
+    #[error("job {0}'s driver runs on this node already")]
+    Running(String),
+    /// The working-directory archive was not uploaded here.
+    #[error("the working directory's archive {} is not in this node's binary cache (upload it first)", .0.hash)]
+    NoWorkingDir(BinaryId),
+    /// A file or directory could not be made or read.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program could not be started.
+    #[error("cannot start {program:?} in {}: {source}", dir.display())]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Its working directory.
+        dir: PathBuf,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<DriverError> for RemoteError {
+    fn from(e: DriverError) -> Self {
+        RemoteError::new(RemoteErrorKind::BadRequest, e.to_string())
+    }
+}
+
+/// Runs submitted jobs' drivers on this node.
+pub struct DriverRunner {
+    state_dir: PathBuf,
+    token: JoinToken,
+    endpoint: Endpoint,
+    head: SocketAddr,
+    /// The process (group) id of each running driver.
+    running: HashMap<String, u32>,
+}
+
+impl DriverRunner {
+    /// A runner keeping its files under `state_dir`, handing drivers
+    /// `token`, and reporting to the head at `head` through `endpoint`.
+    pub fn new(state_dir: PathBuf, token: JoinToken, endpoint: Endpoint, head: SocketAddr) -> Self {
+        DriverRunner {
+            state_dir,
+            token,
+            endpoint,
+            head,
+            running: HashMap::new(),
+        }
+    }
+}
+
+impl Actor for DriverRunner {
+    type Context = Context<Self>;
+}
+
+/// The log of `job`'s driver in `state_dir`.
+fn log_path(state_dir: &Path, job: &str) -> PathBuf {
+    state_dir.join("logs").join(format!("job-{job}.log"))
+}
+
+/// Step 1: start a submitted job's driver.
+#[derive(Message)]
+#[rtype(result = "Result<ControlReply, RemoteError>")]
+pub struct RunDriver {
+    /// The job.
+    pub job: String,
+    /// What to run.
+    pub submission: JobSubmission,
+    /// The head's address, for the driver.
+    pub head: SocketAddr,
+}
+
+impl Handler<RunDriver> for DriverRunner {
+    type Result = ResponseActFuture<Self, Result<ControlReply, RemoteError>>;
+
+    fn handle(&mut self, msg: RunDriver, _: &mut Self::Context) -> Self::Result {
+        if !valid_job_id(&msg.job) {
+            return Box::pin(fut::ready(Err(DriverError::BadId(msg.job).into())));
+        }
+        if self.running.contains_key(&msg.job) {
+            return Box::pin(fut::ready(Err(DriverError::Running(msg.job).into())));
+        }
+        let dir = self.state_dir.join("jobs").join(&msg.job);
+        let archive = match &msg.submission.working_dir {
+            Some(id) => match cached(&self.state_dir.join("binaries"), &id.hash) {
+                Some(path) => Some(path),
+                None => {
+                    let missing = DriverError::NoWorkingDir(id.clone());
+                    return Box::pin(fut::ready(Err(missing.into())));
+                }
+            },
+            None => None,
+        };
+        let logs_dir = self.state_dir.join("logs");
+        let prepare = {
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || prepare(&dir, &logs_dir, archive.as_deref()))
+        };
+        Box::pin(prepare.into_actor(self).map(move |prepared, runner, ctx| {
+            prepared.map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))??;
+            match runner.start(&msg, &dir, ctx) {
+                Ok(pid) => Ok(ControlReply::DriverStarted { pid }),
+                Err(e) => {
+                    tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
+                    Err(e.into())
+                }
+            }
+        }))
+    }
+}
+
+/// Makes the driver's working directory (unpacking `archive` into it) and
+/// the log directory. Blocking.
+fn prepare(dir: &Path, logs_dir: &Path, archive: Option<&Path>) -> Result<(), DriverError> {
+    let io = |action, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| DriverError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    private_dir(logs_dir).map_err(io("create", logs_dir))?;
+    private_dir(dir).map_err(io("create", dir))?;
+    if let Some(archive) = archive {
+        let file = std::fs::File::open(archive).map_err(io("open", archive))?;
+        let mut unpacked = tar::Archive::new(file);
+        unpacked.set_preserve_permissions(true);
+        unpacked.set_overwrite(true);
+        for entry in unpacked.entries().map_err(io("read", archive))? {
+            let mut entry = entry.map_err(io("read", archive))?;
+            // `unpack_in` refuses entries outside `dir` (`..`, absolute
+            // paths, through links), answering false.
+            if !entry.unpack_in(dir).map_err(io("unpack into", dir))? {
+                let name = entry
+                    .path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                return Err(DriverError::Io {
+                    action: "unpack",
+                    path: archive.to_path_buf(),
+                    source: std::io::Error::other(format!(
+                        "entry {name:?} would land outside the working directory"
+                    )),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+impl DriverRunner {
+    /// Step 1: starts the driver process of `msg` in `dir` and its watcher.
+    fn start(
+        &mut self,
+        msg: &RunDriver,
+        dir: &Path,
+        ctx: &mut Context<Self>,
+    ) -> Result<u32, DriverError> {
+        let log = log_path(&self.state_dir, &msg.job);
+        let open = || {
+            private_log(&log).map_err(|source| DriverError::Io {
+                action: "create",
+                path: log.clone(),
+                source,
+            })
+        };
+        let (stdout, stderr) = (open()?, open()?);
+        let entrypoint = &msg.submission.entrypoint;
+        let program = entrypoint.first().cloned().unwrap_or_default();
+        // A relative path is the working directory's, a bare name is looked
+        // up on PATH.
+        let resolved = if program.contains('/') && !program.starts_with('/') {
+            dir.join(&program)
+        } else {
+            PathBuf::from(&program)
+        };
+        let mut command = tokio::process::Command::new(&resolved);
+        command
+            .args(&entrypoint[1..])
+            .current_dir(dir)
+            .env_remove(ACTOR_FAULTS_ENV)
+            .env_remove(crate::transport::faults::PACKET_FAULTS_ENV)
+            .envs(msg.submission.env.iter().map(|(k, v)| (k, v)))
+            .env("NIMBUS_ADDRESS", msg.head.to_string())
+            .env("NIMBUS_TOKEN", self.token.to_string())
+            .env("NIMBUS_JOB_ID", &msg.job)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe, as pre_exec requires.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|source| DriverError::Spawn {
+            program: program.clone(),
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        let pid = child.id().unwrap_or(0);
+        info!(job = %msg.job, pid, %program, "job driver started");
+        self.running.insert(msg.job.clone(), pid);
+        let job = msg.job.clone();
+        let me = ctx.address();
+        tokio::spawn(async move {
+            let exit = match child.wait().await {
+                Ok(status) => match (status.code(), status.signal()) {
+                    (Some(code), _) => DeathCause::Exited { code },
+                    (None, Some(signal)) => DeathCause::Killed { signal },
+                    _ => DeathCause::Failed(status.to_string()),
+                },
+                Err(e) => DeathCause::Failed(format!("cannot wait for the driver: {e}")),
+            };
+            me.do_send(DriverGone { job, exit });
+        });
+        Ok(pid)
+    }
+}
+
+/// Step 2: a driver process exited.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct DriverGone {
+    job: String,
+    exit: DeathCause,
+}
+
+impl Handler<DriverGone> for DriverRunner {
+    type Result = ();
+
+    fn handle(&mut self, msg: DriverGone, _: &mut Self::Context) {
+        self.running.remove(&msg.job);
+        info!(job = %msg.job, "job driver {}", msg.exit);
+        let dir = self.state_dir.join("jobs").join(&msg.job);
+        let (endpoint, head) = (self.endpoint.clone(), self.head);
+        tokio::spawn(async move {
+            let removed = tokio::fs::remove_dir_all(&dir).await;
+            if let Some(e) = removed
+                .as_ref()
+                .err()
+                .filter(|e| e.kind() != std::io::ErrorKind::NotFound)
+            {
+                warn!(job = %msg.job, "cannot remove {}: {e}", dir.display());
+            }
+            let request = ControlRequest::Jobs(JobRequest::DriverExited {
+                job: msg.job.clone(),
+                exit: msg.exit,
+            });
+            for _ in 0..REPORT_TRIES {
+                let told = match endpoint.connect(head, None).await {
+                    Ok(connection) => {
+                        client::call(&connection, &request, RequestOptions::control())
+                            .await
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                match told {
+                    Ok(()) => return,
+                    Err(e) => {
+                        warn!(job = %msg.job, "cannot tell the head the job's driver exited: {e}")
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+    }
+}
+
+/// Step 3: stop a job's driver.
+#[derive(Message)]
+#[rtype(result = "Result<ControlReply, RemoteError>")]
+pub struct StopDriver(pub String);
+
+impl Handler<StopDriver> for DriverRunner {
+    type Result = Result<ControlReply, RemoteError>;
+
+    fn handle(&mut self, StopDriver(job): StopDriver, ctx: &mut Self::Context) -> Self::Result {
+        let Some(&pid) = self.running.get(&job) else {
+            return Err(RemoteError::new(
+                RemoteErrorKind::BadRequest,
+                format!("job {job}'s driver does not run on this node"),
+            ));
+        };
+        info!(%job, pid, "stopping job driver: SIGTERM, SIGKILL after {STOP_GRACE:?}");
+        signal_group(pid, libc::SIGTERM);
+        ctx.run_later(STOP_GRACE, move |runner, _| {
+            // Still the same driver (a pid is not reused while its watcher
+            // has not reaped it, and the watcher removes it first).
+            if runner.running.get(&job) == Some(&pid) {
+                warn!(%job, pid, "job driver still running after SIGTERM: SIGKILL");
+                signal_group(pid, libc::SIGKILL);
+            }
+        });
+        Ok(ControlReply::Ack)
+    }
+}
+
+/// Sends `signal` to the process group led by `pid`.
+fn signal_group(pid: u32, signal: libc::c_int) {
+    // SAFETY: plain syscall on a process group this runner started and
+    // whose leader its watcher has not reaped yet.
+    unsafe {
+        libc::kill(-(pid as libc::pid_t), signal);
+    }
+}
+
+/// Step 4: part of a job's driver log.
+#[derive(Message)]
+#[rtype(result = "Result<ControlReply, RemoteError>")]
+pub struct ReadJobLog {
+    /// The job.
+    pub job: String,
+    /// From where.
+    pub offset: u64,
+    /// At most this many bytes.
+    pub max: u64,
+}
+
+impl Handler<ReadJobLog> for DriverRunner {
+    type Result = ResponseFuture<Result<ControlReply, RemoteError>>;
+
+    /// Read on the blocking pool.
+    fn handle(&mut self, msg: ReadJobLog, _: &mut Self::Context) -> Self::Result {
+        let path = log_path(&self.state_dir, &msg.job);
+        Box::pin(async move {
+            if !valid_job_id(&msg.job) {
+                return Err(DriverError::BadId(msg.job).into());
+            }
+            let read = tokio::task::spawn_blocking(move || {
+                logs::read(&path, msg.offset, msg.max)
+                    .map(|(total, bytes)| ControlReply::Log {
+                        file: path.display().to_string(),
+                        total,
+                        bytes,
+                    })
+                    .map_err(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => {
+                            format!("no driver of job {} ran on this node", msg.job)
+                        }
+                        _ => format!("cannot read {}: {e}", path.display()),
+                    })
+            })
+            .await
+            .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?;
+            read.map_err(|why| RemoteError::new(RemoteErrorKind::BadRequest, why))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn archive(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, bytes) in entries {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o755);
+            // `set_path` refuses `..`; a hostile archive writes the bytes.
+            let field = &mut header.as_old_mut().name;
+            field[..name.len()].copy_from_slice(name.as_bytes());
+            header.set_cksum();
+            builder.append(&header, *bytes).unwrap();
+        }
+        builder.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_working_directory_is_unpacked_in_place_and_nothing_outside_it() {
+        let root = tempfile::tempdir().unwrap();
+        let packed = root.path().join("archive.tar");
+        std::fs::write(
+            &packed,
+            archive(&[("run.sh", b"#!/bin/sh\n"), ("data/x.txt", b"x")]),
+        )
+        .unwrap();
+        let dir = root.path().join("jobs/j1");
+        prepare(&dir, &root.path().join("logs"), Some(&packed)).unwrap();
+        assert_eq!(std::fs::read(dir.join("data/x.txt")).unwrap(), b"x");
+        let mode = std::fs::metadata(dir.join("run.sh")).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o100,
+            0o100,
+            "kept executable"
+        );
+
+        let hostile = root.path().join("hostile.tar");
+        std::fs::write(&hostile, archive(&[("../escaped.txt", b"no")])).unwrap();
+        let error = prepare(
+            &root.path().join("jobs/j2"),
+            &root.path().join("logs"),
+            Some(&hostile),
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("outside the working directory"),
+            "{error}"
+        );
+        assert!(!root.path().join("jobs/escaped.txt").exists());
+    }
+}

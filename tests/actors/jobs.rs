@@ -1,0 +1,289 @@
+//! Jobs from the command line, as an operator runs them against the test
+//! cluster: `nimbus job submit` runs this binary as a detached driver on
+//! the head (its mode chosen with `--env`), streams its output and exits
+//! with its outcome; `job stop`, `job list`, `job status`, `job logs`; a
+//! job's actors end with its driver.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use nimbus::actor::{self, SpawnOptions};
+use nimbus::testing::check::wait_until;
+use nimbus::Driver;
+
+use crate::fixtures::{registry, Add, Counter};
+
+/// Selects what this binary does as a submitted job's driver: `ok`
+/// (spawn an actor, print, exit 0), `fail` (exit 3), `wait` (spawn an
+/// actor, print, wait to be stopped).
+pub const JOB_DRIVER: &str = "NIMBUS_TEST_JOB_DRIVER";
+
+/// The CLI of the test cluster, authenticated with a private token file.
+pub struct Operator {
+    program: std::path::PathBuf,
+    address: String,
+    token_file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Operator {
+    /// An operator of `cluster`.
+    pub fn of(cluster: &nimbus::local::LocalCluster) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, cluster.token().to_string()).unwrap();
+        std::fs::set_permissions(
+            &token_file,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        Operator {
+            program: cluster.program().to_path_buf(),
+            address: cluster.address().to_string(),
+            token_file,
+            _dir: dir,
+        }
+    }
+
+    /// `nimbus ARGS --address ... --token-file ...`, not yet started.
+    /// Arguments after a `--` stay after it.
+    pub fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+        let mut command = tokio::process::Command::new(&self.program);
+        command
+            .args(&args[..split])
+            .args(["--address", &self.address, "--token-file"])
+            .arg(&self.token_file)
+            .args(&args[split..])
+            .kill_on_drop(true);
+        command
+    }
+
+    /// Runs `nimbus ARGS`: its exit code, stdout and stderr.
+    pub async fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
+            .await
+            .unwrap_or_else(|_| panic!("nimbus {args:?} ended within 60 s"))
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Whether `nimbus list actors` shows no actor of `job`.
+    async fn no_actor_of(&self, job: &str) -> bool {
+        let filter = format!("job={job}");
+        let (code, listed, err) = self
+            .run(&["list", "actors", "--json", "--filter", &filter])
+            .await;
+        assert_eq!(code, Some(0), "{err}");
+        listed.trim() == "[]"
+    }
+
+    /// `nimbus job status JOB --json`.
+    async fn status(&self, job: &str) -> serde_json::Value {
+        let (code, out, err) = self.run(&["job", "status", job, "--json"]).await;
+        assert_eq!(code, Some(0), "{err}");
+        serde_json::from_str(&out).unwrap()
+    }
+}
+
+/// The job id a `nimbus job submit` printed first.
+fn job_id(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("job: "))
+        .unwrap_or_else(|| panic!("no `job: ID` line in {stdout:?}"))
+        .to_string()
+}
+
+/// Ray's `ray job submit`: a driver run on the head, detached from the
+/// submitter, its output streamed, the submitter exiting with its outcome;
+/// the job's actors end with its driver (submitted jobs are not kept alive
+/// by beats: only the driver's exit ends them, so the actors are gone
+/// because it ended); a failed and a stopped job keep their records.
+pub async fn a_submitted_job_runs_streams_and_ends_with_its_actors(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let operator = Operator::of(cluster);
+    let me = std::env::current_exe().unwrap();
+    let me = me.to_str().unwrap();
+    let mode = |m: &str| format!("{JOB_DRIVER}={m}");
+
+    let ok = mode("ok");
+    let (code, out, err) = operator
+        .run(&["job", "submit", "--name", "e2e", "--env", &ok, "--", me])
+        .await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let job = job_id(&out);
+    assert!(
+        out.contains("job driver: counter=42"),
+        "the driver's output is streamed: {out}"
+    );
+    assert!(err.contains(&format!("job {job} SUCCEEDED")), "{err}");
+    let gone = wait_until(
+        "the job's actor is killed",
+        Duration::from_secs(20),
+        || async { operator.no_actor_of(&job).await.then_some(()) },
+    )
+    .await;
+    assert!(gone.is_ok(), "{gone:?}");
+    let status = operator.status(&job).await;
+    assert_eq!(status["state"], "SUCCEEDED", "{status}");
+    assert_eq!(status["name"], "e2e");
+    assert_eq!(status["submitted"], true);
+
+    let fail = mode("fail");
+    let (code, _, err) = operator
+        .run(&["job", "submit", "--env", &fail, "--", me])
+        .await;
+    assert_eq!(
+        code,
+        Some(3),
+        "the submitter exits with the driver's code: {err}"
+    );
+
+    let wait = mode("wait");
+    let (code, out, err) = operator
+        .run(&["job", "submit", "--no-wait", "--env", &wait, "--", me])
+        .await;
+    assert_eq!(code, Some(0), "{err}");
+    let waiting = job_id(&out);
+    let spawned = wait_until(
+        "the waiting job's actor runs",
+        Duration::from_secs(30),
+        || async {
+            let found = actor::get_actor::<Counter>("job-waiter")
+                .await
+                .ok()
+                .flatten();
+            found.map(|_| ())
+        },
+    )
+    .await;
+    assert!(spawned.is_ok(), "{spawned:?}");
+    let (code, logs, err) = operator.run(&["job", "logs", &waiting]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(logs.contains("job driver: waiting"), "{logs}");
+    let (code, stopped, err) = operator.run(&["job", "stop", &waiting]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(stopped.contains("STOPPED"), "{stopped}");
+    let gone = wait_until(
+        "the stopped job's actor is killed",
+        Duration::from_secs(20),
+        || async { operator.no_actor_of(&waiting).await.then_some(()) },
+    )
+    .await;
+    assert!(gone.is_ok(), "{gone:?}");
+    let (code, _, err) = operator.run(&["job", "stop", &waiting]).await;
+    assert!(
+        code != Some(0) && err.contains("has ended already"),
+        "{err}"
+    );
+
+    let (code, listed, err) = operator.run(&["job", "list", "--json"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let state_of = |id: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == id)
+            .map(|j| j["state"].as_str().unwrap().to_string())
+    };
+    assert_eq!(state_of(&job).as_deref(), Some("SUCCEEDED"));
+    assert_eq!(state_of(&waiting).as_deref(), Some("STOPPED"));
+    let failed: Vec<_> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["state"] == "FAILED" && j["message"].as_str().unwrap().contains("code 3"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{listed}");
+}
+
+/// `--working-dir`: the directory is packed, shipped to the node and the
+/// driver runs inside it; a program that cannot start fails the submission
+/// with the node's reason and leaves no directory behind.
+pub async fn a_jobs_working_directory_travels_with_it(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let operator = Operator::of(cluster);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/input.txt"), "shipped with the job\n").unwrap();
+    let script = dir.path().join("run.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat data/input.txt\necho \"GREETING=$GREETING\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let working_dir = dir.path().to_str().unwrap();
+    let mut submit = operator.command(&[
+        "job",
+        "submit",
+        "--working-dir",
+        working_dir,
+        "--env",
+        "GREETING=hi",
+        "--",
+        "./run.sh",
+    ]);
+    let out = submit.stdout(Stdio::piped()).output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("shipped with the job"), "{stdout}");
+    assert!(stdout.contains("GREETING=hi"), "{stdout}");
+
+    let (code, _, err) = operator
+        .run(&["job", "submit", "--", "./no-such-program"])
+        .await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot start \"./no-such-program\""), "{err}");
+    let (code, _, err) = operator
+        .run(&[
+            "job",
+            "submit",
+            "--working-dir",
+            "/no/such/dir",
+            "--",
+            "true",
+        ])
+        .await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("/no/such/dir: not a directory"), "{err}");
+}
+
+/// This binary as a submitted job's driver (`JOB_DRIVER` selects what it
+/// does): it joins with the `NIMBUS_ADDRESS`, `NIMBUS_TOKEN` and
+/// `NIMBUS_JOB_ID` its node gave it.
+pub fn job_driver(mode: &str) {
+    if mode == "fail" {
+        println!("job driver: failing");
+        std::process::exit(3);
+    }
+    let driver = nimbus::init(registry()).expect("joins the cluster it was submitted to");
+    actix::System::new().block_on(async {
+        driver.connect().await.unwrap();
+        let options = SpawnOptions::default().num_cpus(0.1);
+        if mode == "wait" {
+            let waiter = actor::spawn::<Counter>(0, options.clone().name("job-waiter"))
+                .await
+                .unwrap();
+            println!("job driver: waiting");
+            std::future::pending::<()>().await;
+            drop(waiter);
+        }
+        let counter = actor::spawn::<Counter>(41, options).await.unwrap();
+        let n = counter.send(Add(1)).await.unwrap();
+        // Dropping the handle leaves the actor running: it lives until
+        // its job ends.
+        println!("job driver: counter={n}");
+    });
+}
