@@ -74,7 +74,7 @@ fn main() -> Result<()> {
     let registry = nimbus::actor::Registry::new()
         .train_loop::<MnistLoop>()
         .train_loop::<AllreduceLoop>();
-    let driver = nimbus::init_with(registry, nimbus::InitOptions { local_nodes: 1 })?;
+    let driver = nimbus::init_with(registry, nimbus::InitOptions::private(1))?;
     let scale = if full() {
         Scale {
             full: true,

@@ -235,7 +235,7 @@ fn registry() -> actor::Registry {
 }
 
 fn main() -> Result<()> {
-    let mut driver = nimbus::init_with(registry(), nimbus::InitOptions { local_nodes: 3 })?;
+    let mut driver = nimbus::init_with(registry(), nimbus::InitOptions::private(3))?;
     let system = actix::System::new();
     let result = system.block_on(run(&mut driver));
     drop(driver);

@@ -229,7 +229,7 @@ fn registry() -> actor::Registry {
 }
 
 fn main() -> Result<()> {
-    let driver = nimbus::init_with(registry(), nimbus::InitOptions { local_nodes: 2 })?;
+    let driver = nimbus::init_with(registry(), nimbus::InitOptions::private(2))?;
     let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
     let parts = ["tasks", "actor_calls", "objects", "placement_groups"];
     if let Some(part) = only.as_deref().filter(|p| !parts.contains(p)) {

@@ -7,8 +7,10 @@
 //!   `NIMBUS_ADDRESS`) it joins that cluster, with the token from
 //!   `--token-file` (private: mode 0600), `--token` (visible to local users
 //!   in the process list; warned), `NIMBUS_TOKEN` or this machine's token
-//!   file; with neither it starts a local cluster of its own, stopped when
-//!   the [`Driver`] is dropped.
+//!   file; with neither it joins the head started on this machine with
+//!   `nimbus start --head` if one answers (unless
+//!   [`ClusterChoice::Private`]), else it starts a local cluster of its
+//!   own, stopped when the [`Driver`] is dropped.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -68,25 +70,62 @@ pub enum InitError {
 /// Settings of [`init_with`].
 #[derive(Clone, Debug)]
 pub struct InitOptions {
-    /// Nodes of the local cluster started when no address is given.
+    /// Nodes of the local cluster started when the program starts one.
     pub local_nodes: usize,
+    /// Which cluster a program given no address joins.
+    pub cluster: ClusterChoice,
 }
+
+/// Which cluster a driver given no `--address` (nor `NIMBUS_ADDRESS`)
+/// joins.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ClusterChoice {
+    /// The head started on this machine with `nimbus start --head` (its
+    /// address in `$NIMBUS_HOME/head.json`), if it answers within
+    /// [`LOCAL_HEAD_PROBE`]; else a private local cluster. Ray's
+    /// `ray.init()`.
+    #[default]
+    LocalHeadFirst,
+    /// Always a private local cluster of its own, stopped with the
+    /// driver (tests and benchmarks that need a known topology).
+    Private,
+}
+
+/// How long `init` waits for an answer from the head recorded on this
+/// machine before it starts a private cluster instead.
+pub const LOCAL_HEAD_PROBE: Duration = Duration::from_secs(2);
 
 impl Default for InitOptions {
     fn default() -> Self {
-        InitOptions { local_nodes: 1 }
+        InitOptions {
+            local_nodes: 1,
+            cluster: ClusterChoice::default(),
+        }
     }
 }
 
 impl InitOptions {
     /// A local cluster of `--nodes N` nodes when the command line says so,
-    /// else of `default_nodes`. (`init` runs before a program parses its
-    /// arguments, since a worker process must never parse them.)
+    /// else of `default_nodes`, if the program starts one. (`init` runs
+    /// before a program parses its arguments, since a worker process must
+    /// never parse them.)
     pub fn from_args(default_nodes: usize) -> Self {
         let local_nodes = flag("--nodes")
             .and_then(|n| n.parse().ok())
             .unwrap_or(default_nodes);
-        InitOptions { local_nodes }
+        InitOptions {
+            local_nodes,
+            ..InitOptions::default()
+        }
+    }
+
+    /// A private local cluster of `nodes` nodes unless an address is given,
+    /// whatever runs on this machine.
+    pub fn private(nodes: usize) -> Self {
+        InitOptions {
+            local_nodes: nodes,
+            cluster: ClusterChoice::Private,
+        }
     }
 }
 
@@ -162,7 +201,7 @@ fn install_logging() {
 ///     cluster: nimbus::ClusterArgs,
 /// }
 /// let (driver, args) = nimbus::init_parsed::<Args>(nimbus::actor::Registry::new(), |args| {
-///     nimbus::InitOptions { local_nodes: args.cluster.nodes }
+///     nimbus::InitOptions { local_nodes: args.cluster.nodes, ..Default::default() }
 /// })?;
 /// # Ok::<(), nimbus::InitError>(())
 /// ```
@@ -196,6 +235,11 @@ pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, Ini
     let hash = sha256_file(&path).map_err(InitError::Binary)?;
     let binary = (path, BinaryId { hash, len });
     let address = flag("--address").or_else(|| std::env::var("NIMBUS_ADDRESS").ok());
+    let address = match (address, &options.cluster) {
+        (Some(address), _) => Some(address),
+        (None, ClusterChoice::LocalHeadFirst) => local_head(),
+        (None, ClusterChoice::Private) => None,
+    };
     let (address, token, local) = match address {
         Some(address) => (address, token()?, None),
         None => {
@@ -275,6 +319,52 @@ impl Driver {
     /// The local cluster this driver started, if it started one.
     pub fn local_cluster(&mut self) -> Option<&mut LocalCluster> {
         self.local.as_mut()
+    }
+}
+
+/// The address of the head started on this machine, if one is recorded
+/// and answers within [`LOCAL_HEAD_PROBE`] (asked on a thread of its own:
+/// `init` may run inside a program's async runtime).
+fn local_head() -> Option<String> {
+    let record = crate::cluster::files::load_head_record()?;
+    let token = token().ok()?;
+    let address = record.address.clone();
+    let probe = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let config = TransportConfig {
+                connect_timeout: LOCAL_HEAD_PROBE,
+                ..TransportConfig::default()
+            };
+            let status = async {
+                client::ClusterClient::connect_with(&address, &token, config)
+                    .await?
+                    .status()
+                    .await
+            };
+            match tokio::time::timeout(LOCAL_HEAD_PROBE, status).await {
+                Ok(answered) => answered.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("no answer within {LOCAL_HEAD_PROBE:?}")),
+            }
+        })
+    });
+    match probe.join() {
+        Ok(Ok(_)) => {
+            tracing::info!(address = %record.address, "joining the head started on this machine (nimbus start --head)");
+            Some(record.address)
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(
+                "{} records a head at {} that does not answer ({e}); starting a private local cluster (nimbus stop clears the record)",
+                crate::cluster::files::head_record_path().display(),
+                record.address
+            );
+            None
+        }
+        Err(_) => None,
     }
 }
 

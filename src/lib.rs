@@ -45,7 +45,7 @@
 //!
 //! ```
 //! # #[tokio::main] async fn main() -> anyhow::Result<()> {
-//! // The `nimbus` binary is found next to the program, or at $NIMBUS_BIN.
+//! // The `nimbus` binary is found at $NIMBUS_BIN, next to the program, or on PATH.
 //! let cluster = nimbus::local::LocalCluster::start(3)?;
 //! let status = cluster.client().await?.status().await?;
 //! assert_eq!(status.alive().count(), 3);
@@ -71,9 +71,24 @@ pub mod transport;
 pub mod wire;
 mod worker;
 
-pub use driver::{init, init_parsed, init_with, ClusterArgs, Driver, InitError, InitOptions};
+pub use driver::{
+    init, init_parsed, init_with, ClusterArgs, ClusterChoice, Driver, InitError, InitOptions,
+};
 
 /// The libtorch bindings nimbus is built against, so training code uses the
 /// same version.
 #[cfg(feature = "torch")]
 pub use tch;
+
+/// The actor framework user actors are written with (`impl Actor`,
+/// `Handler`, `#[derive(Message)]`), re-exported so a program's actix is
+/// always the one nimbus hosts its actors on.
+pub use actix;
+
+/// The serialization framework actor messages, task arguments and objects
+/// travel with, re-exported so a program derives `Serialize` and
+/// `Deserialize` from the version nimbus encodes with
+/// (`#[derive(nimbus::serde::Serialize)]` with `#[serde(crate =
+/// "nimbus::serde")]`, or `serde` at this version in the program's own
+/// `Cargo.toml`).
+pub use serde;

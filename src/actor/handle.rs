@@ -14,8 +14,11 @@
 //!    delivered in order; they are pipelined (the next is written before
 //!    the previous is answered). Calls to an actor hosted in the same
 //!    process go to its actix `Addr` without serialization.
-//! 2. **Limits.** A call waits [`DEFAULT_CALL_DEADLINE`] (30 s) for its
-//!    reply unless given another deadline; at most `max_in_flight` calls
+//! 2. **Limits.** A call has no deadline (as in Ray): it waits for its
+//!    reply until the actor answers, dies, or its node is lost (the
+//!    worker's connection breaks: at once when it closes, within the QUIC
+//!    idle timeout when it is cut off); `send_with_deadline` gives one a
+//!    deadline, `Timeout` past it. At most `max_in_flight` calls
 //!    ([`DEFAULT_MAX_IN_FLIGHT`], 10 000) are in flight per handle, beyond
 //!    that `MailboxFull`.
 //! 3. **Delivery is at most once.** A call in flight when its worker dies
@@ -57,8 +60,9 @@ use crate::runtime::transits::{self, Transits};
 use crate::runtime::ProcessContext;
 use crate::runtime::{RemoteActor, RemoteMessage, Wire};
 
-/// How long a call waits for its reply by default.
-pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(30);
+/// The deadline of a call without one ([`ActorHandle::send`],
+/// [`ActorHandle::do_send`]): a century, so in effect none.
+pub const NO_DEADLINE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// How long [`ActorHandle::kill`] waits for the death to be recorded.
 pub const KILL_WAIT: Duration = Duration::from_secs(10);
@@ -166,7 +170,9 @@ impl<A: RemoteActor> ActorHandle<A> {
         self.id
     }
 
-    /// Sends `message` and waits (up to 30 s) for the reply.
+    /// Sends `message` and waits for the reply, with no deadline: the call
+    /// fails when the actor dies or its node is lost, not because it is
+    /// slow (use [`send_with_deadline`](Self::send_with_deadline) for that).
     ///
     /// The message is queued when `send` is called, not when the future is
     /// first polled, so calls through one handle reach the actor in the
@@ -180,10 +186,11 @@ impl<A: RemoteActor> ActorHandle<A> {
         M: RemoteMessage,
         M::Result: Wire,
     {
-        self.send_with_deadline(message, DEFAULT_CALL_DEADLINE)
+        self.send_with_deadline(message, NO_DEADLINE)
     }
 
-    /// [`send`](Self::send) with another deadline.
+    /// [`send`](Self::send) with a deadline: past it the call fails with
+    /// `Timeout` (the actor may still handle the message).
     pub fn send_with_deadline<M>(
         &self,
         message: M,
@@ -240,7 +247,7 @@ impl<A: RemoteActor> ActorHandle<A> {
         let call = Outgoing {
             body,
             transits,
-            deadline: DEFAULT_CALL_DEADLINE,
+            deadline: NO_DEADLINE,
             waiter: Waiter::OneWay,
         };
         self.outbox(context)

@@ -48,7 +48,7 @@ pub use crate::runtime::{
     DispatchError, HostedActor, ProcessContext, Registry, RemoteActor, RemoteMessage, Wire,
 };
 pub use error::{CallError, SpawnError};
-pub use handle::{ActorHandle, DEFAULT_CALL_DEADLINE, DEFAULT_MAX_IN_FLIGHT, KILL_WAIT};
+pub use handle::{ActorHandle, DEFAULT_MAX_IN_FLIGHT, KILL_WAIT, NO_DEADLINE};
 pub use host::{ActorHost, HostedFaults, KillNode};
 pub use messages::ActorCall;
 pub use monitor::{monitor, next_death, ActorDied};

@@ -105,6 +105,26 @@ pub fn free_bytes(dir: &Path) -> Option<u64> {
     Some(stats.f_bavail as u64 * stats.f_frsize as u64)
 }
 
+/// The record `nimbus start --head` keeps of the head it started on this
+/// machine (removed by `nimbus stop`).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct HeadRecord {
+    /// `HOST:PORT`.
+    pub address: String,
+}
+
+/// Where [`HeadRecord`] is kept: `head.json` in [`nimbus_home`].
+pub fn head_record_path() -> PathBuf {
+    nimbus_home().join("head.json")
+}
+
+/// The head started on this machine, if one is recorded (it may have died
+/// since).
+pub fn load_head_record() -> Option<HeadRecord> {
+    let bytes = std::fs::read(head_record_path()).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 /// The state directory: `$NIMBUS_HOME`; else `.nimbus` in this user's home
 /// (`$HOME`, else the password database's); else `nimbus-UID` in the
 /// temporary directory — never a name shared between users.

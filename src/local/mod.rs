@@ -7,7 +7,7 @@
 //!
 //! ```
 //! # fn main() -> Result<(), nimbus::local::LocalClusterError> {
-//! // The `nimbus` binary is found next to the program, or at $NIMBUS_BIN.
+//! // The `nimbus` binary is found at $NIMBUS_BIN, next to the program, or on PATH.
 //! let cluster = nimbus::local::LocalCluster::start(2)?;
 //! println!("head at {}", cluster.address());
 //! assert_eq!(cluster.nodes().len(), 2);
@@ -37,7 +37,7 @@ use crate::wire::Incarnation;
 #[derive(Debug, thiserror::Error)]
 pub enum LocalClusterError {
     /// The `nimbus` binary was not found.
-    #[error("cannot find the nimbus binary (looked for {0}); build it with `cargo build --bin nimbus` or set NIMBUS_BIN")]
+    #[error("cannot find the nimbus binary (looked for {0}); build it with `cargo build --bin nimbus` or set NIMBUS_BIN or put it on PATH")]
     ProgramNotFound(String),
     /// A node process could not be spawned or signalled.
     #[error("node process {name}: {cause}")]
@@ -80,7 +80,7 @@ impl LocalClusterBuilder {
     }
 
     /// The `nimbus` binary to run (default: `$NIMBUS_BIN`, else next to
-    /// the current executable or one directory up).
+    /// the current executable or one directory up, else on `PATH`).
     pub fn program(mut self, program: impl Into<PathBuf>) -> Self {
         self.program = Some(program.into());
         self
@@ -639,11 +639,13 @@ fn find_program() -> Result<PathBuf, LocalClusterError> {
         return Ok(program.into());
     }
     let exe = std::env::current_exe().unwrap_or_default();
+    let on_path = std::env::var_os("PATH").unwrap_or_default();
     let candidates: Vec<PathBuf> = exe
         .ancestors()
         .skip(1)
         .take(2)
         .map(|dir| dir.join("nimbus"))
+        .chain(std::env::split_paths(&on_path).map(|dir| dir.join("nimbus")))
         .collect();
     candidates
         .iter()

@@ -61,7 +61,7 @@ fn main() {
     if std::env::var_os("NIMBUS_DRIVER_GRACE_S").is_none() {
         std::env::set_var("NIMBUS_DRIVER_GRACE_S", DRIVER_GRACE_S);
     }
-    let driver = nimbus::init_with(fixtures::registry(), nimbus::InitOptions { local_nodes: 3 })
+    let driver = nimbus::init_with(fixtures::registry(), nimbus::InitOptions::private(3))
         .expect("a local cluster starts");
     harness::run(driver, tests::ALL, DEADLINE, || {})
 }

@@ -372,3 +372,64 @@ fn a_programs_help_starts_no_cluster() {
         }
     }
 }
+
+/// Ray's `ray.init()` after `ray start --head`: a program given no
+/// address joins the head started on this machine (found in
+/// `$NIMBUS_HOME`) instead of starting a private cluster, and its job is
+/// listed there; with the record stale (the head stopped), it starts a
+/// private cluster again.
+#[test]
+fn a_program_without_an_address_joins_the_head_started_on_this_machine() {
+    let tasks = Path::new(env!("CARGO_BIN_EXE_nimbus"))
+        .parent()
+        .unwrap()
+        .join("examples/tasks");
+    let (home, tmp) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let run = || {
+        Command::new(&tasks)
+            .args([
+                "--tasks",
+                "20",
+                "--maps",
+                "2",
+                "--broadcast-mib",
+                "1",
+                "--readers",
+                "1",
+            ])
+            .env("NIMBUS_HOME", home.path())
+            .env("TMPDIR", tmp.path())
+            .env_remove("NIMBUS_ADDRESS")
+            .env_remove("NIMBUS_TOKEN")
+            .output()
+            .unwrap()
+    };
+    {
+        let _stop = StopOnDrop(home.path());
+        let (address, _, _) = start_head(home.path());
+        let out = run();
+        let printed = text(&out);
+        assert!(out.status.success(), "{printed}");
+        assert!(
+            printed.contains("joining the head started on this machine"),
+            "{printed}"
+        );
+        assert!(printed.contains(&address), "{printed}");
+        let jobs = succeeds(home.path(), &["job", "list", "--json"]);
+        let jobs: serde_json::Value = serde_json::from_str(jobs.trim()).unwrap();
+        let attached: Vec<_> = jobs
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|job| {
+                job["submitted"] == false && job["entrypoint"].as_str().unwrap().contains("tasks")
+            })
+            .collect();
+        assert_eq!(attached.len(), 1, "the program's job is the head's: {jobs}");
+    }
+    // The head is stopped and its record gone: a private cluster again.
+    let out = run();
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(!printed.contains("joining the head"), "{printed}");
+}

@@ -24,7 +24,7 @@ pub use harness::{boxed, Test};
 const DEADLINE: Duration = Duration::from_secs(120);
 
 fn main() {
-    let driver = nimbus::init_with(fixtures::registry(), nimbus::InitOptions { local_nodes: 3 })
+    let driver = nimbus::init_with(fixtures::registry(), nimbus::InitOptions::private(3))
         .expect("a local cluster starts");
     harness::run(driver, tests::ALL, DEADLINE, || {})
 }

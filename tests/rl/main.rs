@@ -46,7 +46,7 @@ const ALL: &[(&str, Test)] = &[
 ];
 
 fn main() {
-    let driver = nimbus::init_with(runner::registry(), nimbus::InitOptions { local_nodes: 2 })
+    let driver = nimbus::init_with(runner::registry(), nimbus::InitOptions::private(2))
         .expect("a local cluster starts");
     harness::run(driver, ALL, DEADLINE, || {})
 }

@@ -27,7 +27,7 @@ fn main() {
     let registry = nimbus::actor::Registry::new()
         .train_loop::<mnist::MnistLoop>()
         .parameter_aggregator();
-    let driver = nimbus::init_with(registry, nimbus::InitOptions { local_nodes: 3 })
+    let driver = nimbus::init_with(registry, nimbus::InitOptions::private(3))
         .expect("a local cluster starts");
     // Checkpoints of every run go under one directory, removed at the end.
     harness::run(driver, tests::ALL, DEADLINE, || {

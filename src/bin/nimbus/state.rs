@@ -8,7 +8,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use nimbus::cluster::files::{private_dir, private_file};
+use nimbus::cluster::files::{
+    head_record_path, load_head_record, private_dir, private_file, HeadRecord,
+};
 use serde::{Deserialize, Serialize};
 
 /// The state directory.
@@ -19,13 +21,6 @@ pub(crate) fn home() -> PathBuf {
 /// Where the head started on this machine keeps its token (mode 0600).
 pub(crate) fn token_file() -> PathBuf {
     home().join("token")
-}
-
-/// The head started on this machine, for commands given no `--address`.
-#[derive(Serialize, Deserialize)]
-pub(crate) struct HeadRecord {
-    /// `HOST:PORT`.
-    pub address: String,
 }
 
 /// A node process started on this machine.
@@ -43,13 +38,12 @@ pub(crate) fn save_head(address: &str, token: &str) -> Result<()> {
     let record = serde_json::to_vec(&HeadRecord {
         address: address.to_string(),
     })?;
-    write_private(&home().join("head.json"), &record)
+    write_private(&head_record_path(), &record)
 }
 
 /// The head saved by [`save_head`], if any.
 pub(crate) fn load_head() -> Option<HeadRecord> {
-    let bytes = fs::read(home().join("head.json")).ok()?;
-    serde_json::from_slice(&bytes).ok()
+    load_head_record()
 }
 
 /// Records a running node process.

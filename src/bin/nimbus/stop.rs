@@ -29,7 +29,7 @@ pub(crate) fn run(args: StopArgs) -> Result<()> {
         }
         let _ = std::fs::remove_file(path);
     }
-    let _ = std::fs::remove_file(state::home().join("head.json"));
+    let _ = std::fs::remove_file(nimbus::cluster::files::head_record_path());
     println!("stopped {stopped} node(s)");
     Ok(())
 }

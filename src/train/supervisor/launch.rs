@@ -306,7 +306,7 @@ async fn group_spec(
                 return Err(TrainError::Config("an NCCL group needs a worker".into()));
             };
             let id = rank_0
-                .send(NcclUniqueId)
+                .send_with_deadline(NcclUniqueId, super::WORKER_CALL_DEADLINE)
                 .await?
                 .map_err(|e| TrainError::Config(format!("cannot form an NCCL group: {e}")))?;
             GroupSpec::Nccl { id, timeout_ms }
@@ -339,7 +339,7 @@ async fn start_ranks(
         let mut assignment = assignment.clone();
         assignment.ranks = *ranks;
         assignment.faults = faults_of(faults, ranks.world_rank);
-        handle.send(StartTraining(assignment))
+        handle.send_with_deadline(StartTraining(assignment), super::WORKER_CALL_DEADLINE)
     });
     let started = join_all(starts).await;
     let failure = started

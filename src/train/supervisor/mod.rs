@@ -85,6 +85,10 @@ use watch::{watch, watch_for_room};
 
 /// How long a progress poll waits for news.
 const POLL_WAIT: Duration = Duration::from_secs(1);
+/// How long the supervisor's calls to its workers (`StartTraining`,
+/// `NcclUniqueId`, each `PollTraining` beyond its wait) may take before the
+/// worker counts as failed: actor calls have no deadline of their own.
+const WORKER_CALL_DEADLINE: Duration = Duration::from_secs(30);
 
 /// What the run is: fixed for its lifetime.
 pub(crate) struct RunPlan {

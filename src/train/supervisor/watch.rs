@@ -63,7 +63,10 @@ pub(super) async fn watch(
                 after: seen,
                 wait_ms: POLL_WAIT.as_millis() as u64,
             };
-            match handle.send(poll).await {
+            match handle
+                .send_with_deadline(poll, POLL_WAIT + super::WORKER_CALL_DEADLINE)
+                .await
+            {
                 Ok(Ok(report)) => {
                     seen += report.events.len() as u64;
                     let finished = report.finished.is_some();
