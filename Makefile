@@ -13,6 +13,10 @@ TORCH_ENV = if [ -z "$$LIBTORCH" ]; then \
 	  export LIBTORCH_USE_PYTORCH=1 PATH="$$(dirname $$PY):$$PATH"; \
 	fi
 
+# The standalone crate template (examples/template, nimbus by path), built
+# into this target directory so it shares the compiled dependencies.
+TEMPLATE = --manifest-path examples/template/Cargo.toml
+
 .PHONY: demo test test-long fuzz build run lint bench
 
 demo:
@@ -25,7 +29,9 @@ test:
 	  cargo build --bins --examples && \
 	  cargo test --all-targets && \
 	  cargo test --test nimbus -- --ignored && \
-	  NIMBUS_BIN=$$(pwd)/target/debug/nimbus cargo test --doc
+	  NIMBUS_BIN=$$(pwd)/target/debug/nimbus cargo test --doc && \
+	  cargo build $(TEMPLATE) --target-dir target && \
+	  PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template
 
 # The long fault-injection tests alone (about 75 s here; `make test` runs
 # them too, after the others).
@@ -52,4 +58,5 @@ lint:
 	  cargo clippy --all-targets -- -D warnings && \
 	  cargo clippy --all-targets --no-default-features -- -D warnings && \
 	  cargo clippy --all-targets --features cuda -- -D warnings && \
-	  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
+	  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps && \
+	  cargo fmt $(TEMPLATE) --check && cargo clippy $(TEMPLATE) --target-dir target -- -D warnings

@@ -1,0 +1,73 @@
+//! A standalone program on nimbus: one actor and one task.
+//!
+//! ```text
+//! cargo run --release                   # joins the head of `nimbus start --head` on this
+//!                                       # machine, else starts a private local cluster
+//!                                       # (the `nimbus` binary on PATH or at $NIMBUS_BIN)
+//! cargo run --release -- --address HOST:PORT --token-file FILE   # any cluster
+//! ```
+//!
+//! You will see the actor's greeting, then
+//! `summary: greeting="hello, nimbus" square=49`.
+
+use actix::prelude::*;
+use nimbus::actor::{self, Registry, RemoteActor, RemoteMessage, SpawnOptions};
+use nimbus::object_store;
+use nimbus::task::{self, Input, TaskFn, TaskOptions};
+use serde::{Deserialize, Serialize};
+
+/// An actor: it lives in a worker process of its own, on any node.
+struct Greeter {
+    greeting: String,
+}
+
+impl Actor for Greeter {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Greeter {
+    const NAME: &'static str = "template.Greeter";
+    type Args = String;
+    fn from_args(greeting: String) -> Self {
+        Greeter { greeting }
+    }
+}
+
+/// A message to it, with its reply type.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "String")]
+struct Greet(String);
+
+impl RemoteMessage for Greet {
+    const NAME: &'static str = "template.Greet";
+}
+
+impl Handler<Greet> for Greeter {
+    type Result = String;
+    fn handle(&mut self, Greet(name): Greet, _: &mut Context<Self>) -> String {
+        format!("{}, {name}", self.greeting)
+    }
+}
+
+/// A task: a function run on a leased worker process, its result an object.
+const SQUARE: TaskFn<u64, u64> = TaskFn::new("template.square");
+
+fn main() -> anyhow::Result<()> {
+    let registry = Registry::new()
+        .actor::<Greeter>()
+        .message::<Greeter, Greet>()
+        .task(SQUARE, |n: u64| Ok::<_, String>(n * n));
+    // In a worker process `init` hosts the actor or runs tasks, and never
+    // returns; here it makes this program a driver.
+    let driver = nimbus::init(registry)?;
+    actix::System::new().block_on(async {
+        driver.connect().await?;
+        let greeter = actor::spawn::<Greeter>("hello".into(), SpawnOptions::default()).await?;
+        let greeting = greeter.send(Greet("nimbus".into())).await?;
+        println!("{greeting}");
+        let square = task::submit(SQUARE, Input::value(&7u64)?, TaskOptions::default()).await?;
+        let square = object_store::get(&square).await?;
+        println!("summary: greeting={greeting:?} square={square}");
+        Ok(())
+    })
+}
