@@ -182,6 +182,12 @@ pub async fn a_submitted_job_runs_streams_and_ends_with_its_actors(driver: &mut 
         "{err}"
     );
 
+    let (code, stopped_jobs, err) = operator
+        .run(&["list", "jobs", "--json", "--filter", "state=STOPPED"])
+        .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(stopped_jobs.contains(&waiting), "{stopped_jobs}");
+    assert!(!stopped_jobs.contains(&job), "{stopped_jobs}");
     let (code, listed, err) = operator.run(&["job", "list", "--json"]).await;
     assert_eq!(code, Some(0), "{err}");
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();

@@ -129,6 +129,14 @@ fn start_status_and_stop_as_a_user_would() {
         memory.contains("0 objects (0 owned, 0 cached copies), 0 of"),
         "{memory}"
     );
+    let memory = nimbus(home, &["memory", "--json"]);
+    assert!(memory.status.success(), "{}", text(&memory));
+    let memory: serde_json::Value = serde_json::from_slice(&memory.stdout).unwrap();
+    let stores = memory["nodes"].as_array().unwrap();
+    assert_eq!(stores.len(), 2, "{memory}");
+    assert!(stores
+        .iter()
+        .all(|n| n["objects"] == 0 && n["capacity"].as_u64().unwrap() > 0));
     let cpus: f64 = nodes
         .iter()
         .map(|n| n["resources"]["total"]["CPU"].as_f64().unwrap())
@@ -165,7 +173,11 @@ fn start_status_and_stop_as_a_user_would() {
         "--head",
     );
 
-    let stopped = succeeds(home, &["stop"]);
+    let stopped = succeeds(home, &["stop", "--force"]);
+    assert!(
+        stopped.contains("killed node"),
+        "--force kills at once: {stopped}"
+    );
     assert!(stopped.contains("stopped 2 node(s)"), "{stopped}");
     let after = [
         "status",

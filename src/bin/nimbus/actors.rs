@@ -22,6 +22,8 @@ pub(crate) enum Listed {
     Nodes,
     /// Objects in every live node's store: id, node, size, state, owned, holders.
     Objects,
+    /// Jobs, live and ended: id, name, state, submitted, node, entrypoint, driver pid, times, message.
+    Jobs,
 }
 
 /// Options of `nimbus list`.
@@ -116,6 +118,7 @@ async fn rows(client: &ClusterClient, what: Listed) -> Result<Vec<Map<String, Va
                 }))
             })
             .collect(),
+        Listed::Jobs => client.jobs().await?.iter().map(crate::jobs::row).collect(),
         Listed::Objects => {
             let mut rows = Vec::new();
             let status = client.status().await?;

@@ -259,7 +259,7 @@ fn stop(args: JobArgs) -> Result<()> {
 }
 
 /// A job as a row of `nimbus job list`.
-fn row(job: &JobRecord) -> Map<String, Value> {
+pub(crate) fn row(job: &JobRecord) -> Map<String, Value> {
     let duration = job
         .end_ms
         .map(|end| format!("{:.1}s", end.saturating_sub(job.start_ms) as f64 / 1000.0))

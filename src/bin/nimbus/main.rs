@@ -4,13 +4,13 @@
 //! nimbus start --head [--port 6379] [--block]
 //! nimbus start --address HOST:PORT --token TOKEN [--num-cpus N] [--num-gpus N] [--resources JSON]
 //! nimbus status [--address HOST:PORT --token TOKEN] [--json]
-//! nimbus memory [--address HOST:PORT --token TOKEN]
-//! nimbus list actors|nodes|objects [--filter KEY=VALUE]... [--json] [--limit N]
+//! nimbus memory [--address HOST:PORT --token TOKEN] [--json] [--limit N]
+//! nimbus list actors|nodes|objects|jobs [--filter KEY=VALUE]... [--json] [--limit N]
 //! nimbus logs ACTOR [--tail N] [--follow]
 //! nimbus kill ACTOR
 //! nimbus job submit [--working-dir DIR] [--env K=V]... [--name NAME] [--node NODE] [--no-wait] -- PROGRAM ARGS...
 //! nimbus job list|status ID|logs ID [--follow]|stop ID
-//! nimbus stop
+//! nimbus stop [--force]
 //! nimbus chaos run PLAN.toml [--nodes 3] -- COMMAND...
 //! ```
 
@@ -46,7 +46,7 @@ enum Command {
     Memory(memory::MemoryArgs),
     /// Run a program against a local cluster under a seeded fault plan.
     Chaos(chaos::ChaosArgs),
-    /// List actors, nodes or objects, with filters, as a table or JSON.
+    /// List actors, nodes, objects or jobs, with filters, as a table or JSON.
     List(actors::ListArgs),
     /// Print an actor's log (its stdout and stderr), from the node it runs on.
     Logs(actors::LogsArgs),
