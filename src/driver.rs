@@ -322,6 +322,52 @@ impl Driver {
     }
 }
 
+/// How long a driver that ends waits for the head to hear it
+/// (`DriverDone`).
+const DONE_WAIT: Duration = Duration::from_secs(2);
+
+impl Drop for Driver {
+    /// A driver attached to a cluster tells the head its job is over, so
+    /// its actors go now rather than after the grace period (`crate::head`'s
+    /// `jobs.rs`, attached step 3); on a connection of its own, on a thread
+    /// of its own (the program's runtime may be gone), for at most
+    /// [`DONE_WAIT`].
+    fn drop(&mut self) {
+        let Some(context) = ProcessContext::current() else {
+            return;
+        };
+        if self.local.is_some() {
+            return;
+        }
+        let request = ControlRequest::Jobs(JobRequest::DriverDone {
+            job: context.job.clone(),
+            ok: !std::thread::panicking(),
+        });
+        let (address, token) = (self.address.clone(), self.token.clone());
+        let told = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let tell = async {
+                    client::ClusterClient::connect(&address, &token)
+                        .await?
+                        .call(&request)
+                        .await
+                };
+                match tokio::time::timeout(DONE_WAIT, tell).await {
+                    Ok(told) => told.map(drop).map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("no answer within {DONE_WAIT:?}")),
+                }
+            })
+        });
+        if let Ok(Err(e)) = told.join() {
+            tracing::warn!("cannot tell the head this driver's job is over ({e}); it ends after the head's --driver-grace-s");
+        }
+    }
+}
+
 /// The address of the head started on this machine, if one is recorded
 /// and answers within [`LOCAL_HEAD_PROBE`] (asked on a thread of its own:
 /// `init` may run inside a program's async runtime).

@@ -18,7 +18,7 @@
 //!   `ReportPacketFaults` (published as `FaultInjected`, `Recovered`,
 //!   `PacketFaults` events);
 //! - `Jobs` ([`JobRequest`], types in `jobs.rs`): `DriverAlive`,
-//!   `SubmitJob`, `StopJob`, `ListJobs`, `DriverExited`.
+//!   `DriverDone`, `SubmitJob`, `StopJob`, `ListJobs`, `DriverExited`.
 //!
 //! To any node:
 //! - `Workers` ([`WorkerRequest`]): `StartActor`, `KillActor`;
@@ -96,6 +96,16 @@ pub enum JobRequest {
         /// driver that attached by itself).
         #[serde(default)]
         entrypoint: String,
+    },
+    /// To the head, from a driver that attached by itself, as it ends:
+    /// its job is over (`SUCCEEDED`, or `FAILED` if it is panicking), so
+    /// its actors go at once rather than after the grace period. Answered
+    /// with `Ack`.
+    DriverDone {
+        /// The job.
+        job: String,
+        /// Whether the driver ends well (not unwinding from a panic).
+        ok: bool,
     },
     /// To a node, from the head once a job's driver is gone: kill the job's
     /// actors (not the detached ones) and release its bundles. Answered

@@ -11,6 +11,9 @@
 //!    [`DEFAULT_DRIVER_GRACE`], 30 s) ends `FAILED`: its driver died, was
 //!    killed, or lost the head for that long. An ended job stays ended: a
 //!    driver heard from again after that is refused, its actors are gone.
+//! 3. A driver that ends normally says so (`DriverDone`, when its `Driver`
+//!    is dropped): the job ends at once, `SUCCEEDED` (`FAILED` if it is
+//!    unwinding from a panic).
 //!
 //! A submitted job (`nimbus job submit`, `SubmitJob`):
 //! 1. The submitter uploads the packed working directory to the chosen
@@ -187,6 +190,22 @@ impl JobTable {
                 (job, reason)
             })
             .collect()
+    }
+
+    /// Attached step 3: `job`'s driver ended (`ok`: not in a panic); the
+    /// reason the job ends now, if it is a live attached job (a submitted
+    /// job ends when its node reports its driver's exit).
+    pub fn done(&mut self, job: &str, ok: bool, wall_ms: u64) -> Option<String> {
+        let entry = self.jobs.get(job)?;
+        if entry.record.submitted || entry.record.state.is_terminal() {
+            return None;
+        }
+        let (state, reason) = match ok {
+            true => (JobState::Succeeded, "its driver ended"),
+            false => (JobState::Failed, "its driver ended in a panic"),
+        };
+        self.end(job, state, reason, wall_ms);
+        Some(reason.to_string())
     }
 
     /// Submitted step 1: records a submission as `id`, `PENDING`, to run on
@@ -541,6 +560,26 @@ impl Handler<DriverAlive> for Jobs {
     }
 }
 
+/// Attached step 3: a driver ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct DriverDone {
+    /// The job.
+    pub job: String,
+    /// Not in a panic.
+    pub ok: bool,
+}
+
+impl Handler<DriverDone> for Jobs {
+    type Result = ();
+
+    fn handle(&mut self, msg: DriverDone, ctx: &mut Self::Context) {
+        if let Some(reason) = self.table.done(&msg.job, msg.ok, wall_ms()) {
+            self.end_everywhere(msg.job, reason, ctx);
+        }
+    }
+}
+
 /// Submitted step 1: run a driver program on a node.
 #[derive(Message)]
 #[rtype(result = "Result<JobRecord, JobError>")]
@@ -762,6 +801,21 @@ mod tests {
         );
         assert!(table.expire(t0 + grace * 9, grace, 8).is_empty());
         assert_eq!(table.list().len(), 2, "ended jobs are still listed");
+        assert!(table.heard("d", "prog d", t0, 9));
+        assert!(table.done("d", true, 9).is_some());
+        assert_eq!(table.get("d").unwrap().state, JobState::Succeeded);
+        assert!(table.done("d", true, 10).is_none(), "once");
+        assert!(table.heard("c", "prog c", t0, 11));
+        assert!(table.done("c", false, 12).is_some());
+        assert_eq!(table.get("c").unwrap().state, JobState::Failed);
+        table
+            .submit("s", &submission("prog"), "head", t0, 13)
+            .unwrap();
+        table.started("s", 1);
+        assert!(
+            table.done("s", true, 14).is_none(),
+            "its node reports a submitted driver's end"
+        );
     }
 
     #[test]

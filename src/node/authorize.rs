@@ -158,13 +158,15 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
             }
         }
         ControlRequest::Objects(_) => Ok(()),
-        ControlRequest::Jobs(JobRequest::DriverAlive { .. }) => match token {
-            true => Ok(()),
-            false => deny(
-                "DriverAlive",
-                "only a driver (a token holder) keeps its job alive",
-            ),
-        },
+        ControlRequest::Jobs(JobRequest::DriverAlive { .. } | JobRequest::DriverDone { .. }) => {
+            match token {
+                true => Ok(()),
+                false => deny(
+                    "DriverAlive",
+                    "only a driver (a token holder) keeps its job alive",
+                ),
+            }
+        }
         ControlRequest::Jobs(JobRequest::SubmitJob(_) | JobRequest::StopJob { .. }) => {
             match token {
                 true => Ok(()),

@@ -274,6 +274,12 @@ async fn job_request(
                 )),
             }
         }
+        JobRequest::DriverDone { job, ok } => {
+            jobs.send(jobs::DriverDone { job, ok })
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Ack)
+        }
         JobRequest::SubmitJob(submission) => {
             let record = jobs
                 .send(jobs::Submit(submission))

@@ -388,7 +388,7 @@ fn a_programs_help_starts_no_cluster() {
 /// Ray's `ray.init()` after `ray start --head`: a program given no
 /// address joins the head started on this machine (found in
 /// `$NIMBUS_HOME`) instead of starting a private cluster, and its job is
-/// listed there; with the record stale (the head stopped), it starts a
+/// listed there, ended as soon as the program ended; with the record stale (the head stopped), it starts a
 /// private cluster again.
 #[test]
 fn a_program_without_an_address_joins_the_head_started_on_this_machine() {
@@ -438,6 +438,10 @@ fn a_program_without_an_address_joins_the_head_started_on_this_machine() {
             })
             .collect();
         assert_eq!(attached.len(), 1, "the program's job is the head's: {jobs}");
+        assert_eq!(
+            attached[0]["state"], "SUCCEEDED",
+            "a driver that ended says so (before: RUNNING until the grace passed): {jobs}"
+        );
     }
     // The head is stopped and its record gone: a private cluster again.
     let out = run();
