@@ -209,6 +209,7 @@ pub fn init_parsed<A: clap::Parser>(
     registry: Registry,
     options: impl FnOnce(&A) -> InitOptions,
 ) -> Result<(Driver, A), InitError> {
+    let registry = registry.with_submitted();
     if ProcessRole::current() == ProcessRole::Worker {
         install_logging();
         crate::worker::run(crate::task::with_task_worker(registry));
@@ -226,7 +227,7 @@ pub fn init(registry: Registry) -> Result<Driver, InitError> {
 /// Starts this program as a worker (never returns) or as a driver.
 pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, InitError> {
     install_logging();
-    let registry = crate::task::with_task_worker(registry);
+    let registry = crate::task::with_task_worker(registry.with_submitted());
     if ProcessRole::current() == ProcessRole::Worker {
         crate::worker::run(registry);
     }
@@ -331,7 +332,7 @@ impl Drop for Driver {
     /// its actors go now rather than after the grace period (`crate::head`'s
     /// `jobs.rs`, attached step 3); on a connection of its own, on a thread
     /// of its own (the program's runtime may be gone), for at most
-    /// [`DONE_WAIT`].
+    /// `DONE_WAIT` (2 s).
     fn drop(&mut self) {
         let Some(context) = ProcessContext::current() else {
             return;

@@ -80,6 +80,10 @@ pub use driver::{
 #[cfg(feature = "torch")]
 pub use tch;
 
+/// For the registration macros (`remote_actor!`, `remote_task!`).
+#[doc(hidden)]
+pub use inventory as __inventory;
+
 /// The actor framework user actors are written with (`impl Actor`,
 /// `Handler`, `#[derive(Message)]`), re-exported so a program's actix is
 /// always the one nimbus hosts its actors on.

@@ -81,7 +81,7 @@ pub enum SpawnError {
     #[error("nimbus is not initialised in this process: call nimbus::init(..) and Driver::connect() first")]
     NotInitialized,
     /// The actor type is not in this program's registry.
-    #[error("actor type {0} is not registered (add it to the Registry given to nimbus::init)")]
+    #[error("actor type {0} is not registered (write nimbus::remote_actor!(..) beside it, or add it to the Registry given to nimbus::init)")]
     NotRegistered(&'static str),
     /// No node could ever offer what the actor asks for.
     #[error("no node of the cluster offers {needs}: {detail}")]

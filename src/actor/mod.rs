@@ -45,7 +45,8 @@ mod spawn;
 pub use crate::launch::{LaunchError, Strategy};
 pub use crate::runtime::boot::{this_worker, ThisWorker};
 pub use crate::runtime::{
-    DispatchError, HostedActor, ProcessContext, Registry, RemoteActor, RemoteMessage, Wire,
+    DispatchError, HostedActor, ProcessContext, Registration, Registry, RemoteActor, RemoteMessage,
+    Wire,
 };
 pub use error::{CallError, SpawnError};
 pub use handle::{ActorHandle, DEFAULT_MAX_IN_FLIGHT, KILL_WAIT, NO_DEADLINE};

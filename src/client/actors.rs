@@ -3,7 +3,8 @@
 //! `nimbus logs`, `nimbus kill`).
 
 use crate::cluster::{
-    ActorId, ActorRecord, ControlReply, ControlRequest, DirectoryRequest, NodeStatus, WorkerRequest,
+    ActorId, ActorRecord, BundleListing, BundleRequest, ControlReply, ControlRequest,
+    DirectoryRequest, NodeStatus, WorkerRequest,
 };
 use crate::transport::RequestOptions;
 
@@ -64,6 +65,16 @@ impl ClusterClient {
         match call(&connection, &request, RequestOptions::bulk()).await? {
             ControlReply::Log { file, total, bytes } => Ok(LogChunk { file, total, bytes }),
             reply => Err(unexpected("ReadLog", reply)),
+        }
+    }
+
+    /// The placement-group bundles `node` holds.
+    pub async fn bundles(&self, node: &NodeStatus) -> Result<Vec<BundleListing>, ClientError> {
+        let connection = self.connect_node(node).await?;
+        let request = ControlRequest::Bundles(BundleRequest::ListBundles);
+        match call(&connection, &request, RequestOptions::control()).await? {
+            ControlReply::Bundles(bundles) => Ok(bundles),
+            reply => Err(unexpected("ListBundles", reply)),
         }
     }
 

@@ -23,7 +23,8 @@
 //! To any node:
 //! - `Workers` ([`WorkerRequest`]): `StartActor`, `KillActor`;
 //! - `Binaries` ([`BinaryRequest`]): `UploadBinary`, `ReadBinary`;
-//! - `Bundles` ([`BundleRequest`]): `ReserveBundle`, `ReleaseBundle`;
+//! - `Bundles` ([`BundleRequest`]): `ReserveBundle`, `ReleaseBundle`,
+//!   `ListBundles`;
 //! - `Faults`: `AddPacketRule` (a chaos partition or degraded link);
 //! - `Jobs`: `EndJob`, `RunDriver`, `StopDriver`, `ReadJobLog`;
 //! - `Objects` ([`ObjectRequest`], the object store's, types in
@@ -325,6 +326,22 @@ pub enum BundleRequest {
     },
     /// To a node: give a bundle's resources back.
     ReleaseBundle(BundleId),
+    /// To a node: the bundles it holds. Answered with
+    /// [`ControlReply::Bundles`].
+    ListBundles,
+}
+
+/// A placement-group bundle a node holds (`nimbus list placement-groups`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BundleListing {
+    /// The bundle.
+    pub bundle: BundleId,
+    /// What it reserves.
+    pub resources: ResourceSet,
+    /// What the actors placed in it use of that.
+    pub used: ResourceSet,
+    /// The job whose placement group it is.
+    pub job: String,
 }
 
 impl From<BundleRequest> for ControlRequest {
@@ -603,6 +620,8 @@ pub enum ControlReply {
         /// last 10,000 of each job).
         dropped: u64,
     },
+    /// The placement-group bundles a node holds.
+    Bundles(Vec<BundleListing>),
     /// A job, as the head knows it.
     Job(Box<JobRecord>),
     /// Every job the head knows.

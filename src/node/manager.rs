@@ -31,7 +31,8 @@
 //!   `MAX_BINARY_CHUNK` (16 MiB), and a read of 0 bytes asks whether the
 //!   binary is here.
 //! - **`ReserveBundle`**, **`ReleaseBundle`**: set resources aside for a
-//!   placement-group bundle, or give them back (`resources.rs`).
+//!   placement-group bundle, or give them back (`resources.rs`);
+//!   **`ListBundles`**: what is set aside, for whom.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -48,7 +49,8 @@ use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
 use crate::cluster::files::private_dir;
 use crate::cluster::{
-    ActorId, ActorRecord, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet,
+    ActorId, ActorRecord, ActorSpec, BundleId, BundleListing, ControlReply, ControlRequest,
+    ResourceSet,
 };
 use crate::cluster::{DeathCause, DirectoryRequest, MembershipRequest};
 use crate::head::directory::{self, Directory};
@@ -615,6 +617,30 @@ pub struct ReserveBundle {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct ReleaseBundle(pub BundleId);
+
+/// The bundles this node holds.
+#[derive(Message)]
+#[rtype(result = "Vec<BundleListing>")]
+pub struct ListBundles;
+
+impl Handler<ListBundles> for NodeManager {
+    type Result = MessageResult<ListBundles>;
+
+    fn handle(&mut self, _: ListBundles, _: &mut Self::Context) -> Self::Result {
+        let mut listed: Vec<BundleListing> = self
+            .resources
+            .bundles()
+            .map(|(bundle, resources, used)| BundleListing {
+                bundle,
+                resources: resources.clone(),
+                used: used.clone(),
+                job: self.bundle_jobs.get(&bundle).cloned().unwrap_or_default(),
+            })
+            .collect();
+        listed.sort_by_key(|b| b.bundle);
+        MessageResult(listed)
+    }
+}
 
 /// Kill an actor's worker process for good.
 #[derive(Message)]

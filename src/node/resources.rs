@@ -46,6 +46,13 @@ impl ResourcePool {
         }
     }
 
+    /// Each reserved bundle: what it reserves and what its actors use.
+    pub fn bundles(&self) -> impl Iterator<Item = (BundleId, &ResourceSet, &ResourceSet)> {
+        self.bundles
+            .iter()
+            .map(|(id, bundle)| (*id, &bundle.resources, &bundle.used))
+    }
+
     /// Everything handed out (actors and reserved bundles).
     pub fn used(&self) -> &ResourceSet {
         &self.used

@@ -42,8 +42,8 @@ use crate::object_store::NodeObjectStore;
 
 use super::drivers::{DriverRunner, ReadJobLog, RunDriver, StopDriver};
 use super::manager::{
-    EndJob, KillActor, NodeManager, ReadBinary, ReadLog, ReadOutput, ReleaseBundle, ReserveBundle,
-    StartActor, UploadBinary,
+    EndJob, KillActor, ListBundles, NodeManager, ReadBinary, ReadLog, ReadOutput, ReleaseBundle,
+    ReserveBundle, StartActor, UploadBinary,
 };
 
 /// Longest a client may long-poll for events in one request.
@@ -201,6 +201,9 @@ impl NodeService {
                     Err(short) => ControlReply::NoCapacity(short.to_string()),
                 })
             }
+            BundleRequest::ListBundles => Ok(ControlReply::Bundles(
+                self.manager.send(ListBundles).await.map_err(internal)?,
+            )),
             BundleRequest::ReleaseBundle(bundle) => {
                 self.manager
                     .send(ReleaseBundle(bundle))

@@ -33,5 +33,7 @@ pub use context::ProcessContext;
 pub use node_of_worker::{kill_own_node, KillNodeRefused, NodeOfWorker};
 pub use packet_reports::{report_packet_faults, REPORT_EVERY};
 pub use panic::panic_text;
-pub use registry::{DispatchError, HostedActor, Registry, RemoteActor, RemoteMessage, Wire};
+pub use registry::{
+    DispatchError, HostedActor, Registration, Registry, RemoteActor, RemoteMessage, Wire,
+};
 pub use role::ProcessRole;

@@ -18,6 +18,85 @@ use serde::{de::DeserializeOwned, Serialize};
 /// limit (a full mailbox would break the ordering of calls).
 const MAILBOX_CAPACITY: usize = 1 << 30;
 
+/// A registration made where a type is defined ([`remote_actor!`],
+/// [`remote_task!`]), collected at link time and added by `init`
+/// ([`Registry::with_submitted`]).
+///
+/// [`remote_actor!`]: crate::remote_actor
+/// [`remote_task!`]: crate::remote_task
+pub struct Registration(pub fn(Registry) -> Registry);
+
+inventory::collect!(Registration);
+
+/// Makes message types remote: each one's stable name is its module path
+/// and type name (`my_crate::bank::Deposit`).
+///
+/// ```
+/// use nimbus::actix::prelude::*;
+/// # use serde::{Deserialize, Serialize};
+/// #[derive(Message, Serialize, Deserialize)]
+/// #[rtype(result = "i64")]
+/// struct Add(i64);
+/// nimbus::remote_message!(Add);
+/// use nimbus::actor::RemoteMessage;
+/// assert!(<Add as RemoteMessage>::NAME.ends_with("::Add"));
+/// ```
+#[macro_export]
+macro_rules! remote_message {
+    ($($message:ident),+ $(,)?) => {
+        $(
+            impl $crate::runtime::RemoteMessage for $message {
+                const NAME: &'static str = concat!(module_path!(), "::", stringify!($message));
+            }
+        )+
+    };
+}
+
+/// Makes an actix actor remote and registers it with the messages it
+/// handles, in every process of the program (no `Registry` to build;
+/// [`init`](crate::init) collects it). Its stable name is its module path
+/// and type name; `args` is what `nimbus::actor::spawn` takes and
+/// a restart re-uses, `new` builds the actor from it. A listed message it
+/// does not handle, or that is not remote, is a compile error.
+///
+/// ```
+/// use nimbus::actix::prelude::*;
+/// # use serde::{Deserialize, Serialize};
+/// struct Counter(i64);
+/// impl Actor for Counter { type Context = Context<Self>; }
+///
+/// #[derive(Message, Serialize, Deserialize)]
+/// #[rtype(result = "i64")]
+/// struct Add(i64);
+/// impl Handler<Add> for Counter {
+///     type Result = i64;
+///     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> i64 { self.0 += n; self.0 }
+/// }
+///
+/// nimbus::remote_message!(Add);
+/// nimbus::remote_actor!(Counter, args: i64, new: Counter, handles: [Add]);
+///
+/// let registry = nimbus::actor::Registry::new().with_submitted();
+/// assert!(registry.has_actor(<Counter as nimbus::actor::RemoteActor>::NAME));
+/// ```
+#[macro_export]
+macro_rules! remote_actor {
+    ($actor:ident, args: $args:ty, new: $new:expr, handles: [$($message:ty),* $(,)?] $(,)?) => {
+        impl $crate::runtime::RemoteActor for $actor {
+            const NAME: &'static str = concat!(module_path!(), "::", stringify!($actor));
+            type Args = $args;
+            fn from_args(args: $args) -> Self {
+                ($new)(args)
+            }
+        }
+        $crate::__inventory::submit! {
+            $crate::runtime::Registration(|registry| {
+                registry.actor::<$actor>()$(.message::<$actor, $message>())*
+            })
+        }
+    };
+}
+
 /// Values that can cross process boundaries.
 pub trait Wire: Serialize + DeserializeOwned + Send + 'static {}
 impl<T: Serialize + DeserializeOwned + Send + 'static> Wire for T {}
@@ -155,12 +234,22 @@ impl Registry {
                 addr: Arc::new(addr),
             })
         });
-        let entry = ActorEntry {
+        // Registered twice (by a macro and by hand): the handlers stay.
+        self.actors.entry(A::NAME).or_insert(ActorEntry {
             create,
             handlers: HashMap::new(),
-        };
-        self.actors.insert(A::NAME, entry);
+        });
         self
+    }
+
+    /// This registry with every registration the program's
+    /// [`remote_actor!`](crate::remote_actor) and
+    /// [`remote_task!`](crate::remote_task) made, wherever they are
+    /// written (`init` adds them: a program cannot forget one).
+    pub fn with_submitted(self) -> Self {
+        inventory::iter::<Registration>
+            .into_iter()
+            .fold(self, |registry, registration| (registration.0)(registry))
     }
 
     /// Registers message `M` for actor `A` (register `A` first).
@@ -234,5 +323,61 @@ impl Registry {
                 ))
             })?;
         handler(actor, bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Counter(i64);
+    impl Actor for Counter {
+        type Context = Context<Self>;
+    }
+
+    #[derive(Message, serde::Serialize, serde::Deserialize)]
+    #[rtype(result = "i64")]
+    struct Add(i64);
+    impl Handler<Add> for Counter {
+        type Result = i64;
+        fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> i64 {
+            self.0 += n;
+            self.0
+        }
+    }
+
+    #[derive(Message, serde::Serialize, serde::Deserialize)]
+    #[rtype(result = "i64")]
+    struct Get;
+    impl Handler<Get> for Counter {
+        type Result = i64;
+        fn handle(&mut self, _: Get, _: &mut Context<Self>) -> i64 {
+            self.0
+        }
+    }
+
+    crate::remote_message!(Add, Get);
+    crate::remote_actor!(Counter, args: i64, new: Counter, handles: [Add]);
+
+    #[test]
+    fn a_macro_registration_is_collected_with_stable_names_and_keeps_hand_made_ones() {
+        assert_eq!(
+            <Counter as RemoteActor>::NAME,
+            "nimbus::runtime::registry::tests::Counter"
+        );
+        assert_eq!(
+            <Get as RemoteMessage>::NAME,
+            "nimbus::runtime::registry::tests::Get"
+        );
+        assert!(!Registry::new().has_actor(<Counter as RemoteActor>::NAME));
+        // By hand first (with a handler the macro does not list), then the
+        // macro's: both handlers stay.
+        let registry = Registry::new()
+            .actor::<Counter>()
+            .message::<Counter, Get>()
+            .with_submitted();
+        let entry = &registry.actors[<Counter as RemoteActor>::NAME];
+        assert!(entry.handlers.contains_key(<Add as RemoteMessage>::NAME));
+        assert!(entry.handlers.contains_key(<Get as RemoteMessage>::NAME));
     }
 }

@@ -44,6 +44,24 @@ mod policy;
 mod pool;
 mod worker;
 
+/// Registers task function `task` (a [`TaskFn`] constant) to run `run`, in
+/// every process of the program (no `Registry` to build; `init` collects
+/// it).
+///
+/// ```
+/// use nimbus::task::TaskFn;
+/// const SQUARE: TaskFn<u64, u64> = TaskFn::new("example.square");
+/// nimbus::remote_task!(SQUARE, |n: u64| Ok::<_, String>(n * n));
+/// ```
+#[macro_export]
+macro_rules! remote_task {
+    ($task:path, $run:expr $(,)?) => {
+        $crate::__inventory::submit! {
+            $crate::runtime::Registration(|registry| registry.task($task, $run))
+        }
+    };
+}
+
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;

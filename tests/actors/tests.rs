@@ -503,8 +503,8 @@ async fn a_worker_whose_child_holds_its_stdout_is_still_seen_dying() {
     assert!(!death.restarting);
 }
 
-/// `nimbus list actors`, `nimbus logs` and `nimbus kill` from another
-/// process, as an operator runs them: what the actor printed to stdout is
+/// `nimbus list actors|placement-groups`, `nimbus logs` and `nimbus kill`
+/// from another process, as an operator runs them: what the actor printed to stdout is
 /// in its log on its node (before, the node threw it away).
 async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driver) {
     let cluster = driver.local_cluster().expect("a local cluster");
@@ -527,6 +527,39 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
     assert_eq!(rows[0]["state"], "ALIVE");
     assert_eq!(rows[0]["class"], "tests.Counter");
     assert!(rows[0]["pid"].as_u64().unwrap() > 0, "{listed}");
+    let group = PlacementGroup::create(
+        vec![cpus(0.1), cpus(0.1)],
+        PlacementStrategy::StrictSpread,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let id = format!("{:016x}", group.id().0);
+    let filter = format!("id={id}");
+    let (code, listed, err) = operator
+        .run(&["list", "placement-groups", "--json", "--filter", &filter])
+        .await;
+    assert_eq!(code, Some(0), "{err}");
+    let groups: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(groups.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(groups[0]["bundles"], 2, "{listed}");
+    assert_eq!(
+        groups[0]["job"],
+        actor::ProcessContext::current().unwrap().job.as_str()
+    );
+    for index in 0..2 {
+        let at = format!("{index}@{}:CPU=0.1", group.node(index).unwrap());
+        assert!(
+            groups[0]["resources"].as_str().unwrap().contains(&at),
+            "{listed}"
+        );
+    }
+    group.remove().await.unwrap();
+    let (code, listed, err) = operator
+        .run(&["list", "placement-groups", "--json", "--filter", &filter])
+        .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(listed.trim(), "[]", "a removed group is gone");
     let (code, _, err) = operator
         .run(&["list", "actors", "--filter", "colour=red"])
         .await;

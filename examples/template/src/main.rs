@@ -11,7 +11,7 @@
 //! `summary: greeting="hello, nimbus" square=49`.
 
 use actix::prelude::*;
-use nimbus::actor::{self, Registry, RemoteActor, RemoteMessage, SpawnOptions};
+use nimbus::actor::{self, Registry, SpawnOptions};
 use nimbus::object_store;
 use nimbus::task::{self, Input, TaskFn, TaskOptions};
 use serde::{Deserialize, Serialize};
@@ -25,22 +25,10 @@ impl Actor for Greeter {
     type Context = Context<Self>;
 }
 
-impl RemoteActor for Greeter {
-    const NAME: &'static str = "template.Greeter";
-    type Args = String;
-    fn from_args(greeting: String) -> Self {
-        Greeter { greeting }
-    }
-}
-
 /// A message to it, with its reply type.
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "String")]
 struct Greet(String);
-
-impl RemoteMessage for Greet {
-    const NAME: &'static str = "template.Greet";
-}
 
 impl Handler<Greet> for Greeter {
     type Result = String;
@@ -49,17 +37,21 @@ impl Handler<Greet> for Greeter {
     }
 }
 
+// Remote, under stable names (module path and type), and registered in
+// every process of this program: `nimbus::init` collects them. A message
+// listed here that `Greeter` does not handle is a compile error.
+nimbus::remote_message!(Greet);
+nimbus::remote_actor!(Greeter, args: String, new: |greeting| Greeter { greeting }, handles: [Greet]);
+
 /// A task: a function run on a leased worker process, its result an object.
 const SQUARE: TaskFn<u64, u64> = TaskFn::new("template.square");
+nimbus::remote_task!(SQUARE, |n: u64| Ok::<_, String>(n * n));
 
 fn main() -> anyhow::Result<()> {
-    let registry = Registry::new()
-        .actor::<Greeter>()
-        .message::<Greeter, Greet>()
-        .task(SQUARE, |n: u64| Ok::<_, String>(n * n));
     // In a worker process `init` hosts the actor or runs tasks, and never
-    // returns; here it makes this program a driver.
-    let driver = nimbus::init(registry)?;
+    // returns; here it makes this program a driver. (`Registry::new()`
+    // holds nothing: the macros above registered everything.)
+    let driver = nimbus::init(Registry::new())?;
     actix::System::new().block_on(async {
         driver.connect().await?;
         let greeter = actor::spawn::<Greeter>("hello".into(), SpawnOptions::default()).await?;

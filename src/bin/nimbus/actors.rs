@@ -2,13 +2,14 @@
 //! rows, an actor's log from the node that has it, and `ray.kill` from the
 //! command line.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use nimbus::client::ClusterClient;
-use nimbus::cluster::{ActorRecord, NodeState};
+use nimbus::cluster::{ActorRecord, BundleListing, NodeState, PlacementGroupId, ResourceSet};
 use serde_json::{json, Map, Value};
 
 use crate::head::HeadArgs;
@@ -24,6 +25,8 @@ pub(crate) enum Listed {
     Objects,
     /// Jobs, live and ended: id, name, state, submitted, node, entrypoint, driver pid, times, message.
     Jobs,
+    /// Placement groups, from the bundles the live nodes hold: id, job, bundles, nodes, resources, used.
+    PlacementGroups,
 }
 
 /// Options of `nimbus list`.
@@ -119,6 +122,15 @@ async fn rows(client: &ClusterClient, what: Listed) -> Result<Vec<Map<String, Va
             })
             .collect(),
         Listed::Jobs => client.jobs().await?.iter().map(crate::jobs::row).collect(),
+        Listed::PlacementGroups => {
+            let mut bundles = Vec::new();
+            for node in client.status().await?.alive() {
+                for bundle in client.bundles(node).await? {
+                    bundles.push((node.id.clone(), bundle));
+                }
+            }
+            group_rows(bundles).into_iter().map(object).collect()
+        }
         Listed::Objects => {
             let mut rows = Vec::new();
             let status = client.status().await?;
@@ -137,6 +149,39 @@ async fn rows(client: &ClusterClient, what: Listed) -> Result<Vec<Map<String, Va
             rows
         }
     })
+}
+
+/// One row per placement group, from its bundles and the nodes that hold
+/// them.
+fn group_rows(bundles: Vec<(String, BundleListing)>) -> Vec<Value> {
+    let mut groups: BTreeMap<PlacementGroupId, Vec<(String, BundleListing)>> = BTreeMap::new();
+    for (node, bundle) in bundles {
+        groups
+            .entry(bundle.bundle.group)
+            .or_default()
+            .push((node, bundle));
+    }
+    groups
+        .into_iter()
+        .map(|(group, mut members)| {
+            members.sort_by_key(|(_, b)| b.bundle.index);
+            let describe = |pick: fn(&BundleListing) -> &ResourceSet| {
+                let parts: Vec<String> = members
+                    .iter()
+                    .map(|(node, b)| format!("{}@{node}:{}", b.bundle.index, pick(b)))
+                    .collect();
+                parts.join(" ")
+            };
+            json!({
+                "id": format!("{:016x}", group.0),
+                "job": members.first().map(|(_, b)| b.job.clone()).unwrap_or_default(),
+                "state": "CREATED",
+                "bundles": members.len(),
+                "resources": describe(|b| &b.resources),
+                "used": describe(|b| &b.used),
+            })
+        })
+        .collect()
 }
 
 fn actor_row(record: &ActorRecord) -> Value {
