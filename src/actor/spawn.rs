@@ -21,9 +21,11 @@
 //!    (a heartbeat, so the next spawn's view includes this actor) before it
 //!    answers `ActorStarted`.
 //! 5. When every candidate is full (or unreachable: a node dead but not
-//!    yet declared so), wait for a cluster event (an actor died, a node
-//!    joined or died, resources changed) and try again, until the deadline
-//!    (30 s by default; then `NoCapacity`).
+//!    yet declared so), tell the head the spawn waits (`Waiting`, once:
+//!    `nimbus status` lists pending demands), wait for a cluster event (an
+//!    actor died, a node joined or died, resources changed) and try again,
+//!    until the deadline (30 s by default; then `NoCapacity`). Then tell
+//!    the head it stopped waiting (`Placed`).
 //!
 //! A spawn that fails after reserving the name releases it (`ActorDown`
 //! with `SpawnFailed`). The handle returned is the actor's id; where it
@@ -239,11 +241,31 @@ pub async fn spawn<A: RemoteActor>(
     Ok(ActorHandle::new(spec.actor, options.max_in_flight))
 }
 
-/// Starts `spec` on some node, per the module docs.
+/// Starts `spec` on some node, per the module docs; a spawn that waited
+/// for room tells the head when it ends (step 5).
 async fn place(
     context: &ProcessContext,
     spec: &ActorSpec,
     options: &SpawnOptions,
+) -> Result<(), SpawnError> {
+    let mut waited = false;
+    let placed = try_nodes(context, spec, options, &mut waited).await;
+    if waited {
+        let placed = ControlRequest::Directory(DirectoryRequest::Placed(spec.actor));
+        if let Err(e) = context.call_head(&placed).await {
+            tracing::debug!(actor = %spec.actor, "cannot tell the head the spawn stopped waiting: {e}");
+        }
+    }
+    placed
+}
+
+/// Steps 3-5: asks the candidates until one starts `spec`; `waited` says
+/// whether the head was told it waits for room.
+async fn try_nodes(
+    context: &ProcessContext,
+    spec: &ActorSpec,
+    options: &SpawnOptions,
+    waited: &mut bool,
 ) -> Result<(), SpawnError> {
     let needs = spec.resources.to_string();
     let end = Instant::now() + options.deadline;
@@ -293,6 +315,18 @@ async fn place(
                 after: options.deadline,
                 last,
             });
+        }
+        if !*waited {
+            let waiting = ControlRequest::Directory(DirectoryRequest::Waiting {
+                actor: spec.actor,
+                class: spec.type_name.clone(),
+                resources: spec.resources.clone(),
+                job: spec.job.clone(),
+                for_ms: left.as_millis() as u64,
+            });
+            *waited = client::call(&head, &waiting, RequestOptions::control())
+                .await
+                .is_ok();
         }
         let events = client::events(&head, seen, left).await?;
         seen = events.last().map_or(seen, |e| e.seq);

@@ -3,7 +3,7 @@
 //! `nimbus logs`, `nimbus kill`).
 
 use crate::cluster::{
-    ActorId, ActorRecord, BundleListing, BundleRequest, ControlReply, ControlRequest,
+    ActorId, ActorRecord, BundleListing, BundleRequest, ControlReply, ControlRequest, Demand,
     DirectoryRequest, NodeStatus, WorkerRequest,
 };
 use crate::transport::RequestOptions;
@@ -65,6 +65,17 @@ impl ClusterClient {
         match call(&connection, &request, RequestOptions::bulk()).await? {
             ControlReply::Log { file, total, bytes } => Ok(LogChunk { file, total, bytes }),
             reply => Err(unexpected("ReadLog", reply)),
+        }
+    }
+
+    /// The spawns waiting for room, longest waiting first.
+    pub async fn demands(&self) -> Result<Vec<Demand>, ClientError> {
+        match self
+            .call(&ControlRequest::Directory(DirectoryRequest::ListDemands))
+            .await?
+        {
+            ControlReply::Demands(demands) => Ok(demands),
+            reply => Err(unexpected("ListDemands", reply)),
         }
     }
 

@@ -13,7 +13,8 @@
 //! - `Events` ([`EventRequest`]): `Events { after, wait_ms }`, a long poll
 //!   of the numbered cluster events;
 //! - `Directory` ([`DirectoryRequest`]): `ReserveName`, `LookupName`,
-//!   `LocateActor`, `ListActors`, `ActorUp`, `ActorDown`;
+//!   `LocateActor`, `ListActors`, `ActorUp`, `ActorDown`, `Waiting`,
+//!   `Placed`, `ListDemands`;
 //! - `Faults` ([`FaultRequest`]): `ReportFault`, `ReportRecovery`,
 //!   `ReportPacketFaults` (published as `FaultInjected`, `Recovered`,
 //!   `PacketFaults` events);
@@ -258,6 +259,41 @@ pub enum DirectoryRequest {
     /// To the head: every live actor's record. Answered with
     /// [`ControlReply::Actors`].
     ListActors,
+    /// To the head: a spawn found no node with room and keeps trying for
+    /// `for_ms` (`crate::head`'s `demands.rs`). Answered with `Ack`.
+    Waiting {
+        /// The actor being spawned.
+        actor: ActorId,
+        /// Its type.
+        class: String,
+        /// What it asks for.
+        resources: ResourceSet,
+        /// Its job.
+        job: String,
+        /// How much longer the spawn tries, in milliseconds.
+        for_ms: u64,
+    },
+    /// To the head: a spawn that was waiting ended (placed or failed).
+    /// Answered with `Ack`.
+    Placed(ActorId),
+    /// To the head: the spawns waiting for room. Answered with
+    /// [`ControlReply::Demands`].
+    ListDemands,
+}
+
+/// A spawn waiting for room (`nimbus status`'s pending demands).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Demand {
+    /// The actor being spawned.
+    pub actor: ActorId,
+    /// Its type.
+    pub class: String,
+    /// What it asks for.
+    pub resources: ResourceSet,
+    /// Its job.
+    pub job: String,
+    /// How long it has waited, in milliseconds.
+    pub waited_ms: u64,
 }
 
 impl From<DirectoryRequest> for ControlRequest {
@@ -622,6 +658,8 @@ pub enum ControlReply {
     },
     /// The placement-group bundles a node holds.
     Bundles(Vec<BundleListing>),
+    /// The spawns waiting for room.
+    Demands(Vec<Demand>),
     /// A job, as the head knows it.
     Job(Box<JobRecord>),
     /// Every job the head knows.

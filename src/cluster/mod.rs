@@ -35,9 +35,9 @@ pub use jobs::{valid_job_id, JobRecord, JobState, JobSubmission, MAX_JOB_ID};
 pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleListing,
     BundleRequest, ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest,
-    DirectoryRequest, EventRequest, FaultRequest, JobRequest, MembershipRequest, NodeRegistration,
-    NodeState, NodeStatus, ObjectRequest, OutputLine, PlacementGroupId, ProcessClass,
-    ResourceUsage, WorkerRequest, DRIVER_BEAT,
+    Demand, DirectoryRequest, EventRequest, FaultRequest, JobRequest, MembershipRequest,
+    NodeRegistration, NodeState, NodeStatus, ObjectRequest, OutputLine, PlacementGroupId,
+    ProcessClass, ResourceUsage, WorkerRequest, DRIVER_BEAT,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

@@ -6,7 +6,9 @@
 //! node restarts it); the directory publishes `ActorStarted` and
 //! [`ClusterEventKind::ActorDied`] events (what monitors watch). Callers
 //! ask it `ReserveName` (a unique name, before a spawn), `LookupName`,
-//! `LocateActor` (live or dead, with `restarting`) and `ListActors`.
+//! `LocateActor` (live or dead, with `restarting`) and `ListActors`, and
+//! keep it informed of spawns waiting for room (`Waiting`, `Placed`,
+//! `ListDemands`: `demands.rs`).
 //!
 //! When a node is lost (a `NodeDead` event, to which it subscribes) or
 //! leaves on purpose (`NodeLeft`: `nimbus stop`, SIGTERM; its workers die
@@ -29,6 +31,7 @@ use actix::prelude::*;
 
 use crate::wire::{Incarnation, NodeIdentity};
 
+use super::demands::Demands;
 use super::events::{ClusterEvents, Publish};
 use crate::cluster::faults::FiredFault;
 use crate::cluster::{ActorId, ActorRecord, ActorSpec, ClusterEvent, ClusterEventKind, DeathCause};
@@ -49,6 +52,8 @@ pub struct Directory {
     /// The faults about to kill nodes, by node name: added to their
     /// actors' death causes.
     doomed: HashMap<String, FiredFault>,
+    /// The spawns waiting for room (`demands.rs`).
+    demands: Demands,
 }
 
 impl Directory {
@@ -62,6 +67,7 @@ impl Directory {
             events,
             rescheduler,
             doomed: HashMap::new(),
+            demands: Demands::default(),
         }
     }
 
@@ -306,6 +312,53 @@ impl Handler<LocateActor> for Directory {
 
     fn handle(&mut self, LocateActor(actor): LocateActor, _: &mut Self::Context) -> Self::Result {
         self.actors.get(&actor).cloned()
+    }
+}
+
+/// A spawn waits for room (`demands.rs`, step 1).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Waiting {
+    /// The actor being spawned.
+    pub actor: ActorId,
+    /// Its class, resources and job.
+    pub what: (String, crate::cluster::ResourceSet, String),
+    /// How much longer it tries.
+    pub for_at_most: std::time::Duration,
+}
+
+impl Handler<Waiting> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: Waiting, _: &mut Self::Context) {
+        let now = std::time::Instant::now();
+        self.demands.wait(msg.actor, msg.what, now, msg.for_at_most);
+    }
+}
+
+/// A waiting spawn ended (`demands.rs`, step 2).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Placed(pub ActorId);
+
+impl Handler<Placed> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, Placed(actor): Placed, _: &mut Self::Context) {
+        self.demands.placed(actor);
+    }
+}
+
+/// The spawns waiting for room (`demands.rs`, step 3).
+#[derive(Message)]
+#[rtype(result = "Vec<crate::cluster::Demand>")]
+pub struct ListDemands;
+
+impl Handler<ListDemands> for Directory {
+    type Result = MessageResult<ListDemands>;
+
+    fn handle(&mut self, _: ListDemands, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.demands.list(std::time::Instant::now()))
     }
 }
 

@@ -17,6 +17,7 @@
 //! actors through the node service, which decodes them, and the rescheduler
 //! reaches nodes only through [`crate::launch`].
 
+pub mod demands;
 pub mod directory;
 pub mod events;
 pub mod jobs;

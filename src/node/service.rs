@@ -48,6 +48,8 @@ use super::manager::{
 
 /// Longest a client may long-poll for events in one request.
 const MAX_EVENT_WAIT: Duration = Duration::from_secs(60);
+/// Longest a waiting spawn is listed without saying it still waits.
+const MAX_DEMAND_WAIT: Duration = Duration::from_secs(3600);
 
 /// Routes requests arriving at a node.
 #[derive(Clone)]
@@ -431,6 +433,38 @@ async fn directory_request(
                 .map_err(internal)?;
             Ok(ControlReply::Ack)
         }
+        DirectoryRequest::Waiting {
+            actor,
+            class,
+            resources,
+            job,
+            for_ms,
+        } => {
+            let waiting = directory::Waiting {
+                actor,
+                what: (
+                    crate::cluster::bounded_text(class),
+                    resources,
+                    crate::cluster::bounded_text(job),
+                ),
+                for_at_most: Duration::from_millis(for_ms).min(MAX_DEMAND_WAIT),
+            };
+            directory.send(waiting).await.map_err(internal)?;
+            Ok(ControlReply::Ack)
+        }
+        DirectoryRequest::Placed(actor) => {
+            directory
+                .send(directory::Placed(actor))
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Ack)
+        }
+        DirectoryRequest::ListDemands => Ok(ControlReply::Demands(
+            directory
+                .send(directory::ListDemands)
+                .await
+                .map_err(internal)?,
+        )),
         DirectoryRequest::ListActors => {
             let actors = directory
                 .send(directory::ListActors)

@@ -31,6 +31,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("spawn_lands_on_the_node_with_the_resources", |d| {
         boxed(spawn_lands_on_the_node_with_the_resources(d))
     }),
+    ("a_spawn_waiting_for_room_is_a_pending_demand", |d| {
+        boxed(a_spawn_waiting_for_room_is_a_pending_demand(d))
+    }),
     (
         "impossible_or_busy_resources_fail_with_a_clear_error",
         |d| boxed(impossible_or_busy_resources_fail(d)),
@@ -366,6 +369,60 @@ async fn spawn_lands_on_the_node_with_the_resources(driver: &mut Driver) {
         args.contains("nimbus-worker") && args.contains(&counter.id().to_string()),
         "{args}"
     );
+}
+
+/// `ray status`'s pending demands: a spawn that waits for room is listed
+/// by `nimbus status` with what it asks for, until it is placed.
+async fn a_spawn_waiting_for_room_is_a_pending_demand(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    cluster
+        .add_node(&["--resources", r#"{"scarce": 1}"#])
+        .expect("a node with a custom resource joins");
+    let operator = crate::jobs::Operator::of(cluster);
+    let scarce = || {
+        SpawnOptions::default()
+            .num_cpus(0.1)
+            .resource("scarce", 1.0)
+    };
+    let blocker = actor::spawn::<Counter>(0, scarce()).await.unwrap();
+    let waiter = actix::spawn(actor::spawn::<Counter>(
+        0,
+        scarce().deadline(Duration::from_secs(60)),
+    ));
+    let pending = || async {
+        let (code, out, err) = operator.run(&["status", "--json"]).await;
+        assert_eq!(code, Some(0), "{err}");
+        let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+        status["pending"].as_array().unwrap().clone()
+    };
+    let listed = nimbus::testing::check::wait_until(
+        "the waiting spawn is a pending demand",
+        Duration::from_secs(20),
+        || async {
+            let pending = pending().await;
+            (pending.len() == 1).then_some(pending)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(listed[0]["class"], "tests.Counter", "{listed:?}");
+    assert_eq!(listed[0]["resources"]["scarce"], 1.0, "{listed:?}");
+    let (code, table, err) = operator.run(&["status"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        table.contains("pending: 1 actor waiting for CPU=0.1 scarce=1"),
+        "{table}"
+    );
+    blocker.kill().await.unwrap();
+    let placed = waiter
+        .await
+        .unwrap()
+        .expect("placed once the blocker is gone");
+    assert!(
+        pending().await.is_empty(),
+        "a placed spawn is no longer pending"
+    );
+    placed.kill().await.unwrap();
 }
 
 async fn impossible_or_busy_resources_fail(_: &mut Driver) {

@@ -1,8 +1,11 @@
-//! `nimbus status`: the cluster's nodes, their state and resources.
+//! `nimbus status`: the cluster's nodes, their state and resources, and
+//! the spawns waiting for room (pending demands).
 
 use anyhow::Result;
 use clap::Args;
-use nimbus::cluster::{ClusterStatus, NodeState, ResourceSet};
+use std::collections::BTreeMap;
+
+use nimbus::cluster::{ClusterStatus, Demand, NodeState, ResourceSet};
 
 use crate::head::HeadArgs;
 
@@ -11,22 +14,46 @@ use crate::head::HeadArgs;
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     head: HeadArgs,
-    /// Print JSON: an object with a `nodes` array.
+    /// Print JSON: an object with a `nodes` array and a `pending` array.
     #[arg(long)]
     json: bool,
 }
 
 /// Runs `nimbus status`.
 pub(crate) fn run(args: StatusArgs) -> Result<()> {
-    let status = args
+    let (status, demands) = args
         .head
-        .with_client(async |client| Ok(client.status().await?))?;
+        .with_client(async |client| Ok((client.status().await?, client.demands().await?)))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        let mut json = serde_json::to_value(&status)?;
+        json["pending"] = serde_json::to_value(&demands)?;
+        println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print_table(&status);
+        print_demands(&demands);
     }
     Ok(())
+}
+
+/// Pending demands grouped by what they ask for, as `ray status` shows
+/// them: `pending: 3 actors waiting for GPU=1 (longest 12.0 s)`.
+fn print_demands(demands: &[Demand]) {
+    let mut groups: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    for demand in demands {
+        let group = groups.entry(demand.resources.to_string()).or_default();
+        group.0 += 1;
+        group.1 = group.1.max(demand.waited_ms);
+    }
+    if groups.is_empty() {
+        println!("pending: none");
+    }
+    for (resources, (count, longest)) in groups {
+        let actors = if count == 1 { "actor" } else { "actors" };
+        println!(
+            "pending: {count} {actors} waiting for {resources} (longest {:.1} s)",
+            longest as f64 / 1000.0
+        );
+    }
 }
 
 fn print_table(status: &ClusterStatus) {

@@ -1,0 +1,136 @@
+//! What spawns are waiting for (`nimbus status`'s pending demands, as
+//! `ray status` shows them):
+//!
+//! 1. A spawn that finds every candidate node full tells the head
+//!    (`Waiting`: the actor, its class, resources and job, and how long it
+//!    will go on trying), then waits for a cluster event and tries again.
+//! 2. When it ends, placed or failed, it says so (`Placed`); a spawner
+//!    that dies first is forgotten once the time it gave has passed.
+//! 3. `ListDemands` answers the demands still waiting, with how long each
+//!    has waited.
+//!
+//! [`Demands`] is the plain state (time passed in); the `Directory` actor
+//! holds it.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::cluster::{ActorId, Demand, ResourceSet};
+
+/// The most demands kept: beyond it a new one is not recorded (the head's
+/// memory is bounded whatever spawners send).
+pub const MAX_DEMANDS: usize = 10_000;
+
+/// One waiting spawn.
+#[derive(Debug)]
+struct Waiting {
+    class: String,
+    resources: ResourceSet,
+    job: String,
+    since: Instant,
+    until: Instant,
+}
+
+/// The spawns waiting for room, as a plain state machine.
+#[derive(Debug, Default)]
+pub struct Demands {
+    waiting: HashMap<ActorId, Waiting>,
+}
+
+impl Demands {
+    /// Step 1: `actor`'s spawn waits for `resources` at `now`, for at most
+    /// `for_at_most` more.
+    pub fn wait(
+        &mut self,
+        actor: ActorId,
+        (class, resources, job): (String, ResourceSet, String),
+        now: Instant,
+        for_at_most: Duration,
+    ) {
+        self.expire(now);
+        let until = now + for_at_most;
+        if let Some(waiting) = self.waiting.get_mut(&actor) {
+            waiting.until = until;
+            return;
+        }
+        if self.waiting.len() < MAX_DEMANDS {
+            let waiting = Waiting {
+                class,
+                resources,
+                job,
+                since: now,
+                until,
+            };
+            self.waiting.insert(actor, waiting);
+        }
+    }
+
+    /// Step 2: `actor`'s spawn ended.
+    pub fn placed(&mut self, actor: ActorId) {
+        self.waiting.remove(&actor);
+    }
+
+    /// Step 3: the demands waiting at `now`, longest waiting first.
+    pub fn list(&mut self, now: Instant) -> Vec<Demand> {
+        self.expire(now);
+        let mut demands: Vec<Demand> = self
+            .waiting
+            .iter()
+            .map(|(actor, w)| Demand {
+                actor: *actor,
+                class: w.class.clone(),
+                resources: w.resources.clone(),
+                job: w.job.clone(),
+                waited_ms: now.saturating_duration_since(w.since).as_millis() as u64,
+            })
+            .collect();
+        demands.sort_by(|a, b| b.waited_ms.cmp(&a.waited_ms).then(a.actor.cmp(&b.actor)));
+        demands
+    }
+
+    fn expire(&mut self, now: Instant) {
+        self.waiting.retain(|_, w| w.until > now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn what(cpus: f64) -> (String, ResourceSet, String) {
+        ("T".into(), ResourceSet::of("CPU", cpus), "job".into())
+    }
+
+    #[test]
+    fn a_demand_is_listed_until_placed_or_past_its_time() {
+        let mut demands = Demands::default();
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        demands.wait(ActorId(1), what(4.0), t0, s * 30);
+        demands.wait(ActorId(2), what(1.0), t0 + s, s * 5);
+        demands.wait(ActorId(1), what(4.0), t0 + s * 2, s * 30);
+        let listed = demands.list(t0 + s * 3);
+        assert_eq!(listed.len(), 2);
+        assert_eq!(
+            (listed[0].actor, listed[0].waited_ms),
+            (ActorId(1), 3000),
+            "waits since it first said so"
+        );
+        demands.placed(ActorId(1));
+        assert_eq!(demands.list(t0 + s * 4).len(), 1);
+        assert!(
+            demands.list(t0 + s * 7).is_empty(),
+            "a silent spawner's demand expires"
+        );
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let mut demands = Demands::default();
+        let t0 = Instant::now();
+        for i in 0..MAX_DEMANDS as u64 + 10 {
+            demands.wait(ActorId(i), what(1.0), t0, Duration::from_secs(60));
+        }
+        assert_eq!(demands.list(t0).len(), MAX_DEMANDS);
+    }
+}
