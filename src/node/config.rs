@@ -8,6 +8,8 @@ use crate::cluster::files::nimbus_home;
 use crate::cluster::ResourceOverrides;
 use crate::transport::{JoinToken, TransportConfig};
 
+use super::logs::DEFAULT_LOG_MAX;
+
 /// Head or not.
 #[derive(Clone, Debug)]
 pub enum NodeRole {
@@ -58,6 +60,9 @@ pub struct NodeConfig {
     /// Head only: a job whose driver is silent for this long ends
     /// (`head::jobs::DEFAULT_DRIVER_GRACE` by default).
     pub driver_grace: Duration,
+    /// A worker's or job driver's log past this many bytes is rotated
+    /// (`logs.rs`; [`DEFAULT_LOG_MAX`] by default).
+    pub log_max: u64,
 }
 
 /// `$NIMBUS_HOME`, else `~/.nimbus` (see [`nimbus_home`]).
@@ -82,6 +87,7 @@ impl NodeConfig {
             object_spill_dir: None,
             object_arrival_timeout: crate::object_store::ARRIVAL_TIMEOUT,
             driver_grace: crate::head::jobs::DEFAULT_DRIVER_GRACE,
+            log_max: DEFAULT_LOG_MAX,
         }
     }
 }

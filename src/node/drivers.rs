@@ -19,7 +19,8 @@
 //!    `state_dir/jobs/JOB/`. The log stays.
 //! 3. `StopDriver { job }`: SIGTERM to its process group, SIGKILL after
 //!    [`STOP_GRACE`] (5 s) if it is still there.
-//! 4. `ReadJobLog`: part of a job's log, while it runs and after.
+//! 4. `ReadJobLog`: part of a job's log, while it runs and after. Logs are
+//!    rotated by size as workers' are (`logs.rs`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -97,24 +98,54 @@ pub struct DriverRunner {
     head: SocketAddr,
     /// The process (group) id of each running driver.
     running: HashMap<String, u32>,
+    /// A driver log past this many bytes is rotated (`logs.rs`).
+    log_max: u64,
 }
 
 impl DriverRunner {
-    /// A runner keeping its files under `state_dir`, handing drivers
-    /// `token`, and reporting to the head at `head` through `endpoint`.
-    pub fn new(state_dir: PathBuf, token: JoinToken, endpoint: Endpoint, head: SocketAddr) -> Self {
+    /// A runner keeping its files under `state_dir` (rotating logs past
+    /// `log_max` bytes), handing drivers `token`, and reporting to the head
+    /// at `head` through `endpoint`.
+    pub fn new(
+        state_dir: PathBuf,
+        log_max: u64,
+        token: JoinToken,
+        endpoint: Endpoint,
+        head: SocketAddr,
+    ) -> Self {
         DriverRunner {
             state_dir,
             token,
             endpoint,
             head,
             running: HashMap::new(),
+            log_max,
         }
     }
 }
 
 impl Actor for DriverRunner {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(logs::ROTATE_EVERY, |runner, _| {
+            let max = runner.log_max;
+            let logs: Vec<PathBuf> = runner
+                .running
+                .keys()
+                .map(|job| log_path(&runner.state_dir, job))
+                .collect();
+            tokio::task::spawn_blocking(move || {
+                for log in logs {
+                    match logs::rotate_if_larger(&log, max) {
+                        Ok(true) => info!(log = %log.display(), "job driver log rotated"),
+                        Ok(false) => {}
+                        Err(e) => warn!("cannot rotate {}: {e}", log.display()),
+                    }
+                }
+            });
+        });
+    }
 }
 
 /// The log of `job`'s driver in `state_dir`.

@@ -4,6 +4,18 @@
 //! Anyone of the cluster may read them (`ReadLog`), from any offset, at
 //! most [`MAX_LOG_READ`] bytes a request; `nimbus logs` follows one by
 //! reading on from where it stopped.
+//!
+//! Rotation by size, for worker and job-driver logs alike (their writers
+//! hold the file open for appending, so it is rotated in place):
+//! 1. Every [`ROTATE_EVERY`] (5 s) the node checks the logs of the
+//!    processes it runs; one past its limit (`--log-max-mib`, default
+//!    [`DEFAULT_LOG_MAX`], 64 MiB) is copied to `NAME.log.1` (replacing
+//!    the one before) and truncated to nothing; its writers append from
+//!    the start again. So a log and its one predecessor hold at most about
+//!    twice the limit; what is written between the copy and the truncation
+//!    is lost.
+//! 2. A reader whose offset lies past the log's end after a rotation
+//!    starts over from 0 (`nimbus logs --follow` says so).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -13,6 +25,31 @@ use crate::cluster::ActorId;
 
 /// The most bytes of a log one request returns.
 pub(super) const MAX_LOG_READ: u64 = 1 << 20;
+/// How often a node checks its logs' sizes.
+pub(super) const ROTATE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// A log's size limit unless the node is told another (`--log-max-mib`).
+pub const DEFAULT_LOG_MAX: u64 = 64 << 20;
+
+/// Step 1: if `path` is larger than `max` bytes, copies it to `NAME.1`
+/// and truncates it; whether it did. Blocking.
+pub(super) fn rotate_if_larger(path: &Path, max: u64) -> std::io::Result<bool> {
+    let len = match std::fs::metadata(path) {
+        Ok(meta) => meta.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if len <= max {
+        return Ok(false);
+    }
+    let mut previous = path.as_os_str().to_owned();
+    previous.push(".1");
+    std::fs::copy(path, &previous)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .set_len(0)?;
+    Ok(true)
+}
 
 /// The log of `actor`'s newest worker process in `dir`, if it ran here.
 pub(super) fn newest(dir: &Path, actor: ActorId) -> Option<PathBuf> {
@@ -47,6 +84,27 @@ pub(super) fn read(path: &Path, offset: u64, max: u64) -> std::io::Result<(u64, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_past_its_limit_is_kept_once_and_its_writer_appends_from_the_start() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("worker-00000000000000ab-1.log");
+        let mut writer = crate::cluster::files::private_log(&path).unwrap();
+        writer.write_all(&[b'a'; 100]).unwrap();
+        assert!(!rotate_if_larger(&path, 100).unwrap(), "at the limit: kept");
+        writer.write_all(b"b").unwrap();
+        assert!(rotate_if_larger(&path, 100).unwrap());
+        let previous = dir.path().join("worker-00000000000000ab-1.log.1");
+        assert_eq!(std::fs::read(&previous).unwrap().len(), 101);
+        writer.write_all(b"after\n").unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"after\n",
+            "no hole, no old bytes"
+        );
+        assert!(!rotate_if_larger(&dir.path().join("gone.log"), 1).unwrap());
+    }
 
     #[test]
     fn the_newest_incarnations_log_is_read_from_an_offset() {

@@ -112,6 +112,8 @@ pub struct NodeManagerConfig {
     pub state_dir: PathBuf,
     /// Actor fault rules (fault-injection tests; empty otherwise).
     pub actor_faults: Vec<ActorFault>,
+    /// A worker log past this many bytes is rotated (`logs.rs`).
+    pub log_max: u64,
 }
 
 /// Owns the node's resources and worker processes; heartbeats to the head.
@@ -359,6 +361,26 @@ impl NodeManager {
         .boxed()
     }
 
+    /// Rotates the logs of the workers running here that grew past the
+    /// limit (`logs.rs`, step 1), on the blocking pool.
+    fn rotate_logs(&self) {
+        let dir = self.config.state_dir.join("logs");
+        let max = self.config.log_max;
+        let actors: Vec<ActorId> = self.workers.keys().copied().collect();
+        tokio::task::spawn_blocking(move || {
+            for actor in actors {
+                let Some(log) = logs::newest(&dir, actor) else {
+                    continue;
+                };
+                match logs::rotate_if_larger(&log, max) {
+                    Ok(true) => info!(%actor, log = %log.display(), "worker log rotated"),
+                    Ok(false) => {}
+                    Err(e) => warn!(%actor, "cannot rotate {}: {e}", log.display()),
+                }
+            }
+        });
+    }
+
     /// This node has no room: `cause`.
     fn no_capacity(&self, cause: GrantError) -> NoCapacity {
         NoCapacity {
@@ -391,6 +413,7 @@ impl Actor for NodeManager {
         debug!(node = %self.config.identity, resources = %self.config.total, "node manager started");
         self.heartbeat(ctx);
         ctx.run_interval(self.config.interval, Self::heartbeat);
+        ctx.run_interval(logs::ROTATE_EVERY, |manager, _| manager.rotate_logs());
     }
 }
 

@@ -103,6 +103,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         advertise_ip: address.ip(),
         state_dir: config.state_dir.clone(),
         actor_faults: ActorFault::from_env()?,
+        log_max: config.log_max,
     })
     .start();
     let me = ObjectLocation {
@@ -113,6 +114,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     let objects = start_object_store(&config, &resources, &endpoint, me, head)?;
     let drivers = DriverRunner::new(
         config.state_dir.clone(),
+        config.log_max,
         config.token.clone(),
         endpoint.clone(),
         head_address,

@@ -23,6 +23,7 @@ pub fn registry() -> Registry {
         .message::<Counter, BoomOfSize>()
         .message::<Counter, Impersonate>()
         .message::<Counter, Print>()
+        .message::<Counter, Chatter>()
         .actor::<Sequencer>()
         .message::<Sequencer, Push>()
         .message::<Sequencer, Seen>()
@@ -150,6 +151,28 @@ impl Handler<Print> for Counter {
     type Result = ();
     fn handle(&mut self, Print(line): Print, _: &mut Context<Self>) {
         println!("{line}");
+    }
+}
+
+/// Writes this many bytes to the worker's stderr (which goes to its log
+/// directly), in lines of 1 KiB.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct Chatter(pub usize);
+
+impl RemoteMessage for Chatter {
+    const NAME: &'static str = "tests.Chatter";
+}
+
+impl Handler<Chatter> for Counter {
+    type Result = ();
+    fn handle(&mut self, Chatter(bytes): Chatter, _: &mut Context<Self>) {
+        use std::io::Write;
+        let line = format!("{}\n", "x".repeat(1023));
+        let mut err = std::io::stderr().lock();
+        for _ in 0..bytes.div_ceil(1024) {
+            err.write_all(line.as_bytes()).unwrap();
+        }
     }
 }
 

@@ -61,6 +61,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_jobs_working_directory_travels_with_it", |d| {
         boxed(crate::jobs::a_jobs_working_directory_travels_with_it(d))
     }),
+    ("a_workers_log_is_rotated_past_its_limit", |d| {
+        boxed(a_workers_log_is_rotated_past_its_limit(d))
+    }),
     ("what_an_actor_prints_shows_in_its_drivers_output", |d| {
         boxed(what_an_actor_prints_shows_in_its_drivers_output(d))
     }),
@@ -664,6 +667,49 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
         code != Some(0) && err.contains("no actor named \"printer\""),
         "{err}"
     );
+}
+
+/// A chatty actor's log is rotated once past the node's `--log-max-mib`:
+/// the old part kept as `NAME.log.1`, the log itself starting over (its
+/// worker writes stderr to it directly, and goes on writing there).
+async fn a_workers_log_is_rotated_past_its_limit(driver: &mut Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    cluster
+        .add_node(&["--log-max-mib", "1", "--resources", r#"{"rotating": 1}"#])
+        .expect("a node with a 1 MiB log limit joins");
+    let options = SpawnOptions::default()
+        .num_cpus(0.1)
+        .resource("rotating", 1.0);
+    let chatty = actor::spawn::<Counter>(0, options).await.unwrap();
+    chatty.send(Chatter(3 << 20)).await.unwrap();
+    let client = cluster.client().await.unwrap();
+    let record = chatty.record().await.unwrap();
+    let file = client.read_log(&record, 0, 0).await.unwrap().file;
+    let previous = std::path::PathBuf::from(format!("{file}.1"));
+    let rotated = nimbus::testing::check::wait_until(
+        "the log is rotated",
+        Duration::from_secs(20),
+        || async { previous.exists().then_some(()) },
+    )
+    .await;
+    assert!(rotated.is_ok(), "{rotated:?}");
+    assert!(std::fs::metadata(&previous).unwrap().len() > 1 << 20);
+    chatty
+        .send(Print("after the rotation".into()))
+        .await
+        .unwrap();
+    let seen = nimbus::testing::check::wait_until(
+        "the worker writes on into the rotated log",
+        Duration::from_secs(20),
+        || async {
+            let log = client.read_log(&record, 0, 4 << 20).await.unwrap();
+            let text = String::from_utf8_lossy(&log.bytes).into_owned();
+            (text.contains("after the rotation") && log.total < 3 << 20).then_some(())
+        },
+    )
+    .await;
+    assert!(seen.is_ok(), "{seen:?}");
+    chatty.kill().await.unwrap();
 }
 
 /// Ray's `log_to_driver`: a line an actor prints on another node shows in

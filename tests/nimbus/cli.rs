@@ -266,6 +266,7 @@ fn every_bad_flag_or_plan_fails_with_an_error_naming_it() {
             &["--object-arrival-timeout-s", "0"],
             "--object-arrival-timeout-s",
         ),
+        (&["--log-max-mib", "0"], "--log-max-mib"),
     ];
     for (extra, needle) in cases {
         let args: Vec<&str> = head.iter().chain(extra.iter()).copied().collect();

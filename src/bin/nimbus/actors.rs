@@ -298,7 +298,12 @@ pub(crate) fn logs(args: LogsArgs) -> Result<()> {
         }
         let mut offset = chunk.total;
         loop {
-            let more = client.read_log(&record, offset, TAIL_BYTES).await?;
+            let mut more = client.read_log(&record, offset, TAIL_BYTES).await?;
+            if more.total < offset {
+                eprintln!("(the log was rotated: reading it from its start)");
+                offset = 0;
+                more = client.read_log(&record, offset, TAIL_BYTES).await?;
+            }
             offset += more.bytes.len() as u64;
             if !more.bytes.is_empty() {
                 let mut out = std::io::stdout().lock();

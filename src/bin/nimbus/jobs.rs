@@ -170,6 +170,11 @@ async fn follow(client: &ClusterClient, id: &str, mut offset: u64) -> Result<Job
             }
             Err(e) => return Err(e.into()),
         };
+        if chunk.total < offset {
+            eprintln!("(job {id}'s log was rotated: reading it from its start)");
+            offset = 0;
+            continue;
+        }
         if !chunk.bytes.is_empty() {
             offset += chunk.bytes.len() as u64;
             let mut out = std::io::stdout().lock();

@@ -91,6 +91,10 @@ pub(crate) struct StartArgs {
     /// this many seconds [default: 30].
     #[arg(long, env = "NIMBUS_DRIVER_GRACE_S", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     driver_grace_s: Option<u64>,
+    /// Rotate a worker's or job driver's log once it passes this many MiB
+    /// (the one before is kept as NAME.log.1) [default: 64].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    log_max_mib: Option<u64>,
     /// Stay in the foreground instead of returning once the node is up.
     #[arg(long)]
     block: bool,
@@ -141,6 +145,9 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     }
     if let Some(seconds) = args.driver_grace_s {
         config.driver_grace = Duration::from_secs(seconds);
+    }
+    if let Some(mib) = args.log_max_mib {
+        config.log_max = mib << 20;
     }
     config.resources = ResourceOverrides {
         num_cpus: args.num_cpus,
