@@ -98,8 +98,7 @@ fn digest(bytes: &[u8]) -> u64 {
 fn main() -> Result<()> {
     let (driver, args) =
         nimbus::init_parsed::<Args>(registry(), |_| nimbus::InitOptions::from_args(3))?;
-    actix::System::new().block_on(async {
-        driver.connect().await?;
+    driver.block_on(async {
         let names = node_names().await?;
         let fan = fan_out(&args, &names).await?;
         let reduce = map_reduce(&args).await?;

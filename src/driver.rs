@@ -168,6 +168,8 @@ pub struct Driver {
     token: JoinToken,
     local: Option<LocalCluster>,
     binary: (PathBuf, BinaryId),
+    /// The program failed: its local cluster's files are kept.
+    failed: std::cell::Cell<bool>,
 }
 
 /// Logs of this process (a driver's reach its terminal, a worker's its
@@ -258,6 +260,7 @@ pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, Ini
         token,
         local,
         binary,
+        failed: std::cell::Cell::new(false),
     })
 }
 
@@ -312,6 +315,42 @@ impl Driver {
         Ok(())
     }
 
+    /// Runs a program's work on an actix system, connected first
+    /// ([`connect`](Self::connect)); an error (or a panic) marks the
+    /// program failed ([`mark_failed`](Self::mark_failed)).
+    ///
+    /// ```no_run
+    /// let driver = nimbus::init(nimbus::actor::Registry::new())?;
+    /// driver.block_on(async {
+    ///     // spawn actors, submit tasks...
+    ///     Ok::<_, anyhow::Error>(())
+    /// })?;
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
+    pub fn block_on<T, E>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E>
+    where
+        E: From<InitError>,
+    {
+        let result = actix::System::new().block_on(async {
+            self.connect().await?;
+            work.await
+        });
+        if result.is_err() {
+            self.mark_failed();
+        }
+        result
+    }
+
+    /// Marks the program failed: when this driver ends, its local
+    /// cluster's directory (node and worker logs) is kept, and where is
+    /// printed, instead of removed. A panic does the same.
+    pub fn mark_failed(&self) {
+        self.failed.set(true);
+    }
+
     /// The head's address.
     pub fn address(&self) -> &str {
         &self.address
@@ -328,12 +367,21 @@ impl Driver {
 const DONE_WAIT: Duration = Duration::from_secs(2);
 
 impl Drop for Driver {
+    /// A failed program's local cluster keeps its files (and says where).
     /// A driver attached to a cluster tells the head its job is over, so
     /// its actors go now rather than after the grace period (`crate::head`'s
     /// `jobs.rs`, attached step 3); on a connection of its own, on a thread
     /// of its own (the program's runtime may be gone), for at most
     /// `DONE_WAIT` (2 s).
     fn drop(&mut self) {
+        let failed = self.failed.get() || std::thread::panicking();
+        if let (true, Some(local)) = (failed, self.local.as_mut()) {
+            let dir = local.keep_files();
+            eprintln!(
+                "nimbus: the program failed; its local cluster's files (node and worker logs) are kept in {}",
+                dir.display()
+            );
+        }
         let Some(context) = ProcessContext::current() else {
             return;
         };

@@ -224,6 +224,13 @@ impl LocalCluster {
         &self.program
     }
 
+    /// Keeps the cluster's directory (its nodes' and workers' logs) when
+    /// the cluster is dropped, instead of removing it; where it is.
+    pub fn keep_files(&mut self) -> &Path {
+        self.home.disable_cleanup(true);
+        self.home.path()
+    }
+
     /// The state directory (`NIMBUS_HOME`) the nodes share.
     pub fn home(&self) -> &Path {
         self.home.path()

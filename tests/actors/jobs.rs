@@ -18,6 +18,10 @@ use crate::fixtures::{registry, Add, Counter};
 /// actor, print, wait to be stopped).
 pub const JOB_DRIVER: &str = "NIMBUS_TEST_JOB_DRIVER";
 
+/// Selects what this binary does as a program with a private local cluster
+/// of its own: `ok` or `fail` (its work returns an error).
+pub const PROGRAM_WITH_ITS_OWN_CLUSTER: &str = "NIMBUS_TEST_OWN_CLUSTER";
+
 /// The CLI of the test cluster, authenticated with a private token file.
 pub struct Operator {
     program: std::path::PathBuf,
@@ -292,4 +296,79 @@ pub fn job_driver(mode: &str) {
         // its job ends.
         println!("job driver: counter={n}");
     });
+}
+
+/// A program's own local cluster keeps its directory (node and worker
+/// logs) when the program fails, and says where; it is removed when the
+/// program succeeds.
+pub async fn a_failed_programs_local_cluster_keeps_its_logs(_: &mut Driver) {
+    let run = |mode: &str| {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut command = tokio::process::Command::new(std::env::current_exe().unwrap());
+        command
+            .env(PROGRAM_WITH_ITS_OWN_CLUSTER, mode)
+            .env("TMPDIR", tmp.path())
+            .env_remove("NIMBUS_ADDRESS")
+            .kill_on_drop(true);
+        (command, tmp)
+    };
+    let (mut ok, tmp) = run("ok");
+    let out = tokio::time::timeout(Duration::from_secs(60), ok.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "a program that succeeded leaves nothing: {left:?}"
+    );
+
+    let (mut failing, tmp) = run("fail");
+    let out = tokio::time::timeout(Duration::from_secs(60), failing.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let kept = stderr
+        .lines()
+        .find_map(|line| {
+            line.split_once("are kept in ")
+                .map(|(_, dir)| dir.to_string())
+        })
+        .unwrap_or_else(|| panic!("where the files are kept: {stderr}"));
+    assert!(kept.starts_with(tmp.path().to_str().unwrap()), "{kept}");
+    let logs: Vec<String> = std::fs::read_dir(std::path::Path::new(&kept).join("logs"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        logs.iter().any(|name| name.starts_with("worker-")),
+        "its worker's log is kept: {logs:?}"
+    );
+}
+
+/// This binary as a program with a local cluster of its own, whose work
+/// spawns an actor, then succeeds or fails as `mode` says.
+pub fn program_with_its_own_cluster(mode: &str) {
+    let driver = nimbus::init_with(registry(), nimbus::InitOptions::private(1))
+        .expect("a private local cluster starts");
+    let done = driver.block_on(async {
+        let counter = actor::spawn::<Counter>(0, SpawnOptions::default().num_cpus(0.1)).await?;
+        counter.send(Add(1)).await?;
+        match mode {
+            "fail" => Err(anyhow::anyhow!("the program's own failure")),
+            _ => Ok(()),
+        }
+    });
+    drop(driver);
+    if let Err(e) = done {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
 }

@@ -58,6 +58,9 @@ fn main() {
     if let Ok(mode) = std::env::var(jobs::JOB_DRIVER) {
         return jobs::job_driver(&mode);
     }
+    if let Ok(mode) = std::env::var(jobs::PROGRAM_WITH_ITS_OWN_CLUSTER) {
+        return jobs::program_with_its_own_cluster(&mode);
+    }
     if std::env::var_os("NIMBUS_DRIVER_GRACE_S").is_none() {
         std::env::set_var("NIMBUS_DRIVER_GRACE_S", DRIVER_GRACE_S);
     }

@@ -61,6 +61,11 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_jobs_working_directory_travels_with_it", |d| {
         boxed(crate::jobs::a_jobs_working_directory_travels_with_it(d))
     }),
+    ("a_failed_programs_local_cluster_keeps_its_logs", |d| {
+        boxed(crate::jobs::a_failed_programs_local_cluster_keeps_its_logs(
+            d,
+        ))
+    }),
     ("a_workers_log_is_rotated_past_its_limit", |d| {
         boxed(a_workers_log_is_rotated_past_its_limit(d))
     }),

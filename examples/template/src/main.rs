@@ -52,8 +52,9 @@ fn main() -> anyhow::Result<()> {
     // returns; here it makes this program a driver. (`Registry::new()`
     // holds nothing: the macros above registered everything.)
     let driver = nimbus::init(Registry::new())?;
-    actix::System::new().block_on(async {
-        driver.connect().await?;
+    // Connects, then runs the work; if it fails, a private local cluster's
+    // logs are kept (and where is printed).
+    driver.block_on(async {
         let greeter = actor::spawn::<Greeter>("hello".into(), SpawnOptions::default()).await?;
         let greeting = greeter.send(Greet("nimbus".into())).await?;
         println!("{greeting}");
