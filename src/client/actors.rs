@@ -89,6 +89,21 @@ impl ClusterClient {
         }
     }
 
+    /// Up to `max` bytes from `offset` of `node`'s own log.
+    pub async fn read_node_log(
+        &self,
+        node: &NodeStatus,
+        offset: u64,
+        max: u64,
+    ) -> Result<LogChunk, ClientError> {
+        let request = ControlRequest::Workers(WorkerRequest::ReadNodeLog { offset, max });
+        let connection = self.connect_node(node).await?;
+        match call(&connection, &request, RequestOptions::bulk()).await? {
+            ControlReply::Log { file, total, bytes } => Ok(LogChunk { file, total, bytes }),
+            reply => Err(unexpected("ReadNodeLog", reply)),
+        }
+    }
+
     /// Kills `actor`'s worker for good (no restart), as `ray.kill` does.
     pub async fn kill_actor(&self, actor: &ActorRecord) -> Result<(), ClientError> {
         let node = self.node_of(actor).await?;

@@ -22,7 +22,8 @@
 //!   `DriverDone`, `SubmitJob`, `StopJob`, `ListJobs`, `DriverExited`.
 //!
 //! To any node:
-//! - `Workers` ([`WorkerRequest`]): `StartActor`, `KillActor`;
+//! - `Workers` ([`WorkerRequest`]): `StartActor`, `KillActor`, `ReadOutput`,
+//!   `ReadLog`, `ReadNodeLog`;
 //! - `Binaries` ([`BinaryRequest`]): `UploadBinary`, `ReadBinary`;
 //! - `Bundles` ([`BundleRequest`]): `ReserveBundle`, `ReleaseBundle`,
 //!   `ListBundles`;
@@ -333,6 +334,14 @@ pub enum WorkerRequest {
     ReadLog {
         /// The actor.
         actor: ActorId,
+        /// Where to start reading.
+        offset: u64,
+        /// The most bytes to return (the node caps it at 1 MiB).
+        max: u64,
+    },
+    /// To a node: up to `max` bytes from `offset` of the node's own log
+    /// (where its stderr goes). Answered with [`ControlReply::Log`].
+    ReadNodeLog {
         /// Where to start reading.
         offset: u64,
         /// The most bytes to return (the node caps it at 1 MiB).

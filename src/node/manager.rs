@@ -541,6 +541,48 @@ impl Handler<ReadLog> for NodeManager {
     }
 }
 
+/// Read part of this node's own log.
+#[derive(Message)]
+#[rtype(result = "Result<ControlReply, RemoteError>")]
+pub struct ReadNodeLog {
+    /// From where.
+    pub offset: u64,
+    /// At most this many bytes.
+    pub max: u64,
+}
+
+impl Handler<ReadNodeLog> for NodeManager {
+    type Result = ResponseFuture<Result<ControlReply, RemoteError>>;
+
+    /// The log is where this process's stderr goes (`nimbus start` sends
+    /// it to a file); read on the blocking pool.
+    fn handle(&mut self, msg: ReadNodeLog, _: &mut Self::Context) -> Self::Result {
+        let node = self.config.identity.name.clone();
+        Box::pin(async move {
+            let read = tokio::task::spawn_blocking(move || {
+                let path = std::fs::read_link("/proc/self/fd/2")
+                    .map_err(|e| format!("node {node} cannot tell where its log goes: {e}"))?;
+                if !path.is_file() {
+                    return Err(format!(
+                        "node {node} writes its log to {}, not to a file (started in a terminal with --block?)",
+                        path.display()
+                    ));
+                }
+                let (total, bytes) = logs::read(&path, msg.offset, msg.max)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                Ok(ControlReply::Log {
+                    file: path.display().to_string(),
+                    total,
+                    bytes,
+                })
+            })
+            .await
+            .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?;
+            read.map_err(|why| RemoteError::new(RemoteErrorKind::BadRequest, why))
+        })
+    }
+}
+
 /// Read a chunk of a cached program binary.
 #[derive(Message)]
 #[rtype(result = "Result<ControlReply, RemoteError>")]

@@ -42,8 +42,8 @@ use crate::object_store::NodeObjectStore;
 
 use super::drivers::{DriverRunner, ReadJobLog, RunDriver, StopDriver};
 use super::manager::{
-    EndJob, KillActor, ListBundles, NodeManager, ReadBinary, ReadLog, ReadOutput, ReleaseBundle,
-    ReserveBundle, StartActor, UploadBinary,
+    EndJob, KillActor, ListBundles, NodeManager, ReadBinary, ReadLog, ReadNodeLog, ReadOutput,
+    ReleaseBundle, ReserveBundle, StartActor, UploadBinary,
 };
 
 /// Longest a client may long-poll for events in one request.
@@ -171,6 +171,11 @@ impl NodeService {
                 .send(ReadOutput { job, after, max })
                 .await
                 .map_err(internal),
+            WorkerRequest::ReadNodeLog { offset, max } => self
+                .manager
+                .send(ReadNodeLog { offset, max })
+                .await
+                .map_err(internal)?,
             WorkerRequest::ReadLog { actor, offset, max } => self
                 .manager
                 .send(ReadLog { actor, offset, max })

@@ -167,9 +167,11 @@ pub async fn a_submitted_job_runs_streams_and_ends_with_its_actors(driver: &mut 
     )
     .await;
     assert!(spawned.is_ok(), "{spawned:?}");
-    let (code, logs, err) = operator.run(&["job", "logs", &waiting]).await;
-    assert_eq!(code, Some(0), "{err}");
-    assert!(logs.contains("job driver: waiting"), "{logs}");
+    for logs_of in [&["job", "logs", &waiting][..], &["logs", "--job", &waiting]] {
+        let (code, logs, err) = operator.run(logs_of).await;
+        assert_eq!(code, Some(0), "{err}");
+        assert!(logs.contains("job driver: waiting"), "{logs_of:?}: {logs}");
+    }
     let (code, stopped, err) = operator.run(&["job", "stop", &waiting]).await;
     assert_eq!(code, Some(0), "{err}");
     assert!(stopped.contains("STOPPED"), "{stopped}");

@@ -650,6 +650,13 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
     );
     let (code, tail, err) = operator.run(&["logs", "printer", "--tail", "50"]).await;
     assert!(code == Some(0) && tail.contains(&line), "{tail}{err}");
+    let (code, node_log, err) = operator
+        .run(&["logs", "--node", "node-2", "--tail", "100000"])
+        .await;
+    assert!(
+        code == Some(0) && node_log.contains("node up"),
+        "a node's own log: {node_log}{err}"
+    );
 
     let mut seen = 0;
     let (code, killed, err) = operator.run(&["kill", "printer"]).await;

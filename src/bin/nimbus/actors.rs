@@ -1,10 +1,7 @@
-//! `nimbus list`, `nimbus logs` and `nimbus kill`: the cluster's state as
-//! rows, an actor's log from the node that has it, and `ray.kill` from the
-//! command line.
+//! `nimbus list` and `nimbus kill`: the cluster's state as rows, and
+//! `ray.kill` from the command line.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -244,80 +241,6 @@ pub(crate) fn print_table(rows: &[Map<String, Value>]) {
                 .collect(),
         );
     }
-}
-
-/// Options of `nimbus logs`.
-#[derive(Args)]
-pub(crate) struct LogsArgs {
-    /// The actor: its name, or its id as `nimbus list actors` shows it.
-    actor: String,
-    #[command(flatten)]
-    head: HeadArgs,
-    /// Print only the last N lines.
-    #[arg(long, default_value_t = 1000)]
-    tail: usize,
-    /// Keep printing what the actor's worker writes until that worker
-    /// exits.
-    #[arg(long)]
-    follow: bool,
-}
-
-/// Most bytes `nimbus logs` reads back for `--tail`.
-const TAIL_BYTES: u64 = 1 << 20;
-/// How often `--follow` reads on.
-const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
-
-/// Runs `nimbus logs`: the log (stdout and stderr) of the actor's newest
-/// worker process, read from its node.
-pub(crate) fn logs(args: LogsArgs) -> Result<()> {
-    let LogsArgs {
-        actor,
-        head,
-        tail,
-        follow,
-    } = args;
-    head.with_client(async |client| {
-        let record = client
-            .find_actor(&actor)
-            .await?
-            .with_context(|| format!("no actor named {actor:?} (by name, only live actors are found; use its id for a dead one)"))?;
-        let end = client.read_log(&record, 0, 0).await?.total;
-        let chunk = client
-            .read_log(&record, end.saturating_sub(TAIL_BYTES), TAIL_BYTES)
-            .await?;
-        let text = String::from_utf8_lossy(&chunk.bytes);
-        let lines: Vec<&str> = text.lines().collect();
-        let mut out = std::io::stdout().lock();
-        for line in &lines[lines.len().saturating_sub(tail)..] {
-            writeln!(out, "{line}")?;
-        }
-        out.flush()?;
-        drop(out);
-        if !follow {
-            return Ok(());
-        }
-        let mut offset = chunk.total;
-        loop {
-            let mut more = client.read_log(&record, offset, TAIL_BYTES).await?;
-            if more.total < offset {
-                eprintln!("(the log was rotated: reading it from its start)");
-                offset = 0;
-                more = client.read_log(&record, offset, TAIL_BYTES).await?;
-            }
-            offset += more.bytes.len() as u64;
-            if !more.bytes.is_empty() {
-                let mut out = std::io::stdout().lock();
-                out.write_all(&more.bytes)?;
-                out.flush()?;
-                continue;
-            }
-            let now = client.find_actor(&record.actor.to_string()).await?;
-            if now.is_none_or(|r| r.dead.is_some() || r.incarnation != record.incarnation) {
-                return Ok(());
-            }
-            tokio::time::sleep(FOLLOW_INTERVAL).await;
-        }
-    })
 }
 
 /// Options of `nimbus kill`.

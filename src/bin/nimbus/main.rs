@@ -6,7 +6,7 @@
 //! nimbus status [--address HOST:PORT --token TOKEN] [--json]
 //! nimbus memory [--address HOST:PORT --token TOKEN] [--json] [--limit N]
 //! nimbus list actors|nodes|objects|jobs [--filter KEY=VALUE]... [--json] [--limit N]
-//! nimbus logs ACTOR [--tail N] [--follow]
+//! nimbus logs ACTOR | --job ID | --node NAME [--tail N] [--follow]
 //! nimbus kill ACTOR
 //! nimbus job submit [--working-dir DIR] [--env K=V]... [--name NAME] [--node NODE] [--no-wait] -- PROGRAM ARGS...
 //! nimbus job list|status ID|logs ID [--follow]|stop ID
@@ -18,6 +18,7 @@ mod actors;
 mod chaos;
 mod head;
 mod jobs;
+mod logs;
 mod memory;
 mod start;
 mod state;
@@ -48,8 +49,8 @@ enum Command {
     Chaos(chaos::ChaosArgs),
     /// List actors, nodes, objects or jobs, with filters, as a table or JSON.
     List(actors::ListArgs),
-    /// Print an actor's log (its stdout and stderr), from the node it runs on.
-    Logs(actors::LogsArgs),
+    /// Print an actor's log (its stdout and stderr), a job's or a node's, from the node that has it.
+    Logs(logs::LogsArgs),
     /// Kill an actor for good (no restart), by name or id.
     Kill(actors::KillArgs),
     /// Submit driver programs to run on the cluster, list, follow and stop them.
@@ -66,7 +67,7 @@ fn main() {
         Command::Memory(args) => memory::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::List(args) => actors::list(args),
-        Command::Logs(args) => actors::logs(args),
+        Command::Logs(args) => logs::logs(args),
         Command::Kill(args) => actors::kill(args),
         Command::Job(command) => jobs::run(command),
     };
