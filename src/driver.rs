@@ -172,20 +172,6 @@ pub struct Driver {
     failed: std::cell::Cell<bool>,
 }
 
-/// Logs of this process (a driver's reach its terminal, a worker's its
-/// log file on the node): `tracing` events to stderr, filtered by
-/// `NIMBUS_LOG` (default `info`). A program that installed a subscriber
-/// of its own keeps it.
-fn install_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NIMBUS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
-}
-
 /// [`init_with`] for a program with its own `clap` arguments `A`: in a
 /// worker process it hosts the actor and never returns (a worker never
 /// parses the program's arguments); in a driver it parses them first, so
@@ -213,7 +199,7 @@ pub fn init_parsed<A: clap::Parser>(
 ) -> Result<(Driver, A), InitError> {
     let registry = registry.with_submitted();
     if ProcessRole::current() == ProcessRole::Worker {
-        install_logging();
+        crate::runtime::logging::install();
         crate::worker::run(crate::task::with_task_worker(registry));
     }
     let args = A::parse();
@@ -228,7 +214,7 @@ pub fn init(registry: Registry) -> Result<Driver, InitError> {
 
 /// Starts this program as a worker (never returns) or as a driver.
 pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, InitError> {
-    install_logging();
+    crate::runtime::logging::install();
     let registry = crate::task::with_task_worker(registry.with_submitted());
     if ProcessRole::current() == ProcessRole::Worker {
         crate::worker::run(registry);
@@ -301,6 +287,7 @@ impl Driver {
             self.binary.clone(),
         );
         let context = ProcessContext::install(context).ok_or(InitError::AlreadyConnected)?;
+        crate::runtime::logging::set_tags(&[("job", &context.job)]);
         crate::object_store::start(context);
         tokio::spawn(keep_job_alive(context));
         if log_to_driver() {

@@ -22,6 +22,7 @@
 
 pub mod boot;
 mod context;
+pub mod logging;
 mod node_of_worker;
 mod packet_reports;
 mod panic;

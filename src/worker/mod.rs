@@ -113,6 +113,11 @@ fn serve(registry: Registry) -> Result<i32, WorkerError> {
         .map_err(WorkerError::ReadBoot)?;
     let boot: WorkerBoot = rmp_serde::from_slice(&boot)?;
     boot.remember();
+    crate::runtime::logging::set_tags(&[
+        ("job", &boot.spec.job),
+        ("actor", &boot.spec.actor.to_string()),
+        ("node", &boot.node.name),
+    ]);
     let registry = Arc::new(registry);
 
     let panic = Arc::new(OnceLock::new());

@@ -24,6 +24,7 @@ pub fn registry() -> Registry {
         .message::<Counter, Impersonate>()
         .message::<Counter, Print>()
         .message::<Counter, Chatter>()
+        .message::<Counter, Trace>()
         .actor::<Sequencer>()
         .message::<Sequencer, Push>()
         .message::<Sequencer, Seen>()
@@ -151,6 +152,23 @@ impl Handler<Print> for Counter {
     type Result = ();
     fn handle(&mut self, Print(line): Print, _: &mut Context<Self>) {
         println!("{line}");
+    }
+}
+
+/// Logs a `tracing` event at info level (the worker's log gets it, with
+/// the worker's job, actor and node).
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct Trace(pub String);
+
+impl RemoteMessage for Trace {
+    const NAME: &'static str = "tests.Trace";
+}
+
+impl Handler<Trace> for Counter {
+    type Result = ();
+    fn handle(&mut self, Trace(line): Trace, _: &mut Context<Self>) {
+        tracing::info!("{line}");
     }
 }
 

@@ -648,8 +648,16 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
         Ok(true),
         "`nimbus logs --follow` showed the printed line"
     );
+    printer.send(Trace("a traced event".into())).await.unwrap();
     let (code, tail, err) = operator.run(&["logs", "printer", "--tail", "50"]).await;
     assert!(code == Some(0) && tail.contains(&line), "{tail}{err}");
+    let job = actor::ProcessContext::current().unwrap().job.clone();
+    let tags = format!("job={job} actor={} node=node-2 ", printer.id());
+    assert!(
+        tail.lines()
+            .any(|l| l.starts_with(&tags) && l.contains("a traced event")),
+        "a worker's events carry its job, actor and node: {tail}"
+    );
     let (code, node_log, err) = operator
         .run(&["logs", "--node", "node-2", "--tail", "100000"])
         .await;

@@ -79,11 +79,5 @@ fn main() {
 
 /// Logs go to stderr, filtered by `NIMBUS_LOG` (default `info`).
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NIMBUS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    nimbus::runtime::logging::install();
 }
