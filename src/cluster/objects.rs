@@ -54,6 +54,10 @@ pub enum RefHolder {
         /// A worker process: its actor and incarnation, whose death
         /// (`ActorDied`) releases its references.
         worker: Option<(super::ActorId, crate::wire::Incarnation)>,
+        /// A driver process: its job, whose end (`JobEnded`) releases its
+        /// references.
+        #[serde(default)]
+        job: Option<String>,
     },
     /// Another object that contains the reference.
     Object(ObjectId),

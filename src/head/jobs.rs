@@ -38,8 +38,9 @@
 //! bundles (`crate::node`'s `manager.rs`). The head keeps the records of
 //! the last [`MAX_ENDED`] ended jobs.
 //!
-//! Not yet: a job's object references are not dropped (a driver's holds
-//! stay until their owners stop), and jobs are not persisted.
+//! The nodes' object stores, watching the events, then release every
+//! reference the job's driver processes held (a driver holder names its
+//! job); its workers' go as they die. Not yet: jobs are not persisted.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;

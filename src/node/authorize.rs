@@ -303,6 +303,7 @@ mod tests {
                     id: 1,
                     label: "worker".into(),
                     worker: Some((actor, Incarnation(incarnation))),
+                    job: None,
                 },
                 updates: Vec::new(),
             })

@@ -299,10 +299,21 @@ async fn a_dead_drivers_actors_and_placement_groups_are_released(driver: &mut Dr
         .unwrap();
     let mut lines = lines_of(orphan.stdout.take().unwrap());
     let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
-    assert!(
-        matches!(&ready, Ok(Ok(Some(line))) if line == "ready"),
-        "{ready:?}"
-    );
+    let object = match &ready {
+        Ok(Ok(Some(line))) => line.strip_prefix("ready ").map(str::to_string),
+        _ => None,
+    }
+    .unwrap_or_else(|| panic!("{ready:?}"));
+    let holds = || async {
+        let status = client.status().await.unwrap();
+        let mut found = false;
+        for node in status.alive() {
+            let listing = client.objects(node).await.unwrap();
+            found |= listing.objects.iter().any(|o| o.id.to_string() == object);
+        }
+        found
+    };
+    assert!(holds().await, "the driver's object {object} is stored");
     let held = before + 0.5 + 0.5 + 0.1 + 0.5;
     client
         .wait_for_status(
@@ -340,6 +351,16 @@ async fn a_dead_drivers_actors_and_placement_groups_are_released(driver: &mut Dr
             "{name} lives"
         );
     }
+    let freed = nimbus::testing::check::wait_until(
+        "the dead driver's object is freed",
+        Duration::from_secs(10),
+        || async { (!holds().await).then_some(()) },
+    )
+    .await;
+    assert!(
+        freed.is_ok(),
+        "{freed:?} (before: held until its owner node stopped)"
+    );
     let survivor = actor::get_actor::<Counter>("survivor")
         .await
         .unwrap()
@@ -1086,8 +1107,8 @@ async fn actors_of_a_node_that_left_are_dead_or_restarted(driver: &mut Driver) {
 /// The second driver's part: joins with `NIMBUS_ADDRESS`/`NIMBUS_TOKEN`,
 /// finds the first driver's named actor and spawns one of its own.
 /// A driver that spawns two actors (0.5 CPU each), a detached one (0.1
-/// CPU) and a placement group (one 0.5-CPU bundle), says `ready`, and
-/// waits to be killed.
+/// CPU), a placement group (one 0.5-CPU bundle) and an object, says
+/// `ready OBJECT`, and waits to be killed.
 pub fn orphan_driver() {
     let driver = nimbus::init(registry()).expect("joins the cluster by address");
     actix::System::new().block_on(async {
@@ -1106,9 +1127,10 @@ pub fn orphan_driver() {
         )
         .await
         .unwrap();
-        println!("ready");
+        let object = object_store::put(&vec![7u8; 1024]).await.unwrap();
+        println!("ready {}", object.id());
         std::future::pending::<()>().await;
-        drop((kept, group));
+        drop((kept, group, object));
     });
 }
 

@@ -673,6 +673,7 @@ async fn a_put_that_stops_half_way_is_abandoned(driver: &mut Driver) {
         id: 7,
         label: "a putter that stalls".into(),
         worker: None,
+        job: None,
     };
     let half = 1 << 20;
     let put = |offset: u64| {

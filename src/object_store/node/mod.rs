@@ -82,8 +82,8 @@ use super::error::{ObjectStoreError, ShardError};
 use super::transfer::{host_id, read_chunks, CHUNK_BYTES, MAX_OBJECT_WAIT};
 use crate::cluster::SharedObjectFile;
 use shard::{
-    Abort, Append, Await, Awaited, Begin, Begun, DropCopy, DropWorker, Fail, Freed, List, Open,
-    Read, Seal, Spill, UpdateRefs,
+    Abort, Append, Await, Awaited, Begin, Begun, DropCopy, DropDriver, DropWorker, Fail, Freed,
+    List, Open, Read, Seal, Spill, UpdateRefs,
 };
 
 /// Shards per node: objects are spread over them by id.
@@ -145,7 +145,8 @@ impl NodeObjectStore {
     }
 
     /// Watches the head's events and releases the references of worker
-    /// processes that die: a SIGKILLed process never releases them itself.
+    /// processes that die (`ActorDied`) and of the drivers of jobs that
+    /// end (`JobEnded`): a SIGKILLed process never releases them itself.
     /// Runs until the node stops.
     pub fn watch_worker_deaths(&self, head: HeadEvents) {
         let store = self.clone();
@@ -171,11 +172,14 @@ impl NodeObjectStore {
                     continue;
                 }
                 for event in events {
-                    if let crate::cluster::ClusterEventKind::ActorDied {
-                        actor, incarnation, ..
-                    } = event.kind
-                    {
-                        store.drop_worker(actor, incarnation).await;
+                    match event.kind {
+                        crate::cluster::ClusterEventKind::ActorDied {
+                            actor, incarnation, ..
+                        } => store.drop_worker(actor, incarnation).await,
+                        crate::cluster::ClusterEventKind::JobEnded { job, .. } => {
+                            store.drop_driver(job).await
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -189,6 +193,17 @@ impl NodeObjectStore {
     ) {
         for shard in &self.shards {
             if let Ok(freed) = shard.send(DropWorker { actor, incarnation }).await {
+                for object in freed {
+                    tokio::spawn(self.clone().after_free(object));
+                }
+            }
+        }
+    }
+
+    async fn drop_driver(&self, job: String) {
+        for shard in &self.shards {
+            let drop = DropDriver { job: job.clone() };
+            if let Ok(freed) = shard.send(drop).await {
                 for object in freed {
                     tokio::spawn(self.clone().after_free(object));
                 }

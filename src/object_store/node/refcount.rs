@@ -192,6 +192,7 @@ mod tests {
             id,
             label: format!("process {id}"),
             worker: Some((ActorId(id), Incarnation(1))),
+            job: None,
         }
     }
 

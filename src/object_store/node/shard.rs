@@ -543,6 +543,25 @@ impl Handler<DropWorker> for ObjectStoreShard {
     }
 }
 
+/// A job ended: release every reference its driver processes held
+/// (its workers' go as they die, `DropWorker`).
+#[derive(Message)]
+#[rtype(result = "Vec<Freed>")]
+pub struct DropDriver {
+    /// The job.
+    pub job: String,
+}
+
+impl Handler<DropDriver> for ObjectStoreShard {
+    type Result = MessageResult<DropDriver>;
+
+    fn handle(&mut self, msg: DropDriver, _: &mut Self::Context) -> Self::Result {
+        let driver = |holder: &RefHolder| matches!(holder, RefHolder::Process { worker: None, job: Some(job), .. } if *job == msg.job);
+        let freed = self.refs.drop_holders(driver);
+        MessageResult(freed.into_iter().filter_map(|id| self.free(id)).collect())
+    }
+}
+
 /// Drop a cached copy (its owner freed the object).
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -161,10 +161,13 @@ pub(crate) fn start(context: &'static ProcessContext) {
         .strip_prefix("worker-")
         .and_then(|hex| u64::from_str_radix(hex, 16).ok())
         .map(|actor| (crate::cluster::ActorId(actor), identity.incarnation));
+    // A driver's references die with its job.
+    let job = worker.is_none().then(|| context.job.clone());
     let holder = RefHolder::Process {
         id: rand::random(),
         label: format!("{role} pid {}", std::process::id()),
         worker,
+        job,
     };
     let (queue, updates) = mpsc::unbounded_channel();
     let process = Process {
