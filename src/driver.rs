@@ -379,6 +379,8 @@ impl Drop for Driver {
             job: context.job.clone(),
             ok: !std::thread::panicking(),
         });
+        // The task states not reported yet go first.
+        let tasks = crate::task::records::take_unreported();
         let (address, token) = (self.address.clone(), self.token.clone());
         let told = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -387,10 +389,12 @@ impl Drop for Driver {
                 .map_err(|e| e.to_string())?;
             runtime.block_on(async {
                 let tell = async {
-                    client::ClusterClient::connect(&address, &token)
-                        .await?
-                        .call(&request)
-                        .await
+                    let client = client::ClusterClient::connect(&address, &token).await?;
+                    for batch in tasks.chunks(crate::cluster::MAX_TASK_STATES) {
+                        let states = JobRequest::TaskStates(batch.to_vec());
+                        client.call(&ControlRequest::Jobs(states)).await?;
+                    }
+                    client.call(&request).await
                 };
                 match tokio::time::timeout(DONE_WAIT, tell).await {
                     Ok(told) => told.map(drop).map_err(|e| e.to_string()),

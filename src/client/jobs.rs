@@ -5,7 +5,9 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::cluster::{sha256_bytes, BinaryId, BinaryRequest, JobRecord, JobRequest, JobSubmission};
+use crate::cluster::{
+    sha256_bytes, BinaryId, BinaryRequest, JobRecord, JobRequest, JobSubmission, TaskRecord,
+};
 use crate::cluster::{ControlReply, ControlRequest};
 use crate::transport::{Connection, RequestOptions};
 
@@ -25,6 +27,17 @@ impl ClusterClient {
         {
             ControlReply::Jobs(jobs) => Ok(jobs),
             reply => Err(unexpected("ListJobs", reply)),
+        }
+    }
+
+    /// The tasks the head knows (the last 10,000), oldest first.
+    pub async fn tasks(&self) -> Result<Vec<TaskRecord>, ClientError> {
+        match self
+            .call(&ControlRequest::Jobs(JobRequest::ListTasks))
+            .await?
+        {
+            ControlReply::Tasks(tasks) => Ok(tasks),
+            reply => Err(unexpected("ListTasks", reply)),
         }
     }
 

@@ -7,8 +7,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::messages::BinaryId;
-use super::DeathCause;
+use super::messages::{ActorId, BinaryId};
+use super::{DeathCause, ObjectId};
 
 /// The longest job id a driver may bring (`NIMBUS_JOB_ID`).
 pub const MAX_JOB_ID: usize = 64;
@@ -59,6 +59,54 @@ impl fmt::Display for JobState {
             JobState::Stopped => "STOPPED",
         })
     }
+}
+
+/// A task's state (`nimbus list tasks`), as Ray's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskState {
+    /// Submitted; no worker runs it yet.
+    Pending,
+    /// A worker runs it (an attempt).
+    Running,
+    /// Its result is stored.
+    Finished,
+    /// It failed for good: its result is a failure.
+    Failed,
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TaskState::Pending => "PENDING",
+            TaskState::Running => "RUNNING",
+            TaskState::Finished => "FINISHED",
+            TaskState::Failed => "FAILED",
+        })
+    }
+}
+
+/// A task as its submitter last reported it (`crate::task`'s
+/// `records.rs`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The task: the id of its result object.
+    pub id: ObjectId,
+    /// Its function's registered name.
+    pub name: String,
+    /// The job that submitted it.
+    pub job: String,
+    /// Its state.
+    pub state: TaskState,
+    /// The task worker (an actor) running or that ran its last attempt.
+    pub worker: Option<ActorId>,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// When it was submitted, in milliseconds since the Unix epoch.
+    pub submitted_ms: u64,
+    /// When it ended, in milliseconds since the Unix epoch.
+    pub ended_ms: Option<u64>,
 }
 
 /// A driver program to run on a node of the cluster (`nimbus job submit`).

@@ -19,7 +19,8 @@
 //!   `ReportPacketFaults` (published as `FaultInjected`, `Recovered`,
 //!   `PacketFaults` events);
 //! - `Jobs` ([`JobRequest`], types in `jobs.rs`): `DriverAlive`,
-//!   `DriverDone`, `SubmitJob`, `StopJob`, `ListJobs`, `DriverExited`.
+//!   `DriverDone`, `SubmitJob`, `StopJob`, `ListJobs`, `DriverExited`,
+//!   `TaskStates`, `ListTasks`.
 //!
 //! To any node:
 //! - `Workers` ([`WorkerRequest`]): `StartActor`, `KillActor`, `ReadOutput`,
@@ -46,7 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::wire::{Incarnation, NodeIdentity};
 
-use super::jobs::{JobRecord, JobSubmission};
+use super::jobs::{JobRecord, JobSubmission, TaskRecord};
 use super::objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, RefHolder, RefUpdate, SharedObjectFile,
 };
@@ -82,6 +83,9 @@ pub enum ControlRequest {
     /// Returns the payload unchanged: a liveness probe and a benchmark.
     Echo(#[serde(with = "serde_bytes")] Vec<u8>),
 }
+
+/// The most task states one `JobRequest::TaskStates` carries.
+pub const MAX_TASK_STATES: usize = 1000;
 
 /// How often a driver tells the head its job is alive (`JobRequest::DriverAlive`).
 pub const DRIVER_BEAT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -131,6 +135,13 @@ pub enum JobRequest {
     /// To the head: every job it knows, live and ended. Answered with
     /// [`ControlReply::Jobs`].
     ListJobs,
+    /// To the head, from any process that submits tasks, about once a
+    /// second: the latest state of its tasks that changed (at most
+    /// `MAX_TASK_STATES`). Answered with `Ack`.
+    TaskStates(Vec<TaskRecord>),
+    /// To the head: the tasks it knows (the last 10,000). Answered with
+    /// [`ControlReply::Tasks`].
+    ListTasks,
     /// To a node, from the head: start a submitted job's driver. Answered
     /// with [`ControlReply::DriverStarted`].
     RunDriver {
@@ -673,6 +684,8 @@ pub enum ControlReply {
     Job(Box<JobRecord>),
     /// Every job the head knows.
     Jobs(Vec<JobRecord>),
+    /// The tasks the head knows.
+    Tasks(Vec<TaskRecord>),
     /// A submitted job's driver runs, with this process id.
     DriverStarted {
         /// Its process id on the node.

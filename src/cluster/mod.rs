@@ -31,13 +31,15 @@ mod resources;
 
 pub use death::{bounded_text, DeathCause, MAX_TEXT_BYTES};
 pub use digest::{sha256_bytes, sha256_file};
-pub use jobs::{valid_job_id, JobRecord, JobState, JobSubmission, MAX_JOB_ID};
+pub use jobs::{
+    valid_job_id, JobRecord, JobState, JobSubmission, TaskRecord, TaskState, MAX_JOB_ID,
+};
 pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleListing,
     BundleRequest, ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest,
     Demand, DirectoryRequest, EventRequest, FaultRequest, JobRequest, MembershipRequest,
     NodeRegistration, NodeState, NodeStatus, ObjectRequest, OutputLine, PlacementGroupId,
-    ProcessClass, ResourceUsage, WorkerRequest, DRIVER_BEAT,
+    ProcessClass, ResourceUsage, WorkerRequest, DRIVER_BEAT, MAX_TASK_STATES,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

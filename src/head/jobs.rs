@@ -51,9 +51,10 @@ use tracing::{info, warn};
 
 use super::events::{ClusterEvents, Publish};
 use super::membership::{self, Membership};
+use super::tasks::TaskTable;
 use crate::cluster::{
     valid_job_id, ClusterEventKind, ControlReply, ControlRequest, DeathCause, JobRecord,
-    JobRequest, JobState, JobSubmission,
+    JobRequest, JobState, JobSubmission, TaskRecord,
 };
 use crate::transport::{Endpoint, RequestOptions};
 
@@ -417,9 +418,11 @@ fn wall_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// The head's job keeper: a thin shell around [`JobTable`].
+/// The head's job keeper: a thin shell around [`JobTable`], and the
+/// keeper of the tasks its jobs submit ([`TaskTable`]).
 pub struct Jobs {
     table: JobTable,
+    tasks: TaskTable,
     grace: Duration,
     endpoint: Endpoint,
     head: SocketAddr,
@@ -440,6 +443,7 @@ impl Jobs {
     ) -> Self {
         Jobs {
             table: JobTable::default(),
+            tasks: TaskTable::default(),
             grace,
             endpoint,
             head,
@@ -728,6 +732,32 @@ impl Handler<List> for Jobs {
 
     fn handle(&mut self, _: List, _: &mut Self::Context) -> Self::Result {
         MessageResult(self.table.list())
+    }
+}
+
+/// A process reports the latest state of its tasks (`tasks.rs`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct TaskStates(pub Vec<TaskRecord>);
+
+impl Handler<TaskStates> for Jobs {
+    type Result = ();
+
+    fn handle(&mut self, TaskStates(records): TaskStates, _: &mut Self::Context) {
+        self.tasks.update(records);
+    }
+}
+
+/// The tasks the head knows.
+#[derive(Message)]
+#[rtype(result = "Vec<TaskRecord>")]
+pub struct ListTasks;
+
+impl Handler<ListTasks> for Jobs {
+    type Result = MessageResult<ListTasks>;
+
+    fn handle(&mut self, _: ListTasks, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.tasks.list())
     }
 }
 

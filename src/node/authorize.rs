@@ -176,7 +176,12 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
                 ),
             }
         }
-        ControlRequest::Jobs(JobRequest::ListJobs | JobRequest::ReadJobLog { .. }) => Ok(()),
+        ControlRequest::Jobs(
+            JobRequest::ListJobs
+            | JobRequest::ReadJobLog { .. }
+            | JobRequest::ListTasks
+            | JobRequest::TaskStates(_),
+        ) => Ok(()),
         ControlRequest::Jobs(JobRequest::EndJob { .. }) => match node {
             true => Ok(()),
             false => deny("EndJob", "only the head ends a job"),

@@ -309,6 +309,25 @@ async fn job_request(
         JobRequest::ListJobs => Ok(ControlReply::Jobs(
             jobs.send(jobs::List).await.map_err(internal)?,
         )),
+        JobRequest::TaskStates(records) => {
+            if records.len() > crate::cluster::MAX_TASK_STATES {
+                return Err(RemoteError::new(
+                    RemoteErrorKind::BadRequest,
+                    format!(
+                        "{} task states in one report; at most {}",
+                        records.len(),
+                        crate::cluster::MAX_TASK_STATES
+                    ),
+                ));
+            }
+            jobs.send(jobs::TaskStates(records))
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Ack)
+        }
+        JobRequest::ListTasks => Ok(ControlReply::Tasks(
+            jobs.send(jobs::ListTasks).await.map_err(internal)?,
+        )),
         JobRequest::DriverExited { job, exit } => {
             let exited = jobs::Exited {
                 job,

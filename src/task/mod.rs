@@ -39,9 +39,12 @@
 //!   lost with its worker process or node is retried on a new lease up to
 //!   `max_retries` times (default 3, as in Ray); errors of the function
 //!   itself are not retried.
+//! - **Listing** (`records.rs`): each task's latest state is reported to
+//!   the head about once a second, for `nimbus list tasks`.
 
 mod policy;
 mod pool;
+pub mod records;
 mod worker;
 
 /// Registers task function `task` (a [`TaskFn`] constant) to run `run`, in
@@ -330,10 +333,11 @@ pub async fn submit<A, R>(
     if let Some(tracked) = keep.tracked() {
         tracked.producing();
     }
+    let tracked = records::Tracked::submitted(context, run.result, &run.task);
     tokio::spawn(async move {
         // `keep` holds the result's reference until the task settles, so it
         // cannot be freed before it exists.
-        drive(context, run, options, &keep).await;
+        drive(context, run, options, &keep, tracked).await;
         if let Some(tracked) = keep.tracked() {
             tracked.settle();
         }
@@ -348,6 +352,7 @@ async fn drive(
     run: RunTask,
     options: TaskOptions,
     result: &ObjectRef<()>,
+    mut tracked: records::Tracked,
 ) {
     let mut retries = Retries::new(options.max_retries);
     let outcome = loop {
@@ -355,6 +360,7 @@ async fn drive(
             Ok(lease) => lease,
             Err(e) => break Err(format!("no worker for task {}: {e}", run.task)),
         };
+        tracked.running(lease.worker().id());
         let failure = match lease.worker().send(run.clone()).await {
             Ok(Ok(TaskOutput::Stored)) => {
                 pool::release(lease);
@@ -392,6 +398,7 @@ async fn drive(
             Verdict::Fail(reason) => break Err(format!("task {} {reason}", run.task)),
         }
     };
+    tracked.ended(outcome.as_ref().err().cloned());
     if let Err(message) = outcome {
         fail(context, &run, message).await;
     }

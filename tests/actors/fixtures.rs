@@ -12,6 +12,14 @@ use nimbus::object_store::{self, ObjectRef, RawBytes};
 use nimbus::wire::{Incarnation, NodeIdentity};
 use serde::{Deserialize, Serialize};
 
+/// A task that halves an even number and fails on an odd one (registered
+/// by `remote_task!`, with no `Registry` entry).
+pub const HALVE: nimbus::task::TaskFn<u64, u64> = nimbus::task::TaskFn::new("tests.halve");
+nimbus::remote_task!(HALVE, |n: u64| match n % 2 {
+    0 => Ok(n / 2),
+    _ => Err(format!("{n} is odd")),
+});
+
 pub fn registry() -> Registry {
     Registry::new()
         .actor::<Counter>()

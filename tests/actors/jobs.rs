@@ -374,3 +374,65 @@ pub fn program_with_its_own_cluster(mode: &str) {
         std::process::exit(1);
     }
 }
+
+/// `nimbus list tasks`: each task's latest state reaches the head within
+/// about a second of changing, with its name, job, attempts and error.
+pub async fn tasks_are_listed_with_their_state(driver: &mut Driver) {
+    use nimbus::task::{self, Input, TaskOptions};
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let operator = Operator::of(cluster);
+    let options = || TaskOptions::default().num_cpus(0.1);
+    let mut results = Vec::new();
+    for n in [2u64, 4, 7] {
+        results.push(
+            task::submit(crate::fixtures::HALVE, Input::value(&n).unwrap(), options())
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(nimbus::object_store::get(&results[0]).await.unwrap(), 1);
+    assert!(nimbus::object_store::get(&results[2]).await.is_err());
+    let job = actor::ProcessContext::current().unwrap().job.clone();
+    let filter = format!("job={job}");
+    let listed = wait_until(
+        "the tasks' ends are listed",
+        Duration::from_secs(20),
+        || async {
+            let (code, out, err) = operator
+                .run(&[
+                    "list",
+                    "tasks",
+                    "--json",
+                    "--filter",
+                    &filter,
+                    "--filter",
+                    "name=tests.halve",
+                ])
+                .await;
+            assert_eq!(code, Some(0), "{err}");
+            let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let rows = rows.as_array().unwrap().clone();
+            let ended = rows
+                .iter()
+                .filter(|r| r["state"] == "FINISHED" || r["state"] == "FAILED")
+                .count();
+            (ended == 3).then_some(rows)
+        },
+    )
+    .await
+    .unwrap();
+    let ids: Vec<String> = results.iter().map(|r| r.id().to_string()).collect();
+    for row in &listed {
+        assert!(
+            ids.contains(&row["id"].as_str().unwrap().to_string()),
+            "{row}"
+        );
+        assert_eq!(row["attempts"], 1, "{row}");
+    }
+    let failed: Vec<_> = listed.iter().filter(|r| r["state"] == "FAILED").collect();
+    assert_eq!(failed.len(), 1, "{listed:?}");
+    assert!(
+        failed[0]["error"].as_str().unwrap().contains("7 is odd"),
+        "{listed:?}"
+    );
+}

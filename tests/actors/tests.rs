@@ -61,6 +61,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_jobs_working_directory_travels_with_it", |d| {
         boxed(crate::jobs::a_jobs_working_directory_travels_with_it(d))
     }),
+    ("tasks_are_listed_with_their_state", |d| {
+        boxed(crate::jobs::tasks_are_listed_with_their_state(d))
+    }),
     ("a_failed_programs_local_cluster_keeps_its_logs", |d| {
         boxed(crate::jobs::a_failed_programs_local_cluster_keeps_its_logs(
             d,

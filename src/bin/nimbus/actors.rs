@@ -1,12 +1,14 @@
 //! `nimbus list` and `nimbus kill`: the cluster's state as rows, and
 //! `ray.kill` from the command line.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use nimbus::client::ClusterClient;
-use nimbus::cluster::{ActorRecord, BundleListing, NodeState, PlacementGroupId, ResourceSet};
+use nimbus::cluster::{
+    ActorRecord, BundleListing, NodeState, PlacementGroupId, ResourceSet, TaskRecord,
+};
 use serde_json::{json, Map, Value};
 
 use crate::head::HeadArgs;
@@ -24,6 +26,8 @@ pub(crate) enum Listed {
     Jobs,
     /// Placement groups, from the bundles the live nodes hold: id, job, bundles, nodes, resources, used.
     PlacementGroups,
+    /// Tasks (the head keeps the last 10,000): id, name, state, job, node, worker, attempts, error, times.
+    Tasks,
 }
 
 /// Options of `nimbus list`.
@@ -119,6 +123,20 @@ async fn rows(client: &ClusterClient, what: Listed) -> Result<Vec<Map<String, Va
             })
             .collect(),
         Listed::Jobs => client.jobs().await?.iter().map(crate::jobs::row).collect(),
+        Listed::Tasks => {
+            let nodes: HashMap<String, String> = client
+                .actors()
+                .await?
+                .into_iter()
+                .map(|a| (a.actor.to_string(), a.node.name))
+                .collect();
+            client
+                .tasks()
+                .await?
+                .iter()
+                .map(|task| object(task_row(task, &nodes)))
+                .collect()
+        }
         Listed::PlacementGroups => {
             let mut bundles = Vec::new();
             for node in client.status().await?.alive() {
@@ -179,6 +197,24 @@ fn group_rows(bundles: Vec<(String, BundleListing)>) -> Vec<Value> {
             })
         })
         .collect()
+}
+
+/// A task as a row; `nodes` maps live task workers to their nodes (a
+/// worker whose lease was returned is gone: its node is not shown).
+fn task_row(task: &TaskRecord, nodes: &HashMap<String, String>) -> Value {
+    let worker = task.worker.map(|w| w.to_string()).unwrap_or_default();
+    json!({
+        "id": task.id.to_string(),
+        "name": task.name,
+        "state": task.state.to_string(),
+        "job": task.job,
+        "node": nodes.get(&worker).cloned().unwrap_or_default(),
+        "worker": worker,
+        "attempts": task.attempts,
+        "error": task.error.clone().unwrap_or_default(),
+        "submitted_ms": task.submitted_ms,
+        "ended_ms": task.ended_ms,
+    })
 }
 
 fn actor_row(record: &ActorRecord) -> Value {

@@ -5,7 +5,7 @@
 //! nimbus start --address HOST:PORT --token TOKEN [--num-cpus N] [--num-gpus N] [--resources JSON]
 //! nimbus status [--address HOST:PORT --token TOKEN] [--json]
 //! nimbus memory [--address HOST:PORT --token TOKEN] [--json] [--limit N]
-//! nimbus list actors|nodes|objects|jobs [--filter KEY=VALUE]... [--json] [--limit N]
+//! nimbus list actors|nodes|objects|jobs|placement-groups|tasks [--filter KEY=VALUE]... [--json] [--limit N]
 //! nimbus logs ACTOR | --job ID | --node NAME [--tail N] [--follow]
 //! nimbus kill ACTOR
 //! nimbus job submit [--working-dir DIR] [--env K=V]... [--name NAME] [--node NODE] [--no-wait] -- PROGRAM ARGS...
@@ -47,7 +47,7 @@ enum Command {
     Memory(memory::MemoryArgs),
     /// Run a program against a local cluster under a seeded fault plan.
     Chaos(chaos::ChaosArgs),
-    /// List actors, nodes, objects or jobs, with filters, as a table or JSON.
+    /// List actors, nodes, objects, jobs, placement groups or tasks, with filters, as a table or JSON.
     List(actors::ListArgs),
     /// Print an actor's log (its stdout and stderr), a job's or a node's, from the node that has it.
     Logs(logs::LogsArgs),

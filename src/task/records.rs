@@ -1,0 +1,119 @@
+//! What this process's tasks are doing, for `nimbus list tasks`
+//! (`crate::head`'s `tasks.rs` keeps them):
+//!
+//! 1. Each task's state is recorded here as it changes: `PENDING` at
+//!    submission, `RUNNING` at each attempt (with its task worker),
+//!    `FINISHED` or `FAILED` (with the error) at its end; only the latest
+//!    state of each is kept until reported.
+//! 2. Every [`REPORT_EVERY`] (1 s) the latest states are sent to the head
+//!    (`TaskStates`, at most `MAX_TASK_STATES` per request), so a task that
+//!    starts and ends within a second costs one record, and submitting
+//!    costs no round trip. A failed report is dropped (the listing is
+//!    informative; the tasks run on).
+//! 3. A driver that ends hands over what is left (`take_unreported`).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::cluster::{
+    ActorId, ControlRequest, JobRequest, ObjectId, TaskRecord, TaskState, MAX_TASK_STATES,
+};
+use crate::runtime::ProcessContext;
+
+/// How often the latest states are reported.
+pub const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// The states not reported yet, by task.
+fn unreported() -> &'static Mutex<HashMap<ObjectId, TaskRecord>> {
+    static UNREPORTED: OnceLock<Mutex<HashMap<ObjectId, TaskRecord>>> = OnceLock::new();
+    UNREPORTED.get_or_init(Mutex::default)
+}
+
+/// Step 3: the states not reported yet, taken.
+pub fn take_unreported() -> Vec<TaskRecord> {
+    match unreported().lock() {
+        Ok(mut pending) => pending.drain().map(|(_, record)| record).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// One task's record, kept up to date through its life (step 1).
+pub(super) struct Tracked {
+    record: TaskRecord,
+}
+
+impl Tracked {
+    /// A task of `name` just submitted by `context`'s job, its result
+    /// `id`: `PENDING`.
+    pub(super) fn submitted(context: &'static ProcessContext, id: ObjectId, name: &str) -> Self {
+        start_reporting(context);
+        let tracked = Tracked {
+            record: TaskRecord {
+                id,
+                name: name.to_string(),
+                job: context.job.clone(),
+                state: TaskState::Pending,
+                worker: None,
+                attempts: 0,
+                error: None,
+                submitted_ms: wall_ms(),
+                ended_ms: None,
+            },
+        };
+        tracked.record();
+        tracked
+    }
+
+    /// An attempt starts on `worker`.
+    pub(super) fn running(&mut self, worker: ActorId) {
+        self.record.state = TaskState::Running;
+        self.record.worker = Some(worker);
+        self.record.attempts += 1;
+        self.record();
+    }
+
+    /// The task ended: `FINISHED`, or `FAILED` with `error`.
+    pub(super) fn ended(mut self, error: Option<String>) {
+        self.record.state = match error {
+            None => TaskState::Finished,
+            Some(_) => TaskState::Failed,
+        };
+        self.record.error = error;
+        self.record.ended_ms = Some(wall_ms());
+        self.record();
+    }
+
+    fn record(&self) {
+        if let Ok(mut pending) = unreported().lock() {
+            pending.insert(self.record.id, self.record.clone());
+        }
+    }
+}
+
+/// Step 2, started once per process.
+fn start_reporting(context: &'static ProcessContext) {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REPORT_EVERY);
+            loop {
+                tick.tick().await;
+                let states = take_unreported();
+                for batch in states.chunks(MAX_TASK_STATES) {
+                    let report = ControlRequest::Jobs(JobRequest::TaskStates(batch.to_vec()));
+                    if let Err(e) = context.call_head(&report).await {
+                        tracing::debug!("task states not reported: {e}");
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// Milliseconds since the Unix epoch.
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
