@@ -425,28 +425,11 @@ impl Handler<ReadJobLog> for DriverRunner {
     /// Read on the blocking pool.
     fn handle(&mut self, msg: ReadJobLog, _: &mut Self::Context) -> Self::Result {
         let path = log_path(&self.state_dir, &msg.job);
-        Box::pin(async move {
-            if !valid_job_id(&msg.job) {
-                return Err(DriverError::BadId(msg.job).into());
-            }
-            let read = tokio::task::spawn_blocking(move || {
-                logs::read(&path, msg.offset, msg.max)
-                    .map(|(total, bytes)| ControlReply::Log {
-                        file: path.display().to_string(),
-                        total,
-                        bytes,
-                    })
-                    .map_err(|e| match e.kind() {
-                        std::io::ErrorKind::NotFound => {
-                            format!("no driver of job {} ran on this node", msg.job)
-                        }
-                        _ => format!("cannot read {}: {e}", path.display()),
-                    })
-            })
-            .await
-            .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?;
-            read.map_err(|why| RemoteError::new(RemoteErrorKind::BadRequest, why))
-        })
+        let find = move || match valid_job_id(&msg.job) && path.is_file() {
+            true => Ok(path),
+            false => Err(format!("no driver of job {:?} ran on this node", msg.job)),
+        };
+        Box::pin(logs::read_reply(find, msg.offset, msg.max))
     }
 }
 

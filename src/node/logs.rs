@@ -21,7 +21,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::cluster::ActorId;
+use crate::cluster::{ActorId, ControlReply};
+use crate::wire::{RemoteError, RemoteErrorKind};
 
 /// The most bytes of a log one request returns.
 pub(super) const MAX_LOG_READ: u64 = 1 << 20;
@@ -68,6 +69,30 @@ pub(super) fn newest(dir: &Path, actor: ActorId) -> Option<PathBuf> {
         })
         .max_by_key(|(stamp, _)| *stamp)
         .map(|(_, path)| path)
+}
+
+/// Up to `max` bytes from `offset` of the log `find` names (`Err`: why
+/// there is none), read on the blocking pool, as the `Log` reply.
+pub(super) async fn read_reply(
+    find: impl FnOnce() -> Result<PathBuf, String> + Send + 'static,
+    offset: u64,
+    max: u64,
+) -> Result<ControlReply, RemoteError> {
+    let read = tokio::task::spawn_blocking(move || {
+        let path = find()?;
+        let (total, bytes) = read(&path, offset, max).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!("{} does not exist", path.display()),
+            _ => format!("cannot read {}: {e}", path.display()),
+        })?;
+        Ok::<_, String>(ControlReply::Log {
+            file: path.display().to_string(),
+            total,
+            bytes,
+        })
+    })
+    .await
+    .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?;
+    read.map_err(|why| RemoteError::new(RemoteErrorKind::BadRequest, why))
 }
 
 /// The log's length, and up to `max` (at most [`MAX_LOG_READ`]) bytes of

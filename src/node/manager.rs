@@ -521,23 +521,11 @@ impl Handler<ReadLog> for NodeManager {
     fn handle(&mut self, msg: ReadLog, _: &mut Self::Context) -> Self::Result {
         let dir = self.config.state_dir.join("logs");
         let node = self.config.identity.name.clone();
-        Box::pin(async move {
-            let read = tokio::task::spawn_blocking(move || {
-                let path = logs::newest(&dir, msg.actor).ok_or_else(|| {
-                    format!("no worker of actor {} ran on node {node}", msg.actor)
-                })?;
-                let (total, bytes) = logs::read(&path, msg.offset, msg.max)
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                Ok::<_, String>(ControlReply::Log {
-                    file: path.display().to_string(),
-                    total,
-                    bytes,
-                })
-            })
-            .await
-            .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?;
-            read.map_err(|why| RemoteError::new(RemoteErrorKind::BadRequest, why))
-        })
+        let find = move || {
+            logs::newest(&dir, msg.actor)
+                .ok_or_else(|| format!("no worker of actor {} ran on node {node}", msg.actor))
+        };
+        Box::pin(logs::read_reply(find, msg.offset, msg.max))
     }
 }
 
@@ -558,28 +546,18 @@ impl Handler<ReadNodeLog> for NodeManager {
     /// it to a file); read on the blocking pool.
     fn handle(&mut self, msg: ReadNodeLog, _: &mut Self::Context) -> Self::Result {
         let node = self.config.identity.name.clone();
-        Box::pin(async move {
-            let read = tokio::task::spawn_blocking(move || {
-                let path = std::fs::read_link("/proc/self/fd/2")
-                    .map_err(|e| format!("node {node} cannot tell where its log goes: {e}"))?;
-                if !path.is_file() {
-                    return Err(format!(
-                        "node {node} writes its log to {}, not to a file (started in a terminal with --block?)",
-                        path.display()
-                    ));
-                }
-                let (total, bytes) = logs::read(&path, msg.offset, msg.max)
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                Ok(ControlReply::Log {
-                    file: path.display().to_string(),
-                    total,
-                    bytes,
-                })
-            })
-            .await
-            .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?;
-            read.map_err(|why| RemoteError::new(RemoteErrorKind::BadRequest, why))
-        })
+        let find = move || {
+            let path = std::fs::read_link("/proc/self/fd/2")
+                .map_err(|e| format!("node {node} cannot tell where its log goes: {e}"))?;
+            match path.is_file() {
+                true => Ok(path),
+                false => Err(format!(
+                    "node {node} writes its log to {}, not to a file (started in a terminal with --block?)",
+                    path.display()
+                )),
+            }
+        };
+        Box::pin(logs::read_reply(find, msg.offset, msg.max))
     }
 }
 
