@@ -47,17 +47,20 @@ impl ClusterClient {
         }
     }
 
-    /// Up to `max` bytes from `offset` of the log of `actor`'s newest
-    /// worker process, read on the node it runs (or ran) on.
+    /// Up to `max` bytes from `offset` of the stdout log (or with
+    /// `stderr`, the stderr log) of `actor`'s newest worker process, read
+    /// on the node it runs (or ran) on.
     pub async fn read_log(
         &self,
         actor: &ActorRecord,
+        stderr: bool,
         offset: u64,
         max: u64,
     ) -> Result<LogChunk, ClientError> {
         let node = self.node_of(actor).await?;
         let request = ControlRequest::Workers(WorkerRequest::ReadLog {
             actor: actor.actor,
+            stderr,
             offset,
             max,
         });

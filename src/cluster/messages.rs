@@ -339,12 +339,15 @@ pub enum WorkerRequest {
         /// The most lines to return.
         max: u32,
     },
-    /// To a node: up to `max` bytes from `offset` of the log (stdout and
-    /// stderr) of the newest worker process that hosted `actor` there.
+    /// To a node: up to `max` bytes from `offset` of the stdout or stderr
+    /// log of the newest worker process that hosted `actor` there.
     /// Answered with [`ControlReply::Log`].
     ReadLog {
         /// The actor.
         actor: ActorId,
+        /// Its stderr log (`.err`) rather than its stdout's (`.out`).
+        #[serde(default)]
+        stderr: bool,
         /// Where to start reading.
         offset: u64,
         /// The most bytes to return (the node caps it at 1 MiB).

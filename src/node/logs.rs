@@ -1,15 +1,18 @@
-//! Worker logs on a node: `state_dir/logs/worker-ACTOR-INCARNATION.log`,
-//! one per worker process (each restart of an actor is a new one), with
-//! what the process wrote to stderr and printed to stdout (`workers.rs`).
+//! Worker logs on a node, two per worker process (each restart of an actor
+//! is a new one): `state_dir/logs/worker-ACTOR-INCARNATION.out`, what it
+//! printed to stdout, and `.err`, what it wrote to stderr (`workers.rs`).
 //! Anyone of the cluster may read them (`ReadLog`), from any offset, at
 //! most [`MAX_LOG_READ`] bytes a request; `nimbus logs` follows one by
-//! reading on from where it stopped.
+//! reading on from where it stopped. A worker's stderr also reaches its
+//! job's driver: the node reads each live worker's `.err` on every
+//! [`STDERR_EVERY`] (complete lines only, [`MAX_LOG_READ`] at most) and
+//! keeps the new lines with what it printed (`output.rs`).
 //!
 //! Rotation by size, for worker and job-driver logs alike (their writers
 //! hold the file open for appending, so it is rotated in place):
 //! 1. Every [`ROTATE_EVERY`] (5 s) the node checks the logs of the
 //!    processes it runs; one past its limit (`--log-max-mib`, default
-//!    [`DEFAULT_LOG_MAX`], 64 MiB) is copied to `NAME.log.1` (replacing
+//!    [`DEFAULT_LOG_MAX`], 64 MiB) is copied to `NAME.1` (replacing
 //!    the one before) and truncated to nothing; its writers append from
 //!    the start again. So a log and its one predecessor hold at most about
 //!    twice the limit; what is written between the copy and the truncation
@@ -52,8 +55,61 @@ pub(super) fn rotate_if_larger(path: &Path, max: u64) -> std::io::Result<bool> {
     Ok(true)
 }
 
-/// The log of `actor`'s newest worker process in `dir`, if it ran here.
-pub(super) fn newest(dir: &Path, actor: ActorId) -> Option<PathBuf> {
+/// How often a node reads what its workers wrote to stderr, for their
+/// drivers.
+pub(super) const STDERR_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Which of a worker's logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stream {
+    /// What it printed to stdout (`.out`).
+    Out,
+    /// What it wrote to stderr (`.err`).
+    Err,
+}
+
+impl Stream {
+    fn suffix(self) -> &'static str {
+        match self {
+            Stream::Out => ".out",
+            Stream::Err => ".err",
+        }
+    }
+
+    /// The `stream` log of `actor`'s worker of `incarnation` in `dir`.
+    pub(super) fn path(self, dir: &Path, actor: ActorId, incarnation: u64) -> PathBuf {
+        dir.join(format!(
+            "{}-{incarnation}{}",
+            actor.worker_name(),
+            self.suffix()
+        ))
+    }
+}
+
+/// New complete lines of the log at `path` from `offset` (at most
+/// [`MAX_LOG_READ`] bytes; a longer line is cut there), and the offset
+/// after them; from the start if the log shrank (rotated). Blocking.
+pub(super) fn new_lines(path: &Path, offset: u64) -> std::io::Result<(u64, Vec<String>)> {
+    let (total, bytes) = read(path, offset, MAX_LOG_READ)?;
+    let (offset, bytes) = match total < offset {
+        true => (0, read(path, 0, MAX_LOG_READ)?.1),
+        false => (offset, bytes),
+    };
+    let complete = match bytes.iter().rposition(|b| *b == b'\n') {
+        Some(last) => last + 1,
+        None if bytes.len() as u64 == MAX_LOG_READ => bytes.len(),
+        None => 0,
+    };
+    let lines = String::from_utf8_lossy(&bytes[..complete])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    Ok((offset + complete as u64, lines))
+}
+
+/// The `stream` log of `actor`'s newest worker process in `dir`, if it
+/// ran here.
+pub(super) fn newest(dir: &Path, actor: ActorId, stream: Stream) -> Option<PathBuf> {
     let prefix = format!("{}-", actor.worker_name());
     std::fs::read_dir(dir)
         .ok()?
@@ -62,7 +118,7 @@ pub(super) fn newest(dir: &Path, actor: ActorId) -> Option<PathBuf> {
             let name = entry.file_name().into_string().ok()?;
             let stamp: u64 = name
                 .strip_prefix(&prefix)?
-                .strip_suffix(".log")?
+                .strip_suffix(stream.suffix())?
                 .parse()
                 .ok()?;
             Some((stamp, entry.path()))
@@ -114,13 +170,13 @@ mod tests {
     fn a_log_past_its_limit_is_kept_once_and_its_writer_appends_from_the_start() {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("worker-00000000000000ab-1.log");
+        let path = dir.path().join("worker-00000000000000ab-1.err");
         let mut writer = crate::cluster::files::private_log(&path).unwrap();
         writer.write_all(&[b'a'; 100]).unwrap();
         assert!(!rotate_if_larger(&path, 100).unwrap(), "at the limit: kept");
         writer.write_all(b"b").unwrap();
         assert!(rotate_if_larger(&path, 100).unwrap());
-        let previous = dir.path().join("worker-00000000000000ab-1.log.1");
+        let previous = dir.path().join("worker-00000000000000ab-1.err.1");
         assert_eq!(std::fs::read(&previous).unwrap().len(), 101);
         writer.write_all(b"after\n").unwrap();
         assert_eq!(
@@ -135,18 +191,42 @@ mod tests {
     fn the_newest_incarnations_log_is_read_from_an_offset() {
         let dir = tempfile::tempdir().unwrap();
         let actor = ActorId(0xab);
-        let log = |stamp: u64| {
-            dir.path()
-                .join(format!("{}-{stamp}.log", actor.worker_name()))
-        };
-        std::fs::write(log(5), "first life\n").unwrap();
-        std::fs::write(log(17), "second life\nmore\n").unwrap();
-        std::fs::write(dir.path().join("worker-00000000000000ac-99.log"), "other").unwrap();
-        let newest = newest(dir.path(), actor).unwrap();
-        assert_eq!(newest, log(17));
+        let log = |stamp: u64, stream: Stream| stream.path(dir.path(), actor, stamp);
+        std::fs::write(log(5, Stream::Out), "first life\n").unwrap();
+        std::fs::write(log(17, Stream::Out), "second life\nmore\n").unwrap();
+        std::fs::write(log(17, Stream::Err), "on stderr\n").unwrap();
+        std::fs::write(dir.path().join("worker-00000000000000ac-99.out"), "other").unwrap();
+        let newest = newest(dir.path(), actor, Stream::Out).unwrap();
+        assert_eq!(newest, log(17, Stream::Out));
         assert_eq!(read(&newest, 12, 100).unwrap(), (17, b"more\n".to_vec()));
         assert_eq!(read(&newest, 40, 100).unwrap(), (17, Vec::new()));
         assert_eq!(read(&newest, 0, 6).unwrap().1, b"second");
-        assert!(super::newest(dir.path(), ActorId(1)).is_none());
+        assert_eq!(
+            super::newest(dir.path(), actor, Stream::Err),
+            Some(log(17, Stream::Err))
+        );
+        assert!(super::newest(dir.path(), ActorId(1), Stream::Out).is_none());
+    }
+
+    #[test]
+    fn only_complete_lines_are_taken_and_a_rotated_log_is_read_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.err");
+        std::fs::write(&path, "one\ntwo\npart").unwrap();
+        let (offset, lines) = new_lines(&path, 0).unwrap();
+        assert_eq!(
+            (offset, lines),
+            (8, vec!["one".to_string(), "two".to_string()])
+        );
+        assert_eq!(
+            new_lines(&path, offset).unwrap(),
+            (8, Vec::new()),
+            "the partial line waits"
+        );
+        std::fs::write(&path, "new\n").unwrap();
+        assert_eq!(
+            new_lines(&path, offset).unwrap(),
+            (4, vec!["new".to_string()])
+        );
     }
 }

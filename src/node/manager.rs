@@ -62,9 +62,10 @@ use super::binaries::BinaryCache;
 use super::error::{BinaryError, GrantError, NoCapacity, NodeError, WorkerStartError};
 use super::gpu_slots::GpuTake;
 use super::logs;
+use super::logs::Stream;
 use super::output::JobOutput;
 use super::resources::{Grant, ResourcePool};
-use super::workers::{self, LaunchedWorker, WorkerIdentities};
+use super::workers::{self, LaunchedWorker, WorkerIdentities, WorkerLogs};
 use crate::runtime::boot::WorkerBoot;
 
 /// How the node manager reaches the head's actors.
@@ -139,6 +140,8 @@ struct Worker {
     pid: u32,
     /// Killed on request: its death is final, whatever its restart policy.
     killed: bool,
+    /// Its stderr log, and how far it was read for the driver.
+    err_log: (PathBuf, u64),
 }
 
 /// The outcome of one heartbeat.
@@ -323,11 +326,11 @@ impl NodeManager {
                 .collect(),
         };
         let log_dir = self.config.state_dir.join("logs");
-        let log = log_dir.join(format!(
-            "{}-{}.log",
-            spec.actor.worker_name(),
-            boot.identity.name.incarnation
-        ));
+        let incarnation = boot.identity.name.incarnation.0;
+        let logs = WorkerLogs {
+            out: Stream::Out.path(&log_dir, spec.actor, incarnation),
+            err: Stream::Err.path(&log_dir, spec.actor, incarnation),
+        };
         // An actor sees its own devices only; one without GPUs sees none.
         let gpus = gpus.ids().join(",");
         let me = ctx.address();
@@ -355,7 +358,7 @@ impl NodeManager {
                     reason,
                 });
             };
-            let worker = workers::launch(&binary, &boot, &log, gpus, on_line, on_exit).await?;
+            let worker = workers::launch(&binary, &boot, &logs, gpus, on_line, on_exit).await?;
             Ok(worker)
         }
         .boxed()
@@ -369,15 +372,42 @@ impl NodeManager {
         let actors: Vec<ActorId> = self.workers.keys().copied().collect();
         tokio::task::spawn_blocking(move || {
             for actor in actors {
-                let Some(log) = logs::newest(&dir, actor) else {
-                    continue;
-                };
-                match logs::rotate_if_larger(&log, max) {
-                    Ok(true) => info!(%actor, log = %log.display(), "worker log rotated"),
-                    Ok(false) => {}
-                    Err(e) => warn!(%actor, "cannot rotate {}: {e}", log.display()),
+                for stream in [Stream::Out, Stream::Err] {
+                    let Some(log) = logs::newest(&dir, actor, stream) else {
+                        continue;
+                    };
+                    match logs::rotate_if_larger(&log, max) {
+                        Ok(true) => info!(%actor, log = %log.display(), "worker log rotated"),
+                        Ok(false) => {}
+                        Err(e) => warn!(%actor, "cannot rotate {}: {e}", log.display()),
+                    }
                 }
             }
+        });
+    }
+
+    /// Reads what the workers running here wrote to stderr since last
+    /// time (`logs.rs`), on the blocking pool; the lines come back as
+    /// `StderrRead`, for the workers' drivers.
+    fn read_stderr(&mut self, ctx: &mut Context<Self>) {
+        let logs: Vec<(ActorId, PathBuf, u64)> = self
+            .workers
+            .iter()
+            .map(|(actor, w)| (*actor, w.err_log.0.clone(), w.err_log.1))
+            .collect();
+        if logs.is_empty() {
+            return;
+        }
+        let me = ctx.address();
+        tokio::task::spawn_blocking(move || {
+            let read = logs
+                .into_iter()
+                .filter_map(|(actor, path, offset)| {
+                    let (to, lines) = logs::new_lines(&path, offset).ok()?;
+                    (to != offset).then_some((actor, path, to, lines))
+                })
+                .collect();
+            me.do_send(StderrRead(read));
         });
     }
 
@@ -414,6 +444,7 @@ impl Actor for NodeManager {
         self.heartbeat(ctx);
         ctx.run_interval(self.config.interval, Self::heartbeat);
         ctx.run_interval(logs::ROTATE_EVERY, |manager, _| manager.rotate_logs());
+        ctx.run_interval(logs::STDERR_EVERY, Self::read_stderr);
     }
 }
 
@@ -481,6 +512,30 @@ impl Handler<WorkerPrinted> for NodeManager {
     }
 }
 
+/// What workers wrote to stderr: per worker, its log, how far it is read
+/// now, and the new lines.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct StderrRead(Vec<(ActorId, PathBuf, u64, Vec<String>)>);
+
+impl Handler<StderrRead> for NodeManager {
+    type Result = ();
+
+    fn handle(&mut self, StderrRead(read): StderrRead, _: &mut Self::Context) {
+        for (actor, path, to, lines) in read {
+            // The same incarnation's log still (not restarted meanwhile).
+            let Some(worker) = self.workers.get_mut(&actor).filter(|w| w.err_log.0 == path) else {
+                continue;
+            };
+            worker.err_log.1 = to;
+            let (job, name) = (worker.spec.job.clone(), worker.spec.name.clone());
+            for line in lines {
+                self.output.push(&job, actor, name.clone(), &line);
+            }
+        }
+    }
+}
+
 /// The lines workers of a job printed here after a number.
 #[derive(Message)]
 #[rtype(result = "ControlReply")]
@@ -508,6 +563,8 @@ impl Handler<ReadOutput> for NodeManager {
 pub struct ReadLog {
     /// The actor.
     pub actor: ActorId,
+    /// Its stderr log rather than its stdout's.
+    pub stderr: bool,
     /// From where.
     pub offset: u64,
     /// At most this many bytes.
@@ -521,8 +578,12 @@ impl Handler<ReadLog> for NodeManager {
     fn handle(&mut self, msg: ReadLog, _: &mut Self::Context) -> Self::Result {
         let dir = self.config.state_dir.join("logs");
         let node = self.config.identity.name.clone();
+        let stream = match msg.stderr {
+            true => Stream::Err,
+            false => Stream::Out,
+        };
         let find = move || {
-            logs::newest(&dir, msg.actor)
+            logs::newest(&dir, msg.actor, stream)
                 .ok_or_else(|| format!("no worker of actor {} ran on node {node}", msg.actor))
         };
         Box::pin(logs::read_reply(find, msg.offset, msg.max))
@@ -805,6 +866,7 @@ impl Handler<StartActor> for NodeManager {
                 grant,
                 pid: worker.pid,
                 killed: false,
+                err_log: (worker.err_log.clone(), 0),
             };
             let record = manager.record_of(&entry, worker.address);
             let reported = manager.report_up(record.clone(), entry.spec.clone());
@@ -892,6 +954,7 @@ impl NodeManager {
         };
         worker.incarnation = launched.incarnation;
         worker.pid = launched.pid;
+        worker.err_log = (launched.err_log, 0);
         info!(actor = %actor, restarts = worker.restarts, "actor restarted");
         let worker = &self.workers[&actor];
         let record = self.record_of(worker, launched.address);

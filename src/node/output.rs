@@ -1,8 +1,10 @@
-//! What workers print to stdout, kept per job for the job's driver to read
-//! (`ReadOutput`; the driver shows it, `log_to_driver`): a plain buffer.
+//! What workers print to stdout and write to stderr, kept per job for the
+//! job's driver to read (`ReadOutput`; the driver shows it,
+//! `log_to_driver`): a plain buffer.
 //!
 //! 1. Each line a worker prints (all but its protocol lines) is appended
-//!    to its log (`workers.rs`) and pushed here under its actor's job,
+//!    to its `.out` log (`workers.rs`) and pushed here under its actor's
+//!    job, as are the new lines of its `.err` log every 500 ms (`logs.rs`),
 //!    numbered in order within the job (from 1), cut to 4 KiB.
 //! 2. A job keeps its last [`MAX_LINES`] (10,000) lines; older ones are
 //!    dropped, and a reader that falls behind is told how many it missed.

@@ -176,9 +176,19 @@ impl NodeService {
                 .send(ReadNodeLog { offset, max })
                 .await
                 .map_err(internal)?,
-            WorkerRequest::ReadLog { actor, offset, max } => self
+            WorkerRequest::ReadLog {
+                actor,
+                stderr,
+                offset,
+                max,
+            } => self
                 .manager
-                .send(ReadLog { actor, offset, max })
+                .send(ReadLog {
+                    actor,
+                    stderr,
+                    offset,
+                    max,
+                })
                 .await
                 .map_err(internal)?,
             WorkerRequest::KillActor(actor) => {

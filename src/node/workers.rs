@@ -5,10 +5,10 @@
 //!
 //! Starting one:
 //! 1. Run the cached binary with the worker argument; stdin and stdout are
-//!    pipes, stderr goes to `state_dir/logs/worker-ACTOR-INCARNATION.log`
-//!    (appended to; what the actor prints to stdout, all but the protocol
-//!    lines, is appended there too, so nothing it prints is lost, and kept
-//!    for the job's driver, `output.rs`). The
+//!    pipes, stderr goes to `state_dir/logs/worker-ACTOR-INCARNATION.err`
+//!    (appended to); what the actor prints to stdout, all but the protocol
+//!    lines, is appended to `.out`, so nothing it prints is lost, and kept
+//!    for the job's driver (`output.rs`; `logs.rs` reads `.err` for it). The
 //!    environment loses `NIMBUS_ACTOR_FAULTS` (the rules travel in the boot
 //!    message) and, unless the node's packet-fault plan says `workers =
 //!    true`, `NIMBUS_PACKET_FAULTS`; `CUDA_VISIBLE_DEVICES` names the
@@ -18,7 +18,7 @@
 //!    is killed outright.
 //! 2. Write the boot message, close stdin, and wait up to `START_TIMEOUT`
 //!    (30 s) for the ready line; otherwise kill the process and fail with
-//!    its status and the tail of its log.
+//!    its status and the tail of its stderr log.
 //! 3. Watch the process until it exits (not until its stdout closes),
 //!    reading its died line; once it has exited, read what it printed
 //!    before for at most `DRAIN_WAIT` (200 ms). Its death cause is the died
@@ -102,6 +102,16 @@ pub(super) struct LaunchedWorker {
     pub incarnation: Incarnation,
     /// Its process id.
     pub pid: u32,
+    /// Its stderr log.
+    pub err_log: std::path::PathBuf,
+}
+
+/// A worker's two logs (`logs.rs`).
+pub(super) struct WorkerLogs {
+    /// What it prints to stdout.
+    pub out: std::path::PathBuf,
+    /// What it writes to stderr.
+    pub err: std::path::PathBuf,
 }
 
 /// Starts a worker process and waits until it serves; `on_exit` is called
@@ -109,21 +119,21 @@ pub(super) struct LaunchedWorker {
 pub(super) async fn launch(
     binary: &Path,
     boot: &WorkerBoot,
-    log: &Path,
+    logs: &WorkerLogs,
     gpus: String,
     on_line: impl FnMut(&str) + Send + 'static,
     on_exit: impl FnOnce(Incarnation, DeathCause) + Send + 'static,
 ) -> Result<LaunchedWorker, WorkerStartError> {
-    let open_log = || {
+    let open_log = |log: &Path| {
         private_log(log).map_err(|source| WorkerStartError::Io {
             action: "create",
             path: log.to_path_buf(),
             source,
         })
     };
-    let log_file = open_log()?;
+    let log_file = open_log(&logs.err)?;
     let mut printed = Printed {
-        log: std::io::BufWriter::new(open_log()?),
+        log: std::io::BufWriter::new(open_log(&logs.out)?),
         forward: Box::new(on_line),
     };
     let boot_bytes = rmp_serde::to_vec_named(boot)?;
@@ -154,7 +164,7 @@ pub(super) async fn launch(
     };
     let (address, incarnation) = match ready {
         Ok(ready) => ready,
-        Err(why) => return Err(not_serving(child, why, log).await),
+        Err(why) => return Err(not_serving(child, why, &logs.err).await),
     };
     tokio::spawn(async move {
         let cause = watch_exit(child, lines, printed).await;
@@ -164,6 +174,7 @@ pub(super) async fn launch(
         address,
         incarnation,
         pid,
+        err_log: logs.err.clone(),
     })
 }
 
@@ -244,7 +255,7 @@ impl Printed {
 }
 
 /// Kills a worker that did not come up and says why, with how it ended and
-/// the last lines of its log.
+/// the last lines of its stderr log.
 async fn not_serving(mut child: Child, why: NotServing, log: &Path) -> WorkerStartError {
     let _ = child.start_kill();
     let status = child

@@ -181,7 +181,7 @@ impl Handler<Trace> for Counter {
 }
 
 /// Writes this many bytes to the worker's stderr (which goes to its log
-/// directly), in lines of 1 KiB.
+/// directly), in lines of 256 KiB (its driver is shown 4 KiB of each).
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "()")]
 pub struct Chatter(pub usize);
@@ -194,9 +194,10 @@ impl Handler<Chatter> for Counter {
     type Result = ();
     fn handle(&mut self, Chatter(bytes): Chatter, _: &mut Context<Self>) {
         use std::io::Write;
-        let line = format!("{}\n", "x".repeat(1023));
+        const LINE: usize = 256 << 10;
+        let line = format!("{}\n", "x".repeat(LINE - 1));
         let mut err = std::io::stderr().lock();
-        for _ in 0..bytes.div_ceil(1024) {
+        for _ in 0..bytes.div_ceil(LINE) {
             err.write_all(line.as_bytes()).unwrap();
         }
     }

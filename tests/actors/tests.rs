@@ -675,13 +675,20 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
     printer.send(Trace("a traced event".into())).await.unwrap();
     let (code, tail, err) = operator.run(&["logs", "printer", "--tail", "50"]).await;
     assert!(code == Some(0) && tail.contains(&line), "{tail}{err}");
+    assert!(!tail.contains("a traced event"), "stdout only: {tail}");
+    let (code, errors, err) = operator
+        .run(&["logs", "printer", "--stderr", "--tail", "50"])
+        .await;
+    assert_eq!(code, Some(0), "{err}");
     let job = actor::ProcessContext::current().unwrap().job.clone();
     let tags = format!("job={job} actor={} node=node-2 ", printer.id());
     assert!(
-        tail.lines()
+        errors
+            .lines()
             .any(|l| l.starts_with(&tags) && l.contains("a traced event")),
-        "a worker's events carry its job, actor and node: {tail}"
+        "a worker's events, in its stderr log, carry its job, actor and node: {errors}"
     );
+    assert!(!errors.contains(&line), "stderr only: {errors}");
     let (code, node_log, err) = operator
         .run(&["logs", "--node", "node-2", "--tail", "100000"])
         .await;
@@ -713,9 +720,10 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
     );
 }
 
-/// A chatty actor's log is rotated once past the node's `--log-max-mib`:
-/// the old part kept as `NAME.log.1`, the log itself starting over (its
-/// worker writes stderr to it directly, and goes on writing there).
+/// A chatty actor's stderr log is rotated once past the node's
+/// `--log-max-mib`: the old part kept as `NAME.err.1`, the log itself
+/// starting over (its worker writes stderr to it directly, and goes on
+/// writing there).
 async fn a_workers_log_is_rotated_past_its_limit(driver: &mut Driver) {
     let cluster = driver.local_cluster().expect("a local cluster");
     cluster
@@ -728,7 +736,7 @@ async fn a_workers_log_is_rotated_past_its_limit(driver: &mut Driver) {
     chatty.send(Chatter(3 << 20)).await.unwrap();
     let client = cluster.client().await.unwrap();
     let record = chatty.record().await.unwrap();
-    let file = client.read_log(&record, 0, 0).await.unwrap().file;
+    let file = client.read_log(&record, true, 0, 0).await.unwrap().file;
     let previous = std::path::PathBuf::from(format!("{file}.1"));
     let rotated = nimbus::testing::check::wait_until(
         "the log is rotated",
@@ -738,17 +746,14 @@ async fn a_workers_log_is_rotated_past_its_limit(driver: &mut Driver) {
     .await;
     assert!(rotated.is_ok(), "{rotated:?}");
     assert!(std::fs::metadata(&previous).unwrap().len() > 1 << 20);
-    chatty
-        .send(Print("after the rotation".into()))
-        .await
-        .unwrap();
+    chatty.send(Chatter(1)).await.unwrap();
     let seen = nimbus::testing::check::wait_until(
         "the worker writes on into the rotated log",
         Duration::from_secs(20),
         || async {
-            let log = client.read_log(&record, 0, 4 << 20).await.unwrap();
-            let text = String::from_utf8_lossy(&log.bytes).into_owned();
-            (text.contains("after the rotation") && log.total < 3 << 20).then_some(())
+            let log = client.read_log(&record, true, 0, 4 << 20).await.unwrap();
+            // The last write, a line of 256 KiB, landed in the rotated log.
+            (log.total > 0 && log.total < 3 << 20).then_some(())
         },
     )
     .await;
@@ -769,6 +774,21 @@ async fn what_an_actor_prints_shows_in_its_drivers_output(driver: &mut Driver) {
     let expected = "(shouter on node-1) shouting from node-1";
     let shown = shows_line(&mut lines, expected, Duration::from_secs(30)).await;
     assert_eq!(shown, Ok(true), "the driver showed {expected:?}");
+    // What it writes to stderr (a tracing event here) shows too.
+    let traced = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("(shouter on node-1) ") && line.contains("tracing from node-1") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        traced,
+        Ok(true),
+        "the driver showed the actor's stderr line"
+    );
     printing.start_kill().unwrap();
     printing.wait().await.unwrap();
     let shouter = actor::get_actor::<Counter>("shouter")
@@ -1147,6 +1167,10 @@ pub fn printing_driver() {
             .unwrap();
         shouter
             .send(Print("shouting from node-1".into()))
+            .await
+            .unwrap();
+        shouter
+            .send(Trace("tracing from node-1".into()))
             .await
             .unwrap();
         std::future::pending::<()>().await;

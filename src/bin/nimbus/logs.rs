@@ -1,5 +1,6 @@
-//! `nimbus logs`: an actor's, a submitted job's or a node's log, read from
-//! the node that has it, its last lines or followed as it grows.
+//! `nimbus logs`: an actor's (stdout, or stderr with `--stderr`), a
+//! submitted job's or a node's log, read from the node that has it, its
+//! last lines or followed as it grows.
 
 use std::io::Write;
 use std::time::Duration;
@@ -32,6 +33,9 @@ pub(crate) struct LogsArgs {
     /// job ends or the node leaves.
     #[arg(long)]
     follow: bool,
+    /// The actor's stderr log rather than its stdout's.
+    #[arg(long, conflicts_with_all = ["job", "node"])]
+    stderr: bool,
 }
 
 /// Most bytes `nimbus logs` reads back for `--tail`, and per read.
@@ -41,7 +45,8 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Whose log.
 enum Source {
-    Actor(ActorRecord),
+    /// An actor's stdout log, or with `true` its stderr log.
+    Actor(ActorRecord, bool),
     Job(JobRecord),
     Node(NodeStatus),
 }
@@ -52,7 +57,7 @@ impl Source {
             let record = client.find_actor(actor).await?.with_context(|| {
                 format!("no actor named {actor:?} (by name, only live actors are found; use its id for a dead one)")
             })?;
-            return Ok(Source::Actor(record));
+            return Ok(Source::Actor(record, args.stderr));
         }
         if let Some(job) = &args.job {
             return Ok(Source::Job(client.job(job).await?));
@@ -66,7 +71,7 @@ impl Source {
 
     async fn read(&self, client: &ClusterClient, offset: u64, max: u64) -> Result<LogChunk> {
         Ok(match self {
-            Source::Actor(record) => client.read_log(record, offset, max).await?,
+            Source::Actor(record, stderr) => client.read_log(record, *stderr, offset, max).await?,
             Source::Job(job) => client.read_job_log(job, offset, max).await?,
             Source::Node(node) => client.read_node_log(node, offset, max).await?,
         })
@@ -76,7 +81,7 @@ impl Source {
     /// ended, the node left.
     async fn ended(&self, client: &ClusterClient) -> Result<bool> {
         Ok(match self {
-            Source::Actor(record) => client
+            Source::Actor(record, _) => client
                 .find_actor(&record.actor.to_string())
                 .await?
                 .is_none_or(|r| r.dead.is_some() || r.incarnation != record.incarnation),

@@ -6,7 +6,7 @@
 //! nimbus status [--address HOST:PORT --token TOKEN] [--json]
 //! nimbus memory [--address HOST:PORT --token TOKEN] [--json] [--limit N]
 //! nimbus list actors|nodes|objects|jobs|placement-groups|tasks [--filter KEY=VALUE]... [--json] [--limit N]
-//! nimbus logs ACTOR | --job ID | --node NAME [--tail N] [--follow]
+//! nimbus logs ACTOR [--stderr] | --job ID | --node NAME [--tail N] [--follow]
 //! nimbus kill ACTOR
 //! nimbus job submit [--working-dir DIR] [--env K=V]... [--name NAME] [--node NODE] [--no-wait] -- PROGRAM ARGS...
 //! nimbus job list|status ID|logs ID [--follow]|stop ID
