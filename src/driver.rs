@@ -72,6 +72,10 @@ pub enum InitError {
 pub struct InitOptions {
     /// Nodes of the local cluster started when the program starts one.
     pub local_nodes: usize,
+    /// Whether the driver shows what its job's actors print (Ray's
+    /// `log_to_driver`; also off with `--no-log-to-driver` or
+    /// `NIMBUS_LOG_TO_DRIVER=0`).
+    pub log_to_driver: bool,
     /// Which cluster a program given no address joins.
     pub cluster: ClusterChoice,
 }
@@ -99,6 +103,7 @@ impl Default for InitOptions {
     fn default() -> Self {
         InitOptions {
             local_nodes: 1,
+            log_to_driver: true,
             cluster: ClusterChoice::default(),
         }
     }
@@ -125,6 +130,7 @@ impl InitOptions {
         InitOptions {
             local_nodes: nodes,
             cluster: ClusterChoice::Private,
+            ..InitOptions::default()
         }
     }
 }
@@ -170,6 +176,8 @@ pub struct Driver {
     binary: (PathBuf, BinaryId),
     /// The program failed: its local cluster's files are kept.
     failed: std::cell::Cell<bool>,
+    /// Show what the job's actors print (`InitOptions::log_to_driver`).
+    log_to_driver: bool,
 }
 
 /// [`init_with`] for a program with its own `clap` arguments `A`: in a
@@ -247,6 +255,7 @@ pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, Ini
         local,
         binary,
         failed: std::cell::Cell::new(false),
+        log_to_driver: options.log_to_driver,
     })
 }
 
@@ -290,7 +299,7 @@ impl Driver {
         crate::runtime::logging::set_tags(&[("job", &context.job)]);
         crate::object_store::start(context);
         tokio::spawn(keep_job_alive(context));
-        if log_to_driver() {
+        if self.log_to_driver && log_to_driver() {
             tokio::spawn(show_output(context));
         }
         crate::runtime::report_packet_faults(
@@ -501,8 +510,9 @@ async fn keep_job_alive(context: &'static ProcessContext) {
     }
 }
 
-/// Whether this driver shows what its job's workers print: on unless
-/// `--no-log-to-driver` or `NIMBUS_LOG_TO_DRIVER=0`.
+/// Whether the command line and environment let this driver show what
+/// its job's workers print: yes unless `--no-log-to-driver` or
+/// `NIMBUS_LOG_TO_DRIVER=0`.
 fn log_to_driver() -> bool {
     let off_by_flag = std::env::args().any(|arg| arg == "--no-log-to-driver");
     let off_by_env = std::env::var("NIMBUS_LOG_TO_DRIVER").is_ok_and(|v| v == "0");
