@@ -24,6 +24,7 @@ demo:
 	  target/release/examples/train_mnist --workers 2 --epochs 2 --fail-at-step 60
 
 test:
+	@scripts/ensure-chromium.sh
 	@$(TORCH_ENV); cargo build --no-default-features --all-targets && \
 	  cargo test --no-default-features --lib && \
 	  cargo build --bins --examples && \

@@ -14,6 +14,10 @@
 //! `total_balance_ok=true`: every account's balance matches the transfers
 //! the driver saw acknowledged (and any unacknowledged one the ledger
 //! applied), and each acknowledged transfer was applied exactly once.
+//!
+//! With `--hold`, the program keeps its actors after the summary until its
+//! standard input closes (Ctrl-D), to look at them with `nimbus list
+//! actors` or the dashboard.
 
 // Tests, examples and benchmarks: a failed unwrap is the failure report, and
 // their items are public to their own modules only.
@@ -367,6 +371,11 @@ async fn run(driver: &mut nimbus::Driver) -> Result<()> {
     );
     if !total_ok {
         bail!("the books do not balance: {}", problems.join("; "));
+    }
+    if std::env::args().any(|arg| arg == "--hold") {
+        println!("holding the actors until standard input closes (Ctrl-D)");
+        tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink()))
+            .await??;
     }
     Ok(())
 }

@@ -13,34 +13,36 @@
 //! 3. [`cluster`]: resources, the control protocol and its types, fault
 //!    rules and reports; data only.
 //! 4. [`client`]: talking to a cluster from outside ([`client::ClusterClient`]).
-//! 5. [`runtime`]: what every process has once `init` ran, and no feature:
+//! 5. [`dashboard`]: the web page and JSON API of the cluster the head
+//!    serves, a client of the cluster like the CLI.
+//! 6. [`runtime`]: what every process has once `init` ran, and no feature:
 //!    [`runtime::ProcessContext`], the [`runtime::Registry`] of entry points
 //!    (features add their own tables), the process role, the worker boot
 //!    protocol.
-//! 6. [`launch`]: starting an actor's worker process on a node, shipping or
+//! 7. [`launch`]: starting an actor's worker process on a node, shipping or
 //!    relaying the program binary (used by spawns and the head).
-//! 7. [`head`]: the head's control-plane actors ([`head::Membership`],
+//! 8. [`head`]: the head's control-plane actors ([`head::Membership`],
 //!    [`head::ClusterEvents`], [`head::Directory`],
 //!    [`head::ActorRescheduler`]).
-//! 8. [`object_store`]: values put once and read anywhere by reference (the
+//! 9. [`object_store`]: values put once and read anywhere by reference (the
 //!    calling process's half and the node's half).
-//! 9. [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
-//!    and [`node::run`].
-//! 10. [`local`]: [`local::LocalCluster`], real node processes on this
+//! 10. [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
+//!     and [`node::run`].
+//! 11. [`local`]: [`local::LocalCluster`], real node processes on this
 //!     machine for tests, examples and benchmarks.
-//! 11. [`actor`]: user actors in worker processes: [`actor::spawn`],
+//! 12. [`actor`]: user actors in worker processes: [`actor::spawn`],
 //!     [`actor::ActorHandle`], [`actor::get_actor`], [`actor::monitor`].
-//! 12. [`placement`]: placement groups, bundles reserved together across
+//! 13. [`placement`]: placement groups, bundles reserved together across
 //!     nodes ([`placement::InBundle`] places actors in them).
-//! 13. [`task`]: stateless functions run on leased worker processes.
-//! 14. [`train`]: data-parallel training (Ray Train's `TorchTrainer`):
+//! 14. [`task`]: stateless functions run on leased worker processes.
+//! 15. [`train`]: data-parallel training (Ray Train's `TorchTrainer`):
 //!     supervisor, workers, collectives, checkpoints.
-//! 15. `worker`: the composition root of a worker process.
-//! 16. [`driver`]: [`init`], the first line of a user program's `main`: the
+//! 16. `worker`: the composition root of a worker process.
+//! 17. [`driver`]: [`init`], the first line of a user program's `main`: the
 //!     composition root of a driver.
-//! 17. [`chaos`]: seeded fault plans run against a local cluster, with a
+//! 18. [`chaos`]: seeded fault plans run against a local cluster, with a
 //!     timeline of faults and recoveries.
-//! 18. [`testing`]: helpers for tests (deadlines, invariants, processes left
+//! 19. [`testing`]: helpers for tests (deadlines, invariants, processes left
 //!     behind).
 //!
 //! ```
@@ -56,6 +58,7 @@ pub mod actor;
 pub mod chaos;
 pub mod client;
 pub mod cluster;
+pub mod dashboard;
 pub mod driver;
 pub mod head;
 pub mod launch;

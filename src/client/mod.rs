@@ -15,9 +15,11 @@
 
 mod actors;
 mod jobs;
+mod listing;
 
 pub use actors::LogChunk;
 pub use jobs::{pack, MAX_WORKING_DIR};
+pub use listing::{job_row, Listing, Row};
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

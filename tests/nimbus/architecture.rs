@@ -37,6 +37,7 @@ const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
     ("transport", &["wire"]),
     ("cluster", &["transport", "wire"]),
     ("client", &["cluster", "transport", "wire"]),
+    ("dashboard", &["client", "cluster", "transport"]),
     ("runtime", &["client", "cluster", "transport", "wire"]),
     ("launch", &["client", "cluster", "transport", "wire"]),
     ("head", &["launch", "cluster", "transport", "wire"]),

@@ -10,6 +10,7 @@ mod architecture;
 mod bad_input;
 mod chaos;
 mod cli;
+mod dashboard;
 mod fault_plans;
 mod faults;
 mod identity;

@@ -1,15 +1,10 @@
 //! `nimbus list` and `nimbus kill`: the cluster's state as rows, and
 //! `ray.kill` from the command line.
 
-use std::collections::{BTreeMap, HashMap};
-
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use nimbus::client::ClusterClient;
-use nimbus::cluster::{
-    ActorRecord, BundleListing, NodeState, PlacementGroupId, ResourceSet, TaskRecord,
-};
-use serde_json::{json, Map, Value};
+use nimbus::client::Listing;
+use serde_json::{Map, Value};
 
 use crate::head::HeadArgs;
 
@@ -28,6 +23,19 @@ pub(crate) enum Listed {
     PlacementGroups,
     /// Tasks (the head keeps the last 10,000): id, name, state, job, node, worker, attempts, error, times.
     Tasks,
+}
+
+impl From<Listed> for Listing {
+    fn from(listed: Listed) -> Listing {
+        match listed {
+            Listed::Actors => Listing::Actors,
+            Listed::Nodes => Listing::Nodes,
+            Listed::Objects => Listing::Objects,
+            Listed::Jobs => Listing::Jobs,
+            Listed::PlacementGroups => Listing::PlacementGroups,
+            Listed::Tasks => Listing::Tasks,
+        }
+    }
 }
 
 /// Options of `nimbus list`.
@@ -59,10 +67,10 @@ pub(crate) fn list(args: ListArgs) -> Result<()> {
                 .with_context(|| format!("--filter {f:?} is not KEY=VALUE"))
         })
         .collect::<Result<Vec<_>>>()?;
-    let what = args.what;
+    let what = args.what.into();
     let rows = args
         .head
-        .with_client(async |client| rows(&client, what).await)?;
+        .with_client(async |client| Ok(client.list(what).await?))?;
     if let Some(row) = rows.first() {
         for (key, _) in &filters {
             if !row.contains_key(*key) {
@@ -96,146 +104,6 @@ pub(crate) fn list(args: ListArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-async fn rows(client: &ClusterClient, what: Listed) -> Result<Vec<Map<String, Value>>> {
-    let object = |value: Value| match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    };
-    Ok(match what {
-        Listed::Actors => client.actors().await?.iter().map(actor_row).map(object).collect(),
-        Listed::Nodes => client
-            .status()
-            .await?
-            .nodes
-            .iter()
-            .map(|node| {
-                object(json!({
-                    "id": node.id,
-                    "state": match node.state { NodeState::Alive => "ALIVE", NodeState::Dead => "DEAD" },
-                    "head": node.head,
-                    "incarnation": node.incarnation,
-                    "address": node.address.to_string(),
-                    "resources": node.resources.total.to_string(),
-                    "used": node.resources.used.to_string(),
-                }))
-            })
-            .collect(),
-        Listed::Jobs => client.jobs().await?.iter().map(crate::jobs::row).collect(),
-        Listed::Tasks => {
-            let nodes: HashMap<String, String> = client
-                .actors()
-                .await?
-                .into_iter()
-                .map(|a| (a.actor.to_string(), a.node.name))
-                .collect();
-            client
-                .tasks()
-                .await?
-                .iter()
-                .map(|task| object(task_row(task, &nodes)))
-                .collect()
-        }
-        Listed::PlacementGroups => {
-            let mut bundles = Vec::new();
-            for node in client.status().await?.alive() {
-                for bundle in client.bundles(node).await? {
-                    bundles.push((node.id.clone(), bundle));
-                }
-            }
-            group_rows(bundles).into_iter().map(object).collect()
-        }
-        Listed::Objects => {
-            let mut rows = Vec::new();
-            let status = client.status().await?;
-            for node in status.alive() {
-                for summary in client.objects(node).await?.objects {
-                    rows.push(object(json!({
-                        "id": summary.id.to_string(),
-                        "node": node.id,
-                        "size": summary.size,
-                        "state": summary.state.to_string(),
-                        "owned": summary.primary,
-                        "holders": summary.holders.join(", "),
-                    })));
-                }
-            }
-            rows
-        }
-    })
-}
-
-/// One row per placement group, from its bundles and the nodes that hold
-/// them.
-fn group_rows(bundles: Vec<(String, BundleListing)>) -> Vec<Value> {
-    let mut groups: BTreeMap<PlacementGroupId, Vec<(String, BundleListing)>> = BTreeMap::new();
-    for (node, bundle) in bundles {
-        groups
-            .entry(bundle.bundle.group)
-            .or_default()
-            .push((node, bundle));
-    }
-    groups
-        .into_iter()
-        .map(|(group, mut members)| {
-            members.sort_by_key(|(_, b)| b.bundle.index);
-            let describe = |pick: fn(&BundleListing) -> &ResourceSet| {
-                let parts: Vec<String> = members
-                    .iter()
-                    .map(|(node, b)| format!("{}@{node}:{}", b.bundle.index, pick(b)))
-                    .collect();
-                parts.join(" ")
-            };
-            json!({
-                "id": format!("{:016x}", group.0),
-                "job": members.first().map(|(_, b)| b.job.clone()).unwrap_or_default(),
-                "state": "CREATED",
-                "bundles": members.len(),
-                "resources": describe(|b| &b.resources),
-                "used": describe(|b| &b.used),
-            })
-        })
-        .collect()
-}
-
-/// A task as a row; `nodes` maps live task workers to their nodes (a
-/// worker whose lease was returned is gone: its node is not shown).
-fn task_row(task: &TaskRecord, nodes: &HashMap<String, String>) -> Value {
-    let worker = task.worker.map(|w| w.to_string()).unwrap_or_default();
-    json!({
-        "id": task.id.to_string(),
-        "name": task.name,
-        "state": task.state.to_string(),
-        "job": task.job,
-        "node": nodes.get(&worker).cloned().unwrap_or_default(),
-        "worker": worker,
-        "attempts": task.attempts,
-        "error": task.error.clone().unwrap_or_default(),
-        "submitted_ms": task.submitted_ms,
-        "ended_ms": task.ended_ms,
-    })
-}
-
-fn actor_row(record: &ActorRecord) -> Value {
-    let state = match (&record.dead, record.restarting) {
-        (Some(_), _) => "DEAD",
-        (None, true) => "RESTARTING",
-        (None, false) => "ALIVE",
-    };
-    json!({
-        "id": record.actor.to_string(),
-        "name": record.name.clone().unwrap_or_default(),
-        "class": record.type_name,
-        "state": state,
-        "node": record.node.name,
-        "address": record.address.to_string(),
-        "incarnation": record.incarnation.0,
-        "restarts": record.restarts,
-        "job": record.job,
-        "pid": record.pid,
-        "death": record.dead.as_ref().map(ToString::to_string).unwrap_or_default(),
-    })
 }
 
 /// A cell as text: strings without quotes.

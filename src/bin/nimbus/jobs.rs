@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use nimbus::client::ClusterClient;
+use nimbus::client::{job_row, ClusterClient};
 use nimbus::cluster::{JobRecord, JobSubmission};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::actors::print_table;
 use crate::head::HeadArgs;
@@ -193,7 +193,7 @@ fn list(args: ListArgs) -> Result<()> {
     let jobs = args
         .head
         .with_client(async |client| Ok(client.jobs().await?))?;
-    let rows: Vec<Map<String, Value>> = jobs.iter().map(row).collect();
+    let rows: Vec<Map<String, Value>> = jobs.iter().map(job_row).collect();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -207,7 +207,7 @@ fn status(args: JobArgs) -> Result<()> {
     let job = args
         .head
         .with_client(async |client| Ok(client.job(&id).await?))?;
-    let row = row(&job);
+    let row = job_row(&job);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&row)?);
         return Ok(());
@@ -261,29 +261,4 @@ fn stop(args: JobArgs) -> Result<()> {
     })?;
     println!("job {}: {} ({})", job.id, job.state, job.message);
     Ok(())
-}
-
-/// A job as a row of `nimbus job list`.
-pub(crate) fn row(job: &JobRecord) -> Map<String, Value> {
-    let duration = job
-        .end_ms
-        .map(|end| format!("{:.1}s", end.saturating_sub(job.start_ms) as f64 / 1000.0))
-        .unwrap_or_default();
-    let value = json!({
-        "id": job.id,
-        "name": job.name.clone().unwrap_or_default(),
-        "state": job.state.to_string(),
-        "submitted": job.submitted,
-        "node": job.node.clone().unwrap_or_default(),
-        "entrypoint": job.entrypoint,
-        "driver_pid": job.driver_pid,
-        "start_ms": job.start_ms,
-        "end_ms": job.end_ms,
-        "duration": duration,
-        "message": job.message,
-    });
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
 }

@@ -7,7 +7,9 @@
 //! token given on the command line reaches the node through its
 //! environment (`NIMBUS_TOKEN`), never its arguments. `--head` listens on
 //! port 6379 by default; `--heartbeat-timeout-ms` (head only, default
-//! 3000) sets the failure detector's timeout.
+//! 3000) sets the failure detector's timeout. The head serves the
+//! dashboard (`nimbus::dashboard`) on 127.0.0.1:8265 unless told otherwise
+//! and prints its URL on a line `dashboard: URL`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use nimbus::cluster::ResourceOverrides;
+use nimbus::dashboard::{self, DashboardConfig, DashboardListener};
 use nimbus::node::{self, NodeConfig, NodeRole};
 use nimbus::transport::JoinToken;
 
@@ -95,6 +98,17 @@ pub(crate) struct StartArgs {
     /// (the one before is kept as NAME.log.1) [default: 64].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     log_max_mib: Option<u64>,
+    /// Head only: serve the dashboard on this port (0: any free port)
+    /// [default: 8265; when that one is taken the head starts without it].
+    #[arg(long)]
+    dashboard_port: Option<u16>,
+    /// Head only: the address the dashboard binds. Beyond loopback it asks
+    /// for the cluster token and keeps a session cookie.
+    #[arg(long, default_value = "127.0.0.1")]
+    dashboard_host: IpAddr,
+    /// Head only: serve no dashboard.
+    #[arg(long, conflicts_with_all = ["dashboard_port"])]
+    no_dashboard: bool,
     /// Stay in the foreground instead of returning once the node is up.
     #[arg(long)]
     block: bool,
@@ -104,6 +118,9 @@ pub(crate) struct StartArgs {
 pub(crate) fn run(args: StartArgs) -> Result<()> {
     if !args.head && args.heartbeat_timeout_ms.is_some() {
         bail!("--heartbeat-timeout-ms is a setting of the head; give it with --head");
+    }
+    if !args.head && (args.dashboard_port.is_some() || args.no_dashboard) {
+        bail!("the dashboard is served by the head; give --dashboard-port or --no-dashboard with --head");
     }
     if args.block {
         run_foreground(args)
@@ -118,6 +135,11 @@ fn run_foreground(args: StartArgs) -> Result<()> {
         JoinToken::generate()
     } else {
         token_from(args.token.as_deref(), args.token_file.as_deref())?
+    };
+    let dashboard = if args.head {
+        bind_dashboard(&args)?
+    } else {
+        None
     };
     // The worker processes this node starts run user code: they must not
     // inherit the cluster's secret (they get what they need over stdin).
@@ -156,9 +178,24 @@ fn run_foreground(args: StartArgs) -> Result<()> {
         custom_json: args.resources,
     };
     let head = args.head;
+    let mut serving = None;
     let mut record = None;
     let result = node::run(config, |ready| {
         let mut out = std::io::stdout().lock();
+        if let Some(listener) = dashboard {
+            match listener.serve(ready.address, &token) {
+                Ok(dashboard) => {
+                    // Bound to every address: show the one others reach.
+                    let mut shown = dashboard.address();
+                    if shown.ip().is_unspecified() {
+                        shown.set_ip(ready.address.ip());
+                    }
+                    let _ = writeln!(out, "dashboard: http://{shown}");
+                    serving = Some(dashboard);
+                }
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
         if head {
             let address = ready.address.to_string();
             if let Err(e) = state::save_head(&address, &token.to_string()) {
@@ -183,10 +220,34 @@ fn run_foreground(args: StartArgs) -> Result<()> {
         );
         let _ = out.flush();
     });
+    drop(serving);
     if let Some(path) = record {
         let _ = std::fs::remove_file(path);
     }
     Ok(result?)
+}
+
+/// The dashboard's socket, bound before the head starts: a port given with
+/// `--dashboard-port` that is taken fails the start; the default one
+/// (8265) being taken only leaves the head without a dashboard (a second
+/// cluster on this machine, or tests).
+fn bind_dashboard(args: &StartArgs) -> Result<Option<DashboardListener>> {
+    if args.no_dashboard {
+        return Ok(None);
+    }
+    let config = DashboardConfig {
+        host: args.dashboard_host,
+        port: args.dashboard_port.unwrap_or(dashboard::DEFAULT_PORT),
+    };
+    match DashboardListener::bind(config) {
+        Ok(listener) => Ok(Some(listener)),
+        Err(e) if args.dashboard_port.is_none() => {
+            tracing::warn!("starting without a dashboard: {e}");
+            println!("dashboard: none ({e})");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Starts this same command with `--block` as a detached process, relays

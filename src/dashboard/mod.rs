@@ -1,0 +1,276 @@
+//! The dashboard: a web page of the cluster served by the head
+//! (`nimbus start --head`, port [`DEFAULT_PORT`] unless
+//! `--dashboard-port`), with nothing to install: the page and its assets
+//! are compiled into the binary.
+//!
+//! It is a client of the cluster like the CLI: it asks the head (and the
+//! nodes, for objects, bundles and logs) over QUIC with the cluster's
+//! token, from a thread and a runtime of its own, so the control plane's
+//! actors never wait on it. What it costs the control plane is bounded:
+//! each listing is read at most once per [`REFRESH`] whatever the number
+//! of open pages, and the event long poll runs only while a page listens.
+//!
+//! # Protocol
+//!
+//! 1. [`DashboardListener::bind`] binds `--dashboard-host:--dashboard-port`
+//!    (127.0.0.1:8265 by default: private to this machine) before it
+//!    returns, so a taken port is an error at start, not later.
+//! 2. Bound to loopback, it answers requests whose `Host` is that
+//!    loopback address only (a page of another site cannot read it by
+//!    renaming itself to 127.0.0.1) and asks for no login.
+//! 3. Bound beyond loopback, every request but the login needs a session:
+//!    `POST /login` with the form field `token` (the cluster token, never
+//!    in a URL) opens one for [`SESSION_TTL`] and sets the `HttpOnly`,
+//!    `SameSite=Strict` cookie `nimbus_session`; without it `/` shows the
+//!    login form and `/api/…` answers 401. `POST /logout` ends it. A wrong
+//!    token is logged as refused, the token itself never.
+//! 4. The page loads what it shows from the JSON API and listens to
+//!    `/api/events`: server-sent `change` events, sent on every cluster
+//!    event and at least every [`TICK`], after which it reloads its view.
+//!
+//! # JSON API
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /api/cluster` | `nodes` (as `nimbus status --json`, each alive one with `object_store`: used, capacity, spilled, objects) and `pending` demands |
+//! | `GET /api/{actors,nodes,objects,jobs,placement-groups,tasks}?offset=&limit=&q=` | `{total, unfiltered, offset, rows}`: the rows of `nimbus list`, those with every word of `q` in some cell, `limit` (≤ [`MAX_PAGE`], default 100) from `offset` |
+//! | `GET /api/jobs/{id}/log?offset=` | `{text, next, total, file, about}`: a submitted job's driver log from `offset` (≤ 256 KiB), `about` the job's row |
+//! | `GET /api/actors/{id}/log?offset=&stderr=` | the same for an actor's stdout (or stderr) log, by id or name |
+//! | `GET /api/events` | `text/event-stream` of `change` events |
+//!
+//! Errors are `{"error": "…"}` with 401 (no session), 403 (wrong host),
+//! 404 (no such listing, job or actor) or 502 (the cluster did not
+//! answer).
+
+mod api;
+mod auth;
+mod views;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::transport::JoinToken;
+
+pub use api::TICK;
+pub use auth::SESSION_TTL;
+pub use views::{MAX_PAGE, REFRESH};
+
+/// The dashboard's port unless told otherwise (as Ray's).
+pub const DEFAULT_PORT: u16 = 8265;
+/// How long a stopping dashboard waits for its open requests.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+/// How often the event watcher checks for a listening page while none
+/// listens (a local check; the head is not asked).
+const IDLE_CHECK: Duration = Duration::from_millis(500);
+
+/// Where the dashboard listens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DashboardConfig {
+    /// The address to bind (`--dashboard-host`, 127.0.0.1 by default).
+    pub host: IpAddr,
+    /// The port (`--dashboard-port`, [`DEFAULT_PORT`] by default; 0: any
+    /// free port).
+    pub port: u16,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> Self {
+        DashboardConfig {
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: DEFAULT_PORT,
+        }
+    }
+}
+
+/// What can stop the dashboard from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum DashboardError {
+    /// The address is taken or not this machine's.
+    #[error("cannot serve the dashboard on {address}: {source}; choose another with --dashboard-port (0: any free port) or --dashboard-host, or go without it with --no-dashboard")]
+    Bind {
+        /// The address asked for.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Its thread or runtime could not start.
+    #[error("cannot start the dashboard's thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A running dashboard; dropping it stops it (open pages lose their
+/// connection).
+pub struct Dashboard {
+    address: SocketAddr,
+    login: bool,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The dashboard's socket, bound but not serving yet: binding comes
+/// first so that a taken port fails the start of the head at once.
+pub struct DashboardListener {
+    listener: std::net::TcpListener,
+    address: SocketAddr,
+}
+
+impl DashboardListener {
+    /// Binds `config`'s address.
+    pub fn bind(config: DashboardConfig) -> Result<Self, DashboardError> {
+        let wanted = SocketAddr::new(config.host, config.port);
+        let bind = |source| DashboardError::Bind {
+            address: wanted,
+            source,
+        };
+        let listener = std::net::TcpListener::bind(wanted).map_err(bind)?;
+        listener.set_nonblocking(true).map_err(bind)?;
+        let address = listener.local_addr().map_err(bind)?;
+        Ok(DashboardListener { listener, address })
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Serves the dashboard of the cluster whose head is at `head`,
+    /// asking it with `token`.
+    pub fn serve(self, head: SocketAddr, token: &JoinToken) -> Result<Dashboard, DashboardError> {
+        let DashboardListener { listener, address } = self;
+        let login = !address.ip().is_loopback();
+        let loopback_hosts = if login {
+            Vec::new()
+        } else {
+            let port = address.port();
+            let ip = match address.ip() {
+                IpAddr::V6(ip) => format!("[{ip}]"),
+                IpAddr::V4(ip) => ip.to_string(),
+            };
+            vec![format!("{ip}:{port}"), format!("localhost:{port}")]
+        };
+        let shared = Arc::new(api::Shared {
+            views: views::Views::new(head, token.clone()),
+            sessions: login.then(|| Mutex::new(auth::Sessions::new(token.to_string()))),
+            loopback_hosts,
+            changes: watch::Sender::new(0),
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(DashboardError::Thread)?;
+        let (stop, stopped) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("dashboard".into())
+            .spawn(move || serve(runtime, listener, shared, stopped))
+            .map_err(DashboardError::Thread)?;
+        Ok(Dashboard {
+            address,
+            login,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Dashboard {
+    /// Binds `config`'s address and serves the dashboard of the cluster
+    /// whose head is at `head`, asking it with `token`.
+    pub fn start(
+        config: DashboardConfig,
+        head: SocketAddr,
+        token: &JoinToken,
+    ) -> Result<Dashboard, DashboardError> {
+        DashboardListener::bind(config)?.serve(head, token)
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Its address as a URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Whether it asks for the cluster token (bound beyond loopback).
+    pub fn needs_login(&self) -> bool {
+        self.login
+    }
+}
+
+impl Drop for Dashboard {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn serve(
+    runtime: tokio::runtime::Runtime,
+    listener: std::net::TcpListener,
+    shared: Arc<api::Shared>,
+    stopped: oneshot::Receiver<()>,
+) {
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::error!("dashboard: cannot listen: {e}");
+                return;
+            }
+        };
+        let watcher = tokio::spawn(watch_cluster(shared.clone()));
+        let app = api::router(shared);
+        tokio::select! {
+            served = axum::serve(listener, app) => {
+                if let Err(e) = served {
+                    tracing::error!("dashboard: stopped serving: {e}");
+                }
+            }
+            _ = stopped => {}
+        }
+        watcher.abort();
+    });
+    runtime.shutdown_timeout(STOP_GRACE);
+}
+
+/// Bumps `shared.changes` on every cluster event and at least every
+/// [`TICK`], while a page listens.
+async fn watch_cluster(shared: Arc<api::Shared>) {
+    let mut seen: Option<u64> = None;
+    loop {
+        if shared.changes.receiver_count() == 0 {
+            seen = None;
+            tokio::time::sleep(IDLE_CHECK).await;
+            continue;
+        }
+        let polled = shared
+            .views
+            .with_client(async |client| match seen {
+                None => client.last_event_seq().await,
+                Some(after) => Ok(client
+                    .events(after, TICK)
+                    .await?
+                    .last()
+                    .map_or(after, |event| event.seq)),
+            })
+            .await;
+        match polled {
+            Ok(seq) => seen = Some(seq),
+            Err(e) => {
+                tracing::debug!("dashboard: cannot read the cluster's events: {e}");
+                tokio::time::sleep(TICK).await;
+            }
+        }
+        shared.changes.send_modify(|version| *version += 1);
+    }
+}

@@ -1,0 +1,228 @@
+// The nimbus dashboard: one page, routed by the URL's hash (#/cluster,
+// #/actors, #/jobs/ID, #/actors/ID/log, ...). Every view loads from the
+// JSON API and reloads on the server's `change` events. Cells are set as
+// text, never as HTML.
+"use strict";
+
+const view = document.getElementById("view");
+const live = document.getElementById("live");
+const LISTINGS = ["actors", "tasks", "objects", "placement-groups", "jobs"];
+const TITLES = {
+  actors: "Actors", tasks: "Tasks", objects: "Objects",
+  "placement-groups": "Placement groups", jobs: "Jobs",
+};
+const PAGE = 100;
+// Columns in the order a person reads them; any others follow.
+const COLUMNS = {
+  actors: ["id", "name", "class", "state", "node", "pid", "restarts", "death", "job", "incarnation", "address"],
+  tasks: ["id", "name", "state", "job", "node", "worker", "attempts", "error", "submitted_ms", "ended_ms"],
+  objects: ["id", "node", "size", "state", "owned", "holders"],
+  "placement-groups": ["id", "job", "state", "bundles", "resources", "used"],
+  jobs: ["id", "name", "state", "entrypoint", "node", "submitted", "driver_pid", "start_ms", "end_ms", "duration", "message"],
+};
+
+let route = null;     // what the hash asks for
+let state = {};       // the current view's state (filter, offset, log offset)
+let loading = false;  // a reload is under way
+let again = false;    // another reload was asked for meanwhile
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(String(child ?? "")));
+  }
+  return node;
+}
+
+async function api(path) {
+  const response = await fetch(path, { credentials: "same-origin" });
+  const body = await response.json().catch(() => ({ error: response.statusText }));
+  if (!response.ok) throw new Error(body.error || response.statusText);
+  return body;
+}
+
+function parseRoute() {
+  const parts = (location.hash.replace(/^#\/?/, "") || "cluster").split("/").map(decodeURIComponent);
+  if (parts[0] === "jobs" && parts[1]) return { kind: "job", id: parts[1] };
+  if (parts[0] === "actors" && parts[1]) return { kind: "actor-log", id: parts[1], stderr: parts[2] === "stderr" };
+  if (LISTINGS.includes(parts[0])) return { kind: "listing", name: parts[0] };
+  return { kind: "cluster" };
+}
+
+function navigate() {
+  route = parseRoute();
+  state = { filter: "", offset: 0, logOffset: 0 };
+  for (const link of document.querySelectorAll("nav a")) {
+    const target = link.getAttribute("href").slice(2);
+    const current = route.kind === "listing" ? route.name
+      : route.kind === "job" ? "jobs" : route.kind === "actor-log" ? "actors" : "cluster";
+    link.classList.toggle("current", target === current);
+  }
+  view.replaceChildren();
+  reload();
+}
+
+async function reload() {
+  if (loading) { again = true; return; }
+  loading = true;
+  try {
+    if (route.kind === "cluster") await showCluster();
+    else if (route.kind === "listing") await showListing(route.name);
+    else if (route.kind === "job") await showJob(route.id);
+    else await showActorLog(route.id, route.stderr);
+  } catch (e) {
+    view.replaceChildren(el("p", { class: "error" }, "Cannot load this view: " + e.message));
+    state.toolbar = null;
+    state.log = null;
+    state.logOffset = 0;
+  } finally {
+    loading = false;
+    if (again) { again = false; reload(); }
+  }
+}
+
+function bar(used, total) {
+  const share = total > 0 ? Math.min(1, used / total) : 0;
+  const fill = el("span");
+  fill.style.width = (share * 100).toFixed(1) + "%";
+  return el("span", { class: "bar" }, fill);
+}
+
+function amount(value, bytes) {
+  if (!bytes) return Number.isInteger(value) ? String(value) : value.toFixed(2);
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (value >= 1024 && i < units.length - 1) { value /= 1024; i++; }
+  return (i === 0 ? value : value.toFixed(1)) + " " + units[i];
+}
+
+function usage(resources, name, bytes) {
+  const total = resources.total[name] || 0;
+  const used = resources.used[name] || 0;
+  if (!total) return "";
+  return el("span", {}, bar(used, total), amount(used, bytes) + " / " + amount(total, bytes));
+}
+
+function table(columns, rows, cell) {
+  return el("table", {},
+    el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", {}, c)))),
+    el("tbody", {}, ...rows.map((row) => el("tr", {}, ...columns.map((c) => el("td", {}, cell(row, c)))))));
+}
+
+async function showCluster() {
+  const data = await api("/api/cluster");
+  const alive = data.nodes.filter((n) => n.state === "alive").length;
+  const columns = ["node", "state", "incarnation", "address", "CPU", "GPU", "memory", "object store", "objects", "spilled", "death"];
+  const nodes = table(columns, data.nodes, (node, column) => {
+    const store = node.object_store;
+    switch (column) {
+      case "node": return node.id + (node.head ? " (head)" : "");
+      case "state": return el("span", { class: "state-" + node.state }, node.state);
+      case "incarnation": return node.incarnation;
+      case "address": return node.address;
+      case "CPU": return usage(node.resources, "CPU", false);
+      case "GPU": return usage(node.resources, "GPU", false);
+      case "memory": return usage(node.resources, "memory", true);
+      case "object store": return store ? el("span", {}, bar(store.used, store.capacity), amount(store.used, true) + " / " + amount(store.capacity, true)) : "";
+      case "objects": return store ? store.objects : "";
+      case "spilled": return store ? amount(store.spilled, true) : "";
+      case "death": return node.death_reason || "";
+    }
+  });
+  const pending = data.pending.length === 0 ? el("p", { class: "muted" }, "No spawn waits for room.")
+    : table(["actor", "class", "resources", "job", "waited"], data.pending, (d, c) =>
+      c === "resources" ? JSON.stringify(d.resources) : c === "waited" ? (d.waited_ms / 1000).toFixed(1) + " s" : d[c]);
+  view.replaceChildren(
+    el("h2", {}, "Cluster"),
+    el("p", { id: "summary" }, `${alive} alive, ${data.nodes.length - alive} dead`),
+    nodes,
+    el("h3", {}, "Pending demands"),
+    pending);
+}
+
+async function showListing(name) {
+  const query = new URLSearchParams({ offset: state.offset, limit: PAGE, q: state.filter });
+  const page = await api(`/api/${name}?${query}`);
+  if (!state.toolbar) {
+    const filter = el("input", { type: "search", placeholder: "filter: words in any column", value: state.filter });
+    filter.addEventListener("input", () => { state.filter = filter.value; state.offset = 0; reload(); });
+    state.shown = el("span", { class: "muted" });
+    state.toolbar = el("div", { class: "toolbar" }, filter,
+      el("button", { onclick: () => { state.offset = Math.max(0, state.offset - PAGE); reload(); } }, "◀ previous"),
+      el("button", { onclick: () => { if (state.offset + PAGE < state.total) { state.offset += PAGE; reload(); } } }, "next ▶"),
+      state.shown);
+    state.body = el("div");
+    view.replaceChildren(el("h2", {}, TITLES[name]), state.toolbar, state.body);
+  }
+  state.total = page.total;
+  const last = Math.min(page.total, page.offset + page.rows.length);
+  state.shown.textContent = page.total === 0 ? `none of ${page.unfiltered}`
+    : `${page.offset + 1}–${last} of ${page.total}` + (page.total < page.unfiltered ? ` (of ${page.unfiltered})` : "");
+  if (page.rows.length === 0) {
+    state.body.replaceChildren(el("p", { class: "muted" }, "(none)"));
+    return;
+  }
+  const known = COLUMNS[name] || [];
+  const columns = known.concat(Object.keys(page.rows[0]).filter((c) => !known.includes(c)));
+  state.body.replaceChildren(table(columns, page.rows, (row, column) => {
+    const value = row[column];
+    if (column === "state") return el("span", { class: "state-" + value }, value);
+    if (column.endsWith("_ms")) return value ? new Date(value).toLocaleTimeString() : "";
+    if (column === "size") return amount(value, true);
+    if (column === "id" && name === "jobs") return el("a", { href: "#/jobs/" + encodeURIComponent(value) }, value);
+    if (column === "id" && name === "actors") return el("a", { href: "#/actors/" + encodeURIComponent(value) + "/log" }, value);
+    return typeof value === "object" && value !== null ? JSON.stringify(value) : value;
+  }));
+}
+
+function logView(title, about) {
+  if (!state.log) {
+    state.about = el("dl");
+    state.log = el("pre", { class: "log", id: "log" });
+    view.replaceChildren(el("h2", {}, title), about, state.about, el("h3", {}, "Log"), state.log);
+  }
+}
+
+function appendLog(chunk) {
+  if (chunk.next < state.logOffset) return;
+  const follow = state.log.scrollTop + state.log.clientHeight >= state.log.scrollHeight - 4;
+  state.log.append(chunk.text);
+  state.logOffset = chunk.next;
+  if (follow) state.log.scrollTop = state.log.scrollHeight;
+}
+
+async function showJob(id) {
+  const chunk = await api(`/api/jobs/${encodeURIComponent(id)}/log?offset=${state.logOffset}`);
+  logView("Job " + id, el("p", {}, el("a", { href: "#/jobs" }, "◀ all jobs")));
+  const job = chunk.about;
+  state.about.replaceChildren(...["state", "name", "entrypoint", "node", "driver_pid", "duration", "message"].flatMap((key) => [
+    el("dt", {}, key),
+    el("dd", { id: "job-" + key }, key === "state" ? el("span", { class: "state-" + job.state }, job.state) : job[key] ?? ""),
+  ]));
+  appendLog(chunk);
+}
+
+async function showActorLog(id, stderr) {
+  const chunk = await api(`/api/actors/${encodeURIComponent(id)}/log?offset=${state.logOffset}&stderr=${stderr}`);
+  const other = stderr ? el("a", { href: `#/actors/${encodeURIComponent(id)}/log` }, "stdout")
+    : el("a", { href: `#/actors/${encodeURIComponent(id)}/stderr` }, "stderr");
+  logView("Actor " + id + (stderr ? " (stderr)" : ""), el("p", {}, el("a", { href: "#/actors" }, "◀ all actors"), " · ", other));
+  state.about.replaceChildren(el("dt", {}, "file"), el("dd", {}, chunk.file));
+  appendLog(chunk);
+}
+
+function listen() {
+  const events = new EventSource("/api/events");
+  events.addEventListener("open", () => { live.textContent = "live"; live.className = "on"; });
+  events.addEventListener("error", () => { live.textContent = "reconnecting…"; live.className = ""; });
+  events.addEventListener("change", () => reload());
+}
+
+window.addEventListener("hashchange", navigate);
+navigate();
+listen();

@@ -1,0 +1,508 @@
+//! The dashboard in a real browser (headless Chromium through the DevTools
+//! protocol), against a cluster started with the CLI. Screenshots of every
+//! page land in `target/dashboard-screenshots/`.
+//!
+//! Needs Debian's `chromium` (`.ci/run` installs it); without it these
+//! tests say so loudly and pass without looking.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
+use headless_chrome::{Browser, LaunchOptions, Tab};
+use tempfile::TempDir;
+
+use super::cli::{free_port, succeeds, text, StopOnDrop};
+
+/// The longest a page may take to show what a test waits for.
+const PAGE_DEADLINE: Duration = Duration::from_secs(30);
+/// The longest the custom-actor example may take to reach its summary.
+const EXAMPLE_DEADLINE: Duration = Duration::from_secs(180);
+
+/// Chromium, if this machine has it.
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("NIMBUS_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "\n\n*** SKIPPED: no Chromium at {} (apt-get install chromium, or set NIMBUS_CHROMIUM): the dashboard was NOT tested in a browser ***\n\n",
+            path.display()
+        );
+        None
+    }
+}
+
+/// A headless browser with one tab.
+fn browser(chromium: PathBuf) -> (Browser, Arc<Tab>) {
+    let browser = Browser::new(LaunchOptions {
+        path: Some(chromium),
+        headless: true,
+        // Root in CI: Chromium's sandbox needs an unprivileged user.
+        sandbox: false,
+        window_size: Some((1400, 900)),
+        idle_browser_timeout: Duration::from_secs(120),
+        ..LaunchOptions::default()
+    })
+    .unwrap();
+    let tab = browser.new_tab().unwrap();
+    tab.set_default_timeout(PAGE_DEADLINE);
+    (browser, tab)
+}
+
+/// Loads `url` and waits until the JavaScript expression `condition`
+/// holds (re-checked on every change of the page, in the page), for at
+/// most [`PAGE_DEADLINE`]; `what` names it in the failure.
+fn open_and_wait(tab: &Tab, url: &str, condition: &str, what: &str) {
+    tab.navigate_to(url)
+        .unwrap()
+        .wait_until_navigated()
+        .unwrap();
+    wait_until(tab, condition, what);
+}
+
+/// Follows the page's own link to `route` (`#/actors`: no reload, as a
+/// person clicking in the menu) and waits for `condition` as
+/// [`open_and_wait`] does.
+fn go_and_wait(tab: &Tab, route: &str, condition: &str, what: &str) {
+    tab.evaluate(&format!("location.hash = {route:?}"), false)
+        .unwrap();
+    wait_until(tab, condition, what);
+}
+
+/// Waits in the page for `condition` (a JavaScript expression) to hold.
+fn wait_until(tab: &Tab, condition: &str, what: &str) {
+    let deadline = PAGE_DEADLINE.as_millis() - 5000;
+    let script = format!(
+        r#"new Promise((resolve, reject) => {{
+            const check = () => {{ try {{ return Boolean({condition}); }} catch (e) {{ return false; }} }};
+            if (check()) {{ resolve(true); return; }}
+            const observer = new MutationObserver(() => {{ if (check()) {{ observer.disconnect(); resolve(true); }} }});
+            observer.observe(document, {{ subtree: true, childList: true, characterData: true, attributes: true }});
+            setTimeout(() => {{ observer.disconnect(); resolve(document.body.innerText); }}, {deadline});
+        }})"#
+    );
+    let result = tab.evaluate(&script, true).unwrap();
+    assert_eq!(
+        result.value,
+        Some(serde_json::Value::Bool(true)),
+        "the page did not show {what} within {deadline} ms; it shows:\n{}",
+        result
+            .value
+            .as_ref()
+            .map(|v| v.to_string())
+            .unwrap_or_default()
+    );
+}
+
+/// The value of the JavaScript expression `expression` in the page.
+fn evaluate(tab: &Tab, expression: &str) -> serde_json::Value {
+    tab.evaluate(&format!("JSON.stringify({expression})"), false)
+        .unwrap()
+        .value
+        .and_then(|v| serde_json::from_str(v.as_str()?).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Saves what the tab shows as `target/dashboard-screenshots/NAME.png`.
+fn screenshot(tab: &Tab, name: &str) {
+    let png = tab
+        .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
+        .unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+/// The text the rows of the page's table show in `column`.
+fn column(tab: &Tab, column: &str) -> Vec<String> {
+    let script = format!(
+        r#"(() => {{
+            const heads = [...document.querySelectorAll("main table thead th")].map((th) => th.textContent);
+            const at = heads.indexOf({column:?});
+            return [...document.querySelectorAll("main table tbody tr")].map((tr) => tr.children[at].textContent);
+        }})()"#
+    );
+    serde_json::from_value(evaluate(tab, &script)).unwrap_or_default()
+}
+
+/// The value on the line `PREFIX VALUE` of `printed`.
+fn line_value(printed: &str, prefix: &str) -> String {
+    printed
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{printed}"))
+        .trim()
+        .to_string()
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_nimbus"))
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name)
+}
+
+/// The custom-actor example run with `--hold` against the head at `head`
+/// (its token in `home`): it returns once the example printed its summary, its actors
+/// still alive; closing its stdin ends it.
+struct HeldExample {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    printed: Vec<String>,
+}
+
+impl HeldExample {
+    fn start(home: &Path, head: &str) -> Self {
+        let mut child = Command::new(example("custom_actor"))
+            .args(["--hold", "--address", head])
+            .env("NIMBUS_HOME", home)
+            .env_remove("NIMBUS_ADDRESS")
+            .env_remove("NIMBUS_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut held = HeldExample {
+            child,
+            lines,
+            printed: Vec::new(),
+        };
+        loop {
+            let line = held
+                .lines
+                .recv_timeout(EXAMPLE_DEADLINE)
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "custom_actor did not hold its actors ({e}):\n{}",
+                        held.printed.join("\n")
+                    )
+                });
+            let holding = line.starts_with("holding the actors");
+            held.printed.push(line);
+            if holding {
+                return held;
+            }
+        }
+    }
+
+    /// Closes its stdin and waits for it to exit successfully.
+    fn finish(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "custom_actor: {status}:\n{}",
+            self.printed.join("\n")
+        );
+    }
+}
+
+impl Drop for HeldExample {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
+    let Some(chromium) = chromium() else { return };
+    let home = TempDir::new().unwrap();
+    let _stop = StopOnDrop(home.path());
+    let port = free_port().to_string();
+    let started = succeeds(
+        home.path(),
+        &[
+            "start",
+            "--head",
+            "--port",
+            &port,
+            "--node-ip-address",
+            "127.0.0.1",
+            "--dashboard-port",
+            "0",
+        ],
+    );
+    let url = line_value(&started, "dashboard:");
+    let head = line_value(&started, "address:");
+    assert!(url.starts_with("http://127.0.0.1:"), "{started}");
+    for name in ["node-1", "node-2"] {
+        succeeds(
+            home.path(),
+            &[
+                "start",
+                "--address",
+                &head,
+                "--node-ip-address",
+                "127.0.0.1",
+                "--node-name",
+                name,
+            ],
+        );
+    }
+    // A finished job whose log the page must show.
+    let tasks = example("tasks");
+    let submitted = succeeds(
+        home.path(),
+        &[
+            "job",
+            "submit",
+            "--name",
+            "dashboard-tasks",
+            "--",
+            tasks.to_str().unwrap(),
+            "--tasks",
+            "20",
+            "--maps",
+            "2",
+            "--broadcast-mib",
+            "1",
+            "--readers",
+            "1",
+        ],
+    );
+    let job = line_value(&submitted, "job:");
+    let summary = line_value(&submitted, "summary:");
+    let held = HeldExample::start(home.path(), &head);
+
+    let (_browser, tab) = browser(chromium);
+    open_and_wait(
+        &tab,
+        &format!("{url}/#/cluster"),
+        r#"document.getElementById("summary")?.textContent === "3 alive, 0 dead" && document.querySelectorAll("main table")[0].querySelectorAll("tbody tr").length === 3"#,
+        "three alive nodes",
+    );
+    let nodes = column(&tab, "node");
+    assert!(nodes.contains(&format!("{head} (head)")), "{nodes:?}");
+    assert!(
+        nodes.contains(&"node-1".to_string()) && nodes.contains(&"node-2".to_string()),
+        "{nodes:?}"
+    );
+    assert!(
+        evaluate(&tab, r#"document.getElementById("live").textContent"#) == "live",
+        "the page listens to the cluster's events"
+    );
+    screenshot(&tab, "cluster");
+
+    go_and_wait(
+        &tab,
+        "#/actors",
+        r#"[...document.querySelectorAll("main table tbody tr")].length === 6"#,
+        "the bank's six actors",
+    );
+    let names = column(&tab, "name");
+    for account in ["account-0", "account-1", "account-2", "account-3", "bank"] {
+        assert!(names.contains(&account.to_string()), "{names:?}");
+    }
+    let restarts = column(&tab, "restarts");
+    let restarted: Vec<&String> = names
+        .iter()
+        .zip(&restarts)
+        .filter(|(_, r)| r.as_str() == "1")
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(restarted, vec!["account-1"], "{names:?} {restarts:?}");
+    screenshot(&tab, "actors");
+    // The filter narrows the table without reloading the page.
+    tab.evaluate(
+        r#"(() => { const f = document.querySelector(".toolbar input"); f.value = "account-1"; f.dispatchEvent(new Event("input")); })()"#,
+        false,
+    )
+    .unwrap();
+    wait_until(
+        &tab,
+        r#"document.querySelectorAll("main table tbody tr").length === 1 && document.querySelector("main table tbody tr").textContent.includes("account-1")"#,
+        "only account-1 after filtering",
+    );
+
+    for (page, what) in [
+        ("objects", "Objects"),
+        ("tasks", "Tasks"),
+        ("placement-groups", "Placement groups"),
+    ] {
+        go_and_wait(
+            &tab,
+            &format!("#/{page}"),
+            &format!(
+                r#"document.querySelector("main h2")?.textContent === {what:?} && document.querySelector(".toolbar span")?.textContent !== """#
+            ),
+            what,
+        );
+        screenshot(&tab, page);
+    }
+
+    go_and_wait(
+        &tab,
+        "#/jobs",
+        &format!(r#"document.querySelector("main table tbody")?.textContent.includes({job:?})"#),
+        "the submitted job",
+    );
+    screenshot(&tab, "jobs");
+    go_and_wait(
+        &tab,
+        &format!("#/jobs/{job}"),
+        &format!(
+            r#"document.getElementById("log")?.textContent.includes({:?}) && document.getElementById("job-state")?.textContent === "SUCCEEDED""#,
+            format!("summary: {summary}")
+        ),
+        "the job's summary line in its log",
+    );
+    screenshot(&tab, "job");
+    held.finish();
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: status, headers, body.
+fn http(address: &str, request: &str) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(PAGE_DEADLINE)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+fn get(address: &str, path: &str, cookie: Option<&str>) -> (u16, String, String) {
+    let cookie = cookie
+        .map(|c| format!("Cookie: {c}\r\n"))
+        .unwrap_or_default();
+    http(
+        address,
+        &format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{cookie}Connection: close\r\n\r\n"),
+    )
+}
+
+fn login(address: &str, token: &str) -> (u16, String, String) {
+    let body = format!("token={token}");
+    http(
+        address,
+        &format!(
+            "POST /login HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+#[test]
+fn a_dashboard_beyond_loopback_asks_for_the_token() {
+    let home = TempDir::new().unwrap();
+    let _stop = StopOnDrop(home.path());
+    let port = free_port().to_string();
+    let started = succeeds(
+        home.path(),
+        &[
+            "start",
+            "--head",
+            "--port",
+            &port,
+            "--node-ip-address",
+            "127.0.0.1",
+            "--dashboard-host",
+            "0.0.0.0",
+            "--dashboard-port",
+            "0",
+        ],
+    );
+    let token = line_value(&started, "token:");
+    let url = line_value(&started, "dashboard:");
+    let address = url.strip_prefix("http://").unwrap().to_string();
+    assert!(
+        address.starts_with("127.0.0.1:"),
+        "the URL names the node's address: {started}"
+    );
+
+    let (status, _, body) = get(&address, "/api/cluster", None);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("sign in"), "{body}");
+    let (status, _, body) = get(&address, "/", None);
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(r#"name="token""#) && !body.contains("app.js"),
+        "{body}"
+    );
+    let (status, _, body) = login(&address, "nimbus1-not-the-token");
+    assert_eq!(status, 401, "{body}");
+    let (status, head, _) = login(&address, &token);
+    assert_eq!(status, 303, "{head}");
+    let cookie = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("set-cookie: ")
+                .then(|| &l[12..])
+        })
+        .unwrap_or_else(|| panic!("no cookie: {head}"));
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let session = cookie.split(';').next().unwrap();
+    let (status, _, body) = get(&address, "/api/cluster", Some(session));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(&format!("127.0.0.1:{port}")), "{body}");
+    let (status, _, _) = get(&address, "/api/cluster", Some("nimbus_session=forged"));
+    assert_eq!(status, 401);
+
+    // The token is in no log of the head, nor the refused attempt's.
+    let logs = home.path().join("logs");
+    for entry in std::fs::read_dir(&logs).unwrap() {
+        let log = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
+        assert!(!log.contains(&token), "a log holds the token");
+        assert!(
+            !log.contains("nimbus1-not-the-token"),
+            "a log holds a presented token"
+        );
+    }
+
+    // In a browser: the login form, then the cluster.
+    let Some(chromium) = chromium() else { return };
+    let (_browser, tab) = browser(chromium);
+    open_and_wait(
+        &tab,
+        &url,
+        r#"document.querySelector("input[name=token]") !== null"#,
+        "the login form",
+    );
+    screenshot(&tab, "login");
+    tab.wait_for_element("input[name=token]")
+        .unwrap()
+        .click()
+        .unwrap();
+    tab.type_str(&token).unwrap();
+    tab.wait_for_element("button[type=submit]")
+        .unwrap()
+        .click()
+        .unwrap();
+    tab.wait_until_navigated().unwrap();
+    wait_until(
+        &tab,
+        r#"document.getElementById("summary")?.textContent === "1 alive, 0 dead""#,
+        "the cluster after signing in",
+    );
+    let printed = text(&super::cli::nimbus(home.path(), &["status"]));
+    assert!(printed.contains("1 alive"), "{printed}");
+}
