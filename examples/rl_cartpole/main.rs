@@ -17,6 +17,10 @@
 //! `runner_restarts`: the runners' restarts as the head recorded them;
 //! `lost_calls`: rollouts asked again after their runner died).
 //! Solved means a mean return of at least 475 over the last 100 episodes.
+//! Each iteration's metrics also go to `metrics.jsonl` and `progress.csv`
+//! in a run directory under `--storage` (default `~/.nimbus/runs`), with
+//! the losses plotted into its `loss.svg` at the end: the line `results:`
+//! names it.
 
 // Tests, examples and benchmarks: a failed unwrap is the failure report, and
 // their items are public to their own modules only.
@@ -60,6 +64,10 @@ struct Args {
     /// Kill runner 0's worker process at this iteration.
     #[arg(long)]
     kill_runner_at_iter: Option<u64>,
+    /// Where the run directory (`cartpole-MILLIS`) with the metrics goes
+    /// (default: `runs/` in $NIMBUS_HOME, else ~/.nimbus).
+    #[arg(long)]
+    storage: Option<std::path::PathBuf>,
     /// Where the cluster is (read by nimbus::init).
     #[command(flatten)]
     cluster: nimbus::ClusterArgs,
@@ -78,6 +86,18 @@ fn main() -> Result<()> {
 
 async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
     driver.connect().await?;
+    let storage = match args.storage {
+        Some(storage) => storage,
+        None => {
+            let runs = nimbus::cluster::files::nimbus_home().join("runs");
+            nimbus::cluster::files::private_dir(&runs)?;
+            runs
+        }
+    };
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis();
+    let run_dir = storage.join(format!("cartpole-{stamp}"));
     let settings = Settings {
         runners: args.runners,
         learners: args.learners,
@@ -88,9 +108,14 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
         target: args.target,
         kill_runner_at_iter: args.kill_runner_at_iter,
         verbose: true,
+        results: Some(run_dir.clone()),
     };
     let outcome = training::train(&settings).await?;
     println!("runners ran on: {}", outcome.runner_nodes.join(", "));
+    println!(
+        "results: {} (metrics.jsonl, progress.csv, loss.svg)",
+        run_dir.display()
+    );
     println!(
         "summary: solved={} mean_return_100={:.1} first_mean_return_100={:.1} env_steps={} seconds={:.1} env_steps_per_s={:.0} runners={} learners={} runner_restarts={} lost_calls={}",
         outcome.solved,

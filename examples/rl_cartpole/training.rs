@@ -3,7 +3,7 @@
 //! with PPO, until solved.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
@@ -12,6 +12,7 @@ use nimbus::actor::{self, ActorHandle, SpawnOptions};
 use nimbus::cluster::ResourceSet;
 use nimbus::object_store::{self, ObjectRef};
 use nimbus::placement::{InBundle, PlacementGroup, PlacementStrategy};
+use nimbus::train::results::{self, ReportLine, ResultsLog};
 use nimbus::train::Params;
 
 use crate::learner_group::{JoinGroup, LearnerArgs, LearnerWorker, Update};
@@ -41,6 +42,10 @@ pub struct Settings {
     pub kill_runner_at_iter: Option<u64>,
     /// Print a line per iteration.
     pub verbose: bool,
+    /// Write each iteration's metrics to `metrics.jsonl` and
+    /// `progress.csv` in this directory, and plot the losses into
+    /// `loss.svg` at the end (`nimbus::train::results`).
+    pub results: Option<std::path::PathBuf>,
 }
 
 /// How it went.
@@ -252,6 +257,10 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
     let lost_calls = Cell::new(0);
     let mut first_100: Vec<f32> = Vec::new();
     let (mut env_steps, mut iteration) = (0u64, 0u64);
+    let mut results = match &args.results {
+        Some(dir) => Some(ResultsLog::open(dir)?),
+        None => None,
+    };
     let started = Instant::now();
     let mean = |r: &VecDeque<f32>| r.iter().sum::<f32>() / r.len().max(1) as f32;
     let solved = loop {
@@ -286,6 +295,19 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
         let losses = learners.update(&sampled, progress).await?;
         let seconds = started.elapsed().as_secs_f64();
         let mean_100 = mean(&returns);
+        if let Some(log) = &mut results {
+            let mut metrics = BTreeMap::from([
+                ("mean_return_100".to_string(), f64::from(mean_100)),
+                ("env_steps".to_string(), env_steps as f64),
+                ("seconds".to_string(), seconds),
+            ]);
+            if let Some((policy, value, entropy)) = losses {
+                metrics.insert("policy_loss".into(), policy);
+                metrics.insert("value_loss".into(), value);
+                metrics.insert("entropy".into(), entropy);
+            }
+            log.append(&ReportLine::now(iteration, 0, metrics))?;
+        }
         if args.verbose {
             let losses = losses.map_or(String::new(), |(p, v, e)| {
                 format!(" policy_loss {p:+.3} value_loss {v:.3} entropy {e:.3}")
@@ -310,6 +332,9 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
     }
     let _ = group.remove().await;
     learners.stop().await;
+    if let Some(dir) = &args.results {
+        results::plot(dir)?;
+    }
     Ok(Outcome {
         solved,
         mean_return_100: mean(&returns),

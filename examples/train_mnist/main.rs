@@ -14,7 +14,10 @@
 //! offline. `--fail-at-step K` makes the last worker SIGKILL itself before
 //! step K on the first attempt: the supervisor tears the group down and
 //! restarts it from the latest checkpoint. Each run gets a new directory
-//! under `--storage` unless `--resume PATH` names a checkpoint.
+//! under `--storage` unless `--resume PATH` names a checkpoint; there,
+//! besides the checkpoints, every report goes to `metrics.jsonl` and
+//! `progress.csv` as it arrives and the losses are plotted into `loss.svg`
+//! at the end (the line `results:` names the directory).
 //!
 //! `samples_per_s` counts training samples of all workers per second of
 //! wall-clock time from the first attempt's start to the end (restarts,
@@ -210,6 +213,10 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
         .find_map(|m| m.get("test_accuracy"))
         .copied()
         .unwrap_or(f64::NAN);
+    println!(
+        "results: {} (metrics.jsonl, progress.csv, loss.svg; `nimbus plot` redraws)",
+        result.path.display()
+    );
     println!(
         "summary: workers={} epochs={} samples_per_s={:.0} test_accuracy={:.4} final_loss={:.4} restarts={} params_sha256={} checkpoint={}",
         result.workers,

@@ -51,6 +51,9 @@ pub enum TrainError {
     /// A checkpoint could not be written or read.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// The run's results files (`results.rs`) cannot be opened.
+    #[error("the run's results files: {0}")]
+    Results(#[from] crate::train::results::ResultsError),
     /// A checkpoint did not fit on its filesystem: the run stopped at once,
     /// keeping its last good checkpoint.
     #[error("training stopped: {0}")]

@@ -77,6 +77,7 @@
 mod aggregator;
 pub mod collective;
 pub mod faults;
+pub mod results;
 mod sampler;
 
 pub use aggregator::{

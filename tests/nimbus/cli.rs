@@ -450,3 +450,20 @@ fn a_program_without_an_address_joins_the_head_started_on_this_machine() {
     assert!(out.status.success(), "{printed}");
     assert!(!printed.contains("joining the head"), "{printed}");
 }
+
+#[test]
+fn plot_redraws_a_runs_losses_and_names_what_is_missing() {
+    use nimbus::train::results::{ReportLine, ResultsLog};
+    let (home, run) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let run_dir = run.path().to_str().unwrap();
+    fails_with(home.path(), &["plot", run_dir], "metrics.jsonl");
+    let mut log = ResultsLog::open(run.path()).unwrap();
+    for index in 1..=5 {
+        let metrics = [("loss".to_string(), 1.0 / index as f64)].into();
+        log.append(&ReportLine::now(index, 0, metrics)).unwrap();
+    }
+    let printed = succeeds(home.path(), &["plot", run_dir]);
+    assert!(printed.contains("plotted 5 reports"), "{printed}");
+    let svg = std::fs::read_to_string(run.path().join("loss.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("loss"), "{svg}");
+}

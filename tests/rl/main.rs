@@ -166,6 +166,7 @@ fn settings(max_env_steps: u64) -> Settings {
         target: 475.0,
         kill_runner_at_iter: None,
         verbose: false,
+        results: None,
     }
 }
 
@@ -196,11 +197,31 @@ async fn ppo_improves() {
 }
 
 async fn killed_runner_is_replaced() {
+    let results = tempfile::tempdir().unwrap();
     let settings = Settings {
         kill_runner_at_iter: Some(2),
+        results: Some(results.path().to_path_buf()),
         ..settings(8_192)
     };
     let outcome = training::train(&settings).await.expect("training goes on");
+    // Every iteration is on disk, and the losses are plotted.
+    let reports = nimbus::train::results::read_reports(results.path()).unwrap();
+    let indices: Vec<u64> = reports.iter().map(|r| r.index).collect();
+    assert_eq!(
+        indices,
+        (1..=8).collect::<Vec<_>>(),
+        "one line per iteration"
+    );
+    assert!(reports
+        .iter()
+        .all(|r| r.metrics.contains_key("policy_loss")));
+    let csv = std::fs::read_to_string(results.path().join("progress.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 8, "{csv}");
+    let svg = std::fs::read_to_string(results.path().join("loss.svg")).unwrap();
+    assert!(
+        svg.contains("policy_loss") && svg.contains("value_loss"),
+        "{svg}"
+    );
     // The head's record of the runners: one restart, whether or not a
     // rollout call was in flight when the process died.
     assert_eq!(outcome.runner_restarts, 1, "{outcome:?}");

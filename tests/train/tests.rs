@@ -235,6 +235,30 @@ async fn kill_and_panic_restart_from_checkpoint_bit_exact(_: &mut nimbus::Driver
             expected,
             "{mode:?}: the same final parameters"
         );
+        // On disk: every report as it arrived, the restarted attempt's
+        // marked and starting again after the checkpoint it resumed from;
+        // the last loss per report is the run's history. Plotted at the end.
+        let reports = nimbus::train::results::read_reports(&result.path).unwrap();
+        let curve = &nimbus::train::results::loss_curves(&reports)["loss"];
+        let curve: Vec<f64> = curve.iter().map(|(_, loss)| *loss).collect();
+        assert_eq!(curve, losses(&result), "{mode:?}: metrics.jsonl");
+        let resumed: Vec<u64> = reports
+            .iter()
+            .filter(|r| r.attempt == 1)
+            .map(|r| r.index)
+            .collect();
+        assert_eq!(
+            resumed,
+            (11..=20).collect::<Vec<_>>(),
+            "{mode:?}: {reports:?}"
+        );
+        assert!(
+            reports.iter().filter(|r| r.attempt == 0).count() >= 10,
+            "{mode:?}: the first attempt's reports stay: {reports:?}"
+        );
+        let csv = std::fs::read_to_string(result.path.join("progress.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 1 + reports.len(), "{mode:?}: {csv}");
+        assert!(result.path.join("loss.svg").is_file(), "{mode:?}: the plot");
     }
 }
 

@@ -12,6 +12,7 @@
 //! nimbus job list|status ID|logs ID [--follow]|stop ID
 //! nimbus stop [--force]
 //! nimbus chaos run PLAN.toml [--nodes 3] -- COMMAND...
+//! nimbus plot RUN_DIR
 //! ```
 
 mod actors;
@@ -20,6 +21,7 @@ mod head;
 mod jobs;
 mod logs;
 mod memory;
+mod plot;
 mod start;
 mod state;
 mod status;
@@ -56,6 +58,8 @@ enum Command {
     /// Submit driver programs to run on the cluster, list, follow and stop them.
     #[command(subcommand)]
     Job(jobs::JobCommand),
+    /// Draw a training run's losses (its metrics.jsonl) into its loss.svg.
+    Plot(plot::PlotArgs),
 }
 
 fn main() {
@@ -70,6 +74,7 @@ fn main() {
         Command::Logs(args) => logs::logs(args),
         Command::Kill(args) => actors::kill(args),
         Command::Job(command) => jobs::run(command),
+        Command::Plot(args) => plot::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

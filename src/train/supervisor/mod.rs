@@ -64,6 +64,7 @@ use super::checkpoint::{
 };
 use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport, WorkerEvent};
+use super::results::{self, ReportLine, ResultsLog};
 use super::worker::TrainerWorker;
 use super::{
     CollectiveBackend, LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult,
@@ -190,6 +191,11 @@ pub struct TrainerSupervisor {
     fired: Vec<FiredFault>,
     /// The generation of attempt 0 (`checkpoint/fence.rs`).
     first_generation: u64,
+    /// The run's `metrics.jsonl` and `progress.csv` (`results.rs`).
+    results: Option<ResultsLog>,
+    /// A write to them failed and was logged (the run goes on; the
+    /// checkpoints are what a resume needs).
+    results_failed: bool,
 }
 
 impl TrainerSupervisor {
@@ -216,6 +222,8 @@ impl TrainerSupervisor {
             observer,
             fired: Vec::new(),
             first_generation: 0,
+            results: None,
+            results_failed: false,
         }
     }
 
@@ -419,6 +427,7 @@ impl TrainerSupervisor {
                     }
                     self.history.retain(|(i, _)| *i < index);
                     self.history.push((index, metrics.clone()));
+                    self.record(index, &metrics);
                     self.tell(TrainEvent::Reported { index, metrics });
                 }
                 WorkerEvent::Report { .. } => {}
@@ -530,8 +539,32 @@ impl TrainerSupervisor {
         }
     }
 
+    /// Appends rank 0's report `index` to the run's results files.
+    fn record(&mut self, index: u64, metrics: &Metrics) {
+        let attempt = self.first_generation + u64::from(self.attempts.restarts());
+        let Some(results) = &mut self.results else {
+            return;
+        };
+        let line = ReportLine::now(index, attempt, metrics.clone());
+        if let Err(e) = results.append(&line) {
+            if !std::mem::replace(&mut self.results_failed, true) {
+                tracing::warn!(
+                    "report {index} (and any later) is missing from the run's results files: {e}"
+                );
+            }
+        }
+    }
+
     fn complete(&mut self, error: Option<TrainError>, ctx: &mut Context<Self>) {
         self.attempt = None;
+        if self.results.take().is_some() && !self.history.is_empty() {
+            let run_dir = self.plan.run.run_dir();
+            match results::plot(&run_dir) {
+                Ok(plot) => tracing::info!("losses plotted in {}", plot.display()),
+                Err(results::ResultsError::NoLoss { .. }) => {}
+                Err(e) => tracing::warn!("cannot plot the run's losses: {e}"),
+            }
+        }
         let reporter = self.reporter.clone();
         let run_dir = self.plan.run.run_dir();
         let history: Vec<Metrics> = self.history.iter().map(|(_, m)| m.clone()).collect();
@@ -632,12 +665,16 @@ impl Handler<Fit> for TrainerSupervisor {
             ));
             self.complete(Some(error), ctx);
         } else {
-            match checkpoint::fence::owner(&run_dir) {
-                Ok(owner) => {
+            let opened = checkpoint::fence::owner(&run_dir)
+                .map_err(TrainError::from)
+                .and_then(|owner| Ok((owner, ResultsLog::open(&run_dir)?)));
+            match opened {
+                Ok((owner, results)) => {
                     self.first_generation = owner.map_or(0, |g| g + 1);
+                    self.results = Some(results);
                     self.start_attempt(ctx);
                 }
-                Err(e) => self.complete(Some(e.into()), ctx),
+                Err(e) => self.complete(Some(e), ctx),
             }
         }
         Box::pin(async move {
