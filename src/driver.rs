@@ -388,8 +388,10 @@ impl Drop for Driver {
             job: context.job.clone(),
             ok: !std::thread::panicking(),
         });
-        // The task states not reported yet go first.
+        // The task states not reported yet go first, and the metrics
+        // recorded since the last push.
         let tasks = crate::task::records::take_unreported();
+        let metrics = context.metrics_push();
         let (address, token) = (self.address.clone(), self.token.clone());
         let told = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -403,6 +405,7 @@ impl Drop for Driver {
                         let states = JobRequest::TaskStates(batch.to_vec());
                         client.call(&ControlRequest::Jobs(states)).await?;
                     }
+                    client.call(&metrics).await?;
                     client.call(&request).await
                 };
                 match tokio::time::timeout(DONE_WAIT, tell).await {

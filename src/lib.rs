@@ -7,6 +7,8 @@
 //! is in `tests/nimbus/architecture.rs`, which fails on any other import;
 //! ARCHITECTURE.md has the full map):
 //!
+//! 0. [`metrics`]: Prometheus metrics every process records, and a
+//!    node's `/metrics` (imports nothing of the crate).
 //! 1. [`wire`]: frames, envelopes and identities; pure.
 //! 2. [`transport`]: the QUIC endpoint, credentials from the join token, one
 //!    stream per request; knows nothing of actors.
@@ -63,6 +65,7 @@ pub mod driver;
 pub mod head;
 pub mod launch;
 pub mod local;
+pub mod metrics;
 pub mod node;
 pub mod object_store;
 pub mod placement;

@@ -74,6 +74,24 @@ pub enum CallError {
     Cluster(#[from] ClientError),
 }
 
+impl CallError {
+    /// The error's kind, as the `outcome` label of
+    /// `nimbus_actor_calls_total` (`crate::metrics`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallError::ActorDead { .. } => "actor_dead",
+            CallError::NodeLost { .. } => "node_lost",
+            CallError::Timeout { .. } => "timeout",
+            CallError::Encode { .. } => "encode",
+            CallError::Decode { .. } => "decode",
+            CallError::Handler { .. } => "handler",
+            CallError::MailboxFull { .. } => "mailbox_full",
+            CallError::NotInitialized => "not_initialized",
+            CallError::Cluster(_) => "cluster",
+        }
+    }
+}
+
 /// Spawning an actor failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {

@@ -202,8 +202,9 @@ impl<A: RemoteActor> ActorHandle<A> {
         M::Result: Wire,
     {
         let actor = self.id;
+        let started = std::time::Instant::now();
         let queued = self.queue(message, deadline);
-        async move {
+        let call = async move {
             match queued? {
                 Queued::Local(reply) => reply.await.map_err(|e| CallError::ActorDead {
                     actor,
@@ -226,6 +227,14 @@ impl<A: RemoteActor> ActorHandle<A> {
                     }
                 }
             }
+        };
+        async move {
+            let result = call.await;
+            let outcome = result.as_ref().err().map_or("ok", CallError::kind);
+            metrics::counter!("nimbus_actor_calls_total", "outcome" => outcome).increment(1);
+            metrics::histogram!("nimbus_actor_call_seconds")
+                .record(started.elapsed().as_secs_f64());
+            result
         }
     }
 

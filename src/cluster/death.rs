@@ -74,6 +74,26 @@ pub enum DeathCause {
     Failed(String),
 }
 
+impl DeathCause {
+    /// The cause's kind, as the `cause` label of
+    /// `nimbus_workers_died_total` (`crate::metrics`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DeathCause::Exited { .. } => "exited",
+            DeathCause::Killed { .. } => "signal",
+            DeathCause::Panicked { .. } => "panicked",
+            DeathCause::ChaosFault(_) => "chaos_fault",
+            DeathCause::Stopped => "stopped",
+            DeathCause::KilledOnRequest(_) => "killed",
+            DeathCause::NodeLost { .. } => "node_lost",
+            DeathCause::RestartFailed { .. } => "restart_failed",
+            DeathCause::NotRescheduled { .. } => "not_rescheduled",
+            DeathCause::SpawnFailed => "spawn_failed",
+            DeathCause::Failed(_) => "failed",
+        }
+    }
+}
+
 /// The most bytes of one text (a panic message, a reason) the cluster
 /// keeps: the head's records and events stay far below the frame limit
 /// however large a panic message is.

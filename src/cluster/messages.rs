@@ -361,6 +361,19 @@ pub enum WorkerRequest {
         /// The most bytes to return (the node caps it at 1 MiB).
         max: u64,
     },
+    /// To a node, from one of its workers or a driver it is home to, every
+    /// `metrics::PUSH_INTERVAL` and once more as a driver ends: the
+    /// process's metrics as Prometheus text, replacing its previous push,
+    /// served summed on the node's `/metrics`. A certified worker's push is
+    /// kept under its proven identity; a token holder's (a driver) under the
+    /// `process` it names, so its last push from another connection
+    /// replaces its earlier ones. Answered with `Ack`.
+    PushMetrics {
+        /// The pushing process (its endpoint's identity).
+        process: String,
+        /// The text (at most `metrics::MAX_PUSH_BYTES`).
+        text: String,
+    },
 }
 
 impl From<WorkerRequest> for ControlRequest {

@@ -63,6 +63,8 @@ pub struct NodeConfig {
     /// A worker's or job driver's log past this many bytes is rotated
     /// (`logs.rs`; [`DEFAULT_LOG_MAX`] by default).
     pub log_max: u64,
+    /// Serve `/metrics` here (`crate::metrics`); none when `None`.
+    pub metrics_export: Option<SocketAddr>,
 }
 
 /// `$NIMBUS_HOME`, else `~/.nimbus` (see [`nimbus_home`]).
@@ -88,6 +90,7 @@ impl NodeConfig {
             object_arrival_timeout: crate::object_store::ARRIVAL_TIMEOUT,
             driver_grace: crate::head::jobs::DEFAULT_DRIVER_GRACE,
             log_max: DEFAULT_LOG_MAX,
+            metrics_export: None,
         }
     }
 }

@@ -15,6 +15,9 @@ pub enum NodeError {
     /// `--num-cpus`, `--num-gpus`, `--memory` or `--resources` is invalid.
     #[error(transparent)]
     Resources(#[from] ResourceError),
+    /// `--metrics-export-port` cannot be served.
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
     /// `--node-name` is not a usable name.
     #[error(transparent)]
     BadName(#[from] crate::wire::BadNodeName),

@@ -23,6 +23,7 @@ use crate::head::events::Subscribe;
 use crate::head::jobs::Jobs;
 use crate::head::membership::{self, Membership};
 use crate::head::{ActorRescheduler, ClusterEvents, Directory, HeadActors};
+use crate::metrics::{MetricsServer, ProcessMetrics};
 use crate::object_store::{HeadEvents, NodeObjectStore};
 use crate::transport::{
     CertificateHash, Credentials, Endpoint, PacketFaults, RequestOptions, TicketAuthority,
@@ -45,6 +46,8 @@ pub struct NodeReady {
     pub address: SocketAddr,
     /// What it offers.
     pub resources: ResourceSet,
+    /// Where it serves `/metrics`, if it does.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Runs a node until SIGTERM/SIGINT (`Ok`) or a fatal error. `on_ready` is
@@ -57,6 +60,7 @@ pub fn run(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), 
 }
 
 async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), NodeError> {
+    crate::metrics::install();
     let resources = config.resources.resolve()?;
     crate::cluster::files::own_state_dir(&config.state_dir)?;
     let (endpoint, mut bound) = bind(&config)?;
@@ -120,12 +124,26 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         head_address,
     )
     .start();
+    let processes = Arc::new(std::sync::Mutex::new(ProcessMetrics::default()));
+    let metrics = match config.metrics_export {
+        Some(address) => {
+            let store = objects.clone();
+            let before_scrape = move || store.record_metrics();
+            Some(MetricsServer::start(
+                address,
+                processes.clone(),
+                before_scrape,
+            )?)
+        }
+        None => None,
+    };
     endpoint.serve(Arc::new(NodeService::new(
         manager,
         drivers,
         link.actors,
         objects.clone(),
         endpoint.clone(),
+        processes,
     )));
     crate::runtime::report_packet_faults(
         endpoint.clone(),
@@ -141,6 +159,13 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     on_ready(&NodeReady {
         identity: identity.clone(),
         address,
+        metrics: metrics.as_ref().map(|server| {
+            let mut shown = server.address();
+            if shown.ip().is_unspecified() {
+                shown.set_ip(address.ip());
+            }
+            shown
+        }),
         resources,
     });
 

@@ -19,7 +19,8 @@
 //!   for the certificate it connected with (`crate::transport`'s
 //!   `tickets.rs`, step 2).
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use actix::Addr;
 use futures::future::BoxFuture;
@@ -33,6 +34,7 @@ use crate::cluster::{
 use crate::cluster::{ClusterEventKind, ControlReply, ControlRequest};
 use crate::head::events::{EventsSince, Publish};
 use crate::head::{directory, jobs, membership, HeadActors};
+use crate::metrics::ProcessMetrics;
 use crate::transport::{Caller, Endpoint, HandlerError, RequestHandler};
 use crate::wire::{self, PeerRole, RemoteError, RemoteErrorKind};
 
@@ -59,6 +61,7 @@ pub struct NodeService {
     head: Option<HeadActors>,
     objects: NodeObjectStore,
     endpoint: Endpoint,
+    metrics: Arc<Mutex<ProcessMetrics>>,
 }
 
 impl NodeService {
@@ -70,6 +73,7 @@ impl NodeService {
         head: Option<HeadActors>,
         objects: NodeObjectStore,
         endpoint: Endpoint,
+        metrics: Arc<Mutex<ProcessMetrics>>,
     ) -> Self {
         NodeService {
             manager,
@@ -77,6 +81,7 @@ impl NodeService {
             head,
             objects,
             endpoint,
+            metrics,
         }
     }
 
@@ -91,7 +96,7 @@ impl NodeService {
         match request {
             ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
             ControlRequest::Objects(request) => self.objects.handle(request).await,
-            ControlRequest::Workers(request) => self.workers(request).await,
+            ControlRequest::Workers(request) => self.workers(&from, request).await,
             ControlRequest::Bundles(request) => self.bundles(request).await,
             ControlRequest::Binaries(request) => self.binaries(from, request).await,
             ControlRequest::Jobs(JobRequest::EndJob { job }) => {
@@ -159,8 +164,25 @@ impl NodeService {
         }
     }
 
-    async fn workers(&self, request: WorkerRequest) -> Result<ControlReply, RemoteError> {
+    async fn workers(
+        &self,
+        from: &Caller,
+        request: WorkerRequest,
+    ) -> Result<ControlReply, RemoteError> {
         match request {
+            WorkerRequest::PushMetrics { process, text } => {
+                let key = match from.certified_as(PeerRole::Worker) {
+                    true => from.peer.to_string(),
+                    false => format!("declared {process}"),
+                };
+                let mut metrics = self.metrics.lock().map_err(|_| {
+                    RemoteError::new(RemoteErrorKind::Internal, "the metrics table is poisoned")
+                })?;
+                metrics
+                    .push(&key, &text, Instant::now())
+                    .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string()))?;
+                Ok(ControlReply::Ack)
+            }
             WorkerRequest::StartActor(spec) => self
                 .manager
                 .send(StartActor(spec))

@@ -166,8 +166,10 @@ pub(super) async fn launch(
         Ok(ready) => ready,
         Err(why) => return Err(not_serving(child, why, &logs.err).await),
     };
+    metrics::counter!("nimbus_workers_started_total").increment(1);
     tokio::spawn(async move {
         let cause = watch_exit(child, lines, printed).await;
+        metrics::counter!("nimbus_workers_died_total", "cause" => cause.kind()).increment(1);
         on_exit(incarnation, cause);
     });
     Ok(LaunchedWorker {

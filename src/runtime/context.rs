@@ -82,6 +82,9 @@ impl ProcessContext {
         CONTEXT.set(context).ok()?;
         let context = Self::current()?;
         tokio::spawn(watch_deaths(context));
+        if crate::metrics::install().is_some() {
+            tokio::spawn(push_metrics(context));
+        }
         Some(context)
     }
 
@@ -121,6 +124,14 @@ impl ProcessContext {
         client::events(&self.head().await?, after, wait).await
     }
 
+    /// This process's metrics as a push to its node (`crate::metrics`).
+    pub fn metrics_push(&self) -> ControlRequest {
+        ControlRequest::Workers(crate::cluster::WorkerRequest::PushMetrics {
+            process: self.endpoint.identity().to_string(),
+            text: crate::metrics::render(),
+        })
+    }
+
     /// Records that `actor` runs in this process, so calls from here skip
     /// serialization.
     pub fn host_locally(&self, actor: ActorId, hosted: HostedActor) {
@@ -134,6 +145,26 @@ impl ProcessContext {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ActorId, HostedActor>> {
         self.local.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Pushes this process's metrics to its home node every
+/// [`PUSH_INTERVAL`](crate::metrics::PUSH_INTERVAL) (the protocol is in
+/// `crate::metrics`); a push that fails is logged at debug level and the
+/// next one carries the same counters.
+async fn push_metrics(context: &'static ProcessContext) {
+    let mut interval = tokio::time::interval(crate::metrics::PUSH_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let request = context.metrics_push();
+        let pushed = async {
+            let home = context.endpoint.connect(context.home, None).await?;
+            client::call(&home, &request, RequestOptions::control()).await
+        };
+        if let Err(e) = pushed.await {
+            tracing::debug!("cannot push this process's metrics to its node: {e}");
+        }
     }
 }
 

@@ -41,6 +41,8 @@ pub fn take_unreported() -> Vec<TaskRecord> {
 /// One task's record, kept up to date through its life (step 1).
 pub(super) struct Tracked {
     record: TaskRecord,
+    /// When it was submitted, for `nimbus_task_seconds`.
+    since: std::time::Instant,
 }
 
 impl Tracked {
@@ -48,7 +50,9 @@ impl Tracked {
     /// `id`: `PENDING`.
     pub(super) fn submitted(context: &'static ProcessContext, id: ObjectId, name: &str) -> Self {
         start_reporting(context);
+        metrics::counter!("nimbus_tasks_submitted_total").increment(1);
         let tracked = Tracked {
+            since: std::time::Instant::now(),
             record: TaskRecord {
                 id,
                 name: name.to_string(),
@@ -70,6 +74,9 @@ impl Tracked {
         self.record.state = TaskState::Running;
         self.record.worker = Some(worker);
         self.record.attempts += 1;
+        if self.record.attempts > 1 {
+            metrics::counter!("nimbus_task_retries_total").increment(1);
+        }
         self.record();
     }
 
@@ -79,6 +86,9 @@ impl Tracked {
             None => TaskState::Finished,
             Some(_) => TaskState::Failed,
         };
+        let outcome = if error.is_none() { "ok" } else { "failed" };
+        metrics::counter!("nimbus_tasks_finished_total", "outcome" => outcome).increment(1);
+        metrics::histogram!("nimbus_task_seconds").record(self.since.elapsed().as_secs_f64());
         self.record.error = error;
         self.record.ended_ms = Some(wall_ms());
         self.record();

@@ -89,6 +89,8 @@ pub struct TrainContext {
     faults: Vec<(TrainingFault, bool)>,
     /// The last step whose faults were checked.
     checked_step: u64,
+    /// When the last report was made (`nimbus_train_step_seconds`).
+    last_report: Option<std::time::Instant>,
 }
 
 /// What the checkpoint writer is to do wrong (fault injection).
@@ -160,6 +162,7 @@ impl TrainContext {
             run_dir,
             faults: faults.into_iter().map(|f| (f, false)).collect(),
             checked_step: 0,
+            last_report: None,
         }
     }
 
@@ -236,6 +239,17 @@ impl TrainContext {
         self.step_faults()?;
         self.reports += 1;
         let index = self.reports;
+        let now = std::time::Instant::now();
+        if let Some(last) = self.last_report.replace(now) {
+            metrics::histogram!("nimbus_train_step_seconds")
+                .record(now.duration_since(last).as_secs_f64());
+        }
+        if let Some(samples) = metrics
+            .get("samples")
+            .filter(|s| s.is_finite() && **s > 0.0)
+        {
+            metrics::counter!("nimbus_train_samples_total").increment(*samples as u64);
+        }
         let write_fault = self.write_fault(index);
         let writer = self.writer.as_ref().filter(|_| checkpoint.is_some());
         self.progress.push(WorkerEvent::Report {
@@ -380,8 +394,20 @@ impl TrainContext {
             .filter(Tensor::defined)
             .collect();
         self.check_abort()?;
+        let started = std::time::Instant::now();
+        let record = |backend: &'static str, bytes: usize| {
+            metrics::histogram!("nimbus_allreduce_seconds", "backend" => backend)
+                .record(started.elapsed().as_secs_f64());
+            metrics::counter!("nimbus_allreduce_bytes_total", "backend" => backend)
+                .increment(bytes as u64);
+        };
         if let Some(result) = self.collective.allreduce_mean_tensors(&gradients) {
             self.progress.step();
+            let bytes = gradients
+                .iter()
+                .map(|g| g.numel() * g.kind().elt_size_in_bytes())
+                .sum();
+            record("device", bytes);
             return result.map_err(|e| match e {
                 CollectiveError::Aborted(reason) => TrainError::Aborted(reason),
                 e => TrainError::Collective(e),
@@ -389,6 +415,7 @@ impl TrainContext {
         }
         self.flatten(model, Tensor::grad)?;
         self.collective_op(|c, flat| c.allreduce_mean(flat))?;
+        record("host", model.numel * std::mem::size_of::<f32>());
         self.unflatten(model, Tensor::grad)
     }
 

@@ -296,11 +296,14 @@ impl Endpoint {
             .await
             .map_err(|e| connect_error(addr, after, e))?;
         match self.client_handshake(&quic, expect).await {
-            Ok(peer) => Ok(Connection::new(
-                quic,
-                peer,
-                self.inner.config.max_frame_bytes,
-            )),
+            Ok(peer) => {
+                metrics::counter!("nimbus_connections_total", "direction" => "out").increment(1);
+                Ok(Connection::new(
+                    quic,
+                    peer,
+                    self.inner.config.max_frame_bytes,
+                ))
+            }
             Err(e) => Err(match quic.close_reason() {
                 Some(reason) => connect_error(addr, after, reason),
                 None => ConnectError::Handshake { addr, cause: e },

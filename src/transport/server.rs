@@ -107,6 +107,7 @@ pub(super) async fn accept(
         }
     };
     drop(slot);
+    metrics::counter!("nimbus_connections_total", "direction" => "in").increment(1);
     let budget = Arc::new(Semaphore::new(buffer_budget(
         endpoint.config().max_frame_bytes,
     )));
@@ -133,6 +134,7 @@ pub(super) async fn accept(
 /// Logs a refused connection, at most once per `LOG_INTERVAL`
 /// (`admission.rs`, step 5).
 pub(super) fn refused(admission: &std::sync::Mutex<Admission>, remote: SocketAddr, reason: &str) {
+    metrics::counter!("nimbus_handshakes_refused_total").increment(1);
     if let Some(not_logged) = admission::lock(admission).refusal(std::time::Instant::now()) {
         let since = match not_logged {
             0 => String::new(),

@@ -33,16 +33,17 @@ fn every_path_architecture_md_links_or_heads_exists() {
 /// ARCHITECTURE.md together, never only the code.
 #[rustfmt::skip]
 const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
+    ("metrics", &[]),
     ("wire", &[]),
     ("transport", &["wire"]),
     ("cluster", &["transport", "wire"]),
     ("client", &["cluster", "transport", "wire"]),
     ("dashboard", &["client", "cluster", "transport"]),
-    ("runtime", &["client", "cluster", "transport", "wire"]),
+    ("runtime", &["metrics", "client", "cluster", "transport", "wire"]),
     ("launch", &["client", "cluster", "transport", "wire"]),
     ("head", &["launch", "cluster", "transport", "wire"]),
     ("object_store", &["head", "runtime", "client", "cluster", "transport", "wire"]),
-    ("node", &["head", "launch", "object_store", "runtime", "client", "cluster", "transport", "wire"]),
+    ("node", &["head", "launch", "object_store", "runtime", "metrics", "client", "cluster", "transport", "wire"]),
     ("local", &["runtime", "client", "cluster", "transport", "wire"]),
     ("actor", &["launch", "runtime", "client", "cluster", "transport", "wire"]),
     ("placement", &["actor", "runtime", "client", "cluster", "transport", "wire"]),

@@ -134,7 +134,7 @@ fn column(tab: &Tab, column: &str) -> Vec<String> {
 }
 
 /// The value on the line `PREFIX VALUE` of `printed`.
-fn line_value(printed: &str, prefix: &str) -> String {
+pub fn line_value(printed: &str, prefix: &str) -> String {
     printed
         .lines()
         .find_map(|l| l.strip_prefix(prefix))
@@ -143,7 +143,7 @@ fn line_value(printed: &str, prefix: &str) -> String {
         .to_string()
 }
 
-fn example(name: &str) -> PathBuf {
+pub fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_nimbus"))
         .parent()
         .unwrap()
@@ -386,7 +386,7 @@ fn http(address: &str, request: &str) -> (u16, String, String) {
     (status, head.to_string(), body.to_string())
 }
 
-fn get(address: &str, path: &str, cookie: Option<&str>) -> (u16, String, String) {
+pub fn get(address: &str, path: &str, cookie: Option<&str>) -> (u16, String, String) {
     let cookie = cookie
         .map(|c| format!("Cookie: {c}\r\n"))
         .unwrap_or_default();

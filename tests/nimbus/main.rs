@@ -15,6 +15,7 @@ mod fault_plans;
 mod faults;
 mod identity;
 mod membership;
+mod metrics;
 mod requests;
 mod security;
 mod support;

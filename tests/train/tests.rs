@@ -180,6 +180,8 @@ async fn three_workers_over_the_network_collective(_: &mut nimbus::Driver) {
 }
 
 async fn kill_and_panic_restart_from_checkpoint_bit_exact(_: &mut nimbus::Driver) {
+    let restarts = metric("nimbus_train_restarts_total");
+    let recoveries = metric("nimbus_train_recovery_seconds");
     let (baseline, _) = fit(small(20), ScalingConfig::workers(2), run_config("baseline")).await;
     ok(&baseline);
     assert_eq!(baseline.restarts, 0);
@@ -260,6 +262,10 @@ async fn kill_and_panic_restart_from_checkpoint_bit_exact(_: &mut nimbus::Driver
         assert_eq!(csv.lines().count(), 1 + reports.len(), "{mode:?}: {csv}");
         assert!(result.path.join("loss.svg").is_file(), "{mode:?}: the plot");
     }
+    // The supervisor runs in this process: the two restarts and their
+    // recoveries are in its metrics.
+    assert_eq!(metric("nimbus_train_restarts_total") - restarts, 2.0);
+    assert_eq!(metric("nimbus_train_recovery_seconds") - recoveries, 2.0);
 }
 
 async fn training_faults_by_step_recover_bit_exact(_: &mut nimbus::Driver) {
@@ -649,9 +655,41 @@ async fn storage_not_shared_with_rank_0s_host_fails_at_the_first_checkpoint(
     cluster.kill(index).unwrap();
 }
 
+/// This process's metric `name` (a counter's value, a histogram's count),
+/// read back with a Prometheus text parser.
+fn metric(name: &str) -> f64 {
+    let text = nimbus::metrics::render();
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .map(|s| match &s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => *v,
+            prometheus_parse::Value::Histogram(b) => b.last().map_or(0.0, |b| b.count),
+            _ => 0.0,
+        })
+        .sum()
+}
+
 async fn local_mode_and_resume_of_a_finished_run(_: &mut nimbus::Driver) {
+    let (steps, writes) = (
+        metric("nimbus_train_step_seconds"),
+        metric("nimbus_checkpoint_write_seconds"),
+    );
     let (local, _) = fit(small(10), ScalingConfig::workers(0), run_config("local")).await;
     ok(&local);
+    // The loop ran in this process: its metrics are here.
+    assert_eq!(
+        metric("nimbus_train_step_seconds") - steps,
+        9.0,
+        "between 10 reports"
+    );
+    assert_eq!(
+        metric("nimbus_checkpoint_write_seconds") - writes,
+        2.0,
+        "steps 5 and 10"
+    );
     assert_eq!(local.workers, 0);
     assert_eq!(losses(&local).len(), 10);
     let finished = local.checkpoint.clone().expect("a checkpoint");

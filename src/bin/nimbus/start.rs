@@ -109,6 +109,11 @@ pub(crate) struct StartArgs {
     /// Head only: serve no dashboard.
     #[arg(long, conflicts_with_all = ["dashboard_port"])]
     no_dashboard: bool,
+    /// Serve this node's Prometheus metrics (its own, its workers' and its
+    /// drivers') on http://0.0.0.0:PORT/metrics (0: any free port)
+    /// [default: none].
+    #[arg(long)]
+    metrics_export_port: Option<u16>,
     /// Stay in the foreground instead of returning once the node is up.
     #[arg(long)]
     block: bool,
@@ -171,6 +176,9 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     if let Some(mib) = args.log_max_mib {
         config.log_max = mib << 20;
     }
+    config.metrics_export = args
+        .metrics_export_port
+        .map(|port| SocketAddr::new([0, 0, 0, 0].into(), port));
     config.resources = ResourceOverrides {
         num_cpus: args.num_cpus,
         num_gpus: args.num_gpus,
@@ -204,6 +212,9 @@ fn run_foreground(args: StartArgs) -> Result<()> {
             let _ = writeln!(out, "address: {address}");
             let _ = writeln!(out, "token: {token}");
             let _ = writeln!(out, "token-file: {}", state::token_file().display());
+        }
+        if let Some(metrics) = ready.metrics {
+            let _ = writeln!(out, "metrics: http://{metrics}/metrics");
         }
         let node = state::NodeRecord {
             pid: std::process::id(),

@@ -31,13 +31,21 @@ impl Membership {
     }
 
     fn publish(&self, events: Vec<ClusterEventKind>) {
+        if !events.is_empty() {
+            let (alive, dead) = self.table.counts();
+            metrics::gauge!("nimbus_members", "state" => "alive").set(alive as f64);
+            metrics::gauge!("nimbus_members", "state" => "dead").set(dead as f64);
+        }
         for kind in events {
             match &kind {
                 ClusterEventKind::NodeJoined { node, address } => {
                     info!(%node, %address, "node joined")
                 }
                 ClusterEventKind::NodeLeft { node } => info!(%node, "node left"),
-                ClusterEventKind::NodeDead { node, reason } => warn!(%node, "node dead: {reason}"),
+                ClusterEventKind::NodeDead { node, reason } => {
+                    metrics::counter!("nimbus_node_deaths_total").increment(1);
+                    warn!(%node, "node dead: {reason}")
+                }
                 ClusterEventKind::ResourcesChanged { .. }
                 | ClusterEventKind::ActorStarted { .. }
                 | ClusterEventKind::ActorDied { .. }
@@ -111,9 +119,11 @@ impl Handler<Heartbeat> for Membership {
     type Result = Result<(), MembershipError>;
 
     fn handle(&mut self, msg: Heartbeat, _: &mut Self::Context) -> Self::Result {
-        let events = self
-            .table
-            .handle_heartbeat(&msg.node, msg.used, Instant::now())?;
+        let now = Instant::now();
+        if let Some(silent) = self.table.silent_for(&msg.node.name, now) {
+            metrics::histogram!("nimbus_heartbeat_delay_seconds").record(silent.as_secs_f64());
+        }
+        let events = self.table.handle_heartbeat(&msg.node, msg.used, now)?;
         self.publish(events);
         Ok(())
     }

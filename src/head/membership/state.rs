@@ -103,6 +103,23 @@ impl NodeTable {
         Ok(vec![joined])
     }
 
+    /// How long `node` (by name) has been silent: since its last
+    /// heartbeat, or its join.
+    pub fn silent_for(&self, node: &str, now: Instant) -> Option<Duration> {
+        let entry = &self.nodes[self.position(node)?];
+        Some(now.saturating_duration_since(entry.last_heartbeat))
+    }
+
+    /// Members alive and dead.
+    pub fn counts(&self) -> (usize, usize) {
+        let alive = self
+            .nodes
+            .iter()
+            .filter(|e| e.state == NodeState::Alive)
+            .count();
+        (alive, self.nodes.len() - alive)
+    }
+
     /// Records a heartbeat from a live member; reports a change of the
     /// resources it has in use.
     pub fn handle_heartbeat(

@@ -101,6 +101,15 @@ pub struct NodeObjectStore {
 }
 
 impl NodeObjectStore {
+    /// Sets the store's gauges (`crate::metrics`): bytes in memory and
+    /// spilled, and the memory capacity. Called before each scrape.
+    pub fn record_metrics(&self) {
+        let bytes = |place| metrics::gauge!("nimbus_object_store_bytes", "where" => place);
+        bytes("memory").set(self.budget.used() as f64);
+        bytes("spilled").set(self.budget.spilled() as f64);
+        metrics::gauge!("nimbus_object_store_capacity_bytes").set(self.budget.capacity() as f64);
+    }
+
     /// Starts the shards, each on a thread of its own, holding at most
     /// `capacity` bytes in memory, keeping large objects in files under
     /// `shared_dir` (a tmpfs directory, created here; `None`: none) and
@@ -586,6 +595,8 @@ impl NodeObjectStore {
                 return lost(e);
             }
         }
+        metrics::counter!("nimbus_object_transfers_total").increment(1);
+        metrics::counter!("nimbus_object_transfer_bytes_total").increment(size);
         ControlReply::ObjectReady(size)
     }
 

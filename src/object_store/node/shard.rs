@@ -326,6 +326,7 @@ impl ObjectStoreShard {
         stored.data = Data::Spilled;
         self.budget.give_back(size);
         self.budget.spilled.fetch_add(size, Ordering::Relaxed);
+        metrics::counter!("nimbus_object_spills_total").increment(1);
         Ok(size)
     }
 }
@@ -811,6 +812,7 @@ impl Handler<Read> for ObjectStoreShard {
                         Ok(_) => {
                             let _ = std::fs::remove_file(&path);
                             self.budget.spilled.fetch_sub(total, Ordering::Relaxed);
+                            metrics::counter!("nimbus_object_restores_total").increment(1);
                             stored.data = Data::Shared(shared.clone());
                             read_file(&shared, msg.id, start, end)
                         }
@@ -830,6 +832,7 @@ impl Handler<Read> for ObjectStoreShard {
                     Ok(bytes) if bytes.len() as u64 == total => {
                         let _ = std::fs::remove_file(&path);
                         self.budget.spilled.fetch_sub(total, Ordering::Relaxed);
+                        metrics::counter!("nimbus_object_restores_total").increment(1);
                         stored.data = Data::Memory(bytes);
                     }
                     Ok(bytes) => {

@@ -397,6 +397,7 @@ pub(crate) async fn store(
     holder: RefHolder,
     contains: Vec<ContainedRef>,
 ) -> Result<(), ObjectStoreError> {
+    metrics::counter!("nimbus_objects_put_bytes_total").increment(bytes.len() as u64);
     if bytes.len() as u64 >= SHARED_MIN
         && store_shared(node, id, bytes, holder.clone(), contains.clone()).await?
     {

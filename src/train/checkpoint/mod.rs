@@ -369,9 +369,13 @@ impl Checkpoint {
         }
         let temporary = temporary_dir(run_dir, index, generation);
         let _ = std::fs::remove_dir_all(&temporary);
+        let started = std::time::Instant::now();
         let written = self.write_into(&temporary, run_dir, index, (attempt, generation), metrics);
         if written.is_err() {
             let _ = std::fs::remove_dir_all(&temporary);
+        } else {
+            metrics::histogram!("nimbus_checkpoint_write_seconds")
+                .record(started.elapsed().as_secs_f64());
         }
         written.map_err(|e| match (e.os_error(), free) {
             (Some(libc::ENOSPC | libc::EDQUOT), Some(free)) => no_space(free).into(),

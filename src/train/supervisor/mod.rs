@@ -246,6 +246,9 @@ impl TrainerSupervisor {
             .collect();
         // Fence the run directory off from workers of earlier attempts.
         let attempt = self.attempts.restarts();
+        if attempt > 0 {
+            metrics::counter!("nimbus_train_restarts_total").increment(1);
+        }
         let generation = self.first_generation + u64::from(attempt);
         if let Err(e) = checkpoint::fence::claim(&self.plan.run.run_dir(), generation) {
             return self.complete(Some(e.into()), ctx);
@@ -511,6 +514,7 @@ impl TrainerSupervisor {
 
     /// Tells the cluster (for chaos timelines) that the group trains again.
     fn report_recovery(&self, index: u64, took: Duration) {
+        metrics::histogram!("nimbus_train_recovery_seconds").record(took.as_secs_f64());
         let took_ms = took.as_millis() as u64;
         tracing::info!(took_ms, "training restored: step {index} done");
         let Some(context) = ProcessContext::current() else {

@@ -1,0 +1,244 @@
+//! `/metrics` after a workload, read with an independent Prometheus
+//! text-format parser: a head and two members started with the CLI, each
+//! with `--metrics-export-port`, the custom-actor example and a task job
+//! run against them.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use prometheus_parse::{Sample, Scrape, Value};
+use tempfile::TempDir;
+
+use super::cli::{free_port, nimbus, succeeds, text, StopOnDrop};
+use super::dashboard::{example, get, line_value};
+
+/// The longest the pushed metrics may take to show a workload.
+const PUSH_DEADLINE: Duration = Duration::from_secs(30);
+
+fn scrape(url: &str) -> Vec<Sample> {
+    let address = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap();
+    let (status, head, body) = get(address, "/metrics", None);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("text/plain"), "{head}");
+    Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .unwrap_or_else(|e| panic!("not Prometheus text ({e}):\n{body}"))
+        .samples
+}
+
+/// The sum of `name`'s samples whose labels include `labels` (a
+/// histogram counts its observations).
+fn total(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+        .map(|s| match &s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+            Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
+            Value::Summary(_) => 0.0,
+        })
+        .sum()
+}
+
+/// Scrapes `url` until `done` holds of the samples (pushes arrive every
+/// few seconds), for at most [`PUSH_DEADLINE`].
+fn scrape_until(url: &str, what: &str, done: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+    let deadline = Instant::now() + PUSH_DEADLINE;
+    loop {
+        let samples = scrape(url);
+        if done(&samples) {
+            return samples;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} not in {url} within {PUSH_DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn every_node_serves_its_metrics_and_its_processes() {
+    let home = TempDir::new().unwrap();
+    let _stop = StopOnDrop(home.path());
+    let port = free_port().to_string();
+    let started = succeeds(
+        home.path(),
+        &[
+            "start",
+            "--head",
+            "--port",
+            &port,
+            "--node-ip-address",
+            "127.0.0.1",
+            "--no-dashboard",
+            "--metrics-export-port",
+            "0",
+        ],
+    );
+    let head = line_value(&started, "address:");
+    let mut urls = HashMap::new();
+    urls.insert("head".to_string(), line_value(&started, "metrics:"));
+    for name in ["node-1", "node-2"] {
+        let out = succeeds(
+            home.path(),
+            &[
+                "start",
+                "--address",
+                &head,
+                "--node-ip-address",
+                "127.0.0.1",
+                "--node-name",
+                name,
+                "--metrics-export-port",
+                "0",
+            ],
+        );
+        urls.insert(name.to_string(), line_value(&out, "metrics:"));
+    }
+    let head_url = urls["head"].clone();
+    let before = scrape(&head_url);
+    assert_eq!(total(&before, "nimbus_members", &[("state", "alive")]), 3.0);
+
+    // Actor calls, a worker SIGKILLed and restarted.
+    let out = Command::new(example("custom_actor"))
+        .args(["--address", &head])
+        .env("NIMBUS_HOME", home.path())
+        .env_remove("NIMBUS_TOKEN")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // Tasks and objects, as a submitted job.
+    let tasks = example("tasks");
+    succeeds(
+        home.path(),
+        &[
+            "job",
+            "submit",
+            "--",
+            tasks.to_str().unwrap(),
+            "--tasks",
+            "20",
+            "--maps",
+            "2",
+            "--broadcast-mib",
+            "1",
+            "--readers",
+            "1",
+        ],
+    );
+    // A connection with the wrong token.
+    let wrong = format!("nimbus1-{}", "A".repeat(43));
+    let refused = nimbus(
+        home.path(),
+        &["status", "--address", &head, "--token", &wrong],
+    );
+    assert!(!refused.status.success());
+
+    // The drivers pushed their last metrics as they ended: at the head, as
+    // soon as they exited.
+    let samples = scrape(&head_url);
+    let calls_ok = total(&samples, "nimbus_actor_calls_total", &[("outcome", "ok")]);
+    assert!(
+        calls_ok >= 200.0,
+        "the bank's 200 transfers and more: {calls_ok}"
+    );
+    assert!(total(&samples, "nimbus_actor_call_seconds", &[]) >= calls_ok);
+    // As many tasks as the head recorded, all finished.
+    let listed = succeeds(
+        home.path(),
+        &["list", "tasks", "--json", "--limit", "10000"],
+    );
+    let listed = serde_json::from_str::<serde_json::Value>(listed.trim()).unwrap();
+    let listed = listed.as_array().unwrap().len() as f64;
+    assert!(
+        listed >= 23.0,
+        "20 tasks, 2 maps, a reduce and more: {listed}"
+    );
+    assert_eq!(total(&samples, "nimbus_tasks_submitted_total", &[]), listed);
+    assert_eq!(
+        total(
+            &samples,
+            "nimbus_tasks_finished_total",
+            &[("outcome", "ok")]
+        ),
+        listed
+    );
+    assert_eq!(total(&samples, "nimbus_task_seconds", &[]), listed);
+    assert!(total(&samples, "nimbus_objects_put_bytes_total", &[]) >= (1 << 20) as f64);
+    assert_eq!(
+        total(&samples, "nimbus_members", &[("state", "alive")]),
+        3.0
+    );
+    assert!(total(&samples, "nimbus_heartbeat_delay_seconds", &[]) > 0.0);
+    assert!(total(&samples, "nimbus_handshakes_refused_total", &[]) >= 1.0);
+    assert!(total(&samples, "nimbus_connections_total", &[("direction", "in")]) >= 3.0);
+    assert!(total(&samples, "nimbus_object_store_capacity_bytes", &[]) > 0.0);
+    assert!(total(&samples, "nimbus_workers_started_total", &[]) >= 1.0);
+
+    // The members: the workers they started and the one SIGKILLed (on one
+    // of them), the calls their accounts made to each other (pushed by the
+    // workers while they ran).
+    let members: Vec<Vec<Sample>> = ["node-1", "node-2"]
+        .iter()
+        .map(|n| {
+            scrape_until(&urls[*n], "a worker's push", |s| {
+                total(s, "nimbus_actor_calls_total", &[]) > 0.0
+            })
+        })
+        .collect();
+    let sum =
+        |name, labels: &[(&str, &str)]| members.iter().map(|s| total(s, name, labels)).sum::<f64>();
+    assert!(
+        sum("nimbus_workers_started_total", &[]) >= 5.0,
+        "4 accounts, a counter and a restart"
+    );
+    assert!(
+        sum("nimbus_workers_died_total", &[("cause", "signal")]) >= 1.0,
+        "account-1's SIGKILL"
+    );
+    assert!(
+        sum("nimbus_actor_calls_total", &[("outcome", "ok")]) >= 1.0,
+        "calls between accounts"
+    );
+    for samples in &members {
+        assert_eq!(
+            total(samples, "nimbus_members", &[]),
+            0.0,
+            "membership is the head's"
+        );
+    }
+}
+
+#[test]
+fn the_grafana_dashboard_plots_only_metrics_nimbus_records() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let catalog = std::fs::read_to_string(root.join("src/metrics/mod.rs")).unwrap();
+    let dashboard = std::fs::read_to_string(root.join("deploy/grafana-nimbus.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).unwrap();
+    let mut plotted = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+                let Some(name) = word.strip_prefix("nimbus_") else {
+                    continue;
+                };
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .unwrap_or(name);
+                assert!(
+                    catalog.contains(&format!("`nimbus_{family}`")),
+                    "the dashboard plots nimbus_{family}, which src/metrics/mod.rs does not list"
+                );
+                plotted += 1;
+            }
+        }
+    }
+    assert!(plotted >= 10, "{plotted}");
+}
