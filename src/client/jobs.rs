@@ -6,7 +6,8 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::cluster::{
-    sha256_bytes, BinaryId, BinaryRequest, JobRecord, JobRequest, JobSubmission, TaskRecord,
+    sha256_bytes, BinaryId, BinaryRequest, JobRecord, JobRequest, JobSubmission, RunRecord,
+    TaskRecord,
 };
 use crate::cluster::{ControlReply, ControlRequest};
 use crate::transport::{Connection, RequestOptions};
@@ -100,6 +101,31 @@ impl ClusterClient {
         match self.call(&request).await? {
             ControlReply::Job(record) => Ok(*record),
             reply => Err(unexpected("StopJob", reply)),
+        }
+    }
+
+    /// The training runs the head knows, without their points.
+    pub async fn runs(&self) -> Result<Vec<RunRecord>, ClientError> {
+        match self
+            .call(&ControlRequest::Jobs(JobRequest::ListRuns))
+            .await?
+        {
+            ControlReply::Runs(runs) => Ok(runs),
+            reply => Err(unexpected("ListRuns", reply)),
+        }
+    }
+
+    /// Training run `id`, with its points.
+    pub async fn run(&self, id: &str) -> Result<RunRecord, ClientError> {
+        let request = ControlRequest::Jobs(JobRequest::GetRun {
+            run: id.to_string(),
+        });
+        match self.call(&request).await? {
+            ControlReply::Run(Some(run)) => Ok(*run),
+            ControlReply::Run(None) => Err(ClientError::NotFound {
+                what: format!("training run {id}"),
+            }),
+            reply => Err(unexpected("GetRun", reply)),
         }
     }
 

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{json, Map, Value};
 
 use crate::cluster::{
-    ActorRecord, BundleListing, JobRecord, NodeState, PlacementGroupId, ResourceSet, TaskRecord,
+    ActorRecord, BundleListing, JobRecord, NodeState, PlacementGroupId, ResourceSet, RunRecord,
+    TaskRecord,
 };
 
 use super::{ClientError, ClusterClient};
@@ -35,6 +36,9 @@ pub enum Listing {
     /// Tasks (the head keeps the last 10,000): id, name, state, job, node,
     /// worker, attempts, error, times.
     Tasks,
+    /// Training runs (the head keeps the last 100): id, name, job, state,
+    /// attempts, reports, checkpoints, the last loss, dir, times.
+    Runs,
 }
 
 impl ClusterClient {
@@ -61,6 +65,7 @@ impl ClusterClient {
                 })
                 .collect(),
             Listing::Jobs => self.jobs().await?.iter().map(job_row).collect(),
+            Listing::Runs => self.runs().await?.iter().map(run_row).collect(),
             Listing::Tasks => {
                 let nodes: HashMap<String, String> = self
                     .actors()
@@ -182,6 +187,23 @@ fn actor_row(record: &ActorRecord) -> Row {
         "job": record.job,
         "pid": record.pid,
         "death": record.dead.as_ref().map(ToString::to_string).unwrap_or_default(),
+    }))
+}
+
+/// A training run as a row.
+fn run_row(run: &RunRecord) -> Row {
+    object(json!({
+        "id": run.header.id,
+        "name": run.header.name,
+        "job": run.header.job,
+        "state": run.state,
+        "attempts": run.attempts,
+        "reports": run.reports,
+        "checkpoints": run.checkpoints.len(),
+        "loss": run.last.get("loss"),
+        "dir": run.header.dir,
+        "start_ms": run.started_ms,
+        "end_ms": run.ended_ms,
     }))
 }
 

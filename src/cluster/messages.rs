@@ -84,6 +84,9 @@ pub enum ControlRequest {
     Echo(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
+/// The most events one `JobRequest::RunEvents` carries.
+pub const MAX_RUN_EVENTS: usize = 1000;
+
 /// The most task states one `JobRequest::TaskStates` carries.
 pub const MAX_TASK_STATES: usize = 1000;
 
@@ -142,6 +145,24 @@ pub enum JobRequest {
     /// To the head: the tasks it knows (the last 10,000). Answered with
     /// [`ControlReply::Tasks`].
     ListTasks,
+    /// To the head, from a training run's supervisor about once a second
+    /// and as the run ends: what the run did since its last batch (at most
+    /// [`MAX_RUN_EVENTS`]). Answered with `Ack`.
+    RunEvents {
+        /// The run.
+        run: super::RunHeader,
+        /// Its events, in order.
+        events: Vec<super::RunEvent>,
+    },
+    /// To the head: the training runs it knows, without their points.
+    /// Answered with [`ControlReply::Runs`].
+    ListRuns,
+    /// To the head: one training run, with its points. Answered with
+    /// [`ControlReply::Run`].
+    GetRun {
+        /// The run's id.
+        run: String,
+    },
     /// To a node, from the head: start a submitted job's driver. Answered
     /// with [`ControlReply::DriverStarted`].
     RunDriver {
@@ -702,6 +723,10 @@ pub enum ControlReply {
     Jobs(Vec<JobRecord>),
     /// The tasks the head knows.
     Tasks(Vec<TaskRecord>),
+    /// The training runs the head knows (without their points).
+    Runs(Vec<super::RunRecord>),
+    /// One training run, if the head knows it.
+    Run(Option<Box<super::RunRecord>>),
     /// A submitted job's driver runs, with this process id.
     DriverStarted {
         /// Its process id on the node.

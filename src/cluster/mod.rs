@@ -28,6 +28,7 @@ mod messages;
 mod objects;
 pub mod ownership;
 mod resources;
+mod runs;
 
 pub use death::{bounded_text, DeathCause, MAX_TEXT_BYTES};
 pub use digest::{sha256_bytes, sha256_file};
@@ -39,10 +40,11 @@ pub use messages::{
     BundleRequest, ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest,
     Demand, DirectoryRequest, EventRequest, FaultRequest, JobRequest, MembershipRequest,
     NodeRegistration, NodeState, NodeStatus, ObjectRequest, OutputLine, PlacementGroupId,
-    ProcessClass, ResourceUsage, WorkerRequest, DRIVER_BEAT, MAX_TASK_STATES,
+    ProcessClass, ResourceUsage, WorkerRequest, DRIVER_BEAT, MAX_RUN_EVENTS, MAX_TASK_STATES,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,
     RefHolder, RefUpdate, SharedObjectFile,
 };
 pub use resources::{ResourceError, ResourceOverrides, ResourceSet, CPU, GPU, MEMORY};
+pub use runs::{RunCheckpoint, RunEvent, RunHeader, RunNote, RunPoint, RunRecord};

@@ -59,6 +59,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/events", get(events))
         .route("/api/jobs/{id}/log", get(job_log))
         .route("/api/actors/{id}/log", get(actor_log))
+        .route("/api/runs/{id}", get(run))
         .route("/api/{listing}", get(listing))
         .layer(middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared)
@@ -201,7 +202,7 @@ async fn listing(
     let Some(what) = views::listing(&name) else {
         return error(
             StatusCode::NOT_FOUND,
-            format!("no listing {name:?}: actors, nodes, objects, jobs, placement-groups or tasks"),
+            format!("no listing {name:?}: actors, nodes, objects, jobs, placement-groups, tasks or runs"),
         );
     };
     match shared.views.rows(what).await {
@@ -227,6 +228,17 @@ fn cluster_error(e: ClientError) -> Response {
 async fn cluster(State(shared): State<Arc<Shared>>) -> Response {
     match shared.views.cluster().await {
         Ok(value) => Json(value).into_response(),
+        Err(e) => cluster_error(e),
+    }
+}
+
+async fn run(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    match shared
+        .views
+        .with_client(async |client| client.run(&id).await)
+        .await
+    {
+        Ok(run) => Json(run).into_response(),
         Err(e) => cluster_error(e),
     }
 }

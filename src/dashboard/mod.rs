@@ -33,9 +33,10 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /api/cluster` | `nodes` (as `nimbus status --json`, each alive one with `object_store`: used, capacity, spilled, objects) and `pending` demands |
-//! | `GET /api/{actors,nodes,objects,jobs,placement-groups,tasks}?offset=&limit=&q=` | `{total, unfiltered, offset, rows}`: the rows of `nimbus list`, those with every word of `q` in some cell, `limit` (≤ [`MAX_PAGE`], default 100) from `offset` |
+//! | `GET /api/{actors,nodes,objects,jobs,placement-groups,tasks,runs}?offset=&limit=&q=` | `{total, unfiltered, offset, rows}`: the rows of `nimbus list`, those with every word of `q` in some cell, `limit` (≤ [`MAX_PAGE`], default 100) from `offset` |
 //! | `GET /api/jobs/{id}/log?offset=` | `{text, next, total, file, about}`: a submitted job's driver log from `offset` (≤ 256 KiB), `about` the job's row |
 //! | `GET /api/actors/{id}/log?offset=&stderr=` | the same for an actor's stdout (or stderr) log, by id or name |
+//! | `GET /api/runs/{id}` | a training run: `header`, `state`, `points` (its reports: index, attempt, time, metrics), `checkpoints`, `timeline` |
 //! | `GET /api/events` | `text/event-stream` of `change` events |
 //!
 //! Errors are `{"error": "…"}` with 401 (no session), 403 (wrong host),

@@ -186,6 +186,7 @@ pub(crate) fn key(what: Listing) -> &'static str {
         Listing::Jobs => "jobs",
         Listing::PlacementGroups => "placement-groups",
         Listing::Tasks => "tasks",
+        Listing::Runs => "runs",
     }
 }
 
@@ -198,6 +199,7 @@ pub(crate) fn listing(name: &str) -> Option<Listing> {
         Listing::Jobs,
         Listing::PlacementGroups,
         Listing::Tasks,
+        Listing::Runs,
     ]
     .into_iter()
     .find(|what| key(*what) == name)

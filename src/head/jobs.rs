@@ -51,10 +51,11 @@ use tracing::{info, warn};
 
 use super::events::{ClusterEvents, Publish};
 use super::membership::{self, Membership};
+use super::runs::RunTable;
 use super::tasks::TaskTable;
 use crate::cluster::{
     valid_job_id, ClusterEventKind, ControlReply, ControlRequest, DeathCause, JobRecord,
-    JobRequest, JobState, JobSubmission, TaskRecord,
+    JobRequest, JobState, JobSubmission, RunEvent, RunHeader, RunRecord, TaskRecord,
 };
 use crate::transport::{Endpoint, RequestOptions};
 
@@ -419,10 +420,12 @@ fn wall_ms() -> u64 {
 }
 
 /// The head's job keeper: a thin shell around [`JobTable`], and the
-/// keeper of the tasks its jobs submit ([`TaskTable`]).
+/// keeper of the tasks its jobs submit ([`TaskTable`]) and of the training
+/// runs they make ([`RunTable`]).
 pub struct Jobs {
     table: JobTable,
     tasks: TaskTable,
+    runs: RunTable,
     grace: Duration,
     endpoint: Endpoint,
     head: SocketAddr,
@@ -444,6 +447,7 @@ impl Jobs {
         Jobs {
             table: JobTable::default(),
             tasks: TaskTable::default(),
+            runs: RunTable::default(),
             grace,
             endpoint,
             head,
@@ -758,6 +762,45 @@ impl Handler<ListTasks> for Jobs {
 
     fn handle(&mut self, _: ListTasks, _: &mut Self::Context) -> Self::Result {
         MessageResult(self.tasks.list())
+    }
+}
+
+/// A training run's events (`runs.rs`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RunEvents(pub RunHeader, pub Vec<RunEvent>);
+
+impl Handler<RunEvents> for Jobs {
+    type Result = ();
+
+    fn handle(&mut self, RunEvents(header, events): RunEvents, _: &mut Self::Context) {
+        self.runs.apply(header, events);
+    }
+}
+
+/// The training runs the head knows, without their points.
+#[derive(Message)]
+#[rtype(result = "Vec<RunRecord>")]
+pub struct ListRuns;
+
+impl Handler<ListRuns> for Jobs {
+    type Result = MessageResult<ListRuns>;
+
+    fn handle(&mut self, _: ListRuns, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.runs.list())
+    }
+}
+
+/// One training run, with its points.
+#[derive(Message)]
+#[rtype(result = "Option<RunRecord>")]
+pub struct GetRun(pub String);
+
+impl Handler<GetRun> for Jobs {
+    type Result = Option<RunRecord>;
+
+    fn handle(&mut self, GetRun(id): GetRun, _: &mut Self::Context) -> Self::Result {
+        self.runs.get(&id)
     }
 }
 

@@ -23,6 +23,7 @@ pub mod events;
 pub mod jobs;
 pub mod membership;
 mod rescheduler;
+pub mod runs;
 pub mod tasks;
 
 use std::time::Duration;

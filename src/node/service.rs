@@ -360,6 +360,31 @@ async fn job_request(
         JobRequest::ListTasks => Ok(ControlReply::Tasks(
             jobs.send(jobs::ListTasks).await.map_err(internal)?,
         )),
+        JobRequest::RunEvents { run, events } => {
+            if events.len() > crate::cluster::MAX_RUN_EVENTS {
+                return Err(RemoteError::new(
+                    RemoteErrorKind::BadRequest,
+                    format!(
+                        "{} run events in one report; at most {}",
+                        events.len(),
+                        crate::cluster::MAX_RUN_EVENTS
+                    ),
+                ));
+            }
+            jobs.send(jobs::RunEvents(run, events))
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Ack)
+        }
+        JobRequest::ListRuns => Ok(ControlReply::Runs(
+            jobs.send(jobs::ListRuns).await.map_err(internal)?,
+        )),
+        JobRequest::GetRun { run } => Ok(ControlReply::Run(
+            jobs.send(jobs::GetRun(run))
+                .await
+                .map_err(internal)?
+                .map(Box::new),
+        )),
         JobRequest::DriverExited { job, exit } => {
             let exited = jobs::Exited {
                 job,

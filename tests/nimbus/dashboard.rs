@@ -282,6 +282,40 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
     );
     let job = line_value(&submitted, "job:");
     let summary = line_value(&submitted, "summary:");
+    // A training job with a restart, whose run the page must plot.
+    let storage = TempDir::new().unwrap();
+    let train = example("train_mnist");
+    let trained = succeeds(
+        home.path(),
+        &[
+            "job",
+            "submit",
+            "--",
+            train.to_str().unwrap(),
+            "--workers",
+            "2",
+            "--epochs",
+            "1",
+            "--train-samples",
+            "640",
+            "--batch-size",
+            "32",
+            "--fail-at-step",
+            "6",
+            "--checkpoint-every",
+            "3",
+            "--storage",
+            storage.path().to_str().unwrap(),
+        ],
+    );
+    let run_dir = line_value(&trained, "results:");
+    let run_dir = Path::new(run_dir.split(' ').next().unwrap());
+    let reports = nimbus::train::results::read_reports(run_dir).unwrap();
+    let points = nimbus::train::results::loss_curves(&reports)["loss"].len();
+    assert_eq!(points, 10, "10 steps, each reporting its loss");
+    let runs = succeeds(home.path(), &["list", "runs", "--json"]);
+    let runs: serde_json::Value = serde_json::from_str(runs.trim()).unwrap();
+    let run = runs[0]["id"].as_str().unwrap().to_string();
     let held = HeldExample::start(home.path(), &head);
 
     let (_browser, tab) = browser(chromium);
@@ -367,6 +401,36 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
         "the job's summary line in its log",
     );
     screenshot(&tab, "job");
+
+    go_and_wait(
+        &tab,
+        "#/runs",
+        &format!(r#"document.querySelector("main table tbody")?.textContent.includes({run:?})"#),
+        "the training run",
+    );
+    go_and_wait(
+        &tab,
+        &format!("#/runs/{run}"),
+        &format!(
+            r#"document.querySelectorAll('#loss-chart circle.point[data-metric="loss"]').length === {points} && document.getElementById("run-state")?.textContent === "FINISHED""#
+        ),
+        "a loss curve with a point per report",
+    );
+    assert_eq!(
+        evaluate(
+            &tab,
+            r##"document.querySelectorAll("#loss-chart line.restart").length"##
+        ),
+        1,
+        "the restart is marked on the curve"
+    );
+    let timeline = evaluate(&tab, r#"document.getElementById("timeline").textContent"#);
+    let timeline = timeline.as_str().unwrap();
+    assert!(
+        timeline.contains("killed by signal 9") && timeline.contains("after the failure"),
+        "{timeline}"
+    );
+    screenshot(&tab, "training-run");
     held.finish();
 }
 

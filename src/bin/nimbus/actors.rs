@@ -23,6 +23,8 @@ pub(crate) enum Listed {
     PlacementGroups,
     /// Tasks (the head keeps the last 10,000): id, name, state, job, node, worker, attempts, error, times.
     Tasks,
+    /// Training runs (the head keeps the last 100): id, name, job, state, attempts, reports, checkpoints, last loss, dir, times.
+    Runs,
 }
 
 impl From<Listed> for Listing {
@@ -34,6 +36,7 @@ impl From<Listed> for Listing {
             Listed::Jobs => Listing::Jobs,
             Listed::PlacementGroups => Listing::PlacementGroups,
             Listed::Tasks => Listing::Tasks,
+            Listed::Runs => Listing::Runs,
         }
     }
 }

@@ -5,7 +5,7 @@
 //! nimbus start --address HOST:PORT --token TOKEN [--num-cpus N] [--num-gpus N] [--resources JSON]
 //! nimbus status [--address HOST:PORT --token TOKEN] [--json]
 //! nimbus memory [--address HOST:PORT --token TOKEN] [--json] [--limit N]
-//! nimbus list actors|nodes|objects|jobs|placement-groups|tasks [--filter KEY=VALUE]... [--json] [--limit N]
+//! nimbus list actors|nodes|objects|jobs|placement-groups|tasks|runs [--filter KEY=VALUE]... [--json] [--limit N]
 //! nimbus logs ACTOR [--stderr] | --job ID | --node NAME [--tail N] [--follow]
 //! nimbus kill ACTOR
 //! nimbus job submit [--working-dir DIR] [--env K=V]... [--name NAME] [--node NODE] [--no-wait] -- PROGRAM ARGS...

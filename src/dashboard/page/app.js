@@ -6,11 +6,12 @@
 
 const view = document.getElementById("view");
 const live = document.getElementById("live");
-const LISTINGS = ["actors", "tasks", "objects", "placement-groups", "jobs"];
+const LISTINGS = ["actors", "tasks", "objects", "placement-groups", "jobs", "runs"];
 const TITLES = {
   actors: "Actors", tasks: "Tasks", objects: "Objects",
-  "placement-groups": "Placement groups", jobs: "Jobs",
+  "placement-groups": "Placement groups", jobs: "Jobs", runs: "Training runs",
 };
+const SVG = "http://www.w3.org/2000/svg";
 const PAGE = 100;
 // Columns in the order a person reads them; any others follow.
 const COLUMNS = {
@@ -19,6 +20,7 @@ const COLUMNS = {
   objects: ["id", "node", "size", "state", "owned", "holders"],
   "placement-groups": ["id", "job", "state", "bundles", "resources", "used"],
   jobs: ["id", "name", "state", "entrypoint", "node", "submitted", "driver_pid", "start_ms", "end_ms", "duration", "message"],
+  runs: ["id", "name", "state", "job", "attempts", "reports", "checkpoints", "loss", "start_ms", "end_ms", "dir"],
 };
 
 let route = null;     // what the hash asks for
@@ -49,6 +51,7 @@ async function api(path) {
 function parseRoute() {
   const parts = (location.hash.replace(/^#\/?/, "") || "cluster").split("/").map(decodeURIComponent);
   if (parts[0] === "jobs" && parts[1]) return { kind: "job", id: parts[1] };
+  if (parts[0] === "runs" && parts[1]) return { kind: "run", id: parts[1] };
   if (parts[0] === "actors" && parts[1]) return { kind: "actor-log", id: parts[1], stderr: parts[2] === "stderr" };
   if (LISTINGS.includes(parts[0])) return { kind: "listing", name: parts[0] };
   return { kind: "cluster" };
@@ -60,7 +63,8 @@ function navigate() {
   for (const link of document.querySelectorAll("nav a")) {
     const target = link.getAttribute("href").slice(2);
     const current = route.kind === "listing" ? route.name
-      : route.kind === "job" ? "jobs" : route.kind === "actor-log" ? "actors" : "cluster";
+      : route.kind === "job" ? "jobs" : route.kind === "run" ? "runs"
+      : route.kind === "actor-log" ? "actors" : "cluster";
     link.classList.toggle("current", target === current);
   }
   view.replaceChildren();
@@ -74,6 +78,7 @@ async function reload() {
     if (route.kind === "cluster") await showCluster();
     else if (route.kind === "listing") await showListing(route.name);
     else if (route.kind === "job") await showJob(route.id);
+    else if (route.kind === "run") await showRun(route.id);
     else await showActorLog(route.id, route.stderr);
   } catch (e) {
     view.replaceChildren(el("p", { class: "error" }, "Cannot load this view: " + e.message));
@@ -175,6 +180,8 @@ async function showListing(name) {
     if (column.endsWith("_ms")) return value ? new Date(value).toLocaleTimeString() : "";
     if (column === "size") return amount(value, true);
     if (column === "id" && name === "jobs") return el("a", { href: "#/jobs/" + encodeURIComponent(value) }, value);
+    if (column === "id" && name === "runs") return el("a", { href: "#/runs/" + encodeURIComponent(value) }, value);
+    if (column === "loss" && typeof value === "number") return value.toFixed(4);
     if (column === "id" && name === "actors") return el("a", { href: "#/actors/" + encodeURIComponent(value) + "/log" }, value);
     return typeof value === "object" && value !== null ? JSON.stringify(value) : value;
   }));
@@ -214,6 +221,91 @@ async function showActorLog(id, stderr) {
   logView("Actor " + id + (stderr ? " (stderr)" : ""), el("p", {}, el("a", { href: "#/actors" }, "◀ all actors"), " · ", other));
   state.about.replaceChildren(el("dt", {}, "file"), el("dd", {}, chunk.file));
   appendLog(chunk);
+}
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+
+// Each metric named like *loss*: the last value reported for each report
+// index (a restarted attempt reports some indices again), by index.
+function lossCurves(points) {
+  const curves = new Map();
+  for (const point of points) {
+    for (const [name, value] of Object.entries(point.metrics)) {
+      if (!name.includes("loss") || !Number.isFinite(value)) continue;
+      if (!curves.has(name)) curves.set(name, new Map());
+      curves.get(name).set(point.index, value);
+    }
+  }
+  return [...curves].map(([name, byIndex]) => [name, [...byIndex].sort((a, b) => a[0] - b[0])]);
+}
+
+const COLORS = ["#4a72e8", "#e8794a", "#2c9f60", "#b04ae8", "#c0362c"];
+
+function chart(points, restarts) {
+  const curves = lossCurves(points);
+  const [w, h, left, bottom] = [900, 320, 60, 30];
+  const all = curves.flatMap(([, c]) => c);
+  if (all.length === 0) return el("p", { class: "muted" }, "No loss reported yet.");
+  const xs = all.map(([i]) => i), ys = all.map(([, v]) => v);
+  const [x0, x1] = [Math.min(...xs), Math.max(Math.max(...xs), Math.min(...xs) + 1)];
+  let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+  if (y0 === y1) { y0 -= 1; y1 += 1; }
+  const X = (i) => left + (i - x0) / (x1 - x0) * (w - left - 10);
+  const Y = (v) => 10 + (1 - (v - y0) / (y1 - y0)) * (h - bottom - 10);
+  const plot = svg("svg", { id: "loss-chart", width: w, height: h, viewBox: `0 0 ${w} ${h}` });
+  plot.append(svg("line", { x1: left, y1: h - bottom, x2: w - 10, y2: h - bottom, stroke: "#888" }));
+  plot.append(svg("line", { x1: left, y1: 10, x2: left, y2: h - bottom, stroke: "#888" }));
+  for (const v of [y0, (y0 + y1) / 2, y1]) {
+    plot.append(svg("text", { x: left - 6, y: Y(v) + 4, "text-anchor": "end", "font-size": 11 }, v.toFixed(3)));
+  }
+  for (const [i, anchor] of [[x0, "start"], [Math.round((x0 + x1) / 2), "middle"], [x1, "end"]]) {
+    plot.append(svg("text", { x: X(i), y: h - 10, "text-anchor": anchor, "font-size": 11 }, "report " + i));
+  }
+  for (const at of restarts) {
+    plot.append(svg("line", { class: "restart", x1: X(at), y1: 10, x2: X(at), y2: h - bottom, stroke: "#c0362c", "stroke-dasharray": "4 3" }));
+  }
+  curves.forEach(([name, curve], k) => {
+    const color = COLORS[k % COLORS.length];
+    plot.append(svg("polyline", { fill: "none", stroke: color, "stroke-width": 2, points: curve.map(([i, v]) => `${X(i)},${Y(v)}`).join(" ") }));
+    for (const [i, v] of curve) {
+      plot.append(svg("circle", { class: "point", "data-metric": name, cx: X(i), cy: Y(v), r: 3, fill: color },
+        svg("title", {}, `${name} at report ${i}: ${v}`)));
+    }
+    plot.append(svg("text", { x: w - 14, y: 24 + 16 * k, "text-anchor": "end", fill: color, "font-size": 12 }, name));
+  });
+  return plot;
+}
+
+async function showRun(id) {
+  const run = await api(`/api/runs/${encodeURIComponent(id)}`);
+  // The first report of each attempt after the first marks a restart.
+  const restarts = [];
+  let attempt = null;
+  for (const point of run.points) {
+    if (attempt !== null && point.attempt !== attempt) restarts.push(point.index);
+    attempt = point.attempt;
+  }
+  const about = el("dl", {}, ...[
+    ["state", el("span", { class: "state-" + run.state }, run.state)],
+    ["name", run.header.name], ["job", run.header.job], ["directory", run.header.dir],
+    ["attempts", run.attempts], ["reports", run.reports],
+  ].flatMap(([k, v]) => [el("dt", {}, k), el("dd", { id: "run-" + k }, v)]));
+  const checkpoints = run.checkpoints.length === 0 ? el("p", { class: "muted" }, "No checkpoint yet.")
+    : table(["index", "path", "metrics"], run.checkpoints, (c, column) =>
+      column === "metrics" ? Object.entries(c.metrics).map(([k, v]) => `${k}=${+v.toFixed(4)}`).join(" ") : c[column]);
+  const timeline = el("ul", { id: "timeline" }, ...run.timeline.map((note) =>
+    el("li", { class: "note-" + note.kind }, new Date(note.time_ms).toLocaleTimeString() + " " + note.text)));
+  view.replaceChildren(
+    el("h2", {}, "Training run " + run.header.name),
+    el("p", {}, el("a", { href: "#/runs" }, "◀ all runs")),
+    about, el("h3", {}, "Loss by report"), chart(run.points, restarts),
+    el("h3", {}, "Checkpoints"), checkpoints,
+    el("h3", {}, "Timeline"), timeline);
 }
 
 function listen() {

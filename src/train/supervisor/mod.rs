@@ -74,10 +74,12 @@ use crate::actor::faults::FiredFault;
 use crate::actor::{self, ActorHandle, ProcessContext};
 use crate::cluster::ControlRequest;
 use crate::cluster::FaultRequest;
+use crate::cluster::{RunCheckpoint, RunEvent, RunHeader, RunPoint};
 use crate::placement::{PlacementError, PlacementGroup};
 
 mod launch;
 mod policy;
+mod runs;
 mod watch;
 
 use launch::{launch, stop_workers, Launched, ELASTIC_TRY};
@@ -196,6 +198,8 @@ pub struct TrainerSupervisor {
     /// A write to them failed and was logged (the run goes on; the
     /// checkpoints are what a resume needs).
     results_failed: bool,
+    /// What the head is told of the run (`runs.rs`).
+    to_head: Option<runs::RunReporter>,
 }
 
 impl TrainerSupervisor {
@@ -224,10 +228,44 @@ impl TrainerSupervisor {
             first_generation: 0,
             results: None,
             results_failed: false,
+            to_head: None,
         }
     }
 
     fn tell(&mut self, event: TrainEvent) {
+        if let Some(to_head) = &self.to_head {
+            let time_ms = runs::now_ms();
+            let to_head_event = match &event {
+                TrainEvent::Started {
+                    attempt,
+                    workers,
+                    resumed_from,
+                    ..
+                } => Some(RunEvent::Started {
+                    attempt: *attempt,
+                    workers: *workers,
+                    resumed_from: resumed_from.as_ref().map(|p| p.display().to_string()),
+                    time_ms,
+                }),
+                TrainEvent::CheckpointSaved(saved) => Some(RunEvent::Checkpoint(RunCheckpoint {
+                    index: saved.index,
+                    path: saved.path.display().to_string(),
+                    metrics: saved.metrics.clone(),
+                })),
+                TrainEvent::Failed { attempt, reason } => Some(RunEvent::Failed {
+                    attempt: *attempt,
+                    reason: reason.clone(),
+                    time_ms,
+                }),
+                // Reports go from `record`, with their attempt's generation.
+                TrainEvent::Reported { .. }
+                | TrainEvent::FaultInjected { .. }
+                | TrainEvent::Rescaling { .. } => None,
+            };
+            if let Some(event) = to_head_event {
+                to_head.send(event);
+            }
+        }
         if let Some(observer) = &mut self.observer {
             observer(&event);
         }
@@ -515,6 +553,13 @@ impl TrainerSupervisor {
     /// Tells the cluster (for chaos timelines) that the group trains again.
     fn report_recovery(&self, index: u64, took: Duration) {
         metrics::histogram!("nimbus_train_recovery_seconds").record(took.as_secs_f64());
+        if let Some(to_head) = &self.to_head {
+            to_head.send(RunEvent::Recovered {
+                index,
+                took_ms: took.as_millis() as u64,
+                time_ms: runs::now_ms(),
+            });
+        }
         let took_ms = took.as_millis() as u64;
         tracing::info!(took_ms, "training restored: step {index} done");
         let Some(context) = ProcessContext::current() else {
@@ -546,10 +591,18 @@ impl TrainerSupervisor {
     /// Appends rank 0's report `index` to the run's results files.
     fn record(&mut self, index: u64, metrics: &Metrics) {
         let attempt = self.first_generation + u64::from(self.attempts.restarts());
+        let line = ReportLine::now(index, attempt, metrics.clone());
+        if let Some(to_head) = &self.to_head {
+            to_head.send(RunEvent::Reported(RunPoint {
+                index,
+                attempt,
+                time_ms: line.time_ms,
+                metrics: metrics.clone(),
+            }));
+        }
         let Some(results) = &mut self.results else {
             return;
         };
-        let line = ReportLine::now(index, attempt, metrics.clone());
         if let Err(e) = results.append(&line) {
             if !std::mem::replace(&mut self.results_failed, true) {
                 tracing::warn!(
@@ -574,8 +627,18 @@ impl TrainerSupervisor {
         let history: Vec<Metrics> = self.history.iter().map(|(_, m)| m.clone()).collect();
         let (restarts, workers) = (self.attempts.restarts(), self.workers);
         let done = self.done.take();
+        let to_head = self.to_head.take();
+        if let Some(to_head) = &to_head {
+            to_head.send(RunEvent::Finished {
+                error: error.as_ref().map(ToString::to_string),
+                time_ms: runs::now_ms(),
+            });
+        }
         ctx.spawn(
             async move {
+                if let Some(to_head) = to_head {
+                    to_head.finish().await;
+                }
                 let checkpoint = reporter.send(Latest).await.ok().and_then(|l| l.checkpoint);
                 let best_checkpoints = reporter.send(Best).await.unwrap_or_default();
                 TrainResult {
@@ -676,6 +739,14 @@ impl Handler<Fit> for TrainerSupervisor {
                 Ok((owner, results)) => {
                     self.first_generation = owner.map_or(0, |g| g + 1);
                     self.results = Some(results);
+                    self.to_head = runs::RunReporter::start(RunHeader {
+                        id: format!("{:08x}", rand::random::<u32>()),
+                        name: self.plan.run.name.clone(),
+                        dir: run_dir.display().to_string(),
+                        job: ProcessContext::current()
+                            .map(|c| c.job.clone())
+                            .unwrap_or_default(),
+                    });
                     self.start_attempt(ctx);
                 }
                 Err(e) => self.complete(Some(e), ctx),
