@@ -52,7 +52,8 @@ run:
 	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/$(EXAMPLE) $(ARGS)
 
 bench:
-	@$(TORCH_ENV); cargo bench --bench rpc && cargo bench --bench train
+	@$(TORCH_ENV); cargo bench --bench rpc && cargo bench --bench train && \
+	  cargo build --release --bins --examples && cargo bench --bench dashboard
 
 lint:
 	@$(TORCH_ENV); cargo fmt --check && \

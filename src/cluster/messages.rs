@@ -217,6 +217,9 @@ pub enum MembershipRequest {
         node: NodeIdentity,
         /// Resources in use.
         used: ResourceSet,
+        /// How busy its machine is.
+        #[serde(default)]
+        host: Option<HostLoad>,
     },
     /// A node is stopping on purpose.
     Leave {
@@ -917,6 +920,9 @@ pub struct NodeStatus {
     pub last_heartbeat_ms_ago: u64,
     /// Why it is dead, if it is.
     pub death_reason: Option<String>,
+    /// How busy its machine was at its last heartbeat.
+    #[serde(default)]
+    pub host: Option<HostLoad>,
 }
 
 impl NodeStatus {
@@ -927,6 +933,17 @@ impl NodeStatus {
             incarnation: crate::wire::Incarnation(self.incarnation),
         }
     }
+}
+
+/// How busy a node's machine is, as its last heartbeat said.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostLoad {
+    /// CPU time busy since the heartbeat before, percent of all CPUs.
+    pub cpu_percent: f64,
+    /// Memory in use (total less available), bytes.
+    pub memory_used: u64,
+    /// The machine's memory, bytes.
+    pub memory_total: u64,
 }
 
 /// Total and used amounts of a node's resources.
@@ -965,6 +982,9 @@ pub struct ClusterEvent {
     pub seq: u64,
     /// What happened.
     pub kind: ClusterEventKind,
+    /// When the head published it, Unix milliseconds (0: not said).
+    #[serde(default)]
+    pub time_ms: u64,
 }
 
 /// Kinds of [`ClusterEvent`].

@@ -38,7 +38,7 @@ pub use jobs::{
 pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleListing,
     BundleRequest, ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest,
-    Demand, DirectoryRequest, EventRequest, FaultRequest, JobRequest, MembershipRequest,
+    Demand, DirectoryRequest, EventRequest, FaultRequest, HostLoad, JobRequest, MembershipRequest,
     NodeRegistration, NodeState, NodeStatus, ObjectRequest, OutputLine, PlacementGroupId,
     ProcessClass, ResourceUsage, WorkerRequest, DRIVER_BEAT, MAX_RUN_EVENTS, MAX_TASK_STATES,
 };

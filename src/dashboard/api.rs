@@ -60,6 +60,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/jobs/{id}/log", get(job_log))
         .route("/api/actors/{id}/log", get(actor_log))
         .route("/api/runs/{id}", get(run))
+        .route("/api/timeline", get(timeline))
         .route("/api/{listing}", get(listing))
         .layer(middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared)
@@ -228,6 +229,13 @@ fn cluster_error(e: ClientError) -> Response {
 async fn cluster(State(shared): State<Arc<Shared>>) -> Response {
     match shared.views.cluster().await {
         Ok(value) => Json(value).into_response(),
+        Err(e) => cluster_error(e),
+    }
+}
+
+async fn timeline(State(shared): State<Arc<Shared>>) -> Response {
+    match shared.views.timeline().await {
+        Ok(events) => Json(events).into_response(),
         Err(e) => cluster_error(e),
     }
 }

@@ -37,6 +37,7 @@
 //! | `GET /api/jobs/{id}/log?offset=` | `{text, next, total, file, about}`: a submitted job's driver log from `offset` (≤ 256 KiB), `about` the job's row |
 //! | `GET /api/actors/{id}/log?offset=&stderr=` | the same for an actor's stdout (or stderr) log, by id or name |
 //! | `GET /api/runs/{id}` | a training run: `header`, `state`, `points` (its reports: index, attempt, time, metrics), `checkpoints`, `timeline` |
+//! | `GET /api/timeline` | the cluster's last 500 events but resource changes, newest first: `{seq, time_ms, kind, text}` (node joins and deaths, actor starts and deaths, injected faults and recoveries, jobs ended) |
 //! | `GET /api/events` | `text/event-stream` of `change` events |
 //!
 //! Errors are `{"error": "…"}` with 401 (no session), 403 (wrong host),

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
 use crate::client::{ClientError, ClusterClient, Listing, Row};
-use crate::cluster::NodeState;
+use crate::cluster::{ClusterEventKind, NodeState};
 use crate::transport::JoinToken;
 
 /// A listing younger than this is served from the cache.
@@ -175,6 +175,90 @@ impl Views {
         }
         result
     }
+}
+
+/// The most events the timeline shows.
+pub(crate) const TIMELINE: u64 = 500;
+
+impl Views {
+    /// The cluster's last [`TIMELINE`] events but resource changes, newest
+    /// first, each as `{seq, time_ms, kind, text}`.
+    pub(crate) async fn timeline(&self) -> Result<Vec<Value>, ClientError> {
+        self.with_client(async |client| {
+            let last = client.last_event_seq().await?;
+            let events = client
+                .events(last.saturating_sub(TIMELINE), std::time::Duration::ZERO)
+                .await?;
+            Ok(events
+                .iter()
+                .rev()
+                .filter_map(|event| {
+                    let (kind, text) = describe(&event.kind)?;
+                    Some(json!({
+                        "seq": event.seq,
+                        "time_ms": event.time_ms,
+                        "kind": kind,
+                        "text": text,
+                    }))
+                })
+                .collect())
+        })
+        .await
+    }
+}
+
+/// An event's kind and what it says, for people; `None` for resource
+/// changes (every heartbeat may bring one).
+fn describe(kind: &ClusterEventKind) -> Option<(&'static str, String)> {
+    Some(match kind {
+        ClusterEventKind::NodeJoined { node, address } => {
+            ("node joined", format!("{node} at {address}"))
+        }
+        ClusterEventKind::NodeLeft { node } => ("node left", node.to_string()),
+        ClusterEventKind::NodeDead { node, reason } => ("node dead", format!("{node}: {reason}")),
+        ClusterEventKind::JobEnded { job, reason } => ("job ended", format!("{job}: {reason}")),
+        ClusterEventKind::ActorStarted {
+            actor, name, node, ..
+        } => (
+            "actor started",
+            match name {
+                Some(name) => format!("{name} ({actor}) on {node}"),
+                None => format!("{actor} on {node}"),
+            },
+        ),
+        ClusterEventKind::ActorDied {
+            actor,
+            reason,
+            restarting,
+            ..
+        } => (
+            "actor died",
+            format!(
+                "{actor}: {reason}{}",
+                if *restarting { "; restarting" } else { "" }
+            ),
+        ),
+        ClusterEventKind::FaultInjected {
+            fault,
+            target,
+            trigger,
+        } => (
+            "fault injected",
+            format!("{fault} on {target} at {trigger}"),
+        ),
+        ClusterEventKind::Recovered {
+            what,
+            target,
+            took_ms,
+        } => (
+            "recovered",
+            format!("{what} ({target}) in {:.1} s", *took_ms as f64 / 1000.0),
+        ),
+        ClusterEventKind::PacketFaults { process, .. } => {
+            ("packet faults", format!("counted in {process}"))
+        }
+        ClusterEventKind::ResourcesChanged { .. } => return None,
+    })
 }
 
 /// A listing's name in the API (`/api/NAME`).

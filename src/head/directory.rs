@@ -457,6 +457,7 @@ mod tests {
 
         dir.send(ClusterEvent {
             seq: 1,
+            time_ms: 0,
             kind: ClusterEventKind::NodeDead {
                 node: record(1, "bank", "a").node,
                 reason: "test".into(),
@@ -494,6 +495,7 @@ mod tests {
         .unwrap();
         dir.send(ClusterEvent {
             seq: 1,
+            time_ms: 0,
             kind: ClusterEventKind::NodeLeft {
                 node: record(1, "bank", "a").node,
             },

@@ -83,6 +83,9 @@ impl Handler<Publish> for ClusterEvents {
         let event = ClusterEvent {
             seq: self.next_seq,
             kind: kind.bounded(),
+            time_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
         };
         if self.history.len() == HISTORY {
             self.history.pop_front();

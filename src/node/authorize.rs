@@ -266,6 +266,7 @@ mod tests {
         let beat = ControlRequest::Membership(MembershipRequest::Heartbeat {
             node: head,
             used: ResourceSet::default(),
+            host: None,
         });
         assert!(authorize(&node, &beat).is_err());
         assert!(authorize(&holder, &beat).is_err());

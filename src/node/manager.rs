@@ -61,6 +61,7 @@ use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 use super::binaries::BinaryCache;
 use super::error::{BinaryError, GrantError, NoCapacity, NodeError, WorkerStartError};
 use super::gpu_slots::GpuTake;
+use super::host::HostSampler;
 use super::logs;
 use super::logs::Stream;
 use super::output::JobOutput;
@@ -129,6 +130,8 @@ pub struct NodeManager {
     bundle_jobs: HashMap<BundleId, String>,
     /// What workers printed, per job, for the jobs' drivers.
     output: JobOutput,
+    /// How busy the machine is, sent with each heartbeat (`host.rs`).
+    host: HostSampler,
 }
 
 /// An actor this node runs.
@@ -157,6 +160,7 @@ impl NodeManager {
     /// A node manager.
     pub fn new(config: NodeManagerConfig) -> Self {
         NodeManager {
+            host: HostSampler::default(),
             binaries: BinaryCache::new(config.state_dir.join("binaries")),
             resources: ResourcePool::new(
                 config.total.clone(),
@@ -183,13 +187,15 @@ impl NodeManager {
         }));
     }
 
-    /// One heartbeat to the head, with the resources in use now.
-    fn beat(&self) -> BoxFuture<'static, Beat> {
+    /// One heartbeat to the head, with the resources in use now and how
+    /// busy the machine is.
+    fn beat(&mut self) -> BoxFuture<'static, Beat> {
         let node = self.config.identity.clone();
         let used = self.resources.used().clone();
+        let host = self.host.sample();
         match &self.config.head {
             HeadLink::Local { membership, .. } => {
-                let sent = membership.send(membership::Heartbeat { node, used });
+                let sent = membership.send(membership::Heartbeat { node, used, host });
                 async move {
                     match sent.await {
                         Ok(Ok(())) => Beat::Acked,
@@ -206,7 +212,7 @@ impl NodeManager {
                 let call = call_head(
                     endpoint,
                     *head,
-                    ControlRequest::Membership(MembershipRequest::Heartbeat { node, used }),
+                    ControlRequest::Membership(MembershipRequest::Heartbeat { node, used, host }),
                     self.config.interval * 2,
                 );
                 async move {

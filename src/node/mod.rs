@@ -51,6 +51,7 @@ mod config;
 mod drivers;
 mod error;
 mod gpu_slots;
+mod host;
 mod logs;
 mod manager;
 mod output;

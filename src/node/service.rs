@@ -451,9 +451,9 @@ async fn membership_request(
                 Err(e) => Err(e.into()),
             }
         }
-        MembershipRequest::Heartbeat { node, used } => {
+        MembershipRequest::Heartbeat { node, used, host } => {
             membership
-                .send(membership::Heartbeat { node, used })
+                .send(membership::Heartbeat { node, used, host })
                 .await
                 .map_err(internal)??;
             Ok(ControlReply::Ack)

@@ -131,6 +131,7 @@ impl Handler<Impersonate> for Counter {
             let beat = MembershipRequest::Heartbeat {
                 node: head,
                 used: ResourceSet::default(),
+                host: None,
             };
             let down = DirectoryRequest::ActorDown {
                 actor: victim,

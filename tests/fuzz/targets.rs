@@ -11,7 +11,8 @@ use nimbus::chaos::ChaosPlan;
 use nimbus::cluster::faults::ActorFault;
 use nimbus::cluster::{
     ActorId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, DeathCause,
-    EventRequest, MembershipRequest, NodeRegistration, ObjectId, ObjectRequest, ResourceSet,
+    EventRequest, HostLoad, MembershipRequest, NodeRegistration, ObjectId, ObjectRequest,
+    ResourceSet,
 };
 use nimbus::transport::{
     CertificateHash, JoinToken, PacketFaults, TicketAuthority, Verifier, WorkerSigner,
@@ -253,6 +254,11 @@ fn control_requests() -> Vec<Vec<u8>> {
         ControlRequest::Membership(MembershipRequest::Heartbeat {
             node: node("c"),
             used: ResourceSet::of("CPU", 1.5),
+            host: Some(HostLoad {
+                cpu_percent: 37.5,
+                memory_used: 1 << 30,
+                memory_total: 4 << 30,
+            }),
         }),
         ControlRequest::Membership(MembershipRequest::Status),
         ControlRequest::Events(EventRequest::Events {
@@ -275,6 +281,7 @@ fn control_requests() -> Vec<Vec<u8>> {
 fn control_replies() -> Vec<Vec<u8>> {
     let died = ClusterEvent {
         seq: 4,
+        time_ms: 0,
         kind: ClusterEventKind::ActorDied {
             actor: ActorId(5),
             incarnation: Incarnation(6),
@@ -289,6 +296,7 @@ fn control_replies() -> Vec<Vec<u8>> {
     };
     let joined = ClusterEvent {
         seq: 5,
+        time_ms: 0,
         kind: ClusterEventKind::NodeJoined {
             node: node("d"),
             address: address(),

@@ -154,14 +154,14 @@ pub fn example(name: &str) -> PathBuf {
 /// The custom-actor example run with `--hold` against the head at `head`
 /// (its token in `home`): it returns once the example printed its summary, its actors
 /// still alive; closing its stdin ends it.
-struct HeldExample {
+pub struct HeldExample {
     child: Child,
     lines: mpsc::Receiver<String>,
     printed: Vec<String>,
 }
 
 impl HeldExample {
-    fn start(home: &Path, head: &str) -> Self {
+    pub fn start(home: &Path, head: &str) -> Self {
         let mut child = Command::new(example("custom_actor"))
             .args(["--hold", "--address", head])
             .env("NIMBUS_HOME", home)
@@ -205,7 +205,7 @@ impl HeldExample {
     }
 
     /// Closes its stdin and waits for it to exit successfully.
-    fn finish(mut self) {
+    pub fn finish(mut self) {
         drop(self.child.stdin.take());
         let status = self.child.wait().unwrap();
         assert!(
@@ -325,6 +325,12 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
         r#"document.getElementById("summary")?.textContent === "3 alive, 0 dead" && document.querySelectorAll("main table")[0].querySelectorAll("tbody tr").length === 3"#,
         "three alive nodes",
     );
+    // Each node's machine: CPU use and memory, from its heartbeats.
+    wait_until(
+        &tab,
+        r#"[...document.querySelectorAll("main table tbody tr")].every((tr) => tr.querySelector(".host-cpu")?.textContent.endsWith("%"))"#,
+        "every node's machine CPU",
+    );
     let nodes = column(&tab, "node");
     assert!(nodes.contains(&format!("{head} (head)")), "{nodes:?}");
     assert!(
@@ -431,6 +437,17 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
         "{timeline}"
     );
     screenshot(&tab, "training-run");
+
+    // The events: account-1's kill and restart, the training run's
+    // recovery, the members joining.
+    go_and_wait(
+        &tab,
+        "#/events",
+        r#"(() => { const t = document.querySelector("main table tbody")?.textContent || "";
+            return t.includes("restarting") && t.includes("training restored") && t.includes("node-2"); })()"#,
+        "the kill, the recovery and the joins on the timeline",
+    );
+    screenshot(&tab, "events");
     held.finish();
 }
 

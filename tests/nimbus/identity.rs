@@ -36,6 +36,7 @@ async fn a_token_holder_cannot_evict_a_member_or_heartbeat_for_it() {
             let beat = MembershipRequest::Heartbeat {
                 node: node.clone(),
                 used: ResourceSet::default(),
+                host: None,
             };
             for (request, name) in [(leave, "Leave"), (beat, "Heartbeat")] {
                 let refused = client
@@ -103,6 +104,7 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
         let beat = ControlRequest::Membership(MembershipRequest::Heartbeat {
             node: me.clone(),
             used: ResourceSet::default(),
+            host: None,
         });
         let uncertified = client::call(&connection, &beat, RequestOptions::control()).await;
         assert!(uncertified.is_err(), "{uncertified:?}");

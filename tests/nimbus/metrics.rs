@@ -4,14 +4,13 @@
 //! run against them.
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use prometheus_parse::{Sample, Scrape, Value};
 use tempfile::TempDir;
 
-use super::cli::{free_port, nimbus, succeeds, text, StopOnDrop};
-use super::dashboard::{example, get, line_value};
+use super::cli::{free_port, nimbus, succeeds, StopOnDrop};
+use super::dashboard::{example, get, line_value, HeldExample};
 
 /// The longest the pushed metrics may take to show a workload.
 const PUSH_DEADLINE: Duration = Duration::from_secs(30);
@@ -104,14 +103,6 @@ fn every_node_serves_its_metrics_and_its_processes() {
     let before = scrape(&head_url);
     assert_eq!(total(&before, "nimbus_members", &[("state", "alive")]), 3.0);
 
-    // Actor calls, a worker SIGKILLed and restarted.
-    let out = Command::new(example("custom_actor"))
-        .args(["--address", &head])
-        .env("NIMBUS_HOME", home.path())
-        .env_remove("NIMBUS_TOKEN")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
     // Tasks and objects, as a submitted job.
     let tasks = example("tasks");
     succeeds(
@@ -131,6 +122,9 @@ fn every_node_serves_its_metrics_and_its_processes() {
             "1",
         ],
     );
+    // Actor calls, a worker SIGKILLed and restarted; the example holds its
+    // actors, so their workers go on pushing.
+    let held = HeldExample::start(home.path(), &head);
     // A connection with the wrong token.
     let wrong = format!("nimbus1-{}", "A".repeat(43));
     let refused = nimbus(
@@ -139,9 +133,11 @@ fn every_node_serves_its_metrics_and_its_processes() {
     );
     assert!(!refused.status.success());
 
-    // The drivers pushed their last metrics as they ended: at the head, as
-    // soon as they exited.
-    let samples = scrape(&head_url);
+    // The task job's driver pushed its last metrics as it ended; the bank's
+    // driver pushes every few seconds.
+    let samples = scrape_until(&head_url, "the bank driver's calls", |s| {
+        total(s, "nimbus_actor_calls_total", &[("outcome", "ok")]) >= 200.0
+    });
     let calls_ok = total(&samples, "nimbus_actor_calls_total", &[("outcome", "ok")]);
     assert!(
         calls_ok >= 200.0,
@@ -181,29 +177,36 @@ fn every_node_serves_its_metrics_and_its_processes() {
     assert!(total(&samples, "nimbus_workers_started_total", &[]) >= 1.0);
 
     // The members: the workers they started and the one SIGKILLed (on one
-    // of them), the calls their accounts made to each other (pushed by the
-    // workers while they ran).
-    let members: Vec<Vec<Sample>> = ["node-1", "node-2"]
-        .iter()
-        .map(|n| {
-            scrape_until(&urls[*n], "a worker's push", |s| {
-                total(s, "nimbus_actor_calls_total", &[]) > 0.0
-            })
-        })
-        .collect();
-    let sum =
-        |name, labels: &[(&str, &str)]| members.iter().map(|s| total(s, name, labels)).sum::<f64>();
+    // of them), and the calls the accounts make to each other, which their
+    // workers push while they run.
+    let member_urls = [urls["node-1"].clone(), urls["node-2"].clone()];
+    let scrape_members = || -> Vec<Vec<Sample>> { member_urls.iter().map(|u| scrape(u)).collect() };
+    let sum = |members: &[Vec<Sample>], name, labels: &[(&str, &str)]| {
+        members.iter().map(|s| total(s, name, labels)).sum::<f64>()
+    };
+    let deadline = Instant::now() + PUSH_DEADLINE;
+    let members = loop {
+        let members = scrape_members();
+        if sum(&members, "nimbus_actor_calls_total", &[("outcome", "ok")]) > 0.0 {
+            break members;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no worker pushed its calls within {PUSH_DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
     assert!(
-        sum("nimbus_workers_started_total", &[]) >= 5.0,
+        sum(&members, "nimbus_workers_started_total", &[]) >= 5.0,
         "4 accounts, a counter and a restart"
     );
     assert!(
-        sum("nimbus_workers_died_total", &[("cause", "signal")]) >= 1.0,
+        sum(
+            &members,
+            "nimbus_workers_died_total",
+            &[("cause", "signal")]
+        ) >= 1.0,
         "account-1's SIGKILL"
-    );
-    assert!(
-        sum("nimbus_actor_calls_total", &[("outcome", "ok")]) >= 1.0,
-        "calls between accounts"
     );
     for samples in &members {
         assert_eq!(
@@ -212,6 +215,7 @@ fn every_node_serves_its_metrics_and_its_processes() {
             "membership is the head's"
         );
     }
+    held.finish();
 }
 
 #[test]

@@ -52,6 +52,7 @@ function parseRoute() {
   const parts = (location.hash.replace(/^#\/?/, "") || "cluster").split("/").map(decodeURIComponent);
   if (parts[0] === "jobs" && parts[1]) return { kind: "job", id: parts[1] };
   if (parts[0] === "runs" && parts[1]) return { kind: "run", id: parts[1] };
+  if (parts[0] === "events") return { kind: "events" };
   if (parts[0] === "actors" && parts[1]) return { kind: "actor-log", id: parts[1], stderr: parts[2] === "stderr" };
   if (LISTINGS.includes(parts[0])) return { kind: "listing", name: parts[0] };
   return { kind: "cluster" };
@@ -63,7 +64,7 @@ function navigate() {
   for (const link of document.querySelectorAll("nav a")) {
     const target = link.getAttribute("href").slice(2);
     const current = route.kind === "listing" ? route.name
-      : route.kind === "job" ? "jobs" : route.kind === "run" ? "runs"
+      : route.kind === "job" ? "jobs" : route.kind === "run" ? "runs" : route.kind === "events" ? "events"
       : route.kind === "actor-log" ? "actors" : "cluster";
     link.classList.toggle("current", target === current);
   }
@@ -79,6 +80,7 @@ async function reload() {
     else if (route.kind === "listing") await showListing(route.name);
     else if (route.kind === "job") await showJob(route.id);
     else if (route.kind === "run") await showRun(route.id);
+    else if (route.kind === "events") await showTimeline();
     else await showActorLog(route.id, route.stderr);
   } catch (e) {
     view.replaceChildren(el("p", { class: "error" }, "Cannot load this view: " + e.message));
@@ -122,7 +124,7 @@ function table(columns, rows, cell) {
 async function showCluster() {
   const data = await api("/api/cluster");
   const alive = data.nodes.filter((n) => n.state === "alive").length;
-  const columns = ["node", "state", "incarnation", "address", "CPU", "GPU", "memory", "object store", "objects", "spilled", "death"];
+  const columns = ["node", "state", "incarnation", "address", "CPU", "GPU", "memory", "object store", "objects", "spilled", "machine CPU", "machine memory", "death"];
   const nodes = table(columns, data.nodes, (node, column) => {
     const store = node.object_store;
     switch (column) {
@@ -136,6 +138,10 @@ async function showCluster() {
       case "object store": return store ? el("span", {}, bar(store.used, store.capacity), amount(store.used, true) + " / " + amount(store.capacity, true)) : "";
       case "objects": return store ? store.objects : "";
       case "spilled": return store ? amount(store.spilled, true) : "";
+      case "machine CPU": return node.host && node.state === "alive"
+        ? el("span", { class: "host-cpu" }, bar(node.host.cpu_percent, 100), node.host.cpu_percent.toFixed(0) + "%") : "";
+      case "machine memory": return node.host && node.state === "alive"
+        ? el("span", {}, bar(node.host.memory_used, node.host.memory_total), amount(node.host.memory_used, true) + " / " + amount(node.host.memory_total, true)) : "";
       case "death": return node.death_reason || "";
     }
   });
@@ -306,6 +312,22 @@ async function showRun(id) {
     about, el("h3", {}, "Loss by report"), chart(run.points, restarts),
     el("h3", {}, "Checkpoints"), checkpoints,
     el("h3", {}, "Timeline"), timeline);
+}
+
+// The cluster's events, newest first: the timeline of faults injected
+// and recoveries (a chaos run's), deaths, restarts, joins.
+async function showTimeline() {
+  const events = await api("/api/timeline");
+  const counts = {};
+  for (const e of events) counts[e.kind] = (counts[e.kind] || 0) + 1;
+  const summary = Object.entries(counts).map(([k, n]) => `${n} ${k}`).join(", ") || "no events yet";
+  view.replaceChildren(
+    el("h2", {}, "Events"),
+    el("p", { id: "timeline-summary", class: "muted" }, summary),
+    events.length === 0 ? el("p", { class: "muted" }, "(none)")
+      : table(["time", "kind", "text"], events, (e, column) => column === "time"
+        ? (e.time_ms ? new Date(e.time_ms).toLocaleTimeString() : "")
+        : column === "kind" ? el("span", { class: "event-" + e.kind.replace(" ", "-") }, e.kind) : e.text));
 }
 
 function listen() {

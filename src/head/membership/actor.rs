@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::cluster::{ClusterEventKind, ClusterStatus, NodeRegistration, ResourceSet};
+use crate::cluster::{ClusterEventKind, ClusterStatus, HostLoad, NodeRegistration, ResourceSet};
 use crate::head::events::{ClusterEvents, Publish};
 use crate::wire::NodeIdentity;
 
@@ -88,6 +88,8 @@ pub struct Heartbeat {
     pub node: NodeIdentity,
     /// Its resources in use.
     pub used: ResourceSet,
+    /// How busy its machine is.
+    pub host: Option<HostLoad>,
 }
 
 /// A member stopping on purpose.
@@ -124,6 +126,9 @@ impl Handler<Heartbeat> for Membership {
             metrics::histogram!("nimbus_heartbeat_delay_seconds").record(silent.as_secs_f64());
         }
         let events = self.table.handle_heartbeat(&msg.node, msg.used, now)?;
+        if let Some(host) = msg.host {
+            self.table.record_host(&msg.node, host);
+        }
         self.publish(events);
         Ok(())
     }

@@ -7,8 +7,8 @@ use crate::wire::NodeIdentity;
 
 use super::MembershipError;
 use crate::cluster::{
-    ClusterEventKind, ClusterStatus, NodeRegistration, NodeState, NodeStatus, ResourceSet,
-    ResourceUsage,
+    ClusterEventKind, ClusterStatus, HostLoad, NodeRegistration, NodeState, NodeStatus,
+    ResourceSet, ResourceUsage,
 };
 
 /// Every node the head has heard of, alive or dead; one entry per node name.
@@ -27,6 +27,7 @@ struct Entry {
     used: ResourceSet,
     last_heartbeat: Instant,
     death_reason: Option<String>,
+    host: Option<HostLoad>,
 }
 
 impl NodeTable {
@@ -65,6 +66,7 @@ impl NodeTable {
             used: ResourceSet::default(),
             last_heartbeat: now,
             death_reason: None,
+            host: None,
         };
         let Some(index) = self.position(&node.name) else {
             self.nodes.push(entry);
@@ -108,6 +110,13 @@ impl NodeTable {
     pub fn silent_for(&self, node: &str, now: Instant) -> Option<Duration> {
         let entry = &self.nodes[self.position(node)?];
         Some(now.saturating_duration_since(entry.last_heartbeat))
+    }
+
+    /// Records how busy `node`'s machine is (from its heartbeat).
+    pub fn record_host(&mut self, node: &NodeIdentity, host: HostLoad) {
+        if let Ok(entry) = self.member(node) {
+            entry.host = Some(host);
+        }
     }
 
     /// Members alive and dead.
@@ -205,6 +214,7 @@ impl NodeTable {
                     .saturating_duration_since(entry.last_heartbeat)
                     .as_millis() as u64,
                 death_reason: entry.death_reason.clone(),
+                host: entry.host,
             })
             .collect();
         nodes.sort_by_key(|n| !n.head);
