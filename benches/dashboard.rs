@@ -233,6 +233,9 @@ fn main() {
             "127.0.0.1",
             "--dashboard-port",
             "0",
+            // The microbench places its callers on the node named "head".
+            "--node-name",
+            "head",
         ],
     );
     let stop = scopeguard(home.path());
@@ -262,7 +265,7 @@ fn main() {
     tab.set_default_timeout(PAGE_DEADLINE);
 
     if bench {
-        let pid = head_pid(home.path(), &head);
+        let pid = head_pid(home.path(), "head");
         let closed = head_cpu_during_microbench(home.path(), &head, pid);
         tab.navigate_to(&format!("{url}/#/cluster")).unwrap();
         tab.wait_for_element("#summary").unwrap();
