@@ -61,6 +61,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/actors/{id}/log", get(actor_log))
         .route("/api/runs/{id}", get(run))
         .route("/api/timeline", get(timeline))
+        .route("/api/activity", get(activity))
         .route("/api/{listing}", get(listing))
         .layer(middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared)
@@ -231,6 +232,10 @@ async fn cluster(State(shared): State<Arc<Shared>>) -> Response {
         Ok(value) => Json(value).into_response(),
         Err(e) => cluster_error(e),
     }
+}
+
+async fn activity(State(shared): State<Arc<Shared>>) -> Response {
+    Json(shared.views.activity().await).into_response()
 }
 
 async fn timeline(State(shared): State<Arc<Shared>>) -> Response {

@@ -37,6 +37,7 @@
 //! | `GET /api/jobs/{id}/log?offset=` | `{text, next, total, file, about}`: a submitted job's driver log from `offset` (≤ 256 KiB), `about` the job's row |
 //! | `GET /api/actors/{id}/log?offset=&stderr=` | the same for an actor's stdout (or stderr) log, by id or name |
 //! | `GET /api/runs/{id}` | a training run: `header`, `state`, `points` (its reports: index, attempt, time, metrics), `checkpoints`, `timeline` |
+//! | `GET /api/activity` | samples of the head node's counters (its own and its workers' and drivers' pushes, `crate::metrics`), taken while a page listens, oldest first: `{time_ms, actor_calls, tasks_finished, put_bytes}` |
 //! | `GET /api/timeline` | the cluster's last 500 events but resource changes, newest first: `{seq, time_ms, kind, text}` (node joins and deaths, actor starts and deaths, injected faults and recoveries, jobs ended) |
 //! | `GET /api/events` | `text/event-stream` of `change` events |
 //!
@@ -266,6 +267,7 @@ async fn watch_cluster(shared: Arc<api::Shared>) {
                     .map_or(after, |event| event.seq)),
             })
             .await;
+        shared.views.sample_activity().await;
         match polled {
             Ok(seq) => seen = Some(seq),
             Err(e) => {

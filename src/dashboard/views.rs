@@ -76,6 +76,7 @@ pub(crate) struct Views {
     client: Mutex<Option<Arc<ClusterClient>>>,
     cache: Mutex<HashMap<&'static str, (Instant, Vec<Row>)>>,
     cluster: Mutex<Option<(Instant, Value)>>,
+    activity: Mutex<std::collections::VecDeque<ActivitySample>>,
 }
 
 impl Views {
@@ -87,6 +88,7 @@ impl Views {
             client: Mutex::new(None),
             cache: Mutex::new(HashMap::new()),
             cluster: Mutex::new(None),
+            activity: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -174,6 +176,49 @@ impl Views {
             }
         }
         result
+    }
+}
+
+/// Activity samples kept (at one per `TICK` or faster: minutes).
+pub(crate) const ACTIVITY: usize = 300;
+
+/// Counters of the head node and its processes at one time
+/// (`crate::metrics::render_node`), for the cluster page's charts.
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct ActivitySample {
+    /// Unix milliseconds.
+    pub time_ms: u64,
+    /// `nimbus_actor_calls_total`.
+    pub actor_calls: f64,
+    /// `nimbus_tasks_finished_total`.
+    pub tasks_finished: f64,
+    /// `nimbus_objects_put_bytes_total`.
+    pub put_bytes: f64,
+}
+
+impl Views {
+    /// Takes an activity sample now, keeping the last [`ACTIVITY`].
+    pub(crate) async fn sample_activity(&self) {
+        let text = crate::metrics::render_node();
+        let total = |name| crate::metrics::total(&text, name, &[]);
+        let sample = ActivitySample {
+            time_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            actor_calls: total("nimbus_actor_calls_total"),
+            tasks_finished: total("nimbus_tasks_finished_total"),
+            put_bytes: total("nimbus_objects_put_bytes_total"),
+        };
+        let mut samples = self.activity.lock().await;
+        samples.push_back(sample);
+        while samples.len() > ACTIVITY {
+            samples.pop_front();
+        }
+    }
+
+    /// The activity samples kept, oldest first.
+    pub(crate) async fn activity(&self) -> Vec<ActivitySample> {
+        self.activity.lock().await.iter().cloned().collect()
     }
 }
 

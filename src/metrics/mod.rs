@@ -50,8 +50,8 @@
 mod export;
 mod merge;
 
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -68,6 +68,45 @@ const SECONDS: &[f64] = &[
 ];
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+static NODE: OnceLock<Arc<Mutex<ProcessMetrics>>> = OnceLock::new();
+
+/// Makes `processes` this node process's table of pushes (`node::run`
+/// does), so that [`render_node`] sums them.
+pub fn set_node_processes(processes: Arc<Mutex<ProcessMetrics>>) {
+    let _ = NODE.set(processes);
+}
+
+/// What this node serves on `/metrics`: its own metrics and its
+/// processes' pushes, summed (only its own outside a node process).
+pub fn render_node() -> String {
+    let own = render();
+    let Some(processes) = NODE.get() else {
+        return own;
+    };
+    let Ok(mut processes) = processes.lock() else {
+        return own;
+    };
+    let mut out = String::new();
+    processes.render(&own, Instant::now(), &mut out);
+    out
+}
+
+/// The sum of the samples of metric `name` in Prometheus `text` whose
+/// labels include each of `labels`.
+pub fn total(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            metric == name
+                && labels
+                    .iter()
+                    .all(|(key, value)| rest.contains(&format!("{key}=\"{value}\"")))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
+}
 
 /// Installs this process's recorder (once; later calls return the same
 /// handle). `None` when another recorder was installed first (a program
@@ -192,4 +231,17 @@ fn describe() {
         "nimbus_handshakes_refused_total",
         "Connections refused at the handshake (bad proof or certificate)."
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_sum_the_series_with_the_labels_asked() {
+        let text = "# TYPE calls_total counter\ncalls_total{outcome=\"ok\"} 3\ncalls_total{outcome=\"timeout\"} 2\ncalls_total_other 9\n";
+        assert_eq!(total(text, "calls_total", &[]), 5.0);
+        assert_eq!(total(text, "calls_total", &[("outcome", "ok")]), 3.0);
+        assert_eq!(total(text, "absent", &[]), 0.0);
+    }
 }

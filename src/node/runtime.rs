@@ -125,6 +125,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     )
     .start();
     let processes = Arc::new(std::sync::Mutex::new(ProcessMetrics::default()));
+    crate::metrics::set_node_processes(processes.clone());
     let metrics = match config.metrics_export {
         Some(address) => {
             let store = objects.clone();

@@ -38,7 +38,7 @@ const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
     ("transport", &["wire"]),
     ("cluster", &["transport", "wire"]),
     ("client", &["cluster", "transport", "wire"]),
-    ("dashboard", &["client", "cluster", "transport"]),
+    ("dashboard", &["metrics", "client", "cluster", "transport"]),
     ("runtime", &["metrics", "client", "cluster", "transport", "wire"]),
     ("launch", &["client", "cluster", "transport", "wire"]),
     ("head", &["launch", "cluster", "transport", "wire"]),

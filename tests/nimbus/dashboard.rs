@@ -331,6 +331,12 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
         r#"[...document.querySelectorAll("main table tbody tr")].every((tr) => tr.querySelector(".host-cpu")?.textContent.endsWith("%"))"#,
         "every node's machine CPU",
     );
+    // The activity charts: the bank driver's calls, pushed to the head.
+    wait_until(
+        &tab,
+        r#"Number(document.getElementById("total-actor_calls")?.textContent) >= 200 && document.querySelector('svg.spark[data-metric="actor_calls"] polyline') !== null"#,
+        "the bank's calls in the activity charts",
+    );
     let nodes = column(&tab, "node");
     assert!(nodes.contains(&format!("{head} (head)")), "{nodes:?}");
     assert!(

@@ -608,8 +608,14 @@ async fn a_full_disk_stops_the_run_and_keeps_its_last_checkpoint(_: &mut nimbus:
     entries.sort();
     assert_eq!(
         entries,
-        [FENCE_FILE, "checkpoint_000000005"],
-        "no partial write"
+        [
+            FENCE_FILE,
+            "checkpoint_000000005",
+            "loss.svg",
+            "metrics.jsonl",
+            "progress.csv"
+        ],
+        "no partial write (the run's results files beside the checkpoint)"
     );
 }
 

@@ -148,12 +148,40 @@ async function showCluster() {
   const pending = data.pending.length === 0 ? el("p", { class: "muted" }, "No spawn waits for room.")
     : table(["actor", "class", "resources", "job", "waited"], data.pending, (d, c) =>
       c === "resources" ? JSON.stringify(d.resources) : c === "waited" ? (d.waited_ms / 1000).toFixed(1) + " s" : d[c]);
+  const activity = await api("/api/activity");
   view.replaceChildren(
     el("h2", {}, "Cluster"),
     el("p", { id: "summary" }, `${alive} alive, ${data.nodes.length - alive} dead`),
     nodes,
+    el("h3", {}, "Activity on the head node (its workers and the drivers it is home to)"),
+    el("div", { class: "sparks" },
+      spark(activity, "actor_calls", "actor calls/s", false),
+      spark(activity, "tasks_finished", "tasks finished/s", false),
+      spark(activity, "put_bytes", "put/s", true)),
     el("h3", {}, "Pending demands"),
     pending);
+}
+
+// A counter's rate between samples as a small chart, with its total.
+function spark(samples, key, label, bytes) {
+  const [w, h] = [260, 60];
+  const rates = [];
+  for (let i = 1; i < samples.length; i++) {
+    const dt = (samples[i].time_ms - samples[i - 1].time_ms) / 1000;
+    if (dt > 0) rates.push(Math.max(0, samples[i][key] - samples[i - 1][key]) / dt);
+  }
+  const top = Math.max(1, ...rates);
+  const chart = svg("svg", { class: "spark", "data-metric": key, width: w, height: h, viewBox: `0 0 ${w} ${h}` });
+  chart.append(svg("polyline", {
+    fill: "none", stroke: "#4a72e8", "stroke-width": 1.5,
+    points: rates.map((r, i) => `${(i / Math.max(1, rates.length - 1)) * w},${h - 2 - (r / top) * (h - 4)}`).join(" "),
+  }));
+  const last = samples.length ? samples[samples.length - 1][key] : 0;
+  const now = rates.length ? rates[rates.length - 1] : 0;
+  return el("figure", {},
+    chart,
+    el("figcaption", {}, `${label}: ${amount(now, bytes)} now; total `,
+      el("span", { id: "total-" + key }, bytes ? amount(last, true) : String(last))));
 }
 
 async function showListing(name) {
