@@ -5,15 +5,20 @@
 //!   (user + system, from `/proc`) while `microbench --only actor_calls`
 //!   runs against the cluster, without and then with a headless Chromium
 //!   showing the dashboard's cluster page (live updates on), and their
-//!   ratio;
+//!   ratio (medians of 5 runs each, alternating);
 //! - `dashboard_actors_page_load_ms` / `dashboard_objects_page_load_ms`:
 //!   from navigating to the page to its first 100 rows shown, with
 //!   `dashboard_load`'s actors and objects in the cluster (median of 5).
 //!
 //! ```text
-//! cargo build --release --bins --examples && cargo bench --bench dashboard
-//! NIMBUS_BENCH_ACTORS=1000 NIMBUS_BENCH_OBJECTS=10000 cargo bench --bench dashboard
+//! cargo build --release --no-default-features --bins --examples
+//! NIMBUS_BENCH_ACTORS=1000 NIMBUS_BENCH_OBJECTS=10000 \
+//!     cargo bench --no-default-features --bench dashboard
 //! ```
+//!
+//! Without the `torch` feature: a binary linked with libtorch costs each
+//! worker process ~60 MiB (300 of them filled 18 GiB here), and 1,000 do
+//! not fit in 24 GiB; without libtorch, 1,000 ran.
 //!
 //! Under `cargo test` (no `--bench`) it runs small (20 actors, 200
 //! objects, no microbench). Needs Chromium (`NIMBUS_CHROMIUM`, default
@@ -35,6 +40,8 @@ use headless_chrome::{Browser, LaunchOptions, Tab};
 const LOAD_DEADLINE: Duration = Duration::from_secs(900);
 /// The longest a page may take to show its rows.
 const PAGE_DEADLINE: Duration = Duration::from_secs(60);
+/// Microbench runs with the dashboard closed, and as many open.
+const CPU_ROUNDS: usize = 5;
 
 fn nimbus(home: &Path, args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_nimbus"))
@@ -265,12 +272,30 @@ fn main() {
     tab.set_default_timeout(PAGE_DEADLINE);
 
     if bench {
+        // Closed and open alternate, so that drift (caches, the page
+        // cache, other load) falls on both alike.
         let pid = head_pid(home.path(), "head");
-        let closed = head_cpu_during_microbench(home.path(), &head, pid);
-        tab.navigate_to(&format!("{url}/#/cluster")).unwrap();
-        tab.wait_for_element("#summary").unwrap();
-        let open = head_cpu_during_microbench(home.path(), &head, pid);
-        tab.navigate_to("about:blank").unwrap();
+        let (mut closed, mut open) = (Vec::new(), Vec::new());
+        for _ in 0..CPU_ROUNDS {
+            closed.push(head_cpu_during_microbench(home.path(), &head, pid));
+            tab.navigate_to(&format!("{url}/#/cluster")).unwrap();
+            tab.wait_for_element("#summary").unwrap();
+            open.push(head_cpu_during_microbench(home.path(), &head, pid));
+            tab.navigate_to("about:blank").unwrap();
+        }
+        let spread = |v: &[f64]| {
+            let (lo, hi) = (
+                v.iter().copied().fold(f64::INFINITY, f64::min),
+                v.iter().copied().fold(0.0, f64::max),
+            );
+            format!("{lo:.2}..{hi:.2}")
+        };
+        println!(
+            "# head CPU s, {CPU_ROUNDS} rounds: closed {}, open {}",
+            spread(&closed),
+            spread(&open)
+        );
+        let (closed, open) = (median(closed), median(open));
         println!("head_cpu_s_dashboard_closed: {closed:.2} s");
         println!("head_cpu_s_dashboard_open: {open:.2} s");
         println!("head_cpu_open_over_closed: {:.2} x", open / closed);

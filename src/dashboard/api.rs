@@ -277,13 +277,10 @@ async fn job_log(
             let chunk = client
                 .read_job_log(&job, query.offset, MAX_LOG_CHUNK)
                 .await?;
-            Ok((crate::client::job_row(&job), chunk))
+            Ok((Value::Object(crate::client::job_row(&job)), chunk))
         })
         .await;
-    match read {
-        Ok((job, chunk)) => Json(log_json(query.offset, chunk, Value::Object(job))).into_response(),
-        Err(e) => cluster_error(e),
-    }
+    log_response(query.offset, read)
 }
 
 async fn actor_log(
@@ -303,13 +300,17 @@ async fn actor_log(
             let chunk = client
                 .read_log(&actor, query.stderr, query.offset, MAX_LOG_CHUNK)
                 .await?;
-            Ok((actor.actor.to_string(), chunk))
+            Ok((json!({ "id": actor.actor.to_string() }), chunk))
         })
         .await;
+    log_response(query.offset, read)
+}
+
+/// A log chunk read from `offset`, with what it is the log of, as JSON
+/// (see [`log_json`]), or the error that stopped its reading.
+fn log_response(offset: u64, read: Result<(Value, LogChunk), ClientError>) -> Response {
     match read {
-        Ok((actor, chunk)) => {
-            Json(log_json(query.offset, chunk, json!({ "id": actor }))).into_response()
-        }
+        Ok((about, chunk)) => Json(log_json(offset, chunk, about)).into_response(),
         Err(e) => cluster_error(e),
     }
 }

@@ -51,11 +51,11 @@ mod views;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
+use crate::metrics::HttpThread;
 use crate::transport::JoinToken;
 
 pub use api::TICK;
@@ -64,8 +64,6 @@ pub use views::{MAX_PAGE, REFRESH};
 
 /// The dashboard's port unless told otherwise (as Ray's).
 pub const DEFAULT_PORT: u16 = 8265;
-/// How long a stopping dashboard waits for its open requests.
-const STOP_GRACE: Duration = Duration::from_secs(1);
 /// How often the event watcher checks for a listening page while none
 /// listens (a local check; the head is not asked).
 const IDLE_CHECK: Duration = Duration::from_millis(500);
@@ -110,8 +108,7 @@ pub enum DashboardError {
 pub struct Dashboard {
     address: SocketAddr,
     login: bool,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _server: HttpThread,
 }
 
 /// The dashboard's socket, bound but not serving yet: binding comes
@@ -161,20 +158,13 @@ impl DashboardListener {
             loopback_hosts,
             changes: watch::Sender::new(0),
         });
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(DashboardError::Thread)?;
-        let (stop, stopped) = oneshot::channel();
-        let thread = std::thread::Builder::new()
-            .name("dashboard".into())
-            .spawn(move || serve(runtime, listener, shared, stopped))
+        let watcher = watch_cluster(shared.clone());
+        let server = HttpThread::spawn("dashboard", listener, api::router(shared), watcher)
             .map_err(DashboardError::Thread)?;
         Ok(Dashboard {
             address,
             login,
-            stop: Some(stop),
-            thread: Some(thread),
+            _server: server,
         })
     }
 }
@@ -204,46 +194,6 @@ impl Dashboard {
     pub fn needs_login(&self) -> bool {
         self.login
     }
-}
-
-impl Drop for Dashboard {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-fn serve(
-    runtime: tokio::runtime::Runtime,
-    listener: std::net::TcpListener,
-    shared: Arc<api::Shared>,
-    stopped: oneshot::Receiver<()>,
-) {
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(listener) => listener,
-            Err(e) => {
-                tracing::error!("dashboard: cannot listen: {e}");
-                return;
-            }
-        };
-        let watcher = tokio::spawn(watch_cluster(shared.clone()));
-        let app = api::router(shared);
-        tokio::select! {
-            served = axum::serve(listener, app) => {
-                if let Err(e) = served {
-                    tracing::error!("dashboard: stopped serving: {e}");
-                }
-            }
-            _ = stopped => {}
-        }
-        watcher.abort();
-    });
-    runtime.shutdown_timeout(STOP_GRACE);
 }
 
 /// Bumps `shared.changes` on every cluster event and at least every

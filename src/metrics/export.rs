@@ -1,21 +1,18 @@
 //! A node's `/metrics` endpoint: its own metrics and its processes'
-//! pushes, summed (`merge.rs`), on a thread and a runtime of their own.
+//! pushes, summed (`merge.rs`), on a thread and a runtime of their own
+//! (`http.rs`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use tokio::sync::oneshot;
 
+use super::http::HttpThread;
 use super::ProcessMetrics;
-
-/// How long a stopping server waits for a scrape under way.
-const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// What can stop the metrics endpoint from starting.
 #[derive(Debug, thiserror::Error)]
@@ -36,8 +33,7 @@ pub enum MetricsError {
 /// A running `/metrics` endpoint; dropping it stops it.
 pub struct MetricsServer {
     address: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _server: HttpThread,
 }
 
 impl MetricsServer {
@@ -54,11 +50,6 @@ impl MetricsServer {
         listener.set_nonblocking(true).map_err(bind)?;
         let bound = listener.local_addr().map_err(bind)?;
         super::install();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(MetricsError::Thread)?;
-        let (stop, stopped) = oneshot::channel::<()>();
         let app = Router::new().route(
             "/metrics",
             get(move || {
@@ -76,49 +67,16 @@ impl MetricsServer {
                 }
             }),
         );
-        let thread = std::thread::Builder::new()
-            .name("metrics".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let listener = match tokio::net::TcpListener::from_std(listener) {
-                        Ok(listener) => listener,
-                        Err(e) => {
-                            tracing::error!("metrics: cannot listen: {e}");
-                            return;
-                        }
-                    };
-                    tokio::select! {
-                        served = axum::serve(listener, app) => {
-                            if let Err(e) = served {
-                                tracing::error!("metrics: stopped serving: {e}");
-                            }
-                        }
-                        _ = stopped => {}
-                    }
-                });
-                runtime.shutdown_timeout(STOP_GRACE);
-            })
+        let server = HttpThread::spawn("metrics", listener, app, std::future::pending())
             .map_err(MetricsError::Thread)?;
         Ok(MetricsServer {
             address: bound,
-            stop: Some(stop),
-            thread: Some(thread),
+            _server: server,
         })
     }
 
     /// Where it listens.
     pub fn address(&self) -> SocketAddr {
         self.address
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }

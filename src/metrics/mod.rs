@@ -48,6 +48,7 @@
 //! | `nimbus_handshakes_refused_total` | counter | | every process |
 
 mod export;
+mod http;
 mod merge;
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -56,6 +57,7 @@ use std::time::{Duration, Instant};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 pub use export::{MetricsError, MetricsServer};
+pub use http::HttpThread;
 pub use merge::{ProcessMetrics, PushError, MAX_PUSH_BYTES, RETIRE_AFTER};
 
 /// How often a worker or driver pushes its metrics to its node.

@@ -91,6 +91,34 @@ pub fn start_head(home: &Path) -> (String, String, String) {
     (format!("127.0.0.1:{port}"), token, out)
 }
 
+/// Starts a head on loopback under `home` with `head_flags` added, then a
+/// member named each of `members` joining it with `member_flags` added;
+/// what each `start` printed, the head's first.
+pub fn start_cluster(
+    home: &Path,
+    head_flags: &[&str],
+    members: &[&str],
+    member_flags: &[&str],
+) -> Vec<String> {
+    let port = free_port().to_string();
+    let head = succeeds(home, &[&head_start(&port)[..], head_flags].concat());
+    let address = format!("127.0.0.1:{port}");
+    let mut printed = vec![head];
+    for name in members {
+        let join = [
+            "start",
+            "--address",
+            &address,
+            "--node-ip-address",
+            "127.0.0.1",
+            "--node-name",
+            name,
+        ];
+        printed.push(succeeds(home, &[&join[..], member_flags].concat()));
+    }
+    printed
+}
+
 #[test]
 fn start_status_and_stop_as_a_user_would() {
     let home = TempDir::new().unwrap();

@@ -17,7 +17,7 @@ use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
 use headless_chrome::{Browser, LaunchOptions, Tab};
 use tempfile::TempDir;
 
-use super::cli::{free_port, succeeds, text, StopOnDrop};
+use super::cli::{free_port, nimbus, start_cluster, succeeds, text, StopOnDrop};
 
 /// The longest a page may take to show what a test waits for.
 const PAGE_DEADLINE: Duration = Duration::from_secs(30);
@@ -228,37 +228,15 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
     let Some(chromium) = chromium() else { return };
     let home = TempDir::new().unwrap();
     let _stop = StopOnDrop(home.path());
-    let port = free_port().to_string();
-    let started = succeeds(
+    let started = start_cluster(
         home.path(),
-        &[
-            "start",
-            "--head",
-            "--port",
-            &port,
-            "--node-ip-address",
-            "127.0.0.1",
-            "--dashboard-port",
-            "0",
-        ],
+        &["--dashboard-port", "0"],
+        &["node-1", "node-2"],
+        &[],
     );
-    let url = line_value(&started, "dashboard:");
-    let head = line_value(&started, "address:");
-    assert!(url.starts_with("http://127.0.0.1:"), "{started}");
-    for name in ["node-1", "node-2"] {
-        succeeds(
-            home.path(),
-            &[
-                "start",
-                "--address",
-                &head,
-                "--node-ip-address",
-                "127.0.0.1",
-                "--node-name",
-                name,
-            ],
-        );
-    }
+    let url = line_value(&started[0], "dashboard:");
+    let head = line_value(&started[0], "address:");
+    assert!(url.starts_with("http://127.0.0.1:"), "{}", started[0]);
     // A finished job whose log the page must show.
     let tasks = example("tasks");
     let submitted = succeeds(
@@ -592,4 +570,62 @@ fn a_dashboard_beyond_loopback_asks_for_the_token() {
     );
     let printed = text(&super::cli::nimbus(home.path(), &["status"]));
     assert!(printed.contains("1 alive"), "{printed}");
+}
+
+#[test]
+fn a_chaos_runs_dashboard_shows_the_node_it_killed_while_the_command_runs() {
+    let home = TempDir::new().unwrap();
+    let home = home.path();
+    let plan = home.join("plan.toml");
+    std::fs::write(
+        &plan,
+        "seed = 3\n[[faults]]\nat_ms = 100\naction = { kill_node = { node = \"random\" } }\n",
+    )
+    .unwrap();
+    // The command reads the Events page's API until the killed node is
+    // declared dead there (within 30 s), and keeps what it read.
+    let seen = home.join("timeline.json");
+    let script = format!(
+        "for i in $(seq 300); do \
+           curl -sf \"$NIMBUS_DASHBOARD/api/timeline\" > {seen} \
+           && grep -q '\"node dead\"' {seen} && exit 0; \
+           sleep 0.1; \
+         done; exit 1",
+        seen = seen.display()
+    );
+    let ran = nimbus(
+        home,
+        &[
+            "chaos",
+            "run",
+            plan.to_str().unwrap(),
+            "--nodes",
+            "3",
+            "--heartbeat-timeout-ms",
+            "1000",
+            "--dashboard-port",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let out = text(&ran);
+    assert!(ran.status.success(), "{out}");
+    let url = line_value(&out, "dashboard:");
+    assert!(url.starts_with("http://127.0.0.1:"), "{out}");
+    let timeline: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&seen).unwrap()).unwrap();
+    let killed = out
+        .lines()
+        .find_map(|l| l.split(" kill_node target=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no kill_node line: {out}"));
+    assert!(
+        timeline.as_array().unwrap().iter().any(|event| {
+            event["kind"] == "node dead" && event["text"].as_str().unwrap().starts_with(killed)
+        }),
+        "{killed} is not dead in {timeline:#}"
+    );
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use prometheus_parse::{Sample, Scrape, Value};
 use tempfile::TempDir;
 
-use super::cli::{free_port, nimbus, succeeds, StopOnDrop};
+use super::cli::{nimbus, start_cluster, succeeds, StopOnDrop};
 use super::dashboard::{example, get, line_value, HeldExample};
 
 /// The longest the pushed metrics may take to show a workload.
@@ -64,41 +64,17 @@ fn scrape_until(url: &str, what: &str, done: impl Fn(&[Sample]) -> bool) -> Vec<
 fn every_node_serves_its_metrics_and_its_processes() {
     let home = TempDir::new().unwrap();
     let _stop = StopOnDrop(home.path());
-    let port = free_port().to_string();
-    let started = succeeds(
+    let started = start_cluster(
         home.path(),
-        &[
-            "start",
-            "--head",
-            "--port",
-            &port,
-            "--node-ip-address",
-            "127.0.0.1",
-            "--no-dashboard",
-            "--metrics-export-port",
-            "0",
-        ],
+        &["--no-dashboard", "--metrics-export-port", "0"],
+        &["node-1", "node-2"],
+        &["--metrics-export-port", "0"],
     );
-    let head = line_value(&started, "address:");
-    let mut urls = HashMap::new();
-    urls.insert("head".to_string(), line_value(&started, "metrics:"));
-    for name in ["node-1", "node-2"] {
-        let out = succeeds(
-            home.path(),
-            &[
-                "start",
-                "--address",
-                &head,
-                "--node-ip-address",
-                "127.0.0.1",
-                "--node-name",
-                name,
-                "--metrics-export-port",
-                "0",
-            ],
-        );
-        urls.insert(name.to_string(), line_value(&out, "metrics:"));
-    }
+    let head = line_value(&started[0], "address:");
+    let urls: HashMap<&str, String> = ["head", "node-1", "node-2"]
+        .into_iter()
+        .zip(started.iter().map(|out| line_value(out, "metrics:")))
+        .collect();
     let head_url = urls["head"].clone();
     let before = scrape(&head_url);
     assert_eq!(total(&before, "nimbus_members", &[("state", "alive")]), 3.0);

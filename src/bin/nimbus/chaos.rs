@@ -1,6 +1,6 @@
 //! `nimbus chaos run PLAN.toml -- COMMAND...`: run a program against a
 //! local cluster while a seeded fault plan is injected, then print the
-//! timeline.
+//! timeline; with `--dashboard-port`, the cluster's dashboard meanwhile.
 
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use nimbus::chaos::{self, ChaosPlan};
+use nimbus::dashboard::{Dashboard, DashboardConfig};
 use nimbus::local::LocalCluster;
 
 /// Options of `nimbus chaos`.
@@ -38,6 +39,12 @@ struct RunArgs {
     /// Replace the plan's seed.
     #[arg(long)]
     seed: Option<u64>,
+    /// Serve the local cluster's dashboard on this port of 127.0.0.1 (0:
+    /// any free port) while the command runs: its Events page shows the
+    /// faults and recoveries as they happen. Its URL is printed on a line
+    /// `dashboard: URL` and given to the command as NIMBUS_DASHBOARD.
+    #[arg(long)]
+    dashboard_port: Option<u16>,
     /// The program to run, and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -61,6 +68,19 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
         builder = builder.env(key, value);
     }
     let mut cluster = builder.start()?;
+    // Declared after the cluster: dropped (stopped) before it.
+    let dashboard = match args.dashboard_port {
+        Some(port) => {
+            let config = DashboardConfig {
+                port,
+                ..DashboardConfig::default()
+            };
+            let dashboard = Dashboard::start(config, cluster.address(), cluster.token())?;
+            println!("dashboard: {}", dashboard.url());
+            Some(dashboard)
+        }
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -70,6 +90,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
             .env("NIMBUS_ADDRESS", cluster.address().to_string())
             .env("NIMBUS_TOKEN", cluster.token().to_string())
             .envs(plan.workload_env())
+            .envs(dashboard.iter().map(|d| ("NIMBUS_DASHBOARD", d.url())))
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
