@@ -52,7 +52,7 @@ run:
 	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/$(EXAMPLE) $(ARGS)
 
 bench:
-	@$(TORCH_ENV); cargo bench --bench rpc && cargo bench --bench train && \
+	@$(TORCH_ENV); cargo bench --bench calibration && cargo bench --bench rpc && cargo bench --bench train && \
 	  cargo build --release --bins --examples && cargo bench --bench dashboard
 
 lint:
