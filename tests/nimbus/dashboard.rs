@@ -562,7 +562,10 @@ fn a_dashboard_beyond_loopback_asks_for_the_token() {
         .unwrap()
         .click()
         .unwrap();
-    tab.wait_until_navigated().unwrap();
+    // The form posts, then the answer redirects: the cluster page is in
+    // place once its summary is (a script evaluated before that could run
+    // in the login page as it goes away).
+    tab.wait_for_element("#summary").unwrap();
     wait_until(
         &tab,
         r#"document.getElementById("summary")?.textContent === "1 alive, 0 dead""#,
