@@ -174,7 +174,8 @@ pub struct SharedObjectFile {
     pub path: std::path::PathBuf,
     /// The object's size.
     pub size: u64,
-    /// The node's host (its kernel boot id): the path means something only
-    /// to processes of that host.
+    /// The node's host (its kernel boot id and the device of its
+    /// `/dev/shm`): the path means something only to processes of that
+    /// host.
     pub host: String,
 }

@@ -1,8 +1,9 @@
 //! What both halves use to move objects: the chunk size ([`CHUNK_BYTES`],
 //! 8 MiB per request), the longest wait of one long poll
-//! ([`MAX_OBJECT_WAIT`], 30 s), this host's identity (the kernel's boot id:
-//! who may map a node's shared memory), and chunked reads from a node
-//! (`ReadObject`, `READ_WINDOW`, 4, requests in flight, bulk priority).
+//! ([`MAX_OBJECT_WAIT`], 30 s), this host's identity (the kernel's boot id
+//! and the device of `/dev/shm`: who may map a node's shared memory), and
+//! chunked reads from a node (`ReadObject`, `READ_WINDOW`, 4, requests in
+//! flight, bulk priority).
 
 use futures::StreamExt;
 
@@ -18,13 +19,21 @@ pub const CHUNK_BYTES: usize = 8 << 20;
 /// The longest one `AwaitObject` or `PullObject` request waits.
 pub const MAX_OBJECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// This host's identity: its kernel's boot id.
+/// This host's identity, as far as shared memory goes: its kernel's boot
+/// id and the device of its `/dev/shm`. Containers or network namespaces
+/// of one kernel share the boot id, but only those that share the
+/// `/dev/shm` mount can open each other's files there.
 pub(crate) fn host_id() -> &'static str {
+    use std::os::unix::fs::MetadataExt;
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .map(|id| id.trim().to_string())
-            .unwrap_or_else(|_| format!("unknown host, pid {}", std::process::id()))
+            .unwrap_or_else(|_| format!("unknown host, pid {}", std::process::id()));
+        match std::fs::metadata("/dev/shm") {
+            Ok(shm) => format!("{boot} shm {}", shm.dev()),
+            Err(_) => boot,
+        }
     })
 }
 

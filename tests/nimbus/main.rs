@@ -13,6 +13,7 @@ mod cli;
 mod dashboard;
 mod fault_plans;
 mod faults;
+mod hosts;
 mod identity;
 mod membership;
 mod metrics;

@@ -9,7 +9,8 @@
 //!
 //! 1. **Put**: serialize (capturing the references inside), then store at
 //!    the home node, which owns the object: an object of `SHARED_MIN`
-//!    (1 MiB) or more, on the home node's host (same kernel boot id), is
+//!    (1 MiB) or more, on the home node's host (same kernel boot id and
+//!    `/dev/shm`), is
 //!    written in place into its shared-memory file (`CreateObject`, write,
 //!    `SealObject`); anything else goes in `CHUNK_BYTES` (8 MiB) chunks
 //!    (`PutObjectChunk`).

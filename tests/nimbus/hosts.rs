@@ -1,0 +1,272 @@
+//! Simulated hosts: separate machines on this one, for the paths that
+//! cross hosts. Each host is
+//! - a network namespace of its own, joined by a veth pair to a bridge in
+//!   this (the root) namespace, with an address of its own on a /24 that
+//!   only this test process uses;
+//! - a mount namespace of its own (`ip netns exec` makes one) with a
+//!   fresh tmpfs on `/dev/shm`, so no shared-memory file of one host opens
+//!   on another;
+//! - a `NIMBUS_HOME` and `TMPDIR` of its own.
+//!
+//! The kernel (and its boot id) and the disk stay shared: a program is
+//! found at the same path on every host, but nimbus ships it anyway.
+//!
+//! Needs root and `ip netns` (both present on the development machine and
+//! in CI). Elsewhere the tests that use it say so loudly and pass without
+//! running. What it creates (namespaces, veths, the bridge: names with this
+//! process's id) it deletes when dropped, and nothing else.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use tempfile::TempDir;
+
+use super::cli::text;
+use super::dashboard::{example, line_value};
+
+/// The port each host's head (when it runs one) listens on: every host
+/// has all its ports free.
+pub const HEAD_PORT: u16 = 7000;
+
+/// One simulated host.
+pub struct Host {
+    namespace: String,
+    /// Its veth's end on the bridge, once made.
+    outside: Option<String>,
+    /// Its address.
+    pub ip: Ipv4Addr,
+    /// Its own `NIMBUS_HOME`.
+    pub home: TempDir,
+    tmp: TempDir,
+}
+
+impl Host {
+    /// `program args` as a process of this host (its network and mount
+    /// namespaces, a fresh `/dev/shm`, its `NIMBUS_HOME` and `TMPDIR`).
+    pub fn command(&self, program: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &self.namespace, "sh", "-c"])
+            .arg("mount -t tmpfs -o size=1g nimbus-shm /dev/shm && exec \"$0\" \"$@\"")
+            .arg(program)
+            .args(args)
+            .env("NIMBUS_HOME", self.home.path())
+            .env("TMPDIR", self.tmp.path())
+            .env_remove("NIMBUS_TOKEN")
+            .env_remove("NIMBUS_ADDRESS");
+        command
+    }
+
+    /// Runs the `nimbus` CLI on this host with `env`; it must succeed.
+    pub fn nimbus(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let out = self
+            .command(Path::new(env!("CARGO_BIN_EXE_nimbus")), args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "nimbus {args:?} on {}: {}",
+            self.ip,
+            text(&out)
+        );
+        text(&out)
+    }
+
+    /// Runs example `name` on this host against `head` with `token`.
+    pub fn example(&self, name: &str, args: &[&str], head: &str, token: &str) -> Output {
+        self.command(&example(name), &[&["--address", head], args].concat())
+            .env("NIMBUS_TOKEN", token)
+            .output()
+            .unwrap()
+    }
+}
+
+/// Hosts that exist until dropped.
+pub struct Hosts {
+    /// The bridge, once made.
+    bridge: Option<String>,
+    /// The hosts, in order.
+    pub hosts: Vec<Host>,
+}
+
+impl Hosts {
+    /// `count` hosts on a bridge of their own; `None` (said loudly) where
+    /// this machine cannot make them.
+    pub fn new(count: usize) -> Option<Hosts> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("*** simulated hosts need root: this test did NOT run ***");
+            return None;
+        }
+        let id = std::process::id();
+        let subnet = [10, 213, (id % 250) as u8];
+        let mut hosts = Hosts {
+            bridge: None,
+            hosts: Vec::new(),
+        };
+        if let Err(e) = hosts.make(count, subnet, id) {
+            eprintln!("*** cannot make simulated hosts ({e}): this test did NOT run ***");
+            return None;
+        }
+        Some(hosts)
+    }
+
+    fn make(&mut self, count: usize, [a, b, c]: [u8; 3], id: u32) -> Result<(), String> {
+        let bridge = format!("nbr{id}");
+        ip(&["link", "add", &bridge, "type", "bridge"])?;
+        self.bridge = Some(bridge.clone());
+        ip(&["addr", "add", &format!("{a}.{b}.{c}.1/24"), "dev", &bridge])?;
+        ip(&["link", "set", &bridge, "up"])?;
+        for i in 0..count {
+            let namespace = format!("nimbus-{id}-{i}");
+            let outside = format!("nv{id}-{i}");
+            let inside = "eth0";
+            let host_ip = Ipv4Addr::new(a, b, c, 10 + i as u8);
+            ip(&["netns", "add", &namespace])?;
+            self.hosts.push(Host {
+                namespace: namespace.clone(),
+                outside: None,
+                ip: host_ip,
+                home: TempDir::new().map_err(|e| e.to_string())?,
+                tmp: TempDir::new().map_err(|e| e.to_string())?,
+            });
+            ip(&[
+                "link", "add", &outside, "type", "veth", "peer", "name", inside, "netns",
+                &namespace,
+            ])?;
+            if let Some(host) = self.hosts.last_mut() {
+                host.outside = Some(outside.clone());
+            }
+            ip(&["link", "set", &outside, "master", &bridge, "up"])?;
+            ip(&[
+                "-n",
+                &namespace,
+                "addr",
+                "add",
+                &format!("{host_ip}/24"),
+                "dev",
+                inside,
+            ])?;
+            ip(&["-n", &namespace, "link", "set", inside, "up"])?;
+            ip(&["-n", &namespace, "link", "set", "lo", "up"])?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for host in &self.hosts {
+            // Every node a host started, then the host.
+            let _ = host
+                .command(
+                    Path::new(env!("CARGO_BIN_EXE_nimbus")),
+                    &["stop", "--timeout-s", "5"],
+                )
+                .output();
+            // Deleting one end of a veth pair deletes the pair (the
+            // namespace would, but only once the kernel has reaped it).
+            if let Some(outside) = &host.outside {
+                let _ = ip(&["link", "del", outside]);
+            }
+            let _ = ip(&["netns", "del", &host.namespace]);
+        }
+        if let Some(bridge) = &self.bridge {
+            let _ = ip(&["link", "del", bridge]);
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), text(&out)))
+    }
+}
+
+#[test]
+fn a_cluster_of_three_hosts_runs_actors_tasks_and_objects_across_them() {
+    let Some(hosts) = Hosts::new(3) else { return };
+    let [head_host, one, two] = &hosts.hosts[..] else {
+        unreachable!()
+    };
+    let started = head_host.nimbus(
+        &[
+            "start",
+            "--head",
+            "--port",
+            &HEAD_PORT.to_string(),
+            "--node-ip-address",
+            &head_host.ip.to_string(),
+            "--no-dashboard",
+        ],
+        &[],
+    );
+    let head = line_value(&started, "address:");
+    let token = line_value(&started, "token:");
+    assert_eq!(head, format!("{}:{HEAD_PORT}", head_host.ip), "{started}");
+    for (host, name) in [(one, "node-1"), (two, "node-2")] {
+        host.nimbus(
+            &[
+                "start",
+                "--address",
+                &head,
+                "--node-ip-address",
+                &host.ip.to_string(),
+                "--node-name",
+                name,
+            ],
+            &[("NIMBUS_TOKEN", &token)],
+        );
+    }
+    let status = head_host.nimbus(&["status", "--json"], &[]);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let nodes = status["nodes"].as_array().unwrap();
+    let alive: Vec<&str> = nodes
+        .iter()
+        .filter(|n| n["state"] == "alive")
+        .map(|n| n["address"].as_str().unwrap())
+        .collect();
+    assert_eq!(alive.len(), 3, "{status:#}");
+    for host in [head_host, one, two] {
+        assert!(
+            alive
+                .iter()
+                .any(|a| a.starts_with(&format!("{}:", host.ip))),
+            "{} is not among {alive:?}",
+            host.ip
+        );
+    }
+
+    // Actors on every host calling each other, one killed and restarted,
+    // driven from a host without the head.
+    let bank = two.example("custom_actor", &[], &head, &token);
+    let printed = text(&bank);
+    assert!(bank.status.success(), "custom_actor: {printed}");
+    let summary = line_value(&printed, "summary:");
+    assert!(
+        summary.contains("nodes=3") && summary.contains("total_balance_ok=true"),
+        "{summary}"
+    );
+
+    // Tasks and objects: results fetched across hosts, and a 64 MiB
+    // object read by tasks on every host, where no shared-memory file of
+    // another host opens.
+    let tasks = one.example(
+        "tasks",
+        &["--tasks", "20", "--maps", "4", "--broadcast-mib", "64"],
+        &head,
+        &token,
+    );
+    let printed = text(&tasks);
+    assert!(tasks.status.success(), "tasks: {printed}");
+    let summary = line_value(&printed, "summary:");
+    assert!(summary.contains("broadcast_mib=64"), "{summary}");
+}
