@@ -3,9 +3,11 @@
 //! - a network namespace of its own, joined by a veth pair to a bridge in
 //!   this (the root) namespace, with an address of its own on a /24 that
 //!   only this test process uses;
-//! - a mount namespace of its own (`ip netns exec` makes one) with a
-//!   fresh tmpfs on `/dev/shm`, so no shared-memory file of one host opens
-//!   on another;
+//! - a mount namespace of its own, kept for the host's life (bound to a
+//!   file, as `ip netns` keeps network namespaces) and entered by every
+//!   process of the host, with a fresh tmpfs on `/dev/shm`: the processes
+//!   of one host share it, and no shared-memory file of one host opens on
+//!   another;
 //! - a `NIMBUS_HOME` and `TMPDIR` of its own.
 //!
 //! The kernel (and its boot id) and the disk stay shared: a program is
@@ -39,16 +41,22 @@ pub struct Host {
     /// Its own `NIMBUS_HOME`.
     pub home: TempDir,
     tmp: TempDir,
+    /// The file its mount namespace is bound to, once made.
+    mounts: Option<std::path::PathBuf>,
 }
 
 impl Host {
     /// `program args` as a process of this host (its network and mount
-    /// namespaces, a fresh `/dev/shm`, its `NIMBUS_HOME` and `TMPDIR`).
+    /// namespaces, its `NIMBUS_HOME` and `TMPDIR`).
     pub fn command(&self, program: &Path, args: &[&str]) -> Command {
-        let mut command = Command::new("ip");
+        let mut command = Command::new("nsenter");
         command
-            .args(["netns", "exec", &self.namespace, "sh", "-c"])
-            .arg("mount -t tmpfs -o size=1g nimbus-shm /dev/shm && exec \"$0\" \"$@\"")
+            .arg(format!("--net=/run/netns/{}", self.namespace))
+            .arg(format!(
+                "--mount={}",
+                self.mounts.as_deref().unwrap_or(Path::new("")).display()
+            ))
+            .arg("--")
             .arg(program)
             .args(args)
             .env("NIMBUS_HOME", self.home.path())
@@ -87,6 +95,9 @@ impl Host {
 pub struct Hosts {
     /// The bridge, once made.
     bridge: Option<String>,
+    /// Where the hosts' mount namespaces are bound (a private mount of
+    /// itself, as binding a namespace needs), once mounted.
+    namespaces: Option<TempDir>,
     /// The hosts, in order.
     pub hosts: Vec<Host>,
 }
@@ -104,6 +115,7 @@ impl Hosts {
         let subnet = [10, 213, (id % 250) as u8];
         let mut hosts = Hosts {
             bridge: None,
+            namespaces: None,
             hosts: Vec::new(),
         };
         if let Err(e) = hosts.make(count, subnet, id) {
@@ -114,6 +126,15 @@ impl Hosts {
     }
 
     fn make(&mut self, count: usize, [a, b, c]: [u8; 3], id: u32) -> Result<(), String> {
+        let namespaces = TempDir::new().map_err(|e| e.to_string())?;
+        let dir = namespaces
+            .path()
+            .to_str()
+            .ok_or("a temp dir named in UTF-8")?
+            .to_string();
+        run("mount", &["--bind", &dir, &dir])?;
+        self.namespaces = Some(namespaces);
+        run("mount", &["--make-private", &dir])?;
         let bridge = format!("nbr{id}");
         ip(&["link", "add", &bridge, "type", "bridge"])?;
         self.bridge = Some(bridge.clone());
@@ -131,7 +152,28 @@ impl Hosts {
                 ip: host_ip,
                 home: TempDir::new().map_err(|e| e.to_string())?,
                 tmp: TempDir::new().map_err(|e| e.to_string())?,
+                mounts: None,
             });
+            let mounts = format!("{dir}/mounts-{i}");
+            std::fs::File::create(&mounts).map_err(|e| e.to_string())?;
+            run(
+                "unshare",
+                &[
+                    &format!("--mount={mounts}"),
+                    "--propagation",
+                    "private",
+                    "mount",
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    "size=1g",
+                    "nimbus-shm",
+                    "/dev/shm",
+                ],
+            )?;
+            if let Some(host) = self.hosts.last_mut() {
+                host.mounts = Some(mounts.into());
+            }
             ip(&[
                 "link", "add", &outside, "type", "veth", "peer", "name", inside, "netns",
                 &namespace,
@@ -172,6 +214,12 @@ impl Drop for Hosts {
                 let _ = ip(&["link", "del", outside]);
             }
             let _ = ip(&["netns", "del", &host.namespace]);
+            if let Some(mounts) = &host.mounts {
+                let _ = run("umount", &[mounts.to_str().unwrap_or_default()]);
+            }
+        }
+        if let Some(namespaces) = &self.namespaces {
+            let _ = run("umount", &[namespaces.path().to_str().unwrap_or_default()]);
         }
         if let Some(bridge) = &self.bridge {
             let _ = ip(&["link", "del", bridge]);
@@ -180,14 +228,18 @@ impl Drop for Hosts {
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
+    run("ip", args)
+}
+
+fn run(program: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(program)
         .args(args)
         .output()
-        .map_err(|e| format!("ip: {e}"))?;
+        .map_err(|e| format!("{program}: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!("ip {}: {}", args.join(" "), text(&out)))
+        Err(format!("{program} {}: {}", args.join(" "), text(&out)))
     }
 }
 
