@@ -66,6 +66,27 @@ impl Host {
         command
     }
 
+    /// Gives this host a directory of its own at `path` (a tmpfs mounted
+    /// there in its mount namespace): what other hosts see at that path
+    /// is not what it sees, as with storage that is not shared.
+    pub fn private_dir(&self, path: &Path) {
+        let mounts = self.mounts.as_deref().unwrap().display().to_string();
+        let path = path.to_str().unwrap();
+        run(
+            "nsenter",
+            &[
+                &format!("--mount={mounts}"),
+                "--",
+                "mount",
+                "-t",
+                "tmpfs",
+                "nimbus-private",
+                path,
+            ],
+        )
+        .unwrap();
+    }
+
     /// Runs the `nimbus` CLI on this host with `env`; it must succeed.
     pub fn nimbus(&self, args: &[&str], env: &[(&str, &str)]) -> String {
         let out = self
@@ -214,6 +235,8 @@ impl Drop for Hosts {
                 let _ = ip(&["link", "del", outside]);
             }
             let _ = ip(&["netns", "del", &host.namespace]);
+            // Its namespace's mounts (its /dev/shm, private directories)
+            // go with the namespace once nothing holds it.
             if let Some(mounts) = &host.mounts {
                 let _ = run("umount", &[mounts.to_str().unwrap_or_default()]);
             }
@@ -321,4 +344,89 @@ fn a_cluster_of_three_hosts_runs_actors_tasks_and_objects_across_them() {
     assert!(tasks.status.success(), "tasks: {printed}");
     let summary = line_value(&printed, "summary:");
     assert!(summary.contains("broadcast_mib=64"), "{summary}");
+}
+
+#[test]
+fn training_spans_hosts_and_refuses_storage_they_do_not_share() {
+    let Some(hosts) = Hosts::new(4) else { return };
+    let [head_host, one, two, driver] = &hosts.hosts[..] else {
+        unreachable!()
+    };
+    // One CPU per node: two workers of one CPU each land on two hosts.
+    let started = head_host.nimbus(
+        &[
+            "start",
+            "--head",
+            "--port",
+            &HEAD_PORT.to_string(),
+            "--node-ip-address",
+            &head_host.ip.to_string(),
+            "--no-dashboard",
+            "--num-cpus",
+            "1",
+        ],
+        &[],
+    );
+    let head = line_value(&started, "address:");
+    let token = line_value(&started, "token:");
+    for (host, name) in [(one, "node-1"), (two, "node-2")] {
+        host.nimbus(
+            &[
+                "start",
+                "--address",
+                &head,
+                "--node-ip-address",
+                &host.ip.to_string(),
+                "--node-name",
+                name,
+                "--num-cpus",
+                "1",
+            ],
+            &[("NIMBUS_TOKEN", &token)],
+        );
+    }
+    let train = |storage: &Path| {
+        driver.example(
+            "train_mnist",
+            &[
+                "--workers",
+                "2",
+                "--epochs",
+                "1",
+                "--train-samples",
+                "640",
+                "--batch-size",
+                "32",
+                "--checkpoint-every",
+                "5",
+                "--storage",
+                storage.to_str().unwrap(),
+            ],
+            &head,
+            &token,
+        )
+    };
+
+    // Storage every host shares (this machine's disk). The two ranks are
+    // on two hosts (a CPU each, a CPU per node), where `Auto` picks the
+    // network collective (shared memory would not open across their
+    // /dev/shm); the run ends without a restart.
+    let shared = TempDir::new().unwrap();
+    let run = train(shared.path());
+    let printed = text(&run);
+    assert!(run.status.success(), "train_mnist: {printed}");
+    let summary = line_value(&printed, "summary:");
+    assert!(summary.contains("restarts=0"), "{summary}");
+
+    // Storage only the driver's host sees (a directory of its own there):
+    // the first checkpoint fails the run, saying why.
+    let unshared = TempDir::new().unwrap();
+    driver.private_dir(unshared.path());
+    let run = train(unshared.path());
+    let printed = text(&run);
+    assert!(!run.status.success(), "train_mnist succeeded: {printed}");
+    assert!(
+        printed.contains("storage_path must be a directory that every node and the driver share"),
+        "{printed}"
+    );
 }
