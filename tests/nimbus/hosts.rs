@@ -21,6 +21,7 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
@@ -85,6 +86,13 @@ impl Host {
             ],
         )
         .unwrap();
+    }
+
+    /// Cuts this host off the network (its veth's end on the bridge goes
+    /// down), or (`false`) connects it again.
+    pub fn cut_off(&self, cut: bool) {
+        let outside = self.outside.as_deref().unwrap();
+        ip(&["link", "set", outside, if cut { "down" } else { "up" }]).unwrap();
     }
 
     /// Runs the `nimbus` CLI on this host with `env`; it must succeed.
@@ -429,4 +437,83 @@ fn training_spans_hosts_and_refuses_storage_they_do_not_share() {
         printed.contains("storage_path must be a directory that every node and the driver share"),
         "{printed}"
     );
+}
+
+/// The pid `nimbus start` printed for the node it left in the background.
+fn started_pid(printed: &str) -> u32 {
+    printed
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in:\n{printed}"))
+}
+
+#[test]
+fn a_host_cut_off_is_declared_dead_and_its_node_refused_when_it_returns() {
+    use nimbus::client::ClusterClient;
+    use nimbus::cluster::NodeState;
+
+    let Some(hosts) = Hosts::new(3) else { return };
+    let [head_host, one, two] = &hosts.hosts[..] else {
+        unreachable!()
+    };
+    let started = head_host.nimbus(
+        &[
+            "start",
+            "--head",
+            "--port",
+            &HEAD_PORT.to_string(),
+            "--node-ip-address",
+            &head_host.ip.to_string(),
+            "--no-dashboard",
+            "--heartbeat-timeout-ms",
+            "1000",
+        ],
+        &[],
+    );
+    let head = line_value(&started, "address:");
+    let token = line_value(&started, "token:");
+    let mut pids = Vec::new();
+    for (host, name) in [(one, "node-1"), (two, "node-2")] {
+        let printed = host.nimbus(
+            &[
+                "start",
+                "--address",
+                &head,
+                "--node-ip-address",
+                &host.ip.to_string(),
+                "--node-name",
+                name,
+            ],
+            &[("NIMBUS_TOKEN", &token)],
+        );
+        pids.push(started_pid(&printed));
+    }
+    let state = |status: &nimbus::cluster::ClusterStatus, name: &str| {
+        status.node(name).map(|node| node.state)
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = ClusterClient::connect(&head, &token.parse().unwrap())
+            .await
+            .unwrap();
+        one.cut_off(true);
+        let status = client
+            .wait_for_status("node-1 declared dead", Duration::from_secs(30), |s| {
+                state(s, "node-1") == Some(NodeState::Dead)
+            })
+            .await
+            .unwrap();
+        assert_eq!(state(&status, "node-2"), Some(NodeState::Alive));
+        // Back on the network, the dead incarnation is refused and its
+        // node process exits.
+        one.cut_off(false);
+        nimbus::testing::ExitWatch::of(&pids[..1])
+            .wait(Duration::from_secs(30))
+            .unwrap();
+        let status = client.status().await.unwrap();
+        assert_eq!(state(&status, "node-1"), Some(NodeState::Dead));
+        assert_eq!(state(&status, "node-2"), Some(NodeState::Alive));
+    });
 }
