@@ -16,7 +16,7 @@
 //! Needs root and `ip netns` (both present on the development machine and
 //! in CI). Elsewhere the tests that use it say so loudly and pass without
 //! running. What it creates (namespaces, veths, the bridge: names with this
-//! process's id) it deletes when dropped, and nothing else.
+//! process's id and a number of their own) it deletes when dropped, and nothing else.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -132,29 +132,39 @@ pub struct Hosts {
 }
 
 impl Hosts {
-    /// `count` hosts on a bridge of their own; `None` (said loudly) where
-    /// this machine cannot make them.
+    /// `count` hosts on a bridge of their own; `None` (said loudly)
+    /// without root or `ip`.
     pub fn new(count: usize) -> Option<Hosts> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             eprintln!("*** simulated hosts need root: this test did NOT run ***");
             return None;
         }
-        let id = std::process::id();
-        let subnet = [10, 213, (id % 250) as u8];
+        // Tests of one process run at once: each set of hosts has names
+        // and a subnet of its own.
+        static SETS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let set = SETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pid = std::process::id();
+        let subnet = [10, 213, (pid.wrapping_add(set) % 250) as u8];
+        let id = format!("{pid}-{set}");
         let mut hosts = Hosts {
             bridge: None,
             namespaces: None,
             hosts: Vec::new(),
         };
-        if let Err(e) = hosts.make(count, subnet, id) {
-            eprintln!("*** cannot make simulated hosts ({e}): this test did NOT run ***");
+        if run("ip", &["-V"]).is_err() {
+            eprintln!("*** simulated hosts need iproute2's ip: this test did NOT run ***");
             return None;
+        }
+        // As root with ip, hosts that cannot be made are a failure, not a
+        // reason to skip.
+        if let Err(e) = hosts.make(count, subnet, &id) {
+            panic!("cannot make simulated hosts: {e}");
         }
         Some(hosts)
     }
 
-    fn make(&mut self, count: usize, [a, b, c]: [u8; 3], id: u32) -> Result<(), String> {
+    fn make(&mut self, count: usize, [a, b, c]: [u8; 3], id: &str) -> Result<(), String> {
         let namespaces = TempDir::new().map_err(|e| e.to_string())?;
         let dir = namespaces
             .path()
@@ -258,6 +268,70 @@ impl Drop for Hosts {
     }
 }
 
+/// A cluster that [`Hosts::start_cluster`] started.
+pub struct Cluster {
+    /// The head's address.
+    pub head: String,
+    /// The cluster's token.
+    pub token: String,
+    /// What the head's `nimbus start` printed.
+    pub printed: String,
+    /// The members' node processes, in host order.
+    pub member_pids: Vec<u32>,
+}
+
+impl Hosts {
+    /// Starts a head on the first host (`head_flags` added) and a member
+    /// `node-I` on host I for I in 1..=`members` (`member_flags` added),
+    /// with the CLI.
+    pub fn start_cluster(
+        &self,
+        members: usize,
+        head_flags: &[&str],
+        member_flags: &[&str],
+    ) -> Cluster {
+        let head_host = &self.hosts[0];
+        let port = HEAD_PORT.to_string();
+        let ip = head_host.ip.to_string();
+        let start = [
+            "start",
+            "--head",
+            "--port",
+            &port,
+            "--node-ip-address",
+            &ip,
+            "--no-dashboard",
+        ];
+        let printed = head_host.nimbus(&[&start[..], head_flags].concat(), &[]);
+        let head = line_value(&printed, "address:");
+        let token = line_value(&printed, "token:");
+        let mut member_pids = Vec::new();
+        for (i, host) in self.hosts[1..=members].iter().enumerate() {
+            let (ip, name) = (host.ip.to_string(), format!("node-{}", i + 1));
+            let join = [
+                "start",
+                "--address",
+                &head,
+                "--node-ip-address",
+                &ip,
+                "--node-name",
+                &name,
+            ];
+            let out = host.nimbus(
+                &[&join[..], member_flags].concat(),
+                &[("NIMBUS_TOKEN", &token)],
+            );
+            member_pids.push(started_pid(&out));
+        }
+        Cluster {
+            head,
+            token,
+            printed,
+            member_pids,
+        }
+    }
+}
+
 fn ip(args: &[&str]) -> Result<(), String> {
     run("ip", args)
 }
@@ -280,35 +354,13 @@ fn a_cluster_of_three_hosts_runs_actors_tasks_and_objects_across_them() {
     let [head_host, one, two] = &hosts.hosts[..] else {
         unreachable!()
     };
-    let started = head_host.nimbus(
-        &[
-            "start",
-            "--head",
-            "--port",
-            &HEAD_PORT.to_string(),
-            "--node-ip-address",
-            &head_host.ip.to_string(),
-            "--no-dashboard",
-        ],
-        &[],
-    );
-    let head = line_value(&started, "address:");
-    let token = line_value(&started, "token:");
+    let Cluster {
+        head,
+        token,
+        printed: started,
+        ..
+    } = hosts.start_cluster(2, &[], &[]);
     assert_eq!(head, format!("{}:{HEAD_PORT}", head_host.ip), "{started}");
-    for (host, name) in [(one, "node-1"), (two, "node-2")] {
-        host.nimbus(
-            &[
-                "start",
-                "--address",
-                &head,
-                "--node-ip-address",
-                &host.ip.to_string(),
-                "--node-name",
-                name,
-            ],
-            &[("NIMBUS_TOKEN", &token)],
-        );
-    }
     let status = head_host.nimbus(&["status", "--json"], &[]);
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     let nodes = status["nodes"].as_array().unwrap();
@@ -357,42 +409,12 @@ fn a_cluster_of_three_hosts_runs_actors_tasks_and_objects_across_them() {
 #[test]
 fn training_spans_hosts_and_refuses_storage_they_do_not_share() {
     let Some(hosts) = Hosts::new(4) else { return };
-    let [head_host, one, two, driver] = &hosts.hosts[..] else {
+    let [_, _, _, driver] = &hosts.hosts[..] else {
         unreachable!()
     };
     // One CPU per node: two workers of one CPU each land on two hosts.
-    let started = head_host.nimbus(
-        &[
-            "start",
-            "--head",
-            "--port",
-            &HEAD_PORT.to_string(),
-            "--node-ip-address",
-            &head_host.ip.to_string(),
-            "--no-dashboard",
-            "--num-cpus",
-            "1",
-        ],
-        &[],
-    );
-    let head = line_value(&started, "address:");
-    let token = line_value(&started, "token:");
-    for (host, name) in [(one, "node-1"), (two, "node-2")] {
-        host.nimbus(
-            &[
-                "start",
-                "--address",
-                &head,
-                "--node-ip-address",
-                &host.ip.to_string(),
-                "--node-name",
-                name,
-                "--num-cpus",
-                "1",
-            ],
-            &[("NIMBUS_TOKEN", &token)],
-        );
-    }
+    let Cluster { head, token, .. } =
+        hosts.start_cluster(2, &["--num-cpus", "1"], &["--num-cpus", "1"]);
     let train = |storage: &Path| {
         driver.example(
             "train_mnist",
@@ -455,41 +477,15 @@ fn a_host_cut_off_is_declared_dead_and_its_node_refused_when_it_returns() {
     use nimbus::cluster::NodeState;
 
     let Some(hosts) = Hosts::new(3) else { return };
-    let [head_host, one, two] = &hosts.hosts[..] else {
+    let [_, one, _] = &hosts.hosts[..] else {
         unreachable!()
     };
-    let started = head_host.nimbus(
-        &[
-            "start",
-            "--head",
-            "--port",
-            &HEAD_PORT.to_string(),
-            "--node-ip-address",
-            &head_host.ip.to_string(),
-            "--no-dashboard",
-            "--heartbeat-timeout-ms",
-            "1000",
-        ],
-        &[],
-    );
-    let head = line_value(&started, "address:");
-    let token = line_value(&started, "token:");
-    let mut pids = Vec::new();
-    for (host, name) in [(one, "node-1"), (two, "node-2")] {
-        let printed = host.nimbus(
-            &[
-                "start",
-                "--address",
-                &head,
-                "--node-ip-address",
-                &host.ip.to_string(),
-                "--node-name",
-                name,
-            ],
-            &[("NIMBUS_TOKEN", &token)],
-        );
-        pids.push(started_pid(&printed));
-    }
+    let Cluster {
+        head,
+        token,
+        member_pids: pids,
+        ..
+    } = hosts.start_cluster(2, &["--heartbeat-timeout-ms", "1000"], &[]);
     let state = |status: &nimbus::cluster::ClusterStatus, name: &str| {
         status.node(name).map(|node| node.state)
     };
