@@ -20,45 +20,42 @@ TEMPLATE = --manifest-path examples/template/Cargo.toml
 .PHONY: demo test test-long fuzz build run lint bench
 
 demo:
-	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/local_cluster && \
+	@$(TORCH_ENV); cargo build --release --workspace --bins --examples && target/release/examples/local_cluster && \
 	  target/release/examples/train_mnist --workers 2 --epochs 2 --fail-at-step 60
 
 test:
 	@scripts/ensure-chromium.sh
-	@$(TORCH_ENV); cargo build --no-default-features --all-targets && \
-	  cargo test --no-default-features --lib && \
-	  cargo build --bins --examples && \
-	  cargo test --all-targets && \
+	@$(TORCH_ENV); cargo build --workspace --all-targets && \
+	  cargo test --workspace --all-targets && \
 	  cargo test --test nimbus -- --ignored && \
-	  NIMBUS_BIN=$$(pwd)/target/debug/nimbus cargo test --doc && \
+	  NIMBUS_BIN=$$(pwd)/target/debug/nimbus cargo test --workspace --doc && \
 	  cargo build $(TEMPLATE) --target-dir target && \
 	  PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template
 
 # The long fault-injection tests alone (about 75 s here; `make test` runs
 # them too, after the others).
 test-long:
-	@$(TORCH_ENV); cargo build --bins --examples && cargo test --test nimbus -- --ignored
+	@$(TORCH_ENV); cargo build --workspace --bins --examples && cargo test --test nimbus -- --ignored
 
 # The long fuzzing run: a million inputs per decoder (`make test` runs a
 # short pass). A panic leaves its input in target/fuzz-crashers/.
 fuzz:
 	@$(TORCH_ENV); NIMBUS_FUZZ_INPUTS=$${NIMBUS_FUZZ_INPUTS:-1000000} \
-	  NIMBUS_FUZZ_SEED=$${NIMBUS_FUZZ_SEED:-$$(date +%s)} cargo test --release --test fuzz
+	  NIMBUS_FUZZ_SEED=$${NIMBUS_FUZZ_SEED:-$$(date +%s)} cargo test --release --workspace --test fuzz
 
 build:
-	@$(TORCH_ENV); cargo build --release --bins --examples
+	@$(TORCH_ENV); cargo build --release --workspace --bins --examples
 
 run:
-	@$(TORCH_ENV); cargo build --release --bins --examples && target/release/examples/$(EXAMPLE) $(ARGS)
+	@$(TORCH_ENV); cargo build --release --workspace --bins --examples && target/release/examples/$(EXAMPLE) $(ARGS)
 
 bench:
-	@$(TORCH_ENV); cargo bench --bench calibration && cargo bench --bench rpc && cargo bench --bench train && \
-	  cargo build --release --bins --examples && cargo bench --bench dashboard
+	@$(TORCH_ENV); cargo bench --bench calibration && cargo bench --bench rpc && cargo bench -p nimbus-train --bench train && \
+	  cargo build --release --workspace --bins --examples && cargo bench --bench dashboard
 
 lint:
-	@$(TORCH_ENV); cargo fmt --check && \
-	  cargo clippy --all-targets -- -D warnings && \
-	  cargo clippy --all-targets --no-default-features -- -D warnings && \
-	  cargo clippy --all-targets --features cuda -- -D warnings && \
-	  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps && \
+	@$(TORCH_ENV); cargo fmt --all --check && \
+	  cargo clippy --workspace --all-targets -- -D warnings && \
+	  cargo clippy --workspace --all-targets --features nimbus-train/cuda -- -D warnings && \
+	  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps && \
 	  cargo fmt $(TEMPLATE) --check && cargo clippy $(TEMPLATE) --target-dir target -- -D warnings

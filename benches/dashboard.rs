@@ -11,14 +11,13 @@
 //!   `dashboard_load`'s actors and objects in the cluster (median of 5).
 //!
 //! ```text
-//! cargo build --release --no-default-features --bins --examples
-//! NIMBUS_BENCH_ACTORS=1000 NIMBUS_BENCH_OBJECTS=10000 \
-//!     cargo bench --no-default-features --bench dashboard
+//! cargo build --release --bins --examples
+//! NIMBUS_BENCH_ACTORS=1000 NIMBUS_BENCH_OBJECTS=10000 cargo bench --bench dashboard
 //! ```
 //!
-//! Without the `torch` feature: a binary linked with libtorch costs each
-//! worker process ~60 MiB (300 of them filled 18 GiB here), and 1,000 do
-//! not fit in 24 GiB; without libtorch, 1,000 ran.
+//! `dashboard_load` links no libtorch (nothing of the `nimbus` crate
+//! does): a worker of a binary linked with libtorch costs ~60 MiB (300 of
+//! them filled 18 GiB here), and 1,000 would not fit in 24 GiB.
 //!
 //! Under `cargo test` (no `--bench`) it runs small (20 actors, 200
 //! objects, no microbench). Needs Chromium (`NIMBUS_CHROMIUM`, default

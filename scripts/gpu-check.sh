@@ -3,7 +3,7 @@
 # NCCL installed in a Python venv, and no Rust toolchain (the `device`
 # machine: torch under /opt/torch/.venv). Build here, carry the binaries:
 #
-#   cargo build --release --features cuda --bin nimbus --example train_mnist --bench train
+#   cargo build --release --workspace --features nimbus-train/cuda --bin nimbus --example train_mnist --bench train
 #   cp target/release/deps/train-<hash> target/release/train-bench   # the bench binary
 #   # then, on the GPU machine, from the repository root (carrying
 #   # target/release/nimbus, target/release/examples/train_mnist and

@@ -37,8 +37,11 @@
 //! 13. [`placement`]: placement groups, bundles reserved together across
 //!     nodes ([`placement::InBundle`] places actors in them).
 //! 14. [`task`]: stateless functions run on leased worker processes.
-//! 15. [`train`]: data-parallel training (Ray Train's `TorchTrainer`):
-//!     supervisor, workers, collectives, checkpoints.
+//! 15. [`train`]: what training shares without libtorch: fault rules,
+//!     results files, the sampler and the parameter aggregator. Training
+//!     itself (Ray Train's `TorchTrainer`: supervisor, workers, collectives,
+//!     checkpoints) is the `nimbus-train` crate, the only one that links
+//!     libtorch.
 //! 16. `worker`: the composition root of a worker process.
 //! 17. [`driver`]: [`init`], the first line of a user program's `main`: the
 //!     composition root of a driver.
@@ -80,11 +83,6 @@ mod worker;
 pub use driver::{
     init, init_parsed, init_with, ClusterArgs, ClusterChoice, Driver, InitError, InitOptions,
 };
-
-/// The libtorch bindings nimbus is built against, so training code uses the
-/// same version.
-#[cfg(feature = "torch")]
-pub use tch;
 
 /// For the registration macros (`remote_actor!`, `remote_task!`).
 #[doc(hidden)]

@@ -8,7 +8,7 @@
 //! Each rule fires once per run: a restarted group does not die again of a
 //! rule that fired, and a rule whose step an attempt did not reach fires in
 //! the next. They come from
-//! [`RunConfig::faults`](super::RunConfig) and, for a program run under
+//! `nimbus_train::RunConfig::faults` and, for a program run under
 //! `nimbus chaos run`, from [`TRAINING_FAULTS_ENV`] (JSON).
 
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,7 @@
 //! The decoders fuzzed, with valid inputs to start from. Each reads what a
 //! peer, a worker, a file or a person wrote: frames and envelopes off a
 //! QUIC stream, control requests and replies, actor calls, fault plans,
-//! custom resources, checkpoint manifests.
+//! custom resources (nimbus-train fuzzes checkpoint manifests).
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -65,12 +65,6 @@ pub const ALL: &[Target] = &[
         name: "hello_proof",
         seeds: hello_proofs,
         decode: hello_proof,
-    },
-    #[cfg(feature = "torch")]
-    Target {
-        name: "checkpoint_manifest",
-        seeds: manifests,
-        decode: manifest,
     },
 ];
 
@@ -396,26 +390,5 @@ fn custom_resources() -> Vec<Vec<u8>> {
 fn custom_resource(input: &[u8]) -> Outcome {
     ResourceSet::default()
         .merge_custom(text(input)?)
-        .map_err(|e| e.to_string())
-}
-
-#[cfg(feature = "torch")]
-fn manifests() -> Vec<Vec<u8>> {
-    let manifest = nimbus::train::checkpoint::Manifest {
-        format: 1,
-        index: 3,
-        attempt: 1,
-        metrics: [("loss".to_string(), 0.25)].into(),
-        values: [("epoch".to_string(), serde_json::json!(2))].into(),
-        tensors_bytes: 1024,
-        tensors_sha256: "ab".repeat(32),
-    };
-    vec![serde_json::to_vec_pretty(&manifest).unwrap()]
-}
-
-#[cfg(feature = "torch")]
-fn manifest(input: &[u8]) -> Outcome {
-    nimbus::train::checkpoint::Manifest::parse(input)
-        .map(drop)
         .map_err(|e| e.to_string())
 }

@@ -381,11 +381,11 @@ fn a_programs_help_starts_no_cluster() {
         .parent()
         .unwrap()
         .join("examples");
-    let mut cases = vec![("tasks", "Remote tasks and the object store")];
-    if cfg!(feature = "torch") {
-        cases.push(("train_mnist", "Data-parallel MNIST on a nimbus cluster"));
-        cases.push(("rl_cartpole", "PPO on CartPole-v1"));
-    }
+    let cases = [
+        ("tasks", "Remote tasks and the object store"),
+        ("train_mnist", "Data-parallel MNIST on a nimbus cluster"),
+        ("rl_cartpole", "PPO on CartPole-v1"),
+    ];
     for (example, about) in cases {
         let (tmp, home) = (TempDir::new().unwrap(), TempDir::new().unwrap());
         let out = Command::new(examples.join(example))
@@ -394,7 +394,9 @@ fn a_programs_help_starts_no_cluster() {
             .env("NIMBUS_HOME", home.path())
             .env_remove("NIMBUS_ADDRESS")
             .output()
-            .unwrap_or_else(|e| panic!("{example}: {e} (built by `cargo build --examples`)"));
+            .unwrap_or_else(|e| {
+                panic!("{example}: {e} (built by `cargo build --workspace --examples`)")
+            });
         let help = text(&out);
         assert!(out.status.success(), "{example}: {help}");
         assert!(help.contains(about), "{example}: {help}");

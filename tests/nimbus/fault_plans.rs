@@ -1,6 +1,6 @@
 //! The example fault plans (`examples/faults/`), run with `nimbus chaos run`
 //! against the examples, as a user would. `make test` builds the examples
-//! (`cargo build --examples`) before running the tests.
+//! (`cargo build --workspace --examples`) before running the tests.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -13,7 +13,7 @@ fn example(name: &str) -> PathBuf {
     let path = bin.with_file_name("examples").join(name);
     assert!(
         path.exists(),
-        "{} is not built: `cargo build --examples` first (`make test` does)",
+        "{} is not built: `cargo build --workspace --examples` first (`make test` does)",
         path.display()
     );
     path

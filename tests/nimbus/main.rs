@@ -15,6 +15,7 @@ mod fault_plans;
 mod faults;
 mod hosts;
 mod identity;
+mod libraries;
 mod membership;
 mod metrics;
 mod requests;

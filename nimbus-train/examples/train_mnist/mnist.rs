@@ -1,0 +1,314 @@
+//! The MNIST training loop: a small CNN trained data-parallel with SGD and
+//! momentum. Shared by the `train_mnist` example and the training tests, so
+//! the tests prove exactly what the example runs.
+
+use std::path::PathBuf;
+
+use nimbus_train::tch::{nn, nn::ModuleT, Kind};
+use nimbus_train::{Checkpoint, LoopResult, Metrics, Sgd, TrainContext, TrainLoop};
+use serde::{Deserialize, Serialize};
+
+// Each program that includes this loop uses a different part of the
+// datasets (the example prints their description, the benchmark does not).
+#[allow(dead_code)]
+#[path = "data/mod.rs"]
+pub mod data;
+
+use data::{embedded_digits, load_mnist, ImageData};
+/// Where the images come from.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum DataSource {
+    /// Generated digits: `train` and `test` samples.
+    Embedded {
+        /// Training samples.
+        train: usize,
+        /// Test samples.
+        test: usize,
+    },
+    /// MNIST-format idx files in this directory.
+    Dir(PathBuf),
+}
+
+/// How the injected failure kills its worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailMode {
+    /// The worker process SIGKILLs itself (a crash).
+    Kill,
+    /// The training loop panics (a bug in the step).
+    Panic,
+    /// Corrupt the newest checkpoint on disk, then SIGKILL (a restart must
+    /// skip it for the one before).
+    CorruptLatestThenKill,
+}
+
+/// The loop's configuration.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MnistConfig {
+    /// Passes over the training data.
+    pub epochs: u64,
+    /// Batch size per worker.
+    pub batch_size: usize,
+    /// Learning rate.
+    pub lr: f64,
+    /// SGD momentum.
+    pub momentum: f64,
+    /// Seeds initial weights, the data and the shuffles.
+    pub seed: u64,
+    /// The data.
+    pub data: DataSource,
+    /// On the first attempt, the last rank dies before this global step.
+    pub fail_at_step: Option<u64>,
+    /// How it dies.
+    pub fail_mode: FailMode,
+    /// Also checkpoint every this many steps (always at each epoch's end).
+    pub checkpoint_every: Option<u64>,
+    /// Stop after this many global steps (for short tests).
+    pub max_steps: Option<u64>,
+    /// After every step, check that every replica holds rank 0's exact
+    /// parameters (tests).
+    pub check_replicas: bool,
+}
+
+impl Default for MnistConfig {
+    fn default() -> Self {
+        MnistConfig {
+            epochs: 2,
+            batch_size: 64,
+            lr: 0.01,
+            momentum: 0.9,
+            seed: 0,
+            data: DataSource::Embedded {
+                train: 6_000,
+                test: 1_000,
+            },
+            fail_at_step: None,
+            fail_mode: FailMode::Kill,
+            checkpoint_every: None,
+            max_steps: None,
+            check_replicas: false,
+        }
+    }
+}
+
+impl MnistConfig {
+    /// Loads the configured data.
+    pub fn load(&self) -> Result<ImageData, data::IdxError> {
+        match &self.data {
+            DataSource::Embedded { train, test } => Ok(embedded_digits(*train, *test, self.seed)),
+            DataSource::Dir(dir) => load_mnist(dir),
+        }
+    }
+}
+
+/// conv(1→32, 3×3) → pool → conv(32→64, 3×3) → pool → fc(3136→128) →
+/// fc(128→10).
+pub fn network(root: &nn::Path) -> impl ModuleT {
+    let same = nn::ConvConfig {
+        padding: 1,
+        ..Default::default()
+    };
+    nn::seq_t()
+        .add(nn::conv2d(root / "conv1", 1, 32, 3, same))
+        .add_fn(|x| x.relu().max_pool2d_default(2))
+        .add(nn::conv2d(root / "conv2", 32, 64, 3, same))
+        .add_fn(|x| x.relu().max_pool2d_default(2).flatten(1, -1))
+        .add(nn::linear(root / "fc1", 3136, 128, Default::default()))
+        .add_fn(|x| x.relu())
+        .add(nn::linear(root / "fc2", 128, 10, Default::default()))
+}
+
+/// Fraction of `data`'s test set classified right.
+fn accuracy(net: &impl ModuleT, data: &ImageData) -> f64 {
+    nimbus_train::tch::no_grad(|| {
+        let mut right = 0i64;
+        let n = data.test.len();
+        for start in (0..n).step_by(1000) {
+            let end = (start + 1000).min(n);
+            let batch = data.test.slice(start, end);
+            let predicted = net.forward_t(&batch.images, false).argmax(-1, false);
+            right += predicted
+                .eq_tensor(&batch.labels)
+                .sum(Kind::Int64)
+                .int64_value(&[]);
+        }
+        right as f64 / n.max(1) as f64
+    })
+}
+
+/// The loop registered with the cluster.
+pub struct MnistLoop;
+
+impl TrainLoop for MnistLoop {
+    const NAME: &'static str = "examples.MnistLoop";
+    type Config = MnistConfig;
+
+    fn run(config: MnistConfig, ctx: &mut TrainContext) -> LoopResult {
+        let data = config.load()?;
+        nimbus_train::tch::manual_seed(config.seed as i64);
+        let vs = nn::VarStore::new(ctx.device());
+        let net = network(&vs.root());
+        let (mut epoch, mut skip) = (0u64, 0usize);
+        if let Some(checkpoint) = ctx.checkpoint() {
+            checkpoint.restore_var_store(&vs)?;
+            epoch = checkpoint.value("epoch")?;
+            skip = checkpoint.value("batch")?;
+        }
+        let model = ctx.prepare_model(&vs)?;
+        let mut sgd = Sgd::new(&model, config.lr, config.momentum);
+        if let Some(checkpoint) = ctx.checkpoint() {
+            sgd.load_from(checkpoint)?;
+        }
+        let sampler = ctx.sampler(data.train.len()).seed(config.seed);
+        let per_epoch = sampler.num_samples().div_ceil(config.batch_size) as u64;
+        let mut step = epoch * per_epoch + skip as u64;
+        let save = |vs: &nn::VarStore,
+                    sgd: &Sgd,
+                    epoch: u64,
+                    batch: usize|
+         -> Result<Checkpoint, nimbus_train::CheckpointError> {
+            sgd.save_to(Checkpoint::new().with_var_store(vs))
+                .with_value("epoch", epoch)?
+                .with_value("batch", batch)
+        };
+        while epoch < config.epochs {
+            let batches = sampler.batches(epoch, config.batch_size);
+            for (b, indices) in batches.iter().enumerate().skip(skip) {
+                if config.max_steps.is_some_and(|max| step >= max) {
+                    return Ok(());
+                }
+                if Some(step) == config.fail_at_step
+                    && ctx.attempt() == 0
+                    && ctx.world_rank() + 1 == ctx.world_size()
+                {
+                    // The newest checkpoint rank 0 saves before this step.
+                    let saved = config
+                        .checkpoint_every
+                        .map(|k| step / k * k)
+                        .filter(|&n| n > 0);
+                    die(ctx, config.fail_mode, step, saved);
+                }
+                let (images, labels) = data.train.batch(indices);
+                let loss = net
+                    .forward_t(&images.to_device(ctx.device()), true)
+                    .cross_entropy_for_logits(&labels.to_device(ctx.device()));
+                sgd.zero_grad();
+                loss.backward();
+                ctx.sync_gradients(&model)?;
+                sgd.step();
+                step += 1;
+                if config.check_replicas {
+                    check_replicas(ctx, &vs, step)?;
+                }
+                let mut metrics = Metrics::from([
+                    ("loss".to_string(), loss.double_value(&[])),
+                    ("epoch".to_string(), epoch as f64),
+                    ("step".to_string(), step as f64),
+                    (
+                        "samples".to_string(),
+                        (indices.len() * ctx.world_size().max(1)) as f64,
+                    ),
+                ]);
+                let end_of_epoch = b + 1 == batches.len();
+                let checkpoint = if end_of_epoch {
+                    metrics.insert("test_accuracy".into(), accuracy(&net, &data));
+                    Some(save(&vs, &sgd, epoch + 1, 0)?)
+                } else if config.checkpoint_every.is_some_and(|k| step % k == 0) {
+                    Some(save(&vs, &sgd, epoch, b + 1)?)
+                } else {
+                    None
+                };
+                ctx.report(metrics, checkpoint)?;
+            }
+            skip = 0;
+            epoch += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Fails unless this worker's parameters equal rank 0's, bit for bit.
+fn check_replicas(ctx: &mut TrainContext, vs: &nn::VarStore, step: u64) -> LoopResult {
+    let mut variables: Vec<_> = vs.variables().into_iter().collect();
+    variables.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut mine = Vec::new();
+    for (_, tensor) in variables {
+        mine.extend(Vec::<f32>::try_from(tensor.detach().flatten(0, -1))?);
+    }
+    let mut rank0 = mine.clone();
+    ctx.collective().broadcast(&mut rank0, 0)?;
+    let same = mine
+        .iter()
+        .zip(&rank0)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    if !same {
+        return Err(format!(
+            "rank {} diverged from rank 0 after step {step}",
+            ctx.world_rank()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The injected failure: record when, then die.
+/// `saved`: the newest checkpoint rank 0 has saved (or is saving, on its
+/// writer thread) by this step, if any.
+fn die(ctx: &TrainContext, mode: FailMode, step: u64, saved: Option<u64>) {
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let _ = std::fs::write(ctx.run_dir().join("injected-failure"), format!("{at}\n"));
+    match mode {
+        FailMode::Kill => {
+            eprintln!(
+                "injected failure: rank {} SIGKILLs itself at step {step}",
+                ctx.world_rank()
+            );
+            // SAFETY: plain syscall on this process.
+            unsafe {
+                libc::raise(libc::SIGKILL);
+            }
+        }
+        FailMode::Panic => panic!("injected failure at step {step}"),
+        FailMode::CorruptLatestThenKill => {
+            // Rank 0 writes checkpoints off its training thread: wait (at
+            // most 30 s) until the newest one is in place, so that it is
+            // the one corrupted.
+            if let Some(index) = saved {
+                let dir = ctx
+                    .run_dir()
+                    .join(nimbus_train::checkpoint::directory_name(index));
+                let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                while !dir.join(nimbus_train::checkpoint::MANIFEST_FILE).exists()
+                    && std::time::Instant::now() < end
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+            let newest = std::fs::read_dir(ctx.run_dir())
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("checkpoint_"))
+                })
+                .max();
+            if let Some(dir) = newest {
+                let file = dir.join(nimbus_train::checkpoint::TENSORS_FILE);
+                if let Ok(mut bytes) = std::fs::read(&file) {
+                    if let Some(last) = bytes.last_mut() {
+                        *last ^= 0xff;
+                    }
+                    let _ = std::fs::write(&file, bytes);
+                    let _ = std::fs::write(
+                        ctx.run_dir().join("corrupted"),
+                        dir.to_string_lossy().as_bytes(),
+                    );
+                }
+            }
+            die(ctx, FailMode::Kill, step, None)
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! The NCCL backend (feature `cuda`), through cudarc: collectives between
+//! GPU workers, on device memory.
+//!
+//! cudarc loads libcuda and libnccl at run time and panics when it cannot,
+//! so every entry point [`probe`]s for both libraries first and fails with
+//! a clear error instead. Rank 0 makes the group's unique id
+//! ([`unique_id`]); the supervisor hands it to every rank through the actor
+//! system; each rank [`NcclGroup::join`]s with it.
+//!
+//! Operations are launched on the legacy default stream (libtorch's
+//! default), then waited for by polling the stream with a deadline: a peer
+//! that died or hangs makes the wait time out, and the communicator is then
+//! aborted (`ncclCommAbort`), so a dead peer turns into a restart instead of
+//! NCCL's indefinite wait. Setting the group's abort flag does the same at
+//! once.
+//!
+//! Gradients of CUDA tensors are averaged in place (`ncclAvg`), all of a
+//! step's in one NCCL group call.
+//!
+//! Not yet run on a GPU: it compiles, and fails clearly without one; see
+//! `scripts/gpu-check.sh`, the check to run on a GPU machine.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::result as cuda;
+use cudarc::driver::sys as cuda_sys;
+use cudarc::nccl::result as nccl;
+use cudarc::nccl::sys as nccl_sys;
+
+use super::{Collective, CollectiveError};
+
+/// Checks that the CUDA driver and NCCL can be loaded and the driver
+/// initialised.
+pub fn probe() -> Result<(), CollectiveError> {
+    // SAFETY: loading a shared library runs no initialisers with
+    // preconditions of ours.
+    unsafe { libloading::Library::new("libcuda.so.1") }.map_err(|e| {
+        CollectiveError::Setup(format!(
+            "no CUDA driver here (libcuda.so.1 does not load: {e}); NCCL needs a GPU"
+        ))
+    })?;
+    // SAFETY: as above.
+    if !unsafe { nccl_sys::is_culib_present() } {
+        return Err(CollectiveError::Setup(
+            "NCCL not found: libnccl.so.2 does not load (install NCCL, or put its lib directory on LD_LIBRARY_PATH)".into(),
+        ));
+    }
+    cuda::init()
+        .map_err(|e| CollectiveError::Setup(format!("the CUDA driver failed to start: {e}")))?;
+    Ok(())
+}
+
+/// A new NCCL unique id, for rank 0 to hand to the group.
+pub fn unique_id() -> Result<Vec<u8>, CollectiveError> {
+    probe()?;
+    let id = nccl::get_uniqueid()
+        .map_err(|e| CollectiveError::Setup(format!("ncclGetUniqueId: {e:?}")))?;
+    Ok(id.internal.iter().map(|&c| c as u8).collect())
+}
+
+/// One rank of an NCCL communicator.
+pub struct NcclGroup {
+    comm: nccl_sys::ncclComm_t,
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+    aborted: Arc<AtomicBool>,
+    dead: bool,
+}
+
+// SAFETY: the communicator is used by one thread at a time (the loop
+// thread that owns the group); NCCL allows a communicator to move between
+// threads.
+unsafe impl Send for NcclGroup {}
+
+impl NcclGroup {
+    /// Joins the communicator of unique id `id` as `rank` of `world`, on the
+    /// calling thread's current CUDA device. Returns once every rank has
+    /// joined.
+    pub fn join(
+        id: &[u8],
+        rank: usize,
+        world: usize,
+        timeout: Duration,
+    ) -> Result<Self, CollectiveError> {
+        probe()?;
+        let mut unique = nccl_sys::ncclUniqueId { internal: [0; 128] };
+        if id.len() != unique.internal.len() {
+            return Err(CollectiveError::Setup(format!(
+                "an NCCL unique id is 128 bytes, not {}",
+                id.len()
+            )));
+        }
+        for (slot, byte) in unique.internal.iter_mut().zip(id) {
+            *slot = *byte as std::ffi::c_char;
+        }
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: `comm` is a valid out-pointer; the id is 128 bytes.
+        unsafe { nccl::comm_init_rank(&mut comm, world as i32, unique, rank as i32) }.map_err(
+            |e| CollectiveError::Setup(format!("ncclCommInitRank (rank {rank} of {world}): {e:?}")),
+        )?;
+        Ok(NcclGroup {
+            comm,
+            rank,
+            world,
+            timeout,
+            aborted: Arc::new(AtomicBool::new(false)),
+            dead: false,
+        })
+    }
+
+    /// A flag that, once set, aborts the communicator at the next wait.
+    pub fn abort_flag(&self) -> Arc<AtomicBool> {
+        self.aborted.clone()
+    }
+
+    /// Waits for the default stream's work, aborting the communicator on
+    /// timeout or abort.
+    fn wait(&mut self, what: &str) -> Result<(), CollectiveError> {
+        let started = Instant::now();
+        loop {
+            // SAFETY: querying the legacy default stream.
+            let status = unsafe { cuda_sys::cuStreamQuery(std::ptr::null_mut()) };
+            match status {
+                cuda_sys::CUresult::CUDA_SUCCESS => return Ok(()),
+                cuda_sys::CUresult::CUDA_ERROR_NOT_READY => {}
+                error => {
+                    return Err(CollectiveError::Aborted(format!(
+                        "{what}: CUDA error {error:?}"
+                    )))
+                }
+            }
+            let aborted = self.aborted.load(Ordering::Acquire);
+            if aborted || started.elapsed() > self.timeout {
+                self.abort();
+                return Err(if aborted {
+                    CollectiveError::Aborted(format!("{what} aborted by the supervisor"))
+                } else {
+                    CollectiveError::Timeout {
+                        after: self.timeout,
+                        missing: Vec::new(),
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    fn abort(&mut self) {
+        if !self.dead {
+            self.dead = true;
+            // SAFETY: the communicator is ours and not used after this.
+            let _ = unsafe { nccl::comm_abort(self.comm) };
+        }
+    }
+
+    fn check_alive(&self) -> Result<(), CollectiveError> {
+        if self.dead {
+            Err(CollectiveError::Aborted(
+                "the NCCL communicator was aborted".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// In-place mean over the group of `count` f32 at device address `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must point to `count` f32 of device memory of this rank's
+    /// device, not used by anything else until this returns.
+    pub unsafe fn allreduce_mean_device(
+        &mut self,
+        ptr: *mut f32,
+        count: usize,
+    ) -> Result<(), CollectiveError> {
+        self.check_alive()?;
+        let ptr = ptr as *mut std::ffi::c_void;
+        nccl::all_reduce(
+            ptr,
+            ptr,
+            count,
+            nccl_sys::ncclDataType_t::ncclFloat32,
+            nccl_sys::ncclRedOp_t::ncclAvg,
+            self.comm,
+            std::ptr::null_mut(),
+        )
+        .map_err(|e| CollectiveError::Aborted(format!("ncclAllReduce: {e:?}")))?;
+        self.wait("allreduce")
+    }
+
+    /// Host buffers go through a device buffer.
+    fn through_device(
+        &mut self,
+        values: &mut [f32],
+        op: impl FnOnce(&mut Self, cuda_sys::CUdeviceptr) -> Result<(), CollectiveError>,
+    ) -> Result<(), CollectiveError> {
+        self.check_alive()?;
+        let device_error = |e: cuda::DriverError| CollectiveError::Aborted(format!("CUDA: {e}"));
+        let bytes = std::mem::size_of_val(values).max(4);
+        // SAFETY: a fresh allocation of `bytes`, copied into and out of with
+        // slices of that size, freed below.
+        unsafe {
+            let buffer = cuda::malloc_sync(bytes).map_err(device_error)?;
+            let result = cuda::memcpy_htod_sync(buffer, values)
+                .map_err(device_error)
+                .and_then(|_| op(self, buffer))
+                .and_then(|_| cuda::memcpy_dtoh_sync(values, buffer).map_err(device_error));
+            let _ = cuda::free_sync(buffer);
+            result
+        }
+    }
+}
+
+impl Collective for NcclGroup {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    fn allreduce_mean(&mut self, values: &mut [f32]) -> Result<(), CollectiveError> {
+        let count = values.len();
+        // SAFETY: the buffer holds `count` f32 on this device.
+        self.through_device(values, |group, buffer| unsafe {
+            group.allreduce_mean_device(buffer as *mut f32, count)
+        })
+    }
+
+    fn allreduce_sum(&mut self, values: &mut [f32]) -> Result<(), CollectiveError> {
+        let count = values.len();
+        self.through_device(values, |group, buffer| {
+            let ptr = buffer as *mut std::ffi::c_void;
+            // SAFETY: as above.
+            unsafe {
+                nccl::all_reduce(
+                    ptr,
+                    ptr,
+                    count,
+                    nccl_sys::ncclDataType_t::ncclFloat32,
+                    nccl_sys::ncclRedOp_t::ncclSum,
+                    group.comm,
+                    std::ptr::null_mut(),
+                )
+            }
+            .map_err(|e| CollectiveError::Aborted(format!("ncclAllReduce: {e:?}")))?;
+            group.wait("allreduce")
+        })
+    }
+
+    fn broadcast(&mut self, values: &mut [f32], root: usize) -> Result<(), CollectiveError> {
+        if root >= self.world {
+            return Err(CollectiveError::Invalid(format!(
+                "broadcast root {root} in a group of {}",
+                self.world
+            )));
+        }
+        let count = values.len();
+        self.through_device(values, |group, buffer| {
+            let ptr = buffer as *mut std::ffi::c_void;
+            // SAFETY: as above.
+            unsafe {
+                nccl::broadcast(
+                    ptr,
+                    ptr,
+                    count,
+                    nccl_sys::ncclDataType_t::ncclFloat32,
+                    root as i32,
+                    group.comm,
+                    std::ptr::null_mut(),
+                )
+            }
+            .map_err(|e| CollectiveError::Aborted(format!("ncclBroadcast: {e:?}")))?;
+            group.wait("broadcast")
+        })
+    }
+
+    fn barrier(&mut self) -> Result<(), CollectiveError> {
+        self.allreduce_sum(&mut [0.0])
+    }
+
+    /// Every CUDA f32 tensor averaged in place, in one NCCL group call.
+    fn allreduce_mean_tensors(
+        &mut self,
+        tensors: &[tch::Tensor],
+    ) -> Option<Result<(), CollectiveError>> {
+        let on_device = tensors
+            .iter()
+            .all(|t| t.device().is_cuda() && t.kind() == tch::Kind::Float && t.is_contiguous());
+        if !on_device {
+            return None;
+        }
+        Some((|| {
+            self.check_alive()?;
+            let failed = |e: cudarc::nccl::result::NcclError| {
+                CollectiveError::Aborted(format!("NCCL: {e:?}"))
+            };
+            nccl::group_start().map_err(failed)?;
+            for tensor in tensors {
+                let ptr = tensor.data_ptr();
+                // SAFETY: a contiguous CUDA f32 tensor of `numel` values on
+                // this rank's device, which the caller does not touch until
+                // the wait below returns.
+                unsafe {
+                    nccl::all_reduce(
+                        ptr,
+                        ptr,
+                        tensor.numel(),
+                        nccl_sys::ncclDataType_t::ncclFloat32,
+                        nccl_sys::ncclRedOp_t::ncclAvg,
+                        self.comm,
+                        std::ptr::null_mut(),
+                    )
+                }
+                .map_err(failed)?;
+            }
+            nccl::group_end().map_err(failed)?;
+            self.wait("allreduce")
+        })())
+    }
+}
+
+impl Drop for NcclGroup {
+    fn drop(&mut self) {
+        if !self.dead {
+            // SAFETY: the communicator is ours; nothing uses it after drop.
+            let _ = unsafe { nccl::comm_destroy(self.comm) };
+        }
+    }
+}

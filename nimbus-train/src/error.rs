@@ -1,0 +1,108 @@
+//! Errors of the training layer.
+
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::{CheckpointError, NoSpace, NotShared};
+use super::collective::CollectiveError;
+use nimbus::actor::{CallError, SpawnError};
+use nimbus::placement::PlacementError;
+
+/// Why training (or one attempt of it) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The configuration cannot work.
+    #[error("invalid training configuration: {0}")]
+    Config(String),
+    /// `NIMBUS_TRAINING_FAULTS` is malformed.
+    #[error(transparent)]
+    FaultPlan(#[from] nimbus::transport::FaultPlanError),
+    /// The workers' resources could not be reserved.
+    #[error("cannot place the training workers: {0}")]
+    Placement(#[from] PlacementError),
+    /// A worker actor could not be started.
+    #[error("cannot start a training worker: {0}")]
+    Spawn(#[from] SpawnError),
+    /// A worker could not be reached.
+    #[error("training worker unreachable: {0}")]
+    Call(#[from] CallError),
+    /// A worker died, failed or hung.
+    #[error("worker rank {rank} failed: {reason}")]
+    WorkerFailed {
+        /// Its rank.
+        rank: usize,
+        /// What happened.
+        reason: String,
+    },
+    /// More failures than `max_failures`.
+    #[error("training failed {failures} times (max_failures = {max_failures}); first failure: {first}; last failure: {last}")]
+    FailuresExhausted {
+        /// Failures seen.
+        failures: u32,
+        /// The limit.
+        max_failures: u32,
+        /// The first failure, the root cause.
+        first: String,
+        /// The last failure.
+        last: String,
+    },
+    /// A collective operation failed.
+    #[error(transparent)]
+    Collective(#[from] CollectiveError),
+    /// A checkpoint could not be written or read.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The run's results files (`results.rs`) cannot be opened.
+    #[error("the run's results files: {0}")]
+    Results(#[from] crate::results::ResultsError),
+    /// A checkpoint did not fit on its filesystem: the run stopped at once,
+    /// keeping its last good checkpoint.
+    #[error("training stopped: {0}")]
+    StorageFull(NoSpace),
+    /// A checkpoint rank 0 saved is not on the driver's filesystem: the run
+    /// stopped at its first checkpoint.
+    #[error("training stopped: {0}")]
+    StorageNotShared(NotShared),
+    /// The supervisor stopped this worker (a peer failed).
+    #[error("training aborted: {0}")]
+    Aborted(String),
+    /// libtorch failed.
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+    /// The user's training loop returned an error.
+    #[error("training loop error: {0}")]
+    Loop(String),
+}
+
+/// A training worker refused a request. It travels back to the
+/// supervisor over the wire, so it is serializable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum WorkerRefusal {
+    /// `StartTraining` came twice.
+    #[error("this worker is already training")]
+    AlreadyTraining,
+    /// `PollTraining` before `StartTraining`.
+    #[error("this worker has not started training")]
+    NotTraining,
+    /// The worker process has no nimbus runtime.
+    #[error("nimbus is not initialised in the worker")]
+    NotInitialized,
+    /// The binary registers no loop of that name.
+    #[error("training loop {0:?} is not registered in this binary (Registry::train_loop)")]
+    UnknownLoop(String),
+    /// The network collective's inbox was handed out already.
+    #[error("this worker's collective inbox is taken")]
+    InboxTaken,
+    /// The loop's thread could not start.
+    #[error("cannot start the training thread: {0}")]
+    Thread(String),
+    /// NCCL is unavailable: built without the `cuda` feature, or the
+    /// library failed.
+    #[error("no NCCL: {0}")]
+    Nccl(String),
+}
+
+/// How a training loop ended badly, as its worker reports it to the
+/// supervisor: the loop's error, rendered where it happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{0}")]
+pub struct LoopFailed(pub String);

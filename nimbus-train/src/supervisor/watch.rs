@@ -1,0 +1,107 @@
+//! The supervisor's eyes: a task per worker that long-polls its progress
+//! and waits for its death, and, for an elastic run below its size, a task
+//! that watches for nodes joining.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use super::{NodeJoined, TrainerSupervisor, Watched, WorkerLink, POLL_WAIT};
+use crate::worker::PollTraining;
+use nimbus::actor::{self, ProcessContext};
+
+/// Tells the supervisor of every node that joins, until the attempt ends
+/// (its messages are then ignored) or the head is lost.
+pub(super) async fn watch_for_room(me: Addr<TrainerSupervisor>, id: u64, mut after: u64) {
+    let Some(context) = ProcessContext::current() else {
+        return;
+    };
+    while me.connected() {
+        let Ok(events) = context.events(after, Duration::from_secs(30)).await else {
+            return;
+        };
+        after = events.last().map_or(after, |e| e.seq);
+        let joined = events
+            .iter()
+            .any(|e| matches!(e.kind, nimbus::cluster::ClusterEventKind::NodeJoined { .. }));
+        if joined && me.send(NodeJoined(id)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Polls one worker's progress until it finishes, fails or dies.
+pub(super) async fn watch(
+    me: Addr<TrainerSupervisor>,
+    id: u64,
+    rank: usize,
+    link: WorkerLink,
+    seen: u64,
+) {
+    let handle = match link {
+        WorkerLink::Local(progress) => {
+            let mut after = 0;
+            loop {
+                let report = progress.poll(after, POLL_WAIT).await;
+                after += report.events.len() as u64;
+                let finished = report.finished.is_some();
+                me.do_send(Watched::Progress(id, rank, report));
+                if finished {
+                    return;
+                }
+            }
+        }
+        WorkerLink::Remote(handle) => handle,
+    };
+    let mut after = seen;
+    let death = actor::next_death(&handle, &mut after);
+    tokio::pin!(death);
+    let polls = async {
+        let mut seen = 0;
+        loop {
+            let poll = PollTraining {
+                after: seen,
+                wait_ms: POLL_WAIT.as_millis() as u64,
+            };
+            match handle
+                .send_with_deadline(poll, POLL_WAIT + super::WORKER_CALL_DEADLINE)
+                .await
+            {
+                Ok(Ok(report)) => {
+                    seen += report.events.len() as u64;
+                    let finished = report.finished.is_some();
+                    me.do_send(Watched::Progress(id, rank, report));
+                    if finished {
+                        return None;
+                    }
+                }
+                Ok(Err(e)) => return Some(e.to_string()),
+                Err(e) => return Some(e.to_string()),
+            }
+        }
+    };
+    let reason = tokio::select! {
+        died = &mut death => Some(describe_death(died)),
+        failed = polls => match failed {
+            // Finished: its teardown kill is no failure.
+            None => None,
+            // A failed call usually means the worker died: prefer its
+            // death's reason, if it comes soon.
+            Some(call) => Some(
+                tokio::time::timeout(Duration::from_secs(5), &mut death)
+                    .await
+                    .map_or(call, describe_death),
+            ),
+        },
+    };
+    if let Some(reason) = reason {
+        me.do_send(Watched::Failed(id, rank, reason));
+    }
+}
+
+fn describe_death(died: Result<actor::ActorDied, actor::CallError>) -> String {
+    match died {
+        Ok(died) => format!("died: {}", died.reason),
+        Err(e) => format!("lost track of it: {e}"),
+    }
+}

@@ -1,0 +1,453 @@
+//! The `TrainerWorker` actor: one per worker process, owning the user's
+//! training loop, which runs on a thread of its own so the actor keeps
+//! answering the supervisor (progress polls, abort) during a step.
+//!
+//! Its messages: `StartTraining(Assignment)` starts the loop (once) with
+//! its ranks, group, checkpoint and faults; `PollTraining { after, wait_ms }`
+//! answers, within the wait, the events after `after`, the progress counter
+//! (reports plus collective operations: the liveness signal) and the
+//! outcome once the loop returned and its checkpoints are written;
+//! `AbortTraining` aborts the loop's group and its next report;
+//! `NcclUniqueId` makes an NCCL group's id (rank 0); `CollectiveChunk`
+//! carries a network group's chunk from a peer, buffered from the actor's
+//! creation, since a peer may send before this worker's own `StartTraining`
+//! arrives. A network group's outgoing chunks go to the peers'
+//! `TrainerWorker`s, in order, as `CollectiveChunk` calls.
+
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::Checkpoint;
+use super::collective::LinkClosed;
+use super::collective::{
+    Chunk, Collective, Delivery, GroupAbort, NetworkGroup, SendChunk, SharedMemoryGroup, SoloGroup,
+};
+use super::context::{Ranks, TrainContext};
+use super::faults::TrainingFault;
+use super::progress::{Progress, ProgressReport};
+use super::{LoopFailed, LoopFn, TrainError, WorkerRefusal};
+use nimbus::actor::{ActorHandle, ProcessContext, RemoteActor, RemoteMessage};
+
+/// How a group's workers reach each other.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum GroupSpec {
+    /// Through a shared-memory segment (every worker on one host).
+    SharedMemory {
+        /// The segment's path (under `/dev/shm`).
+        path: PathBuf,
+        /// Bytes per rank slot: the allreduce bucket size.
+        capacity: usize,
+        /// Deadline of each collective operation, in milliseconds.
+        timeout_ms: u64,
+    },
+    /// Through NCCL (GPU workers, feature `cuda`).
+    Nccl {
+        /// The communicator's unique id, made by rank 0.
+        #[serde(with = "serde_bytes")]
+        id: Vec<u8>,
+        /// Deadline of each collective operation, in milliseconds.
+        timeout_ms: u64,
+    },
+    /// Through actor messages to each other's `TrainerWorker` (QUIC).
+    Network {
+        /// Every rank's worker, by rank.
+        peers: Vec<ActorHandle<TrainerWorker>>,
+        /// Deadline of each wait for a peer, in milliseconds.
+        timeout_ms: u64,
+    },
+}
+
+/// What one worker is to do.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The registered loop's name.
+    pub loop_name: String,
+    /// The loop's serialized config.
+    #[serde(with = "serde_bytes")]
+    pub config: Vec<u8>,
+    /// Where it sits in the group.
+    pub ranks: Ranks,
+    /// The group, for more than one worker.
+    pub group: Option<GroupSpec>,
+    /// The checkpoint to resume from.
+    pub resume: Option<PathBuf>,
+    /// Where rank 0 writes checkpoints.
+    pub run_dir: PathBuf,
+    /// Train on this worker's GPU.
+    pub use_gpu: bool,
+    /// libtorch intra-op threads (the worker's CPUs).
+    pub threads: usize,
+    /// Which attempt of the run this is (0 first, then one per restart).
+    pub attempt: u32,
+    /// The attempt's generation, which fences its checkpoint writes
+    /// (`checkpoint/fence.rs`).
+    pub generation: u64,
+    /// Faults to inject into this worker.
+    pub faults: Vec<TrainingFault>,
+}
+
+/// Hosts one worker of a training group.
+pub struct TrainerWorker {
+    progress: Option<Arc<Progress>>,
+    group: Arc<Mutex<Option<GroupAbortHandle>>>,
+    /// Where peers' collective chunks go, from the start: a peer may send
+    /// before this worker's own `StartTraining` arrives.
+    inbox: Sender<Delivery>,
+    inbox_receiver: Option<Receiver<Delivery>>,
+}
+
+impl Actor for TrainerWorker {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for TrainerWorker {
+    const NAME: &'static str = "nimbus.train.TrainerWorker";
+    type Args = ();
+    fn from_args(_: ()) -> Self {
+        let (inbox, receiver) = std::sync::mpsc::channel();
+        TrainerWorker {
+            progress: None,
+            group: Arc::default(),
+            inbox,
+            inbox_receiver: Some(receiver),
+        }
+    }
+}
+
+/// A piece of a collective operation from a peer (network groups).
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct CollectiveChunk(pub Chunk);
+
+impl RemoteMessage for CollectiveChunk {
+    const NAME: &'static str = "nimbus.train.CollectiveChunk";
+}
+
+impl Handler<CollectiveChunk> for TrainerWorker {
+    type Result = ();
+
+    fn handle(&mut self, CollectiveChunk(chunk): CollectiveChunk, _: &mut Context<Self>) {
+        let _ = self.inbox.send(Delivery::Chunk(chunk));
+    }
+}
+
+/// How the loop thread stops its group from outside.
+#[derive(Clone)]
+enum GroupAbortHandle {
+    SharedMemory(GroupAbort),
+    Network(Sender<Delivery>),
+    /// NCCL: the communicator is aborted at its next wait.
+    #[cfg(feature = "cuda")]
+    Flag(Arc<std::sync::atomic::AtomicBool>),
+}
+
+impl GroupAbortHandle {
+    fn abort(&self, reason: &str) {
+        match self {
+            GroupAbortHandle::SharedMemory(group) => group.abort(reason),
+            GroupAbortHandle::Network(inbox) => NetworkGroup::abort(inbox, reason),
+            #[cfg(feature = "cuda")]
+            GroupAbortHandle::Flag(flag) => flag.store(true, std::sync::atomic::Ordering::Release),
+        }
+    }
+}
+
+/// A new NCCL unique id, made by rank 0 for its group.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<Vec<u8>, WorkerRefusal>")]
+pub struct NcclUniqueId;
+
+impl RemoteMessage for NcclUniqueId {
+    const NAME: &'static str = "nimbus.train.NcclUniqueId";
+}
+
+impl Handler<NcclUniqueId> for TrainerWorker {
+    type Result = Result<Vec<u8>, WorkerRefusal>;
+
+    fn handle(&mut self, _: NcclUniqueId, _: &mut Context<Self>) -> Self::Result {
+        #[cfg(feature = "cuda")]
+        return super::collective::nccl::unique_id()
+            .map_err(|e| WorkerRefusal::Nccl(e.to_string()));
+        #[cfg(not(feature = "cuda"))]
+        Err(WorkerRefusal::Nccl(
+            "this program was built without the `cuda` feature".into(),
+        ))
+    }
+}
+
+/// What the loop thread needs to form its group.
+enum GroupLink {
+    Solo,
+    SharedMemory,
+    Nccl,
+    Network {
+        send: SendChunk,
+        incoming: Receiver<Delivery>,
+    },
+}
+
+/// Start the loop; fails if it is unknown or already started.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), WorkerRefusal>")]
+pub struct StartTraining(pub Assignment);
+
+impl RemoteMessage for StartTraining {
+    const NAME: &'static str = "nimbus.train.StartTraining";
+}
+
+impl Handler<StartTraining> for TrainerWorker {
+    type Result = Result<(), WorkerRefusal>;
+
+    fn handle(
+        &mut self,
+        StartTraining(assignment): StartTraining,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        if self.progress.is_some() {
+            return Err(WorkerRefusal::AlreadyTraining);
+        }
+        let context = ProcessContext::current().ok_or(WorkerRefusal::NotInitialized)?;
+        let run = super::LoopTable::lookup(&context.registry, &assignment.loop_name)
+            .ok_or_else(|| WorkerRefusal::UnknownLoop(assignment.loop_name.clone()))?;
+        let link = match &assignment.group {
+            None => GroupLink::Solo,
+            Some(GroupSpec::SharedMemory { .. }) => GroupLink::SharedMemory,
+            Some(GroupSpec::Nccl { .. }) => GroupLink::Nccl,
+            Some(GroupSpec::Network { peers, .. }) => {
+                let incoming = self
+                    .inbox_receiver
+                    .take()
+                    .ok_or(WorkerRefusal::InboxTaken)?;
+                *self.group.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(GroupAbortHandle::Network(self.inbox.clone()));
+                GroupLink::Network {
+                    send: forward_chunks(peers.clone()),
+                    incoming,
+                }
+            }
+        };
+        let progress = Arc::new(Progress::default());
+        self.progress = Some(progress.clone());
+        let group = self.group.clone();
+        std::thread::Builder::new()
+            .name("nimbus-train-loop".into())
+            .spawn(move || run_worker(run, assignment, link, progress, group))
+            .map_err(|e| WorkerRefusal::Thread(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// Progress after event `after`, waiting up to `wait_ms` for some.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<ProgressReport, WorkerRefusal>")]
+pub struct PollTraining {
+    /// The last event seen.
+    pub after: u64,
+    /// How long to wait for news, in milliseconds.
+    pub wait_ms: u64,
+}
+
+impl RemoteMessage for PollTraining {
+    const NAME: &'static str = "nimbus.train.PollTraining";
+}
+
+impl Handler<PollTraining> for TrainerWorker {
+    type Result = ResponseFuture<Result<ProgressReport, WorkerRefusal>>;
+
+    fn handle(&mut self, poll: PollTraining, _: &mut Context<Self>) -> Self::Result {
+        let progress = self.progress.clone();
+        Box::pin(async move {
+            let progress = progress.ok_or(WorkerRefusal::NotTraining)?;
+            Ok(progress
+                .poll(poll.after, Duration::from_millis(poll.wait_ms))
+                .await)
+        })
+    }
+}
+
+/// Stop the loop: its current collective and its next report fail.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct AbortTraining {
+    /// Why, as the loop will report it.
+    pub reason: String,
+}
+
+impl RemoteMessage for AbortTraining {
+    const NAME: &'static str = "nimbus.train.AbortTraining";
+}
+
+impl Handler<AbortTraining> for TrainerWorker {
+    type Result = ();
+
+    fn handle(&mut self, AbortTraining { reason }: AbortTraining, _: &mut Context<Self>) {
+        if let Some(progress) = &self.progress {
+            progress.abort(&reason);
+        }
+        if let Some(group) = &*self.group.lock().unwrap_or_else(|e| e.into_inner()) {
+            group.abort(&reason);
+        }
+    }
+}
+
+/// Sends a network group's outgoing chunks to the peers' workers, in order,
+/// from a task of the actor's runtime (the loop thread has none).
+fn forward_chunks(peers: Vec<ActorHandle<TrainerWorker>>) -> SendChunk {
+    let (queue, mut chunks) = tokio::sync::mpsc::unbounded_channel::<(usize, Chunk)>();
+    actix::spawn(async move {
+        while let Some((to, chunk)) = chunks.recv().await {
+            let Some(peer) = peers.get(to) else {
+                tracing::warn!("collective chunk for rank {to} of {}", peers.len());
+                continue;
+            };
+            if let Err(e) = peer.do_send(CollectiveChunk(chunk)) {
+                tracing::warn!("cannot send a collective chunk to rank {to}: {e}");
+            }
+        }
+    });
+    Box::new(move |to, chunk| queue.send((to, chunk)).map_err(|_| LinkClosed(to)))
+}
+
+/// The loop thread of a worker process.
+fn run_worker(
+    run: LoopFn,
+    assignment: Assignment,
+    link: GroupLink,
+    progress: Arc<Progress>,
+    group_slot: Arc<Mutex<Option<GroupAbortHandle>>>,
+) {
+    let outcome = (|| -> Result<(), TrainError> {
+        let ranks = assignment.ranks;
+        let collective: Box<dyn Collective> = match (link, &assignment.group) {
+            (
+                GroupLink::Network { send, incoming },
+                Some(GroupSpec::Network { timeout_ms, .. }),
+            ) => Box::new(NetworkGroup::new(
+                ranks.world_rank,
+                ranks.world_size,
+                send,
+                incoming,
+                Duration::from_millis(*timeout_ms),
+            )?),
+            (
+                GroupLink::SharedMemory,
+                Some(GroupSpec::SharedMemory {
+                    path,
+                    capacity,
+                    timeout_ms,
+                }),
+            ) => {
+                let group = SharedMemoryGroup::join(
+                    path,
+                    ranks.world_rank,
+                    ranks.world_size,
+                    *capacity,
+                    Duration::from_millis(*timeout_ms),
+                )?;
+                let abort = GroupAbortHandle::SharedMemory(group.abort_handle());
+                if let Some(reason) = progress.aborted() {
+                    abort.abort(&reason);
+                }
+                *group_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(abort);
+                Box::new(group)
+            }
+            (GroupLink::Nccl, Some(GroupSpec::Nccl { id, timeout_ms })) => {
+                join_nccl(id, &assignment, *timeout_ms, &progress, &group_slot)?
+            }
+            (GroupLink::Solo, None) => Box::new(SoloGroup),
+            _ => {
+                return Err(TrainError::Config(
+                    "the worker's group link does not match its assignment".into(),
+                ))
+            }
+        };
+        run_loop(&run, &assignment, collective, progress.clone())
+    })();
+    progress.finish(outcome.map_err(|e| LoopFailed(e.to_string())));
+}
+
+/// Joins an NCCL group on this thread (its device is the worker's GPU).
+#[cfg(feature = "cuda")]
+fn join_nccl(
+    id: &[u8],
+    assignment: &Assignment,
+    timeout_ms: u64,
+    progress: &Progress,
+    group_slot: &Mutex<Option<GroupAbortHandle>>,
+) -> Result<Box<dyn Collective>, TrainError> {
+    let group = super::collective::nccl::NcclGroup::join(
+        id,
+        assignment.ranks.world_rank,
+        assignment.ranks.world_size,
+        Duration::from_millis(timeout_ms),
+    )?;
+    let abort = GroupAbortHandle::Flag(group.abort_flag());
+    if let Some(reason) = progress.aborted() {
+        abort.abort(&reason);
+    }
+    *group_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(abort);
+    Ok(Box::new(group))
+}
+
+/// Without the `cuda` feature there is no NCCL.
+#[cfg(not(feature = "cuda"))]
+fn join_nccl(
+    _: &[u8],
+    _: &Assignment,
+    _: u64,
+    _: &Progress,
+    _: &Mutex<Option<GroupAbortHandle>>,
+) -> Result<Box<dyn Collective>, TrainError> {
+    Err(TrainError::Config(
+        "this program was built without the `cuda` feature: no NCCL".into(),
+    ))
+}
+
+/// Runs the loop of `assignment` with `collective`, on the calling thread:
+/// in a worker process, or in the driver for a run of 0 workers.
+pub(crate) fn run_loop(
+    run: &LoopFn,
+    assignment: &Assignment,
+    collective: Box<dyn Collective>,
+    progress: Arc<Progress>,
+) -> Result<(), TrainError> {
+    tch::set_num_threads(assignment.threads.max(1) as i32);
+    let device = if assignment.use_gpu {
+        match tch::Device::cuda_if_available() {
+            tch::Device::Cpu => {
+                return Err(TrainError::Config(
+                    "use_gpu is set but libtorch sees no CUDA device in this worker".into(),
+                ))
+            }
+            gpu => gpu,
+        }
+    } else {
+        tch::Device::Cpu
+    };
+    let checkpoint = assignment
+        .resume
+        .as_deref()
+        .map(Checkpoint::load)
+        .transpose()?;
+    let mut context = TrainContext::new(assignment, device, collective, checkpoint, progress);
+    // In a worker process a panic also ends the process (its panic hook
+    // reports it as the actor's death); in local mode this catches it.
+    let result =
+        std::panic::catch_unwind(AssertUnwindSafe(|| run(&assignment.config, &mut context)));
+    // Checkpoints reported before a failure still count: wait for them.
+    let written = context.finish();
+    match result {
+        Ok(Ok(())) => written,
+        Ok(Err(e)) => Err(e),
+        Err(panic) => Err(TrainError::Loop(format!(
+            "panic: {}",
+            nimbus::runtime::panic_text(&*panic)
+        ))),
+    }
+}
