@@ -17,7 +17,7 @@ TORCH_ENV = if [ -z "$$LIBTORCH" ]; then \
 # into this target directory so it shares the compiled dependencies.
 TEMPLATE = --manifest-path examples/template/Cargo.toml
 
-.PHONY: demo test test-long fuzz build run lint bench
+.PHONY: demo test test-long fuzz build run lint bench image
 
 demo:
 	@$(TORCH_ENV); cargo build --release --workspace --bins --examples && target/release/examples/local_cluster && \
@@ -25,6 +25,7 @@ demo:
 
 test:
 	@scripts/ensure-chromium.sh
+	@scripts/check-kubernetes.sh
 	@$(TORCH_ENV); cargo build --workspace --all-targets && \
 	  cargo test --workspace --all-targets && \
 	  cargo test --test nimbus -- --ignored && \
@@ -59,3 +60,9 @@ lint:
 	  cargo clippy --workspace --all-targets --features nimbus-train/cuda -- -D warnings && \
 	  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps && \
 	  cargo fmt $(TEMPLATE) --check && cargo clippy $(TEMPLATE) --target-dir target -- -D warnings
+
+# The container image (Dockerfile): where Docker exists. Its runtime steps
+# are scripts/image-runtime.sh, which the tests run without Docker.
+image:
+	@docker info >/dev/null 2>&1 || { echo "make image needs docker with a running daemon (docker info fails); the image's runtime layout alone: make build && scripts/image-runtime.sh DIR" >&2; exit 1; }
+	docker build -t nimbus .

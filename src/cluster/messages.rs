@@ -51,7 +51,7 @@ use super::jobs::{JobRecord, JobSubmission, TaskRecord};
 use super::objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, RefHolder, RefUpdate, SharedObjectFile,
 };
-use super::{DeathCause, ResourceSet};
+use super::{DeathCause, ResourceSet, Versions};
 
 /// A control-plane request: one variant per subsystem, each owning its own
 /// requests. A node's service routes each to the subsystem that answers it
@@ -889,6 +889,9 @@ pub struct NodeRegistration {
     pub address: SocketAddr,
     /// Everything it offers.
     pub resources: ResourceSet,
+    /// What it runs (`versions.rs`); unknown for a node too old to say.
+    #[serde(default)]
+    pub versions: Versions,
 }
 
 /// Whether a node is a member.
@@ -923,6 +926,9 @@ pub struct NodeStatus {
     /// How busy its machine was at its last heartbeat.
     #[serde(default)]
     pub host: Option<HostLoad>,
+    /// What it runs.
+    #[serde(default)]
+    pub versions: Versions,
 }
 
 impl NodeStatus {

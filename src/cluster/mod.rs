@@ -29,6 +29,7 @@ mod objects;
 pub mod ownership;
 mod resources;
 mod runs;
+mod versions;
 
 pub use death::{bounded_text, DeathCause, MAX_TEXT_BYTES};
 pub use digest::{sha256_bytes, sha256_file};
@@ -48,3 +49,4 @@ pub use objects::{
 };
 pub use resources::{ResourceError, ResourceOverrides, ResourceSet, CPU, GPU, MEMORY};
 pub use runs::{RunCheckpoint, RunEvent, RunHeader, RunNote, RunPoint, RunRecord};
+pub use versions::Versions;

@@ -281,6 +281,7 @@ mod tests {
                     node: node.clone(),
                     address: ([127, 0, 0, 1], 1).into(),
                     resources: ResourceSet::default(),
+                    versions: Default::default(),
                 },
                 signs_workers: Vec::new(),
             })

@@ -62,6 +62,7 @@ use super::binaries::BinaryCache;
 use super::error::{BinaryError, GrantError, NoCapacity, NodeError, WorkerStartError};
 use super::gpu_slots::GpuTake;
 use super::host::HostSampler;
+use super::libraries;
 use super::logs;
 use super::logs::Stream;
 use super::output::JobOutput;
@@ -125,6 +126,8 @@ pub struct NodeManager {
     last_ack: Instant,
     in_flight: bool,
     binaries: BinaryCache,
+    /// The cached binaries whose libraries this machine has.
+    libraries: libraries::Checked,
     workers: HashMap<ActorId, Worker>,
     /// The job of each reserved bundle.
     bundle_jobs: HashMap<BundleId, String>,
@@ -162,6 +165,7 @@ impl NodeManager {
         NodeManager {
             host: HostSampler::default(),
             binaries: BinaryCache::new(config.state_dir.join("binaries")),
+            libraries: libraries::Checked::default(),
             resources: ResourcePool::new(
                 config.total.clone(),
                 crate::cluster::gpus::device_ids(config.total.amount(crate::cluster::GPU) as usize),
@@ -351,6 +355,7 @@ impl NodeManager {
                 line: line.to_string(),
             });
         };
+        let checked = self.libraries.clone();
         async move {
             private_dir(&log_dir).map_err(|source| WorkerStartError::Io {
                 action: "create",
@@ -364,6 +369,14 @@ impl NodeManager {
                     reason,
                 });
             };
+            let libraries = checked.missing(&binary).await;
+            if !libraries.is_empty() {
+                return Err(WorkerStartError::MissingLibraries {
+                    node: boot.node.name.clone(),
+                    binary,
+                    libraries,
+                });
+            }
             let worker = workers::launch(&binary, &boot, &logs, gpus, on_line, on_exit).await?;
             Ok(worker)
         }

@@ -38,7 +38,8 @@
 //! Files: `config.rs` (`NodeConfig`), `manager.rs` (the `NodeManager`
 //! actor), `workers.rs` (starting a worker process and reaping it),
 //! `binaries.rs` (the content-addressed cache of shipped program
-//! binaries), `drivers.rs` (the `DriverRunner` actor: submitted jobs'
+//! binaries), `libraries.rs` (whether a program finds its shared
+//! libraries here, checked before its first worker starts), `drivers.rs` (the `DriverRunner` actor: submitted jobs'
 //! driver programs, started, watched, stopped, their logs), `authorize.rs` (who may ask what), `logs.rs` (workers' logs, read with `ReadLog`), `output.rs` (what
 //! workers print, kept per job for its driver: `ReadOutput`), `resources.rs` (the pure `ResourcePool`: what actors and
 //! placement-group bundles hold), `gpu_slots.rs` (which GPU devices, or
@@ -52,6 +53,7 @@ mod drivers;
 mod error;
 mod gpu_slots;
 mod host;
+mod libraries;
 mod logs;
 mod manager;
 mod output;

@@ -17,7 +17,7 @@ use crate::cluster::files::free_bytes;
 use crate::cluster::ownership::remove_stale;
 use crate::cluster::MembershipRequest;
 use crate::cluster::{
-    ControlReply, ControlRequest, NodeRegistration, ObjectLocation, ResourceSet, MEMORY,
+    ControlReply, ControlRequest, NodeRegistration, ObjectLocation, ResourceSet, Versions, MEMORY,
 };
 use crate::head::events::Subscribe;
 use crate::head::jobs::Jobs;
@@ -69,6 +69,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         node: identity.clone(),
         address,
         resources: resources.clone(),
+        versions: Versions::here(),
     };
     let link = match config.role {
         NodeRole::Head { heartbeat_timeout } => {

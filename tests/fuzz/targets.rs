@@ -239,6 +239,7 @@ fn control_requests() -> Vec<Vec<u8>> {
         node: node("c"),
         address: address(),
         resources: ResourceSet::of("CPU", 4.0).with("GPU", 1.0),
+        versions: nimbus::cluster::Versions::here(),
     };
     [
         ControlRequest::Membership(MembershipRequest::Join {

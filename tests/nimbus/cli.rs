@@ -119,6 +119,33 @@ pub fn start_cluster(
     printed
 }
 
+/// A head given `--token-file` takes that token (one its members were
+/// given beforehand, as a Kubernetes Secret) instead of making one; a
+/// file other users can read is refused, naming it.
+#[test]
+fn a_head_takes_the_token_of_its_token_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = TempDir::new().unwrap();
+    let home = home.path();
+    let _stop = StopOnDrop(home);
+    let token = unused_token();
+    let file = home.join("given-token");
+    std::fs::write(&file, &token).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let port = free_port().to_string();
+    let start = [
+        &head_start(&port)[..],
+        &["--token-file", file.to_str().unwrap()],
+    ]
+    .concat();
+    let refused = nimbus(home, &start);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(text(&refused).contains("given-token"), "{}", text(&refused));
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let printed = succeeds(home, &start);
+    assert!(printed.contains(&format!("token: {token}")), "{printed}");
+}
+
 #[test]
 fn start_status_and_stop_as_a_user_would() {
     let home = TempDir::new().unwrap();
@@ -151,7 +178,17 @@ fn start_status_and_stop_as_a_user_would() {
         assert_eq!(node["state"], "alive");
         assert!(node["id"].is_string() && node["incarnation"].is_u64());
         assert!(node["resources"]["total"]["CPU"].is_number());
+        // What each node runs, as it said when it joined.
+        assert_eq!(node["versions"]["nimbus"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(node["versions"]["protocol"], nimbus::wire::PROTOCOL_VERSION);
     }
+    let table = succeeds(home, &["status"]);
+    let said = format!(
+        "nimbus {} protocol v{}",
+        env!("CARGO_PKG_VERSION"),
+        nimbus::wire::PROTOCOL_VERSION
+    );
+    assert_eq!(table.matches(&said).count(), 2, "{table}");
     let memory = succeeds(home, &["memory"]);
     assert!(
         memory.contains("0 objects (0 owned, 0 cached copies), 0 of"),

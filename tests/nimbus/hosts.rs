@@ -19,7 +19,7 @@
 //! process's id and a number of their own) it deletes when dropped, and nothing else.
 
 use std::net::Ipv4Addr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -512,4 +512,182 @@ fn a_host_cut_off_is_declared_dead_and_its_node_refused_when_it_returns() {
         assert_eq!(state(&status, "node-1"), Some(NodeState::Dead));
         assert_eq!(state(&status, "node-2"), Some(NodeState::Alive));
     });
+}
+
+/// The directory of the libtorch `program` loads (from `ldd`).
+fn libtorch_dir(program: &Path) -> PathBuf {
+    let out = Command::new("ldd").arg(program).output().unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let library = listed
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("libtorch_cpu.so => "))
+        .and_then(|rest| rest.split(" (").next())
+        .unwrap_or_else(|| panic!("{} loads no libtorch_cpu.so:\n{listed}", program.display()));
+    Path::new(library).parent().unwrap().to_path_buf()
+}
+
+/// A host that lacks the libtorch a training program was built against
+/// (its directory empty there): the node daemon runs there all the same
+/// (it links no libtorch), and refuses to start the program's worker,
+/// naming itself and the libraries, which the run's error then shows —
+/// rather than a worker dying in the dynamic loader with the reason in a
+/// log on that host.
+#[test]
+fn a_host_without_libtorch_refuses_training_workers_naming_the_libraries() {
+    let Some(hosts) = Hosts::new(3) else { return };
+    let [_, member, driver] = &hosts.hosts[..] else {
+        unreachable!()
+    };
+    member.private_dir(&libtorch_dir(&example("train_mnist")));
+    // The head offers no CPU: the one worker can only go to the member.
+    let Cluster { head, token, .. } =
+        hosts.start_cluster(1, &["--num-cpus", "0"], &["--num-cpus", "1"]);
+    let run = driver.example(
+        "train_mnist",
+        &[
+            "--workers",
+            "1",
+            "--epochs",
+            "1",
+            "--train-samples",
+            "64",
+            "--max-failures",
+            "0",
+        ],
+        &head,
+        &token,
+    );
+    let printed = text(&run);
+    assert!(!run.status.success(), "train_mnist succeeded: {printed}");
+    assert!(
+        printed.contains("node node-1 cannot run the program")
+            && printed.contains("libtorch_cpu.so")
+            && printed.contains("are not found on this machine"),
+        "{printed}"
+    );
+}
+
+/// The container image's runtime layout (`scripts/image-runtime.sh`, the
+/// steps the Dockerfile runs) on a host that lacks the build's libtorch:
+/// the CLI and a training program run from it with only its `lib/` on
+/// `LD_LIBRARY_PATH`, a local cluster and a worker included.
+#[test]
+fn the_image_layout_trains_on_a_host_without_the_builds_libtorch() {
+    let Some(hosts) = Hosts::new(1) else { return };
+    let host = &hosts.hosts[0];
+    let build = Path::new(env!("CARGO_BIN_EXE_nimbus")).parent().unwrap();
+    let prefix = TempDir::new().unwrap();
+    let layout = prefix.path().join("nimbus");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/image-runtime.sh");
+    let laid = Command::new(&script)
+        .arg(&layout)
+        .arg(build)
+        .output()
+        .unwrap();
+    assert!(laid.status.success(), "{}", text(&laid));
+    host.private_dir(&libtorch_dir(&example("train_mnist")));
+    let lib = layout.join("lib");
+    let train = |with_lib: bool| {
+        let mut command = host.command(
+            &layout.join("bin/train_mnist"),
+            &["--workers", "1", "--epochs", "1", "--train-samples", "64"],
+        );
+        command
+            .env_remove("NIMBUS_BIN")
+            .env_remove("LD_LIBRARY_PATH");
+        if with_lib {
+            command.env("LD_LIBRARY_PATH", &lib);
+        }
+        command.output().unwrap()
+    };
+    // Without the layout's lib/, the build's libtorch is not there.
+    let bare = train(false);
+    assert!(!bare.status.success(), "{}", text(&bare));
+    assert!(text(&bare).contains("libtorch_cpu.so"), "{}", text(&bare));
+    let run = train(true);
+    let printed = text(&run);
+    assert!(run.status.success(), "train_mnist: {printed}");
+    assert!(
+        line_value(&printed, "summary:").contains("restarts=0"),
+        "{printed}"
+    );
+}
+
+/// The Slurm launcher's logic (`scripts/slurm/nimbus-slurm.sh`, what
+/// `nimbus.sbatch` runs on each node and then once) with the `SLURM_*`
+/// variables of a three-node job on three simulated hosts: the head
+/// starts on the first host and the members join it; the program runs
+/// once every node is alive; SIGTERM (what srun sends when the batch
+/// script ends) stops every node.
+#[test]
+fn the_slurm_launcher_runs_a_program_on_a_cluster_over_the_jobs_hosts() {
+    let Some(hosts) = Hosts::new(3) else { return };
+    let shared = TempDir::new().unwrap();
+    let nodelist: Vec<String> = hosts.hosts.iter().map(|h| h.ip.to_string()).collect();
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/slurm/nimbus-slurm.sh");
+    let slurm = |node: usize, args: &[&str]| {
+        let mut command = hosts.hosts[node].command(
+            Path::new("bash"),
+            &[&[launcher.to_str().unwrap()], args].concat(),
+        );
+        command
+            .env("SLURM_JOB_NODELIST", nodelist.join(","))
+            .env("SLURM_NODEID", node.to_string())
+            .env("SLURM_JOB_NUM_NODES", "3")
+            .env("NIMBUS_SLURM_DIR", shared.path())
+            .env("NIMBUS_SLURM_WAIT", "60")
+            .env("NIMBUS", env!("CARGO_BIN_EXE_nimbus"));
+        command
+    };
+    let mut nodes: Vec<std::process::Child> = (0..3)
+        .map(|node| {
+            slurm(node, &["node"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let tasks = example("tasks");
+    let run = slurm(0, &["run", tasks.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let printed = text(&run);
+    assert!(run.status.success(), "tasks: {printed}");
+    assert!(printed.contains("summary:"), "{printed}");
+
+    let head = format!("{}:6379", nodelist[0]);
+    let token = std::fs::read_to_string(shared.path().join("token")).unwrap();
+    let status = hosts.hosts[0]
+        .command(
+            Path::new(env!("CARGO_BIN_EXE_nimbus")),
+            &["status", "--json", "--address", &head],
+        )
+        .env("NIMBUS_TOKEN", token.trim())
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{}", text(&status));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let names: Vec<&str> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|node| node["state"] == "alive")
+        .map(|node| node["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"slurm-1") && names.contains(&"slurm-2") && names.len() == 3,
+        "{status}"
+    );
+
+    let pids: Vec<u32> = nodes.iter().map(|node| node.id()).collect();
+    for pid in &pids {
+        // SAFETY: kill has no memory preconditions; the pids are our children.
+        unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+    }
+    nimbus::testing::ExitWatch::of(&pids)
+        .wait(Duration::from_secs(30))
+        .unwrap();
+    for node in &mut nodes {
+        let _ = node.wait();
+    }
 }

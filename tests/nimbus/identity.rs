@@ -89,6 +89,7 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
                 node: me.clone(),
                 address: node.local_addr(),
                 resources: ResourceSet::default(),
+                versions: nimbus::cluster::Versions::here(),
             },
             signs_workers: Vec::new(),
         });

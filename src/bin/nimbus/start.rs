@@ -38,8 +38,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Options of `nimbus start`.
 #[derive(Args)]
 pub(crate) struct StartArgs {
-    /// Start the head node, which runs the control plane and creates the cluster's token.
-    #[arg(long, conflicts_with_all = ["address", "token", "token_file"])]
+    /// Start the head node, which runs the control plane and creates the
+    /// cluster's token (or takes the one in --token-file).
+    #[arg(long, conflicts_with_all = ["address", "token"])]
     head: bool,
     /// Join the head at HOST:PORT.
     #[arg(long, required_unless_present = "head")]
@@ -50,7 +51,9 @@ pub(crate) struct StartArgs {
     /// started on this machine).
     #[arg(long, conflicts_with = "token_file")]
     token: Option<String>,
-    /// A file holding the token (keep it mode 0600).
+    /// A file holding the token (keep it mode 0600). With --head: the
+    /// cluster's token, for a head whose members were given it beforehand
+    /// (a Kubernetes Secret).
     #[arg(long, value_name = "PATH")]
     token_file: Option<std::path::PathBuf>,
     /// UDP port to listen on (head: 6379; other nodes: any free port).
@@ -137,7 +140,10 @@ pub(crate) fn run(args: StartArgs) -> Result<()> {
 fn run_foreground(args: StartArgs) -> Result<()> {
     crate::init_logging();
     let token = if args.head {
-        JoinToken::generate()
+        match &args.token_file {
+            Some(file) => nimbus::cluster::files::read_token_file(file)?.parse()?,
+            None => JoinToken::generate(),
+        }
     } else {
         token_from(args.token.as_deref(), args.token_file.as_deref())?
     };

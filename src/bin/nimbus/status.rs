@@ -1,5 +1,5 @@
-//! `nimbus status`: the cluster's nodes, their state and resources, and
-//! the spawns waiting for room (pending demands).
+//! `nimbus status`: the cluster's nodes, their state, resources and
+//! versions, and the spawns waiting for room (pending demands).
 
 use anyhow::Result;
 use clap::Args;
@@ -61,6 +61,7 @@ fn print_table(status: &ClusterStatus) {
         "{:<24} {:<6} {:<17} {:<22} RESOURCES (total; used)",
         "NODE", "STATE", "INCARNATION", "ADDRESS"
     );
+    let head = status.nodes.iter().find(|node| node.head);
     for node in &status.nodes {
         let state = match node.state {
             NodeState::Alive => "alive",
@@ -75,6 +76,11 @@ fn print_table(status: &ClusterStatus) {
             "{name:<24} {state:<6} {:<17} {:<22} {}; {}",
             node.incarnation, node.address, node.resources.total, node.resources.used
         );
+        let differs = head
+            .and_then(|head| node.versions.differences(&head.versions))
+            .map(|differs| format!(" — {differs}"))
+            .unwrap_or_default();
+        println!("{:<24} {}{differs}", "", node.versions);
         if let Some(reason) = &node.death_reason {
             println!("{:<24} {reason}", "");
         }

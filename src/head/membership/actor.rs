@@ -109,6 +109,9 @@ impl Handler<Join> for Membership {
     type Result = Result<(), MembershipError>;
 
     fn handle(&mut self, msg: Join, _: &mut Self::Context) -> Self::Result {
+        if let Some(differs) = self.table.versions_differ(&msg.registration) {
+            warn!(node = %msg.registration.node.name, "{differs}");
+        }
         let events = self
             .table
             .handle_join(msg.registration, msg.head, Instant::now())?;

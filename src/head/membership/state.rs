@@ -105,6 +105,15 @@ impl NodeTable {
         Ok(vec![joined])
     }
 
+    /// How `registration`'s versions differ from the head's in what does
+    /// not stop a join (`Versions::differences`), if the head is known.
+    pub fn versions_differ(&self, registration: &NodeRegistration) -> Option<String> {
+        let head = self.nodes.iter().find(|entry| entry.head)?;
+        registration
+            .versions
+            .differences(&head.registration.versions)
+    }
+
     /// How long `node` (by name) has been silent: since its last
     /// heartbeat, or its join.
     pub fn silent_for(&self, node: &str, now: Instant) -> Option<Duration> {
@@ -215,6 +224,7 @@ impl NodeTable {
                     .as_millis() as u64,
                 death_reason: entry.death_reason.clone(),
                 host: entry.host,
+                versions: entry.registration.versions.clone(),
             })
             .collect();
         nodes.sort_by_key(|n| !n.head);
@@ -256,6 +266,7 @@ impl NodeTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::Versions;
     use crate::wire::Incarnation;
 
     fn registration(name: &str, incarnation: u64) -> NodeRegistration {
@@ -266,7 +277,26 @@ mod tests {
             },
             address: "127.0.0.1:1".parse().unwrap(),
             resources: ResourceSet::default(),
+            versions: Versions::here(),
         }
+    }
+
+    #[test]
+    fn a_member_of_another_release_is_admitted_and_its_difference_said() {
+        let t0 = Instant::now();
+        let mut table = NodeTable::new(Duration::from_secs(3));
+        table
+            .handle_join(registration("head", 1), true, t0)
+            .unwrap();
+        let same = registration("a", 1);
+        assert_eq!(table.versions_differ(&same), None);
+        let mut other = registration("b", 1);
+        other.versions.nimbus = "0.0.1".into();
+        let said = table.versions_differ(&other).unwrap();
+        assert!(said.contains("runs nimbus 0.0.1 and the head"), "{said}");
+        table.handle_join(other, false, t0).unwrap();
+        let status = table.status(t0);
+        assert_eq!(status.nodes[1].versions.nimbus, "0.0.1");
     }
 
     #[test]
