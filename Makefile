@@ -13,9 +13,12 @@ TORCH_ENV = if [ -z "$$LIBTORCH" ]; then \
 	  export LIBTORCH_USE_PYTORCH=1 PATH="$$(dirname $$PY):$$PATH"; \
 	fi
 
-# The standalone crate template (examples/template, nimbus by path), built
-# into this target directory so it shares the compiled dependencies.
+# The standalone crate templates (examples/template: actors and tasks;
+# examples/template-train: training, with the build.rs line that finds
+# libtorch), built into this target directory so they share the compiled
+# dependencies.
 TEMPLATE = --manifest-path examples/template/Cargo.toml
+TEMPLATE_TRAIN = --manifest-path examples/template-train/Cargo.toml
 
 .PHONY: demo test test-long fuzz build run lint bench image
 
@@ -31,7 +34,9 @@ test:
 	  cargo test --test nimbus -- --ignored && \
 	  NIMBUS_BIN=$$(pwd)/target/debug/nimbus cargo test --workspace --doc && \
 	  cargo build $(TEMPLATE) --target-dir target && \
-	  PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template
+	  PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template && \
+	  cargo build $(TEMPLATE_TRAIN) --target-dir target && \
+	  env -u LD_LIBRARY_PATH PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template-train
 
 # The long fault-injection tests alone (about 75 s here; `make test` runs
 # them too, after the others).
@@ -59,7 +64,8 @@ lint:
 	  cargo clippy --workspace --all-targets -- -D warnings && \
 	  cargo clippy --workspace --all-targets --features nimbus-train/cuda -- -D warnings && \
 	  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps && \
-	  cargo fmt $(TEMPLATE) --check && cargo clippy $(TEMPLATE) --target-dir target -- -D warnings
+	  cargo fmt $(TEMPLATE) --check && cargo clippy $(TEMPLATE) --target-dir target -- -D warnings && \
+	  cargo fmt $(TEMPLATE_TRAIN) --check && cargo clippy $(TEMPLATE_TRAIN) --target-dir target -- -D warnings
 
 # The container image (Dockerfile): where Docker exists. Its runtime steps
 # are scripts/image-runtime.sh, which the tests run without Docker.

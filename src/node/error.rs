@@ -9,6 +9,8 @@ use crate::client::ClientError;
 use crate::cluster::{BundleId, ResourceError};
 use crate::transport::{CredentialError, EndpointError};
 
+use super::libraries::Lacking;
+
 /// A node failed to start, or stopped on an error.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -184,22 +186,22 @@ pub enum WorkerStartError {
     /// The worker's certificate could not be issued.
     #[error("cannot issue the worker's certificate: {0}")]
     Credentials(#[from] CredentialError),
-    /// The program needs shared libraries this node's machine does not
-    /// have (`libraries.rs`): the worker is not started.
+    /// The program cannot load on this node's machine: libraries, symbol
+    /// versions or symbols are missing there (`libraries.rs`). The worker
+    /// is not started.
     #[error(
-        "node {node} cannot run the program {binary}: its libraries {} are not found on this machine; \
-         install them where the program looks (a program built with nimbus-train looks for \
-         libtorch at the path it was built against) or give `nimbus start` an LD_LIBRARY_PATH \
-         that has them (README.md, \"Several machines\")",
-        libraries.join(", ")
+        "node {node} cannot run the program {binary} on its machine: {lacking}; install there \
+         the libraries the program was built against (a program built with nimbus-train looks \
+         for libtorch at the path it was built against) or give `nimbus start` an \
+         LD_LIBRARY_PATH that has them (README.md, \"Several machines\")"
     )]
-    MissingLibraries {
+    CannotLoad {
         /// The node's name.
         node: String,
         /// The program (its cached copy on the node).
         binary: PathBuf,
-        /// The libraries not found.
-        libraries: Vec<String>,
+        /// What is missing.
+        lacking: Lacking,
     },
     /// The node has no ticket of its own yet to vouch for its worker.
     #[error("this node has no ticket from the head yet, so it cannot vouch for a worker")]

@@ -1,23 +1,29 @@
 //! Whether a program can load its shared libraries on this machine, asked
 //! before a node starts a worker from it: a program built elsewhere (a
 //! program that trains looks for libtorch at the path it was built
-//! against) must be refused with the libraries named, not die in the
+//! against) must be refused with what is missing named, not die in the
 //! dynamic loader with a message that only its log keeps.
 //!
 //! The check, once per cached binary that passes (`checked`):
 //! 1. Read the program's ELF interpreter (`PT_INTERP`, e.g.
 //!    `/lib64/ld-linux-x86-64.so.2`). A program without one (static, or
 //!    not ELF) loads no libraries: nothing to check.
-//! 2. Run the interpreter on the program with `LD_TRACE_LOADED_OBJECTS=1`
-//!    (what `ldd` does: the loader lists every library, found or not, and
-//!    exits without running the program; its `--list` stops at the first
-//!    missing one), with the node's environment (its `LD_LIBRARY_PATH` is
-//!    the workers'), for at most [`LIST_TIMEOUT`].
-//! 3. Every listed library that is `not found` is missing. A listing that
-//!    fails otherwise refuses nothing: the worker's own start then says
-//!    what went wrong.
+//! 2. Run the interpreter on the program with `LD_TRACE_LOADED_OBJECTS=1`,
+//!    `LD_BIND_NOW` and `LD_WARN` (what `ldd -r` does: the loader lists
+//!    every library, found or not, binds every symbol and says which it
+//!    could not, then exits without running the program; its `--list`
+//!    stops at the first missing library), with the node's environment
+//!    (its `LD_LIBRARY_PATH` is the workers'), for at most
+//!    [`LIST_TIMEOUT`].
+//! 3. What it reports missing is what the program lacks ([`Lacking`]):
+//!    libraries `not found`; symbol versions `not found` (a system older
+//!    than the build's); undefined symbols (a library of another version
+//!    than the program's, e.g. another libtorch at the same path). A
+//!    listing that fails otherwise refuses nothing: the worker's own start
+//!    then says what went wrong.
 
 use std::collections::HashSet;
+use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -33,26 +39,79 @@ const PT_INTERP: u32 = 3;
 /// The longest interpreter path read.
 const MAX_INTERPRETER: u64 = 4096;
 
-/// The binaries whose libraries were all found, by path (a cached
-/// binary's path names its content), so each is checked once.
+/// The most undefined symbols named in an error.
+const SYMBOLS_SHOWN: usize = 3;
+
+/// What a program lacks on this machine to load (step 3).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Lacking {
+    /// Libraries not found.
+    pub libraries: Vec<String>,
+    /// Symbol versions not found, with what requires each.
+    pub versions: Vec<String>,
+    /// Symbols no loaded library defines, with the file that needs each.
+    pub symbols: Vec<String>,
+}
+
+impl Lacking {
+    /// Whether nothing is lacking.
+    pub fn is_empty(&self) -> bool {
+        self.libraries.is_empty() && self.versions.is_empty() && self.symbols.is_empty()
+    }
+}
+
+impl fmt::Display for Lacking {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut said = Vec::new();
+        if !self.libraries.is_empty() {
+            said.push(format!(
+                "libraries not found: {}",
+                self.libraries.join(", ")
+            ));
+        }
+        if !self.versions.is_empty() {
+            said.push(format!(
+                "symbol versions not found (a system older than the program's build): {}",
+                self.versions.join(", ")
+            ));
+        }
+        if !self.symbols.is_empty() {
+            let shown: Vec<&str> = self
+                .symbols
+                .iter()
+                .take(SYMBOLS_SHOWN)
+                .map(String::as_str)
+                .collect();
+            said.push(format!(
+                "{} undefined symbols (a library of another version than the program was built against), e.g. {}",
+                self.symbols.len(),
+                shown.join(", ")
+            ));
+        }
+        write!(f, "{}", said.join("; "))
+    }
+}
+
+/// The binaries that lack nothing here, by path (a cached binary's path
+/// names its content), so each is checked once.
 #[derive(Clone, Default)]
 pub(super) struct Checked(Arc<Mutex<HashSet<PathBuf>>>);
 
 impl Checked {
-    /// The libraries `binary` needs that this machine does not have
-    /// (empty when it has them all, or cannot tell); steps 1–3.
-    pub(super) async fn missing(&self, binary: &Path) -> Vec<String> {
+    /// What `binary` lacks on this machine (nothing when it has it all,
+    /// or when the loader cannot tell); steps 1–3.
+    pub(super) async fn lacking(&self, binary: &Path) -> Lacking {
         if self.lock().contains(binary) {
-            return Vec::new();
+            return Lacking::default();
         }
-        let missing = match interpreter(binary) {
-            Some(interpreter) => list_missing(&interpreter, binary).await,
-            None => Vec::new(),
+        let lacking = match interpreter(binary) {
+            Some(interpreter) => list_lacking(&interpreter, binary).await,
+            None => Lacking::default(),
         };
-        if missing.is_empty() {
+        if lacking.is_empty() {
             self.lock().insert(binary.to_path_buf());
         }
-        missing
+        lacking
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
@@ -105,43 +164,65 @@ fn interpreter(binary: &Path) -> Option<PathBuf> {
     None
 }
 
-/// Steps 2 and 3: the libraries `interpreter` does not find for `binary`.
-async fn list_missing(interpreter: &Path, binary: &Path) -> Vec<String> {
+/// Steps 2 and 3: what `interpreter` does not find for `binary`.
+async fn list_lacking(interpreter: &Path, binary: &Path) -> Lacking {
     let listing = tokio::process::Command::new(interpreter)
         .arg(binary)
         .env("LD_TRACE_LOADED_OBJECTS", "1")
+        .env("LD_BIND_NOW", "yes")
+        .env("LD_WARN", "yes")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .output();
     match tokio::time::timeout(LIST_TIMEOUT, listing).await {
-        Ok(Ok(out)) => not_found(&String::from_utf8_lossy(&out.stdout)),
+        Ok(Ok(out)) => lacking(&format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )),
         Ok(Err(e)) => {
             tracing::warn!(
                 "cannot list the libraries of {} with {}: {e}",
                 binary.display(),
                 interpreter.display()
             );
-            Vec::new()
+            Lacking::default()
         }
         Err(_) => {
             tracing::warn!(
                 "listing the libraries of {} took over {LIST_TIMEOUT:?}",
                 binary.display()
             );
-            Vec::new()
+            Lacking::default()
         }
     }
 }
 
-/// The libraries a loader's listing marks `not found`.
-fn not_found(listing: &str) -> Vec<String> {
-    listing
-        .lines()
-        .filter_map(|line| line.trim().strip_suffix("=> not found"))
-        .map(|name| name.trim().to_string())
-        .collect()
+/// What a loader's listing reports missing: `NAME => not found`,
+/// ``…: version `V' not found (required by FILE)``, `undefined symbol:
+/// NAME (FILE)`.
+fn lacking(listing: &str) -> Lacking {
+    let mut found = Lacking::default();
+    let add = |list: &mut Vec<String>, item: String| {
+        if !list.contains(&item) {
+            list.push(item);
+        }
+    };
+    for line in listing.lines().map(str::trim) {
+        if let Some(name) = line.strip_suffix("=> not found") {
+            add(&mut found.libraries, name.trim().to_string());
+        } else if let Some((_, rest)) = line.split_once("version `") {
+            if let Some((version, required)) = rest.split_once("' not found") {
+                add(&mut found.versions, format!("{version}{required}"));
+            }
+        } else if let Some(symbol) = line.strip_prefix("undefined symbol: ") {
+            let symbol = symbol.split_whitespace().collect::<Vec<_>>().join(" ");
+            add(&mut found.symbols, symbol);
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -149,13 +230,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_listing_names_the_libraries_not_found() {
+    fn a_listing_names_what_is_not_found() {
         let listing = "\tlinux-vdso.so.1 (0x00007ffc)\n\
                        \tlibtorch_cpu.so => not found\n\
                        \tlibc10.so => not found\n\
-                       \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n";
-        assert_eq!(not_found(listing), ["libtorch_cpu.so", "libc10.so"]);
-        assert!(not_found("\tstatically linked\n").is_empty());
+                       \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\
+                       ./prog: /lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by ./prog)\n\
+                       undefined symbol: _ZN2at4zeros\t(./prog)\n";
+        let found = lacking(listing);
+        assert_eq!(found.libraries, ["libtorch_cpu.so", "libc10.so"]);
+        assert_eq!(found.versions, ["GLIBCXX_3.4.32 (required by ./prog)"]);
+        assert_eq!(found.symbols, ["_ZN2at4zeros (./prog)"]);
+        let said = found.to_string();
+        assert!(
+            said.starts_with("libraries not found: libtorch_cpu.so, libc10.so; "),
+            "{said}"
+        );
+        assert!(lacking("\tstatically linked\n").is_empty());
     }
 
     #[test]
@@ -168,11 +259,58 @@ mod tests {
         assert_eq!(interpreter(text.path()), None);
     }
 
+    /// A program linked against a library of its own (built with `cc`),
+    /// then run where that library lacks the symbol it uses, then where
+    /// the library is gone.
+    #[tokio::test]
+    async fn a_library_of_another_version_and_a_missing_one_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        let cc = |args: &[&str]| {
+            let out = std::process::Command::new("cc")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("cc (a C compiler, which torch-sys's build needs too)");
+            assert!(out.status.success(), "cc {args:?}: {out:?}");
+        };
+        std::fs::write(path("lib.c"), "int needed(void) { return 7; }\n").unwrap();
+        std::fs::write(path("other.c"), "int renamed(void) { return 7; }\n").unwrap();
+        std::fs::write(
+            path("prog.c"),
+            "int needed(void);\nint main(void) { return needed(); }\n",
+        )
+        .unwrap();
+        cc(&["-shared", "-fPIC", "-o", "libneeded.so", "lib.c"]);
+        cc(&[
+            "-o",
+            "prog",
+            "prog.c",
+            "-L.",
+            "-lneeded",
+            "-Wl,-rpath,$ORIGIN",
+        ]);
+        let program = path("prog");
+        assert!(Checked::default().lacking(&program).await.is_empty());
+
+        cc(&["-shared", "-fPIC", "-o", "libneeded.so", "other.c"]);
+        let lacking = Checked::default().lacking(&program).await;
+        assert_eq!(lacking.libraries, Vec::<String>::new());
+        assert!(
+            lacking.symbols.iter().any(|s| s.starts_with("needed ")),
+            "{lacking:?}"
+        );
+
+        std::fs::remove_file(path("libneeded.so")).unwrap();
+        let lacking = Checked::default().lacking(&program).await;
+        assert_eq!(lacking.libraries, ["libneeded.so"]);
+    }
+
     #[tokio::test]
     async fn this_test_binary_finds_its_libraries() {
         let me = std::env::current_exe().unwrap();
         let checked = Checked::default();
-        assert!(checked.missing(&me).await.is_empty());
+        assert!(checked.lacking(&me).await.is_empty());
         assert!(checked.lock().contains(&me));
     }
 }

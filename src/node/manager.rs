@@ -369,12 +369,12 @@ impl NodeManager {
                     reason,
                 });
             };
-            let libraries = checked.missing(&binary).await;
-            if !libraries.is_empty() {
-                return Err(WorkerStartError::MissingLibraries {
+            let lacking = checked.lacking(&binary).await;
+            if !lacking.is_empty() {
+                return Err(WorkerStartError::CannotLoad {
                     node: boot.node.name.clone(),
                     binary,
-                    libraries,
+                    lacking,
                 });
             }
             let worker = workers::launch(&binary, &boot, &logs, gpus, on_line, on_exit).await?;

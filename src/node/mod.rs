@@ -67,6 +67,7 @@ pub use config::{default_state_dir, NodeConfig, NodeRole};
 pub use drivers::{DriverError, DriverRunner, REPORT_TRIES, STOP_GRACE};
 pub use error::{BinaryError, GrantError, NoCapacity, NodeError, NotServing, WorkerStartError};
 pub use gpu_slots::{GpuSlotError, GpuSlots, GpuTake, FRACTION_EPSILON};
+pub use libraries::Lacking;
 pub use logs::DEFAULT_LOG_MAX;
 pub use manager::{
     HeadLink, KillActor, NodeManager, NodeManagerConfig, ReadBinary, ReleaseBundle, ReserveBundle,

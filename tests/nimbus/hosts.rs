@@ -11,7 +11,9 @@
 //! - a `NIMBUS_HOME` and `TMPDIR` of its own.
 //!
 //! The kernel (and its boot id) and the disk stay shared: a program is
-//! found at the same path on every host, but nimbus ships it anyway.
+//! found at the same path on every host, but nimbus ships it anyway (a
+//! test hides the programs' directory on a host, as a test hides
+//! libtorch's on another: `Host::private_dir`).
 //!
 //! Needs root and `ip netns` (both present on the development machine and
 //! in CI). Elsewhere the tests that use it say so loudly and pass without
@@ -380,6 +382,11 @@ fn a_cluster_of_three_hosts_runs_actors_tasks_and_objects_across_them() {
         );
     }
 
+    // The programs' directory is empty on the head's host: the workers
+    // that run there run binaries shipped to it, not found on a shared
+    // disk.
+    head_host.private_dir(example("tasks").parent().unwrap());
+
     // Actors on every host calling each other, one killed and restarted,
     // driven from a host without the head.
     let bank = two.example("custom_actor", &[], &head, &token);
@@ -561,8 +568,7 @@ fn a_host_without_libtorch_refuses_training_workers_naming_the_libraries() {
     assert!(!run.status.success(), "train_mnist succeeded: {printed}");
     assert!(
         printed.contains("node node-1 cannot run the program")
-            && printed.contains("libtorch_cpu.so")
-            && printed.contains("are not found on this machine"),
+            && printed.contains("libraries not found: libtorch_cpu.so"),
         "{printed}"
     );
 }
@@ -690,4 +696,81 @@ fn the_slurm_launcher_runs_a_program_on_a_cluster_over_the_jobs_hosts() {
     for node in &mut nodes {
         let _ = node.wait();
     }
+}
+
+/// The MNIST fault plan (`examples/faults/mnist.toml`: a straggler, a
+/// checkpoint write failing with a full disk, a rank hung inside the
+/// collective, a rank's worker killed) with the ranks on hosts of their
+/// own, averaging over the network collective: the run restarts three
+/// times and ends on the parameters of the same run without the plan.
+#[test]
+fn the_mnist_fault_plan_across_hosts_ends_on_the_fault_free_parameters() {
+    mnist_plan_across_hosts("mnist.toml", "3");
+}
+
+/// The MNIST node-loss plan (`examples/faults/mnist_nodes.toml`: rank 1's
+/// worker kills its node at a step): the host's node is gone, the group
+/// restarts once on the hosts left and ends on the fault-free parameters.
+#[test]
+fn the_mnist_node_loss_plan_across_hosts_ends_on_the_fault_free_parameters() {
+    mnist_plan_across_hosts("mnist_nodes.toml", "1");
+}
+
+/// Runs the MNIST example with two ranks on a cluster of a head (no CPU:
+/// never a rank, so the plan cannot kill the head) and three members of
+/// one CPU each, each on a host of its own, driven from a fifth host:
+/// without `plan`, then under its training faults. The second run makes
+/// `restarts` restarts and ends on the first's parameters.
+fn mnist_plan_across_hosts(plan: &str, restarts: &str) {
+    let Some(hosts) = Hosts::new(5) else { return };
+    let driver = &hosts.hosts[4];
+    let Cluster { head, token, .. } =
+        hosts.start_cluster(3, &["--num-cpus", "0"], &["--num-cpus", "1"]);
+    let plan = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/faults")
+        .join(plan);
+    let plan =
+        nimbus::chaos::ChaosPlan::from_toml(&std::fs::read_to_string(plan).unwrap()).unwrap();
+    let storage = TempDir::new().unwrap();
+    let train = |faults: &[(&'static str, String)]| {
+        let out = driver
+            .command(
+                &example("train_mnist"),
+                &[
+                    "--address",
+                    &head,
+                    "--workers",
+                    "2",
+                    "--epochs",
+                    "1",
+                    "--checkpoint-every",
+                    "10",
+                    "--storage",
+                    storage.path().to_str().unwrap(),
+                ],
+            )
+            .env("NIMBUS_TOKEN", &token)
+            .envs(faults.iter().map(|(name, value)| (name, value)))
+            .output()
+            .unwrap();
+        let printed = text(&out);
+        assert!(out.status.success(), "train_mnist: {printed}");
+        line_value(&printed, "summary:")
+    };
+    let clean = train(&[]);
+    let faulted = train(&plan.workload_env());
+    let value = |summary: &str, key: &str| {
+        summary
+            .split_whitespace()
+            .find_map(|pair| pair.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in {summary}"))
+            .to_string()
+    };
+    assert_eq!(value(&clean, "restarts"), "0", "{clean}");
+    assert_eq!(value(&faulted, "restarts"), restarts, "{faulted}");
+    assert_eq!(
+        value(&clean, "params_sha256"),
+        value(&faulted, "params_sha256"),
+        "{clean}\n{faulted}"
+    );
 }
