@@ -33,6 +33,13 @@ COPY --from=build /opt/nimbus /opt/nimbus
 ENV PATH=/opt/nimbus/bin:$PATH \
     LD_LIBRARY_PATH=/opt/nimbus/lib \
     NIMBUS_HOME=/home/nimbus/.nimbus
+# The layout was checked in the build stage; check it again here, where
+# only this image's system libraries are.
+RUN for program in /opt/nimbus/bin/*; do \
+      if ldd "$program" | grep "not found"; then \
+        echo "$program cannot load the libraries above in this image" >&2; exit 1; \
+      fi; \
+    done
 USER nimbus
 WORKDIR /home/nimbus
 ENTRYPOINT ["nimbus"]

@@ -11,18 +11,25 @@
 # where it exists, else a comma-separated list), SLURM_NODEID (this
 # node's index in it) and SLURM_JOB_NUM_NODES. Settings:
 #   NIMBUS_SLURM_DIR   a directory every node shares (default
-#                      $SLURM_SUBMIT_DIR/.nimbus-slurm-$SLURM_JOB_ID): the
-#                      head leaves its token there (mode 0600)
+#                      $SLURM_SUBMIT_DIR): node 0 makes the job's own
+#                      .nimbus-slurm-$SLURM_JOB_ID in it (mode 0700), where
+#                      the head leaves its token and output
 #   NIMBUS_PORT        the head's UDP port (default 6379)
 #   NIMBUS_SLURM_WAIT  seconds to wait for the head and the members (default 120)
 #   NIMBUS             the nimbus binary (default: nimbus on PATH)
 #   NIMBUS_START_ARGS  more flags for every `nimbus start` (e.g. --num-gpus 8)
 #
+# Each node keeps its state (NIMBUS_HOME: binary cache, logs, spill) on
+# its own disk, $TMPDIR/nimbus-slurm-$SLURM_JOB_ID-N, never on the shared
+# filesystem, where nodes and jobs would mix theirs.
+#
 # Steps (node):
 #   1. Find the head host (the first of the node list) and this node's.
-#   2. Node 0: `nimbus start --head --block` in the foreground of this
-#      step, binding this host's address; once it is up, copy its token
-#      into NIMBUS_SLURM_DIR.
+#   2. Node 0: make the job's directory (it must not exist), then
+#      `nimbus start --head --block` in the foreground of this step,
+#      binding this host's address; once it is up, copy its token into
+#      the job's directory. A head that exits first fails the step with
+#      its output.
 #   3. Other nodes: wait for the token (at most NIMBUS_SLURM_WAIT), then
 #      `nimbus start --address HEAD:PORT --block` as `slurm-N`.
 #   4. SIGTERM (Slurm ending the step, or nimbus.sbatch's trap) stops the
@@ -36,7 +43,8 @@ set -euo pipefail
 nimbus="${NIMBUS:-nimbus}"
 port="${NIMBUS_PORT:-6379}"
 wait_s="${NIMBUS_SLURM_WAIT:-120}"
-dir="${NIMBUS_SLURM_DIR:-${SLURM_SUBMIT_DIR:?SLURM_SUBMIT_DIR is not set: not in a Slurm job? Set NIMBUS_SLURM_DIR}/.nimbus-slurm-${SLURM_JOB_ID:?}}"
+job="${SLURM_JOB_ID:?SLURM_JOB_ID is not set: not in a Slurm job?}"
+dir="${NIMBUS_SLURM_DIR:-${SLURM_SUBMIT_DIR:?SLURM_SUBMIT_DIR is not set: not in a Slurm job? Set NIMBUS_SLURM_DIR}}/.nimbus-slurm-$job"
 token="$dir/token"
 
 fail() {
@@ -88,19 +96,25 @@ all_alive() {
 case "${1:-}" in
   node)
     index="${SLURM_NODEID:?SLURM_NODEID is not set: run this with srun}"
+    export NIMBUS_HOME="${TMPDIR:-/tmp}/nimbus-slurm-$job-$index"
     me=$(hosts | sed -n "$((index + 1))p")
     [ -n "$me" ] || fail "SLURM_NODEID $index is beyond SLURM_JOB_NODELIST"
     ip=$(address_of "$me")
     # shellcheck disable=SC2086 # NIMBUS_START_ARGS is a list of flags
     if [ "$index" = 0 ]; then
       umask 077
-      mkdir -p "$dir"
+      mkdir "$dir" || fail "cannot make the job's directory $dir (it must not exist yet)"
       out="$dir/head.out"
       "$nimbus" start --head --block --port "$port" --node-ip-address "$ip" \
-        ${NIMBUS_START_ARGS:-} >"$out" &
+        ${NIMBUS_START_ARGS:-} >"$out" 2>&1 &
       head_pid=$!
-      trap 'kill -TERM $head_pid 2>/dev/null' TERM INT
-      wait_for "the head's start (its output: $out)" grep -q '^token-file: ' "$out"
+      trap 'kill -TERM $head_pid 2>/dev/null' TERM INT EXIT
+      deadline=$((SECONDS + wait_s))
+      until grep -q '^token-file: ' "$out"; do
+        kill -0 $head_pid 2>/dev/null || fail "the head exited before it was up: $(tail -n 5 "$out")"
+        [ $SECONDS -lt $deadline ] || fail "the head was not up within ${wait_s} s (NIMBUS_SLURM_WAIT): $(tail -n 5 "$out")"
+        sleep 0.5
+      done
       cp "$(sed -n 's/^token-file: //p' "$out")" "$token.part"
       mv "$token.part" "$token"
       echo "nimbus-slurm: head up at $head_address"
@@ -111,6 +125,7 @@ case "${1:-}" in
         status=0
         wait $head_pid || status=$?
       fi
+      trap - EXIT
       exit $status
     else
       wait_for "the head's token in $token" test -s "$token"
@@ -120,6 +135,7 @@ case "${1:-}" in
     ;;
   run)
     shift
+    export NIMBUS_HOME="${TMPDIR:-/tmp}/nimbus-slurm-$job-driver"
     [ $# -gt 0 ] || fail "usage: nimbus-slurm.sh run CMD..."
     wait_for "the head's token in $token" test -s "$token"
     wait_for "${SLURM_JOB_NUM_NODES:-?} nodes alive" all_alive

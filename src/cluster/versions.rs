@@ -56,7 +56,7 @@ impl Versions {
                 "runs nimbus {} and the head {} (the same protocol, v{}): run one release on every node",
                 or_unknown(&self.nimbus),
                 or_unknown(&head.nimbus),
-                self.protocol
+                head.protocol
             )
         })
     }
@@ -64,12 +64,12 @@ impl Versions {
 
 impl fmt::Display for Versions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "nimbus {} protocol v{}",
-            or_unknown(&self.nimbus),
-            self.protocol
-        )?;
+        write!(f, "nimbus {}", or_unknown(&self.nimbus))?;
+        // A node too old to say its versions says protocol 0.
+        match self.protocol {
+            0 => write!(f, " protocol unknown")?,
+            protocol => write!(f, " protocol v{protocol}")?,
+        }
         if let Some(driver) = &self.nvidia_driver {
             write!(f, " nvidia {driver}")?;
         }

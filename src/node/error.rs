@@ -201,7 +201,7 @@ pub enum WorkerStartError {
         /// The program (its cached copy on the node).
         binary: PathBuf,
         /// What is missing.
-        lacking: Lacking,
+        lacking: Box<Lacking>,
     },
     /// The node has no ticket of its own yet to vouch for its worker.
     #[error("this node has no ticket from the head yet, so it cannot vouch for a worker")]

@@ -45,6 +45,9 @@ const SYMBOLS_SHOWN: usize = 3;
 /// What a program lacks on this machine to load (step 3).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Lacking {
+    /// Its dynamic loader, when this machine has none at its path (a
+    /// program built on another distribution).
+    pub loader: Option<PathBuf>,
     /// Libraries not found.
     pub libraries: Vec<String>,
     /// Symbol versions not found, with what requires each.
@@ -56,13 +59,22 @@ pub struct Lacking {
 impl Lacking {
     /// Whether nothing is lacking.
     pub fn is_empty(&self) -> bool {
-        self.libraries.is_empty() && self.versions.is_empty() && self.symbols.is_empty()
+        self.loader.is_none()
+            && self.libraries.is_empty()
+            && self.versions.is_empty()
+            && self.symbols.is_empty()
     }
 }
 
 impl fmt::Display for Lacking {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut said = Vec::new();
+        if let Some(loader) = &self.loader {
+            said.push(format!(
+                "its dynamic loader {} is not here",
+                loader.display()
+            ));
+        }
         if !self.libraries.is_empty() {
             said.push(format!(
                 "libraries not found: {}",
@@ -105,8 +117,14 @@ impl Checked {
             return Lacking::default();
         }
         let lacking = match interpreter(binary) {
-            Some(interpreter) => list_lacking(&interpreter, binary).await,
-            None => Lacking::default(),
+            Some(loader) if !loader.exists() => Lacking {
+                loader: Some(loader),
+                ..Lacking::default()
+            },
+            Some(loader) if is_glibc_loader(&loader) => list_lacking(&loader, binary).await,
+            // Another loader (musl's) may not know LD_TRACE_LOADED_OBJECTS
+            // and run the program instead: not asked.
+            Some(_) | None => Lacking::default(),
         };
         if lacking.is_empty() {
             self.lock().insert(binary.to_path_buf());
@@ -164,6 +182,16 @@ fn interpreter(binary: &Path) -> Option<PathBuf> {
     None
 }
 
+/// Whether `loader` is glibc's (`ld-linux-x86-64.so.2`,
+/// `ld-linux-aarch64.so.1`, `ld64.so.2`), which lists and exits under
+/// `LD_TRACE_LOADED_OBJECTS`.
+fn is_glibc_loader(loader: &Path) -> bool {
+    loader
+        .file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with("ld-linux") || name.starts_with("ld64.so"))
+}
+
 /// Steps 2 and 3: what `interpreter` does not find for `binary`.
 async fn list_lacking(interpreter: &Path, binary: &Path) -> Lacking {
     let listing = tokio::process::Command::new(interpreter)
@@ -205,8 +233,9 @@ async fn list_lacking(interpreter: &Path, binary: &Path) -> Lacking {
 /// NAME (FILE)`.
 fn lacking(listing: &str) -> Lacking {
     let mut found = Lacking::default();
-    let add = |list: &mut Vec<String>, item: String| {
-        if !list.contains(&item) {
+    let mut seen = HashSet::new();
+    let mut add = |list: &mut Vec<String>, item: String| {
+        if seen.insert(item.clone()) {
             list.push(item);
         }
     };
@@ -221,6 +250,11 @@ fn lacking(listing: &str) -> Lacking {
             let symbol = symbol.split_whitespace().collect::<Vec<_>>().join(" ");
             add(&mut found.symbols, symbol);
         }
+    }
+    // The loader reports every symbol of a library it did not find as
+    // undefined too: those say nothing more.
+    if !found.libraries.is_empty() {
+        found.symbols.clear();
     }
     found
 }
@@ -240,7 +274,10 @@ mod tests {
         let found = lacking(listing);
         assert_eq!(found.libraries, ["libtorch_cpu.so", "libc10.so"]);
         assert_eq!(found.versions, ["GLIBCXX_3.4.32 (required by ./prog)"]);
-        assert_eq!(found.symbols, ["_ZN2at4zeros (./prog)"]);
+        // A missing library's symbols are undefined too: not listed.
+        assert_eq!(found.symbols, Vec::<String>::new());
+        let another_version = lacking("undefined symbol: _ZN2at4zeros\t(./prog)\n");
+        assert_eq!(another_version.symbols, ["_ZN2at4zeros (./prog)"]);
         let said = found.to_string();
         assert!(
             said.starts_with("libraries not found: libtorch_cpu.so, libc10.so; "),
@@ -293,6 +330,20 @@ mod tests {
         let program = path("prog");
         assert!(Checked::default().lacking(&program).await.is_empty());
 
+        // A copy whose loader path names a file that is not here.
+        let loader = interpreter(&program).unwrap();
+        let old = loader.to_str().unwrap().as_bytes();
+        let mut bytes = std::fs::read(&program).unwrap();
+        let at = bytes.windows(old.len()).position(|w| w == old).unwrap();
+        let gone: Vec<u8> = std::iter::once(b'/')
+            .chain(std::iter::repeat_n(b'x', old.len() - 1))
+            .collect();
+        bytes[at..at + old.len()].copy_from_slice(&gone);
+        std::fs::write(path("elsewhere"), bytes).unwrap();
+        let lacking = Checked::default().lacking(&path("elsewhere")).await;
+        let gone = PathBuf::from(String::from_utf8(gone).unwrap());
+        assert_eq!(lacking.loader.as_ref(), Some(&gone), "{lacking}");
+
         cc(&["-shared", "-fPIC", "-o", "libneeded.so", "other.c"]);
         let lacking = Checked::default().lacking(&program).await;
         assert_eq!(lacking.libraries, Vec::<String>::new());
@@ -304,6 +355,7 @@ mod tests {
         std::fs::remove_file(path("libneeded.so")).unwrap();
         let lacking = Checked::default().lacking(&program).await;
         assert_eq!(lacking.libraries, ["libneeded.so"]);
+        assert_eq!(lacking.symbols, Vec::<String>::new(), "{lacking}");
     }
 
     #[tokio::test]

@@ -374,7 +374,7 @@ impl NodeManager {
                 return Err(WorkerStartError::CannotLoad {
                     node: boot.node.name.clone(),
                     binary,
-                    lacking,
+                    lacking: Box::new(lacking),
                 });
             }
             let worker = workers::launch(&binary, &boot, &logs, gpus, on_line, on_exit).await?;

@@ -4,6 +4,8 @@ use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use super::dashboard::line_value;
+
 use tempfile::TempDir;
 
 /// Runs `nimbus stop` when dropped, so a failing test leaves no node behind.
@@ -119,16 +121,29 @@ pub fn start_cluster(
     printed
 }
 
-/// A head given `--token-file` takes that token (one its members were
-/// given beforehand, as a Kubernetes Secret) instead of making one; a
-/// file other users can read is refused, naming it.
+/// A head given a token (`--token-file`, or `NIMBUS_HEAD_TOKEN`: one its
+/// members were given beforehand, as a Kubernetes Secret) takes it
+/// instead of making one, and does not print it; a file other users can
+/// read is refused, naming it.
 #[test]
-fn a_head_takes_the_token_of_its_token_file() {
+fn a_head_takes_the_token_it_is_given_and_does_not_print_it() {
     use std::os::unix::fs::PermissionsExt;
+    let token = unused_token();
+    let joins = |home: &Path, printed: &str| {
+        let address = line_value(printed, "address:");
+        let status = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+            .args(["status", "--address", &address])
+            .env("NIMBUS_HOME", home)
+            .env("NIMBUS_TOKEN", &token)
+            .output()
+            .unwrap();
+        assert!(status.status.success(), "{}", text(&status));
+        assert!(!printed.contains(&token), "{printed}");
+    };
+
     let home = TempDir::new().unwrap();
     let home = home.path();
     let _stop = StopOnDrop(home);
-    let token = unused_token();
     let file = home.join("given-token");
     std::fs::write(&file, &token).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -142,8 +157,20 @@ fn a_head_takes_the_token_of_its_token_file() {
     assert!(!refused.status.success(), "{}", text(&refused));
     assert!(text(&refused).contains("given-token"), "{}", text(&refused));
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let printed = succeeds(home, &start);
-    assert!(printed.contains(&format!("token: {token}")), "{printed}");
+    joins(home, &succeeds(home, &start));
+
+    let home = TempDir::new().unwrap();
+    let home = home.path();
+    let _stop = StopOnDrop(home);
+    let port = free_port().to_string();
+    let started = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(head_start(&port))
+        .env("NIMBUS_HOME", home)
+        .env("NIMBUS_HEAD_TOKEN", &token)
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{}", text(&started));
+    joins(home, &text(&started));
 }
 
 #[test]

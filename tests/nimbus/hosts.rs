@@ -640,6 +640,7 @@ fn the_slurm_launcher_runs_a_program_on_a_cluster_over_the_jobs_hosts() {
             .env("SLURM_JOB_NODELIST", nodelist.join(","))
             .env("SLURM_NODEID", node.to_string())
             .env("SLURM_JOB_NUM_NODES", "3")
+            .env("SLURM_JOB_ID", "17")
             .env("NIMBUS_SLURM_DIR", shared.path())
             .env("NIMBUS_SLURM_WAIT", "60")
             .env("NIMBUS", env!("CARGO_BIN_EXE_nimbus"));
@@ -662,7 +663,7 @@ fn the_slurm_launcher_runs_a_program_on_a_cluster_over_the_jobs_hosts() {
     assert!(printed.contains("summary:"), "{printed}");
 
     let head = format!("{}:6379", nodelist[0]);
-    let token = std::fs::read_to_string(shared.path().join("token")).unwrap();
+    let token = std::fs::read_to_string(shared.path().join(".nimbus-slurm-17/token")).unwrap();
     let status = hosts.hosts[0]
         .command(
             Path::new(env!("CARGO_BIN_EXE_nimbus")),

@@ -39,7 +39,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Args)]
 pub(crate) struct StartArgs {
     /// Start the head node, which runs the control plane and creates the
-    /// cluster's token (or takes the one in --token-file).
+    /// cluster's token (or takes the one in --token-file or
+    /// $NIMBUS_HEAD_TOKEN, and then does not print it).
     #[arg(long, conflicts_with_all = ["address", "token"])]
     head: bool,
     /// Join the head at HOST:PORT.
@@ -139,13 +140,28 @@ pub(crate) fn run(args: StartArgs) -> Result<()> {
 
 fn run_foreground(args: StartArgs) -> Result<()> {
     crate::init_logging();
-    let token = if args.head {
-        match &args.token_file {
-            Some(file) => nimbus::cluster::files::read_token_file(file)?.parse()?,
-            None => JoinToken::generate(),
+    // A head makes the cluster's token, unless it is given one (then it
+    // does not print it: it may land in a log, as `kubectl logs`).
+    let (token, given) = if args.head {
+        match (&args.token_file, std::env::var(HEAD_TOKEN_ENV)) {
+            (Some(file), _) => {
+                let text = nimbus::cluster::files::read_token_file(file)?;
+                let token = text
+                    .parse()
+                    .with_context(|| format!("the token in {}", file.display()))?;
+                (token, true)
+            }
+            (None, Ok(text)) => {
+                let token = text
+                    .parse()
+                    .with_context(|| format!("the token in {HEAD_TOKEN_ENV}"))?;
+                (token, true)
+            }
+            (None, Err(_)) => (JoinToken::generate(), false),
         }
     } else {
-        token_from(args.token.as_deref(), args.token_file.as_deref())?
+        let token = token_from(args.token.as_deref(), args.token_file.as_deref())?;
+        (token, true)
     };
     let dashboard = if args.head {
         bind_dashboard(&args)?
@@ -155,6 +171,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     // The worker processes this node starts run user code: they must not
     // inherit the cluster's secret (they get what they need over stdin).
     std::env::remove_var(TOKEN_ENV);
+    std::env::remove_var(HEAD_TOKEN_ENV);
     let role = match &args.address {
         None => NodeRole::Head {
             heartbeat_timeout: Duration::from_millis(
@@ -216,7 +233,9 @@ fn run_foreground(args: StartArgs) -> Result<()> {
                 tracing::warn!("cannot save the head's address and token: {e:#}");
             }
             let _ = writeln!(out, "address: {address}");
-            let _ = writeln!(out, "token: {token}");
+            if !given {
+                let _ = writeln!(out, "token: {token}");
+            }
             let _ = writeln!(out, "token-file: {}", state::token_file().display());
         }
         if let Some(metrics) = ready.metrics {
@@ -342,6 +361,9 @@ fn start_background(args: &StartArgs) -> Result<()> {
 
 /// The environment variable that carries the token.
 const TOKEN_ENV: &str = "NIMBUS_TOKEN";
+/// The token a head is to use instead of making one (Kubernetes: from the
+/// same Secret key its members read as `NIMBUS_TOKEN`).
+const HEAD_TOKEN_ENV: &str = "NIMBUS_HEAD_TOKEN";
 
 /// `args` without `--token VALUE` and `--token=VALUE`.
 fn without_token(
