@@ -523,8 +523,7 @@ fn a_host_cut_off_is_declared_dead_and_its_node_refused_when_it_returns() {
 
 /// The directory of the libtorch `program` loads (from `ldd`).
 fn libtorch_dir(program: &Path) -> PathBuf {
-    let out = Command::new("ldd").arg(program).output().unwrap();
-    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let listed = super::libraries::libraries(program);
     let library = listed
         .lines()
         .find_map(|line| line.trim().strip_prefix("libtorch_cpu.so => "))

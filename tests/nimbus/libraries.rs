@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// What `ldd` lists for `program`: every shared library it loads.
-fn libraries(program: &Path) -> String {
+pub fn libraries(program: &Path) -> String {
     let out = Command::new("ldd")
         .arg(program)
         .output()
