@@ -12,7 +12,9 @@
 #   2. PREFIX/lib: every shared library those programs load from outside
 #      the system's directories (libtorch and what it needs, from the
 #      torch install they were built against), and NCCL from the same
-#      torch release when it has one (loaded at run time by GPU training).
+#      torch release when it has one (loaded at run time by GPU training);
+#      PREFIX/build-version: that libtorch's release, as a libtorch archive
+#      states it beside its lib/ (nimbus's cluster/versions.rs reads it).
 #   3. Checks: with LD_LIBRARY_PATH=PREFIX/lib, every program finds each
 #      of its libraries, in PREFIX/lib or the system's directories, and
 #      nowhere else. The programs keep an rpath to the build's libtorch;
@@ -67,6 +69,18 @@ if [ -e "$nccl" ]; then
   cp -L "$nccl" "$prefix/lib/"
 else
   echo "image-runtime: no NCCL beside $torch_lib (GPU collectives will need one: NIMBUS_NCCL_LIB)" >&2
+fi
+# The libtorch's release, where a libtorch archive says it (build-version
+# beside lib/), for the release check between a driver and its workers.
+torch_dir=$(dirname "$torch_lib")/..
+if [ -e "$torch_dir/version.py" ]; then
+  sed -n "s/^__version__ = '\(.*\)'\$/\1/p" "$torch_dir/version.py" > "$prefix/build-version"
+elif [ -e "$torch_dir/build-version" ]; then
+  cp "$torch_dir/build-version" "$prefix/build-version"
+fi
+if [ ! -s "$prefix/build-version" ]; then
+  echo "image-runtime: $torch_dir says no release (version.py or build-version); workers will not check theirs" >&2
+  rm -f "$prefix/build-version"
 fi
 
 # 3.

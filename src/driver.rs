@@ -497,6 +497,7 @@ async fn keep_job_alive(context: &'static ProcessContext) {
     let request = ControlRequest::Jobs(JobRequest::DriverAlive {
         job: job.clone(),
         entrypoint: crate::cluster::bounded_text(entrypoint.join(" ")),
+        versions: Some(crate::cluster::Versions::here()),
     });
     let mut beat = tokio::time::interval(DRIVER_BEAT);
     let mut told = false;

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::checkpoint::{CheckpointError, NoSpace, NotShared};
 use super::collective::CollectiveError;
 use nimbus::actor::{CallError, SpawnError};
+use nimbus::cluster::Torch;
 use nimbus::placement::PlacementError;
 
 /// Why training (or one attempt of it) failed.
@@ -71,6 +72,20 @@ pub enum TrainError {
     /// The user's training loop returned an error.
     #[error("training loop error: {0}")]
     Loop(String),
+    /// A worker loaded another libtorch than the driver: tensors,
+    /// checkpoints and collectives are only known to agree within one
+    /// release and CUDA build, so the run stops.
+    #[error("worker rank {rank} on node {node} loaded {worker}, and the driver {driver}: run a training program against one libtorch release and CUDA build on every machine (the same torch install, or the container image's lib/)")]
+    OtherLibtorch {
+        /// The worker's rank.
+        rank: usize,
+        /// Its node.
+        node: String,
+        /// The worker's libtorch.
+        worker: Box<Torch>,
+        /// The driver's.
+        driver: Box<Torch>,
+    },
 }
 
 /// A training worker refused a request. It travels back to the
@@ -99,6 +114,15 @@ pub enum WorkerRefusal {
     /// library failed.
     #[error("no NCCL: {0}")]
     Nccl(String),
+    /// The worker loaded another libtorch release or CUDA build than the
+    /// driver's.
+    #[error("this worker loaded {worker}, and the driver {driver}")]
+    OtherLibtorch {
+        /// The worker's.
+        worker: Box<Torch>,
+        /// The driver's.
+        driver: Box<Torch>,
+    },
 }
 
 /// How a training loop ended badly, as its worker reports it to the

@@ -3,7 +3,9 @@
 //! answering the supervisor (progress polls, abort) during a step.
 //!
 //! Its messages: `StartTraining(Assignment)` starts the loop (once) with
-//! its ranks, group, checkpoint and faults; `PollTraining { after, wait_ms }`
+//! its ranks, group, checkpoint and faults, unless this process loaded
+//! another libtorch release or CUDA build than the driver's (refused,
+//! naming both); `PollTraining { after, wait_ms }`
 //! answers, within the wait, the events after `after`, the progress counter
 //! (reports plus collective operations: the liveness signal) and the
 //! outcome once the loop returned and its checkpoints are written;
@@ -33,6 +35,7 @@ use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport};
 use super::{LoopFailed, LoopFn, TrainError, WorkerRefusal};
 use nimbus::actor::{ActorHandle, ProcessContext, RemoteActor, RemoteMessage};
+use nimbus::cluster::Torch;
 
 /// How a group's workers reach each other.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -90,6 +93,9 @@ pub struct Assignment {
     pub generation: u64,
     /// Faults to inject into this worker.
     pub faults: Vec<TrainingFault>,
+    /// The libtorch the driver loaded: a worker that loaded another
+    /// release or CUDA build refuses to train.
+    pub libtorch: Option<Torch>,
 }
 
 /// Hosts one worker of a training group.
@@ -211,6 +217,14 @@ impl Handler<StartTraining> for TrainerWorker {
     ) -> Self::Result {
         if self.progress.is_some() {
             return Err(WorkerRefusal::AlreadyTraining);
+        }
+        if let (Some(driver), Some(mine)) = (&assignment.libtorch, Torch::loaded()) {
+            if mine.differs(driver) {
+                return Err(WorkerRefusal::OtherLibtorch {
+                    worker: Box::new(mine),
+                    driver: Box::new(driver.clone()),
+                });
+            }
         }
         let context = ProcessContext::current().ok_or(WorkerRefusal::NotInitialized)?;
         let run = super::LoopTable::lookup(&context.registry, &assignment.loop_name)

@@ -225,5 +225,6 @@ pub fn job_row(job: &JobRecord) -> Row {
         "end_ms": job.end_ms,
         "duration": duration,
         "message": job.message,
+        "versions": job.versions.as_ref().map(ToString::to_string).unwrap_or_default(),
     }))
 }

@@ -8,7 +8,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::messages::{ActorId, BinaryId};
-use super::{DeathCause, ObjectId};
+use super::{DeathCause, ObjectId, Versions};
 
 /// The longest job id a driver may bring (`NIMBUS_JOB_ID`).
 pub const MAX_JOB_ID: usize = 64;
@@ -153,6 +153,10 @@ pub struct JobRecord {
     pub start_ms: u64,
     /// When it ended, in milliseconds since the Unix epoch.
     pub end_ms: Option<u64>,
+    /// What its driver runs (its release, the libtorch it loaded), once
+    /// the driver has said.
+    #[serde(default)]
+    pub versions: Option<Versions>,
 }
 
 impl JobRecord {

@@ -106,6 +106,10 @@ pub enum JobRequest {
         /// driver that attached by itself).
         #[serde(default)]
         entrypoint: String,
+        /// What the driver runs: its release and the libtorch it loaded
+        /// (shown by `nimbus job list`).
+        #[serde(default)]
+        versions: Option<Versions>,
     },
     /// To the head, from a driver that attached by itself, as it ends:
     /// its job is over (`SUCCEEDED`, or `FAILED` if it is panicking), so

@@ -49,4 +49,4 @@ pub use objects::{
 };
 pub use resources::{ResourceError, ResourceOverrides, ResourceSet, CPU, GPU, MEMORY};
 pub use runs::{RunCheckpoint, RunEvent, RunHeader, RunNote, RunPoint, RunRecord};
-pub use versions::Versions;
+pub use versions::{Torch, Versions};

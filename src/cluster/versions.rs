@@ -12,9 +12,19 @@
 //! 3. libtorch is not a node's: only programs that train link it, and
 //!    their workers run the program's own binary. A node that cannot load
 //!    a program's libraries refuses its workers, naming them (the node's
-//!    `libraries.rs`).
+//!    `libraries.rs`). A driver states the libtorch it loaded ([`Torch`])
+//!    with its job (`nimbus job list`), and gives it to its training
+//!    workers, which refuse to train with another release or CUDA build
+//!    than the driver's, naming both (nimbus-train's worker).
+//!
+//! A libtorch's release is what its distribution says beside its
+//! libraries (`<lib>/..`): `version.py` in a torch Python package
+//! (`__version__`, `cuda`), `build-version` in a libtorch archive (and in
+//! the container image's layout, `scripts/image-runtime.sh`), whose
+//! `+cuXYZ` suffix names the CUDA build.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +32,10 @@ use crate::wire::PROTOCOL_VERSION;
 
 /// Where the NVIDIA kernel driver says its version.
 const NVIDIA_VERSION_FILE: &str = "/proc/driver/nvidia/version";
+/// The libtorch library whose directory [`Torch::loaded`] looks for.
+const LIBTORCH: &str = "libtorch_cpu.so";
+/// Where a process's mapped files are listed.
+const MAPS: &str = "/proc/self/maps";
 
 /// The versions a node runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +47,9 @@ pub struct Versions {
     /// The NVIDIA driver of its machine, if it has one.
     #[serde(default)]
     pub nvidia_driver: Option<String>,
+    /// The libtorch it loaded, if it has one (programs that train).
+    #[serde(default)]
+    pub libtorch: Option<Torch>,
 }
 
 impl Versions {
@@ -44,6 +61,7 @@ impl Versions {
             nvidia_driver: std::fs::read_to_string(NVIDIA_VERSION_FILE)
                 .ok()
                 .and_then(|text| nvidia_driver(&text)),
+            libtorch: Torch::loaded(),
         }
     }
 
@@ -73,8 +91,121 @@ impl fmt::Display for Versions {
         if let Some(driver) = &self.nvidia_driver {
             write!(f, " nvidia {driver}")?;
         }
+        if let Some(torch) = &self.libtorch {
+            write!(f, " {}", torch.release())?;
+        }
         Ok(())
     }
+}
+
+/// A libtorch a process loaded: its release, as its distribution says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Torch {
+    /// Its release (`2.11.0+cu130`); `None` when nothing beside its
+    /// libraries says.
+    pub version: Option<String>,
+    /// The CUDA it was built for (`13.0`); `None` for a CPU build.
+    pub cuda: Option<String>,
+    /// The directory of its libraries.
+    pub directory: PathBuf,
+}
+
+impl Torch {
+    /// The libtorch this process has loaded, if any: the directory of its
+    /// `libtorch_cpu.so` among the process's mapped files.
+    pub fn loaded() -> Option<Torch> {
+        let maps = std::fs::read_to_string(MAPS).ok()?;
+        let library = maps
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(5))
+            .find(|path| Path::new(path).file_name() == Some(LIBTORCH.as_ref()))?;
+        Some(Torch::in_directory(Path::new(library).parent()?))
+    }
+
+    /// The libtorch whose libraries are in `directory`, with the release
+    /// its distribution states beside them, if it does.
+    pub fn in_directory(directory: &Path) -> Torch {
+        let above = directory.join("..");
+        let (version, cuda) = match std::fs::read_to_string(above.join("version.py")) {
+            Ok(text) => python_release(&text),
+            Err(_) => match std::fs::read_to_string(above.join("build-version")) {
+                Ok(text) => archive_release(&text),
+                Err(_) => (None, None),
+            },
+        };
+        Torch {
+            version,
+            cuda,
+            directory: directory.to_path_buf(),
+        }
+    }
+
+    /// Whether programs of `self` and `other` cannot train together:
+    /// both releases are known and differ, or their CUDA builds do.
+    pub fn differs(&self, other: &Torch) -> bool {
+        match (&self.version, &other.version) {
+            (Some(mine), Some(theirs)) => mine != theirs || self.cuda != other.cuda,
+            _ => false,
+        }
+    }
+
+    /// Its release and CUDA build in words, without the directory.
+    pub fn release(&self) -> String {
+        let version = self.version.as_deref().unwrap_or("of unknown release");
+        match &self.cuda {
+            Some(cuda) => format!("libtorch {version} (CUDA {cuda})"),
+            None => format!("libtorch {version} (CPU)"),
+        }
+    }
+}
+
+impl fmt::Display for Torch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} in {}", self.release(), self.directory.display())
+    }
+}
+
+/// The release and CUDA build a torch package's `version.py` states
+/// (`__version__ = '2.11.0+cu130'`, `cuda: Optional[str] = '13.0'`).
+fn python_release(text: &str) -> (Option<String>, Option<String>) {
+    let assigned = |name: &str| {
+        text.lines().find_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (target, value) = rest.split_once('=')?;
+            if !(target.trim().is_empty() || target.trim_start().starts_with(':')) {
+                return None;
+            }
+            let value = value.trim();
+            let quoted = value
+                .strip_prefix('\'')
+                .and_then(|v| v.strip_suffix('\''))
+                .or_else(|| value.strip_prefix('"').and_then(|v| v.strip_suffix('"')));
+            Some(quoted.map(String::from))
+        })
+    };
+    (
+        assigned("__version__").flatten(),
+        assigned("cuda").flatten(),
+    )
+}
+
+/// The release a libtorch archive's `build-version` states
+/// (`2.11.0+cu130`), and the CUDA build its suffix names.
+fn archive_release(text: &str) -> (Option<String>, Option<String>) {
+    let version = text.lines().next().map(str::trim).filter(|v| !v.is_empty());
+    let cuda = version
+        .and_then(|v| v.split_once("+cu"))
+        .and_then(|(_, digits)| {
+            let digits = digits.split(|c: char| !c.is_ascii_digit()).next()?;
+            (digits.len() >= 2).then(|| {
+                format!(
+                    "{}.{}",
+                    &digits[..digits.len() - 1],
+                    &digits[digits.len() - 1..]
+                )
+            })
+        });
+    (version.map(String::from), cuda)
 }
 
 /// A version, or `unknown` for a node too old to say.
@@ -112,6 +243,7 @@ mod tests {
             nimbus: "0.1.0".into(),
             protocol: 4,
             nvidia_driver: Some("570.86.15".into()),
+            libtorch: None,
         };
         let driver = Versions {
             nvidia_driver: None,
@@ -127,6 +259,55 @@ mod tests {
         assert_eq!(
             head.to_string(),
             "nimbus 0.1.0 protocol v4 nvidia 570.86.15"
+        );
+    }
+
+    #[test]
+    fn a_torch_packages_release_is_read_from_its_version_py() {
+        let text = "from typing import Optional\n\n__all__ = ['__version__', 'cuda']\n\
+                    __version__ = '2.11.0+cu130'\ndebug = False\n\
+                    cuda: Optional[str] = '13.0'\ngit_version = '70d99e9'\n";
+        assert_eq!(
+            python_release(text),
+            (Some("2.11.0+cu130".into()), Some("13.0".into()))
+        );
+        let cpu = "__version__ = '2.11.0+cpu'\ncuda: Optional[str] = None\n";
+        assert_eq!(python_release(cpu), (Some("2.11.0+cpu".into()), None));
+        assert_eq!(python_release("nothing here\n"), (None, None));
+    }
+
+    #[test]
+    fn a_libtorch_archives_release_and_cuda_are_read_from_build_version() {
+        assert_eq!(
+            archive_release("2.11.0+cu130\n"),
+            (Some("2.11.0+cu130".into()), Some("13.0".into()))
+        );
+        assert_eq!(
+            archive_release("2.4.1+cu118\n"),
+            (Some("2.4.1+cu118".into()), Some("11.8".into()))
+        );
+        assert_eq!(
+            archive_release("2.11.0+cpu\n"),
+            (Some("2.11.0+cpu".into()), None)
+        );
+        assert_eq!(archive_release(""), (None, None));
+    }
+
+    #[test]
+    fn releases_differ_only_when_both_are_known() {
+        let at = |version: Option<&str>, cuda: Option<&str>| Torch {
+            version: version.map(String::from),
+            cuda: cuda.map(String::from),
+            directory: PathBuf::from("/opt/torch/lib"),
+        };
+        let driver = at(Some("2.11.0+cu130"), Some("13.0"));
+        assert!(!driver.differs(&at(Some("2.11.0+cu130"), Some("13.0"))));
+        assert!(driver.differs(&at(Some("2.11.1+cu130"), Some("13.0"))));
+        assert!(driver.differs(&at(Some("2.11.0+cu130"), None)));
+        assert!(!driver.differs(&at(None, None)));
+        assert_eq!(
+            driver.to_string(),
+            "libtorch 2.11.0+cu130 (CUDA 13.0) in /opt/torch/lib"
         );
     }
 }

@@ -55,7 +55,7 @@ use super::runs::RunTable;
 use super::tasks::TaskTable;
 use crate::cluster::{
     valid_job_id, ClusterEventKind, ControlReply, ControlRequest, DeathCause, JobRecord,
-    JobRequest, JobState, JobSubmission, RunEvent, RunHeader, RunRecord, TaskRecord,
+    JobRequest, JobState, JobSubmission, RunEvent, RunHeader, RunRecord, TaskRecord, Versions,
 };
 use crate::transport::{Endpoint, RequestOptions};
 
@@ -145,12 +145,23 @@ pub struct JobTable {
 
 impl JobTable {
     /// Attached step 1-2: `job`'s driver is alive at `now`; false for a job
-    /// that ended. An unknown job is recorded as an attached one.
-    pub fn heard(&mut self, job: &str, entrypoint: &str, now: Instant, wall_ms: u64) -> bool {
+    /// that ended. An unknown job is recorded as an attached one. What the
+    /// driver runs (`versions`) is kept from the first beat that says it.
+    pub fn heard(
+        &mut self,
+        job: &str,
+        entrypoint: &str,
+        versions: Option<Versions>,
+        now: Instant,
+        wall_ms: u64,
+    ) -> bool {
         match self.jobs.get_mut(job) {
             Some(entry) if entry.record.state.is_terminal() => false,
             Some(entry) => {
                 entry.heard = now;
+                if entry.record.versions.is_none() {
+                    entry.record.versions = versions;
+                }
                 true
             }
             None => {
@@ -166,6 +177,7 @@ impl JobTable {
                     driver_pid: None,
                     start_ms: wall_ms,
                     end_ms: None,
+                    versions,
                 };
                 self.insert(record, now);
                 true
@@ -239,6 +251,7 @@ impl JobTable {
             driver_pid: None,
             start_ms: wall_ms,
             end_ms: None,
+            versions: None,
         };
         self.insert(record.clone(), now);
         Ok(record)
@@ -558,14 +571,17 @@ pub struct DriverAlive {
     pub job: String,
     /// The driver's command line.
     pub entrypoint: String,
+    /// What the driver runs, if it says.
+    pub versions: Option<Versions>,
 }
 
 impl Handler<DriverAlive> for Jobs {
     type Result = bool;
 
     fn handle(&mut self, msg: DriverAlive, _: &mut Self::Context) -> bool {
+        let (now, wall_ms) = (Instant::now(), wall_ms());
         self.table
-            .heard(&msg.job, &msg.entrypoint, Instant::now(), wall_ms())
+            .heard(&msg.job, &msg.entrypoint, msg.versions, now, wall_ms)
     }
 }
 
@@ -849,9 +865,9 @@ mod tests {
         let mut table = JobTable::default();
         let t0 = Instant::now();
         let grace = Duration::from_secs(30);
-        assert!(table.heard("a", "prog a", t0, 1));
-        assert!(table.heard("b", "prog b", t0, 2));
-        assert!(table.heard("a", "prog a", t0 + Duration::from_secs(20), 3));
+        assert!(table.heard("a", "prog a", None, t0, 1));
+        assert!(table.heard("b", "prog b", None, t0, 2));
+        assert!(table.heard("a", "prog a", None, t0 + Duration::from_secs(20), 3));
         assert!(
             table.expire(t0 + grace, grace, 4).is_empty(),
             "not past it yet"
@@ -870,16 +886,16 @@ mod tests {
             .iter()
             .all(|(job, _)| job == "a"));
         assert!(
-            !table.heard("b", "prog b", t0 + grace * 3, 7),
+            !table.heard("b", "prog b", None, t0 + grace * 3, 7),
             "an ended job stays ended"
         );
         assert!(table.expire(t0 + grace * 9, grace, 8).is_empty());
         assert_eq!(table.list().len(), 2, "ended jobs are still listed");
-        assert!(table.heard("d", "prog d", t0, 9));
+        assert!(table.heard("d", "prog d", None, t0, 9));
         assert!(table.done("d", true, 9).is_some());
         assert_eq!(table.get("d").unwrap().state, JobState::Succeeded);
         assert!(table.done("d", true, 10).is_none(), "once");
-        assert!(table.heard("c", "prog c", t0, 11));
+        assert!(table.heard("c", "prog c", None, t0, 11));
         assert!(table.done("c", false, 12).is_some());
         assert_eq!(table.get("c").unwrap().state, JobState::Failed);
         table
@@ -906,7 +922,7 @@ mod tests {
         );
         assert!(table.started("j1", 42));
         assert!(
-            table.heard("j1", "", t0, 11),
+            table.heard("j1", "", None, t0, 11),
             "its driver's beats are taken"
         );
         assert!(
@@ -989,7 +1005,7 @@ mod tests {
             Err(JobError::Unknown { job: "nope".into() })
         );
 
-        assert!(table.heard("attached", "prog", t0, 5));
+        assert!(table.heard("attached", "prog", None, t0, 5));
         assert_eq!(table.stop("attached", 6), Ok(StopAction::EndNow));
         assert_eq!(table.get("attached").unwrap().state, JobState::Stopped);
 
@@ -1047,10 +1063,10 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..MAX_ENDED + 5 {
             let job = format!("j{i}");
-            assert!(table.heard(&job, "prog", t0, i as u64));
+            assert!(table.heard(&job, "prog", None, t0, i as u64));
             table.stop(&job, i as u64).unwrap();
         }
-        assert!(table.heard("live", "prog", t0, 0));
+        assert!(table.heard("live", "prog", None, t0, 0));
         assert_eq!(table.list().len(), MAX_ENDED + 1);
         assert!(table.get("j0").is_none() && table.get("j5").is_some());
     }

@@ -293,7 +293,11 @@ async fn job_request(
     let refused = |e: jobs::JobError| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string());
     let jobs = &head.jobs;
     match request {
-        JobRequest::DriverAlive { job, entrypoint } => {
+        JobRequest::DriverAlive {
+            job,
+            entrypoint,
+            versions,
+        } => {
             if !crate::cluster::valid_job_id(&job) {
                 return Err(RemoteError::new(
                     RemoteErrorKind::BadRequest,
@@ -305,6 +309,7 @@ async fn job_request(
                 .send(jobs::DriverAlive {
                     job: job.clone(),
                     entrypoint,
+                    versions,
                 })
                 .await
                 .map_err(internal)?;

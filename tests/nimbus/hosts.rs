@@ -90,6 +90,24 @@ impl Host {
         .unwrap();
     }
 
+    /// Shows this host the file `source` at `target` (a bind mount in its
+    /// mount namespace): a file of its own where other hosts see another.
+    pub fn bind_file(&self, source: &Path, target: &Path) {
+        let mounts = self.mounts.as_deref().unwrap().display().to_string();
+        run(
+            "nsenter",
+            &[
+                &format!("--mount={mounts}"),
+                "--",
+                "mount",
+                "--bind",
+                source.to_str().unwrap(),
+                target.to_str().unwrap(),
+            ],
+        )
+        .unwrap();
+    }
+
     /// Cuts this host off the network (its veth's end on the bridge goes
     /// down), or (`false`) connects it again.
     pub fn cut_off(&self, cut: bool) {
@@ -572,6 +590,64 @@ fn a_host_without_libtorch_refuses_training_workers_naming_the_libraries() {
     );
 }
 
+/// A member host whose torch says it is another release (its
+/// `version.py`; the libraries are the same, so only the release check
+/// can tell): its worker refuses to train, and the run stops at once,
+/// naming the rank, the node and both releases, rather than training with
+/// two libtorch releases in one group; `nimbus job list` shows the
+/// driver's libtorch.
+#[test]
+fn a_host_with_another_libtorch_release_refuses_training_naming_both() {
+    let Some(hosts) = Hosts::new(3) else { return };
+    let [head_host, member, driver] = &hosts.hosts[..] else {
+        unreachable!()
+    };
+    let torch = libtorch_dir(&example("train_mnist")).join("..");
+    let ours = std::fs::read_to_string(torch.join("version.py")).unwrap();
+    let release = ours
+        .lines()
+        .find_map(|line| line.strip_prefix("__version__ = '"))
+        .and_then(|rest| rest.strip_suffix('\''))
+        .unwrap_or_else(|| panic!("no __version__ in {}:\n{ours}", torch.display()));
+    let another = format!("9.{release}");
+    let theirs = TempDir::new().unwrap();
+    let version_py = theirs.path().join("version.py");
+    std::fs::write(&version_py, ours.replace(release, &another)).unwrap();
+    member.bind_file(&version_py, &torch.join("version.py"));
+    // The head offers no CPU: the one worker can only go to the member.
+    let Cluster { head, token, .. } =
+        hosts.start_cluster(1, &["--num-cpus", "0"], &["--num-cpus", "1"]);
+    let run = driver.example(
+        "train_mnist",
+        &[
+            "--workers",
+            "1",
+            "--epochs",
+            "1",
+            "--train-samples",
+            "64",
+            "--max-failures",
+            "3",
+        ],
+        &head,
+        &token,
+    );
+    let printed = text(&run);
+    assert!(!run.status.success(), "train_mnist succeeded: {printed}");
+    assert!(
+        printed.contains(&format!(
+            "worker rank 0 on node node-1 loaded libtorch {another}"
+        )) && printed.contains(&format!("and the driver libtorch {release}")),
+        "{printed}"
+    );
+    assert!(
+        !printed.contains("times (max_failures"),
+        "a release mismatch is not retried: {printed}"
+    );
+    let jobs = head_host.nimbus(&["job", "list", "--json"], &[("NIMBUS_TOKEN", &token)]);
+    assert!(jobs.contains(&format!("libtorch {release}")), "{jobs}");
+}
+
 /// The container image's runtime layout (`scripts/image-runtime.sh`, the
 /// steps the Dockerfile runs) on a host that lacks the build's libtorch:
 /// the CLI and a training program run from it with only its `lib/` on
@@ -590,6 +666,11 @@ fn the_image_layout_trains_on_a_host_without_the_builds_libtorch() {
         .output()
         .unwrap();
     assert!(laid.status.success(), "{}", text(&laid));
+    let release = std::fs::read_to_string(layout.join("build-version")).unwrap();
+    assert!(
+        release.trim().starts_with(char::is_numeric),
+        "the layout states its libtorch's release: {release:?}"
+    );
     host.private_dir(&libtorch_dir(&example("train_mnist")));
     let lib = layout.join("lib");
     let train = |with_lib: bool| {

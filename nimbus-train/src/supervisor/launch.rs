@@ -25,7 +25,9 @@
 //!    from, the run directory, the attempt number and its generation
 //!    (which the supervisor claimed the run directory for just before:
 //!    `checkpoint/fence.rs`), its libtorch threads
-//!    (its CPUs), and its fault rules.
+//!    (its CPUs), its fault rules, and the driver's libtorch: a worker that
+//!    loaded another release or CUDA build refuses, and the run stops
+//!    (`TrainError::OtherLibtorch`, naming the rank, its node and both).
 //!
 //! A failure after step 3 stops the workers started and frees the group.
 //! Teardown (`stop_workers`): each worker gets `AbortTraining`, then
@@ -48,8 +50,9 @@ use crate::progress::Progress;
 use crate::worker::{
     self, AbortTraining, Assignment, GroupSpec, NcclUniqueId, StartTraining, TrainerWorker,
 };
-use crate::{CollectiveBackend, LoopFailed, TrainError, WorkerCount};
+use crate::{CollectiveBackend, LoopFailed, TrainError, WorkerCount, WorkerRefusal};
 use nimbus::actor::{self, ActorHandle, ProcessContext, SpawnOptions};
+use nimbus::cluster::Torch;
 use nimbus::placement::{InBundle, PlacementGroup};
 
 /// Bytes per rank slot of the shared-memory group: the allreduce bucket.
@@ -132,7 +135,7 @@ pub(super) async fn launch(
             return Err(e);
         }
     };
-    if let Err(e) = start_ranks(&handles, &assignment, &rank_layout(&nodes), &faults).await {
+    if let Err(e) = start_ranks(&handles, &assignment, &nodes, &faults).await {
         stop_workers(links, Some(group), "could not start".into()).await;
         return Err(e);
     }
@@ -188,6 +191,7 @@ fn first_assignment(
         attempt,
         generation,
         faults: Vec::new(),
+        libtorch: Torch::loaded(),
     }
 }
 
@@ -327,15 +331,16 @@ async fn group_spec(
     })
 }
 
-/// `StartTraining` on every rank, each with its ranks and its faults; the
-/// first refusal, if any.
+/// `StartTraining` on every rank (on `nodes`, in rank order), each with
+/// its ranks and its faults; the first refusal, if any.
 async fn start_ranks(
     handles: &[ActorHandle<TrainerWorker>],
     assignment: &Assignment,
-    layout: &[Ranks],
+    nodes: &[String],
     faults: &[TrainingFault],
 ) -> Result<(), TrainError> {
-    let starts = handles.iter().zip(layout).map(|(handle, ranks)| {
+    let layout = rank_layout(nodes);
+    let starts = handles.iter().zip(&layout).map(|(handle, ranks)| {
         let mut assignment = assignment.clone();
         assignment.ranks = *ranks;
         assignment.faults = faults_of(faults, ranks.world_rank);
@@ -347,6 +352,14 @@ async fn start_ranks(
         .enumerate()
         .find_map(|(rank, r)| match r {
             Ok(Ok(())) => None,
+            Ok(Err(WorkerRefusal::OtherLibtorch { worker, driver })) => {
+                Some(TrainError::OtherLibtorch {
+                    rank,
+                    node: nodes[rank].clone(),
+                    worker,
+                    driver,
+                })
+            }
             Ok(Err(e)) => Some(TrainError::WorkerFailed {
                 rank,
                 reason: e.to_string(),

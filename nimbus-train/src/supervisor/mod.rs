@@ -784,6 +784,7 @@ fn fatal(error: &TrainError) -> bool {
     matches!(
         error,
         TrainError::Config(_)
+            | TrainError::OtherLibtorch { .. }
             | TrainError::Placement(PlacementError::Infeasible { .. })
             | TrainError::Spawn(actor::SpawnError::NotRegistered(_))
             | TrainError::Spawn(actor::SpawnError::Unsatisfiable { .. })
