@@ -18,7 +18,9 @@
 //! - `quic_bulk_*`: quinn's own statistics of the connection to the node
 //!   while 64 echoes of 1 MiB are in flight at a time: throughput, packets
 //!   lost, congestion events, the congestion window and path MTU at the
-//!   end, UDP datagrams sent per MiB;
+//!   end, the path-MTU probes sent and lost and the black holes detected
+//!   (each drops the MTU to 1,200 bytes) over the connection's life,
+//!   UDP datagrams sent per MiB;
 //! - `floor_memcpy_gb_per_s`: one thread copying 256 MiB.
 //!
 //! ```text
@@ -256,6 +258,18 @@ async fn quic_bulk(connection: &Connection, scale: usize) -> Result<()> {
     );
     println!("quic_bulk_cwnd_end: {} bytes", after.path.cwnd);
     println!("quic_bulk_mtu: {} bytes", after.path.current_mtu);
+    println!(
+        "quic_bulk_mtu_probes_sent: {} probes",
+        after.path.sent_plpmtud_probes
+    );
+    println!(
+        "quic_bulk_mtu_probes_lost: {} probes",
+        after.path.lost_plpmtud_probes
+    );
+    println!(
+        "quic_bulk_black_holes_detected: {} times",
+        after.path.black_holes_detected
+    );
     let datagrams = (after.udp_tx.datagrams - before.udp_tx.datagrams) as f64;
     println!(
         "quic_bulk_udp_datagrams_sent_per_mib: {:.0} datagrams",
