@@ -13,8 +13,9 @@
 #      the system's directories (libtorch and what it needs, from the
 #      torch install they were built against), and NCCL from the same
 #      torch release when it has one (loaded at run time by GPU training);
-#      PREFIX/build-version: that libtorch's release, as a libtorch archive
-#      states it beside its lib/ (nimbus's cluster/versions.rs reads it).
+#      PREFIX/version.py (or build-version): that libtorch's release and
+#      CUDA build, as its distribution states them beside its lib/
+#      (nimbus's cluster/versions.rs reads them).
 #   3. Checks: with LD_LIBRARY_PATH=PREFIX/lib, every program finds each
 #      of its libraries, in PREFIX/lib or the system's directories, and
 #      nowhere else. The programs keep an rpath to the build's libtorch;
@@ -70,17 +71,16 @@ if [ -e "$nccl" ]; then
 else
   echo "image-runtime: no NCCL beside $torch_lib (GPU collectives will need one: NIMBUS_NCCL_LIB)" >&2
 fi
-# The libtorch's release, where a libtorch archive says it (build-version
-# beside lib/), for the release check between a driver and its workers.
+# The libtorch's release and CUDA build, as its distribution states them
+# beside lib/ (a torch package's version.py, a libtorch archive's
+# build-version), for the release check between a driver and its workers.
 torch_dir=$(dirname "$torch_lib")/..
 if [ -e "$torch_dir/version.py" ]; then
-  sed -n "s/^__version__ = '\(.*\)'\$/\1/p" "$torch_dir/version.py" > "$prefix/build-version"
+  cp "$torch_dir/version.py" "$prefix/version.py"
 elif [ -e "$torch_dir/build-version" ]; then
   cp "$torch_dir/build-version" "$prefix/build-version"
-fi
-if [ ! -s "$prefix/build-version" ]; then
-  echo "image-runtime: $torch_dir says no release (version.py or build-version); workers will not check theirs" >&2
-  rm -f "$prefix/build-version"
+else
+  echo "image-runtime: $torch_dir states no release (version.py or build-version); workers will not check theirs" >&2
 fi
 
 # 3.

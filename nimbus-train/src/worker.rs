@@ -164,10 +164,14 @@ impl GroupAbortHandle {
     }
 }
 
-/// A new NCCL unique id, made by rank 0 for its group.
+/// A new NCCL unique id, made by rank 0 for its group, unless rank 0
+/// loaded another libtorch than the driver's (`libtorch`).
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Result<Vec<u8>, WorkerRefusal>")]
-pub struct NcclUniqueId;
+pub struct NcclUniqueId {
+    /// The driver's libtorch.
+    pub libtorch: Option<Torch>,
+}
 
 impl RemoteMessage for NcclUniqueId {
     const NAME: &'static str = "nimbus.train.NcclUniqueId";
@@ -176,7 +180,8 @@ impl RemoteMessage for NcclUniqueId {
 impl Handler<NcclUniqueId> for TrainerWorker {
     type Result = Result<Vec<u8>, WorkerRefusal>;
 
-    fn handle(&mut self, _: NcclUniqueId, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, asked: NcclUniqueId, _: &mut Context<Self>) -> Self::Result {
+        same_libtorch(asked.libtorch.as_ref())?;
         #[cfg(feature = "cuda")]
         return super::collective::nccl::unique_id()
             .map_err(|e| WorkerRefusal::Nccl(e.to_string()));
@@ -184,6 +189,18 @@ impl Handler<NcclUniqueId> for TrainerWorker {
         Err(WorkerRefusal::Nccl(
             "this program was built without the `cuda` feature".into(),
         ))
+    }
+}
+
+/// Refuses when this process loaded another libtorch release or CUDA
+/// build than `driver`'s.
+fn same_libtorch(driver: Option<&Torch>) -> Result<(), WorkerRefusal> {
+    match (driver, Torch::loaded()) {
+        (Some(driver), Some(mine)) if mine.differs(driver) => Err(WorkerRefusal::OtherLibtorch {
+            worker: Box::new(mine),
+            driver: Box::new(driver.clone()),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -218,14 +235,7 @@ impl Handler<StartTraining> for TrainerWorker {
         if self.progress.is_some() {
             return Err(WorkerRefusal::AlreadyTraining);
         }
-        if let (Some(driver), Some(mine)) = (&assignment.libtorch, Torch::loaded()) {
-            if mine.differs(driver) {
-                return Err(WorkerRefusal::OtherLibtorch {
-                    worker: Box::new(mine),
-                    driver: Box::new(driver.clone()),
-                });
-            }
-        }
+        same_libtorch(assignment.libtorch.as_ref())?;
         let context = ProcessContext::current().ok_or(WorkerRefusal::NotInitialized)?;
         let run = super::LoopTable::lookup(&context.registry, &assignment.loop_name)
             .ok_or_else(|| WorkerRefusal::UnknownLoop(assignment.loop_name.clone()))?;

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::death::bounded_text;
 use crate::wire::PROTOCOL_VERSION;
 
 /// Where the NVIDIA kernel driver says its version.
@@ -62,6 +63,17 @@ impl Versions {
                 .ok()
                 .and_then(|text| nvidia_driver(&text)),
             libtorch: Torch::loaded(),
+        }
+    }
+
+    /// `self` with every text cut to [`bounded_text`]'s bound (what the head
+    /// keeps of what a peer says).
+    pub fn bounded(self) -> Versions {
+        Versions {
+            nimbus: bounded_text(self.nimbus),
+            protocol: self.protocol,
+            nvidia_driver: self.nvidia_driver.map(bounded_text),
+            libtorch: self.libtorch.map(Torch::bounded),
         }
     }
 
@@ -115,10 +127,7 @@ impl Torch {
     /// `libtorch_cpu.so` among the process's mapped files.
     pub fn loaded() -> Option<Torch> {
         let maps = std::fs::read_to_string(MAPS).ok()?;
-        let library = maps
-            .lines()
-            .filter_map(|line| line.split_whitespace().nth(5))
-            .find(|path| Path::new(path).file_name() == Some(LIBTORCH.as_ref()))?;
+        let library = mapped_libtorch(&maps)?;
         Some(Torch::in_directory(Path::new(library).parent()?))
     }
 
@@ -149,12 +158,22 @@ impl Torch {
         }
     }
 
+    /// `self` with every text cut to [`bounded_text`]'s bound (what the head
+    /// keeps of what a peer says).
+    pub fn bounded(self) -> Torch {
+        Torch {
+            version: self.version.map(bounded_text),
+            cuda: self.cuda.map(bounded_text),
+            directory: PathBuf::from(bounded_text(self.directory.to_string_lossy().into_owned())),
+        }
+    }
+
     /// Its release and CUDA build in words, without the directory.
     pub fn release(&self) -> String {
         let version = self.version.as_deref().unwrap_or("of unknown release");
         match &self.cuda {
             Some(cuda) => format!("libtorch {version} (CUDA {cuda})"),
-            None => format!("libtorch {version} (CPU)"),
+            None => format!("libtorch {version} (no CUDA)"),
         }
     }
 }
@@ -163,6 +182,17 @@ impl fmt::Display for Torch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} in {}", self.release(), self.directory.display())
     }
+}
+
+/// The path of the `libtorch_cpu.so` among a process's mapped files
+/// (`/proc/PID/maps`). A line: address, permissions, offset, device,
+/// inode, then the path, which may hold spaces, and ends ` (deleted)` once
+/// its file is gone.
+fn mapped_libtorch(maps: &str) -> Option<&str> {
+    maps.lines()
+        .filter_map(|line| line.find('/').map(|at| &line[at..]))
+        .map(|path| path.strip_suffix(" (deleted)").unwrap_or(path))
+        .find(|path| Path::new(path).file_name() == Some(LIBTORCH.as_ref()))
 }
 
 /// The release and CUDA build a torch package's `version.py` states
@@ -308,6 +338,21 @@ mod tests {
         assert_eq!(
             driver.to_string(),
             "libtorch 2.11.0+cu130 (CUDA 13.0) in /opt/torch/lib"
+        );
+    }
+
+    #[test]
+    fn the_loaded_libtorch_is_found_among_mapped_files_whose_paths_hold_spaces() {
+        let maps = "7f00-7f01 r--p 00000000 fd:01 42   /usr/lib/libc.so.6\n\
+                    7f02-7f03 r-xp 00001000 fd:01 43   /opt/my torch/lib/libtorch_cpu.so (deleted)\n\
+                    7ffd-7ffe rw-p 00000000 00:00 0    [stack]\n";
+        assert_eq!(
+            mapped_libtorch(maps),
+            Some("/opt/my torch/lib/libtorch_cpu.so")
+        );
+        assert_eq!(
+            mapped_libtorch("7ffd-7ffe rw-p 00000000 00:00 0 [stack]\n"),
+            None
         );
     }
 }

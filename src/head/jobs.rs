@@ -3,9 +3,10 @@
 //! keeps a record of every job, live and ended (`nimbus job list`).
 //!
 //! A driver that attaches by itself (`--address`):
-//! 1. It sends `DriverAlive { job, entrypoint }` to the head every
-//!    [`DRIVER_BEAT`] (1 s) while it runs (`crate::driver`). The first one
-//!    records the job, `RUNNING`.
+//! 1. It sends `DriverAlive { job, entrypoint, versions }` to the head
+//!    every [`DRIVER_BEAT`] (1 s) while it runs (`crate::driver`). The
+//!    first one records the job, `RUNNING`; the first that says what the
+//!    driver runs (release, libtorch) records that too.
 //! 2. The head's [`JobTable`] keeps when it last heard from each job. A job
 //!    not heard from for the grace period (`--driver-grace-s`, default
 //!    [`DEFAULT_DRIVER_GRACE`], 30 s) ends `FAILED`: its driver died, was
@@ -579,9 +580,9 @@ impl Handler<DriverAlive> for Jobs {
     type Result = bool;
 
     fn handle(&mut self, msg: DriverAlive, _: &mut Self::Context) -> bool {
-        let (now, wall_ms) = (Instant::now(), wall_ms());
+        let (now, wall) = (Instant::now(), wall_ms());
         self.table
-            .heard(&msg.job, &msg.entrypoint, msg.versions, now, wall_ms)
+            .heard(&msg.job, &msg.entrypoint, msg.versions, now, wall)
     }
 }
 

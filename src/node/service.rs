@@ -309,7 +309,7 @@ async fn job_request(
                 .send(jobs::DriverAlive {
                     job: job.clone(),
                     entrypoint,
-                    versions,
+                    versions: versions.map(crate::cluster::Versions::bounded),
                 })
                 .await
                 .map_err(internal)?;

@@ -5,7 +5,7 @@
 //!
 //! 1. The dialer opens a bidirectional stream and writes the [`preamble`]
 //!    (8 bytes: `NMBS` + the `u32` protocol version, [`PROTOCOL_VERSION`],
-//!    now 3), then a [`Hello`] frame naming itself (`from`: role, name,
+//!    now 4), then a [`Hello`] frame naming itself (`from`: role, name,
 //!    incarnation) and, optionally, the identity of the node it expects to
 //!    reach (`expect`).
 //! 2. The acceptor checks the preamble first, so that a peer of another

@@ -11,8 +11,8 @@ use nimbus::chaos::ChaosPlan;
 use nimbus::cluster::faults::ActorFault;
 use nimbus::cluster::{
     ActorId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, DeathCause,
-    EventRequest, HostLoad, MembershipRequest, NodeRegistration, ObjectId, ObjectRequest,
-    ResourceSet,
+    EventRequest, HostLoad, JobRequest, MembershipRequest, NodeRegistration, ObjectId,
+    ObjectRequest, ResourceSet,
 };
 use nimbus::transport::{
     CertificateHash, JoinToken, PacketFaults, TicketAuthority, Verifier, WorkerSigner,
@@ -267,6 +267,18 @@ fn control_requests() -> Vec<Vec<u8>> {
             copy_at: None,
         }),
         ControlRequest::Echo(vec![1, 2, 3]),
+        ControlRequest::Jobs(JobRequest::DriverAlive {
+            job: "job-1".into(),
+            entrypoint: "train_mnist --epochs 1".into(),
+            versions: Some(nimbus::cluster::Versions {
+                libtorch: Some(nimbus::cluster::Torch {
+                    version: Some("2.11.0+cu130".into()),
+                    cuda: Some("13.0".into()),
+                    directory: "/opt/torch/lib".into(),
+                }),
+                ..nimbus::cluster::Versions::here()
+            }),
+        }),
     ]
     .iter()
     .map(msgpack)

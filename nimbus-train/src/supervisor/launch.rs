@@ -128,7 +128,8 @@ pub(super) async fn launch(
             return Err(e);
         }
     };
-    assignment.group = match group_spec(backend, &plan, id, &handles).await {
+    let spec = group_spec(backend, &plan, id, &handles, &nodes, &assignment).await;
+    assignment.group = match spec {
         Ok(spec) => Some(spec),
         Err(e) => {
             stop_workers(links, Some(group), "no collective group".into()).await;
@@ -294,14 +295,17 @@ fn choose_backend(
     }
 }
 
-/// The group the ranks form for `backend`. NCCL asks rank 0 for the
-/// communicator's id: a program or machine without NCCL fails here,
+/// The group the ranks (on `nodes`) form for `backend`. NCCL asks rank 0
+/// for the communicator's id: a program or machine without NCCL, or a
+/// rank 0 that loaded another libtorch than the driver's, fails here,
 /// clearly and for good.
 async fn group_spec(
     backend: CollectiveBackend,
     plan: &RunPlan,
     id: u64,
     handles: &[ActorHandle<TrainerWorker>],
+    nodes: &[String],
+    assignment: &Assignment,
 ) -> Result<GroupSpec, TrainError> {
     let timeout_ms = plan.run.collective_timeout.as_millis() as u64;
     Ok(match backend {
@@ -309,10 +313,16 @@ async fn group_spec(
             let Some(rank_0) = handles.first() else {
                 return Err(TrainError::Config("an NCCL group needs a worker".into()));
             };
+            let asked = NcclUniqueId {
+                libtorch: assignment.libtorch.clone(),
+            };
             let id = rank_0
-                .send_with_deadline(NcclUniqueId, super::WORKER_CALL_DEADLINE)
+                .send_with_deadline(asked, super::WORKER_CALL_DEADLINE)
                 .await?
-                .map_err(|e| TrainError::Config(format!("cannot form an NCCL group: {e}")))?;
+                .map_err(|e| match e {
+                    WorkerRefusal::OtherLibtorch { .. } => refused(0, nodes, e),
+                    e => TrainError::Config(format!("cannot form an NCCL group: {e}")),
+                })?;
             GroupSpec::Nccl { id, timeout_ms }
         }
         CollectiveBackend::Network => GroupSpec::Network {
@@ -352,24 +362,30 @@ async fn start_ranks(
         .enumerate()
         .find_map(|(rank, r)| match r {
             Ok(Ok(())) => None,
-            Ok(Err(WorkerRefusal::OtherLibtorch { worker, driver })) => {
-                Some(TrainError::OtherLibtorch {
-                    rank,
-                    node: nodes[rank].clone(),
-                    worker,
-                    driver,
-                })
-            }
-            Ok(Err(e)) => Some(TrainError::WorkerFailed {
-                rank,
-                reason: e.to_string(),
-            }),
+            Ok(Err(e)) => Some(refused(rank, nodes, e)),
             Err(e) => Some(TrainError::WorkerFailed {
                 rank,
                 reason: e.to_string(),
             }),
         });
     failure.map_or(Ok(()), Err)
+}
+
+/// The error of rank `rank`'s (on `nodes`) refusal: another libtorch than
+/// the driver's stops the run; anything else fails the attempt.
+fn refused(rank: usize, nodes: &[String], refusal: WorkerRefusal) -> TrainError {
+    match refusal {
+        WorkerRefusal::OtherLibtorch { worker, driver } => TrainError::OtherLibtorch {
+            rank,
+            node: nodes.get(rank).cloned().unwrap_or_default(),
+            worker,
+            driver,
+        },
+        e => TrainError::WorkerFailed {
+            rank,
+            reason: e.to_string(),
+        },
+    }
 }
 
 /// Local mode: the loop on a thread of this (the driver) process.

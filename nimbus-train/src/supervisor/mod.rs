@@ -25,7 +25,9 @@
 //!    checkpoint that found no room on its filesystem, or that rank 0 saved
 //!    where this driver cannot see it (storage not shared between hosts),
 //!    ends the whole run after step 4 (`TrainError::StorageFull`,
-//!    `StorageNotShared`), keeping the checkpoints already saved;
+//!    `StorageNotShared`), keeping the checkpoints already saved; so does
+//!    a worker that loaded another libtorch than the driver's
+//!    (`TrainError::OtherLibtorch`, at launch);
 //! 4. on that failure: `AbortTraining` to every worker (peers blocked in a
 //!    collective fail at once), kill every worker (`ActorHandle::kill` →
 //!    `KillActor` to its node → SIGKILL, no restart; it returns once the
