@@ -36,7 +36,8 @@ test:
 	  cargo build $(TEMPLATE) --target-dir target && \
 	  PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template && \
 	  cargo build $(TEMPLATE_TRAIN) --target-dir target && \
-	  env -u LD_LIBRARY_PATH PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template-train
+	  env -u LD_LIBRARY_PATH PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template-train && \
+	  cargo test -p nimbus-train --features cuda --test cuda
 
 # The long fault-injection tests alone (about 75 s here; `make test` runs
 # them too, after the others).

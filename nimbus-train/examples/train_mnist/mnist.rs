@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use nimbus_train::tch::{nn, nn::ModuleT, Kind};
+use nimbus_train::tch::{nn, nn::ModuleT, Device, Kind};
 use nimbus_train::{Checkpoint, LoopResult, Metrics, Sgd, TrainContext, TrainLoop};
 use serde::{Deserialize, Serialize};
 
@@ -117,17 +117,20 @@ pub fn network(root: &nn::Path) -> impl ModuleT {
         .add(nn::linear(root / "fc2", 128, 10, Default::default()))
 }
 
-/// Fraction of `data`'s test set classified right.
-fn accuracy(net: &impl ModuleT, data: &ImageData) -> f64 {
+/// Fraction of `data`'s test set `net` classifies right, run on `device`
+/// (the test tensors are moved there, batch by batch).
+fn accuracy(net: &impl ModuleT, data: &ImageData, device: Device) -> f64 {
     nimbus_train::tch::no_grad(|| {
         let mut right = 0i64;
         let n = data.test.len();
         for start in (0..n).step_by(1000) {
             let end = (start + 1000).min(n);
             let batch = data.test.slice(start, end);
-            let predicted = net.forward_t(&batch.images, false).argmax(-1, false);
+            let predicted = net
+                .forward_t(&batch.images.to_device(device), false)
+                .argmax(-1, false);
             right += predicted
-                .eq_tensor(&batch.labels)
+                .eq_tensor(&batch.labels.to_device(device))
                 .sum(Kind::Int64)
                 .int64_value(&[]);
         }
@@ -210,7 +213,7 @@ impl TrainLoop for MnistLoop {
                 ]);
                 let end_of_epoch = b + 1 == batches.len();
                 let checkpoint = if end_of_epoch {
-                    metrics.insert("test_accuracy".into(), accuracy(&net, &data));
+                    metrics.insert("test_accuracy".into(), accuracy(&net, &data, ctx.device()));
                     Some(save(&vs, &sgd, epoch + 1, 0)?)
                 } else if config.checkpoint_every.is_some_and(|k| step % k == 0) {
                     Some(save(&vs, &sgd, epoch, b + 1)?)

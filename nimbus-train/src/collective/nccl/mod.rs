@@ -1,9 +1,10 @@
 //! The NCCL backend (feature `cuda`), through cudarc: collectives between
 //! GPU workers, on device memory.
 //!
-//! cudarc loads libcuda and libnccl at run time and panics when it cannot,
-//! so every entry point [`probe`]s for both libraries first and fails with
-//! a clear error instead. Rank 0 makes the group's unique id
+//! cudarc loads libcuda at run time and panics when it cannot, so every
+//! entry point [`probe`]s for it first and fails with a clear error
+//! instead; NCCL is loaded by nimbus (`library.rs`: the one that came with
+//! the libtorch in use, or `NIMBUS_NCCL_LIB`, version 2.10 or newer). Rank 0 makes the group's unique id
 //! ([`unique_id`]); the supervisor hands it to every rank through the actor
 //! system; each rank [`NcclGroup::join`]s with it.
 //!
@@ -26,14 +27,17 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::result as cuda;
 use cudarc::driver::sys as cuda_sys;
-use cudarc::nccl::result as nccl;
 use cudarc::nccl::sys as nccl_sys;
 
 use super::{Collective, CollectiveError};
 
+mod library;
+
+pub use library::{load, nccl, version_text, Nccl, MIN_VERSION, NCCL_LIB_ENV, SONAME};
+
 /// Checks that the CUDA driver and NCCL can be loaded and the driver
-/// initialised.
-pub fn probe() -> Result<(), CollectiveError> {
+/// initialised; this process's NCCL.
+pub fn probe() -> Result<&'static Nccl, CollectiveError> {
     // SAFETY: loading a shared library runs no initialisers with
     // preconditions of ours.
     unsafe { libloading::Library::new("libcuda.so.1") }.map_err(|e| {
@@ -41,27 +45,25 @@ pub fn probe() -> Result<(), CollectiveError> {
             "no CUDA driver here (libcuda.so.1 does not load: {e}); NCCL needs a GPU"
         ))
     })?;
-    // SAFETY: as above.
-    if !unsafe { nccl_sys::is_culib_present() } {
-        return Err(CollectiveError::Setup(
-            "NCCL not found: libnccl.so.2 does not load (install NCCL, or put its lib directory on LD_LIBRARY_PATH)".into(),
-        ));
-    }
+    let nccl = nccl()?;
     cuda::init()
         .map_err(|e| CollectiveError::Setup(format!("the CUDA driver failed to start: {e}")))?;
-    Ok(())
+    Ok(nccl)
 }
 
 /// A new NCCL unique id, for rank 0 to hand to the group.
 pub fn unique_id() -> Result<Vec<u8>, CollectiveError> {
-    probe()?;
-    let id = nccl::get_uniqueid()
-        .map_err(|e| CollectiveError::Setup(format!("ncclGetUniqueId: {e:?}")))?;
+    let nccl = probe()?;
+    let mut id = nccl_sys::ncclUniqueId { internal: [0; 128] };
+    // SAFETY: `id` is a valid out-pointer.
+    nccl.check("ncclGetUniqueId", unsafe { (nccl.get_unique_id)(&mut id) })
+        .map_err(CollectiveError::Setup)?;
     Ok(id.internal.iter().map(|&c| c as u8).collect())
 }
 
 /// One rank of an NCCL communicator.
 pub struct NcclGroup {
+    nccl: &'static Nccl,
     comm: nccl_sys::ncclComm_t,
     rank: usize,
     world: usize,
@@ -85,7 +87,7 @@ impl NcclGroup {
         world: usize,
         timeout: Duration,
     ) -> Result<Self, CollectiveError> {
-        probe()?;
+        let nccl = probe()?;
         let mut unique = nccl_sys::ncclUniqueId { internal: [0; 128] };
         if id.len() != unique.internal.len() {
             return Err(CollectiveError::Setup(format!(
@@ -98,10 +100,14 @@ impl NcclGroup {
         }
         let mut comm = std::ptr::null_mut();
         // SAFETY: `comm` is a valid out-pointer; the id is 128 bytes.
-        unsafe { nccl::comm_init_rank(&mut comm, world as i32, unique, rank as i32) }.map_err(
-            |e| CollectiveError::Setup(format!("ncclCommInitRank (rank {rank} of {world}): {e:?}")),
-        )?;
+        let result = unsafe { (nccl.comm_init_rank)(&mut comm, world as i32, unique, rank as i32) };
+        nccl.check(
+            &format!("ncclCommInitRank (rank {rank} of {world})"),
+            result,
+        )
+        .map_err(CollectiveError::Setup)?;
         Ok(NcclGroup {
+            nccl,
             comm,
             rank,
             world,
@@ -152,7 +158,7 @@ impl NcclGroup {
         if !self.dead {
             self.dead = true;
             // SAFETY: the communicator is ours and not used after this.
-            let _ = unsafe { nccl::comm_abort(self.comm) };
+            let _ = unsafe { (self.nccl.comm_abort)(self.comm) };
         }
     }
 
@@ -178,7 +184,7 @@ impl NcclGroup {
     ) -> Result<(), CollectiveError> {
         self.check_alive()?;
         let ptr = ptr as *mut std::ffi::c_void;
-        nccl::all_reduce(
+        let result = (self.nccl.all_reduce)(
             ptr,
             ptr,
             count,
@@ -186,8 +192,10 @@ impl NcclGroup {
             nccl_sys::ncclRedOp_t::ncclAvg,
             self.comm,
             std::ptr::null_mut(),
-        )
-        .map_err(|e| CollectiveError::Aborted(format!("ncclAllReduce: {e:?}")))?;
+        );
+        self.nccl
+            .check("ncclAllReduce", result)
+            .map_err(CollectiveError::Aborted)?;
         self.wait("allreduce")
     }
 
@@ -236,8 +244,8 @@ impl Collective for NcclGroup {
         self.through_device(values, |group, buffer| {
             let ptr = buffer as *mut std::ffi::c_void;
             // SAFETY: as above.
-            unsafe {
-                nccl::all_reduce(
+            let result = unsafe {
+                (group.nccl.all_reduce)(
                     ptr,
                     ptr,
                     count,
@@ -246,8 +254,11 @@ impl Collective for NcclGroup {
                     group.comm,
                     std::ptr::null_mut(),
                 )
-            }
-            .map_err(|e| CollectiveError::Aborted(format!("ncclAllReduce: {e:?}")))?;
+            };
+            group
+                .nccl
+                .check("ncclAllReduce", result)
+                .map_err(CollectiveError::Aborted)?;
             group.wait("allreduce")
         })
     }
@@ -263,8 +274,8 @@ impl Collective for NcclGroup {
         self.through_device(values, |group, buffer| {
             let ptr = buffer as *mut std::ffi::c_void;
             // SAFETY: as above.
-            unsafe {
-                nccl::broadcast(
+            let result = unsafe {
+                (group.nccl.broadcast)(
                     ptr,
                     ptr,
                     count,
@@ -273,8 +284,11 @@ impl Collective for NcclGroup {
                     group.comm,
                     std::ptr::null_mut(),
                 )
-            }
-            .map_err(|e| CollectiveError::Aborted(format!("ncclBroadcast: {e:?}")))?;
+            };
+            group
+                .nccl
+                .check("ncclBroadcast", result)
+                .map_err(CollectiveError::Aborted)?;
             group.wait("broadcast")
         })
     }
@@ -296,17 +310,18 @@ impl Collective for NcclGroup {
         }
         Some((|| {
             self.check_alive()?;
-            let failed = |e: cudarc::nccl::result::NcclError| {
-                CollectiveError::Aborted(format!("NCCL: {e:?}"))
-            };
-            nccl::group_start().map_err(failed)?;
+            let nccl = self.nccl;
+            // SAFETY: ncclGroupStart has no preconditions.
+            let started = unsafe { (nccl.group_start)() };
+            nccl.check("ncclGroupStart", started)
+                .map_err(CollectiveError::Aborted)?;
             for tensor in tensors {
                 let ptr = tensor.data_ptr();
                 // SAFETY: a contiguous CUDA f32 tensor of `numel` values on
                 // this rank's device, which the caller does not touch until
                 // the wait below returns.
-                unsafe {
-                    nccl::all_reduce(
+                let result = unsafe {
+                    (nccl.all_reduce)(
                         ptr,
                         ptr,
                         tensor.numel(),
@@ -315,10 +330,14 @@ impl Collective for NcclGroup {
                         self.comm,
                         std::ptr::null_mut(),
                     )
-                }
-                .map_err(failed)?;
+                };
+                nccl.check("ncclAllReduce", result)
+                    .map_err(CollectiveError::Aborted)?;
             }
-            nccl::group_end().map_err(failed)?;
+            // SAFETY: closes the group started above.
+            let ended = unsafe { (nccl.group_end)() };
+            nccl.check("ncclGroupEnd", ended)
+                .map_err(CollectiveError::Aborted)?;
             self.wait("allreduce")
         })())
     }
@@ -328,7 +347,7 @@ impl Drop for NcclGroup {
     fn drop(&mut self) {
         if !self.dead {
             // SAFETY: the communicator is ours; nothing uses it after drop.
-            let _ = unsafe { nccl::comm_destroy(self.comm) };
+            let _ = unsafe { (self.nccl.comm_destroy)(self.comm) };
         }
     }
 }
