@@ -933,6 +933,11 @@ pub struct NodeStatus {
     /// What it runs.
     #[serde(default)]
     pub versions: Versions,
+    /// A member a restarted head knows from its store and has not heard
+    /// from yet: it has until the head's grace ends to heartbeat, else it
+    /// is declared dead.
+    #[serde(default)]
+    pub rejoining: bool,
 }
 
 impl NodeStatus {

@@ -15,6 +15,13 @@
 //! within the wait (which the node service caps at 60 s per request).
 //! A wait for any change asks for the events after `u64::MAX`: it
 //! returns, empty, as soon as the next event is published.
+//!
+//! Numbers grow across the head's restarts: the head's `epoch`th start
+//! (`head/store.rs`, step 3) numbers from `(epoch - 1) << EPOCH_SHIFT`,
+//! so a reader that kept its place from before a restart gets every event
+//! of the new head instead of waiting for numbers it has seen. (It is not
+//! told that it missed the events of the outage itself: a resync signal
+//! is not built yet.)
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -29,6 +36,9 @@ const HISTORY: usize = 4096;
 /// The most events in one answer: 512 × (4 KiB texts × at most 3 per
 /// event) stays below the 16 MiB frame limit.
 const PAGE: usize = 512;
+
+/// Bits of an event number below the head's epoch: 2^32 events per start.
+const EPOCH_SHIFT: u32 = 32;
 
 /// Numbers and fans out cluster events.
 #[derive(Default)]
@@ -65,6 +75,14 @@ pub struct EventsSince {
 }
 
 impl ClusterEvents {
+    /// The event stream of the head's `epoch`th start (from 1).
+    pub fn for_epoch(epoch: u64) -> Self {
+        ClusterEvents {
+            next_seq: epoch.saturating_sub(1) << EPOCH_SHIFT,
+            ..ClusterEvents::default()
+        }
+    }
+
     fn since(&self, after: u64) -> Vec<ClusterEvent> {
         self.history
             .iter()
@@ -152,6 +170,25 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].seq, 2);
         assert_eq!(got[0].kind.node().unwrap().name, "b");
+    }
+
+    #[actix_rt::test]
+    async fn a_reader_from_before_a_restart_gets_the_new_heads_events() {
+        let before = ClusterEvents::for_epoch(1).start();
+        for _ in 0..3 {
+            before.send(Publish(left("a"))).await.unwrap();
+        }
+        let after = ClusterEvents::for_epoch(2).start();
+        after.send(Publish(left("b"))).await.unwrap();
+        let got = after
+            .send(EventsSince {
+                after: 3,
+                wait: Duration::ZERO,
+            })
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].seq, (1 << EPOCH_SHIFT) + 1);
     }
 
     #[actix_rt::test]

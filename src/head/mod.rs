@@ -10,6 +10,8 @@
 //!   actor deaths, restarts elsewhere.
 //! - [`ActorRescheduler`]: places an actor lost with its node on another
 //!   node (through [`crate::launch`]).
+//! - [`store::HeadStore`]: what the head keeps across its restarts
+//!   (credentials, epoch, node records), in `$NIMBUS_HOME/head.redb`.
 //!
 //! `HeadActors` bundles their addresses for the node service.
 //!
@@ -24,6 +26,7 @@ pub mod jobs;
 pub mod membership;
 mod rescheduler;
 pub mod runs;
+pub mod store;
 pub mod tasks;
 
 use std::time::Duration;

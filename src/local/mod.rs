@@ -409,17 +409,26 @@ impl LocalCluster {
     }
 
     /// Kills node `index` if it still runs and starts it again with the
-    /// same name and port: the same node, as a new incarnation.
+    /// same name and port: the same node, as a new incarnation. The head
+    /// (index 0) restarts from its store in the cluster's `NIMBUS_HOME`:
+    /// the same cluster, with the same token, taking its members back.
     pub fn restart(&mut self, index: usize) -> Result<(), LocalClusterError> {
         self.kill(index)?;
         let node = &self.nodes[index];
         let mut args = node.args.clone();
-        // A node restarted before already carries its port.
-        if !args.iter().any(|a| a == "--port") {
-            args.extend(["--port".to_string(), node.address.port().to_string()]);
+        let port = node.address.port().to_string();
+        // The head started on any port (0); a node restarted before
+        // already carries its port.
+        match args.iter().position(|a| a == "--port") {
+            Some(at) => {
+                if let Some(value) = args.get_mut(at + 1) {
+                    *value = port;
+                }
+            }
+            None => args.extend(["--port".to_string(), port]),
         }
         let name = node.name.clone();
-        let restarted = self.spawn(&name, args, &[], false, &[])?;
+        let restarted = self.spawn(&name, args, &[], index == 0, &[])?;
         self.nodes[index] = restarted;
         Ok(())
     }

@@ -6,9 +6,14 @@ use std::time::Duration;
 
 use crate::cluster::files::nimbus_home;
 use crate::cluster::ResourceOverrides;
+use crate::head::store::HeadStart;
 use crate::transport::{JoinToken, TransportConfig};
 
 use super::logs::DEFAULT_LOG_MAX;
+
+/// How long members ride out an unreachable head, and how long a
+/// restarted head waits for them (`--head-grace-s`).
+pub const DEFAULT_HEAD_GRACE: Duration = Duration::from_secs(60);
 
 /// Head or not.
 #[derive(Clone, Debug)]
@@ -18,6 +23,8 @@ pub enum NodeRole {
         /// A node silent for this long is declared dead (at most 3 s by
         /// default). Nodes heartbeat at a sixth of it.
         heartbeat_timeout: Duration,
+        /// Its store, opened, with what it held (`head/store.rs`).
+        store: HeadStart,
     },
     /// Joins the head at this address.
     Member {
@@ -41,8 +48,10 @@ pub struct NodeConfig {
     pub node_name: Option<String>,
     /// Resources given on the command line.
     pub resources: ResourceOverrides,
-    /// A member that cannot reach the head for this long exits.
-    pub head_lost_timeout: Duration,
+    /// A member that cannot reach the head for this long exits; a restarted
+    /// head gives the members it knew this long to come back
+    /// (`--head-grace-s`, [`DEFAULT_HEAD_GRACE`] by default).
+    pub head_grace: Duration,
     /// Transport settings.
     pub transport: TransportConfig,
     /// Where the node keeps program binaries and worker logs.
@@ -82,7 +91,7 @@ impl NodeConfig {
             advertise_ip: None,
             node_name: None,
             resources: ResourceOverrides::default(),
-            head_lost_timeout: Duration::from_secs(30),
+            head_grace: DEFAULT_HEAD_GRACE,
             transport: TransportConfig::default(),
             state_dir: default_state_dir(),
             object_store_memory: None,

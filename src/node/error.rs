@@ -57,9 +57,12 @@ pub enum NodeError {
     /// the heartbeat timeout); restart it to rejoin as a new incarnation.
     #[error("the head no longer counts this node as a member: {0}")]
     Expelled(String),
-    /// The head did not answer heartbeats for `head_lost_timeout`.
-    #[error("lost the head: no heartbeat acknowledged for {0:?}")]
+    /// The head did not answer heartbeats for the grace (`--head-grace-s`).
+    #[error("lost the head: no heartbeat acknowledged for {0:.1?}, longer than the grace for the head to come back (--head-grace-s)")]
     HeadLost(Duration),
+    /// The head's store cannot be used (`head/store.rs`).
+    #[error(transparent)]
+    Store(#[from] crate::head::store::StoreError),
     /// A fault plan in the environment (`NIMBUS_PACKET_FAULTS`,
     /// `NIMBUS_ACTOR_FAULTS`) is malformed.
     #[error(transparent)]

@@ -8,8 +8,12 @@
 //! - **Heartbeats**: at start, then every interval (the head's heartbeat
 //!   timeout / 6), one at a time, carrying the resources in use. A refusal
 //!   of this incarnation (stale, or declared dead) stops the node
-//!   (`NodeError::Expelled`); no acknowledgement for `head_lost_timeout`
-//!   stops it too (`NodeError::HeadLost`).
+//!   (`NodeError::Expelled`). An unanswered heartbeat is retried with
+//!   backoff (doubling from the interval up to `MAX_BEAT_BACKOFF`, 2 s,
+//!   each on a new connection once the old one is closed) while the node
+//!   and its workers run on; no acknowledgement for the grace
+//!   (`--head-grace-s`, 60 s by default: long enough for a head to be
+//!   restarted) stops it (`NodeError::HeadLost`).
 //! - **`StartActor(spec)`**: 1. without the program's binary (by hash),
 //!   answer `NeedBinary`; 2. reserve the resources (in the spec's bundle,
 //!   if any; GPU ids picked) or answer `NoCapacity`; 3. start the worker
@@ -104,7 +108,7 @@ pub struct NodeManagerConfig {
     /// Heartbeat interval.
     pub interval: Duration,
     /// A member that hears nothing from the head for this long stops.
-    pub head_lost_timeout: Duration,
+    pub head_grace: Duration,
     /// Where fatal errors go.
     pub fatal: mpsc::UnboundedSender<NodeError>,
     /// How this node gives its workers their identities.
@@ -125,6 +129,8 @@ pub struct NodeManager {
     resources: ResourcePool,
     last_ack: Instant,
     in_flight: bool,
+    /// Heartbeats unanswered in a row, and when the next one may go.
+    missed: (u32, Instant),
     binaries: BinaryCache,
     /// The cached binaries whose libraries this machine has.
     libraries: libraries::Checked,
@@ -150,6 +156,9 @@ struct Worker {
     err_log: (PathBuf, u64),
 }
 
+/// The longest wait between heartbeats the head does not answer.
+const MAX_BEAT_BACKOFF: Duration = Duration::from_secs(2);
+
 /// The outcome of one heartbeat.
 enum Beat {
     Acked,
@@ -173,6 +182,7 @@ impl NodeManager {
             config,
             last_ack: Instant::now(),
             in_flight: false,
+            missed: (0, Instant::now()),
             workers: HashMap::new(),
             bundle_jobs: HashMap::new(),
             output: JobOutput::default(),
@@ -180,7 +190,7 @@ impl NodeManager {
     }
 
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
-        if self.in_flight {
+        if self.in_flight || Instant::now() < self.missed.1 {
             return;
         }
         self.in_flight = true;
@@ -237,16 +247,28 @@ impl NodeManager {
 
     fn record(&mut self, beat: Beat) {
         match beat {
-            Beat::Acked => self.last_ack = Instant::now(),
+            Beat::Acked => {
+                if self.missed.0 > 0 {
+                    let silent = self.last_ack.elapsed();
+                    info!("the head answers again after {silent:.1?}");
+                }
+                self.last_ack = Instant::now();
+                self.missed = (0, self.last_ack);
+            }
             Beat::Expelled(reason) => {
                 let _ = self.config.fatal.send(NodeError::Expelled(reason));
             }
             Beat::Missed(reason) => {
                 let silent = self.last_ack.elapsed();
+                let grace = self.config.head_grace;
+                let misses = self.missed.0.saturating_add(1);
+                let backoff = (self.config.interval * 2u32.saturating_pow(misses.min(16) - 1))
+                    .min(MAX_BEAT_BACKOFF);
+                self.missed = (misses, Instant::now() + backoff);
                 warn!(
-                    "heartbeat to the head failed ({reason}); no acknowledgement for {silent:.1?}"
+                    "heartbeat to the head failed ({reason}); no acknowledgement for {silent:.1?}, giving up after {grace:?} (--head-grace-s); next try in {backoff:?}"
                 );
-                if silent > self.config.head_lost_timeout {
+                if silent > grace {
                     let _ = self.config.fatal.send(NodeError::HeadLost(silent));
                 }
             }

@@ -15,7 +15,9 @@
 //!    [`ActorRescheduler`](crate::head::ActorRescheduler), which restarts
 //!    actors lost with their node on other nodes) and register itself; the
 //!    heartbeat interval is the heartbeat timeout / `BEATS_PER_TIMEOUT`
-//!    (6); the head makes its ticket key and certifies itself. On other
+//!    (6); the head takes its ticket key from its store (opened by the
+//!    caller: `head/store.rs`), bumps the store's epoch, loads the members
+//!    a previous head recorded, and certifies itself. On other
 //!    nodes, join the head as a token holder, which answers with the
 //!    interval and the node's ticket (a refused or unreachable head is an
 //!    error and the process exits non-zero); from then on the node presents
@@ -32,7 +34,8 @@
 //!    `NodeLeft`), every connection is closed with a "shutting down" reason
 //!    (close code 4), and the object store removes its directories. On a
 //!    fatal error (declared dead or replaced: `Expelled`; no heartbeat
-//!    acknowledged for `head_lost_timeout`, 30 s by default: `HeadLost`),
+//!    acknowledged for the grace, `--head-grace-s`, 60 s by default:
+//!    `HeadLost`),
 //!    stop with that error.
 //!
 //! Files: `config.rs` (`NodeConfig`), `manager.rs` (the `NodeManager`
@@ -63,7 +66,7 @@ mod service;
 mod workers;
 
 pub use authorize::Forbidden;
-pub use config::{default_state_dir, NodeConfig, NodeRole};
+pub use config::{default_state_dir, NodeConfig, NodeRole, DEFAULT_HEAD_GRACE};
 pub use drivers::{DriverError, DriverRunner, REPORT_TRIES, STOP_GRACE};
 pub use error::{BinaryError, GrantError, NoCapacity, NodeError, NotServing, WorkerStartError};
 pub use gpu_slots::{GpuSlotError, GpuSlots, GpuTake, FRACTION_EPSILON};

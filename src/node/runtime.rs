@@ -22,6 +22,7 @@ use crate::cluster::{
 use crate::head::events::Subscribe;
 use crate::head::jobs::Jobs;
 use crate::head::membership::{self, Membership};
+use crate::head::store::HeadStart;
 use crate::head::{ActorRescheduler, ClusterEvents, Directory, HeadActors};
 use crate::metrics::{MetricsServer, ProcessMetrics};
 use crate::object_store::{HeadEvents, NodeObjectStore};
@@ -71,10 +72,13 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         resources: resources.clone(),
         versions: Versions::here(),
     };
-    let link = match config.role {
-        NodeRole::Head { heartbeat_timeout } => {
-            let timeouts = (heartbeat_timeout, config.driver_grace);
-            start_head(&endpoint, &mut bound, registration, timeouts).await?
+    let link = match config.role.clone() {
+        NodeRole::Head {
+            heartbeat_timeout,
+            store,
+        } => {
+            let timeouts = (heartbeat_timeout, config.driver_grace, config.head_grace);
+            start_head(&endpoint, &mut bound, registration, store, timeouts).await?
         }
         NodeRole::Member { head } => {
             let joined = join(&endpoint, head, registration, bound.signer.public_key()).await?;
@@ -102,7 +106,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         head: link.head,
         head_address,
         interval: link.interval,
-        head_lost_timeout: config.head_lost_timeout,
+        head_grace: config.head_grace,
         fatal: fatal_tx,
         workers: WorkerIdentities::new(config.token.clone(), bound.signer, link.head_key),
         advertise_ip: address.ip(),
@@ -259,11 +263,14 @@ async fn start_head(
     endpoint: &Endpoint,
     bound: &mut Bound,
     registration: NodeRegistration,
-    (heartbeat_timeout, driver_grace): (Duration, Duration),
+    store: HeadStart,
+    (heartbeat_timeout, driver_grace, head_grace): (Duration, Duration, Duration),
 ) -> Result<Link, NodeError> {
     let interval = heartbeat_timeout / BEATS_PER_TIMEOUT;
-    // The head certifies itself like any node (`tickets.rs`, step 2).
-    let tickets = TicketAuthority::generate()?;
+    // The head certifies itself like any node (`tickets.rs`, step 2), with
+    // the key its store keeps: its members' tickets outlive its restarts.
+    let tickets = TicketAuthority::from_pkcs8(&store.ticket_key)?;
+    let epoch = store.store.next_epoch()?;
     let ticket = tickets.certify_node(
         &bound.identity,
         bound.certificate,
@@ -272,8 +279,9 @@ async fn start_head(
     endpoint.certify(ticket.clone(), tickets.public_key());
     bound.signer.set_ticket(ticket);
     let address = registration.address;
-    let events = ClusterEvents::default().start();
-    let membership = Membership::new(heartbeat_timeout, events.clone()).start();
+    let events = ClusterEvents::for_epoch(epoch).start();
+    let restored = (store.nodes, head_grace);
+    let membership = Membership::new(heartbeat_timeout, events.clone(), store.store, restored).start();
     let directory = Directory::create(|ctx| {
         let rescheduler = ActorRescheduler::new(
             endpoint.clone(),
@@ -534,10 +542,10 @@ mod tests {
 
     #[test]
     fn a_node_spills_into_its_own_directory_inside_the_one_it_is_given() {
-        let head = NodeRole::Head {
-            heartbeat_timeout: Duration::from_secs(3),
+        let member = NodeRole::Member {
+            head: "127.0.0.1:6379".parse().unwrap(),
         };
-        let mut config = NodeConfig::new(head, crate::transport::JoinToken::generate());
+        let mut config = NodeConfig::new(member, crate::transport::JoinToken::generate());
         config.state_dir = PathBuf::from("/state");
         let shm = Some(Path::new("/dev/shm"));
         let (spill, shared) = object_dirs(&config, "node/1", 42, shm);

@@ -193,10 +193,21 @@ pub struct TicketAuthority {
 impl TicketAuthority {
     /// A new random key, for one head process.
     pub fn generate() -> Result<Self, CredentialError> {
+        Self::from_pkcs8(&Self::generate_pkcs8()?)
+    }
+
+    /// A new random key, PKCS#8-encoded: what a head keeps in its store
+    /// (`head/store.rs`) so that a restarted head certifies as before.
+    pub fn generate_pkcs8() -> Result<Vec<u8>, CredentialError> {
         let rng = ring::rand::SystemRandom::new();
         let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng)
             .map_err(|_| CredentialError::Tls("cannot generate the head's ticket key".into()))?;
-        let key = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref())
+        Ok(pkcs8.as_ref().to_vec())
+    }
+
+    /// The key `pkcs8` encodes (from [`Self::generate_pkcs8`]).
+    pub fn from_pkcs8(pkcs8: &[u8]) -> Result<Self, CredentialError> {
+        let key = Ed25519KeyPair::from_pkcs8(pkcs8)
             .map_err(|e| CredentialError::Tls(format!("the head's ticket key: {e}")))?;
         Ok(TicketAuthority { key })
     }

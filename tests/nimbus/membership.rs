@@ -8,7 +8,7 @@ use nimbus::cluster::{ClusterEventKind, ControlRequest, NodeState, ResourceSet};
 use nimbus::transport::{ConnectError, RequestError, RequestOptions, TransportConfig};
 use nimbus::wire::{CloseCode, RemoteErrorKind};
 
-use crate::support::{cluster, within, HEARTBEAT_TIMEOUT};
+use crate::support::{cluster, cluster_with_env, within, HEARTBEAT_TIMEOUT};
 
 #[tokio::test]
 async fn three_nodes_join_and_are_listed_with_their_resources() {
@@ -203,4 +203,77 @@ async fn bulk_traffic_does_not_starve_heartbeats() {
         assert_eq!(status.alive().count(), 2);
     })
     .await
+}
+
+/// The head survives its own restart (its store, `head/store.rs`):
+/// SIGKILLed and started again with the same `NIMBUS_HOME` and port, it is
+/// the same cluster (the same token), a member that rode the outage out
+/// is back as the same incarnation (it never restarted), and a member that
+/// died meanwhile is declared dead once the grace is over, saying why.
+#[tokio::test]
+async fn a_restarted_head_takes_its_members_back_and_declares_the_missing_dead() {
+    within(Duration::from_secs(120), async {
+        let grace = Duration::from_secs(12);
+        let seconds = grace.as_secs().to_string();
+        let mut cluster = cluster_with_env(3, &[("NIMBUS_HEAD_GRACE_S", &seconds)]);
+        let token = cluster.token().clone();
+        let before = cluster.client().await.unwrap().status().await.unwrap();
+        let member = before.node("node-1").unwrap().clone();
+
+        cluster.kill(0).unwrap();
+        cluster.kill(2).unwrap();
+        let restarted_at = Instant::now();
+        cluster.restart(0).unwrap();
+        assert!(*cluster.token() == token, "the restarted head has another token");
+
+        let client = cluster.client().await.unwrap();
+        let back = client
+            .wait_for_status("node-1 back after the head's restart", grace, |s| {
+                s.node("node-1").is_some_and(|n| !n.rejoining)
+            })
+            .await
+            .unwrap();
+        let back_after = restarted_at.elapsed();
+        let node1 = back.node("node-1").unwrap();
+        assert_eq!(node1.state, NodeState::Alive);
+        assert_eq!(node1.incarnation, member.incarnation, "node-1 restarted");
+        assert_eq!(node1.resources.total, member.resources.total);
+        let node2 = back.node("node-2").unwrap();
+        assert!(
+            node2.state == NodeState::Alive && node2.rejoining,
+            "node-2 must wait for the grace: {node2:?}"
+        );
+        assert_ne!(
+            back.nodes[0].incarnation, before.nodes[0].incarnation,
+            "the head is a new incarnation"
+        );
+
+        let dead = client
+            .wait_for_status("node-2 declared dead after the grace", 2 * grace, |s| {
+                s.node("node-2").is_some_and(|n| n.state == NodeState::Dead)
+            })
+            .await
+            .unwrap();
+        let reason = dead.node("node-2").unwrap().death_reason.clone().unwrap();
+        assert!(reason.contains("did not come back within"), "{reason}");
+        assert!(dead.node("node-1").unwrap().state == NodeState::Alive);
+        println!(
+            "node-1 back {back_after:?} after the head's restart; node-2 declared dead after {:?}",
+            restarted_at.elapsed()
+        );
+    })
+    .await
+}
+
+/// A head whose store does not read refuses to start (it never starts
+/// empty over a cluster that may still run), naming the file and the
+/// choices.
+#[test]
+fn a_head_with_a_damaged_store_refuses_to_start() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("head.redb"), vec![0x5a; 64 * 1024]).unwrap();
+    let port = crate::cli::free_port().to_string();
+    let args = ["start", "--head", "--block", "--port", &port, "--no-dashboard"];
+    crate::cli::fails_with(home.path(), &args, "head.redb");
+    crate::cli::fails_with(home.path(), &args, "move it aside to start a new cluster");
 }

@@ -25,6 +25,18 @@ pub fn cluster(nodes: usize) -> Cluster {
     ))
 }
 
+/// A cluster of `nodes` processes with `env` in every node's environment.
+pub fn cluster_with_env(nodes: usize, env: &[(&str, &str)]) -> Cluster {
+    let mut builder = LocalCluster::builder()
+        .program(env!("CARGO_BIN_EXE_nimbus"))
+        .nodes(nodes)
+        .heartbeat_timeout(HEARTBEAT_TIMEOUT);
+    for (key, value) in env {
+        builder = builder.env(key, *value);
+    }
+    Cluster(Some(builder.start().expect("local cluster starts")))
+}
+
 /// A local cluster whose drop fails the test if any of its node or worker
 /// processes is left running.
 pub struct Cluster(Option<LocalCluster>);

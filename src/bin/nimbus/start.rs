@@ -9,7 +9,11 @@
 //! port 6379 by default; `--heartbeat-timeout-ms` (head only, default
 //! 3000) sets the failure detector's timeout. The head serves the
 //! dashboard (`nimbus::dashboard`) on 127.0.0.1:8265 unless told otherwise
-//! and prints its URL on a line `dashboard: URL`.
+//! and prints its URL on a line `dashboard: URL`. The head keeps its
+//! state in `$NIMBUS_HOME/head.redb` (`nimbus::head::store`): started again
+//! with the same `NIMBUS_HOME` and port, it is the same cluster (the same
+//! token) and takes its members back; `--head-grace-s` (60 s) is how long
+//! members wait for an unreachable head, and a restarted head for them.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -22,8 +26,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use nimbus::cluster::ResourceOverrides;
 use nimbus::dashboard::{self, DashboardConfig, DashboardListener};
-use nimbus::node::{self, NodeConfig, NodeRole};
+use nimbus::head::store::HeadStore;
 use nimbus::transport::JoinToken;
+use nimbus::node::{self, NodeConfig, NodeRole};
 
 use crate::state;
 
@@ -98,6 +103,12 @@ pub(crate) struct StartArgs {
     /// this many seconds [default: 30].
     #[arg(long, env = "NIMBUS_DRIVER_GRACE_S", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     driver_grace_s: Option<u64>,
+    /// How long the head may be unreachable (a restart) before this node
+    /// gives up on it and exits; on the head: how long, after a restart,
+    /// the members it knew have to come back before they are declared
+    /// dead [default: 60].
+    #[arg(long, env = "NIMBUS_HEAD_GRACE_S", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    head_grace_s: Option<u64>,
     /// Rotate a worker's or job driver's log once it passes this many MiB
     /// (the one before is kept as NAME.log.1) [default: 64].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
@@ -141,27 +152,40 @@ pub(crate) fn run(args: StartArgs) -> Result<()> {
 fn run_foreground(args: StartArgs) -> Result<()> {
     crate::init_logging();
     // A head makes the cluster's token, unless it is given one (then it
-    // does not print it: it may land in a log, as `kubectl logs`).
-    let (token, given) = if args.head {
-        match (&args.token_file, std::env::var(HEAD_TOKEN_ENV)) {
+    // does not print it: it may land in a log, as `kubectl logs`) or its
+    // store holds one (a restart: the same token).
+    let state_dir = node::default_state_dir();
+    let (token, given, store) = if args.head {
+        let given = match (&args.token_file, std::env::var(HEAD_TOKEN_ENV)) {
             (Some(file), _) => {
                 let text = nimbus::cluster::files::read_token_file(file)?;
                 let token = text
                     .parse()
                     .with_context(|| format!("the token in {}", file.display()))?;
-                (token, true)
+                Some(token)
             }
             (None, Ok(text)) => {
                 let token = text
                     .parse()
                     .with_context(|| format!("the token in {HEAD_TOKEN_ENV}"))?;
-                (token, true)
+                Some(token)
             }
-            (None, Err(_)) => (JoinToken::generate(), false),
+            (None, Err(_)) => None,
+        };
+        nimbus::cluster::files::own_state_dir(&state_dir)?;
+        let was_given = given.is_some();
+        let (token, store) = HeadStore::start(&state_dir, given)?;
+        if store.restarted {
+            tracing::info!(
+                "the head restarts the cluster its store {} holds ({} nodes known)",
+                store.store.path().display(),
+                store.nodes.len()
+            );
         }
+        (token, was_given, Some(store))
     } else {
         let token = token_from(args.token.as_deref(), args.token_file.as_deref())?;
-        (token, true)
+        (token, true, None)
     };
     let dashboard = if args.head {
         bind_dashboard(&args)?
@@ -172,19 +196,25 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     // inherit the cluster's secret (they get what they need over stdin).
     std::env::remove_var(TOKEN_ENV);
     std::env::remove_var(HEAD_TOKEN_ENV);
-    let role = match &args.address {
-        None => NodeRole::Head {
+    let role = match (&args.address, store) {
+        (_, Some(store)) => NodeRole::Head {
             heartbeat_timeout: Duration::from_millis(
                 args.heartbeat_timeout_ms
                     .unwrap_or(DEFAULT_HEARTBEAT_TIMEOUT_MS),
             ),
+            store,
         },
-        Some(address) => NodeRole::Member {
+        (Some(address), None) => NodeRole::Member {
             head: nimbus::client::resolve(address)?,
         },
+        (None, None) => bail!("a node that is not the head needs --address"),
     };
     let default_port = if args.head { DEFAULT_HEAD_PORT } else { 0 };
     let mut config = NodeConfig::new(role, token.clone());
+    config.state_dir = state_dir;
+    if let Some(seconds) = args.head_grace_s {
+        config.head_grace = Duration::from_secs(seconds);
+    }
     config.listen = SocketAddr::new([0, 0, 0, 0].into(), args.port.unwrap_or(default_port));
     config.advertise_ip = args.node_ip_address;
     config.node_name = args.node_name;

@@ -84,6 +84,12 @@ fn print_table(status: &ClusterStatus) {
         if let Some(reason) = &node.death_reason {
             println!("{:<24} {reason}", "");
         }
+        if node.rejoining {
+            println!(
+                "{:<24} not heard from since the head restarted ({} ms)",
+                "", node.last_heartbeat_ms_ago
+            );
+        }
     }
     let alive = status.alive().count();
     let (mut total, mut used) = (ResourceSet::default(), ResourceSet::default());

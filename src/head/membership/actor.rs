@@ -7,6 +7,7 @@ use tracing::{info, warn};
 
 use crate::cluster::{ClusterEventKind, ClusterStatus, HostLoad, NodeRegistration, ResourceSet};
 use crate::head::events::{ClusterEvents, Publish};
+use crate::head::store::{HeadStore, StoredNode};
 use crate::wire::NodeIdentity;
 
 use super::{MembershipError, NodeTable};
@@ -17,16 +18,62 @@ pub struct Membership {
     table: NodeTable,
     events: Addr<ClusterEvents>,
     check_every: Duration,
+    store: HeadStore,
+    /// When this head started, while members it restored are unconfirmed.
+    restored_at: Option<Instant>,
 }
 
 impl Membership {
     /// A membership that declares nodes dead after `timeout` without a
-    /// heartbeat and publishes changes to `events`.
-    pub fn new(timeout: Duration, events: Addr<ClusterEvents>) -> Self {
+    /// heartbeat, records joins and deaths in `store` and publishes changes
+    /// to `events`. `restored`: the nodes a previous head recorded, whose
+    /// members have `grace` to come back (step 7).
+    pub fn new(
+        timeout: Duration,
+        events: Addr<ClusterEvents>,
+        store: HeadStore,
+        (restored, grace): (Vec<StoredNode>, Duration),
+    ) -> Self {
+        let now = Instant::now();
+        let mut table = NodeTable::new(timeout);
+        table.restore(restored, grace, now);
+        let unconfirmed = table.unconfirmed();
+        if unconfirmed > 0 {
+            info!("the head restarted: {unconfirmed} members have {grace:?} to come back (--head-grace-s)");
+        }
         Membership {
-            table: NodeTable::new(timeout),
+            table,
             events,
             check_every: timeout / 10,
+            store,
+            restored_at: (unconfirmed > 0).then_some(now),
+        }
+    }
+
+    /// Writes `node`'s record to the store (step 6).
+    fn record(&self, node: &NodeIdentity) -> Result<(), MembershipError> {
+        let Some(stored) = self.table.stored(&node.name) else {
+            return Ok(());
+        };
+        self.store
+            .put_node(&stored)
+            .map_err(|e| MembershipError::NotRecorded {
+                node: node.clone(),
+                detail: e.to_string(),
+            })
+    }
+
+    /// Says, once, when every restored member is back or declared dead.
+    fn note_rejoins(&mut self) {
+        if let Some(started) = self.restored_at {
+            if self.table.unconfirmed() == 0 {
+                self.restored_at = None;
+                let (alive, dead) = self.table.counts();
+                info!(
+                    "every member is back or declared dead {:.1?} after the head started ({alive} alive, {dead} dead)",
+                    started.elapsed()
+                );
+            }
         }
     }
 
@@ -65,7 +112,15 @@ impl Actor for Membership {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(self.check_every, |membership, _| {
             let events = membership.table.poll_failures(Instant::now());
+            for event in &events {
+                if let ClusterEventKind::NodeDead { node, .. } = event {
+                    if let Err(e) = membership.record(node) {
+                        warn!("{e}");
+                    }
+                }
+            }
             membership.publish(events);
+            membership.note_rejoins();
         });
     }
 }
@@ -112,9 +167,13 @@ impl Handler<Join> for Membership {
         if let Some(differs) = self.table.versions_differ(&msg.registration) {
             warn!(node = %msg.registration.node.name, "{differs}");
         }
+        let node = msg.registration.node.clone();
         let events = self
             .table
             .handle_join(msg.registration, msg.head, Instant::now())?;
+        if !events.is_empty() {
+            self.record(&node)?;
+        }
         self.publish(events);
         Ok(())
     }
@@ -133,6 +192,7 @@ impl Handler<Heartbeat> for Membership {
             self.table.record_host(&msg.node, host);
         }
         self.publish(events);
+        self.note_rejoins();
         Ok(())
     }
 }
@@ -142,6 +202,7 @@ impl Handler<Leave> for Membership {
 
     fn handle(&mut self, msg: Leave, _: &mut Self::Context) -> Self::Result {
         let events = self.table.handle_leave(&msg.node)?;
+        self.record(&msg.node)?;
         self.publish(events);
         Ok(())
     }

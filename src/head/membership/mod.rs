@@ -35,6 +35,17 @@
 //!    Refusals of stale or dead incarnations travel as `StaleIncarnation`.
 //! 5. **Leave.** A member stopping on purpose sends `Leave`: it is dead at
 //!    once ("left the cluster", reported `NodeLeft`).
+//! 6. **Durable.** A join, a leave and a death are written to the head's
+//!    store (`head/store.rs`) before the head answers or publishes them;
+//!    a join that cannot be written is refused (`NotRecorded`).
+//! 7. **Head restart.** A restarted head loads the members its store
+//!    holds as *unconfirmed* ([`NodeTable::restore`]): alive (what they
+//!    run goes on running), each with the head's grace (`--head-grace-s`,
+//!    60 s by default) to heartbeat again (same incarnation: it was not
+//!    dead). The first heartbeat confirms it; one that does not come back
+//!    within the grace is declared dead as any silent member. Members
+//!    ride the outage out by retrying their heartbeats for the same grace
+//!    (`crate::node::manager`).
 
 mod actor;
 mod state;
@@ -77,6 +88,15 @@ pub enum MembershipError {
     /// The name cannot be a node's.
     #[error(transparent)]
     BadName(#[from] crate::wire::BadNodeName),
+    /// The head could not make the change durable (`head/store.rs`), so it
+    /// does not acknowledge it.
+    #[error("the head could not record {node} in its store: {detail}")]
+    NotRecorded {
+        /// The node.
+        node: NodeIdentity,
+        /// What the store said.
+        detail: String,
+    },
     /// The incarnation was declared dead; a dead node comes back only as a
     /// new incarnation (restart it).
     #[error("{node} was declared dead ({reason}); restart it to rejoin as a new incarnation")]
@@ -97,6 +117,7 @@ impl From<MembershipError> for RemoteError {
             MembershipError::Stale { .. } | MembershipError::Dead { .. } => {
                 RemoteErrorKind::StaleIncarnation
             }
+            MembershipError::NotRecorded { .. } => RemoteErrorKind::Internal,
         };
         RemoteError::new(kind, e.to_string())
     }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use crate::wire::NodeIdentity;
 
 use super::MembershipError;
+use crate::head::store::StoredNode;
 use crate::cluster::{
     ClusterEventKind, ClusterStatus, HostLoad, NodeRegistration, NodeState, NodeStatus,
     ResourceSet, ResourceUsage,
@@ -17,6 +18,8 @@ pub struct NodeTable {
     nodes: Vec<Entry>,
     timeout: Duration,
     last_poll: Option<Instant>,
+    /// How long members loaded by [`NodeTable::restore`] have to come back.
+    grace: Duration,
 }
 
 #[derive(Debug)]
@@ -28,6 +31,9 @@ struct Entry {
     last_heartbeat: Instant,
     death_reason: Option<String>,
     host: Option<HostLoad>,
+    /// Loaded from the store by a restarted head and not heard from yet:
+    /// declared dead after this instant instead of after the timeout.
+    rejoin_by: Option<Instant>,
 }
 
 impl NodeTable {
@@ -38,7 +44,53 @@ impl NodeTable {
             nodes: Vec::new(),
             timeout,
             last_poll: None,
+            grace: Duration::ZERO,
         }
+    }
+
+    /// Loads the nodes a previous head recorded (`head/store.rs`). Members
+    /// that were alive come back *unconfirmed*: not dead (their workers
+    /// run on), but with until `now + grace` to heartbeat; those that were
+    /// declared dead stay dead. The previous head's own record is left
+    /// out: this head is its new incarnation.
+    pub fn restore(&mut self, nodes: Vec<StoredNode>, grace: Duration, now: Instant) {
+        self.grace = grace;
+        for node in nodes.into_iter().filter(|node| !node.head) {
+            let state = match node.death_reason {
+                None => NodeState::Alive,
+                Some(_) => NodeState::Dead,
+            };
+            let rejoin_by = (state == NodeState::Alive).then_some(now + grace);
+            self.nodes.push(Entry {
+                registration: node.registration,
+                head: false,
+                state,
+                used: ResourceSet::default(),
+                last_heartbeat: now,
+                death_reason: node.death_reason,
+                host: None,
+                rejoin_by,
+            });
+        }
+    }
+
+    /// `name`'s record as the store keeps it.
+    pub fn stored(&self, name: &str) -> Option<StoredNode> {
+        let entry = &self.nodes[self.position(name)?];
+        Some(StoredNode {
+            registration: entry.registration.clone(),
+            head: entry.head,
+            death_reason: entry.death_reason.clone(),
+        })
+    }
+
+    /// Members loaded by [`NodeTable::restore`] not heard from yet and not
+    /// declared dead.
+    pub fn unconfirmed(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|e| e.rejoin_by.is_some() && e.state == NodeState::Alive)
+            .count()
     }
 
     /// Admits a node. A newer incarnation of a known node replaces the old
@@ -67,6 +119,7 @@ impl NodeTable {
             last_heartbeat: now,
             death_reason: None,
             host: None,
+            rejoin_by: None,
         };
         let Some(index) = self.position(&node.name) else {
             self.nodes.push(entry);
@@ -93,7 +146,10 @@ impl NodeTable {
             // Declared dead once silent for the timeout, seen by the next
             // check (every tenth of it).
             let silent = now.saturating_duration_since(current.last_heartbeat);
-            let declared_in = (self.timeout + self.timeout / 10).saturating_sub(silent);
+            let declared_in = match current.rejoin_by {
+                Some(by) => by.saturating_duration_since(now) + self.timeout / 10,
+                None => (self.timeout + self.timeout / 10).saturating_sub(silent),
+            };
             return Err(MembershipError::NameTaken {
                 node,
                 holder: known,
@@ -148,7 +204,10 @@ impl NodeTable {
     ) -> Result<Vec<ClusterEventKind>, MembershipError> {
         let entry = self.member(node)?;
         entry.last_heartbeat = now;
-        if entry.used == used {
+        // A member back after the head's restart: what it has in use is
+        // news even when it has nothing in use.
+        let rejoined = entry.rejoin_by.take().is_some();
+        if entry.used == used && !rejoined {
             return Ok(Vec::new());
         }
         entry.used = used;
@@ -189,10 +248,20 @@ impl NodeTable {
             return Vec::new();
         }
         let mut events = Vec::new();
+        let grace = self.grace;
         for entry in &mut self.nodes {
             let silent = now.saturating_duration_since(entry.last_heartbeat);
-            if entry.state == NodeState::Alive && !entry.head && silent > timeout {
-                let reason = format!("no heartbeat for {silent:.1?} (timeout {timeout:?})");
+            let reason = match entry.rejoin_by {
+                Some(by) if now > by => Some(format!(
+                    "did not come back within {grace:?} of the head's restart (--head-grace-s)"
+                )),
+                Some(_) => None,
+                None if silent > timeout => Some(format!(
+                    "no heartbeat for {silent:.1?} (timeout {timeout:?})"
+                )),
+                None => None,
+            };
+            if let (NodeState::Alive, false, Some(reason)) = (entry.state, entry.head, reason) {
                 entry.state = NodeState::Dead;
                 entry.death_reason = Some(reason.clone());
                 events.push(ClusterEventKind::NodeDead {
@@ -225,6 +294,7 @@ impl NodeTable {
                 death_reason: entry.death_reason.clone(),
                 host: entry.host,
                 versions: entry.registration.versions.clone(),
+                rejoining: entry.rejoin_by.is_some() && entry.state == NodeState::Alive,
             })
             .collect();
         nodes.sort_by_key(|n| !n.head);
@@ -525,6 +595,74 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A restarted head (`head/store.rs`): the members its store holds
+    /// have the grace, not the heartbeat timeout, to come back; the first
+    /// heartbeat of the same incarnation confirms one; one that stays
+    /// silent is declared dead when the grace ends, saying why; a dead
+    /// one stays dead; the previous head's record gives way to the new
+    /// head.
+    #[test]
+    fn a_restarted_heads_members_have_the_grace_to_come_back() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(60);
+        let mut table = NodeTable::new(Duration::from_secs(3));
+        let stored = |name: &str, incarnation, head, dead: Option<&str>| StoredNode {
+            registration: registration(name, incarnation),
+            head,
+            death_reason: dead.map(Into::into),
+        };
+        let nodes = vec![
+            stored("head", 1, true, None),
+            stored("a", 5, false, None),
+            stored("b", 6, false, None),
+            stored("c", 7, false, Some("left the cluster")),
+        ];
+        table.restore(nodes, grace, t0);
+        table
+            .handle_join(registration("head", 9), true, t0)
+            .unwrap();
+        assert_eq!(table.unconfirmed(), 2);
+        let a = registration("a", 5).node;
+        let mut now = t0;
+        let mut deaths = Vec::new();
+        while now < t0 + grace + Duration::from_secs(1) {
+            now += Duration::from_millis(300);
+            if now > t0 + Duration::from_secs(10) {
+                let events = table
+                    .handle_heartbeat(&a, ResourceSet::default(), now)
+                    .unwrap();
+                if table.unconfirmed() == 1 && !events.is_empty() {
+                    assert!(matches!(
+                        &events[..],
+                        [ClusterEventKind::ResourcesChanged { node }] if node == &a
+                    ));
+                }
+            }
+            for event in table.poll_failures(now) {
+                deaths.push((now, event));
+            }
+        }
+        assert_eq!(table.unconfirmed(), 0);
+        match &deaths[..] {
+            [(when, ClusterEventKind::NodeDead { node, reason })] => {
+                assert_eq!(node.name, "b");
+                assert!(*when > t0 + grace, "declared dead at {:?}", *when - t0);
+                assert!(reason.contains("did not come back within 60s"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let status = table.status(now);
+        let state = |name: &str| status.nodes.iter().find(|n| n.id == name).unwrap().state;
+        assert_eq!(state("a"), NodeState::Alive);
+        assert_eq!(state("head"), NodeState::Alive);
+        assert_eq!(status.nodes[0].incarnation, 9);
+        let c = registration("c", 7).node;
+        let err = table
+            .handle_heartbeat(&c, ResourceSet::default(), now)
+            .unwrap_err();
+        assert!(matches!(err, MembershipError::Dead { .. }));
     }
 
     #[test]

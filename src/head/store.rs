@@ -1,0 +1,431 @@
+//! The head's durable state: what it knows that its members cannot tell
+//! it again, in one crash-safe file, `$NIMBUS_HOME/head.redb` (redb:
+//! embedded, ACID, one file, no server to install).
+//!
+//! 1. **Open.** `nimbus start --head` opens the store before anything else
+//!    ([`HeadStore::open`]): one head per store (a second gets
+//!    [`StoreError::InUse`]); every record is read and decoded at once, so
+//!    a store that does not open or does not decode stops the start
+//!    ([`StoreError::Unreadable`], [`StoreError::Corrupt`]) naming the
+//!    file and the choices. It never starts empty over a cluster that
+//!    may still run.
+//! 2. **Credentials.** A new store takes the head's token and a new ticket
+//!    key; a store that has them gives them back ([`Loaded`]), so a
+//!    restarted head has the same token and CA (members and drivers still
+//!    authenticate) and the same ticket key (members' tickets stay valid).
+//! 3. **Epoch.** Every start bumps the epoch ([`HeadStore::next_epoch`]);
+//!    the event stream numbers this start's events above every earlier
+//!    start's (`head/events.rs`), so a reader that kept its place from
+//!    before a restart does not skip the new events.
+//! 4. **Write-ahead.** Membership writes a node's record (registration,
+//!    and its death once declared) before it answers the request that
+//!    changed it ([`HeadStore::put_node`]): a join the head acknowledged
+//!    survives a crash right after it. One transaction per change; each
+//!    commit is durable (fsync) when it returns.
+//! 5. **Not stored.** What the members can tell again when they come back
+//!    (resources in use, liveness, the objects they hold) is re-learnt
+//!    from them, not stored.
+//!
+//! Not stored yet (the head-restart issue's later steps): the actor
+//! directory, placement groups, jobs and training runs. A restarted head
+//! does not know the actors that ran before it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::NodeRegistration;
+use crate::transport::JoinToken;
+
+/// The store's file name under `$NIMBUS_HOME`.
+pub const FILE: &str = "head.redb";
+
+/// The version of what this code writes; a store of another is refused.
+const FORMAT: u64 = 1;
+
+/// The cluster's own records: `format`, `token`, `ticket_key`, `epoch`.
+const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
+/// Node records by node name (MessagePack of [`StoredNode`]).
+const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
+
+/// One node as the head keeps it across restarts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredNode {
+    /// What it said when it joined (its name, incarnation, address,
+    /// resources, versions).
+    pub registration: NodeRegistration,
+    /// Whether it was the head.
+    pub head: bool,
+    /// Why it was declared dead, if it was.
+    pub death_reason: Option<String>,
+}
+
+/// What an opened store held.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The cluster's token; `None` in a new store.
+    pub token: Option<JoinToken>,
+    /// The ticket key (PKCS#8); `None` in a new store.
+    pub ticket_key: Option<Vec<u8>>,
+    /// Every node the head had heard of.
+    pub nodes: Vec<StoredNode>,
+}
+
+impl Loaded {
+    /// Whether this is a head's restart (the store held a cluster).
+    pub fn restarted(&self) -> bool {
+        self.token.is_some()
+    }
+}
+
+/// Why the store cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another process has it open.
+    #[error("the head's store {path} is open in another process: a head already runs with this NIMBUS_HOME; stop it, or start this head with another NIMBUS_HOME")]
+    InUse {
+        /// The file.
+        path: PathBuf,
+    },
+    /// redb cannot open or read it.
+    #[error("the head's store {path} cannot be read ({source}); restore it from a copy, or move it aside to start a new cluster (its members must then be restarted against the new head)")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// What redb said.
+        source: redb::Error,
+    },
+    /// It opens, but a record does not decode.
+    #[error("the head's store {path} holds a {record} record that does not decode ({detail}); restore it from a copy, or move it aside to start a new cluster (its members must then be restarted against the new head)")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Which record.
+        record: String,
+        /// Why it does not decode.
+        detail: String,
+    },
+    /// A change could not be made durable.
+    #[error("cannot write the head's store {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What redb said.
+        source: redb::Error,
+    },
+    /// No ticket key could be made for a new cluster.
+    #[error("cannot make the head's ticket key: {0}")]
+    Key(#[from] crate::transport::CredentialError),
+    /// The head was given a token other than the one its store holds.
+    #[error("the head's store {path} belongs to a cluster with another token than the one given (--token-file or $NIMBUS_HEAD_TOKEN); give that cluster's token, or start this head with another NIMBUS_HOME")]
+    OtherToken {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// A head's store opened for its start ([`HeadStore::start`]): what the
+/// head process needs of it.
+#[derive(Clone)]
+pub struct HeadStart {
+    /// The store, for the changes to come.
+    pub store: HeadStore,
+    /// The ticket key (PKCS#8): the store's, or a new one.
+    pub ticket_key: Vec<u8>,
+    /// The nodes the previous heads knew (none for a new cluster).
+    pub nodes: Vec<StoredNode>,
+    /// Whether the store held a cluster (this start is a restart).
+    pub restarted: bool,
+}
+
+impl std::fmt::Debug for HeadStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeadStart")
+            .field("store", &self.store)
+            .field("nodes", &self.nodes.len())
+            .field("restarted", &self.restarted)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The head's store; cheap to clone (one open database).
+#[derive(Clone)]
+pub struct HeadStore {
+    db: Arc<Database>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for HeadStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeadStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl HeadStore {
+    /// Opens (or creates) the store in `dir` and reads all of it (step 1).
+    pub fn open(dir: &Path) -> Result<(HeadStore, Loaded), StoreError> {
+        let path = dir.join(FILE);
+        let db = Database::create(&path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::InUse { path: path.clone() },
+            other => StoreError::Unreadable {
+                path: path.clone(),
+                source: other.into(),
+            },
+        })?;
+        let store = HeadStore {
+            db: Arc::new(db),
+            path,
+        };
+        let loaded = store.load()?;
+        Ok((store, loaded))
+    }
+
+    /// Opens the store in `dir` for a head's start (steps 1–2) and returns
+    /// the cluster's token with it: the store's when it holds a cluster
+    /// (`given`, if any, must be the same), else `given` or a new one,
+    /// recorded with a new ticket key.
+    pub fn start(
+        dir: &Path,
+        given: Option<JoinToken>,
+    ) -> Result<(JoinToken, HeadStart), StoreError> {
+        let (store, loaded) = HeadStore::open(dir)?;
+        if let (Some(token), Some(ticket_key)) = (loaded.token, loaded.ticket_key) {
+            if given.as_ref().is_some_and(|given| *given != token) {
+                return Err(StoreError::OtherToken { path: store.path });
+            }
+            let start = HeadStart {
+                store,
+                ticket_key,
+                nodes: loaded.nodes,
+                restarted: true,
+            };
+            return Ok((token, start));
+        }
+        let token = given.unwrap_or_else(JoinToken::generate);
+        let ticket_key = crate::transport::TicketAuthority::generate_pkcs8()?;
+        store.init(&token, &ticket_key)?;
+        let start = HeadStart {
+            store,
+            ticket_key,
+            nodes: Vec::new(),
+            restarted: false,
+        };
+        Ok((token, start))
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records the credentials of a new cluster (step 2).
+    pub fn init(&self, token: &JoinToken, ticket_key: &[u8]) -> Result<(), StoreError> {
+        self.write(|tx| {
+            let mut cluster = tx.open_table(CLUSTER)?;
+            cluster.insert("format", FORMAT.to_le_bytes().as_slice())?;
+            cluster.insert("token", token.to_string().as_bytes())?;
+            cluster.insert("ticket_key", ticket_key)?;
+            Ok(())
+        })
+    }
+
+    /// Bumps and returns the epoch: 1 at a cluster's first start (step 3).
+    pub fn next_epoch(&self) -> Result<u64, StoreError> {
+        let mut epoch = 0;
+        self.write(|tx| {
+            let mut cluster = tx.open_table(CLUSTER)?;
+            let before = cluster
+                .get("epoch")?
+                .and_then(|value| <[u8; 8]>::try_from(value.value()).ok())
+                .map_or(0, u64::from_le_bytes);
+            epoch = before + 1;
+            cluster.insert("epoch", epoch.to_le_bytes().as_slice())?;
+            Ok(())
+        })?;
+        Ok(epoch)
+    }
+
+    /// Writes `node`'s record, durably, before the change is acknowledged
+    /// (step 4).
+    pub fn put_node(&self, node: &StoredNode) -> Result<(), StoreError> {
+        let bytes = rmp_serde::to_vec_named(node).map_err(|e| StoreError::Corrupt {
+            path: self.path.clone(),
+            record: format!("node {}", node.registration.node),
+            detail: e.to_string(),
+        })?;
+        self.write(|tx| {
+            let mut nodes = tx.open_table(NODES)?;
+            nodes.insert(node.registration.node.name.as_str(), bytes.as_slice())?;
+            Ok(())
+        })
+    }
+
+    fn write(
+        &self,
+        change: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StoreError> {
+        let failed = |source: redb::Error| StoreError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        let tx = self.db.begin_write().map_err(|e| failed(e.into()))?;
+        change(&tx).map_err(failed)?;
+        tx.commit().map_err(|e| failed(e.into()))
+    }
+
+    fn load(&self) -> Result<Loaded, StoreError> {
+        let unreadable = |source: redb::Error| StoreError::Unreadable {
+            path: self.path.clone(),
+            source,
+        };
+        let corrupt = |record: &str, detail: String| StoreError::Corrupt {
+            path: self.path.clone(),
+            record: record.to_string(),
+            detail,
+        };
+        let tx = self.db.begin_read().map_err(|e| unreadable(e.into()))?;
+        let mut loaded = Loaded {
+            token: None,
+            ticket_key: None,
+            nodes: Vec::new(),
+        };
+        let cluster = match tx.open_table(CLUSTER) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(loaded),
+            Err(e) => return Err(unreadable(e.into())),
+        };
+        let get = |key: &str| -> Result<Option<Vec<u8>>, StoreError> {
+            let value = cluster.get(key).map_err(|e| unreadable(e.into()))?;
+            Ok(value.map(|v| v.value().to_vec()))
+        };
+        let format = get("format")?
+            .and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok())
+            .map(u64::from_le_bytes);
+        if format != Some(FORMAT) {
+            let detail = format!("format {format:?}, this nimbus reads format {FORMAT}");
+            return Err(corrupt("format", detail));
+        }
+        let token = get("token")?.ok_or_else(|| corrupt("token", "missing".into()))?;
+        let token = String::from_utf8(token).map_err(|e| corrupt("token", e.to_string()))?;
+        let token = token
+            .parse()
+            .map_err(|e: crate::transport::CredentialError| corrupt("token", e.to_string()))?;
+        loaded.token = Some(token);
+        let key = get("ticket_key")?.ok_or_else(|| corrupt("ticket key", "missing".into()))?;
+        crate::transport::TicketAuthority::from_pkcs8(&key)
+            .map_err(|e| corrupt("ticket key", e.to_string()))?;
+        loaded.ticket_key = Some(key);
+        let nodes = match tx.open_table(NODES) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(loaded),
+            Err(e) => return Err(unreadable(e.into())),
+        };
+        for entry in nodes.iter().map_err(|e| unreadable(e.into()))? {
+            let (name, value) = entry.map_err(|e| unreadable(e.into()))?;
+            let node: StoredNode = rmp_serde::from_slice(value.value())
+                .map_err(|e| corrupt(&format!("node {:?}", name.value()), e.to_string()))?;
+            loaded.nodes.push(node);
+        }
+        Ok(loaded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{ResourceSet, Versions};
+    use crate::wire::{Incarnation, NodeIdentity};
+
+    fn node(name: &str, incarnation: u64) -> StoredNode {
+        StoredNode {
+            registration: NodeRegistration {
+                node: NodeIdentity {
+                    name: name.into(),
+                    incarnation: Incarnation(incarnation),
+                },
+                address: "127.0.0.1:7".parse().unwrap(),
+                resources: ResourceSet::default(),
+                versions: Versions::here(),
+            },
+            head: false,
+            death_reason: None,
+        }
+    }
+
+    #[test]
+    fn what_is_written_is_read_back_by_the_next_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = JoinToken::generate();
+        let key = crate::transport::TicketAuthority::generate_pkcs8().unwrap();
+        {
+            let (store, loaded) = HeadStore::open(dir.path()).unwrap();
+            assert!(!loaded.restarted());
+            store.init(&token, &key).unwrap();
+            assert_eq!(store.next_epoch().unwrap(), 1);
+            store.put_node(&node("a", 1)).unwrap();
+            let mut dead = node("b", 2);
+            dead.death_reason = Some("left the cluster".into());
+            store.put_node(&dead).unwrap();
+            // A second head on the same store is refused while this one runs.
+            let err = HeadStore::open(dir.path()).unwrap_err();
+            assert!(matches!(err, StoreError::InUse { .. }), "{err}");
+        }
+        let (store, loaded) = HeadStore::open(dir.path()).unwrap();
+        assert!(loaded.restarted());
+        assert_eq!(loaded.token, Some(token));
+        assert_eq!(loaded.ticket_key, Some(key));
+        assert_eq!(loaded.nodes.len(), 2);
+        assert_eq!(loaded.nodes[0], node("a", 1));
+        assert_eq!(loaded.nodes[1].death_reason.as_deref(), Some("left the cluster"));
+        assert_eq!(store.next_epoch().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_restarted_head_keeps_its_token_and_refuses_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let (token, first) = HeadStore::start(dir.path(), None).unwrap();
+        assert!(!first.restarted);
+        drop(first);
+        let (again, second) = HeadStore::start(dir.path(), Some(token.clone())).unwrap();
+        assert!(second.restarted);
+        assert_eq!(again, token);
+        drop(second);
+        let err = HeadStore::start(dir.path(), Some(JoinToken::generate())).unwrap_err();
+        assert!(matches!(err, StoreError::OtherToken { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_damaged_store_is_refused_naming_the_file_and_the_choices() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE), vec![0x5a; 64 * 1024]).unwrap();
+        let err = HeadStore::open(dir.path()).unwrap_err();
+        let said = err.to_string();
+        assert!(matches!(err, StoreError::Unreadable { .. }), "{said}");
+        assert!(said.contains("head.redb") && said.contains("move it aside"), "{said}");
+    }
+
+    #[test]
+    fn a_record_that_does_not_decode_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, _) = HeadStore::open(dir.path()).unwrap();
+            let key = crate::transport::TicketAuthority::generate_pkcs8().unwrap();
+            store.init(&JoinToken::generate(), &key).unwrap();
+            store
+                .write(|tx| {
+                    tx.open_table(NODES)?.insert("a", [0xc1u8].as_slice())?;
+                    Ok(())
+                })
+                .unwrap();
+        }
+        let err = HeadStore::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Corrupt { record, .. } if record == "node \"a\""),
+            "{err}"
+        );
+    }
+}
