@@ -24,6 +24,16 @@
 //!    `restarts` counting this restart) to be started on another node;
 //! 3. the others are declared dead for good, so a lookup never sends a
 //!    caller to a dead incarnation, and their names are freed.
+//!
+//! Durable (`store.rs`): every change of an actor's record is written to
+//! the head's store before the report that made it is answered. A
+//! restarted head's directory starts from the store's records (names from
+//! the live ones); the actors of the previous head's own node died with
+//! it (their workers die with their node), so at start they are handled
+//! as a lost node's (restarted elsewhere if they may, else dead: "the head
+//! restarted"). Members re-report what they run once the head answers
+//! again (`crate::node::manager`): deaths it missed, and every live actor
+//! (an unchanged record is not published again).
 
 use std::collections::HashMap;
 
@@ -33,6 +43,7 @@ use crate::wire::{Incarnation, NodeIdentity};
 
 use super::demands::Demands;
 use super::events::{ClusterEvents, Publish};
+use super::store::{HeadStore, StoredActor};
 use crate::cluster::faults::FiredFault;
 use crate::cluster::{ActorId, ActorRecord, ActorSpec, ClusterEvent, ClusterEventKind, DeathCause};
 
@@ -54,6 +65,11 @@ pub struct Directory {
     doomed: HashMap<String, FiredFault>,
     /// The spawns waiting for room (`demands.rs`).
     demands: Demands,
+    /// Where every change is written (`None`: kept in memory only).
+    store: Option<HeadStore>,
+    /// The previous head's own node, whose actors died with it: handled as
+    /// a lost node's once this actor starts.
+    previous_head: Option<NodeIdentity>,
 }
 
 impl Directory {
@@ -68,6 +84,66 @@ impl Directory {
             rescheduler,
             doomed: HashMap::new(),
             demands: Demands::default(),
+            store: None,
+            previous_head: None,
+        }
+    }
+
+    /// This directory, writing its changes to `store`, starting from the
+    /// `actors` a previous head recorded there; `previous_head` is that
+    /// head's own node (its actors are lost).
+    pub fn stored(
+        mut self,
+        store: HeadStore,
+        actors: Vec<StoredActor>,
+        previous_head: Option<NodeIdentity>,
+    ) -> Self {
+        for StoredActor { record, spec } in actors {
+            if let (None, Some(name)) = (&record.dead, &record.name) {
+                self.names.insert(name.clone(), record.actor);
+            }
+            if let Some(spec) = spec {
+                self.specs.insert(record.actor, spec);
+            }
+            self.actors.insert(record.actor, record);
+        }
+        self.store = Some(store);
+        self.previous_head = previous_head;
+        self
+    }
+
+    /// Writes `actor`'s record to the store, if there is one.
+    fn persist(&self, actor: ActorId) {
+        let (Some(store), Some(record)) = (&self.store, self.actors.get(&actor)) else {
+            return;
+        };
+        let stored = StoredActor {
+            record: record.clone(),
+            spec: self.specs.get(&actor).cloned(),
+        };
+        if let Err(e) = store.put_actor(&stored) {
+            tracing::warn!(%actor, "{e}");
+        }
+    }
+
+    /// Steps 1–3 for the actors of the lost `node` (by name).
+    fn node_lost(&mut self, node: NodeIdentity, reason: String) {
+        let lost: Vec<ActorId> = self
+            .actors
+            .values()
+            .filter(|r| r.dead.is_none() && r.node.name == node.name)
+            .map(|r| r.actor)
+            .collect();
+        let cause = DeathCause::NodeLost {
+            node: node.to_string(),
+            reason,
+            fault: self.doomed.remove(&node.name),
+        };
+        for actor in lost {
+            let reason = cause.clone();
+            if !self.reschedule(actor, &reason) {
+                self.bury(actor, reason);
+            }
         }
     }
 
@@ -89,14 +165,16 @@ impl Directory {
             restarts: record.restarts + 1,
             ..spec.clone()
         };
+        let incarnation = record.incarnation;
         rescheduler.do_send(Reschedule {
             spec,
-            lost: record.incarnation,
+            lost: incarnation,
             reason: reason.clone(),
         });
+        self.persist(actor);
         self.events.do_send(Publish(ClusterEventKind::ActorDied {
             actor,
-            incarnation: record.incarnation,
+            incarnation,
             reason: reason.clone(),
             restarting: true,
         }));
@@ -119,9 +197,11 @@ impl Directory {
                 self.names.remove(name);
             }
         }
+        let incarnation = record.incarnation;
+        self.persist(actor);
         self.events.do_send(Publish(ClusterEventKind::ActorDied {
             actor,
-            incarnation: record.incarnation,
+            incarnation,
             reason,
             restarting: false,
         }));
@@ -130,6 +210,13 @@ impl Directory {
 
 impl Actor for Directory {
     type Context = Context<Self>;
+
+    fn started(&mut self, _: &mut Self::Context) {
+        if let Some(head) = self.previous_head.take() {
+            let reason = "the head restarted; its workers died with it".to_string();
+            self.node_lost(head, reason);
+        }
+    }
 }
 
 /// Reserve a unique name for an actor about to start.
@@ -189,7 +276,7 @@ impl Handler<NodeDoomed> for Directory {
 pub struct ListActors;
 
 /// An actor incarnation died (or never started).
-#[derive(Message)]
+#[derive(Clone, Debug, Message)]
 #[rtype(result = "()")]
 pub struct ActorDown {
     /// The actor.
@@ -236,17 +323,26 @@ impl Handler<ActorUp> for Directory {
     type Result = ();
 
     fn handle(&mut self, ActorUp { record, spec }: ActorUp, _: &mut Self::Context) {
-        self.specs.insert(record.actor, spec);
-        if let Some(name) = &record.name {
-            self.names.insert(name.clone(), record.actor);
+        // A member re-reporting what it runs after the head's restart.
+        let known = self.actors.get(&record.actor) == Some(&record)
+            && self.specs.get(&record.actor) == Some(&spec);
+        if known {
+            return;
         }
-        self.events.do_send(Publish(ClusterEventKind::ActorStarted {
-            actor: record.actor,
+        let actor = record.actor;
+        self.specs.insert(actor, spec);
+        if let Some(name) = &record.name {
+            self.names.insert(name.clone(), actor);
+        }
+        let started = ClusterEventKind::ActorStarted {
+            actor,
             incarnation: record.incarnation,
             name: record.name.clone(),
             node: record.node.name.clone(),
-        }));
-        self.actors.insert(record.actor, record);
+        };
+        self.actors.insert(actor, record);
+        self.persist(actor);
+        self.events.do_send(Publish(started));
     }
 }
 
@@ -266,10 +362,13 @@ impl Handler<ActorDown> for Directory {
         match current {
             Some(incarnation) if incarnation != msg.incarnation => {}
             None => self.names.retain(|_, actor| *actor != msg.actor),
+            // Reported again (after the head's restart): already buried.
+            Some(_) if self.live(msg.actor).is_none() => {}
             Some(_) if msg.restarting => {
                 if let Some(record) = self.actors.get_mut(&msg.actor) {
                     record.restarting = true;
                 }
+                self.persist(msg.actor);
                 self.events.do_send(Publish(ClusterEventKind::ActorDied {
                     actor: msg.actor,
                     incarnation: msg.incarnation,
@@ -371,23 +470,7 @@ impl Handler<ClusterEvent> for Directory {
             ClusterEventKind::NodeLeft { node } => (node, LEFT.to_string()),
             _ => return,
         };
-        let lost: Vec<ActorId> = self
-            .actors
-            .values()
-            .filter(|r| r.dead.is_none() && r.node.name == node.name)
-            .map(|r| r.actor)
-            .collect();
-        let cause = DeathCause::NodeLost {
-            node: node.to_string(),
-            reason,
-            fault: self.doomed.remove(&node.name),
-        };
-        for actor in lost {
-            let reason = cause.clone();
-            if !self.reschedule(actor, &reason) {
-                self.bury(actor, reason);
-            }
-        }
+        self.node_lost(node, reason);
     }
 }
 

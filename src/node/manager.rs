@@ -131,6 +131,8 @@ pub struct NodeManager {
     in_flight: bool,
     /// Heartbeats unanswered in a row, and when the next one may go.
     missed: (u32, Instant),
+    /// Deaths the head could not be told of: told again once it answers.
+    unreported: Vec<directory::ActorDown>,
     binaries: BinaryCache,
     /// The cached binaries whose libraries this machine has.
     libraries: libraries::Checked,
@@ -147,6 +149,8 @@ pub struct NodeManager {
 struct Worker {
     spec: ActorSpec,
     incarnation: Incarnation,
+    /// Where this incarnation is reached.
+    address: SocketAddr,
     restarts: u32,
     grant: Grant,
     pid: u32,
@@ -183,6 +187,7 @@ impl NodeManager {
             last_ack: Instant::now(),
             in_flight: false,
             missed: (0, Instant::now()),
+            unreported: Vec::new(),
             workers: HashMap::new(),
             bundle_jobs: HashMap::new(),
             output: JobOutput::default(),
@@ -195,9 +200,9 @@ impl NodeManager {
         }
         self.in_flight = true;
         let beat = self.beat();
-        ctx.spawn(beat.into_actor(self).map(|beat, manager, _| {
+        ctx.spawn(beat.into_actor(self).map(|beat, manager, ctx| {
             manager.in_flight = false;
-            manager.record(beat);
+            manager.record(beat, ctx);
         }));
     }
 
@@ -245,12 +250,15 @@ impl NodeManager {
         }
     }
 
-    fn record(&mut self, beat: Beat) {
+    fn record(&mut self, beat: Beat, ctx: &mut Context<Self>) {
         match beat {
             Beat::Acked => {
                 if self.missed.0 > 0 {
                     let silent = self.last_ack.elapsed();
-                    info!("the head answers again after {silent:.1?}");
+                    info!(
+                        "the head answers again after {silent:.1?}; telling it what this node runs"
+                    );
+                    self.report_again(ctx);
                 }
                 self.last_ack = Instant::now();
                 self.missed = (0, self.last_ack);
@@ -302,8 +310,9 @@ impl NodeManager {
         }
     }
 
-    /// Tells the head's directory that an actor incarnation died.
-    fn report_down(&self, down: directory::ActorDown) {
+    /// Tells the head's directory that an actor incarnation died; a report
+    /// the head does not take is kept, to be made again once it answers.
+    fn report_down(&self, down: directory::ActorDown, ctx: &mut Context<Self>) {
         match &self.config.head {
             HeadLink::Local { directory, .. } => directory.do_send(directory::ActorDown {
                 node: Some(self.config.identity.clone()),
@@ -313,16 +322,33 @@ impl NodeManager {
                 let request = ControlRequest::Directory(DirectoryRequest::ActorDown {
                     actor: down.actor,
                     incarnation: down.incarnation,
-                    reason: down.reason,
+                    reason: down.reason.clone(),
                     restarting: down.restarting,
                 });
                 let call = call_head(endpoint, *head, request, Duration::from_secs(10));
-                tokio::spawn(async move {
-                    if let Err(e) = call.await {
-                        warn!("cannot report an actor death to the head: {e}");
+                ctx.spawn(call.into_actor(self).map(move |result, manager, _| {
+                    if let Err(e) = result {
+                        warn!(actor = %down.actor, "cannot report an actor death to the head (told again once it answers): {e}");
+                        manager.unreported.push(down);
                     }
-                });
+                }));
             }
+        }
+    }
+
+    /// After the head was unreachable (it may have restarted): the deaths
+    /// it was not told of, then every actor this node runs.
+    fn report_again(&mut self, ctx: &mut Context<Self>) {
+        for down in std::mem::take(&mut self.unreported) {
+            self.report_down(down, ctx);
+        }
+        let live: Vec<(ActorRecord, ActorSpec)> = self
+            .workers
+            .values()
+            .map(|worker| (self.record_of(worker, worker.address), worker.spec.clone()))
+            .collect();
+        for (record, spec) in live {
+            ctx.spawn(self.report_up(record, spec).into_actor(self));
         }
     }
 
@@ -904,6 +930,7 @@ impl Handler<StartActor> for NodeManager {
                 restarts: spec.restarts,
                 spec,
                 incarnation: worker.incarnation,
+                address: worker.address,
                 grant,
                 pid: worker.pid,
                 killed: false,
@@ -947,13 +974,14 @@ impl Handler<WorkerExited> for NodeManager {
         let msg = WorkerExited { reason, ..msg };
         let (spec, grant) = (worker.spec.clone(), worker.grant.clone());
         warn!(actor = %msg.actor, restarting, "actor died: {}", msg.reason);
-        self.report_down(directory::ActorDown {
+        let down = directory::ActorDown {
             actor: msg.actor,
             incarnation: msg.incarnation,
             reason: msg.reason.clone(),
             restarting,
             node: None,
-        });
+        };
+        self.report_down(down, ctx);
         if !restarting {
             self.workers.remove(&msg.actor);
             self.resources.release(&spec.resources, grant);
@@ -963,13 +991,13 @@ impl Handler<WorkerExited> for NodeManager {
             worker.restarts += 1;
         }
         let launch = self.launch(&spec, &grant.gpus, false, ctx);
-        ctx.spawn(launch.into_actor(self).then(move |launched, manager, _| {
+        ctx.spawn(launch.into_actor(self).then(move |launched, manager, ctx| {
             let reported = match launched {
                 Ok(launched) => manager.restarted(spec.actor, launched),
                 Err(e) => {
                     manager.workers.remove(&spec.actor);
                     manager.resources.release(&spec.resources, grant);
-                    manager.report_down(directory::ActorDown {
+                    let down = directory::ActorDown {
                         actor: spec.actor,
                         incarnation: msg.incarnation,
                         reason: DeathCause::RestartFailed {
@@ -978,7 +1006,8 @@ impl Handler<WorkerExited> for NodeManager {
                         },
                         restarting: false,
                         node: None,
-                    });
+                    };
+                    manager.report_down(down, ctx);
                     futures::future::ready(()).boxed()
                 }
             };
@@ -994,6 +1023,7 @@ impl NodeManager {
             return futures::future::ready(()).boxed();
         };
         worker.incarnation = launched.incarnation;
+        worker.address = launched.address;
         worker.pid = launched.pid;
         worker.err_log = (launched.err_log, 0);
         info!(actor = %actor, restarts = worker.restarts, "actor restarted");

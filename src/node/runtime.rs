@@ -280,8 +280,20 @@ async fn start_head(
     bound.signer.set_ticket(ticket);
     let address = registration.address;
     let events = ClusterEvents::for_epoch(epoch).start();
-    let restored = (store.nodes, head_grace);
-    let membership = Membership::new(heartbeat_timeout, events.clone(), store.store, restored).start();
+    // The previous head's own node: its workers died with it.
+    let previous_head = store
+        .nodes
+        .iter()
+        .find(|node| node.head && node.death_reason.is_none())
+        .map(|node| node.registration.node.clone());
+    let (nodes, actors) = (store.nodes, store.actors);
+    let membership = Membership::new(
+        heartbeat_timeout,
+        events.clone(),
+        store.store.clone(),
+        (nodes, head_grace),
+    )
+    .start();
     let directory = Directory::create(|ctx| {
         let rescheduler = ActorRescheduler::new(
             endpoint.clone(),
@@ -290,7 +302,11 @@ async fn start_head(
             ctx.address(),
         )
         .start();
-        Directory::new(events.clone(), Some(rescheduler.recipient()))
+        Directory::new(events.clone(), Some(rescheduler.recipient())).stored(
+            store.store,
+            actors,
+            previous_head,
+        )
     });
     events.do_send(Subscribe(directory.clone().recipient()));
     let join = membership::Join {

@@ -26,6 +26,21 @@ pub struct TransportConfig {
     /// Packet faults to inject in this endpoint's socket (fault-injection
     /// tests only; `None` in production).
     pub packet_faults: Option<PacketFaults>,
+    /// The key of this endpoint's stateless resets (`None`: a random one).
+    /// The head keeps its key in its store, so that a restarted head
+    /// resets its members' connections to the head before it at their
+    /// first packet, instead of leaving them to the idle timeout.
+    pub reset_key: Option<ResetKey>,
+}
+
+/// A QUIC stateless-reset key (HMAC-SHA256).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ResetKey(pub [u8; 32]);
+
+impl std::fmt::Debug for ResetKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResetKey(<redacted>)")
+    }
 }
 
 impl Default for TransportConfig {
@@ -37,6 +52,7 @@ impl Default for TransportConfig {
             request_read_timeout: Duration::from_secs(30),
             protocol_version: PROTOCOL_VERSION,
             packet_faults: None,
+            reset_key: None,
         }
     }
 }

@@ -19,7 +19,7 @@ use super::credentials::SERVER_NAME;
 use super::faults::{FaultCounters, FaultySocket, PacketRule};
 use super::server::{self, RequestHandler};
 use super::tickets::Verifier;
-use super::{ConnectError, Credentials, EndpointError, TransportConfig};
+use super::{ConnectError, Credentials, EndpointError, ResetKey, TransportConfig};
 
 /// One process's QUIC endpoint: it dials peers (keeping one connection per
 /// peer address) and, when [`serve`](Endpoint::serve) is called, accepts
@@ -106,8 +106,12 @@ impl Endpoint {
             }
             None => (socket, None),
         };
+        let endpoint_config = match &config.reset_key {
+            Some(key) => keyed_endpoint(key),
+            None => quinn::EndpointConfig::default(),
+        };
         let mut quic =
-            quinn::Endpoint::new_with_abstract_socket(Default::default(), server, socket, runtime)
+            quinn::Endpoint::new_with_abstract_socket(endpoint_config, server, socket, runtime)
                 .map_err(quic_error)?;
         let tls = QuicClientConfig::try_from(credentials.client_tls()?)
             .map_err(|e| EndpointError::Quic(e.to_string()))?;
@@ -384,6 +388,24 @@ fn size_buffers(socket: &UdpSocket) {
             "UDP buffers: asked for {SOCKET_BUFFER_BYTES} bytes, granted {recv} (receive) and {send} (send); raise net.core.rmem_max and wmem_max for faster bulk transfers"
         );
     }
+}
+
+/// An endpoint whose stateless resets and connection ids are keyed by
+/// `key`: a later process with the same key (a restarted head) takes the
+/// connection ids of the one before as its own kind (the generator
+/// validates them) and answers their packets with resets the peers
+/// accept, so their connections close at once instead of idling out.
+fn keyed_endpoint(key: &ResetKey) -> quinn::EndpointConfig {
+    let hmac = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key.0);
+    let tag = ring::hmac::sign(&hmac, b"nimbus connection ids");
+    let mut cid_key = [0u8; 8];
+    cid_key.copy_from_slice(&tag.as_ref()[..8]);
+    let cid_key = u64::from_le_bytes(cid_key);
+    let mut config = quinn::EndpointConfig::new(Arc::new(hmac));
+    config.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    config
 }
 
 fn quic_transport(config: &TransportConfig) -> Result<Arc<quinn::TransportConfig>, EndpointError> {

@@ -87,7 +87,7 @@ mod server;
 mod tickets;
 
 pub use channel::{Channel, PendingReply};
-pub use config::{RequestOptions, TransportConfig};
+pub use config::{RequestOptions, ResetKey, TransportConfig};
 pub use connection::{Connection, StalledStream};
 pub use credentials::{CredentialError, Credentials, JoinToken, WorkerCredentials};
 pub use endpoint::Endpoint;

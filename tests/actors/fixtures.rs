@@ -43,6 +43,9 @@ pub fn registry() -> Registry {
         .actor::<Relay>()
         .message::<Relay, Forward>()
         .message::<Relay, AddToNamed>()
+        .actor::<Partner>()
+        .message::<Partner, Meet>()
+        .message::<Partner, AddToPeer>()
 }
 
 /// A counter that can be slow, or panic.
@@ -427,6 +430,62 @@ impl Handler<AddToNamed> for Relay {
                 .map_err(|e| e.to_string())?
                 .ok_or_else(|| format!("no actor named {}", msg.name))?;
             counter.send(Add(msg.n)).await.map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// An actor that keeps a handle to a counter it was introduced to: its
+/// calls to it go straight to the counter's worker, head or no head.
+#[derive(Default)]
+pub struct Partner {
+    peer: Option<ActorHandle<Counter>>,
+}
+
+impl Actor for Partner {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Partner {
+    const NAME: &'static str = "tests.Partner";
+    type Args = ();
+    fn from_args(_: ()) -> Self {
+        Partner::default()
+    }
+}
+
+/// Keep this counter and read it (adding 0): the handle finds its worker.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<i64, String>")]
+pub struct Meet(pub ActorHandle<Counter>);
+
+impl RemoteMessage for Meet {
+    const NAME: &'static str = "tests.Meet";
+}
+
+impl Handler<Meet> for Partner {
+    type Result = ResponseFuture<Result<i64, String>>;
+    fn handle(&mut self, Meet(peer): Meet, _: &mut Context<Self>) -> Self::Result {
+        self.peer = Some(peer.clone());
+        Box::pin(async move { peer.send(Add(0)).await.map_err(|e| e.to_string()) })
+    }
+}
+
+/// Add `n` to the counter met before.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<i64, String>")]
+pub struct AddToPeer(pub i64);
+
+impl RemoteMessage for AddToPeer {
+    const NAME: &'static str = "tests.AddToPeer";
+}
+
+impl Handler<AddToPeer> for Partner {
+    type Result = ResponseFuture<Result<i64, String>>;
+    fn handle(&mut self, AddToPeer(n): AddToPeer, _: &mut Context<Self>) -> Self::Result {
+        let peer = self.peer.clone();
+        Box::pin(async move {
+            let peer = peer.ok_or("no peer met yet")?;
+            peer.send(Add(n)).await.map_err(|e| e.to_string())
         })
     }
 }

@@ -31,6 +31,10 @@ pub const REMOTE_DRIVER: &str = "NIMBUS_TEST_REMOTE_DRIVER";
 /// spawned its actors and a placement group.
 pub const ORPHAN_DRIVER: &str = "NIMBUS_TEST_ORPHAN_DRIVER";
 
+/// Set in the environment of a driver that starts a cluster of its own
+/// and SIGKILLs and restarts its head under its actors.
+pub const HEAD_RESTART_DRIVER: &str = "NIMBUS_TEST_HEAD_RESTART_DRIVER";
+
 /// Set in the environment of a driver whose actor prints a line, which the
 /// driver shows (`log_to_driver`).
 pub const PRINTING_DRIVER: &str = "NIMBUS_TEST_PRINTING_DRIVER";
@@ -51,6 +55,9 @@ fn main() {
     }
     if std::env::var_os(ORPHAN_DRIVER).is_some() {
         return tests::orphan_driver();
+    }
+    if std::env::var_os(HEAD_RESTART_DRIVER).is_some() {
+        return tests::head_restart_driver();
     }
     if std::env::var_os(PRINTING_DRIVER).is_some() {
         return tests::printing_driver();

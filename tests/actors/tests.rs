@@ -25,6 +25,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("placement_groups_of_each_strategy", |_| {
         boxed(placement_groups_of_each_strategy())
     }),
+    ("a_restarted_head_keeps_its_members_and_actors", |_| {
+        boxed(a_restarted_head_keeps_its_members_and_actors())
+    }),
     ("removing_a_placement_group_frees_its_resources", |_| {
         boxed(removing_a_placement_group_frees_its_resources())
     }),
@@ -1154,6 +1157,115 @@ pub fn orphan_driver() {
         println!("ready {}", object.id());
         std::future::pending::<()>().await;
         drop((kept, group, object));
+    });
+}
+
+/// The head survives its own restart (`nimbus::head::store`), run by a
+/// driver with a cluster of its own ([`head_restart_driver`]): with the
+/// head SIGKILLed, calls between actors and from the driver go on; the
+/// head started again takes its members back and knows the same actors
+/// by the same names (same incarnations, no restart, state kept).
+async fn a_restarted_head_keeps_its_members_and_actors() {
+    let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .env(crate::HEAD_RESTART_DRIVER, "1")
+        .env("NIMBUS_HEAD_GRACE_S", "30")
+        .env_remove("NIMBUS_ADDRESS")
+        .env_remove("NIMBUS_TOKEN")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let summary = stdout.lines().find(|l| l.starts_with("summary: "));
+    println!(
+        "{}",
+        summary.unwrap_or_else(|| panic!("{stdout}\n{stderr}"))
+    );
+}
+
+/// [`a_restarted_head_keeps_its_members_and_actors`]' driver.
+pub fn head_restart_driver() {
+    let mut driver = nimbus::init_with(registry(), nimbus::InitOptions::private(3))
+        .expect("a private local cluster starts");
+    actix::System::new().block_on(async {
+        driver.connect().await.unwrap();
+        let a = actor::spawn::<Counter>(10, on("node-1").name("kept-a"))
+            .await
+            .unwrap();
+        let b = actor::spawn::<Counter>(20, on("node-2").name("kept-b"))
+            .await
+            .unwrap();
+        let options = on("node-2").name("kept-partner");
+        let partner = actor::spawn::<Partner>((), options).await.unwrap();
+        assert_eq!(partner.send(Meet(a.clone())).await.unwrap(), Ok(10));
+        // Each handle finds its actor's worker (at the head) on first use.
+        assert_eq!(a.send(Add(0)).await.unwrap(), 10);
+        assert_eq!(b.send(Add(0)).await.unwrap(), 20);
+        let names = ["kept-a", "kept-b", "kept-partner"];
+        let cluster = driver.local_cluster().expect("a local cluster");
+        let client = cluster.client().await.unwrap();
+        let mut before = Vec::new();
+        for name in names {
+            before.push(client.find_actor(name).await.unwrap().unwrap());
+        }
+        let members = client.status().await.unwrap();
+        drop(client);
+
+        cluster.kill(0).unwrap();
+        // No head: calls between processes that know each other go on.
+        let outage = Instant::now();
+        assert_eq!(a.send(Add(1)).await.unwrap(), 11);
+        assert_eq!(partner.send(AddToPeer(1)).await.unwrap(), Ok(12));
+        assert_eq!(b.send(Add(2)).await.unwrap(), 22);
+        let calls_in_outage = outage.elapsed();
+
+        let restarted = Instant::now();
+        cluster.restart(0).unwrap();
+        let client = cluster.client().await.unwrap();
+        let back = client
+            .wait_for_status("the members back", Duration::from_secs(30), |s| {
+                s.alive().count() == 3 && s.nodes.iter().all(|n| !n.rejoining)
+            })
+            .await
+            .unwrap();
+        let members_back = restarted.elapsed();
+        for name in ["node-1", "node-2"] {
+            let (was, is) = (members.node(name).unwrap(), back.node(name).unwrap());
+            assert_eq!(was.incarnation, is.incarnation, "{name} restarted");
+        }
+        for (name, was) in names.iter().zip(&before) {
+            let is = client.find_actor(name).await.unwrap();
+            let is = is.unwrap_or_else(|| panic!("{name} is unknown to the restarted head"));
+            assert_eq!(
+                (
+                    is.actor,
+                    is.incarnation,
+                    is.pid,
+                    is.restarts,
+                    &is.dead,
+                    is.restarting
+                ),
+                (was.actor, was.incarnation, was.pid, 0, &None, false),
+                "{name}"
+            );
+        }
+        // The same actors, state and all: by name, and through old handles.
+        let by_name = actor::get_actor::<Counter>("kept-a")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(by_name.send(Add(1)).await.unwrap(), 13);
+        assert_eq!(partner.send(AddToPeer(1)).await.unwrap(), Ok(14));
+        println!(
+            "summary: calls_in_outage_ms={} members_back_ms={} actors_kept={}",
+            calls_in_outage.as_millis(),
+            members_back.as_millis(),
+            names.len()
+        );
     });
 }
 

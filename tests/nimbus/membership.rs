@@ -224,7 +224,10 @@ async fn a_restarted_head_takes_its_members_back_and_declares_the_missing_dead()
         cluster.kill(2).unwrap();
         let restarted_at = Instant::now();
         cluster.restart(0).unwrap();
-        assert!(*cluster.token() == token, "the restarted head has another token");
+        assert!(
+            *cluster.token() == token,
+            "the restarted head has another token"
+        );
 
         let client = cluster.client().await.unwrap();
         let back = client
@@ -273,7 +276,14 @@ fn a_head_with_a_damaged_store_refuses_to_start() {
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("head.redb"), vec![0x5a; 64 * 1024]).unwrap();
     let port = crate::cli::free_port().to_string();
-    let args = ["start", "--head", "--block", "--port", &port, "--no-dashboard"];
+    let args = [
+        "start",
+        "--head",
+        "--block",
+        "--port",
+        &port,
+        "--no-dashboard",
+    ];
     crate::cli::fails_with(home.path(), &args, "head.redb");
     crate::cli::fails_with(home.path(), &args, "move it aside to start a new cluster");
 }

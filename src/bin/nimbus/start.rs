@@ -27,8 +27,8 @@ use clap::Args;
 use nimbus::cluster::ResourceOverrides;
 use nimbus::dashboard::{self, DashboardConfig, DashboardListener};
 use nimbus::head::store::HeadStore;
-use nimbus::transport::JoinToken;
 use nimbus::node::{self, NodeConfig, NodeRole};
+use nimbus::transport::JoinToken;
 
 use crate::state;
 
@@ -210,8 +210,13 @@ fn run_foreground(args: StartArgs) -> Result<()> {
         (None, None) => bail!("a node that is not the head needs --address"),
     };
     let default_port = if args.head { DEFAULT_HEAD_PORT } else { 0 };
+    let reset_key = match &role {
+        NodeRole::Head { store, .. } => Some(store.reset_key.clone()),
+        NodeRole::Member { .. } => None,
+    };
     let mut config = NodeConfig::new(role, token.clone());
     config.state_dir = state_dir;
+    config.transport.reset_key = reset_key;
     if let Some(seconds) = args.head_grace_s {
         config.head_grace = Duration::from_secs(seconds);
     }

@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 use crate::wire::NodeIdentity;
 
 use super::MembershipError;
-use crate::head::store::StoredNode;
 use crate::cluster::{
     ClusterEventKind, ClusterStatus, HostLoad, NodeRegistration, NodeState, NodeStatus,
     ResourceSet, ResourceUsage,
 };
+use crate::head::store::StoredNode;
 
 /// Every node the head has heard of, alive or dead; one entry per node name.
 #[derive(Debug)]
