@@ -106,6 +106,22 @@ pub async fn call(
     Ok(wire::decode(&reply)?)
 }
 
+impl ClientError {
+    /// Whether the peer could not be reached or went away (nothing it
+    /// answered): what a restarting head looks like.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Connect(ConnectError::Unreachable { .. } | ConnectError::Lost { .. })
+                | ClientError::Request(
+                    RequestError::NodeLost { .. }
+                        | RequestError::Closed { .. }
+                        | RequestError::Timeout { .. }
+                )
+        )
+    }
+}
+
 /// Cluster events after sequence number `after`, asked of the head on
 /// `head`, waiting up to `wait` for one (a long poll).
 pub async fn events(

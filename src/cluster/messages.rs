@@ -84,11 +84,36 @@ pub enum ControlRequest {
     Echo(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
+impl ControlRequest {
+    /// Whether asking twice does what asking once does (reads of the
+    /// head's state, reserving a name for the same actor): such requests
+    /// are asked again on a new connection while the head is away
+    /// (`crate::runtime`'s `call_head`).
+    pub fn is_idempotent(&self) -> bool {
+        matches!(
+            self,
+            ControlRequest::Membership(MembershipRequest::Status)
+                | ControlRequest::Events(_)
+                | ControlRequest::Directory(
+                    DirectoryRequest::ReserveName { .. }
+                        | DirectoryRequest::LookupName(_)
+                        | DirectoryRequest::LocateActor(_)
+                        | DirectoryRequest::ListActors
+                )
+        )
+    }
+}
+
 /// The most events one `JobRequest::RunEvents` carries.
 pub const MAX_RUN_EVENTS: usize = 1000;
 
 /// The most task states one `JobRequest::TaskStates` carries.
 pub const MAX_TASK_STATES: usize = 1000;
+
+/// How long nodes, workers and drivers ride out an unreachable head, and
+/// how long a restarted head waits for the members it knew
+/// (`--head-grace-s`, `NIMBUS_HEAD_GRACE_S`).
+pub const DEFAULT_HEAD_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How often a driver tells the head its job is alive (`JobRequest::DriverAlive`).
 pub const DRIVER_BEAT: std::time::Duration = std::time::Duration::from_secs(1);

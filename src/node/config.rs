@@ -5,15 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cluster::files::nimbus_home;
-use crate::cluster::ResourceOverrides;
+use crate::cluster::{ResourceOverrides, DEFAULT_HEAD_GRACE};
 use crate::head::store::HeadStart;
 use crate::transport::{JoinToken, TransportConfig};
 
 use super::logs::DEFAULT_LOG_MAX;
-
-/// How long members ride out an unreachable head, and how long a
-/// restarted head waits for them (`--head-grace-s`).
-pub const DEFAULT_HEAD_GRACE: Duration = Duration::from_secs(60);
 
 /// Head or not.
 #[derive(Clone, Debug)]

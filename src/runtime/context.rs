@@ -49,6 +49,21 @@ pub struct ProcessContext {
     workers: DashMap<ActorId, (SocketAddr, Incarnation)>,
 }
 
+/// The first wait before asking an unreachable head again.
+const HEAD_RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between asks of an unreachable head.
+const HEAD_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// How long idempotent head requests wait for an unreachable head: the
+/// head's grace as this process's environment says (`NIMBUS_HEAD_GRACE_S`,
+/// which workers inherit from their node), else its default.
+fn head_wait() -> Duration {
+    std::env::var("NIMBUS_HEAD_GRACE_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(crate::cluster::DEFAULT_HEAD_GRACE, Duration::from_secs)
+}
+
 static CONTEXT: OnceLock<ProcessContext> = OnceLock::new();
 
 impl ProcessContext {
@@ -104,10 +119,33 @@ impl ProcessContext {
         Ok(self.endpoint.connect(self.head, None).await?)
     }
 
-    /// Sends a control request to the head.
+    /// Sends a control request to the head. An idempotent one
+    /// ([`ControlRequest::is_idempotent`]) that finds the head unreachable
+    /// is asked again on a new connection, with backoff, for up to the
+    /// head's grace ([`head_wait`]): a restarting head delays it instead of
+    /// failing it.
     pub async fn call_head(&self, request: &ControlRequest) -> Result<ControlReply, ClientError> {
-        let head = self.head().await?;
-        client::call(&head, request, RequestOptions::control()).await
+        let end = tokio::time::Instant::now() + head_wait();
+        let mut backoff = HEAD_RETRY_FIRST;
+        loop {
+            let reply = match self.head().await {
+                Ok(head) => client::call(&head, request, RequestOptions::control()).await,
+                Err(e) => Err(e),
+            };
+            match reply {
+                Err(e) if e.is_unreachable() && request.is_idempotent() => {
+                    if tokio::time::Instant::now() + backoff > end {
+                        return Err(e);
+                    }
+                    tracing::debug!("the head is unreachable ({e}); asking again in {backoff:?}");
+                    self.endpoint
+                        .disconnect(self.head, "the head did not answer");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(HEAD_RETRY_MAX);
+                }
+                reply => return reply,
+            }
+        }
     }
 
     /// The sequence number of the head's latest event.

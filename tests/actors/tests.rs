@@ -1222,6 +1222,9 @@ pub fn head_restart_driver() {
         assert_eq!(partner.send(AddToPeer(1)).await.unwrap(), Ok(12));
         assert_eq!(b.send(Add(2)).await.unwrap(), 22);
         let calls_in_outage = outage.elapsed();
+        // What needs the head waits for it instead of failing.
+        let lookup = tokio::task::spawn_local(actor::get_actor::<Counter>("kept-b"));
+        tokio::task::yield_now().await;
 
         let restarted = Instant::now();
         cluster.restart(0).unwrap();
@@ -1253,6 +1256,8 @@ pub fn head_restart_driver() {
                 "{name}"
             );
         }
+        let waited = lookup.await.unwrap().unwrap().expect("kept-b found");
+        assert_eq!(waited.send(Add(0)).await.unwrap(), 22);
         // The same actors, state and all: by name, and through old handles.
         let by_name = actor::get_actor::<Counter>("kept-a")
             .await
