@@ -313,6 +313,12 @@ impl TrainContext {
                         };
                     tracing::error!("{}: not injected: {why}", fault.reason());
                 }
+                TrainingFaultAction::KillHead { .. } => {
+                    // The chaos harness kills and restarts the head when
+                    // the report reaches it; training goes on meanwhile.
+                    self.faults[i].1 = true;
+                    Self::announce(&self.progress, &fault);
+                }
                 TrainingFaultAction::HangInCollective => {
                     self.faults[i].1 = true;
                     Self::announce(&self.progress, &fault);

@@ -17,6 +17,7 @@ use crate::cluster::{
 };
 use crate::cluster::{DirectoryRequest, FaultRequest, ProcessClass};
 use crate::local::{LocalCluster, LocalClusterError};
+use crate::train::faults::TrainingFaultAction;
 use crate::transport::{ConnectError, FaultCounts, PacketRule, RequestError, RequestOptions};
 
 use super::{ChaosPlan, FaultAction, PlanError, ResolvedFault, Timeline, TimelineEntry};
@@ -99,6 +100,17 @@ pub async fn run_while<T>(
         dying: HashMap::new(),
         node_killed: None,
         packets: HashMap::new(),
+        head_kills: plan
+            .training_faults
+            .iter()
+            .filter_map(|fault| match fault.action {
+                TrainingFaultAction::KillHead { down_ms } => {
+                    Some((fault.fired(), Duration::from_millis(down_ms)))
+                }
+                _ => None,
+            })
+            .collect(),
+        head_due: None,
     };
     run.record_packet_faults(plan);
     let result = run.schedule(cluster, &client, faults, workload).await;
@@ -111,14 +123,31 @@ pub async fn run_while<T>(
 /// Something the schedule does at a time.
 enum Step {
     Fault(ResolvedFault),
-    Resume { node: usize, stopped_at: Instant },
-    Healed { sides: String, cut_at: Instant },
+    /// The head killed by a `kill_head` training fault starts again.
+    HeadBack {
+        killed_at: Instant,
+        trigger: String,
+    },
+    Resume {
+        node: usize,
+        stopped_at: Instant,
+    },
+    Healed {
+        sides: String,
+        cut_at: Instant,
+    },
 }
 
 /// What a fault should lead to.
 enum Expect {
     Dead,
-    Rejoined { before: u64 },
+    Rejoined {
+        before: u64,
+    },
+    /// The head is back (a new incarnation) and every member with it.
+    HeadBack {
+        before: u64,
+    },
 }
 
 /// The state of one run.
@@ -135,6 +164,12 @@ struct Run {
     node_killed: Option<Instant>,
     /// The latest packet-fault counters each process reported.
     packets: HashMap<String, (ProcessClass, FaultCounts)>,
+    /// The plan's `kill_head` training faults not fired yet, and how long
+    /// each keeps the head down.
+    head_kills: Vec<(FiredFault, Duration)>,
+    /// A `kill_head` fault reported (by its trigger): the head is to be
+    /// killed now and started again after this long.
+    head_due: Option<(Duration, String)>,
 }
 
 impl Run {
@@ -202,6 +237,9 @@ impl Run {
                     let events = events?;
                     seen = events.last().map_or(seen, |e| e.seq);
                     self.record_events(&events);
+                    if let Some((down, trigger)) = self.head_due.take() {
+                        steps.push(self.kill_head(cluster, down, trigger)?);
+                    }
                     watch = client.events(seen, Duration::from_millis(500)).boxed();
                 }
             }
@@ -264,6 +302,22 @@ impl Run {
                 });
                 Ok(None)
             }
+            Step::HeadBack { killed_at, trigger } => {
+                let before = cluster.node(0)?.incarnation().0;
+                cluster.restart(0)?;
+                let head = name_of(cluster, 0);
+                tracing::info!(
+                    "chaos: the head starts again after {:?} down",
+                    killed_at.elapsed()
+                );
+                self.timeline.entries.push(TimelineEntry::Injected {
+                    fault: "restart_node".into(),
+                    target: head.clone(),
+                    trigger,
+                    at_ms: (now - self.start).as_millis() as u64,
+                });
+                Ok(Some((head, Expect::HeadBack { before })))
+            }
             Step::Resume { node, stopped_at } => {
                 cluster.resume(node)?;
                 self.stopped.retain(|n| *n != node);
@@ -275,6 +329,36 @@ impl Run {
                 Ok(None)
             }
         }
+    }
+
+    /// Carries out a reported `kill_head` training fault (fired by
+    /// `trigger`): SIGKILLs the head now; the step returned starts it
+    /// again `down` later (from its store: the same cluster). Both are in
+    /// the timeline under the fault's trigger (`step N`, then `step N +
+    /// Dms`), so they sort after the fault itself and replay the same.
+    fn kill_head(
+        &mut self,
+        cluster: &mut LocalCluster,
+        down: Duration,
+        trigger: String,
+    ) -> Result<(Duration, Step), ChaosError> {
+        let now = Instant::now();
+        cluster.kill(0)?;
+        self.timeline.entries.push(TimelineEntry::Injected {
+            fault: "kill_node".into(),
+            target: name_of(cluster, 0),
+            trigger: trigger.clone(),
+            at_ms: (now - self.start).as_millis() as u64,
+        });
+        let back = (now - self.start) + down;
+        let trigger = format!("{trigger} + {}ms", down.as_millis());
+        Ok((
+            back,
+            Step::HeadBack {
+                killed_at: now,
+                trigger,
+            },
+        ))
     }
 
     /// SIGKILLs the worker process of each actor `target` names (found
@@ -495,6 +579,11 @@ impl Run {
                 } => {
                     if fault == "kill_node" {
                         self.node_killed = Some(Instant::now());
+                    }
+                    let fired = FiredFault::new(fault.clone(), trigger.clone(), target.clone());
+                    if let Some(at) = self.head_kills.iter().position(|(f, _)| *f == fired) {
+                        let (fired, down) = self.head_kills.remove(at);
+                        self.head_due = Some((down, fired.trigger));
                     }
                     self.injected(fault.clone(), target.clone(), trigger.clone());
                 }
@@ -765,6 +854,15 @@ async fn observe_recovery(
                 })
                 .await;
             ("rejoined as a new incarnation", back)
+        }
+        Expect::HeadBack { before } => {
+            let back = client
+                .wait_for_status("the head and its members back", deadline, |s| {
+                    let head = s.node(&node).is_some_and(|n| n.incarnation != before);
+                    head && s.nodes.iter().all(|n| !n.rejoining)
+                })
+                .await;
+            ("back with its members", back)
         }
     };
     match seen {

@@ -176,10 +176,63 @@ pub fn resolve(address: &str) -> Result<SocketAddr, ClientError> {
         .ok_or_else(|| bad("resolves to no address".into()))
 }
 
-/// A connection to a cluster's head, for status, events and probes.
+/// The first wait before asking an unreachable head again.
+const HEAD_RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between asks of an unreachable head.
+const HEAD_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// How long idempotent head requests wait for an unreachable head: the
+/// head's grace as this process's environment says (`NIMBUS_HEAD_GRACE_S`,
+/// which workers inherit from their node), else its default.
+pub fn head_wait() -> Duration {
+    std::env::var("NIMBUS_HEAD_GRACE_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(crate::cluster::DEFAULT_HEAD_GRACE, Duration::from_secs)
+}
+
+/// Asks the head at `head` with `ask`, over `endpoint`'s connection to it
+/// (made anew when the last one broke). When the head is unreachable and
+/// `again` (the request is idempotent: [`ControlRequest::is_idempotent`]),
+/// asks again on a new connection, with backoff, until [`head_wait`] has
+/// passed: a restarting head delays the request instead of failing it.
+pub async fn ask_head<T, F, Fut>(
+    endpoint: &Endpoint,
+    head: SocketAddr,
+    again: bool,
+    ask: F,
+) -> Result<T, ClientError>
+where
+    F: Fn(Connection) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let end = tokio::time::Instant::now() + head_wait();
+    let mut backoff = HEAD_RETRY_FIRST;
+    loop {
+        let answer = match endpoint.connect(head, None).await {
+            Ok(connection) => ask(connection).await,
+            Err(e) => Err(e.into()),
+        };
+        match answer {
+            Err(e) if again && e.is_unreachable() => {
+                if tokio::time::Instant::now() + backoff > end {
+                    return Err(e);
+                }
+                tracing::debug!("the head is unreachable ({e}); asking again in {backoff:?}");
+                endpoint.disconnect(head, "the head did not answer");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(HEAD_RETRY_MAX);
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// A client of a cluster's head, for status, events and probes. Requests
+/// that only read ride a head restart out ([`ask_head`]).
 pub struct ClusterClient {
     endpoint: Endpoint,
-    head: Connection,
+    head: SocketAddr,
 }
 
 impl ClusterClient {
@@ -205,13 +258,13 @@ impl ClusterClient {
         };
         let credentials = Credentials::issue(token, &name)?;
         let endpoint = Endpoint::client(me, &credentials, config)?;
-        let head = endpoint.connect(head, None).await?;
+        endpoint.connect(head, None).await?;
         Ok(ClusterClient { endpoint, head })
     }
 
-    /// The connection to the head.
-    pub fn head(&self) -> &Connection {
-        &self.head
+    /// A connection to the head (the live one, or a new one).
+    pub async fn head(&self) -> Result<Connection, ClientError> {
+        Ok(self.endpoint.connect(self.head, None).await?)
     }
 
     /// This client's endpoint, to dial other nodes.
@@ -219,9 +272,11 @@ impl ClusterClient {
         &self.endpoint
     }
 
-    /// Sends a control request to the head.
+    /// Sends a control request to the head ([`ask_head`]).
     pub async fn call(&self, request: &ControlRequest) -> Result<ControlReply, ClientError> {
-        call(&self.head, request, RequestOptions::control()).await
+        let ask =
+            |head: Connection| async move { call(&head, request, RequestOptions::control()).await };
+        ask_head(&self.endpoint, self.head, request.is_idempotent(), ask).await
     }
 
     /// The membership and resource view.
@@ -241,13 +296,15 @@ impl ClusterClient {
         after: u64,
         wait: Duration,
     ) -> Result<Vec<ClusterEvent>, ClientError> {
-        events(&self.head, after, wait).await
+        let ask = |head: Connection| async move { events(&head, after, wait).await };
+        ask_head(&self.endpoint, self.head, true, ask).await
     }
 
     /// The sequence number of the latest cluster event (0 if none yet), to
     /// read only later events with [`events`](Self::events).
     pub async fn last_event_seq(&self) -> Result<u64, ClientError> {
-        last_event_seq(&self.head).await
+        let ask = |head: Connection| async move { last_event_seq(&head).await };
+        ask_head(&self.endpoint, self.head, true, ask).await
     }
 
     /// Waits until the status satisfies `done`, re-reading it whenever a

@@ -49,21 +49,6 @@ pub struct ProcessContext {
     workers: DashMap<ActorId, (SocketAddr, Incarnation)>,
 }
 
-/// The first wait before asking an unreachable head again.
-const HEAD_RETRY_FIRST: Duration = Duration::from_millis(100);
-/// The longest wait between asks of an unreachable head.
-const HEAD_RETRY_MAX: Duration = Duration::from_secs(2);
-
-/// How long idempotent head requests wait for an unreachable head: the
-/// head's grace as this process's environment says (`NIMBUS_HEAD_GRACE_S`,
-/// which workers inherit from their node), else its default.
-fn head_wait() -> Duration {
-    std::env::var("NIMBUS_HEAD_GRACE_S")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(crate::cluster::DEFAULT_HEAD_GRACE, Duration::from_secs)
-}
-
 static CONTEXT: OnceLock<ProcessContext> = OnceLock::new();
 
 impl ProcessContext {
@@ -122,44 +107,40 @@ impl ProcessContext {
     /// Sends a control request to the head. An idempotent one
     /// ([`ControlRequest::is_idempotent`]) that finds the head unreachable
     /// is asked again on a new connection, with backoff, for up to the
-    /// head's grace ([`head_wait`]): a restarting head delays it instead of
+    /// head's grace ([`client::head_wait`]): a restarting head delays it instead of
     /// failing it.
     pub async fn call_head(&self, request: &ControlRequest) -> Result<ControlReply, ClientError> {
-        let end = tokio::time::Instant::now() + head_wait();
-        let mut backoff = HEAD_RETRY_FIRST;
-        loop {
-            let reply = match self.head().await {
-                Ok(head) => client::call(&head, request, RequestOptions::control()).await,
-                Err(e) => Err(e),
-            };
-            match reply {
-                Err(e) if e.is_unreachable() && request.is_idempotent() => {
-                    if tokio::time::Instant::now() + backoff > end {
-                        return Err(e);
-                    }
-                    tracing::debug!("the head is unreachable ({e}); asking again in {backoff:?}");
-                    self.endpoint
-                        .disconnect(self.head, "the head did not answer");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(HEAD_RETRY_MAX);
-                }
-                reply => return reply,
-            }
-        }
+        let ask = |head: Connection| async move {
+            client::call(&head, request, RequestOptions::control()).await
+        };
+        self.ask_head(request.is_idempotent(), ask).await
     }
 
-    /// The sequence number of the head's latest event.
+    /// The sequence number of the head's latest event (asked again while
+    /// the head is unreachable, as [`call_head`](Self::call_head)).
     pub async fn last_event(&self) -> Result<u64, ClientError> {
-        client::last_event_seq(&self.head().await?).await
+        let ask = |head: Connection| async move { client::last_event_seq(&head).await };
+        self.ask_head(true, ask).await
     }
 
-    /// Events after `after`, waiting up to `wait` for one.
+    /// Events after `after`, waiting up to `wait` for one (asked again
+    /// while the head is unreachable: a watcher rides a head restart out,
+    /// and event numbers grow across restarts, `head/events.rs`).
     pub async fn events(
         &self,
         after: u64,
         wait: Duration,
     ) -> Result<Vec<ClusterEvent>, ClientError> {
-        client::events(&self.head().await?, after, wait).await
+        let ask = |head: Connection| async move { client::events(&head, after, wait).await };
+        self.ask_head(true, ask).await
+    }
+
+    async fn ask_head<T, F, Fut>(&self, again: bool, ask: F) -> Result<T, ClientError>
+    where
+        F: Fn(Connection) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        client::ask_head(&self.endpoint, self.head, again, ask).await
     }
 
     /// This process's metrics as a push to its node (`crate::metrics`).

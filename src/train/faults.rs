@@ -43,6 +43,14 @@ pub enum TrainingFaultAction {
     /// node lost at a training step. Not on the head, which the cluster
     /// cannot lose (the rule is then logged and skipped).
     KillNode,
+    /// SIGKILL the head, and start it again `down_ms` later from its store
+    /// (`nimbus chaos run`, which owns the cluster, does both when the
+    /// worker reports the fault; elsewhere only the report happens): the
+    /// head lost and back while training goes on.
+    KillHead {
+        /// How long the head stays down.
+        down_ms: u64,
+    },
     /// Panic in the training loop.
     Panic,
     /// Sleep this long before each collective, for `steps` steps.
@@ -96,6 +104,7 @@ impl TrainingFault {
         match self.action {
             TrainingFaultAction::Kill => "kill".into(),
             TrainingFaultAction::KillNode => "kill_node".into(),
+            TrainingFaultAction::KillHead { down_ms } => format!("kill_head({down_ms}ms)"),
             TrainingFaultAction::Panic => "panic".into(),
             TrainingFaultAction::Straggle { delay_ms, steps } => {
                 format!("straggle({delay_ms}ms x {steps} steps)")

@@ -1205,6 +1205,13 @@ pub fn head_restart_driver() {
         // Each handle finds its actor's worker (at the head) on first use.
         assert_eq!(a.send(Add(0)).await.unwrap(), 10);
         assert_eq!(b.send(Add(0)).await.unwrap(), 20);
+        let group = PlacementGroup::create(
+            vec![cpus(0.2), cpus(0.2)],
+            PlacementStrategy::Spread,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
         let names = ["kept-a", "kept-b", "kept-partner"];
         let cluster = driver.local_cluster().expect("a local cluster");
         let client = cluster.client().await.unwrap();
@@ -1256,6 +1263,23 @@ pub fn head_restart_driver() {
                 "{name}"
             );
         }
+        // The placement group's bundles on members are still reserved
+        // (their nodes keep them; one on the head died with it).
+        let on_members: Vec<usize> = (0..group.len())
+            .filter(|i| group.node(*i).unwrap() != "head")
+            .collect();
+        assert!(!on_members.is_empty(), "spread over 3 nodes, 2 bundles");
+        for index in on_members {
+            let node = back.node(group.node(index).unwrap()).unwrap();
+            let bundles = client.bundles(node).await.unwrap();
+            let bundle = group.bundle(index).unwrap();
+            assert!(
+                bundles.iter().any(|b| b.bundle == bundle),
+                "bundle {index} of the group is gone from {}",
+                node.id
+            );
+        }
+        group.remove().await.unwrap();
         let waited = lookup.await.unwrap().unwrap().expect("kept-b found");
         assert_eq!(waited.send(Add(0)).await.unwrap(), 22);
         // The same actors, state and all: by name, and through old handles.

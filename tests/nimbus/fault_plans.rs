@@ -239,6 +239,32 @@ async fn mnist_survives_losing_a_node_at_a_training_step() {
     .await;
 }
 
+/// The head SIGKILLed at a training step and started again 2 s later
+/// (`examples/faults/mnist_head.toml`): training does not notice: no
+/// restart of the group, the fault-free parameters.
+#[tokio::test]
+async fn mnist_rides_out_a_head_restart() {
+    within(Duration::from_secs(400), async {
+        let home = tempfile::tempdir().unwrap();
+        let args = ["--epochs", "1", "--checkpoint-every", "10", "--nodes", "3"];
+        let plan = plan("mnist_head.toml");
+        let (clean, out) = mnist_without_and_with(&plan, &[], &args, home.path()).await;
+        assert_eq!(
+            faults(&out),
+            [
+                "fault 1 kill_node target=head trigger=step 15",
+                "fault 2 kill_head(2000ms) target=rank-0 trigger=step 15",
+                "fault 3 restart_node target=head trigger=step 15 + 2000ms",
+            ],
+            "{out}"
+        );
+        assert_recovered(&out, &["back with its members"]);
+        assert_eq!(summary_value(&out, "restarts"), "0", "{out}");
+        assert_same_parameters(&clean, &out);
+    })
+    .await;
+}
+
 /// The long variant (`make test-long`): 3 workers, 2 epochs.
 #[tokio::test]
 #[ignore = "long: run with `make test-long`"]

@@ -169,7 +169,7 @@ async fn bulk_traffic_does_not_starve_heartbeats() {
         let cluster = cluster(2);
         let client = cluster.client().await.unwrap();
         let seen = client.last_event_seq().await.unwrap();
-        let head = client.head().clone();
+        let head = client.head().await.unwrap();
         let flood_until = Instant::now() + 2 * HEARTBEAT_TIMEOUT;
         let mut workers = Vec::new();
         for _ in 0..8 {

@@ -55,6 +55,8 @@ async fn a_one_way_message_is_delivered_without_a_reply() {
             .unwrap();
         client
             .head()
+            .await
+            .unwrap()
             .notify(report, RequestOptions::control())
             .await
             .unwrap();
