@@ -55,6 +55,9 @@
 //!   `node_packet_faults` on every node process, and with `workers = true`
 //!   on their worker processes (actor calls, network collectives).
 //! - **Training**: kill, panic, kill the worker's node (as for actors),
+//!   kill the head for a while (`kill_head { down_ms }`: the worker only
+//!   reports it; `run.rs` SIGKILLs the head when the report's event
+//!   arrives and starts it again `down_ms` later, from its store),
 //!   straggler (a delay per step), hang inside the collective; checkpoint
 //!   write failing (ENOSPC, EACCES), torn (killed mid-write), corrupted
 //!   after writing: at a training step (the report index being worked on,

@@ -60,6 +60,15 @@ pub enum NodeError {
     /// The head did not answer heartbeats for the grace (`--head-grace-s`).
     #[error("lost the head: no heartbeat acknowledged for {0:.1?}, longer than the grace for the head to come back (--head-grace-s)")]
     HeadLost(Duration),
+    /// The head's address answers as another cluster: it does not take
+    /// this cluster's token.
+    #[error("the head at {head} is another cluster now: it does not take this cluster's token ({detail}); it was started again with another NIMBUS_HOME or token. Restart this node against the new head with its token")]
+    OtherCluster {
+        /// The head's address.
+        head: SocketAddr,
+        /// What the handshake said.
+        detail: String,
+    },
     /// The head's store cannot be used (`head/store.rs`).
     #[error(transparent)]
     Store(#[from] crate::head::store::StoreError),

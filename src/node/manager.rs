@@ -59,7 +59,7 @@ use crate::cluster::{
 use crate::cluster::{DeathCause, DirectoryRequest, MembershipRequest};
 use crate::head::directory::{self, Directory};
 use crate::head::membership::{self, Membership, MembershipError};
-use crate::transport::{Endpoint, RequestError, RequestOptions};
+use crate::transport::{ConnectError, Endpoint, RequestError, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
 use super::binaries::BinaryCache;
@@ -170,6 +170,9 @@ enum Beat {
     Expelled(String),
     /// No answer; try again next tick.
     Missed(String),
+    /// The process at the head's address does not take this cluster's
+    /// token: a head started again as another cluster. Stop.
+    OtherCluster(String),
 }
 
 impl NodeManager {
@@ -242,6 +245,9 @@ impl NodeManager {
                         {
                             Beat::Expelled(error.message)
                         }
+                        Err(ClientError::Connect(e @ ConnectError::Unauthenticated { .. })) => {
+                            Beat::OtherCluster(e.to_string())
+                        }
                         Err(e) => Beat::Missed(e.to_string()),
                     }
                 }
@@ -265,6 +271,13 @@ impl NodeManager {
             }
             Beat::Expelled(reason) => {
                 let _ = self.config.fatal.send(NodeError::Expelled(reason));
+            }
+            Beat::OtherCluster(detail) => {
+                let head = self.config.head_address;
+                let _ = self
+                    .config
+                    .fatal
+                    .send(NodeError::OtherCluster { head, detail });
             }
             Beat::Missed(reason) => {
                 let silent = self.last_ack.elapsed();

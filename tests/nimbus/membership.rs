@@ -287,3 +287,40 @@ fn a_head_with_a_damaged_store_refuses_to_start() {
     crate::cli::fails_with(home.path(), &args, "head.redb");
     crate::cli::fails_with(home.path(), &args, "move it aside to start a new cluster");
 }
+
+/// A head started again with another `NIMBUS_HOME` is another cluster
+/// (another token): its old members do not wait out the grace for it, they
+/// stop at once, saying so.
+#[tokio::test]
+async fn a_member_of_a_head_started_as_another_cluster_stops_saying_so() {
+    within(Duration::from_secs(90), async {
+        let mut cluster = cluster(2);
+        let port = cluster.address().port().to_string();
+        cluster.kill(0).unwrap();
+        let other_home = tempfile::tempdir().unwrap();
+        let mut other = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
+            .args([
+                "start",
+                "--head",
+                "--block",
+                "--no-dashboard",
+                "--port",
+                &port,
+            ])
+            .args(["--node-ip-address", "127.0.0.1"])
+            .env("NIMBUS_HOME", other_home.path())
+            .env_remove("NIMBUS_TOKEN")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let exited = cluster.wait_exit(1, Duration::from_secs(30)).unwrap();
+        let _ = other.kill();
+        let _ = other.wait();
+        let status = exited.expect("node-1 stops within 30 s, long before its 60 s grace");
+        assert!(!status.success(), "{status}");
+        let log = cluster.log(1);
+        assert!(log.contains("is another cluster now"), "{log}");
+    })
+    .await
+}
