@@ -110,7 +110,7 @@ pub async fn run_while<T>(
                 _ => None,
             })
             .collect(),
-        head_due: None,
+        head_due: Vec::new(),
     };
     run.record_packet_faults(plan);
     let result = run.schedule(cluster, &client, faults, workload).await;
@@ -167,9 +167,9 @@ struct Run {
     /// The plan's `kill_head` training faults not fired yet, and how long
     /// each keeps the head down.
     head_kills: Vec<(FiredFault, Duration)>,
-    /// A `kill_head` fault reported (by its trigger): the head is to be
+    /// `kill_head` faults reported (by their triggers): the head is to be
     /// killed now and started again after this long.
-    head_due: Option<(Duration, String)>,
+    head_due: Vec<(Duration, String)>,
 }
 
 impl Run {
@@ -237,7 +237,7 @@ impl Run {
                     let events = events?;
                     seen = events.last().map_or(seen, |e| e.seq);
                     self.record_events(&events);
-                    if let Some((down, trigger)) = self.head_due.take() {
+                    for (down, trigger) in std::mem::take(&mut self.head_due) {
                         steps.push(self.kill_head(cluster, down, trigger)?);
                     }
                     watch = client.events(seen, Duration::from_millis(500)).boxed();
@@ -583,7 +583,7 @@ impl Run {
                     let fired = FiredFault::new(fault.clone(), trigger.clone(), target.clone());
                     if let Some(at) = self.head_kills.iter().position(|(f, _)| *f == fired) {
                         let (fired, down) = self.head_kills.remove(at);
-                        self.head_due = Some((down, fired.trigger));
+                        self.head_due.push((down, fired.trigger));
                     }
                     self.injected(fault.clone(), target.clone(), trigger.clone());
                 }

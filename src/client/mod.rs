@@ -107,17 +107,14 @@ pub async fn call(
 }
 
 impl ClientError {
-    /// Whether the peer could not be reached or went away (nothing it
-    /// answered): what a restarting head looks like.
+    /// Whether the peer could not be reached or its connection is gone
+    /// (it answered nothing): what a restarting head looks like. A request
+    /// that timed out on a live connection is not (the peer may be slow).
     pub fn is_unreachable(&self) -> bool {
         matches!(
             self,
             ClientError::Connect(ConnectError::Unreachable { .. } | ConnectError::Lost { .. })
-                | ClientError::Request(
-                    RequestError::NodeLost { .. }
-                        | RequestError::Closed { .. }
-                        | RequestError::Timeout { .. }
-                )
+                | ClientError::Request(RequestError::NodeLost { .. } | RequestError::Closed { .. })
         )
     }
 }
@@ -218,8 +215,10 @@ where
                 if tokio::time::Instant::now() + backoff > end {
                     return Err(e);
                 }
+                // The connection is closed (the next ask dials anew): a
+                // slow head's requests time out instead, and are not asked
+                // again here, so no connection others use is cut.
                 tracing::debug!("the head is unreachable ({e}); asking again in {backoff:?}");
-                endpoint.disconnect(head, "the head did not answer");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(HEAD_RETRY_MAX);
             }

@@ -29,9 +29,10 @@
 //! the head's store before the report that made it is answered. A
 //! restarted head's directory starts from the store's records (names from
 //! the live ones); the actors of the previous head's own node died with
-//! it (their workers die with their node), so at start they are handled
-//! as a lost node's (restarted elsewhere if they may, else dead: "the head
-//! restarted"). Members re-report what they run once the head answers
+//! it (their workers die with their node), and those of nodes the store
+//! records dead may not have been handled before the crash, so at start
+//! both are handled as a lost node's (restarted elsewhere if they may,
+//! else dead), as are those whose restart elsewhere was under way. Members re-report what they run once the head answers
 //! again (`crate::node::manager`): deaths it missed, and every live actor
 //! (an unchanged record is not published again).
 
@@ -67,9 +68,10 @@ pub struct Directory {
     demands: Demands,
     /// Where every change is written (`None`: kept in memory only).
     store: Option<HeadStore>,
-    /// The previous head's own node, whose actors died with it: handled as
-    /// a lost node's once this actor starts.
-    previous_head: Option<NodeIdentity>,
+    /// Nodes a restarted head knows lost (the previous head, nodes the
+    /// store records dead), with why: their actors are handled as a lost
+    /// node's once this actor starts.
+    lost_at_start: Vec<(NodeIdentity, String)>,
 }
 
 impl Directory {
@@ -85,18 +87,18 @@ impl Directory {
             doomed: HashMap::new(),
             demands: Demands::default(),
             store: None,
-            previous_head: None,
+            lost_at_start: Vec::new(),
         }
     }
 
     /// This directory, writing its changes to `store`, starting from the
-    /// `actors` a previous head recorded there; `previous_head` is that
-    /// head's own node (its actors are lost).
+    /// `actors` a previous head recorded there; the actors of the `lost`
+    /// nodes (with why) are handled as a lost node's once it starts.
     pub fn stored(
         mut self,
         store: HeadStore,
         actors: Vec<StoredActor>,
-        previous_head: Option<NodeIdentity>,
+        lost: Vec<(NodeIdentity, String)>,
     ) -> Self {
         for StoredActor { record, spec } in actors {
             if let (None, Some(name)) = (&record.dead, &record.name) {
@@ -108,7 +110,7 @@ impl Directory {
             self.actors.insert(record.actor, record);
         }
         self.store = Some(store);
-        self.previous_head = previous_head;
+        self.lost_at_start = lost;
         self
     }
 
@@ -212,9 +214,8 @@ impl Actor for Directory {
     type Context = Context<Self>;
 
     fn started(&mut self, _: &mut Self::Context) {
-        if let Some(head) = self.previous_head.take() {
-            let reason = "the head restarted; its workers died with it".to_string();
-            self.node_lost(head, reason);
+        for (node, reason) in std::mem::take(&mut self.lost_at_start) {
+            self.node_lost(node, reason);
         }
     }
 }
@@ -323,11 +324,16 @@ impl Handler<ActorUp> for Directory {
     type Result = ();
 
     fn handle(&mut self, ActorUp { record, spec }: ActorUp, _: &mut Self::Context) {
-        // A member re-reporting what it runs after the head's restart.
-        let known = self.actors.get(&record.actor) == Some(&record)
-            && self.specs.get(&record.actor) == Some(&spec);
-        if known {
-            return;
+        // A member re-reporting what it runs after the head's restart: an
+        // unchanged record is not news, an older incarnation or a buried
+        // one is stale.
+        if let Some(known) = self.actors.get(&record.actor) {
+            let unchanged = *known == record && self.specs.get(&record.actor) == Some(&spec);
+            let stale = record.incarnation < known.incarnation
+                || (record.incarnation == known.incarnation && known.dead.is_some());
+            if unchanged || stale {
+                return;
+            }
         }
         let actor = record.actor;
         self.specs.insert(actor, spec);
@@ -517,6 +523,79 @@ mod tests {
             },
             bundle: None,
         }
+    }
+
+    /// A restarted head's directory (`store.rs`): the stored actors come
+    /// back with their names; those of nodes lost before or with the
+    /// previous head are handled at start; a re-reported unchanged actor
+    /// is not news, a stale incarnation is ignored; every change reaches
+    /// the store, which the next head reads.
+    #[actix_rt::test]
+    async fn a_restarted_heads_directory_starts_from_its_store() {
+        let dir_path = tempfile::tempdir().unwrap();
+        let (_, start) = HeadStore::start(dir_path.path(), None).unwrap();
+        let store = start.store;
+        let stored = |actor, name: &str, node: &str| StoredActor {
+            record: record(actor, name, node),
+            spec: Some(spec(actor, name)),
+        };
+        let actors = vec![stored(1, "kept", "member"), stored(2, "lost", "old-head")];
+        let lost = vec![(
+            record(2, "lost", "old-head").node,
+            "the head restarted".into(),
+        )];
+        let events = ClusterEvents::default().start();
+        let dir = Directory::new(events.clone(), None)
+            .stored(store.clone(), actors, lost)
+            .start();
+        let kept = dir.send(LookupName("kept".into())).await.unwrap();
+        assert_eq!(kept.map(|r| r.incarnation), Some(Incarnation(1)));
+        assert_eq!(dir.send(LookupName("lost".into())).await.unwrap(), None);
+        let lost = dir.send(LocateActor(ActorId(2))).await.unwrap().unwrap();
+        assert!(lost
+            .dead
+            .unwrap()
+            .to_string()
+            .contains("the head restarted"));
+
+        // Re-reported as it was: nothing published. An older incarnation:
+        // ignored.
+        dir.send(ActorUp {
+            record: record(1, "kept", "member"),
+            spec: spec(1, "kept"),
+        })
+        .await
+        .unwrap();
+        let mut stale = record(1, "kept", "member");
+        stale.incarnation = Incarnation(0);
+        stale.address = "127.0.0.1:9".parse().unwrap();
+        dir.send(ActorUp {
+            record: stale,
+            spec: spec(1, "kept"),
+        })
+        .await
+        .unwrap();
+        let published = events
+            .send(EventsSince {
+                after: 0,
+                wait: std::time::Duration::ZERO,
+            })
+            .await
+            .unwrap();
+        assert!(
+            published
+                .iter()
+                .all(|e| !matches!(e.kind, ClusterEventKind::ActorStarted { .. })),
+            "{published:?}"
+        );
+        let kept = dir.send(LocateActor(ActorId(1))).await.unwrap().unwrap();
+        assert_eq!(kept.incarnation, Incarnation(1));
+        let loaded = store.load().unwrap();
+        let lost = loaded.actors.iter().find(|a| a.record.actor == ActorId(2));
+        assert!(
+            lost.unwrap().record.dead.is_some(),
+            "the burial was written"
+        );
     }
 
     #[actix_rt::test]

@@ -77,13 +77,27 @@ pub struct StoredActor {
     pub spec: Option<ActorSpec>,
 }
 
+/// A cluster's credentials as its store keeps them.
+pub struct Credentials {
+    /// The join token.
+    pub token: JoinToken,
+    /// The ticket key (PKCS#8).
+    pub ticket_key: Vec<u8>,
+    /// The head endpoint's stateless-reset key.
+    pub reset_key: ResetKey,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials(<redacted>)")
+    }
+}
+
 /// What an opened store held.
 #[derive(Debug)]
 pub struct Loaded {
-    /// The cluster's token; `None` in a new store.
-    pub token: Option<JoinToken>,
-    /// The ticket key (PKCS#8); `None` in a new store.
-    pub ticket_key: Option<Vec<u8>>,
+    /// The cluster's credentials; `None` in a new store.
+    pub cluster: Option<Credentials>,
     /// Every node the head had heard of.
     pub nodes: Vec<StoredNode>,
     /// Every actor in the directory, live or dead.
@@ -93,7 +107,7 @@ pub struct Loaded {
 impl Loaded {
     /// Whether this is a head's restart (the store held a cluster).
     pub fn restarted(&self) -> bool {
-        self.token.is_some()
+        self.cluster.is_some()
     }
 }
 
@@ -209,59 +223,43 @@ impl HeadStore {
     /// Opens the store in `dir` for a head's start (steps 1–2) and returns
     /// the cluster's token with it: the store's when it holds a cluster
     /// (`given`, if any, must be the same), else `given` or a new one,
-    /// recorded with a new ticket key.
+    /// recorded with new keys.
     pub fn start(
         dir: &Path,
         given: Option<JoinToken>,
     ) -> Result<(JoinToken, HeadStart), StoreError> {
         let (store, loaded) = HeadStore::open(dir)?;
-        let reset_key = store.reset_key()?;
-        if let (Some(token), Some(ticket_key)) = (loaded.token, loaded.ticket_key) {
-            if given.as_ref().is_some_and(|given| *given != token) {
+        if let Some(cluster) = loaded.cluster {
+            if given.as_ref().is_some_and(|given| *given != cluster.token) {
                 return Err(StoreError::OtherToken { path: store.path });
             }
             let start = HeadStart {
                 store,
-                ticket_key,
-                reset_key,
+                ticket_key: cluster.ticket_key,
+                reset_key: cluster.reset_key,
                 nodes: loaded.nodes,
                 actors: loaded.actors,
                 restarted: true,
             };
-            return Ok((token, start));
+            return Ok((cluster.token, start));
         }
-        let token = given.unwrap_or_else(JoinToken::generate);
-        let ticket_key = crate::transport::TicketAuthority::generate_pkcs8()?;
-        store.init(&token, &ticket_key)?;
+        let mut reset_key = [0u8; 32];
+        rand::fill(&mut reset_key);
+        let cluster = Credentials {
+            token: given.unwrap_or_else(JoinToken::generate),
+            ticket_key: crate::transport::TicketAuthority::generate_pkcs8()?,
+            reset_key: ResetKey(reset_key),
+        };
+        store.init(&cluster)?;
         let start = HeadStart {
             store,
-            ticket_key,
-            reset_key,
+            ticket_key: cluster.ticket_key,
+            reset_key: cluster.reset_key,
             nodes: Vec::new(),
             actors: Vec::new(),
             restarted: false,
         };
-        Ok((token, start))
-    }
-
-    /// The store's stateless-reset key, made and recorded on first use.
-    fn reset_key(&self) -> Result<ResetKey, StoreError> {
-        let mut key = [0u8; 32];
-        self.write(|tx| {
-            let mut cluster = tx.open_table(CLUSTER)?;
-            let stored = cluster
-                .get("reset_key")?
-                .and_then(|value| <[u8; 32]>::try_from(value.value()).ok());
-            match stored {
-                Some(stored) => key = stored,
-                None => {
-                    rand::fill(&mut key);
-                    cluster.insert("reset_key", key.as_slice())?;
-                }
-            }
-            Ok(())
-        })?;
-        Ok(ResetKey(key))
+        Ok((cluster.token, start))
     }
 
     /// The file.
@@ -269,13 +267,16 @@ impl HeadStore {
         &self.path
     }
 
-    /// Records the credentials of a new cluster (step 2).
-    pub fn init(&self, token: &JoinToken, ticket_key: &[u8]) -> Result<(), StoreError> {
+    /// Records the credentials of a new cluster (step 2), in one
+    /// transaction: a store holds all of them or none (a head that died
+    /// during its first start leaves a store that reads as new).
+    pub fn init(&self, cluster: &Credentials) -> Result<(), StoreError> {
         self.write(|tx| {
-            let mut cluster = tx.open_table(CLUSTER)?;
-            cluster.insert("format", FORMAT.to_le_bytes().as_slice())?;
-            cluster.insert("token", token.to_string().as_bytes())?;
-            cluster.insert("ticket_key", ticket_key)?;
+            let mut table = tx.open_table(CLUSTER)?;
+            table.insert("format", FORMAT.to_le_bytes().as_slice())?;
+            table.insert("token", cluster.token.to_string().as_bytes())?;
+            table.insert("ticket_key", cluster.ticket_key.as_slice())?;
+            table.insert("reset_key", cluster.reset_key.0.as_slice())?;
             Ok(())
         })
     }
@@ -340,7 +341,8 @@ impl HeadStore {
         tx.commit().map_err(|e| failed(e.into()))
     }
 
-    fn load(&self) -> Result<Loaded, StoreError> {
+    /// Reads and decodes the whole store.
+    pub(crate) fn load(&self) -> Result<Loaded, StoreError> {
         let unreadable = |source: redb::Error| StoreError::Unreadable {
             path: self.path.clone(),
             source,
@@ -352,8 +354,7 @@ impl HeadStore {
         };
         let tx = self.db.begin_read().map_err(|e| unreadable(e.into()))?;
         let mut loaded = Loaded {
-            token: None,
-            ticket_key: None,
+            cluster: None,
             nodes: Vec::new(),
             actors: Vec::new(),
         };
@@ -366,6 +367,11 @@ impl HeadStore {
             let value = cluster.get(key).map_err(|e| unreadable(e.into()))?;
             Ok(value.map(|v| v.value().to_vec()))
         };
+        // Written in one transaction with the rest (`init`): without it the
+        // store holds no cluster yet.
+        let Some(token) = get("token")? else {
+            return Ok(loaded);
+        };
         let format = get("format")?
             .and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok())
             .map(u64::from_le_bytes);
@@ -373,16 +379,22 @@ impl HeadStore {
             let detail = format!("format {format:?}, this nimbus reads format {FORMAT}");
             return Err(corrupt("format", detail));
         }
-        let token = get("token")?.ok_or_else(|| corrupt("token", "missing".into()))?;
         let token = String::from_utf8(token).map_err(|e| corrupt("token", e.to_string()))?;
         let token = token
             .parse()
             .map_err(|e: crate::transport::CredentialError| corrupt("token", e.to_string()))?;
-        loaded.token = Some(token);
-        let key = get("ticket_key")?.ok_or_else(|| corrupt("ticket key", "missing".into()))?;
-        crate::transport::TicketAuthority::from_pkcs8(&key)
+        let ticket_key =
+            get("ticket_key")?.ok_or_else(|| corrupt("ticket key", "missing".into()))?;
+        crate::transport::TicketAuthority::from_pkcs8(&ticket_key)
             .map_err(|e| corrupt("ticket key", e.to_string()))?;
-        loaded.ticket_key = Some(key);
+        let reset_key = get("reset_key")?
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
+            .ok_or_else(|| corrupt("reset key", "missing or not 32 bytes".into()))?;
+        loaded.cluster = Some(Credentials {
+            token,
+            ticket_key,
+            reset_key: ResetKey(reset_key),
+        });
         match tx.open_table(NODES) {
             Ok(nodes) => {
                 for entry in nodes.iter().map_err(|e| unreadable(e.into()))? {
@@ -439,10 +451,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let token = JoinToken::generate();
         let key = crate::transport::TicketAuthority::generate_pkcs8().unwrap();
+        let credentials = Credentials {
+            token: token.clone(),
+            ticket_key: key.clone(),
+            reset_key: ResetKey([7; 32]),
+        };
         {
             let (store, loaded) = HeadStore::open(dir.path()).unwrap();
             assert!(!loaded.restarted());
-            store.init(&token, &key).unwrap();
+            store.init(&credentials).unwrap();
             assert_eq!(store.next_epoch().unwrap(), 1);
             store.put_node(&node("a", 1)).unwrap();
             let mut dead = node("b", 2);
@@ -454,8 +471,10 @@ mod tests {
         }
         let (store, loaded) = HeadStore::open(dir.path()).unwrap();
         assert!(loaded.restarted());
-        assert_eq!(loaded.token, Some(token));
-        assert_eq!(loaded.ticket_key, Some(key));
+        let cluster = loaded.cluster.unwrap();
+        assert_eq!(cluster.token, token);
+        assert_eq!(cluster.ticket_key, key);
+        assert_eq!(cluster.reset_key, ResetKey([7; 32]));
         assert_eq!(loaded.nodes.len(), 2);
         assert_eq!(loaded.nodes[0], node("a", 1));
         assert_eq!(
@@ -482,6 +501,17 @@ mod tests {
     }
 
     #[test]
+    fn a_store_left_by_a_first_start_that_died_before_its_credentials_reads_as_new() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, _) = HeadStore::open(dir.path()).unwrap();
+            assert_eq!(store.next_epoch().unwrap(), 1);
+        }
+        let (_, loaded) = HeadStore::open(dir.path()).unwrap();
+        assert!(!loaded.restarted());
+    }
+
+    #[test]
     fn a_damaged_store_is_refused_naming_the_file_and_the_choices() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(FILE), vec![0x5a; 64 * 1024]).unwrap();
@@ -499,8 +529,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let (store, _) = HeadStore::open(dir.path()).unwrap();
-            let key = crate::transport::TicketAuthority::generate_pkcs8().unwrap();
-            store.init(&JoinToken::generate(), &key).unwrap();
+            let credentials = Credentials {
+                token: JoinToken::generate(),
+                ticket_key: crate::transport::TicketAuthority::generate_pkcs8().unwrap(),
+                reset_key: ResetKey([1; 32]),
+            };
+            store.init(&credentials).unwrap();
             store
                 .write(|tx| {
                     tx.open_table(NODES)?.insert("a", [0xc1u8].as_slice())?;

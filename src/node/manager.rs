@@ -151,6 +151,8 @@ struct Worker {
     incarnation: Incarnation,
     /// Where this incarnation is reached.
     address: SocketAddr,
+    /// Dead and being started again (its incarnation is the dead one's).
+    relaunching: bool,
     restarts: u32,
     grant: Grant,
     pid: u32,
@@ -339,8 +341,13 @@ impl NodeManager {
                     restarting: down.restarting,
                 });
                 let call = call_head(endpoint, *head, request, Duration::from_secs(10));
-                ctx.spawn(call.into_actor(self).map(move |result, manager, _| {
-                    if let Err(e) = result {
+                ctx.spawn(call.into_actor(self).map(move |result, manager, _| match result {
+                    Ok(_) => {}
+                    // The head answered: it took the report, or never will.
+                    Err(e @ ClientError::Request(RequestError::Remote { .. })) => {
+                        warn!(actor = %down.actor, "the head refused an actor death report: {e}");
+                    }
+                    Err(e) => {
                         warn!(actor = %down.actor, "cannot report an actor death to the head (told again once it answers): {e}");
                         manager.unreported.push(down);
                     }
@@ -358,6 +365,7 @@ impl NodeManager {
         let live: Vec<(ActorRecord, ActorSpec)> = self
             .workers
             .values()
+            .filter(|worker| !worker.relaunching)
             .map(|worker| (self.record_of(worker, worker.address), worker.spec.clone()))
             .collect();
         for (record, spec) in live {
@@ -944,6 +952,7 @@ impl Handler<StartActor> for NodeManager {
                 spec,
                 incarnation: worker.incarnation,
                 address: worker.address,
+                relaunching: false,
                 grant,
                 pid: worker.pid,
                 killed: false,
@@ -1002,6 +1011,7 @@ impl Handler<WorkerExited> for NodeManager {
         }
         if let Some(worker) = self.workers.get_mut(&msg.actor) {
             worker.restarts += 1;
+            worker.relaunching = true;
         }
         let launch = self.launch(&spec, &grant.gpus, false, ctx);
         ctx.spawn(launch.into_actor(self).then(move |launched, manager, ctx| {
@@ -1037,6 +1047,7 @@ impl NodeManager {
         };
         worker.incarnation = launched.incarnation;
         worker.address = launched.address;
+        worker.relaunching = false;
         worker.pid = launched.pid;
         worker.err_log = (launched.err_log, 0);
         info!(actor = %actor, restarts = worker.restarts, "actor restarted");

@@ -219,6 +219,9 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     config.transport.reset_key = reset_key;
     if let Some(seconds) = args.head_grace_s {
         config.head_grace = Duration::from_secs(seconds);
+        // Its workers and submitted drivers wait for the head as long
+        // (`nimbus::client::head_wait` reads it).
+        std::env::set_var("NIMBUS_HEAD_GRACE_S", seconds.to_string());
     }
     config.listen = SocketAddr::new([0, 0, 0, 0].into(), args.port.unwrap_or(default_port));
     config.advertise_ip = args.node_ip_address;
