@@ -486,6 +486,15 @@ mod tests {
     use crate::head::events::EventsSince;
     use crate::wire::NodeIdentity;
 
+    /// Every event published so far.
+    async fn published(events: &Addr<ClusterEvents>) -> Vec<ClusterEvent> {
+        let all = EventsSince {
+            after: 0,
+            wait: std::time::Duration::ZERO,
+        };
+        events.send(all).await.unwrap()
+    }
+
     fn record(actor: u64, name: &str, node: &str) -> ActorRecord {
         ActorRecord {
             actor: ActorId(actor),
@@ -575,13 +584,7 @@ mod tests {
         })
         .await
         .unwrap();
-        let published = events
-            .send(EventsSince {
-                after: 0,
-                wait: std::time::Duration::ZERO,
-            })
-            .await
-            .unwrap();
+        let published = published(&events).await;
         assert!(
             published
                 .iter()
@@ -630,13 +633,7 @@ mod tests {
         assert_eq!(dir.send(LookupName("bank".into())).await.unwrap(), None);
         let dead = dir.send(LocateActor(ActorId(1))).await.unwrap().unwrap();
         assert!(dead.dead.unwrap().is_node_lost());
-        let published = events
-            .send(EventsSince {
-                after: 0,
-                wait: std::time::Duration::ZERO,
-            })
-            .await
-            .unwrap();
+        let published = published(&events).await;
         assert!(
             matches!(&published[1].kind, ClusterEventKind::ActorDied { actor, restarting: false, .. } if *actor == ActorId(1))
         );
