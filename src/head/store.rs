@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ActorId, ActorRecord, ActorSpec, NodeRegistration};
 use crate::transport::{JoinToken, ResetKey};
+use crate::wire::NodeIdentity;
 
 /// The store's file name under `$NIMBUS_HOME`.
 pub const FILE: &str = "head.redb";
@@ -173,6 +174,34 @@ pub struct HeadStart {
     pub actors: Vec<StoredActor>,
     /// Whether the store held a cluster (this start is a restart).
     pub restarted: bool,
+}
+
+impl HeadStart {
+    /// The nodes whose actors a restarted head must treat as lost, with
+    /// why: every previous head (its workers died with it; recorded dead
+    /// now, so a later head does not take it for its predecessor again)
+    /// and every node the store records dead (a head may have died between
+    /// recording a death and handling its actors).
+    pub fn lost_nodes(&self) -> Result<Vec<(NodeIdentity, String)>, StoreError> {
+        let mut lost = Vec::new();
+        for node in &self.nodes {
+            let identity = node.registration.node.clone();
+            match (&node.death_reason, node.head) {
+                (Some(reason), _) => lost.push((identity, reason.clone())),
+                (None, true) => {
+                    let reason = "the head restarted; its workers died with it".to_string();
+                    let dead = StoredNode {
+                        death_reason: Some(reason.clone()),
+                        ..node.clone()
+                    };
+                    self.store.put_node(&dead)?;
+                    lost.push((identity, reason));
+                }
+                (None, false) => {}
+            }
+        }
+        Ok(lost)
+    }
 }
 
 impl std::fmt::Debug for HeadStart {

@@ -280,7 +280,7 @@ async fn start_head(
     bound.signer.set_ticket(ticket);
     let address = registration.address;
     let events = ClusterEvents::for_epoch(epoch).start();
-    let lost = lost_nodes(&store)?;
+    let lost = store.lost_nodes()?;
     let (nodes, actors) = (store.nodes, store.actors);
     let membership = Membership::new(
         heartbeat_timeout,
@@ -341,32 +341,6 @@ async fn start_head(
         address,
         head_key,
     })
-}
-
-/// The nodes whose actors a restarted head must treat as lost: every
-/// previous head (its workers died with it; recorded dead now, so a later
-/// head does not take it for its predecessor again) and every node the
-/// store records dead (a head may have died between recording a death and
-/// handling its actors).
-fn lost_nodes(store: &HeadStart) -> Result<Vec<(NodeIdentity, String)>, NodeError> {
-    let mut lost = Vec::new();
-    for node in &store.nodes {
-        let identity = node.registration.node.clone();
-        match (&node.death_reason, node.head) {
-            (Some(reason), _) => lost.push((identity, reason.clone())),
-            (None, true) => {
-                let reason = "the head restarted; its workers died with it".to_string();
-                let dead = crate::head::store::StoredNode {
-                    death_reason: Some(reason.clone()),
-                    ..node.clone()
-                };
-                store.store.put_node(&dead)?;
-                lost.push((identity, reason));
-            }
-            (None, false) => {}
-        }
-    }
-    Ok(lost)
 }
 
 /// Where a node's objects go: its spill directory (its own, inside the
