@@ -100,6 +100,12 @@ impl ControlRequest {
                         | DirectoryRequest::LocateActor(_)
                         | DirectoryRequest::ListActors
                 )
+                | ControlRequest::Jobs(
+                    JobRequest::ListJobs
+                        | JobRequest::ListTasks
+                        | JobRequest::ListRuns
+                        | JobRequest::GetRun { .. }
+                )
         )
     }
 }

@@ -41,9 +41,18 @@
 //!
 //! The nodes' object stores, watching the events, then release every
 //! reference the job's driver processes held (a driver holder names its
-//! job); its workers' go as they die. Not yet: jobs are not persisted.
+//! job); its workers' go as they die.
+//!
+//! Across the head's restarts (`head/store.rs`): every change of a job's
+//! record (created, started, stopping, ended, forgotten) is written to the
+//! head's store before it is acknowledged or acted on. A restarted head
+//! loads them, and every live job's driver grace starts again from the
+//! load: an attached driver that rode the outage out beats again; one
+//! that died meanwhile ends its job `FAILED` after the grace. A submitted
+//! job's node re-sends its driver's exit until the head answers
+//! (`crate::node`'s `drivers.rs`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -53,12 +62,14 @@ use tracing::{info, warn};
 use super::events::{ClusterEvents, Publish};
 use super::membership::{self, Membership};
 use super::runs::RunTable;
+use super::store::{HeadStore, StoredJob};
 use super::tasks::TaskTable;
 use crate::cluster::{
     valid_job_id, ClusterEventKind, ControlReply, ControlRequest, DeathCause, JobRecord,
     JobRequest, JobState, JobSubmission, RunEvent, RunHeader, RunRecord, TaskRecord, Versions,
 };
 use crate::transport::{Endpoint, RequestOptions};
+use crate::wire::NodeIdentity;
 
 pub use crate::cluster::DRIVER_BEAT;
 /// How long a job's driver may be silent before the job ends.
@@ -101,6 +112,14 @@ pub enum JobError {
         /// The job.
         job: String,
     },
+    /// The head could not record the job in its store.
+    #[error("the head could not record job {job} in its store: {detail}")]
+    NotRecorded {
+        /// The job.
+        job: String,
+        /// What the store said.
+        detail: String,
+    },
     /// The node could not start the driver.
     #[error("node {node} could not start job {job}'s driver: {detail}")]
     NotStarted {
@@ -142,9 +161,69 @@ pub struct JobTable {
     jobs: HashMap<String, Entry>,
     /// Ended jobs, oldest first, to forget the oldest past [`MAX_ENDED`].
     ended: VecDeque<String>,
+    /// Jobs whose records changed since [`JobTable::take_changes`].
+    changed: BTreeSet<String>,
+    /// Jobs forgotten since [`JobTable::take_changes`].
+    forgotten: Vec<String>,
 }
 
 impl JobTable {
+    /// The table a restarted head had (`head/store.rs`): every live job's
+    /// grace starts again at `now`. The submitted jobs whose driver ran on
+    /// a node in `lost` (with why it is lost: the previous head, nodes
+    /// recorded dead) end now; they are returned with the reason.
+    pub fn restore(
+        jobs: Vec<StoredJob>,
+        lost: &[(NodeIdentity, String)],
+        now: Instant,
+        wall_ms: u64,
+    ) -> (Self, Vec<(String, String)>) {
+        let mut table = JobTable::default();
+        let mut ended: Vec<(u64, String)> = Vec::new();
+        for job in jobs {
+            if job.record.state.is_terminal() {
+                ended.push((job.record.end_ms.unwrap_or(0), job.record.id.clone()));
+            }
+            let entry = Entry {
+                heard: now,
+                stopping: job.stopping,
+                record: job.record,
+            };
+            table.jobs.insert(entry.record.id.clone(), entry);
+        }
+        ended.sort();
+        table.ended = ended.into_iter().map(|(_, id)| id).collect();
+        let orphaned: Vec<(String, String)> = table
+            .jobs
+            .values()
+            .filter(|e| e.record.submitted && !e.record.state.is_terminal())
+            .filter_map(|e| {
+                let node = e.record.node.as_deref()?;
+                let (_, why) = lost.iter().find(|(lost, _)| lost.name == node)?;
+                let reason = format!("its driver's node {node} was lost: {why}");
+                Some((e.record.id.clone(), reason))
+            })
+            .collect();
+        for (job, reason) in &orphaned {
+            table.end(job, JobState::Failed, reason, wall_ms);
+        }
+        (table, orphaned)
+    }
+
+    /// The records changed and the jobs forgotten since the last call, to
+    /// be written to the head's store.
+    pub fn take_changes(&mut self) -> (Vec<StoredJob>, Vec<String>) {
+        let changed = std::mem::take(&mut self.changed)
+            .into_iter()
+            .filter_map(|id| self.jobs.get(&id))
+            .map(|entry| StoredJob {
+                record: entry.record.clone(),
+                stopping: entry.stopping,
+            })
+            .collect();
+        (changed, std::mem::take(&mut self.forgotten))
+    }
+
     /// Attached step 1-2: `job`'s driver is alive at `now`; false for a job
     /// that ended. An unknown job is recorded as an attached one. What the
     /// driver runs (`versions`) is kept from the first beat that says it.
@@ -160,8 +239,9 @@ impl JobTable {
             Some(entry) if entry.record.state.is_terminal() => false,
             Some(entry) => {
                 entry.heard = now;
-                if entry.record.versions.is_none() {
+                if entry.record.versions.is_none() && versions.is_some() {
                     entry.record.versions = versions;
+                    self.changed.insert(job.to_string());
                 }
                 true
             }
@@ -265,6 +345,7 @@ impl JobTable {
             return false;
         };
         entry.record.driver_pid = Some(pid);
+        self.changed.insert(job.to_string());
         if entry.record.state == JobState::Pending {
             entry.record.state = JobState::Running;
             return true;
@@ -296,6 +377,7 @@ impl JobTable {
             });
         }
         entry.record.exit = Some(exit.clone());
+        self.changed.insert(job.to_string());
         if entry.record.state.is_terminal() {
             return Ok(None);
         }
@@ -346,6 +428,7 @@ impl JobTable {
             });
         }
         entry.stopping = true;
+        self.changed.insert(job.to_string());
         match (&entry.record.node, entry.record.state) {
             (Some(node), JobState::Running) => Ok(StopAction::StopDriver { node: node.clone() }),
             _ => {
@@ -368,6 +451,7 @@ impl JobTable {
     }
 
     fn insert(&mut self, record: JobRecord, now: Instant) {
+        self.changed.insert(record.id.clone());
         let entry = Entry {
             record,
             heard: now,
@@ -388,10 +472,13 @@ impl JobTable {
         entry.record.state = state;
         entry.record.message = message.to_string();
         entry.record.end_ms = Some(wall_ms);
+        self.changed.insert(job.to_string());
         self.ended.push_back(job.to_string());
         while self.ended.len() > MAX_ENDED {
             if let Some(oldest) = self.ended.pop_front() {
                 self.jobs.remove(&oldest);
+                self.changed.remove(&oldest);
+                self.forgotten.push(oldest);
             }
         }
     }
@@ -445,6 +532,11 @@ pub struct Jobs {
     head: SocketAddr,
     membership: Addr<Membership>,
     events: Addr<ClusterEvents>,
+    /// Where the job records go (none in tests that need no restart).
+    store: Option<HeadStore>,
+    /// Jobs a restarted head ended at its start, to end everywhere once
+    /// the keeper runs.
+    ended_at_start: Vec<(String, String)>,
 }
 
 impl Jobs {
@@ -467,6 +559,45 @@ impl Jobs {
             head,
             membership,
             events,
+            store: None,
+            ended_at_start: Vec::new(),
+        }
+    }
+
+    /// This keeper, writing every job's changes to `store`, with the jobs
+    /// the previous heads kept (`jobs`, none for a new cluster) and the
+    /// nodes lost with them (`HeadStart::lost_nodes`).
+    pub fn stored(
+        self,
+        store: HeadStore,
+        jobs: Vec<StoredJob>,
+        lost: &[(NodeIdentity, String)],
+    ) -> Self {
+        let (table, ended_at_start) = JobTable::restore(jobs, lost, Instant::now(), wall_ms());
+        Jobs {
+            table,
+            store: Some(store),
+            ended_at_start,
+            ..self
+        }
+    }
+
+    /// Writes the table's changes to the store.
+    fn persist(&mut self) -> Result<(), super::store::StoreError> {
+        let (changed, forgotten) = self.table.take_changes();
+        match &self.store {
+            Some(store) if !changed.is_empty() || !forgotten.is_empty() => {
+                store.put_jobs(&changed, &forgotten)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Jobs::persist`] where a failed write cannot refuse anything: the
+    /// change holds in memory and is said in the log.
+    fn persist_or_warn(&mut self) {
+        if let Err(e) = self.persist() {
+            warn!("a job's change is not in the head's store; a restarted head would not know it: {e}");
         }
     }
 
@@ -488,15 +619,23 @@ impl Actor for Jobs {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        self.persist_or_warn();
+        for (job, reason) in std::mem::take(&mut self.ended_at_start) {
+            self.end_everywhere(job, reason, ctx);
+        }
         ctx.run_interval(CHECK_EVERY, |jobs, ctx| {
-            for (job, reason) in jobs.table.expire(Instant::now(), jobs.grace, wall_ms()) {
+            let expired = jobs.table.expire(Instant::now(), jobs.grace, wall_ms());
+            jobs.persist_or_warn();
+            for (job, reason) in expired {
                 jobs.end_everywhere(job, reason, ctx);
             }
             let status = jobs.membership.send(membership::Status);
             ctx.spawn(status.into_actor(jobs).map(|status, jobs, ctx| {
                 let Ok(status) = status else { return };
                 let alive: Vec<&str> = status.alive().map(|n| n.id.as_str()).collect();
-                for (job, reason) in jobs.table.nodes_lost(&alive, wall_ms()) {
+                let lost = jobs.table.nodes_lost(&alive, wall_ms());
+                jobs.persist_or_warn();
+                for (job, reason) in lost {
                     jobs.end_everywhere(job, reason, ctx);
                 }
             }));
@@ -581,8 +720,11 @@ impl Handler<DriverAlive> for Jobs {
 
     fn handle(&mut self, msg: DriverAlive, _: &mut Self::Context) -> bool {
         let (now, wall) = (Instant::now(), wall_ms());
-        self.table
-            .heard(&msg.job, &msg.entrypoint, msg.versions, now, wall)
+        let alive = self
+            .table
+            .heard(&msg.job, &msg.entrypoint, msg.versions, now, wall);
+        self.persist_or_warn();
+        alive
     }
 }
 
@@ -600,7 +742,9 @@ impl Handler<DriverDone> for Jobs {
     type Result = ();
 
     fn handle(&mut self, msg: DriverDone, ctx: &mut Self::Context) {
-        if let Some(reason) = self.table.done(&msg.job, msg.ok, wall_ms()) {
+        let ended = self.table.done(&msg.job, msg.ok, wall_ms());
+        self.persist_or_warn();
+        if let Some(reason) = ended {
             self.end_everywhere(msg.job, reason, ctx);
         }
     }
@@ -639,9 +783,20 @@ impl Handler<Submit> for Jobs {
         };
         Box::pin(pick.into_actor(self).then(
             move |(submission, node, endpoint, membership, head), jobs, _| {
-                let recorded =
-                    jobs.table
-                        .submit(&id, &submission, &node, Instant::now(), wall_ms());
+                let recorded = jobs
+                    .table
+                    .submit(&id, &submission, &node, Instant::now(), wall_ms())
+                    .and_then(|_| {
+                        jobs.persist().map_err(|e| {
+                            let detail = e.to_string();
+                            jobs.table.start_failed(&id, &detail, wall_ms());
+                            jobs.persist_or_warn();
+                            JobError::NotRecorded {
+                                job: id.clone(),
+                                detail,
+                            }
+                        })
+                    });
                 let run = async move {
                     recorded?;
                     let request = ControlRequest::Jobs(JobRequest::RunDriver {
@@ -675,12 +830,15 @@ impl Handler<Submit> for Jobs {
                     let (id, started) = ran?;
                     match started {
                         Ok(pid) => {
-                            if !jobs.table.started(&id, pid) {
+                            let live = jobs.table.started(&id, pid);
+                            jobs.persist_or_warn();
+                            if !live {
                                 jobs.stop_driver(&id, ctx);
                             }
                         }
                         Err(e) => {
                             jobs.table.start_failed(&id, &e.to_string(), wall_ms());
+                            jobs.persist_or_warn();
                             return Err(e);
                         }
                     }
@@ -730,7 +888,9 @@ impl Handler<Stop> for Jobs {
     type Result = Result<JobRecord, JobError>;
 
     fn handle(&mut self, Stop(job): Stop, ctx: &mut Self::Context) -> Self::Result {
-        match self.table.stop(&job, wall_ms())? {
+        let action = self.table.stop(&job, wall_ms())?;
+        self.persist_or_warn();
+        match action {
             StopAction::StopDriver { .. } => self.stop_driver(&job, ctx),
             StopAction::EndNow => {
                 self.end_everywhere(job.clone(), "stopped on request".into(), ctx)
@@ -837,10 +997,11 @@ impl Handler<Exited> for Jobs {
     type Result = Result<(), JobError>;
 
     fn handle(&mut self, msg: Exited, ctx: &mut Self::Context) -> Self::Result {
-        if let Some(reason) = self
+        let ended = self
             .table
-            .exited(&msg.job, &msg.node, msg.exit, wall_ms())?
-        {
+            .exited(&msg.job, &msg.node, msg.exit, wall_ms())?;
+        self.persist_or_warn();
+        if let Some(reason) = ended {
             self.end_everywhere(msg.job, reason, ctx);
         }
         Ok(())
@@ -1070,5 +1231,59 @@ mod tests {
         assert!(table.heard("live", "prog", None, t0, 0));
         assert_eq!(table.list().len(), MAX_ENDED + 1);
         assert!(table.get("j0").is_none() && table.get("j5").is_some());
+    }
+
+    #[test]
+    fn what_changed_is_handed_to_the_store_and_a_restored_table_goes_on() {
+        let mut table = JobTable::default();
+        let t0 = Instant::now();
+        table
+            .submit("m", &submission("prog"), "node-1", t0, 1)
+            .unwrap();
+        table
+            .submit("h", &submission("prog"), "head", t0, 2)
+            .unwrap();
+        assert!(table.heard("a", "prog a", None, t0, 3));
+        assert!(table.started("m", 41) && table.started("h", 42));
+        let (changed, forgotten) = table.take_changes();
+        let ids: Vec<&str> = changed.iter().map(|j| j.record.id.as_str()).collect();
+        assert_eq!(ids, ["a", "h", "m"]);
+        assert!(forgotten.is_empty());
+        assert!(table.heard("a", "prog a", None, t0, 4));
+        assert!(
+            table.take_changes().0.is_empty(),
+            "a beat changes no record"
+        );
+        table.stop("m", 5).unwrap();
+        let (changed, _) = table.take_changes();
+        assert!(changed.len() == 1 && changed[0].stopping);
+
+        let mut stored = changed;
+        stored.extend(["a", "h"].map(|id| StoredJob {
+            record: table.get(id).unwrap().clone(),
+            stopping: false,
+        }));
+        let lost = [(
+            NodeIdentity {
+                name: "head".into(),
+                incarnation: crate::wire::Incarnation(1),
+            },
+            "the head restarted".to_string(),
+        )];
+        let t1 = t0 + Duration::from_secs(100);
+        let (mut restored, ended) = JobTable::restore(stored, &lost, t1, 6);
+        assert_eq!(ended.len(), 1);
+        assert_eq!(ended[0].0, "h");
+        assert!(ended[0].1.contains("head was lost"), "{}", ended[0].1);
+        assert_eq!(restored.get("h").unwrap().state, JobState::Failed);
+        assert_eq!(restored.take_changes().0.len(), 1, "h's end is written");
+        let grace = Duration::from_secs(30);
+        assert!(
+            restored.expire(t1 + grace, grace, 7).is_empty(),
+            "the grace starts again at the restore"
+        );
+        let exited = restored.exited("m", "node-1", DeathCause::Exited { code: 0 }, 8);
+        assert!(exited.unwrap().unwrap().contains("stopped on request"));
+        assert_eq!(restored.get("m").unwrap().state, JobState::Stopped);
     }
 }

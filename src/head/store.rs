@@ -21,7 +21,9 @@
 //!    and its death once declared) before it answers the request that
 //!    changed it ([`HeadStore::put_node`]), and the directory an actor's
 //!    record (with its spec while it lives) before it answers the report
-//!    that changed it ([`HeadStore::put_actor`]): a join or spawn the head
+//!    that changed it ([`HeadStore::put_actor`]), and the job keeper a
+//!    job's record when it is created or changes state
+//!    ([`HeadStore::put_jobs`]): a join, spawn or submission the head
 //!    acknowledged survives a crash right after it. One transaction per
 //!    change; each commit is durable (fsync) when it returns (0.3–0.5 ms
 //!    on this project's machine).
@@ -29,8 +31,10 @@
 //!    (resources in use, liveness, the objects they hold) is re-learnt
 //!    from them, not stored.
 //!
-//! Not stored yet (the head-restart issue's later steps): placement
-//! groups, jobs and training runs.
+//! Placement groups need nothing here: the nodes hold their bundles and
+//! the creator the group (`crate::placement`). Not stored: the training
+//! runs' reports (`head/runs.rs`) and the task table (`head/tasks.rs`);
+//! a restarted head shows a run from its next report on.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,7 +42,7 @@ use std::sync::Arc;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{ActorId, ActorRecord, ActorSpec, NodeRegistration};
+use crate::cluster::{ActorId, ActorRecord, ActorSpec, JobRecord, NodeRegistration};
 use crate::transport::{JoinToken, ResetKey};
 use crate::wire::NodeIdentity;
 
@@ -55,6 +59,8 @@ const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 /// The actor directory by actor id (MessagePack of [`StoredActor`]).
 const ACTORS: TableDefinition<u64, &[u8]> = TableDefinition::new("actors");
+/// Jobs by job id (MessagePack of [`StoredJob`]).
+const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 
 /// One node as the head keeps it across restarts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -76,6 +82,15 @@ pub struct StoredActor {
     pub record: ActorRecord,
     /// What it was started from, while it lives (for restarts elsewhere).
     pub spec: Option<ActorSpec>,
+}
+
+/// One job as the head's job keeper keeps it across restarts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredJob {
+    /// What `nimbus job list` shows of it.
+    pub record: JobRecord,
+    /// A stop was asked for (its driver's exit ends it `STOPPED`).
+    pub stopping: bool,
 }
 
 /// A cluster's credentials as its store keeps them.
@@ -103,6 +118,8 @@ pub struct Loaded {
     pub nodes: Vec<StoredNode>,
     /// Every actor in the directory, live or dead.
     pub actors: Vec<StoredActor>,
+    /// Every job the head kept, live or ended.
+    pub jobs: Vec<StoredJob>,
 }
 
 impl Loaded {
@@ -172,6 +189,8 @@ pub struct HeadStart {
     pub nodes: Vec<StoredNode>,
     /// The actors the previous heads knew (none for a new cluster).
     pub actors: Vec<StoredActor>,
+    /// The jobs the previous heads kept (none for a new cluster).
+    pub jobs: Vec<StoredJob>,
     /// Whether the store held a cluster (this start is a restart).
     pub restarted: bool,
 }
@@ -210,6 +229,7 @@ impl std::fmt::Debug for HeadStart {
             .field("store", &self.store)
             .field("nodes", &self.nodes.len())
             .field("actors", &self.actors.len())
+            .field("jobs", &self.jobs.len())
             .field("restarted", &self.restarted)
             .finish_non_exhaustive()
     }
@@ -268,6 +288,7 @@ impl HeadStore {
                 reset_key: cluster.reset_key,
                 nodes: loaded.nodes,
                 actors: loaded.actors,
+                jobs: loaded.jobs,
                 restarted: true,
             };
             return Ok((cluster.token, start));
@@ -286,6 +307,7 @@ impl HeadStore {
             reset_key: cluster.reset_key,
             nodes: Vec::new(),
             actors: Vec::new(),
+            jobs: Vec::new(),
             restarted: false,
         };
         Ok((cluster.token, start))
@@ -357,6 +379,31 @@ impl HeadStore {
         })
     }
 
+    /// Writes the records of the jobs that changed and forgets those the
+    /// keeper dropped, in one transaction, before the changes are
+    /// acknowledged (step 4).
+    pub fn put_jobs(&self, changed: &[StoredJob], forgotten: &[String]) -> Result<(), StoreError> {
+        let mut encoded = Vec::with_capacity(changed.len());
+        for job in changed {
+            let bytes = rmp_serde::to_vec_named(job).map_err(|e| StoreError::Corrupt {
+                path: self.path.clone(),
+                record: format!("job {}", job.record.id),
+                detail: e.to_string(),
+            })?;
+            encoded.push((job.record.id.as_str(), bytes));
+        }
+        self.write(|tx| {
+            let mut jobs = tx.open_table(JOBS)?;
+            for (id, bytes) in &encoded {
+                jobs.insert(*id, bytes.as_slice())?;
+            }
+            for id in forgotten {
+                jobs.remove(id.as_str())?;
+            }
+            Ok(())
+        })
+    }
+
     fn write(
         &self,
         change: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
@@ -386,6 +433,7 @@ impl HeadStore {
             cluster: None,
             nodes: Vec::new(),
             actors: Vec::new(),
+            jobs: Vec::new(),
         };
         let cluster = match tx.open_table(CLUSTER) {
             Ok(table) => table,
@@ -424,32 +472,43 @@ impl HeadStore {
             ticket_key,
             reset_key: ResetKey(reset_key),
         });
-        match tx.open_table(NODES) {
-            Ok(nodes) => {
-                for entry in nodes.iter().map_err(|e| unreadable(e.into()))? {
-                    let (name, value) = entry.map_err(|e| unreadable(e.into()))?;
-                    let node: StoredNode = rmp_serde::from_slice(value.value())
-                        .map_err(|e| corrupt(&format!("node {:?}", name.value()), e.to_string()))?;
-                    loaded.nodes.push(node);
-                }
-            }
-            Err(redb::TableError::TableDoesNotExist(_)) => {}
-            Err(e) => return Err(unreadable(e.into())),
-        }
-        match tx.open_table(ACTORS) {
-            Ok(actors) => {
-                for entry in actors.iter().map_err(|e| unreadable(e.into()))? {
-                    let (id, value) = entry.map_err(|e| unreadable(e.into()))?;
-                    let actor: StoredActor = rmp_serde::from_slice(value.value()).map_err(|e| {
-                        corrupt(&format!("actor {}", ActorId(id.value())), e.to_string())
-                    })?;
-                    loaded.actors.push(actor);
-                }
-            }
-            Err(redb::TableError::TableDoesNotExist(_)) => {}
-            Err(e) => return Err(unreadable(e.into())),
-        }
+        loaded.nodes = self.read_all(&tx, NODES, |name| format!("node {name:?}"))?;
+        loaded.actors = self.read_all(&tx, ACTORS, |id| format!("actor {}", ActorId(id)))?;
+        loaded.jobs = self.read_all(&tx, JOBS, |id| format!("job {id}"))?;
         Ok(loaded)
+    }
+
+    /// Every record of `table`, decoded; `what` names a key in errors.
+    fn read_all<K, T>(
+        &self,
+        tx: &redb::ReadTransaction,
+        table: TableDefinition<K, &[u8]>,
+        what: impl Fn(K::SelfType<'_>) -> String,
+    ) -> Result<Vec<T>, StoreError>
+    where
+        K: redb::Key + 'static,
+        T: serde::de::DeserializeOwned,
+    {
+        let unreadable = |source: redb::Error| StoreError::Unreadable {
+            path: self.path.clone(),
+            source,
+        };
+        let table = match tx.open_table(table) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(unreadable(e.into())),
+        };
+        let mut records = Vec::new();
+        for entry in table.iter().map_err(|e| unreadable(e.into()))? {
+            let (key, value) = entry.map_err(|e| unreadable(e.into()))?;
+            let record = rmp_serde::from_slice(value.value()).map_err(|e| StoreError::Corrupt {
+                path: self.path.clone(),
+                record: what(key.value()),
+                detail: e.to_string(),
+            })?;
+            records.push(record);
+        }
+        Ok(records)
     }
 }
 
@@ -511,6 +570,28 @@ mod tests {
             Some("left the cluster")
         );
         assert_eq!(store.next_epoch().unwrap(), 2);
+        let job = |id: &str| StoredJob {
+            record: JobRecord {
+                id: id.into(),
+                name: None,
+                submitted: false,
+                entrypoint: "prog".into(),
+                node: None,
+                state: crate::cluster::JobState::Running,
+                message: String::new(),
+                exit: None,
+                driver_pid: None,
+                start_ms: 1,
+                end_ms: None,
+                versions: None,
+            },
+            stopping: false,
+        };
+        store.put_jobs(&[job("j1"), job("j2")], &[]).unwrap();
+        store.put_jobs(&[job("j3")], &["j1".into()]).unwrap();
+        drop(store);
+        let (_, loaded) = HeadStore::open(dir.path()).unwrap();
+        assert_eq!(loaded.jobs, [job("j2"), job("j3")]);
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //!    token travels in the environment, which only its user can read,
 //!    never in arguments. Answer with its pid.
 //! 2. When it exits, tell the head (`DriverExited`, with its exit code or
-//!    signal; [`REPORT_TRIES`] tries, a second apart) and remove
+//!    signal; asked again while the head is unreachable, up to its grace,
+//!    `--head-grace-s`) and remove
 //!    `state_dir/jobs/JOB/`. The log stays.
 //! 3. `StopDriver { job }`: SIGTERM to its process group, SIGKILL after
 //!    [`STOP_GRACE`] (5 s) if it is still there.
@@ -45,8 +46,6 @@ use super::logs;
 
 /// How long a driver asked to stop has between SIGTERM and SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
-/// Tries to tell the head a driver exited.
-pub const REPORT_TRIES: u32 = 30;
 
 /// Why a job's driver could not be started here.
 #[derive(Debug, thiserror::Error)]
@@ -347,23 +346,14 @@ impl Handler<DriverGone> for DriverRunner {
                 job: msg.job.clone(),
                 exit: msg.exit,
             });
-            for _ in 0..REPORT_TRIES {
-                let told = match endpoint.connect(head, None).await {
-                    Ok(connection) => {
-                        client::call(&connection, &request, RequestOptions::control())
-                            .await
-                            .map(drop)
-                            .map_err(|e| e.to_string())
-                    }
-                    Err(e) => Err(e.to_string()),
-                };
-                match told {
-                    Ok(()) => return,
-                    Err(e) => {
-                        warn!(job = %msg.job, "cannot tell the head the job's driver exited: {e}")
-                    }
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
+            // Asked again on a new connection while the head is away (up
+            // to its grace): a restarted head still knows the job.
+            let ask = |connection: crate::transport::Connection| {
+                let request = request.clone();
+                async move { client::call(&connection, &request, RequestOptions::control()).await }
+            };
+            if let Err(e) = client::ask_head(&endpoint, head, true, ask).await {
+                warn!(job = %msg.job, "cannot tell the head the job's driver exited: {e}");
             }
         });
     }

@@ -67,7 +67,7 @@ mod workers;
 
 pub use authorize::Forbidden;
 pub use config::{default_state_dir, NodeConfig, NodeRole};
-pub use drivers::{DriverError, DriverRunner, REPORT_TRIES, STOP_GRACE};
+pub use drivers::{DriverError, DriverRunner, STOP_GRACE};
 pub use error::{BinaryError, GrantError, NoCapacity, NodeError, NotServing, WorkerStartError};
 pub use gpu_slots::{GpuSlotError, GpuSlots, GpuTake, FRACTION_EPSILON};
 pub use libraries::Lacking;

@@ -281,7 +281,8 @@ async fn start_head(
     let address = registration.address;
     let events = ClusterEvents::for_epoch(epoch).start();
     let lost = store.lost_nodes()?;
-    let (nodes, actors) = (store.nodes, store.actors);
+    let lost_nodes = lost.clone();
+    let (nodes, actors, stored_jobs) = (store.nodes, store.actors, store.jobs);
     let membership = Membership::new(
         heartbeat_timeout,
         events.clone(),
@@ -298,7 +299,7 @@ async fn start_head(
         )
         .start();
         Directory::new(events.clone(), Some(rescheduler.recipient())).stored(
-            store.store,
+            store.store.clone(),
             actors,
             lost,
         )
@@ -325,6 +326,7 @@ async fn start_head(
         membership.clone(),
         events.clone(),
     )
+    .stored(store.store, stored_jobs, &lost_nodes)
     .start();
     let actors = HeadActors {
         membership,

@@ -4,7 +4,9 @@ use std::time::{Duration, Instant};
 
 use nimbus::client::{self, ClientError};
 use nimbus::cluster::MembershipRequest;
-use nimbus::cluster::{ClusterEventKind, ControlRequest, NodeState, ResourceSet};
+use nimbus::cluster::{
+    ClusterEventKind, ControlRequest, JobState, JobSubmission, NodeState, ResourceSet,
+};
 use nimbus::transport::{ConnectError, RequestError, RequestOptions, TransportConfig};
 use nimbus::wire::{CloseCode, RemoteErrorKind};
 
@@ -323,4 +325,78 @@ async fn a_member_of_a_head_started_as_another_cluster_stops_saying_so() {
         assert!(log.contains("is another cluster now"), "{log}");
     })
     .await
+}
+
+/// Jobs survive the head's restart (`head/jobs.rs`): a job whose driver
+/// runs on a member is still `RUNNING` after it, with the same record, and
+/// ends as its driver does; a job whose driver ran on the head (it died
+/// with it) ends `FAILED` at the restart, saying why.
+#[tokio::test]
+async fn jobs_outlive_a_head_restart_and_end_as_their_drivers_do() {
+    within(Duration::from_secs(120), async {
+        let mut cluster = cluster_with_env(2, &[("NIMBUS_HEAD_GRACE_S", "30")]);
+        let dir = tempfile::tempdir().unwrap();
+        let release = dir.path().join("release");
+        let waits = format!(
+            "while [ ! -e '{}' ]; do sleep 0.05; done",
+            release.display()
+        );
+        let submission = |node: Option<&str>| JobSubmission {
+            name: None,
+            entrypoint: vec!["/bin/sh".into(), "-c".into(), waits.clone()],
+            env: Vec::new(),
+            working_dir: None,
+            node: node.map(str::to_string),
+        };
+        let client = cluster.client().await.unwrap();
+        let on_member = client
+            .submit_job(submission(Some("node-1")), None)
+            .await
+            .unwrap();
+        let on_head = client.submit_job(submission(None), None).await.unwrap();
+        assert_eq!(on_member.state, JobState::Running);
+        assert_eq!(on_head.state, JobState::Running);
+
+        cluster.kill(0).unwrap();
+        cluster.restart(0).unwrap();
+        let client = cluster.client().await.unwrap();
+        let seen = client.last_event_seq().await.unwrap();
+        let kept = client.job(&on_member.id).await.unwrap();
+        assert_eq!(kept, on_member, "the member's job as it was");
+        let lost = client.job(&on_head.id).await.unwrap();
+        assert_eq!(lost.state, JobState::Failed, "{lost:?}");
+        assert!(lost.message.contains("was lost"), "{}", lost.message);
+
+        std::fs::write(&release, b"").unwrap();
+        wait_for_event(
+            &client,
+            seen,
+            Duration::from_secs(30),
+            |kind| matches!(kind, ClusterEventKind::JobEnded { job, .. } if *job == on_member.id),
+        )
+        .await;
+        let ended = client.job(&on_member.id).await.unwrap();
+        assert_eq!(ended.state, JobState::Succeeded, "{ended:?}");
+        assert_eq!(ended.start_ms, on_member.start_ms);
+    })
+    .await
+}
+
+/// Waits up to `deadline` for an event after `seen` that `wanted` takes.
+async fn wait_for_event(
+    client: &nimbus::client::ClusterClient,
+    mut seen: u64,
+    deadline: Duration,
+    wanted: impl Fn(&ClusterEventKind) -> bool,
+) {
+    let end = Instant::now() + deadline;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "no such event within {deadline:?}");
+        let events = client.events(seen, left).await.unwrap();
+        if events.iter().any(|e| wanted(&e.kind)) {
+            return;
+        }
+        seen = events.last().map_or(seen, |e| e.seq);
+    }
 }
