@@ -635,7 +635,10 @@ async fn locate(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord,
     }
 }
 
-async fn locate_any(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord, CallError> {
+pub(super) async fn locate_any(
+    context: &ProcessContext,
+    actor: ActorId,
+) -> Result<ActorRecord, CallError> {
     match context
         .call_head(&ControlRequest::Directory(DirectoryRequest::LocateActor(
             actor,

@@ -4,7 +4,9 @@
 //! Deaths are cluster events (`ActorDied`) that the head publishes when a
 //! node reports a worker process gone, or when it declares a node dead.
 //! A monitor long-polls the head's event stream and forwards the deaths of
-//! one actor to a recipient, until the actor is dead for good.
+//! one actor to a recipient, until the actor is dead for good. When the
+//! stream says events were missed (`Resync`: the head restarted), the
+//! monitor asks the directory, and reports the death for good it missed.
 
 use std::time::Duration;
 
@@ -97,7 +99,11 @@ async fn next_deaths(
 ) -> Result<(Vec<(u64, ActorDied)>, u64), CallError> {
     let events = context.events(after, Duration::from_secs(30)).await?;
     let last_seen = events.last().map_or(after, |e| e.seq);
-    let deaths = events
+    let resync = events.iter().find_map(|event| match event.kind {
+        ClusterEventKind::Resync { .. } => Some(event.seq),
+        _ => None,
+    });
+    let mut deaths: Vec<(u64, ActorDied)> = events
         .into_iter()
         .filter_map(|event| match event.kind {
             ClusterEventKind::ActorDied {
@@ -117,5 +123,38 @@ async fn next_deaths(
             _ => None,
         })
         .collect();
+    let for_good = deaths.iter().any(|(_, death)| !death.restarting);
+    if let (Some(seq), false) = (resync, for_good) {
+        if let Some(death) = missed_death(context, actor).await? {
+            deaths.insert(0, (seq, death));
+        }
+    }
     Ok((deaths, last_seen))
+}
+
+/// The watch missed events (`head/events.rs`, step 2): the actor's death
+/// for good, if the directory says it is dead now. (A restart within the
+/// missed events is not reported: only its end shows.)
+async fn missed_death(
+    context: &ProcessContext,
+    actor: ActorId,
+) -> Result<Option<ActorDied>, CallError> {
+    let record = match super::handle::locate_any(context, actor).await {
+        Ok(record) => record,
+        Err(CallError::ActorDead { reason, .. }) => {
+            return Ok(Some(ActorDied {
+                actor,
+                incarnation: Incarnation(0),
+                reason: DeathCause::Failed(reason),
+                restarting: false,
+            }))
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(record.dead.map(|reason| ActorDied {
+        actor,
+        incarnation: record.incarnation,
+        reason,
+        restarting: false,
+    }))
 }

@@ -33,7 +33,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::{self, ClientError};
+use crate::client::ClientError;
 use crate::cluster::{
     ActorId, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet, CPU, GPU, MEMORY,
 };
@@ -42,7 +42,6 @@ use crate::launch::{
     candidates, ship_to_head, start_on, BinarySource, LaunchError, Started, Strategy,
 };
 use crate::runtime::{ProcessContext, RemoteActor};
-use crate::transport::RequestOptions;
 use crate::wire::Incarnation;
 
 use super::handle::{ActorHandle, DEFAULT_MAX_IN_FLIGHT};
@@ -269,16 +268,14 @@ async fn try_nodes(
 ) -> Result<(), SpawnError> {
     let needs = spec.resources.to_string();
     let end = Instant::now() + options.deadline;
-    let head = context.head().await?;
-    let mut seen = client::last_event_seq(&head).await?;
+    // The head's requests below wait for a restarting head (up to its
+    // grace) instead of failing the spawn.
+    let mut seen = context.last_event().await?;
     let mut last = String::from("no node was asked");
     loop {
-        let status = match client::call(
-            &head,
-            &ControlRequest::Membership(MembershipRequest::Status),
-            RequestOptions::control(),
-        )
-        .await?
+        let status = match context
+            .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+            .await?
         {
             ControlReply::Status(status) => status,
             reply => return Err(unexpected("Status", reply)),
@@ -324,11 +321,9 @@ async fn try_nodes(
                 job: spec.job.clone(),
                 for_ms: left.as_millis() as u64,
             });
-            *waited = client::call(&head, &waiting, RequestOptions::control())
-                .await
-                .is_ok();
+            *waited = context.call_head(&waiting).await.is_ok();
         }
-        let events = client::events(&head, seen, left).await?;
+        let events = context.events(seen, left).await?;
         seen = events.last().map_or(seen, |e| e.seq);
     }
 }

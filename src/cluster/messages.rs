@@ -37,9 +37,10 @@
 //! - `Echo` (a probe).
 //!
 //! Every answer is a [`ControlReply`]. The protocol version (the wire's
-//! `PROTOCOL_VERSION`, 4) counts this grouping by subsystem (3: a join
+//! `PROTOCOL_VERSION`, 5) counts this grouping by subsystem (3: a join
 //! refused for a taken name is answered `NodeNameTaken`; 4: a join names
-//! the node's worker-ticket key and is answered with its ticket).
+//! the node's worker-ticket key and is answered with its ticket; 5: the
+//! event stream's `Resync` marker).
 
 use std::net::SocketAddr;
 
@@ -1119,6 +1120,17 @@ pub enum ClusterEventKind {
         /// Its counters since it started.
         counts: crate::transport::FaultCounts,
     },
+    /// Not an event: the reader asked for the events after `after`, and
+    /// some of them are gone (the head restarted, or more were published
+    /// than the head keeps while the reader was away). What it knows from
+    /// the events is stale: it must read the state again (`ListActors`,
+    /// `Status`, `ListJobs`) and go on from this marker's number.
+    Resync {
+        /// The number the reader asked after.
+        after: u64,
+        /// The first event the head still has (later events follow).
+        first_kept: u64,
+    },
 }
 
 impl ClusterEventKind {
@@ -1184,7 +1196,8 @@ impl ClusterEventKind {
             plain @ (ClusterEventKind::NodeJoined { .. }
             | ClusterEventKind::NodeLeft { .. }
             | ClusterEventKind::JobEnded { .. }
-            | ClusterEventKind::ResourcesChanged { .. }) => plain,
+            | ClusterEventKind::ResourcesChanged { .. }
+            | ClusterEventKind::Resync { .. }) => plain,
         }
     }
 }
@@ -1223,7 +1236,8 @@ impl ClusterEventKind {
             | ClusterEventKind::Recovered { .. }
             | ClusterEventKind::FaultInjected { .. }
             | ClusterEventKind::JobEnded { .. }
-            | ClusterEventKind::PacketFaults { .. } => None,
+            | ClusterEventKind::PacketFaults { .. }
+            | ClusterEventKind::Resync { .. } => None,
         }
     }
 }

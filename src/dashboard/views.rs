@@ -302,6 +302,10 @@ fn describe(kind: &ClusterEventKind) -> Option<(&'static str, String)> {
         ClusterEventKind::PacketFaults { process, .. } => {
             ("packet faults", format!("counted in {process}"))
         }
+        ClusterEventKind::Resync { after, first_kept } => (
+            "events missed",
+            format!("the events after {after} and before {first_kept} are not kept: the head restarted, or dropped its oldest"),
+        ),
         ClusterEventKind::ResourcesChanged { .. } => return None,
     })
 }

@@ -16,12 +16,20 @@
 //! A wait for any change asks for the events after `u64::MAX`: it
 //! returns, empty, as soon as the next event is published.
 //!
-//! Numbers grow across the head's restarts: the head's `epoch`th start
-//! (`head/store.rs`, step 3) numbers from `(epoch - 1) << EPOCH_SHIFT`,
-//! so a reader that kept its place from before a restart gets every event
-//! of the new head instead of waiting for numbers it has seen. (It is not
-//! told that it missed the events of the outage itself: a resync signal
-//! is not built yet.)
+//! No silent gaps:
+//! 1. Numbers grow across the head's restarts: the head's `epoch`th start
+//!    (`head/store.rs`, step 3) numbers from `(epoch - 1) << EPOCH_SHIFT`,
+//!    so a reader that kept its place from before a restart gets every
+//!    event of the new head instead of waiting for numbers it has seen.
+//! 2. A reader whose `after` is older than the oldest event kept (the
+//!    events in between were dropped, or belonged to an earlier head whose
+//!    last events it may not have read), or newer than the last one
+//!    published (it read another head's stream), gets a
+//!    [`Resync`](ClusterEventKind::Resync) marker first, numbered just
+//!    before the events that follow it. It is not kept in the history. The
+//!    reader reads the state it follows again (`ListActors`, `Status`,
+//!    `ListJobs`) and goes on after the marker. `after = 0` (a new reader)
+//!    and `u64::MAX` (any change) get no marker.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -91,6 +99,35 @@ impl ClusterEvents {
             .cloned()
             .collect()
     }
+
+    /// Step 2: the marker a reader at `after` gets before the events, if
+    /// it missed some.
+    fn gap(&self, after: u64) -> Option<ClusterEvent> {
+        let first_kept = self.history.front().map_or(self.next_seq + 1, |e| e.seq);
+        let missed =
+            after != 0 && after != u64::MAX && (after + 1 < first_kept || after > self.next_seq);
+        missed.then(|| ClusterEvent {
+            seq: first_kept - 1,
+            kind: ClusterEventKind::Resync { after, first_kept },
+            time_ms: now_ms(),
+        })
+    }
+
+    /// The answer to a reader at `after`: the marker if it missed events,
+    /// then the kept events after it.
+    fn answer(&self, after: u64) -> Vec<ClusterEvent> {
+        let Some(marker) = self.gap(after) else {
+            return self.since(after);
+        };
+        let kept = self.since(marker.seq);
+        std::iter::once(marker).chain(kept).collect()
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Handler<Publish> for ClusterEvents {
@@ -101,9 +138,7 @@ impl Handler<Publish> for ClusterEvents {
         let event = ClusterEvent {
             seq: self.next_seq,
             kind: kind.bounded(),
-            time_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            time_ms: now_ms(),
         };
         if self.history.len() == HISTORY {
             self.history.pop_front();
@@ -129,7 +164,7 @@ impl Handler<EventsSince> for ClusterEvents {
     type Result = ResponseActFuture<Self, Vec<ClusterEvent>>;
 
     fn handle(&mut self, msg: EventsSince, _: &mut Self::Context) -> Self::Result {
-        let ready = self.since(msg.after);
+        let ready = self.answer(msg.after);
         if !ready.is_empty() || msg.wait.is_zero() {
             return Box::pin(fut::ready(ready));
         }
@@ -138,7 +173,7 @@ impl Handler<EventsSince> for ClusterEvents {
         let wait = tokio::time::timeout(msg.wait, rx);
         Box::pin(
             wait.into_actor(self)
-                .map(move |_, events, _| events.since(msg.after)),
+                .map(move |_, events, _| events.answer(msg.after)),
         )
     }
 }
@@ -173,22 +208,65 @@ mod tests {
     }
 
     #[actix_rt::test]
-    async fn a_reader_from_before_a_restart_gets_the_new_heads_events() {
+    async fn a_reader_from_before_a_restart_is_told_to_resync_then_gets_the_new_heads_events() {
         let before = ClusterEvents::for_epoch(1).start();
         for _ in 0..3 {
             before.send(Publish(left("a"))).await.unwrap();
         }
         let after = ClusterEvents::for_epoch(2).start();
-        after.send(Publish(left("b"))).await.unwrap();
-        let got = after
-            .send(EventsSince {
-                after: 3,
-                wait: Duration::ZERO,
-            })
-            .await
-            .unwrap();
+        let base = 1 << EPOCH_SHIFT;
+        let marker = ClusterEventKind::Resync {
+            after: 3,
+            first_kept: base + 1,
+        };
+        // A long poll from before the restart does not wait: it must resync.
+        let got = read(&after, 3, Duration::from_secs(30)).await;
         assert_eq!(got.len(), 1);
-        assert_eq!(got[0].seq, (1 << EPOCH_SHIFT) + 1);
+        assert_eq!((got[0].seq, &got[0].kind), (base, &marker));
+        after.send(Publish(left("b"))).await.unwrap();
+        let got = read(&after, 3, Duration::ZERO).await;
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].kind, marker);
+        assert_eq!(got[1].seq, base + 1);
+        assert!(
+            read(&after, base + 1, Duration::ZERO).await.is_empty(),
+            "a reader that went on after the marker is in step"
+        );
+        assert!(
+            read(&after, 0, Duration::ZERO).await.len() == 1,
+            "a new reader"
+        );
+    }
+
+    #[actix_rt::test]
+    async fn a_reader_that_fell_behind_the_history_or_read_another_stream_is_told_to_resync() {
+        let events = ClusterEvents::default().start();
+        for _ in 0..HISTORY + 10 {
+            events.send(Publish(left("a"))).await.unwrap();
+        }
+        let got = read(&events, 5, Duration::ZERO).await;
+        assert_eq!(
+            got[0].kind,
+            ClusterEventKind::Resync {
+                after: 5,
+                first_kept: 11
+            }
+        );
+        assert_eq!((got[0].seq, got[1].seq), (10, 11));
+        assert!(
+            !matches!(
+                read(&events, 10, Duration::ZERO).await[0].kind,
+                ClusterEventKind::Resync { .. }
+            ),
+            "none was dropped after 10"
+        );
+        let ahead = read(&events, 1 << 40, Duration::ZERO).await;
+        assert!(matches!(ahead[0].kind, ClusterEventKind::Resync { .. }));
+        assert_eq!(ahead[0].seq, 10);
+    }
+
+    async fn read(events: &Addr<ClusterEvents>, after: u64, wait: Duration) -> Vec<ClusterEvent> {
+        events.send(EventsSince { after, wait }).await.unwrap()
     }
 
     #[actix_rt::test]

@@ -82,10 +82,8 @@ pub async fn ship_to_head(
     static SHIPPED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     SHIPPED
         .get_or_try_init(|| async {
-            let connection = endpoint
-                .connect(head, None)
-                .await
-                .map_err(ClientError::from)?;
+            // A restarting head is waited for (up to its grace).
+            let connection = client::ask_head(endpoint, head, true, |c| async { Ok(c) }).await?;
             let id = &binary.1;
             let has = ControlRequest::Binaries(BinaryRequest::ReadBinary {
                 hash: id.hash.clone(),

@@ -414,7 +414,11 @@ fn start_object_store(
     )?;
     // Worker processes' references die with them.
     objects.watch_worker_deaths(match head {
-        (Some(actors), _) => HeadEvents::Local(actors.events.clone()),
+        (Some(actors), _) => HeadEvents::Local {
+            events: actors.events.clone(),
+            directory: actors.directory.clone(),
+            jobs: actors.jobs.clone(),
+        },
         (None, address) => HeadEvents::Remote(address),
     });
     Ok(objects)

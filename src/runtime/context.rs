@@ -25,6 +25,7 @@ use super::registry::{HostedActor, Registry};
 use crate::client::{self, ClientError};
 use crate::cluster::{
     ActorId, BinaryId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest,
+    DirectoryRequest,
 };
 use crate::transport::{Connection, Endpoint, RequestOptions};
 use crate::wire::Incarnation;
@@ -97,11 +98,6 @@ impl ProcessContext {
     /// This process's context, once installed.
     pub fn current() -> Option<&'static ProcessContext> {
         CONTEXT.get()
-    }
-
-    /// A connection to the head.
-    pub async fn head(&self) -> Result<Connection, ClientError> {
-        Ok(self.endpoint.connect(self.head, None).await?)
     }
 
     /// Sends a control request to the head. An idempotent one
@@ -205,23 +201,67 @@ async fn watch_deaths(context: &'static ProcessContext) {
         };
         after = events.last().map_or(after, |e| e.seq);
         for event in events {
-            if let ClusterEventKind::ActorDied {
-                actor,
-                incarnation,
-                reason,
-                ..
-            } = event.kind
-            {
-                let known = context.workers.get(&actor).map(|w| *w);
-                if let Some((address, current)) = known {
-                    if current == incarnation {
-                        context.workers.remove(&actor);
-                        context
-                            .endpoint
-                            .disconnect(address, &format!("actor died: {reason}"));
-                    }
-                }
+            match event.kind {
+                ClusterEventKind::ActorDied {
+                    actor,
+                    incarnation,
+                    reason,
+                    ..
+                } => forget_worker(
+                    context,
+                    actor,
+                    incarnation,
+                    &format!("actor died: {reason}"),
+                ),
+                ClusterEventKind::Resync { .. } => resync_workers(context).await,
+                _ => {}
             }
+        }
+    }
+}
+
+/// Forgets the worker of `actor` if it is `incarnation`, and cuts its
+/// connection saying `why`.
+fn forget_worker(context: &ProcessContext, actor: ActorId, incarnation: Incarnation, why: &str) {
+    let known = context.workers.get(&actor).map(|w| *w);
+    if let Some((address, current)) = known {
+        if current == incarnation {
+            context.workers.remove(&actor);
+            context.endpoint.disconnect(address, why);
+        }
+    }
+}
+
+/// The death watch missed events (`head/events.rs`, step 2): every known
+/// worker the directory no longer lists as that incarnation, alive, is
+/// forgotten as if its death had been read.
+async fn resync_workers(context: &ProcessContext) {
+    let request = ControlRequest::Directory(DirectoryRequest::ListActors);
+    let records = match context.call_head(&request).await {
+        Ok(ControlReply::Actors(records)) => records,
+        Ok(reply) => {
+            tracing::warn!("death watch: unexpected reply to ListActors: {reply:?}");
+            return;
+        }
+        Err(e) => {
+            tracing::debug!("death watch: cannot read the directory to resync ({e})");
+            return;
+        }
+    };
+    let live: HashMap<ActorId, Incarnation> = records
+        .iter()
+        .filter(|r| r.dead.is_none())
+        .map(|r| (r.actor, r.incarnation))
+        .collect();
+    let known: Vec<(ActorId, Incarnation)> = context
+        .workers
+        .iter()
+        .map(|w| (*w.key(), w.value().1))
+        .collect();
+    for (actor, incarnation) in known {
+        if live.get(&actor) != Some(&incarnation) {
+            let why = "actor not alive as this incarnation (read after missed events)";
+            forget_worker(context, actor, incarnation, why);
         }
     }
 }

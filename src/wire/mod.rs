@@ -56,8 +56,9 @@ pub use message::{
 /// The protocol version this build speaks. Peers must match exactly.
 /// 2: control requests grouped by subsystem; 3: `NodeNameTaken`; 4: a
 /// `Hello` carries a [`Proof`] (token or ticket), a join is answered with a
-/// node ticket.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// node ticket; 5: the event stream's `ClusterEventKind::Resync` marker
+/// (a peer of 4 could not decode it).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

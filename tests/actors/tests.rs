@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use nimbus::actor::faults::{ActorFault, ActorFaultAction, FiredFault, ACTOR_FAULTS_ENV};
 use nimbus::actor::{self, CallError, SpawnError, SpawnOptions, Strategy};
-use nimbus::cluster::{DeathCause, ResourceSet};
+use nimbus::cluster::{ClusterEventKind, DeathCause, ResourceSet};
 use nimbus::object_store;
 use nimbus::placement::{InBundle, PlacementError, PlacementGroup, PlacementStrategy};
 use nimbus::Driver;
@@ -1220,6 +1220,13 @@ pub fn head_restart_driver() {
             before.push(client.find_actor(name).await.unwrap().unwrap());
         }
         let members = client.status().await.unwrap();
+        // A death the old head publishes that this driver has not read when
+        // the head dies: its events are gone with it.
+        let doomed = actor::spawn::<Counter>(0, on("node-1").name("doomed"))
+            .await
+            .unwrap();
+        let mut unread = client.last_event_seq().await.unwrap();
+        doomed.kill().await.unwrap();
         drop(client);
 
         cluster.kill(0).unwrap();
@@ -1231,6 +1238,16 @@ pub fn head_restart_driver() {
         let calls_in_outage = outage.elapsed();
         // What needs the head waits for it instead of failing.
         let lookup = tokio::task::spawn_local(actor::get_actor::<Counter>("kept-b"));
+        let movable = SpawnOptions::default()
+            .num_cpus(0.1)
+            .max_restarts(1)
+            .name("born-in-outage");
+        let born = tokio::task::spawn_local(actor::spawn::<Counter>(5, movable));
+        let grouped = tokio::task::spawn_local(PlacementGroup::create(
+            vec![cpus(0.1)],
+            PlacementStrategy::Pack,
+            Duration::from_secs(30),
+        ));
         tokio::task::yield_now().await;
 
         let restarted = Instant::now();
@@ -1282,6 +1299,25 @@ pub fn head_restart_driver() {
         group.remove().await.unwrap();
         let waited = lookup.await.unwrap().unwrap().expect("kept-b found");
         assert_eq!(waited.send(Add(0)).await.unwrap(), 22);
+        let born = born.await.unwrap().expect("a spawn waits for the head");
+        assert_eq!(born.send(Add(1)).await.unwrap(), 6);
+        let grouped = grouped.await.unwrap().expect("a placement waits for the head");
+        grouped.remove().await.unwrap();
+        // The stream says events were missed, and a death watch that kept
+        // its place from before still learns of the death it missed.
+        let missed = client.events(unread, Duration::ZERO).await.unwrap();
+        assert!(
+            matches!(missed[0].kind, ClusterEventKind::Resync { after, .. } if after == unread),
+            "{missed:?}"
+        );
+        let death = tokio::time::timeout(
+            Duration::from_secs(30),
+            actor::next_death(&doomed, &mut unread),
+        )
+        .await
+        .expect("the missed death is found within 30 s")
+        .unwrap();
+        assert!(!death.restarting, "{death:?}");
         // The same actors, state and all: by name, and through old handles.
         let by_name = actor::get_actor::<Counter>("kept-a")
             .await
@@ -1290,7 +1326,7 @@ pub fn head_restart_driver() {
         assert_eq!(by_name.send(Add(1)).await.unwrap(), 13);
         assert_eq!(partner.send(AddToPeer(1)).await.unwrap(), Ok(14));
         println!(
-            "summary: calls_in_outage_ms={} members_back_ms={} actors_kept={}",
+            "summary: calls_in_outage_ms={} members_back_ms={} actors_kept={} missed_death_found=true",
             calls_in_outage.as_millis(),
             members_back.as_millis(),
             names.len()

@@ -99,7 +99,8 @@ impl Membership {
                 | ClusterEventKind::Recovered { .. }
                 | ClusterEventKind::FaultInjected { .. }
                 | ClusterEventKind::JobEnded { .. }
-                | ClusterEventKind::PacketFaults { .. } => {}
+                | ClusterEventKind::PacketFaults { .. }
+                | ClusterEventKind::Resync { .. } => {}
             }
             self.events.do_send(Publish(kind));
         }

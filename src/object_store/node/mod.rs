@@ -83,7 +83,7 @@ use super::transfer::{host_id, read_chunks, CHUNK_BYTES, MAX_OBJECT_WAIT};
 use crate::cluster::SharedObjectFile;
 use shard::{
     Abort, Append, Await, Awaited, Begin, Begun, DropCopy, DropDriver, DropWorker, Fail, Freed,
-    List, Open, Read, Seal, Spill, UpdateRefs,
+    Holders, List, ListHolders, Open, Read, Seal, Spill, UpdateRefs,
 };
 
 /// Shards per node: objects are spread over them by id.
@@ -156,7 +156,9 @@ impl NodeObjectStore {
     /// Watches the head's events and releases the references of worker
     /// processes that die (`ActorDied`) and of the drivers of jobs that
     /// end (`JobEnded`): a SIGKILLed process never releases them itself.
-    /// Runs until the node stops.
+    /// When events were missed (`Resync`: the head restarted), it asks the
+    /// head instead ([`NodeObjectStore::resync`]). Runs until the node
+    /// stops.
     pub fn watch_worker_deaths(&self, head: HeadEvents) {
         let store = self.clone();
         tokio::spawn(async move {
@@ -188,6 +190,11 @@ impl NodeObjectStore {
                         crate::cluster::ClusterEventKind::JobEnded { job, .. } => {
                             store.drop_driver(job).await
                         }
+                        crate::cluster::ClusterEventKind::Resync { .. } => {
+                            if let Err(e) = store.resync(&head).await {
+                                tracing::warn!("object store: cannot resync with the head ({e}); references of processes that died meanwhile stay until the next resync");
+                            }
+                        }
                         _ => {}
                     }
                 }
@@ -207,6 +214,45 @@ impl NodeObjectStore {
                 }
             }
         }
+    }
+
+    /// The deaths and job ends this store missed: the worker incarnations
+    /// holding references here that the directory records dead or
+    /// replaced by a newer incarnation, and the drivers of jobs that ended,
+    /// release their references. A worker the directory does not know yet
+    /// (its start is being recorded) keeps them.
+    async fn resync(&self, head: &HeadEvents) -> Result<(), ObjectStoreError> {
+        let mut holders = Holders::default();
+        for shard in &self.shards {
+            if let Ok(listed) = shard.send(ListHolders).await {
+                holders.workers.extend(listed.workers);
+                holders.jobs.extend(listed.jobs);
+            }
+        }
+        holders.workers.sort();
+        holders.workers.dedup();
+        holders.jobs.sort();
+        holders.jobs.dedup();
+        for (actor, incarnation) in holders.workers {
+            let Some(record) = head.locate(&self.endpoint, actor).await? else {
+                continue;
+            };
+            let gone = incarnation < record.incarnation
+                || (incarnation == record.incarnation && record.dead.is_some());
+            if gone {
+                self.drop_worker(actor, incarnation).await;
+            }
+        }
+        if !holders.jobs.is_empty() {
+            let jobs = head.jobs(&self.endpoint).await?;
+            for job in holders.jobs {
+                let ended = jobs.iter().any(|j| j.id == job && j.state.is_terminal());
+                if ended {
+                    self.drop_driver(job).await;
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn drop_driver(&self, job: String) {
@@ -617,10 +663,18 @@ impl NodeObjectStore {
     }
 }
 
-/// Where a node's store reads the head's events.
+/// Where a node's store reads the head's events and, to resync, its
+/// directory and jobs.
 pub enum HeadEvents {
-    /// On the head: its event actor.
-    Local(Addr<crate::head::ClusterEvents>),
+    /// On the head: its actors.
+    Local {
+        /// The event stream.
+        events: Addr<crate::head::ClusterEvents>,
+        /// The actor directory.
+        directory: Addr<crate::head::Directory>,
+        /// The job keeper.
+        jobs: Addr<crate::head::jobs::Jobs>,
+    },
     /// Elsewhere: the head's address.
     Remote(std::net::SocketAddr),
 }
@@ -633,7 +687,7 @@ impl HeadEvents {
         wait: Duration,
     ) -> Result<Vec<crate::cluster::ClusterEvent>, ObjectStoreError> {
         match self {
-            HeadEvents::Local(events) => {
+            HeadEvents::Local { events, .. } => {
                 let since = crate::head::events::EventsSince { after, wait };
                 events
                     .send(since)
@@ -649,6 +703,68 @@ impl HeadEvents {
             }
         }
     }
+
+    /// The directory's record of `actor`, live or dead.
+    async fn locate(
+        &self,
+        endpoint: &Endpoint,
+        actor: crate::cluster::ActorId,
+    ) -> Result<Option<crate::cluster::ActorRecord>, ObjectStoreError> {
+        match self {
+            HeadEvents::Local { directory, .. } => directory
+                .send(crate::head::directory::LocateActor(actor))
+                .await
+                .map_err(|_| ObjectStoreError::EventsStopped),
+            HeadEvents::Remote(head) => {
+                let request =
+                    ControlRequest::Directory(crate::cluster::DirectoryRequest::LocateActor(actor));
+                match self.ask(endpoint, *head, &request).await? {
+                    ControlReply::Actor(record) => Ok(record.map(|r| *r)),
+                    reply => Err(unexpected("LocateActor", reply)),
+                }
+            }
+        }
+    }
+
+    /// Every job the head knows.
+    async fn jobs(
+        &self,
+        endpoint: &Endpoint,
+    ) -> Result<Vec<crate::cluster::JobRecord>, ObjectStoreError> {
+        match self {
+            HeadEvents::Local { jobs, .. } => jobs
+                .send(crate::head::jobs::List)
+                .await
+                .map_err(|_| ObjectStoreError::EventsStopped),
+            HeadEvents::Remote(head) => {
+                let request = ControlRequest::Jobs(crate::cluster::JobRequest::ListJobs);
+                match self.ask(endpoint, *head, &request).await? {
+                    ControlReply::Jobs(jobs) => Ok(jobs),
+                    reply => Err(unexpected("ListJobs", reply)),
+                }
+            }
+        }
+    }
+
+    /// Asks the head at `head` (again while it is unreachable).
+    async fn ask(
+        &self,
+        endpoint: &Endpoint,
+        head: std::net::SocketAddr,
+        request: &ControlRequest,
+    ) -> Result<ControlReply, ObjectStoreError> {
+        let ask = |connection| async move {
+            client::call(&connection, request, RequestOptions::control()).await
+        };
+        Ok(client::ask_head(endpoint, head, true, ask).await?)
+    }
+}
+
+fn unexpected(request: &'static str, reply: ControlReply) -> ObjectStoreError {
+    ObjectStoreError::Cluster(client::ClientError::UnexpectedReply {
+        request,
+        reply: Box::new(reply),
+    })
 }
 
 fn shared(path: std::path::PathBuf, size: u64) -> SharedObjectFile {

@@ -119,6 +119,15 @@ impl RefCounts {
 
     /// Step 5: removes every holder `dead` matches; returns the present
     /// objects that were freed by it.
+    /// Every process that holds a reference here (step 5's candidates).
+    pub(crate) fn processes(&self) -> BTreeSet<&RefHolder> {
+        self.counts
+            .values()
+            .flat_map(|counts| &counts.holders)
+            .filter(|holder| matches!(holder, RefHolder::Process { .. }))
+            .collect()
+    }
+
     pub(crate) fn drop_holders(&mut self, dead: impl Fn(&RefHolder) -> bool) -> Vec<ObjectId> {
         let touched: Vec<ObjectId> = self
             .counts

@@ -544,6 +544,44 @@ impl Handler<DropWorker> for ObjectStoreShard {
     }
 }
 
+/// The processes that hold references in this shard: worker incarnations
+/// and the jobs of driver processes (for a resync after missed events).
+#[derive(Message)]
+#[rtype(result = "Holders")]
+pub struct ListHolders;
+
+/// What [`ListHolders`] answers.
+#[derive(Debug, Default)]
+pub struct Holders {
+    /// Worker processes: actor and incarnation.
+    pub workers: Vec<(crate::cluster::ActorId, crate::wire::Incarnation)>,
+    /// Driver processes: their jobs.
+    pub jobs: Vec<String>,
+}
+
+impl Handler<ListHolders> for ObjectStoreShard {
+    type Result = MessageResult<ListHolders>;
+
+    fn handle(&mut self, _: ListHolders, _: &mut Self::Context) -> Self::Result {
+        let mut holders = Holders::default();
+        for holder in self.refs.processes() {
+            match holder {
+                RefHolder::Process {
+                    worker: Some(worker),
+                    ..
+                } => holders.workers.push(*worker),
+                RefHolder::Process {
+                    worker: None,
+                    job: Some(job),
+                    ..
+                } => holders.jobs.push(job.clone()),
+                _ => {}
+            }
+        }
+        MessageResult(holders)
+    }
+}
+
 /// A job ended: release every reference its driver processes held
 /// (its workers' go as they die, `DropWorker`).
 #[derive(Message)]
