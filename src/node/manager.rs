@@ -41,6 +41,8 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -133,6 +135,8 @@ pub struct NodeManager {
     missed: (u32, Instant),
     /// Deaths the head could not be told of: told again once it answers.
     unreported: Vec<directory::ActorDown>,
+    /// An `ActorUp` did not reach the head: tell it again once it answers.
+    report_due: Arc<AtomicBool>,
     binaries: BinaryCache,
     /// The cached binaries whose libraries this machine has.
     libraries: libraries::Checked,
@@ -193,6 +197,7 @@ impl NodeManager {
             in_flight: false,
             missed: (0, Instant::now()),
             unreported: Vec::new(),
+            report_due: Arc::new(AtomicBool::new(false)),
             workers: HashMap::new(),
             bundle_jobs: HashMap::new(),
             output: JobOutput::default(),
@@ -261,7 +266,11 @@ impl NodeManager {
     fn record(&mut self, beat: Beat, ctx: &mut Context<Self>) {
         match beat {
             Beat::Acked => {
-                if self.missed.0 > 0 {
+                // Also without a missed beat: a head that restarted between
+                // two beats missed the reports made meanwhile.
+                let due =
+                    !self.unreported.is_empty() || self.report_due.swap(false, Ordering::Relaxed);
+                if self.missed.0 > 0 || due {
                     let silent = self.last_ack.elapsed();
                     info!(
                         "the head answers again after {silent:.1?}; telling it what this node runs"
@@ -315,9 +324,17 @@ impl NodeManager {
                     ControlRequest::Directory(DirectoryRequest::ActorUp { record, spec }),
                     Duration::from_secs(10),
                 );
+                let due = self.report_due.clone();
                 async move {
-                    if let Err(e) = call.await {
-                        warn!("cannot report an actor to the head: {e}");
+                    match call.await {
+                        Ok(_) => {}
+                        Err(e @ ClientError::Request(RequestError::Remote { .. })) => {
+                            warn!("the head refused an actor report: {e}");
+                        }
+                        Err(e) => {
+                            warn!("cannot report an actor to the head (told again once it answers): {e}");
+                            due.store(true, Ordering::Relaxed);
+                        }
                     }
                 }
                 .boxed()

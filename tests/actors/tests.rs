@@ -1227,9 +1227,17 @@ pub fn head_restart_driver() {
             .unwrap();
         let mut unread = client.last_event_seq().await.unwrap();
         doomed.kill().await.unwrap();
+        let dies_in_outage = actor::spawn::<Counter>(0, on("node-2").name("dies-in-outage"))
+            .await
+            .unwrap();
+        let mut before_outage = client.last_event_seq().await.unwrap();
         drop(client);
 
         cluster.kill(0).unwrap();
+        // A death the head cannot be told of now: its node tells the
+        // restarted head.
+        // SAFETY: kill() has no memory-safety preconditions.
+        unsafe { libc::kill(worker_pid(dies_in_outage.id()), libc::SIGKILL) };
         // No head: calls between processes that know each other go on.
         let outage = Instant::now();
         assert_eq!(a.send(Add(1)).await.unwrap(), 11);
@@ -1318,6 +1326,14 @@ pub fn head_restart_driver() {
         .expect("the missed death is found within 30 s")
         .unwrap();
         assert!(!death.restarting, "{death:?}");
+        let death = tokio::time::timeout(
+            Duration::from_secs(30),
+            actor::next_death(&dies_in_outage, &mut before_outage),
+        )
+        .await
+        .expect("the death during the outage reaches the restarted head within 30 s")
+        .unwrap();
+        assert_eq!(death.reason, DeathCause::Killed { signal: 9 });
         // The same actors, state and all: by name, and through old handles.
         let by_name = actor::get_actor::<Counter>("kept-a")
             .await
