@@ -169,11 +169,16 @@ impl Handler<Join> for Membership {
             warn!(node = %msg.registration.node.name, "{differs}");
         }
         let node = msg.registration.node.clone();
+        // Write-ahead: a join the store does not take leaves no trace.
+        let before = self.table.clone();
         let events = self
             .table
             .handle_join(msg.registration, msg.head, Instant::now())?;
         if !events.is_empty() {
-            self.record(&node)?;
+            if let Err(e) = self.record(&node) {
+                self.table = before;
+                return Err(e);
+            }
         }
         self.publish(events);
         Ok(())
@@ -202,8 +207,12 @@ impl Handler<Leave> for Membership {
     type Result = Result<(), MembershipError>;
 
     fn handle(&mut self, msg: Leave, _: &mut Self::Context) -> Self::Result {
+        let before = self.table.clone();
         let events = self.table.handle_leave(&msg.node)?;
-        self.record(&msg.node)?;
+        if let Err(e) = self.record(&msg.node) {
+            self.table = before;
+            return Err(e);
+        }
         self.publish(events);
         Ok(())
     }

@@ -13,7 +13,7 @@ use crate::cluster::{
 use crate::head::store::StoredNode;
 
 /// Every node the head has heard of, alive or dead; one entry per node name.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct NodeTable {
     nodes: Vec<Entry>,
     timeout: Duration,
@@ -22,7 +22,7 @@ pub struct NodeTable {
     grace: Duration,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Entry {
     registration: NodeRegistration,
     head: bool,
@@ -144,8 +144,14 @@ impl NodeTable {
         }
         if current.state == NodeState::Alive {
             // Declared dead once silent for the timeout, seen by the next
-            // check (every tenth of it).
+            // check (every tenth of it). An unconfirmed member whose newer
+            // incarnation asks for its name restarted during the head's
+            // outage: it gets the heartbeat timeout from the head's
+            // restart, not the whole grace, to show that it still runs.
             let silent = now.saturating_duration_since(current.last_heartbeat);
+            if let Some(by) = current.rejoin_by.as_mut() {
+                *by = (*by).min(current.last_heartbeat + self.timeout);
+            }
             let declared_in = match current.rejoin_by {
                 Some(by) => by.saturating_duration_since(now) + self.timeout / 10,
                 None => (self.timeout + self.timeout / 10).saturating_sub(silent),
@@ -252,6 +258,9 @@ impl NodeTable {
         for entry in &mut self.nodes {
             let silent = now.saturating_duration_since(entry.last_heartbeat);
             let reason = match entry.rejoin_by {
+                Some(by) if now > by && by < entry.last_heartbeat + grace => Some(format!(
+                    "did not come back within {silent:.1?} of the head's restart, and a newer incarnation asked for its name"
+                )),
                 Some(by) if now > by => Some(format!(
                     "did not come back within {grace:?} of the head's restart (--head-grace-s)"
                 )),
@@ -666,6 +675,30 @@ mod tests {
             .handle_heartbeat(&c, ResourceSet::default(), now)
             .unwrap_err();
         assert!(matches!(err, MembershipError::Dead { .. }));
+        // A member restarted during the outage waits the heartbeat timeout
+        // from the restart, not the grace, for its old incarnation to go.
+        let mut table = NodeTable::new(Duration::from_secs(3));
+        table.restore(vec![stored("d", 8, false, None)], grace, t0);
+        let refused = table.handle_join(registration("d", 10), false, t0 + Duration::from_secs(1));
+        match refused {
+            Err(MembershipError::NameTaken {
+                retry_after: Some(after),
+                ..
+            }) => assert!(after <= Duration::from_secs(3), "{after:?}"),
+            other => panic!("{other:?}"),
+        }
+        let deaths = table.poll_failures(t0 + Duration::from_millis(3100));
+        assert!(
+            matches!(&deaths[..], [ClusterEventKind::NodeDead { reason, .. }] if reason.contains("newer incarnation")),
+            "{deaths:?}"
+        );
+        table
+            .handle_join(
+                registration("d", 10),
+                false,
+                t0 + Duration::from_millis(3200),
+            )
+            .unwrap();
     }
 
     #[test]
