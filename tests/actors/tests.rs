@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use nimbus::actor::faults::{ActorFault, ActorFaultAction, FiredFault, ACTOR_FAULTS_ENV};
 use nimbus::actor::{self, CallError, SpawnError, SpawnOptions, Strategy};
-use nimbus::cluster::{ClusterEventKind, DeathCause, ResourceSet};
+use nimbus::cluster::{ClusterEventKind, DeathCause, NodeState, ResourceSet};
 use nimbus::object_store;
 use nimbus::placement::{InBundle, PlacementError, PlacementGroup, PlacementStrategy};
 use nimbus::Driver;
@@ -1162,13 +1162,18 @@ pub fn orphan_driver() {
 
 /// The head survives its own restart (`nimbus::head::store`), run by a
 /// driver with a cluster of its own ([`head_restart_driver`]): with the
-/// head SIGKILLed, calls between actors and from the driver go on; the
-/// head started again takes its members back and knows the same actors
-/// by the same names (same incarnations, no restart, state kept).
+/// head SIGKILLed, calls between actors and from the driver go on, and a
+/// lookup, a spawn and a placement group wait for it; the head started
+/// again takes its members back and knows the same actors by the same
+/// names (same incarnations, no restart, state kept), keeps the members'
+/// bundles, learns the death its member could not report, tells a reader
+/// from before that it missed events (which finds the death it missed),
+/// and declares the member that did not come back dead after the grace,
+/// its movable actor restarted elsewhere.
 async fn a_restarted_head_keeps_its_members_and_actors() {
     let out = tokio::process::Command::new(std::env::current_exe().unwrap())
         .env(crate::HEAD_RESTART_DRIVER, "1")
-        .env("NIMBUS_HEAD_GRACE_S", "30")
+        .env("NIMBUS_HEAD_GRACE_S", "10")
         .env_remove("NIMBUS_ADDRESS")
         .env_remove("NIMBUS_TOKEN")
         .kill_on_drop(true)
@@ -1214,7 +1219,20 @@ pub fn head_restart_driver() {
         .unwrap();
         let names = ["kept-a", "kept-b", "kept-partner"];
         let cluster = driver.local_cluster().expect("a local cluster");
+        // A member that will not come back, with the most room: a movable
+        // actor goes there first, and elsewhere once it is declared dead.
+        let lost = cluster.add_node(&["--num-cpus", "16"]).unwrap();
         let client = cluster.client().await.unwrap();
+        let lost_name = cluster.node(lost).unwrap().name().to_string();
+        client
+            .wait_for_status("the extra member", Duration::from_secs(30), |s| {
+                s.alive().any(|n| n.id == lost_name)
+            })
+            .await
+            .unwrap();
+        let movable = SpawnOptions::default().num_cpus(0.1).max_restarts(1);
+        let wanderer = actor::spawn::<Counter>(30, movable).await.unwrap();
+        assert_eq!(wanderer.record().await.unwrap().node.name, lost_name);
         let mut before = Vec::new();
         for name in names {
             before.push(client.find_actor(name).await.unwrap().unwrap());
@@ -1234,6 +1252,7 @@ pub fn head_restart_driver() {
         drop(client);
 
         cluster.kill(0).unwrap();
+        cluster.kill(lost).unwrap();
         // A death the head cannot be told of now: its node tells the
         // restarted head.
         // SAFETY: kill() has no memory-safety preconditions.
@@ -1263,7 +1282,10 @@ pub fn head_restart_driver() {
         let client = cluster.client().await.unwrap();
         let back = client
             .wait_for_status("the members back", Duration::from_secs(30), |s| {
-                s.alive().count() == 3 && s.nodes.iter().all(|n| !n.rejoining)
+                ["node-1", "node-2"].iter().all(|name| {
+                    s.node(name)
+                        .is_some_and(|n| n.state == NodeState::Alive && !n.rejoining)
+                })
             })
             .await
             .unwrap();
@@ -1334,6 +1356,21 @@ pub fn head_restart_driver() {
         .expect("the death during the outage reaches the restarted head within 30 s")
         .unwrap();
         assert_eq!(death.reason, DeathCause::Killed { signal: 9 });
+        // The member that did not come back is declared dead after the
+        // grace, and its movable actor starts elsewhere (a new incarnation
+        // starts from its spawn arguments).
+        let gone = client
+            .wait_for_status("the lost member declared dead", Duration::from_secs(30), |s| {
+                s.node(&lost_name).is_some_and(|n| n.state == NodeState::Dead)
+            })
+            .await
+            .unwrap();
+        let why = gone.node(&lost_name).unwrap().death_reason.clone().unwrap();
+        assert!(why.contains("did not come back within"), "{why}");
+        assert_eq!(wanderer.send(Add(1)).await.unwrap(), 31);
+        let moved = wanderer.record().await.unwrap();
+        assert_ne!(moved.node.name, lost_name);
+        assert_eq!(moved.restarts, 1);
         // The same actors, state and all: by name, and through old handles.
         let by_name = actor::get_actor::<Counter>("kept-a")
             .await
