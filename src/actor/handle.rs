@@ -635,10 +635,7 @@ async fn locate(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord,
     }
 }
 
-pub(super) async fn locate_any(
-    context: &ProcessContext,
-    actor: ActorId,
-) -> Result<ActorRecord, CallError> {
+async fn locate_any(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord, CallError> {
     match context
         .call_head(&ControlRequest::Directory(DirectoryRequest::LocateActor(
             actor,

@@ -13,7 +13,10 @@ use std::time::Duration;
 use actix::{Message, Recipient};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{ActorId, ClusterEventKind, DeathCause};
+use crate::client::ClientError;
+use crate::cluster::{
+    ActorId, ClusterEventKind, ControlReply, ControlRequest, DeathCause, DirectoryRequest,
+};
 use crate::wire::Incarnation;
 
 use super::handle::ActorHandle;
@@ -133,28 +136,30 @@ async fn next_deaths(
 }
 
 /// The watch missed events (`head/events.rs`, step 2): the actor's death
-/// for good, if the directory says it is dead now. (A restart within the
-/// missed events is not reported: only its end shows.)
+/// for good, if the directory records it dead now. An actor the directory
+/// does not know (yet: its start may not be recorded after a head restart)
+/// is not taken for dead. (A restart within the missed events is not
+/// reported: only its end shows.)
 async fn missed_death(
     context: &ProcessContext,
     actor: ActorId,
 ) -> Result<Option<ActorDied>, CallError> {
-    let record = match super::handle::locate_any(context, actor).await {
-        Ok(record) => record,
-        Err(CallError::ActorDead { reason, .. }) => {
-            return Ok(Some(ActorDied {
-                actor,
-                incarnation: Incarnation(0),
-                reason: DeathCause::Failed(reason),
-                restarting: false,
+    let request = ControlRequest::Directory(DirectoryRequest::LocateActor(actor));
+    let record = match context.call_head(&request).await? {
+        ControlReply::Actor(record) => record,
+        reply => {
+            return Err(CallError::Cluster(ClientError::UnexpectedReply {
+                request: "LocateActor",
+                reply: Box::new(reply),
             }))
         }
-        Err(e) => return Err(e),
     };
-    Ok(record.dead.map(|reason| ActorDied {
-        actor,
-        incarnation: record.incarnation,
-        reason,
-        restarting: false,
+    Ok(record.and_then(|record| {
+        record.dead.map(|reason| ActorDied {
+            actor,
+            incarnation: record.incarnation,
+            reason,
+            restarting: false,
+        })
     }))
 }

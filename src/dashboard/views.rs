@@ -302,11 +302,9 @@ fn describe(kind: &ClusterEventKind) -> Option<(&'static str, String)> {
         ClusterEventKind::PacketFaults { process, .. } => {
             ("packet faults", format!("counted in {process}"))
         }
-        ClusterEventKind::Resync { after, first_kept } => (
-            "events missed",
-            format!("the events after {after} and before {first_kept} are not kept: the head restarted, or dropped its oldest"),
-        ),
-        ClusterEventKind::ResourcesChanged { .. } => return None,
+        // The timeline reads a window of the kept events, not a stream:
+        // the marker for the window's start says nothing.
+        ClusterEventKind::ResourcesChanged { .. } | ClusterEventKind::Resync { .. } => return None,
     })
 }
 

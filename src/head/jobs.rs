@@ -26,7 +26,9 @@
 //! 2. Its driver's beats keep nothing alive: the node watches the process.
 //!    When it exits, the node sends `DriverExited` with how it ended:
 //!    `SUCCEEDED` on exit code 0, `FAILED` otherwise, `STOPPED` if it was
-//!    asked to stop. A job whose node leaves the membership ends `FAILED`.
+//!    asked to stop. A job whose node dies or leaves ends `FAILED` (the
+//!    keeper follows `NodeDead`/`NodeLeft`, and checks the live members
+//!    every [`CHECK_EVERY`]).
 //! 3. `StopJob` asks the node to stop the driver (`StopDriver`: SIGTERM,
 //!    SIGKILL after its grace) and answers at once; the node's
 //!    `DriverExited` ends the job. An attached job is ended at once,
@@ -50,7 +52,10 @@
 //! load: an attached driver that rode the outage out beats again; one
 //! that died meanwhile ends its job `FAILED` after the grace. A submitted
 //! job's node re-sends its driver's exit until the head answers
-//! (`crate::node`'s `drivers.rs`).
+//! (`crate::node`'s `drivers.rs`). A submitted job still `PENDING` (the
+//! head died before its node said the driver started) ends `FAILED` at
+//! the load, and its node is asked to stop the driver. A change the store
+//! does not take is tried again at the next change.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -65,8 +70,9 @@ use super::runs::RunTable;
 use super::store::{HeadStore, StoredJob};
 use super::tasks::TaskTable;
 use crate::cluster::{
-    valid_job_id, ClusterEventKind, ControlReply, ControlRequest, DeathCause, JobRecord,
-    JobRequest, JobState, JobSubmission, RunEvent, RunHeader, RunRecord, TaskRecord, Versions,
+    valid_job_id, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, DeathCause,
+    JobRecord, JobRequest, JobState, JobSubmission, RunEvent, RunHeader, RunRecord, TaskRecord,
+    Versions,
 };
 use crate::transport::{Endpoint, RequestOptions};
 use crate::wire::NodeIdentity;
@@ -199,15 +205,33 @@ impl JobTable {
             .filter(|e| e.record.submitted && !e.record.state.is_terminal())
             .filter_map(|e| {
                 let node = e.record.node.as_deref()?;
-                let (_, why) = lost.iter().find(|(lost, _)| lost.name == node)?;
-                let reason = format!("its driver's node {node} was lost: {why}");
-                Some((e.record.id.clone(), reason))
+                if let Some((_, why)) = lost.iter().find(|(lost, _)| lost.name == node) {
+                    let reason = format!("its driver's node {node} was lost: {why}");
+                    return Some((e.record.id.clone(), reason));
+                }
+                // The head died between recording the job and hearing that
+                // its driver started: no one will report on it.
+                (e.record.state == JobState::Pending).then(|| {
+                    let reason = "the head restarted while its driver was being started (its node is asked to stop it)";
+                    (e.record.id.clone(), reason.to_string())
+                })
             })
             .collect();
         for (job, reason) in &orphaned {
             table.end(job, JobState::Failed, reason, wall_ms);
         }
         (table, orphaned)
+    }
+
+    /// Hands back changes [`JobTable::take_changes`] gave that could not be
+    /// written: the next call gives them again.
+    pub fn unwritten(&mut self, changed: Vec<StoredJob>, forgotten: Vec<String>) {
+        for job in changed {
+            if self.jobs.contains_key(&job.record.id) {
+                self.changed.insert(job.record.id);
+            }
+        }
+        self.forgotten.extend(forgotten);
     }
 
     /// The records changed and the jobs forgotten since the last call, to
@@ -393,6 +417,26 @@ impl JobTable {
         };
         self.end(job, state, &reason, wall_ms);
         Ok(Some(reason))
+    }
+
+    /// Submitted step 2: the live submitted jobs on node `node`, which died
+    /// or left (`why`), end now; they are returned with the reason.
+    pub fn node_gone(&mut self, node: &str, why: &str, wall_ms: u64) -> Vec<(String, String)> {
+        let on_it: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|e| e.record.submitted && !e.record.state.is_terminal())
+            .filter(|e| e.record.node.as_deref() == Some(node))
+            .map(|e| e.record.id.clone())
+            .collect();
+        on_it
+            .into_iter()
+            .map(|job| {
+                let reason = format!("its driver's node {node} {why}");
+                self.end(&job, JobState::Failed, &reason, wall_ms);
+                (job, reason)
+            })
+            .collect()
     }
 
     /// Submitted step 2: the live submitted jobs whose node is not among
@@ -582,15 +626,20 @@ impl Jobs {
         }
     }
 
-    /// Writes the table's changes to the store.
+    /// Writes the table's changes to the store; changes not written are
+    /// tried again at the next write.
     fn persist(&mut self) -> Result<(), super::store::StoreError> {
         let (changed, forgotten) = self.table.take_changes();
-        match &self.store {
+        let written = match &self.store {
             Some(store) if !changed.is_empty() || !forgotten.is_empty() => {
                 store.put_jobs(&changed, &forgotten)
             }
             _ => Ok(()),
+        };
+        if written.is_err() {
+            self.table.unwritten(changed, forgotten);
         }
+        written
     }
 
     /// [`Jobs::persist`] where a failed write cannot refuse anything: the
@@ -621,6 +670,10 @@ impl Actor for Jobs {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.persist_or_warn();
         for (job, reason) in std::mem::take(&mut self.ended_at_start) {
+            let pending = self.table.get(&job).is_some_and(|r| r.driver_pid.is_none());
+            if pending {
+                self.stop_driver(&job, ctx);
+            }
             self.end_everywhere(job, reason, ctx);
         }
         ctx.run_interval(CHECK_EVERY, |jobs, ctx| {
@@ -981,6 +1034,26 @@ impl Handler<GetRun> for Jobs {
     }
 }
 
+/// Submitted step 2: a node incarnation died or left (the head's events,
+/// to which the keeper subscribes): the jobs whose drivers ran there end
+/// now, before a new incarnation of the same name can take its place.
+impl Handler<ClusterEvent> for Jobs {
+    type Result = ();
+
+    fn handle(&mut self, event: ClusterEvent, ctx: &mut Self::Context) {
+        let (node, why) = match &event.kind {
+            ClusterEventKind::NodeDead { node, reason } => (node, format!("died: {reason}")),
+            ClusterEventKind::NodeLeft { node } => (node, "left the cluster".to_string()),
+            _ => return,
+        };
+        let ended = self.table.node_gone(&node.name, &why, wall_ms());
+        self.persist_or_warn();
+        for (job, reason) in ended {
+            self.end_everywhere(job, reason, ctx);
+        }
+    }
+}
+
 /// Submitted step 2: `node` reports that `job`'s driver exited.
 #[derive(Message)]
 #[rtype(result = "Result<(), JobError>")]
@@ -1258,8 +1331,16 @@ mod tests {
         let (changed, _) = table.take_changes();
         assert!(changed.len() == 1 && changed[0].stopping);
 
+        // A change the store did not take is given again.
+        table.unwritten(changed, Vec::new());
+        let (changed, _) = table.take_changes();
+        assert!(changed.len() == 1 && changed[0].stopping);
+        // Submitted, not started yet when the head died.
+        table
+            .submit("p", &submission("prog"), "node-1", t0, 5)
+            .unwrap();
         let mut stored = changed;
-        stored.extend(["a", "h"].map(|id| StoredJob {
+        stored.extend(["a", "h", "p"].map(|id| StoredJob {
             record: table.get(id).unwrap().clone(),
             stopping: false,
         }));
@@ -1271,12 +1352,16 @@ mod tests {
             "the head restarted".to_string(),
         )];
         let t1 = t0 + Duration::from_secs(100);
-        let (mut restored, ended) = JobTable::restore(stored, &lost, t1, 6);
-        assert_eq!(ended.len(), 1);
+        let (mut restored, mut ended) = JobTable::restore(stored, &lost, t1, 6);
+        ended.sort();
+        assert_eq!(ended.len(), 2);
         assert_eq!(ended[0].0, "h");
         assert!(ended[0].1.contains("head was lost"), "{}", ended[0].1);
+        assert_eq!(ended[1].0, "p");
+        assert!(ended[1].1.contains("being started"), "{}", ended[1].1);
         assert_eq!(restored.get("h").unwrap().state, JobState::Failed);
-        assert_eq!(restored.take_changes().0.len(), 1, "h's end is written");
+        assert_eq!(restored.get("p").unwrap().state, JobState::Failed);
+        assert_eq!(restored.take_changes().0.len(), 2, "the ends are written");
         let grace = Duration::from_secs(30);
         assert!(
             restored.expire(t1 + grace, grace, 7).is_empty(),
@@ -1285,5 +1370,24 @@ mod tests {
         let exited = restored.exited("m", "node-1", DeathCause::Exited { code: 0 }, 8);
         assert!(exited.unwrap().unwrap().contains("stopped on request"));
         assert_eq!(restored.get("m").unwrap().state, JobState::Stopped);
+    }
+
+    #[test]
+    fn the_jobs_of_a_node_that_died_fail_at_once() {
+        let mut table = JobTable::default();
+        let t0 = Instant::now();
+        table
+            .submit("x", &submission("prog"), "node-1", t0, 1)
+            .unwrap();
+        table
+            .submit("y", &submission("prog"), "node-2", t0, 1)
+            .unwrap();
+        assert!(table.started("x", 7) && table.started("y", 8));
+        let ended = table.node_gone("node-1", "died: no heartbeat", 2);
+        assert_eq!(ended.len(), 1);
+        assert_eq!(ended[0].0, "x");
+        assert!(ended[0].1.contains("node-1 died"), "{}", ended[0].1);
+        assert_eq!(table.get("y").unwrap().state, JobState::Running);
+        assert!(table.node_gone("node-1", "left the cluster", 3).is_empty());
     }
 }

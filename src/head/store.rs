@@ -394,11 +394,13 @@ impl HeadStore {
         }
         self.write(|tx| {
             let mut jobs = tx.open_table(JOBS)?;
-            for (id, bytes) in &encoded {
-                jobs.insert(*id, bytes.as_slice())?;
-            }
+            // Forgotten first: an id forgotten and then taken again in
+            // one batch keeps its new record.
             for id in forgotten {
                 jobs.remove(id.as_str())?;
+            }
+            for (id, bytes) in &encoded {
+                jobs.insert(*id, bytes.as_slice())?;
             }
             Ok(())
         })

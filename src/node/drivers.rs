@@ -38,7 +38,7 @@ use crate::cluster::faults::ACTOR_FAULTS_ENV;
 use crate::cluster::files::{private_dir, private_log};
 use crate::cluster::{valid_job_id, ControlReply, ControlRequest, DeathCause, JobRequest};
 use crate::cluster::{BinaryId, JobSubmission};
-use crate::transport::{Endpoint, JoinToken, RequestOptions};
+use crate::transport::{Endpoint, JoinToken, RequestError, RequestOptions};
 use crate::wire::{RemoteError, RemoteErrorKind};
 
 use super::binaries::cached;
@@ -46,6 +46,9 @@ use super::logs;
 
 /// How long a driver asked to stop has between SIGTERM and SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
+/// The pause before telling the head again of a driver's exit, after a
+/// request that timed out.
+const REPORT_RETRY: Duration = Duration::from_secs(1);
 
 /// Why a job's driver could not be started here.
 #[derive(Debug, thiserror::Error)]
@@ -346,14 +349,28 @@ impl Handler<DriverGone> for DriverRunner {
                 job: msg.job.clone(),
                 exit: msg.exit,
             });
-            // Asked again on a new connection while the head is away (up
-            // to its grace): a restarted head still knows the job.
-            let ask = |connection: crate::transport::Connection| {
-                let request = request.clone();
-                async move { client::call(&connection, &request, RequestOptions::control()).await }
-            };
-            if let Err(e) = client::ask_head(&endpoint, head, true, ask).await {
+            // Asked again on a new connection while the head is away or
+            // slow (up to its grace): a restarted head still knows the job.
+            // Only the head's refusal is final.
+            let end = tokio::time::Instant::now() + client::head_wait();
+            loop {
+                let ask = |connection: crate::transport::Connection| {
+                    let request = request.clone();
+                    async move { client::call(&connection, &request, RequestOptions::control()).await }
+                };
+                let told = client::ask_head(&endpoint, head, true, ask).await;
+                let e = match told {
+                    Ok(_) => break,
+                    Err(e @ client::ClientError::Request(RequestError::Remote { .. })) => e,
+                    Err(e) if tokio::time::Instant::now() + REPORT_RETRY < end => {
+                        warn!(job = %msg.job, "cannot tell the head the job's driver exited yet: {e}");
+                        tokio::time::sleep(REPORT_RETRY).await;
+                        continue;
+                    }
+                    Err(e) => e,
+                };
                 warn!(job = %msg.job, "cannot tell the head the job's driver exited: {e}");
+                break;
             }
         });
     }

@@ -268,8 +268,8 @@ impl NodeManager {
             Beat::Acked => {
                 // Also without a missed beat: a head that restarted between
                 // two beats missed the reports made meanwhile.
-                let due =
-                    !self.unreported.is_empty() || self.report_due.swap(false, Ordering::Relaxed);
+                let flagged = self.report_due.swap(false, Ordering::Relaxed);
+                let due = flagged || !self.unreported.is_empty();
                 if self.missed.0 > 0 || due {
                     let silent = self.last_ack.elapsed();
                     info!(

@@ -328,6 +328,7 @@ async fn start_head(
     )
     .stored(store.store, stored_jobs, &lost_nodes)
     .start();
+    events.do_send(Subscribe(jobs.clone().recipient()));
     let actors = HeadActors {
         membership,
         events,

@@ -233,34 +233,29 @@ fn forget_worker(context: &ProcessContext, actor: ActorId, incarnation: Incarnat
 }
 
 /// The death watch missed events (`head/events.rs`, step 2): every known
-/// worker the directory no longer lists as that incarnation, alive, is
-/// forgotten as if its death had been read.
+/// worker whose incarnation the directory records dead, or replaced by a
+/// newer one, is forgotten as if its death had been read. A worker the
+/// directory does not know (yet) is kept.
 async fn resync_workers(context: &ProcessContext) {
-    let request = ControlRequest::Directory(DirectoryRequest::ListActors);
-    let records = match context.call_head(&request).await {
-        Ok(ControlReply::Actors(records)) => records,
-        Ok(reply) => {
-            tracing::warn!("death watch: unexpected reply to ListActors: {reply:?}");
-            return;
-        }
-        Err(e) => {
-            tracing::debug!("death watch: cannot read the directory to resync ({e})");
-            return;
-        }
-    };
-    let live: HashMap<ActorId, Incarnation> = records
-        .iter()
-        .filter(|r| r.dead.is_none())
-        .map(|r| (r.actor, r.incarnation))
-        .collect();
     let known: Vec<(ActorId, Incarnation)> = context
         .workers
         .iter()
         .map(|w| (*w.key(), w.value().1))
         .collect();
     for (actor, incarnation) in known {
-        if live.get(&actor) != Some(&incarnation) {
-            let why = "actor not alive as this incarnation (read after missed events)";
+        let request = ControlRequest::Directory(DirectoryRequest::LocateActor(actor));
+        let record = match context.call_head(&request).await {
+            Ok(ControlReply::Actor(Some(record))) => record,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!("death watch: cannot read the directory to resync ({e})");
+                return;
+            }
+        };
+        let gone = incarnation < record.incarnation
+            || (incarnation == record.incarnation && record.dead.is_some());
+        if gone {
+            let why = "actor incarnation gone (read after missed events)";
             forget_worker(context, actor, incarnation, why);
         }
     }

@@ -21,9 +21,14 @@ pub(super) async fn watch_for_room(me: Addr<TrainerSupervisor>, id: u64, mut aft
             return;
         };
         after = events.last().map_or(after, |e| e.seq);
-        let joined = events
-            .iter()
-            .any(|e| matches!(e.kind, nimbus::cluster::ClusterEventKind::NodeJoined { .. }));
+        // A `Resync` (events missed: the head restarted) may hide a join.
+        let joined = events.iter().any(|e| {
+            matches!(
+                e.kind,
+                nimbus::cluster::ClusterEventKind::NodeJoined { .. }
+                    | nimbus::cluster::ClusterEventKind::Resync { .. }
+            )
+        });
         if joined && me.send(NodeJoined(id)).await.is_err() {
             return;
         }

@@ -164,6 +164,8 @@ impl NodeObjectStore {
         tokio::spawn(async move {
             // Deaths before this node's store started held nothing of it.
             let mut after = None;
+            // A resync that could not finish is tried again after each poll.
+            let mut resync_due = false;
             loop {
                 let wait = if after.is_some() {
                     MAX_OBJECT_WAIT
@@ -190,12 +192,15 @@ impl NodeObjectStore {
                         crate::cluster::ClusterEventKind::JobEnded { job, .. } => {
                             store.drop_driver(job).await
                         }
-                        crate::cluster::ClusterEventKind::Resync { .. } => {
-                            if let Err(e) = store.resync(&head).await {
-                                tracing::warn!("object store: cannot resync with the head ({e}); references of processes that died meanwhile stay until the next resync");
-                            }
-                        }
+                        crate::cluster::ClusterEventKind::Resync { .. } => resync_due = true,
                         _ => {}
+                    }
+                }
+                if resync_due {
+                    if let Err(e) = store.resync(&head).await {
+                        tracing::warn!("object store: cannot resync with the head ({e}); trying again after the next poll");
+                    } else {
+                        resync_due = false;
                     }
                 }
             }
@@ -220,7 +225,9 @@ impl NodeObjectStore {
     /// holding references here that the directory records dead or
     /// replaced by a newer incarnation, and the drivers of jobs that ended,
     /// release their references. A worker the directory does not know yet
-    /// (its start is being recorded) keeps them.
+    /// (its start is being recorded), and a driver of a job the head does
+    /// not list, keep them. Every holder is checked; the last error, if
+    /// any, is returned (the caller tries again).
     async fn resync(&self, head: &HeadEvents) -> Result<(), ObjectStoreError> {
         let mut holders = Holders::default();
         for shard in &self.shards {
@@ -233,9 +240,15 @@ impl NodeObjectStore {
         holders.workers.dedup();
         holders.jobs.sort();
         holders.jobs.dedup();
+        let mut failed = Ok(());
         for (actor, incarnation) in holders.workers {
-            let Some(record) = head.locate(&self.endpoint, actor).await? else {
-                continue;
+            let record = match head.locate(&self.endpoint, actor).await {
+                Ok(Some(record)) => record,
+                Ok(None) => continue,
+                Err(e) => {
+                    failed = Err(e);
+                    continue;
+                }
             };
             let gone = incarnation < record.incarnation
                 || (incarnation == record.incarnation && record.dead.is_some());
@@ -252,7 +265,7 @@ impl NodeObjectStore {
                 }
             }
         }
-        Ok(())
+        failed
     }
 
     async fn drop_driver(&self, job: String) {

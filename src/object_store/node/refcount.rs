@@ -117,8 +117,6 @@ impl RefCounts {
         self.collect(id)
     }
 
-    /// Step 5: removes every holder `dead` matches; returns the present
-    /// objects that were freed by it.
     /// Every process that holds a reference here (step 5's candidates).
     pub(crate) fn processes(&self) -> BTreeSet<&RefHolder> {
         self.counts
@@ -128,6 +126,8 @@ impl RefCounts {
             .collect()
     }
 
+    /// Step 5: removes every holder `dead` matches; returns the present
+    /// objects that were freed by it.
     pub(crate) fn drop_holders(&mut self, dead: impl Fn(&RefHolder) -> bool) -> Vec<ObjectId> {
         let touched: Vec<ObjectId> = self
             .counts
