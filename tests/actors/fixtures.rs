@@ -40,6 +40,7 @@ pub fn registry() -> Registry {
         .message::<Reader, SumObject>()
         .message::<Reader, DigestBytes>()
         .message::<Reader, PutBytes>()
+        .message::<Reader, PutNumbers>()
         .actor::<Relay>()
         .message::<Relay, Forward>()
         .message::<Relay, AddToNamed>()
@@ -579,6 +580,23 @@ impl Handler<PutBytes> for Reader {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         })
+    }
+}
+
+/// Puts a list of numbers into its own node's store and hands back the
+/// reference (for a reader on another node).
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<ObjectRef<Vec<u64>>, String>")]
+pub struct PutNumbers(pub Vec<u64>);
+
+impl RemoteMessage for PutNumbers {
+    const NAME: &'static str = "tests.PutNumbers";
+}
+
+impl Handler<PutNumbers> for Reader {
+    type Result = ResponseFuture<Result<ObjectRef<Vec<u64>>, String>>;
+    fn handle(&mut self, PutNumbers(numbers): PutNumbers, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move { object_store::put(&numbers).await.map_err(|e| e.to_string()) })
     }
 }
 

@@ -1162,7 +1162,8 @@ pub fn orphan_driver() {
 
 /// The head survives its own restart (`nimbus::head::store`), run by a
 /// driver with a cluster of its own ([`head_restart_driver`]): with the
-/// head SIGKILLed, calls between actors and from the driver go on, and a
+/// head SIGKILLed, calls between actors and from the driver go on, an
+/// object put on one member is read on another, and a
 /// lookup, a spawn and a placement group wait for it; the head started
 /// again takes its members back and knows the same actors by the same
 /// names (same incarnations, no restart, state kept), keeps the members'
@@ -1238,6 +1239,14 @@ pub fn head_restart_driver() {
             before.push(client.find_actor(name).await.unwrap().unwrap());
         }
         let members = client.status().await.unwrap();
+        // An object on node-1, to be read on node-2 while the head is away.
+        let writer = actor::spawn::<Reader>((), on("node-1")).await.unwrap();
+        let reader = actor::spawn::<Reader>((), on("node-2")).await.unwrap();
+        let put = |numbers: Vec<u64>| writer.send(PutNumbers(numbers));
+        let first = put((1..=10).collect()).await.unwrap().unwrap();
+        let object = put((1..=1000).collect()).await.unwrap().unwrap();
+        // Each handle finds its actor's worker (at the head) on first use.
+        assert_eq!(reader.send(SumObject(first)).await.unwrap(), Ok(55));
         // A death the old head publishes that this driver has not read when
         // the head dies: its events are gone with it.
         let doomed = actor::spawn::<Counter>(0, on("node-1").name("doomed"))
@@ -1262,6 +1271,9 @@ pub fn head_restart_driver() {
         assert_eq!(a.send(Add(1)).await.unwrap(), 11);
         assert_eq!(partner.send(AddToPeer(1)).await.unwrap(), Ok(12));
         assert_eq!(b.send(Add(2)).await.unwrap(), 22);
+        // Node to node, an object moves without the head.
+        let sum = reader.send(SumObject(object.clone())).await.unwrap();
+        assert_eq!(sum, Ok(500_500));
         let calls_in_outage = outage.elapsed();
         // What needs the head waits for it instead of failing.
         let lookup = tokio::task::spawn_local(actor::get_actor::<Counter>("kept-b"));
@@ -1340,21 +1352,9 @@ pub fn head_restart_driver() {
             matches!(missed[0].kind, ClusterEventKind::Resync { after, .. } if after == unread),
             "{missed:?}"
         );
-        let death = tokio::time::timeout(
-            Duration::from_secs(30),
-            actor::next_death(&doomed, &mut unread),
-        )
-        .await
-        .expect("the missed death is found within 30 s")
-        .unwrap();
+        let death = death_within_30s(&doomed, &mut unread, "the missed death").await;
         assert!(!death.restarting, "{death:?}");
-        let death = tokio::time::timeout(
-            Duration::from_secs(30),
-            actor::next_death(&dies_in_outage, &mut before_outage),
-        )
-        .await
-        .expect("the death during the outage reaches the restarted head within 30 s")
-        .unwrap();
+        let death = death_within_30s(&dies_in_outage, &mut before_outage, "the outage's death").await;
         assert_eq!(death.reason, DeathCause::Killed { signal: 9 });
         // The member that did not come back is declared dead after the
         // grace, and its movable actor starts elsewhere (a new incarnation
@@ -1385,6 +1385,18 @@ pub fn head_restart_driver() {
             names.len()
         );
     });
+}
+
+/// The next death of `handle`'s actor after event `after`, within 30 s.
+async fn death_within_30s(
+    handle: &nimbus::actor::ActorHandle<Counter>,
+    after: &mut u64,
+    what: &str,
+) -> actor::ActorDied {
+    tokio::time::timeout(Duration::from_secs(30), actor::next_death(handle, after))
+        .await
+        .unwrap_or_else(|_| panic!("{what} is not seen within 30 s"))
+        .unwrap()
 }
 
 /// A driver whose actor on node-1 prints a line; it waits to be killed.
