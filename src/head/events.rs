@@ -7,8 +7,10 @@
 //! (4096) are kept, older ones are dropped. One answer holds at most
 //! `PAGE` (512) events, so it always fits in a frame; readers ask again
 //! after the last one they got. Actors in the head
-//! process subscribe with [`Subscribe`] (the directory does, for node
-//! deaths); other processes long-poll with
+//! process subscribe with [`Subscribe`] (the directory and the job keeper
+//! do, for node deaths) and get every event, however many are published
+//! while they are busy (past their mailbox's capacity); other processes
+//! long-poll with
 //! [`EventRequest::Events`](crate::cluster::EventRequest::Events), which
 //! the node service turns into [`EventsSince`]: the kept events after
 //! `after` at once, or, when there are none, the first ones published
@@ -144,8 +146,12 @@ impl Handler<Publish> for ClusterEvents {
             self.history.pop_front();
         }
         self.history.push_back(event.clone());
-        self.subscribers
-            .retain(|s| s.try_send(event.clone()).is_ok());
+        // Past the mailbox's capacity too (`do_send`): a subscriber busy
+        // during a burst of events must get all of them, not be dropped.
+        self.subscribers.retain(|s| {
+            s.do_send(event.clone());
+            s.connected()
+        });
         for waiter in self.waiting.drain(..) {
             let _ = waiter.send(());
         }
@@ -267,6 +273,50 @@ mod tests {
 
     async fn read(events: &Addr<ClusterEvents>, after: u64, wait: Duration) -> Vec<ClusterEvent> {
         events.send(EventsSince { after, wait }).await.unwrap()
+    }
+
+    /// Counts the events it is given.
+    struct Counting(std::rc::Rc<std::cell::Cell<usize>>);
+
+    impl Actor for Counting {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<ClusterEvent> for Counting {
+        type Result = ();
+
+        fn handle(&mut self, _: ClusterEvent, _: &mut Self::Context) {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_subscriber_gets_a_burst_larger_than_its_mailbox() {
+        let seen = std::rc::Rc::new(std::cell::Cell::new(0));
+        let counting = Counting(seen.clone()).start();
+        let events = ClusterEvents::default().start();
+        events
+            .send(Subscribe(counting.clone().recipient()))
+            .await
+            .unwrap();
+        for _ in 0..100 {
+            events.do_send(Publish(left("a")));
+        }
+        events.send(Publish(left("b"))).await.unwrap();
+        // The subscriber's mailbox is ordered: this answers after the burst.
+        counting.send(Probe).await.unwrap();
+        assert_eq!(seen.get(), 101);
+    }
+
+    /// Answers once everything sent before it was handled.
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Probe;
+
+    impl Handler<Probe> for Counting {
+        type Result = ();
+
+        fn handle(&mut self, _: Probe, _: &mut Self::Context) {}
     }
 
     #[actix_rt::test]
