@@ -55,8 +55,9 @@ pub struct ScalingConfig {
 /// The collective backend of a training group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CollectiveBackend {
-    /// NCCL for GPU workers (`use_gpu`); else shared memory when every
-    /// worker is on one host, else the network.
+    /// NCCL for GPU workers (`use_gpu`) that each hold whole GPUs; else
+    /// (CPU workers, or GPU workers sharing devices, which NCCL refuses)
+    /// shared memory when every worker is on one host, else the network.
     #[default]
     Auto,
     /// NCCL (feature `cuda`; GPU workers).

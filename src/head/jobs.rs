@@ -28,7 +28,7 @@
 //!    `SUCCEEDED` on exit code 0, `FAILED` otherwise, `STOPPED` if it was
 //!    asked to stop. A job whose node dies or leaves ends `FAILED` (the
 //!    keeper follows `NodeDead`/`NodeLeft`, and checks the live members
-//!    every [`CHECK_EVERY`]).
+//!    every `CHECK_EVERY`, half a second).
 //! 3. `StopJob` asks the node to stop the driver (`StopDriver`: SIGTERM,
 //!    SIGKILL after its grace) and answers at once; the node's
 //!    `DriverExited` ends the job. An attached job is ended at once,

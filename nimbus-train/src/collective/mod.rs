@@ -14,7 +14,9 @@
 //! - `SoloGroup`: a group of one.
 //!
 //! The supervisor picks one per attempt (`CollectiveBackend::Auto`: NCCL
-//! with `use_gpu`, else shared memory on one host, else the network).
+//! with `use_gpu` when each worker holds whole GPUs, else shared memory on
+//! one host, else the network; GPU workers sharing a device allreduce on
+//! the host, since NCCL refuses two ranks on one device).
 //! The CPU backends sum each value at one rank in a fixed order, so every
 //! rank, and every run, gets the same bits.
 //!

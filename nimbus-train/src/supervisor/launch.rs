@@ -121,13 +121,27 @@ pub(super) async fn launch(
         .map(|i| group.node(i).unwrap_or_default().to_string())
         .collect();
     let hosts = group_hosts(&group);
-    let backend = match choose_backend(plan.scaling.collective, plan.scaling.use_gpu, hosts, n) {
+    let gpus = plan
+        .scaling
+        .use_gpu
+        .then(|| plan.scaling.bundle().amount(nimbus::cluster::GPU));
+    let backend = match choose_backend(plan.scaling.collective, gpus, hosts, n) {
         Ok(backend) => backend,
         Err(e) => {
             stop_workers(links, Some(group), "unsupported".into()).await;
             return Err(e);
         }
     };
+    if let (Some(gpus), false) = (gpus, backend == CollectiveBackend::Nccl) {
+        tracing::info!(
+            "the {n} GPU workers hold {gpus} GPU each and allreduce through the {backend:?} collective (gradients copied to the host and back){}",
+            if plan.scaling.collective == CollectiveBackend::Auto {
+                ": NCCL refuses two ranks on one device"
+            } else {
+                ""
+            }
+        );
+    }
     let spec = group_spec(backend, &plan, id, &handles, &nodes, &assignment).await;
     assignment.group = match spec {
         Ok(spec) => Some(spec),
@@ -274,18 +288,23 @@ fn rank_layout(nodes: &[String]) -> Vec<Ranks> {
         .collect()
 }
 
-/// The collective for `n` workers on `hosts` hosts: `Auto` is NCCL for GPU
-/// workers, else shared memory on one host (up to [`MAX_WORLD`] ranks),
-/// else the network; shared memory asked for across hosts is refused.
+/// The collective for `n` workers on `hosts` hosts, each holding `gpus`
+/// GPUs (`None`: CPU workers): `Auto` is NCCL for GPU workers that each
+/// hold whole GPUs of their own, else shared memory on one host (up to
+/// [`MAX_WORLD`] ranks), else the network. Workers sharing a GPU
+/// (a fraction each) never get NCCL from `Auto`: it refuses two ranks on
+/// one device ("Duplicate GPU detected"); they allreduce on the host
+/// (device↔host copies). Shared memory asked for across hosts is refused.
 fn choose_backend(
     requested: CollectiveBackend,
-    use_gpu: bool,
+    gpus: Option<f64>,
     hosts: usize,
     n: usize,
 ) -> Result<CollectiveBackend, TrainError> {
     let one_host = hosts == 1 && n <= MAX_WORLD;
+    let own_devices = gpus.is_some_and(|gpus| gpus >= 1.0);
     match requested {
-        CollectiveBackend::Auto if use_gpu => Ok(CollectiveBackend::Nccl),
+        CollectiveBackend::Auto if own_devices => Ok(CollectiveBackend::Nccl),
         CollectiveBackend::Auto if one_host => Ok(CollectiveBackend::SharedMemory),
         CollectiveBackend::Auto => Ok(CollectiveBackend::Network),
         CollectiveBackend::SharedMemory if !one_host => Err(TrainError::Config(format!(
@@ -493,15 +512,20 @@ mod tests {
     }
 
     #[test]
-    fn auto_picks_nccl_for_gpus_shared_memory_on_one_host_else_the_network() {
+    fn auto_picks_nccl_for_whole_gpus_shared_memory_on_one_host_else_the_network() {
         use CollectiveBackend::*;
-        let pick = |requested, gpu, hosts, n| choose_backend(requested, gpu, hosts, n).ok();
-        assert_eq!(pick(Auto, true, 1, 2), Some(Nccl));
-        assert_eq!(pick(Auto, false, 1, 2), Some(SharedMemory));
-        assert_eq!(pick(Auto, false, 1, MAX_WORLD + 1), Some(Network));
-        assert_eq!(pick(Auto, false, 2, 2), Some(Network));
-        assert_eq!(pick(Network, false, 1, 2), Some(Network));
-        assert_eq!(pick(SharedMemory, false, 2, 2), None);
+        let pick = |requested, gpus, hosts, n| choose_backend(requested, gpus, hosts, n).ok();
+        assert_eq!(pick(Auto, Some(1.0), 1, 2), Some(Nccl));
+        assert_eq!(pick(Auto, Some(2.0), 2, 2), Some(Nccl));
+        // Two ranks may share a device: NCCL would refuse them.
+        assert_eq!(pick(Auto, Some(0.5), 1, 2), Some(SharedMemory));
+        assert_eq!(pick(Auto, Some(0.5), 2, 2), Some(Network));
+        assert_eq!(pick(Nccl, Some(0.5), 1, 2), Some(Nccl), "asked for: kept");
+        assert_eq!(pick(Auto, None, 1, 2), Some(SharedMemory));
+        assert_eq!(pick(Auto, None, 1, MAX_WORLD + 1), Some(Network));
+        assert_eq!(pick(Auto, None, 2, 2), Some(Network));
+        assert_eq!(pick(Network, None, 1, 2), Some(Network));
+        assert_eq!(pick(SharedMemory, None, 2, 2), None);
     }
 
     #[test]

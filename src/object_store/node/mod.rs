@@ -157,7 +157,7 @@ impl NodeObjectStore {
     /// processes that die (`ActorDied`) and of the drivers of jobs that
     /// end (`JobEnded`): a SIGKILLed process never releases them itself.
     /// When events were missed (`Resync`: the head restarted), it asks the
-    /// head instead ([`NodeObjectStore::resync`]). Runs until the node
+    /// head instead (`NodeObjectStore::resync`). Runs until the node
     /// stops.
     pub fn watch_worker_deaths(&self, head: HeadEvents) {
         let store = self.clone();
