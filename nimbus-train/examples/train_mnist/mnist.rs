@@ -264,6 +264,9 @@ fn die(ctx: &TrainContext, mode: FailMode, step: u64, saved: Option<u64>) {
     let _ = std::fs::write(ctx.run_dir().join("injected-failure"), format!("{at}\n"));
     match mode {
         FailMode::Kill => {
+            // Deterministic for the tests: the failure comes after the
+            // checkpoint it should resume from is complete.
+            wait_for_checkpoint(ctx, saved);
             eprintln!(
                 "injected failure: rank {} SIGKILLs itself at step {step}",
                 ctx.world_rank()
@@ -275,20 +278,8 @@ fn die(ctx: &TrainContext, mode: FailMode, step: u64, saved: Option<u64>) {
         }
         FailMode::Panic => panic!("injected failure at step {step}"),
         FailMode::CorruptLatestThenKill => {
-            // Rank 0 writes checkpoints off its training thread: wait (at
-            // most 30 s) until the newest one is in place, so that it is
-            // the one corrupted.
-            if let Some(index) = saved {
-                let dir = ctx
-                    .run_dir()
-                    .join(nimbus_train::checkpoint::directory_name(index));
-                let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
-                while !dir.join(nimbus_train::checkpoint::MANIFEST_FILE).exists()
-                    && std::time::Instant::now() < end
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-            }
+            // The newest one is the one corrupted.
+            wait_for_checkpoint(ctx, saved);
             let newest = std::fs::read_dir(ctx.run_dir())
                 .into_iter()
                 .flatten()
@@ -313,5 +304,22 @@ fn die(ctx: &TrainContext, mode: FailMode, step: u64, saved: Option<u64>) {
             }
             die(ctx, FailMode::Kill, step, None)
         }
+    }
+}
+
+/// Rank 0 writes checkpoints off its training thread: waits (at most 30 s)
+/// until checkpoint `saved` is in place.
+fn wait_for_checkpoint(ctx: &TrainContext, saved: Option<u64>) {
+    let Some(index) = saved else {
+        return;
+    };
+    let dir = ctx
+        .run_dir()
+        .join(nimbus_train::checkpoint::directory_name(index));
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir.join(nimbus_train::checkpoint::MANIFEST_FILE).exists()
+        && std::time::Instant::now() < end
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }

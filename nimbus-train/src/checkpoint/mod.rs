@@ -525,6 +525,50 @@ pub fn verify(dir: &Path) -> Result<Manifest, CheckpointError> {
     Ok(manifest)
 }
 
+/// The newest complete checkpoint that `attempt` wrote into `run_dir`
+/// with an index above `newer_than`, if one verifies: a checkpoint rank 0
+/// finished writing whose report the driver had not received when the
+/// attempt failed (the report and a peer's death race). Newer ones of that
+/// attempt that do not verify are skipped with a warning; a directory that
+/// cannot be listed yields none.
+pub fn unreported(
+    run_dir: &Path,
+    attempt: u32,
+    newer_than: Option<u64>,
+) -> Option<SavedCheckpoint> {
+    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(run_dir)
+        .ok()?
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            let index = path
+                .file_name()?
+                .to_str()?
+                .strip_prefix("checkpoint_")?
+                .parse()
+                .ok()?;
+            (newer_than.is_none_or(|n| index > n) && path.join(MANIFEST_FILE).is_file())
+                .then_some((index, path))
+        })
+        .collect();
+    found.sort_unstable_by_key(|(index, _)| std::cmp::Reverse(*index));
+    found
+        .into_iter()
+        .find_map(|(index, path)| match verify(&path) {
+            Ok(manifest) if manifest.attempt == attempt && manifest.index == index => {
+                Some(SavedCheckpoint {
+                    path,
+                    index,
+                    metrics: manifest.metrics,
+                })
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!("skipping unreported checkpoint: {e}");
+                None
+            }
+        })
+}
+
 fn digest(path: &Path) -> Result<(u64, String), CheckpointError> {
     let size = std::fs::metadata(path)
         .map_err(|source| CheckpointError::Io {
@@ -604,6 +648,44 @@ mod tests {
         ));
         fence::claim(run, 4).unwrap();
         assert_eq!(fence::owner(run).unwrap(), Some(4));
+    }
+
+    #[test]
+    fn the_newest_complete_unreported_checkpoint_of_the_failed_attempt_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        let at = |index: u64| Metrics::from([("index".to_string(), index as f64)]);
+        let save = |index: u64, attempt: u32| {
+            Checkpoint::new()
+                .with_tensor("w", &Tensor::from_slice(&[index as f32]))
+                .save(run, index, (attempt, u64::from(attempt)), &at(index))
+                .unwrap()
+        };
+        save(5, 1);
+        let ten = save(10, 1);
+        // Newer, but of the attempt before (never reported, then resumed
+        // from an older one): not this attempt's state.
+        save(15, 0);
+        // Newer and of this attempt, but corrupt.
+        let twelve = save(12, 1);
+        std::fs::write(twelve.join(TENSORS_FILE), b"torn").unwrap();
+        // Being written: no manifest yet.
+        std::fs::create_dir(run.join(directory_name(13))).unwrap();
+
+        let found = unreported(run, 1, Some(5)).expect("checkpoint 10");
+        assert_eq!(
+            found,
+            SavedCheckpoint {
+                path: ten,
+                index: 10,
+                metrics: at(10),
+            }
+        );
+        assert_eq!(unreported(run, 1, None).unwrap().index, 10);
+        assert_eq!(unreported(run, 1, Some(10)), None, "already reported");
+        assert_eq!(unreported(run, 0, None).unwrap().index, 15);
+        assert_eq!(unreported(run, 2, None), None);
+        assert_eq!(unreported(&run.join("missing"), 1, None), None);
     }
 
     #[test]

@@ -36,7 +36,10 @@
 //! 5. then, unless more than `max_failures` failures have been seen (then
 //!    `fit` returns `FailuresExhausted` with their count and the first and
 //!    last reasons), start the next attempt from the newest checkpoint that
-//!    verifies (`Latest`: corrupt ones are skipped), else from
+//!    verifies (`Latest`: corrupt ones are skipped; a newer complete one
+//!    the failed attempt wrote in the run directory but whose report had
+//!    not arrived when the failure did is taken first:
+//!    `checkpoint::unreported`), else from
 //!    `resume_from_checkpoint` or the start. The metrics history is cut
 //!    back to that checkpoint's report index, so it reads as one
 //!    uninterrupted run.
@@ -421,7 +424,17 @@ impl TrainerSupervisor {
     fn restart(&mut self, ctx: &mut Context<Self>) {
         let latest = self.reporter.send(Latest);
         ctx.spawn(latest.into_actor(self).map(|latest, act, ctx| {
-            match latest.ok().and_then(|l| l.checkpoint) {
+            let reported = latest.ok().and_then(|l| l.checkpoint);
+            let ended = act.attempts.restarts() - 1;
+            let unreported = checkpoint::unreported(
+                &act.plan.run.run_dir(),
+                ended,
+                reported.as_ref().map(|c| c.index),
+            );
+            if let Some(saved) = &unreported {
+                act.adopt(ended, saved);
+            }
+            match unreported.or(reported) {
                 Some(checkpoint) => {
                     tracing::info!(path = %checkpoint.path.display(), "restarting from checkpoint");
                     act.history.retain(|(i, _)| *i <= checkpoint.index);
@@ -441,6 +454,24 @@ impl TrainerSupervisor {
             }
             act.start_attempt(ctx);
         }));
+    }
+
+    /// Takes a checkpoint the ended attempt `ended` saved but whose
+    /// report had not arrived as if it had: kept by the reporter, told to
+    /// the observer, and its report in the history (under its attempt).
+    fn adopt(&mut self, ended: u32, saved: &SavedCheckpoint) {
+        tracing::info!(path = %saved.path.display(), "found a checkpoint saved before the failure but not yet reported");
+        self.reporter.do_send(Saved(saved.clone()));
+        self.tell(TrainEvent::CheckpointSaved(saved.clone()));
+        if !self.history.iter().any(|(i, _)| *i == saved.index) {
+            self.history.retain(|(i, _)| *i < saved.index);
+            self.history.push((saved.index, saved.metrics.clone()));
+            self.record(ended, saved.index, &saved.metrics);
+            self.tell(TrainEvent::Reported {
+                index: saved.index,
+                metrics: saved.metrics.clone(),
+            });
+        }
     }
 
     /// Stops every worker of the current attempt and frees its resources.
@@ -470,7 +501,7 @@ impl TrainerSupervisor {
                     }
                     self.history.retain(|(i, _)| *i < index);
                     self.history.push((index, metrics.clone()));
-                    self.record(index, &metrics);
+                    self.record(self.attempts.restarts(), index, &metrics);
                     self.tell(TrainEvent::Reported { index, metrics });
                 }
                 WorkerEvent::Report { .. } => {}
@@ -590,9 +621,10 @@ impl TrainerSupervisor {
         }
     }
 
-    /// Appends rank 0's report `index` to the run's results files.
-    fn record(&mut self, index: u64, metrics: &Metrics) {
-        let attempt = self.first_generation + u64::from(self.attempts.restarts());
+    /// Appends rank 0's report `index`, made in `attempt`, to the run's
+    /// results files.
+    fn record(&mut self, attempt: u32, index: u64, metrics: &Metrics) {
+        let attempt = self.first_generation + u64::from(attempt);
         let line = ReportLine::now(index, attempt, metrics.clone());
         if let Some(to_head) = &self.to_head {
             to_head.send(RunEvent::Reported(RunPoint {
