@@ -42,12 +42,14 @@
 //!     itself (Ray Train's `TorchTrainer`: supervisor, workers, collectives,
 //!     checkpoints) is the `nimbus-train` crate, the only one that links
 //!     libtorch.
-//! 16. `worker`: the composition root of a worker process.
-//! 17. [`driver`]: [`init`], the first line of a user program's `main`: the
+//! 16. [`tune`]: hyperparameter search (Ray Tune): search spaces, searchers,
+//!     schedulers, trials run by reused runner actors.
+//! 17. `worker`: the composition root of a worker process.
+//! 18. [`driver`]: [`init`], the first line of a user program's `main`: the
 //!     composition root of a driver.
-//! 18. [`chaos`]: seeded fault plans run against a local cluster, with a
+//! 19. [`chaos`]: seeded fault plans run against a local cluster, with a
 //!     timeline of faults and recoveries.
-//! 19. [`testing`]: helpers for tests (deadlines, invariants, processes left
+//! 20. [`testing`]: helpers for tests (deadlines, invariants, processes left
 //!     behind).
 //!
 //! ```
@@ -77,6 +79,7 @@ pub mod task;
 pub mod testing;
 pub mod train;
 pub mod transport;
+pub mod tune;
 pub mod wire;
 mod worker;
 

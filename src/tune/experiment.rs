@@ -1,0 +1,355 @@
+//! An experiment's records and files.
+//!
+//! The experiment directory (`storage_path/<name>/`, created `0700`):
+//! - `experiment_state.json` ([`STATE_FILE`]): every trial's record, written
+//!   (to a temporary file, then renamed over the old one) after trials
+//!   start, end or are retried (at most every `STATE_EVERY`), and at the
+//!   end;
+//! - `trial_<n>/params.json`: the trial's config;
+//! - `trial_<n>/result.jsonl` ([`RESULT_FILE`]): one line per result, as it
+//!   arrives (`trial`, `attempt`, `iteration`, `time_ms`, `metrics`);
+//! - `trial_<n>/progress.csv`: the same as a table, one column per metric
+//!   of the first result.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::search::TrialConfig;
+use super::trial::Metrics;
+use super::tuner::Mode;
+use super::TuneError;
+use crate::cluster::files::{private_dir, private_log, write_private};
+
+/// The experiment's state file.
+pub const STATE_FILE: &str = "experiment_state.json";
+/// A trial's results, one JSON line each.
+pub const RESULT_FILE: &str = "result.jsonl";
+
+/// Where a trial stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TrialStatus {
+    /// Waiting for a runner.
+    Pending,
+    /// On a runner.
+    Running,
+    /// Ended: it returned, or was stopped (early, by a criterion, or by
+    /// the time budget).
+    Terminated,
+    /// Failed more often than `max_failures` allows, or timed out.
+    Error,
+}
+
+/// One trial: its config, where it stands and what it reported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrialRecord {
+    /// Its number, from 0.
+    pub id: u64,
+    /// Its config.
+    pub config: TrialConfig,
+    /// Where it stands.
+    pub status: TrialStatus,
+    /// Results reported in its last attempt.
+    pub iterations: u64,
+    /// Its last result.
+    pub last: Option<Metrics>,
+    /// Its best result by the experiment's metric and mode.
+    pub best: Option<Metrics>,
+    /// Failures so far (each retried from the start while within
+    /// `max_failures`).
+    pub failures: u32,
+    /// Why it failed, for `Error`.
+    pub error: Option<String>,
+    /// The scheduler stopped it before its end.
+    pub stopped_early: bool,
+    /// Its directory.
+    pub dir: PathBuf,
+}
+
+impl TrialRecord {
+    /// The record of a new trial.
+    pub(crate) fn new(id: u64, config: TrialConfig, experiment: &Path) -> Self {
+        TrialRecord {
+            id,
+            config,
+            status: TrialStatus::Pending,
+            iterations: 0,
+            last: None,
+            best: None,
+            failures: 0,
+            error: None,
+            stopped_early: false,
+            dir: experiment.join(format!("trial_{id:05}")),
+        }
+    }
+}
+
+/// What an experiment ran: every trial's record.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResultGrid {
+    /// The experiment directory.
+    pub path: PathBuf,
+    /// The metric it optimised.
+    pub metric: String,
+    /// Whether higher or lower is better.
+    pub mode: Mode,
+    /// The trials, by number.
+    pub trials: Vec<TrialRecord>,
+    /// Wall time of the experiment, in seconds.
+    pub seconds: f64,
+}
+
+impl ResultGrid {
+    /// The trial whose last result is best by the experiment's metric and
+    /// mode (Ray's `get_best_result(scope="last")`).
+    pub fn best_result(&self) -> Option<&TrialRecord> {
+        self.best_by(&self.metric, self.mode)
+    }
+
+    /// The trial whose last result is best by `metric` in `mode`.
+    pub fn best_by(&self, metric: &str, mode: Mode) -> Option<&TrialRecord> {
+        self.trials
+            .iter()
+            .filter_map(|t| Some((t, *t.last.as_ref()?.get(metric)?)))
+            .filter(|(_, v)| !v.is_nan())
+            .max_by(|(_, a), (_, b)| mode.score(*a).total_cmp(&mode.score(*b)))
+            .map(|(t, _)| t)
+    }
+
+    /// Trials that ended in error.
+    pub fn errors(&self) -> impl Iterator<Item = &TrialRecord> {
+        self.trials
+            .iter()
+            .filter(|t| t.status == TrialStatus::Error)
+    }
+
+    /// The grid as JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// One row per trial: id, status, iterations, stopped early, error,
+    /// each config parameter (`config/<name>`, JSON) and each metric of the
+    /// last result (`<name>`).
+    pub fn to_csv(&self) -> String {
+        let mut params: Vec<&String> = self.trials.iter().flat_map(|t| t.config.keys()).collect();
+        params.sort();
+        params.dedup();
+        let mut metrics: Vec<&String> = self
+            .trials
+            .iter()
+            .flat_map(|t| t.last.iter().flat_map(|m| m.keys()))
+            .collect();
+        metrics.sort();
+        metrics.dedup();
+        let mut header = vec![
+            "trial".to_string(),
+            "status".into(),
+            "iterations".into(),
+            "stopped_early".into(),
+            "error".into(),
+        ];
+        header.extend(params.iter().map(|p| format!("config/{p}")));
+        header.extend(metrics.iter().map(|m| m.to_string()));
+        let mut out = csv_line(&header);
+        for t in &self.trials {
+            let mut row = vec![
+                t.id.to_string(),
+                format!("{:?}", t.status),
+                t.iterations.to_string(),
+                t.stopped_early.to_string(),
+                t.error.clone().unwrap_or_default(),
+            ];
+            row.extend(
+                params
+                    .iter()
+                    .map(|p| t.config.get(*p).map(|v| v.to_string()).unwrap_or_default()),
+            );
+            row.extend(metrics.iter().map(|m| {
+                t.last
+                    .as_ref()
+                    .and_then(|l| l.get(*m))
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            }));
+            out.push_str(&csv_line(&row));
+        }
+        out
+    }
+}
+
+/// A CSV line, fields quoted where they need it.
+fn csv_line(fields: &[String]) -> String {
+    let quoted: Vec<String> = fields
+        .iter()
+        .map(|f| {
+            if f.contains([',', '"', '\n']) {
+                format!("\"{}\"", f.replace('"', "\"\""))
+            } else {
+                f.clone()
+            }
+        })
+        .collect();
+    format!("{}\n", quoted.join(","))
+}
+
+/// One line of a trial's `result.jsonl`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultLine {
+    /// The trial.
+    pub trial: u64,
+    /// Its attempt (failures before it).
+    pub attempt: u32,
+    /// The result's number in the attempt, from 1.
+    pub iteration: u64,
+    /// When it arrived, Unix milliseconds.
+    pub time_ms: u64,
+    /// What was reported.
+    pub metrics: Metrics,
+}
+
+/// The experiment directory's files; see the module docs.
+pub(crate) struct ExperimentFiles {
+    dir: PathBuf,
+    /// Per running trial: its `result.jsonl`, `progress.csv` and columns.
+    open: HashMap<u64, (File, File, Vec<String>)>,
+}
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> TuneError + 'a {
+    move |source| TuneError::Io {
+        path: path.to_path_buf(),
+        what,
+        source,
+    }
+}
+
+impl ExperimentFiles {
+    /// Creates the experiment directory, refusing one that holds an
+    /// experiment already.
+    pub(crate) fn create(dir: PathBuf) -> Result<Self, TuneError> {
+        if dir.join(STATE_FILE).exists() {
+            return Err(TuneError::ExperimentExists(dir));
+        }
+        private_dir(&dir).map_err(io(&dir, "cannot create"))?;
+        Ok(ExperimentFiles {
+            dir,
+            open: HashMap::new(),
+        })
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A trial starts (again): its directory and `params.json`.
+    pub(crate) fn trial_started(&mut self, trial: &TrialRecord) -> Result<(), TuneError> {
+        private_dir(&trial.dir).map_err(io(&trial.dir, "cannot create"))?;
+        let params = trial.dir.join("params.json");
+        let json = serde_json::to_vec_pretty(&trial.config).unwrap_or_default();
+        write_private(&params, &json).map_err(io(&params, "cannot write"))?;
+        self.open.remove(&trial.id);
+        Ok(())
+    }
+
+    /// Appends a result to the trial's `result.jsonl` and `progress.csv`.
+    pub(crate) fn result(&mut self, trial: &Path, line: &ResultLine) -> Result<(), TuneError> {
+        let (jsonl, csv, columns) = match self.open.entry(line.trial) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let results = trial.join(RESULT_FILE);
+                let jsonl = private_log(&results).map_err(io(&results, "cannot open"))?;
+                let progress = trial.join("progress.csv");
+                let fresh = !progress.exists();
+                let mut csv = private_log(&progress).map_err(io(&progress, "cannot open"))?;
+                let columns: Vec<String> = line.metrics.keys().cloned().collect();
+                if fresh {
+                    let mut header =
+                        vec!["attempt".to_string(), "iteration".into(), "time_ms".into()];
+                    header.extend(columns.iter().cloned());
+                    csv.write_all(csv_line(&header).as_bytes())
+                        .map_err(io(&progress, "cannot write"))?;
+                }
+                e.insert((jsonl, csv, columns))
+            }
+        };
+        let mut json = serde_json::to_vec(line).unwrap_or_default();
+        json.push(b'\n');
+        let path = trial.join(RESULT_FILE);
+        jsonl.write_all(&json).map_err(io(&path, "cannot write"))?;
+        let mut row = vec![
+            line.attempt.to_string(),
+            line.iteration.to_string(),
+            line.time_ms.to_string(),
+        ];
+        row.extend(columns.iter().map(|c| {
+            line.metrics
+                .get(c)
+                .map(|v| v.to_string())
+                .unwrap_or_default()
+        }));
+        let path = trial.join("progress.csv");
+        csv.write_all(csv_line(&row).as_bytes())
+            .map_err(io(&path, "cannot write"))
+    }
+
+    /// A trial ended: its files are closed.
+    pub(crate) fn trial_ended(&mut self, trial: u64) {
+        self.open.remove(&trial);
+    }
+
+    /// Writes `experiment_state.json` (temporary file, then rename).
+    pub(crate) fn write_state(&self, trials: &[TrialRecord]) -> Result<(), TuneError> {
+        let path = self.dir.join(STATE_FILE);
+        let temporary = self.dir.join(format!(".{STATE_FILE}.tmp"));
+        let json = serde_json::to_vec_pretty(trials).unwrap_or_default();
+        write_private(&temporary, &json).map_err(io(&temporary, "cannot write"))?;
+        std::fs::rename(&temporary, &path).map_err(io(&path, "cannot replace"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(id: u64, loss: Option<f64>, status: TrialStatus) -> TrialRecord {
+        let mut t = TrialRecord::new(id, TrialConfig::new(), Path::new("/x"));
+        t.config
+            .insert("lr".into(), serde_json::json!(0.1 * id as f64));
+        t.last = loss.map(|l| Metrics::from([("loss".into(), l)]));
+        t.status = status;
+        t
+    }
+
+    #[test]
+    fn the_best_trial_by_mode_and_the_csv() {
+        let grid = ResultGrid {
+            path: "/x".into(),
+            metric: "loss".into(),
+            mode: Mode::Min,
+            trials: vec![
+                trial(0, Some(0.5), TrialStatus::Terminated),
+                trial(1, Some(0.2), TrialStatus::Terminated),
+                trial(2, None, TrialStatus::Error),
+                trial(3, Some(f64::NAN), TrialStatus::Terminated),
+            ],
+            seconds: 1.0,
+        };
+        assert_eq!(grid.best_result().unwrap().id, 1);
+        assert_eq!(grid.best_by("loss", Mode::Max).unwrap().id, 0);
+        assert_eq!(grid.best_by("accuracy", Mode::Max), None);
+        assert_eq!(grid.errors().map(|t| t.id).collect::<Vec<_>>(), [2]);
+        let csv = grid.to_csv();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(
+            lines[0],
+            "trial,status,iterations,stopped_early,error,config/lr,loss"
+        );
+        assert_eq!(lines[2], "1,Terminated,0,false,,0.1,0.2");
+        assert_eq!(lines[3], "2,Error,0,false,,0.2,");
+        let back: serde_json::Value = serde_json::from_str(&grid.to_json()).unwrap();
+        assert_eq!(back["trials"][1]["config"]["lr"], 0.1);
+    }
+}

@@ -1,0 +1,112 @@
+//! Hyperparameter search, as Ray Tune: a [`Tuner`] samples configs from a
+//! [`SearchSpace`], runs each as a trial of a [`Trainable`] in a worker
+//! process, stops bad trials early ([`SchedulerConfig::Asha`]) and returns a
+//! [`ResultGrid`].
+//!
+//! Files: `space.rs` (parameters and sampling), `search.rs` (which config
+//! comes next), `schedule.rs` (which trial goes on: FIFO, ASHA; plain
+//! state machines), `trial.rs` (the trainable, its context and the
+//! `TrialRunner` actor), `experiment.rs` (the trials' records and the
+//! experiment directory's files), `tuner.rs` (the driver's loop that ties
+//! them together).
+//!
+//! ```no_run
+//! use nimbus::tune::{self, Metrics, Mode, SearchSpace, Trainable, TrialContext, TuneConfig, TuneRegistry, Tuner};
+//!
+//! struct Quadratic;
+//! impl Trainable for Quadratic {
+//!     const NAME: &'static str = "example.Quadratic";
+//!     type Config = serde_json::Value;
+//!     fn run(config: serde_json::Value, ctx: &mut TrialContext) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//!         let x = config["x"].as_f64().unwrap_or(0.0);
+//!         for step in 1..=10 {
+//!             ctx.report(Metrics::from([("loss".into(), (x - 3.0).powi(2) / step as f64)]))?;
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! fn main() -> anyhow::Result<()> {
+//!     let driver = nimbus::init(nimbus::actor::Registry::new().trainable::<Quadratic>())?;
+//!     actix::System::new().block_on(async {
+//!         driver.connect().await?;
+//!         let space = SearchSpace::new().param("x", tune::uniform(0.0, 10.0));
+//!         let config = TuneConfig::new("loss", Mode::Min).num_samples(20);
+//!         let grid = Tuner::<Quadratic>::new(space, config, "quadratic", "/tmp/tune").fit().await?;
+//!         println!("best: {:?}", grid.best_result().map(|t| &t.config));
+//!         Ok(())
+//!     })
+//! }
+//! ```
+
+mod experiment;
+mod schedule;
+mod search;
+pub mod space;
+mod trial;
+mod tuner;
+
+use std::path::PathBuf;
+
+pub use experiment::{ResultGrid, ResultLine, TrialRecord, TrialStatus, RESULT_FILE, STATE_FILE};
+pub use schedule::{Asha, Decision, Fifo, Scheduler, SchedulerConfig};
+pub use search::{BasicSearch, Searcher, TrialConfig};
+pub use space::{
+    choice, constant, derived, grid, loguniform, normal, quniform, randint, uniform, Domain,
+    SearchSpace,
+};
+pub use trial::{
+    Metrics, PollTrial, RunTrial, StopTrial, Trainable, TrialContext, TrialEnd, TrialProgress,
+    TrialRefusal, TrialRunner, TrialStopped, TuneRegistry,
+};
+pub use tuner::{Mode, TuneConfig, Tuner, POLL_DEADLINE, POLL_WAIT, STATE_EVERY};
+
+use crate::actor::SpawnError;
+
+/// Why an experiment could not run or was ended.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    /// A search-space parameter no value could be drawn from.
+    #[error("search space parameter {param:?} {detail}")]
+    BadSpace {
+        /// Its path (`outer.inner` for nested ones).
+        param: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Scheduler settings that are refused.
+    #[error("scheduler settings refused: {0} (TuneConfig::scheduler)")]
+    BadScheduler(String),
+    /// Experiment settings that are refused.
+    #[error("tune settings refused: {0}")]
+    BadConfig(String),
+    /// The experiment directory already holds an experiment.
+    #[error("{} already holds an experiment ({STATE_FILE}); give this one another name (Tuner::new) or move that one away", .0.display())]
+    ExperimentExists(PathBuf),
+    /// A file of the experiment could not be written.
+    #[error("experiment file {path}: {what}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// No trial runner could be started.
+    #[error("cannot start a trial runner: {0}")]
+    Spawn(#[from] SpawnError),
+    /// A trial's results lack the metric the experiment optimises.
+    #[error("trial {trial} reported {reported:?} but no {metric:?}: TuneConfig's metric must name a metric the trainable reports")]
+    UnknownMetric {
+        /// The experiment's metric.
+        metric: String,
+        /// The trial.
+        trial: u64,
+        /// The metrics it did report.
+        reported: Vec<String>,
+    },
+    /// Every trial runner was lost and none could be started again.
+    #[error("every trial runner was lost: {0}")]
+    RunnersLost(String),
+}

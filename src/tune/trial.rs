@@ -1,0 +1,361 @@
+//! The trial side: a [`Trainable`] (the user's function), the
+//! [`TrialContext`] it reports through, and the [`TrialRunner`] actor that
+//! runs trials, one at a time, in a worker process the tuner reuses from
+//! trial to trial (Ray's `reuse_actors`: a short trial costs a few calls,
+//! not a process start).
+//!
+//! Protocol between the tuner and a runner:
+//! 1. `RunTrial` (trial number, trainable name, config as JSON, trial
+//!    directory): refused if a trial still runs there or the trainable is
+//!    not registered in this binary; else the function starts on a thread
+//!    of its own;
+//! 2. `PollTrial { after, wait_ms }` long-polls: it answers the results
+//!    reported after the first `after` as soon as there are any, when the
+//!    trial ended, or after `wait_ms`;
+//! 3. `StopTrial`: the trial's next `report` returns [`TrialStopped`]; a
+//!    function that returns it (`?`) ends as stopped, not failed. A
+//!    function that never reports again is ended by the tuner killing the
+//!    runner at the trial timeout;
+//! 4. a panic ends the trial as failed with its message; the runner lives
+//!    on for the next trial.
+
+use std::collections::{BTreeMap, HashMap};
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::actor::{ProcessContext, Registry, RemoteActor, RemoteMessage};
+
+/// What a trial reports: metric name to value.
+pub type Metrics = BTreeMap<String, f64>;
+
+/// A function trainable: one trial's work, given its config.
+pub trait Trainable: 'static {
+    /// Stable name, the same in every build of the program.
+    const NAME: &'static str;
+    /// The trial's config, decoded from the sampled JSON object.
+    type Config: DeserializeOwned;
+    /// Runs the trial, reporting through `ctx`; return `ctx.report`'s
+    /// [`TrialStopped`] (`?`) when the tuner stops it.
+    fn run(
+        config: Self::Config,
+        ctx: &mut TrialContext,
+    ) -> Result<(), Box<dyn Error + Send + Sync>>;
+}
+
+type TrainableFn = Arc<dyn Fn(&str, &mut TrialContext) -> Result<(), String> + Send + Sync>;
+
+/// The trainables this binary registered, by name.
+#[derive(Clone, Default)]
+struct TrainableTable(HashMap<&'static str, TrainableFn>);
+
+/// Registers trainables (and the runner actor) with a [`Registry`].
+pub trait TuneRegistry {
+    /// Makes `T` runnable as a trial in this program's worker processes.
+    fn trainable<T: Trainable>(self) -> Self;
+}
+
+impl TuneRegistry for Registry {
+    fn trainable<T: Trainable>(self) -> Self {
+        let run: TrainableFn = Arc::new(|config: &str, ctx: &mut TrialContext| {
+            let config: T::Config = serde_json::from_str(config).map_err(|e| {
+                format!(
+                    "the config does not decode as {}'s Config: {e}; make the search space's parameters match its fields",
+                    T::NAME
+                )
+            })?;
+            match T::run(config, ctx) {
+                Ok(()) => Ok(()),
+                Err(e) if e.is::<TrialStopped>() => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        });
+        self.actor::<TrialRunner>()
+            .message::<TrialRunner, RunTrial>()
+            .message::<TrialRunner, PollTrial>()
+            .message::<TrialRunner, StopTrial>()
+            .extend(|table: &mut TrainableTable| {
+                table.0.insert(T::NAME, run);
+            })
+    }
+}
+
+/// The tuner stopped this trial (its scheduler, a stopping criterion or
+/// the experiment's time budget).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the tuner stopped this trial")]
+pub struct TrialStopped;
+
+/// How a trial ended on its runner.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TrialEnd {
+    /// The function returned (stopped or not).
+    Returned,
+    /// The function failed or panicked: why.
+    Failed(String),
+}
+
+#[derive(Default)]
+struct TrialState {
+    results: Vec<Metrics>,
+    end: Option<TrialEnd>,
+}
+
+/// What the trial's thread and the runner share.
+struct Shared {
+    trial: u64,
+    state: Mutex<TrialState>,
+    changed: watch::Sender<u64>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TrialState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v += 1);
+    }
+
+    fn progress(&self, after: u64) -> TrialProgress {
+        let state = self.lock();
+        TrialProgress {
+            results: state.results.iter().skip(after as usize).cloned().collect(),
+            end: state.end.clone(),
+        }
+    }
+}
+
+/// What a trial's function reports through.
+pub struct TrialContext {
+    shared: Arc<Shared>,
+    dir: PathBuf,
+    iteration: u64,
+}
+
+impl TrialContext {
+    /// Reports one result (one iteration). `Err(TrialStopped)` once the
+    /// tuner has stopped the trial: return it.
+    pub fn report(&mut self, metrics: Metrics) -> Result<(), TrialStopped> {
+        if self.shared.stop.load(Ordering::Acquire) {
+            return Err(TrialStopped);
+        }
+        self.iteration += 1;
+        self.shared.lock().results.push(metrics);
+        self.shared.bump();
+        Ok(())
+    }
+
+    /// Whether the tuner has stopped this trial.
+    pub fn should_stop(&self) -> bool {
+        self.shared.stop.load(Ordering::Acquire)
+    }
+
+    /// The trial's number in its experiment.
+    pub fn trial_id(&self) -> u64 {
+        self.shared.trial
+    }
+
+    /// Results reported so far.
+    pub fn iteration(&self) -> u64 {
+        self.iteration
+    }
+
+    /// The trial's own directory (its `params.json` and results files):
+    /// where to keep files of its own.
+    pub fn trial_dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// Runs trials, one at a time; see the module docs.
+pub struct TrialRunner {
+    current: Option<Arc<Shared>>,
+}
+
+impl Actor for TrialRunner {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for TrialRunner {
+    const NAME: &'static str = "nimbus.tune.TrialRunner";
+    type Args = ();
+    fn from_args(_: ()) -> Self {
+        TrialRunner { current: None }
+    }
+}
+
+/// Why a runner refused a request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum TrialRefusal {
+    /// Trial `running` has not ended on this runner.
+    #[error("trial runner busy: trial {running} has not ended")]
+    Busy {
+        /// The trial still running.
+        running: u64,
+    },
+    /// This binary did not register the trainable.
+    #[error("trainable {0:?} is not registered in this program: add .trainable::<T>() to the registry given to nimbus::init")]
+    UnknownTrainable(String),
+    /// The trial is not the one this runner runs.
+    #[error("trial {0} does not run on this runner")]
+    NotHere(u64),
+    /// Not in a nimbus worker process.
+    #[error("the trial runner is not in a nimbus process (nimbus::init was not called)")]
+    NotInitialized,
+}
+
+/// Step 1: run a trial.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), TrialRefusal>")]
+pub struct RunTrial {
+    /// The trial's number.
+    pub trial: u64,
+    /// The trainable's name.
+    pub trainable: String,
+    /// The config, a JSON object.
+    pub config: String,
+    /// The trial's directory.
+    pub dir: PathBuf,
+}
+
+impl RemoteMessage for RunTrial {
+    const NAME: &'static str = "nimbus.tune.RunTrial";
+}
+
+impl Handler<RunTrial> for TrialRunner {
+    type Result = Result<(), TrialRefusal>;
+
+    fn handle(&mut self, run: RunTrial, _: &mut Context<Self>) -> Self::Result {
+        if let Some(current) = &self.current {
+            if current.lock().end.is_none() {
+                return Err(TrialRefusal::Busy {
+                    running: current.trial,
+                });
+            }
+        }
+        let context = ProcessContext::current().ok_or(TrialRefusal::NotInitialized)?;
+        let function = context
+            .registry
+            .table::<TrainableTable>()
+            .and_then(|t| t.0.get(run.trainable.as_str()).cloned())
+            .ok_or_else(|| TrialRefusal::UnknownTrainable(run.trainable.clone()))?;
+        let shared = Arc::new(Shared {
+            trial: run.trial,
+            state: Mutex::default(),
+            changed: watch::channel(0).0,
+            stop: AtomicBool::new(false),
+        });
+        self.current = Some(shared.clone());
+        let mut ctx = TrialContext {
+            shared: shared.clone(),
+            dir: run.dir,
+            iteration: 0,
+        };
+        let config = run.config;
+        std::thread::Builder::new()
+            .name(format!("trial-{}", run.trial))
+            .spawn(move || {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    function(&config, &mut ctx)
+                }));
+                let end = match ran {
+                    Ok(Ok(())) => TrialEnd::Returned,
+                    Ok(Err(e)) => TrialEnd::Failed(e),
+                    Err(panic) => TrialEnd::Failed(format!("panic: {}", panic_message(&panic))),
+                };
+                ctx.shared.lock().end = Some(end);
+                ctx.shared.bump();
+            })
+            .map_err(|e| {
+                shared.lock().end = Some(TrialEnd::Failed(format!(
+                    "cannot start the trial's thread: {e}"
+                )));
+            })
+            .ok();
+        Ok(())
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(not a string)".into())
+}
+
+/// What a trial has reported since the poll's `after`, and how it ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrialProgress {
+    /// The new results, in order.
+    pub results: Vec<Metrics>,
+    /// Set once the function returned.
+    pub end: Option<TrialEnd>,
+}
+
+/// Step 2: long-poll a trial's results.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<TrialProgress, TrialRefusal>")]
+pub struct PollTrial {
+    /// The trial.
+    pub trial: u64,
+    /// Results already seen.
+    pub after: u64,
+    /// How long to wait for news, in milliseconds.
+    pub wait_ms: u64,
+}
+
+impl RemoteMessage for PollTrial {
+    const NAME: &'static str = "nimbus.tune.PollTrial";
+}
+
+impl Handler<PollTrial> for TrialRunner {
+    type Result = ResponseFuture<Result<TrialProgress, TrialRefusal>>;
+
+    fn handle(&mut self, poll: PollTrial, _: &mut Context<Self>) -> Self::Result {
+        let current = self.current.clone().filter(|c| c.trial == poll.trial);
+        Box::pin(async move {
+            let shared = current.ok_or(TrialRefusal::NotHere(poll.trial))?;
+            let mut changed = shared.changed.subscribe();
+            changed.borrow_and_update();
+            let progress = shared.progress(poll.after);
+            if !progress.results.is_empty() || progress.end.is_some() {
+                return Ok(progress);
+            }
+            let _ =
+                tokio::time::timeout(Duration::from_millis(poll.wait_ms), changed.changed()).await;
+            Ok(shared.progress(poll.after))
+        })
+    }
+}
+
+/// Step 3: stop a trial at its next report.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct StopTrial {
+    /// The trial.
+    pub trial: u64,
+}
+
+impl RemoteMessage for StopTrial {
+    const NAME: &'static str = "nimbus.tune.StopTrial";
+}
+
+impl Handler<StopTrial> for TrialRunner {
+    type Result = ();
+
+    fn handle(&mut self, stop: StopTrial, _: &mut Context<Self>) {
+        if let Some(current) = self.current.as_ref().filter(|c| c.trial == stop.trial) {
+            current.stop.store(true, Ordering::Release);
+        }
+    }
+}

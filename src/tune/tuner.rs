@@ -1,0 +1,684 @@
+//! The tuner: the driver's loop that runs an experiment.
+//!
+//! 1. Check the search space and settings; create the experiment directory
+//!    (refused if it holds an experiment already).
+//! 2. Start `min(max_concurrent_trials, trials)` [`TrialRunner`] actors,
+//!    each with `cpus_per_trial` CPUs, so trials queue rather than
+//!    oversubscribe the cluster; the runners are reused from trial to
+//!    trial.
+//! 3. While a runner is idle and the time budget lasts, give it the next
+//!    trial: a failed one due for a retry first, else the searcher's next
+//!    config. A task per running trial long-polls its results
+//!    ([`POLL_WAIT`]) and forwards them.
+//! 4. Each result is written to the trial's files, checked for the
+//!    experiment's metric (missing: the experiment ends with
+//!    `UnknownMetric`), and given to the scheduler; a `Stop` (or the
+//!    trial reaching `stop_iterations`) sends `StopTrial`.
+//! 5. A trial that ends by returning is `Terminated`; one that fails is
+//!    retried from the start while its failures are within `max_failures`,
+//!    else `Error`. A trial running past `trial_timeout` has its runner
+//!    killed (and replaced) and ends in `Error`, naming the timeout; so
+//!    does a trial whose runner dies (the runner is replaced, the trial
+//!    counts a failure).
+//! 6. When the time budget is spent, running trials are stopped and no
+//!    new one starts. When no trial runs and none is left, the runners are
+//!    killed and the [`ResultGrid`] returned. `experiment_state.json` is
+//!    rewritten after trials start, end or are retried, at most every
+//!    [`STATE_EVERY`], and at the end.
+
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::experiment::{ExperimentFiles, ResultGrid, ResultLine, TrialRecord, TrialStatus};
+use super::schedule::{Decision, Scheduler, SchedulerConfig};
+use super::search::{BasicSearch, Searcher};
+use super::space::SearchSpace;
+use super::trial::{
+    Metrics, PollTrial, RunTrial, StopTrial, Trainable, TrialEnd, TrialProgress, TrialRunner,
+};
+use super::TuneError;
+use crate::actor::{self, ActorHandle, CallError, SpawnOptions};
+
+/// How long a runner holds a results poll open when there is no news.
+pub const POLL_WAIT: Duration = Duration::from_secs(1);
+/// How long a poll may take beyond its wait before the runner counts as
+/// lost.
+pub const POLL_DEADLINE: Duration = Duration::from_secs(30);
+/// `experiment_state.json` is rewritten at most this often while trials
+/// run (and once at the end).
+pub const STATE_EVERY: Duration = Duration::from_millis(500);
+
+/// Whether higher or lower values of the metric are better.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    /// Higher is better (accuracy).
+    Max,
+    /// Lower is better (loss).
+    Min,
+}
+
+impl Mode {
+    /// `value` as a score where higher is better.
+    pub fn score(self, value: f64) -> f64 {
+        match self {
+            Mode::Max => value,
+            Mode::Min => -value,
+        }
+    }
+}
+
+/// An experiment's settings.
+#[derive(Clone, Debug)]
+pub struct TuneConfig {
+    /// The metric the scheduler and `best_result` compare.
+    pub metric: String,
+    /// Whether higher or lower is better.
+    pub mode: Mode,
+    /// Draws per grid point (trials = `num_samples` × grid points).
+    pub num_samples: usize,
+    /// Trials running at once (each holds a runner).
+    pub max_concurrent_trials: usize,
+    /// CPUs each trial's runner holds.
+    pub cpus_per_trial: f64,
+    /// Which trials go on.
+    pub scheduler: SchedulerConfig,
+    /// Seeds the search.
+    pub seed: u64,
+    /// Failures a trial may have before it ends in `Error`.
+    pub max_failures: u32,
+    /// A trial running longer is stopped as failed.
+    pub trial_timeout: Option<Duration>,
+    /// The whole experiment's time: then running trials are stopped and
+    /// no new one starts.
+    pub time_budget: Option<Duration>,
+    /// A trial stops after this many results.
+    pub stop_iterations: Option<u64>,
+}
+
+impl TuneConfig {
+    /// Ray Tune's defaults: one sample, FIFO, 1 CPU per trial, as many
+    /// trials at once as… 2 (set `max_concurrent_trials`).
+    pub fn new(metric: impl Into<String>, mode: Mode) -> Self {
+        TuneConfig {
+            metric: metric.into(),
+            mode,
+            num_samples: 1,
+            max_concurrent_trials: 2,
+            cpus_per_trial: 1.0,
+            scheduler: SchedulerConfig::Fifo,
+            seed: 0,
+            max_failures: 0,
+            trial_timeout: None,
+            time_budget: None,
+            stop_iterations: None,
+        }
+    }
+
+    /// Sets `num_samples`.
+    pub fn num_samples(mut self, n: usize) -> Self {
+        self.num_samples = n;
+        self
+    }
+
+    /// Sets `max_concurrent_trials`.
+    pub fn max_concurrent_trials(mut self, n: usize) -> Self {
+        self.max_concurrent_trials = n;
+        self
+    }
+
+    /// Sets `cpus_per_trial`.
+    pub fn cpus_per_trial(mut self, cpus: f64) -> Self {
+        self.cpus_per_trial = cpus;
+        self
+    }
+
+    /// Sets the scheduler.
+    pub fn scheduler(mut self, scheduler: SchedulerConfig) -> Self {
+        self.scheduler = scheduler;
+        self
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets `max_failures`.
+    pub fn max_failures(mut self, n: u32) -> Self {
+        self.max_failures = n;
+        self
+    }
+
+    /// Sets `trial_timeout`.
+    pub fn trial_timeout(mut self, timeout: Duration) -> Self {
+        self.trial_timeout = Some(timeout);
+        self
+    }
+
+    /// Sets `time_budget`.
+    pub fn time_budget(mut self, budget: Duration) -> Self {
+        self.time_budget = Some(budget);
+        self
+    }
+
+    /// Sets `stop_iterations`.
+    pub fn stop_iterations(mut self, n: u64) -> Self {
+        self.stop_iterations = Some(n);
+        self
+    }
+
+    fn validate(&self) -> Result<(), TuneError> {
+        let bad = |s: &str| Err(TuneError::BadConfig(s.to_string()));
+        if self.metric.is_empty() {
+            return bad("TuneConfig::metric is empty: name the metric to optimise");
+        }
+        if self.num_samples == 0 {
+            return bad("TuneConfig::num_samples must be at least 1");
+        }
+        if self.max_concurrent_trials == 0 {
+            return bad("TuneConfig::max_concurrent_trials must be at least 1");
+        }
+        if !(self.cpus_per_trial.is_finite() && self.cpus_per_trial >= 0.0) {
+            return bad("TuneConfig::cpus_per_trial must be a finite number >= 0");
+        }
+        Ok(())
+    }
+}
+
+/// Runs an experiment of `T` trials; see the module docs.
+pub struct Tuner<T: Trainable> {
+    space: SearchSpace,
+    config: TuneConfig,
+    dir: PathBuf,
+    _trainable: PhantomData<fn() -> T>,
+}
+
+/// A runner and the trial it runs.
+struct Slot {
+    runner: ActorHandle<TrialRunner>,
+    /// Trial, run number and when it started.
+    running: Option<(u64, u64, Instant)>,
+}
+
+/// What a trial's poll task tells the loop, by run number.
+enum Event {
+    Results(u64, Vec<Metrics>),
+    /// The trial ended, or its runner was lost (`Err`).
+    Ended(u64, Result<TrialEnd, String>),
+}
+
+impl<T: Trainable> Tuner<T> {
+    /// An experiment named `name`, its files under `storage_path/name/`.
+    pub fn new(
+        space: SearchSpace,
+        config: TuneConfig,
+        name: impl AsRef<str>,
+        storage_path: impl Into<PathBuf>,
+    ) -> Self {
+        Tuner {
+            space,
+            config,
+            dir: storage_path.into().join(name.as_ref()),
+            _trainable: PhantomData,
+        }
+    }
+
+    /// Runs the experiment to its end; see the module docs.
+    pub async fn fit(self) -> Result<ResultGrid, TuneError> {
+        let started = Instant::now();
+        self.space.validate()?;
+        self.config.validate()?;
+        let scheduler = self.config.scheduler.build()?;
+        let search = BasicSearch::new(
+            self.space.clone(),
+            self.config.num_samples,
+            self.config.seed,
+        );
+        let files = ExperimentFiles::create(self.dir.clone())?;
+        let wanted = search
+            .total()
+            .unwrap_or(usize::MAX)
+            .min(self.config.max_concurrent_trials);
+        let options = SpawnOptions::default().num_cpus(self.config.cpus_per_trial);
+        let spawned = futures::future::join_all(
+            (0..wanted).map(|_| actor::spawn::<TrialRunner>((), options.clone())),
+        )
+        .await;
+        let mut slots = Vec::new();
+        let mut refused = None;
+        for s in spawned {
+            match s {
+                Ok(runner) => slots.push(Slot {
+                    runner,
+                    running: None,
+                }),
+                Err(e) => refused = Some(e),
+            }
+        }
+        if let Some(e) = refused {
+            stop_runners(&slots).await;
+            return Err(e.into());
+        }
+        let mut run = Experiment {
+            config: self.config,
+            search: Box::new(search),
+            scheduler,
+            files,
+            trials: Vec::new(),
+            retry: VecDeque::new(),
+            slots,
+            next_run: 0,
+            dirty: false,
+            last_state_write: None,
+            events: mpsc::unbounded_channel(),
+            budget_over: false,
+            started,
+            trainable: T::NAME,
+        };
+        let outcome = run.run().await;
+        stop_runners(&run.slots).await;
+        let written = run.files.write_state(&run.trials);
+        outcome?;
+        written?;
+        Ok(ResultGrid {
+            path: run.files.dir().to_path_buf(),
+            metric: run.config.metric.clone(),
+            mode: run.config.mode,
+            trials: run.trials,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+async fn stop_runners(slots: &[Slot]) {
+    let kills = slots.iter().map(|s| s.runner.kill());
+    for (slot, killed) in slots.iter().zip(futures::future::join_all(kills).await) {
+        if let Err(e) = killed {
+            tracing::warn!(runner = %slot.runner.id(), "cannot stop a trial runner: {e}");
+        }
+    }
+}
+
+/// A running experiment.
+struct Experiment {
+    config: TuneConfig,
+    search: Box<dyn Searcher>,
+    scheduler: Box<dyn Scheduler>,
+    files: ExperimentFiles,
+    trials: Vec<TrialRecord>,
+    /// Failed trials due for another attempt.
+    retry: VecDeque<u64>,
+    slots: Vec<Slot>,
+    next_run: u64,
+    /// A trial's record changed since `experiment_state.json` was written.
+    dirty: bool,
+    /// When it was last written.
+    last_state_write: Option<Instant>,
+    events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
+    budget_over: bool,
+    started: Instant,
+    trainable: &'static str,
+}
+
+impl Experiment {
+    async fn run(&mut self) -> Result<(), TuneError> {
+        loop {
+            self.assign()?;
+            if self.slots.iter().all(|s| s.running.is_none()) {
+                return Ok(());
+            }
+            self.write_state_due()?;
+            let deadline = self.next_deadline();
+            let event = match deadline {
+                Some(at) => tokio::time::timeout_at(at.into(), self.events.1.recv())
+                    .await
+                    .ok()
+                    .flatten(),
+                None => self.events.1.recv().await,
+            };
+            match event {
+                Some(Event::Results(run, results)) => self.results(run, results)?,
+                Some(Event::Ended(run, end)) => self.ended(run, end).await?,
+                None => {}
+            }
+            self.check_time().await?;
+        }
+    }
+
+    /// Step 3: give idle runners trials.
+    fn assign(&mut self) -> Result<(), TuneError> {
+        while !self.budget_over {
+            let Some(slot) = self.slots.iter().position(|s| s.running.is_none()) else {
+                return Ok(());
+            };
+            let trial = match self.retry.pop_front() {
+                Some(trial) => trial,
+                None => match self.search.suggest() {
+                    Some(config) => {
+                        let id = self.trials.len() as u64;
+                        self.trials
+                            .push(TrialRecord::new(id, config, self.files.dir()));
+                        id
+                    }
+                    None => return Ok(()),
+                },
+            };
+            self.start(slot, trial)?;
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, slot: usize, trial: u64) -> Result<(), TuneError> {
+        let record = &mut self.trials[trial as usize];
+        record.status = TrialStatus::Running;
+        record.iterations = 0;
+        self.files.trial_started(record)?;
+        let request = RunTrial {
+            trial,
+            trainable: self.trainable.to_string(),
+            config: serde_json::Value::Object(record.config.clone()).to_string(),
+            dir: record.dir.clone(),
+        };
+        let run = self.next_run;
+        self.next_run += 1;
+        self.slots[slot].running = Some((trial, run, Instant::now()));
+        tokio::spawn(follow(
+            self.slots[slot].runner.clone(),
+            request,
+            run,
+            self.events.0.clone(),
+        ));
+        self.changed();
+        Ok(())
+    }
+
+    /// A trial's record changed.
+    fn changed(&mut self) {
+        self.dirty = true;
+    }
+
+    /// When `experiment_state.json` is to be written next: at once after a
+    /// change, unless the last write is younger than [`STATE_EVERY`] (an
+    /// experiment of many short trials does not rewrite it for each).
+    fn state_due(&self) -> Option<Instant> {
+        let now = Instant::now();
+        self.dirty.then(|| {
+            self.last_state_write
+                .map_or(now, |at| (at + STATE_EVERY).max(now))
+        })
+    }
+
+    fn write_state_due(&mut self) -> Result<(), TuneError> {
+        if self.state_due().is_some_and(|at| at <= Instant::now()) {
+            self.files.write_state(&self.trials)?;
+            self.dirty = false;
+            self.last_state_write = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    fn slot_of(&self, run: u64) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.running.is_some_and(|(_, r, _)| r == run))
+    }
+
+    /// Step 4.
+    fn results(&mut self, run: u64, results: Vec<Metrics>) -> Result<(), TuneError> {
+        let Some(slot) = self.slot_of(run) else {
+            return Ok(());
+        };
+        let Some((trial, _, _)) = self.slots[slot].running else {
+            return Ok(());
+        };
+        let mut stop = false;
+        for metrics in results {
+            let record = &mut self.trials[trial as usize];
+            let Some(&value) = metrics.get(&self.config.metric) else {
+                return Err(TuneError::UnknownMetric {
+                    metric: self.config.metric.clone(),
+                    trial,
+                    reported: metrics.keys().cloned().collect(),
+                });
+            };
+            record.iterations += 1;
+            let line = ResultLine {
+                trial,
+                attempt: record.failures,
+                iteration: record.iterations,
+                time_ms: unix_millis(),
+                metrics: metrics.clone(),
+            };
+            self.files.result(&record.dir, &line)?;
+            let mode = self.config.mode;
+            let better = record
+                .best
+                .as_ref()
+                .and_then(|b| b.get(&self.config.metric))
+                .is_none_or(|best| mode.score(value) > mode.score(*best));
+            if better {
+                record.best = Some(metrics.clone());
+            }
+            record.last = Some(metrics);
+            let iteration = record.iterations;
+            let decision = self
+                .scheduler
+                .on_result(trial, iteration, mode.score(value));
+            let done = self.config.stop_iterations.is_some_and(|n| iteration >= n);
+            if decision == Decision::Stop && !done && !stop {
+                record.stopped_early = !matches!(
+                    self.config.scheduler,
+                    SchedulerConfig::Asha { max_t, .. } if iteration >= max_t
+                );
+            }
+            stop |= decision == Decision::Stop || done;
+        }
+        if stop {
+            // Delivered after the trial's polls: it stops at its next report.
+            if let Err(e) = self.slots[slot].runner.do_send(StopTrial { trial }) {
+                tracing::warn!(trial, "cannot stop the trial: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 5.
+    async fn ended(&mut self, run: u64, end: Result<TrialEnd, String>) -> Result<(), TuneError> {
+        let Some(slot) = self.slot_of(run) else {
+            return Ok(());
+        };
+        let Some((trial, _, _)) = self.slots[slot].running.take() else {
+            return Ok(());
+        };
+        self.files.trial_ended(trial);
+        let failure = match end {
+            Ok(TrialEnd::Returned) => None,
+            Ok(TrialEnd::Failed(why)) => Some(why),
+            Err(lost) => {
+                self.replace_runner(slot).await?;
+                Some(format!("its runner was lost: {lost}"))
+            }
+        };
+        self.settle(trial, failure, true);
+        self.changed();
+        Ok(())
+    }
+
+    /// A trial ended, failed (`Some`) or not; `retry`: a failure may be
+    /// retried.
+    fn settle(&mut self, trial: u64, failure: Option<String>, retry: bool) {
+        let max_failures = self.config.max_failures;
+        let record = &mut self.trials[trial as usize];
+        let Some(why) = failure else {
+            record.status = TrialStatus::Terminated;
+            self.search.on_trial_complete(
+                &record.config,
+                record.last.as_ref().and_then(|l| {
+                    l.get(&self.config.metric)
+                        .map(|v| self.config.mode.score(*v))
+                }),
+            );
+            return;
+        };
+        record.failures += 1;
+        tracing::warn!(trial, failures = record.failures, "trial failed: {why}");
+        if retry && record.failures <= max_failures && !self.budget_over {
+            record.status = TrialStatus::Pending;
+            self.retry.push_back(trial);
+        } else {
+            record.status = TrialStatus::Error;
+            record.error = Some(why);
+        }
+    }
+
+    /// Kills slot `slot`'s runner and starts another in its place; without
+    /// one the slot is dropped (the experiment fails when none is left).
+    async fn replace_runner(&mut self, slot: usize) -> Result<(), TuneError> {
+        if let Err(e) = self.slots[slot].runner.kill().await {
+            tracing::warn!("cannot kill a lost trial runner: {e}");
+        }
+        let options = SpawnOptions::default().num_cpus(self.config.cpus_per_trial);
+        match actor::spawn::<TrialRunner>((), options).await {
+            Ok(runner) => {
+                self.slots[slot] = Slot {
+                    runner,
+                    running: None,
+                };
+                Ok(())
+            }
+            Err(e) => {
+                self.slots.remove(slot);
+                if self.slots.is_empty() {
+                    return Err(TuneError::RunnersLost(e.to_string()));
+                }
+                tracing::warn!("a trial runner could not be replaced: {e}");
+                Ok(())
+            }
+        }
+    }
+
+    /// The next trial timeout, the end of the time budget or the next write
+    /// of the state file.
+    fn next_deadline(&self) -> Option<Instant> {
+        let timeouts = self.config.trial_timeout.map(|timeout| {
+            self.slots
+                .iter()
+                .filter_map(|s| s.running.map(|(_, _, at)| at + timeout))
+                .min()
+        });
+        let budget = (!self.budget_over)
+            .then(|| self.config.time_budget.map(|b| self.started + b))
+            .flatten();
+        [timeouts.flatten(), budget, self.state_due()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Steps 5 (timeouts) and 6 (the budget).
+    async fn check_time(&mut self) -> Result<(), TuneError> {
+        let now = Instant::now();
+        if let Some(timeout) = self.config.trial_timeout {
+            for slot in 0..self.slots.len() {
+                let Some((trial, _, at)) = self.slots[slot].running else {
+                    continue;
+                };
+                if now < at + timeout {
+                    continue;
+                }
+                self.slots[slot].running = None;
+                self.files.trial_ended(trial);
+                self.replace_runner(slot).await?;
+                let why = format!(
+                    "trial {trial} ran past its trial_timeout ({timeout:?}) and was killed"
+                );
+                self.settle(trial, Some(why), false);
+                self.changed();
+                // The slots may have shifted: look again next time.
+                break;
+            }
+        }
+        let over = self
+            .config
+            .time_budget
+            .is_some_and(|b| now >= self.started + b);
+        if over && !self.budget_over {
+            self.budget_over = true;
+            tracing::info!("the experiment's time budget is spent: stopping its trials");
+            for slot in &self.slots {
+                if let Some((trial, _, _)) = slot.running {
+                    if let Err(e) = slot.runner.do_send(StopTrial { trial }) {
+                        tracing::warn!(trial, "cannot stop the trial: {e}");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs one trial on `runner` and forwards its results and end (step 3).
+async fn follow(
+    runner: ActorHandle<TrialRunner>,
+    request: RunTrial,
+    run: u64,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    let trial = request.trial;
+    let lost = |e: CallError| Event::Ended(run, Err(e.to_string()));
+    match runner.send_with_deadline(request, POLL_DEADLINE).await {
+        Ok(Ok(())) => {}
+        Ok(Err(refused)) => {
+            let _ = events.send(Event::Ended(run, Ok(TrialEnd::Failed(refused.to_string()))));
+            return;
+        }
+        Err(e) => {
+            let _ = events.send(lost(e));
+            return;
+        }
+    }
+    let mut after = 0;
+    loop {
+        let poll = PollTrial {
+            trial,
+            after,
+            wait_ms: POLL_WAIT.as_millis() as u64,
+        };
+        let progress: TrialProgress = match runner
+            .send_with_deadline(poll, POLL_WAIT + POLL_DEADLINE)
+            .await
+        {
+            Ok(Ok(progress)) => progress,
+            Ok(Err(refused)) => {
+                let _ = events.send(Event::Ended(run, Ok(TrialEnd::Failed(refused.to_string()))));
+                return;
+            }
+            Err(e) => {
+                let _ = events.send(lost(e));
+                return;
+            }
+        };
+        after += progress.results.len() as u64;
+        if !progress.results.is_empty()
+            && events.send(Event::Results(run, progress.results)).is_err()
+        {
+            return;
+        }
+        if let Some(end) = progress.end {
+            let _ = events.send(Event::Ended(run, Ok(end)));
+            return;
+        }
+    }
+}
+
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
