@@ -59,7 +59,7 @@ pub use trial::{
     Metrics, PollTrial, RunTrial, StopTrial, Trainable, TrialContext, TrialEnd, TrialProgress,
     TrialRefusal, TrialRunner, TrialStopped, TuneRegistry,
 };
-pub use tuner::{Mode, TuneConfig, Tuner, POLL_DEADLINE, POLL_WAIT, STATE_EVERY};
+pub use tuner::{Mode, TuneConfig, Tuner, DEATH_WAIT, POLL_DEADLINE, POLL_WAIT, STATE_EVERY};
 
 use crate::actor::SpawnError;
 

@@ -11,19 +11,24 @@
 //!    of its own;
 //! 2. `PollTrial { after, wait_ms }` long-polls: it answers the results
 //!    reported after the first `after` as soon as there are any, when the
-//!    trial ended, or after `wait_ms`;
-//! 3. `StopTrial`: the trial's next `report` returns [`TrialStopped`]; a
-//!    function that returns it (`?`) ends as stopped, not failed. A
-//!    function that never reports again is ended by the tuner killing the
-//!    runner at the trial timeout;
-//! 4. a panic ends the trial as failed with its message; the runner lives
-//!    on for the next trial.
+//!    trial ended, or after `wait_ms`. It also says the tuner has decided
+//!    on the first `after` results: a `report` returns only once the
+//!    tuner has decided on its result (lock-step, as Ray's function
+//!    trainables), so a trial never runs ahead of its scheduler;
+//! 3. `StopTrial` (sent before the poll that acknowledges the result it
+//!    decided on): the waiting `report`, or the next one, returns
+//!    [`TrialStopped`]; a function that returns it (`?`) ends as stopped,
+//!    not failed. A function that never reports again is ended by the
+//!    tuner killing the runner at the trial timeout;
+//! 4. an error the function returns ends the trial as failed; a panic
+//!    also ends its worker process (as any actor's panic does), so the
+//!    tuner replaces the runner.
 
 use std::collections::{BTreeMap, HashMap};
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -98,13 +103,17 @@ pub struct TrialStopped;
 pub enum TrialEnd {
     /// The function returned (stopped or not).
     Returned,
-    /// The function failed or panicked: why.
+    /// The function returned an error: why.
     Failed(String),
+    /// The function panicked (its process ends too): the message.
+    Panicked(String),
 }
 
 #[derive(Default)]
 struct TrialState {
     results: Vec<Metrics>,
+    /// Results the tuner has decided on.
+    acked: u64,
     end: Option<TrialEnd>,
 }
 
@@ -112,7 +121,10 @@ struct TrialState {
 struct Shared {
     trial: u64,
     state: Mutex<TrialState>,
+    /// Results and the end, for polls.
     changed: watch::Sender<u64>,
+    /// Acknowledgements and stops, for the waiting `report`.
+    decided: Condvar,
     stop: AtomicBool,
 }
 
@@ -144,13 +156,28 @@ pub struct TrialContext {
 impl TrialContext {
     /// Reports one result (one iteration). `Err(TrialStopped)` once the
     /// tuner has stopped the trial: return it.
+    /// Returns once the tuner has decided on it (step 2).
     pub fn report(&mut self, metrics: Metrics) -> Result<(), TrialStopped> {
-        if self.shared.stop.load(Ordering::Acquire) {
+        let shared = &self.shared;
+        let stopped = || shared.stop.load(Ordering::Acquire);
+        if stopped() {
             return Err(TrialStopped);
         }
+        let mut state = shared.lock();
+        state.results.push(metrics);
+        shared.bump();
+        let number = state.results.len() as u64;
+        while state.acked < number && !stopped() {
+            state = shared
+                .decided
+                .wait(state)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        drop(state);
         self.iteration += 1;
-        self.shared.lock().results.push(metrics);
-        self.shared.bump();
+        if self.should_stop() {
+            return Err(TrialStopped);
+        }
         Ok(())
     }
 
@@ -252,6 +279,7 @@ impl Handler<RunTrial> for TrialRunner {
             trial: run.trial,
             state: Mutex::default(),
             changed: watch::channel(0).0,
+            decided: Condvar::new(),
             stop: AtomicBool::new(false),
         });
         self.current = Some(shared.clone());
@@ -270,7 +298,7 @@ impl Handler<RunTrial> for TrialRunner {
                 let end = match ran {
                     Ok(Ok(())) => TrialEnd::Returned,
                     Ok(Err(e)) => TrialEnd::Failed(e),
-                    Err(panic) => TrialEnd::Failed(format!("panic: {}", panic_message(&panic))),
+                    Err(panic) => TrialEnd::Panicked(crate::runtime::panic_text(&*panic)),
                 };
                 ctx.shared.lock().end = Some(end);
                 ctx.shared.bump();
@@ -283,14 +311,6 @@ impl Handler<RunTrial> for TrialRunner {
             .ok();
         Ok(())
     }
-}
-
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(not a string)".into())
 }
 
 /// What a trial has reported since the poll's `after`, and how it ended.
@@ -325,6 +345,13 @@ impl Handler<PollTrial> for TrialRunner {
         let current = self.current.clone().filter(|c| c.trial == poll.trial);
         Box::pin(async move {
             let shared = current.ok_or(TrialRefusal::NotHere(poll.trial))?;
+            {
+                let mut state = shared.lock();
+                if poll.after > state.acked {
+                    state.acked = poll.after;
+                    shared.decided.notify_all();
+                }
+            }
             let mut changed = shared.changed.subscribe();
             changed.borrow_and_update();
             let progress = shared.progress(poll.after);
@@ -355,7 +382,11 @@ impl Handler<StopTrial> for TrialRunner {
 
     fn handle(&mut self, stop: StopTrial, _: &mut Context<Self>) {
         if let Some(current) = self.current.as_ref().filter(|c| c.trial == stop.trial) {
+            // Under the lock: a `report` between its check and its wait
+            // would miss the notification.
+            let _state = current.lock();
             current.stop.store(true, Ordering::Release);
+            current.decided.notify_all();
         }
     }
 }

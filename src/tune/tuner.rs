@@ -9,17 +9,19 @@
 //! 3. While a runner is idle and the time budget lasts, give it the next
 //!    trial: a failed one due for a retry first, else the searcher's next
 //!    config. A task per running trial long-polls its results
-//!    ([`POLL_WAIT`]) and forwards them.
+//!    ([`POLL_WAIT`]), forwards them and waits for the loop's decision
+//!    before its next poll lets the trial go on (`trial.rs`, step 2).
 //! 4. Each result is written to the trial's files, checked for the
 //!    experiment's metric (missing: the experiment ends with
 //!    `UnknownMetric`), and given to the scheduler; a `Stop` (or the
-//!    trial reaching `stop_iterations`) sends `StopTrial`.
+//!    trial reaching `stop_iterations`) has the task send `StopTrial`
+//!    first.
 //! 5. A trial that ends by returning is `Terminated`; one that fails is
 //!    retried from the start while its failures are within `max_failures`,
 //!    else `Error`. A trial running past `trial_timeout` has its runner
-//!    killed (and replaced) and ends in `Error`, naming the timeout; so
-//!    does a trial whose runner dies (the runner is replaced, the trial
-//!    counts a failure).
+//!    killed (and replaced) and ends in `Error`, naming the timeout. A
+//!    trial that panicked or whose runner died counts a failure, named by
+//!    the panic or the death's cause, and its runner is replaced.
 //! 6. When the time budget is spent, running trials are stopped and no
 //!    new one starts. When no trial runs and none is left, the runners are
 //!    killed and the [`ResultGrid`] returned. `experiment_state.json` is
@@ -32,7 +34,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::experiment::{ExperimentFiles, ResultGrid, ResultLine, TrialRecord, TrialStatus};
 use super::schedule::{Decision, Scheduler, SchedulerConfig};
@@ -52,6 +54,9 @@ pub const POLL_DEADLINE: Duration = Duration::from_secs(30);
 /// `experiment_state.json` is rewritten at most this often while trials
 /// run (and once at the end).
 pub const STATE_EVERY: Duration = Duration::from_millis(500);
+/// How long the tuner waits for the head's record of a lost runner's
+/// death, to name its cause.
+pub const DEATH_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether higher or lower values of the metric are better.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -208,7 +213,8 @@ struct Slot {
 
 /// What a trial's poll task tells the loop, by run number.
 enum Event {
-    Results(u64, Vec<Metrics>),
+    /// New results, and where to say whether the trial stops.
+    Results(u64, Vec<Metrics>, oneshot::Sender<bool>),
     /// The trial ended, or its runner was lost (`Err`).
     Ended(u64, Result<TrialEnd, String>),
 }
@@ -343,7 +349,11 @@ impl Experiment {
                 None => self.events.1.recv().await,
             };
             match event {
-                Some(Event::Results(run, results)) => self.results(run, results)?,
+                Some(Event::Results(run, results, decided)) => {
+                    let stop = self.results(run, results)?;
+                    // A trial whose follower is gone has ended or timed out.
+                    let _ = decided.send(stop);
+                }
                 Some(Event::Ended(run, end)) => self.ended(run, end).await?,
                 None => {}
             }
@@ -429,13 +439,13 @@ impl Experiment {
             .position(|s| s.running.is_some_and(|(_, r, _)| r == run))
     }
 
-    /// Step 4.
-    fn results(&mut self, run: u64, results: Vec<Metrics>) -> Result<(), TuneError> {
+    /// Step 4: whether the trial stops.
+    fn results(&mut self, run: u64, results: Vec<Metrics>) -> Result<bool, TuneError> {
         let Some(slot) = self.slot_of(run) else {
-            return Ok(());
+            return Ok(true);
         };
         let Some((trial, _, _)) = self.slots[slot].running else {
-            return Ok(());
+            return Ok(true);
         };
         let mut stop = false;
         for metrics in results {
@@ -479,13 +489,7 @@ impl Experiment {
             }
             stop |= decision == Decision::Stop || done;
         }
-        if stop {
-            // Delivered after the trial's polls: it stops at its next report.
-            if let Err(e) = self.slots[slot].runner.do_send(StopTrial { trial }) {
-                tracing::warn!(trial, "cannot stop the trial: {e}");
-            }
-        }
-        Ok(())
+        Ok(stop || self.budget_over)
     }
 
     /// Step 5.
@@ -500,9 +504,21 @@ impl Experiment {
         let failure = match end {
             Ok(TrialEnd::Returned) => None,
             Ok(TrialEnd::Failed(why)) => Some(why),
-            Err(lost) => {
+            Ok(TrialEnd::Panicked(message)) => {
+                // Its process ends with the panic.
                 self.replace_runner(slot).await?;
-                Some(format!("its runner was lost: {lost}"))
+                Some(format!("panic: {message}"))
+            }
+            Err(lost) => {
+                let runner = self.slots[slot].runner.clone();
+                let mut after = 0;
+                let died = actor::next_death(&runner, &mut after);
+                let why = match tokio::time::timeout(DEATH_WAIT, died).await {
+                    Ok(Ok(died)) => format!("its runner died: {}", died.reason),
+                    _ => format!("its runner was lost: {lost}"),
+                };
+                self.replace_runner(slot).await?;
+                Some(why)
             }
         };
         self.settle(trial, failure, true);
@@ -665,10 +681,24 @@ async fn follow(
             }
         };
         after += progress.results.len() as u64;
-        if !progress.results.is_empty()
-            && events.send(Event::Results(run, progress.results)).is_err()
-        {
-            return;
+        if !progress.results.is_empty() {
+            let (decided, decision) = oneshot::channel();
+            if events
+                .send(Event::Results(run, progress.results, decided))
+                .is_err()
+            {
+                return;
+            }
+            match decision.await {
+                // Before the poll that lets the trial go on (step 3).
+                Ok(true) => {
+                    if let Err(e) = runner.do_send(StopTrial { trial }) {
+                        tracing::warn!(trial, "cannot stop the trial: {e}");
+                    }
+                }
+                Ok(false) => {}
+                Err(_) => return,
+            }
         }
         if let Some(end) = progress.end {
             let _ = events.send(Event::Ended(run, Ok(end)));

@@ -21,7 +21,7 @@ nimbus::remote_task!(HALVE, |n: u64| match n % 2 {
 });
 
 pub fn registry() -> Registry {
-    Registry::new()
+    crate::tune::register(Registry::new())
         .actor::<Counter>()
         .message::<Counter, Add>()
         .message::<Counter, SlowAdd>()

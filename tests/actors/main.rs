@@ -16,6 +16,7 @@ mod fixtures;
 mod harness;
 mod jobs;
 mod tests;
+mod tune;
 
 use std::time::Duration;
 

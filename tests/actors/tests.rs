@@ -22,6 +22,16 @@ pub const ALL: &[(&str, Test)] = &[
         "a_dead_drivers_actors_and_placement_groups_are_released",
         |d| boxed(a_dead_drivers_actors_and_placement_groups_are_released(d)),
     ),
+    (
+        "an_asha_experiment_stops_bad_trials_and_keeps_its_files",
+        |_| boxed(crate::tune::an_asha_experiment_stops_bad_trials_and_keeps_its_files()),
+    ),
+    ("failed_hung_and_lost_trials_are_retried_then_named", |_| {
+        boxed(crate::tune::failed_hung_and_lost_trials_are_retried_then_named())
+    }),
+    ("bad_experiments_fail_at_once_naming_the_problem", |_| {
+        boxed(crate::tune::bad_experiments_fail_at_once_naming_the_problem())
+    }),
     ("placement_groups_of_each_strategy", |_| {
         boxed(placement_groups_of_each_strategy())
     }),

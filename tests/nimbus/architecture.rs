@@ -49,7 +49,7 @@ const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
     ("placement", &["actor", "runtime", "client", "cluster", "transport", "wire"]),
     ("task", &["placement", "actor", "object_store", "runtime", "client", "cluster", "transport", "wire"]),
     ("train", &["placement", "actor", "object_store", "runtime", "client", "cluster", "transport", "wire"]),
-    ("tune", &["actor", "cluster"]),
+    ("tune", &["actor", "runtime", "cluster"]),
     ("worker", &["actor", "object_store", "runtime", "cluster", "transport", "wire"]),
     ("driver", &["worker", "task", "local", "node", "object_store", "runtime", "client", "cluster", "transport", "wire"]),
     ("chaos", &["train", "actor", "local", "runtime", "client", "cluster", "transport", "wire"]),
