@@ -2,14 +2,14 @@
 //!
 //! The experiment directory (`storage_path/<name>/`, created `0700`):
 //! - `experiment_state.json` ([`STATE_FILE`]): every trial's record, written
-//!   (to a temporary file, then renamed over the old one) after trials
-//!   start, end or are retried (at most every `STATE_EVERY`), and at the
-//!   end;
+//!   (to a temporary file, then renamed over the old one) as trials start,
+//!   end or are retried (see `tuner.rs`); `Tuner::restore` reads it;
 //! - `trial_<n>/params.json`: the trial's config;
 //! - `trial_<n>/result.jsonl` ([`RESULT_FILE`]): one line per result, as it
 //!   arrives (`trial`, `attempt`, `iteration`, `time_ms`, `metrics`);
 //! - `trial_<n>/progress.csv`: the same as a table, one column per metric
-//!   of the first result.
+//!   of the first result;
+//! - `trial_<n>/checkpoint_<iteration>/`: its checkpoints (`checkpoint.rs`).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::checkpoint::{directory_name, TrialCheckpoint};
 use super::search::TrialConfig;
 use super::trial::Metrics;
 use super::tuner::Mode;
@@ -55,16 +56,21 @@ pub struct TrialRecord {
     /// Results reported in its last attempt.
     pub iterations: u64,
     /// Its last result.
+    #[serde(deserialize_with = "nan_metrics::option")]
     pub last: Option<Metrics>,
     /// Its best result by the experiment's metric and mode.
+    #[serde(deserialize_with = "nan_metrics::option")]
     pub best: Option<Metrics>,
-    /// Failures so far (each retried from the start while within
-    /// `max_failures`).
+    /// Failures so far (each retried, from its latest checkpoint or the
+    /// start, while within `max_failures`).
     pub failures: u32,
     /// Why it failed, for `Error`.
     pub error: Option<String>,
     /// The scheduler stopped it before its end.
     pub stopped_early: bool,
+    /// Its latest checkpoint: where a retry or a restored experiment
+    /// resumes it.
+    pub checkpoint: Option<TrialCheckpoint>,
     /// Its directory.
     pub dir: PathBuf,
 }
@@ -82,9 +88,15 @@ impl TrialRecord {
             failures: 0,
             error: None,
             stopped_early: false,
-            dir: experiment.join(format!("trial_{id:05}")),
+            checkpoint: None,
+            dir: trial_dir(experiment, id),
         }
     }
+}
+
+/// Trial `id`'s directory in `experiment`.
+fn trial_dir(experiment: &Path, id: u64) -> PathBuf {
+    experiment.join(format!("trial_{id:05}"))
 }
 
 /// What an experiment ran: every trial's record.
@@ -203,12 +215,42 @@ pub struct ResultLine {
     pub trial: u64,
     /// Its attempt (failures before it).
     pub attempt: u32,
-    /// The result's number in the attempt, from 1.
+    /// The result's number, from 1 (an attempt resumed from a checkpoint
+    /// goes on from that checkpoint's).
     pub iteration: u64,
     /// When it arrived, Unix milliseconds.
     pub time_ms: u64,
     /// What was reported.
+    #[serde(deserialize_with = "nan_metrics::plain")]
     pub metrics: Metrics,
+    /// The checkpoint saved with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<PathBuf>,
+}
+
+/// JSON has no NaN or infinity: `serde_json` writes them as `null`, read
+/// back here as NaN (a diverged trial's loss is still a result).
+mod nan_metrics {
+    use super::Metrics;
+    use serde::{Deserialize, Deserializer};
+    use std::collections::BTreeMap;
+
+    pub(super) fn plain<'de, D: Deserializer<'de>>(d: D) -> Result<Metrics, D::Error> {
+        let raw: BTreeMap<String, Option<f64>> = BTreeMap::deserialize(d)?;
+        Ok(raw
+            .into_iter()
+            .map(|(k, v)| (k, v.unwrap_or(f64::NAN)))
+            .collect())
+    }
+
+    pub(super) fn option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Metrics>, D::Error> {
+        let raw: Option<BTreeMap<String, Option<f64>>> = Option::deserialize(d)?;
+        Ok(raw.map(|m| {
+            m.into_iter()
+                .map(|(k, v)| (k, v.unwrap_or(f64::NAN)))
+                .collect()
+        }))
+    }
 }
 
 /// The experiment directory's files; see the module docs.
@@ -242,6 +284,86 @@ impl ExperimentFiles {
 
     pub(crate) fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The directory of an experiment to resume.
+    pub(crate) fn open(dir: PathBuf) -> Result<Self, TuneError> {
+        if !dir.join(STATE_FILE).is_file() {
+            return Err(TuneError::NoExperiment(dir));
+        }
+        Ok(ExperimentFiles {
+            dir,
+            open: HashMap::new(),
+        })
+    }
+
+    /// The trials `experiment_state.json` records.
+    pub(crate) fn read_state(&self) -> Result<Vec<TrialRecord>, TuneError> {
+        let path = self.dir.join(STATE_FILE);
+        let bytes = std::fs::read(&path).map_err(io(&path, "cannot read"))?;
+        let mut trials: Vec<TrialRecord> =
+            serde_json::from_slice(&bytes).map_err(|e| TuneError::BadState {
+                path: path.clone(),
+                detail: e.to_string(),
+            })?;
+        for (i, trial) in trials.iter_mut().enumerate() {
+            if trial.id != i as u64 {
+                return Err(TuneError::BadState {
+                    path,
+                    detail: format!("trial record {i} is numbered {}", trial.id),
+                });
+            }
+            // Where the experiment is now (it may have been moved).
+            trial.dir = trial_dir(&self.dir, trial.id);
+            if let Some(checkpoint) = &mut trial.checkpoint {
+                checkpoint.path = trial.dir.join(directory_name(checkpoint.iteration));
+            }
+        }
+        Ok(trials)
+    }
+
+    /// Trials started after `experiment_state.json` was last written:
+    /// their directories and `params.json` (written before a trial starts)
+    /// from number `next` on, as running.
+    pub(crate) fn read_unrecorded(&self, mut next: u64) -> Vec<TrialRecord> {
+        let mut found = Vec::new();
+        loop {
+            let dir = trial_dir(&self.dir, next);
+            let params = std::fs::read(dir.join("params.json")).ok();
+            let Some(config) = params.and_then(|p| serde_json::from_slice(&p).ok()) else {
+                return found;
+            };
+            let mut trial = TrialRecord::new(next, config, &self.dir);
+            trial.status = TrialStatus::Running;
+            found.push(trial);
+            next += 1;
+        }
+    }
+
+    /// The results a trial's `result.jsonl` holds (none without one); a
+    /// torn last line (the writer died mid-line) is skipped.
+    pub(crate) fn read_results(&self, trial: &Path) -> Result<Vec<ResultLine>, TuneError> {
+        let path = trial.join(RESULT_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io(&path, "cannot read")(e)),
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let mut results = Vec::new();
+        for (n, line) in lines.iter().enumerate() {
+            match serde_json::from_str(line) {
+                Ok(result) => results.push(result),
+                Err(_) if n + 1 == lines.len() && !text.ends_with('\n') => {}
+                Err(e) => {
+                    return Err(TuneError::BadState {
+                        path,
+                        detail: format!("line {}: {e}", n + 1),
+                    })
+                }
+            }
+        }
+        Ok(results)
     }
 
     /// A trial starts (again): its directory and `params.json`.

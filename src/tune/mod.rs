@@ -6,7 +6,8 @@
 //! Files: `space.rs` (parameters and sampling), `search.rs` (which config
 //! comes next), `schedule.rs` (which trial goes on: FIFO, ASHA; plain
 //! state machines), `trial.rs` (the trainable, its context and the
-//! `TrialRunner` actor), `experiment.rs` (the trials' records and the
+//! `TrialRunner` actor), `checkpoint.rs` (a trial's saved state),
+//! `experiment.rs` (the trials' records and the
 //! experiment directory's files), `tuner.rs` (the driver's loop that ties
 //! them together).
 //!
@@ -39,6 +40,7 @@
 //! }
 //! ```
 
+pub mod checkpoint;
 mod experiment;
 mod schedule;
 mod search;
@@ -48,6 +50,7 @@ mod tuner;
 
 use std::path::PathBuf;
 
+pub use checkpoint::TrialCheckpoint;
 pub use experiment::{ResultGrid, ResultLine, TrialRecord, TrialStatus, RESULT_FILE, STATE_FILE};
 pub use schedule::{Asha, Decision, Fifo, Scheduler, SchedulerConfig};
 pub use search::{BasicSearch, Searcher, TrialConfig};
@@ -56,8 +59,8 @@ pub use space::{
     SearchSpace,
 };
 pub use trial::{
-    Metrics, PollTrial, RunTrial, StopTrial, Trainable, TrialContext, TrialEnd, TrialProgress,
-    TrialRefusal, TrialRunner, TrialStopped, TuneRegistry,
+    Metrics, PollTrial, ReportError, RunTrial, StopTrial, Trainable, TrialContext, TrialEnd,
+    TrialProgress, TrialRefusal, TrialResult, TrialRunner, TrialStopped, TuneRegistry,
 };
 pub use tuner::{Mode, TuneConfig, Tuner, DEATH_WAIT, POLL_DEADLINE, POLL_WAIT, STATE_EVERY};
 
@@ -83,6 +86,17 @@ pub enum TuneError {
     /// The experiment directory already holds an experiment.
     #[error("{} already holds an experiment ({STATE_FILE}); give this one another name (Tuner::new) or move that one away", .0.display())]
     ExperimentExists(PathBuf),
+    /// `Tuner::restore` was given a directory without an experiment.
+    #[error("{} holds no experiment ({STATE_FILE} is missing): give Tuner::restore the directory of an earlier fit, storage_path/name", .0.display())]
+    NoExperiment(PathBuf),
+    /// An experiment file that cannot be read back.
+    #[error("experiment file {path} is not what this build writes: {detail}")]
+    BadState {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
     /// A file of the experiment could not be written.
     #[error("experiment file {path}: {what}: {source}")]
     Io {

@@ -36,6 +36,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::checkpoint::{self, CheckpointError, TrialCheckpoint};
 use crate::actor::{ProcessContext, Registry, RemoteActor, RemoteMessage};
 
 /// What a trial reports: metric name to value.
@@ -79,6 +80,7 @@ impl TuneRegistry for Registry {
             match T::run(config, ctx) {
                 Ok(()) => Ok(()),
                 Err(e) if e.is::<TrialStopped>() => Ok(()),
+                Err(e) if matches!(e.downcast_ref(), Some(ReportError::Stopped)) => Ok(()),
                 Err(e) => Err(e.to_string()),
             }
         });
@@ -109,9 +111,35 @@ pub enum TrialEnd {
     Panicked(String),
 }
 
+/// Why `report_with_checkpoint` did not report.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The tuner stopped the trial: return this.
+    #[error("the tuner stopped this trial")]
+    Stopped,
+    /// The checkpoint could not be written (the result was not reported).
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+}
+
+impl From<TrialStopped> for ReportError {
+    fn from(_: TrialStopped) -> Self {
+        ReportError::Stopped
+    }
+}
+
+/// One result, and the checkpoint saved with it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrialResult {
+    /// What was reported.
+    pub metrics: Metrics,
+    /// The checkpoint saved with it, complete.
+    pub checkpoint: Option<TrialCheckpoint>,
+}
+
 #[derive(Default)]
 struct TrialState {
-    results: Vec<Metrics>,
+    results: Vec<TrialResult>,
     /// Results the tuner has decided on.
     acked: u64,
     end: Option<TrialEnd>,
@@ -151,6 +179,7 @@ pub struct TrialContext {
     shared: Arc<Shared>,
     dir: PathBuf,
     iteration: u64,
+    resume: Option<TrialCheckpoint>,
 }
 
 impl TrialContext {
@@ -158,13 +187,47 @@ impl TrialContext {
     /// tuner has stopped the trial: return it.
     /// Returns once the tuner has decided on it (step 2).
     pub fn report(&mut self, metrics: Metrics) -> Result<(), TrialStopped> {
+        self.push(TrialResult {
+            metrics,
+            checkpoint: None,
+        })
+    }
+
+    /// Reports one result with a checkpoint of the trial's `state`, written
+    /// first (`checkpoint.rs`); a retry, a restored experiment or a PBT
+    /// exploit goes on from it ([`restore`](Self::restore)).
+    pub fn report_with_checkpoint<S: Serialize + ?Sized>(
+        &mut self,
+        metrics: Metrics,
+        state: &S,
+    ) -> Result<(), ReportError> {
+        if self.should_stop() {
+            return Err(ReportError::Stopped);
+        }
+        let checkpoint = checkpoint::write(&self.dir, self.iteration + 1, state)?;
+        Ok(self.push(TrialResult {
+            metrics,
+            checkpoint: Some(checkpoint),
+        })?)
+    }
+
+    /// The state of the checkpoint this run starts from (`None`: it starts
+    /// from scratch); its iteration is [`iteration`](Self::iteration).
+    pub fn restore<S: DeserializeOwned>(&self) -> Result<Option<S>, CheckpointError> {
+        self.resume
+            .as_ref()
+            .map(|c| checkpoint::read(&c.path))
+            .transpose()
+    }
+
+    fn push(&mut self, result: TrialResult) -> Result<(), TrialStopped> {
         let shared = &self.shared;
         let stopped = || shared.stop.load(Ordering::Acquire);
         if stopped() {
             return Err(TrialStopped);
         }
         let mut state = shared.lock();
-        state.results.push(metrics);
+        state.results.push(result);
         shared.bump();
         let number = state.results.len() as u64;
         while state.acked < number && !stopped() {
@@ -191,7 +254,8 @@ impl TrialContext {
         self.shared.trial
     }
 
-    /// Results reported so far.
+    /// Results reported so far, counting those before the checkpoint
+    /// this run starts from.
     pub fn iteration(&self) -> u64 {
         self.iteration
     }
@@ -252,6 +316,8 @@ pub struct RunTrial {
     pub config: String,
     /// The trial's directory.
     pub dir: PathBuf,
+    /// The checkpoint to start from.
+    pub resume: Option<TrialCheckpoint>,
 }
 
 impl RemoteMessage for RunTrial {
@@ -286,7 +352,8 @@ impl Handler<RunTrial> for TrialRunner {
         let mut ctx = TrialContext {
             shared: shared.clone(),
             dir: run.dir,
-            iteration: 0,
+            iteration: run.resume.as_ref().map_or(0, |c| c.iteration),
+            resume: run.resume,
         };
         let config = run.config;
         std::thread::Builder::new()
@@ -317,7 +384,7 @@ impl Handler<RunTrial> for TrialRunner {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrialProgress {
     /// The new results, in order.
-    pub results: Vec<Metrics>,
+    pub results: Vec<TrialResult>,
     /// Set once the function returned.
     pub end: Option<TrialEnd>,
 }

@@ -25,8 +25,10 @@
 //! 6. When the time budget is spent, running trials are stopped and no
 //!    new one starts. When no trial runs and none is left, the runners are
 //!    killed and the [`ResultGrid`] returned. `experiment_state.json` is
-//!    rewritten after trials start, end or are retried, at most every
-//!    [`STATE_EVERY`], and at the end.
+//!    rewritten at once when a trial ends or is due for a retry, after
+//!    trials start (at most every [`STATE_EVERY`]), and at the end.
+//!
+//! [`Tuner::restore`] resumes an experiment from its directory.
 
 use std::collections::VecDeque;
 use std::marker::PhantomData;
@@ -36,12 +38,13 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
+use super::checkpoint::{self, TrialCheckpoint};
 use super::experiment::{ExperimentFiles, ResultGrid, ResultLine, TrialRecord, TrialStatus};
 use super::schedule::{Decision, Scheduler, SchedulerConfig};
 use super::search::{BasicSearch, Searcher};
 use super::space::SearchSpace;
 use super::trial::{
-    Metrics, PollTrial, RunTrial, StopTrial, Trainable, TrialEnd, TrialProgress, TrialRunner,
+    PollTrial, RunTrial, StopTrial, Trainable, TrialEnd, TrialProgress, TrialResult, TrialRunner,
 };
 use super::TuneError;
 use crate::actor::{self, ActorHandle, CallError, SpawnOptions};
@@ -201,6 +204,8 @@ pub struct Tuner<T: Trainable> {
     space: SearchSpace,
     config: TuneConfig,
     dir: PathBuf,
+    /// Resume the experiment in `dir` rather than start one.
+    restore: bool,
     _trainable: PhantomData<fn() -> T>,
 }
 
@@ -214,7 +219,7 @@ struct Slot {
 /// What a trial's poll task tells the loop, by run number.
 enum Event {
     /// New results, and where to say whether the trial stops.
-    Results(u64, Vec<Metrics>, oneshot::Sender<bool>),
+    Results(u64, Vec<TrialResult>, oneshot::Sender<bool>),
     /// The trial ended, or its runner was lost (`Err`).
     Ended(u64, Result<TrialEnd, String>),
 }
@@ -231,6 +236,26 @@ impl<T: Trainable> Tuner<T> {
             space,
             config,
             dir: storage_path.into().join(name.as_ref()),
+            restore: false,
+            _trainable: PhantomData,
+        }
+    }
+
+    /// Resumes the experiment in `path` (an earlier `fit` whose driver
+    /// died or was stopped), given the search space and settings it was
+    /// started with: trials that ended stay as they are; trials that were
+    /// running or pending (and those started after the state file was
+    /// last written, found by their `params.json`) run again, each from
+    /// the newest checkpoint its results name (from the start without
+    /// one); the searcher goes on with the configs the
+    /// experiment had not drawn yet; the scheduler is given every result
+    /// recorded so far first (in the order they arrived).
+    pub fn restore(path: impl Into<PathBuf>, space: SearchSpace, config: TuneConfig) -> Self {
+        Tuner {
+            space,
+            config,
+            dir: path.into(),
+            restore: true,
             _trainable: PhantomData,
         }
     }
@@ -240,17 +265,27 @@ impl<T: Trainable> Tuner<T> {
         let started = Instant::now();
         self.space.validate()?;
         self.config.validate()?;
-        let scheduler = self.config.scheduler.build()?;
-        let search = BasicSearch::new(
+        let mut scheduler = self.config.scheduler.build()?;
+        let mut search = BasicSearch::new(
             self.space.clone(),
             self.config.num_samples,
             self.config.seed,
         );
-        let files = ExperimentFiles::create(self.dir.clone())?;
-        let wanted = search
-            .total()
-            .unwrap_or(usize::MAX)
-            .min(self.config.max_concurrent_trials);
+        let (files, trials, retry) = if self.restore {
+            let files = ExperimentFiles::open(self.dir.clone())?;
+            let (trials, retry) = resume(&files, &mut search, &mut *scheduler, &self.config)?;
+            (files, trials, retry)
+        } else {
+            (
+                ExperimentFiles::create(self.dir.clone())?,
+                Vec::new(),
+                VecDeque::new(),
+            )
+        };
+        let left = search.total().map_or(usize::MAX, |total| {
+            total.saturating_sub(trials.len()) + retry.len()
+        });
+        let wanted = left.min(self.config.max_concurrent_trials);
         let options = SpawnOptions::default().num_cpus(self.config.cpus_per_trial);
         let spawned = futures::future::join_all(
             (0..wanted).map(|_| actor::spawn::<TrialRunner>((), options.clone())),
@@ -276,8 +311,8 @@ impl<T: Trainable> Tuner<T> {
             search: Box::new(search),
             scheduler,
             files,
-            trials: Vec::new(),
-            retry: VecDeque::new(),
+            trials,
+            retry,
             slots,
             next_run: 0,
             dirty: false,
@@ -300,6 +335,54 @@ impl<T: Trainable> Tuner<T> {
             seconds: started.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// An earlier run's trials, and those to run again (`Tuner::restore`).
+fn resume(
+    files: &ExperimentFiles,
+    search: &mut dyn Searcher,
+    scheduler: &mut dyn Scheduler,
+    config: &TuneConfig,
+) -> Result<(Vec<TrialRecord>, VecDeque<u64>), TuneError> {
+    let mut trials = files.read_state()?;
+    let unrecorded = files.read_unrecorded(trials.len() as u64);
+    trials.extend(unrecorded);
+    // The configs already drawn: the searcher draws them again (seeded),
+    // so that it goes on where it was.
+    let differ = trials
+        .iter()
+        .filter(|trial| search.suggest().as_ref() != Some(&trial.config))
+        .count();
+    if differ > 0 {
+        tracing::warn!(
+            "{differ} recorded trial configs are not what the search space and seed given now draw: its remaining trials come from the one given now"
+        );
+    }
+    let mut retry = VecDeque::new();
+    let mut results = Vec::new();
+    for trial in &mut trials {
+        let lines = files.read_results(&trial.dir)?;
+        if matches!(trial.status, TrialStatus::Running | TrialStatus::Pending) {
+            trial.status = TrialStatus::Pending;
+            retry.push_back(trial.id);
+            // The state file is not rewritten at every result: the newest
+            // checkpoint is the last one its results name.
+            if let Some(line) = lines.iter().rev().find(|l| l.checkpoint.is_some()) {
+                trial.checkpoint = Some(TrialCheckpoint {
+                    iteration: line.iteration,
+                    path: trial.dir.join(checkpoint::directory_name(line.iteration)),
+                });
+            }
+        }
+        results.extend(lines);
+    }
+    results.sort_by_key(|l| (l.time_ms, l.trial, l.iteration));
+    for line in results {
+        if let Some(value) = line.metrics.get(&config.metric) {
+            scheduler.on_result(line.trial, line.iteration, config.mode.score(*value));
+        }
+    }
+    Ok((trials, retry))
 }
 
 async fn stop_runners(slots: &[Slot]) {
@@ -387,13 +470,14 @@ impl Experiment {
     fn start(&mut self, slot: usize, trial: u64) -> Result<(), TuneError> {
         let record = &mut self.trials[trial as usize];
         record.status = TrialStatus::Running;
-        record.iterations = 0;
+        record.iterations = record.checkpoint.as_ref().map_or(0, |c| c.iteration);
         self.files.trial_started(record)?;
         let request = RunTrial {
             trial,
             trainable: self.trainable.to_string(),
             config: serde_json::Value::Object(record.config.clone()).to_string(),
             dir: record.dir.clone(),
+            resume: record.checkpoint.clone(),
         };
         let run = self.next_run;
         self.next_run += 1;
@@ -413,9 +497,10 @@ impl Experiment {
         self.dirty = true;
     }
 
-    /// When `experiment_state.json` is to be written next: at once after a
-    /// change, unless the last write is younger than [`STATE_EVERY`] (an
-    /// experiment of many short trials does not rewrite it for each).
+    /// When `experiment_state.json` is to be written next after a trial
+    /// started: at once, unless the last write is younger than
+    /// [`STATE_EVERY`] (an experiment of many short trials does not rewrite
+    /// it for each). Ends and retries are written at once.
     fn state_due(&self) -> Option<Instant> {
         let now = Instant::now();
         self.dirty.then(|| {
@@ -426,10 +511,15 @@ impl Experiment {
 
     fn write_state_due(&mut self) -> Result<(), TuneError> {
         if self.state_due().is_some_and(|at| at <= Instant::now()) {
-            self.files.write_state(&self.trials)?;
-            self.dirty = false;
-            self.last_state_write = Some(Instant::now());
+            self.write_state()?;
         }
+        Ok(())
+    }
+
+    fn write_state(&mut self) -> Result<(), TuneError> {
+        self.files.write_state(&self.trials)?;
+        self.dirty = false;
+        self.last_state_write = Some(Instant::now());
         Ok(())
     }
 
@@ -440,7 +530,7 @@ impl Experiment {
     }
 
     /// Step 4: whether the trial stops.
-    fn results(&mut self, run: u64, results: Vec<Metrics>) -> Result<bool, TuneError> {
+    fn results(&mut self, run: u64, results: Vec<TrialResult>) -> Result<bool, TuneError> {
         let Some(slot) = self.slot_of(run) else {
             return Ok(true);
         };
@@ -448,7 +538,11 @@ impl Experiment {
             return Ok(true);
         };
         let mut stop = false;
-        for metrics in results {
+        for TrialResult {
+            metrics,
+            checkpoint,
+        } in results
+        {
             let record = &mut self.trials[trial as usize];
             let Some(&value) = metrics.get(&self.config.metric) else {
                 return Err(TuneError::UnknownMetric {
@@ -464,7 +558,11 @@ impl Experiment {
                 iteration: record.iterations,
                 time_ms: unix_millis(),
                 metrics: metrics.clone(),
+                checkpoint: checkpoint.as_ref().map(|c| c.path.clone()),
             };
+            if checkpoint.is_some() {
+                record.checkpoint = checkpoint;
+            }
             self.files.result(&record.dir, &line)?;
             let mode = self.config.mode;
             let better = record
@@ -522,8 +620,7 @@ impl Experiment {
             }
         };
         self.settle(trial, failure, true);
-        self.changed();
-        Ok(())
+        self.write_state()
     }
 
     /// A trial ended, failed (`Some`) or not; `retry`: a failure may be
@@ -615,7 +712,7 @@ impl Experiment {
                     "trial {trial} ran past its trial_timeout ({timeout:?}) and was killed"
                 );
                 self.settle(trial, Some(why), false);
-                self.changed();
+                self.write_state()?;
                 // The slots may have shifted: look again next time.
                 break;
             }

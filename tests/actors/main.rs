@@ -47,7 +47,14 @@ const DRIVER_GRACE_S: &str = "5";
 /// Set in the environment of the workload `nimbus chaos run` runs in a test.
 pub const CHAOS_WORKLOAD: &str = "NIMBUS_TEST_CHAOS_WORKLOAD";
 
+/// Set (to an experiment storage path) in the environment of a driver
+/// that runs an experiment until the test SIGKILLs it.
+pub const TUNE_DRIVER: &str = "NIMBUS_TEST_TUNE_DRIVER";
+
 fn main() {
+    if let Some(storage) = std::env::var_os(TUNE_DRIVER) {
+        return tune::tune_driver(storage.into());
+    }
     if std::env::var_os(REMOTE_DRIVER).is_some() {
         return tests::remote_driver();
     }

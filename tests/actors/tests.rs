@@ -157,11 +157,19 @@ pub const ALL: &[(&str, Test)] = &[
         "actors_see_only_their_own_gpus_by_the_nodes_device_ids",
         |d| boxed(actors_see_only_their_own_gpus_by_the_nodes_device_ids(d)),
     ),
+    // Last: the killed driver's runners hold CPUs until its job ends.
+    (
+        "a_restored_experiment_finishes_what_a_killed_driver_left",
+        |d| boxed(crate::tune::a_restored_experiment_finishes_what_a_killed_driver_left(d)),
+    ),
 ];
 
 /// This test binary as a second driver of `cluster`, in the mode the
 /// environment variable `mode` selects (`main.rs`).
-fn second_driver(cluster: &nimbus::local::LocalCluster, mode: &str) -> tokio::process::Command {
+pub(crate) fn second_driver(
+    cluster: &nimbus::local::LocalCluster,
+    mode: &str,
+) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(std::env::current_exe().unwrap());
     command
         .env(mode, "1")

@@ -1,8 +1,9 @@
 //! Hyperparameter search on the cluster: trials in real worker processes,
 //! their files on disk.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nimbus::tune::{
@@ -14,7 +15,10 @@ use serde::Deserialize;
 /// Trainables the tests register.
 pub fn register(registry: nimbus::actor::Registry) -> nimbus::actor::Registry {
     use nimbus::tune::TuneRegistry;
-    registry.trainable::<Quadratic>().trainable::<Flaky>()
+    registry
+        .trainable::<Quadratic>()
+        .trainable::<Flaky>()
+        .trainable::<Steps>()
 }
 
 #[derive(Deserialize)]
@@ -61,7 +65,11 @@ impl Trainable for Flaky {
         config: FlakyConfig,
         ctx: &mut TrialContext,
     ) -> Result<(), Box<dyn Error + Send + Sync>> {
-        ctx.report(Metrics::from([("score".into(), 1.0)]))?;
+        // A retry resumes from the checkpoint of the first result.
+        let resumed: Option<u64> = ctx.restore()?;
+        if resumed.is_none() {
+            ctx.report_with_checkpoint(Metrics::from([("score".into(), 1.0)]), &1u64)?;
+        }
         match config.mode.as_str() {
             "panic" => panic!("flaky trial panics"),
             "abort" => std::process::abort(),
@@ -77,7 +85,12 @@ impl Trainable for Flaky {
             }
             _ => {}
         }
-        ctx.report(Metrics::from([("score".into(), 2.0)]))?;
+        let resumed_at = resumed.map_or(0.0, |r| r as f64);
+        assert_eq!(ctx.iteration(), 1, "the checkpoint's iteration");
+        ctx.report(Metrics::from([
+            ("score".into(), 2.0),
+            ("resumed_at".into(), resumed_at),
+        ]))?;
         Ok(())
     }
 }
@@ -185,7 +198,15 @@ pub async fn failed_hung_and_lost_trials_are_retried_then_named() {
     assert_eq!(
         (once.status, once.failures, once.iterations),
         (TrialStatus::Terminated, 1, 2),
-        "retried from the start: {once:?}"
+        "retried from its checkpoint: {once:?}"
+    );
+    assert_eq!(once.last.as_ref().unwrap()["resumed_at"], 1.0);
+    let checkpoint = once.checkpoint.as_ref().unwrap();
+    assert_eq!(checkpoint.iteration, 1);
+    assert_eq!(
+        tune::checkpoint::read::<u64>(&checkpoint.path).unwrap(),
+        1,
+        "{checkpoint:?}"
     );
     let panicked = by_mode("panic");
     assert_eq!(
@@ -204,14 +225,16 @@ pub async fn failed_hung_and_lost_trials_are_retried_then_named() {
     let why = hung.error.as_deref().unwrap();
     assert!(why.contains("trial_timeout (3s)"), "{why}");
     assert_eq!(grid.errors().count(), 3);
-    // The retried trial's results carry their attempt.
+    // The retried trial's results carry their attempt, and the retry went
+    // on from the checkpoint's iteration.
     let lines: Vec<ResultLine> = std::fs::read_to_string(once.dir.join(tune::RESULT_FILE))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let attempts: Vec<(u32, u64)> = lines.iter().map(|l| (l.attempt, l.iteration)).collect();
-    assert_eq!(attempts, [(0, 1), (1, 1), (1, 2)]);
+    assert_eq!(attempts, [(0, 1), (1, 2)]);
+    assert_eq!(lines[0].checkpoint.as_ref(), Some(&checkpoint.path));
 }
 
 pub async fn bad_experiments_fail_at_once_naming_the_problem() {
@@ -260,5 +283,150 @@ pub async fn bad_experiments_fail_at_once_naming_the_problem() {
     assert!(
         matches!(refused, TuneError::ExperimentExists(_)),
         "{refused}"
+    );
+}
+
+#[derive(Deserialize)]
+pub struct StepsConfig {
+    x: f64,
+}
+
+/// Eight steps of about 40 ms each, a checkpoint (the step) with each
+/// result; resumes from its checkpoint.
+pub struct Steps;
+
+const STEPS: u64 = 8;
+
+impl Trainable for Steps {
+    const NAME: &'static str = "tests.Steps";
+    type Config = StepsConfig;
+    fn run(
+        config: StepsConfig,
+        ctx: &mut TrialContext,
+    ) -> Result<(), Box<dyn Error + Send + Sync>> {
+        let start: u64 = ctx.restore()?.unwrap_or(0);
+        for step in start + 1..=STEPS {
+            // The work of a step.
+            std::thread::sleep(Duration::from_millis(40));
+            let loss = config.x * step as f64;
+            ctx.report_with_checkpoint(Metrics::from([("loss".into(), loss)]), &step)?;
+        }
+        Ok(())
+    }
+}
+
+fn steps_experiment() -> (SearchSpace, TuneConfig) {
+    let space = SearchSpace::new().param("x", tune::grid([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+    let config = TuneConfig::new("loss", Mode::Min)
+        .max_concurrent_trials(2)
+        .cpus_per_trial(0.5);
+    (space, config)
+}
+
+/// The driver the restore test SIGKILLs mid-experiment.
+pub fn tune_driver(storage: PathBuf) {
+    let driver = nimbus::init(crate::fixtures::registry()).expect("joins the cluster by address");
+    actix::System::new().block_on(async {
+        driver.connect().await.unwrap();
+        let (space, config) = steps_experiment();
+        let grid = Tuner::<Steps>::new(space, config, "killed", storage)
+            .fit()
+            .await;
+        println!("the experiment ended before its driver was killed: {grid:?}");
+    });
+}
+
+fn results_of(trial: &Path) -> Vec<ResultLine> {
+    std::fs::read_to_string(trial.join(tune::RESULT_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+pub async fn a_restored_experiment_finishes_what_a_killed_driver_left(driver: &mut nimbus::Driver) {
+    let storage = tempfile::tempdir().unwrap();
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let mut child = crate::tests::second_driver(cluster, crate::TUNE_DRIVER)
+        .env(crate::TUNE_DRIVER, storage.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = storage.path().join("killed");
+    // Kill it once a trial has ended and another has a checkpoint and is
+    // not done.
+    let state = || -> Option<Vec<tune::TrialRecord>> {
+        serde_json::from_slice(&std::fs::read(dir.join(STATE_FILE)).ok()?).ok()
+    };
+    nimbus::testing::check::wait_until(
+        "a trial ends, another is midway",
+        Duration::from_secs(60),
+        || {
+            let trials = state().unwrap_or_default();
+            let ended = trials.iter().any(|t| t.status == TrialStatus::Terminated);
+            let midway = trials.iter().any(|t| {
+                let lines = results_of(&t.dir);
+                t.status == TrialStatus::Running
+                    && lines.iter().any(|l| l.checkpoint.is_some())
+                    && (lines.len() as u64) < STEPS
+            });
+            std::future::ready((ended && midway).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let before: BTreeMap<u64, (TrialStatus, Vec<ResultLine>)> = state()
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.id, (t.status, results_of(&t.dir))))
+        .collect();
+
+    let (space, config) = steps_experiment();
+    let grid = Tuner::<Steps>::restore(&dir, space, config)
+        .fit()
+        .await
+        .unwrap();
+    assert_eq!(grid.trials.len(), 6, "every trial accounted for: {grid:?}");
+    for t in &grid.trials {
+        let x = t.config["x"].as_f64().unwrap();
+        assert_eq!(t.status, TrialStatus::Terminated, "{t:?}");
+        assert_eq!(t.iterations, STEPS, "{t:?}");
+        assert_eq!(t.last.as_ref().unwrap()["loss"], x * STEPS as f64);
+        let after = results_of(&t.dir);
+        let Some((status, lines)) = before.get(&t.id) else {
+            // Not drawn before the kill: drawn now, run once.
+            let iterations: Vec<u64> = after.iter().map(|l| l.iteration).collect();
+            assert_eq!(iterations, (1..=STEPS).collect::<Vec<_>>(), "{t:?}");
+            continue;
+        };
+        if *status == TrialStatus::Terminated {
+            assert_eq!(&after, lines, "an ended trial is kept as it was: {t:?}");
+            continue;
+        }
+        // Resumed from its newest checkpoint, not from the start.
+        let resumed_from = lines
+            .iter()
+            .rev()
+            .find(|l| l.checkpoint.is_some())
+            .map_or(0, |l| l.iteration);
+        let new: Vec<u64> = after[lines.len()..].iter().map(|l| l.iteration).collect();
+        assert_eq!(
+            new,
+            (resumed_from + 1..=STEPS).collect::<Vec<_>>(),
+            "trial {} resumed after step {resumed_from}",
+            t.id
+        );
+    }
+    let resumed = before
+        .values()
+        .filter(|(status, lines)| {
+            *status != TrialStatus::Terminated && lines.iter().any(|l| l.checkpoint.is_some())
+        })
+        .count();
+    assert!(
+        resumed >= 1,
+        "a trial resumed from a checkpoint: {before:?}"
     );
 }
