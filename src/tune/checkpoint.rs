@@ -77,11 +77,20 @@ pub fn write<S: Serialize + ?Sized>(
     iteration: u64,
     state: &S,
 ) -> Result<TrialCheckpoint, CheckpointError> {
-    let path = trial_dir.join(directory_name(iteration));
     let bytes = rmp_serde::to_vec_named(state).map_err(|e| CheckpointError::Codec {
-        path: path.clone(),
+        path: trial_dir.join(directory_name(iteration)),
         detail: format!("cannot encode the state: {e}"),
     })?;
+    write_bytes(trial_dir, iteration, &bytes)
+}
+
+/// Writes encoded state `bytes` as a checkpoint (steps 1 and 2).
+fn write_bytes(
+    trial_dir: &Path,
+    iteration: u64,
+    bytes: &[u8],
+) -> Result<TrialCheckpoint, CheckpointError> {
+    let path = trial_dir.join(directory_name(iteration));
     let temporary = trial_dir.join(format!(
         ".{}.tmp-{}",
         directory_name(iteration),
@@ -90,7 +99,7 @@ pub fn write<S: Serialize + ?Sized>(
     private_dir(&temporary).map_err(io(&temporary, "cannot create"))?;
     let file = temporary.join(STATE_FILE);
     let mut out = private_file(&file).map_err(io(&file, "cannot create"))?;
-    out.write_all(&bytes).map_err(io(&file, "cannot write"))?;
+    out.write_all(bytes).map_err(io(&file, "cannot write"))?;
     out.sync_all().map_err(io(&file, "cannot fsync"))?;
     sync_dir(&temporary)?;
     if path.exists() {
@@ -109,6 +118,17 @@ pub fn read<S: for<'de> Deserialize<'de>>(checkpoint: &Path) -> Result<S, Checkp
         path: checkpoint.to_path_buf(),
         detail: format!("the state does not decode as the trainable's type: {e}"),
     })
+}
+
+/// Copies `source` (another trial's checkpoint) into `trial_dir` as its
+/// own checkpoint of the same iteration (PBT's exploit), atomically.
+pub fn copy(
+    source: &TrialCheckpoint,
+    trial_dir: &Path,
+) -> Result<TrialCheckpoint, CheckpointError> {
+    let file = source.path.join(STATE_FILE);
+    let bytes = std::fs::read(&file).map_err(io(&file, "cannot read"))?;
+    write_bytes(trial_dir, source.iteration, &bytes)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
@@ -134,6 +154,13 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, ["checkpoint_000003"], "no temporary left");
+        let other = tempfile::tempdir().unwrap();
+        let copied = copy(&saved, other.path()).unwrap();
+        assert_eq!(copied.path, other.path().join("checkpoint_000003"));
+        assert_eq!(
+            read::<(u32, String)>(&copied.path).unwrap(),
+            (2, "b".into())
+        );
         let wrong = read::<Vec<f64>>(&saved.path).unwrap_err();
         assert!(wrong.to_string().contains("does not decode"), "{wrong}");
     }

@@ -71,6 +71,9 @@ pub struct TrialRecord {
     /// Its latest checkpoint: where a retry or a restored experiment
     /// resumes it.
     pub checkpoint: Option<TrialCheckpoint>,
+    /// PBT exploits it made, in order.
+    #[serde(default)]
+    pub exploits: Vec<ExploitRecord>,
     /// Its directory.
     pub dir: PathBuf,
 }
@@ -89,9 +92,24 @@ impl TrialRecord {
             error: None,
             stopped_early: false,
             checkpoint: None,
+            exploits: Vec::new(),
             dir: trial_dir(experiment, id),
         }
     }
+}
+
+/// A PBT exploit: at `iteration`, the trial went on from trial `from`'s
+/// checkpoint of `from_iteration` with `config`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExploitRecord {
+    /// The trial's iteration when it exploited.
+    pub iteration: u64,
+    /// The better trial.
+    pub from: u64,
+    /// The iteration of `from`'s checkpoint it went on from.
+    pub from_iteration: u64,
+    /// Its config from then on.
+    pub config: TrialConfig,
 }
 
 /// Trial `id`'s directory in `experiment`.

@@ -1,10 +1,10 @@
 //! Hyperparameter search, as Ray Tune: a [`Tuner`] samples configs from a
 //! [`SearchSpace`], runs each as a trial of a [`Trainable`] in a worker
-//! process, stops bad trials early ([`SchedulerConfig::Asha`]) and returns a
-//! [`ResultGrid`].
+//! process, stops bad trials early ([`SchedulerConfig::Asha`]) or evolves
+//! a population ([`SchedulerConfig::Pbt`]), and returns a [`ResultGrid`].
 //!
 //! Files: `space.rs` (parameters and sampling), `search.rs` (which config
-//! comes next), `schedule.rs` (which trial goes on: FIFO, ASHA; plain
+//! comes next), `schedule/` (which trial goes on: FIFO, ASHA, PBT; plain
 //! state machines), `trial.rs` (the trainable, its context and the
 //! `TrialRunner` actor), `checkpoint.rs` (a trial's saved state),
 //! `experiment.rs` (the trials' records and the
@@ -51,8 +51,10 @@ mod tuner;
 use std::path::PathBuf;
 
 pub use checkpoint::TrialCheckpoint;
-pub use experiment::{ResultGrid, ResultLine, TrialRecord, TrialStatus, RESULT_FILE, STATE_FILE};
-pub use schedule::{Asha, Decision, Fifo, Scheduler, SchedulerConfig};
+pub use experiment::{
+    ExploitRecord, ResultGrid, ResultLine, TrialRecord, TrialStatus, RESULT_FILE, STATE_FILE,
+};
+pub use schedule::{Asha, Decision, Fifo, Pbt, PbtConfig, Scheduler, SchedulerConfig};
 pub use search::{BasicSearch, Searcher, TrialConfig};
 pub use space::{
     choice, constant, derived, grid, loguniform, normal, quniform, randint, uniform, Domain,
@@ -119,6 +121,16 @@ pub enum TuneError {
         trial: u64,
         /// The metrics it did report.
         reported: Vec<String>,
+    },
+    /// A PBT exploit could not copy the better trial's checkpoint.
+    #[error("trial {trial} cannot take trial {from}'s checkpoint (PBT exploit): {detail}")]
+    Exploit {
+        /// The trial exploiting.
+        trial: u64,
+        /// The better trial.
+        from: u64,
+        /// Why.
+        detail: String,
     },
     /// Every trial runner was lost and none could be started again.
     #[error("every trial runner was lost: {0}")]

@@ -30,7 +30,7 @@
 //!
 //! [`Tuner::restore`] resumes an experiment from its directory.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -39,9 +39,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::{self, TrialCheckpoint};
-use super::experiment::{ExperimentFiles, ResultGrid, ResultLine, TrialRecord, TrialStatus};
+use super::experiment::{
+    ExperimentFiles, ExploitRecord, ResultGrid, ResultLine, TrialRecord, TrialStatus,
+};
 use super::schedule::{Decision, Scheduler, SchedulerConfig};
-use super::search::{BasicSearch, Searcher};
+use super::search::{BasicSearch, Searcher, TrialConfig};
 use super::space::SearchSpace;
 use super::trial::{
     PollTrial, RunTrial, StopTrial, Trainable, TrialEnd, TrialProgress, TrialResult, TrialRunner,
@@ -313,6 +315,7 @@ impl<T: Trainable> Tuner<T> {
             files,
             trials,
             retry,
+            exploiting: HashSet::new(),
             slots,
             next_run: 0,
             dirty: false,
@@ -376,6 +379,9 @@ fn resume(
         }
         results.extend(lines);
     }
+    for trial in &trials {
+        scheduler.on_trial_add(trial.id, &trial.config);
+    }
     results.sort_by_key(|l| (l.time_ms, l.trial, l.iteration));
     for line in results {
         if let Some(value) = line.metrics.get(&config.metric) {
@@ -401,8 +407,10 @@ struct Experiment {
     scheduler: Box<dyn Scheduler>,
     files: ExperimentFiles,
     trials: Vec<TrialRecord>,
-    /// Failed trials due for another attempt.
+    /// Trials due for another run: failed, or stopped for an exploit.
     retry: VecDeque<u64>,
+    /// Trials stopped for an exploit, not yet ended.
+    exploiting: HashSet<u64>,
     slots: Vec<Slot>,
     next_run: u64,
     /// A trial's record changed since `experiment_state.json` was written.
@@ -469,6 +477,7 @@ impl Experiment {
 
     fn start(&mut self, slot: usize, trial: u64) -> Result<(), TuneError> {
         let record = &mut self.trials[trial as usize];
+        self.scheduler.on_trial_add(trial, &record.config);
         record.status = TrialStatus::Running;
         record.iterations = record.checkpoint.as_ref().map_or(0, |c| c.iteration);
         self.files.trial_started(record)?;
@@ -579,15 +588,66 @@ impl Experiment {
                 .scheduler
                 .on_result(trial, iteration, mode.score(value));
             let done = self.config.stop_iterations.is_some_and(|n| iteration >= n);
-            if decision == Decision::Stop && !done && !stop {
-                record.stopped_early = !matches!(
-                    self.config.scheduler,
-                    SchedulerConfig::Asha { max_t, .. } if iteration >= max_t
-                );
+            match decision {
+                Decision::Continue => {}
+                Decision::Stop => {
+                    if !done && !stop {
+                        record.stopped_early = !matches!(
+                            self.config.scheduler,
+                            SchedulerConfig::Asha { max_t, .. } if iteration >= max_t
+                        );
+                    }
+                    stop = true;
+                }
+                Decision::Exploit { from, config } => {
+                    stop |= !done && self.exploit(trial, iteration, from, config)?;
+                }
             }
-            stop |= decision == Decision::Stop || done;
+            stop |= done;
         }
         Ok(stop || self.budget_over)
+    }
+
+    /// PBT's exploit (`schedule/pbt.rs`): trial `trial` goes on from a copy
+    /// of trial `from`'s newest checkpoint with `config`, once its run
+    /// stops; `false` (it goes on as it is) when `from` has no checkpoint.
+    fn exploit(
+        &mut self,
+        trial: u64,
+        iteration: u64,
+        from: u64,
+        config: TrialConfig,
+    ) -> Result<bool, TuneError> {
+        let Some(source) = self.trials[from as usize].checkpoint.clone() else {
+            tracing::info!(
+                trial,
+                from,
+                "no exploit: the better trial has no checkpoint yet"
+            );
+            return Ok(false);
+        };
+        let record = &mut self.trials[trial as usize];
+        let copied = checkpoint::copy(&source, &record.dir).map_err(|e| TuneError::Exploit {
+            trial,
+            from,
+            detail: e.to_string(),
+        })?;
+        tracing::info!(
+            trial,
+            from,
+            iteration = copied.iteration,
+            "exploit: going on from a better trial's checkpoint"
+        );
+        record.exploits.push(ExploitRecord {
+            iteration,
+            from,
+            from_iteration: copied.iteration,
+            config: config.clone(),
+        });
+        record.config = config;
+        record.checkpoint = Some(copied);
+        self.exploiting.insert(trial);
+        Ok(true)
     }
 
     /// Step 5.
@@ -619,7 +679,13 @@ impl Experiment {
                 Some(why)
             }
         };
-        self.settle(trial, failure, true);
+        if self.exploiting.remove(&trial) && failure.is_none() {
+            // Stopped for its exploit: on again, before new trials.
+            self.trials[trial as usize].status = TrialStatus::Pending;
+            self.retry.push_front(trial);
+        } else {
+            self.settle(trial, failure, true);
+        }
         self.write_state()
     }
 

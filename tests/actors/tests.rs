@@ -29,6 +29,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("failed_hung_and_lost_trials_are_retried_then_named", |_| {
         boxed(crate::tune::failed_hung_and_lost_trials_are_retried_then_named())
     }),
+    (
+        "pbt_exploits_copy_the_better_checkpoint_and_explore_within_bounds",
+        |_| boxed(crate::tune::pbt_exploits_copy_the_better_checkpoint_and_explore_within_bounds()),
+    ),
     ("bad_experiments_fail_at_once_naming_the_problem", |_| {
         boxed(crate::tune::bad_experiments_fail_at_once_naming_the_problem())
     }),

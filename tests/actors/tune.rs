@@ -19,6 +19,7 @@ pub fn register(registry: nimbus::actor::Registry) -> nimbus::actor::Registry {
         .trainable::<Quadratic>()
         .trainable::<Flaky>()
         .trainable::<Steps>()
+        .trainable::<Climb>()
 }
 
 #[derive(Deserialize)]
@@ -429,4 +430,82 @@ pub async fn a_restored_experiment_finishes_what_a_killed_driver_left(driver: &m
         resumed >= 1,
         "a trial resumed from a checkpoint: {before:?}"
     );
+}
+
+#[derive(Deserialize)]
+pub struct ClimbConfig {
+    lr: f64,
+}
+
+/// Climbs by `lr` a step for 10 steps (about 20 ms each), checkpointing
+/// its height; PBT moves trials between heights and rates.
+pub struct Climb;
+
+impl Trainable for Climb {
+    const NAME: &'static str = "tests.Climb";
+    type Config = ClimbConfig;
+    fn run(
+        config: ClimbConfig,
+        ctx: &mut TrialContext,
+    ) -> Result<(), Box<dyn Error + Send + Sync>> {
+        let mut height: f64 = ctx.restore()?.unwrap_or(0.0);
+        while ctx.iteration() < 10 {
+            // The work of a step.
+            std::thread::sleep(Duration::from_millis(20));
+            height += config.lr;
+            let metrics = Metrics::from([("height".into(), height), ("lr".into(), config.lr)]);
+            ctx.report_with_checkpoint(metrics, &height)?;
+        }
+        Ok(())
+    }
+}
+
+pub async fn pbt_exploits_copy_the_better_checkpoint_and_explore_within_bounds() {
+    let storage = tempfile::tempdir().unwrap();
+    let space = SearchSpace::new().param("lr", tune::grid([0.1, 0.2, 0.3, 0.4]));
+    let pbt = tune::PbtConfig {
+        seed: 5,
+        ..tune::PbtConfig::new(2, vec![("lr".into(), tune::uniform(0.0, 1.0))])
+    };
+    let config = TuneConfig::new("height", Mode::Max)
+        .max_concurrent_trials(4)
+        .cpus_per_trial(0.25)
+        .scheduler(SchedulerConfig::Pbt(pbt));
+    let grid = Tuner::<Climb>::new(space, config, "pbt", storage.path())
+        .fit()
+        .await
+        .unwrap();
+    let exploits: usize = grid.trials.iter().map(|t| t.exploits.len()).sum();
+    assert!(exploits >= 1, "some trial exploited: {grid:?}");
+    for t in &grid.trials {
+        assert_eq!(
+            (t.status, t.iterations),
+            (TrialStatus::Terminated, 10),
+            "{t:?}"
+        );
+        let lines = results_of(&t.dir);
+        for e in &t.exploits {
+            let lr = e.config["lr"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&lr), "explored within bounds: {e:?}");
+            assert!(e.from_iteration >= 1);
+            // The better trial's height at the copied checkpoint.
+            let source = &grid.trials[e.from as usize];
+            let copied = results_of(&source.dir)
+                .into_iter()
+                .find(|l| l.iteration == e.from_iteration)
+                .unwrap()
+                .metrics["height"];
+            let copy = t
+                .dir
+                .join(tune::checkpoint::directory_name(e.from_iteration));
+            // The trial went on from that height at the next iteration,
+            // with the new rate.
+            let next = lines
+                .iter()
+                .find(|l| l.iteration == e.from_iteration + 1 && l.metrics["lr"] == lr)
+                .unwrap_or_else(|| panic!("trial {} went on after {e:?}: {lines:?}", t.id));
+            assert_eq!(next.metrics["height"], copied + lr, "trial {}: {e:?}", t.id);
+            assert!(copy.is_dir(), "the copied checkpoint: {}", copy.display());
+        }
+    }
 }

@@ -1,11 +1,7 @@
-//! Trial schedulers: whether a running trial goes on after each result.
+//! Asynchronous successive halving (Ray's `ASHAScheduler` with one
+//! bracket).
 //!
-//! Plain state machines fed each trial's results in order; scores are
-//! normalised by the tuner so that higher is better (`Mode::Min` negates),
-//! iterations are the trial's report count (Ray's `training_iteration`).
-//!
-//! ASHA (asynchronous successive halving, Ray's `ASHAScheduler` with one
-//! bracket), for `grace_period` g, `reduction_factor` η and `max_t`:
+//! For `grace_period` g, `reduction_factor` η and `max_t`:
 //! 1. the rungs are at iterations g·η^k for every k ≥ 0 with g·η^k < `max_t`;
 //! 2. a result at iteration `max_t` or later stops the trial (it is done);
 //! 3. otherwise, take the highest rung at or below the iteration that the
@@ -18,75 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use super::TuneError;
-
-/// What a running trial does after a result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// Goes on.
-    Continue,
-    /// Is stopped (early, or done at `max_t`).
-    Stop,
-}
-
-/// Decides, result by result, which trials go on.
-pub trait Scheduler: Send {
-    /// Trial `trial` reported `score` (higher is better) at `iteration`.
-    fn on_result(&mut self, trial: u64, iteration: u64, score: f64) -> Decision;
-}
-
-/// Which scheduler an experiment uses.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum SchedulerConfig {
-    /// Every trial runs to its end.
-    #[default]
-    Fifo,
-    /// Asynchronous successive halving; see the module docs.
-    Asha {
-        /// Iterations before a trial can first be stopped (the lowest rung).
-        grace_period: u64,
-        /// η: about 1/η of the trials pass each rung.
-        reduction_factor: f64,
-        /// Iterations at which every trial stops.
-        max_t: u64,
-    },
-}
-
-impl SchedulerConfig {
-    /// ASHA with Ray's defaults: `grace_period` 1, `reduction_factor` 4.
-    pub fn asha(max_t: u64) -> Self {
-        SchedulerConfig::Asha {
-            grace_period: 1,
-            reduction_factor: 4.0,
-            max_t,
-        }
-    }
-
-    /// The scheduler, or why these settings are refused.
-    pub fn build(&self) -> Result<Box<dyn Scheduler>, TuneError> {
-        match self {
-            SchedulerConfig::Fifo => Ok(Box::new(Fifo)),
-            SchedulerConfig::Asha {
-                grace_period,
-                reduction_factor,
-                max_t,
-            } => Ok(Box::new(Asha::new(
-                *grace_period,
-                *reduction_factor,
-                *max_t,
-            )?)),
-        }
-    }
-}
-
-/// Runs every trial to its end.
-pub struct Fifo;
-
-impl Scheduler for Fifo {
-    fn on_result(&mut self, _: u64, _: u64, _: f64) -> Decision {
-        Decision::Continue
-    }
-}
+use super::{Decision, Scheduler};
+use crate::tune::TuneError;
 
 /// Asynchronous successive halving; see the module docs.
 pub struct Asha {
