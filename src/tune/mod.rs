@@ -4,7 +4,7 @@
 //! a population ([`SchedulerConfig::Pbt`]), and returns a [`ResultGrid`].
 //!
 //! Files: `space.rs` (parameters and sampling), `search.rs` (which config
-//! comes next), `schedule/` (which trial goes on: FIFO, ASHA, PBT; plain
+//! comes next), `schedule/` (which trial goes on: FIFO, ASHA, median stopping, PBT; plain
 //! state machines), `trial.rs` (the trainable, its context and the
 //! `TrialRunner` actor), `checkpoint.rs` (a trial's saved state),
 //! `experiment.rs` (the trials' records and the
@@ -54,7 +54,9 @@ pub use checkpoint::TrialCheckpoint;
 pub use experiment::{
     ExploitRecord, ResultGrid, ResultLine, TrialRecord, TrialStatus, RESULT_FILE, STATE_FILE,
 };
-pub use schedule::{Asha, Decision, Fifo, Pbt, PbtConfig, Scheduler, SchedulerConfig};
+pub use schedule::{
+    Asha, Decision, Fifo, MedianStopping, Pbt, PbtConfig, Scheduler, SchedulerConfig,
+};
 pub use search::{BasicSearch, Searcher, TrialConfig};
 pub use space::{
     choice, constant, derived, grid, loguniform, normal, quniform, randint, uniform, Domain,

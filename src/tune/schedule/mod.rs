@@ -4,13 +4,15 @@
 //! normalised by the tuner so that higher is better (`Mode::Min` negates),
 //! iterations are the trial's report count (Ray's `training_iteration`).
 //!
-//! Files: `asha.rs` (asynchronous successive halving), `pbt.rs`
-//! (population-based training).
+//! Files: `asha.rs` (asynchronous successive halving), `median.rs` (the
+//! median stopping rule), `pbt.rs` (population-based training).
 
 mod asha;
+mod median;
 mod pbt;
 
 pub use asha::Asha;
+pub use median::MedianStopping;
 pub use pbt::{Pbt, PbtConfig};
 
 use super::search::TrialConfig;
@@ -57,6 +59,13 @@ pub enum SchedulerConfig {
         /// Iterations at which every trial stops.
         max_t: u64,
     },
+    /// The median stopping rule (`median.rs`).
+    MedianStopping {
+        /// Iterations before a trial can be stopped.
+        grace_period: u64,
+        /// Other trials needed at an iteration to compare with.
+        min_samples_required: usize,
+    },
     /// Population-based training (`pbt.rs`).
     Pbt(PbtConfig),
 }
@@ -83,6 +92,13 @@ impl SchedulerConfig {
                 *grace_period,
                 *reduction_factor,
                 *max_t,
+            )?)),
+            SchedulerConfig::MedianStopping {
+                grace_period,
+                min_samples_required,
+            } => Ok(Box::new(MedianStopping::new(
+                *grace_period,
+                *min_samples_required,
             )?)),
             SchedulerConfig::Pbt(config) => Ok(Box::new(Pbt::new(config.clone())?)),
         }
