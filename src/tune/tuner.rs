@@ -108,6 +108,9 @@ pub struct TuneConfig {
     pub time_budget: Option<Duration>,
     /// A trial stops after this many results.
     pub stop_iterations: Option<u64>,
+    /// How often the progress table is shown on standard error (`None`:
+    /// never).
+    pub progress_every: Option<Duration>,
 }
 
 impl TuneConfig {
@@ -126,6 +129,7 @@ impl TuneConfig {
             trial_timeout: None,
             time_budget: None,
             stop_iterations: None,
+            progress_every: Some(Duration::from_secs(5)),
         }
     }
 
@@ -174,6 +178,12 @@ impl TuneConfig {
     /// Sets `time_budget`.
     pub fn time_budget(mut self, budget: Duration) -> Self {
         self.time_budget = Some(budget);
+        self
+    }
+
+    /// Sets `progress_every` (`None`: no progress table).
+    pub fn progress_every(mut self, every: Option<Duration>) -> Self {
+        self.progress_every = every;
         self
     }
 
@@ -320,6 +330,7 @@ impl<T: Trainable> Tuner<T> {
             next_run: 0,
             dirty: false,
             last_state_write: None,
+            last_progress: None,
             events: mpsc::unbounded_channel(),
             budget_over: false,
             started,
@@ -417,6 +428,8 @@ struct Experiment {
     dirty: bool,
     /// When it was last written.
     last_state_write: Option<Instant>,
+    /// When the progress table was last shown.
+    last_progress: Option<Instant>,
     events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
     budget_over: bool,
     started: Instant,
@@ -449,6 +462,7 @@ impl Experiment {
                 None => {}
             }
             self.check_time().await?;
+            self.show_progress();
         }
     }
 
@@ -754,10 +768,30 @@ impl Experiment {
         let budget = (!self.budget_over)
             .then(|| self.config.time_budget.map(|b| self.started + b))
             .flatten();
-        [timeouts.flatten(), budget, self.state_due()]
+        let progress = self
+            .config
+            .progress_every
+            .map(|every| self.last_progress.unwrap_or(self.started) + every);
+        [timeouts.flatten(), budget, self.state_due(), progress]
             .into_iter()
             .flatten()
             .min()
+    }
+
+    /// The progress table on standard error, every `progress_every`.
+    fn show_progress(&mut self) {
+        let Some(every) = self.config.progress_every else {
+            return;
+        };
+        let now = Instant::now();
+        if now < self.last_progress.unwrap_or(self.started) + every {
+            return;
+        }
+        self.last_progress = Some(now);
+        eprint!(
+            "{}",
+            progress_table(&self.trials, &self.config, self.started.elapsed())
+        );
     }
 
     /// Steps 5 (timeouts) and 6 (the budget).
@@ -874,4 +908,96 @@ fn unix_millis() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Rows shown at most in the progress table (running trials first, then
+/// the best).
+const PROGRESS_ROWS: usize = 12;
+
+/// The progress table: trials by status, then a row per running trial and
+/// the best ones so far (trial, status, iterations, latest metric,
+/// config).
+fn progress_table(trials: &[TrialRecord], config: &TuneConfig, elapsed: Duration) -> String {
+    let count = |status: TrialStatus| trials.iter().filter(|t| t.status == status).count();
+    let mut out = format!(
+        "== tune: {} trials after {:.0?}: {} running, {} pending, {} terminated, {} error ==\n",
+        trials.len(),
+        elapsed,
+        count(TrialStatus::Running),
+        count(TrialStatus::Pending),
+        count(TrialStatus::Terminated),
+        count(TrialStatus::Error),
+    );
+    let latest = |t: &TrialRecord| t.last.as_ref().and_then(|l| l.get(&config.metric)).copied();
+    let mut shown: Vec<&TrialRecord> = trials
+        .iter()
+        .filter(|t| t.status == TrialStatus::Running)
+        .collect();
+    let mut ended: Vec<&TrialRecord> = trials
+        .iter()
+        .filter(|t| t.status == TrialStatus::Terminated && latest(t).is_some())
+        .collect();
+    ended.sort_by(|a, b| {
+        let score = |t: &TrialRecord| config.mode.score(latest(t).unwrap_or(f64::NAN));
+        score(b).total_cmp(&score(a))
+    });
+    shown.extend(ended);
+    out.push_str(&format!(
+        "{:>6}  {:<10} {:>5}  {:>12}  config\n",
+        "trial", "status", "iter", config.metric
+    ));
+    for t in shown.into_iter().take(PROGRESS_ROWS) {
+        let value = latest(t).map_or_else(|| "-".to_string(), |v| format!("{v:.6}"));
+        out.push_str(&format!(
+            "{:>6}  {:<10} {:>5}  {:>12}  {}\n",
+            t.id,
+            format!("{:?}", t.status),
+            t.iterations,
+            value,
+            serde_json::Value::Object(t.config.clone())
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_table_counts_trials_and_shows_running_then_best() {
+        let dir = std::path::Path::new("/x");
+        let trial = |id: u64, status: TrialStatus, loss: Option<f64>| {
+            let mut config = TrialConfig::new();
+            config.insert("lr".into(), serde_json::json!(id));
+            let mut t = TrialRecord::new(id, config, dir);
+            t.status = status;
+            t.last = loss.map(|l| [("loss".to_string(), l)].into());
+            t.iterations = 3;
+            t
+        };
+        let trials = [
+            trial(0, TrialStatus::Terminated, Some(0.5)),
+            trial(1, TrialStatus::Terminated, Some(0.1)),
+            trial(2, TrialStatus::Running, Some(0.9)),
+            trial(3, TrialStatus::Pending, None),
+            trial(4, TrialStatus::Error, None),
+        ];
+        let config = TuneConfig::new("loss", Mode::Min);
+        let table = progress_table(&trials, &config, Duration::from_secs(7));
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines[0],
+            "== tune: 5 trials after 7s: 1 running, 1 pending, 2 terminated, 1 error =="
+        );
+        let ids: Vec<&str> = lines[2..]
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(ids, ["2", "1", "0"], "running, then best first:\n{table}");
+        assert!(
+            lines[3].contains("0.100000") && lines[3].ends_with("{\"lr\":1}"),
+            "{table}"
+        );
+    }
 }
