@@ -3,8 +3,8 @@
 //! process, stops bad trials early ([`SchedulerConfig::Asha`]) or evolves
 //! a population ([`SchedulerConfig::Pbt`]), and returns a [`ResultGrid`].
 //!
-//! Files: `space.rs` (parameters and sampling), `search.rs` (which config
-//! comes next), `schedule/` (which trial goes on: FIFO, ASHA, median stopping, PBT; plain
+//! Files: `space.rs` (parameters and sampling), `search/` (which config
+//! comes next: random and grid, TPE), `schedule/` (which trial goes on: FIFO, ASHA, median stopping, PBT; plain
 //! state machines), `trial.rs` (the trainable, its context and the
 //! `TrialRunner` actor), `checkpoint.rs` (a trial's saved state),
 //! `experiment.rs` (the trials' records and the
@@ -57,7 +57,7 @@ pub use experiment::{
 pub use schedule::{
     Asha, Decision, Fifo, MedianStopping, Pbt, PbtConfig, Scheduler, SchedulerConfig,
 };
-pub use search::{BasicSearch, Searcher, TrialConfig};
+pub use search::{BasicSearch, SearchConfig, Searcher, Tpe, TpeConfig, TrialConfig};
 pub use space::{
     choice, constant, derived, grid, loguniform, normal, quniform, randint, uniform, Domain,
     SearchSpace,

@@ -178,6 +178,22 @@ impl SearchSpace {
         self.param(name, Domain::Nested(space))
     }
 
+    /// Its parameters, in the order they were added.
+    pub fn params(&self) -> &[(String, Domain)] {
+        &self.params
+    }
+
+    /// Step 3 alone: computes the derived parameters of `config`, whose
+    /// other parameters were chosen elsewhere (a model-based searcher).
+    pub fn derive(&self, config: &mut Map<String, Value>) {
+        for (name, domain) in &self.params {
+            if let Domain::Derived(f) = domain {
+                let value = f(config);
+                config.insert(name.clone(), value);
+            }
+        }
+    }
+
     /// Refuses a space no trial could be sampled from; see the module docs.
     pub fn validate(&self) -> Result<(), TuneError> {
         self.validate_at("")
@@ -298,12 +314,7 @@ impl SearchSpace {
             };
             config.insert(name.clone(), value);
         }
-        for (name, domain) in &self.params {
-            if let Domain::Derived(f) = domain {
-                let value = f(&config);
-                config.insert(name.clone(), value);
-            }
-        }
+        self.derive(&mut config);
         config
     }
 }

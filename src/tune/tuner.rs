@@ -43,7 +43,7 @@ use super::experiment::{
     ExperimentFiles, ExploitRecord, ResultGrid, ResultLine, TrialRecord, TrialStatus,
 };
 use super::schedule::{Decision, Scheduler, SchedulerConfig};
-use super::search::{BasicSearch, Searcher, TrialConfig};
+use super::search::{SearchConfig, Searcher, TrialConfig};
 use super::space::SearchSpace;
 use super::trial::{
     PollTrial, RunTrial, StopTrial, Trainable, TrialEnd, TrialProgress, TrialResult, TrialRunner,
@@ -97,6 +97,8 @@ pub struct TuneConfig {
     pub cpus_per_trial: f64,
     /// Which trials go on.
     pub scheduler: SchedulerConfig,
+    /// Which configs come next.
+    pub search: SearchConfig,
     /// Seeds the search.
     pub seed: u64,
     /// Failures a trial may have before it ends in `Error`.
@@ -124,6 +126,7 @@ impl TuneConfig {
             max_concurrent_trials: 2,
             cpus_per_trial: 1.0,
             scheduler: SchedulerConfig::Fifo,
+            search: SearchConfig::Basic,
             seed: 0,
             max_failures: 0,
             trial_timeout: None,
@@ -154,6 +157,12 @@ impl TuneConfig {
     /// Sets the scheduler.
     pub fn scheduler(mut self, scheduler: SchedulerConfig) -> Self {
         self.scheduler = scheduler;
+        self
+    }
+
+    /// Sets the searcher.
+    pub fn search(mut self, search: SearchConfig) -> Self {
+        self.search = search;
         self
     }
 
@@ -278,14 +287,14 @@ impl<T: Trainable> Tuner<T> {
         self.space.validate()?;
         self.config.validate()?;
         let mut scheduler = self.config.scheduler.build()?;
-        let mut search = BasicSearch::new(
+        let mut search = self.config.search.build(
             self.space.clone(),
             self.config.num_samples,
             self.config.seed,
-        );
+        )?;
         let (files, trials, retry) = if self.restore {
             let files = ExperimentFiles::open(self.dir.clone())?;
-            let (trials, retry) = resume(&files, &mut search, &mut *scheduler, &self.config)?;
+            let (trials, retry) = resume(&files, &mut *search, &mut *scheduler, &self.config)?;
             (files, trials, retry)
         } else {
             (
@@ -320,7 +329,7 @@ impl<T: Trainable> Tuner<T> {
         }
         let mut run = Experiment {
             config: self.config,
-            search: Box::new(search),
+            search,
             scheduler,
             files,
             trials,

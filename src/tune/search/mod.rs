@@ -1,5 +1,8 @@
 //! Searchers: which config the next trial gets.
 //!
+//! Files: this one (the trait, and random and grid search), `tpe.rs` (a
+//! model-based searcher).
+//!
 //! [`BasicSearch`] is Ray Tune's default (`BasicVariantGenerator`): random
 //! search over the random parameters, crossed with every grid point; the
 //! whole grid is repeated `num_samples` times, so an experiment has
@@ -11,7 +14,12 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::{Map, Value};
 
+mod tpe;
+
+pub use tpe::{Tpe, TpeConfig};
+
 use super::space::{GridPoint, SearchSpace};
+use super::TuneError;
 
 /// A trial's config: a JSON object, decoded into the trainable's `Config`.
 pub type TrialConfig = Map<String, Value>;
@@ -25,6 +33,33 @@ pub trait Searcher: Send {
     /// A trial ended with `score` (its metric, higher is better), for
     /// searchers that learn from results.
     fn on_trial_complete(&mut self, _config: &TrialConfig, _score: Option<f64>) {}
+}
+
+/// Which searcher an experiment uses.
+#[derive(Clone, Debug, Default)]
+pub enum SearchConfig {
+    /// Random and grid search ([`BasicSearch`]).
+    #[default]
+    Basic,
+    /// The Tree-structured Parzen Estimator ([`Tpe`]).
+    Tpe(TpeConfig),
+}
+
+impl SearchConfig {
+    /// The searcher for `space`, `num_samples` and `seed`.
+    pub fn build(
+        &self,
+        space: SearchSpace,
+        num_samples: usize,
+        seed: u64,
+    ) -> Result<Box<dyn Searcher>, TuneError> {
+        Ok(match self {
+            SearchConfig::Basic => Box::new(BasicSearch::new(space, num_samples, seed)),
+            SearchConfig::Tpe(config) => {
+                Box::new(Tpe::new(space, num_samples, seed, config.clone())?)
+            }
+        })
+    }
 }
 
 /// Random and grid search; see the module docs.
