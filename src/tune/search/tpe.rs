@@ -164,7 +164,7 @@ impl Tpe {
                 best = (ratio, x);
             }
         }
-        numeric.from_model(best.1)
+        numeric.value_of(best.1)
     }
 }
 
@@ -238,7 +238,7 @@ impl Numeric {
         }
     }
 
-    fn from_model(&self, x: f64) -> Value {
+    fn value_of(&self, x: f64) -> Value {
         let x = x.clamp(self.low, self.high);
         if self.integer {
             return Value::from(x.floor() as i64);
