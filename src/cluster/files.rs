@@ -45,6 +45,20 @@ pub fn private_log(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Takes the exclusive advisory lock (`flock`) on `file`, without
+/// waiting: `WouldBlock` while another open file holds it. The lock goes
+/// with the file's last descriptor, also when its process dies.
+pub fn lock_exclusive(file: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `flock` on a file descriptor this `File` keeps open.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if locked == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Writes `bytes` to a new private file at `path`.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     private_file(path)?.write_all(bytes)

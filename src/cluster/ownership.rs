@@ -22,13 +22,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::files::{private_dir, PRIVATE_DIR, PRIVATE_FILE};
+use super::files::{lock_exclusive as lock, private_dir, PRIVATE_DIR, PRIVATE_FILE};
 
 /// The file in an owned directory that names its owner and carries the
 /// owner's lock.
@@ -208,17 +207,6 @@ fn stale(dir: &Path, here: &Owner) -> bool {
     // The lock is free only when no process anywhere holds it; it is held
     // (by this open file) until the directory is gone.
     owner.gone(here) && lock(&file).is_ok()
-}
-
-/// Takes the exclusive lock on `file`, without waiting.
-fn lock(file: &File) -> std::io::Result<()> {
-    // SAFETY: `flock` on a file descriptor this `File` keeps open.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if locked == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 /// This host's machine id: `/etc/machine-id`, else its hostname.

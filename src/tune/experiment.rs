@@ -4,15 +4,18 @@
 //! - `experiment_state.json` ([`STATE_FILE`]): every trial's record, written
 //!   (to a temporary file, then renamed over the old one) as trials start,
 //!   end or are retried (see `tuner.rs`); `Tuner::restore` reads it;
-//! - `trial_<n>/params.json`: the trial's config;
+//! - `.experiment.lock` ([`LOCK_FILE`]): locked by the tuner running it;
+//! - `trial_<n>/params.json` (`trial_00003`: n zero-padded): the trial's
+//!   config, written before it starts;
 //! - `trial_<n>/result.jsonl` ([`RESULT_FILE`]): one line per result, as it
 //!   arrives (`trial`, `attempt`, `iteration`, `time_ms`, `metrics`);
 //! - `trial_<n>/progress.csv`: the same as a table, one column per metric
 //!   of the first result;
-//! - `trial_<n>/checkpoint_<iteration>/`: its checkpoints (`checkpoint.rs`).
+//! - `trial_<n>/checkpoint_<iteration>/` (zero-padded too): its checkpoints
+//!   (`checkpoint.rs`).
 
 use std::collections::HashMap;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -23,12 +26,14 @@ use super::search::TrialConfig;
 use super::trial::Metrics;
 use super::tuner::Mode;
 use super::TuneError;
-use crate::cluster::files::{private_dir, private_log, write_private};
+use crate::cluster::files::{lock_exclusive, private_dir, private_file, private_log};
 
 /// The experiment's state file.
 pub const STATE_FILE: &str = "experiment_state.json";
 /// A trial's results, one JSON line each.
 pub const RESULT_FILE: &str = "result.jsonl";
+/// Locked (`flock`) by the tuner running the experiment.
+pub const LOCK_FILE: &str = ".experiment.lock";
 
 /// Where a trial stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +58,8 @@ pub struct TrialRecord {
     pub config: TrialConfig,
     /// Where it stands.
     pub status: TrialStatus,
-    /// Results reported in its last attempt.
+    /// Results reported, counting those before the checkpoint its last
+    /// run started from.
     pub iterations: u64,
     /// Its last result.
     #[serde(deserialize_with = "nan_metrics::option")]
@@ -64,6 +70,10 @@ pub struct TrialRecord {
     /// Failures so far (each retried, from its latest checkpoint or the
     /// start, while within `max_failures`).
     pub failures: u32,
+    /// Runs started: the first, then one more per retry, exploit or
+    /// restore.
+    #[serde(default)]
+    pub runs: u32,
     /// Why it failed, for `Error`.
     pub error: Option<String>,
     /// The scheduler stopped it before its end.
@@ -89,6 +99,7 @@ impl TrialRecord {
             last: None,
             best: None,
             failures: 0,
+            runs: 0,
             error: None,
             stopped_early: false,
             checkpoint: None,
@@ -211,6 +222,42 @@ impl ResultGrid {
     }
 }
 
+/// Cuts a torn last line (its writer died mid-line) off `path`, so that
+/// the next line starts on a line of its own.
+fn end_at_last_line(path: &Path) -> Result<(), TuneError> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Ok(());
+    };
+    if bytes.is_empty() || bytes.ends_with(b"\n") {
+        return Ok(());
+    }
+    let keep = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(keep as u64))
+        .map_err(io(path, "cannot cut a torn last line off"))
+}
+
+/// Replaces `path` (in `dir`) by a file of `bytes`: a temporary file,
+/// fsynced, renamed over it, and the directory fsynced, so that a crash
+/// leaves the old file or the new one.
+fn replace_durably(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), TuneError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let temporary = dir.join(format!(".{name}.tmp"));
+    let mut file = private_file(&temporary).map_err(io(&temporary, "cannot create"))?;
+    file.write_all(bytes)
+        .map_err(io(&temporary, "cannot write"))?;
+    file.sync_all().map_err(io(&temporary, "cannot fsync"))?;
+    std::fs::rename(&temporary, path).map_err(io(path, "cannot replace"))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir, "cannot fsync"))
+}
+
 /// A CSV line, fields quoted where they need it.
 fn csv_line(fields: &[String]) -> String {
     let quoted: Vec<String> = fields
@@ -231,7 +278,8 @@ fn csv_line(fields: &[String]) -> String {
 pub struct ResultLine {
     /// The trial.
     pub trial: u64,
-    /// Its attempt (failures before it).
+    /// Its run: 0 for the first, one more per retry, exploit or restore
+    /// (`TrialRecord::runs` − 1).
     pub attempt: u32,
     /// The result's number, from 1 (an attempt resumed from a checkpoint
     /// goes on from that checkpoint's).
@@ -274,8 +322,25 @@ mod nan_metrics {
 /// The experiment directory's files; see the module docs.
 pub(crate) struct ExperimentFiles {
     dir: PathBuf,
+    /// [`LOCK_FILE`], locked while the experiment runs.
+    _lock: File,
     /// Per running trial: its `result.jsonl`, `progress.csv` and columns.
     open: HashMap<u64, (File, File, Vec<String>)>,
+}
+
+/// Takes the experiment directory's lock, refused while another process
+/// (another tuner on it) holds it; released when the file
+/// closes, also when the process dies.
+fn lock(dir: &Path) -> Result<File, TuneError> {
+    let path = dir.join(LOCK_FILE);
+    let file = private_log(&path).map_err(io(&path, "cannot open"))?;
+    match lock_exclusive(&file) {
+        Ok(()) => Ok(file),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            Err(TuneError::ExperimentInUse(dir.to_path_buf()))
+        }
+        Err(e) => Err(io(&path, "cannot lock")(e)),
+    }
 }
 
 fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> TuneError + 'a {
@@ -294,8 +359,13 @@ impl ExperimentFiles {
             return Err(TuneError::ExperimentExists(dir));
         }
         private_dir(&dir).map_err(io(&dir, "cannot create"))?;
+        let lock = lock(&dir)?;
+        if dir.join(STATE_FILE).exists() {
+            return Err(TuneError::ExperimentExists(dir));
+        }
         Ok(ExperimentFiles {
             dir,
+            _lock: lock,
             open: HashMap::new(),
         })
     }
@@ -309,8 +379,10 @@ impl ExperimentFiles {
         if !dir.join(STATE_FILE).is_file() {
             return Err(TuneError::NoExperiment(dir));
         }
+        let lock = lock(&dir)?;
         Ok(ExperimentFiles {
             dir,
+            _lock: lock,
             open: HashMap::new(),
         })
     }
@@ -389,7 +461,7 @@ impl ExperimentFiles {
         private_dir(&trial.dir).map_err(io(&trial.dir, "cannot create"))?;
         let params = trial.dir.join("params.json");
         let json = serde_json::to_vec_pretty(&trial.config).unwrap_or_default();
-        write_private(&params, &json).map_err(io(&params, "cannot write"))?;
+        replace_durably(&trial.dir, &params, &json)?;
         self.open.remove(&trial.id);
         Ok(())
     }
@@ -400,12 +472,20 @@ impl ExperimentFiles {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
                 let results = trial.join(RESULT_FILE);
+                end_at_last_line(&results)?;
                 let jsonl = private_log(&results).map_err(io(&results, "cannot open"))?;
                 let progress = trial.join("progress.csv");
-                let fresh = !progress.exists();
+                end_at_last_line(&progress)?;
+                // An earlier run's header stays the table's.
+                let header = std::fs::read_to_string(&progress)
+                    .ok()
+                    .and_then(|t| t.lines().next().map(str::to_string));
                 let mut csv = private_log(&progress).map_err(io(&progress, "cannot open"))?;
-                let columns: Vec<String> = line.metrics.keys().cloned().collect();
-                if fresh {
+                let columns: Vec<String> = match &header {
+                    Some(header) => header.split(',').skip(3).map(str::to_string).collect(),
+                    None => line.metrics.keys().cloned().collect(),
+                };
+                if header.is_none() {
                     let mut header =
                         vec!["attempt".to_string(), "iteration".into(), "time_ms".into()];
                     header.extend(columns.iter().cloned());
@@ -442,11 +522,8 @@ impl ExperimentFiles {
 
     /// Writes `experiment_state.json` (temporary file, then rename).
     pub(crate) fn write_state(&self, trials: &[TrialRecord]) -> Result<(), TuneError> {
-        let path = self.dir.join(STATE_FILE);
-        let temporary = self.dir.join(format!(".{STATE_FILE}.tmp"));
         let json = serde_json::to_vec_pretty(trials).unwrap_or_default();
-        write_private(&temporary, &json).map_err(io(&temporary, "cannot write"))?;
-        std::fs::rename(&temporary, &path).map_err(io(&path, "cannot replace"))
+        replace_durably(&self.dir, &self.dir.join(STATE_FILE), &json)
     }
 }
 

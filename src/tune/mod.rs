@@ -52,7 +52,8 @@ use std::path::PathBuf;
 
 pub use checkpoint::TrialCheckpoint;
 pub use experiment::{
-    ExploitRecord, ResultGrid, ResultLine, TrialRecord, TrialStatus, RESULT_FILE, STATE_FILE,
+    ExploitRecord, ResultGrid, ResultLine, TrialRecord, TrialStatus, LOCK_FILE, RESULT_FILE,
+    STATE_FILE,
 };
 pub use schedule::{
     Asha, Decision, Fifo, MedianStopping, Pbt, PbtConfig, Scheduler, SchedulerConfig,
@@ -66,7 +67,9 @@ pub use trial::{
     Metrics, PollTrial, ReportError, RunTrial, StopTrial, Trainable, TrialContext, TrialEnd,
     TrialProgress, TrialRefusal, TrialResult, TrialRunner, TrialStopped, TuneRegistry,
 };
-pub use tuner::{Mode, TuneConfig, Tuner, DEATH_WAIT, POLL_DEADLINE, POLL_WAIT, STATE_EVERY};
+pub use tuner::{
+    Mode, TuneConfig, Tuner, BUDGET_GRACE, DEATH_WAIT, POLL_DEADLINE, POLL_WAIT, STATE_EVERY,
+};
 
 use crate::actor::SpawnError;
 
@@ -134,6 +137,12 @@ pub enum TuneError {
         /// Why.
         detail: String,
     },
+    /// A runner refused a trial: this program cannot run the trainable.
+    #[error("a trial runner refused the trial: {0}")]
+    Refused(TrialRefusal),
+    /// Another process holds the experiment directory.
+    #[error("{} is in use by another tuner (its lock file {LOCK_FILE} is held): wait for it to end, or stop it", .0.display())]
+    ExperimentInUse(PathBuf),
     /// Every trial runner was lost and none could be started again.
     #[error("every trial runner was lost: {0}")]
     RunnersLost(String),

@@ -214,7 +214,7 @@ impl SearchSpace {
                     return bad("has no values to choose from".into())
                 }
                 Domain::Uniform { low, high } | Domain::QUniform { low, high, .. }
-                    if !finite(&[*low, *high]) || low >= high =>
+                    if !finite(&[*low, *high, high - low]) || low >= high =>
                 {
                     return bad(format!(
                         "needs finite bounds with low < high, got [{low}, {high}]"
@@ -222,6 +222,9 @@ impl SearchSpace {
                 }
                 Domain::QUniform { q, .. } if !(q.is_finite() && *q > 0.0) => {
                     return bad(format!("needs a step q > 0, got {q}"))
+                }
+                Domain::QUniform { low, high, q } if (low / q).ceil() > (high / q).floor() => {
+                    return bad(format!("has no multiple of {q} in [{low}, {high}]"))
                 }
                 Domain::LogUniform { low, high } if !finite(&[*low, *high]) || *low <= 0.0 => {
                     return bad(format!(
@@ -302,8 +305,12 @@ impl SearchSpace {
                     .map_or_else(|| values[0].clone(), |(_, v)| v.clone()),
                 Domain::Uniform { low, high } => json(rng.random_range(*low..*high)),
                 Domain::QUniform { low, high, q } => {
-                    let x = (rng.random_range(*low..=*high) / q).round() * q;
-                    json(x.clamp(*low, *high))
+                    // Multiples of q within the bounds only.
+                    let (first, last) = ((low / q).ceil(), (high / q).floor());
+                    let x = (rng.random_range(*low..=*high) / q)
+                        .round()
+                        .clamp(first, last);
+                    json(x * q)
                 }
                 Domain::LogUniform { low, high } => {
                     json(rng.random_range(low.ln()..high.ln()).exp())
@@ -368,6 +375,13 @@ mod tests {
         assert!(
             (mean - 3.0).abs() < 0.06 && (sd - 2.0).abs() < 0.05,
             "{mean} {sd}"
+        );
+        // Bounds that are not multiples: only the multiples inside.
+        let xs = draws(quniform(0.1, 0.9, 0.25), 2_000);
+        assert!(
+            xs.iter().all(|x| [0.25, 0.5, 0.75].contains(x)),
+            "{:?}",
+            &xs[..5]
         );
         // Quantized: multiples of 0.25 within bounds, ends included.
         let xs = draws(quniform(0.0, 1.0, 0.25), n);
@@ -450,6 +464,8 @@ mod tests {
         assert!(refused(uniform(1.0, 1.0)).contains("low < high"));
         assert!(refused(uniform(f64::NAN, 1.0)).contains("finite"));
         assert!(refused(quniform(0.0, 1.0, 0.0)).contains("q > 0"));
+        assert!(refused(quniform(0.1, 0.2, 0.25)).contains("no multiple of 0.25"));
+        assert!(refused(uniform(-1e308, 1e308)).contains("finite"));
         assert!(refused(randint(5, 5)).contains("low < high"));
         assert!(refused(normal(0.0, 0.0)).contains("sd > 0"));
         SearchSpace::new()

@@ -56,7 +56,7 @@ pub trait Trainable: 'static {
     ) -> Result<(), Box<dyn Error + Send + Sync>>;
 }
 
-type TrainableFn = Arc<dyn Fn(&str, &mut TrialContext) -> Result<(), String> + Send + Sync>;
+type TrainableFn = Arc<dyn Fn(&str, &mut TrialContext) -> Result<(), TrialEnd> + Send + Sync>;
 
 /// The trainables this binary registered, by name.
 #[derive(Clone, Default)]
@@ -72,16 +72,16 @@ impl TuneRegistry for Registry {
     fn trainable<T: Trainable>(self) -> Self {
         let run: TrainableFn = Arc::new(|config: &str, ctx: &mut TrialContext| {
             let config: T::Config = serde_json::from_str(config).map_err(|e| {
-                format!(
-                    "the config does not decode as {}'s Config: {e}; make the search space's parameters match its fields",
+                TrialEnd::BadConfig(format!(
+                    "a trial's config does not decode as {}'s Config: {e}; make the search space's parameters match its fields",
                     T::NAME
-                )
+                ))
             })?;
             match T::run(config, ctx) {
                 Ok(()) => Ok(()),
                 Err(e) if e.is::<TrialStopped>() => Ok(()),
                 Err(e) if matches!(e.downcast_ref(), Some(ReportError::Stopped)) => Ok(()),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(TrialEnd::Failed(e.to_string())),
             }
         });
         self.actor::<TrialRunner>()
@@ -109,6 +109,11 @@ pub enum TrialEnd {
     Failed(String),
     /// The function panicked (its process ends too): the message.
     Panicked(String),
+    /// The config does not decode as the trainable's (a mistake in the
+    /// search space: the experiment ends).
+    BadConfig(String),
+    /// The runner refused the trial (the experiment ends).
+    Refused(TrialRefusal),
 }
 
 /// Why `report_with_checkpoint` did not report.
@@ -364,7 +369,7 @@ impl Handler<RunTrial> for TrialRunner {
                 }));
                 let end = match ran {
                     Ok(Ok(())) => TrialEnd::Returned,
-                    Ok(Err(e)) => TrialEnd::Failed(e),
+                    Ok(Err(end)) => end,
                     Err(panic) => TrialEnd::Panicked(crate::runtime::panic_text(&*panic)),
                 };
                 ctx.shared.lock().end = Some(end);

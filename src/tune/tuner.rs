@@ -16,21 +16,27 @@
 //!    `UnknownMetric`), and given to the scheduler; a `Stop` (or the
 //!    trial reaching `stop_iterations`) has the task send `StopTrial`
 //!    first.
-//! 5. A trial that ends by returning is `Terminated`; one that fails is
-//!    retried from the start while its failures are within `max_failures`,
-//!    else `Error`. A trial running past `trial_timeout` has its runner
+//! 5. A trial that ends by returning is `Terminated` (so is one told to
+//!    stop that fails on its way out); one that fails is retried from its
+//!    newest checkpoint (the start without one) while its failures are
+//!    within `max_failures`, else `Error`. A runner that refuses a trial
+//!    or a config the trainable cannot decode ends the experiment
+//!    (`Refused`, `BadConfig`). A trial running past `trial_timeout` has its runner
 //!    killed (and replaced) and ends in `Error`, naming the timeout. A
 //!    trial that panicked or whose runner died counts a failure, named by
-//!    the panic or the death's cause, and its runner is replaced.
-//! 6. When the time budget is spent, running trials are stopped and no
-//!    new one starts. When no trial runs and none is left, the runners are
+//!    the panic or the death's cause. A runner is replaced in the
+//!    background (its slot takes no trial meanwhile; the loop goes on).
+//! 6. When the time budget is spent, running trials are told to stop and
+//!    no run starts (retries due end in `Error`); trials still running
+//!    [`BUDGET_GRACE`] later have their runners killed and end
+//!    `Terminated`. When no trial runs and none is left, the runners are
 //!    killed and the [`ResultGrid`] returned. `experiment_state.json` is
 //!    rewritten at once when a trial ends or is due for a retry, after
 //!    trials start (at most every [`STATE_EVERY`]), and at the end.
 //!
 //! [`Tuner::restore`] resumes an experiment from its directory.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -62,6 +68,9 @@ pub const STATE_EVERY: Duration = Duration::from_millis(500);
 /// How long the tuner waits for the head's record of a lost runner's
 /// death, to name its cause.
 pub const DEATH_WAIT: Duration = Duration::from_secs(5);
+/// How long trials have to stop (at their next report) once the time
+/// budget ran out, before their runners are killed.
+pub const BUDGET_GRACE: Duration = Duration::from_secs(10);
 
 /// Whether higher or lower values of the metric are better.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,6 +222,12 @@ impl TuneConfig {
         if self.max_concurrent_trials == 0 {
             return bad("TuneConfig::max_concurrent_trials must be at least 1");
         }
+        if self.trial_timeout.is_some_and(|t| t.is_zero()) {
+            return bad("TuneConfig::trial_timeout must be more than 0 (None: no timeout)");
+        }
+        if self.time_budget.is_some_and(|t| t.is_zero()) {
+            return bad("TuneConfig::time_budget must be more than 0 (None: no budget)");
+        }
         if !(self.cpus_per_trial.is_finite() && self.cpus_per_trial >= 0.0) {
             return bad("TuneConfig::cpus_per_trial must be a finite number >= 0");
         }
@@ -232,17 +247,39 @@ pub struct Tuner<T: Trainable> {
 
 /// A runner and the trial it runs.
 struct Slot {
-    runner: ActorHandle<TrialRunner>,
-    /// Trial, run number and when it started.
-    running: Option<(u64, u64, Instant)>,
+    runner: SlotRunner,
+    running: Option<Running>,
 }
 
-/// What a trial's poll task tells the loop, by run number.
+/// A slot's runner.
+enum SlotRunner {
+    Ready(ActorHandle<TrialRunner>),
+    /// Being replaced (`Event::Replaced` follows).
+    Starting,
+    /// Could not be replaced.
+    Gone,
+}
+
+/// A trial on a runner.
+struct Running {
+    trial: u64,
+    /// Numbers the run, so that news of an earlier one is told apart.
+    run: u64,
+    started: Instant,
+    /// It was told to stop (its end is no failure to retry).
+    stop_sent: bool,
+}
+
+/// What the tasks of the experiment tell its loop.
 enum Event {
-    /// New results, and where to say whether the trial stops.
+    /// Run `.0`'s new results, and where to say whether the trial stops.
     Results(u64, Vec<TrialResult>, oneshot::Sender<bool>),
-    /// The trial ended, or its runner was lost (`Err`).
+    /// Run `.0` ended, or its runner was lost (`Err`: why).
     Ended(u64, Result<TrialEnd, String>),
+    /// Slot `.0`'s runner was replaced (or could not be).
+    Replaced(usize, Result<ActorHandle<TrialRunner>, String>),
+    /// A runner that could not be killed (tried again at the end).
+    Unkilled(ActorHandle<TrialRunner>),
 }
 
 impl<T: Trainable> Tuner<T> {
@@ -307,46 +344,14 @@ impl<T: Trainable> Tuner<T> {
             total.saturating_sub(trials.len()) + retry.len()
         });
         let wanted = left.min(self.config.max_concurrent_trials);
-        let options = SpawnOptions::default().num_cpus(self.config.cpus_per_trial);
-        let spawned = futures::future::join_all(
-            (0..wanted).map(|_| actor::spawn::<TrialRunner>((), options.clone())),
-        )
-        .await;
-        let mut slots = Vec::new();
-        let mut refused = None;
-        for s in spawned {
-            match s {
-                Ok(runner) => slots.push(Slot {
-                    runner,
-                    running: None,
-                }),
-                Err(e) => refused = Some(e),
-            }
-        }
-        if let Some(e) = refused {
-            stop_runners(&slots).await;
-            return Err(e.into());
-        }
-        let mut run = Experiment {
-            config: self.config,
-            search,
-            scheduler,
-            files,
-            trials,
-            retry,
-            exploiting: HashSet::new(),
-            slots,
-            next_run: 0,
-            dirty: false,
-            last_state_write: None,
-            last_progress: None,
-            events: mpsc::unbounded_channel(),
-            budget_over: false,
-            started,
-            trainable: T::NAME,
+        let mut run = Experiment::new(self.config, search, scheduler, files, started, T::NAME);
+        run.trials = trials;
+        run.retry = retry;
+        let outcome = match run.start_runners(wanted).await {
+            Ok(()) => run.run().await,
+            Err(e) => Err(e),
         };
-        let outcome = run.run().await;
-        stop_runners(&run.slots).await;
+        run.stop_runners().await;
         let written = run.files.write_state(&run.trials);
         outcome?;
         written?;
@@ -354,7 +359,7 @@ impl<T: Trainable> Tuner<T> {
             path: run.files.dir().to_path_buf(),
             metric: run.config.metric.clone(),
             mode: run.config.mode,
-            trials: run.trials,
+            trials: std::mem::take(&mut run.trials),
             seconds: started.elapsed().as_secs_f64(),
         })
     }
@@ -403,21 +408,31 @@ fn resume(
         scheduler.on_trial_add(trial.id, &trial.config);
     }
     results.sort_by_key(|l| (l.time_ms, l.trial, l.iteration));
+    // A stop decided before the driver died still holds.
+    let mut stopped: HashMap<u64, bool> = HashMap::new();
     for line in results {
-        if let Some(value) = line.metrics.get(&config.metric) {
-            scheduler.on_result(line.trial, line.iteration, config.mode.score(*value));
+        let Some(value) = line.metrics.get(&config.metric) else {
+            continue;
+        };
+        let decision = scheduler.on_result(line.trial, line.iteration, config.mode.score(*value));
+        let done = config.stop_iterations.is_some_and(|n| line.iteration >= n);
+        if decision == Decision::Stop || done {
+            let early = decision == Decision::Stop && !done && !at_max_t(config, line.iteration);
+            stopped.insert(line.trial, early);
+        } else {
+            stopped.remove(&line.trial);
         }
     }
+    retry.retain(|id| {
+        let Some(&early) = stopped.get(id) else {
+            return true;
+        };
+        let trial = &mut trials[*id as usize];
+        trial.status = TrialStatus::Terminated;
+        trial.stopped_early = early;
+        false
+    });
     Ok((trials, retry))
-}
-
-async fn stop_runners(slots: &[Slot]) {
-    let kills = slots.iter().map(|s| s.runner.kill());
-    for (slot, killed) in slots.iter().zip(futures::future::join_all(kills).await) {
-        if let Err(e) = killed {
-            tracing::warn!(runner = %slot.runner.id(), "cannot stop a trial runner: {e}");
-        }
-    }
 }
 
 /// A running experiment.
@@ -431,7 +446,12 @@ struct Experiment {
     retry: VecDeque<u64>,
     /// Trials stopped for an exploit, not yet ended.
     exploiting: HashSet<u64>,
+    /// Never removed from, so that an index names a slot for good.
     slots: Vec<Slot>,
+    /// Runners whose kill failed: killed again at the end.
+    unkilled: Vec<ActorHandle<TrialRunner>>,
+    /// The runners are stopped (else dropping the experiment stops them).
+    stopped: bool,
     next_run: u64,
     /// A trial's record changed since `experiment_state.json` was written.
     dirty: bool,
@@ -440,45 +460,196 @@ struct Experiment {
     /// When the progress table was last shown.
     last_progress: Option<Instant>,
     events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
-    budget_over: bool,
+    /// When the time budget ran out (running trials were told to stop).
+    budget_over: Option<Instant>,
     started: Instant,
     trainable: &'static str,
 }
 
+impl Drop for Experiment {
+    /// A `fit` future dropped before its end (cancelled) still stops its
+    /// runners.
+    fn drop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for runner in self.runners() {
+            runtime.spawn(async move { runner.kill().await });
+        }
+    }
+}
+
 impl Experiment {
+    fn new(
+        config: TuneConfig,
+        search: Box<dyn Searcher>,
+        scheduler: Box<dyn Scheduler>,
+        files: ExperimentFiles,
+        started: Instant,
+        trainable: &'static str,
+    ) -> Self {
+        Experiment {
+            config,
+            search,
+            scheduler,
+            files,
+            trials: Vec::new(),
+            retry: VecDeque::new(),
+            exploiting: HashSet::new(),
+            slots: Vec::new(),
+            unkilled: Vec::new(),
+            stopped: false,
+            next_run: 0,
+            dirty: false,
+            last_state_write: None,
+            last_progress: None,
+            events: mpsc::unbounded_channel(),
+            budget_over: None,
+            started,
+            trainable,
+        }
+    }
+
+    /// Every runner started and not known dead.
+    fn runners(&self) -> Vec<ActorHandle<TrialRunner>> {
+        let ready = self.slots.iter().filter_map(|s| match &s.runner {
+            SlotRunner::Ready(runner) => Some(runner.clone()),
+            _ => None,
+        });
+        ready.chain(self.unkilled.iter().cloned()).collect()
+    }
+
+    /// Step 2: `wanted` runners; the first that cannot start fails the
+    /// experiment (after the others are stopped).
+    async fn start_runners(&mut self, wanted: usize) -> Result<(), TuneError> {
+        let options = SpawnOptions::default().num_cpus(self.config.cpus_per_trial);
+        let spawned = futures::future::join_all(
+            (0..wanted).map(|_| actor::spawn::<TrialRunner>((), options.clone())),
+        )
+        .await;
+        let mut refused = None;
+        for s in spawned {
+            match s {
+                Ok(runner) => self.slots.push(Slot {
+                    runner: SlotRunner::Ready(runner),
+                    running: None,
+                }),
+                Err(e) => refused = Some(e),
+            }
+        }
+        match refused {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Kills every runner (at the end).
+    async fn stop_runners(&mut self) {
+        let runners = self.runners();
+        let kills = runners.iter().map(|r| r.kill());
+        for (runner, killed) in runners.iter().zip(futures::future::join_all(kills).await) {
+            if let Err(e) = killed {
+                tracing::warn!(runner = %runner.id(), "cannot stop a trial runner: {e}");
+            }
+        }
+        self.stopped = true;
+    }
+
     async fn run(&mut self) -> Result<(), TuneError> {
         loop {
             self.assign()?;
-            if self.slots.iter().all(|s| s.running.is_none()) {
+            let busy = self
+                .slots
+                .iter()
+                .any(|s| s.running.is_some() || matches!(s.runner, SlotRunner::Starting));
+            if !busy {
+                if self.has_work() && !self.slots.is_empty() && self.budget_over.is_none() {
+                    return Err(TuneError::RunnersLost(
+                        "no trial runner is left to run the remaining trials".into(),
+                    ));
+                }
                 return Ok(());
             }
             self.write_state_due()?;
-            let deadline = self.next_deadline();
-            let event = match deadline {
+            let event = match self.next_deadline() {
                 Some(at) => tokio::time::timeout_at(at.into(), self.events.1.recv())
                     .await
                     .ok()
                     .flatten(),
                 None => self.events.1.recv().await,
             };
-            match event {
-                Some(Event::Results(run, results, decided)) => {
-                    let stop = self.results(run, results)?;
-                    // A trial whose follower is gone has ended or timed out.
-                    let _ = decided.send(stop);
-                }
-                Some(Event::Ended(run, end)) => self.ended(run, end).await?,
-                None => {}
+            if let Some(event) = event {
+                self.handle(event)?;
             }
-            self.check_time().await?;
+            // Events already in (an end) come before a timeout.
+            while let Ok(event) = self.events.1.try_recv() {
+                self.handle(event)?;
+            }
+            self.check_time()?;
             self.show_progress();
         }
     }
 
+    fn handle(&mut self, event: Event) -> Result<(), TuneError> {
+        match event {
+            Event::Results(run, results, decided) => {
+                let stop = self.results(run, results)?;
+                if stop {
+                    self.stop_sent(run);
+                }
+                // A trial whose follower is gone has ended or timed out.
+                let _ = decided.send(stop);
+                Ok(())
+            }
+            Event::Ended(run, end) => self.ended(run, end),
+            Event::Replaced(slot, replaced) => {
+                match replaced {
+                    Ok(runner) => self.slots[slot].runner = SlotRunner::Ready(runner),
+                    Err(e) => {
+                        tracing::warn!("a trial runner could not be replaced: {e}");
+                        self.slots[slot].runner = SlotRunner::Gone;
+                    }
+                }
+                Ok(())
+            }
+            Event::Unkilled(runner) => {
+                self.unkilled.push(runner);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether trials are left to start (retries or new ones).
+    fn has_work(&self) -> bool {
+        !self.retry.is_empty()
+            || self
+                .search
+                .total()
+                .is_none_or(|total| self.trials.len() < total)
+    }
+
     /// Step 3: give idle runners trials.
     fn assign(&mut self) -> Result<(), TuneError> {
-        while !self.budget_over {
-            let Some(slot) = self.slots.iter().position(|s| s.running.is_none()) else {
+        if self.budget_over.is_some() {
+            // Nothing starts any more: retries due end here.
+            while let Some(trial) = self.retry.pop_front() {
+                let record = &mut self.trials[trial as usize];
+                record.status = TrialStatus::Error;
+                record.error =
+                    Some("the experiment's time_budget ran out before its next run".into());
+                self.changed();
+            }
+            return Ok(());
+        }
+        loop {
+            let idle = self
+                .slots
+                .iter()
+                .position(|s| s.running.is_none() && matches!(s.runner, SlotRunner::Ready(_)));
+            let Some(slot) = idle else {
                 return Ok(());
             };
             let trial = match self.retry.pop_front() {
@@ -495,13 +666,17 @@ impl Experiment {
             };
             self.start(slot, trial)?;
         }
-        Ok(())
     }
 
     fn start(&mut self, slot: usize, trial: u64) -> Result<(), TuneError> {
+        let SlotRunner::Ready(runner) = &self.slots[slot].runner else {
+            return Ok(());
+        };
+        let runner = runner.clone();
         let record = &mut self.trials[trial as usize];
         self.scheduler.on_trial_add(trial, &record.config);
         record.status = TrialStatus::Running;
+        record.runs += 1;
         record.iterations = record.checkpoint.as_ref().map_or(0, |c| c.iteration);
         self.files.trial_started(record)?;
         let request = RunTrial {
@@ -513,13 +688,13 @@ impl Experiment {
         };
         let run = self.next_run;
         self.next_run += 1;
-        self.slots[slot].running = Some((trial, run, Instant::now()));
-        tokio::spawn(follow(
-            self.slots[slot].runner.clone(),
-            request,
+        self.slots[slot].running = Some(Running {
+            trial,
             run,
-            self.events.0.clone(),
-        ));
+            started: Instant::now(),
+            stop_sent: false,
+        });
+        tokio::spawn(follow(runner, request, run, self.events.0.clone()));
         self.changed();
         Ok(())
     }
@@ -537,7 +712,8 @@ impl Experiment {
         let now = Instant::now();
         self.dirty.then(|| {
             self.last_state_write
-                .map_or(now, |at| (at + STATE_EVERY).max(now))
+                .and_then(|at| at.checked_add(STATE_EVERY))
+                .map_or(now, |at| at.max(now))
         })
     }
 
@@ -558,7 +734,16 @@ impl Experiment {
     fn slot_of(&self, run: u64) -> Option<usize> {
         self.slots
             .iter()
-            .position(|s| s.running.is_some_and(|(_, r, _)| r == run))
+            .position(|s| s.running.as_ref().is_some_and(|r| r.run == run))
+    }
+
+    /// Run `run` was told to stop: its end is no failure to retry.
+    fn stop_sent(&mut self, run: u64) {
+        if let Some(slot) = self.slot_of(run) {
+            if let Some(running) = &mut self.slots[slot].running {
+                running.stop_sent = true;
+            }
+        }
     }
 
     /// Step 4: whether the trial stops.
@@ -566,7 +751,7 @@ impl Experiment {
         let Some(slot) = self.slot_of(run) else {
             return Ok(true);
         };
-        let Some((trial, _, _)) = self.slots[slot].running else {
+        let Some(trial) = self.slots[slot].running.as_ref().map(|r| r.trial) else {
             return Ok(true);
         };
         let mut stop = false;
@@ -586,7 +771,7 @@ impl Experiment {
             record.iterations += 1;
             let line = ResultLine {
                 trial,
-                attempt: record.failures,
+                attempt: record.runs.saturating_sub(1),
                 iteration: record.iterations,
                 time_ms: unix_millis(),
                 metrics: metrics.clone(),
@@ -597,11 +782,15 @@ impl Experiment {
             }
             self.files.result(&record.dir, &line)?;
             let mode = self.config.mode;
-            let better = record
+            let best = record
                 .best
                 .as_ref()
-                .and_then(|b| b.get(&self.config.metric))
-                .is_none_or(|best| mode.score(value) > mode.score(*best));
+                .and_then(|b| b.get(&self.config.metric));
+            let better = match best {
+                None => true,
+                Some(best) if best.is_nan() => true,
+                Some(best) => !value.is_nan() && mode.score(value) > mode.score(*best),
+            };
             if better {
                 record.best = Some(metrics.clone());
             }
@@ -615,10 +804,7 @@ impl Experiment {
                 Decision::Continue => {}
                 Decision::Stop => {
                     if !done && !stop {
-                        record.stopped_early = !matches!(
-                            self.config.scheduler,
-                            SchedulerConfig::Asha { max_t, .. } if iteration >= max_t
-                        );
+                        record.stopped_early = !at_max_t(&self.config, iteration);
                     }
                     stop = true;
                 }
@@ -628,7 +814,7 @@ impl Experiment {
             }
             stop |= done;
         }
-        Ok(stop || self.budget_over)
+        Ok(stop || self.budget_over.is_some())
     }
 
     /// PBT's exploit (`schedule/pbt.rs`): trial `trial` goes on from a copy
@@ -641,6 +827,9 @@ impl Experiment {
         from: u64,
         config: TrialConfig,
     ) -> Result<bool, TuneError> {
+        if self.budget_over.is_some() {
+            return Ok(false);
+        }
         let Some(source) = self.trials[from as usize].checkpoint.clone() else {
             tracing::info!(
                 trial,
@@ -674,31 +863,27 @@ impl Experiment {
     }
 
     /// Step 5.
-    async fn ended(&mut self, run: u64, end: Result<TrialEnd, String>) -> Result<(), TuneError> {
+    fn ended(&mut self, run: u64, end: Result<TrialEnd, String>) -> Result<(), TuneError> {
         let Some(slot) = self.slot_of(run) else {
             return Ok(());
         };
-        let Some((trial, _, _)) = self.slots[slot].running.take() else {
+        let Some(running) = self.slots[slot].running.take() else {
             return Ok(());
         };
+        let trial = running.trial;
         self.files.trial_ended(trial);
         let failure = match end {
             Ok(TrialEnd::Returned) => None,
             Ok(TrialEnd::Failed(why)) => Some(why),
+            Ok(TrialEnd::Refused(refused)) => return Err(TuneError::Refused(refused)),
+            Ok(TrialEnd::BadConfig(why)) => return Err(TuneError::BadConfig(why)),
             Ok(TrialEnd::Panicked(message)) => {
                 // Its process ends with the panic.
-                self.replace_runner(slot).await?;
+                self.replace_runner(slot);
                 Some(format!("panic: {message}"))
             }
-            Err(lost) => {
-                let runner = self.slots[slot].runner.clone();
-                let mut after = 0;
-                let died = actor::next_death(&runner, &mut after);
-                let why = match tokio::time::timeout(DEATH_WAIT, died).await {
-                    Ok(Ok(died)) => format!("its runner died: {}", died.reason),
-                    _ => format!("its runner was lost: {lost}"),
-                };
-                self.replace_runner(slot).await?;
+            Err(why) => {
+                self.replace_runner(slot);
                 Some(why)
             }
         };
@@ -706,6 +891,12 @@ impl Experiment {
             // Stopped for its exploit: on again, before new trials.
             self.trials[trial as usize].status = TrialStatus::Pending;
             self.retry.push_front(trial);
+        } else if running.stop_sent && failure.is_some() {
+            // It was told to stop and failed on its way out: it ends as
+            // stopped (a retry would undo the scheduler's decision).
+            let record = &mut self.trials[trial as usize];
+            record.status = TrialStatus::Terminated;
+            record.error = failure;
         } else {
             self.settle(trial, failure, true);
         }
@@ -730,7 +921,7 @@ impl Experiment {
         };
         record.failures += 1;
         tracing::warn!(trial, failures = record.failures, "trial failed: {why}");
-        if retry && record.failures <= max_failures && !self.budget_over {
+        if retry && record.failures <= max_failures && self.budget_over.is_none() {
             record.status = TrialStatus::Pending;
             self.retry.push_back(trial);
         } else {
@@ -739,49 +930,46 @@ impl Experiment {
         }
     }
 
-    /// Kills slot `slot`'s runner and starts another in its place; without
-    /// one the slot is dropped (the experiment fails when none is left).
-    async fn replace_runner(&mut self, slot: usize) -> Result<(), TuneError> {
-        if let Err(e) = self.slots[slot].runner.kill().await {
-            tracing::warn!("cannot kill a lost trial runner: {e}");
-        }
+    /// Kills slot `slot`'s runner and starts another in its place, in the
+    /// background (`Event::Replaced`); the slot takes no trial meanwhile.
+    fn replace_runner(&mut self, slot: usize) {
+        let old = std::mem::replace(&mut self.slots[slot].runner, SlotRunner::Starting);
         let options = SpawnOptions::default().num_cpus(self.config.cpus_per_trial);
-        match actor::spawn::<TrialRunner>((), options).await {
-            Ok(runner) => {
-                self.slots[slot] = Slot {
-                    runner,
-                    running: None,
-                };
-                Ok(())
-            }
-            Err(e) => {
-                self.slots.remove(slot);
-                if self.slots.is_empty() {
-                    return Err(TuneError::RunnersLost(e.to_string()));
+        let events = self.events.0.clone();
+        tokio::spawn(async move {
+            if let SlotRunner::Ready(old) = old {
+                if let Err(e) = old.kill().await {
+                    tracing::warn!("cannot kill a lost trial runner (tried again at the end): {e}");
+                    let _ = events.send(Event::Unkilled(old));
                 }
-                tracing::warn!("a trial runner could not be replaced: {e}");
-                Ok(())
             }
-        }
+            let spawned = actor::spawn::<TrialRunner>((), options).await;
+            let _ = events.send(Event::Replaced(slot, spawned.map_err(|e| e.to_string())));
+        });
     }
 
-    /// The next trial timeout, the end of the time budget or the next write
-    /// of the state file.
+    /// The next trial timeout, the end of the time budget (or of its
+    /// grace), the next write of the state file or progress table.
     fn next_deadline(&self) -> Option<Instant> {
-        let timeouts = self.config.trial_timeout.map(|timeout| {
+        let timeouts = self.config.trial_timeout.and_then(|timeout| {
             self.slots
                 .iter()
-                .filter_map(|s| s.running.map(|(_, _, at)| at + timeout))
+                .filter_map(|s| s.running.as_ref()?.started.checked_add(timeout))
                 .min()
         });
-        let budget = (!self.budget_over)
-            .then(|| self.config.time_budget.map(|b| self.started + b))
-            .flatten();
-        let progress = self
-            .config
-            .progress_every
-            .map(|every| self.last_progress.unwrap_or(self.started) + every);
-        [timeouts.flatten(), budget, self.state_due(), progress]
+        let budget = match self.budget_over {
+            None => self
+                .config
+                .time_budget
+                .and_then(|b| self.started.checked_add(b)),
+            Some(at) => at.checked_add(BUDGET_GRACE),
+        };
+        let progress = self.config.progress_every.and_then(|every| {
+            self.last_progress
+                .unwrap_or(self.started)
+                .checked_add(every)
+        });
+        [timeouts, budget, self.state_due(), progress]
             .into_iter()
             .flatten()
             .min()
@@ -793,7 +981,11 @@ impl Experiment {
             return;
         };
         let now = Instant::now();
-        if now < self.last_progress.unwrap_or(self.started) + every {
+        let due = self
+            .last_progress
+            .unwrap_or(self.started)
+            .checked_add(every);
+        if due.is_none_or(|due| now < due) {
             return;
         }
         self.last_progress = Some(now);
@@ -804,45 +996,85 @@ impl Experiment {
     }
 
     /// Steps 5 (timeouts) and 6 (the budget).
-    async fn check_time(&mut self) -> Result<(), TuneError> {
+    fn check_time(&mut self) -> Result<(), TuneError> {
         let now = Instant::now();
         if let Some(timeout) = self.config.trial_timeout {
             for slot in 0..self.slots.len() {
-                let Some((trial, _, at)) = self.slots[slot].running else {
+                let Some(running) = &self.slots[slot].running else {
                     continue;
                 };
-                if now < at + timeout {
+                if running
+                    .started
+                    .checked_add(timeout)
+                    .is_none_or(|end| now < end)
+                {
                     continue;
                 }
+                let trial = running.trial;
                 self.slots[slot].running = None;
                 self.files.trial_ended(trial);
-                self.replace_runner(slot).await?;
+                self.replace_runner(slot);
                 let why = format!(
                     "trial {trial} ran past its trial_timeout ({timeout:?}) and was killed"
                 );
                 self.settle(trial, Some(why), false);
                 self.write_state()?;
-                // The slots may have shifted: look again next time.
-                break;
             }
         }
-        let over = self
+        let budget_end = self
             .config
             .time_budget
-            .is_some_and(|b| now >= self.started + b);
-        if over && !self.budget_over {
-            self.budget_over = true;
+            .and_then(|b| self.started.checked_add(b));
+        if self.budget_over.is_none() && budget_end.is_some_and(|end| now >= end) {
+            self.budget_over = Some(now);
             tracing::info!("the experiment's time budget is spent: stopping its trials");
-            for slot in &self.slots {
-                if let Some((trial, _, _)) = slot.running {
-                    if let Err(e) = slot.runner.do_send(StopTrial { trial }) {
-                        tracing::warn!(trial, "cannot stop the trial: {e}");
-                    }
+            for slot in &mut self.slots {
+                let (Some(running), SlotRunner::Ready(runner)) = (&mut slot.running, &slot.runner)
+                else {
+                    continue;
+                };
+                running.stop_sent = true;
+                if let Err(e) = runner.do_send(StopTrial {
+                    trial: running.trial,
+                }) {
+                    tracing::warn!(trial = running.trial, "cannot stop the trial: {e}");
                 }
+            }
+        }
+        // Trials that did not stop within the grace (no report since):
+        // their runners are killed; they end as stopped.
+        let grace_over = self
+            .budget_over
+            .and_then(|at| at.checked_add(BUDGET_GRACE))
+            .is_some_and(|end| now >= end);
+        if grace_over {
+            for slot in 0..self.slots.len() {
+                let Some(running) = self.slots[slot].running.take() else {
+                    continue;
+                };
+                self.files.trial_ended(running.trial);
+                // No new trial starts: the runner is not replaced.
+                if let SlotRunner::Ready(runner) =
+                    std::mem::replace(&mut self.slots[slot].runner, SlotRunner::Gone)
+                {
+                    self.unkilled.push(runner);
+                }
+                let record = &mut self.trials[running.trial as usize];
+                record.status = TrialStatus::Terminated;
+                record.error = Some(format!(
+                    "still running {BUDGET_GRACE:?} after the time_budget ran out: killed"
+                ));
+                self.write_state()?;
             }
         }
         Ok(())
     }
+}
+
+/// Whether `iteration` is ASHA's `max_t` or beyond (a stop there is the
+/// trial's end, not an early stop).
+fn at_max_t(config: &TuneConfig, iteration: u64) -> bool {
+    matches!(config.scheduler, SchedulerConfig::Asha { max_t, .. } if iteration >= max_t)
 }
 
 /// Runs one trial on `runner` and forwards its results and end (step 3).
@@ -853,15 +1085,14 @@ async fn follow(
     events: mpsc::UnboundedSender<Event>,
 ) {
     let trial = request.trial;
-    let lost = |e: CallError| Event::Ended(run, Err(e.to_string()));
     match runner.send_with_deadline(request, POLL_DEADLINE).await {
         Ok(Ok(())) => {}
         Ok(Err(refused)) => {
-            let _ = events.send(Event::Ended(run, Ok(TrialEnd::Failed(refused.to_string()))));
+            let _ = events.send(Event::Ended(run, Ok(TrialEnd::Refused(refused))));
             return;
         }
         Err(e) => {
-            let _ = events.send(lost(e));
+            let _ = events.send(Event::Ended(run, Err(lost(&runner, e).await)));
             return;
         }
     }
@@ -878,11 +1109,11 @@ async fn follow(
         {
             Ok(Ok(progress)) => progress,
             Ok(Err(refused)) => {
-                let _ = events.send(Event::Ended(run, Ok(TrialEnd::Failed(refused.to_string()))));
+                let _ = events.send(Event::Ended(run, Ok(TrialEnd::Refused(refused))));
                 return;
             }
             Err(e) => {
-                let _ = events.send(lost(e));
+                let _ = events.send(Event::Ended(run, Err(lost(&runner, e).await)));
                 return;
             }
         };
@@ -910,6 +1141,17 @@ async fn follow(
             let _ = events.send(Event::Ended(run, Ok(end)));
             return;
         }
+    }
+}
+
+/// Why a call to `runner` failed: its death's cause as the head records
+/// it (waited for up to [`DEATH_WAIT`]), else the call's error.
+async fn lost(runner: &ActorHandle<TrialRunner>, error: CallError) -> String {
+    let mut after = 0;
+    let died = actor::next_death(runner, &mut after);
+    match tokio::time::timeout(DEATH_WAIT, died).await {
+        Ok(Ok(died)) => format!("its runner died: {}", died.reason),
+        _ => format!("its runner was lost: {error}"),
     }
 }
 

@@ -33,6 +33,10 @@ pub const ALL: &[(&str, Test)] = &[
         "pbt_exploits_copy_the_better_checkpoint_and_explore_within_bounds",
         |_| boxed(crate::tune::pbt_exploits_copy_the_better_checkpoint_and_explore_within_bounds()),
     ),
+    (
+        "a_time_budget_ends_an_experiment_even_with_a_hung_trial",
+        |_| boxed(crate::tune::a_time_budget_ends_an_experiment_even_with_a_hung_trial()),
+    ),
     ("bad_experiments_fail_at_once_naming_the_problem", |_| {
         boxed(crate::tune::bad_experiments_fail_at_once_naming_the_problem())
     }),

@@ -55,7 +55,8 @@ pub struct FlakyConfig {
 }
 
 /// Behaves as its mode says: `ok`, `panic`, `abort` (its process dies),
-/// `hang` (never reports, never returns), `fail_once` (fails unless its
+/// `hang` (reports once, then never again, never returns), `hang_at_once`
+/// (never reports), `fail_once` (fails unless its
 /// trial directory holds a marker from a previous attempt).
 pub struct Flaky;
 
@@ -66,6 +67,12 @@ impl Trainable for Flaky {
         config: FlakyConfig,
         ctx: &mut TrialContext,
     ) -> Result<(), Box<dyn Error + Send + Sync>> {
+        if config.mode == "hang_at_once" {
+            // Never reports: only a kill ends it.
+            loop {
+                std::thread::park();
+            }
+        }
         // A retry resumes from the checkpoint of the first result.
         let resumed: Option<u64> = ctx.restore()?;
         if resumed.is_none() {
@@ -238,6 +245,40 @@ pub async fn failed_hung_and_lost_trials_are_retried_then_named() {
     assert_eq!(lines[0].checkpoint.as_ref(), Some(&checkpoint.path));
 }
 
+pub async fn a_time_budget_ends_an_experiment_even_with_a_hung_trial() {
+    let storage = tempfile::tempdir().unwrap();
+    let space = SearchSpace::new().param("mode", tune::grid(["ok", "hang_at_once", "ok"]));
+    let config = TuneConfig::new("score", Mode::Max)
+        .max_concurrent_trials(2)
+        .cpus_per_trial(0.5)
+        .time_budget(Duration::from_secs(1));
+    let started = std::time::Instant::now();
+    let grid = Tuner::<Flaky>::new(space, config, "budget", storage.path())
+        .fit()
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let hung = grid
+        .trials
+        .iter()
+        .find(|t| t.config["mode"] == "hang_at_once")
+        .unwrap();
+    assert_eq!(hung.status, TrialStatus::Terminated, "{hung:?}");
+    let why = hung.error.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("after the time_budget ran out: killed"),
+        "{why}"
+    );
+    // The others ran, or were stopped by the budget (their runners may
+    // have started after it ran out), or never started.
+    for t in grid.trials.iter().filter(|t| t.config["mode"] == "ok") {
+        assert!(
+            matches!(t.status, TrialStatus::Terminated | TrialStatus::Pending),
+            "{t:?}"
+        );
+    }
+}
+
 pub async fn bad_experiments_fail_at_once_naming_the_problem() {
     let storage = tempfile::tempdir().unwrap();
     let space = || SearchSpace::new().param("x", tune::uniform(0.0, 1.0));
@@ -276,6 +317,30 @@ pub async fn bad_experiments_fail_at_once_naming_the_problem() {
         refused.to_string().contains("\"batch\" has no values"),
         "{refused}"
     );
+    // A config the trainable cannot decode ends the experiment.
+    let wrong = SearchSpace::new().param("x", tune::choice(["not a number"]));
+    let refused = Tuner::<Quadratic>::new(wrong, config.clone(), "decode", storage.path())
+        .fit()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, TuneError::BadConfig(why) if why.contains("tests.Quadratic")),
+        "{refused}"
+    );
+    // A directory another tuner holds (its lock).
+    let held = storage.path().join("held");
+    std::fs::create_dir(&held).unwrap();
+    let lock = std::fs::File::create(held.join(tune::LOCK_FILE)).unwrap();
+    nimbus::cluster::files::lock_exclusive(&lock).unwrap();
+    let refused = Tuner::<Quadratic>::new(space(), config.clone(), "held", storage.path())
+        .fit()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, TuneError::ExperimentInUse(_)),
+        "{refused}"
+    );
+    drop(lock);
     // An experiment directory in use.
     let refused = Tuner::<Quadratic>::new(space(), config, "metric", storage.path())
         .fit()
@@ -292,7 +357,7 @@ pub struct StepsConfig {
     x: f64,
 }
 
-/// Eight steps of about 40 ms each, a checkpoint (the step) with each
+/// Eight steps of about 100 ms each, a checkpoint (the step) with each
 /// result; resumes from its checkpoint.
 pub struct Steps;
 
@@ -308,7 +373,7 @@ impl Trainable for Steps {
         let start: u64 = ctx.restore()?.unwrap_or(0);
         for step in start + 1..=STEPS {
             // The work of a step.
-            std::thread::sleep(Duration::from_millis(40));
+            std::thread::sleep(Duration::from_millis(100));
             let loss = config.x * step as f64;
             ctx.report_with_checkpoint(Metrics::from([("loss".into(), loss)]), &step)?;
         }
@@ -354,20 +419,36 @@ pub async fn a_restored_experiment_finishes_what_a_killed_driver_left(driver: &m
         .spawn()
         .unwrap();
     let dir = storage.path().join("killed");
+    // What the experiment's files say of each trial: its status in the
+    // state file (Running for one started since the file was written:
+    // its params.json is there) and its results.
+    let trials_on_disk = || -> BTreeMap<u64, (TrialStatus, Vec<ResultLine>)> {
+        let state: Vec<tune::TrialRecord> = std::fs::read(dir.join(STATE_FILE))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        (0..6)
+            .filter_map(|id| {
+                let trial = dir.join(format!("trial_{id:05}"));
+                let recorded = state.get(id as usize).map(|t| t.status);
+                let started = trial.join("params.json").exists();
+                let status = recorded.or(started.then_some(TrialStatus::Running))?;
+                Some((id, (status, results_of(&trial))))
+            })
+            .collect()
+    };
     // Kill it once a trial has ended and another has a checkpoint and is
     // not done.
-    let state = || -> Option<Vec<tune::TrialRecord>> {
-        serde_json::from_slice(&std::fs::read(dir.join(STATE_FILE)).ok()?).ok()
-    };
     nimbus::testing::check::wait_until(
         "a trial ends, another is midway",
         Duration::from_secs(60),
         || {
-            let trials = state().unwrap_or_default();
-            let ended = trials.iter().any(|t| t.status == TrialStatus::Terminated);
-            let midway = trials.iter().any(|t| {
-                let lines = results_of(&t.dir);
-                t.status == TrialStatus::Running
+            let trials = trials_on_disk();
+            let ended = trials
+                .values()
+                .any(|(status, _)| *status == TrialStatus::Terminated);
+            let midway = trials.values().any(|(status, lines)| {
+                *status != TrialStatus::Terminated
                     && lines.iter().any(|l| l.checkpoint.is_some())
                     && (lines.len() as u64) < STEPS
             });
@@ -378,11 +459,7 @@ pub async fn a_restored_experiment_finishes_what_a_killed_driver_left(driver: &m
     .unwrap();
     child.start_kill().unwrap();
     child.wait().await.unwrap();
-    let before: BTreeMap<u64, (TrialStatus, Vec<ResultLine>)> = state()
-        .unwrap()
-        .into_iter()
-        .map(|t| (t.id, (t.status, results_of(&t.dir))))
-        .collect();
+    let before = trials_on_disk();
 
     let (space, config) = steps_experiment();
     let grid = Tuner::<Steps>::restore(&dir, space, config)

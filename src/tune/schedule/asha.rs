@@ -2,7 +2,8 @@
 //! bracket).
 //!
 //! For `grace_period` g, `reduction_factor` η and `max_t`:
-//! 1. the rungs are at iterations g·η^k for every k ≥ 0 with g·η^k < `max_t`;
+//! 1. the rungs are at iterations ⌈g·η^k⌉ for every k ≥ 0 with
+//!    g·η^k < `max_t` (each once);
 //! 2. a result at iteration `max_t` or later stops the trial (it is done);
 //! 3. otherwise, take the highest rung at or below the iteration that the
 //!    trial has not yet been recorded in; if there is one, the trial stops
@@ -46,7 +47,12 @@ impl Asha {
         let mut rungs = Vec::new();
         let mut milestone = grace_period as f64;
         while milestone < max_t as f64 {
-            rungs.push((milestone.round() as u64, BTreeMap::new()));
+            // An iteration reaches a rung at or past its milestone (Ray
+            // compares integer iterations with float milestones).
+            let at = milestone.ceil() as u64;
+            if rungs.last().is_none_or(|(last, _)| *last < at) {
+                rungs.push((at, BTreeMap::new()));
+            }
             milestone *= reduction_factor;
         }
         rungs.reverse();
@@ -143,6 +149,12 @@ mod tests {
             again.on_result(trial as u64, 1, score);
         }
         assert_eq!(again.on_result(10, 1, 3.3), Continue);
+    }
+
+    #[test]
+    fn fractional_milestones_round_up_and_repeat_once() {
+        assert_eq!(Asha::new(1, 2.5, 20).unwrap().milestones(), [16, 7, 3, 1]);
+        assert_eq!(Asha::new(1, 1.1, 3).unwrap().milestones(), [3, 2, 1]);
     }
 
     #[test]
