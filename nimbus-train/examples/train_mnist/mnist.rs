@@ -119,7 +119,7 @@ pub fn network(root: &nn::Path) -> impl ModuleT {
 
 /// Fraction of `data`'s test set `net` classifies right, run on `device`
 /// (the test tensors are moved there, batch by batch).
-fn accuracy(net: &impl ModuleT, data: &ImageData, device: Device) -> f64 {
+pub fn accuracy(net: &impl ModuleT, data: &ImageData, device: Device) -> f64 {
     nimbus_train::tch::no_grad(|| {
         let mut right = 0i64;
         let n = data.test.len();
