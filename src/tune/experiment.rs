@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{directory_name, TrialCheckpoint};
+use super::config::Mode;
 use super::search::TrialConfig;
 use super::trial::Metrics;
-use super::tuner::Mode;
 use super::TuneError;
 use crate::cluster::files::{lock_exclusive, private_dir, private_file, private_log};
 

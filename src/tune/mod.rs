@@ -8,8 +8,9 @@
 //! state machines), `trial.rs` (the trainable, its context and the
 //! `TrialRunner` actor), `checkpoint.rs` (a trial's saved state),
 //! `experiment.rs` (the trials' records and the
-//! experiment directory's files), `tuner.rs` (the driver's loop that ties
-//! them together).
+//! experiment directory's files), `config.rs` (`TuneConfig`), `tuner.rs`
+//! (the driver's loop that ties them together), `progress.rs` (the
+//! progress table it shows).
 //!
 //! ```no_run
 //! use nimbus::tune::{self, Metrics, Mode, SearchSpace, Trainable, TrialContext, TuneConfig, TuneRegistry, Tuner};
@@ -41,7 +42,9 @@
 //! ```
 
 pub mod checkpoint;
+mod config;
 mod experiment;
+mod progress;
 mod schedule;
 mod search;
 pub mod space;
@@ -51,6 +54,7 @@ mod tuner;
 use std::path::PathBuf;
 
 pub use checkpoint::TrialCheckpoint;
+pub use config::{Mode, TuneConfig};
 pub use experiment::{
     ExploitRecord, ResultGrid, ResultLine, TrialRecord, TrialStatus, LOCK_FILE, RESULT_FILE,
     STATE_FILE,
@@ -67,9 +71,7 @@ pub use trial::{
     Metrics, PollTrial, ReportError, RunTrial, StopTrial, Trainable, TrialContext, TrialEnd,
     TrialProgress, TrialRefusal, TrialResult, TrialRunner, TrialStopped, TuneRegistry,
 };
-pub use tuner::{
-    Mode, TuneConfig, Tuner, BUDGET_GRACE, DEATH_WAIT, POLL_DEADLINE, POLL_WAIT, STATE_EVERY,
-};
+pub use tuner::{Tuner, BUDGET_GRACE, DEATH_WAIT, POLL_DEADLINE, POLL_WAIT, STATE_EVERY};
 
 use crate::actor::SpawnError;
 

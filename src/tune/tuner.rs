@@ -41,18 +41,20 @@ use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::{self, TrialCheckpoint};
+use super::config::TuneConfig;
 use super::experiment::{
     ExperimentFiles, ExploitRecord, ResultGrid, ResultLine, TrialRecord, TrialStatus,
 };
+use super::progress::progress_table;
 use super::schedule::{Decision, Scheduler, SchedulerConfig};
-use super::search::{SearchConfig, Searcher, TrialConfig};
+use super::search::{Searcher, TrialConfig};
 use super::space::SearchSpace;
 use super::trial::{
-    PollTrial, RunTrial, StopTrial, Trainable, TrialEnd, TrialProgress, TrialResult, TrialRunner,
+    PollTrial, RunTrial, StopTrial, Trainable, TrialEnd, TrialProgress, TrialRefusal, TrialResult,
+    TrialRunner,
 };
 use super::TuneError;
 use crate::actor::{self, ActorHandle, CallError, SpawnOptions};
@@ -71,169 +73,6 @@ pub const DEATH_WAIT: Duration = Duration::from_secs(5);
 /// How long trials have to stop (at their next report) once the time
 /// budget ran out, before their runners are killed.
 pub const BUDGET_GRACE: Duration = Duration::from_secs(10);
-
-/// Whether higher or lower values of the metric are better.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Mode {
-    /// Higher is better (accuracy).
-    Max,
-    /// Lower is better (loss).
-    Min,
-}
-
-impl Mode {
-    /// `value` as a score where higher is better.
-    pub fn score(self, value: f64) -> f64 {
-        match self {
-            Mode::Max => value,
-            Mode::Min => -value,
-        }
-    }
-}
-
-/// An experiment's settings.
-#[derive(Clone, Debug)]
-pub struct TuneConfig {
-    /// The metric the scheduler and `best_result` compare.
-    pub metric: String,
-    /// Whether higher or lower is better.
-    pub mode: Mode,
-    /// Draws per grid point (trials = `num_samples` × grid points).
-    pub num_samples: usize,
-    /// Trials running at once (each holds a runner).
-    pub max_concurrent_trials: usize,
-    /// CPUs each trial's runner holds.
-    pub cpus_per_trial: f64,
-    /// Which trials go on.
-    pub scheduler: SchedulerConfig,
-    /// Which configs come next.
-    pub search: SearchConfig,
-    /// Seeds the search.
-    pub seed: u64,
-    /// Failures a trial may have before it ends in `Error`.
-    pub max_failures: u32,
-    /// A trial running longer is stopped as failed.
-    pub trial_timeout: Option<Duration>,
-    /// The whole experiment's time: then running trials are stopped and
-    /// no new one starts.
-    pub time_budget: Option<Duration>,
-    /// A trial stops after this many results.
-    pub stop_iterations: Option<u64>,
-    /// How often the progress table is shown on standard error (`None`:
-    /// never).
-    pub progress_every: Option<Duration>,
-}
-
-impl TuneConfig {
-    /// Ray Tune's defaults: one sample, FIFO, 1 CPU per trial, as many
-    /// trials at once as… 2 (set `max_concurrent_trials`).
-    pub fn new(metric: impl Into<String>, mode: Mode) -> Self {
-        TuneConfig {
-            metric: metric.into(),
-            mode,
-            num_samples: 1,
-            max_concurrent_trials: 2,
-            cpus_per_trial: 1.0,
-            scheduler: SchedulerConfig::Fifo,
-            search: SearchConfig::Basic,
-            seed: 0,
-            max_failures: 0,
-            trial_timeout: None,
-            time_budget: None,
-            stop_iterations: None,
-            progress_every: Some(Duration::from_secs(5)),
-        }
-    }
-
-    /// Sets `num_samples`.
-    pub fn num_samples(mut self, n: usize) -> Self {
-        self.num_samples = n;
-        self
-    }
-
-    /// Sets `max_concurrent_trials`.
-    pub fn max_concurrent_trials(mut self, n: usize) -> Self {
-        self.max_concurrent_trials = n;
-        self
-    }
-
-    /// Sets `cpus_per_trial`.
-    pub fn cpus_per_trial(mut self, cpus: f64) -> Self {
-        self.cpus_per_trial = cpus;
-        self
-    }
-
-    /// Sets the scheduler.
-    pub fn scheduler(mut self, scheduler: SchedulerConfig) -> Self {
-        self.scheduler = scheduler;
-        self
-    }
-
-    /// Sets the searcher.
-    pub fn search(mut self, search: SearchConfig) -> Self {
-        self.search = search;
-        self
-    }
-
-    /// Sets the seed.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-
-    /// Sets `max_failures`.
-    pub fn max_failures(mut self, n: u32) -> Self {
-        self.max_failures = n;
-        self
-    }
-
-    /// Sets `trial_timeout`.
-    pub fn trial_timeout(mut self, timeout: Duration) -> Self {
-        self.trial_timeout = Some(timeout);
-        self
-    }
-
-    /// Sets `time_budget`.
-    pub fn time_budget(mut self, budget: Duration) -> Self {
-        self.time_budget = Some(budget);
-        self
-    }
-
-    /// Sets `progress_every` (`None`: no progress table).
-    pub fn progress_every(mut self, every: Option<Duration>) -> Self {
-        self.progress_every = every;
-        self
-    }
-
-    /// Sets `stop_iterations`.
-    pub fn stop_iterations(mut self, n: u64) -> Self {
-        self.stop_iterations = Some(n);
-        self
-    }
-
-    fn validate(&self) -> Result<(), TuneError> {
-        let bad = |s: &str| Err(TuneError::BadConfig(s.to_string()));
-        if self.metric.is_empty() {
-            return bad("TuneConfig::metric is empty: name the metric to optimise");
-        }
-        if self.num_samples == 0 {
-            return bad("TuneConfig::num_samples must be at least 1");
-        }
-        if self.max_concurrent_trials == 0 {
-            return bad("TuneConfig::max_concurrent_trials must be at least 1");
-        }
-        if self.trial_timeout.is_some_and(|t| t.is_zero()) {
-            return bad("TuneConfig::trial_timeout must be more than 0 (None: no timeout)");
-        }
-        if self.time_budget.is_some_and(|t| t.is_zero()) {
-            return bad("TuneConfig::time_budget must be more than 0 (None: no budget)");
-        }
-        if !(self.cpus_per_trial.is_finite() && self.cpus_per_trial >= 0.0) {
-            return bad("TuneConfig::cpus_per_trial must be a finite number >= 0");
-        }
-        Ok(())
-    }
-}
 
 /// Runs an experiment of `T` trials; see the module docs.
 pub struct Tuner<T: Trainable> {
@@ -1085,16 +924,10 @@ async fn follow(
     events: mpsc::UnboundedSender<Event>,
 ) {
     let trial = request.trial;
-    match runner.send_with_deadline(request, POLL_DEADLINE).await {
-        Ok(Ok(())) => {}
-        Ok(Err(refused)) => {
-            let _ = events.send(Event::Ended(run, Ok(TrialEnd::Refused(refused))));
-            return;
-        }
-        Err(e) => {
-            let _ = events.send(Event::Ended(run, Err(lost(&runner, e).await)));
-            return;
-        }
+    let started = runner.send_with_deadline(request, POLL_DEADLINE).await;
+    if let Err(ended) = reply(&runner, run, started).await {
+        let _ = events.send(ended);
+        return;
     }
     let mut after = 0;
     loop {
@@ -1103,17 +936,13 @@ async fn follow(
             after,
             wait_ms: POLL_WAIT.as_millis() as u64,
         };
-        let progress: TrialProgress = match runner
+        let polled = runner
             .send_with_deadline(poll, POLL_WAIT + POLL_DEADLINE)
-            .await
-        {
-            Ok(Ok(progress)) => progress,
-            Ok(Err(refused)) => {
-                let _ = events.send(Event::Ended(run, Ok(TrialEnd::Refused(refused))));
-                return;
-            }
-            Err(e) => {
-                let _ = events.send(Event::Ended(run, Err(lost(&runner, e).await)));
+            .await;
+        let progress: TrialProgress = match reply(&runner, run, polled).await {
+            Ok(progress) => progress,
+            Err(ended) => {
+                let _ = events.send(ended);
                 return;
             }
         };
@@ -1144,6 +973,20 @@ async fn follow(
     }
 }
 
+/// The reply of a call to run `run`'s runner, or the `Ended` event its
+/// failure means.
+async fn reply<T>(
+    runner: &ActorHandle<TrialRunner>,
+    run: u64,
+    call: Result<Result<T, TrialRefusal>, CallError>,
+) -> Result<T, Event> {
+    match call {
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(refused)) => Err(Event::Ended(run, Ok(TrialEnd::Refused(refused)))),
+        Err(e) => Err(Event::Ended(run, Err(lost(runner, e).await))),
+    }
+}
+
 /// Why a call to `runner` failed: its death's cause as the head records
 /// it (waited for up to [`DEATH_WAIT`]), else the call's error.
 async fn lost(runner: &ActorHandle<TrialRunner>, error: CallError) -> String {
@@ -1159,96 +1002,4 @@ fn unix_millis() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Rows shown at most in the progress table (running trials first, then
-/// the best).
-const PROGRESS_ROWS: usize = 12;
-
-/// The progress table: trials by status, then a row per running trial and
-/// the best ones so far (trial, status, iterations, latest metric,
-/// config).
-fn progress_table(trials: &[TrialRecord], config: &TuneConfig, elapsed: Duration) -> String {
-    let count = |status: TrialStatus| trials.iter().filter(|t| t.status == status).count();
-    let mut out = format!(
-        "== tune: {} trials after {:.0?}: {} running, {} pending, {} terminated, {} error ==\n",
-        trials.len(),
-        elapsed,
-        count(TrialStatus::Running),
-        count(TrialStatus::Pending),
-        count(TrialStatus::Terminated),
-        count(TrialStatus::Error),
-    );
-    let latest = |t: &TrialRecord| t.last.as_ref().and_then(|l| l.get(&config.metric)).copied();
-    let mut shown: Vec<&TrialRecord> = trials
-        .iter()
-        .filter(|t| t.status == TrialStatus::Running)
-        .collect();
-    let mut ended: Vec<&TrialRecord> = trials
-        .iter()
-        .filter(|t| t.status == TrialStatus::Terminated && latest(t).is_some())
-        .collect();
-    ended.sort_by(|a, b| {
-        let score = |t: &TrialRecord| config.mode.score(latest(t).unwrap_or(f64::NAN));
-        score(b).total_cmp(&score(a))
-    });
-    shown.extend(ended);
-    out.push_str(&format!(
-        "{:>6}  {:<10} {:>5}  {:>12}  config\n",
-        "trial", "status", "iter", config.metric
-    ));
-    for t in shown.into_iter().take(PROGRESS_ROWS) {
-        let value = latest(t).map_or_else(|| "-".to_string(), |v| format!("{v:.6}"));
-        out.push_str(&format!(
-            "{:>6}  {:<10} {:>5}  {:>12}  {}\n",
-            t.id,
-            format!("{:?}", t.status),
-            t.iterations,
-            value,
-            serde_json::Value::Object(t.config.clone())
-        ));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_progress_table_counts_trials_and_shows_running_then_best() {
-        let dir = std::path::Path::new("/x");
-        let trial = |id: u64, status: TrialStatus, loss: Option<f64>| {
-            let mut config = TrialConfig::new();
-            config.insert("lr".into(), serde_json::json!(id));
-            let mut t = TrialRecord::new(id, config, dir);
-            t.status = status;
-            t.last = loss.map(|l| [("loss".to_string(), l)].into());
-            t.iterations = 3;
-            t
-        };
-        let trials = [
-            trial(0, TrialStatus::Terminated, Some(0.5)),
-            trial(1, TrialStatus::Terminated, Some(0.1)),
-            trial(2, TrialStatus::Running, Some(0.9)),
-            trial(3, TrialStatus::Pending, None),
-            trial(4, TrialStatus::Error, None),
-        ];
-        let config = TuneConfig::new("loss", Mode::Min);
-        let table = progress_table(&trials, &config, Duration::from_secs(7));
-        let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(
-            lines[0],
-            "== tune: 5 trials after 7s: 1 running, 1 pending, 2 terminated, 1 error =="
-        );
-        let ids: Vec<&str> = lines[2..]
-            .iter()
-            .map(|l| l.split_whitespace().next().unwrap())
-            .collect();
-        assert_eq!(ids, ["2", "1", "0"], "running, then best first:\n{table}");
-        assert!(
-            lines[3].contains("0.100000") && lines[3].ends_with("{\"lr\":1}"),
-            "{table}"
-        );
-    }
 }
