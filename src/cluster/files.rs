@@ -59,6 +59,11 @@ pub fn lock_exclusive(file: &File) -> std::io::Result<()> {
     }
 }
 
+/// Flushes `dir`'s entries (a file created or renamed in it) to disk.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
 /// Writes `bytes` to a new private file at `path`.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     private_file(path)?.write_all(bytes)

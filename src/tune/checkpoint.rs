@@ -11,13 +11,12 @@
 //! 3. only then is the result reported, naming the checkpoint: a
 //!    checkpoint the tuner knows of is complete.
 
-use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::files::{private_dir, private_file};
+use crate::cluster::files::{private_dir, private_file, sync_dir};
 
 /// The state file inside a checkpoint directory.
 pub const STATE_FILE: &str = "state.msgpack";
@@ -101,12 +100,12 @@ fn write_bytes(
     let mut out = private_file(&file).map_err(io(&file, "cannot create"))?;
     out.write_all(bytes).map_err(io(&file, "cannot write"))?;
     out.sync_all().map_err(io(&file, "cannot fsync"))?;
-    sync_dir(&temporary)?;
+    sync_dir(&temporary).map_err(io(&temporary, "cannot fsync"))?;
     if path.exists() {
         std::fs::remove_dir_all(&path).map_err(io(&path, "cannot replace"))?;
     }
     std::fs::rename(&temporary, &path).map_err(io(&path, "cannot rename into place"))?;
-    sync_dir(trial_dir)?;
+    sync_dir(trial_dir).map_err(io(trial_dir, "cannot fsync"))?;
     Ok(TrialCheckpoint { iteration, path })
 }
 
@@ -129,12 +128,6 @@ pub fn copy(
     let file = source.path.join(STATE_FILE);
     let bytes = std::fs::read(&file).map_err(io(&file, "cannot read"))?;
     write_bytes(trial_dir, source.iteration, &bytes)
-}
-
-fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
-    File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(io(dir, "cannot fsync"))
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use super::config::Mode;
 use super::search::TrialConfig;
 use super::trial::Metrics;
 use super::TuneError;
-use crate::cluster::files::{lock_exclusive, private_dir, private_file, private_log};
+use crate::cluster::files::{lock_exclusive, private_dir, private_file, private_log, sync_dir};
 
 /// The experiment's state file.
 pub const STATE_FILE: &str = "experiment_state.json";
@@ -253,9 +253,7 @@ fn replace_durably(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), TuneErro
         .map_err(io(&temporary, "cannot write"))?;
     file.sync_all().map_err(io(&temporary, "cannot fsync"))?;
     std::fs::rename(&temporary, path).map_err(io(path, "cannot replace"))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir, "cannot fsync"))
+    sync_dir(dir).map_err(io(dir, "cannot fsync"))
 }
 
 /// A CSV line, fields quoted where they need it.

@@ -30,7 +30,7 @@ pub mod fence;
 mod reporter;
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions, Permissions};
+use std::fs::{OpenOptions, Permissions};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -598,13 +598,11 @@ fn sync_file(path: &Path) -> Result<(), CheckpointError> {
 }
 
 fn sync_dir(path: &Path) -> Result<(), CheckpointError> {
-    File::open(path)
-        .and_then(|f| f.sync_all())
-        .map_err(|source| CheckpointError::Io {
-            path: path.to_path_buf(),
-            what: "cannot fsync directory",
-            source,
-        })
+    nimbus::cluster::files::sync_dir(path).map_err(|source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        what: "cannot fsync directory",
+        source,
+    })
 }
 
 #[cfg(test)]
