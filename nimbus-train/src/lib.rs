@@ -21,7 +21,9 @@
 //!   `storage_path/<run name>/`, and the [`CheckpointReporter`] keeps the
 //!   best and knows the latest valid one;
 //! - a [`ParameterAggregator`] serves parameter-server style training
-//!   (synchronous averaging or asynchronous updates) instead of allreduce.
+//!   (synchronous averaging or asynchronous updates) instead of allreduce;
+//! - [`tune::TrainerTrainable`] makes each trial of a `nimbus::tune`
+//!   experiment a whole run.
 //!
 //! Files: `collective/` (the `Collective` trait and its backends),
 //! `sampler.rs` (`DistributedSampler`), `config.rs` (`ScalingConfig`,
@@ -32,7 +34,7 @@
 //! `launch.rs`, `watch.rs`), `checkpoint/` (format, atomic save,
 //! verification; `CheckpointReporter`), `trainer.rs` (`TrainLoop`,
 //! `Trainer` and [`TrainRegistry::train_loop`]; the loops are the
-//! registry's `LoopTable`). The sampler, the aggregator, the fault rules
+//! registry's `LoopTable`), `tune.rs` (runs as Tune trials). The sampler, the aggregator, the fault rules
 //! and the results files are `nimbus::train`'s (`src/train/` of the
 //! `nimbus` crate). The MNIST example's datasets live with the example
 //! (`nimbus-train/examples/train_mnist/data/`).
@@ -91,6 +93,7 @@ mod optim;
 mod progress;
 mod supervisor;
 mod trainer;
+pub mod tune;
 mod worker;
 
 pub use checkpoint::{
@@ -106,7 +109,7 @@ pub use optim::Sgd;
 pub use progress::{ProgressReport, WorkerEvent};
 pub use supervisor::{TrainEvent, TrainObserver, TrainerSupervisor};
 pub(crate) use trainer::{LoopFn, LoopTable};
-pub use trainer::{LoopResult, TrainLoop, TrainRegistry, Trainer};
+pub use trainer::{LoopResult, StopHandle, TrainLoop, TrainRegistry, Trainer};
 pub use worker::{
     AbortTraining, Assignment, GroupSpec, PollTraining, StartTraining, TrainerWorker,
 };

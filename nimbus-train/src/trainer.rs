@@ -8,7 +8,7 @@ use actix::Actor;
 
 use nimbus::actor::{Registry, Wire};
 
-use crate::supervisor::{Fit, RunPlan, TrainEvent, TrainObserver, TrainerSupervisor};
+use crate::supervisor::{Fit, RunPlan, Stop, TrainEvent, TrainObserver, TrainerSupervisor};
 use crate::worker::{
     AbortTraining, CollectiveChunk, NcclUniqueId, PollTraining, StartTraining, TrainerWorker,
 };
@@ -86,7 +86,31 @@ pub struct Trainer<L: TrainLoop> {
     run: RunConfig,
     resume_from: Option<PathBuf>,
     observer: Option<TrainObserver>,
+    stop: StopHandle,
     _loop: PhantomData<L>,
+}
+
+/// Stops a running [`Trainer`] from any thread (a tuner stopping a trial):
+/// its workers are stopped, its placement group removed, and `fit`
+/// returns the run so far, without an error. A stop before `fit` stops
+/// the run as soon as it starts.
+#[derive(Clone, Debug)]
+pub struct StopHandle(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl StopHandle {
+    fn new() -> Self {
+        StopHandle(Arc::new(tokio::sync::watch::channel(false).0))
+    }
+
+    /// Stops the run.
+    pub fn stop(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Whether [`stop`](Self::stop) was called.
+    pub fn stopped(&self) -> bool {
+        *self.0.borrow()
+    }
 }
 
 impl<L: TrainLoop> Trainer<L> {
@@ -98,6 +122,7 @@ impl<L: TrainLoop> Trainer<L> {
             run,
             resume_from: None,
             observer: None,
+            stop: StopHandle::new(),
             _loop: PhantomData,
         }
     }
@@ -112,6 +137,11 @@ impl<L: TrainLoop> Trainer<L> {
     pub fn on_event(mut self, observer: impl FnMut(&TrainEvent) + 'static) -> Self {
         self.observer = Some(Box::new(observer));
         self
+    }
+
+    /// A handle that stops the job while `fit` runs.
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
     }
 
     /// Runs the job to the end: success, or failures beyond
@@ -152,7 +182,16 @@ impl<L: TrainLoop> Trainer<L> {
             resume_from: self.resume_from,
         };
         let supervisor = TrainerSupervisor::new(plan, self.observer).start();
-        match supervisor.send(Fit).await {
+        let mut stop = self.stop.0.subscribe();
+        let stopper = supervisor.clone();
+        let stopping = actix::spawn(async move {
+            if stop.wait_for(|stopped| *stopped).await.is_ok() {
+                stopper.do_send(Stop);
+            }
+        });
+        let fitted = supervisor.send(Fit).await;
+        stopping.abort();
+        match fitted {
             Ok(Ok(result)) => result,
             Ok(Err(e)) => failed(e),
             Err(e) => failed(TrainError::Aborted(format!("the supervisor is gone: {e}"))),

@@ -11,9 +11,12 @@
 //! 2. Ask each chosen node manager to reserve its bundle (`ReserveBundle`).
 //!    If one refuses (the view was stale), give back every bundle reserved
 //!    so far (`ReleaseBundle`), wait for a cluster event (a heartbeat
-//!    reporting changed resource use publishes `ResourcesChanged`) and plan
-//!    again, until the deadline (`Timeout`). A group is therefore either
-//!    wholly reserved or not at all.
+//!    reporting changed resource use publishes `ResourcesChanged`), or at
+//!    most [`REPLAN_EVERY`], and plan again, until the deadline
+//!    (`Timeout`). (The view is sampled by heartbeats: resources freed and
+//!    taken again between two of them change nothing the head sees, so no
+//!    event may ever say that a stale view has become true.) A group is
+//!    therefore either wholly reserved or not at all.
 //!
 //! Actors go into a bundle with [`InBundle::in_bundle`] on their
 //! [`SpawnOptions`]; they draw from the bundle's resources on its node,
@@ -50,6 +53,10 @@ use crate::runtime::ProcessContext;
 use crate::transport::RequestOptions;
 
 pub use planner::PlacementStrategy;
+
+/// The longest a creation that did not fit waits for a cluster event
+/// before it plans again (step 2).
+pub const REPLAN_EVERY: Duration = Duration::from_secs(1);
 
 /// Why a placement group could not be created or removed.
 #[derive(Debug, thiserror::Error)]
@@ -191,7 +198,7 @@ impl PlacementGroup {
                     last,
                 });
             }
-            context.events(seen, left).await?;
+            context.events(seen, left.min(REPLAN_EVERY)).await?;
         }
     }
 

@@ -88,7 +88,7 @@ mod runs;
 mod watch;
 
 use launch::{launch, stop_workers, Launched, ELASTIC_TRY};
-use policy::{Attempts, Failure, Next, Rescale, Unrecoverable};
+use policy::{Attempts, Failure, Next, Rescale, StopNow, Unrecoverable};
 use watch::{watch, watch_for_room};
 
 /// How long a progress poll waits for news.
@@ -328,7 +328,15 @@ impl TrainerSupervisor {
                 return;
             }
         };
-        self.attempts.launched(id, launched.links.len(), now);
+        if !self.attempts.launched(id, launched.links.len(), now) {
+            // Stopped while it launched: its workers never train.
+            self.attempt = Some(Attempt {
+                links: launched.links,
+                group: launched.group,
+                nodes: launched.nodes,
+            });
+            return self.end_attempt("the run was stopped", ctx);
+        }
         self.workers = launched.world_size;
         self.tell(TrainEvent::Started {
             attempt: self.attempts.restarts(),
@@ -400,7 +408,7 @@ impl TrainerSupervisor {
         self.attempt = None;
         match self.attempts.ended() {
             Some(Next::Restart) => self.restart(ctx),
-            Some(Next::Done) => self.complete(None, ctx),
+            Some(Next::Done | Next::Stopped) => self.complete(None, ctx),
             Some(Next::Stop(Unrecoverable::StorageFull(full))) => {
                 self.complete(Some(TrainError::StorageFull(full)), ctx)
             }
@@ -791,6 +799,27 @@ impl Handler<Fit> for TrainerSupervisor {
                 .await
                 .map_err(|_| TrainError::Aborted("the supervisor stopped without a result".into()))
         })
+    }
+}
+
+/// Stops the run (the trainer's `StopHandle`): the running attempt is
+/// torn down and `Fit` answers with the run so far, without an error.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Stop;
+
+impl Handler<Stop> for TrainerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+        match self.attempts.stop() {
+            Some(StopNow::TearDown) => {
+                tracing::info!("training run stopped: stopping its workers");
+                self.end_attempt("the run was stopped", ctx);
+            }
+            Some(StopNow::Complete) => self.complete(None, ctx),
+            None => {}
+        }
     }
 }
 

@@ -33,8 +33,13 @@
 //!    the run restarts, a restart that records no failure.
 //! 8. Recovery time: from the first failure since the last recovery to the
 //!    first report of rank 0 of a later running attempt.
-//! 9. Once done or given up the run is over: later calls decide nothing and
-//!    change nothing.
+//! 9. Stop (the trainer's `StopHandle`): a running attempt ends and the run
+//!    is over once it ended; with no attempt (before the first, or between
+//!    a failure and its restart) the run is over at once; a launching or
+//!    ending attempt is let finish that step, then ended instead of
+//!    running or restarting.
+//! 10. Once done, stopped or given up the run is over: later calls decide
+//!     nothing and change nothing.
 
 use std::time::{Duration, Instant};
 
@@ -54,6 +59,8 @@ pub(crate) struct Attempts {
     failures: Vec<String>,
     /// The first failure not yet followed by a recovery.
     failed_at: Option<Instant>,
+    /// Stop was asked for while an attempt launched or ended (step 9).
+    stop_asked: bool,
 }
 
 /// Where the run stands.
@@ -87,6 +94,7 @@ enum Ending {
     Unrecoverable(Unrecoverable),
     Finished,
     Rescaled,
+    Stopped,
 }
 
 /// A failure that ended the live attempt: tell the observer, tear the
@@ -125,6 +133,18 @@ pub(crate) enum Next {
     GiveUp(Exhausted),
     /// A failure no restart can fix: the run stopped.
     Stop(Unrecoverable),
+    /// The run was asked to stop ([`Attempts::stop`]).
+    Stopped,
+}
+
+/// What to do at once about a stop ([`Attempts::stop`]).
+#[must_use]
+#[derive(Debug, PartialEq)]
+pub(crate) enum StopNow {
+    /// Tear the running attempt down, then call [`Attempts::ended`].
+    TearDown,
+    /// No attempt: the run is over.
+    Complete,
 }
 
 /// A failure no restart can fix, so the run stops.
@@ -176,6 +196,7 @@ impl Attempts {
             restarts: 0,
             failures: Vec::new(),
             failed_at: None,
+            stop_asked: false,
         }
     }
 
@@ -197,16 +218,42 @@ impl Attempts {
     }
 
     /// Attempt `id` launched with `ranks` workers: it runs, every rank at
-    /// step 0 since `now`.
-    pub(crate) fn launched(&mut self, id: u64, ranks: usize, now: Instant) {
-        if self.launching(id) {
-            let rank = Rank {
-                finished: false,
-                steps: 0,
-                changed: now,
-            };
-            let ranks = vec![rank; ranks];
-            self.phase = Phase::Running { id, ranks };
+    /// step 0 since `now`. `false`: a stop was asked for while it launched,
+    /// so it ends instead (tear it down, then [`Attempts::ended`]).
+    pub(crate) fn launched(&mut self, id: u64, ranks: usize, now: Instant) -> bool {
+        if !self.launching(id) {
+            return true;
+        }
+        if self.stop_asked {
+            self.phase = Phase::Ending(Ending::Stopped);
+            return false;
+        }
+        let rank = Rank {
+            finished: false,
+            steps: 0,
+            changed: now,
+        };
+        let ranks = vec![rank; ranks];
+        self.phase = Phase::Running { id, ranks };
+        true
+    }
+
+    /// Stop the run (step 9): what to do now, if anything.
+    pub(crate) fn stop(&mut self) -> Option<StopNow> {
+        match self.phase {
+            Phase::Idle => {
+                self.phase = Phase::Over;
+                Some(StopNow::Complete)
+            }
+            Phase::Running { .. } => {
+                self.phase = Phase::Ending(Ending::Stopped);
+                Some(StopNow::TearDown)
+            }
+            Phase::Launching(_) | Phase::Ending(_) => {
+                self.stop_asked = true;
+                None
+            }
+            Phase::Over => None,
         }
     }
 
@@ -342,6 +389,11 @@ impl Attempts {
             }
             Ending::Finished => Next::Done,
             Ending::Rescaled => Next::Restart,
+            Ending::Stopped => Next::Stopped,
+        };
+        let next = match next {
+            Next::Restart if self.stop_asked => Next::Stopped,
+            next => next,
         };
         if next == Next::Restart {
             self.restarts += 1;
@@ -580,6 +632,58 @@ mod tests {
         assert_eq!(attempts.report(id, 1, t0 + 9 * SECOND), None);
         assert_eq!(attempts.report(id, 0, t0 + 10 * SECOND), Some(9 * SECOND));
         assert_eq!(attempts.report(id, 0, t0 + 11 * SECOND), None);
+    }
+
+    #[test]
+    fn a_stop_ends_the_run_in_every_phase() {
+        let t0 = Instant::now();
+        // Running: tear down, then the run is over, stopped.
+        let mut attempts = running(3, None, 2, t0);
+        assert_eq!(attempts.stop(), Some(StopNow::TearDown));
+        assert_eq!(attempts.stop(), None);
+        assert_eq!(attempts.rank_failed(0, 0, "killed in teardown", t0), None);
+        assert_eq!(attempts.ended(), Some(Next::Stopped));
+        assert!(attempts.failures.is_empty());
+        assert_eq!(attempts.begin(), None);
+        // Before the first attempt: over at once.
+        let mut attempts = Attempts::new(3, 10 * SECOND, None);
+        assert_eq!(attempts.stop(), Some(StopNow::Complete));
+        assert_eq!(attempts.begin(), None);
+        // Launching: it launches, then ends instead of running.
+        let mut attempts = Attempts::new(3, 10 * SECOND, None);
+        assert_eq!(attempts.begin(), Some(0));
+        assert_eq!(attempts.stop(), None);
+        assert!(!attempts.launched(0, 2, t0));
+        assert_eq!(attempts.hung(t0 + 60 * SECOND), None);
+        assert_eq!(attempts.ended(), Some(Next::Stopped));
+        // A launch that fails while stopping: no restart.
+        let mut attempts = Attempts::new(3, 10 * SECOND, None);
+        assert_eq!(attempts.begin(), Some(0));
+        assert_eq!(attempts.stop(), None);
+        assert!(attempts.launch_failed(0, "no room".into(), t0).is_some());
+        assert_eq!(attempts.ended(), Some(Next::Stopped));
+        // Ending after a failure: stopped instead of restarted; a failure
+        // beyond max_failures still gives up.
+        let mut attempts = running(3, None, 2, t0);
+        assert!(attempts.rank_failed(0, 1, "boom", t0).is_some());
+        assert_eq!(attempts.stop(), None);
+        assert_eq!(attempts.ended(), Some(Next::Stopped));
+        let mut attempts = running(0, None, 2, t0);
+        assert!(attempts.rank_failed(0, 1, "boom", t0).is_some());
+        assert_eq!(attempts.stop(), None);
+        assert!(matches!(attempts.ended(), Some(Next::GiveUp(_))));
+        // Between a failure and its restart: over at once.
+        let mut attempts = running(3, None, 2, t0);
+        assert!(attempts.rank_failed(0, 1, "boom", t0).is_some());
+        assert_eq!(attempts.ended(), Some(Next::Restart));
+        assert_eq!(attempts.stop(), Some(StopNow::Complete));
+        assert_eq!(attempts.begin(), None);
+        // Finished runs stay finished.
+        let mut attempts = running(3, None, 1, t0);
+        assert!(attempts.rank_finished(0, 0));
+        assert_eq!(attempts.stop(), None);
+        assert_eq!(attempts.ended(), Some(Next::Done));
+        assert_eq!(attempts.stop(), None);
     }
 
     /// A seeded simulation in virtual time: attempts launch (or fail to),

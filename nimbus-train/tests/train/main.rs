@@ -16,7 +16,9 @@ mod harness;
 #[path = "../../examples/train_mnist/mnist.rs"]
 mod mnist;
 mod tests;
+mod tune;
 
+use nimbus::tune::TuneRegistry;
 use nimbus_train::TrainRegistry;
 
 use std::time::Duration;
@@ -28,6 +30,8 @@ const DEADLINE: Duration = Duration::from_secs(180);
 fn main() {
     let registry = nimbus::actor::Registry::new()
         .train_loop::<mnist::MnistLoop>()
+        .train_loop::<tune::TunedMnist>()
+        .trainable::<nimbus_train::tune::TrainerTrainable<tune::TunedMnist>>()
         .parameter_aggregator();
     let driver = nimbus::init_with(registry, nimbus::InitOptions::private(3))
         .expect("a local cluster starts");

@@ -12,6 +12,10 @@ use nimbus_train::{
 };
 
 use crate::mnist::{DataSource, FailMode, MnistConfig, MnistLoop};
+use crate::tune::{
+    a_failed_trainer_trial_resumes_from_its_checkpoint,
+    tune_trials_are_whole_training_runs_and_stop,
+};
 use crate::{boxed, Test};
 
 pub const ALL: &[(&str, Test)] = &[
@@ -57,6 +61,12 @@ pub const ALL: &[(&str, Test)] = &[
         "storage_not_shared_with_rank_0s_host_fails_at_the_first_checkpoint",
         |d| boxed(storage_not_shared_with_rank_0s_host_fails_at_the_first_checkpoint(d)),
     ),
+    ("tune_trials_are_whole_training_runs_and_stop", |d| {
+        boxed(tune_trials_are_whole_training_runs_and_stop(d))
+    }),
+    ("a_failed_trainer_trial_resumes_from_its_checkpoint", |d| {
+        boxed(a_failed_trainer_trial_resumes_from_its_checkpoint(d))
+    }),
 ];
 
 /// A short run: 1,280 generated training images, batch 32, 2 workers →
