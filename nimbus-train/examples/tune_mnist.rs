@@ -13,7 +13,8 @@
 //!
 //! With no `--address` it starts a one-node local cluster. By default ASHA
 //! (grace period 1 epoch, reduction factor 2, `max_t` = `--epochs`) stops
-//! trials that fall behind; `--scheduler pbt` evolves the population
+//! trials that fall behind; `--scheduler hyperband` does so in two brackets
+//! (the second cuts first after 2 epochs); `--scheduler pbt` evolves the population
 //! instead (a weak trial takes a strong one's weights and a perturbed copy
 //! of its learning rate and momentum after each epoch), `--scheduler fifo`
 //! runs every trial to the end. With no `--data-dir` it trains on the
@@ -65,8 +66,8 @@ struct Args {
     /// random (and grid) or tpe.
     #[arg(long, default_value = "random", value_parser = ["random", "tpe"])]
     searcher: String,
-    /// asha, pbt or fifo.
-    #[arg(long, default_value = "asha", value_parser = ["asha", "pbt", "fifo"])]
+    /// asha, hyperband, pbt or fifo.
+    #[arg(long, default_value = "asha", value_parser = ["asha", "hyperband", "pbt", "fifo"])]
     scheduler: String,
     /// Seeds the search, the weights and the data.
     #[arg(long, default_value_t = 0)]
@@ -177,6 +178,12 @@ fn main() -> Result<()> {
                 grace_period: 1,
                 reduction_factor: 2.0,
                 max_t: args.epochs,
+            },
+            "hyperband" => SchedulerConfig::HyperBand {
+                grace_period: 1,
+                reduction_factor: 2.0,
+                max_t: args.epochs,
+                brackets: 2,
             },
             "pbt" => SchedulerConfig::Pbt(PbtConfig {
                 seed: args.seed,

@@ -60,7 +60,7 @@ pub use experiment::{
     STATE_FILE,
 };
 pub use schedule::{
-    Asha, Decision, Fifo, MedianStopping, Pbt, PbtConfig, Scheduler, SchedulerConfig,
+    Asha, Decision, Fifo, HyperBand, MedianStopping, Pbt, PbtConfig, Scheduler, SchedulerConfig,
 };
 pub use search::{BasicSearch, SearchConfig, Searcher, Tpe, TpeConfig, TrialConfig};
 pub use space::{

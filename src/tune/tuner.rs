@@ -49,7 +49,7 @@ use super::experiment::{
     ExperimentFiles, ExploitRecord, ResultGrid, ResultLine, TrialRecord, TrialStatus,
 };
 use super::progress::progress_table;
-use super::schedule::{Decision, Scheduler, SchedulerConfig};
+use super::schedule::{Decision, Scheduler};
 use super::search::{Searcher, TrialConfig};
 use super::space::SearchSpace;
 use super::trial::{
@@ -910,10 +910,13 @@ impl Experiment {
     }
 }
 
-/// Whether `iteration` is ASHA's `max_t` or beyond (a stop there is the
-/// trial's end, not an early stop).
+/// Whether `iteration` is the scheduler's `max_t` or beyond (a stop there
+/// is the trial's end, not an early stop).
 fn at_max_t(config: &TuneConfig, iteration: u64) -> bool {
-    matches!(config.scheduler, SchedulerConfig::Asha { max_t, .. } if iteration >= max_t)
+    config
+        .scheduler
+        .max_t()
+        .is_some_and(|max_t| iteration >= max_t)
 }
 
 /// Runs one trial on `runner` and forwards its results and end (step 3).

@@ -4,14 +4,17 @@
 //! normalised by the tuner so that higher is better (`Mode::Min` negates),
 //! iterations are the trial's report count (Ray's `training_iteration`).
 //!
-//! Files: `asha.rs` (asynchronous successive halving), `median.rs` (the
-//! median stopping rule), `pbt.rs` (population-based training).
+//! Files: `asha.rs` (asynchronous successive halving), `hyperband.rs`
+//! (asynchronous HyperBand: ASHA brackets), `median.rs` (the median
+//! stopping rule), `pbt.rs` (population-based training).
 
 mod asha;
+mod hyperband;
 mod median;
 mod pbt;
 
 pub use asha::Asha;
+pub use hyperband::HyperBand;
 pub use median::MedianStopping;
 pub use pbt::{Pbt, PbtConfig};
 
@@ -59,6 +62,18 @@ pub enum SchedulerConfig {
         /// Iterations at which every trial stops.
         max_t: u64,
     },
+    /// Asynchronous HyperBand (`hyperband.rs`): `brackets` ASHA brackets,
+    /// bracket s with grace period `grace_period`·η^s.
+    HyperBand {
+        /// The first bracket's grace period.
+        grace_period: u64,
+        /// η, in every bracket.
+        reduction_factor: f64,
+        /// Iterations at which every trial stops.
+        max_t: u64,
+        /// How many brackets (Ray's `brackets`).
+        brackets: u32,
+    },
     /// The median stopping rule (`median.rs`).
     MedianStopping {
         /// Iterations before a trial can be stopped.
@@ -80,6 +95,19 @@ impl SchedulerConfig {
         }
     }
 
+    /// The iteration at which the scheduler ends every trial, if it does
+    /// (a stop there is the trial's end, not an early stop).
+    pub fn max_t(&self) -> Option<u64> {
+        match self {
+            SchedulerConfig::Asha { max_t, .. } | SchedulerConfig::HyperBand { max_t, .. } => {
+                Some(*max_t)
+            }
+            SchedulerConfig::Fifo
+            | SchedulerConfig::MedianStopping { .. }
+            | SchedulerConfig::Pbt(_) => None,
+        }
+    }
+
     /// The scheduler, or why these settings are refused.
     pub fn build(&self) -> Result<Box<dyn Scheduler>, TuneError> {
         match self {
@@ -92,6 +120,17 @@ impl SchedulerConfig {
                 *grace_period,
                 *reduction_factor,
                 *max_t,
+            )?)),
+            SchedulerConfig::HyperBand {
+                grace_period,
+                reduction_factor,
+                max_t,
+                brackets,
+            } => Ok(Box::new(HyperBand::new(
+                *grace_period,
+                *reduction_factor,
+                *max_t,
+                *brackets,
             )?)),
             SchedulerConfig::MedianStopping {
                 grace_period,
