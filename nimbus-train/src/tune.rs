@@ -31,7 +31,7 @@
 //!    it, so a restart goes on right after that report) or when the next
 //!    report arrives, or the run ends (then without).
 //! 4. The tuner stops the trial (its scheduler, a stopping criterion, the
-//!    time budget): the trainer's [`StopHandle`] stops its workers and
+//!    time budget): the trainer's [`StopHandle`](crate::StopHandle) stops its workers and
 //!    removes its placement group; the trial ends as stopped once `fit`
 //!    returned. While no report comes, the thread looks for a stop every
 //!    [`STOP_CHECK`].
