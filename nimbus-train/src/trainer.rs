@@ -92,8 +92,10 @@ pub struct Trainer<L: TrainLoop> {
 
 /// Stops a running [`Trainer`] from any thread (a tuner stopping a trial):
 /// its workers are stopped, its placement group removed, and `fit`
-/// returns the run so far, without an error. A stop before `fit` stops
-/// the run as soon as it starts.
+/// returns the run so far, without an error (unless a failure that ends
+/// the run came first). An attempt being launched (its placement group
+/// awaited, up to `placement_timeout`) is stopped once it has launched. A
+/// stop before `fit` makes it return at once.
 #[derive(Clone, Debug)]
 pub struct StopHandle(Arc<tokio::sync::watch::Sender<bool>>);
 
@@ -167,6 +169,12 @@ impl<L: TrainLoop> Trainer<L> {
                 )))
             }
         };
+        if self.stop.stopped() {
+            return TrainResult {
+                error: None,
+                ..failed(TrainError::Aborted(String::new()))
+            };
+        }
         let mut faults = self.run.faults.clone();
         match nimbus::train::faults::TrainingFault::from_env() {
             Ok(from_env) => faults.extend(from_env),

@@ -16,20 +16,23 @@
 //! process):
 //! 1. The trial's config decodes as the loop's `Config`; the run's workers
 //!    are [`TunedLoop::scaling`]'s, its settings [`TunedLoop::run_config`]'s
-//!    (by default stored in the trial's directory, `<trial>/train`).
+//!    (by default stored in `<trial>/run-<k>/train`, a directory of its own
+//!    for each run of the trial: no run finds another's checkpoints as its
+//!    own).
 //! 2. A trial that resumes (a retry, a restored experiment, a PBT exploit)
 //!    has a tune checkpoint naming a training checkpoint
 //!    ([`TrainCheckpointRef`]): the run starts from it; one that is gone
 //!    (the other run's retention removed it) fails the trial, naming it.
 //! 3. The [`Trainer`] runs on a thread of its own (its own actix system;
 //!    it spawns its workers through the process's link to the cluster, as
-//!    any driver). Rank 0's reports come to the trial's thread in order,
-//!    each once (a report the run repeats after one of its own restarts is
-//!    not passed on again). A report is passed to the tuner
-//!    (`TrialContext::report`, which returns once the scheduler decided)
-//!    when its checkpoint is saved (then with a tune checkpoint naming
-//!    it, so a restart goes on right after that report) or when the next
-//!    report arrives, or the run ends (then without).
+//!    any driver). Rank 0's reports come to the trial's thread and go to
+//!    the tuner (`TrialContext::report`, which returns once the scheduler
+//!    decided) in order, each once: a report the run makes again after one
+//!    of its own restarts replaces the one held back, one passed on is not
+//!    passed again. A report saved with a checkpoint is held back (and the
+//!    ones after it) until that checkpoint is complete, then goes with a
+//!    tune checkpoint naming it, so a restart goes on right after that
+//!    report; when the run ends, what is held goes without.
 //! 4. The tuner stops the trial (its scheduler, a stopping criterion, the
 //!    time budget): the trainer's [`StopHandle`](crate::StopHandle) stops its workers and
 //!    removes its placement group; the trial ends as stopped once `fit`
@@ -44,6 +47,7 @@
 //! steps than it reported. A trial the tuner kills (past `trial_timeout`)
 //! leaves its run's workers to the job's end; a stop does not.
 
+use std::collections::{HashMap, VecDeque};
 use std::error::Error;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
@@ -64,10 +68,12 @@ pub trait TunedLoop: TrainLoop {
     /// The workers of the run of a trial with `config`.
     fn scaling(config: &Self::Config) -> ScalingConfig;
 
-    /// The run's settings; by default named `train`, stored in the
-    /// trial's directory, with the defaults of [`RunConfig::new`].
-    fn run_config(_config: &Self::Config, trial_dir: &Path) -> RunConfig {
-        RunConfig::new("train", trial_dir)
+    /// The run's settings; by default named `train`, stored in `dir`
+    /// (`<trial>/run-<k>` for the trial's run k: its first, then one more
+    /// per retry, exploit or restore), with the defaults of
+    /// [`RunConfig::new`].
+    fn run_config(_config: &Self::Config, dir: &Path) -> RunConfig {
+        RunConfig::new("train", dir)
     }
 }
 
@@ -101,7 +107,7 @@ pub enum TrainerTrialError {
 
 /// What the run's thread tells the trial's thread.
 enum News {
-    Reported(u64, Metrics),
+    Reported(u64, Metrics, bool),
     Saved(u64, PathBuf),
     Done(Box<TrainResult>),
 }
@@ -115,7 +121,12 @@ where
 
     fn run(config: L::Config, ctx: &mut TrialContext) -> Result<(), Box<dyn Error + Send + Sync>> {
         let scaling = L::scaling(&config);
-        let run = L::run_config(&config, ctx.trial_dir());
+        let run_dir = (0..)
+            .map(|k| ctx.trial_dir().join(format!("run-{k}")))
+            .find(|dir| !dir.exists())
+            .expect("a free run directory name");
+        std::fs::create_dir_all(&run_dir)?;
+        let run = L::run_config(&config, &run_dir);
         let resume = ctx.restore::<TrainCheckpointRef>()?;
         if let Some(from) = &resume {
             if !from.path.is_dir() {
@@ -134,9 +145,11 @@ where
                 let events = news.clone();
                 let mut trainer = Trainer::<L>::new(config, scaling, run).on_event(move |event| {
                     let _ = match event {
-                        TrainEvent::Reported { index, metrics } => {
-                            events.send(News::Reported(*index, metrics.clone()))
-                        }
+                        TrainEvent::Reported {
+                            index,
+                            metrics,
+                            checkpoint,
+                        } => events.send(News::Reported(*index, metrics.clone(), *checkpoint)),
                         TrainEvent::CheckpointSaved(saved) => {
                             events.send(News::Saved(saved.index, saved.path.clone()))
                         }
@@ -156,13 +169,16 @@ where
             .map_err(|_| TrainerTrialError::Thread("ended before it started".into()))?;
         let mut relay = Relay {
             ctx,
-            pending: None,
+            held: VecDeque::new(),
+            saved: HashMap::new(),
             last: resume.map(|r| r.index),
             stopped: false,
         };
         let result = loop {
             match inbox.recv_timeout(STOP_CHECK) {
-                Ok(News::Reported(index, metrics)) => relay.reported(index, metrics),
+                Ok(News::Reported(index, metrics, checkpoint)) => {
+                    relay.reported(index, metrics, checkpoint)
+                }
                 Ok(News::Saved(index, path)) => relay.saved(index, path),
                 Ok(News::Done(result)) => {
                     relay.flush();
@@ -190,12 +206,15 @@ where
     }
 }
 
-/// Step 3: passes rank 0's reports on to the tuner, each once, with the
-/// checkpoint saved with it when it comes first.
+/// Step 3: passes rank 0's reports on to the tuner in order, each once, a
+/// report saved with a checkpoint once that checkpoint is complete.
 struct Relay<'a> {
     ctx: &'a mut TrialContext,
-    /// The newest report, not yet passed on.
-    pending: Option<(u64, Metrics)>,
+    /// Reports not yet passed on, in order: index, metrics, whether a
+    /// checkpoint is being saved with it.
+    held: VecDeque<(u64, Metrics, bool)>,
+    /// Checkpoints complete, by report index.
+    saved: HashMap<u64, PathBuf>,
     /// The index of the last report passed on.
     last: Option<u64>,
     /// The tuner stopped the trial.
@@ -203,32 +222,48 @@ struct Relay<'a> {
 }
 
 impl Relay<'_> {
-    fn reported(&mut self, index: u64, metrics: Metrics) {
-        if self.last.is_some_and(|last| index <= last)
-            || self.pending.as_ref().is_some_and(|(p, _)| index <= *p)
-        {
+    fn reported(&mut self, index: u64, metrics: Metrics, checkpoint: bool) {
+        if self.last.is_some_and(|last| index <= last) {
             return;
         }
-        if let Some((earlier, metrics)) = self.pending.replace((index, metrics)) {
-            self.pass(earlier, metrics, None);
+        // A report again after one of the run's own restarts: the later
+        // attempt's reports replace the held ones from there.
+        while self.held.back().is_some_and(|(held, ..)| *held >= index) {
+            self.held.pop_back();
         }
+        self.held.push_back((index, metrics, checkpoint));
+        self.pass_ready();
     }
 
     fn saved(&mut self, index: u64, path: PathBuf) {
-        if self.pending.as_ref().is_some_and(|(p, _)| *p == index) {
-            let (index, metrics) = self.pending.take().expect("checked above");
-            self.pass(index, metrics, Some(path));
+        self.saved.insert(index, path);
+        self.pass_ready();
+    }
+
+    /// Passes the held reports up to the first whose checkpoint is not
+    /// complete yet.
+    fn pass_ready(&mut self) {
+        while let Some((index, _, checkpoint)) = self.held.front() {
+            if *checkpoint && !self.saved.contains_key(index) {
+                return;
+            }
+            let (index, metrics, _) = self.held.pop_front().expect("checked above");
+            let path = self.saved.remove(&index);
+            self.pass(index, metrics, path);
         }
     }
 
+    /// The run ended: what is held goes without checkpoints.
     fn flush(&mut self) {
-        if let Some((index, metrics)) = self.pending.take() {
-            self.pass(index, metrics, None);
+        while let Some((index, metrics, _)) = self.held.pop_front() {
+            let path = self.saved.remove(&index);
+            self.pass(index, metrics, path);
         }
     }
 
     fn pass(&mut self, index: u64, metrics: Metrics, checkpoint: Option<PathBuf>) {
         self.last = Some(index);
+        self.saved.retain(|i, _| *i > index);
         if self.stopped {
             return;
         }

@@ -133,6 +133,9 @@ pub enum TrainEvent {
         index: u64,
         /// Its metrics.
         metrics: Metrics,
+        /// Whether a checkpoint was saved with it (its `CheckpointSaved`
+        /// follows once complete, unless the attempt fails first).
+        checkpoint: bool,
     },
     /// A checkpoint is complete on disk.
     CheckpointSaved(checkpoint::SavedCheckpoint),
@@ -478,6 +481,7 @@ impl TrainerSupervisor {
             self.tell(TrainEvent::Reported {
                 index: saved.index,
                 metrics: saved.metrics.clone(),
+                checkpoint: true,
             });
         }
     }
@@ -503,14 +507,22 @@ impl TrainerSupervisor {
         let mut unrecoverable = None;
         for (_, event) in report.events {
             match event {
-                WorkerEvent::Report { index, metrics, .. } if rank == 0 => {
+                WorkerEvent::Report {
+                    index,
+                    metrics,
+                    checkpoint,
+                } if rank == 0 => {
                     if let Some(took) = self.attempts.report(id, rank, Instant::now()) {
                         self.report_recovery(index, took);
                     }
                     self.history.retain(|(i, _)| *i < index);
                     self.history.push((index, metrics.clone()));
                     self.record(self.attempts.restarts(), index, &metrics);
-                    self.tell(TrainEvent::Reported { index, metrics });
+                    self.tell(TrainEvent::Reported {
+                        index,
+                        metrics,
+                        checkpoint,
+                    });
                 }
                 WorkerEvent::Report { .. } => {}
                 WorkerEvent::CheckpointSaved(saved) if !self.sees(&saved) => {
