@@ -222,13 +222,19 @@ fn resume(
         .count();
     if differ > 0 {
         tracing::warn!(
-            "{differ} recorded trial configs are not what the search space and seed given now draw: its remaining trials come from the one given now"
+            "{differ} recorded trial configs are not what the searcher draws now (expected of a model-based searcher, whose draws depend on the results it saw; else the search space or seed changed): the remaining trials come from the searcher given now"
         );
     }
     let mut retry = VecDeque::new();
     let mut results = Vec::new();
+    // Each trial's last result: when, and its metric.
+    let mut last: HashMap<u64, (u64, Option<f64>)> = HashMap::new();
     for trial in &mut trials {
         let lines = files.read_results(&trial.dir)?;
+        if let Some(line) = lines.last() {
+            let value = line.metrics.get(&config.metric).copied();
+            last.insert(trial.id, (line.time_ms, value));
+        }
         if matches!(trial.status, TrialStatus::Running | TrialStatus::Pending) {
             trial.status = TrialStatus::Pending;
             retry.push_back(trial.id);
@@ -271,6 +277,24 @@ fn resume(
         trial.stopped_early = early;
         false
     });
+    // The searcher learns from the ended trials, in the order they ended,
+    // as it did while they ran (`settle`).
+    let mut ended: Vec<(u64, &TrialRecord)> = trials
+        .iter()
+        .filter(|t| t.status == TrialStatus::Terminated)
+        .map(|t| (last.get(&t.id).map_or(0, |(time, _)| *time), t))
+        .collect();
+    ended.sort_by_key(|(time, t)| (*time, t.id));
+    for (_, trial) in ended {
+        let value = match last.get(&trial.id) {
+            Some((_, value)) => *value,
+            None => trial
+                .last
+                .as_ref()
+                .and_then(|l| l.get(&config.metric).copied()),
+        };
+        search.on_trial_complete(&trial.config, value.map(|v| config.mode.score(v)));
+    }
     Ok((trials, retry))
 }
 
@@ -1005,4 +1029,94 @@ fn unix_millis() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::tune::schedule::Fifo;
+    use crate::tune::{Metrics, Mode};
+
+    /// What a searcher was told of ended trials: config and score.
+    type Told = Arc<Mutex<Vec<(TrialConfig, Option<f64>)>>>;
+
+    /// Draws `x` = 0, 1, 2, … and records what it is told of ended trials.
+    struct Recording {
+        drawn: u64,
+        told: Told,
+    }
+
+    impl Searcher for Recording {
+        fn suggest(&mut self) -> Option<TrialConfig> {
+            let config = TrialConfig::from_iter([("x".to_string(), self.drawn.into())]);
+            self.drawn += 1;
+            Some(config)
+        }
+        fn total(&self) -> Option<usize> {
+            None
+        }
+        fn on_trial_complete(&mut self, config: &TrialConfig, score: Option<f64>) {
+            self.told.lock().unwrap().push((config.clone(), score));
+        }
+    }
+
+    #[test]
+    fn a_restored_searcher_learns_the_ended_trials_in_the_order_they_ended() {
+        let storage = tempfile::tempdir().unwrap();
+        let dir = storage.path().join("exp");
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let mut search = Recording {
+            drawn: 0,
+            told: told.clone(),
+        };
+        let mut files = ExperimentFiles::create(dir.clone()).unwrap();
+        // Trials 0 and 2 ended (2 first), 1 still ran, 3 failed for good.
+        let statuses = [
+            TrialStatus::Terminated,
+            TrialStatus::Running,
+            TrialStatus::Terminated,
+            TrialStatus::Error,
+        ];
+        let mut trials = Vec::new();
+        for (id, status) in statuses.into_iter().enumerate() {
+            let mut trial = TrialRecord::new(id as u64, search.suggest().unwrap(), &dir);
+            trial.status = status;
+            files.trial_started(&trial).unwrap();
+            trials.push(trial);
+        }
+        let ended_at = [(0, 300, 0.5), (1, 100, 0.7), (2, 200, 0.25), (3, 50, 0.9)];
+        for (trial, time_ms, loss) in ended_at {
+            let line = ResultLine {
+                trial,
+                attempt: 0,
+                iteration: 1,
+                time_ms,
+                metrics: Metrics::from([("loss".to_string(), loss)]),
+                checkpoint: None,
+            };
+            files.result(&trials[trial as usize].dir, &line).unwrap();
+        }
+        files.write_state(&trials).unwrap();
+        drop(files);
+
+        let files = ExperimentFiles::open(dir).unwrap();
+        let config = TuneConfig::new("loss", Mode::Min);
+        let mut search = Recording {
+            drawn: 0,
+            told: told.clone(),
+        };
+        told.lock().unwrap().clear();
+        let (trials, retry) = resume(&files, &mut search, &mut Fifo, &config).unwrap();
+        assert_eq!(retry, [1]);
+        assert_eq!(search.drawn, 4, "the recorded draws were replayed");
+        let told = told.lock().unwrap().clone();
+        let x = |t: &(TrialConfig, Option<f64>)| t.0["x"].as_u64().unwrap();
+        assert_eq!(told.iter().map(x).collect::<Vec<_>>(), [2, 0]);
+        // Scores are higher-is-better: the negated losses.
+        assert_eq!(told[0].1, Some(-0.25));
+        assert_eq!(told[1].1, Some(-0.5));
+        assert_eq!(trials[3].status, TrialStatus::Error);
+    }
 }
