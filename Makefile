@@ -57,7 +57,7 @@ run:
 	@$(TORCH_ENV); cargo build --release --workspace --bins --examples && target/release/examples/$(EXAMPLE) $(ARGS)
 
 bench:
-	@$(TORCH_ENV); cargo bench --bench calibration && cargo bench --bench rpc && cargo bench -p nimbus-train --bench train && \
+	@$(TORCH_ENV); cargo bench --bench calibration && cargo bench --bench rpc && cargo bench --bench tune_search && cargo bench -p nimbus-train --bench train && \
 	  cargo build --release --workspace --bins --examples && cargo bench --bench dashboard
 
 lint:

@@ -1,0 +1,77 @@
+//! Search quality at a fixed budget: the best score each searcher finds in
+//! 40 trials of a synthetic objective of four parameters (a uniform, a
+//! log-uniform, a choice and an integer), mean over 20 seeds; no trial
+//! runs, only the searchers. Its peer, `benches/peers/ray_tune_search.py`,
+//! measures Ray Tune's `OptunaSearch` (Optuna's TPE) and random search on
+//! the same objective, space and budget.
+//!
+//! ```text
+//! cargo bench --bench tune_search
+//! /tmp/ray/bin/python benches/peers/ray_tune_search.py
+//! ```
+//!
+//! It prints `tune_search_{tpe,random}_mean_best` (higher is better; 0 is
+//! the optimum), the standard error of each mean, and how often TPE beat
+//! random search.
+
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
+use nimbus::tune::{self, BasicSearch, SearchSpace, Searcher, Tpe, TpeConfig, TrialConfig};
+
+const TRIALS: usize = 40;
+const SEEDS: u64 = 20;
+
+/// The objective, as in the peer: its optimum 0 at x = 0.7, lr = 1e-3,
+/// kind = "b", depth = 3.
+fn objective(c: &TrialConfig) -> f64 {
+    let x = c["x"].as_f64().unwrap();
+    let lr = c["lr"].as_f64().unwrap();
+    let kind = if c["kind"] == "b" { 0.0 } else { -0.5 };
+    let depth = (c["depth"].as_i64().unwrap() - 3) as f64;
+    -(x - 0.7).powi(2) * 4.0 - (lr.log10() + 3.0).powi(2) / 4.0 + kind - depth.powi(2) / 8.0
+}
+
+fn space() -> SearchSpace {
+    SearchSpace::new()
+        .param("x", tune::uniform(0.0, 1.0))
+        .param("lr", tune::loguniform(1e-5, 1e-1))
+        .param("kind", tune::choice(["a", "b", "c"]))
+        .param("depth", tune::randint(1, 8))
+}
+
+fn best_of(search: &mut dyn Searcher) -> f64 {
+    let mut best = f64::NEG_INFINITY;
+    while let Some(config) = search.suggest() {
+        let score = objective(&config);
+        best = best.max(score);
+        search.on_trial_complete(&config, Some(score));
+    }
+    best
+}
+
+/// The mean of `xs` and its standard error.
+fn mean_and_stderr(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let variance = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, (variance / n).sqrt())
+}
+
+fn main() {
+    let (mut tpe, mut random) = (Vec::new(), Vec::new());
+    for seed in 0..SEEDS {
+        tpe.push(best_of(
+            &mut Tpe::new(space(), TRIALS, seed, TpeConfig::default()).unwrap(),
+        ));
+        random.push(best_of(&mut BasicSearch::new(space(), TRIALS, seed)));
+    }
+    let wins = tpe.iter().zip(&random).filter(|(t, r)| t > r).count();
+    for (name, bests) in [("tpe", &tpe), ("random", &random)] {
+        let (mean, stderr) = mean_and_stderr(bests);
+        println!("tune_search_{name}_mean_best: {mean:.4} score");
+        println!("tune_search_{name}_mean_best_stderr: {stderr:.4} score");
+    }
+    println!("tune_search_tpe_wins: {wins} of {SEEDS} seeds");
+}
