@@ -13,7 +13,9 @@
 //! `role.rs` (`ProcessRole`, decided from the command line in one place),
 //! `boot.rs` (the worker boot protocol), `node_of_worker.rs` (a worker's
 //! node, and `kill_own_node` for `kill_node` faults), `packet_reports.rs`,
-//! `panic.rs` (a panic payload as a death reason), `transits.rs` (a
+//! `panic.rs` (a panic payload as a death reason), `run_reports.rs` (what a
+//! training run or a Tune trial tells the head for the dashboard),
+//! `transits.rs` (a
 //! message carrying object references leaves only once their owners know).
 //!
 //! Features (actors, tasks, the object store, placement groups, training)
@@ -28,6 +30,7 @@ mod packet_reports;
 mod panic;
 mod registry;
 mod role;
+pub mod run_reports;
 pub mod transits;
 
 pub use context::ProcessContext;

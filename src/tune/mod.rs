@@ -4,13 +4,15 @@
 //! a population ([`SchedulerConfig::Pbt`]), and returns a [`ResultGrid`].
 //!
 //! Files: `space.rs` (parameters and sampling), `search/` (which config
-//! comes next: random and grid, TPE), `schedule/` (which trial goes on: FIFO, ASHA, median stopping, PBT; plain
-//! state machines), `trial.rs` (the trainable, its context and the
+//! comes next: random and grid, TPE), `schedule/` (which trial goes on:
+//! FIFO, ASHA, asynchronous HyperBand, median stopping, PBT; plain state
+//! machines), `trial.rs` (the trainable, its context and the
 //! `TrialRunner` actor), `checkpoint.rs` (a trial's saved state),
 //! `experiment.rs` (the trials' records and the
 //! experiment directory's files), `config.rs` (`TuneConfig`), `tuner.rs`
 //! (the driver's loop that ties them together), `progress.rs` (the
-//! progress table it shows).
+//! progress table it shows), `to_head.rs` (each trial as a run on the
+//! dashboard's training page).
 //!
 //! ```no_run
 //! use nimbus::tune::{self, Metrics, Mode, SearchSpace, Trainable, TrialContext, TuneConfig, TuneRegistry, Tuner};
@@ -48,6 +50,7 @@ mod progress;
 mod schedule;
 mod search;
 pub mod space;
+mod to_head;
 mod trial;
 mod tuner;
 

@@ -52,6 +52,7 @@ use super::progress::progress_table;
 use super::schedule::{Decision, Scheduler};
 use super::search::{Searcher, TrialConfig};
 use super::space::SearchSpace;
+use super::to_head::TrialReports;
 use super::trial::{
     PollTrial, RunTrial, StopTrial, Trainable, TrialEnd, TrialProgress, TrialRefusal, TrialResult,
     TrialRunner,
@@ -191,6 +192,7 @@ impl<T: Trainable> Tuner<T> {
             Err(e) => Err(e),
         };
         run.stop_runners().await;
+        run.to_head.finish_all().await;
         let written = run.files.write_state(&run.trials);
         outcome?;
         written?;
@@ -327,6 +329,8 @@ struct Experiment {
     budget_over: Option<Instant>,
     started: Instant,
     trainable: &'static str,
+    /// What the head is told of the trials (`to_head.rs`).
+    to_head: TrialReports,
 }
 
 impl Drop for Experiment {
@@ -354,7 +358,12 @@ impl Experiment {
         started: Instant,
         trainable: &'static str,
     ) -> Self {
+        let name = files
+            .dir()
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         Experiment {
+            to_head: TrialReports::new(name),
             config,
             search,
             scheduler,
@@ -542,6 +551,7 @@ impl Experiment {
         record.runs += 1;
         record.iterations = record.checkpoint.as_ref().map_or(0, |c| c.iteration);
         self.files.trial_started(record)?;
+        self.to_head.started(record);
         let request = RunTrial {
             trial,
             trainable: self.trainable.to_string(),
@@ -644,6 +654,7 @@ impl Experiment {
                 record.checkpoint = checkpoint;
             }
             self.files.result(&record.dir, &line)?;
+            self.to_head.result(record, &line);
             let mode = self.config.mode;
             let best = record
                 .best
@@ -760,6 +771,7 @@ impl Experiment {
             let record = &mut self.trials[trial as usize];
             record.status = TrialStatus::Terminated;
             record.error = failure;
+            self.to_head.finished(record, None);
         } else {
             self.settle(trial, failure, true);
         }
@@ -780,16 +792,19 @@ impl Experiment {
                         .map(|v| self.config.mode.score(*v))
                 }),
             );
+            self.to_head.finished(record, None);
             return;
         };
         record.failures += 1;
         tracing::warn!(trial, failures = record.failures, "trial failed: {why}");
+        self.to_head.failed(record, &why);
         if retry && record.failures <= max_failures && self.budget_over.is_none() {
             record.status = TrialStatus::Pending;
             self.retry.push_back(trial);
         } else {
             record.status = TrialStatus::Error;
-            record.error = Some(why);
+            record.error = Some(why.clone());
+            self.to_head.finished(record, Some(why));
         }
     }
 

@@ -294,6 +294,44 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
     let runs = succeeds(home.path(), &["list", "runs", "--json"]);
     let runs: serde_json::Value = serde_json::from_str(runs.trim()).unwrap();
     let run = runs[0]["id"].as_str().unwrap().to_string();
+    // A Tune experiment, whose trials (each over a second) the page must
+    // show as runs.
+    let tune_mnist = example("tune_mnist");
+    let tune_storage = TempDir::new().unwrap();
+    succeeds(
+        home.path(),
+        &[
+            "job",
+            "submit",
+            "--",
+            tune_mnist.to_str().unwrap(),
+            "--samples",
+            "2",
+            "--concurrent",
+            "1",
+            "--epochs",
+            "2",
+            "--train-samples",
+            "1000",
+            "--scheduler",
+            "fifo",
+            "--storage",
+            tune_storage.path().to_str().unwrap(),
+        ],
+    );
+    let runs = succeeds(home.path(), &["list", "runs", "--json"]);
+    let runs: serde_json::Value = serde_json::from_str(runs.trim()).unwrap();
+    let trial = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("/trial_00000"))
+        })
+        .unwrap_or_else(|| panic!("trial 0 of the experiment among the runs: {runs}"));
+    let trial = trial["id"].as_str().unwrap().to_string();
     let held = HeldExample::start(home.path(), &head);
 
     let (_browser, tab) = browser(chromium);
@@ -421,6 +459,13 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
         "{timeline}"
     );
     screenshot(&tab, "training-run");
+    go_and_wait(
+        &tab,
+        &format!("#/runs/{trial}"),
+        r#"document.querySelectorAll('#loss-chart circle.point[data-metric="loss"]').length === 2 && document.getElementById("run-state")?.textContent === "FINISHED""#,
+        "a Tune trial's losses, a point per epoch",
+    );
+    screenshot(&tab, "tune-trial");
 
     // The events: account-1's kill and restart, the training run's
     // recovery, the members joining.

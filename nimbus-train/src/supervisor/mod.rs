@@ -81,10 +81,10 @@ use nimbus::cluster::ControlRequest;
 use nimbus::cluster::FaultRequest;
 use nimbus::cluster::{RunCheckpoint, RunEvent, RunHeader, RunPoint};
 use nimbus::placement::{PlacementError, PlacementGroup};
+use nimbus::runtime::run_reports;
 
 mod launch;
 mod policy;
-mod runs;
 mod watch;
 
 use launch::{launch, stop_workers, Launched, ELASTIC_TRY};
@@ -206,8 +206,8 @@ pub struct TrainerSupervisor {
     /// A write to them failed and was logged (the run goes on; the
     /// checkpoints are what a resume needs).
     results_failed: bool,
-    /// What the head is told of the run (`runs.rs`).
-    to_head: Option<runs::RunReporter>,
+    /// What the head is told of the run (`nimbus::runtime::run_reports`).
+    to_head: Option<run_reports::RunReporter>,
 }
 
 impl TrainerSupervisor {
@@ -242,7 +242,7 @@ impl TrainerSupervisor {
 
     fn tell(&mut self, event: TrainEvent) {
         if let Some(to_head) = &self.to_head {
-            let time_ms = runs::now_ms();
+            let time_ms = run_reports::now_ms();
             let to_head_event = match &event {
                 TrainEvent::Started {
                     attempt,
@@ -610,7 +610,7 @@ impl TrainerSupervisor {
             to_head.send(RunEvent::Recovered {
                 index,
                 took_ms: took.as_millis() as u64,
-                time_ms: runs::now_ms(),
+                time_ms: run_reports::now_ms(),
             });
         }
         let took_ms = took.as_millis() as u64;
@@ -685,7 +685,7 @@ impl TrainerSupervisor {
         if let Some(to_head) = &to_head {
             to_head.send(RunEvent::Finished {
                 error: error.as_ref().map(ToString::to_string),
-                time_ms: runs::now_ms(),
+                time_ms: run_reports::now_ms(),
             });
         }
         ctx.spawn(
@@ -793,7 +793,7 @@ impl Handler<Fit> for TrainerSupervisor {
                 Ok((owner, results)) => {
                     self.first_generation = owner.map_or(0, |g| g + 1);
                     self.results = Some(results);
-                    self.to_head = runs::RunReporter::start(RunHeader {
+                    self.to_head = run_reports::RunReporter::start(RunHeader {
                         id: format!("{:08x}", rand::random::<u32>()),
                         name: self.plan.run.name.clone(),
                         dir: run_dir.display().to_string(),

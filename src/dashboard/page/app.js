@@ -264,13 +264,15 @@ function svg(tag, attrs, ...children) {
   return node;
 }
 
-// Each metric named like *loss*: the last value reported for each report
-// index (a restarted attempt reports some indices again), by index.
+// Each metric named like *loss* (without any, as a Tune trial reporting
+// an accuracy or a score, every metric): the last value reported for each
+// report index (a restarted attempt reports some indices again), by index.
 function lossCurves(points) {
   const curves = new Map();
+  const losses = points.some((p) => Object.keys(p.metrics).some((name) => name.includes("loss")));
   for (const point of points) {
     for (const [name, value] of Object.entries(point.metrics)) {
-      if (!name.includes("loss") || !Number.isFinite(value)) continue;
+      if ((losses && !name.includes("loss")) || !Number.isFinite(value)) continue;
       if (!curves.has(name)) curves.set(name, new Map());
       curves.get(name).set(point.index, value);
     }
@@ -284,7 +286,7 @@ function chart(points, restarts) {
   const curves = lossCurves(points);
   const [w, h, left, bottom] = [900, 320, 60, 30];
   const all = curves.flatMap(([, c]) => c);
-  if (all.length === 0) return el("p", { class: "muted" }, "No loss reported yet.");
+  if (all.length === 0) return el("p", { class: "muted" }, "No metric reported yet.");
   const xs = all.map(([i]) => i), ys = all.map(([, v]) => v);
   const [x0, x1] = [Math.min(...xs), Math.max(Math.max(...xs), Math.min(...xs) + 1)];
   let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
@@ -337,7 +339,7 @@ async function showRun(id) {
   view.replaceChildren(
     el("h2", {}, "Training run " + run.header.name),
     el("p", {}, el("a", { href: "#/runs" }, "◀ all runs")),
-    about, el("h3", {}, "Loss by report"), chart(run.points, restarts),
+    about, el("h3", {}, "Metrics by report"), chart(run.points, restarts),
     el("h3", {}, "Checkpoints"), checkpoints,
     el("h3", {}, "Timeline"), timeline);
 }

@@ -1,12 +1,13 @@
 //! Telling the head what a run does, for the dashboard's training page
-//! (`nimbus::head`'s `runs.rs`):
+//! (`crate::head`'s `runs.rs`): a training run's supervisor
+//! (`nimbus-train`) and each trial of a Tune experiment (`crate::tune`)
+//! report through a [`RunReporter`].
 //!
-//! 1. The supervisor turns its events into `RunEvent`s and queues them
+//! 1. The run turns what it does into `RunEvent`s and queues them
 //!    ([`RunReporter::send`]), never waiting on the head.
 //! 2. One task sends them in order, in batches of up to `MAX_RUN_EVENTS`
 //!    (`JobRequest::RunEvents`); a batch the head does not take is logged
-//!    at debug level and dropped (the run's own record is its
-//!    `metrics.jsonl`).
+//!    at debug level and dropped (the run's own record is its files).
 //! 3. As the run completes, [`RunReporter::finish`] sends what is queued,
 //!    waiting at most [`FLUSH_WAIT`].
 
@@ -14,22 +15,23 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use nimbus::actor::ProcessContext;
-use nimbus::cluster::{ControlRequest, JobRequest, RunEvent, RunHeader, MAX_RUN_EVENTS};
+use super::ProcessContext;
+use crate::cluster::{ControlRequest, JobRequest, RunEvent, RunHeader, MAX_RUN_EVENTS};
 
 /// The longest a completing run waits for its last events to reach the head.
-pub(super) const FLUSH_WAIT: Duration = Duration::from_secs(2);
+pub const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 /// A run's queue of events to the head.
-pub(super) struct RunReporter {
+pub struct RunReporter {
     queue: mpsc::UnboundedSender<RunEvent>,
     sender: tokio::task::JoinHandle<()>,
 }
 
 impl RunReporter {
     /// Starts reporting run `header` to the head of this process's cluster;
-    /// `None` outside a cluster (local mode without `init`).
-    pub(super) fn start(header: RunHeader) -> Option<Self> {
+    /// `None` outside a cluster (local mode without `init`). Call it inside
+    /// the process's runtime.
+    pub fn start(header: RunHeader) -> Option<Self> {
         let context = ProcessContext::current()?;
         let (queue, mut events) = mpsc::unbounded_channel();
         let sender = tokio::spawn(async move {
@@ -54,12 +56,12 @@ impl RunReporter {
     }
 
     /// Queues `event`.
-    pub(super) fn send(&self, event: RunEvent) {
+    pub fn send(&self, event: RunEvent) {
         let _ = self.queue.send(event);
     }
 
     /// Sends what is queued, for at most [`FLUSH_WAIT`].
-    pub(super) async fn finish(self) {
+    pub async fn finish(self) {
         let RunReporter { queue, sender } = self;
         drop(queue);
         if tokio::time::timeout(FLUSH_WAIT, sender).await.is_err() {
@@ -69,7 +71,7 @@ impl RunReporter {
 }
 
 /// Unix milliseconds now.
-pub(super) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
