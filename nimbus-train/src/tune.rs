@@ -44,8 +44,10 @@
 //! Unlike a function trainable's, the run does not wait for the
 //! scheduler's decision on each report: its workers go on training while
 //! the decision is made, so a stopped trial may have trained a few more
-//! steps than it reported. A trial the tuner kills (past `trial_timeout`)
-//! leaves its run's workers to the job's end; a stop does not.
+//! steps than it reported. A trial past its `trial_timeout` is stopped
+//! the same way; only one that has not ended `TIMEOUT_GRACE` later (its
+//! run still launching, or its stop stuck) has its runner killed, and
+//! then its run's workers live on to the job's end.
 
 use std::collections::{HashMap, VecDeque};
 use std::error::Error;

@@ -74,7 +74,9 @@ pub use trial::{
     Metrics, PollTrial, ReportError, RunTrial, StopTrial, Trainable, TrialContext, TrialEnd,
     TrialProgress, TrialRefusal, TrialResult, TrialRunner, TrialStopped, TuneRegistry,
 };
-pub use tuner::{Tuner, BUDGET_GRACE, DEATH_WAIT, POLL_DEADLINE, POLL_WAIT, STATE_EVERY};
+pub use tuner::{
+    Tuner, BUDGET_GRACE, DEATH_WAIT, POLL_DEADLINE, POLL_WAIT, STATE_EVERY, TIMEOUT_GRACE,
+};
 
 use crate::actor::SpawnError;
 

@@ -21,8 +21,10 @@
 //!    newest checkpoint (the start without one) while its failures are
 //!    within `max_failures`, else `Error`. A runner that refuses a trial
 //!    or a config the trainable cannot decode ends the experiment
-//!    (`Refused`, `BadConfig`). A trial running past `trial_timeout` has its runner
-//!    killed (and replaced) and ends in `Error`, naming the timeout. A
+//!    (`Refused`, `BadConfig`). A trial running past `trial_timeout` is told to stop
+//!    (`StopTrial`, so that it can free what it holds, as a whole training
+//!    run does) and ends in `Error`, naming the timeout; if it has not
+//!    ended [`TIMEOUT_GRACE`] later, its runner is killed (and replaced). A
 //!    trial that panicked or whose runner died counts a failure, named by
 //!    the panic or the death's cause. A runner is replaced in the
 //!    background (its slot takes no trial meanwhile; the loop goes on).
@@ -74,6 +76,10 @@ pub const DEATH_WAIT: Duration = Duration::from_secs(5);
 /// How long trials have to stop (at their next report) once the time
 /// budget ran out, before their runners are killed.
 pub const BUDGET_GRACE: Duration = Duration::from_secs(10);
+/// How long a trial past its `trial_timeout` has to stop (a trainable
+/// that stops resources of its own, as a whole training run, frees them),
+/// before its runner is killed.
+pub const TIMEOUT_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs an experiment of `T` trials; see the module docs.
 pub struct Tuner<T: Trainable> {
@@ -108,6 +114,9 @@ struct Running {
     started: Instant,
     /// It was told to stop (its end is no failure to retry).
     stop_sent: bool,
+    /// When it was told to stop for running past `trial_timeout` (it ends
+    /// in `Error` however it ends; killed [`TIMEOUT_GRACE`] later).
+    timed_out: Option<Instant>,
 }
 
 /// What the tasks of the experiment tell its loop.
@@ -566,6 +575,7 @@ impl Experiment {
             run,
             started: Instant::now(),
             stop_sent: false,
+            timed_out: None,
         });
         tokio::spawn(follow(runner, request, run, self.events.0.clone()));
         self.changed();
@@ -761,7 +771,13 @@ impl Experiment {
                 Some(why)
             }
         };
-        if self.exploiting.remove(&trial) && failure.is_none() {
+        if running.timed_out.is_some() {
+            let timeout = self.config.trial_timeout.unwrap_or_default();
+            let why =
+                format!("trial {trial} ran past its trial_timeout ({timeout:?}) and was stopped");
+            self.exploiting.remove(&trial);
+            self.settle(trial, Some(why), false);
+        } else if self.exploiting.remove(&trial) && failure.is_none() {
             // Stopped for its exploit: on again, before new trials.
             self.trials[trial as usize].status = TrialStatus::Pending;
             self.retry.push_front(trial);
@@ -832,7 +848,13 @@ impl Experiment {
         let timeouts = self.config.trial_timeout.and_then(|timeout| {
             self.slots
                 .iter()
-                .filter_map(|s| s.running.as_ref()?.started.checked_add(timeout))
+                .filter_map(|s| {
+                    let running = s.running.as_ref()?;
+                    match running.timed_out {
+                        None => running.started.checked_add(timeout),
+                        Some(at) => at.checked_add(TIMEOUT_GRACE),
+                    }
+                })
                 .min()
         });
         let budget = match self.budget_over {
@@ -878,25 +900,37 @@ impl Experiment {
         let now = Instant::now();
         if let Some(timeout) = self.config.trial_timeout {
             for slot in 0..self.slots.len() {
-                let Some(running) = &self.slots[slot].running else {
+                let Some(running) = &mut self.slots[slot].running else {
                     continue;
                 };
-                if running
-                    .started
-                    .checked_add(timeout)
-                    .is_none_or(|end| now < end)
-                {
-                    continue;
-                }
                 let trial = running.trial;
-                self.slots[slot].running = None;
-                self.files.trial_ended(trial);
-                self.replace_runner(slot);
-                let why = format!(
-                    "trial {trial} ran past its trial_timeout ({timeout:?}) and was killed"
-                );
-                self.settle(trial, Some(why), false);
-                self.write_state()?;
+                match running.timed_out {
+                    None if running
+                        .started
+                        .checked_add(timeout)
+                        .is_some_and(|end| now >= end) =>
+                    {
+                        // Told to stop first, so that it can free what it holds.
+                        running.timed_out = Some(now);
+                        running.stop_sent = true;
+                        if let SlotRunner::Ready(runner) = &self.slots[slot].runner {
+                            if let Err(e) = runner.do_send(StopTrial { trial }) {
+                                tracing::warn!(trial, "cannot stop the trial: {e}");
+                            }
+                        }
+                    }
+                    Some(at) if at.checked_add(TIMEOUT_GRACE).is_some_and(|end| now >= end) => {
+                        self.slots[slot].running = None;
+                        self.files.trial_ended(trial);
+                        self.replace_runner(slot);
+                        let why = format!(
+                            "trial {trial} ran past its trial_timeout ({timeout:?}), did not stop within {TIMEOUT_GRACE:?} and was killed"
+                        );
+                        self.settle(trial, Some(why), false);
+                        self.write_state()?;
+                    }
+                    _ => {}
+                }
             }
         }
         let budget_end = self

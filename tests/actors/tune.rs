@@ -227,11 +227,15 @@ pub async fn failed_hung_and_lost_trials_are_retried_then_named() {
     assert_eq!((aborted.status, aborted.failures), (TrialStatus::Error, 2));
     let why = aborted.error.as_deref().unwrap();
     assert!(why.contains("its runner died: killed by signal 6"), "{why}");
-    // A hung trial is not retried: its runner is killed at the timeout.
+    // A hung trial is not retried: told to stop at the timeout, it does
+    // not, and its runner is killed after the grace.
     let hung = by_mode("hang");
     assert_eq!((hung.status, hung.failures), (TrialStatus::Error, 1));
     let why = hung.error.as_deref().unwrap();
-    assert!(why.contains("trial_timeout (3s)"), "{why}");
+    assert!(
+        why.contains("trial_timeout (3s)") && why.contains("was killed"),
+        "{why}"
+    );
     assert_eq!(grid.errors().count(), 3);
     // The retried trial's results carry their attempt, and the retry went
     // on from the checkpoint's iteration.

@@ -14,7 +14,7 @@ use nimbus_train::{
 use crate::mnist::{DataSource, FailMode, MnistConfig, MnistLoop};
 use crate::tune::{
     a_failed_trainer_trial_resumes_from_its_checkpoint,
-    tune_trials_are_whole_training_runs_and_stop,
+    a_trainer_trial_past_its_timeout_frees_its_run, tune_trials_are_whole_training_runs_and_stop,
 };
 use crate::{boxed, Test};
 
@@ -66,6 +66,9 @@ pub const ALL: &[(&str, Test)] = &[
     }),
     ("a_failed_trainer_trial_resumes_from_its_checkpoint", |d| {
         boxed(a_failed_trainer_trial_resumes_from_its_checkpoint(d))
+    }),
+    ("a_trainer_trial_past_its_timeout_frees_its_run", |d| {
+        boxed(a_trainer_trial_past_its_timeout_frees_its_run(d))
     }),
 ];
 

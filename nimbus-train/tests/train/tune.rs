@@ -196,3 +196,31 @@ pub async fn a_failed_trainer_trial_resumes_from_its_checkpoint(driver: &mut nim
     );
     nothing_left(driver, before).await;
 }
+
+/// A trial past its `trial_timeout` is told to stop: its run's workers and
+/// placement group are freed (nothing killed the runner's process under
+/// them), and it ends in `Error`, naming the timeout.
+pub async fn a_trainer_trial_past_its_timeout_frees_its_run(driver: &mut nimbus::Driver) {
+    let storage = tempfile::tempdir().unwrap();
+    let before = cpus_used(driver).await;
+    let space = SearchSpace::new()
+        .param("lr", tune::constant(0.05))
+        .param("workers", tune::constant(2))
+        .param("max_steps", tune::constant(100_000))
+        .param("panic_at", tune::constant(None::<u64>));
+    let config = TuneConfig::new("loss", Mode::Min)
+        .cpus_per_trial(0.0)
+        .trial_timeout(Duration::from_secs(4));
+    let grid = Tuner::<TrainerTrainable<TunedMnist>>::new(space, config, "timeout", storage.path())
+        .fit()
+        .await
+        .unwrap();
+    let trial = &grid.trials[0];
+    assert_eq!(trial.status, TrialStatus::Error, "{trial:?}");
+    let why = trial.error.as_deref().unwrap();
+    assert!(
+        why.contains("trial_timeout (4s)") && why.contains("was stopped"),
+        "{why}"
+    );
+    nothing_left(driver, before).await;
+}
