@@ -18,38 +18,18 @@
 // their items are public to their own modules only.
 #![allow(clippy::unwrap_used, unreachable_pub)]
 
-use nimbus::tune::{self, BasicSearch, SearchSpace, Searcher, Tpe, TpeConfig, TrialConfig};
+use nimbus::tune::{
+    choice, loguniform, randint, uniform, BasicSearch, SearchSpace, Searcher, Tpe, TpeConfig,
+    TrialConfig,
+};
+use synthetic::{best_of, space};
 
 const TRIALS: usize = 40;
 const SEEDS: u64 = 20;
 
-/// The objective, as in the peer: its optimum 0 at x = 0.7, lr = 1e-3,
-/// kind = "b", depth = 3.
-fn objective(c: &TrialConfig) -> f64 {
-    let x = c["x"].as_f64().unwrap();
-    let lr = c["lr"].as_f64().unwrap();
-    let kind = if c["kind"] == "b" { 0.0 } else { -0.5 };
-    let depth = (c["depth"].as_i64().unwrap() - 3) as f64;
-    -(x - 0.7).powi(2) * 4.0 - (lr.log10() + 3.0).powi(2) / 4.0 + kind - depth.powi(2) / 8.0
-}
-
-fn space() -> SearchSpace {
-    SearchSpace::new()
-        .param("x", tune::uniform(0.0, 1.0))
-        .param("lr", tune::loguniform(1e-5, 1e-1))
-        .param("kind", tune::choice(["a", "b", "c"]))
-        .param("depth", tune::randint(1, 8))
-}
-
-fn best_of(search: &mut dyn Searcher) -> f64 {
-    let mut best = f64::NEG_INFINITY;
-    while let Some(config) = search.suggest() {
-        let score = objective(&config);
-        best = best.max(score);
-        search.on_trial_complete(&config, Some(score));
-    }
-    best
-}
+/// The objective and its space, shared with the TPE unit tests.
+#[path = "../src/tune/search/synthetic.rs"]
+mod synthetic;
 
 /// The mean of `xs` and its standard error.
 fn mean_and_stderr(xs: &[f64]) -> (f64, f64) {

@@ -1,7 +1,8 @@
 //! Searchers: which config the next trial gets.
 //!
 //! Files: this one (the trait, and random and grid search), `tpe.rs` (a
-//! model-based searcher).
+//! model-based searcher), `synthetic.rs` (the objective searchers are
+//! compared on, in tests and a benchmark).
 //!
 //! [`BasicSearch`] is Ray Tune's default (`BasicVariantGenerator`): random
 //! search over the random parameters, crossed with every grid point; the
@@ -14,8 +15,12 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::{Map, Value};
 
+#[cfg(test)]
+mod synthetic;
 mod tpe;
 
+#[cfg(test)]
+use super::space::{choice, loguniform, randint, uniform};
 pub use tpe::{Tpe, TpeConfig};
 
 use super::space::{GridPoint, SearchSpace};

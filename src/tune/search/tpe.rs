@@ -336,35 +336,8 @@ fn phi(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tune::search::synthetic::{best_of, objective, space};
     use crate::tune::search::BasicSearch;
-    use crate::tune::space::{choice, loguniform, randint, uniform};
-
-    /// Higher is better; best at x = 0.7, lr = 1e-3, kind "b", depth 3.
-    fn objective(c: &TrialConfig) -> f64 {
-        let x = c["x"].as_f64().unwrap();
-        let lr = c["lr"].as_f64().unwrap();
-        let kind = if c["kind"] == "b" { 0.0 } else { -0.5 };
-        let depth = (c["depth"].as_i64().unwrap() - 3) as f64;
-        -(x - 0.7).powi(2) * 4.0 - (lr.log10() + 3.0).powi(2) / 4.0 + kind - depth.powi(2) / 8.0
-    }
-
-    fn space() -> SearchSpace {
-        SearchSpace::new()
-            .param("x", uniform(0.0, 1.0))
-            .param("lr", loguniform(1e-5, 1e-1))
-            .param("kind", choice(["a", "b", "c"]))
-            .param("depth", randint(1, 8))
-    }
-
-    fn best_of(search: &mut dyn Searcher) -> f64 {
-        let mut best = f64::NEG_INFINITY;
-        while let Some(config) = search.suggest() {
-            let score = objective(&config);
-            best = best.max(score);
-            search.on_trial_complete(&config, Some(score));
-        }
-        best
-    }
 
     #[test]
     fn tpe_beats_random_search_at_the_same_budget() {
