@@ -12,8 +12,9 @@
 //! 3. A failure: `Failed`; a trial that ends (done, stopped, or failed for
 //!    good): `Finished`, with the error that ended it.
 //! 4. A trial's events are held from its first start until an event comes
-//!    [`SHOW_AFTER`] or later: then its reporter opens and sends them, and
-//!    the later ones as they come. A trial that ends sooner is not shown.
+//!    [`SHOW_AFTER`] or later (counted from that first start, waits for a
+//!    retry included): then its reporter opens and sends them, and the
+//!    later ones as they come. A trial that ends sooner is not shown.
 //! 5. At the experiment's end, what is still open is finished, and the
 //!    fit waits for every reporter to have sent what it queued (at most
 //!    `FLUSH_WAIT`, all at once).

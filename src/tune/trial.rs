@@ -19,7 +19,8 @@
 //!    decided on): the waiting `report`, or the next one, returns
 //!    [`TrialStopped`]; a function that returns it (`?`) ends as stopped,
 //!    not failed. A function that never reports again is ended by the
-//!    tuner killing the runner at the trial timeout;
+//!    tuner killing the runner (`TIMEOUT_GRACE` after its trial timeout,
+//!    or `BUDGET_GRACE` after the time budget);
 //! 4. an error the function returns ends the trial as failed; a panic
 //!    also ends its worker process (as any actor's panic does), so the
 //!    tuner replaces the runner.

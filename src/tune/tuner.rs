@@ -114,9 +114,12 @@ struct Running {
     started: Instant,
     /// It was told to stop (its end is no failure to retry).
     stop_sent: bool,
-    /// When it was told to stop for running past `trial_timeout` (it ends
-    /// in `Error` however it ends; killed [`TIMEOUT_GRACE`] later).
-    timed_out: Option<Instant>,
+    /// It ran past `trial_timeout` before anything else told it to stop:
+    /// it ends in `Error`, however it ends.
+    timed_out: bool,
+    /// Past its `trial_timeout`: when its runner is killed unless it has
+    /// ended ([`TIMEOUT_GRACE`] after the timeout).
+    kill_at: Option<Instant>,
 }
 
 /// What the tasks of the experiment tell its loop.
@@ -154,9 +157,10 @@ impl<T: Trainable> Tuner<T> {
     /// running or pending (and those started after the state file was
     /// last written, found by their `params.json`) run again, each from
     /// the newest checkpoint its results name (from the start without
-    /// one); the searcher goes on with the configs the
-    /// experiment had not drawn yet; the scheduler is given every result
-    /// recorded so far first (in the order they arrived).
+    /// one); the searcher draws again the configs the experiment drew
+    /// (seeded) and is told the results of the trials that ended (in the
+    /// order they ended), then goes on; the scheduler is given every
+    /// result recorded so far first (in the order they arrived).
     pub fn restore(path: impl Into<PathBuf>, space: SearchSpace, config: TuneConfig) -> Self {
         Tuner {
             space,
@@ -518,9 +522,10 @@ impl Experiment {
             // Nothing starts any more: retries due end here.
             while let Some(trial) = self.retry.pop_front() {
                 let record = &mut self.trials[trial as usize];
+                let why = "the experiment's time_budget ran out before its next run";
                 record.status = TrialStatus::Error;
-                record.error =
-                    Some("the experiment's time_budget ran out before its next run".into());
+                record.error = Some(why.into());
+                self.to_head.finished(record, Some(why.into()));
                 self.changed();
             }
             return Ok(());
@@ -575,7 +580,8 @@ impl Experiment {
             run,
             started: Instant::now(),
             stop_sent: false,
-            timed_out: None,
+            timed_out: false,
+            kill_at: None,
         });
         tokio::spawn(follow(runner, request, run, self.events.0.clone()));
         self.changed();
@@ -771,23 +777,23 @@ impl Experiment {
                 Some(why)
             }
         };
-        if running.timed_out.is_some() {
+        if running.timed_out {
             let timeout = self.config.trial_timeout.unwrap_or_default();
-            let why =
+            let mut why =
                 format!("trial {trial} ran past its trial_timeout ({timeout:?}) and was stopped");
+            if let Some(failure) = failure {
+                why = format!("{why}; on its way out: {failure}");
+            }
             self.exploiting.remove(&trial);
             self.settle(trial, Some(why), false);
         } else if self.exploiting.remove(&trial) && failure.is_none() {
             // Stopped for its exploit: on again, before new trials.
             self.trials[trial as usize].status = TrialStatus::Pending;
             self.retry.push_front(trial);
-        } else if running.stop_sent && failure.is_some() {
+        } else if let Some(failure) = failure.clone().filter(|_| running.stop_sent) {
             // It was told to stop and failed on its way out: it ends as
             // stopped (a retry would undo the scheduler's decision).
-            let record = &mut self.trials[trial as usize];
-            record.status = TrialStatus::Terminated;
-            record.error = failure;
-            self.to_head.finished(record, None);
+            self.stopped_with(trial, failure);
         } else {
             self.settle(trial, failure, true);
         }
@@ -801,14 +807,8 @@ impl Experiment {
         let record = &mut self.trials[trial as usize];
         let Some(why) = failure else {
             record.status = TrialStatus::Terminated;
-            self.search.on_trial_complete(
-                &record.config,
-                record.last.as_ref().and_then(|l| {
-                    l.get(&self.config.metric)
-                        .map(|v| self.config.mode.score(*v))
-                }),
-            );
-            self.to_head.finished(record, None);
+            self.learn(trial);
+            self.to_head.finished(&self.trials[trial as usize], None);
             return;
         };
         record.failures += 1;
@@ -822,6 +822,27 @@ impl Experiment {
             record.error = Some(why.clone());
             self.to_head.finished(record, Some(why));
         }
+    }
+
+    /// A trial told to stop ended otherwise (failed on its way out, or
+    /// killed for not stopping in time): it ends as stopped, noting `why`.
+    fn stopped_with(&mut self, trial: u64, why: String) {
+        let record = &mut self.trials[trial as usize];
+        record.status = TrialStatus::Terminated;
+        record.error = Some(why);
+        self.learn(trial);
+        self.to_head.finished(&self.trials[trial as usize], None);
+    }
+
+    /// Tells the searcher the result of trial `trial`, which ended
+    /// `Terminated` (as `resume` does for a restored experiment).
+    fn learn(&mut self, trial: u64) {
+        let record = &self.trials[trial as usize];
+        let score = record.last.as_ref().and_then(|l| {
+            l.get(&self.config.metric)
+                .map(|v| self.config.mode.score(*v))
+        });
+        self.search.on_trial_complete(&record.config, score);
     }
 
     /// Kills slot `slot`'s runner and starts another in its place, in the
@@ -850,10 +871,7 @@ impl Experiment {
                 .iter()
                 .filter_map(|s| {
                     let running = s.running.as_ref()?;
-                    match running.timed_out {
-                        None => running.started.checked_add(timeout),
-                        Some(at) => at.checked_add(TIMEOUT_GRACE),
-                    }
+                    running.kill_at.or(running.started.checked_add(timeout))
                 })
                 .min()
         });
@@ -904,14 +922,20 @@ impl Experiment {
                     continue;
                 };
                 let trial = running.trial;
-                match running.timed_out {
+                match running.kill_at {
                     None if running
                         .started
                         .checked_add(timeout)
                         .is_some_and(|end| now >= end) =>
                     {
+                        running.kill_at = now.checked_add(TIMEOUT_GRACE);
+                        if running.stop_sent {
+                            // Stopping already (its scheduler, the budget):
+                            // it ends as that stop says, if in time.
+                            continue;
+                        }
                         // Told to stop first, so that it can free what it holds.
-                        running.timed_out = Some(now);
+                        running.timed_out = true;
                         running.stop_sent = true;
                         if let SlotRunner::Ready(runner) = &self.slots[slot].runner {
                             if let Err(e) = runner.do_send(StopTrial { trial }) {
@@ -919,14 +943,20 @@ impl Experiment {
                             }
                         }
                     }
-                    Some(at) if at.checked_add(TIMEOUT_GRACE).is_some_and(|end| now >= end) => {
+                    Some(at) if now >= at => {
+                        let timed_out = running.timed_out;
                         self.slots[slot].running = None;
                         self.files.trial_ended(trial);
+                        self.exploiting.remove(&trial);
                         self.replace_runner(slot);
                         let why = format!(
                             "trial {trial} ran past its trial_timeout ({timeout:?}), did not stop within {TIMEOUT_GRACE:?} and was killed"
                         );
-                        self.settle(trial, Some(why), false);
+                        if timed_out {
+                            self.settle(trial, Some(why), false);
+                        } else {
+                            self.stopped_with(trial, why);
+                        }
                         self.write_state()?;
                     }
                     _ => {}
@@ -971,11 +1001,10 @@ impl Experiment {
                 {
                     self.unkilled.push(runner);
                 }
-                let record = &mut self.trials[running.trial as usize];
-                record.status = TrialStatus::Terminated;
-                record.error = Some(format!(
-                    "still running {BUDGET_GRACE:?} after the time_budget ran out: killed"
-                ));
+                self.exploiting.remove(&running.trial);
+                let why =
+                    format!("still running {BUDGET_GRACE:?} after the time_budget ran out: killed");
+                self.stopped_with(running.trial, why);
                 self.write_state()?;
             }
         }

@@ -54,9 +54,15 @@ impl HyperBand {
             }
             built.push(Asha::new(grace as u64, reduction_factor, max_t)?);
         }
+        // e^(rungs − most rungs): the same shares, and no overflow.
+        let most = built
+            .iter()
+            .map(|b| b.milestones().len())
+            .max()
+            .unwrap_or(0);
         let weights: Vec<f64> = built
             .iter()
-            .map(|b| (b.milestones().len() as f64).exp())
+            .map(|b| (b.milestones().len() as f64 - most as f64).exp())
             .collect();
         let total: f64 = weights.iter().sum();
         let mut sum = 0.0;
