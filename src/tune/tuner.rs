@@ -61,6 +61,7 @@ use super::trial::{
 };
 use super::TuneError;
 use crate::actor::{self, ActorHandle, CallError, SpawnOptions};
+use crate::runtime::run_reports::now_ms;
 
 /// How long a runner holds a results poll open when there is no news.
 pub const POLL_WAIT: Duration = Duration::from_secs(1);
@@ -662,7 +663,7 @@ impl Experiment {
                 trial,
                 attempt: record.runs.saturating_sub(1),
                 iteration: record.iterations,
-                time_ms: unix_millis(),
+                time_ms: now_ms(),
                 metrics: metrics.clone(),
                 checkpoint: checkpoint.as_ref().map(|c| c.path.clone()),
             };
@@ -1101,12 +1102,6 @@ async fn lost(runner: &ActorHandle<TrialRunner>, error: CallError) -> String {
         Ok(Ok(died)) => format!("its runner died: {}", died.reason),
         _ => format!("its runner was lost: {error}"),
     }
-}
-
-fn unix_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
