@@ -3,7 +3,7 @@
 The best score Ray Tune's `OptunaSearch` (Optuna's TPE sampler, Ray's
 recommended model-based searcher) and its random search find in 40 trials
 of the same synthetic objective, space and budget as nimbus's bench, mean
-over 20 seeds. Only the searchers run (suggest, then on_trial_complete), no
+over 200 seeds. Only the searchers run (suggest, then on_trial_complete), no
 trials:
 
     python3 -m venv /tmp/ray && /tmp/ray/bin/pip install "ray[tune]==2.60.0" optuna
@@ -23,7 +23,7 @@ from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
 TRIALS = 40
-SEEDS = 20
+SEEDS = 200
 
 SPACE = {
     "x": tune.uniform(0.0, 1.0),

@@ -1,25 +1,38 @@
 //! TPE, the Tree-structured Parzen Estimator (Bergstra et al. 2011; the
-//! default sampler of Optuna and HyperOpt), univariate as Optuna's default.
+//! default sampler of Optuna and HyperOpt), as Optuna 5's `TPESampler`
+//! with its defaults: multivariate (one model over all parameters, Falkner
+//! et al. 2018; univariate with `TpeConfig::multivariate` off) and a
+//! constant liar for trials still running.
 //!
 //! For each suggestion:
 //! 1. the first `n_startup_trials` configs are random draws from the space
 //!    (as `BasicSearch`);
 //! 2. after that, the completed trials (with a score) are split: the best
-//!    `γ(n) = min(⌈n/10⌉, 25)` are "good", the rest "bad";
-//! 3. for each parameter on its own, a Parzen estimator (a mixture of
-//!    truncated normals, one per observation plus one wide prior, each
-//!    as wide as the larger gap to its neighbours, clipped) is fitted to
-//!    the good values, l(x), and one to the bad, g(x); log-uniform
-//!    parameters are modelled in log space, integers and steps rounded
-//!    after; a choice is a categorical with counts plus one;
-//! 4. `n_ei_candidates` values are drawn from l and the one with the
-//!    largest l(x)/g(x) (the expected improvement's argmax) is taken;
+//!    `γ(n) = min(⌈n/10⌉, 25)` are "good", the rest "bad", and so are the
+//!    trials still running (the constant liar: trials running at once
+//!    spread out instead of piling onto one spot);
+//! 3. a Parzen estimator is fitted to the good trials, l(x), and one to the
+//!    bad, g(x): a mixture of one kernel per trial and a prior kernel
+//!    (weight `PRIOR_WEIGHT`). Trials weigh equally, except that beyond the
+//!    `RECENT` latest the older ones weigh less (a ramp from 1/n up). A
+//!    numeric parameter's kernel is a normal truncated to its bounds
+//!    (log-uniform ones in log space, integers and steps rounded after),
+//!    centred on the trial's value and as wide as the larger gap to its
+//!    neighbours (the outermost: the gap inward), at least 1/min(100,
+//!    kernels + 1) of the range; the prior's is centred and as wide as the
+//!    range. A choice's kernel puts 1 on the trial's option and
+//!    `PRIOR_WEIGHT / kernels` on each, normalised; the prior's is uniform.
+//!    Multivariate: one estimator over all parameters, each kernel the
+//!    product of its parameters' kernels, so that correlated parameters (a
+//!    learning rate and a momentum) are modelled together; univariate: one
+//!    estimator per parameter;
+//! 4. `n_ei_candidates` configs are drawn from l and the one with the
+//!    largest l(x)/g(x) (the expected improvement's argmax) is taken (per
+//!    parameter when univariate);
 //! 5. derived parameters are computed from the chosen ones.
 //!
 //! The space's grids and nested spaces are refused (TPE models flat
 //! spaces; draw a grid's values with a `choice`).
-
-use std::collections::HashMap;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -29,13 +42,27 @@ use super::{Searcher, TrialConfig};
 use crate::tune::space::{Domain, SearchSpace};
 use crate::tune::TuneError;
 
+/// The prior kernel's weight against a trial's 1 (Optuna: 1.0).
+const PRIOR_WEIGHT: f64 = 1.0;
+
+/// Trials that weigh fully in an estimator; older ones weigh less (Optuna:
+/// 25).
+const RECENT: usize = 25;
+
 /// TPE's settings.
 #[derive(Clone, Debug)]
 pub struct TpeConfig {
     /// Random configs before the model is used (Optuna: 10).
     pub n_startup_trials: usize,
-    /// Candidates drawn from l(x) per parameter (Optuna: 24).
+    /// Candidates drawn from l(x) per suggestion (Optuna: 24).
     pub n_ei_candidates: usize,
+    /// One model over all parameters instead of one per parameter
+    /// (Optuna's default since 5.0); see the module docs.
+    pub multivariate: bool,
+    /// Count the trials still running as bad ones, so that trials running
+    /// at once spread out (Optuna's `constant_liar`, its default since
+    /// 5.0).
+    pub constant_liar: bool,
 }
 
 impl Default for TpeConfig {
@@ -43,6 +70,8 @@ impl Default for TpeConfig {
         TpeConfig {
             n_startup_trials: 10,
             n_ei_candidates: 24,
+            multivariate: true,
+            constant_liar: true,
         }
     }
 }
@@ -51,11 +80,16 @@ impl Default for TpeConfig {
 pub struct Tpe {
     space: SearchSpace,
     config: TpeConfig,
+    /// The modelled parameters, in the space's order.
+    params: Vec<(String, Param)>,
     num_samples: usize,
     suggested: usize,
     rng: StdRng,
-    /// Completed trials' configs and scores (higher is better).
-    observed: Vec<(TrialConfig, f64)>,
+    /// Completed trials (in the order they completed): each modelled
+    /// parameter's value in model space, and the score (higher is better).
+    observed: Vec<(Vec<f64>, f64)>,
+    /// Suggested trials not completed yet, in model space.
+    pending: Vec<Vec<f64>>,
 }
 
 impl Tpe {
@@ -67,104 +101,104 @@ impl Tpe {
         seed: u64,
         config: TpeConfig,
     ) -> Result<Self, TuneError> {
+        let mut params = Vec::new();
         for (name, domain) in space.params() {
-            if matches!(domain, Domain::Grid(_) | Domain::Nested(_)) {
-                return Err(TuneError::BadSpace {
-                    param: name.clone(),
-                    detail: "is a grid or a nested space, which TPE does not model: use a choice, or the basic searcher".into(),
-                });
-            }
+            let param = match domain {
+                Domain::Grid(_) | Domain::Nested(_) => {
+                    return Err(TuneError::BadSpace {
+                        param: name.clone(),
+                        detail: "is a grid or a nested space, which TPE does not model: use a choice, or the basic searcher".into(),
+                    })
+                }
+                Domain::Constant(_) | Domain::Derived(_) => continue,
+                Domain::Choice(options) => Param::Choice(options.clone()),
+                numeric => match Numeric::of(numeric) {
+                    Some(numeric) => Param::Numeric(numeric),
+                    None => continue,
+                },
+            };
+            params.push((name.clone(), param));
         }
         Ok(Tpe {
             space,
             config,
+            params,
             num_samples,
             suggested: 0,
             rng: StdRng::seed_from_u64(seed),
             observed: Vec::new(),
+            pending: Vec::new(),
         })
+    }
+
+    /// `config`'s modelled parameters in model space, if it has them all.
+    fn point_of(&self, config: &TrialConfig) -> Option<Vec<f64>> {
+        self.params
+            .iter()
+            .map(|(name, param)| param.to_model(config.get(name)?))
+            .collect()
     }
 
     /// Steps 2–5.
     fn model(&mut self) -> TrialConfig {
-        let observed = self.observed.clone();
-        let mut ranked: Vec<&(TrialConfig, f64)> = observed.iter().collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut ranked: Vec<usize> = (0..self.observed.len()).collect();
+        ranked.sort_by(|&a, &b| self.observed[b].1.total_cmp(&self.observed[a].1));
         let n_good = ranked.len().div_ceil(10).clamp(1, 25);
-        let (good, bad) = ranked.split_at(n_good);
-        let mut config = TrialConfig::new();
-        let params = self.space.params().to_vec();
-        for (name, domain) in &params {
-            let values = |set: &[&(TrialConfig, f64)]| -> Vec<Value> {
+        let (mut good, mut bad) = (ranked[..n_good].to_vec(), ranked[n_good..].to_vec());
+        // Completion order, for the weights' ramp.
+        good.sort_unstable();
+        bad.sort_unstable();
+        let mut bad: Vec<&[f64]> = bad.iter().map(|&t| self.observed[t].0.as_slice()).collect();
+        let good: Vec<&[f64]> = good
+            .iter()
+            .map(|&t| self.observed[t].0.as_slice())
+            .collect();
+        if self.config.constant_liar {
+            bad.extend(self.pending.iter().map(Vec::as_slice));
+        }
+        let groups: Vec<Vec<usize>> = if self.config.multivariate {
+            vec![(0..self.params.len()).collect()]
+        } else {
+            (0..self.params.len()).map(|i| vec![i]).collect()
+        };
+        let mut chosen = vec![0.0; self.params.len()];
+        for group in groups {
+            let points = |set: &[&[f64]]| -> Vec<Vec<f64>> {
                 set.iter()
-                    .filter_map(|(c, _)| c.get(name).cloned())
+                    .map(|point| group.iter().map(|&p| point[p]).collect())
                     .collect()
             };
-            let (good, bad) = (values(good), values(bad));
-            let value = match domain {
-                Domain::Derived(_) => continue,
-                Domain::Constant(v) => v.clone(),
-                Domain::Choice(options) => self.categorical(options, &good, &bad),
-                numeric => match Numeric::of(numeric) {
-                    Some(numeric) => self.numeric(&numeric, &good, &bad),
-                    None => continue,
-                },
-            };
-            config.insert(name.clone(), value);
+            let params: Vec<&Param> = group.iter().map(|&p| &self.params[p].1).collect();
+            let l = Mixture::fit(&params, &points(&good));
+            let g = Mixture::fit(&params, &points(&bad));
+            let mut best = (f64::NEG_INFINITY, Vec::new());
+            for _ in 0..self.config.n_ei_candidates.max(1) {
+                let x: Vec<f64> = l
+                    .sample(&mut self.rng)
+                    .into_iter()
+                    .zip(&params)
+                    .map(|(x, param)| param.snap(x))
+                    .collect();
+                let ratio = l.log_pdf(&x) - g.log_pdf(&x);
+                if ratio > best.0 || best.1.is_empty() {
+                    best = (ratio, x);
+                }
+            }
+            for (&p, x) in group.iter().zip(best.1) {
+                chosen[p] = x;
+            }
+        }
+        let mut config = TrialConfig::new();
+        for (name, domain) in self.space.params() {
+            if let Domain::Constant(v) = domain {
+                config.insert(name.clone(), v.clone());
+            }
+        }
+        for ((name, param), x) in self.params.iter().zip(chosen) {
+            config.insert(name.clone(), param.value_of(x));
         }
         self.space.derive(&mut config);
         config
-    }
-
-    fn categorical(&mut self, options: &[Value], good: &[Value], bad: &[Value]) -> Value {
-        let weights = |seen: &[Value]| -> Vec<f64> {
-            let mut counts: HashMap<usize, f64> = HashMap::new();
-            for v in seen {
-                if let Some(i) = options.iter().position(|o| o == v) {
-                    *counts.entry(i).or_default() += 1.0;
-                }
-            }
-            let total = seen.len() as f64 + options.len() as f64;
-            (0..options.len())
-                .map(|i| (counts.get(&i).copied().unwrap_or(0.0) + 1.0) / total)
-                .collect()
-        };
-        let (l, g) = (weights(good), weights(bad));
-        let mut best = (f64::NEG_INFINITY, 0);
-        for _ in 0..self.config.n_ei_candidates {
-            let mut u = self.rng.random::<f64>();
-            let mut i = 0;
-            while i + 1 < l.len() && u >= l[i] {
-                u -= l[i];
-                i += 1;
-            }
-            let ratio = l[i].ln() - g[i].ln();
-            if ratio > best.0 {
-                best = (ratio, i);
-            }
-        }
-        options[best.1].clone()
-    }
-
-    fn numeric(&mut self, numeric: &Numeric, good: &[Value], bad: &[Value]) -> Value {
-        let points = |values: &[Value]| -> Vec<f64> {
-            values
-                .iter()
-                .filter_map(Value::as_f64)
-                .map(|x| numeric.to_model(x))
-                .collect()
-        };
-        let l = Parzen::fit(&points(good), numeric.low, numeric.high);
-        let g = Parzen::fit(&points(bad), numeric.low, numeric.high);
-        let mut best = (f64::NEG_INFINITY, (numeric.low + numeric.high) / 2.0);
-        for _ in 0..self.config.n_ei_candidates {
-            let x = l.sample(&mut self.rng);
-            let ratio = l.log_pdf(x) - g.log_pdf(x);
-            if ratio > best.0 {
-                best = (ratio, x);
-            }
-        }
-        numeric.value_of(best.1)
     }
 }
 
@@ -174,10 +208,15 @@ impl Searcher for Tpe {
             return None;
         }
         self.suggested += 1;
-        if self.observed.len() < self.config.n_startup_trials {
-            return Some(self.space.sample(&mut self.rng, &Vec::new()));
+        let config = if self.observed.len() < self.config.n_startup_trials.max(1) {
+            self.space.sample(&mut self.rng, &Vec::new())
+        } else {
+            self.model()
+        };
+        if let Some(point) = self.point_of(&config) {
+            self.pending.push(point);
         }
-        Some(self.model())
+        Some(config)
     }
 
     fn total(&self) -> Option<usize> {
@@ -185,19 +224,65 @@ impl Searcher for Tpe {
     }
 
     fn on_trial_complete(&mut self, config: &TrialConfig, score: Option<f64>) {
+        let Some(point) = self.point_of(config) else {
+            return;
+        };
+        // The config may have been through JSON: equal to a rounding.
+        let same = |a: &[f64], b: &[f64]| {
+            a.iter()
+                .zip(b)
+                .all(|(x, y)| (x - y).abs() <= 1e-9 * (1.0 + x.abs()))
+        };
+        if let Some(i) = self.pending.iter().position(|p| same(p, &point)) {
+            self.pending.remove(i);
+        }
         if let Some(score) = score.filter(|s| !s.is_nan()) {
-            self.observed.push((config.clone(), score));
+            self.observed.push((point, score));
+        }
+    }
+}
+
+/// A modelled parameter.
+enum Param {
+    Numeric(Numeric),
+    /// One of these; modelled as the option's index.
+    Choice(Vec<Value>),
+}
+
+impl Param {
+    /// A trial's value in model space, if it is one of this parameter's.
+    fn to_model(&self, value: &Value) -> Option<f64> {
+        match self {
+            Param::Numeric(numeric) => value.as_f64().map(|x| numeric.to_model(x)),
+            Param::Choice(options) => options.iter().position(|o| o == value).map(|i| i as f64),
+        }
+    }
+
+    /// `x` rounded to a discrete parameter's grid.
+    fn snap(&self, x: f64) -> f64 {
+        match self {
+            Param::Numeric(numeric) => numeric.snap(x),
+            Param::Choice(_) => x,
+        }
+    }
+
+    fn value_of(&self, x: f64) -> Value {
+        match self {
+            Param::Numeric(numeric) => numeric.value_of(x),
+            Param::Choice(options) => options[(x as usize).min(options.len() - 1)].clone(),
         }
     }
 }
 
 /// A numeric parameter as the model sees it: bounds in model space (log
-/// for log-uniform) and how values map back.
+/// for log-uniform), its grid if discrete, and how values map back.
 struct Numeric {
     low: f64,
     high: f64,
     log: bool,
-    /// Round to a multiple of this after mapping back (1 for integers).
+    /// The spacing of a discrete parameter's values (1 for integers, `q`
+    /// for a quantised uniform); each value owns the interval of this
+    /// width around it.
     step: Option<f64>,
     integer: bool,
 }
@@ -222,8 +307,9 @@ impl Numeric {
                 ..plain(*low, *high)
             },
             Domain::RandInt { low, high } => Numeric {
+                step: Some(1.0),
                 integer: true,
-                ..plain(*low as f64, (*high - 1) as f64 + 0.999_999)
+                ..plain(*low as f64 - 0.5, (*high - 1) as f64 + 0.5)
             },
             Domain::Normal { mean, sd } => plain(mean - 5.0 * sd, mean + 5.0 * sd),
             _ => return None,
@@ -231,93 +317,241 @@ impl Numeric {
     }
 
     fn to_model(&self, x: f64) -> f64 {
-        if self.log {
+        let x = if self.log {
             x.max(f64::MIN_POSITIVE).ln()
         } else {
             x
+        };
+        x.clamp(self.low, self.high)
+    }
+
+    /// `x` rounded to the parameter's grid, if it has one.
+    fn snap(&self, x: f64) -> f64 {
+        match self.step {
+            Some(_) if self.integer => x.round().clamp(self.low + 0.5, self.high - 0.5),
+            Some(q) => (x / q).round() * q,
+            None => x,
         }
     }
 
     fn value_of(&self, x: f64) -> Value {
-        let x = x.clamp(self.low, self.high);
+        let x = self.snap(x.clamp(self.low, self.high));
         if self.integer {
-            return Value::from(x.floor() as i64);
-        }
-        let x = if self.log { x.exp() } else { x };
-        match self.step {
-            Some(q) => Value::from((x / q).round() * q),
-            None => Value::from(x),
+            Value::from(x as i64)
+        } else if self.log {
+            Value::from(x.exp())
+        } else {
+            Value::from(x)
         }
     }
 }
 
-/// A mixture of normals truncated to `[low, high]`, equally weighted: one
-/// per observation and a prior over the whole range (step 3).
-struct Parzen {
-    low: f64,
-    high: f64,
-    components: Vec<(f64, f64)>,
+/// A kernel of one parameter (step 3), over its model space.
+enum Kernel {
+    /// A normal truncated to `[low, high]`; over a discrete parameter's
+    /// grid (values `step` apart) when `step` is set.
+    Normal {
+        mu: f64,
+        sigma: f64,
+        low: f64,
+        high: f64,
+        step: Option<f64>,
+    },
+    /// Each option's probability.
+    Choice(Vec<f64>),
 }
 
-impl Parzen {
-    fn fit(points: &[f64], low: f64, high: f64) -> Parzen {
-        let range = high - low;
-        let mut mus: Vec<f64> = points.iter().map(|x| x.clamp(low, high)).collect();
-        mus.push((low + high) / 2.0);
-        mus.sort_by(f64::total_cmp);
-        let n = mus.len();
-        let min_sigma = range / (100f64).min(1.0 + n as f64);
-        let components = (0..n)
-            .map(|i| {
-                let left = if i == 0 {
-                    mus[i] - low
-                } else {
-                    mus[i] - mus[i - 1]
-                };
-                let right = if i + 1 == n {
-                    high - mus[i]
-                } else {
-                    mus[i + 1] - mus[i]
-                };
-                let sigma = left.max(right).clamp(min_sigma, range);
-                (mus[i], sigma)
-            })
-            .collect();
-        Parzen {
-            low,
-            high,
+impl Kernel {
+    /// The log density at `x` (a discrete parameter's: the log of the mass
+    /// of `x`'s interval, as Optuna).
+    fn log_pdf(&self, x: f64) -> f64 {
+        match self {
+            &Kernel::Normal {
+                mu,
+                sigma,
+                low,
+                high,
+                step,
+            } => {
+                let truncated = (phi((high - mu) / sigma) - phi((low - mu) / sigma)).max(1e-12);
+                match step {
+                    Some(step) => {
+                        let (a, b) = (x - step / 2.0, x + step / 2.0);
+                        let mass = phi((b - mu) / sigma) - phi((a - mu) / sigma);
+                        mass.max(1e-300).ln() - truncated.ln()
+                    }
+                    None => {
+                        let z = (x - mu) / sigma;
+                        -0.5 * z * z
+                            - (sigma * (2.0 * std::f64::consts::PI).sqrt()).ln()
+                            - truncated.ln()
+                    }
+                }
+            }
+            Kernel::Choice(p) => p[x as usize].max(1e-300).ln(),
+        }
+    }
+
+    /// A draw; a discrete parameter's is not yet rounded to its grid.
+    fn sample(&self, rng: &mut StdRng) -> f64 {
+        match self {
+            &Kernel::Normal {
+                mu,
+                sigma,
+                low,
+                high,
+                ..
+            } => {
+                for _ in 0..100 {
+                    let u: f64 = 1.0 - rng.random::<f64>();
+                    let v: f64 = rng.random();
+                    let z = (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos();
+                    let x = mu + sigma * z;
+                    if (low..=high).contains(&x) {
+                        return x;
+                    }
+                }
+                mu
+            }
+            Kernel::Choice(p) => pick(p, rng) as f64,
+        }
+    }
+}
+
+/// A Parzen estimator over some parameters (step 3): weighted components,
+/// each a product of one kernel per parameter.
+struct Mixture {
+    weights: Vec<f64>,
+    /// `components[k][d]`: component k's kernel of parameter d.
+    components: Vec<Vec<Kernel>>,
+}
+
+impl Mixture {
+    /// Fits `params` to `points` (one value per parameter each, oldest
+    /// first).
+    fn fit(params: &[&Param], points: &[Vec<f64>]) -> Mixture {
+        let n = points.len();
+        let kernels = n + 1;
+        let mut components: Vec<Vec<Kernel>> = (0..kernels).map(|_| Vec::new()).collect();
+        for (d, param) in params.iter().enumerate() {
+            let values: Vec<f64> = points.iter().map(|p| p[d]).collect();
+            match param {
+                Param::Numeric(numeric) => {
+                    let (low, high) = (numeric.low, numeric.high);
+                    let range = high - low;
+                    let sigmas = gap_sigmas(&values, low, high);
+                    let min_sigma = range / (100f64).min(1.0 + kernels as f64);
+                    for (k, (&mu, sigma)) in values.iter().zip(sigmas).enumerate() {
+                        components[k].push(Kernel::Normal {
+                            mu,
+                            sigma: sigma.clamp(min_sigma, range),
+                            low,
+                            high,
+                            step: numeric.step,
+                        });
+                    }
+                    components[n].push(Kernel::Normal {
+                        mu: (low + high) / 2.0,
+                        sigma: range,
+                        low,
+                        high,
+                        step: numeric.step,
+                    });
+                }
+                Param::Choice(options) => {
+                    let base = PRIOR_WEIGHT / kernels as f64;
+                    let total = 1.0 + base * options.len() as f64;
+                    for (k, &x) in values.iter().enumerate() {
+                        let mut p = vec![base / total; options.len()];
+                        p[x as usize] += 1.0 / total;
+                        components[k].push(Kernel::Choice(p));
+                    }
+                    components[n].push(Kernel::Choice(vec![
+                        1.0 / options.len() as f64;
+                        options.len()
+                    ]));
+                }
+            }
+        }
+        let mut weights: Vec<f64> = if n < RECENT {
+            vec![1.0; n]
+        } else {
+            let ramp = n - RECENT;
+            (0..ramp)
+                .map(|i| 1.0 / n as f64 + (1.0 - 1.0 / n as f64) * i as f64 / ramp as f64)
+                .chain(std::iter::repeat_n(1.0, RECENT))
+                .collect()
+        };
+        weights.push(PRIOR_WEIGHT);
+        let sum: f64 = weights.iter().sum();
+        weights.iter_mut().for_each(|w| *w /= sum);
+        Mixture {
+            weights,
             components,
         }
     }
 
-    fn sample(&self, rng: &mut StdRng) -> f64 {
-        let (mu, sigma) = self.components[rng.random_range(0..self.components.len())];
-        for _ in 0..100 {
-            let u: f64 = 1.0 - rng.random::<f64>();
-            let v: f64 = rng.random();
-            let z = (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos();
-            let x = mu + sigma * z;
-            if (self.low..=self.high).contains(&x) {
-                return x;
-            }
-        }
-        mu
+    fn sample(&self, rng: &mut StdRng) -> Vec<f64> {
+        let k = pick(&self.weights, rng);
+        self.components[k]
+            .iter()
+            .map(|kernel| kernel.sample(rng))
+            .collect()
     }
 
-    fn log_pdf(&self, x: f64) -> f64 {
-        let weight = 1.0 / self.components.len() as f64;
-        let density: f64 = self
-            .components
+    fn log_pdf(&self, x: &[f64]) -> f64 {
+        let logs: Vec<f64> = self
+            .weights
             .iter()
-            .map(|&(mu, sigma)| {
-                let mass = phi((self.high - mu) / sigma) - phi((self.low - mu) / sigma);
-                let z = (x - mu) / sigma;
-                weight * (-0.5 * z * z).exp()
-                    / (sigma * (2.0 * std::f64::consts::PI).sqrt() * mass.max(1e-12))
+            .zip(&self.components)
+            .map(|(w, kernels)| {
+                w.ln()
+                    + kernels
+                        .iter()
+                        .zip(x)
+                        .map(|(k, &x)| k.log_pdf(x))
+                        .sum::<f64>()
             })
-            .sum();
-        density.max(1e-300).ln()
+            .collect();
+        let max = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        max + logs.iter().map(|l| (l - max).exp()).sum::<f64>().ln()
     }
+}
+
+/// Kernel widths (Optuna's): each value's larger gap to its neighbours
+/// among the values and the bounds; the lowest and highest of two or more
+/// values measure only the gap inward.
+fn gap_sigmas(values: &[f64], low: f64, high: f64) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
+    let sorted: Vec<f64> = std::iter::once(low)
+        .chain(order.iter().map(|&i| values[i]))
+        .chain(std::iter::once(high))
+        .collect();
+    let n = values.len();
+    let mut sigmas = vec![0.0; n];
+    for (rank, &original) in order.iter().enumerate() {
+        let at = rank + 1;
+        let (left, right) = (sorted[at] - sorted[at - 1], sorted[at + 1] - sorted[at]);
+        sigmas[original] = match (n >= 2, rank) {
+            (true, 0) => right,
+            (true, last) if last == n - 1 => left,
+            _ => left.max(right),
+        };
+    }
+    sigmas
+}
+
+/// An index drawn with probability `weights[i]` (they sum to 1).
+fn pick(weights: &[f64], rng: &mut StdRng) -> usize {
+    let mut u = rng.random::<f64>();
+    for (i, &w) in weights.iter().enumerate() {
+        if u < w {
+            return i;
+        }
+        u -= w;
+    }
+    weights.len() - 1
 }
 
 /// The standard normal CDF (Abramowitz and Stegun 7.1.26 for erf,
@@ -373,6 +607,47 @@ mod tests {
         let grid = SearchSpace::new().param("g", crate::tune::space::grid([1, 2]));
         let refused = Tpe::new(grid, 4, 0, TpeConfig::default()).err().unwrap();
         assert!(refused.to_string().contains("\"g\""), "{refused}");
+    }
+
+    #[test]
+    fn kernel_widths_are_optunas() {
+        let widths = gap_sigmas(&[0.9, 0.2, 0.5], 0.0, 1.0);
+        for (width, expected) in widths.iter().zip([0.4, 0.3, 0.4]) {
+            assert!((width - expected).abs() < 1e-12, "{widths:?}");
+        }
+        assert_eq!(gap_sigmas(&[0.3], 0.0, 1.0), [0.7]);
+    }
+
+    #[test]
+    fn trials_suggested_while_others_run_spread_out() {
+        let peak = |c: &TrialConfig| -(c["x"].as_f64().unwrap() - 0.3).powi(2);
+        let space = || SearchSpace::new().param("x", crate::tune::space::uniform(0.0, 1.0));
+        let spread = |constant_liar| {
+            let mut total = 0.0;
+            for seed in 0..50 {
+                let config = TpeConfig {
+                    constant_liar,
+                    ..TpeConfig::default()
+                };
+                let mut tpe = Tpe::new(space(), 14, seed, config).unwrap();
+                for _ in 0..10 {
+                    let c = tpe.suggest().unwrap();
+                    tpe.on_trial_complete(&c, Some(peak(&c)));
+                }
+                // Four at once, none completed.
+                let xs: Vec<f64> = (0..4)
+                    .map(|_| tpe.suggest().unwrap()["x"].as_f64().unwrap())
+                    .collect();
+                let mean = xs.iter().sum::<f64>() / 4.0;
+                total += xs.iter().map(|x| (x - mean).abs()).sum::<f64>() / 4.0;
+            }
+            total / 50.0
+        };
+        let (lying, not) = (spread(true), spread(false));
+        assert!(
+            lying > not,
+            "spread with the constant liar {lying:.4}, without {not:.4}"
+        );
     }
 
     #[test]
