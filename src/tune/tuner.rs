@@ -177,7 +177,7 @@ impl<T: Trainable> Tuner<T> {
         let started = Instant::now();
         self.space.validate()?;
         self.config.validate()?;
-        let mut scheduler = self.config.scheduler.build()?;
+        let mut scheduler = self.config.scheduler.build(self.config.seed)?;
         let mut search = self.config.search.build(
             self.space.clone(),
             self.config.num_samples,

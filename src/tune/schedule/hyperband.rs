@@ -11,8 +11,9 @@
 //!    at most `max_t`;
 //! 2. a new trial joins bracket s with probability proportional to
 //!    e^(rungs of s) (Ray's softmax over the brackets' rung counts), drawn
-//!    from a hash of its number, so the same trial always joins the same
-//!    bracket (a restored experiment replays its decisions);
+//!    from a hash of its number and the experiment's seed, so the same
+//!    trial always joins the same bracket (a restored experiment replays
+//!    its decisions) and another seed spreads trials otherwise;
 //! 3. its results are decided by its bracket's ASHA alone.
 
 use std::collections::HashMap;
@@ -28,16 +29,18 @@ pub struct HyperBand {
     /// Cumulative probabilities of joining each bracket; the last is 1.
     cumulative: Vec<f64>,
     of_trial: HashMap<u64, usize>,
+    seed: u64,
 }
 
 impl HyperBand {
-    /// HyperBand with these settings, refused unless ASHA takes each
-    /// bracket's and `brackets ≥ 1`.
+    /// HyperBand with these settings, drawing brackets from `seed`;
+    /// refused unless ASHA takes each bracket's and `brackets ≥ 1`.
     pub fn new(
         grace_period: u64,
         reduction_factor: f64,
         max_t: u64,
         brackets: u32,
+        seed: u64,
     ) -> Result<Self, TuneError> {
         if brackets < 1 {
             return Err(TuneError::BadScheduler(
@@ -80,6 +83,7 @@ impl HyperBand {
             brackets: built,
             cumulative,
             of_trial: HashMap::new(),
+            seed,
         })
     }
 
@@ -90,7 +94,7 @@ impl HyperBand {
 
     /// The bracket trial `trial` joins (step 2).
     pub fn bracket_of(&self, trial: u64) -> usize {
-        let draw = unit(trial);
+        let draw = unit(trial ^ self.seed.rotate_left(32));
         self.cumulative
             .iter()
             .position(|c| draw < *c)
@@ -98,9 +102,9 @@ impl HyperBand {
     }
 }
 
-/// A number in [0, 1) from `trial` (SplitMix64's finaliser).
-fn unit(trial: u64) -> f64 {
-    let mut z = trial.wrapping_add(0x9E37_79B9_7F4A_7C15);
+/// A number in [0, 1) from `key` (SplitMix64's finaliser).
+fn unit(key: u64) -> f64 {
+    let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^= z >> 31;
@@ -128,7 +132,7 @@ mod tests {
     #[test]
     fn brackets_are_ashas_with_growing_grace_periods() {
         // g = 1, η = 3, max_t = 27: graces 1, 3, 9.
-        let hyperband = HyperBand::new(1, 3.0, 27, 3).unwrap();
+        let hyperband = HyperBand::new(1, 3.0, 27, 3, 0).unwrap();
         assert_eq!(hyperband.milestones(), [vec![9, 3, 1], vec![9, 3], vec![9]]);
         // Softmax over 3, 2 and 1 rungs: e³ : e² : e¹.
         let e = std::f64::consts::E;
@@ -146,8 +150,18 @@ mod tests {
     }
 
     #[test]
+    fn the_seed_decides_which_trial_joins_which_bracket() {
+        let brackets = |seed| {
+            let hyperband = HyperBand::new(1, 2.0, 8, 2, seed).unwrap();
+            (0..64).map(|t| hyperband.bracket_of(t)).collect::<Vec<_>>()
+        };
+        assert_eq!(brackets(7), brackets(7));
+        assert_ne!(brackets(7), brackets(8));
+    }
+
+    #[test]
     fn each_trial_is_decided_by_its_own_bracket() {
-        let mut hyperband = HyperBand::new(1, 2.0, 8, 2).unwrap();
+        let mut hyperband = HyperBand::new(1, 2.0, 8, 2, 0).unwrap();
         assert_eq!(hyperband.milestones(), [vec![4, 2, 1], vec![4, 2]]);
         let in_bracket = |b: usize| (0..).find(|t| hyperband.bracket_of(*t) == b).unwrap();
         let (first, second) = (in_bracket(0), in_bracket(1));
@@ -171,9 +185,9 @@ mod tests {
 
     #[test]
     fn bad_settings_are_refused() {
-        assert!(HyperBand::new(1, 3.0, 27, 0).is_err());
-        let err = HyperBand::new(4, 3.0, 27, 3).err().unwrap().to_string();
+        assert!(HyperBand::new(1, 3.0, 27, 0, 0).is_err());
+        let err = HyperBand::new(4, 3.0, 27, 3, 0).err().unwrap().to_string();
         assert!(err.contains("bracket 2") && err.contains("max_t"), "{err}");
-        assert!(HyperBand::new(1, 1.0, 27, 2).is_err());
+        assert!(HyperBand::new(1, 1.0, 27, 2, 0).is_err());
     }
 }

@@ -108,8 +108,9 @@ impl SchedulerConfig {
         }
     }
 
-    /// The scheduler, or why these settings are refused.
-    pub fn build(&self) -> Result<Box<dyn Scheduler>, TuneError> {
+    /// The scheduler, or why these settings are refused; `seed` (the
+    /// experiment's) seeds HyperBand's brackets.
+    pub fn build(&self, seed: u64) -> Result<Box<dyn Scheduler>, TuneError> {
         match self {
             SchedulerConfig::Fifo => Ok(Box::new(Fifo)),
             SchedulerConfig::Asha {
@@ -131,6 +132,7 @@ impl SchedulerConfig {
                 *reduction_factor,
                 *max_t,
                 *brackets,
+                seed,
             )?)),
             SchedulerConfig::MedianStopping {
                 grace_period,
