@@ -26,6 +26,9 @@ pub const ALL: &[(&str, Test)] = &[
         "an_asha_experiment_stops_bad_trials_and_keeps_its_files",
         |_| boxed(crate::tune::an_asha_experiment_stops_bad_trials_and_keeps_its_files()),
     ),
+    ("a_tpe_experiment_learns_where_the_optimum_is", |_| {
+        boxed(crate::tune::a_tpe_experiment_learns_where_the_optimum_is())
+    }),
     ("failed_hung_and_lost_trials_are_retried_then_named", |_| {
         boxed(crate::tune::failed_hung_and_lost_trials_are_retried_then_named())
     }),

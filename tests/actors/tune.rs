@@ -103,6 +103,53 @@ impl Trainable for Flaky {
     }
 }
 
+/// TPE in a real experiment: trials run three at once (the model learns
+/// from completed trials while others run), every trial runs, and the
+/// later trials, the model's, sit at most half as far from the optimum as
+/// random search's draws do on average.
+pub async fn a_tpe_experiment_learns_where_the_optimum_is() {
+    let storage = tempfile::tempdir().unwrap();
+    let space = SearchSpace::new().param("x", tune::uniform(0.0, 10.0));
+    let startup = 6;
+    let config = TuneConfig::new("loss", Mode::Min)
+        .num_samples(24)
+        .max_concurrent_trials(3)
+        .seed(5)
+        .search(tune::SearchConfig::Tpe(tune::TpeConfig {
+            n_startup_trials: startup,
+            ..Default::default()
+        }));
+    let grid = Tuner::<Quadratic>::new(space, config, "tpe", storage.path())
+        .fit()
+        .await
+        .unwrap();
+    assert_eq!(grid.trials.len(), 24);
+    for t in &grid.trials {
+        assert_eq!(t.status, TrialStatus::Terminated, "{t:?}");
+        assert_eq!(t.iterations, 16, "{t:?}");
+    }
+    // Trials are numbered in the order they were suggested; the first
+    // `startup` (and those suggested before as many had completed) are
+    // random draws.
+    let distance = |t: &tune::TrialRecord| (t.config["x"].as_f64().unwrap() - 3.0).abs();
+    let mean = |ids: std::ops::Range<u64>| {
+        let of: Vec<f64> = grid
+            .trials
+            .iter()
+            .filter(|t| ids.contains(&t.id))
+            .map(distance)
+            .collect();
+        assert!(!of.is_empty(), "trials {ids:?}");
+        of.iter().sum::<f64>() / of.len() as f64
+    };
+    // Uniform draws on [0, 10] are on average (3² + 7²)/20 = 2.9 from 3.
+    let (random, modelled) = (mean(0..startup as u64), mean(12..24));
+    assert!(
+        modelled < 2.9 / 2.0,
+        "mean |x − 3|: modelled trials {modelled:.3}, random ones {random:.3}, random search 2.9"
+    );
+}
+
 pub async fn an_asha_experiment_stops_bad_trials_and_keeps_its_files() {
     let storage = tempfile::tempdir().unwrap();
     let space = SearchSpace::new().param("x", tune::uniform(0.0, 10.0));
