@@ -390,7 +390,9 @@ impl TrainContext {
         if self.ranks.world_size == 1 {
             return self.check_abort();
         }
+        define_missing_gradients(model);
         // On the device, where the backend can (NCCL on GPU tensors).
+        // (Frozen parameters have none on any rank.)
         let gradients: Vec<Tensor> = model
             .params
             .iter()
@@ -491,6 +493,29 @@ impl TrainContext {
             None => Ok(()),
         }
     }
+}
+
+/// Gives every parameter that backward left without a gradient (one this
+/// rank did not use) a zero gradient, on its device: every rank then
+/// averages the same tensors in the same order (NCCL needs the same calls
+/// on every rank), and every rank receives the mean of the others'
+/// gradients for it, so replicas stay identical.
+fn define_missing_gradients(model: &DistributedModel) {
+    let missing: Vec<&Tensor> = model
+        .params
+        .iter()
+        .map(|(_, p)| p)
+        .filter(|p| p.requires_grad() && !p.grad().defined())
+        .collect();
+    tch::with_grad(|| {
+        let zero = missing
+            .iter()
+            .map(|p| p.sum(p.kind()) * 0.0)
+            .reduce(|a, b| a + b);
+        if let Some(zero) = zero {
+            zero.backward();
+        }
+    });
 }
 
 fn is_storage_fault(fault: &TrainingFault) -> bool {

@@ -17,6 +17,7 @@ mod harness;
 mod mnist;
 mod tests;
 mod tune;
+mod unused;
 
 use nimbus::tune::TuneRegistry;
 use nimbus_train::TrainRegistry;
@@ -31,6 +32,7 @@ fn main() {
     let registry = nimbus::actor::Registry::new()
         .train_loop::<mnist::MnistLoop>()
         .train_loop::<tune::TunedMnist>()
+        .train_loop::<unused::OneHeadPerRank>()
         .trainable::<nimbus_train::tune::TrainerTrainable<tune::TunedMnist>>()
         .parameter_aggregator();
     let driver = nimbus::init_with(registry, nimbus::InitOptions::private(3))

@@ -16,12 +16,21 @@ use crate::tune::{
     a_failed_trainer_trial_resumes_from_its_checkpoint,
     a_trainer_trial_past_its_timeout_frees_its_run, tune_trials_are_whole_training_runs_and_stop,
 };
+use crate::unused::a_parameter_one_rank_does_not_use_keeps_replicas_identical;
 use crate::{boxed, Test};
 
 pub const ALL: &[(&str, Test)] = &[
     ("two_workers_stay_identical_and_loss_falls", |d| {
         boxed(two_workers_stay_identical_and_loss_falls(d))
     }),
+    (
+        "a_parameter_one_rank_does_not_use_keeps_replicas_identical",
+        |d| {
+            boxed(a_parameter_one_rank_does_not_use_keeps_replicas_identical(
+                d,
+            ))
+        },
+    ),
     ("kill_and_panic_restart_from_checkpoint_bit_exact", |d| {
         boxed(kill_and_panic_restart_from_checkpoint_bit_exact(d))
     }),

@@ -1,0 +1,79 @@
+//! Parameters one rank does not use: every rank still averages every
+//! gradient, so replicas stay identical.
+
+use nimbus_train::tch::nn::{self, Module};
+use nimbus_train::tch::{Device, Kind, Tensor};
+use nimbus_train::{LoopResult, RunConfig, ScalingConfig, Sgd, TrainContext, TrainLoop, Trainer};
+use serde::{Deserialize, Serialize};
+
+use crate::tests::storage;
+
+/// A shared layer, then a head only rank 0 uses and one only the others
+/// use; checks after every step that each replica equals rank 0's.
+pub struct OneHeadPerRank;
+
+/// Steps to take.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct OneHeadPerRankConfig {
+    steps: u64,
+}
+
+impl TrainLoop for OneHeadPerRank {
+    const NAME: &'static str = "tests.OneHeadPerRank";
+    type Config = OneHeadPerRankConfig;
+
+    fn run(config: OneHeadPerRankConfig, ctx: &mut TrainContext) -> LoopResult {
+        nimbus_train::tch::manual_seed(3);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let shared = nn::linear(vs.root() / "shared", 4, 4, Default::default());
+        let head0 = nn::linear(vs.root() / "head0", 4, 1, Default::default());
+        let head1 = nn::linear(vs.root() / "head1", 4, 1, Default::default());
+        let model = ctx.prepare_model(&vs)?;
+        let mut sgd = Sgd::new(&model, 0.1, 0.9);
+        let rank = ctx.world_rank();
+        for step in 1..=config.steps {
+            let x =
+                Tensor::ones([2, 4], (Kind::Float, Device::Cpu)) * (rank + step as usize) as f64;
+            let hidden = shared.forward(&x);
+            let head = if rank == 0 { &head0 } else { &head1 };
+            let loss = head.forward(&hidden).pow_tensor_scalar(2).mean(Kind::Float);
+            sgd.zero_grad();
+            loss.backward();
+            ctx.sync_gradients(&model)?;
+            sgd.step();
+            let mut mine = Vec::new();
+            for (_, tensor) in model.parameters() {
+                mine.extend(Vec::<f32>::try_from(tensor.detach().flatten(0, -1))?);
+            }
+            let mut rank0 = mine.clone();
+            ctx.collective().broadcast(&mut rank0, 0)?;
+            if mine
+                .iter()
+                .zip(&rank0)
+                .any(|(a, b)| a.to_bits() != b.to_bits())
+            {
+                return Err(format!("rank {rank} diverged from rank 0 after step {step}").into());
+            }
+            let metrics = nimbus_train::Metrics::from([("step".to_string(), step as f64)]);
+            ctx.report(metrics, None)?;
+        }
+        Ok(())
+    }
+}
+
+pub async fn a_parameter_one_rank_does_not_use_keeps_replicas_identical(_: &mut nimbus::Driver) {
+    let run = RunConfig::new("one-head-per-rank", storage())
+        .collective_timeout(std::time::Duration::from_secs(20))
+        .placement_timeout(std::time::Duration::from_secs(20));
+    let result = Trainer::<OneHeadPerRank>::new(
+        OneHeadPerRankConfig { steps: 4 },
+        ScalingConfig::workers(2),
+        run,
+    )
+    .fit()
+    .await;
+    if let Some(error) = &result.error {
+        panic!("training failed: {error}");
+    }
+    assert_eq!(result.metrics_history.len(), 4, "{result:?}");
+}
