@@ -77,6 +77,9 @@ fn nccl_is_found_beside_the_libtorch_in_use_and_is_new_enough() {
     let loaded = nccl::nccl().unwrap();
     assert_eq!(loaded.path, wheel);
     assert!(loaded.version >= nccl::MIN_VERSION, "{}", loaded.version);
+    // A torch 2.11 wheel's NCCL (2.28) makes non-blocking communicators.
+    assert!(loaded.version >= nccl::NON_BLOCKING_VERSION);
+    assert!(loaded.comm_init_rank_config.is_some());
     eprintln!(
         "NCCL {} from {}",
         nccl::version_text(loaded.version),

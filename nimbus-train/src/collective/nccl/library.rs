@@ -15,9 +15,12 @@
 //!
 //! Then `ncclGetVersion` says its version; one older than [`MIN_VERSION`]
 //! (2.10, the first with `ncclAvg`) is refused. Which file and which
-//! version were loaded is logged once per process.
+//! version were loaded is logged once per process. From
+//! [`NON_BLOCKING_VERSION`] (2.17) on, communicators are made non-blocking
+//! ([`CommConfig::non_blocking`]), so that joining one can be bounded by a
+//! timeout and aborted.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -33,8 +36,49 @@ pub const SONAME: &str = "libnccl.so.2";
 /// The oldest NCCL accepted (2.10.0, as `ncclGetVersion` codes it:
 /// major × 10000 + minor × 100 + patch).
 pub const MIN_VERSION: c_int = 21000;
+/// The oldest NCCL nimbus makes non-blocking communicators with (2.17.0:
+/// the [`CommConfig`] layout nimbus passes).
+pub const NON_BLOCKING_VERSION: c_int = 21700;
 /// `ncclSuccess`.
-const SUCCESS: c_int = 0;
+pub(super) const SUCCESS: c_int = 0;
+/// `ncclInProgress`: a non-blocking communicator's operation still runs.
+pub(super) const IN_PROGRESS: c_int = 7;
+
+/// `ncclConfig_t` as NCCL 2.17 lays it out (`nccl.h`); newer NCCLs read
+/// an older layout by its `size` and `version`.
+#[repr(C)]
+pub struct CommConfig {
+    size: usize,
+    magic: c_uint,
+    version: c_uint,
+    blocking: c_int,
+    cga_cluster_size: c_int,
+    min_ctas: c_int,
+    max_ctas: c_int,
+    net_name: *const c_char,
+    split_share: c_int,
+}
+
+impl CommConfig {
+    /// `NCCL_CONFIG_INITIALIZER` (every setting NCCL's default) with
+    /// `blocking = 0`: calls on the communicator return `ncclInProgress`
+    /// while they run, and `ncclCommGetAsyncError` says when they are done.
+    pub fn non_blocking() -> Self {
+        // NCCL_CONFIG_UNDEF_INT.
+        let undefined = c_int::MIN;
+        CommConfig {
+            size: std::mem::size_of::<CommConfig>(),
+            magic: 0xcafe_beef,
+            version: NON_BLOCKING_VERSION as c_uint,
+            blocking: 0,
+            cga_cluster_size: undefined,
+            min_ctas: undefined,
+            max_ctas: undefined,
+            net_name: std::ptr::null(),
+            split_share: undefined,
+        }
+    }
+}
 
 /// The NCCL functions nimbus calls, from one loaded library.
 pub struct Nccl {
@@ -46,6 +90,13 @@ pub struct Nccl {
     pub get_unique_id: unsafe extern "C" fn(*mut ncclUniqueId) -> c_int,
     /// `ncclCommInitRank`.
     pub comm_init_rank: unsafe extern "C" fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int) -> c_int,
+    /// `ncclCommInitRankConfig`, from [`NON_BLOCKING_VERSION`] on.
+    pub comm_init_rank_config: Option<
+        unsafe extern "C" fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int, *mut CommConfig) -> c_int,
+    >,
+    /// `ncclCommGetAsyncError`: a communicator's asynchronous error, or
+    /// `ncclInProgress` while a non-blocking operation runs.
+    pub comm_get_async_error: unsafe extern "C" fn(ncclComm_t, *mut c_int) -> c_int,
     /// `ncclCommAbort`.
     pub comm_abort: unsafe extern "C" fn(ncclComm_t) -> c_int,
     /// `ncclCommDestroy`.
@@ -86,6 +137,21 @@ impl Nccl {
         if result == SUCCESS {
             return Ok(());
         }
+        Err(self.describe(call, result))
+    }
+
+    /// As [`check`](Self::check), but an operation still running on a
+    /// non-blocking communicator (`ncclInProgress`) is no error: its end
+    /// is waited for through `ncclCommGetAsyncError`.
+    pub fn check_launch(&self, call: &str, result: c_int) -> Result<(), String> {
+        if result == IN_PROGRESS {
+            return Ok(());
+        }
+        self.check(call, result)
+    }
+
+    /// NCCL result `result` of `call`, in NCCL's words, naming the library.
+    pub fn describe(&self, call: &str, result: c_int) -> String {
         // SAFETY: ncclGetErrorString returns a static string for any code.
         let text = unsafe { (self.get_error_string)(result) };
         let text = if text.is_null() {
@@ -94,11 +160,11 @@ impl Nccl {
             // SAFETY: a NUL-terminated static string, as NCCL documents.
             unsafe { CStr::from_ptr(text) }.to_string_lossy()
         };
-        Err(format!(
+        format!(
             "{call} failed: {text} (NCCL result {result}; {} from {})",
             version_text(self.version),
             self.path.display()
-        ))
+        )
     }
 }
 
@@ -209,6 +275,12 @@ fn functions(library: libloading::Library, path: PathBuf) -> Result<Nccl, String
             version,
             get_unique_id: *library.get(b"ncclGetUniqueId\0").map_err(missing)?,
             comm_init_rank: *library.get(b"ncclCommInitRank\0").map_err(missing)?,
+            comm_init_rank_config: if version >= NON_BLOCKING_VERSION {
+                Some(*library.get(b"ncclCommInitRankConfig\0").map_err(missing)?)
+            } else {
+                None
+            },
+            comm_get_async_error: *library.get(b"ncclCommGetAsyncError\0").map_err(missing)?,
             comm_abort: *library.get(b"ncclCommAbort\0").map_err(missing)?,
             comm_destroy: *library.get(b"ncclCommDestroy\0").map_err(missing)?,
             all_reduce: *library.get(b"ncclAllReduce\0").map_err(missing)?,
@@ -225,6 +297,25 @@ fn functions(library: libloading::Library, path: PathBuf) -> Result<Nccl, String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_comm_config_is_laid_out_as_nccl_2_17s() {
+        // size, magic, version, blocking, cgaClusterSize, minCTAs,
+        // maxCTAs, then netName (8-aligned) and splitShare.
+        let config = CommConfig::non_blocking();
+        let base = &config as *const CommConfig as usize;
+        let at = |field: *const u8| field as usize - base;
+        assert_eq!(at(&config.magic as *const _ as *const u8), 8);
+        assert_eq!(at(&config.blocking as *const _ as *const u8), 16);
+        assert_eq!(at(&config.max_ctas as *const _ as *const u8), 28);
+        assert_eq!(at(&config.net_name as *const _ as *const u8), 32);
+        assert_eq!(at(&config.split_share as *const _ as *const u8), 40);
+        assert_eq!(config.size, 48);
+        assert_eq!(
+            (config.magic, config.version, config.blocking),
+            (0xcafe_beef, 21700, 0)
+        );
+    }
 
     #[test]
     fn a_named_library_is_the_only_candidate_else_torchs_then_the_loaders() {

@@ -8,12 +8,21 @@
 //! ([`unique_id`]); the supervisor hands it to every rank through the actor
 //! system; each rank [`NcclGroup::join`]s with it.
 //!
-//! Operations are launched on the legacy default stream (libtorch's
-//! default), then waited for by polling the stream with a deadline: a peer
-//! that died or hangs makes the wait time out, and the communicator is then
-//! aborted (`ncclCommAbort`), so a dead peer turns into a restart instead of
-//! NCCL's indefinite wait. Setting the group's abort flag does the same at
-//! once.
+//! Every call is bounded by the collective timeout:
+//! 1. joining: the communicator is made non-blocking (NCCL 2.17 and newer;
+//!    `library.rs`), so `ncclCommInitRankConfig` returns at once and the
+//!    join polls `ncclCommGetAsyncError` until it is done, failed, or past
+//!    the timeout (a missing peer); older NCCLs join blocking;
+//! 2. operations are launched on the legacy default stream (libtorch's
+//!    default); a launch may return `ncclInProgress`;
+//! 3. the wait polls `ncclCommGetAsyncError` (until the launch is done,
+//!    and for errors NCCL saw asynchronously, such as a peer that died),
+//!    then the stream, with a deadline: a peer that died or hangs makes
+//!    the wait fail or time out;
+//! 4. any error, timeout, or the group's abort flag aborts the
+//!    communicator (`ncclCommAbort`), so a dead peer turns into a restart
+//!    instead of NCCL's indefinite wait; errors name the NCCL call and
+//!    NCCL's words (`ncclGetErrorString`).
 //!
 //! Gradients of CUDA tensors are averaged in place (`ncclAvg`), all of a
 //! step's in one NCCL group call.
@@ -33,7 +42,11 @@ use super::{Collective, CollectiveError};
 
 mod library;
 
-pub use library::{load, nccl, version_text, Nccl, MIN_VERSION, NCCL_LIB_ENV, SONAME};
+pub use library::{
+    load, nccl, version_text, CommConfig, Nccl, MIN_VERSION, NCCL_LIB_ENV, NON_BLOCKING_VERSION,
+    SONAME,
+};
+use library::{IN_PROGRESS, SUCCESS};
 
 /// Checks that the CUDA driver and NCCL can be loaded and the driver
 /// initialised; this process's NCCL.
@@ -99,14 +112,30 @@ impl NcclGroup {
             *slot = *byte as std::ffi::c_char;
         }
         let mut comm = std::ptr::null_mut();
-        // SAFETY: `comm` is a valid out-pointer; the id is 128 bytes.
-        let result = unsafe { (nccl.comm_init_rank)(&mut comm, world as i32, unique, rank as i32) };
-        nccl.check(
-            &format!("ncclCommInitRank (rank {rank} of {world})"),
-            result,
-        )
-        .map_err(CollectiveError::Setup)?;
-        Ok(NcclGroup {
+        let (world_i, rank_i) = (world as i32, rank as i32);
+        // Step 1.
+        let (call, result) = match nccl.comm_init_rank_config {
+            Some(init) => {
+                let mut config = CommConfig::non_blocking();
+                // SAFETY: `comm` and `config` are valid pointers; the id is
+                // 128 bytes; NCCL reads `config` during the call only.
+                let result = unsafe { init(&mut comm, world_i, unique, rank_i, &mut config) };
+                ("ncclCommInitRankConfig", result)
+            }
+            // SAFETY: as above.
+            None => ("ncclCommInitRank", unsafe {
+                (nccl.comm_init_rank)(&mut comm, world_i, unique, rank_i)
+            }),
+        };
+        let what = format!("{call} (rank {rank} of {world})");
+        if let Err(e) = nccl.check_launch(&what, result) {
+            if !comm.is_null() {
+                // SAFETY: the half-made communicator is ours, unused after.
+                let _ = unsafe { (nccl.comm_abort)(comm) };
+            }
+            return Err(CollectiveError::Setup(e));
+        }
+        let mut group = NcclGroup {
             nccl,
             comm,
             rank,
@@ -114,6 +143,54 @@ impl NcclGroup {
             timeout,
             aborted: Arc::new(AtomicBool::new(false)),
             dead: false,
+        };
+        group.finish_join(&what)?;
+        Ok(group)
+    }
+
+    /// Step 1's polling: returns once the communicator is made, or aborts
+    /// it on an error, the abort flag or the timeout.
+    fn finish_join(&mut self, what: &str) -> Result<(), CollectiveError> {
+        let started = Instant::now();
+        loop {
+            match self.async_state() {
+                Err(code) => {
+                    self.abort();
+                    return Err(CollectiveError::Setup(self.nccl.describe(what, code)));
+                }
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+            }
+            if self.aborted.load(Ordering::Acquire) || started.elapsed() > self.timeout {
+                self.abort();
+                return Err(CollectiveError::Timeout {
+                    after: self.timeout,
+                    missing: Vec::new(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// `ncclCommGetAsyncError`: `Ok(true)` when nothing is pending,
+    /// `Ok(false)` while a non-blocking operation runs, `Err` with NCCL's
+    /// result code on an error.
+    fn async_state(&self) -> Result<bool, i32> {
+        let mut state = SUCCESS;
+        // SAFETY: our communicator, and a valid out-pointer.
+        let result = unsafe { (self.nccl.comm_get_async_error)(self.comm, &mut state) };
+        match (result, state) {
+            (SUCCESS, SUCCESS) => Ok(true),
+            (SUCCESS, IN_PROGRESS) => Ok(false),
+            (SUCCESS, error) | (error, _) => Err(error),
+        }
+    }
+
+    /// A launch's result (step 2): an error aborts the communicator.
+    fn launched(&mut self, call: &str, result: i32) -> Result<(), CollectiveError> {
+        self.nccl.check_launch(call, result).map_err(|e| {
+            self.abort();
+            CollectiveError::Aborted(e)
         })
     }
 
@@ -122,20 +199,31 @@ impl NcclGroup {
         self.aborted.clone()
     }
 
-    /// Waits for the default stream's work, aborting the communicator on
-    /// timeout or abort.
+    /// Steps 3 and 4: waits for the launched operations, then the default
+    /// stream's work, aborting the communicator on an error, the timeout or
+    /// the abort flag.
     fn wait(&mut self, what: &str) -> Result<(), CollectiveError> {
         let started = Instant::now();
         loop {
-            // SAFETY: querying the legacy default stream.
-            let status = unsafe { cuda_sys::cuStreamQuery(std::ptr::null_mut()) };
-            match status {
-                cuda_sys::CUresult::CUDA_SUCCESS => return Ok(()),
-                cuda_sys::CUresult::CUDA_ERROR_NOT_READY => {}
-                error => {
-                    return Err(CollectiveError::Aborted(format!(
-                        "{what}: CUDA error {error:?}"
-                    )))
+            match self.async_state() {
+                Err(code) => {
+                    self.abort();
+                    return Err(CollectiveError::Aborted(self.nccl.describe(what, code)));
+                }
+                Ok(false) => {}
+                Ok(true) => {
+                    // SAFETY: querying the legacy default stream.
+                    let status = unsafe { cuda_sys::cuStreamQuery(std::ptr::null_mut()) };
+                    match status {
+                        cuda_sys::CUresult::CUDA_SUCCESS => return Ok(()),
+                        cuda_sys::CUresult::CUDA_ERROR_NOT_READY => {}
+                        error => {
+                            self.abort();
+                            return Err(CollectiveError::Aborted(format!(
+                                "{what}: CUDA error {error:?}"
+                            )));
+                        }
+                    }
                 }
             }
             let aborted = self.aborted.load(Ordering::Acquire);
@@ -193,9 +281,7 @@ impl NcclGroup {
             self.comm,
             std::ptr::null_mut(),
         );
-        self.nccl
-            .check("ncclAllReduce", result)
-            .map_err(CollectiveError::Aborted)?;
+        self.launched("ncclAllReduce", result)?;
         self.wait("allreduce")
     }
 
@@ -255,10 +341,7 @@ impl Collective for NcclGroup {
                     std::ptr::null_mut(),
                 )
             };
-            group
-                .nccl
-                .check("ncclAllReduce", result)
-                .map_err(CollectiveError::Aborted)?;
+            group.launched("ncclAllReduce", result)?;
             group.wait("allreduce")
         })
     }
@@ -285,10 +368,7 @@ impl Collective for NcclGroup {
                     std::ptr::null_mut(),
                 )
             };
-            group
-                .nccl
-                .check("ncclBroadcast", result)
-                .map_err(CollectiveError::Aborted)?;
+            group.launched("ncclBroadcast", result)?;
             group.wait("broadcast")
         })
     }
@@ -313,8 +393,8 @@ impl Collective for NcclGroup {
             let nccl = self.nccl;
             // SAFETY: ncclGroupStart has no preconditions.
             let started = unsafe { (nccl.group_start)() };
-            nccl.check("ncclGroupStart", started)
-                .map_err(CollectiveError::Aborted)?;
+            self.launched("ncclGroupStart", started)?;
+            let mut launched = Ok(());
             for tensor in tensors {
                 let ptr = tensor.data_ptr();
                 // SAFETY: a contiguous CUDA f32 tensor of `numel` values on
@@ -331,13 +411,19 @@ impl Collective for NcclGroup {
                         std::ptr::null_mut(),
                     )
                 };
-                nccl.check("ncclAllReduce", result)
-                    .map_err(CollectiveError::Aborted)?;
+                launched = nccl.check_launch("ncclAllReduce", result);
+                if launched.is_err() {
+                    break;
+                }
             }
-            // SAFETY: closes the group started above.
+            // SAFETY: closes the group started above (also after a failed
+            // launch, so that this thread's group depth is back to 0).
             let ended = unsafe { (nccl.group_end)() };
-            nccl.check("ncclGroupEnd", ended)
-                .map_err(CollectiveError::Aborted)?;
+            if let Err(e) = launched {
+                self.abort();
+                return Err(CollectiveError::Aborted(e));
+            }
+            self.launched("ncclGroupEnd", ended)?;
             self.wait("allreduce")
         })())
     }
