@@ -360,9 +360,9 @@ impl TrainContext {
             .collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, tensor) in &params {
-            if tensor.kind() != Kind::Float {
+            if !matches!(tensor.kind(), Kind::Float | Kind::BFloat16 | Kind::Half) {
                 return Err(TrainError::Config(format!(
-                    "parameter {name} is {:?}; data-parallel training averages f32 parameters",
+                    "parameter {name} is {:?}; data-parallel training averages f32, bf16 and f16 parameters",
                     tensor.kind()
                 )));
             }
@@ -372,9 +372,23 @@ impl TrainContext {
     }
 
     /// Prepares `vs`'s model for data-parallel training: rank 0's
-    /// parameters are copied to every worker, so all start alike.
+    /// parameters are copied to every worker, so all start alike (on the
+    /// device where the backend can: NCCL on GPU tensors).
     pub fn prepare_model(&mut self, vs: &VarStore) -> Result<DistributedModel, TrainError> {
         let model = Self::trainable(vs)?;
+        if self.ranks.world_size > 1 {
+            self.check_abort()?;
+            let params: Vec<Tensor> = model
+                .params
+                .iter()
+                .map(|(_, p)| p.shallow_clone())
+                .collect();
+            let collective = self.collective.as_mut();
+            if let Some(result) = on_contiguous(&params, |ts| collective.broadcast_tensors(ts, 0)) {
+                self.progress.step();
+                return result.map(|()| model).map_err(train_error);
+            }
+        }
         self.flatten(&model, |t| t.shallow_clone())?;
         self.collective_op(|c, flat| c.broadcast(flat, 0))?;
         self.unflatten(&model, |t| t.shallow_clone())?;
@@ -407,17 +421,16 @@ impl TrainContext {
             metrics::counter!("nimbus_allreduce_bytes_total", "backend" => backend)
                 .increment(bytes as u64);
         };
-        if let Some(result) = self.collective.allreduce_mean_tensors(&gradients) {
+        let collective = self.collective.as_mut();
+        if let Some(result) = on_contiguous(&gradients, |ts| collective.allreduce_mean_tensors(ts))
+        {
             self.progress.step();
             let bytes = gradients
                 .iter()
                 .map(|g| g.numel() * g.kind().elt_size_in_bytes())
                 .sum();
             record("device", bytes);
-            return result.map_err(|e| match e {
-                CollectiveError::Aborted(reason) => TrainError::Aborted(reason),
-                e => TrainError::Collective(e),
-            });
+            return result.map_err(train_error);
         }
         self.flatten(model, Tensor::grad)?;
         self.collective_op(|c, flat| c.allreduce_mean(flat))?;
@@ -434,10 +447,7 @@ impl TrainContext {
         let result = op(self.collective.as_mut(), &mut flat);
         self.flat = flat;
         self.progress.step();
-        result.map_err(|e| match e {
-            CollectiveError::Aborted(reason) => TrainError::Aborted(reason),
-            e => TrainError::Collective(e),
-        })
+        result.map_err(train_error)
     }
 
     fn flatten(
@@ -454,7 +464,10 @@ impl TrainContext {
                 // No gradient (unused parameter): contributes zeros.
                 self.flat[offset..offset + n].fill(0.0);
             } else {
-                let source = source.to_device(Device::Cpu).contiguous();
+                let source = source
+                    .to_device(Device::Cpu)
+                    .to_kind(Kind::Float)
+                    .contiguous();
                 source
                     .f_copy_data(&mut self.flat[offset..offset + n], n)
                     .map_err(|e| TrainError::Config(format!("parameter {name}: {e}")))?;
@@ -477,6 +490,7 @@ impl TrainContext {
                 if target.defined() {
                     let values = Tensor::from_slice(&self.flat[offset..offset + n])
                         .view(param.size().as_slice())
+                        .to_kind(target.kind())
                         .to_device(param.device());
                     target.f_copy_(&values)?;
                 }
@@ -493,6 +507,45 @@ impl TrainContext {
             None => Ok(()),
         }
     }
+}
+
+/// A collective's error as the training loop's.
+fn train_error(error: CollectiveError) -> TrainError {
+    match error {
+        CollectiveError::Aborted(reason) => TrainError::Aborted(reason),
+        e => TrainError::Collective(e),
+    }
+}
+
+/// Runs the in-place device collective `op` on `tensors`, giving it a
+/// contiguous copy (on the same device) of each one that is not
+/// contiguous and copying the result back; `None` when the backend cannot
+/// run `op` on these tensors.
+fn on_contiguous(
+    tensors: &[Tensor],
+    op: impl FnOnce(&[Tensor]) -> Option<Result<(), CollectiveError>>,
+) -> Option<Result<(), CollectiveError>> {
+    let work: Vec<Tensor> = tensors
+        .iter()
+        .map(|t| {
+            if t.is_contiguous() {
+                t.shallow_clone()
+            } else {
+                t.contiguous()
+            }
+        })
+        .collect();
+    let result = op(&work)?;
+    if result.is_ok() {
+        tch::no_grad(|| {
+            for (tensor, work) in tensors.iter().zip(&work) {
+                if !tensor.is_contiguous() {
+                    tensor.shallow_clone().copy_(work);
+                }
+            }
+        });
+    }
+    Some(result)
 }
 
 /// Gives every parameter that backward left without a gradient (one this

@@ -90,6 +90,17 @@ pub trait Collective: Send {
     ) -> Option<Result<(), CollectiveError>> {
         None
     }
+
+    /// Copies `root`'s tensors to every rank on the tensors' own (device)
+    /// memory, if this backend can; `None` when it cannot, and the caller
+    /// goes through host buffers instead.
+    fn broadcast_tensors(
+        &mut self,
+        _tensors: &[tch::Tensor],
+        _root: usize,
+    ) -> Option<Result<(), CollectiveError>> {
+        None
+    }
 }
 
 /// The group of one: every operation is the identity. Used when training

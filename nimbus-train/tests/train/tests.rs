@@ -16,7 +16,10 @@ use crate::tune::{
     a_failed_trainer_trial_resumes_from_its_checkpoint,
     a_trainer_trial_past_its_timeout_frees_its_run, tune_trials_are_whole_training_runs_and_stop,
 };
-use crate::unused::a_parameter_one_rank_does_not_use_keeps_replicas_identical;
+use crate::unused::{
+    a_parameter_one_rank_does_not_use_keeps_replicas_identical,
+    bf16_parameters_are_averaged_and_replicas_stay_identical,
+};
 use crate::{boxed, Test};
 
 pub const ALL: &[(&str, Test)] = &[
@@ -30,6 +33,10 @@ pub const ALL: &[(&str, Test)] = &[
                 d,
             ))
         },
+    ),
+    (
+        "bf16_parameters_are_averaged_and_replicas_stay_identical",
+        |d| boxed(bf16_parameters_are_averaged_and_replicas_stay_identical(d)),
     ),
     ("kill_and_panic_restart_from_checkpoint_bit_exact", |d| {
         boxed(kill_and_panic_restart_from_checkpoint_bit_exact(d))

@@ -24,8 +24,11 @@
 //!    instead of NCCL's indefinite wait; errors name the NCCL call and
 //!    NCCL's words (`ncclGetErrorString`).
 //!
-//! Gradients of CUDA tensors are averaged in place (`ncclAvg`), all of a
-//! step's in one NCCL group call.
+//! Gradients of CUDA tensors (f32, bf16 or f16, in NCCL's own types) are
+//! averaged in place (`ncclAvg`), all of a step's in one NCCL group call;
+//! `prepare_model`'s copy of rank 0's parameters is one group of
+//! in-place `ncclBroadcast`s the same way. (A non-contiguous tensor goes
+//! through a contiguous copy on its device.)
 //!
 //! Not yet run on a GPU: it compiles, and fails clearly without one; see
 //! `scripts/gpu-check.sh`, the check to run on a GPU machine.
@@ -377,16 +380,97 @@ impl Collective for NcclGroup {
         self.allreduce_sum(&mut [0.0])
     }
 
-    /// Every CUDA f32 tensor averaged in place, in one NCCL group call.
+    /// Every CUDA tensor (f32, bf16 or f16) averaged in place, in one
+    /// NCCL group call.
     fn allreduce_mean_tensors(
         &mut self,
         tensors: &[tch::Tensor],
     ) -> Option<Result<(), CollectiveError>> {
-        let on_device = tensors
-            .iter()
-            .all(|t| t.device().is_cuda() && t.kind() == tch::Kind::Float && t.is_contiguous());
-        if !on_device {
-            return None;
+        self.grouped(tensors, "allreduce", |nccl, ptr, count, dtype, comm| {
+            // SAFETY: see `grouped`.
+            let result = unsafe {
+                (nccl.all_reduce)(
+                    ptr,
+                    ptr,
+                    count,
+                    dtype,
+                    nccl_sys::ncclRedOp_t::ncclAvg,
+                    comm,
+                    std::ptr::null_mut(),
+                )
+            };
+            ("ncclAllReduce", result)
+        })
+    }
+
+    /// Every CUDA tensor (f32, bf16 or f16) overwritten with `root`'s, in
+    /// one NCCL group call.
+    fn broadcast_tensors(
+        &mut self,
+        tensors: &[tch::Tensor],
+        root: usize,
+    ) -> Option<Result<(), CollectiveError>> {
+        if root >= self.world {
+            return Some(Err(CollectiveError::Invalid(format!(
+                "broadcast root {root} in a group of {}",
+                self.world
+            ))));
+        }
+        self.grouped(tensors, "broadcast", |nccl, ptr, count, dtype, comm| {
+            // SAFETY: see `grouped`.
+            let result = unsafe {
+                (nccl.broadcast)(
+                    ptr,
+                    ptr,
+                    count,
+                    dtype,
+                    root as i32,
+                    comm,
+                    std::ptr::null_mut(),
+                )
+            };
+            ("ncclBroadcast", result)
+        })
+    }
+}
+
+/// NCCL's type for a tensor of `kind`, if nimbus sends that kind through
+/// NCCL.
+fn nccl_type(kind: tch::Kind) -> Option<nccl_sys::ncclDataType_t> {
+    match kind {
+        tch::Kind::Float => Some(nccl_sys::ncclDataType_t::ncclFloat32),
+        tch::Kind::BFloat16 => Some(nccl_sys::ncclDataType_t::ncclBfloat16),
+        tch::Kind::Half => Some(nccl_sys::ncclDataType_t::ncclFloat16),
+        _ => None,
+    }
+}
+
+impl NcclGroup {
+    /// `call` on every tensor, in one NCCL group, then waits (steps 2–4);
+    /// `None` unless every tensor is a contiguous CUDA tensor of a type
+    /// NCCL gets from nimbus. `call` gets a tensor's device memory (its
+    /// data pointer, element count and type) and the communicator, makes
+    /// one in-place NCCL call on it, and returns the call's name and
+    /// result.
+    fn grouped(
+        &mut self,
+        tensors: &[tch::Tensor],
+        what: &str,
+        call: impl Fn(
+            &Nccl,
+            *mut std::ffi::c_void,
+            usize,
+            nccl_sys::ncclDataType_t,
+            nccl_sys::ncclComm_t,
+        ) -> (&'static str, i32),
+    ) -> Option<Result<(), CollectiveError>> {
+        let mut typed = Vec::with_capacity(tensors.len());
+        for tensor in tensors {
+            let dtype = nccl_type(tensor.kind())?;
+            if !(tensor.device().is_cuda() && tensor.is_contiguous()) {
+                return None;
+            }
+            typed.push((tensor, dtype));
         }
         Some((|| {
             self.check_alive()?;
@@ -395,23 +479,13 @@ impl Collective for NcclGroup {
             let started = unsafe { (nccl.group_start)() };
             self.launched("ncclGroupStart", started)?;
             let mut launched = Ok(());
-            for tensor in tensors {
-                let ptr = tensor.data_ptr();
-                // SAFETY: a contiguous CUDA f32 tensor of `numel` values on
-                // this rank's device, which the caller does not touch until
-                // the wait below returns.
-                let result = unsafe {
-                    (nccl.all_reduce)(
-                        ptr,
-                        ptr,
-                        tensor.numel(),
-                        nccl_sys::ncclDataType_t::ncclFloat32,
-                        nccl_sys::ncclRedOp_t::ncclAvg,
-                        self.comm,
-                        std::ptr::null_mut(),
-                    )
-                };
-                launched = nccl.check_launch("ncclAllReduce", result);
+            for (tensor, dtype) in typed {
+                // A contiguous CUDA tensor of `numel` elements of `dtype`
+                // on this rank's device, which the caller does not touch
+                // until the wait below returns.
+                let (name, result) =
+                    call(nccl, tensor.data_ptr(), tensor.numel(), dtype, self.comm);
+                launched = nccl.check_launch(name, result);
                 if launched.is_err() {
                     break;
                 }
@@ -424,7 +498,7 @@ impl Collective for NcclGroup {
                 return Err(CollectiveError::Aborted(e));
             }
             self.launched("ncclGroupEnd", ended)?;
-            self.wait("allreduce")
+            self.wait(what)
         })())
     }
 }
