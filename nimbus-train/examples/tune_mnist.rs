@@ -143,7 +143,7 @@ impl Trainable for MnistTrial {
                 optimizer.backward_step(&loss);
                 losses.push(loss.double_value(&[]));
             }
-            let accuracy = accuracy(&net, &data, Device::Cpu);
+            let accuracy = accuracy(&net, &data, Device::Cpu, Kind::Float);
             let loss = losses.iter().sum::<f64>() / losses.len().max(1) as f64;
             let mut weights = Vec::new();
             vs.save_to_stream(&mut weights)?;

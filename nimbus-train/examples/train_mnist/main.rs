@@ -13,7 +13,9 @@
 //! random size, position, slant and stroke width, with noise), so it runs
 //! offline. `--fail-at-step K` makes the last worker SIGKILL itself before
 //! step K on the first attempt: the supervisor tears the group down and
-//! restarts it from the latest checkpoint. Each run gets a new directory
+//! restarts it from the latest checkpoint. `--bf16` trains in bf16
+//! (parameters, activations and gradients; on GPUs NCCL averages them in
+//! bf16). Each run gets a new directory
 //! under `--storage` unless `--resume PATH` names a checkpoint; there,
 //! besides the checkpoints, every report goes to `metrics.jsonl` and
 //! `progress.csv` as it arrives and the losses are plotted into `loss.svg`
@@ -96,6 +98,10 @@ struct Args {
     /// through NCCL when the program is built with `--features cuda`.
     #[arg(long)]
     use_gpu: bool,
+    /// Train in bf16 (parameters, activations, gradients; averaged in
+    /// bf16 by NCCL on GPUs).
+    #[arg(long)]
+    bf16: bool,
     /// GPUs per worker with --use-gpu (0.5: two workers share a GPU).
     #[arg(long, default_value_t = 1.0)]
     gpus_per_worker: f64,
@@ -138,6 +144,7 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
         fail_at_step: args.fail_at_step,
         fail_mode: FailMode::Kill,
         checkpoint_every: args.checkpoint_every,
+        bf16: args.bf16,
         ..MnistConfig::default()
     };
     let described = config.load().context("loading the data")?;

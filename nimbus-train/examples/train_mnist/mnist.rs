@@ -67,6 +67,9 @@ pub struct MnistConfig {
     /// After every step, check that every replica holds rank 0's exact
     /// parameters (tests).
     pub check_replicas: bool,
+    /// Train in bf16: parameters, images, activations and gradients (which
+    /// NCCL averages in bf16 on GPUs).
+    pub bf16: bool,
 }
 
 impl Default for MnistConfig {
@@ -86,6 +89,7 @@ impl Default for MnistConfig {
             checkpoint_every: None,
             max_steps: None,
             check_replicas: false,
+            bf16: false,
         }
     }
 }
@@ -118,8 +122,9 @@ pub fn network(root: &nn::Path) -> impl ModuleT {
 }
 
 /// Fraction of `data`'s test set `net` classifies right, run on `device`
-/// (the test tensors are moved there, batch by batch).
-pub fn accuracy(net: &impl ModuleT, data: &ImageData, device: Device) -> f64 {
+/// with images of `kind` (the test tensors are moved there, batch by
+/// batch).
+pub fn accuracy(net: &impl ModuleT, data: &ImageData, device: Device, kind: Kind) -> f64 {
     nimbus_train::tch::no_grad(|| {
         let mut right = 0i64;
         let n = data.test.len();
@@ -127,7 +132,7 @@ pub fn accuracy(net: &impl ModuleT, data: &ImageData, device: Device) -> f64 {
             let end = (start + 1000).min(n);
             let batch = data.test.slice(start, end);
             let predicted = net
-                .forward_t(&batch.images.to_device(device), false)
+                .forward_t(&batch.images.to_device(device).to_kind(kind), false)
                 .argmax(-1, false);
             right += predicted
                 .eq_tensor(&batch.labels.to_device(device))
@@ -148,8 +153,14 @@ impl TrainLoop for MnistLoop {
     fn run(config: MnistConfig, ctx: &mut TrainContext) -> LoopResult {
         let data = config.load()?;
         nimbus_train::tch::manual_seed(config.seed as i64);
-        let vs = nn::VarStore::new(ctx.device());
+        let mut vs = nn::VarStore::new(ctx.device());
         let net = network(&vs.root());
+        let kind = if config.bf16 {
+            vs.bfloat16();
+            Kind::BFloat16
+        } else {
+            Kind::Float
+        };
         let (mut epoch, mut skip) = (0u64, 0usize);
         if let Some(checkpoint) = ctx.checkpoint() {
             checkpoint.restore_var_store(&vs)?;
@@ -192,7 +203,7 @@ impl TrainLoop for MnistLoop {
                 }
                 let (images, labels) = data.train.batch(indices);
                 let loss = net
-                    .forward_t(&images.to_device(ctx.device()), true)
+                    .forward_t(&images.to_device(ctx.device()).to_kind(kind), true)
                     .cross_entropy_for_logits(&labels.to_device(ctx.device()));
                 sgd.zero_grad();
                 loss.backward();
@@ -213,7 +224,10 @@ impl TrainLoop for MnistLoop {
                 ]);
                 let end_of_epoch = b + 1 == batches.len();
                 let checkpoint = if end_of_epoch {
-                    metrics.insert("test_accuracy".into(), accuracy(&net, &data, ctx.device()));
+                    metrics.insert(
+                        "test_accuracy".into(),
+                        accuracy(&net, &data, ctx.device(), kind),
+                    );
                     Some(save(&vs, &sgd, epoch + 1, 0)?)
                 } else if config.checkpoint_every.is_some_and(|k| step % k == 0) {
                     Some(save(&vs, &sgd, epoch, b + 1)?)
