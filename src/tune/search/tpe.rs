@@ -348,71 +348,66 @@ impl Numeric {
 
 /// A kernel of one parameter (step 3), over its model space.
 enum Kernel {
-    /// A normal truncated to `[low, high]`; over a discrete parameter's
-    /// grid (values `step` apart) when `step` is set.
-    Normal {
-        mu: f64,
-        sigma: f64,
-        low: f64,
-        high: f64,
-        step: Option<f64>,
-    },
+    Normal(TruncatedNormal),
     /// Each option's probability.
     Choice(Vec<f64>),
 }
 
-impl Kernel {
+/// A normal truncated to `[low, high]`; over a discrete parameter's grid
+/// (values `step` apart) when `step` is set.
+struct TruncatedNormal {
+    mu: f64,
+    sigma: f64,
+    low: f64,
+    high: f64,
+    step: Option<f64>,
+}
+
+impl TruncatedNormal {
     /// The log density at `x` (a discrete parameter's: the log of the mass
     /// of `x`'s interval, as Optuna).
     fn log_pdf(&self, x: f64) -> f64 {
-        match self {
-            &Kernel::Normal {
-                mu,
-                sigma,
-                low,
-                high,
-                step,
-            } => {
-                let truncated = (phi((high - mu) / sigma) - phi((low - mu) / sigma)).max(1e-12);
-                match step {
-                    Some(step) => {
-                        let (a, b) = (x - step / 2.0, x + step / 2.0);
-                        let mass = phi((b - mu) / sigma) - phi((a - mu) / sigma);
-                        mass.max(1e-300).ln() - truncated.ln()
-                    }
-                    None => {
-                        let z = (x - mu) / sigma;
-                        -0.5 * z * z
-                            - (sigma * (2.0 * std::f64::consts::PI).sqrt()).ln()
-                            - truncated.ln()
-                    }
-                }
+        let z = |x: f64| (x - self.mu) / self.sigma;
+        let truncated = (phi(z(self.high)) - phi(z(self.low))).max(1e-12);
+        match self.step {
+            Some(step) => {
+                let mass = phi(z(x + step / 2.0)) - phi(z(x - step / 2.0));
+                mass.max(1e-300).ln() - truncated.ln()
             }
+            None => {
+                -0.5 * z(x) * z(x)
+                    - (self.sigma * (2.0 * std::f64::consts::PI).sqrt()).ln()
+                    - truncated.ln()
+            }
+        }
+    }
+
+    /// A draw, not yet rounded to a discrete parameter's grid.
+    fn sample(&self, rng: &mut StdRng) -> f64 {
+        for _ in 0..100 {
+            let u: f64 = 1.0 - rng.random::<f64>();
+            let v: f64 = rng.random();
+            let z = (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos();
+            let x = self.mu + self.sigma * z;
+            if (self.low..=self.high).contains(&x) {
+                return x;
+            }
+        }
+        self.mu
+    }
+}
+
+impl Kernel {
+    fn log_pdf(&self, x: f64) -> f64 {
+        match self {
+            Kernel::Normal(normal) => normal.log_pdf(x),
             Kernel::Choice(p) => p[x as usize].max(1e-300).ln(),
         }
     }
 
-    /// A draw; a discrete parameter's is not yet rounded to its grid.
     fn sample(&self, rng: &mut StdRng) -> f64 {
         match self {
-            &Kernel::Normal {
-                mu,
-                sigma,
-                low,
-                high,
-                ..
-            } => {
-                for _ in 0..100 {
-                    let u: f64 = 1.0 - rng.random::<f64>();
-                    let v: f64 = rng.random();
-                    let z = (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos();
-                    let x = mu + sigma * z;
-                    if (low..=high).contains(&x) {
-                        return x;
-                    }
-                }
-                mu
-            }
+            Kernel::Normal(normal) => normal.sample(rng),
             Kernel::Choice(p) => pick(p, rng) as f64,
         }
     }
@@ -442,21 +437,21 @@ impl Mixture {
                     let sigmas = gap_sigmas(&values, low, high);
                     let min_sigma = range / (100f64).min(1.0 + kernels as f64);
                     for (k, (&mu, sigma)) in values.iter().zip(sigmas).enumerate() {
-                        components[k].push(Kernel::Normal {
+                        components[k].push(Kernel::Normal(TruncatedNormal {
                             mu,
                             sigma: sigma.clamp(min_sigma, range),
                             low,
                             high,
                             step: numeric.step,
-                        });
+                        }));
                     }
-                    components[n].push(Kernel::Normal {
+                    components[n].push(Kernel::Normal(TruncatedNormal {
                         mu: (low + high) / 2.0,
                         sigma: range,
                         low,
                         high,
                         step: numeric.step,
-                    });
+                    }));
                 }
                 Param::Choice(options) => {
                     let base = PRIOR_WEIGHT / kernels as f64;

@@ -147,32 +147,11 @@ impl NcclGroup {
             aborted: Arc::new(AtomicBool::new(false)),
             dead: false,
         };
-        group.finish_join(&what)?;
+        group.poll(&what, false).map_err(|e| match e {
+            CollectiveError::Aborted(reason) => CollectiveError::Setup(reason),
+            e => e,
+        })?;
         Ok(group)
-    }
-
-    /// Step 1's polling: returns once the communicator is made, or aborts
-    /// it on an error, the abort flag or the timeout.
-    fn finish_join(&mut self, what: &str) -> Result<(), CollectiveError> {
-        let started = Instant::now();
-        loop {
-            match self.async_state() {
-                Err(code) => {
-                    self.abort();
-                    return Err(CollectiveError::Setup(self.nccl.describe(what, code)));
-                }
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-            }
-            if self.aborted.load(Ordering::Acquire) || started.elapsed() > self.timeout {
-                self.abort();
-                return Err(CollectiveError::Timeout {
-                    after: self.timeout,
-                    missing: Vec::new(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
     }
 
     /// `ncclCommGetAsyncError`: `Ok(true)` when nothing is pending,
@@ -206,6 +185,14 @@ impl NcclGroup {
     /// stream's work, aborting the communicator on an error, the timeout or
     /// the abort flag.
     fn wait(&mut self, what: &str) -> Result<(), CollectiveError> {
+        self.poll(what, true)
+    }
+
+    /// Polls `ncclCommGetAsyncError` until nothing is pending, then (with
+    /// `stream`) the default stream until its work is done; aborts the
+    /// communicator on an error, the timeout or the abort flag. Step 1's
+    /// join polls without `stream`.
+    fn poll(&mut self, what: &str, stream: bool) -> Result<(), CollectiveError> {
         let started = Instant::now();
         loop {
             match self.async_state() {
@@ -214,6 +201,7 @@ impl NcclGroup {
                     return Err(CollectiveError::Aborted(self.nccl.describe(what, code)));
                 }
                 Ok(false) => {}
+                Ok(true) if !stream => return Ok(()),
                 Ok(true) => {
                     // SAFETY: querying the legacy default stream.
                     let status = unsafe { cuda_sys::cuStreamQuery(std::ptr::null_mut()) };
@@ -241,7 +229,7 @@ impl NcclGroup {
                     }
                 });
             }
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::sleep(Duration::from_micros(if stream { 50 } else { 1000 }));
         }
     }
 
