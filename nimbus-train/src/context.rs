@@ -552,21 +552,15 @@ fn on_contiguous(
 /// rank did not use) a zero gradient, on its device: every rank then
 /// averages the same tensors in the same order (NCCL needs the same calls
 /// on every rank), and every rank receives the mean of the others'
-/// gradients for it, so replicas stay identical.
+/// gradients for it, so replicas stay identical. (A parameter no rank
+/// used thus gets a zero gradient too, where a single worker's optimizer
+/// would see none: with momentum, it keeps moving.)
 fn define_missing_gradients(model: &DistributedModel) {
-    let missing: Vec<&Tensor> = model
-        .params
-        .iter()
-        .map(|(_, p)| p)
-        .filter(|p| p.requires_grad() && !p.grad().defined())
-        .collect();
     tch::with_grad(|| {
-        let zero = missing
-            .iter()
-            .map(|p| p.sum(p.kind()) * 0.0)
-            .reduce(|a, b| a + b);
-        if let Some(zero) = zero {
-            zero.backward();
+        for (_, param) in &model.params {
+            if param.requires_grad() && !param.grad().defined() {
+                (param.sum(param.kind()) * 0.0).backward();
+            }
         }
     });
 }

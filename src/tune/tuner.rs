@@ -236,6 +236,7 @@ fn resume(
         .iter()
         .filter(|trial| search.suggest().as_ref() != Some(&trial.config))
         .count();
+    search.restored();
     if differ > 0 {
         tracing::warn!(
             "{differ} recorded trial configs are not what the searcher draws now (expected of a model-based searcher, whose draws depend on the results it saw; else the search space or seed changed): the remaining trials come from the searcher given now"
@@ -527,6 +528,7 @@ impl Experiment {
                 record.status = TrialStatus::Error;
                 record.error = Some(why.into());
                 self.to_head.finished(record, Some(why.into()));
+                self.search.on_trial_complete(&record.config, None);
                 self.changed();
             }
             return Ok(());
@@ -822,6 +824,7 @@ impl Experiment {
             record.status = TrialStatus::Error;
             record.error = Some(why.clone());
             self.to_head.finished(record, Some(why));
+            self.search.on_trial_complete(&record.config, None);
         }
     }
 

@@ -94,7 +94,7 @@ impl HyperBand {
 
     /// The bracket trial `trial` joins (step 2).
     pub fn bracket_of(&self, trial: u64) -> usize {
-        let draw = unit(trial ^ self.seed.rotate_left(32));
+        let draw = unit(trial ^ mix(self.seed));
         self.cumulative
             .iter()
             .position(|c| draw < *c)
@@ -102,13 +102,17 @@ impl HyperBand {
     }
 }
 
-/// A number in [0, 1) from `key` (SplitMix64's finaliser).
+/// A number in [0, 1) from `key`.
 fn unit(key: u64) -> f64 {
+    (mix(key) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// SplitMix64's finaliser: every bit of `key` moves every bit out.
+fn mix(key: u64) -> u64 {
     let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
+    z ^ (z >> 31)
 }
 
 impl Scheduler for HyperBand {

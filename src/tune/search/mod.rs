@@ -35,9 +35,13 @@ pub trait Searcher: Send {
     fn suggest(&mut self) -> Option<TrialConfig>;
     /// How many trials the search makes, if it knows.
     fn total(&self) -> Option<usize>;
-    /// A trial ended with `score` (its metric, higher is better), for
-    /// searchers that learn from results.
+    /// A trial ended with `score` (its metric, higher is better), or with
+    /// none (it reported no metric, or failed for good), for searchers
+    /// that learn from results or track the trials running.
     fn on_trial_complete(&mut self, _config: &TrialConfig, _score: Option<f64>) {}
+    /// The experiment was restored: the suggestions it replayed to bring
+    /// the searcher where it was are not trials running now.
+    fn restored(&mut self) {}
 }
 
 /// Which searcher an experiment uses.

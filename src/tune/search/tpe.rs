@@ -240,6 +240,12 @@ impl Searcher for Tpe {
             self.observed.push((point, score));
         }
     }
+
+    fn restored(&mut self) {
+        // The trials a restore retries run again without the liar's
+        // count: their configs were drawn before the restore.
+        self.pending.clear();
+    }
 }
 
 /// A modelled parameter.
@@ -329,7 +335,13 @@ impl Numeric {
     fn snap(&self, x: f64) -> f64 {
         match self.step {
             Some(_) if self.integer => x.round().clamp(self.low + 0.5, self.high - 0.5),
-            Some(q) => (x / q).round() * q,
+            // Multiples of q within the bounds only (as the space samples).
+            Some(q) => {
+                (x / q)
+                    .round()
+                    .clamp((self.low / q).ceil(), (self.high / q).floor())
+                    * q
+            }
             None => x,
         }
     }
@@ -471,9 +483,11 @@ impl Mixture {
         let mut weights: Vec<f64> = if n < RECENT {
             vec![1.0; n]
         } else {
+            // From 1/n to 1 in `ramp` steps (numpy's linspace).
             let ramp = n - RECENT;
+            let last = ramp.saturating_sub(1).max(1) as f64;
             (0..ramp)
-                .map(|i| 1.0 / n as f64 + (1.0 - 1.0 / n as f64) * i as f64 / ramp as f64)
+                .map(|i| 1.0 / n as f64 + (1.0 - 1.0 / n as f64) * i as f64 / last)
                 .chain(std::iter::repeat_n(1.0, RECENT))
                 .collect()
         };
@@ -602,6 +616,32 @@ mod tests {
         let grid = SearchSpace::new().param("g", crate::tune::space::grid([1, 2]));
         let refused = Tpe::new(grid, 4, 0, TpeConfig::default()).err().unwrap();
         assert!(refused.to_string().contains("\"g\""), "{refused}");
+    }
+
+    #[test]
+    fn trials_still_running_are_the_ones_suggested_and_not_ended() {
+        let mut tpe = Tpe::new(space(), 10, 1, TpeConfig::default()).unwrap();
+        let configs: Vec<TrialConfig> = (0..3).map(|_| tpe.suggest().unwrap()).collect();
+        assert_eq!(tpe.pending.len(), 3);
+        tpe.on_trial_complete(&configs[1], Some(objective(&configs[1])));
+        // Failed for good: no score, no longer running.
+        tpe.on_trial_complete(&configs[0], None);
+        assert_eq!(tpe.pending.len(), 1);
+        assert_eq!(tpe.observed.len(), 1);
+        tpe.restored();
+        assert!(tpe.pending.is_empty());
+    }
+
+    #[test]
+    fn quantised_values_stay_multiples_within_the_bounds() {
+        let space = SearchSpace::new().param("q", crate::tune::space::quniform(0.0, 0.95, 0.1));
+        let mut tpe = Tpe::new(space, 60, 2, TpeConfig::default()).unwrap();
+        while let Some(c) = tpe.suggest() {
+            let q = c["q"].as_f64().unwrap();
+            assert!((0.0..=0.95).contains(&q), "{c:?}");
+            assert!(((q / 0.1).round() * 0.1 - q).abs() < 1e-9, "{c:?}");
+            tpe.on_trial_complete(&c, Some(-(q - 0.9).abs()));
+        }
     }
 
     #[test]

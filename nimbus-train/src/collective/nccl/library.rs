@@ -56,7 +56,6 @@ pub struct CommConfig {
     min_ctas: c_int,
     max_ctas: c_int,
     net_name: *const c_char,
-    split_share: c_int,
 }
 
 impl CommConfig {
@@ -75,7 +74,6 @@ impl CommConfig {
             min_ctas: undefined,
             max_ctas: undefined,
             net_name: std::ptr::null(),
-            split_share: undefined,
         }
     }
 }
@@ -301,7 +299,7 @@ mod tests {
     #[test]
     fn the_comm_config_is_laid_out_as_nccl_2_17s() {
         // size, magic, version, blocking, cgaClusterSize, minCTAs,
-        // maxCTAs, then netName (8-aligned) and splitShare.
+        // maxCTAs, then netName (8-aligned).
         let config = CommConfig::non_blocking();
         let base = &config as *const CommConfig as usize;
         let at = |field: *const u8| field as usize - base;
@@ -309,8 +307,7 @@ mod tests {
         assert_eq!(at(&config.blocking as *const _ as *const u8), 16);
         assert_eq!(at(&config.max_ctas as *const _ as *const u8), 28);
         assert_eq!(at(&config.net_name as *const _ as *const u8), 32);
-        assert_eq!(at(&config.split_share as *const _ as *const u8), 40);
-        assert_eq!(config.size, 48);
+        assert_eq!(config.size, 40);
         assert_eq!(
             (config.magic, config.version, config.blocking),
             (0xcafe_beef, 21700, 0)
