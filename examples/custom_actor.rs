@@ -242,6 +242,10 @@ fn main() -> Result<()> {
     let mut driver = nimbus::init_with(registry(), nimbus::InitOptions::private(3))?;
     let system = actix::System::new();
     let result = system.block_on(run(&mut driver));
+    if result.is_err() {
+        // Keeps the local cluster's node and worker logs, and says where.
+        driver.mark_failed();
+    }
     drop(driver);
     result
 }

@@ -11,6 +11,7 @@ mod bad_input;
 mod chaos;
 mod cli;
 mod dashboard;
+mod failed_runs;
 mod fault_plans;
 mod faults;
 mod hosts;

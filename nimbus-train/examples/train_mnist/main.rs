@@ -122,6 +122,10 @@ fn main() -> Result<()> {
         nimbus::init_parsed::<Args>(registry, |_| nimbus::InitOptions::from_args(2))?;
     let system = actix::System::new();
     let result = system.block_on(run(&mut driver, args));
+    if result.is_err() {
+        // Keeps the local cluster's node and worker logs, and says where.
+        driver.mark_failed();
+    }
     drop(driver);
     result
 }
