@@ -20,7 +20,7 @@ TORCH_ENV = if [ -z "$$LIBTORCH" ]; then \
 TEMPLATE = --manifest-path examples/template/Cargo.toml
 TEMPLATE_TRAIN = --manifest-path examples/template-train/Cargo.toml
 
-.PHONY: demo test test-long fuzz build run lint bench image
+.PHONY: demo test test-long fuzz build run lint bench image gpu-bundle
 
 demo:
 	@$(TORCH_ENV); cargo build --release --workspace --bins --examples && target/release/examples/local_cluster && \
@@ -67,6 +67,12 @@ lint:
 	  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps && \
 	  cargo fmt $(TEMPLATE) --check && cargo clippy $(TEMPLATE) --target-dir target -- -D warnings && \
 	  cargo fmt $(TEMPLATE_TRAIN) --check && cargo clippy $(TEMPLATE_TRAIN) --target-dir target -- -D warnings
+
+# What a GPU machine without Rust runs: target/gpu-bundle/ (stripped
+# binaries built with the `cuda` feature, the peers, gpu-check.sh); there:
+# `bash target/gpu-bundle/gpu-check.sh`.
+gpu-bundle:
+	@$(TORCH_ENV); scripts/gpu-bundle.sh
 
 # The container image (Dockerfile): where Docker exists. Its runtime steps
 # are scripts/image-runtime.sh, which the tests run without Docker.

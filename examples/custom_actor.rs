@@ -239,20 +239,14 @@ fn registry() -> actor::Registry {
 }
 
 fn main() -> Result<()> {
-    let mut driver = nimbus::init_with(registry(), nimbus::InitOptions::private(3))?;
-    let system = actix::System::new();
-    let result = system.block_on(run(&mut driver));
-    if result.is_err() {
-        // Keeps the local cluster's node and worker logs, and says where.
-        driver.mark_failed();
-    }
-    drop(driver);
-    result
+    let driver = nimbus::init_with(registry(), nimbus::InitOptions::private(3))?;
+    // Connects, runs, and on an error keeps the local cluster's node and
+    // worker logs and says where.
+    driver.block_on(run(&driver))
 }
 
-async fn run(driver: &mut nimbus::Driver) -> Result<()> {
+async fn run(driver: &nimbus::Driver) -> Result<()> {
     let started = Instant::now();
-    driver.connect().await?;
     println!("cluster at {}", driver.address());
 
     let counter = actor::spawn::<Counter>(

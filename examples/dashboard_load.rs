@@ -60,20 +60,14 @@ struct Args {
 
 fn main() -> Result<()> {
     let registry = actor::Registry::new().actor::<Idle>();
-    let (mut driver, args) =
+    let (driver, args) =
         nimbus::init_parsed::<Args>(registry, |_| nimbus::InitOptions::from_args(2))?;
-    let system = actix::System::new();
-    let result = system.block_on(run(&mut driver, args));
-    if result.is_err() {
-        // Keeps the local cluster's node and worker logs, and says where.
-        driver.mark_failed();
-    }
-    drop(driver);
-    result
+    // Connects, runs, and on an error keeps the local cluster's node and
+    // worker logs and says where.
+    driver.block_on(run(&driver, args))
 }
 
-async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
-    driver.connect().await?;
+async fn run(driver: &nimbus::Driver, args: Args) -> Result<()> {
     println!("cluster at {}", driver.address());
     let started = Instant::now();
     let actors: Vec<_> = stream::iter(0..args.actors)

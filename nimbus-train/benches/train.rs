@@ -14,8 +14,18 @@
 //!   QUIC between 2 worker processes) against gloo;
 //! - `recovery`: from a worker's SIGKILL to the first step completed after
 //!   the group is restored from its checkpoint;
+//! - `gpu` (where libtorch sees a CUDA device): the `overhead` comparison
+//!   on GPU 0;
+//! - `gpt`: a small GPT-style transformer (`models/gpt.rs`, bf16), tokens/s
+//!   of nimbus with 1 worker vs a plain tch loop (framework overhead) and
+//!   vs a plain PyTorch eager loop (`peers/gpt_eager.py`), on GPU 0; with
+//!   no CUDA device only a toy shape on the CPU, as a smoke test;
 //! - `nccl` (feature `cuda`, on a GPU machine): NCCL allreduce on device
-//!   memory with 1 rank, and with 2 ranks sharing one GPU if NCCL allows.
+//!   memory with 1 rank against `torch.distributed`'s NCCL allreduce
+//!   (4 KiB to 256 MiB), and with 2 ranks sharing the GPU through per-rank
+//!   `NCCL_HOSTID`s (NCCL's socket transport: a functional check, its
+//!   figures say nothing of real multi-GPU links), which must average 1
+//!   and 2 to exactly 1.5 everywhere (else the bench fails).
 //!
 //! ```text
 //! make bench            # or: cargo bench --bench train
@@ -25,7 +35,9 @@
 //!
 //! The peers need a Python with torch (`NIMBUS_PYTHON`, else `python3` on
 //! PATH; `make bench` puts the cached torch venv first); without one they
-//! are skipped and say so. Run without `--bench` (as `cargo test
+//! are skipped and say so. Their scripts are read from this package's
+//! `benches/peers`, or from `NIMBUS_BENCH_PEERS` (a GPU bundle carries
+//! them). Run without `--bench` (as `cargo test
 //! --all-targets` does), everything is tiny and the peers are skipped: a
 //! smoke test that the benchmark still works.
 
@@ -33,6 +45,8 @@
 // their items are public to their own modules only.
 #![allow(clippy::unwrap_used, unreachable_pub)]
 
+#[path = "models/gpt.rs"]
+mod gpt;
 #[path = "../examples/train_mnist/mnist.rs"]
 mod mnist;
 
@@ -44,7 +58,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context as _, Result};
 use mnist::{network, DataSource, FailMode, MnistConfig, MnistLoop};
 use nimbus_train::collective::{Collective, SharedMemoryGroup};
-use nimbus_train::tch::{nn, nn::ModuleT};
+use nimbus_train::tch::{nn, nn::ModuleT, Cuda, Device};
 use nimbus_train::{
     CollectiveBackend, DistributedModel, DistributedSampler, LoopResult, Metrics, RunConfig,
     ScalingConfig, Sgd, TrainContext, TrainEvent, TrainLoop, TrainRegistry, Trainer,
@@ -55,6 +69,8 @@ const ALLREDUCE_PEER: &str = "NIMBUS_BENCH_ALLREDUCE_PEER";
 /// The trainer's bucket size, for a like-for-like collective.
 const BUCKET: usize = 4 << 20;
 const SIZES: [usize; 4] = [4 << 10, 1 << 20, 16 << 20, 64 << 20];
+/// Where the peer scripts are, if not in this package's `benches/peers`.
+const PEERS: &str = "NIMBUS_BENCH_PEERS";
 
 #[derive(Clone, Copy)]
 struct Scale {
@@ -66,14 +82,19 @@ struct Scale {
 fn main() -> Result<()> {
     #[cfg(feature = "cuda")]
     if let Ok(id) = std::env::var(NCCL_PEER) {
-        return nccl_rank(&id, 1, 2, &sizes(full())).map(drop);
+        let (_, wrong) = nccl_rank(&id, 1, 2, &nccl_sizes(full()))?;
+        if wrong > 0 {
+            bail!("rank 1 averaging 1 and 2: {wrong} elements are not 1.5");
+        }
+        return Ok(());
     }
     if let Some(path) = std::env::var_os(ALLREDUCE_PEER) {
         return allreduce_times(Path::new(&path), 1, &sizes(full())).map(drop);
     }
     let registry = nimbus::actor::Registry::new()
         .train_loop::<MnistLoop>()
-        .train_loop::<AllreduceLoop>();
+        .train_loop::<AllreduceLoop>()
+        .train_loop::<gpt::GptLoop>();
     let driver = nimbus::init_with(registry, nimbus::InitOptions::private(1))?;
     let scale = if full() {
         Scale {
@@ -109,13 +130,20 @@ fn main() -> Result<()> {
         if selected("recovery") {
             recovery(&scale).await?;
         }
+        if selected("gpu") {
+            gpu_overhead(&scale).await?;
+        }
+        if selected("gpt") {
+            gpt_rates(&scale, python.as_deref()).await?;
+        }
         #[cfg(feature = "cuda")]
         if selected("nccl") {
-            nccl_bandwidth(&scale).await?;
+            nccl_bandwidth(&scale, python.as_deref()).await?;
         }
         Ok(())
     });
     drop(driver);
+    let _ = std::fs::remove_dir_all(storage());
     result
 }
 
@@ -161,9 +189,12 @@ fn python() -> Option<String> {
 }
 
 fn peer_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("benches/peers")
-        .join(name)
+    match std::env::var_os(PEERS) {
+        Some(dir) => PathBuf::from(dir).join(name),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("benches/peers")
+            .join(name),
+    }
 }
 
 /// Runs a peer script under torchrun with `processes`; its stdout.
@@ -214,21 +245,21 @@ fn storage() -> PathBuf {
 
 /// Steady-state samples/s of a nimbus run: reports `warmup` to the end, as
 /// they reach the driver.
-async fn nimbus_rate(scale: &Scale, workers: usize) -> Result<f64> {
+async fn nimbus_rate(scale: &Scale, workers: usize, gpu: bool) -> Result<f64> {
     let arrivals = Arc::new(Mutex::new(Vec::new()));
     let seen = arrivals.clone();
     let run = RunConfig::new(format!("rate-{workers}"), storage());
-    let result =
-        Trainer::<MnistLoop>::new(config(scale, workers), ScalingConfig::workers(workers), run)
-            .on_event(move |e| {
-                if let TrainEvent::Reported { metrics, .. } = e {
-                    seen.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push((metrics["step"] as u64, Instant::now()));
-                }
-            })
-            .fit()
-            .await;
+    let scaling = ScalingConfig::workers(workers).use_gpu(gpu);
+    let result = Trainer::<MnistLoop>::new(config(scale, workers), scaling, run)
+        .on_event(move |e| {
+            if let TrainEvent::Reported { metrics, .. } = e {
+                seen.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((metrics["step"] as u64, Instant::now()));
+            }
+        })
+        .fit()
+        .await;
     if let Some(error) = result.error {
         bail!("nimbus run with {workers} workers failed: {error}");
     }
@@ -244,12 +275,12 @@ async fn nimbus_rate(scale: &Scale, workers: usize) -> Result<f64> {
 /// MNIST loop's very step (its sampler's batches, its SGD, the loss read
 /// back each step) minus what nimbus adds: the worker process, the
 /// collective call and the report to the driver.
-fn plain_rate(scale: &Scale) -> Result<f64> {
+fn plain_rate(scale: &Scale, device: Device) -> Result<f64> {
     nimbus_train::tch::set_num_threads(1);
     let config = config(scale, 1);
     nimbus_train::tch::manual_seed(config.seed as i64);
     let data = config.load()?;
-    let vs = nn::VarStore::new(nimbus_train::tch::Device::Cpu);
+    let vs = nn::VarStore::new(device);
     let net = network(&vs.root());
     let model = DistributedModel::single(&vs)?;
     let mut sgd = Sgd::new(&model, config.lr, config.momentum);
@@ -267,8 +298,8 @@ fn plain_rate(scale: &Scale) -> Result<f64> {
         }
         let (images, labels) = data.train.batch(indices);
         let loss = net
-            .forward_t(&images, true)
-            .cross_entropy_for_logits(&labels);
+            .forward_t(&images.to_device(device), true)
+            .cross_entropy_for_logits(&labels.to_device(device));
         sgd.zero_grad();
         loss.backward();
         sgd.step();
@@ -281,8 +312,9 @@ async fn overhead(scale: &Scale) -> Result<()> {
     // Off the driver's async thread: a long blocking loop there would
     // starve its QUIC connections.
     let plain_scale = *scale;
-    let plain = tokio::task::spawn_blocking(move || plain_rate(&plain_scale)).await??;
-    let nimbus = nimbus_rate(scale, 1).await?;
+    let plain =
+        tokio::task::spawn_blocking(move || plain_rate(&plain_scale, Device::Cpu)).await??;
+    let nimbus = nimbus_rate(scale, 1, false).await?;
     println!("train_plain_tch_1thread: {plain:.0} samples/s");
     println!("train_nimbus_1worker: {nimbus:.0} samples/s");
     println!(
@@ -292,9 +324,111 @@ async fn overhead(scale: &Scale) -> Result<()> {
     Ok(())
 }
 
+/// `overhead` on GPU 0: the MNIST CNN, 1 GPU worker against the plain tch
+/// loop on the same GPU.
+async fn gpu_overhead(scale: &Scale) -> Result<()> {
+    if !Cuda::is_available() {
+        println!("# gpu skipped: libtorch sees no CUDA device");
+        return Ok(());
+    }
+    let plain_scale = *scale;
+    let plain =
+        tokio::task::spawn_blocking(move || plain_rate(&plain_scale, Device::Cuda(0))).await??;
+    let nimbus = nimbus_rate(scale, 1, true).await?;
+    println!("train_cuda_plain_tch: {plain:.0} samples/s");
+    println!("train_cuda_nimbus_1worker: {nimbus:.0} samples/s");
+    println!(
+        "train_cuda_overhead_1worker: {:.1} %",
+        (plain / nimbus - 1.0) * 100.0
+    );
+    Ok(())
+}
+
+/// The GPT's tokens/s: nimbus with 1 GPU worker, a plain tch loop and a
+/// plain PyTorch eager loop, on GPU 0 (on the CPU without one: a toy
+/// shape, nimbus and tch only).
+async fn gpt_rates(scale: &Scale, python: Option<&str>) -> Result<()> {
+    let gpu = Cuda::is_available();
+    let (warmup, timed) = if scale.full { (5, 30) } else { (1, 2) };
+    let shape = if gpu && scale.full {
+        gpt::GptConfig::gpu(warmup + timed)
+    } else {
+        gpt::GptConfig::tiny(warmup + timed)
+    };
+    let device = if gpu { Device::Cuda(0) } else { Device::Cpu };
+    let plain = tokio::task::spawn_blocking(move || gpt::plain_rate(&shape, warmup, device))
+        .await?
+        .map_err(|e| anyhow::anyhow!("the plain GPT loop failed: {e}"))?;
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    let seen = arrivals.clone();
+    let scaling = ScalingConfig::workers(1).use_gpu(gpu);
+    let result = Trainer::<gpt::GptLoop>::new(shape, scaling, RunConfig::new("gpt", storage()))
+        .on_event(move |e| {
+            if let TrainEvent::Reported { metrics, .. } = e {
+                seen.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((metrics["step"] as u64, Instant::now()));
+            }
+        })
+        .fit()
+        .await;
+    if let Some(error) = result.error {
+        bail!("the nimbus GPT run failed: {error}");
+    }
+    let arrivals = arrivals.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let at = |step: u64| arrivals.iter().find(|(s, _)| *s == step).map(|(_, t)| *t);
+    let (Some(start), Some(end)) = (at(warmup), at(warmup + timed)) else {
+        bail!("the nimbus GPT run is missing reports");
+    };
+    let nimbus = (timed as i64 * shape.tokens_per_step()) as f64 / (end - start).as_secs_f64();
+    let on = if gpu { "cuda" } else { "cpu_toy" };
+    println!("gpt_{on}_plain_tch: {plain:.0} tokens/s");
+    println!("gpt_{on}_nimbus_1worker: {nimbus:.0} tokens/s");
+    println!(
+        "gpt_{on}_overhead_1worker: {:.1} %",
+        (plain / nimbus - 1.0) * 100.0
+    );
+    if let (true, true, Some(python)) = (gpu, scale.full, python) {
+        let script = peer_script("gpt_eager.py");
+        let args = [
+            shape.vocab,
+            shape.context,
+            shape.dim,
+            shape.layers,
+            shape.heads,
+            shape.batch,
+            (warmup + timed) as i64,
+            warmup as i64,
+        ];
+        let output = tokio::process::Command::new(python)
+            .arg(&script)
+            .args(args.iter().map(i64::to_string))
+            .kill_on_drop(true)
+            .output()
+            .await
+            .with_context(|| format!("running {}", script.display()))?;
+        if !output.status.success() {
+            bail!(
+                "{} failed: {}",
+                script.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let eager: f64 = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("tokens_per_s "))
+            .context("gpt_eager.py printed no tokens_per_s line")?
+            .trim()
+            .parse()?;
+        println!("gpt_cuda_pytorch_eager: {eager:.0} tokens/s");
+        println!("gpt_cuda_nimbus_vs_pytorch_eager: {:.3} x", nimbus / eager);
+    }
+    Ok(())
+}
+
 async fn ddp(scale: &Scale, python: Option<&str>) -> Result<()> {
-    let one = nimbus_rate(scale, 1).await?;
-    let two = nimbus_rate(scale, 2).await?;
+    let one = nimbus_rate(scale, 1, false).await?;
+    let two = nimbus_rate(scale, 2, false).await?;
     println!("train_nimbus_2workers: {two:.0} samples/s");
     println!(
         "train_nimbus_scaling_efficiency: {:.1} %",
@@ -560,10 +694,38 @@ async fn recovery(scale: &Scale) -> Result<()> {
 #[cfg(feature = "cuda")]
 const NCCL_PEER: &str = "NIMBUS_BENCH_NCCL_PEER";
 
-/// Seconds per in-place NCCL allreduce (mean) of each size, as `rank` of
-/// `world` on GPU 0, on device memory.
+/// The NCCL sizes: 4 KiB to 256 MiB (smoke: 4 KiB and 1 MiB).
 #[cfg(feature = "cuda")]
-fn nccl_rank(id_hex: &str, rank: usize, world: usize, sizes: &[usize]) -> Result<Vec<f64>> {
+fn nccl_sizes(full: bool) -> Vec<usize> {
+    if full {
+        vec![4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
+    } else {
+        vec![4 << 10, 1 << 20]
+    }
+}
+
+/// Rank `rank`'s NCCL variables: its own `NCCL_HOSTID`, so that two ranks
+/// on one GPU form a group (the trainer's `nccl_host_id_per_rank`).
+#[cfg(feature = "cuda")]
+fn nccl_env(rank: usize) -> Vec<(String, String)> {
+    nimbus_train::NcclSettings {
+        host_id_per_rank: true,
+        ..Default::default()
+    }
+    .for_rank(rank)
+}
+
+/// Seconds per in-place NCCL allreduce (mean) of each size, as `rank` of
+/// `world` on GPU 0, on device memory; then, with 2 ranks, the exact
+/// average check: rank r contributes r + 1 everywhere, and every element
+/// must read 1.5 (the count of those that do not is returned).
+#[cfg(feature = "cuda")]
+fn nccl_rank(
+    id_hex: &str,
+    rank: usize,
+    world: usize,
+    sizes: &[usize],
+) -> Result<(Vec<f64>, usize)> {
     use cudarc::driver::result as cuda;
     use nimbus_train::collective::nccl::NcclGroup;
     let id: Vec<u8> = (0..id_hex.len() / 2)
@@ -576,7 +738,7 @@ fn nccl_rank(id_hex: &str, rank: usize, world: usize, sizes: &[usize]) -> Result
         let context = cuda::primary_ctx::retain(device)?;
         cuda::ctx::set_current(context)?;
     }
-    let mut group = NcclGroup::join(&id, rank, world, Duration::from_secs(60))?;
+    let mut group = NcclGroup::join(&id, rank, world, Duration::from_secs(60), &nccl_env(rank))?;
     let mut times = Vec::new();
     for &size in sizes {
         // SAFETY: a fresh device buffer of `size` bytes, freed below.
@@ -594,58 +756,114 @@ fn nccl_rank(id_hex: &str, rank: usize, world: usize, sizes: &[usize]) -> Result
             cuda::free_sync(buffer)?;
         }
     }
-    Ok(times)
+    let mut wrong = 0;
+    if world == 2 {
+        let mut values = vec![(rank + 1) as f32; (1 << 20) / 4];
+        // SAFETY: a device buffer of the host vector's size, copied to,
+        // averaged in place, copied back, freed.
+        unsafe {
+            let buffer = cuda::malloc_sync(values.len() * 4)?;
+            cuda::memcpy_htod_sync(buffer, &values)?;
+            group.allreduce_mean_device(buffer as *mut f32, values.len())?;
+            cuda::memcpy_dtoh_sync(&mut values, buffer)?;
+            cuda::free_sync(buffer)?;
+        }
+        wrong = values
+            .iter()
+            .filter(|v| v.to_bits() != 1.5f32.to_bits())
+            .count();
+        if wrong > 0 {
+            eprintln!(
+                "rank {rank}: {wrong} of {} elements are not 1.5",
+                values.len()
+            );
+        }
+    }
+    Ok((times, wrong))
 }
 
-/// NCCL allreduce on 1 GPU, and with 2 ranks sharing it (if NCCL allows).
+/// Seconds per NCCL allreduce of each size through `torch.distributed`
+/// (1 rank, on GPU 0), if a Python with torch is at hand.
 #[cfg(feature = "cuda")]
-async fn nccl_bandwidth(scale: &Scale) -> Result<()> {
-    use nimbus_train::collective::nccl::unique_id;
-    let sizes = sizes(scale.full);
+async fn torch_nccl_times(python: Option<&str>, sizes: &[usize]) -> Result<Vec<Option<f64>>> {
+    let Some(python) = python else {
+        return Ok(vec![None; sizes.len()]);
+    };
+    let args: Vec<String> = sizes.iter().map(usize::to_string).collect();
+    let out = torchrun(python, 1, "nccl_allreduce.py", &args).await?;
+    Ok(sizes
+        .iter()
+        .map(|size| {
+            out.lines()
+                .filter_map(|l| l.split_once(' '))
+                .find(|(s, _)| s.parse::<usize>().ok() == Some(*size))
+                .and_then(|(_, t)| t.trim().parse().ok())
+        })
+        .collect())
+}
+
+/// NCCL allreduce on 1 GPU against torch.distributed's, and 2 ranks
+/// sharing the GPU (per-rank host ids) with the exact average check.
+#[cfg(feature = "cuda")]
+async fn nccl_bandwidth(scale: &Scale, python: Option<&str>) -> Result<()> {
+    use nimbus_train::collective::nccl::{nccl, unique_id, version_text};
+    let loaded = nccl()?;
+    println!(
+        "# nimbus loaded NCCL {} from {}",
+        version_text(loaded.version),
+        loaded.path.display()
+    );
+    let sizes = nccl_sizes(scale.full);
     let hex = |id: Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    let one = hex(unique_id()?);
+    let one = hex(unique_id(&nccl_env(0))?);
     let sizes_one = sizes.clone();
-    let solo = tokio::task::spawn_blocking(move || nccl_rank(&one, 0, 1, &sizes_one)).await??;
-    for (size, seconds) in sizes.iter().zip(solo) {
+    let (solo, _) =
+        tokio::task::spawn_blocking(move || nccl_rank(&one, 0, 1, &sizes_one)).await??;
+    let torch = torch_nccl_times(python, &sizes).await?;
+    for ((size, seconds), torch) in sizes.iter().zip(solo).zip(torch) {
         // One rank: NCCL's bus bandwidth factor 2(n-1)/n is 0; report the
         // algorithm bandwidth (the in-place copy it does).
+        let name = label(*size);
+        println!("nccl_1rank_{name}_latency: {:.1} us", seconds * 1e6);
         println!(
-            "nccl_1rank_{}_latency: {:.1} us",
-            label(*size),
-            seconds * 1e6
-        );
-        println!(
-            "nccl_1rank_{}_algbw: {:.2} GB/s",
-            label(*size),
+            "nccl_1rank_{name}_algbw: {:.2} GB/s",
             *size as f64 / seconds / 1e9
         );
+        if let Some(torch) = torch {
+            println!("nccl_torch_1rank_{name}_latency: {:.1} us", torch * 1e6);
+            println!(
+                "nccl_1rank_{name}_nimbus_vs_torch: {:.2} x",
+                torch / seconds
+            );
+        }
     }
-    let two = hex(unique_id()?);
-    let mut peer = Command::new(std::env::current_exe()?)
+    let two = hex(unique_id(&nccl_env(0))?);
+    let mut peer = tokio::process::Command::new(std::env::current_exe()?)
         .args(std::env::args().skip(1))
         .env(NCCL_PEER, &two)
+        .kill_on_drop(true)
         .spawn()
         .context("starting the second NCCL process")?;
     let sizes_two = sizes.clone();
-    let pair = tokio::task::spawn_blocking(move || nccl_rank(&two, 0, 2, &sizes_two)).await?;
-    let status = peer.wait()?;
-    match pair {
-        Ok(times) if status.success() => {
-            for (size, seconds) in sizes.iter().zip(times) {
-                println!(
-                    "nccl_2ranks_1gpu_{}_latency: {:.1} us",
-                    label(*size),
-                    seconds * 1e6
-                );
-                println!(
-                    "nccl_2ranks_1gpu_{}_busbw: {:.2} GB/s",
-                    label(*size),
-                    *size as f64 / seconds / 1e9
-                );
-            }
-        }
-        Ok(_) => println!("# nccl with 2 ranks on one GPU: the second rank failed ({status})"),
-        Err(e) => println!("# nccl with 2 ranks on one GPU: {e}"),
+    let pair = tokio::task::spawn_blocking(move || nccl_rank(&two, 0, 2, &sizes_two)).await??;
+    let status = tokio::time::timeout(Duration::from_secs(120), peer.wait())
+        .await
+        .context("the second NCCL rank did not exit within 120 s")??;
+    if !status.success() {
+        bail!("the second NCCL rank failed: {status}");
+    }
+    let (times, wrong) = pair;
+    for (size, seconds) in sizes.iter().zip(times) {
+        let name = label(*size);
+        println!("nccl_2ranks_1gpu_{name}_latency: {:.1} us", seconds * 1e6);
+        println!(
+            "nccl_2ranks_1gpu_{name}_busbw: {:.2} GB/s",
+            *size as f64 / seconds / 1e9
+        );
+    }
+    println!("nccl_2ranks_1gpu_exact_average_wrong: {wrong} elements");
+    if wrong > 0 {
+        bail!("2 NCCL ranks averaging 1 and 2: {wrong} elements are not 1.5");
     }
     Ok(())
 }

@@ -50,7 +50,65 @@ pub struct ScalingConfig {
     pub placement: PlacementStrategy,
     /// How the workers exchange gradients.
     pub collective: CollectiveBackend,
+    /// NCCL's settings for this run's ranks (with the NCCL collective).
+    #[serde(default)]
+    pub nccl: NcclSettings,
 }
+
+/// NCCL's settings for one run, applied in every rank before it touches
+/// NCCL. A rank's NCCL otherwise reads the environment its node was
+/// started with (`nimbus start`, or the driver's for a local cluster);
+/// these go over it, for this run only.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NcclSettings {
+    /// `NCCL_*` variables (`NCCL_DEBUG`, `NCCL_SOCKET_IFNAME`, ...), in
+    /// order.
+    pub env: Vec<(String, String)>,
+    /// A test knob for machines with one GPU: each rank gets an
+    /// `NCCL_HOSTID` of its own, so NCCL takes ranks on one device for
+    /// ranks on different hosts (it refuses two ranks on one device of one
+    /// host) and connects them through its socket transport. Functional
+    /// checking only: it measures nothing a real multi-GPU run would.
+    pub host_id_per_rank: bool,
+}
+
+impl NcclSettings {
+    /// Checks every variable: an `NCCL_` name of letters, digits and `_`,
+    /// and a value without NUL bytes.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        for (name, value) in &self.env {
+            if !name.starts_with("NCCL_") {
+                return Err(TrainError::Config(format!(
+                    "`{name}` is not an NCCL setting: ScalingConfig::nccl_env takes NCCL_* variables only"
+                )));
+            }
+            let name_ok = name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+            if !name_ok || value.contains('\0') {
+                return Err(TrainError::Config(format!(
+                    "NCCL setting `{}`: a name is NCCL_ and capitals, digits or `_`, and a value has no NUL byte",
+                    name.escape_debug()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The variables rank `rank` sets: [`env`](Self::env), then with
+    /// [`host_id_per_rank`](Self::host_id_per_rank) its own `NCCL_HOSTID`
+    /// (which wins).
+    pub fn for_rank(&self, rank: usize) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        if self.host_id_per_rank {
+            env.push((HOST_ID.to_string(), format!("nimbus-rank{rank}")));
+        }
+        env
+    }
+}
+
+/// The variable NCCL tells hosts apart by.
+const HOST_ID: &str = "NCCL_HOSTID";
 
 /// The collective backend of a training group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +135,7 @@ impl ScalingConfig {
             resources_per_worker: ResourceSet::of(nimbus::cluster::CPU, 1.0),
             placement: PlacementStrategy::Pack,
             collective: CollectiveBackend::Auto,
+            nccl: NcclSettings::default(),
         }
     }
 
@@ -116,6 +175,21 @@ impl ScalingConfig {
     /// The collective backend.
     pub fn collective(mut self, backend: CollectiveBackend) -> Self {
         self.collective = backend;
+        self
+    }
+
+    /// Sets NCCL variable `name` (an `NCCL_*` name) to `value` in every rank
+    /// of the run, over its node's environment (checked when the run
+    /// starts).
+    pub fn nccl_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.nccl.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Gives each rank its own `NCCL_HOSTID` ([`NcclSettings::host_id_per_rank`]):
+    /// a test knob, so that ranks sharing one GPU can form an NCCL group.
+    pub fn nccl_host_id_per_rank(mut self, on: bool) -> Self {
+        self.nccl.host_id_per_rank = on;
         self
     }
 
@@ -275,5 +349,39 @@ impl TrainResult {
             Some(saved) => Ok(Some(super::Checkpoint::load(&saved.path)?.model_sha256()?)),
             None => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_settings_take_nccl_variables_only_and_give_each_rank_its_host_id() {
+        let scaling = ScalingConfig::workers(2)
+            .nccl_env("NCCL_DEBUG", "INFO")
+            .nccl_host_id_per_rank(true);
+        assert!(scaling.nccl.validate().is_ok());
+        assert_eq!(
+            scaling.nccl.for_rank(1),
+            [
+                ("NCCL_DEBUG".to_string(), "INFO".to_string()),
+                ("NCCL_HOSTID".to_string(), "nimbus-rank1".to_string()),
+            ]
+        );
+        assert_ne!(scaling.nccl.for_rank(0), scaling.nccl.for_rank(1));
+        let without = ScalingConfig::workers(2).nccl_env("NCCL_DEBUG", "WARN");
+        assert_eq!(without.nccl.for_rank(0), without.nccl.for_rank(1));
+
+        let refused = |name: &str, value: &str| {
+            let settings = ScalingConfig::workers(1).nccl_env(name, value).nccl;
+            match settings.validate() {
+                Err(TrainError::Config(message)) => message,
+                other => panic!("{name}={value:?} was not refused: {other:?}"),
+            }
+        };
+        assert!(refused("LD_PRELOAD", "/tmp/x.so").contains("`LD_PRELOAD` is not an NCCL setting"));
+        assert!(refused("NCCL_A=B", "1").contains("NCCL_A=B"));
+        assert!(refused("NCCL_DEBUG", "IN\0FO").contains("NUL"));
     }
 }

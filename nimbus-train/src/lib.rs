@@ -100,8 +100,8 @@ pub use checkpoint::{
     Checkpoint, CheckpointError, CheckpointReporter, NoSpace, NotShared, SavedCheckpoint,
 };
 pub use config::{
-    CheckpointConfig, CollectiveBackend, Metrics, RunConfig, ScalingConfig, ScoreOrder,
-    TrainResult, WorkerCount,
+    CheckpointConfig, CollectiveBackend, Metrics, NcclSettings, RunConfig, ScalingConfig,
+    ScoreOrder, TrainResult, WorkerCount,
 };
 pub use context::{DistributedModel, Ranks, TrainContext};
 pub use error::{LoopFailed, TrainError, WorkerRefusal};

@@ -169,6 +169,9 @@ impl<L: TrainLoop> Trainer<L> {
                 )))
             }
         };
+        if let Err(e) = self.scaling.nccl.validate() {
+            return failed(e);
+        }
         if self.stop.stopped() {
             return TrainResult {
                 error: None,

@@ -30,6 +30,7 @@ use super::collective::LinkClosed;
 use super::collective::{
     Chunk, Collective, Delivery, GroupAbort, NetworkGroup, SendChunk, SharedMemoryGroup, SoloGroup,
 };
+use super::config::NcclSettings;
 use super::context::{Ranks, TrainContext};
 use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport};
@@ -56,6 +57,8 @@ pub enum GroupSpec {
         id: Vec<u8>,
         /// Deadline of each collective operation, in milliseconds.
         timeout_ms: u64,
+        /// The run's NCCL settings, applied before joining.
+        nccl: NcclSettings,
     },
     /// Through actor messages to each other's `TrainerWorker` (QUIC).
     Network {
@@ -171,6 +174,9 @@ impl GroupAbortHandle {
 pub struct NcclUniqueId {
     /// The driver's libtorch.
     pub libtorch: Option<Torch>,
+    /// The run's NCCL settings, applied (as rank 0's) before NCCL is
+    /// first called.
+    pub nccl: NcclSettings,
 }
 
 impl RemoteMessage for NcclUniqueId {
@@ -183,7 +189,7 @@ impl Handler<NcclUniqueId> for TrainerWorker {
     fn handle(&mut self, asked: NcclUniqueId, _: &mut Context<Self>) -> Self::Result {
         same_libtorch(asked.libtorch.as_ref())?;
         #[cfg(feature = "cuda")]
-        return super::collective::nccl::unique_id()
+        return super::collective::nccl::unique_id(&asked.nccl.for_rank(0))
             .map_err(|e| WorkerRefusal::Nccl(e.to_string()));
         #[cfg(not(feature = "cuda"))]
         Err(WorkerRefusal::Nccl(
@@ -381,9 +387,14 @@ fn run_worker(
                 *group_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(abort);
                 Box::new(group)
             }
-            (GroupLink::Nccl, Some(GroupSpec::Nccl { id, timeout_ms })) => {
-                join_nccl(id, &assignment, *timeout_ms, &progress, &group_slot)?
-            }
+            (
+                GroupLink::Nccl,
+                Some(GroupSpec::Nccl {
+                    id,
+                    timeout_ms,
+                    nccl,
+                }),
+            ) => join_nccl(id, &assignment, *timeout_ms, nccl, &progress, &group_slot)?,
             (GroupLink::Solo, None) => Box::new(SoloGroup),
             _ => {
                 return Err(TrainError::Config(
@@ -402,14 +413,17 @@ fn join_nccl(
     id: &[u8],
     assignment: &Assignment,
     timeout_ms: u64,
+    nccl: &NcclSettings,
     progress: &Progress,
     group_slot: &Mutex<Option<GroupAbortHandle>>,
 ) -> Result<Box<dyn Collective>, TrainError> {
+    let rank = assignment.ranks.world_rank;
     let group = super::collective::nccl::NcclGroup::join(
         id,
-        assignment.ranks.world_rank,
+        rank,
         assignment.ranks.world_size,
         Duration::from_millis(timeout_ms),
+        &nccl.for_rank(rank),
     )?;
     let abort = GroupAbortHandle::Flag(group.abort_flag());
     if let Some(reason) = progress.aborted() {
@@ -425,6 +439,7 @@ fn join_nccl(
     _: &[u8],
     _: &Assignment,
     _: u64,
+    _: &NcclSettings,
     _: &Progress,
     _: &Mutex<Option<GroupAbortHandle>>,
 ) -> Result<Box<dyn Collective>, TrainError> {

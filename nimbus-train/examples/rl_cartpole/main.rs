@@ -76,20 +76,14 @@ struct Args {
 fn main() -> Result<()> {
     // Worker processes run this binary too: there, init never returns (and
     // never parses the arguments); `--help` starts no cluster.
-    let (mut driver, args) =
+    let (driver, args) =
         nimbus::init_parsed::<Args>(runner::registry(), |_| nimbus::InitOptions::from_args(2))?;
-    let system = actix::System::new();
-    let result = system.block_on(run(&mut driver, args));
-    if result.is_err() {
-        // Keeps the local cluster's node and worker logs, and says where.
-        driver.mark_failed();
-    }
-    drop(driver);
-    result
+    // Connects, runs, and on an error keeps the local cluster's node and
+    // worker logs and says where.
+    driver.block_on(run(args))
 }
 
-async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
-    driver.connect().await?;
+async fn run(args: Args) -> Result<()> {
     let storage = match args.storage {
         Some(storage) => storage,
         None => {

@@ -15,7 +15,10 @@
 //! step K on the first attempt: the supervisor tears the group down and
 //! restarts it from the latest checkpoint. `--bf16` trains in bf16
 //! (parameters, activations and gradients; on GPUs NCCL averages them in
-//! bf16). Each run gets a new directory
+//! bf16). `--check-replicas` fails the run unless every worker holds rank
+//! 0's exact parameters after every step; `--nccl-env NCCL_X=...` and
+//! `--nccl-hostid-per-rank` set NCCL's variables for the run's ranks
+//! (README, "Training on GPUs"). Each run gets a new directory
 //! under `--storage` unless `--resume PATH` names a checkpoint; there,
 //! besides the checkpoints, every report goes to `metrics.jsonl` and
 //! `progress.csv` as it arrives and the losses are plotted into `loss.svg`
@@ -109,6 +112,19 @@ struct Args {
     /// or nccl.
     #[arg(long, default_value = "auto", value_parser = ["auto", "shared-memory", "network", "nccl"])]
     collective: String,
+    /// An NCCL variable for every rank of this run, NAME=VALUE (an NCCL_*
+    /// name; repeatable), over the nodes' environment.
+    #[arg(long = "nccl-env", value_name = "NAME=VALUE", value_parser = nccl_setting)]
+    nccl_env: Vec<(String, String)>,
+    /// Test knob for one-GPU machines: each rank gets its own NCCL_HOSTID,
+    /// so ranks sharing the GPU form an NCCL group (over NCCL's socket
+    /// transport; functional checking only).
+    #[arg(long)]
+    nccl_hostid_per_rank: bool,
+    /// After every step, check that every worker's parameters equal rank
+    /// 0's, bit for bit (the run fails otherwise).
+    #[arg(long)]
+    check_replicas: bool,
     /// Where the cluster is (read by nimbus::init).
     #[command(flatten)]
     cluster: nimbus::ClusterArgs,
@@ -118,20 +134,14 @@ fn main() -> Result<()> {
     let registry = Registry::new().train_loop::<MnistLoop>();
     // Worker processes run this binary too: there, init never returns (and
     // never parses the arguments); `--help` starts no cluster.
-    let (mut driver, args) =
+    let (driver, args) =
         nimbus::init_parsed::<Args>(registry, |_| nimbus::InitOptions::from_args(2))?;
-    let system = actix::System::new();
-    let result = system.block_on(run(&mut driver, args));
-    if result.is_err() {
-        // Keeps the local cluster's node and worker logs, and says where.
-        driver.mark_failed();
-    }
-    drop(driver);
-    result
+    // Connects, runs, and on an error keeps the local cluster's node and
+    // worker logs and says where.
+    driver.block_on(run(&driver, args))
 }
 
-async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
-    driver.connect().await?;
+async fn run(driver: &nimbus::Driver, args: Args) -> Result<()> {
     let data = match &args.data_dir {
         Some(dir) => DataSource::Dir(dir.clone()),
         None => DataSource::Embedded {
@@ -149,6 +159,7 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
         fail_mode: FailMode::Kill,
         checkpoint_every: args.checkpoint_every,
         bf16: args.bf16,
+        check_replicas: args.check_replicas,
         ..MnistConfig::default()
     };
     let described = config.load().context("loading the data")?;
@@ -180,6 +191,10 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
     if args.use_gpu {
         scaling = scaling.use_gpu(true).gpus_per_worker(args.gpus_per_worker);
     }
+    for (name, value) in &args.nccl_env {
+        scaling = scaling.nccl_env(name, value);
+    }
+    scaling = scaling.nccl_host_id_per_rank(args.nccl_hostid_per_rank);
     println!(
         "run {} with {} worker(s), cluster at {}",
         run.run_dir().display(),
@@ -241,6 +256,17 @@ async fn run(driver: &mut nimbus::Driver, args: Args) -> Result<()> {
         checkpoint.path.display()
     );
     Ok(())
+}
+
+/// `--nccl-env NAME=VALUE`.
+fn nccl_setting(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if name.starts_with("NCCL_") => {
+            Ok((name.to_string(), value.to_string()))
+        }
+        Some((name, _)) => Err(format!("`{name}` is not an NCCL variable (NCCL_*)")),
+        None => Err(format!("`{text}` is not NAME=VALUE")),
+    }
 }
 
 /// Prints a line above the progress bar (or plainly, when output is not a

@@ -334,6 +334,7 @@ async fn group_spec(
             };
             let asked = NcclUniqueId {
                 libtorch: assignment.libtorch.clone(),
+                nccl: plan.scaling.nccl.clone(),
             };
             let id = rank_0
                 .send_with_deadline(asked, super::WORKER_CALL_DEADLINE)
@@ -342,7 +343,11 @@ async fn group_spec(
                     WorkerRefusal::OtherLibtorch { .. } => refused(0, nodes, e),
                     e => TrainError::Config(format!("cannot form an NCCL group: {e}")),
                 })?;
-            GroupSpec::Nccl { id, timeout_ms }
+            GroupSpec::Nccl {
+                id,
+                timeout_ms,
+                nccl: plan.scaling.nccl.clone(),
+            }
         }
         CollectiveBackend::Network => GroupSpec::Network {
             peers: handles.to_vec(),

@@ -6,7 +6,10 @@
 //! instead; NCCL is loaded by nimbus (`library.rs`: the one that came with
 //! the libtorch in use, or `NIMBUS_NCCL_LIB`, version 2.10 or newer). Rank 0 makes the group's unique id
 //! ([`unique_id`]); the supervisor hands it to every rank through the actor
-//! system; each rank [`NcclGroup::join`]s with it.
+//! system; each rank [`NcclGroup::join`]s with it. Both first set the
+//! run's NCCL variables (`ScalingConfig::nccl_env`, and with
+//! `nccl_host_id_per_rank` the rank's own `NCCL_HOSTID`) in the process,
+//! since NCCL reads its settings from the environment at its first call.
 //!
 //! Every call is bounded by the collective timeout:
 //! 1. joining: the communicator is made non-blocking (NCCL 2.17 and newer;
@@ -67,8 +70,26 @@ pub fn probe() -> Result<&'static Nccl, CollectiveError> {
     Ok(nccl)
 }
 
-/// A new NCCL unique id, for rank 0 to hand to the group.
-pub fn unique_id() -> Result<Vec<u8>, CollectiveError> {
+/// Sets the run's NCCL variables (`NCCL_*`, checked by the driver) in this
+/// process before NCCL reads them: NCCL reads its settings from the
+/// environment, most of them once, at its first call.
+fn apply_settings(env: &[(String, String)]) {
+    for (name, value) in env {
+        if std::env::var(name).ok().as_deref() != Some(value) {
+            tracing::info!("NCCL setting {name}={value} (the run's)");
+            // The process has other threads, but none of nimbus's reads
+            // NCCL_* variables, and glibc keeps the environment it
+            // replaces alive, so a concurrent getenv reads the old value
+            // or the new one.
+            std::env::set_var(name, value);
+        }
+    }
+}
+
+/// A new NCCL unique id, for rank 0 to hand to the group, after setting
+/// rank 0's NCCL variables `env`.
+pub fn unique_id(env: &[(String, String)]) -> Result<Vec<u8>, CollectiveError> {
+    apply_settings(env);
     let nccl = probe()?;
     let mut id = nccl_sys::ncclUniqueId { internal: [0; 128] };
     // SAFETY: `id` is a valid out-pointer.
@@ -95,14 +116,16 @@ unsafe impl Send for NcclGroup {}
 
 impl NcclGroup {
     /// Joins the communicator of unique id `id` as `rank` of `world`, on the
-    /// calling thread's current CUDA device. Returns once every rank has
-    /// joined.
+    /// calling thread's current CUDA device, after setting this rank's NCCL
+    /// variables `env`. Returns once every rank has joined.
     pub fn join(
         id: &[u8],
         rank: usize,
         world: usize,
         timeout: Duration,
+        env: &[(String, String)],
     ) -> Result<Self, CollectiveError> {
+        apply_settings(env);
         let nccl = probe()?;
         let mut unique = nccl_sys::ncclUniqueId { internal: [0; 128] };
         if id.len() != unique.internal.len() {
