@@ -43,7 +43,7 @@ SITE=$(ls -d "$VENV"/lib/python3*/site-packages 2>/dev/null | head -1)
 [ -d "$SITE/torch/lib" ] || fail "no torch in $VENV ($SITE/torch/lib is missing)"
 
 LIBS="$SITE/torch/lib"
-for d in "$SITE"/nvidia/*/lib "$SITE"/nvidia/cu*/lib; do
+for d in "$SITE"/nvidia/*/lib; do
   [ -d "$d" ] && LIBS="$LIBS:$d"
 done
 export LD_LIBRARY_PATH="$LIBS:${LD_LIBRARY_PATH:-}"
@@ -97,7 +97,7 @@ start=$(date +%s)
 
 # 1. Facts.
 echo "== facts"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/fact_gpu: /'
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader 2>&1 | sed 's/^/fact_gpu: /'
 "$NIMBUS_PYTHON" - <<'EOF' 2>&1
 import torch
 print(f"fact_torch: {torch.__version__}")
@@ -112,6 +112,12 @@ if [ "${gpus:-0}" = 0 ]; then
   rm -rf "$WORK"
   exit 1
 fi
+if nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | grep -q Exclusive; then
+  echo "summary: passed=0 failed=1 seconds=$(( $(date +%s) - start )) failures=gpu_shared"
+  echo "gpu-check: the GPU is in an exclusive compute mode; the checks run several processes on it (nvidia-smi -c DEFAULT)" >&2
+  rm -rf "$WORK"
+  exit 1
+fi
 missing=$(ldd "$BUNDLE/bin/train_mnist" | grep -E 'libtorch_cuda|not found')
 echo "$missing" | sed 's/^/fact_ldd: /'
 echo "$missing" | grep -q 'libtorch_cuda.so => /' && ! echo "$missing" | grep -q 'not found'
@@ -119,7 +125,7 @@ check libtorch_cuda_resolves $(( $? == 0 )) "ldd bin/train_mnist: $missing"
 
 # 2. NCCL: 1 rank against torch.distributed; 2 ranks, exact average.
 run nccl 150 train-bench --bench nccl
-check nccl_exact_average $(( rc == 0 )) "see the nccl step's output, exit $rc"
+check nccl_runs_and_averages_exactly $(( rc == 0 )) "see the nccl step's output, exit $rc"
 
 # 3. Throughput, 1 GPU worker against plain loops.
 run throughput 240 train-bench --bench gpu gpt

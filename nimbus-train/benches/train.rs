@@ -389,41 +389,52 @@ async fn gpt_rates(scale: &Scale, python: Option<&str>) -> Result<()> {
         (plain / nimbus - 1.0) * 100.0
     );
     if let (true, true, Some(python)) = (gpu, scale.full, python) {
-        let script = peer_script("gpt_eager.py");
-        let args = [
-            shape.vocab,
-            shape.context,
-            shape.dim,
-            shape.layers,
-            shape.heads,
-            shape.batch,
-            (warmup + timed) as i64,
-            warmup as i64,
-        ];
-        let output = tokio::process::Command::new(python)
-            .arg(&script)
-            .args(args.iter().map(i64::to_string))
-            .kill_on_drop(true)
-            .output()
-            .await
-            .with_context(|| format!("running {}", script.display()))?;
-        if !output.status.success() {
-            bail!(
-                "{} failed: {}",
-                script.display(),
-                String::from_utf8_lossy(&output.stderr)
-            );
+        // A failing peer is reported, and fails none of nimbus's figures.
+        match gpt_eager_rate(python, &shape, warmup).await {
+            Ok(eager) => {
+                println!("gpt_cuda_pytorch_eager: {eager:.0} tokens/s");
+                println!("gpt_cuda_nimbus_vs_pytorch_eager: {:.3} x", nimbus / eager);
+            }
+            Err(e) => println!("# the PyTorch eager GPT peer failed: {e:#}"),
         }
-        let eager: f64 = String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .find_map(|l| l.strip_prefix("tokens_per_s "))
-            .context("gpt_eager.py printed no tokens_per_s line")?
-            .trim()
-            .parse()?;
-        println!("gpt_cuda_pytorch_eager: {eager:.0} tokens/s");
-        println!("gpt_cuda_nimbus_vs_pytorch_eager: {:.3} x", nimbus / eager);
     }
     Ok(())
+}
+
+/// Tokens/s of `peers/gpt_eager.py` for `shape` (its steps, the first
+/// `warmup` untimed).
+async fn gpt_eager_rate(python: &str, shape: &gpt::GptConfig, warmup: u64) -> Result<f64> {
+    let script = peer_script("gpt_eager.py");
+    let args = [
+        shape.vocab,
+        shape.context,
+        shape.dim,
+        shape.layers,
+        shape.heads,
+        shape.batch,
+        shape.steps as i64,
+        warmup as i64,
+    ];
+    let output = tokio::process::Command::new(python)
+        .arg(&script)
+        .args(args.iter().map(i64::to_string))
+        .kill_on_drop(true)
+        .output()
+        .await
+        .with_context(|| format!("running {}", script.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("tokens_per_s "))
+        .context("gpt_eager.py printed no tokens_per_s line")?
+        .trim()
+        .parse()?)
 }
 
 async fn ddp(scale: &Scale, python: Option<&str>) -> Result<()> {
@@ -744,7 +755,13 @@ fn nccl_rank(
         // SAFETY: a fresh device buffer of `size` bytes, freed below.
         unsafe {
             let buffer = cuda::malloc_sync(size)?;
-            let n = iterations(size);
+            // Two ranks take turns on the one GPU over sockets: fewer
+            // calls, so that the check stays within its time.
+            let n = if world == 1 {
+                iterations(size)
+            } else {
+                iterations(size).min(20)
+            };
             for _ in 0..(n / 10).max(2) {
                 group.allreduce_mean_device(buffer as *mut f32, size / 4)?;
             }
@@ -819,7 +836,11 @@ async fn nccl_bandwidth(scale: &Scale, python: Option<&str>) -> Result<()> {
     let sizes_one = sizes.clone();
     let (solo, _) =
         tokio::task::spawn_blocking(move || nccl_rank(&one, 0, 1, &sizes_one)).await??;
-    let torch = torch_nccl_times(python, &sizes).await?;
+    // A failing peer is reported, and fails none of nimbus's checks.
+    let torch = torch_nccl_times(python, &sizes).await.unwrap_or_else(|e| {
+        println!("# the torch.distributed NCCL peer failed: {e:#}");
+        vec![None; sizes.len()]
+    });
     for ((size, seconds), torch) in sizes.iter().zip(solo).zip(torch) {
         // One rank: NCCL's bus bandwidth factor 2(n-1)/n is 0; report the
         // algorithm bandwidth (the in-place copy it does).

@@ -67,7 +67,8 @@ pub struct NcclSettings {
     /// A test knob for machines with one GPU: each rank gets an
     /// `NCCL_HOSTID` of its own, so NCCL takes ranks on one device for
     /// ranks on different hosts (it refuses two ranks on one device of one
-    /// host) and connects them through its socket transport. Functional
+    /// host) and connects them through its socket transport
+    /// (`NCCL_NET=Socket`, unless [`env`](Self::env) sets it). Functional
     /// checking only: it measures nothing a real multi-GPU run would.
     pub host_id_per_rank: bool,
 }
@@ -99,7 +100,13 @@ impl NcclSettings {
     /// [`host_id_per_rank`](Self::host_id_per_rank) its own `NCCL_HOSTID`
     /// (which wins).
     pub fn for_rank(&self, rank: usize) -> Vec<(String, String)> {
-        let mut env = self.env.clone();
+        let mut env = Vec::new();
+        if self.host_id_per_rank {
+            // Ranks of "other hosts" on one machine: NCCL's socket
+            // transport, never an InfiniBand loopback (unless `env` says).
+            env.push((NET.to_string(), "Socket".to_string()));
+        }
+        env.extend(self.env.iter().cloned());
         if self.host_id_per_rank {
             env.push((HOST_ID.to_string(), format!("nimbus-rank{rank}")));
         }
@@ -109,6 +116,8 @@ impl NcclSettings {
 
 /// The variable NCCL tells hosts apart by.
 const HOST_ID: &str = "NCCL_HOSTID";
+/// The variable that picks NCCL's network transport.
+const NET: &str = "NCCL_NET";
 
 /// The collective backend of a training group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -365,6 +374,7 @@ mod tests {
         assert_eq!(
             scaling.nccl.for_rank(1),
             [
+                ("NCCL_NET".to_string(), "Socket".to_string()),
                 ("NCCL_DEBUG".to_string(), "INFO".to_string()),
                 ("NCCL_HOSTID".to_string(), "nimbus-rank1".to_string()),
             ]
