@@ -243,14 +243,17 @@ fn storage() -> PathBuf {
     std::env::temp_dir().join(format!("nimbus-bench-{}", std::process::id()))
 }
 
-/// Steady-state samples/s of a nimbus run: reports `warmup` to the end, as
-/// they reach the driver.
-async fn nimbus_rate(scale: &Scale, workers: usize, gpu: bool) -> Result<f64> {
+/// Runs `trainer`; the seconds between its reports of steps `from` and
+/// `to` (metric `step`), as they reach the driver.
+async fn seconds_between_reports<L: TrainLoop>(
+    trainer: Trainer<L>,
+    from: u64,
+    to: u64,
+    what: &str,
+) -> Result<f64> {
     let arrivals = Arc::new(Mutex::new(Vec::new()));
     let seen = arrivals.clone();
-    let run = RunConfig::new(format!("rate-{workers}"), storage());
-    let scaling = ScalingConfig::workers(workers).use_gpu(gpu);
-    let result = Trainer::<MnistLoop>::new(config(scale, workers), scaling, run)
+    let result = trainer
         .on_event(move |e| {
             if let TrainEvent::Reported { metrics, .. } = e {
                 seen.lock()
@@ -261,14 +264,26 @@ async fn nimbus_rate(scale: &Scale, workers: usize, gpu: bool) -> Result<f64> {
         .fit()
         .await;
     if let Some(error) = result.error {
-        bail!("nimbus run with {workers} workers failed: {error}");
+        bail!("{what} failed: {error}");
     }
     let arrivals = arrivals.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let at = |step: u64| arrivals.iter().find(|(s, _)| *s == step).map(|(_, t)| *t);
-    let (Some(start), Some(end)) = (at(scale.warmup), at(scale.warmup + scale.steps)) else {
-        bail!("missing reports");
+    let (Some(start), Some(end)) = (at(from), at(to)) else {
+        bail!("{what} is missing reports");
     };
-    Ok((scale.steps * 64 * workers as u64) as f64 / (end - start).as_secs_f64())
+    Ok((end - start).as_secs_f64())
+}
+
+/// Steady-state samples/s of a nimbus run: reports `warmup` to the end, as
+/// they reach the driver.
+async fn nimbus_rate(scale: &Scale, workers: usize, gpu: bool) -> Result<f64> {
+    let run = RunConfig::new(format!("rate-{workers}"), storage());
+    let scaling = ScalingConfig::workers(workers).use_gpu(gpu);
+    let trainer = Trainer::<MnistLoop>::new(config(scale, workers), scaling, run);
+    let what = format!("nimbus run with {workers} workers");
+    let seconds =
+        seconds_between_reports(trainer, scale.warmup, scale.warmup + scale.steps, &what).await?;
+    Ok((scale.steps * 64 * workers as u64) as f64 / seconds)
 }
 
 /// The same CNN trained by a plain tch loop in this process, with the
@@ -309,19 +324,12 @@ fn plain_rate(scale: &Scale, device: Device) -> Result<f64> {
 }
 
 async fn overhead(scale: &Scale) -> Result<()> {
-    // Off the driver's async thread: a long blocking loop there would
-    // starve its QUIC connections.
-    let plain_scale = *scale;
-    let plain =
-        tokio::task::spawn_blocking(move || plain_rate(&plain_scale, Device::Cpu)).await??;
-    let nimbus = nimbus_rate(scale, 1, false).await?;
-    println!("train_plain_tch_1thread: {plain:.0} samples/s");
-    println!("train_nimbus_1worker: {nimbus:.0} samples/s");
-    println!(
-        "train_overhead_1worker: {:.1} %",
-        (plain / nimbus - 1.0) * 100.0
-    );
-    Ok(())
+    let names = [
+        "train_plain_tch_1thread",
+        "train_nimbus_1worker",
+        "train_overhead_1worker",
+    ];
+    mnist_overhead(scale, Device::Cpu, names).await
 }
 
 /// `overhead` on GPU 0: the MNIST CNN, 1 GPU worker against the plain tch
@@ -331,16 +339,26 @@ async fn gpu_overhead(scale: &Scale) -> Result<()> {
         println!("# gpu skipped: libtorch sees no CUDA device");
         return Ok(());
     }
+    let names = [
+        "train_cuda_plain_tch",
+        "train_cuda_nimbus_1worker",
+        "train_cuda_overhead_1worker",
+    ];
+    mnist_overhead(scale, Device::Cuda(0), names).await
+}
+
+/// The plain loop's and 1 nimbus worker's samples/s on `device`, and the
+/// overhead, printed under `names`.
+async fn mnist_overhead(scale: &Scale, device: Device, names: [&str; 3]) -> Result<()> {
+    // Off the driver's async thread: a long blocking loop there would
+    // starve its QUIC connections.
     let plain_scale = *scale;
-    let plain =
-        tokio::task::spawn_blocking(move || plain_rate(&plain_scale, Device::Cuda(0))).await??;
-    let nimbus = nimbus_rate(scale, 1, true).await?;
-    println!("train_cuda_plain_tch: {plain:.0} samples/s");
-    println!("train_cuda_nimbus_1worker: {nimbus:.0} samples/s");
-    println!(
-        "train_cuda_overhead_1worker: {:.1} %",
-        (plain / nimbus - 1.0) * 100.0
-    );
+    let plain = tokio::task::spawn_blocking(move || plain_rate(&plain_scale, device)).await??;
+    let nimbus = nimbus_rate(scale, 1, device != Device::Cpu).await?;
+    let [plain_name, nimbus_name, overhead_name] = names;
+    println!("{plain_name}: {plain:.0} samples/s");
+    println!("{nimbus_name}: {nimbus:.0} samples/s");
+    println!("{overhead_name}: {:.1} %", (plain / nimbus - 1.0) * 100.0);
     Ok(())
 }
 
@@ -359,28 +377,11 @@ async fn gpt_rates(scale: &Scale, python: Option<&str>) -> Result<()> {
     let plain = tokio::task::spawn_blocking(move || gpt::plain_rate(&shape, warmup, device))
         .await?
         .map_err(|e| anyhow::anyhow!("the plain GPT loop failed: {e}"))?;
-    let arrivals = Arc::new(Mutex::new(Vec::new()));
-    let seen = arrivals.clone();
     let scaling = ScalingConfig::workers(1).use_gpu(gpu);
-    let result = Trainer::<gpt::GptLoop>::new(shape, scaling, RunConfig::new("gpt", storage()))
-        .on_event(move |e| {
-            if let TrainEvent::Reported { metrics, .. } = e {
-                seen.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((metrics["step"] as u64, Instant::now()));
-            }
-        })
-        .fit()
-        .await;
-    if let Some(error) = result.error {
-        bail!("the nimbus GPT run failed: {error}");
-    }
-    let arrivals = arrivals.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let at = |step: u64| arrivals.iter().find(|(s, _)| *s == step).map(|(_, t)| *t);
-    let (Some(start), Some(end)) = (at(warmup), at(warmup + timed)) else {
-        bail!("the nimbus GPT run is missing reports");
-    };
-    let nimbus = (timed as i64 * shape.tokens_per_step()) as f64 / (end - start).as_secs_f64();
+    let trainer = Trainer::<gpt::GptLoop>::new(shape, scaling, RunConfig::new("gpt", storage()));
+    let seconds =
+        seconds_between_reports(trainer, warmup, warmup + timed, "the nimbus GPT run").await?;
+    let nimbus = (timed as i64 * shape.tokens_per_step()) as f64 / seconds;
     let on = if gpu { "cuda" } else { "cpu_toy" };
     println!("gpt_{on}_plain_tch: {plain:.0} tokens/s");
     println!("gpt_{on}_nimbus_1worker: {nimbus:.0} tokens/s");
@@ -532,6 +533,30 @@ async fn network_allreduce_times(sizes: &[usize], full: bool) -> Result<Vec<f64>
         .collect()
 }
 
+/// Seconds per allreduce of each size by peer `script` under torchrun with
+/// `processes` (its lines `<bytes> <seconds>`); none without a Python.
+async fn peer_allreduce_times(
+    python: Option<&str>,
+    processes: usize,
+    script: &str,
+    sizes: &[usize],
+) -> Result<Vec<Option<f64>>> {
+    let Some(python) = python else {
+        return Ok(vec![None; sizes.len()]);
+    };
+    let args: Vec<String> = sizes.iter().map(usize::to_string).collect();
+    let out = torchrun(python, processes, script, &args).await?;
+    Ok(sizes
+        .iter()
+        .map(|size| {
+            out.lines()
+                .filter_map(|l| l.split_once(' '))
+                .find(|(s, _)| s.parse::<usize>().ok() == Some(*size))
+                .and_then(|(_, t)| t.trim().parse().ok())
+        })
+        .collect())
+}
+
 fn label(size: usize) -> String {
     if size >= 1 << 20 {
         format!("{}MiB", size >> 20)
@@ -581,22 +606,7 @@ async fn allreduce(scale: &Scale, python: Option<&str>) -> Result<()> {
         bail!("the second allreduce process failed: {status}");
     }
     let network = network_allreduce_times(&sizes, scale.full).await?;
-    let gloo: Vec<Option<f64>> = match python {
-        Some(python) => {
-            let args: Vec<String> = sizes.iter().map(usize::to_string).collect();
-            let out = torchrun(python, 2, "gloo_allreduce.py", &args).await?;
-            sizes
-                .iter()
-                .map(|size| {
-                    out.lines()
-                        .filter_map(|l| l.split_once(' '))
-                        .find(|(s, _)| s.parse::<usize>().ok() == Some(*size))
-                        .and_then(|(_, t)| t.trim().parse().ok())
-                })
-                .collect()
-        }
-        None => vec![None; sizes.len()],
-    };
+    let gloo = peer_allreduce_times(python, 2, "gloo_allreduce.py", &sizes).await?;
     let rows = sizes.iter().zip(times).zip(network).zip(gloo);
     for (((size, seconds), network), gloo) in rows {
         let name = label(*size);
@@ -799,26 +809,6 @@ fn nccl_rank(
     Ok((times, wrong))
 }
 
-/// Seconds per NCCL allreduce of each size through `torch.distributed`
-/// (1 rank, on GPU 0), if a Python with torch is at hand.
-#[cfg(feature = "cuda")]
-async fn torch_nccl_times(python: Option<&str>, sizes: &[usize]) -> Result<Vec<Option<f64>>> {
-    let Some(python) = python else {
-        return Ok(vec![None; sizes.len()]);
-    };
-    let args: Vec<String> = sizes.iter().map(usize::to_string).collect();
-    let out = torchrun(python, 1, "nccl_allreduce.py", &args).await?;
-    Ok(sizes
-        .iter()
-        .map(|size| {
-            out.lines()
-                .filter_map(|l| l.split_once(' '))
-                .find(|(s, _)| s.parse::<usize>().ok() == Some(*size))
-                .and_then(|(_, t)| t.trim().parse().ok())
-        })
-        .collect())
-}
-
 /// NCCL allreduce on 1 GPU against torch.distributed's, and 2 ranks
 /// sharing the GPU (per-rank host ids) with the exact average check.
 #[cfg(feature = "cuda")]
@@ -837,10 +827,12 @@ async fn nccl_bandwidth(scale: &Scale, python: Option<&str>) -> Result<()> {
     let (solo, _) =
         tokio::task::spawn_blocking(move || nccl_rank(&one, 0, 1, &sizes_one)).await??;
     // A failing peer is reported, and fails none of nimbus's checks.
-    let torch = torch_nccl_times(python, &sizes).await.unwrap_or_else(|e| {
-        println!("# the torch.distributed NCCL peer failed: {e:#}");
-        vec![None; sizes.len()]
-    });
+    let torch = peer_allreduce_times(python, 1, "nccl_allreduce.py", &sizes)
+        .await
+        .unwrap_or_else(|e| {
+            println!("# the torch.distributed NCCL peer failed: {e:#}");
+            vec![None; sizes.len()]
+        });
     for ((size, seconds), torch) in sizes.iter().zip(solo).zip(torch) {
         // One rank: NCCL's bus bandwidth factor 2(n-1)/n is 0; report the
         // algorithm bandwidth (the in-place copy it does).
