@@ -25,7 +25,7 @@
 #      allreduce; the communicator is aborted and the group restarted from
 #      the checkpoint within 10 s;
 #   7. MNIST test accuracy on the GPU within 0.02 of the CPU run's (same
-#      seed).
+#      seed), in f32 and under autocast (f16, tch's default on CUDA).
 set -u
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -159,8 +159,13 @@ run accuracy_cpu "$STEP_TIMEOUT" train_mnist --nodes 1 --epochs 2 --storage "$RU
 cpu_accuracy=$(field "$WORK/accuracy_cpu.log" test_accuracy)
 echo "mnist_accuracy_gpu: ${gpu_accuracy:-none} fraction"
 echo "mnist_accuracy_cpu: ${cpu_accuracy:-none} fraction"
-ok=$(awk -v g="${gpu_accuracy:-nan}" -v c="${cpu_accuracy:-nan}" 'BEGIN { d = g - c; if (d < 0) d = -d; print (g + 0 > 0.5 && c + 0 > 0.5 && d <= 0.02) ? 1 : 0 }')
-check gpu_accuracy_matches_cpu "$ok" "GPU ${gpu_accuracy:-none}, CPU ${cpu_accuracy:-none}"
+# near A B: 1 when both are accuracies above 0.5 within 0.02 of each other.
+near() { awk -v g="${1:-nan}" -v c="${2:-nan}" 'BEGIN { d = g - c; if (d < 0) d = -d; print (g + 0 > 0.5 && c + 0 > 0.5 && d <= 0.02) ? 1 : 0 }'; }
+check gpu_accuracy_matches_cpu "$(near "$gpu_accuracy" "$cpu_accuracy")" "GPU ${gpu_accuracy:-none}, CPU ${cpu_accuracy:-none}"
+run accuracy_autocast "$STEP_TIMEOUT" train_mnist --nodes 1 --epochs 2 --storage "$RUNS" --workers 1 --use-gpu --autocast --seed 0
+autocast_accuracy=$(field "$WORK/accuracy_autocast.log" test_accuracy)
+echo "mnist_accuracy_gpu_autocast: ${autocast_accuracy:-none} fraction"
+check gpu_autocast_accuracy_matches_cpu "$(near "$autocast_accuracy" "$cpu_accuracy")" "GPU autocast ${autocast_accuracy:-none}, CPU ${cpu_accuracy:-none}"
 
 seconds=$(( $(date +%s) - start ))
 echo "gpu_check_wall: $seconds s"

@@ -15,7 +15,8 @@
 //! step K on the first attempt: the supervisor tears the group down and
 //! restarts it from the latest checkpoint. `--bf16` trains in bf16
 //! (parameters, activations and gradients; on GPUs NCCL averages them in
-//! bf16). `--check-replicas` fails the run unless every worker holds rank
+//! bf16); `--autocast` runs the forward pass under libtorch's autocast (f16
+//! on CUDA). `--check-replicas` fails the run unless every worker holds rank
 //! 0's exact parameters after every step; `--nccl-env NCCL_X=...` and
 //! `--nccl-hostid-per-rank` set NCCL's variables for the run's ranks
 //! (README, "Training on GPUs"). Each run gets a new directory
@@ -105,6 +106,11 @@ struct Args {
     /// bf16 by NCCL on GPUs).
     #[arg(long)]
     bf16: bool,
+    /// Run the forward pass under libtorch's autocast (f16 on CUDA, as
+    /// PyTorch's default; parameters and gradients stay f32); nothing on a
+    /// CPU.
+    #[arg(long, conflicts_with = "bf16")]
+    autocast: bool,
     /// GPUs per worker with --use-gpu (0.5: two workers share a GPU).
     #[arg(long, default_value_t = 1.0)]
     gpus_per_worker: f64,
@@ -159,6 +165,7 @@ async fn run(driver: &nimbus::Driver, args: Args) -> Result<()> {
         fail_mode: FailMode::Kill,
         checkpoint_every: args.checkpoint_every,
         bf16: args.bf16,
+        autocast: args.autocast,
         check_replicas: args.check_replicas,
         ..MnistConfig::default()
     };

@@ -70,6 +70,10 @@ pub struct MnistConfig {
     /// Train in bf16: parameters, images, activations and gradients (which
     /// NCCL averages in bf16 on GPUs).
     pub bf16: bool,
+    /// Run the forward pass and the loss under libtorch's autocast (f16 on
+    /// CUDA; parameters and gradients stay f32); nothing on a CPU.
+    #[serde(default)]
+    pub autocast: bool,
 }
 
 impl Default for MnistConfig {
@@ -90,6 +94,7 @@ impl Default for MnistConfig {
             max_steps: None,
             check_replicas: false,
             bf16: false,
+            autocast: false,
         }
     }
 }
@@ -202,9 +207,10 @@ impl TrainLoop for MnistLoop {
                     die(ctx, config.fail_mode, step, saved);
                 }
                 let (images, labels) = data.train.batch(indices);
-                let loss = net
-                    .forward_t(&images.to_device(ctx.device()).to_kind(kind), true)
-                    .cross_entropy_for_logits(&labels.to_device(ctx.device()));
+                let loss = nimbus_train::tch::autocast(config.autocast, || {
+                    net.forward_t(&images.to_device(ctx.device()).to_kind(kind), true)
+                        .cross_entropy_for_logits(&labels.to_device(ctx.device()))
+                });
                 sgd.zero_grad();
                 loss.backward();
                 ctx.sync_gradients(&model)?;
