@@ -122,7 +122,7 @@ async fn execute(run: RunTask) -> Result<TaskOutput, TaskFailure> {
     let context = ProcessContext::current().ok_or(TaskFailure::NotInitialized)?;
     let function = super::TaskTable::lookup(&context.registry, &run.task)
         .ok_or_else(|| TaskFailure::NotRegistered(run.task.clone()))?;
-    let (argument, from_objects) = resolve(&run.input)
+    let (argument, from_objects) = resolve(run.input)
         .await
         .map_err(|e| TaskFailure::Argument(e.to_string()))?;
     let output = tokio::task::spawn_blocking(move || function(&argument, from_objects))
@@ -159,10 +159,10 @@ async fn execute(run: RunTask) -> Result<TaskOutput, TaskFailure> {
 }
 
 /// The argument's MessagePack bytes, and whether they came from objects.
-async fn resolve(input: &InputWire) -> Result<(ObjectBytes, bool), object_store::ObjectStoreError> {
+async fn resolve(input: InputWire) -> Result<(ObjectBytes, bool), object_store::ObjectStoreError> {
     Ok(match input {
-        InputWire::Inline(bytes) => (ObjectBytes::Owned(bytes.clone()), false),
-        InputWire::Object(object) => (object_store::fetch(object, ARGUMENT_TIMEOUT).await?, true),
+        InputWire::Inline(bytes) => (ObjectBytes::Owned(bytes), false),
+        InputWire::Object(object) => (object_store::fetch(&object, ARGUMENT_TIMEOUT).await?, true),
         InputWire::Gather(objects) => {
             let mut bytes = array_header(objects.len());
             let fetches = objects

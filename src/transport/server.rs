@@ -330,10 +330,16 @@ impl StreamTask {
     ) -> Result<Option<Admitted>, ()> {
         let max = self.endpoint.config().max_frame_bytes;
         let read_timeout = self.endpoint.config().request_read_timeout;
-        let idle = if first { read_timeout } else { Duration::MAX };
-        let len = match tokio::time::timeout(idle, wire::read_prefix(recv, max)).await {
-            Ok(len) => len,
-            Err(_) => return self.too_slow("no request frame", read_timeout),
+        let prefix = wire::read_prefix(recv, max);
+        // Only a stream's first request races a timer: later ones would
+        // arm (and cancel) one per request on a channel that may idle.
+        let len = if first {
+            match tokio::time::timeout(read_timeout, prefix).await {
+                Ok(len) => len,
+                Err(_) => return self.too_slow("no request frame", read_timeout),
+            }
+        } else {
+            prefix.await
         };
         let len = match len {
             Ok(len) => len,

@@ -2,7 +2,8 @@
 //! (`shard.rs`, each on a thread of its own), pulls from other nodes,
 //! spilling under memory pressure, and the effects of frees on other nodes.
 //!
-//! Objects are spread over `SHARDS` (4) shards by id; every shard draws on
+//! Objects are spread by id over one shard per core, at most `MAX_SHARDS`
+//! (4) (more shards than cores only add thread hops); every shard draws on
 //! one memory budget (`--object-store-memory`). It answers the
 //! `ObjectRequest`s of the control protocol:
 //!
@@ -86,8 +87,8 @@ use shard::{
     Holders, List, ListHolders, Open, Read, Seal, Spill, UpdateRefs,
 };
 
-/// Shards per node: objects are spread over them by id.
-const SHARDS: u64 = 4;
+/// The most shards a node runs: objects are spread over them by id.
+const MAX_SHARDS: usize = 4;
 
 /// The object store of one node.
 #[derive(Clone)]
@@ -138,7 +139,8 @@ impl NodeObjectStore {
         let shared_dir = shared.as_ref().map(|d| d.path().to_path_buf());
         let owned = Arc::new([Some(spill), shared].into_iter().flatten().collect());
         let budget = Budget::new(capacity, spill_dir, shared_dir, arrival_timeout);
-        let shards = (0..SHARDS)
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let shards = (0..cores.clamp(1, MAX_SHARDS))
             .map(|_| {
                 let shard = ObjectStoreShard::new(budget.clone());
                 ObjectStoreShard::start_in_arbiter(&Arbiter::new().handle(), |_| shard)
@@ -289,8 +291,12 @@ impl NodeObjectStore {
         }
     }
 
+    fn shard_index(&self, id: ObjectId) -> usize {
+        (id.0 % self.shards.len() as u64) as usize
+    }
+
     fn shard(&self, id: ObjectId) -> &Addr<ObjectStoreShard> {
-        &self.shards[(id.0 % SHARDS) as usize]
+        &self.shards[self.shard_index(id)]
     }
 
     /// Answers an object-store request.
@@ -382,7 +388,12 @@ impl NodeObjectStore {
         chunk: Vec<u8>,
     ) -> Result<(), RemoteError> {
         if offset == 0 {
-            self.begin_owned(id, total, holder, contains).await?;
+            // The first chunk comes with the begin; a failed begin leaves
+            // nothing behind.
+            return self
+                .begin_owned(id, total, (holder, contains), Some(chunk))
+                .await
+                .map(drop);
         }
         let appended = flatten(self.shard(id).send(Append { id, offset, chunk }).await);
         if appended.is_err() {
@@ -402,7 +413,10 @@ impl NodeObjectStore {
         let Some(dir) = self.budget.shared_dir().filter(|_| total >= SHARED_MIN) else {
             return Ok(ControlReply::ObjectFile(None));
         };
-        if !self.begin_owned(id, total, holder, contains).await? {
+        if !self
+            .begin_owned(id, total, (holder, contains), None)
+            .await?
+        {
             // No room in /dev/shm: the process sends it in chunks instead.
             self.abort(id).await;
             return Ok(ControlReply::ObjectFile(None));
@@ -413,21 +427,22 @@ impl NodeObjectStore {
         ))))
     }
 
-    /// Begins a new object owned here, held by `holder`; from now until it
-    /// is freed it holds the references it contains. Whether it is received
-    /// into its shared-memory file.
+    /// Begins a new object owned here, held by `holder`, with its `first`
+    /// chunk if given; from now until it is freed it holds the references
+    /// it contains. Whether it is received into its shared-memory file.
     async fn begin_owned(
         &self,
         id: ObjectId,
         total: u64,
-        holder: RefHolder,
-        contains: Vec<ContainedRef>,
+        (holder, contains): (RefHolder, Vec<ContainedRef>),
+        first: Option<Vec<u8>>,
     ) -> Result<bool, RemoteError> {
         let begin = Begin {
             id,
             total,
             holder: Some(holder),
             contains: contains.clone(),
+            first,
         };
         let shared = match self.begin(begin).await? {
             Begun::Fresh { shared } => shared,
@@ -441,13 +456,17 @@ impl NodeObjectStore {
     /// Begins an object, spilling older ones first if memory is short.
     async fn begin(&self, begin: Begin) -> Result<Begun, RemoteError> {
         let (id, total) = (begin.id, begin.total);
-        let retry = Begin {
+        let mut retry = Begin {
             contains: begin.contains.clone(),
             holder: begin.holder.clone(),
+            first: None,
             ..begin
         };
         let need = match flatten(self.shard(id).send(begin).await)? {
-            Begun::NoRoom(_) => total,
+            Begun::NoRoom { first, .. } => {
+                retry.first = first;
+                total
+            }
             begun => return Ok(begun),
         };
         let mut spilled = 0;
@@ -458,7 +477,7 @@ impl NodeObjectStore {
             spilled += flatten(shard.send(Spill { need }).await)?;
         }
         match flatten(self.shard(id).send(retry).await)? {
-            Begun::NoRoom(_) => Err(RemoteError::new(
+            Begun::NoRoom { .. } => Err(RemoteError::new(
                 RemoteErrorKind::BadRequest,
                 format!(
                     "the object store is full: object {id} of {total} bytes does not fit in memory ({} of {} bytes in use by objects that cannot be spilled: being transferred) even after spilling {spilled} bytes to disk (--object-store-memory)",
@@ -526,7 +545,7 @@ impl NodeObjectStore {
     async fn update_refs(&self, holder: RefHolder, updates: Vec<RefUpdate>) {
         let mut by_shard: Vec<Vec<(ObjectId, RefChange)>> = vec![Vec::new(); self.shards.len()];
         for update in updates {
-            by_shard[(update.id.0 % SHARDS) as usize].push((update.id, update.change));
+            by_shard[self.shard_index(update.id)].push((update.id, update.change));
         }
         let mut freed = Vec::new();
         for (shard, updates) in self.shards.iter().zip(by_shard) {
@@ -618,6 +637,7 @@ impl NodeObjectStore {
             total: size,
             holder: None,
             contains: Vec::new(),
+            first: None,
         };
         match self.begin(begin).await {
             Ok(Begun::Present) => return ControlReply::ObjectReady(size),
@@ -630,7 +650,7 @@ impl NodeObjectStore {
                 }
             }
             Ok(Begun::Fresh { .. }) => {}
-            Ok(Begun::NoRoom(short)) => {
+            Ok(Begun::NoRoom { short, .. }) => {
                 return ControlReply::ObjectFailed(format!(
                     "no room for a copy of object {id}: {short} bytes short"
                 ))
