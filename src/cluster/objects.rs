@@ -160,6 +160,10 @@ pub struct ObjectListing {
     pub objects: Vec<ObjectSummary>,
     /// Bytes in memory.
     pub used: u64,
+    /// Of `used`, the bytes of freed objects' shared-memory files kept for
+    /// reuse (spare files; given back first when memory is short).
+    #[serde(default)]
+    pub spare: u64,
     /// Bytes allowed in memory (`--object-store-memory`).
     pub capacity: u64,
     /// Bytes spilled to disk.

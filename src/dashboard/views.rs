@@ -113,6 +113,7 @@ impl Views {
                         if let Ok(store) = client.objects(node).await {
                             row["object_store"] = json!({
                                 "used": store.used,
+                                "spare": store.spare,
                                 "capacity": store.capacity,
                                 "spilled": store.spilled,
                                 "objects": store.objects.len(),

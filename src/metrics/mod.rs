@@ -28,7 +28,8 @@
 //! | `nimbus_task_retries_total` | counter | | the driver |
 //! | `nimbus_task_seconds` | histogram | | the driver (submission to result) |
 //! | `nimbus_objects_put_bytes_total` | counter | | the putting process |
-//! | `nimbus_object_store_bytes` | gauge | `where` (`memory`, `spilled`) | the node |
+//! | `nimbus_object_store_bytes` | gauge | `where` (`memory`, `spilled`, `spare`: of memory, freed shared-memory files kept for reuse) | the node |
+//! | `nimbus_object_store_spare_reuses_total` | counter | | the node (new objects written into a spare file) |
 //! | `nimbus_object_store_capacity_bytes` | gauge | | the node |
 //! | `nimbus_object_spills_total`, `nimbus_object_restores_total` | counter | | the node |
 //! | `nimbus_object_transfers_total`, `nimbus_object_transfer_bytes_total` | counter | | the node (objects fetched from another node) |
@@ -170,6 +171,10 @@ fn describe() {
         "Bytes the node's object store may hold in memory."
     );
     describe_counter!("nimbus_object_spills_total", "Objects spilled to disk.");
+    describe_counter!(
+        "nimbus_object_store_spare_reuses_total",
+        "New shared-memory objects written into a freed object's file."
+    );
     describe_counter!("nimbus_object_restores_total", "Spilled objects read back.");
     describe_counter!(
         "nimbus_object_transfers_total",

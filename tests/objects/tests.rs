@@ -26,6 +26,9 @@ pub const ALL: &[(&str, Test)] = &[
         "large_objects_are_shared_memory_mapped_on_their_host",
         |d| boxed(large_objects_are_shared_memory_mapped(d)),
     ),
+    ("a_freed_file_is_reused_only_if_no_process_mapped_it", |d| {
+        boxed(a_freed_file_is_reused_only_if_no_process_mapped_it(d))
+    }),
     (
         "memory_returns_to_baseline_after_10000_put_get_drop_cycles",
         |d| boxed(memory_returns_to_baseline(d)),
@@ -157,6 +160,47 @@ async fn large_objects_are_shared_memory_mapped(driver: &mut Driver) {
     assert_eq!(summary.state, ObjectState::InMemory, "{summary:?}");
     let id = object.id();
     drop(object);
+    wait_freed(&client, "head", id).await;
+}
+
+/// A freed large object's shared-memory file becomes a spare that the
+/// next large put writes into; one that a process mapped is removed
+/// instead, so that mapping keeps its bytes.
+async fn a_freed_file_is_reused_only_if_no_process_mapped_it(driver: &mut Driver) {
+    let client = client(driver).await;
+    let size = 3 << 20;
+    let spare_now = || async { listing(&client, "head").await.spare };
+    let before = spare_now().await;
+    // Never read: its file is kept when it is freed.
+    let unread = object_store::put_bytes(&pattern(1, size)).await.unwrap();
+    let id = unread.id();
+    drop(unread);
+    wait_freed(&client, "head", id).await;
+    let expected = before + size as u64;
+    let kept = wait_until("the freed file is a spare", SETTLE, || async {
+        (spare_now().await == expected).then_some(())
+    })
+    .await;
+    if let Err(e) = kept {
+        panic!("{e}: {:?}", listing(&client, "head").await);
+    }
+    // The next put of that size writes into it, and reads back its own
+    // bytes.
+    let reusing = object_store::put_bytes(&pattern(2, size)).await.unwrap();
+    assert_eq!(spare_now().await, before, "the spare was reused");
+    let back = object_store::get_bytes(&reusing).await.unwrap();
+    assert!(matches!(back, ObjectBytes::Mapped(_)), "{back:?}");
+    assert_eq!(digest(&back), digest(&pattern(2, size)));
+    // This one is mapped here (`back`): freed, its file is not kept, and
+    // a put of the same size does not touch the mapping.
+    let id = reusing.id();
+    drop(reusing);
+    wait_freed(&client, "head", id).await;
+    assert_eq!(spare_now().await, before, "a mapped file is never a spare");
+    let next = object_store::put_bytes(&pattern(3, size)).await.unwrap();
+    assert_eq!(digest(&back), digest(&pattern(2, size)));
+    let id = next.id();
+    drop(next);
     wait_freed(&client, "head", id).await;
 }
 

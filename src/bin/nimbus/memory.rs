@@ -43,6 +43,7 @@ pub(crate) fn run(args: MemoryArgs) -> Result<()> {
                     "objects": listing.objects.len(),
                     "owned": owned,
                     "used": listing.used,
+                    "spare": listing.spare,
                     "capacity": listing.capacity,
                     "spilled": listing.spilled,
                     "listed": objects.iter().map(object_json).collect::<Vec<_>>(),
@@ -50,12 +51,13 @@ pub(crate) fn run(args: MemoryArgs) -> Result<()> {
                 continue;
             }
             println!(
-                "node {}: {} objects ({owned} owned, {} cached copies), {} of {} bytes in memory, {} bytes spilled to disk",
+                "node {}: {} objects ({owned} owned, {} cached copies), {} of {} bytes in memory ({} in spare files kept for reuse), {} bytes spilled to disk",
                 node.id,
                 listing.objects.len(),
                 listing.objects.len() - owned,
                 listing.used,
                 listing.capacity,
+                listing.spare,
                 listing.spilled
             );
             for object in objects {

@@ -108,6 +108,7 @@ impl NodeObjectStore {
         let bytes = |place| metrics::gauge!("nimbus_object_store_bytes", "where" => place);
         bytes("memory").set(self.budget.used() as f64);
         bytes("spilled").set(self.budget.spilled() as f64);
+        bytes("spare").set(self.budget.spare() as f64);
         metrics::gauge!("nimbus_object_store_capacity_bytes").set(self.budget.capacity() as f64);
     }
 
@@ -690,6 +691,7 @@ impl NodeObjectStore {
         ObjectListing {
             objects,
             used: self.budget.used(),
+            spare: self.budget.spare(),
             capacity: self.budget.capacity(),
             spilled: self.budget.spilled(),
         }

@@ -13,6 +13,21 @@
 //! them instead of copying them over the network (`OpenObject`), and write
 //! new ones in place (`CreateObject`, then `SealObject`).
 //!
+//! Freed shared-memory files are kept for reuse (spare files, at most
+//! `MAX_SPARE_FILES` holding at most a `SPARE_SHARE`th of the budget):
+//!
+//! 1. A complete object's file that no process was given to map (`Open`)
+//!    is renamed to a spare when the object is freed; its bytes stay
+//!    counted as memory in use. A file that was mapped is removed, as is
+//!    the file of an object that never completed (a writer may still hold
+//!    it).
+//! 2. A new shared-memory object takes the smallest spare at least its
+//!    size, renamed to the object's name and cut to its size: its pages
+//!    are already in memory, so the write skips allocating them (on this
+//!    host, half the time of a fresh 100 MiB file).
+//! 3. When memory is short, the spares are removed before anything is
+//!    spilled.
+//!
 //! Spilling and restoring: a spilled primary is a file in the spill
 //! directory, out of the memory budget. A read from offset 0 restores it
 //! (into its shared-memory file for a large object, else into memory)
@@ -43,6 +58,19 @@ use crate::object_store::error::ShardError;
 /// Objects this large or larger live in shared-memory files.
 pub const SHARED_MIN: u64 = 1 << 20;
 
+/// The most spare shared-memory files a node keeps.
+const MAX_SPARE_FILES: usize = 4;
+
+/// Spare files hold at most this fraction (1/N) of the memory budget.
+const SPARE_SHARE: u64 = 4;
+
+/// A freed object's shared-memory file, kept for a later object.
+#[derive(Debug)]
+struct Spare {
+    path: PathBuf,
+    size: u64,
+}
+
 /// Bytes a node's store may hold in memory, shared by its shards, and
 /// where it spills.
 #[derive(Debug)]
@@ -55,6 +83,10 @@ pub struct Budget {
     /// An object that gets no bytes for this long while it arrives is
     /// abandoned (`expire_arrivals`).
     arrival_timeout: Duration,
+    /// Spare shared-memory files (counted in `used`).
+    spares: std::sync::Mutex<Vec<Spare>>,
+    /// Names the next spare file.
+    spare_seq: AtomicU64,
 }
 
 impl Budget {
@@ -75,6 +107,8 @@ impl Budget {
             spill_dir,
             shared_dir,
             arrival_timeout,
+            spares: std::sync::Mutex::new(Vec::new()),
+            spare_seq: AtomicU64::new(0),
         })
     }
 
@@ -127,6 +161,90 @@ impl Budget {
         self.used.fetch_sub(bytes, Ordering::Relaxed);
     }
 
+    fn spares(&self) -> std::sync::MutexGuard<'_, Vec<Spare>> {
+        self.spares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Bytes of spare shared-memory files (part of [`Budget::used`]).
+    pub fn spare(&self) -> u64 {
+        self.spares().iter().map(|s| s.size).sum()
+    }
+
+    /// Keeps the file of a freed object (`size` bytes, at `path`) as a
+    /// spare, its bytes still counted as used (step 1). False when there
+    /// is no room among the spares: the caller removes it.
+    fn keep_spare(&self, path: &std::path::Path, size: u64) -> bool {
+        let Some(dir) = &self.shared_dir else {
+            return false;
+        };
+        let mut spares = self.spares();
+        let held: u64 = spares.iter().map(|s| s.size).sum();
+        if spares.len() >= MAX_SPARE_FILES || held + size > self.capacity / SPARE_SHARE {
+            return false;
+        }
+        let seq = self.spare_seq.fetch_add(1, Ordering::Relaxed);
+        let spare = dir.join(format!("spare-{seq}"));
+        if let Err(e) = std::fs::rename(path, &spare) {
+            tracing::debug!("cannot keep {} as a spare: {e}", path.display());
+            return false;
+        }
+        spares.push(Spare { path: spare, size });
+        true
+    }
+
+    /// The smallest spare of at least `size` bytes, renamed to `path` and
+    /// cut to `size`; the bytes cut off are given back (step 2). `None`
+    /// when no spare fits (or it could not be reused: it is removed).
+    fn reuse_spare(&self, path: &std::path::Path, size: u64) -> Option<std::fs::File> {
+        let spare = {
+            let mut spares = self.spares();
+            let best = (0..spares.len())
+                .filter(|&i| spares[i].size >= size)
+                .min_by_key(|&i| spares[i].size)?;
+            spares.swap_remove(best)
+        };
+        let reused = std::fs::rename(&spare.path, path).and_then(|()| {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)?;
+            file.set_len(size)?;
+            Ok(file)
+        });
+        match reused {
+            Ok(file) => {
+                self.give_back(spare.size - size);
+                metrics::counter!("nimbus_object_store_spare_reuses_total").increment(1);
+                Some(file)
+            }
+            Err(e) => {
+                tracing::warn!("cannot reuse {}: {e}", spare.path.display());
+                for stale in [&spare.path, &path.to_path_buf()] {
+                    let _ = std::fs::remove_file(stale);
+                }
+                self.give_back(spare.size);
+                None
+            }
+        }
+    }
+
+    /// Removes every spare file and gives its bytes back (step 3); how
+    /// many bytes that freed.
+    fn drop_spares(&self) -> u64 {
+        let spares = std::mem::take(&mut *self.spares());
+        let mut freed = 0;
+        for spare in spares {
+            if let Err(e) = std::fs::remove_file(&spare.path) {
+                tracing::warn!("cannot remove {}: {e}", spare.path.display());
+            }
+            self.give_back(spare.size);
+            freed += spare.size;
+        }
+        freed
+    }
+
     fn spill_path(&self, id: ObjectId) -> PathBuf {
         self.spill_dir.join(id.to_string())
     }
@@ -166,6 +284,9 @@ struct Stored {
     touched: Instant,
     /// It stopped arriving and failed: a put of it may begin again.
     abandoned: bool,
+    /// A process was given its shared-memory file to map (`Open`): the
+    /// file is never reused.
+    mapped: bool,
 }
 
 impl Stored {
@@ -180,6 +301,7 @@ impl Stored {
             last_used: 0,
             touched: Instant::now(),
             abandoned: false,
+            mapped: false,
         }
     }
 
@@ -273,6 +395,11 @@ impl ObjectStoreShard {
 
     /// Returns what `stored` held of memory and disk.
     fn forget(&self, id: ObjectId, stored: &Stored) {
+        if let Data::Shared(path) = &stored.data {
+            if !stored.mapped && self.budget.keep_spare(path, stored.total) {
+                return;
+            }
+        }
         self.budget.give_back(stored.in_memory());
         if matches!(stored.data, Data::Shared(_) | Data::ArrivingShared { .. }) {
             if let Some(path) = self.budget.shared_path(id, stored.total) {
@@ -655,15 +782,23 @@ impl Handler<Begin> for ObjectStoreShard {
                 _ => return Err(ShardError::Exists(msg.id)),
             }
         }
-        if !self.budget.take(msg.total) {
+        let shared_path = self.budget.shared_path(msg.id, msg.total);
+        let reused = shared_path
+            .as_ref()
+            .and_then(|path| self.budget.reuse_spare(path, msg.total));
+        let room = reused.is_some()
+            || self.budget.take(msg.total)
+            || (self.budget.drop_spares() > 0 && self.budget.take(msg.total));
+        if !room {
             return Ok(Begun::NoRoom {
                 short: msg.total.saturating_sub(self.budget.free()),
                 first: msg.first,
             });
         }
         let tick = self.tick();
-        let data = match self.budget.shared_path(msg.id, msg.total) {
-            Some(path) => match reserve_shared(&path, msg.total) {
+        let data = match (shared_path, reused) {
+            (Some(_), Some(file)) => Data::ArrivingShared { file, received: 0 },
+            (Some(path), None) => match reserve_shared(&path, msg.total) {
                 Ok(file) => Data::ArrivingShared { file, received: 0 },
                 Err(e) => {
                     let warning = format!(
@@ -679,7 +814,7 @@ impl Handler<Begin> for ObjectStoreShard {
                     Data::Arriving(Vec::new())
                 }
             },
-            None => Data::Arriving(Vec::new()),
+            (None, _) => Data::Arriving(Vec::new()),
         };
         let shared = matches!(data, Data::ArrivingShared { .. });
         let mut stored = Stored::new(msg.total, data, primary);
@@ -833,6 +968,7 @@ impl Handler<Open> for ObjectStoreShard {
             return None;
         };
         stored.last_used = tick;
+        stored.mapped = true;
         Some((path.clone(), stored.total))
     }
 }
