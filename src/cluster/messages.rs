@@ -31,16 +31,17 @@
 //! - `Faults`: `AddPacketRule` (a chaos partition or degraded link);
 //! - `Jobs`: `EndJob`, `RunDriver`, `StopDriver`, `ReadJobLog`;
 //! - `Objects` ([`ObjectRequest`], the object store's, types in
-//!   `objects.rs`): `PutObjectChunk`, `CreateObject`, `SealObject`,
+//!   `objects.rs`): `PutObjectChunk`, `PutObjects`, `CreateObject`, `SealObject`,
 //!   `ReadObject`, `OpenObject`, `PullObject`, `AwaitObject`, `FailObject`,
 //!   `UpdateRefs`, `FreeObject`, `ListObjects`;
 //! - `Echo` (a probe).
 //!
 //! Every answer is a [`ControlReply`]. The protocol version (the wire's
-//! `PROTOCOL_VERSION`, 5) counts this grouping by subsystem (3: a join
+//! `PROTOCOL_VERSION`, 6) counts this grouping by subsystem (3: a join
 //! refused for a taken name is answered `NodeNameTaken`; 4: a join names
 //! the node's worker-ticket key and is answered with its ticket; 5: the
-//! event stream's `Resync` marker).
+//! event stream's `Resync` marker; 6: small puts in batches,
+//! `PutObjects`).
 
 use std::net::SocketAddr;
 
@@ -536,6 +537,18 @@ pub enum ObjectRequest {
         /// The bytes.
         #[serde(with = "serde_bytes")]
         chunk: Vec<u8>,
+    },
+    /// To a node: small objects one process put, whole and without
+    /// references, in the order it put them (it keeps its own copies and
+    /// sends them with its reference changes, ahead of them). Each begins
+    /// as a first `PutObjectChunk` would; one here already (a batch sent
+    /// again) is left as it is, one that cannot be stored fails with the
+    /// reason for its readers. Answered with `Ack`.
+    PutObjects {
+        /// Who holds each object's first reference: the putter.
+        holder: RefHolder,
+        /// The objects.
+        objects: Vec<super::SmallObject>,
     },
     /// To a node: bytes of an object it holds. Answered with
     /// [`ControlReply::ObjectBytes`].

@@ -46,7 +46,7 @@ pub use messages::{
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,
-    RefHolder, RefUpdate, SharedObjectFile,
+    RefHolder, RefUpdate, SharedObjectFile, SmallObject,
 };
 pub use resources::{ResourceError, ResourceOverrides, ResourceSet, CPU, GPU, MEMORY};
 pub use runs::{RunCheckpoint, RunEvent, RunHeader, RunNote, RunPoint, RunRecord};

@@ -72,6 +72,16 @@ impl std::fmt::Display for RefHolder {
     }
 }
 
+/// A small object put whole, in a batch (`ObjectRequest::PutObjects`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmallObject {
+    /// The object.
+    pub id: ObjectId,
+    /// Its bytes.
+    #[serde(with = "serde_bytes")]
+    pub bytes: Vec<u8>,
+}
+
 /// A reference inside an object.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainedRef {

@@ -148,15 +148,15 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
                 ),
             }
         }
-        ControlRequest::Objects(ObjectRequest::UpdateRefs { holder, .. }) => {
-            match !worker || speaks_for_itself(caller, holder) {
-                true => Ok(()),
-                false => deny(
-                    "UpdateRefs",
-                    "a worker changes only its own references (its actor and incarnation)",
-                ),
-            }
-        }
+        ControlRequest::Objects(
+            ObjectRequest::UpdateRefs { holder, .. } | ObjectRequest::PutObjects { holder, .. },
+        ) => match !worker || speaks_for_itself(caller, holder) {
+            true => Ok(()),
+            false => deny(
+                "UpdateRefs/PutObjects",
+                "a worker changes only its own references (its actor and incarnation)",
+            ),
+        },
         ControlRequest::Objects(_) => Ok(()),
         ControlRequest::Jobs(JobRequest::DriverAlive { .. } | JobRequest::DriverDone { .. }) => {
             match token {
@@ -321,6 +321,20 @@ mod tests {
         assert!(authorize(&worker, &refs(actor, 9)).is_ok());
         assert!(authorize(&worker, &refs(ActorId(0xac), 9)).is_err());
         assert!(authorize(&worker, &refs(actor, 8)).is_err());
+        // Small puts name their holder too: only the worker's own.
+        let puts = |actor, incarnation| {
+            ControlRequest::Objects(ObjectRequest::PutObjects {
+                holder: RefHolder::Process {
+                    id: 1,
+                    label: "worker".into(),
+                    worker: Some((actor, Incarnation(incarnation))),
+                    job: None,
+                },
+                objects: Vec::new(),
+            })
+        };
+        assert!(authorize(&worker, &puts(actor, 9)).is_ok());
+        assert!(authorize(&worker, &puts(ActorId(0xac), 9)).is_err());
         let down = |incarnation| {
             ControlRequest::Directory(DirectoryRequest::ActorDown {
                 actor: ActorId(0xac),

@@ -11,6 +11,11 @@
 //! of memory spills its least recently used objects to disk and restores
 //! them when read.
 //!
+//! A small object without references (64 KiB at most) is kept by the
+//! process that put it and reaches its node in the background, ahead of
+//! any message carrying its reference; [`flush`] waits for it (for tools
+//! that look at the store itself).
+//!
 //! Objects of [`SHARED_MIN`] bytes or more live in shared-memory files
 //! (`/dev/shm`) at their node: a process on the same host writes a put in
 //! place and maps a get ([`ObjectBytes`]), with no copy through the
@@ -49,8 +54,8 @@ pub use error::{ObjectStoreError, ShardError};
 pub use node::{
     Budget, HeadEvents, NodeObjectStore, ObjectStoreShard, ARRIVAL_TIMEOUT, SHARED_MIN,
 };
-pub use process::refs::held_here;
 pub(crate) use process::refs::start;
+pub use process::refs::{flush, held_here};
 pub(crate) use process::{fetch, refs, store};
 pub use process::{
     get, get_bytes, get_timeout, put, put_bytes, wait, ObjectBytes, ObjectRef, RawBytes,

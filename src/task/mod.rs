@@ -33,8 +33,8 @@
 //!   are fetched to the executing node before the function runs.
 //! - **Results and failures**: the result is stored at the submitter's home
 //!   node, which owns it (a result of at most 64 KiB holding no references
-//!   comes back inline in the reply: the submitter keeps a copy and stores
-//!   it); a task that panics or returns an error makes the
+//!   comes back inline in the reply: the submitter keeps a copy and queues
+//!   it as its own small put, `object_store`'s `refs.rs`); a task that panics or returns an error makes the
 //!   result *failed*, and `get` reports the task's name and message. A task
 //!   lost with its worker process or node is retried on a new lease up to
 //!   `max_retries` times (default 3, as in Ray); errors of the function
@@ -410,6 +410,16 @@ async fn store_inline(
     run: &RunTask,
     bytes: &[u8],
 ) -> Result<(), TaskFailure> {
+    // This process holds the result (it submitted the task): queued as
+    // its own small put, ahead of the release of its reference (`drive`
+    // keeps one until this returns).
+    if refs::holder().as_ref() == Some(&run.holder)
+        && refs::queue_store(&run.owner, run.result, bytes.to_vec())
+            .await
+            .is_ok()
+    {
+        return Ok(());
+    }
     let owner = context
         .endpoint
         .connect(run.owner.address, Some(&run.owner.node))

@@ -58,7 +58,7 @@ pub use message::{
 /// `Hello` carries a [`Proof`] (token or ticket), a join is answered with a
 /// node ticket; 5: the event stream's `ClusterEventKind::Resync` marker
 /// (a peer of 4 could not decode it).
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

@@ -1183,6 +1183,7 @@ pub fn orphan_driver() {
         .await
         .unwrap();
         let object = object_store::put(&vec![7u8; 1024]).await.unwrap();
+        object_store::flush().await;
         println!("ready {}", object.id());
         std::future::pending::<()>().await;
         drop((kept, group, object));

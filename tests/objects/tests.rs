@@ -121,6 +121,8 @@ async fn an_object_is_freed_when_its_last_reference_drops(driver: &mut Driver) {
     let client = client(driver).await;
     let object = object_store::put(&vec![1u64, 2, 3]).await.unwrap();
     let copy = object.clone();
+    // Small: it reaches the store in the background.
+    object_store::flush().await;
     let found = listing(&client, "head").await;
     let summary = found.objects.iter().find(|o| o.id == object.id()).unwrap();
     assert!(summary.primary);
@@ -155,6 +157,7 @@ async fn large_objects_are_shared_memory_mapped(driver: &mut Driver) {
     let small = object_store::put_bytes(&bytes[..1000]).await.unwrap();
     let back = object_store::get_bytes(&small).await.unwrap();
     assert!(matches!(back, ObjectBytes::Local(_)), "{back:?}");
+    object_store::flush().await;
     let found = listing(&client, "head").await;
     let summary = found.objects.iter().find(|o| o.id == small.id()).unwrap();
     assert_eq!(summary.state, ObjectState::InMemory, "{summary:?}");

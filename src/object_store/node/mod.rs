@@ -10,7 +10,9 @@
 //! 1. **Puts.** A put arrives in `CHUNK_BYTES` (8 MiB) chunks
 //!    (`PutObjectChunk`); the first reserves the whole size, spilling if
 //!    needed, registers the putter as the object's first holder and holds
-//!    the references the object contains on its behalf. A process of this
+//!    the references the object contains on its behalf. Small objects
+//!    without references come whole, in batches (`PutObjects`), each
+//!    begun as such a first chunk. A process of this
 //!    host writes a large object in place instead (`CreateObject`: the node
 //!    reserves it and creates its file; the process writes; `SealObject`:
 //!    the node checks the size). A transfer that fails is aborted: nothing
@@ -74,7 +76,7 @@ use crate::cluster::ownership::{OwnedDir, OwnershipError};
 use crate::cluster::ObjectRequest;
 use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
-    RefHolder, RefUpdate,
+    RefHolder, RefUpdate, SmallObject,
 };
 use crate::transport::{Endpoint, RequestOptions};
 use crate::wire::{RemoteError, RemoteErrorKind};
@@ -314,6 +316,10 @@ impl NodeObjectStore {
                 .put_chunk(id, offset, total, (holder, contains), chunk)
                 .await
                 .map(|()| ControlReply::Ack),
+            ObjectRequest::PutObjects { holder, objects } => {
+                self.put_small(holder, objects).await;
+                Ok(ControlReply::Ack)
+            }
             ObjectRequest::ReadObject {
                 id,
                 offset,
@@ -401,6 +407,36 @@ impl NodeObjectStore {
             self.abort(id).await;
         }
         appended
+    }
+
+    /// Begins each small object whole, in one shard message each, all at
+    /// once. One that is here already (a batch sent again) is left as it
+    /// is (`Fail` changes no object it finds); one that cannot be stored
+    /// fails with the reason, for its readers.
+    async fn put_small(&self, holder: RefHolder, objects: Vec<SmallObject>) {
+        let begins = objects.into_iter().map(|object| {
+            let holder = holder.clone();
+            async move {
+                let (id, total) = (object.id, object.bytes.len() as u64);
+                let owned = (holder.clone(), Vec::new());
+                let Err(e) = self.begin_owned(id, total, owned, Some(object.bytes)).await else {
+                    return;
+                };
+                let message = format!("its put failed: {}", e.message);
+                if let Err(e) = self
+                    .shard(id)
+                    .send(Fail {
+                        id,
+                        holder,
+                        message,
+                    })
+                    .await
+                {
+                    tracing::warn!(object = %id, "object store shard unavailable: {e}");
+                }
+            }
+        });
+        futures::future::join_all(begins).await;
     }
 
     /// Reserves an object for a process of this host to write in place.

@@ -12,7 +12,10 @@
 //!    (1 MiB) or more, on the home node's host (same kernel boot id and
 //!    `/dev/shm`), is
 //!    written in place into its shared-memory file (`CreateObject`, write,
-//!    `SealObject`); anything else goes in `CHUNK_BYTES` (8 MiB) chunks
+//!    `SealObject`); a small one (at most 64 KiB) without references is
+//!    kept here and queued for the home node, in order with this
+//!    process's reference changes, and the put returns at once
+//!    (`refs.rs`); anything else goes in `CHUNK_BYTES` (8 MiB) chunks
 //!    (`PutObjectChunk`).
 //! 2. **Get**: a copy this process keeps answers at once (objects of at
 //!    most 64 KiB are kept by the processes that put, read or produced
@@ -22,9 +25,10 @@
 //!    [`DEFAULT_GET_TIMEOUT`], 600 s, for a task's result still being
 //!    produced). Then a large object on this host is mapped
 //!    (`OpenObject`; `ObjectBytes::Mapped`, no copy: files are immutable
-//!    once sealed and only ever unlinked, which leaves mappings intact);
-//!    anything else is read from the home node in chunks, four in flight,
-//!    into a buffer allocated once.
+//!    once sealed, and a file handed out for mapping is only ever
+//!    unlinked, never reused, which leaves mappings intact); anything
+//!    else is read from the home node in chunks, four in flight, into a
+//!    buffer allocated once.
 //! 3. **Errors**: a get of an object whose owner is gone fails with
 //!    `Unavailable` ("lost: its owner, node N, cannot be reached"); of a
 //!    failed task's result, with the task's name and error; of a freed
@@ -229,9 +233,33 @@ pub async fn put<T: Serialize>(value: &T) -> Result<ObjectRef<T>, ObjectStoreErr
     let home = home(context).await?;
     let holder = refs::holder().ok_or(ObjectStoreError::NotInitialized)?;
     let id = ObjectId::random();
+    if captured.refs.is_empty() && bytes.len() <= refs::LOCAL_COPY_MAX {
+        return put_small(id, bytes, home, holder).await;
+    }
     store(&home.0, id, &bytes, holder, captured.refs.clone()).await?;
     drop(captured);
     Ok(stored_ref(id, &bytes, home.1))
+}
+
+/// A small object without references (step 1): kept here, queued for the
+/// home node, returned at once; stored here and now when references are
+/// not tracked.
+async fn put_small<T>(
+    id: ObjectId,
+    bytes: Vec<u8>,
+    (node, owner): (Connection, ObjectLocation),
+    holder: RefHolder,
+) -> Result<ObjectRef<T>, ObjectStoreError> {
+    let object = stored_ref(id, &bytes, owner.clone());
+    metrics::counter!("nimbus_objects_put_bytes_total").increment(bytes.len() as u64);
+    let unqueued = match object.tracked {
+        Some(_) => refs::queue_store(&owner, id, bytes).await.err(),
+        None => Some(bytes),
+    };
+    if let Some(bytes) = unqueued {
+        store_chunks(&node, id, &bytes, holder, Vec::new()).await?;
+    }
+    Ok(object)
 }
 
 /// Puts raw bytes (a tensor, a file) into this process's home node's store.
@@ -240,6 +268,9 @@ pub async fn put_bytes(bytes: &[u8]) -> Result<ObjectRef<RawBytes>, ObjectStoreE
     let home = home(context).await?;
     let holder = refs::holder().ok_or(ObjectStoreError::NotInitialized)?;
     let id = ObjectId::random();
+    if bytes.len() <= refs::LOCAL_COPY_MAX {
+        return put_small(id, bytes.to_vec(), home, holder).await;
+    }
     store(&home.0, id, bytes, holder, Vec::new()).await?;
     Ok(stored_ref(id, bytes, home.1))
 }
@@ -399,6 +430,10 @@ pub(crate) async fn store(
     contains: Vec<ContainedRef>,
 ) -> Result<(), ObjectStoreError> {
     metrics::counter!("nimbus_objects_put_bytes_total").increment(bytes.len() as u64);
+    if !contains.is_empty() {
+        // The small objects it refers to reach their owners first.
+        refs::flush().await;
+    }
     if bytes.len() as u64 >= SHARED_MIN
         && store_shared(node, id, bytes, holder.clone(), contains.clone()).await?
     {
@@ -459,7 +494,8 @@ async fn open_shared(node: &Connection, id: ObjectId, size: u64) -> Option<memma
     };
     let opened = std::fs::File::open(&file.path).ok()?;
     // SAFETY: object files are immutable once sealed: the node only ever
-    // unlinks them (spilling, freeing), which leaves a mapping intact.
+    // unlinks a file it handed out for mapping (spilling, freeing), never
+    // reuses it, which leaves a mapping intact.
     let map = unsafe { memmap2::Mmap::map(&opened) }.ok()?;
     (map.len() as u64 == size).then_some(map)
 }

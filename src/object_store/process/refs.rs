@@ -22,8 +22,16 @@
 //!   first chunk on; the serializing process keeps its own stakes until
 //!   the object is stored, so no release can overtake that hold.
 //!
+//! - A small put (at most `LOCAL_COPY_MAX` bytes, no references inside)
+//!   returns at once: the process keeps its copy and queues the object,
+//!   and it reaches its owner in that same order, ahead of every change
+//!   queued after it (`PutObjects`). A message carrying its reference
+//!   waits for it as for a transit (the barrier), as does a put of an
+//!   object that contains references ([`flushed`]).
+//!
 //! Changes go to their owners in order, from one background task, batched
-//! (`UpdateRefs`, at most `BATCH`, 4096, changes a request). A worker's
+//! (`UpdateRefs`, at most `BATCH`, 4096, changes or objects a request; an
+//! owner's objects before its changes). A worker's
 //! holds name its actor and incarnation, so its node's store drops them
 //! when the head reports that incarnation dead. A hold or transit is not
 //! given up on while the head lists its owner alive (up to `OWNER_WAIT`,
@@ -40,18 +48,55 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use futures::FutureExt;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
 use crate::client;
 use crate::cluster::ObjectRequest;
 use crate::cluster::{
     ContainedRef, ControlRequest, ObjectId, ObjectLocation, RefChange, RefHolder, RefUpdate,
+    SmallObject,
 };
 use crate::runtime::ProcessContext;
 use crate::transport::RequestOptions;
 
 /// Changes sent to owners in one request at most.
 const BATCH: usize = 4096;
+
+/// Bytes of small objects sent in one request at most (a request's frame
+/// must stay under the transport's cap, 16 MiB by default).
+const STORE_BATCH_BYTES: usize = 256 << 10;
+
+/// Bytes of small objects queued and not yet delivered at most: a put
+/// waits for room (a loop of puts runs at the pace its node takes them,
+/// in bounded memory). Each object counts at least `STORE_OVERHEAD`.
+const QUEUED_STORE_BYTES: usize = 1 << 20;
+
+/// What an object costs in the queue beyond its bytes, roughly.
+const STORE_OVERHEAD: usize = 256;
+
+/// What an object of `len` bytes counts against `QUEUED_STORE_BYTES`.
+fn store_charge(len: usize) -> u32 {
+    len.max(STORE_OVERHEAD) as u32
+}
+
+/// `objects`, in order, in runs of at most `max` bytes (a larger object
+/// alone).
+fn split_by_bytes(objects: Vec<SmallObject>, max: usize) -> Vec<Vec<SmallObject>> {
+    let mut runs: Vec<Vec<SmallObject>> = Vec::new();
+    let mut bytes = 0;
+    for object in objects {
+        let len = object.bytes.len();
+        match runs.last_mut() {
+            Some(run) if bytes + len <= max => run.push(object),
+            _ => {
+                bytes = 0;
+                runs.push(vec![object]);
+            }
+        }
+        bytes += len;
+    }
+    runs
+}
 
 /// Objects up to this size are kept in the memory of the processes that
 /// put, read or produced them, as long as they hold a reference: gets
@@ -127,12 +172,16 @@ struct Process {
     holder: RefHolder,
     table: DashMap<ObjectId, Weak<Tracked>>,
     queue: mpsc::UnboundedSender<Queued>,
+    /// Room for small objects in the queue (`QUEUED_STORE_BYTES`).
+    store_room: Arc<Semaphore>,
 }
 
 /// What the delivery task is asked.
 enum Queued {
     /// Send this change to that owner.
     Change(ObjectLocation, RefUpdate),
+    /// Store this small object, put by this process, at that owner.
+    Store(ObjectLocation, SmallObject),
     /// Say when every change queued before is delivered (or given up on:
     /// its owner is gone), the barrier of `crate::runtime::transits`.
     Barrier(oneshot::Sender<()>),
@@ -170,13 +219,15 @@ pub(crate) fn start(context: &'static ProcessContext) {
         job,
     };
     let (queue, updates) = mpsc::unbounded_channel();
+    let store_room = Arc::new(Semaphore::new(QUEUED_STORE_BYTES));
     let process = Process {
         holder: holder.clone(),
         table: DashMap::new(),
         queue,
+        store_room: store_room.clone(),
     };
     if PROCESS.set(process).is_ok() {
-        tokio::spawn(deliver(context, holder, updates));
+        tokio::spawn(deliver(context, holder, updates, store_room));
         crate::runtime::transits::install(Box::new(|| {
             let (done, delivered) = oneshot::channel();
             if let Some(process) = PROCESS.get() {
@@ -187,6 +238,50 @@ pub(crate) fn start(context: &'static ProcessContext) {
             }
             .boxed()
         }));
+    }
+}
+
+/// Queues small object `id` (whole, with no references inside) for its
+/// owner, after every change queued so far and before any queued later.
+/// Waits while the queue holds `QUEUED_STORE_BYTES` of objects. The
+/// bytes back when references are not tracked here (before [`start`], or
+/// at exit): the caller stores the object itself.
+pub(crate) async fn queue_store(
+    owner: &ObjectLocation,
+    id: ObjectId,
+    bytes: Vec<u8>,
+) -> Result<(), Vec<u8>> {
+    let Some(process) = PROCESS.get() else {
+        return Err(bytes);
+    };
+    match process
+        .store_room
+        .acquire_many(store_charge(bytes.len()))
+        .await
+    {
+        // Given back by the delivery task once the object is sent.
+        Ok(permit) => permit.forget(),
+        Err(_) => return Err(bytes),
+    }
+    let store = Queued::Store(owner.clone(), SmallObject { id, bytes });
+    process.queue.send(store).map_err(|unsent| match unsent.0 {
+        Queued::Store(_, object) => object.bytes,
+        _ => Vec::new(),
+    })
+}
+
+/// Waits until the small objects this process put, and its reference
+/// changes, queued so far, reached their owners (or were given up on:
+/// their owner is gone). Messages carrying references wait for this on
+/// their own; call it before looking at a node's store from outside
+/// (`nimbus memory`, [`crate::client::ClusterClient::objects`]).
+pub async fn flush() {
+    let Some(process) = PROCESS.get() else {
+        return;
+    };
+    let (done, delivered) = oneshot::channel();
+    if process.queue.send(Queued::Barrier(done)).is_ok() {
+        let _ = delivered.await;
     }
 }
 
@@ -309,6 +404,7 @@ async fn deliver(
     context: &'static ProcessContext,
     holder: RefHolder,
     mut updates: mpsc::UnboundedReceiver<Queued>,
+    store_room: Arc<Semaphore>,
 ) {
     while let Some(first) = updates.recv().await {
         let mut batch = vec![first];
@@ -318,23 +414,49 @@ async fn deliver(
                 Err(_) => break,
             }
         }
-        let mut by_owner: Vec<(ObjectLocation, Vec<RefUpdate>)> = Vec::new();
+        let mut by_owner: Vec<(ObjectLocation, Vec<SmallObject>, Vec<RefUpdate>)> = Vec::new();
         let mut barriers = Vec::new();
         for queued in batch {
-            let (owner, update) = match queued {
-                Queued::Change(owner, update) => (owner, update),
+            let (owner, object, update) = match queued {
+                Queued::Change(owner, update) => (owner, None, Some(update)),
+                Queued::Store(owner, object) => (owner, Some(object), None),
                 Queued::Barrier(done) => {
                     barriers.push(done);
                     continue;
                 }
             };
-            match by_owner.iter_mut().find(|(o, _)| *o == owner) {
-                Some((_, list)) => list.push(update),
-                None => by_owner.push((owner, vec![update])),
-            }
+            let at = match by_owner.iter().position(|(o, _, _)| *o == owner) {
+                Some(at) => at,
+                None => {
+                    by_owner.push((owner, Vec::new(), Vec::new()));
+                    by_owner.len() - 1
+                }
+            };
+            by_owner[at].1.extend(object);
+            by_owner[at].2.extend(update);
         }
-        for (owner, updates) in by_owner {
-            send(context, &holder, &owner, updates).await;
+        // An object is queued before any change to it: an owner's objects
+        // go first.
+        for (owner, objects, updates) in by_owner {
+            for objects in split_by_bytes(objects, STORE_BATCH_BYTES) {
+                let charge: u32 = objects.iter().map(|o| store_charge(o.bytes.len())).sum();
+                let request = ObjectRequest::PutObjects {
+                    holder: holder.clone(),
+                    objects,
+                };
+                send(context, &owner, request, true).await;
+                store_room.add_permits(charge as usize);
+            }
+            if !updates.is_empty() {
+                let keeps_alive = updates
+                    .iter()
+                    .any(|u| !matches!(u.change, RefChange::Release));
+                let request = ObjectRequest::UpdateRefs {
+                    holder: holder.clone(),
+                    updates,
+                };
+                send(context, &owner, request, keeps_alive).await;
+            }
         }
         // Everything queued before each barrier was in this batch.
         for done in barriers {
@@ -343,25 +465,20 @@ async fn deliver(
     }
 }
 
-/// Sends one owner its changes, retrying a few times: an owner that stays
-/// unreachable has died with its objects. Changes that keep an object
-/// alive (a hold, a transit) are not given up on while the head still
-/// lists the owner alive, for up to [`OWNER_WAIT`]: dropping one could
-/// free an object early. Releases are given up on after the retries
-/// (the objects then stay until their owner stops: a delayed free).
+/// Sends one owner its objects or changes, retrying a few times: an owner
+/// that stays unreachable has died with its objects. Objects and changes
+/// that keep an object alive (a hold, a transit) — `keeps_alive` — are
+/// not given up on while the head still lists the owner alive, for up to
+/// [`OWNER_WAIT`]: dropping one could free an object early. Releases are
+/// given up on after the retries (the objects then stay until their owner
+/// stops: a delayed free).
 async fn send(
     context: &ProcessContext,
-    holder: &RefHolder,
     owner: &ObjectLocation,
-    updates: Vec<RefUpdate>,
+    request: ObjectRequest,
+    keeps_alive: bool,
 ) {
-    let keeps_alive = updates
-        .iter()
-        .any(|u| !matches!(u.change, RefChange::Release));
-    let request = ControlRequest::Objects(ObjectRequest::UpdateRefs {
-        holder: holder.clone(),
-        updates,
-    });
+    let request = ControlRequest::Objects(request);
     let give_up = tokio::time::Instant::now() + OWNER_WAIT;
     let mut attempt = 0u32;
     let last = loop {
@@ -387,7 +504,7 @@ async fn send(
     };
     match keeps_alive {
         true => {
-            tracing::error!(%owner, "reference holds not delivered within {OWNER_WAIT:?} while the owner is still listed alive ({last}): it may free those objects while this process still refers to them")
+            tracing::error!(%owner, "reference holds or small objects not delivered within {OWNER_WAIT:?} while the owner is still listed alive ({last}): it may free those objects while this process still refers to them")
         }
         false => {
             tracing::warn!(%owner, "reference releases not delivered ({last}): the objects stay until their owner stops")
@@ -424,5 +541,30 @@ async fn owner_alive(context: &ProcessContext, owner: &ObjectLocation) -> Option
             node.id == owner.node.name && node.incarnation == owner.node.incarnation.0
         })),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{split_by_bytes, SmallObject};
+    use crate::cluster::ObjectId;
+
+    #[test]
+    fn small_objects_go_in_order_in_runs_under_the_byte_cap() {
+        let object = |len| SmallObject {
+            id: ObjectId::random(),
+            bytes: vec![0; len],
+        };
+        let objects: Vec<SmallObject> = [3, 4, 2, 9, 0, 1].into_iter().map(object).collect();
+        let ids: Vec<ObjectId> = objects.iter().map(|o| o.id).collect();
+        let runs = split_by_bytes(objects, 8);
+        let lens: Vec<Vec<usize>> = runs
+            .iter()
+            .map(|run| run.iter().map(|o| o.bytes.len()).collect())
+            .collect();
+        // A run takes what fits; a larger object goes alone.
+        assert_eq!(lens, vec![vec![3, 4], vec![2], vec![9], vec![0, 1]]);
+        let order: Vec<ObjectId> = runs.into_iter().flatten().map(|o| o.id).collect();
+        assert_eq!(order, ids);
     }
 }
