@@ -307,14 +307,15 @@ mod tests {
         let me = identity(&format!("worker-{actor}"), 9);
         let n1 = identity("n1", 1);
         let worker = caller(PeerRole::Worker, &me, Standing::Certified { host: n1 });
+        let holder = |actor, incarnation| RefHolder::Process {
+            id: 1,
+            label: "worker".into(),
+            worker: Some((actor, Incarnation(incarnation))),
+            job: None,
+        };
         let refs = |actor, incarnation| {
             ControlRequest::Objects(ObjectRequest::UpdateRefs {
-                holder: RefHolder::Process {
-                    id: 1,
-                    label: "worker".into(),
-                    worker: Some((actor, Incarnation(incarnation))),
-                    job: None,
-                },
+                holder: holder(actor, incarnation),
                 updates: Vec::new(),
             })
         };
@@ -324,12 +325,7 @@ mod tests {
         // Small puts name their holder too: only the worker's own.
         let puts = |actor, incarnation| {
             ControlRequest::Objects(ObjectRequest::PutObjects {
-                holder: RefHolder::Process {
-                    id: 1,
-                    label: "worker".into(),
-                    worker: Some((actor, Incarnation(incarnation))),
-                    job: None,
-                },
+                holder: holder(actor, incarnation),
                 objects: Vec::new(),
             })
         };

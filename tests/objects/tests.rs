@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use nimbus::actor::{self, SpawnOptions, Strategy};
 use nimbus::client::ClusterClient;
 use nimbus::cluster::{
-    ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectRequest, ObjectState, RefHolder,
-    ResourceSet,
+    ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectRequest, ObjectState, RefChange,
+    RefHolder, RefUpdate, ResourceSet, SmallObject,
 };
 use nimbus::object_store::{self, ObjectBytes, ObjectStoreError};
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
@@ -80,6 +80,9 @@ pub const ALL: &[(&str, Test)] = &[
     ),
     ("a_small_dev_shm_keeps_large_objects_in_memory", |d| {
         boxed(a_small_dev_shm_keeps_large_objects_in_memory(d))
+    }),
+    ("a_late_put_of_a_freed_object_is_refused", |d| {
+        boxed(a_late_put_of_a_freed_object_is_refused(d))
     }),
 ];
 
@@ -783,6 +786,7 @@ async fn a_small_dev_shm_keeps_large_objects_in_memory(driver: &mut Driver) {
         println!("  SKIPPED: a node with a /dev/shm of its own needs root");
         return;
     }
+    let client = client(driver).await;
     let cluster = driver.local_cluster().expect("a local cluster");
     let index = cluster
         .add_node_with_private_dirs(
@@ -808,7 +812,110 @@ async fn a_small_dev_shm_keeps_large_objects_in_memory(driver: &mut Driver) {
     let digests = keeper.send(Digests(refs.clone())).await.unwrap().unwrap();
     let expected: Vec<u64> = (0..4).map(|seed| digest(&pattern(seed, size))).collect();
     assert_eq!(digests, expected, "every object reads back whole");
+    let ids: Vec<ObjectId> = refs.iter().map(|r| r.id()).collect();
     drop(refs);
+    for id in ids {
+        wait_freed(&client, &name, id).await;
+    }
+    // Two objects no process mapped: freed, their files stay in /dev/shm
+    // as spares (6 of its 8 MiB). A 5 MiB object fits none of them and
+    // not beside them: the spares make way, and it lives in /dev/shm.
+    let unread = keeper.send(PutMany { count: 2, size }).await.unwrap();
+    let ids: Vec<ObjectId> = unread.unwrap().iter().map(|r| r.id()).collect();
+    for id in ids {
+        wait_freed(&client, &name, id).await;
+    }
+    wait_until("the freed files are spares", SETTLE, || async {
+        (listing(&client, &name).await.spare == 2 * size as u64).then_some(())
+    })
+    .await
+    .unwrap();
+    let larger = keeper
+        .send(PutMany {
+            count: 1,
+            size: 5 << 20,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let now = listing(&client, &name).await;
+    let state = now.objects.iter().find(|o| o.id == larger[0].id());
+    assert_eq!(
+        state.map(|o| o.state),
+        Some(ObjectState::SharedMemory),
+        "{now:?}"
+    );
+    assert_eq!(now.spare, 0, "{now:?}");
+    drop(larger);
     keeper.kill().await.unwrap();
     cluster.kill(index).unwrap();
+}
+
+/// A put of an object its node freed already (a batch sent again, a put
+/// that comes late) is refused: stored again, it would be held by no one
+/// and never freed.
+async fn a_late_put_of_a_freed_object_is_refused(driver: &mut Driver) {
+    let client = client(driver).await;
+    let status = client.status().await.unwrap();
+    let node = client
+        .connect_node(status.node("head").expect("the head is known"))
+        .await
+        .unwrap();
+    let id = ObjectId::random();
+    let holder = RefHolder::Process {
+        id: 7,
+        label: "a putter that repeats itself".into(),
+        worker: None,
+        job: None,
+    };
+    let bytes = vec![5u8; 1024];
+    let call = |request| {
+        let node = &node;
+        async move {
+            nimbus::client::call(
+                node,
+                &ControlRequest::Objects(request),
+                RequestOptions::bulk(),
+            )
+            .await
+        }
+    };
+    let put = || ObjectRequest::PutObjectChunk {
+        id,
+        offset: 0,
+        total: bytes.len() as u64,
+        holder: holder.clone(),
+        contains: Vec::new(),
+        chunk: bytes.clone(),
+    };
+    call(put()).await.unwrap();
+    call(ObjectRequest::UpdateRefs {
+        holder: holder.clone(),
+        updates: vec![RefUpdate {
+            id,
+            change: RefChange::Release,
+        }],
+    })
+    .await
+    .unwrap();
+    wait_freed(&client, "head", id).await;
+    let again = call(put()).await;
+    let refused = format!("{again:?}");
+    assert!(refused.contains("freed"), "{refused}");
+    call(ObjectRequest::PutObjects {
+        holder: holder.clone(),
+        objects: vec![SmallObject {
+            id,
+            bytes: bytes.clone(),
+        }],
+    })
+    .await
+    .unwrap();
+    let now = listing(&client, "head").await;
+    assert!(now.objects.iter().all(|o| o.id != id), "{now:?}");
+    let awaited = call(ObjectRequest::AwaitObject { id, wait_ms: 0 }).await;
+    match awaited {
+        Ok(ControlReply::ObjectFailed(reason)) => assert!(reason.contains("freed"), "{reason}"),
+        other => panic!("expected the object freed, got {other:?}"),
+    }
 }

@@ -25,8 +25,9 @@
 //!    size, renamed to the object's name and cut to its size: its pages
 //!    are already in memory, so the write skips allocating them (on this
 //!    host, half the time of a fresh 100 MiB file).
-//! 3. When memory is short, the spares are removed before anything is
-//!    spilled.
+//! 3. When memory is short, or the tmpfs refuses a new file for want of
+//!    space, the spares are removed before anything is spilled. A cached
+//!    copy dropped to make room is removed, never kept as a spare.
 //!
 //! Spilling and restoring: a spilled primary is a file in the spill
 //! directory, out of the memory budget. A read from offset 0 restores it
@@ -245,6 +246,16 @@ impl Budget {
         freed
     }
 
+    /// Runs `make`, which writes to shared memory; when it finds the
+    /// file system full, removes the spares and runs it once more (step
+    /// 3: /dev/shm may be smaller than the budget, shared by other users).
+    fn making_room<T>(&self, mut make: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+        match make() {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && self.drop_spares() > 0 => make(),
+            made => made,
+        }
+    }
+
     fn spill_path(&self, id: ObjectId) -> PathBuf {
         self.spill_dir.join(id.to_string())
     }
@@ -393,13 +404,19 @@ impl ObjectStoreShard {
         })
     }
 
-    /// Returns what `stored` held of memory and disk.
+    /// Returns what `stored` held of memory and disk; its shared-memory
+    /// file may be kept as a spare.
     fn forget(&self, id: ObjectId, stored: &Stored) {
         if let Data::Shared(path) = &stored.data {
             if !stored.mapped && self.budget.keep_spare(path, stored.total) {
                 return;
             }
         }
+        self.release(id, stored);
+    }
+
+    /// Returns what `stored` held of memory and disk, removing its files.
+    fn release(&self, id: ObjectId, stored: &Stored) {
         self.budget.give_back(stored.in_memory());
         if matches!(stored.data, Data::Shared(_) | Data::ArrivingShared { .. }) {
             if let Some(path) = self.budget.shared_path(id, stored.total) {
@@ -428,8 +445,9 @@ impl ObjectStoreShard {
         }
         let size = stored.total;
         if !stored.primary {
+            // Memory is short: its file goes, not to the spares.
             if let Some(stored) = self.objects.remove(&id) {
-                self.forget(id, &stored);
+                self.release(id, &stored);
             }
             return Ok(size);
         }
@@ -762,6 +780,11 @@ impl Handler<Begin> for ObjectStoreShard {
 
     fn handle(&mut self, msg: Begin, _: &mut Self::Context) -> Self::Result {
         let primary = msg.holder.is_some();
+        if primary && self.refs.was_freed(msg.id) {
+            // A late or repeated put of an object every reference let go
+            // of: storing it again would keep it for no one.
+            return Err(ShardError::Freed(msg.id));
+        }
         if primary && self.objects.get(&msg.id).is_some_and(|s| s.abandoned) {
             // Its put stopped half-way: this one starts it over.
             self.objects.remove(&msg.id);
@@ -798,22 +821,24 @@ impl Handler<Begin> for ObjectStoreShard {
         let tick = self.tick();
         let data = match (shared_path, reused) {
             (Some(_), Some(file)) => Data::ArrivingShared { file, received: 0 },
-            (Some(path), None) => match reserve_shared(&path, msg.total) {
-                Ok(file) => Data::ArrivingShared { file, received: 0 },
-                Err(e) => {
-                    let warning = format!(
+            (Some(path), None) => {
+                match self.budget.making_room(|| reserve_shared(&path, msg.total)) {
+                    Ok(file) => Data::ArrivingShared { file, received: 0 },
+                    Err(e) => {
+                        let warning = format!(
                         "cannot make {} ({} bytes): {e}; keeping such objects in the node's memory (a larger /dev/shm lets processes of this host map them)",
                         path.display(),
                         msg.total
                     );
-                    if std::mem::replace(&mut self.warned_shared, true) {
-                        tracing::debug!("{warning}");
-                    } else {
-                        tracing::warn!("{warning}");
+                        if std::mem::replace(&mut self.warned_shared, true) {
+                            tracing::debug!("{warning}");
+                        } else {
+                            tracing::warn!("{warning}");
+                        }
+                        Data::Arriving(Vec::new())
                     }
-                    Data::Arriving(Vec::new())
                 }
-            },
+            }
             (None, _) => Data::Arriving(Vec::new()),
         };
         let shared = matches!(data, Data::ArrivingShared { .. });
@@ -1027,7 +1052,7 @@ impl Handler<Read> for ObjectStoreShard {
             // served from disk.
             if msg.offset == 0 && self.budget.take(total) {
                 if let Some(shared) = self.budget.shared_path(msg.id, total) {
-                    return match std::fs::copy(&path, &shared) {
+                    return match self.budget.making_room(|| std::fs::copy(&path, &shared)) {
                         Ok(_) => {
                             let _ = std::fs::remove_file(&path);
                             self.budget.spilled.fetch_sub(total, Ordering::Relaxed);
@@ -1141,7 +1166,7 @@ impl Handler<Fail> for ObjectStoreShard {
     type Result = ();
 
     fn handle(&mut self, msg: Fail, _: &mut Self::Context) {
-        if self.objects.contains_key(&msg.id) {
+        if self.objects.contains_key(&msg.id) || self.refs.was_freed(msg.id) {
             return;
         }
         let failed = Stored::new(0, Data::Failed(msg.message), true);
