@@ -8,6 +8,9 @@
 //!   on loopback (`TCP_NODELAY`), blocking reads and writes, no framework;
 //! - `nimbus_echo_{64B,1MiB}_rtt_p50`: the same payloads as a nimbus
 //!   control request (`Echo`) to a node process over QUIC;
+//! - `nimbus_channel_{quic,uds}_echo_{64B,1MiB}_rtt_p50`: the same on an
+//!   ordered channel (what an actor call rides), over a QUIC stream and
+//!   over the node's same-host Unix-domain socket (`transport/local.rs`);
 //! - `actor_call_{64B}_rtt_p50`: a synchronous actor call from this
 //!   process to an actor in a worker process;
 //! - `actor_call_{syscalls,context_switches}_per_call_{driver,worker}`:
@@ -46,8 +49,9 @@ use actix::prelude::*;
 use anyhow::{Context as _, Result};
 use hdrhistogram::Histogram;
 use nimbus::actor::{self, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
+use nimbus::client::ClusterClient;
 use nimbus::cluster::{ControlReply, ControlRequest};
-use nimbus::transport::{Connection, RequestOptions};
+use nimbus::transport::{Channel, Connection, RequestOptions, TransportConfig};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
@@ -149,6 +153,39 @@ fn main() -> Result<()> {
             summary.push(format!("nimbus_echo_{label}_rtt_p50_us={p50:.1}"));
         }
         quic_bulk(&connection, scale).await?;
+        let cluster = driver.local_cluster().context("a private cluster")?;
+        for (kind, same_host_channels) in [("quic", false), ("uds", true)] {
+            let config = TransportConfig {
+                same_host_channels,
+                ..TransportConfig::default()
+            };
+            let client = ClusterClient::connect_with(
+                &cluster.address().to_string(),
+                cluster.token(),
+                config,
+            )
+            .await?;
+            let connection = client.connect_node(&node).await?;
+            anyhow::ensure!(
+                connection.local_socket().is_some() == same_host_channels,
+                "the {kind} channel does not run over {kind}"
+            );
+            let channel = connection.open_channel().await?;
+            for (payload, label, trips) in PAYLOADS {
+                let trips = (trips / scale).max(10);
+                let mut histogram = Histogram::<u64>::new(3)?;
+                for _ in 0..trips {
+                    let started = Instant::now();
+                    channel_echo(&channel, payload).await?;
+                    histogram.record(started.elapsed().as_nanos() as u64)?;
+                }
+                let p50 = histogram.value_at_quantile(0.5) as f64 / 1000.0;
+                println!("nimbus_channel_{kind}_echo_{label}_rtt_p50: {p50:.1} us");
+                summary.push(format!(
+                    "nimbus_channel_{kind}_echo_{label}_rtt_p50_us={p50:.1}"
+                ));
+            }
+        }
 
         let echo_actor = actor::spawn::<Echo>(
             (),
@@ -217,6 +254,16 @@ fn main() -> Result<()> {
 async fn echo(connection: &Connection, payload: usize) -> Result<()> {
     let request = ControlRequest::Echo(vec![1; payload]);
     match nimbus::client::call(connection, &request, RequestOptions::bulk()).await? {
+        ControlReply::Echo(back) if back.len() == payload => Ok(()),
+        reply => anyhow::bail!("the echo answered {reply:?}"),
+    }
+}
+
+/// One `Echo` of `payload` bytes on an ordered channel, checked.
+async fn channel_echo(channel: &Channel, payload: usize) -> Result<()> {
+    let request = rmp_serde::to_vec_named(&ControlRequest::Echo(vec![1; payload]))?;
+    let reply = channel.request(request, RequestOptions::bulk()).await?;
+    match nimbus::wire::decode(&reply)? {
         ControlReply::Echo(back) if back.len() == payload => Ok(()),
         reply => anyhow::bail!("the echo answered {reply:?}"),
     }

@@ -31,7 +31,7 @@ pub struct Channel {
 
 struct Inner {
     connection: Connection,
-    send: tokio::sync::Mutex<quinn::SendStream>,
+    send: tokio::sync::Mutex<Writer>,
     pending: Mutex<Pending>,
     next_id: AtomicU64,
     max_frame_bytes: usize,
@@ -65,6 +65,26 @@ impl PendingReply {
     }
 }
 
+/// Where a channel's requests go: a QUIC stream, or a Unix-domain socket
+/// to a process of this host (`local.rs`).
+enum Writer {
+    Quic(quinn::SendStream),
+    Local(tokio::net::unix::OwnedWriteHalf),
+}
+
+impl Writer {
+    async fn write(&mut self, frame: &[u8], priority: i32) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        match self {
+            Writer::Quic(send) => {
+                let _ = send.set_priority(priority);
+                send.write_all(frame).await.map_err(Into::into)
+            }
+            Writer::Local(send) => send.write_all(frame).await,
+        }
+    }
+}
+
 /// Requests waiting for their response, or why none will come.
 #[derive(Default)]
 struct Pending {
@@ -79,15 +99,39 @@ impl Channel {
         recv: quinn::RecvStream,
         max_frame_bytes: usize,
     ) -> Self {
-        let inner = Arc::new(Inner {
+        let inner = Self::inner(connection, Writer::Quic(send), max_frame_bytes);
+        tokio::spawn(read_responses(inner.clone(), recv));
+        Channel { inner }
+    }
+
+    /// A channel over `stream`, a Unix-domain socket admitted for
+    /// `connection` (`local.rs`): it ends when the connection closes.
+    pub(super) fn start_local(
+        connection: Connection,
+        stream: tokio::net::UnixStream,
+        max_frame_bytes: usize,
+    ) -> Self {
+        let (recv, send) = stream.into_split();
+        let inner = Self::inner(connection.clone(), Writer::Local(send), max_frame_bytes);
+        let reading = inner.clone();
+        tokio::spawn(async move {
+            let recv = tokio::io::BufReader::with_capacity(READ_BUFFER, recv);
+            tokio::select! {
+                () = read_responses(reading.clone(), recv) => {}
+                lost = connection.closed() => fail_waiting(&reading, lost.to_string()),
+            }
+        });
+        Channel { inner }
+    }
+
+    fn inner(connection: Connection, send: Writer, max_frame_bytes: usize) -> Arc<Inner> {
+        Arc::new(Inner {
             connection,
             send: tokio::sync::Mutex::new(send),
             pending: Mutex::new(Pending::default()),
             next_id: AtomicU64::new(1),
             max_frame_bytes,
-        });
-        tokio::spawn(read_responses(inner.clone(), recv));
-        Channel { inner }
+        })
     }
 
     /// Sends `body` after every request sent before it on this channel and
@@ -182,10 +226,9 @@ impl Channel {
         let frame = wire::encode(&request, self.inner.max_frame_bytes)
             .map_err(|e| self.inner.connection.wire(e))?;
         let mut send = self.inner.send.lock().await;
-        let _ = send.set_priority(options.priority);
-        send.write_all(&frame)
+        send.write(&frame, options.priority)
             .await
-            .map_err(|e| self.inner.connection.io_failure(e.into()))
+            .map_err(|e| self.inner.connection.io_failure(e))
     }
 
     fn forget(&self, id: u64) {
@@ -210,9 +253,12 @@ impl Channel {
     }
 }
 
+/// What a local channel reads ahead: a small response is one system call.
+const READ_BUFFER: usize = 64 << 10;
+
 /// Hands each response to its waiting request; when the stream ends, fails
 /// every request still waiting.
-async fn read_responses(inner: Arc<Inner>, mut recv: quinn::RecvStream) {
+async fn read_responses(inner: Arc<Inner>, mut recv: impl tokio::io::AsyncRead + Unpin) {
     let reason = loop {
         let frame = match wire::read_frame(&mut recv, inner.max_frame_bytes).await {
             Ok(frame) => frame,
@@ -233,6 +279,11 @@ async fn read_responses(inner: Arc<Inner>, mut recv: quinn::RecvStream) {
             let _ = waiting.send(response.result.map(ByteBuf::into_vec));
         }
     };
+    fail_waiting(&inner, reason);
+}
+
+/// The channel broke (`reason`): every request waiting fails.
+fn fail_waiting(inner: &Inner, reason: String) {
     let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
     pending.broken = Some(reason);
     pending.waiting.clear();

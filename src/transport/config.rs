@@ -31,6 +31,11 @@ pub struct TransportConfig {
     /// resets its members' connections to the head before it at their
     /// first packet, instead of leaving them to the idle timeout.
     pub reset_key: Option<ResetKey>,
+    /// Whether ordered channels between two processes of one host run
+    /// over a Unix-domain socket (`local.rs`), offered by an accepting
+    /// endpoint and used by a dialing one. Never with packet faults (they
+    /// need QUIC's packets). On by default.
+    pub same_host_channels: bool,
 }
 
 /// A QUIC stateless-reset key (HMAC-SHA256).
@@ -53,6 +58,7 @@ impl Default for TransportConfig {
             protocol_version: PROTOCOL_VERSION,
             packet_faults: None,
             reset_key: None,
+            same_host_channels: true,
         }
     }
 }

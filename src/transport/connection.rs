@@ -1,11 +1,11 @@
 //! A live, authenticated connection to one peer.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::wire::{self, CloseCode, NodeIdentity, Request, Response, WireError};
+use crate::wire::{self, CloseCode, LocalRoute, NodeIdentity, Request, Response, WireError};
 
-use super::{Channel, RequestError, RequestOptions};
+use super::{local, Channel, RequestError, RequestOptions};
 
 /// A connection to a node, after the TLS and nimbus handshakes. Cheap to
 /// clone; clones share the connection.
@@ -15,16 +15,47 @@ pub struct Connection {
     peer: NodeIdentity,
     next_id: Arc<AtomicU64>,
     max_frame_bytes: usize,
+    /// The peer's same-host route, when its channels may use it.
+    local: Option<Arc<LocalDial>>,
+}
+
+/// A route to the peer's Unix-domain socket (`local.rs`, step 2).
+struct LocalDial {
+    route: LocalRoute,
+    /// The socket could not be reached once: QUIC from then on.
+    unreachable: AtomicBool,
 }
 
 impl Connection {
-    pub(super) fn new(quic: quinn::Connection, peer: NodeIdentity, max_frame_bytes: usize) -> Self {
+    /// `local`: the peer's same-host route, already checked to be this
+    /// host's.
+    pub(super) fn new(
+        quic: quinn::Connection,
+        peer: NodeIdentity,
+        max_frame_bytes: usize,
+        local: Option<LocalRoute>,
+    ) -> Self {
         Connection {
             quic,
             peer,
             next_id: Arc::new(AtomicU64::new(1)),
             max_frame_bytes,
+            local: local.map(|route| {
+                Arc::new(LocalDial {
+                    route,
+                    unreachable: AtomicBool::new(false),
+                })
+            }),
         }
+    }
+
+    /// The abstract name of the peer's Unix-domain socket that this
+    /// connection's channels use (`None`: they use QUIC).
+    pub fn local_socket(&self) -> Option<&str> {
+        self.local
+            .as_ref()
+            .filter(|l| !l.unreachable.load(Ordering::Relaxed))
+            .map(|l| l.route.socket.as_str())
     }
 
     /// The node at the other end, as it introduced itself.
@@ -112,8 +143,26 @@ impl Connection {
     }
 
     /// Opens an ordered channel: requests sent on it are handled by the peer
-    /// in the order they were sent (see [`Channel`]).
+    /// in the order they were sent (see [`Channel`]). On one host it runs
+    /// over a Unix-domain socket where it can (`local.rs`).
     pub async fn open_channel(&self) -> Result<Channel, RequestError> {
+        if let Some(dial) = self.local.as_ref() {
+            if !dial.unreachable.load(Ordering::Relaxed) {
+                match local::connect(&dial.route).await {
+                    Ok(stream) => {
+                        return Ok(Channel::start_local(
+                            self.clone(),
+                            stream,
+                            self.max_frame_bytes,
+                        ))
+                    }
+                    Err(e) => {
+                        tracing::debug!(peer = %self.peer, "no same-host channel ({e}); using QUIC");
+                        dial.unreachable.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
         let (send, recv) = self.quic.open_bi().await.map_err(|e| self.lost(e))?;
         Ok(Channel::start(
             self.clone(),

@@ -17,6 +17,7 @@ use super::admission::{self, Admission, Admit, HandshakeSlot, MAX_HANDSHAKES};
 use super::connection::{close, Connection};
 use super::credentials::SERVER_NAME;
 use super::faults::{FaultCounters, FaultySocket, PacketRule};
+use super::local;
 use super::server::{self, RequestHandler};
 use super::tickets::Verifier;
 use super::{ConnectError, Credentials, EndpointError, ResetKey, TransportConfig};
@@ -43,6 +44,21 @@ struct Inner {
     proof: std::sync::RwLock<Proof>,
     /// What it checks of its callers' (step 4).
     verifier: std::sync::RwLock<Verifier>,
+    /// Its same-host socket, once it serves (`local.rs`).
+    local: Option<LocalOffer>,
+}
+
+/// An accepting endpoint's same-host socket (`local.rs`, step 1) and the
+/// connections whose channels it admits.
+pub(super) struct LocalOffer {
+    /// The socket's abstract name.
+    pub(super) name: String,
+    /// The boot id of this host.
+    pub(super) host: &'static str,
+    /// Taken by the accept loop once the endpoint serves.
+    pub(super) listener: std::sync::Mutex<Option<tokio::net::UnixListener>>,
+    /// The live connections, by key.
+    pub(super) admitted: DashMap<local::Key, server::LocalAdmission>,
 }
 
 impl Endpoint {
@@ -93,6 +109,7 @@ impl Endpoint {
         credentials: &Credentials,
         config: TransportConfig,
     ) -> Result<Self, EndpointError> {
+        let accepts = server.is_some();
         let runtime = quinn::default_runtime()
             .ok_or_else(|| EndpointError::Quic("no async runtime is running".into()))?;
         let quic_error = |e: std::io::Error| EndpointError::Quic(e.to_string());
@@ -118,6 +135,21 @@ impl Endpoint {
         let mut client = quinn::ClientConfig::new(Arc::new(tls));
         client.transport_config(quic_transport(&config)?);
         quic.set_default_client_config(client);
+        let local = match (accepts, local_channels(&config)) {
+            (true, Some(host)) => match local::listen() {
+                Ok((name, listener)) => Some(LocalOffer {
+                    name,
+                    host,
+                    listener: std::sync::Mutex::new(Some(listener)),
+                    admitted: DashMap::new(),
+                }),
+                Err(e) => {
+                    tracing::debug!("no same-host socket ({e}): channels use QUIC");
+                    None
+                }
+            },
+            _ => None,
+        };
         Ok(Endpoint {
             inner: Arc::new(Inner {
                 quic,
@@ -128,6 +160,7 @@ impl Endpoint {
                 admission: Default::default(),
                 proof: std::sync::RwLock::new(credentials.proof()),
                 verifier: std::sync::RwLock::new(credentials.verifier()),
+                local,
             }),
         })
     }
@@ -191,6 +224,11 @@ impl Endpoint {
         }
     }
 
+    /// Its same-host socket, if it offers one.
+    pub(super) fn local(&self) -> Option<&LocalOffer> {
+        self.inner.local.as_ref()
+    }
+
     /// Which incoming handshakes this endpoint takes.
     pub(super) fn admission(&self) -> Arc<std::sync::Mutex<Admission>> {
         self.inner.admission.clone()
@@ -234,8 +272,23 @@ impl Endpoint {
     }
 
     /// Accepts connections until the endpoint closes, handing every request
-    /// to `handler`. Returns at once; the accept loop runs as a task.
+    /// to `handler`, and channels on its same-host socket (`local.rs`).
+    /// Returns at once; the accept loops run as tasks.
     pub fn serve(&self, handler: Arc<dyn RequestHandler>) {
+        let listener = self.local().and_then(|offer| {
+            offer
+                .listener
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+        });
+        let local = listener.map(|listener| {
+            tokio::spawn(server::accept_local(
+                self.clone(),
+                listener,
+                handler.clone(),
+            ))
+        });
         let endpoint = self.clone();
         tokio::spawn(async move {
             let admission = &endpoint.inner.admission;
@@ -265,6 +318,10 @@ impl Endpoint {
                         );
                     }
                 }
+            }
+            // Closed: no more channels on this host either.
+            if let Some(local) = local {
+                local.abort();
             }
         });
     }
@@ -301,12 +358,17 @@ impl Endpoint {
             .await
             .map_err(|e| connect_error(addr, after, e))?;
         match self.client_handshake(&quic, expect).await {
-            Ok(peer) => {
+            Ok(reply) => {
                 metrics::counter!("nimbus_connections_total", "direction" => "out").increment(1);
+                let here = local_channels(&self.inner.config);
+                let local = reply
+                    .local
+                    .filter(|route| Some(route.host.as_str()) == here);
                 Ok(Connection::new(
                     quic,
-                    peer,
+                    reply.node,
                     self.inner.config.max_frame_bytes,
+                    local,
                 ))
             }
             Err(e) => Err(match quic.close_reason() {
@@ -320,7 +382,7 @@ impl Endpoint {
         &self,
         quic: &quinn::Connection,
         expect: Option<&NodeIdentity>,
-    ) -> Result<NodeIdentity, wire::WireError> {
+    ) -> Result<HelloReply, wire::WireError> {
         let (mut send, mut recv) = quic.open_bi().await.map_err(io_error)?;
         let proof = self
             .inner
@@ -348,10 +410,15 @@ impl Endpoint {
                 detail: reason,
             });
         }
-        let reply: HelloReply =
-            wire::decode(&wire::read_frame(&mut recv, self.inner.config.max_frame_bytes).await?)?;
-        Ok(reply.node)
+        wire::decode(&wire::read_frame(&mut recv, self.inner.config.max_frame_bytes).await?)
     }
+}
+
+/// This host's boot id when `config` allows same-host channels (`local.rs`,
+/// steps 1 and 2): on, and no packet faults.
+fn local_channels(config: &TransportConfig) -> Option<&'static str> {
+    let allowed = config.same_host_channels && config.packet_faults.is_none();
+    allowed.then(local::host).flatten()
 }
 
 /// The reason both sides give for a version mismatch.

@@ -27,7 +27,9 @@
 //!    proof that fails closes the connection with code 6, and the handler
 //!    is told the [`Caller`] as far as this process could check it.
 //! 4. **Requests.** Each opens its own bidirectional stream, or rides an
-//!    ordered [`Channel`] (`channel.rs`). The caller enforces the request's
+//!    ordered [`Channel`] (`channel.rs`); between two processes of one
+//!    host a channel runs over a Unix-domain socket the connection's
+//!    handshake admitted it to (`local.rs`). The caller enforces the request's
 //!    deadline locally too ([`RequestOptions`]); the receiver answers a
 //!    handler still running at the deadline with `DeadlineExceeded`, and a
 //!    request for another incarnation of it with `StaleIncarnation`.
@@ -51,11 +53,11 @@
 //!    peers to be told.
 //!
 //! The defaults are [`TransportConfig`]'s (`config.rs`). Files:
-//! `endpoint.rs` (the only file that touches sockets; connections cached
+//! `endpoint.rs` (with `local.rs`, the only files that open sockets; connections cached
 //! per peer address), `connection.rs` (the dialing side of a live
 //! connection), `server.rs` (the accepting side), `channel.rs` (ordered
 //! channels), `credentials.rs` (the join token and certificates),
-//! `tickets.rs` (proofs of identity),
+//! `tickets.rs` (proofs of identity), `local.rs` (same-host channels),
 //! `error.rs`, and `faults.rs` (an optional socket wrapper that injects
 //! seeded packet faults below QUIC, for fault-injection tests).
 //!
@@ -83,6 +85,7 @@ mod credentials;
 mod endpoint;
 mod error;
 pub mod faults;
+mod local;
 mod server;
 mod tickets;
 

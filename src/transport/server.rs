@@ -25,24 +25,24 @@
 //! outcome is that its own connection is closed with a reason, and a
 //! warning is logged.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use crate::wire::{
-    self, preamble, read_preamble, CloseCode, Hello, HelloReply, RemoteError, RemoteErrorKind,
-    Request, Response, WireError, PREAMBLE_LEN,
+    self, preamble, read_preamble, CloseCode, Hello, HelloReply, LocalRoute, RemoteError,
+    RemoteErrorKind, Request, Response, WireError, PREAMBLE_LEN,
 };
 
 use super::admission::{self, Admission, HandshakeSlot};
 use super::connection::close;
 use super::endpoint::version_mismatch;
+use super::local;
 use super::tickets::{Caller, CertificateHash};
 use super::Endpoint;
 
@@ -92,7 +92,30 @@ pub(super) async fn accept(
         }
     };
     let timeout = endpoint.config().connect_timeout;
-    let peer = match tokio::time::timeout(timeout, handshake(&endpoint, &quic)).await {
+    let budget = Arc::new(Semaphore::new(buffer_budget(
+        endpoint.config().max_frame_bytes,
+    )));
+    // Its same-host channels' key, admitted until the connection ends
+    // (`local.rs`, steps 1 and 4).
+    let key = endpoint.local().map(|_| LocalKey {
+        endpoint: endpoint.clone(),
+        key: local::key(),
+    });
+    let offer = |caller: &Caller| {
+        let (offer, key) = (endpoint.local()?, key.as_ref()?);
+        let admission = LocalAdmission {
+            quic: quic.clone(),
+            peer: caller.clone(),
+            budget: budget.clone(),
+        };
+        offer.admitted.insert(key.key, admission);
+        Some(LocalRoute {
+            host: offer.host.to_string(),
+            socket: offer.name.clone(),
+            key: key.key.to_vec(),
+        })
+    };
+    let peer = match tokio::time::timeout(timeout, handshake(&endpoint, &quic, offer)).await {
         Ok(Ok(peer)) => peer,
         Ok(Err(refusal)) => {
             refused(&admission, remote, &refusal.reason);
@@ -108,9 +131,6 @@ pub(super) async fn accept(
     };
     drop(slot);
     metrics::counter!("nimbus_connections_total", "direction" => "in").increment(1);
-    let budget = Arc::new(Semaphore::new(buffer_budget(
-        endpoint.config().max_frame_bytes,
-    )));
     debug!(%remote, %peer, "connection accepted");
     loop {
         let (send, recv) = match quic.accept_bi().await {
@@ -131,9 +151,95 @@ pub(super) async fn accept(
     }
 }
 
+/// A connection admitted to this endpoint's same-host socket
+/// (`local.rs`): who it is, and what its channels there share with its
+/// QUIC streams.
+#[derive(Clone)]
+pub(super) struct LocalAdmission {
+    quic: quinn::Connection,
+    peer: Caller,
+    budget: Arc<Semaphore>,
+}
+
+/// A connection's same-host key, forgotten when the connection ends.
+struct LocalKey {
+    endpoint: Endpoint,
+    key: local::Key,
+}
+
+impl Drop for LocalKey {
+    fn drop(&mut self) {
+        if let Some(offer) = self.endpoint.local() {
+            offer.admitted.remove(&self.key);
+        }
+    }
+}
+
+/// Admits channels to this endpoint's same-host socket (`local.rs`, step
+/// 3) until aborted (when the endpoint closes): each is served as a stream of the
+/// connection its key names, and ends with that connection.
+pub(super) async fn accept_local(
+    endpoint: Endpoint,
+    listener: tokio::net::UnixListener,
+    handler: Arc<dyn RequestHandler>,
+) {
+    loop {
+        let mut stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, say: the next accept may work.
+                debug!("cannot accept a same-host channel: {e}");
+                tokio::task::yield_now().await;
+                continue;
+            }
+        };
+        let (endpoint, handler) = (endpoint.clone(), handler.clone());
+        tokio::spawn(async move {
+            let timeout = endpoint.config().connect_timeout;
+            let admitted = match tokio::time::timeout(timeout, local::read_key(&mut stream)).await {
+                Ok(Ok(key)) => endpoint
+                    .local()
+                    .and_then(|offer| offer.admitted.get(&key).map(|a| a.clone()))
+                    .ok_or(local::Refused::UnknownKey),
+                Ok(Err(refused)) => Err(refused),
+                Err(_) => Err(local::Refused::NoKey(std::io::ErrorKind::TimedOut.into())),
+            };
+            let admitted = match admitted {
+                Ok(admitted) => admitted,
+                Err(refusal) => {
+                    let reason = format!("a same-host channel: {refusal}");
+                    return refused(&endpoint.admission(), "this host", &reason);
+                }
+            };
+            let quic = admitted.quic.clone();
+            let task = StreamTask {
+                endpoint,
+                quic: admitted.quic,
+                peer: admitted.peer,
+                handler,
+                budget: admitted.budget,
+            };
+            let (recv, send) = stream.into_split();
+            let recv = tokio::io::BufReader::with_capacity(LOCAL_READ_BUFFER, recv);
+            tokio::select! {
+                () = task.run(send, recv) => {}
+                _ = quic.closed() => {}
+            }
+        });
+    }
+}
+
+/// What a same-host channel reads ahead: a small request is one system
+/// call.
+const LOCAL_READ_BUFFER: usize = 64 << 10;
+
 /// Logs a refused connection, at most once per `LOG_INTERVAL`
 /// (`admission.rs`, step 5).
-pub(super) fn refused(admission: &std::sync::Mutex<Admission>, remote: SocketAddr, reason: &str) {
+pub(super) fn refused(
+    admission: &std::sync::Mutex<Admission>,
+    remote: impl std::fmt::Display,
+    reason: &str,
+) {
     metrics::counter!("nimbus_handshakes_refused_total").increment(1);
     if let Some(not_logged) = admission::lock(admission).refusal(std::time::Instant::now()) {
         let since = match not_logged {
@@ -158,7 +264,13 @@ impl Refusal {
     }
 }
 
-async fn handshake(endpoint: &Endpoint, quic: &quinn::Connection) -> Result<Caller, Refusal> {
+/// Step 2. `offer` admits the caller to the same-host socket, if there is
+/// one, before the reply names it.
+async fn handshake(
+    endpoint: &Endpoint,
+    quic: &quinn::Connection,
+    offer: impl FnOnce(&Caller) -> Option<LocalRoute>,
+) -> Result<Caller, Refusal> {
     let config = endpoint.config();
     let (mut send, mut recv) = quic.accept_bi().await.map_err(Refusal::bad_frame)?;
     let mut theirs = [0u8; PREAMBLE_LEN];
@@ -195,11 +307,12 @@ async fn handshake(endpoint: &Endpoint, quic: &quinn::Connection) -> Result<Call
             ),
         });
     }
+    let reply = HelloReply {
+        node: me.clone(),
+        local: offer(&caller),
+    };
     let mut out = preamble(config.protocol_version).to_vec();
-    out.extend(
-        wire::encode(&HelloReply { node: me.clone() }, config.max_frame_bytes)
-            .map_err(Refusal::bad_frame)?,
-    );
+    out.extend(wire::encode(&reply, config.max_frame_bytes).map_err(Refusal::bad_frame)?);
     wire::write_frame(&mut send, &out)
         .await
         .map_err(Refusal::bad_frame)?;
@@ -259,8 +372,16 @@ struct Admitted {
 /// one-way request).
 type PendingResponse = BoxFuture<'static, Option<Response>>;
 
+/// The writing half of a request stream: QUIC's, or a same-host socket's.
+trait SendHalf: AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncWrite + Unpin + Send + 'static> SendHalf for T {}
+
+/// The reading half of a request stream.
+trait RecvHalf: AsyncRead + Unpin + Send {}
+impl<T: AsyncRead + Unpin + Send> RecvHalf for T {}
+
 impl StreamTask {
-    async fn run(self, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
+    async fn run(self, mut send: impl SendHalf, mut recv: impl RecvHalf) {
         let Ok(Some(first)) = self.read_request(&mut recv, true).await else {
             return;
         };
@@ -271,7 +392,7 @@ impl StreamTask {
         if let Some(response) = response {
             self.write_response(&mut send, &response).await;
         }
-        let _ = send.finish();
+        let _ = send.shutdown().await;
     }
 
     /// Hands every request of the channel to the handler in arrival order,
@@ -279,8 +400,8 @@ impl StreamTask {
     async fn serve_channel(
         self,
         first: Admitted,
-        mut send: quinn::SendStream,
-        mut recv: quinn::RecvStream,
+        mut send: impl SendHalf,
+        mut recv: impl RecvHalf,
     ) {
         let (responses_tx, mut responses) = mpsc::unbounded_channel::<PendingResponse>();
         let writer = StreamTask {
@@ -296,7 +417,7 @@ impl StreamTask {
                     writer.write_response(&mut send, &response).await;
                 }
             }
-            let _ = send.finish();
+            let _ = send.shutdown().await;
         });
         let _ = responses_tx.send(self.start(first));
         while let Ok(Some(request)) = self.read_request(&mut recv, false).await {
@@ -325,7 +446,7 @@ impl StreamTask {
     /// 3. The body, within `request_read_timeout` of its prefix.
     async fn read_request(
         &self,
-        recv: &mut quinn::RecvStream,
+        recv: &mut impl RecvHalf,
         first: bool,
     ) -> Result<Option<Admitted>, ()> {
         let max = self.endpoint.config().max_frame_bytes;
@@ -448,7 +569,7 @@ impl StreamTask {
         .boxed()
     }
 
-    async fn write_response(&self, send: &mut quinn::SendStream, response: &Response) {
+    async fn write_response(&self, send: &mut impl SendHalf, response: &Response) {
         let max = self.endpoint.config().max_frame_bytes;
         let frame = wire::encode(response, max).unwrap_or_else(|e| {
             let error = RemoteError::new(RemoteErrorKind::Internal, e.to_string());

@@ -84,6 +84,33 @@ pub struct IssuerTicket {
 pub struct HelloReply {
     /// The acceptor's identity.
     pub node: NodeIdentity,
+    /// How a dialer on the acceptor's host may reach it without QUIC
+    /// (`None`: it may not).
+    pub local: Option<LocalRoute>,
+}
+
+/// The acceptor's same-host route (`transport/local.rs`): a Unix-domain
+/// socket in the abstract namespace, and the key that admits this
+/// connection's channels to it. Sent inside TLS only.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LocalRoute {
+    /// The acceptor's host: the kernel's boot id.
+    pub host: String,
+    /// The socket's abstract name (no leading NUL).
+    pub socket: String,
+    /// The secret a channel presents first.
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+}
+
+impl std::fmt::Debug for LocalRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalRoute")
+            .field("host", &self.host)
+            .field("socket", &self.socket)
+            .field("key", &"<secret>")
+            .finish()
+    }
 }
 
 /// One request, alone on its own stream.

@@ -5,13 +5,14 @@
 //!
 //! 1. The dialer opens a bidirectional stream and writes the [`preamble`]
 //!    (8 bytes: `NMBS` + the `u32` protocol version, [`PROTOCOL_VERSION`],
-//!    now 4), then a [`Hello`] frame naming itself (`from`: role, name,
+//!    now 6), then a [`Hello`] frame naming itself (`from`: role, name,
 //!    incarnation) and, optionally, the identity of the node it expects to
 //!    reach (`expect`).
 //! 2. The acceptor checks the preamble first, so that a peer of another
 //!    version is refused with both versions named, whatever else changed in
 //!    the format (the preamble never changes). It answers with its own
-//!    preamble and a [`HelloReply`] (its identity), or closes the connection
+//!    preamble and a [`HelloReply`] (its identity and, optionally, its
+//!    same-host [`LocalRoute`]), or closes the connection
 //!    with a [`CloseCode`] and a readable reason: 1 for another version, 3
 //!    when `expect` names another incarnation of it, 5 when the handshake
 //!    does not complete in time.
@@ -49,15 +50,17 @@ mod message;
 pub use frame::{decode, encode, read_body_exact, read_frame, read_prefix, write_frame, WireError};
 pub use identity::{BadNodeName, Incarnation, NodeIdentity, PeerIdentity, PeerRole, MAX_NODE_NAME};
 pub use message::{
-    preamble, read_preamble, CloseCode, Hello, HelloReply, IssuerTicket, Proof, RemoteError,
-    RemoteErrorKind, Request, Response, Ticket, PREAMBLE_LEN,
+    preamble, read_preamble, CloseCode, Hello, HelloReply, IssuerTicket, LocalRoute, Proof,
+    RemoteError, RemoteErrorKind, Request, Response, Ticket, PREAMBLE_LEN,
 };
 
 /// The protocol version this build speaks. Peers must match exactly.
 /// 2: control requests grouped by subsystem; 3: `NodeNameTaken`; 4: a
 /// `Hello` carries a [`Proof`] (token or ticket), a join is answered with a
 /// node ticket; 5: the event stream's `ClusterEventKind::Resync` marker
-/// (a peer of 4 could not decode it).
+/// (a peer of 4 could not decode it); 6: `PutObjects` (small puts). A
+/// [`HelloReply`]'s `local` route is optional: peers of 6 without it
+/// simply use QUIC.
 pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Default largest frame accepted from a peer (16 MiB); see

@@ -152,7 +152,13 @@ fn envelopes() -> Vec<Vec<u8>> {
     vec![
         tagged(0, msgpack(&hello)),
         tagged(0, msgpack(&token_holder)),
-        tagged(1, msgpack(&HelloReply { node: node("b") })),
+        tagged(
+            1,
+            msgpack(&HelloReply {
+                node: node("b"),
+                local: None,
+            }),
+        ),
         tagged(2, msgpack(&request(vec![0x90]))),
         tagged(3, msgpack(&failed)),
         tagged(3, msgpack(&answered)),

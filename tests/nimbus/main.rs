@@ -20,5 +20,6 @@ mod libraries;
 mod membership;
 mod metrics;
 mod requests;
+mod same_host;
 mod security;
 mod support;
