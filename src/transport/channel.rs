@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use serde_bytes::ByteBuf;
 use tokio::sync::oneshot;
@@ -35,6 +35,11 @@ struct Inner {
     pending: Mutex<Pending>,
     next_id: AtomicU64,
     max_frame_bytes: usize,
+    /// Whether the peer keeps its requests' order (an ordered channel) or
+    /// handles each on its own (a same-host socket's plain requests).
+    ordered: bool,
+    /// Whether it runs over a same-host socket.
+    local: bool,
 }
 
 /// The response to a request sent on a [`Channel`].
@@ -90,6 +95,9 @@ impl Writer {
 struct Pending {
     waiting: HashMap<u64, oneshot::Sender<Reply>>,
     broken: Option<String>,
+    /// The same-host socket ended while the connection was open: only the
+    /// peer's death does that (`local.rs`, step 4).
+    lost: bool,
 }
 
 impl Channel {
@@ -99,38 +107,57 @@ impl Channel {
         recv: quinn::RecvStream,
         max_frame_bytes: usize,
     ) -> Self {
-        let inner = Self::inner(connection, Writer::Quic(send), max_frame_bytes);
-        tokio::spawn(read_responses(inner.clone(), recv));
+        let inner = Self::inner(connection, Writer::Quic(send), max_frame_bytes, true);
+        tokio::spawn(read_responses(
+            Arc::downgrade(&inner),
+            max_frame_bytes,
+            recv,
+        ));
         Channel { inner }
     }
 
     /// A channel over `stream`, a Unix-domain socket admitted for
     /// `connection` (`local.rs`): it ends when the connection closes.
+    /// Unless `ordered`, the peer handles its requests each on its own and
+    /// answers them as they finish (plain requests, `local.rs` step 2).
     pub(super) fn start_local(
         connection: Connection,
         stream: tokio::net::UnixStream,
         max_frame_bytes: usize,
+        ordered: bool,
     ) -> Self {
         let (recv, send) = stream.into_split();
-        let inner = Self::inner(connection.clone(), Writer::Local(send), max_frame_bytes);
-        let reading = inner.clone();
+        let inner = Self::inner(
+            connection.clone(),
+            Writer::Local(send),
+            max_frame_bytes,
+            ordered,
+        );
+        let reading = Arc::downgrade(&inner);
         tokio::spawn(async move {
             let recv = tokio::io::BufReader::with_capacity(READ_BUFFER, recv);
             tokio::select! {
-                () = read_responses(reading.clone(), recv) => {}
+                () = read_responses(reading.clone(), max_frame_bytes, recv) => {}
                 lost = connection.closed() => fail_waiting(&reading, lost.to_string()),
             }
         });
         Channel { inner }
     }
 
-    fn inner(connection: Connection, send: Writer, max_frame_bytes: usize) -> Arc<Inner> {
+    fn inner(
+        connection: Connection,
+        send: Writer,
+        max_frame_bytes: usize,
+        ordered: bool,
+    ) -> Arc<Inner> {
         Arc::new(Inner {
             connection,
+            local: matches!(send, Writer::Local(_)),
             send: tokio::sync::Mutex::new(send),
             pending: Mutex::new(Pending::default()),
             next_id: AtomicU64::new(1),
             max_frame_bytes,
+            ordered,
         })
     }
 
@@ -220,15 +247,28 @@ impl Channel {
             to: Some(self.inner.connection.peer().incarnation),
             deadline_ms: options.deadline.as_millis() as u64,
             one_way,
-            ordered: true,
+            ordered: self.inner.ordered,
             body,
         };
         let frame = wire::encode(&request, self.inner.max_frame_bytes)
             .map_err(|e| self.inner.connection.wire(e))?;
         let mut send = self.inner.send.lock().await;
-        send.write(&frame, options.priority)
-            .await
-            .map_err(|e| self.inner.connection.io_failure(e))
+        let written = send.write(&frame, options.priority).await;
+        written.map_err(|e| {
+            if self.inner.local && self.inner.connection.is_open() {
+                self.lost()
+            } else {
+                self.inner.connection.io_failure(e)
+            }
+        })
+    }
+
+    /// The peer of a same-host socket that ended is gone.
+    fn lost(&self) -> RequestError {
+        RequestError::NodeLost {
+            peer: self.inner.connection.peer().clone(),
+            reason: "its same-host socket closed: the process is gone".into(),
+        }
     }
 
     fn forget(&self, id: u64) {
@@ -241,7 +281,12 @@ impl Channel {
         if !connection.is_open() {
             return connection.io_failure(std::io::ErrorKind::ConnectionAborted.into());
         }
-        let reason = self.lock().broken.clone().unwrap_or_default();
+        let pending = self.lock();
+        if pending.lost {
+            drop(pending);
+            return self.lost();
+        }
+        let reason = pending.broken.clone().unwrap_or_default();
         RequestError::Rejected {
             peer: connection.peer().clone(),
             reason,
@@ -257,17 +302,27 @@ impl Channel {
 const READ_BUFFER: usize = 64 << 10;
 
 /// Hands each response to its waiting request; when the stream ends, fails
-/// every request still waiting.
-async fn read_responses(inner: Arc<Inner>, mut recv: impl tokio::io::AsyncRead + Unpin) {
-    let reason = loop {
-        let frame = match wire::read_frame(&mut recv, inner.max_frame_bytes).await {
+/// every request still waiting. Holds the channel weakly: once every
+/// handle to it is gone (and with them every waiting request), its writer
+/// is dropped, which ends the stream, and this task with it.
+async fn read_responses(
+    inner: Weak<Inner>,
+    max_frame_bytes: usize,
+    mut recv: impl tokio::io::AsyncRead + Unpin,
+) {
+    let (reason, ended) = loop {
+        let frame = match wire::read_frame(&mut recv, max_frame_bytes).await {
             Ok(frame) => frame,
-            Err(WireError::Empty) => break "the peer closed the channel".to_string(),
-            Err(e) => break e.to_string(),
+            Err(WireError::Empty) => break ("the peer closed the channel".to_string(), true),
+            Err(WireError::Io(e)) => break (e.to_string(), true),
+            Err(e) => break (e.to_string(), false),
         };
         let response: Response = match wire::decode(&frame) {
             Ok(response) => response,
-            Err(e) => break e.to_string(),
+            Err(e) => break (e.to_string(), false),
+        };
+        let Some(inner) = inner.upgrade() else {
+            return;
         };
         let waiting = inner
             .pending
@@ -279,11 +334,19 @@ async fn read_responses(inner: Arc<Inner>, mut recv: impl tokio::io::AsyncRead +
             let _ = waiting.send(response.result.map(ByteBuf::into_vec));
         }
     };
-    fail_waiting(&inner, reason);
+    if let Some(inner) = inner.upgrade() {
+        if ended && inner.local && inner.connection.is_open() {
+            inner.pending.lock().unwrap_or_else(|e| e.into_inner()).lost = true;
+        }
+        fail_waiting(&Arc::downgrade(&inner), reason);
+    }
 }
 
 /// The channel broke (`reason`): every request waiting fails.
-fn fail_waiting(inner: &Inner, reason: String) {
+fn fail_waiting(inner: &Weak<Inner>, reason: String) {
+    let Some(inner) = inner.upgrade() else {
+        return;
+    };
     let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
     pending.broken = Some(reason);
     pending.waiting.clear();

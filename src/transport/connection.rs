@@ -17,6 +17,8 @@ pub struct Connection {
     max_frame_bytes: usize,
     /// The peer's same-host route, when its channels may use it.
     local: Option<Arc<LocalDial>>,
+    /// How long opening a same-host socket may take.
+    connect_timeout: std::time::Duration,
 }
 
 /// A route to the peer's Unix-domain socket (`local.rs`, step 2).
@@ -24,6 +26,10 @@ struct LocalDial {
     route: LocalRoute,
     /// The socket could not be reached once: QUIC from then on.
     unreachable: AtomicBool,
+    /// The socket plain requests share, opened at the first and again
+    /// after it breaks. Its channel holds the connection without this
+    /// route, so the two do not keep each other alive.
+    requests: tokio::sync::Mutex<Option<Channel>>,
 }
 
 impl Connection {
@@ -32,18 +38,20 @@ impl Connection {
     pub(super) fn new(
         quic: quinn::Connection,
         peer: NodeIdentity,
-        max_frame_bytes: usize,
+        config: &super::TransportConfig,
         local: Option<LocalRoute>,
     ) -> Self {
         Connection {
             quic,
             peer,
             next_id: Arc::new(AtomicU64::new(1)),
-            max_frame_bytes,
+            max_frame_bytes: config.max_frame_bytes,
+            connect_timeout: config.connect_timeout,
             local: local.map(|route| {
                 Arc::new(LocalDial {
                     route,
                     unreachable: AtomicBool::new(false),
+                    requests: tokio::sync::Mutex::new(None),
                 })
             }),
         }
@@ -68,7 +76,8 @@ impl Connection {
         self.quic.close_reason().is_none()
     }
 
-    /// Sends `body` on a stream of its own and waits for the response body.
+    /// Sends `body` on a stream of its own (on one host, on the peer's
+    /// Unix-domain socket: `local.rs`) and waits for the response body.
     ///
     /// Fails with [`RequestError::Timeout`] after `options.deadline`, and
     /// with [`RequestError::NodeLost`] as soon as the connection is lost.
@@ -77,6 +86,9 @@ impl Connection {
         body: Vec<u8>,
         options: RequestOptions,
     ) -> Result<Vec<u8>, RequestError> {
+        if let Some(requests) = self.local_requests(options.deadline).await {
+            return requests.request(body, options).await;
+        }
         let exchange = self.exchange(body, options, false);
         match tokio::time::timeout(options.deadline, exchange).await {
             Ok(result) => result.map(|reply| reply.unwrap_or_default()),
@@ -91,6 +103,9 @@ impl Connection {
     /// message is handed to QUIC, which delivers it unless the connection
     /// is lost.
     pub async fn notify(&self, body: Vec<u8>, options: RequestOptions) -> Result<(), RequestError> {
+        if let Some(requests) = self.local_requests(options.deadline).await {
+            return requests.notify(body, options).await;
+        }
         let exchange = self.exchange(body, options, true);
         match tokio::time::timeout(options.deadline, exchange).await {
             Ok(result) => result.map(|_| ()),
@@ -142,25 +157,62 @@ impl Connection {
         self.quic.stats()
     }
 
+    /// The same-host socket plain requests share, if this connection has
+    /// one (opened now if need be, within `deadline`).
+    async fn local_requests(&self, deadline: std::time::Duration) -> Option<Channel> {
+        let dial = self.local.as_ref()?;
+        if dial.unreachable.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut shared = tokio::time::timeout(deadline, dial.requests.lock())
+            .await
+            .ok()?;
+        if let Some(open) = shared.as_ref().filter(|c| c.is_open()) {
+            return Some(open.clone());
+        }
+        let stream = self.local_stream(dial).await?;
+        let bare = Connection {
+            local: None,
+            ..self.clone()
+        };
+        let channel = Channel::start_local(bare, stream, self.max_frame_bytes, false);
+        *shared = Some(channel.clone());
+        Some(channel)
+    }
+
+    /// A socket to the peer's same-host route; `None` (and QUIC from now
+    /// on) when it cannot be reached.
+    async fn local_stream(&self, dial: &LocalDial) -> Option<tokio::net::UnixStream> {
+        match local::connect(&dial.route, self.connect_timeout).await {
+            Ok(stream) => Some(stream),
+            Err(local::Unusable::ForNow(e)) => {
+                tracing::debug!(peer = %self.peer, "no same-host socket this time ({e}); using QUIC");
+                None
+            }
+            Err(local::Unusable::ForGood(e)) => {
+                tracing::debug!(peer = %self.peer, "no same-host socket ({e}); using QUIC from now on");
+                dial.unreachable.store(true, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
     /// Opens an ordered channel: requests sent on it are handled by the peer
     /// in the order they were sent (see [`Channel`]). On one host it runs
     /// over a Unix-domain socket where it can (`local.rs`).
     pub async fn open_channel(&self) -> Result<Channel, RequestError> {
-        if let Some(dial) = self.local.as_ref() {
-            if !dial.unreachable.load(Ordering::Relaxed) {
-                match local::connect(&dial.route).await {
-                    Ok(stream) => {
-                        return Ok(Channel::start_local(
-                            self.clone(),
-                            stream,
-                            self.max_frame_bytes,
-                        ))
-                    }
-                    Err(e) => {
-                        tracing::debug!(peer = %self.peer, "no same-host channel ({e}); using QUIC");
-                        dial.unreachable.store(true, Ordering::Relaxed);
-                    }
-                }
+        let local = self
+            .local
+            .as_ref()
+            .filter(|dial| !dial.unreachable.load(Ordering::Relaxed));
+        if let Some(dial) = local {
+            if let Some(stream) = self.local_stream(dial).await {
+                return Ok(Channel::start_local(
+                    self.clone(),
+                    stream,
+                    self.max_frame_bytes,
+                    true,
+                ));
             }
         }
         let (send, recv) = self.quic.open_bi().await.map_err(|e| self.lost(e))?;

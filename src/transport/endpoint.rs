@@ -364,12 +364,7 @@ impl Endpoint {
                 let local = reply
                     .local
                     .filter(|route| Some(route.host.as_str()) == here);
-                Ok(Connection::new(
-                    quic,
-                    reply.node,
-                    self.inner.config.max_frame_bytes,
-                    local,
-                ))
+                Ok(Connection::new(quic, reply.node, &self.inner.config, local))
             }
             Err(e) => Err(match quic.close_reason() {
                 Some(reason) => connect_error(addr, after, reason),

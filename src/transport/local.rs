@@ -1,6 +1,6 @@
-//! Same-host channels: an ordered [`Channel`](super::Channel) between two
-//! processes of one host runs over a Unix-domain socket instead of a QUIC
-//! stream (no encryption, packets or acknowledgements to pay for: see the
+//! Same-host channels: an ordered [`Channel`](super::Channel), and plain
+//! requests, between two processes of one host run over a Unix-domain
+//! socket instead of QUIC streams (no encryption, packets or acknowledgements to pay for: see the
 //! floors in `benches/calibration.rs`).
 //!
 //! 1. **Offer.** An endpoint that accepts connections, and injects no
@@ -13,19 +13,32 @@
 //!    socket's name and the host's boot id ([`LocalRoute`]).
 //! 2. **Choice.** A dialer without packet faults whose boot id is the same
 //!    opens its channels there: it connects, writes the key, then speaks
-//!    the channel protocol as on a QUIC stream. When the socket cannot be
-//!    reached (another network namespace), the connection remembers it and
-//!    uses QUIC from then on. Plain requests always use QUIC.
+//!    the channel protocol as on a QUIC stream. Its plain requests share
+//!    one more such socket, opened at the first: they are marked
+//!    unordered, so the acceptor handles each on its own and answers it
+//!    when it is done (responses matched by id). When the socket cannot
+//!    be reached (another network namespace), the connection remembers it
+//!    and uses QUIC from then on. Raw test streams (`send_raw`) always
+//!    use QUIC.
 //! 3. **Admission** (`server.rs`). The acceptor reads the key within
-//!    `connect_timeout`, checks that the caller runs as its own user
+//!    `connect_timeout` (at most [`MAX_UNADMITTED`] sockets wait for
+//!    theirs at once), checks that the caller runs as its own user
 //!    (`SO_PEERCRED`) and that the key is a live connection's; otherwise it
-//!    drops the socket and logs why. An admitted channel is served as a
-//!    stream of that connection: the same caller identity, request budget
-//!    and rules.
+//!    drops the socket (counted in `nimbus_same_host_refused_total`, logged
+//!    at debug: any process of the host can knock). It answers
+//!    [`ADMITTED`], or [`BUSY`] past [`MAX_CHANNELS`] sockets of the
+//!    connection. The dialer waits for the answer within its
+//!    `connect_timeout`: a refusal (the socket closed) means QUIC from
+//!    then on, `BUSY` or no answer in time QUIC for this channel. An
+//!    admitted channel is served as a stream of that connection: the same
+//!    caller identity, request budget and rules.
 //! 4. **Lifetime.** A channel lives no longer than its QUIC connection:
 //!    when the connection closes, both ends end its local channels (their
 //!    waiting requests fail as they would on QUIC) and the key is
-//!    forgotten.
+//!    forgotten. The acceptor never ends a socket otherwise, so a socket
+//!    that ends while its connection is open means the acceptor's process
+//!    is gone: its requests fail at once with `NodeLost`, well before
+//!    QUIC's idle timeout would tell.
 
 use std::sync::OnceLock;
 
@@ -78,17 +91,62 @@ pub(super) fn listen() -> std::io::Result<(String, UnixListener)> {
     Ok((name, UnixListener::from_std(listener)?))
 }
 
-/// Step 2: connects to `route`'s socket and presents its key.
-pub(super) async fn connect(route: &LocalRoute) -> std::io::Result<UnixStream> {
-    use std::os::linux::net::SocketAddrExt;
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(route.socket.as_bytes())?;
-    // Connecting to a Unix-domain socket completes at once or fails (a
-    // full backlog fails with EAGAIN on a non-blocking socket).
-    let stream = std::os::unix::net::UnixStream::connect_addr(&addr)?;
-    stream.set_nonblocking(true)?;
-    let mut stream = UnixStream::from_std(stream)?;
-    stream.write_all(&route.key).await?;
-    Ok(stream)
+/// The acceptor's answer to a key: admitted.
+pub(super) const ADMITTED: u8 = 1;
+/// The acceptor's answer to a key: the connection has [`MAX_CHANNELS`]
+/// open already; use QUIC for this one.
+pub(super) const BUSY: u8 = 0;
+
+/// Same-host sockets one connection may have open at once (as many as
+/// its QUIC streams).
+pub(super) const MAX_CHANNELS: usize = 1024;
+
+/// Sockets waiting for their key at once, past which more are dropped
+/// unread (as `admission.rs` bounds QUIC handshakes).
+pub(super) const MAX_UNADMITTED: usize = 64;
+
+/// Why a dialer cannot use the same-host route now (step 2).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unusable {
+    /// Not reachable from here, or refused: QUIC from now on.
+    #[error("{0}")]
+    ForGood(std::io::Error),
+    /// Not this time (a full backlog, a busy connection): QUIC for this
+    /// channel.
+    #[error("{0}")]
+    ForNow(std::io::Error),
+}
+
+/// Step 2: connects to `route`'s socket, presents its key and waits for
+/// the acceptor's answer, all within `timeout`.
+pub(super) async fn connect(
+    route: &LocalRoute,
+    timeout: std::time::Duration,
+) -> Result<UnixStream, Unusable> {
+    let name = format!("\0{}", route.socket);
+    let dial = async {
+        let mut stream = UnixStream::connect(&name)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                    Unusable::ForGood(e)
+                }
+                _ => Unusable::ForNow(e),
+            })?;
+        let refused = |e: std::io::Error| Unusable::ForGood(e);
+        stream.write_all(&route.key).await.map_err(refused)?;
+        let mut answer = [0u8; 1];
+        stream.read_exact(&mut answer).await.map_err(refused)?;
+        match answer[0] {
+            ADMITTED => Ok(stream),
+            _ => Err(Unusable::ForNow(std::io::Error::other(
+                "the connection has as many same-host channels as it may",
+            ))),
+        }
+    };
+    tokio::time::timeout(timeout, dial)
+        .await
+        .unwrap_or_else(|_| Err(Unusable::ForNow(std::io::ErrorKind::TimedOut.into())))
 }
 
 /// Why a local channel was not admitted (step 3).
@@ -108,6 +166,9 @@ pub(super) enum Refused {
     /// Its key names no live connection.
     #[error("its key names no live connection")]
     UnknownKey,
+    /// [`MAX_UNADMITTED`] sockets wait for their key already.
+    #[error("{MAX_UNADMITTED} same-host sockets are waiting for their key already")]
+    TooMany,
 }
 
 /// Step 3, first half: the caller's key, once it runs as this user.

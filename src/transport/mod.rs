@@ -28,8 +28,8 @@
 //!    is told the [`Caller`] as far as this process could check it.
 //! 4. **Requests.** Each opens its own bidirectional stream, or rides an
 //!    ordered [`Channel`] (`channel.rs`); between two processes of one
-//!    host a channel runs over a Unix-domain socket the connection's
-//!    handshake admitted it to (`local.rs`). The caller enforces the request's
+//!    host channels and requests run over a Unix-domain socket the
+//!    connection's handshake admitted them to (`local.rs`). The caller enforces the request's
 //!    deadline locally too ([`RequestOptions`]); the receiver answers a
 //!    handler still running at the deadline with `DeadlineExceeded`, and a
 //!    request for another incarnation of it with `StaleIncarnation`.

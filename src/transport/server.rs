@@ -107,6 +107,7 @@ pub(super) async fn accept(
             quic: quic.clone(),
             peer: caller.clone(),
             budget: budget.clone(),
+            channels: Arc::new(Semaphore::new(local::MAX_CHANNELS)),
         };
         offer.admitted.insert(key.key, admission);
         Some(LocalRoute {
@@ -159,6 +160,8 @@ pub(super) struct LocalAdmission {
     quic: quinn::Connection,
     peer: Caller,
     budget: Arc<Semaphore>,
+    /// Its open same-host sockets ([`local::MAX_CHANNELS`]).
+    channels: Arc<Semaphore>,
 }
 
 /// A connection's same-host key, forgotten when the connection ends.
@@ -183,50 +186,89 @@ pub(super) async fn accept_local(
     listener: tokio::net::UnixListener,
     handler: Arc<dyn RequestHandler>,
 ) {
+    let unadmitted = Arc::new(Semaphore::new(local::MAX_UNADMITTED));
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
-        let mut stream = match listener.accept().await {
+        let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
-                // Out of file descriptors, say: the next accept may work.
-                debug!("cannot accept a same-host channel: {e}");
-                tokio::task::yield_now().await;
+                // Out of file descriptors, say: wait, as the error stays
+                // until some are closed.
+                debug!("cannot accept a same-host channel ({e}); trying again in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                 continue;
             }
         };
-        let (endpoint, handler) = (endpoint.clone(), handler.clone());
-        tokio::spawn(async move {
-            let timeout = endpoint.config().connect_timeout;
-            let admitted = match tokio::time::timeout(timeout, local::read_key(&mut stream)).await {
-                Ok(Ok(key)) => endpoint
-                    .local()
-                    .and_then(|offer| offer.admitted.get(&key).map(|a| a.clone()))
-                    .ok_or(local::Refused::UnknownKey),
-                Ok(Err(refused)) => Err(refused),
-                Err(_) => Err(local::Refused::NoKey(std::io::ErrorKind::TimedOut.into())),
-            };
-            let admitted = match admitted {
-                Ok(admitted) => admitted,
-                Err(refusal) => {
-                    let reason = format!("a same-host channel: {refusal}");
-                    return refused(&endpoint.admission(), "this host", &reason);
-                }
-            };
-            let quic = admitted.quic.clone();
-            let task = StreamTask {
-                endpoint,
-                quic: admitted.quic,
-                peer: admitted.peer,
-                handler,
-                budget: admitted.budget,
-            };
-            let (recv, send) = stream.into_split();
-            let recv = tokio::io::BufReader::with_capacity(LOCAL_READ_BUFFER, recv);
-            tokio::select! {
-                () = task.run(send, recv) => {}
-                _ = quic.closed() => {}
-            }
-        });
+        backoff = ACCEPT_BACKOFF_MIN;
+        let Ok(waiting) = unadmitted.clone().try_acquire_owned() else {
+            local_refused(&local::Refused::TooMany);
+            continue;
+        };
+        tokio::spawn(serve_local(
+            endpoint.clone(),
+            stream,
+            handler.clone(),
+            waiting,
+        ));
     }
+}
+
+/// How long the same-host accept loop waits after a failed accept: from
+/// this, doubling up to [`ACCEPT_BACKOFF_MAX`].
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Admits one same-host socket (`local.rs`, step 3), holding `waiting`
+/// until it is, then serves it until it or its connection ends.
+async fn serve_local(
+    endpoint: Endpoint,
+    mut stream: tokio::net::UnixStream,
+    handler: Arc<dyn RequestHandler>,
+    waiting: OwnedSemaphorePermit,
+) {
+    let timeout = endpoint.config().connect_timeout;
+    let admitted = match tokio::time::timeout(timeout, local::read_key(&mut stream)).await {
+        Ok(Ok(key)) => endpoint
+            .local()
+            .and_then(|offer| offer.admitted.get(&key).map(|a| a.clone()))
+            .ok_or(local::Refused::UnknownKey),
+        Ok(Err(refused)) => Err(refused),
+        Err(_) => Err(local::Refused::NoKey(std::io::ErrorKind::TimedOut.into())),
+    };
+    drop(waiting);
+    let admitted = match admitted {
+        Ok(admitted) => admitted,
+        Err(refusal) => return local_refused(&refusal),
+    };
+    let Ok(_open) = admitted.channels.clone().try_acquire_owned() else {
+        let _ = stream.write_all(&[local::BUSY]).await;
+        return;
+    };
+    if stream.write_all(&[local::ADMITTED]).await.is_err() {
+        return;
+    }
+    let quic = admitted.quic.clone();
+    let task = StreamTask {
+        endpoint,
+        quic: admitted.quic,
+        peer: admitted.peer,
+        handler,
+        budget: admitted.budget,
+    };
+    let (recv, send) = stream.into_split();
+    let recv = tokio::io::BufReader::with_capacity(LOCAL_READ_BUFFER, recv);
+    tokio::select! {
+        () = task.run_local(send, recv) => {}
+        _ = quic.closed() => {}
+    }
+}
+
+/// A same-host socket not admitted: counted, and logged at debug only
+/// (any process of the host can knock on the socket).
+fn local_refused(refusal: &local::Refused) {
+    metrics::counter!("nimbus_same_host_refused_total").increment(1);
+    debug!("refused a same-host channel: {refusal}");
 }
 
 /// What a same-host channel reads ahead: a small request is one system
@@ -352,6 +394,7 @@ fn buffer_budget(max_frame_bytes: usize) -> usize {
 const MIN_CHARGE: usize = 4 << 10;
 
 /// Serves one request stream: a single request, or an ordered channel.
+#[derive(Clone)]
 struct StreamTask {
     endpoint: Endpoint,
     quic: quinn::Connection,
@@ -359,6 +402,16 @@ struct StreamTask {
     handler: Arc<dyn RequestHandler>,
     /// The connection's [`buffer_budget`], shared by its streams.
     budget: Arc<Semaphore>,
+}
+
+/// A stream's response writer, stopped when the stream's task is dropped
+/// (a same-host socket whose connection closed writes nothing more).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A request and its share of the connection's budget, given back once it
@@ -395,6 +448,47 @@ impl StreamTask {
         let _ = send.shutdown().await;
     }
 
+    /// Serves a same-host socket (`local.rs`): an ordered channel, or the
+    /// plain requests of its connection, each handled on its own.
+    async fn run_local(self, send: impl SendHalf, mut recv: impl RecvHalf) {
+        let Ok(Some(first)) = self.read_request(&mut recv, true).await else {
+            return;
+        };
+        if first.request.ordered {
+            return self.serve_channel(first, send, recv).await;
+        }
+        self.serve_requests(first, send, recv).await
+    }
+
+    /// Hands each plain request to the handler as it arrives and writes
+    /// each response as soon as it is ready, in whatever order they
+    /// finish (the caller matches them by id). The connection's budget
+    /// bounds how many wait at once, as for QUIC streams.
+    async fn serve_requests(self, first: Admitted, send: impl SendHalf, mut recv: impl RecvHalf) {
+        let (responses_tx, mut responses) = mpsc::unbounded_channel::<Response>();
+        let writer = self.clone();
+        let mut writing = AbortOnDrop(tokio::spawn(async move {
+            let mut send = send;
+            while let Some(response) = responses.recv().await {
+                writer.write_response(&mut send, &response).await;
+            }
+            let _ = send.shutdown().await;
+        }));
+        let mut next = Some(first);
+        while let Some(request) = next.take() {
+            let pending = self.start(request);
+            let responses_tx = responses_tx.clone();
+            tokio::spawn(async move {
+                if let Some(response) = pending.await {
+                    let _ = responses_tx.send(response);
+                }
+            });
+            next = self.read_request(&mut recv, false).await.ok().flatten();
+        }
+        drop(responses_tx);
+        let _ = (&mut writing.0).await;
+    }
+
     /// Hands every request of the channel to the handler in arrival order,
     /// and writes the responses back in that same order.
     async fn serve_channel(
@@ -404,21 +498,15 @@ impl StreamTask {
         mut recv: impl RecvHalf,
     ) {
         let (responses_tx, mut responses) = mpsc::unbounded_channel::<PendingResponse>();
-        let writer = StreamTask {
-            endpoint: self.endpoint.clone(),
-            quic: self.quic.clone(),
-            peer: self.peer.clone(),
-            handler: self.handler.clone(),
-            budget: self.budget.clone(),
-        };
-        let writing = tokio::spawn(async move {
+        let writer = self.clone();
+        let mut writing = AbortOnDrop(tokio::spawn(async move {
             while let Some(response) = responses.recv().await {
                 if let Some(response) = response.await {
                     writer.write_response(&mut send, &response).await;
                 }
             }
             let _ = send.shutdown().await;
-        });
+        }));
         let _ = responses_tx.send(self.start(first));
         while let Ok(Some(request)) = self.read_request(&mut recv, false).await {
             if responses_tx.send(self.start(request)).is_err() {
@@ -426,7 +514,7 @@ impl StreamTask {
             }
         }
         drop(responses_tx);
-        let _ = writing.await;
+        let _ = (&mut writing.0).await;
     }
 
     /// Reads one request. `Ok(None)`: the peer finished the stream cleanly.

@@ -1,15 +1,16 @@
 //! Same-host channels (`src/transport/local.rs`): between two processes
-//! of one host an ordered channel runs over the acceptor's Unix-domain
-//! socket, admitted by the key its QUIC handshake gave; QUIC where that is
+//! of one host ordered channels and plain requests run over the
+//! acceptor's Unix-domain socket, admitted by the key its QUIC handshake gave; QUIC where that is
 //! off or packet faults are injected; never past its connection; and a
 //! caller without the key is dropped.
 
-use std::io::{Read, Write};
 use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use nimbus::cluster::{ControlReply, ControlRequest, MembershipRequest};
 use nimbus::transport::{
-    Connection, Credentials, Endpoint, PacketFaults, RequestOptions, TransportConfig,
+    Connection, Credentials, Endpoint, PacketFaults, RequestError, RequestOptions, TransportConfig,
 };
 use nimbus::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
@@ -30,7 +31,12 @@ async fn connect(cluster: &crate::support::Cluster, config: TransportConfig) -> 
     endpoint.connect(cluster.address(), None).await.unwrap()
 }
 
-fn status() -> Vec<u8> {
+/// An `Echo`, which every node answers (`Status` is the head's).
+fn echo_request() -> Vec<u8> {
+    rmp_serde::to_vec_named(&ControlRequest::Echo(vec![7; 64])).unwrap()
+}
+
+fn status_request() -> Vec<u8> {
     rmp_serde::to_vec_named(&ControlRequest::Membership(MembershipRequest::Status)).unwrap()
 }
 
@@ -40,13 +46,27 @@ async fn pipelined_status(connection: &Connection, count: usize) {
     let channel = connection.open_channel().await.unwrap();
     let mut pending = Vec::new();
     for _ in 0..count {
-        let sent = channel.send_request(status(), RequestOptions::control());
+        let sent = channel.send_request(status_request(), RequestOptions::control());
         pending.push(sent.await.unwrap());
     }
     for reply in pending {
         let reply: ControlReply = nimbus::wire::decode(&reply.wait().await.unwrap()).unwrap();
         assert!(matches!(reply, ControlReply::Status(_)), "{reply:?}");
     }
+}
+
+/// `count` plain status requests, each answered.
+async fn plain_status(connection: &Connection, count: usize) {
+    for _ in 0..count {
+        let request = ControlRequest::Membership(MembershipRequest::Status);
+        let reply = nimbus::client::call(connection, &request, RequestOptions::control()).await;
+        assert!(matches!(reply, Ok(ControlReply::Status(_))), "{reply:?}");
+    }
+}
+
+/// QUIC STREAM frames `connection` sent so far.
+fn quic_stream_frames(connection: &Connection) -> u64 {
+    connection.stats().frame_tx.stream
 }
 
 #[tokio::test]
@@ -56,8 +76,15 @@ async fn channels_on_one_host_use_the_unix_socket_unless_off_or_faulty() {
         let local = connect(&cluster, TransportConfig::default()).await;
         let socket = local.local_socket().expect("a same-host route");
         assert!(socket.starts_with("nimbus-"), "{socket}");
+        let before = quic_stream_frames(&local);
         pipelined_status(&local, 50).await;
+        plain_status(&local, 50).await;
         assert!(local.local_socket().is_some(), "the socket was reachable");
+        assert_eq!(
+            quic_stream_frames(&local),
+            before,
+            "100 requests, none of them on QUIC"
+        );
 
         let off = TransportConfig {
             same_host_channels: false,
@@ -65,7 +92,13 @@ async fn channels_on_one_host_use_the_unix_socket_unless_off_or_faulty() {
         };
         let quic = connect(&cluster, off).await;
         assert_eq!(quic.local_socket(), None);
+        let before = quic_stream_frames(&quic);
         pipelined_status(&quic, 50).await;
+        plain_status(&quic, 50).await;
+        assert!(
+            quic_stream_frames(&quic) >= before + 50,
+            "a stream per plain request at least"
+        );
 
         let faulty = TransportConfig {
             packet_faults: Some(PacketFaults {
@@ -89,13 +122,60 @@ async fn a_same_host_channel_ends_with_its_connection() {
         assert!(connection.local_socket().is_some());
         let channel = connection.open_channel().await.unwrap();
         channel
-            .request(status(), RequestOptions::control())
+            .request(status_request(), RequestOptions::control())
             .await
             .unwrap();
+        plain_status(&connection, 1).await;
         connection.close("the test is done with it");
-        let failed = channel.request(status(), RequestOptions::control()).await;
+        let failed = channel
+            .request(status_request(), RequestOptions::control())
+            .await;
         assert!(failed.is_err(), "{failed:?}");
         assert!(!channel.is_open());
+        let request = ControlRequest::Membership(MembershipRequest::Status);
+        let failed = nimbus::client::call(&connection, &request, RequestOptions::control()).await;
+        assert!(failed.is_err(), "{failed:?}");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_killed_peer_fails_its_same_host_requests_at_once_with_node_lost() {
+    within(Duration::from_secs(60), async {
+        let mut cluster = cluster(2);
+        let client = cluster.client().await.unwrap();
+        let status = client.status().await.unwrap();
+        let victim = status.node("node-1").unwrap().clone();
+        let connection = client.connect_node(&victim).await.unwrap();
+        assert!(connection.local_socket().is_some());
+        let channel = connection.open_channel().await.unwrap();
+        channel
+            .request(echo_request(), RequestOptions::control())
+            .await
+            .unwrap();
+        connection
+            .request(echo_request(), RequestOptions::control())
+            .await
+            .unwrap();
+        cluster.kill(1).unwrap();
+        // The sockets end with the process; QUIC alone would wait out its
+        // idle timeout.
+        for failed in [
+            channel
+                .request(echo_request(), RequestOptions::control())
+                .await,
+            connection
+                .request(echo_request(), RequestOptions::control())
+                .await,
+        ] {
+            match failed {
+                Err(RequestError::NodeLost { peer, reason }) => {
+                    assert_eq!(peer.name, "node-1");
+                    assert!(reason.contains("same-host socket"), "{reason}");
+                }
+                other => panic!("expected NodeLost, got {other:?}"),
+            }
+        }
     })
     .await
 }
@@ -103,26 +183,18 @@ async fn a_same_host_channel_ends_with_its_connection() {
 #[tokio::test]
 async fn a_caller_without_the_key_is_dropped_from_the_unix_socket() {
     within(Duration::from_secs(60), async {
-        use std::os::linux::net::SocketAddrExt;
         let cluster = cluster(1);
         let connection = connect(&cluster, TransportConfig::default()).await;
-        let socket = connection.local_socket().expect("a same-host route");
-        let addr = std::os::unix::net::SocketAddr::from_abstract_name(socket.as_bytes()).unwrap();
-        let read = tokio::task::spawn_blocking(move || {
-            let mut stream = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
-            stream
-                .set_read_timeout(Some(Duration::from_secs(20)))
-                .unwrap();
-            stream.write_all(&[0u8; 32]).unwrap();
-            // A request frame after the wrong key: never answered.
-            stream.write_all(&status()).unwrap();
-            let mut back = Vec::new();
-            stream.read_to_end(&mut back).map(|_| back)
-        });
-        // Closed unanswered: at the end of what it sent, or reset over the
-        // request it left unread.
-        match read.await.unwrap() {
-            Ok(back) => assert!(back.is_empty(), "answered: {back:?}"),
+        let socket = format!(
+            "\0{}",
+            connection.local_socket().expect("a same-host route")
+        );
+        let mut stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+        stream.write_all(&[0u8; 32]).await.unwrap();
+        // Admitted, the node would answer one byte first.
+        let mut back = Vec::new();
+        match stream.read_to_end(&mut back).await {
+            Ok(_) => assert!(back.is_empty(), "answered: {back:?}"),
             Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
         }
         // The connection's own channels still work.
