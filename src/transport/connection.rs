@@ -86,8 +86,22 @@ impl Connection {
         body: Vec<u8>,
         options: RequestOptions,
     ) -> Result<Vec<u8>, RequestError> {
-        if let Some(requests) = self.local_requests(options.deadline).await {
-            return requests.request(body, options).await;
+        if self.local.is_some() {
+            // The deadline covers opening the socket too (a stopped peer
+            // takes the key and never answers it).
+            let deadline = tokio::time::Instant::now() + options.deadline;
+            let timed_out = || RequestError::Timeout {
+                peer: self.peer.clone(),
+                after: options.deadline,
+            };
+            let opened = tokio::time::timeout_at(deadline, self.local_requests(options.deadline))
+                .await
+                .map_err(|_| timed_out())?;
+            if let Some(requests) = opened {
+                return tokio::time::timeout_at(deadline, requests.request(body, options))
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out()));
+            }
         }
         let exchange = self.exchange(body, options, false);
         match tokio::time::timeout(options.deadline, exchange).await {
@@ -103,7 +117,8 @@ impl Connection {
     /// message is handed to QUIC, which delivers it unless the connection
     /// is lost.
     pub async fn notify(&self, body: Vec<u8>, options: RequestOptions) -> Result<(), RequestError> {
-        if let Some(requests) = self.local_requests(options.deadline).await {
+        let local = tokio::time::timeout(options.deadline, self.local_requests(options.deadline));
+        if let Ok(Some(requests)) = local.await {
             return requests.notify(body, options).await;
         }
         let exchange = self.exchange(body, options, true);
@@ -170,7 +185,7 @@ impl Connection {
         if let Some(open) = shared.as_ref().filter(|c| c.is_open()) {
             return Some(open.clone());
         }
-        let stream = self.local_stream(dial).await?;
+        let stream = self.local_stream(dial, deadline).await?;
         let bare = Connection {
             local: None,
             ..self.clone()
@@ -182,8 +197,14 @@ impl Connection {
 
     /// A socket to the peer's same-host route; `None` (and QUIC from now
     /// on) when it cannot be reached.
-    async fn local_stream(&self, dial: &LocalDial) -> Option<tokio::net::UnixStream> {
-        match local::connect(&dial.route, self.connect_timeout).await {
+    /// Within `deadline` at most (and `connect_timeout`).
+    async fn local_stream(
+        &self,
+        dial: &LocalDial,
+        deadline: std::time::Duration,
+    ) -> Option<tokio::net::UnixStream> {
+        let timeout = deadline.min(self.connect_timeout);
+        match local::connect(&dial.route, timeout).await {
             Ok(stream) => Some(stream),
             Err(local::Unusable::ForNow(e)) => {
                 tracing::debug!(peer = %self.peer, "no same-host socket this time ({e}); using QUIC");
@@ -206,7 +227,7 @@ impl Connection {
             .as_ref()
             .filter(|dial| !dial.unreachable.load(Ordering::Relaxed));
         if let Some(dial) = local {
-            if let Some(stream) = self.local_stream(dial).await {
+            if let Some(stream) = self.local_stream(dial, self.connect_timeout).await {
                 return Ok(Channel::start_local(
                     self.clone(),
                     stream,

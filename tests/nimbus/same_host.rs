@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use nimbus::cluster::{ControlReply, ControlRequest, MembershipRequest};
+use nimbus::transport::faults::PACKET_FAULTS_ENV;
 use nimbus::transport::{
     Connection, Credentials, Endpoint, PacketFaults, RequestError, RequestOptions, TransportConfig,
 };
@@ -110,6 +111,35 @@ async fn channels_on_one_host_use_the_unix_socket_unless_off_or_faulty() {
         let faulty = connect(&cluster, faulty).await;
         assert_eq!(faulty.local_socket(), None, "packet faults need QUIC");
         pipelined_status(&faulty, 5).await;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_node_with_packet_faults_offers_no_unix_socket() {
+    within(Duration::from_secs(60), async {
+        let mut cluster = cluster(1);
+        let plan = serde_json::to_string(&PacketFaults::default()).unwrap();
+        let index = cluster
+            .add_node_with_env(&[], &[(PACKET_FAULTS_ENV, plan)])
+            .unwrap();
+        let client = cluster.client().await.unwrap();
+        let name = cluster.node(index).unwrap().name().to_string();
+        let status = client.status().await.unwrap();
+        let faulty = status.node(&name).expect("the node joined");
+        let connection = client.connect_node(faulty).await.unwrap();
+        assert_eq!(connection.local_socket(), None, "packet faults need QUIC");
+        let head = client
+            .connect_node(status.node("head").unwrap())
+            .await
+            .unwrap();
+        assert!(head.local_socket().is_some(), "the head offers its socket");
+        let before = quic_stream_frames(&connection);
+        connection
+            .request(echo_request(), RequestOptions::control())
+            .await
+            .unwrap();
+        assert!(quic_stream_frames(&connection) > before);
     })
     .await
 }
