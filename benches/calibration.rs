@@ -7,12 +7,14 @@
 //!   re-run as `--echo-server`), over a Unix-domain socket and over TCP
 //!   on loopback (`TCP_NODELAY`), blocking reads and writes, no framework;
 //! - `nimbus_echo_{64B,1MiB}_rtt_p50`: the same payloads as a nimbus
-//!   control request (`Echo`) to a node process over QUIC;
+//!   control request (`Echo`) to a node process over QUIC, and
+//!   `nimbus_echo_uds_*` over the node's same-host Unix-domain socket
+//!   (`transport/local.rs`);
 //! - `nimbus_channel_{quic,uds}_echo_{64B,1MiB}_rtt_p50`: the same on an
 //!   ordered channel (what an actor call rides), over a QUIC stream and
-//!   over the node's same-host Unix-domain socket (`transport/local.rs`);
+//!   over the same-host socket;
 //! - `actor_call_{64B}_rtt_p50`: a synchronous actor call from this
-//!   process to an actor in a worker process;
+//!   process to an actor in a worker process (over the same-host socket);
 //! - `actor_call_{syscalls,context_switches}_per_call_{driver,worker}`:
 //!   what each synchronous 64 B actor call costs each side in system calls
 //!   and context switches (wake-ups), counted by `perf stat` on the whole
@@ -57,8 +59,10 @@ use serde_bytes::ByteBuf;
 
 /// Payloads measured: (bytes, label, synchronous round trips).
 const PAYLOADS: [(usize, &str, usize); 2] = [(64, "64B", 20_000), (1 << 20, "1MiB", 500)];
-/// Actor calls counted by `perf`.
+/// Actor calls counted by `perf`, made for at least [`MIN_COUNTED`]:
+/// perf counts nothing in a window much shorter than that.
 const COUNTED_CALLS: usize = 5_000;
+const MIN_COUNTED: Duration = Duration::from_millis(500);
 /// 1 MiB echoes in the bulk measurement, and how many in flight.
 const BULK: (usize, usize) = (2_000, 64);
 /// Bytes copied by the memcpy floor.
@@ -139,20 +143,6 @@ fn main() -> Result<()> {
             .node("node-1")
             .cloned()
             .context("node-1 joined")?;
-        let connection = client.connect_node(&node).await?;
-        for (payload, label, trips) in PAYLOADS {
-            let trips = (trips / scale).max(10);
-            let mut histogram = Histogram::<u64>::new(3)?;
-            for _ in 0..trips {
-                let started = Instant::now();
-                echo(&connection, payload).await?;
-                histogram.record(started.elapsed().as_nanos() as u64)?;
-            }
-            let p50 = histogram.value_at_quantile(0.5) as f64 / 1000.0;
-            println!("nimbus_echo_{label}_rtt_p50: {p50:.1} us");
-            summary.push(format!("nimbus_echo_{label}_rtt_p50_us={p50:.1}"));
-        }
-        quic_bulk(&connection, scale).await?;
         let cluster = driver.local_cluster().context("a private cluster")?;
         for (kind, same_host_channels) in [("quic", false), ("uds", true)] {
             let config = TransportConfig {
@@ -168,22 +158,24 @@ fn main() -> Result<()> {
             let connection = client.connect_node(&node).await?;
             anyhow::ensure!(
                 connection.local_socket().is_some() == same_host_channels,
-                "the {kind} channel does not run over {kind}"
+                "the {kind} connection does not run over {kind}"
             );
+            // QUIC's rows keep their names from before same-host sockets.
+            let prefix = if same_host_channels { "uds_" } else { "" };
             let channel = connection.open_channel().await?;
             for (payload, label, trips) in PAYLOADS {
                 let trips = (trips / scale).max(10);
-                let mut histogram = Histogram::<u64>::new(3)?;
-                for _ in 0..trips {
-                    let started = Instant::now();
-                    channel_echo(&channel, payload).await?;
-                    histogram.record(started.elapsed().as_nanos() as u64)?;
-                }
-                let p50 = histogram.value_at_quantile(0.5) as f64 / 1000.0;
+                let p50 = p50_us(trips, || echo(&connection, payload)).await?;
+                println!("nimbus_echo_{prefix}{label}_rtt_p50: {p50:.1} us");
+                summary.push(format!("nimbus_echo_{prefix}{label}_rtt_p50_us={p50:.1}"));
+                let p50 = p50_us(trips, || channel_echo(&channel, payload)).await?;
                 println!("nimbus_channel_{kind}_echo_{label}_rtt_p50: {p50:.1} us");
                 summary.push(format!(
                     "nimbus_channel_{kind}_echo_{label}_rtt_p50_us={p50:.1}"
                 ));
+            }
+            if !same_host_channels {
+                quic_bulk(&connection, scale).await?;
             }
         }
 
@@ -220,15 +212,17 @@ fn main() -> Result<()> {
         match Counted::start(&sides) {
             Some(counting) => {
                 let started = Instant::now();
-                for _ in 0..calls {
+                let mut made = 0;
+                while made < calls || started.elapsed() < MIN_COUNTED {
                     call().await?;
+                    made += 1;
                 }
                 let busy = counting.stop()?;
                 let idle = Counted::start(&sides).context("perf ran a moment ago")?;
                 tokio::time::sleep(started.elapsed()).await;
                 let idle = idle.stop()?;
                 for ((side, _), (busy, idle)) in sides.iter().zip(busy.iter().zip(&idle)) {
-                    let per_call = |b: f64, i: f64| (b - i).max(0.0) / calls as f64;
+                    let per_call = |b: f64, i: f64| (b - i).max(0.0) / made as f64;
                     let syscalls = per_call(busy.0, idle.0);
                     let switches = per_call(busy.1, idle.1);
                     println!("actor_call_syscalls_per_call_{side}: {syscalls:.1} calls");
@@ -257,6 +251,20 @@ async fn echo(connection: &Connection, payload: usize) -> Result<()> {
         ControlReply::Echo(back) if back.len() == payload => Ok(()),
         reply => anyhow::bail!("the echo answered {reply:?}"),
     }
+}
+
+/// The median of `trips` timed round trips of `trip`, in microseconds.
+async fn p50_us<F: std::future::Future<Output = Result<()>>>(
+    trips: usize,
+    mut trip: impl FnMut() -> F,
+) -> Result<f64> {
+    let mut histogram = Histogram::<u64>::new(3)?;
+    for _ in 0..trips {
+        let started = Instant::now();
+        trip().await?;
+        histogram.record(started.elapsed().as_nanos() as u64)?;
+    }
+    Ok(histogram.value_at_quantile(0.5) as f64 / 1000.0)
 }
 
 /// One `Echo` of `payload` bytes on an ordered channel, checked.
@@ -372,11 +380,16 @@ impl Counted {
             unsafe { libc::kill(perf.id() as i32, libc::SIGINT) };
             let out = perf.wait_with_output()?;
             let text = String::from_utf8_lossy(&out.stderr);
+            // `<not counted>`: no thread of the process ran while perf
+            // counted (an idle window), so nothing happened.
             let count = |event: &str| -> Result<f64> {
                 text.lines()
                     .find(|l| l.contains(event))
                     .and_then(|l| l.split(',').next())
-                    .and_then(|v| v.parse().ok())
+                    .and_then(|v| match v {
+                        "<not counted>" => Some(0.0),
+                        v => v.parse().ok(),
+                    })
                     .with_context(|| format!("perf counted no {event}: {text}"))
             };
             counts.push((count("raw_syscalls")?, count("context-switches")?));
