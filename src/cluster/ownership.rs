@@ -219,11 +219,9 @@ fn machine_id() -> String {
         .unwrap_or_default()
 }
 
-/// The kernel's boot id.
+/// The kernel's boot id (empty where the kernel does not say).
 fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|id| id.trim().to_string())
-        .unwrap_or_default()
+    crate::transport::boot_id().unwrap_or_default().to_string()
 }
 
 /// When process `pid` started, in clock ticks after boot; `None` when

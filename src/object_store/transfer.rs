@@ -27,9 +27,9 @@ pub(crate) fn host_id() -> &'static str {
     use std::os::unix::fs::MetadataExt;
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .map(|id| id.trim().to_string())
-            .unwrap_or_else(|_| format!("unknown host, pid {}", std::process::id()));
+        let boot = crate::transport::boot_id()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("unknown host, pid {}", std::process::id()));
         match std::fs::metadata("/dev/shm") {
             Ok(shm) => format!("{boot} shm {}", shm.dev()),
             Err(_) => boot,

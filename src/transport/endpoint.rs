@@ -413,7 +413,7 @@ impl Endpoint {
 /// steps 1 and 2): on, and no packet faults.
 fn local_channels(config: &TransportConfig) -> Option<&'static str> {
     let allowed = config.same_host_channels && config.packet_faults.is_none();
-    allowed.then(local::host).flatten()
+    allowed.then(local::boot_id).flatten()
 }
 
 /// The reason both sides give for a version mismatch.

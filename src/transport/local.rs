@@ -57,9 +57,11 @@ pub(super) const SOCKET_PREFIX: &str = "nimbus-";
 /// A connection's key.
 pub(super) type Key = [u8; KEY_LEN];
 
-/// This host's boot id (`/proc/sys/kernel/random/boot_id`); `None` where
-/// the kernel does not say, and then no local channel is offered or used.
-pub(super) fn host() -> Option<&'static str> {
+/// This host's boot id (`/proc/sys/kernel/random/boot_id`), read once;
+/// `None` where the kernel does not say (and then no local channel is
+/// offered or used). Also what the object store and directory ownership
+/// call the host.
+pub fn boot_id() -> Option<&'static str> {
     static HOST: OnceLock<Option<String>> = OnceLock::new();
     HOST.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/random/boot_id")

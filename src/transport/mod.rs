@@ -96,6 +96,7 @@ pub use credentials::{CredentialError, Credentials, JoinToken, WorkerCredentials
 pub use endpoint::Endpoint;
 pub use error::{ConnectError, EndpointError, FaultPlanError, NoPacketFaults, RequestError};
 pub use faults::{FaultCounters, FaultCounts, PacketFaults, PacketRule};
+pub use local::boot_id;
 pub use server::{HandlerError, RequestHandler};
 pub use tickets::{
     Caller, CertificateHash, Standing, TicketAuthority, TicketError, Verifier, WorkerSigner,
