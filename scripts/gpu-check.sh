@@ -25,7 +25,9 @@
 #      allreduce; the communicator is aborted and the group restarted from
 #      the checkpoint within 10 s;
 #   7. MNIST test accuracy on the GPU within 0.02 of the CPU run's (same
-#      seed), in f32 and under autocast (f16, tch's default on CUDA).
+#      seed), in f32 and under autocast (f16, tch's default on CUDA),
+#      after 1 epoch (after 2, both reach 1.0 on the generated digits and
+#      the comparison checks nothing).
 set -u
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -153,16 +155,16 @@ ok=$(awk -v r="${recovery:-99}" -v n="${restarts:-0}" -v rc=$rc 'BEGIN { print (
 check watchdog_restart_under_10s "$ok" "exit $rc, restarts ${restarts:-none}, recovery ${recovery:-none} s"
 
 # 7. Accuracy, GPU against CPU, same seed.
-run accuracy_gpu "$STEP_TIMEOUT" train_mnist --nodes 1 --epochs 2 --storage "$RUNS" --workers 1 --use-gpu --seed 0
+run accuracy_gpu "$STEP_TIMEOUT" train_mnist --nodes 1 --epochs 1 --storage "$RUNS" --workers 1 --use-gpu --seed 0
 gpu_accuracy=$(field "$WORK/accuracy_gpu.log" test_accuracy)
-run accuracy_cpu "$STEP_TIMEOUT" train_mnist --nodes 1 --epochs 2 --storage "$RUNS" --workers 1 --seed 0
+run accuracy_cpu "$STEP_TIMEOUT" train_mnist --nodes 1 --epochs 1 --storage "$RUNS" --workers 1 --seed 0
 cpu_accuracy=$(field "$WORK/accuracy_cpu.log" test_accuracy)
 echo "mnist_accuracy_gpu: ${gpu_accuracy:-none} fraction"
 echo "mnist_accuracy_cpu: ${cpu_accuracy:-none} fraction"
 # near A B: 1 when both are accuracies above 0.5 within 0.02 of each other.
 near() { awk -v g="${1:-nan}" -v c="${2:-nan}" 'BEGIN { d = g - c; if (d < 0) d = -d; print (g + 0 > 0.5 && c + 0 > 0.5 && d <= 0.02) ? 1 : 0 }'; }
 check gpu_accuracy_matches_cpu "$(near "$gpu_accuracy" "$cpu_accuracy")" "GPU ${gpu_accuracy:-none}, CPU ${cpu_accuracy:-none}"
-run accuracy_autocast "$STEP_TIMEOUT" train_mnist --nodes 1 --epochs 2 --storage "$RUNS" --workers 1 --use-gpu --autocast --seed 0
+run accuracy_autocast "$STEP_TIMEOUT" train_mnist --nodes 1 --epochs 1 --storage "$RUNS" --workers 1 --use-gpu --autocast --seed 0
 autocast_accuracy=$(field "$WORK/accuracy_autocast.log" test_accuracy)
 echo "mnist_accuracy_gpu_autocast: ${autocast_accuracy:-none} fraction"
 check gpu_autocast_accuracy_matches_cpu "$(near "$autocast_accuracy" "$cpu_accuracy")" "GPU autocast ${autocast_accuracy:-none}, CPU ${cpu_accuracy:-none}"

@@ -207,10 +207,18 @@ impl TrainLoop for MnistLoop {
                     die(ctx, config.fail_mode, step, saved);
                 }
                 let (images, labels) = data.train.batch(indices);
-                let loss = nimbus_train::tch::autocast(config.autocast, || {
+                let forward = || {
                     net.forward_t(&images.to_device(ctx.device()).to_kind(kind), true)
                         .cross_entropy_for_logits(&labels.to_device(ctx.device()))
-                });
+                };
+                // Only when asked: tch's autocast calls libtorch functions
+                // that print a deprecation warning at every call (3 lines a
+                // step), even to turn it off.
+                let loss = if config.autocast {
+                    nimbus_train::tch::autocast(true, forward)
+                } else {
+                    forward()
+                };
                 sgd.zero_grad();
                 loss.backward();
                 ctx.sync_gradients(&model)?;

@@ -21,7 +21,10 @@
 //! 3. the wait polls `ncclCommGetAsyncError` (until the launch is done,
 //!    and for errors NCCL saw asynchronously, such as a peer that died),
 //!    then the stream, with a deadline: a peer that died or hangs makes
-//!    the wait fail or time out;
+//!    the wait fail or time out. Between polls it yields the thread for
+//!    the first `YIELD_FOR` (most collectives of a step end within it; a
+//!    sleep there would add the kernel's timer slack, ~50 µs, to each),
+//!    then sleeps `POLL_SLEEP`;
 //! 4. any error, timeout, or the group's abort flag aborts the
 //!    communicator (`ncclCommAbort`), so a dead peer turns into a restart
 //!    instead of NCCL's indefinite wait; errors name the NCCL call and
@@ -33,8 +36,8 @@
 //! in-place `ncclBroadcast`s the same way. (A non-contiguous tensor goes
 //! through a contiguous copy on its device.)
 //!
-//! Not yet run on a GPU: it compiles, and fails clearly without one; see
-//! `scripts/gpu-check.sh`, the check to run on a GPU machine.
+//! Checked on a GPU by `scripts/gpu-check.sh` (README: "The GPU check"),
+//! which is where its figures come from.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -53,6 +56,14 @@ pub use library::{
     SONAME,
 };
 use library::{IN_PROGRESS, SUCCESS};
+
+/// How long a wait (step 3) polls without sleeping, yielding the thread
+/// between polls.
+const YIELD_FOR: Duration = Duration::from_millis(2);
+/// A wait's sleep between polls after [`YIELD_FOR`].
+const POLL_SLEEP: Duration = Duration::from_micros(50);
+/// A join's sleep between polls (step 1: joins take milliseconds).
+const JOIN_POLL_SLEEP: Duration = Duration::from_millis(1);
 
 /// Checks that the CUDA driver and NCCL can be loaded and the driver
 /// initialised; this process's NCCL.
@@ -252,7 +263,13 @@ impl NcclGroup {
                     }
                 });
             }
-            std::thread::sleep(Duration::from_micros(if stream { 50 } else { 1000 }));
+            if !stream {
+                std::thread::sleep(JOIN_POLL_SLEEP);
+            } else if started.elapsed() < YIELD_FOR {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(POLL_SLEEP);
+            }
         }
     }
 
