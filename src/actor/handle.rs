@@ -421,8 +421,20 @@ async fn deliver(
     mut queue: mpsc::UnboundedReceiver<Outgoing>,
 ) {
     let mut current: Option<(Channel, ActorRecord)> = None;
-    while let Some(call) = queue.recv().await {
+    loop {
+        // Calls queued on the channel go out before this task waits.
+        let call = match queue.try_recv() {
+            Ok(call) => call,
+            Err(_) => {
+                flush(&current).await;
+                match queue.recv().await {
+                    Some(call) => call,
+                    None => return,
+                }
+            }
+        };
         if let Some(delivered) = call.transits.delivered() {
+            flush(&current).await;
             if tokio::time::timeout(call.deadline, delivered)
                 .await
                 .is_err()
@@ -476,7 +488,12 @@ async fn deliver(
                 }
             }
             Waiter::TwoWay(written) => {
-                let sent = channel.send_request(call.body, options).await;
+                // More calls waiting: this one goes out with them.
+                let sent = if queue.is_empty() {
+                    channel.send_request(call.body, options).await
+                } else {
+                    channel.queue_request(call.body, options).await
+                };
                 let sent = match sent {
                     Ok(pending) => Ok((pending, Box::new(record))),
                     Err(e) => {
@@ -487,6 +504,14 @@ async fn deliver(
                 let _ = written.send(sent);
             }
         }
+    }
+}
+
+/// Writes the calls queued on the current channel. A failed write breaks
+/// the channel, which fails their replies and is replaced at the next call.
+async fn flush(current: &Option<(Channel, ActorRecord)>) {
+    if let Some((channel, _)) = current {
+        let _ = channel.flush(RequestOptions::control()).await;
     }
 }
 

@@ -8,6 +8,12 @@
 //! them to its handler in that order, and writes the responses back on the
 //! same stream. Requests are pipelined: a caller need not wait for one
 //! response before sending the next.
+//!
+//! A caller that knows more requests follow at once may
+//! [`queue_request`](Channel::queue_request) them: they wait in the
+//! channel's buffer and go out together, in one write (one system call on
+//! a same-host socket), with the next request sent, at a
+//! [`flush`](Channel::flush), or once the buffer holds `BATCH_BYTES`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +37,7 @@ pub struct Channel {
 
 struct Inner {
     connection: Connection,
-    send: tokio::sync::Mutex<Writer>,
+    send: tokio::sync::Mutex<Outgoing>,
     pending: Mutex<Pending>,
     next_id: AtomicU64,
     max_frame_bytes: usize,
@@ -68,6 +74,22 @@ impl PendingReply {
             }
         }
     }
+}
+
+/// Frames not yet written, and where they go.
+struct Outgoing {
+    writer: Writer,
+    batch: Vec<u8>,
+}
+
+/// What a channel's buffer holds before it is written anyway.
+const BATCH_BYTES: usize = 64 << 10;
+
+/// When a request leaves the channel's buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flush {
+    Now,
+    Later,
 }
 
 /// Where a channel's requests go: a QUIC stream, or a Unix-domain socket
@@ -153,7 +175,10 @@ impl Channel {
         Arc::new(Inner {
             connection,
             local: matches!(send, Writer::Local(_)),
-            send: tokio::sync::Mutex::new(send),
+            send: tokio::sync::Mutex::new(Outgoing {
+                writer: send,
+                batch: Vec::new(),
+            }),
             pending: Mutex::new(Pending::default()),
             next_id: AtomicU64::new(1),
             max_frame_bytes,
@@ -179,9 +204,48 @@ impl Channel {
         body: Vec<u8>,
         options: RequestOptions,
     ) -> Result<PendingReply, RequestError> {
+        self.send_with(body, options, Flush::Now).await
+    }
+
+    /// As [`send_request`](Self::send_request), but the request may wait
+    /// in the channel's buffer until the next request sent without
+    /// queueing, the next [`flush`](Self::flush), or until the buffer
+    /// holds `BATCH_BYTES`: for a caller with more requests to send at
+    /// once, which must flush when it has none left.
+    pub async fn queue_request(
+        &self,
+        body: Vec<u8>,
+        options: RequestOptions,
+    ) -> Result<PendingReply, RequestError> {
+        self.send_with(body, options, Flush::Later).await
+    }
+
+    /// Writes the requests waiting in the channel's buffer.
+    pub async fn flush(&self, options: RequestOptions) -> Result<(), RequestError> {
+        let flushed = async {
+            let mut outgoing = self.inner.send.lock().await;
+            if outgoing.batch.is_empty() {
+                return Ok(());
+            }
+            self.write_batch(&mut outgoing, options.priority).await
+        };
+        tokio::time::timeout(options.deadline, flushed)
+            .await
+            .map_err(|_| self.timeout(options.deadline))?
+    }
+
+    async fn send_with(
+        &self,
+        body: Vec<u8>,
+        options: RequestOptions,
+        flush: Flush,
+    ) -> Result<PendingReply, RequestError> {
         let (id, reply) = self.register()?;
-        let written =
-            tokio::time::timeout(options.deadline, self.write(id, body, options, false)).await;
+        let written = tokio::time::timeout(
+            options.deadline,
+            self.write(id, body, options, false, flush),
+        )
+        .await;
         match written {
             Ok(Ok(())) => Ok(PendingReply {
                 channel: self.clone(),
@@ -209,10 +273,11 @@ impl Channel {
     }
 
     /// Sends `body` after every request sent before it, expecting no
-    /// response. Returns once it is handed to QUIC.
+    /// response. Returns once it is written (handed to QUIC, or to the
+    /// same-host socket).
     pub async fn notify(&self, body: Vec<u8>, options: RequestOptions) -> Result<(), RequestError> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let write = self.write(id, body, options, true);
+        let write = self.write(id, body, options, true, Flush::Now);
         tokio::time::timeout(options.deadline, write)
             .await
             .map_err(|_| self.timeout(options.deadline))?
@@ -241,6 +306,7 @@ impl Channel {
         body: Vec<u8>,
         options: RequestOptions,
         one_way: bool,
+        flush: Flush,
     ) -> Result<(), RequestError> {
         let request = Request {
             id,
@@ -250,16 +316,38 @@ impl Channel {
             ordered: self.inner.ordered,
             body,
         };
-        let frame = wire::encode(&request, self.inner.max_frame_bytes)
+        let mut outgoing = self.inner.send.lock().await;
+        wire::encode_into(&request, self.inner.max_frame_bytes, &mut outgoing.batch)
             .map_err(|e| self.inner.connection.wire(e))?;
-        let mut send = self.inner.send.lock().await;
-        let written = send.write(&frame, options.priority).await;
+        if flush == Flush::Later && outgoing.batch.len() < BATCH_BYTES {
+            return Ok(());
+        }
+        self.write_batch(&mut outgoing, options.priority).await
+    }
+
+    /// Writes the buffer. A failed write breaks the channel: the requests
+    /// it held (and any partly written frame) are lost, so every request
+    /// waiting fails.
+    async fn write_batch(
+        &self,
+        outgoing: &mut Outgoing,
+        priority: i32,
+    ) -> Result<(), RequestError> {
+        let written = outgoing.writer.write(&outgoing.batch, priority).await;
+        outgoing.batch.clear();
+        if outgoing.batch.capacity() > 4 * BATCH_BYTES {
+            outgoing.batch = Vec::new();
+        }
         written.map_err(|e| {
-            if self.inner.local && self.inner.connection.is_open() {
+            let gone = self.inner.local && self.inner.connection.is_open();
+            let error = if gone {
+                self.lock().lost = true;
                 self.lost()
             } else {
                 self.inner.connection.io_failure(e)
-            }
+            };
+            fail_waiting(&Arc::downgrade(&self.inner), error.to_string());
+            error
         })
     }
 

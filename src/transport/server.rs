@@ -434,7 +434,7 @@ trait RecvHalf: AsyncRead + Unpin + Send {}
 impl<T: AsyncRead + Unpin + Send> RecvHalf for T {}
 
 impl StreamTask {
-    async fn run(self, mut send: impl SendHalf, mut recv: impl RecvHalf) {
+    async fn run(self, send: impl SendHalf, mut recv: impl RecvHalf) {
         let Ok(Some(first)) = self.read_request(&mut recv, true).await else {
             return;
         };
@@ -442,10 +442,11 @@ impl StreamTask {
             return self.serve_channel(first, send, recv).await;
         }
         let response = self.start(first).await;
+        let mut writer = ResponseWriter::new(self, send);
         if let Some(response) = response {
-            self.write_response(&mut send, &response).await;
+            writer.push(&response).await;
         }
-        let _ = send.shutdown().await;
+        writer.finish().await;
     }
 
     /// Serves a same-host socket (`local.rs`): an ordered channel, or the
@@ -466,13 +467,22 @@ impl StreamTask {
     /// bounds how many wait at once, as for QUIC streams.
     async fn serve_requests(self, first: Admitted, send: impl SendHalf, mut recv: impl RecvHalf) {
         let (responses_tx, mut responses) = mpsc::unbounded_channel::<Response>();
-        let writer = self.clone();
+        let mut writer = ResponseWriter::new(self.clone(), send);
         let mut writing = AbortOnDrop(tokio::spawn(async move {
-            let mut send = send;
-            while let Some(response) = responses.recv().await {
-                writer.write_response(&mut send, &response).await;
+            loop {
+                let response = match responses.try_recv() {
+                    Ok(response) => response,
+                    Err(_) => {
+                        writer.flush().await;
+                        match responses.recv().await {
+                            Some(response) => response,
+                            None => break,
+                        }
+                    }
+                };
+                writer.push(&response).await;
             }
-            let _ = send.shutdown().await;
+            writer.finish().await;
         }));
         let mut next = Some(first);
         while let Some(request) = next.take() {
@@ -491,21 +501,35 @@ impl StreamTask {
 
     /// Hands every request of the channel to the handler in arrival order,
     /// and writes the responses back in that same order.
-    async fn serve_channel(
-        self,
-        first: Admitted,
-        mut send: impl SendHalf,
-        mut recv: impl RecvHalf,
-    ) {
+    async fn serve_channel(self, first: Admitted, send: impl SendHalf, mut recv: impl RecvHalf) {
         let (responses_tx, mut responses) = mpsc::unbounded_channel::<PendingResponse>();
-        let writer = self.clone();
+        let mut writer = ResponseWriter::new(self.clone(), send);
         let mut writing = AbortOnDrop(tokio::spawn(async move {
-            while let Some(response) = responses.recv().await {
-                if let Some(response) = response.await {
-                    writer.write_response(&mut send, &response).await;
+            loop {
+                let mut pending = match responses.try_recv() {
+                    Ok(pending) => pending,
+                    Err(_) => {
+                        writer.flush().await;
+                        match responses.recv().await {
+                            Some(pending) => pending,
+                            None => break,
+                        }
+                    }
+                };
+                // The responses ready go out together; before waiting for
+                // one that is not, those before it go out.
+                let response = match futures::poll!(&mut pending) {
+                    std::task::Poll::Ready(response) => response,
+                    std::task::Poll::Pending => {
+                        writer.flush().await;
+                        pending.await
+                    }
+                };
+                if let Some(response) = response {
+                    writer.push(&response).await;
                 }
             }
-            let _ = send.shutdown().await;
+            writer.finish().await;
         }));
         let _ = responses_tx.send(self.start(first));
         while let Ok(Some(request)) = self.read_request(&mut recv, false).await {
@@ -657,28 +681,70 @@ impl StreamTask {
         .boxed()
     }
 
-    async fn write_response(&self, send: &mut impl SendHalf, response: &Response) {
-        let max = self.endpoint.config().max_frame_bytes;
-        let frame = wire::encode(response, max).unwrap_or_else(|e| {
-            let error = RemoteError::new(RemoteErrorKind::Internal, e.to_string());
-            let fallback = Response {
-                id: response.id,
-                result: Err(error),
-            };
-            wire::encode(&fallback, max).unwrap_or_default()
-        });
-        let timeout = self.endpoint.config().request_read_timeout;
-        match tokio::time::timeout(timeout, send.write_all(&frame)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => debug!(peer = %self.peer, "cannot send a response: {e}"),
-            Err(_) => {
-                debug!(peer = %self.peer, "the peer did not take a response within {timeout:?}")
-            }
-        }
-    }
-
     fn refuse(&self, reason: &str) {
         warn!(peer = %self.peer, "closing the connection: {reason}");
         close(&self.quic, CloseCode::BadFrame, reason);
+    }
+}
+
+/// Writes a stream's responses, several at a time: they gather in a
+/// buffer that goes out when the stream's task has no response ready
+/// (`flush`), or once it holds `BATCH_BYTES`.
+struct ResponseWriter<S> {
+    task: StreamTask,
+    send: S,
+    batch: Vec<u8>,
+}
+
+/// What a response buffer holds before it is written anyway.
+const BATCH_BYTES: usize = 64 << 10;
+
+impl<S: SendHalf> ResponseWriter<S> {
+    fn new(task: StreamTask, send: S) -> Self {
+        ResponseWriter {
+            task,
+            send,
+            batch: Vec::new(),
+        }
+    }
+
+    /// Adds `response` to the buffer (one the peer's limit refuses is
+    /// answered with that error instead).
+    async fn push(&mut self, response: &Response) {
+        let max = self.task.endpoint.config().max_frame_bytes;
+        if let Err(e) = wire::encode_into(response, max, &mut self.batch) {
+            let fallback = Response {
+                id: response.id,
+                result: Err(RemoteError::new(RemoteErrorKind::Internal, e.to_string())),
+            };
+            let _ = wire::encode_into(&fallback, max, &mut self.batch);
+        }
+        if self.batch.len() >= BATCH_BYTES {
+            self.flush().await;
+        }
+    }
+
+    /// Writes the buffer, within `request_read_timeout`.
+    async fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let timeout = self.task.endpoint.config().request_read_timeout;
+        let peer = &self.task.peer;
+        match tokio::time::timeout(timeout, self.send.write_all(&self.batch)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => debug!(%peer, "cannot send a response: {e}"),
+            Err(_) => debug!(%peer, "the peer did not take a response within {timeout:?}"),
+        }
+        self.batch.clear();
+        if self.batch.capacity() > 4 * BATCH_BYTES {
+            self.batch = Vec::new();
+        }
+    }
+
+    /// Writes the buffer and ends the stream.
+    async fn finish(mut self) {
+        self.flush().await;
+        let _ = self.send.shutdown().await;
     }
 }

@@ -69,20 +69,52 @@ pub enum WireError {
 /// assert_eq!(nimbus::wire::decode::<String>(&frame[4..]).unwrap(), "hi");
 /// ```
 pub fn encode<T: Serialize>(value: &T, max: usize) -> Result<Vec<u8>, WireError> {
-    let mut out = vec![0; LENGTH_PREFIX_BYTES];
-    rmp_serde::encode::write_named(&mut out, value).map_err(|e| WireError::Encode {
+    let mut out = Vec::new();
+    encode_into(value, max, &mut out)?;
+    Ok(out)
+}
+
+/// Appends `value` to `out` as one frame (length prefix included); on an
+/// error `out` is left as it was. Several frames written in one go cost
+/// one system call.
+///
+/// ```
+/// let mut out = Vec::new();
+/// nimbus::wire::encode_into(&"hi", 1024, &mut out).unwrap();
+/// nimbus::wire::encode_into(&"there", 1024, &mut out).unwrap();
+/// assert_eq!(out.len(), 4 + 3 + 4 + 6);
+/// assert!(nimbus::wire::encode_into(&"too long", 4, &mut out).is_err());
+/// assert_eq!(out.len(), 4 + 3 + 4 + 6);
+/// ```
+pub fn encode_into<T: Serialize>(
+    value: &T,
+    max: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; LENGTH_PREFIX_BYTES]);
+    let encoded = rmp_serde::encode::write_named(out, value).map_err(|e| WireError::Encode {
         what: std::any::type_name::<T>(),
         detail: e.to_string(),
-    })?;
-    let len = out.len() - LENGTH_PREFIX_BYTES;
-    if len > max || u32::try_from(len).is_err() {
-        return Err(WireError::FrameTooLarge {
+    });
+    let len = out.len() - start - LENGTH_PREFIX_BYTES;
+    let checked = encoded.and_then(|()| match u32::try_from(len) {
+        Ok(prefix) if len <= max => Ok(prefix),
+        _ => Err(WireError::FrameTooLarge {
             len: len as u64,
             max,
-        });
+        }),
+    });
+    match checked {
+        Ok(prefix) => {
+            out[start..start + LENGTH_PREFIX_BYTES].copy_from_slice(&prefix.to_be_bytes());
+            Ok(())
+        }
+        Err(e) => {
+            out.truncate(start);
+            Err(e)
+        }
     }
-    out[..LENGTH_PREFIX_BYTES].copy_from_slice(&(len as u32).to_be_bytes());
-    Ok(out)
 }
 
 /// Decodes a frame body (without its length prefix).

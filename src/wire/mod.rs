@@ -47,7 +47,9 @@ pub mod frame;
 mod identity;
 mod message;
 
-pub use frame::{decode, encode, read_body_exact, read_frame, read_prefix, write_frame, WireError};
+pub use frame::{
+    decode, encode, encode_into, read_body_exact, read_frame, read_prefix, write_frame, WireError,
+};
 pub use identity::{BadNodeName, Incarnation, NodeIdentity, PeerIdentity, PeerRole, MAX_NODE_NAME};
 pub use message::{
     preamble, read_preamble, CloseCode, Hello, HelloReply, IssuerTicket, LocalRoute, Proof,

@@ -115,6 +115,64 @@ async fn channels_on_one_host_use_the_unix_socket_unless_off_or_faulty() {
     .await
 }
 
+/// Queues `count` echoes of distinct payloads on `channel`, sends them
+/// with one more request (`then_flush`: with a flush instead), and checks
+/// that each is answered with its own payload.
+async fn queued_echoes(channel: &nimbus::transport::Channel, count: u8, then_flush: bool) {
+    let echo = |i: u8| rmp_serde::to_vec_named(&ControlRequest::Echo(vec![i; 64])).unwrap();
+    let mut pending = Vec::new();
+    for i in 0..count {
+        let queued = channel.queue_request(echo(i), RequestOptions::control());
+        pending.push((i, queued.await.unwrap()));
+    }
+    if then_flush {
+        channel.flush(RequestOptions::control()).await.unwrap();
+    } else {
+        let sent = channel.send_request(echo(count), RequestOptions::control());
+        pending.push((count, sent.await.unwrap()));
+    }
+    for (i, reply) in pending {
+        let reply: ControlReply = nimbus::wire::decode(&reply.wait().await.unwrap()).unwrap();
+        assert!(
+            matches!(&reply, ControlReply::Echo(payload) if payload == &vec![i; 64]),
+            "echo {i}: {reply:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn queued_requests_go_out_with_the_next_request_or_a_flush() {
+    within(Duration::from_secs(60), async {
+        let cluster = cluster(1);
+        let off = TransportConfig {
+            same_host_channels: false,
+            ..TransportConfig::default()
+        };
+        for config in [TransportConfig::default(), off] {
+            let connection = connect(&cluster, config).await;
+            let channel = connection.open_channel().await.unwrap();
+            queued_echoes(&channel, 20, false).await;
+            queued_echoes(&channel, 20, true).await;
+            // More than one buffer's worth goes out without a flush.
+            let big =
+                |i: u8| rmp_serde::to_vec_named(&ControlRequest::Echo(vec![i; 40_000])).unwrap();
+            let first = channel.queue_request(big(1), RequestOptions::control());
+            let first = first.await.unwrap();
+            let second = channel.queue_request(big(2), RequestOptions::control());
+            let second = second.await.unwrap();
+            for (i, reply) in [(1, first), (2, second)] {
+                let reply: ControlReply =
+                    nimbus::wire::decode(&reply.wait().await.unwrap()).unwrap();
+                assert!(
+                    matches!(&reply, ControlReply::Echo(p) if p == &vec![i; 40_000]),
+                    "{reply:?}"
+                );
+            }
+        }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_node_with_packet_faults_offers_no_unix_socket() {
     within(Duration::from_secs(60), async {
