@@ -469,17 +469,7 @@ impl StreamTask {
         let (responses_tx, mut responses) = mpsc::unbounded_channel::<Response>();
         let mut writer = ResponseWriter::new(self.clone(), send);
         let mut writing = AbortOnDrop(tokio::spawn(async move {
-            loop {
-                let response = match responses.try_recv() {
-                    Ok(response) => response,
-                    Err(_) => {
-                        writer.flush().await;
-                        match responses.recv().await {
-                            Some(response) => response,
-                            None => break,
-                        }
-                    }
-                };
+            while let Some(response) = writer.next(&mut responses).await {
                 writer.push(&response).await;
             }
             writer.finish().await;
@@ -505,17 +495,7 @@ impl StreamTask {
         let (responses_tx, mut responses) = mpsc::unbounded_channel::<PendingResponse>();
         let mut writer = ResponseWriter::new(self.clone(), send);
         let mut writing = AbortOnDrop(tokio::spawn(async move {
-            loop {
-                let mut pending = match responses.try_recv() {
-                    Ok(pending) => pending,
-                    Err(_) => {
-                        writer.flush().await;
-                        match responses.recv().await {
-                            Some(pending) => pending,
-                            None => break,
-                        }
-                    }
-                };
+            while let Some(mut pending) = writer.next(&mut responses).await {
                 // The responses ready go out together; before waiting for
                 // one that is not, those before it go out.
                 let response = match futures::poll!(&mut pending) {
@@ -721,6 +701,18 @@ impl<S: SendHalf> ResponseWriter<S> {
         }
         if self.batch.len() >= BATCH_BYTES {
             self.flush().await;
+        }
+    }
+
+    /// The next item of `queue`; when none is waiting, the buffer is
+    /// written before waiting for one.
+    async fn next<T>(&mut self, queue: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
+        match queue.try_recv() {
+            Ok(item) => Some(item),
+            Err(_) => {
+                self.flush().await;
+                queue.recv().await
+            }
         }
     }
 
