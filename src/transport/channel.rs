@@ -80,6 +80,24 @@ impl PendingReply {
 struct Outgoing {
     writer: Writer,
     batch: Vec<u8>,
+    /// A write was cancelled partway (its caller's deadline passed): the
+    /// stream holds part of a frame, so nothing more may follow it.
+    torn: bool,
+}
+
+/// Breaks the channel if dropped while armed: a write cancelled partway.
+struct TornGuard<'a> {
+    channel: &'a Channel,
+    armed: bool,
+}
+
+impl Drop for TornGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let reason = "a write was cancelled partway (its deadline passed): the channel's stream is unusable";
+            fail_waiting(&Arc::downgrade(&self.channel.inner), reason.into());
+        }
+    }
 }
 
 /// What a channel's buffer holds before it is written anyway.
@@ -178,6 +196,7 @@ impl Channel {
             send: tokio::sync::Mutex::new(Outgoing {
                 writer: send,
                 batch: Vec::new(),
+                torn: false,
             }),
             pending: Mutex::new(Pending::default()),
             next_id: AtomicU64::new(1),
@@ -317,6 +336,9 @@ impl Channel {
             body,
         };
         let mut outgoing = self.inner.send.lock().await;
+        if outgoing.torn {
+            return Err(self.broken());
+        }
         wire::encode_into(&request, self.inner.max_frame_bytes, &mut outgoing.batch)
             .map_err(|e| self.inner.connection.wire(e))?;
         if flush == Flush::Later && outgoing.batch.len() < BATCH_BYTES {
@@ -325,15 +347,25 @@ impl Channel {
         self.write_batch(&mut outgoing, options.priority).await
     }
 
-    /// Writes the buffer. A failed write breaks the channel: the requests
-    /// it held (and any partly written frame) are lost, so every request
-    /// waiting fails.
+    /// Writes the buffer. A failed write, or one cancelled partway,
+    /// breaks the channel: the requests it held (and any partly written
+    /// frame) are lost, so every request waiting fails.
     async fn write_batch(
         &self,
         outgoing: &mut Outgoing,
         priority: i32,
     ) -> Result<(), RequestError> {
+        if outgoing.torn {
+            return Err(self.broken());
+        }
+        outgoing.torn = true;
+        let mut guard = TornGuard {
+            channel: self,
+            armed: true,
+        };
         let written = outgoing.writer.write(&outgoing.batch, priority).await;
+        guard.armed = false;
+        outgoing.torn = false;
         outgoing.batch.clear();
         if outgoing.batch.capacity() > 4 * BATCH_BYTES {
             outgoing.batch = Vec::new();

@@ -174,6 +174,51 @@ async fn queued_requests_go_out_with_the_next_request_or_a_flush() {
 }
 
 #[tokio::test]
+async fn a_write_cut_off_by_its_deadline_breaks_the_channel() {
+    within(Duration::from_secs(60), async {
+        let mut cluster = cluster(2);
+        let client = cluster.client().await.unwrap();
+        let node = client.status().await.unwrap().node("node-1").unwrap().clone();
+        let connection = client.connect_node(&node).await.unwrap();
+        assert!(connection.local_socket().is_some());
+        let channel = connection.open_channel().await.unwrap();
+        channel
+            .request(echo_request(), RequestOptions::control())
+            .await
+            .unwrap();
+        // A stopped peer reads nothing: 8 MiB cannot all be written, and
+        // the write is cut off partway at its deadline.
+        cluster.suspend(1).unwrap();
+        let big = rmp_serde::to_vec_named(&ControlRequest::Echo(vec![7; 8 << 20])).unwrap();
+        let short = RequestOptions::control().with_deadline(Duration::from_millis(300));
+        let cut = channel.send_request(big, short).await;
+        cluster.resume(1).unwrap();
+        assert!(
+            matches!(cut, Err(RequestError::Timeout { .. })),
+            "{:?}",
+            cut.err()
+        );
+        // Nothing may follow a partial frame: the channel is broken, and a
+        // request on it fails at once instead of confusing the peer.
+        assert!(!channel.is_open());
+        let after = channel
+            .request(echo_request(), RequestOptions::control())
+            .await;
+        assert!(
+            matches!(&after, Err(RequestError::Rejected { reason, .. }) if reason.contains("cancelled partway")),
+            "{after:?}"
+        );
+        // The connection and a new channel still work.
+        let fresh = connection.open_channel().await.unwrap();
+        fresh
+            .request(echo_request(), RequestOptions::control())
+            .await
+            .unwrap();
+    })
+    .await
+}
+
+#[tokio::test]
 async fn a_node_with_packet_faults_offers_no_unix_socket() {
     within(Duration::from_secs(60), async {
         let mut cluster = cluster(1);
