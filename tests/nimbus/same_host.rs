@@ -11,7 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use nimbus::cluster::{ControlReply, ControlRequest, MembershipRequest};
 use nimbus::transport::faults::PACKET_FAULTS_ENV;
 use nimbus::transport::{
-    Connection, Credentials, Endpoint, PacketFaults, RequestError, RequestOptions, TransportConfig,
+    Channel, Connection, Credentials, Endpoint, PacketFaults, RequestError, RequestOptions,
+    TransportConfig,
 };
 use nimbus::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
@@ -63,6 +64,27 @@ async fn plain_status(connection: &Connection, count: usize) {
         let reply = nimbus::client::call(connection, &request, RequestOptions::control()).await;
         assert!(matches!(reply, Ok(ControlReply::Status(_))), "{reply:?}");
     }
+}
+
+/// A connection to `cluster`'s node-1 over its same-host socket, and a
+/// channel on it that has answered one echo.
+async fn node_1_channel(cluster: &crate::support::Cluster) -> (Connection, Channel) {
+    let client = cluster.client().await.unwrap();
+    let node = client
+        .status()
+        .await
+        .unwrap()
+        .node("node-1")
+        .unwrap()
+        .clone();
+    let connection = client.connect_node(&node).await.unwrap();
+    assert!(connection.local_socket().is_some());
+    let channel = connection.open_channel().await.unwrap();
+    channel
+        .request(echo_request(), RequestOptions::control())
+        .await
+        .unwrap();
+    (connection, channel)
 }
 
 /// QUIC STREAM frames `connection` sent so far.
@@ -118,7 +140,7 @@ async fn channels_on_one_host_use_the_unix_socket_unless_off_or_faulty() {
 /// Queues `count` echoes of distinct payloads on `channel`, sends them
 /// with one more request (`then_flush`: with a flush instead), and checks
 /// that each is answered with its own payload.
-async fn queued_echoes(channel: &nimbus::transport::Channel, count: u8, then_flush: bool) {
+async fn queued_echoes(channel: &Channel, count: u8, then_flush: bool) {
     let echo = |i: u8| rmp_serde::to_vec_named(&ControlRequest::Echo(vec![i; 64])).unwrap();
     let mut pending = Vec::new();
     for i in 0..count {
@@ -177,15 +199,7 @@ async fn queued_requests_go_out_with_the_next_request_or_a_flush() {
 async fn a_write_cut_off_by_its_deadline_breaks_the_channel() {
     within(Duration::from_secs(60), async {
         let mut cluster = cluster(2);
-        let client = cluster.client().await.unwrap();
-        let node = client.status().await.unwrap().node("node-1").unwrap().clone();
-        let connection = client.connect_node(&node).await.unwrap();
-        assert!(connection.local_socket().is_some());
-        let channel = connection.open_channel().await.unwrap();
-        channel
-            .request(echo_request(), RequestOptions::control())
-            .await
-            .unwrap();
+        let (connection, channel) = node_1_channel(&cluster).await;
         // A stopped peer reads nothing: 8 MiB cannot all be written, and
         // the write is cut off partway at its deadline.
         cluster.suspend(1).unwrap();
@@ -276,16 +290,7 @@ async fn a_same_host_channel_ends_with_its_connection() {
 async fn a_killed_peer_fails_its_same_host_requests_at_once_with_node_lost() {
     within(Duration::from_secs(60), async {
         let mut cluster = cluster(2);
-        let client = cluster.client().await.unwrap();
-        let status = client.status().await.unwrap();
-        let victim = status.node("node-1").unwrap().clone();
-        let connection = client.connect_node(&victim).await.unwrap();
-        assert!(connection.local_socket().is_some());
-        let channel = connection.open_channel().await.unwrap();
-        channel
-            .request(echo_request(), RequestOptions::control())
-            .await
-            .unwrap();
+        let (connection, channel) = node_1_channel(&cluster).await;
         connection
             .request(echo_request(), RequestOptions::control())
             .await
