@@ -13,7 +13,7 @@
 //! `role.rs` (`ProcessRole`, decided from the command line in one place),
 //! `boot.rs` (the worker boot protocol), `node_of_worker.rs` (a worker's
 //! node, and `kill_own_node` for `kill_node` faults), `packet_reports.rs`,
-//! `panic.rs` (a panic payload as a death reason), `run_reports.rs` (what a
+//! `panic.rs` (a panic payload as a death reason; panics caught as a task's failure), `run_reports.rs` (what a
 //! training run or a Tune trial tells the head for the dashboard),
 //! `transits.rs` (a
 //! message carrying object references leaves only once their owners know).
@@ -37,6 +37,7 @@ pub use context::ProcessContext;
 pub use node_of_worker::{kill_own_node, KillNodeRefused, NodeOfWorker};
 pub use packet_reports::{report_packet_faults, REPORT_EVERY};
 pub use panic::panic_text;
+pub(crate) use panic::{catch_panic, panic_is_caught};
 pub use registry::{
     DispatchError, HostedActor, Registration, Registry, RemoteActor, RemoteMessage, Wire,
 };

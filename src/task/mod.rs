@@ -24,21 +24,27 @@
 //! - **Where tasks run** (`pool.rs`): the submitting process leases
 //!   `TaskWorker` actors (one worker process each, holding the task's
 //!   resources) and reuses them; a new lease goes to this process's own
-//!   node first, then to any node with the resources free; when none has
-//!   them the task queues until a lease is returned. A task asking for
-//!   resources no node offers fails at submission. Leases idle for
-//!   [`IDLE_LEASE`] are returned (the worker is killed).
+//!   node first, then to any node with the resources free; when no node
+//!   has them free, up to [`MAX_TASKS_IN_FLIGHT_PER_WORKER`] tasks are
+//!   sent to one busy worker, which runs them one at a time in order on its
+//!   actor's thread (no hop to another thread) and answers each as it
+//!   ends; beyond that the task queues until a lease is returned. A task
+//!   asking for resources no node offers fails at submission. Leases idle
+//!   for [`IDLE_LEASE`] are returned (the worker is killed).
 //! - **Arguments** may be values or `ObjectRef`s (`Input::object`), or
 //!   several objects gathered into one array (`Input::gather`); references
 //!   are fetched to the executing node before the function runs.
 //! - **Results and failures**: the result is stored at the submitter's home
 //!   node, which owns it (a result of at most 64 KiB holding no references
 //!   comes back inline in the reply: the submitter keeps a copy and queues
-//!   it as its own small put, `object_store`'s `refs.rs`); a task that panics or returns an error makes the
-//!   result *failed*, and `get` reports the task's name and message. A task
-//!   lost with its worker process or node is retried on a new lease up to
-//!   `max_retries` times (default 3, as in Ray); errors of the function
-//!   itself are not retried.
+//!   it as its own small put, `object_store`'s `refs.rs`); a task that
+//!   panics or returns an error makes the result *failed*, and `get`
+//!   reports the task's name and message (its worker catches the panic and
+//!   lives on, as a Ray worker survives a task's exception). A task lost
+//!   with its worker process or node is retried on a new lease up to
+//!   `max_retries` times (default 3, as in Ray), each task in flight on
+//!   that worker on its own count; errors of the function itself are not
+//!   retried.
 //! - **Listing** (`records.rs`): each task's latest state is reported to
 //!   the head about once a second, for `nimbus list tasks`.
 
@@ -82,7 +88,7 @@ use crate::placement::{InBundle, PlacementError, PlacementGroup};
 use crate::runtime::transits::{self, Transits};
 use crate::transport::RequestOptions;
 
-pub use pool::IDLE_LEASE;
+pub use pool::{IDLE_LEASE, MAX_TASKS_IN_FLIGHT_PER_WORKER};
 pub use worker::{RunTask, TaskFailure, TaskOutput, TaskWorker};
 
 use policy::{Failure, Retries, Verdict};
@@ -230,6 +236,7 @@ impl<E> Input<Vec<E>> {
 pub struct TaskOptions {
     spawn: SpawnOptions,
     max_retries: u32,
+    max_in_flight: usize,
 }
 
 impl Default for TaskOptions {
@@ -237,6 +244,7 @@ impl Default for TaskOptions {
         TaskOptions {
             spawn: SpawnOptions::default(),
             max_retries: 3,
+            max_in_flight: MAX_TASKS_IN_FLIGHT_PER_WORKER,
         }
     }
 }
@@ -279,6 +287,17 @@ impl TaskOptions {
     /// Retries after the loss of its worker process or node (default 3).
     pub fn max_retries(mut self, retries: u32) -> Self {
         self.max_retries = retries;
+        self
+    }
+
+    /// How many tasks (of this placement) may be sent to one leased worker
+    /// before the first of them ends, while no node has room for another
+    /// (default [`MAX_TASKS_IN_FLIGHT_PER_WORKER`], 4; 0 counts as 1). The
+    /// worker runs them one at a time, in order; more in flight saves
+    /// round trips for short tasks, fewer keeps long tasks from waiting
+    /// behind each other while a new worker could start.
+    pub fn max_tasks_in_flight_per_worker(mut self, tasks: usize) -> Self {
+        self.max_in_flight = tasks.max(1);
         self
     }
 }
@@ -356,7 +375,7 @@ async fn drive(
 ) {
     let mut retries = Retries::new(options.max_retries);
     let outcome = loop {
-        let lease = match pool::acquire(context, &options.spawn).await {
+        let lease = match pool::acquire(context, &options.spawn, options.max_in_flight).await {
             Ok(lease) => lease,
             Err(e) => break Err(format!("no worker for task {}: {e}", run.task)),
         };

@@ -5,18 +5,23 @@
 //! Scheduling, as in Ray:
 //! 1. Whether any alive node could *ever* run the task is checked once per
 //!    placement, at submission (`check_feasible`: else `Unsatisfiable`).
-//! 2. An idle lease of the same placement (resources, strategy, bundle) is
-//!    reused.
+//! 2. An idle lease of the same placement (resources, strategy, bundle,
+//!    tasks in flight per worker) is reused.
 //! 3. Otherwise a new worker is started on this process's own node if it
 //!    has the resources free (local first), else on any node that has them
 //!    (spill: the spawn's candidates, most free CPU first); at most
 //!    `MAX_STARTING` (2) starts at a time per placement.
-//! 4. If no node has them free, the task queues for the next returned
-//!    lease, and looks again every [`QUEUE_POLL`] (500 ms): resources may
-//!    free up elsewhere.
-//! 5. A finished task's lease goes to the oldest queued task, else idle;
-//!    leases idle for [`IDLE_LEASE`] (2 s) are returned (the worker is
-//!    killed).
+//! 4. If no node has the resources free (the placement backs off), the
+//!    task is sent to a busy worker of its placement with fewer than
+//!    `max_tasks_in_flight_per_worker` tasks (default
+//!    [`MAX_TASKS_IN_FLIGHT_PER_WORKER`], 4) in flight, as Ray pipelines
+//!    tasks to a leased worker: the worker runs them one at a time, in
+//!    order, and each result comes back as its task ends.
+//! 5. If none has room, the task queues for the next returned lease, and
+//!    looks again every [`QUEUE_POLL`] (500 ms): resources may free up
+//!    elsewhere.
+//! 6. A finished task's lease goes to the oldest queued task; leases idle
+//!    for [`IDLE_LEASE`] (2 s) are returned (the worker is killed).
 //!
 //! Which of these happens is decided by the plain state machine of
 //! `policy.rs` ([`Leases`]); this module carries it out.
@@ -32,16 +37,33 @@ use crate::actor::{self, LaunchError, ProcessContext, SpawnError, SpawnOptions, 
 use crate::cluster::MembershipRequest;
 use crate::cluster::{ControlReply, ControlRequest, DeathCause, NodeState};
 
-use super::policy::{Ask, LeaseLimits, Leases, Release, Started, Ticket};
+use super::policy::{
+    AfterStart, Ask, LeaseLimits, Leases, Lent, Release, Started, Ticket, WorkerId,
+};
 use super::{describe, TaskWorker, Worker, QUEUE_POLL};
 
 /// How long an idle lease is kept before its worker is killed.
 pub const IDLE_LEASE: Duration = Duration::from_secs(2);
 
+/// Tasks in flight per leased worker, unless a task's options say
+/// otherwise (`TaskOptions::max_tasks_in_flight_per_worker`).
+pub const MAX_TASKS_IN_FLIGHT_PER_WORKER: usize = 4;
+
 /// A worker leased for one task.
 pub(crate) struct Lease {
     worker: Worker,
+    id: WorkerId,
     key: String,
+}
+
+impl Lease {
+    fn new(lent: Lent<Worker>, key: &str) -> Self {
+        Lease {
+            worker: lent.worker,
+            id: lent.id,
+            key: key.to_string(),
+        }
+    }
 }
 
 impl Lease {
@@ -66,12 +88,30 @@ const LIMITS: LeaseLimits = LeaseLimits {
 /// This process's leases, and the tasks waiting for one.
 struct State {
     leases: Leases<String, Worker>,
-    waiters: HashMap<Ticket, oneshot::Sender<Worker>>,
+    waiters: HashMap<Ticket, oneshot::Sender<Lent<Worker>>>,
 }
 
 impl State {
+    /// Hands `lent` to the asker holding `ticket`; if that asker is gone,
+    /// releases it again, to the next.
+    fn hand(&mut self, key: &String, mut ticket: Ticket, mut lent: Lent<Worker>) {
+        loop {
+            lent = match self.waiters.remove(&ticket) {
+                Some(waiter) => match waiter.send(lent) {
+                    Ok(()) => return,
+                    Err(back) => back,
+                },
+                None => lent,
+            };
+            match self.leases.release(key, lent.id, Instant::now()) {
+                Release::Handoff(next, handed) => (ticket, lent) = (next, handed),
+                Release::Kept | Release::Gone => return,
+            }
+        }
+    }
+
     /// Where the worker handed to `ticket` arrives.
-    fn wait(&mut self, ticket: Ticket) -> oneshot::Receiver<Worker> {
+    fn wait(&mut self, ticket: Ticket) -> oneshot::Receiver<Lent<Worker>> {
         let (tx, rx) = oneshot::channel();
         self.waiters.insert(ticket, tx);
         rx
@@ -93,9 +133,9 @@ fn state() -> std::sync::MutexGuard<'static, State> {
 
 /// What a task asking for a lease does next.
 enum Next {
-    Run(Worker),
+    Run(Lent<Worker>),
     Start,
-    Wait(Ticket, oneshot::Receiver<Worker>),
+    Wait(Ticket, oneshot::Receiver<Lent<Worker>>),
 }
 
 /// Fails if no alive node could ever give a task `options`' resources.
@@ -149,51 +189,58 @@ pub(crate) async fn check_feasible(
     Ok(())
 }
 
-/// A worker for a task placed by `options`: an idle lease, a new worker, or
-/// (when no node has the resources free) the next lease returned.
+/// A worker for a task placed by `options`, with at most `max_in_flight`
+/// tasks in flight per worker: an idle lease, a new worker, a busy worker
+/// with room, or (when none of these) the next lease returned.
 pub(crate) async fn acquire(
     context: &'static ProcessContext,
     options: &SpawnOptions,
+    max_in_flight: usize,
 ) -> Result<Lease, SpawnError> {
     start_reaper();
-    let key = options.placement_key();
+    let key = format!("{} in_flight={max_in_flight}", options.placement_key());
     loop {
         let next = {
             let mut state = state();
-            match state.leases.ask(&key, Instant::now()) {
-                Ask::Run(worker) => Next::Run(worker),
+            match state.leases.ask(&key, max_in_flight, Instant::now()) {
+                Ask::Run(lent) => Next::Run(lent),
                 Ask::Start => Next::Start,
                 Ask::Queue(ticket) => Next::Wait(ticket, state.wait(ticket)),
             }
         };
         let (ticket, mut handed) = match next {
-            Next::Run(worker) => return Ok(Lease { worker, key }),
+            Next::Run(lent) => return Ok(Lease::new(lent, &key)),
             Next::Wait(ticket, handed) => (ticket, handed),
             Next::Start => {
-                let started = start_worker(context, options).await;
-                let outcome = match &started {
-                    Ok(_) => Started::Up,
+                let outcome = match start_worker(context, options).await {
+                    Ok(worker) => Started::Up(worker),
                     Err(SpawnError::NoCapacity { .. }) => Started::NoCapacity,
-                    Err(_) => Started::Failed,
+                    Err(e) => Started::Failed(e),
                 };
                 let mut state = state();
                 match state.leases.started(&key, outcome, Instant::now()) {
-                    None => return started.map(|worker| Lease { worker, key }),
-                    Some(ticket) => (ticket, state.wait(ticket)),
+                    AfterStart::Run(lent, handed) => {
+                        for (ticket, lent) in handed {
+                            state.hand(&key, ticket, lent);
+                        }
+                        return Ok(Lease::new(lent, &key));
+                    }
+                    AfterStart::Queue(ticket) => (ticket, state.wait(ticket)),
+                    AfterStart::Fail(e) => return Err(e),
                 }
             }
         };
         // Resources may also free up elsewhere (another job's actors), so
         // a queued task looks again now and then.
-        if let Ok(Ok(worker)) = tokio::time::timeout(QUEUE_POLL, &mut handed).await {
-            return Ok(Lease { worker, key });
+        if let Ok(Ok(lent)) = tokio::time::timeout(QUEUE_POLL, &mut handed).await {
+            return Ok(Lease::new(lent, &key));
         }
         let mut state = state();
         state.waiters.remove(&ticket);
         if !state.leases.cancel(&key, ticket) {
             // Handed a worker as the wait ended.
-            if let Ok(worker) = handed.try_recv() {
-                return Ok(Lease { worker, key });
+            if let Ok(lent) = handed.try_recv() {
+                return Ok(Lease::new(lent, &key));
             }
         }
     }
@@ -202,20 +249,10 @@ pub(crate) async fn acquire(
 /// Returns a lease whose task finished: to a queued task, or to the pool.
 pub(crate) fn release(lease: Lease) {
     let mut state = state();
-    let mut worker = lease.worker;
-    loop {
-        let Release::Handoff(ticket, handed) =
-            state.leases.release(&lease.key, worker, Instant::now())
-        else {
-            return;
-        };
-        worker = match state.waiters.remove(&ticket) {
-            Some(waiter) => match waiter.send(handed) {
-                Ok(()) => return,
-                Err(back) => back,
-            },
-            None => handed,
-        };
+    if let Release::Handoff(ticket, handed) =
+        state.leases.release(&lease.key, lease.id, Instant::now())
+    {
+        state.hand(&lease.key, ticket, handed);
     }
 }
 
@@ -223,11 +260,15 @@ pub(crate) fn release(lease: Lease) {
 /// is killed.
 const DEATH_WAIT: Duration = Duration::from_secs(3);
 
-/// Drops a lease whose worker failed; returns why the worker died, as the
+/// Drops a lease whose worker failed (for every task in flight on it);
+/// returns why the worker died, as the
 /// head recorded it. A worker that failed a call is usually dying already,
 /// and its own reason (a panic) must not be masked by a kill: it is killed
 /// only if it is not recorded dead within [`DEATH_WAIT`].
 pub(crate) async fn discard(context: &ProcessContext, lease: Lease) -> Option<DeathCause> {
+    // No task goes to it from now on; the others in flight on it find out
+    // by their own calls.
+    state().leases.lost(&lease.key, lease.id);
     let end = tokio::time::Instant::now() + DEATH_WAIT;
     let mut seen = context.last_event().await.ok()?;
     loop {

@@ -1,6 +1,13 @@
 //! `TaskWorker`: the actor, one per worker process, that runs tasks: it
-//! fetches the argument, runs the registered function off the actor's
-//! thread, and stores the result at its owner.
+//! fetches the argument, runs the registered function on the actor's own
+//! thread (the worker's transport runs on another), and stores the result
+//! at its owner, or returns it if small.
+//!
+//! Several tasks may be in flight to one worker (`pool.rs`). They run one
+//! at a time, in the order they arrived: each holds the actor's mailbox
+//! until it is done (an atomic response), and its answer goes back at
+//! once. A panic of the function is caught and fails only its task; the
+//! worker goes on with the next.
 
 use std::time::Duration;
 
@@ -15,7 +22,7 @@ use crate::object_store::{self, ObjectBytes, ObjectRef};
 /// How long a task waits for its argument objects.
 const ARGUMENT_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Runs tasks, one at a time, in its worker process.
+/// Runs tasks, one at a time, in arrival order, in its worker process.
 pub struct TaskWorker;
 
 impl Actor for TaskWorker {
@@ -66,9 +73,6 @@ pub enum TaskFailure {
     /// The function panicked.
     #[error("it panicked: {0}")]
     Panicked(String),
-    /// The function's thread was cancelled.
-    #[error("it was cancelled: {0}")]
-    Cancelled(String),
     /// The result's owner could not be reached.
     #[error("cannot reach the result's owner {owner}: {detail}")]
     Owner {
@@ -110,11 +114,11 @@ impl RemoteMessage for RunTask {
 }
 
 impl Handler<RunTask> for TaskWorker {
-    type Result = ResponseFuture<Result<TaskOutput, TaskFailure>>;
+    type Result = AtomicResponse<Self, Result<TaskOutput, TaskFailure>>;
 
     fn handle(&mut self, run: RunTask, _: &mut Context<Self>) -> Self::Result {
-        // One task at a time reaches a worker: its lease says so.
-        Box::pin(execute(run))
+        // The next task waits in the mailbox until this one is done.
+        AtomicResponse::new(Box::pin(execute(run).into_actor(self)))
     }
 }
 
@@ -125,12 +129,8 @@ async fn execute(run: RunTask) -> Result<TaskOutput, TaskFailure> {
     let (argument, from_objects) = resolve(run.input)
         .await
         .map_err(|e| TaskFailure::Argument(e.to_string()))?;
-    let output = tokio::task::spawn_blocking(move || function(&argument, from_objects))
-        .await
-        .map_err(|e| match e.try_into_panic() {
-            Ok(panic) => TaskFailure::Panicked(crate::runtime::panic_text(&*panic)),
-            Err(e) => TaskFailure::Cancelled(e.to_string()),
-        })??;
+    let output = crate::runtime::catch_panic(|| function(&argument, from_objects))
+        .map_err(TaskFailure::Panicked)??;
     // `captured` keeps this process's stakes in the references inside the
     // result until the stored result holds them.
     let (bytes, captured) = output;

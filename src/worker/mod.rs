@@ -19,7 +19,8 @@
 //! 5. Run until the actor dies or SIGTERM; print the died line with the
 //!    cause (`Stopped` for SIGTERM), close the endpoint and exit.
 //!
-//! A panic anywhere in the process is the actor's death: the panic hook
+//! A panic anywhere in the process is the actor's death, except a task
+//! function's, which fails only its task (`crate::task`): the panic hook
 //! records its message, in-flight calls fail with it, the worker prints it
 //! for its node manager (`nimbus-worker-died`, `Panicked`) and exits, and
 //! the node manager reports the death and restarts the actor if allowed. A
@@ -311,11 +312,15 @@ fn kill_node_of_actor() -> crate::actor::KillNode {
 }
 
 /// Records the first panic's message and reports it, after the default
-/// hook has printed it to stderr (the worker's log).
+/// hook has printed it to stderr (the worker's log); a panic its code
+/// catches (a task function's) is only printed.
 fn install_panic_hook(panic: Arc<OnceLock<String>>, died: mpsc::UnboundedSender<DeathCause>) {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default(info);
+        if crate::runtime::panic_is_caught() {
+            return;
+        }
         let cause = DeathCause::Panicked {
             message: panic_text(info.payload()),
         };

@@ -18,6 +18,10 @@ pub const WHERE: TaskFn<u64, String> = TaskFn::new("tests.where");
 /// First attempt: writes its pid to the file and hangs; later attempts
 /// return their pid.
 pub const PID_THEN_HANG: TaskFn<String, u32> = TaskFn::new("tests.pid_then_hang");
+/// Appends `start <index>` to the file, sleeps this many milliseconds,
+/// appends `end <index>`, and returns its pid (tasks in flight on one
+/// worker).
+pub const RECORD: TaskFn<(String, u64, u64), u32> = TaskFn::new("tests.record");
 /// Returns the references it is given (references inside a result).
 pub const PASS_ON: TaskFn<Vec<ObjectRef<u64>>, Vec<ObjectRef<u64>>> = TaskFn::new("tests.pass_on");
 
@@ -60,6 +64,12 @@ pub fn registry() -> Registry {
             Err("not killed".to_string())
         })
         .task(PASS_ON, Ok::<_, String>)
+        .task(RECORD, |(path, index, ms): (String, u64, u64)| {
+            append(&path, &format!("start {index}"))?;
+            std::thread::sleep(Duration::from_millis(ms));
+            append(&path, &format!("end {index}"))?;
+            Ok::<_, String>(std::process::id())
+        })
 }
 
 /// Holds references it is given; puts objects on its node.
@@ -213,11 +223,16 @@ pub fn digest(bytes: &[u8]) -> u64 {
 
 /// Appends a line to the file `attempts`: how many times a task ran.
 fn count_attempt(attempts: &str) -> Result<(), String> {
+    append(attempts, &std::process::id().to_string())
+}
+
+/// Appends `line` to the file at `path`.
+fn append(path: &str, line: &str) -> Result<(), String> {
     use std::io::Write;
-    std::fs::OpenOptions::new()
+    let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(attempts)
-        .and_then(|mut file| writeln!(file, "{}", std::process::id()))
-        .map_err(|e| format!("cannot count the attempt in {attempts}: {e}"))
+        .open(path)
+        .map_err(|e| format!("{path}: {e}"))?;
+    writeln!(file, "{line}").map_err(|e| format!("{path}: {e}"))
 }

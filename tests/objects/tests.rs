@@ -71,6 +71,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("tasks_run_in_placement_group_bundles", |_| {
         boxed(tasks_run_in_placement_group_bundles())
     }),
+    (
+        "tasks_in_flight_on_one_worker_run_one_at_a_time_past_a_panic_and_a_loss",
+        |_| boxed(tasks_in_flight_on_one_worker()),
+    ),
     ("an_object_lost_with_its_owner_node_fails_clearly", |d| {
         boxed(an_object_lost_with_its_owner_node_fails_clearly(d))
     }),
@@ -643,6 +647,111 @@ async fn tasks_run_in_placement_group_bundles() {
             group.address(index).unwrap().to_string()
         );
     }
+    group.remove().await.unwrap();
+}
+
+/// The lines of the RECORD log at `path`.
+fn record_log(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().map(str::to_string).collect()
+}
+
+async fn tasks_in_flight_on_one_worker() {
+    // A bundle of 1 CPU holds one task worker of 1 CPU: the tasks beyond
+    // the first go to it while it is busy (no node has room for another),
+    // up to 4 in flight, and the rest queue.
+    let group = PlacementGroup::create(
+        vec![ResourceSet::of("CPU", 1.0)],
+        PlacementStrategy::Pack,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let options = || {
+        TaskOptions::default()
+            .num_cpus(1.0)
+            .in_bundle(&group, 0)
+            .unwrap()
+            .max_tasks_in_flight_per_worker(4)
+    };
+    let dir = tempfile::TempDir::new().unwrap();
+    let log = dir.path().join("record");
+    let path = log.to_string_lossy().into_owned();
+    let record = |index: u64| Input::value(&(path.clone(), index, 50)).unwrap();
+
+    // One at a time, and a panic fails its own task only: the worker (one
+    // pid throughout) runs the others before and after it.
+    let mut recorded = Vec::new();
+    for index in 0..6 {
+        recorded.push(
+            task::submit(RECORD, record(index), options())
+                .await
+                .unwrap(),
+        );
+    }
+    let attempts = dir.path().join("panic").to_string_lossy().into_owned();
+    let why = Input::value(&("in flight".to_string(), attempts)).unwrap();
+    let panicked = task::submit(PANIC, why, options()).await.unwrap();
+    for index in 6..9 {
+        recorded.push(
+            task::submit(RECORD, record(index), options())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut pids = Vec::new();
+    for result in &recorded {
+        pids.push(object_store::get(result).await.unwrap());
+    }
+    match object_store::get(&panicked).await {
+        Err(ObjectStoreError::Unavailable { reason, .. }) => {
+            assert!(reason.contains("it panicked: in flight"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    pids.dedup();
+    assert_eq!(pids.len(), 1, "one worker, alive past the panic: {pids:?}");
+    let lines = record_log(&log);
+    assert_eq!(lines.len(), 18, "{lines:?}");
+    for pair in lines.chunks(2) {
+        let index = pair[0].strip_prefix("start ").expect("a start");
+        assert_eq!(pair[1], format!("end {index}"), "overlapping: {lines:?}");
+    }
+
+    // SIGKILL the worker with tasks in flight behind a hanging one: each
+    // is retried once, on a new worker, and runs once.
+    std::fs::remove_file(&log).unwrap();
+    let marker = dir.path().join("pid");
+    let hang = Input::value(&marker.to_string_lossy().into_owned()).unwrap();
+    let hanging = task::submit(PID_THEN_HANG, hang, options()).await.unwrap();
+    let mut behind = Vec::new();
+    for index in 0..5 {
+        behind.push(
+            task::submit(RECORD, record(index), options())
+                .await
+                .unwrap(),
+        );
+    }
+    let killed: u32 = wait_until("the task wrote its pid", SETTLE, || async {
+        std::fs::read_to_string(&marker).ok()?.parse().ok()
+    })
+    .await
+    .unwrap();
+    assert!(record_log(&log).is_empty(), "ran beside the hanging task");
+    // SAFETY: kill(2) on a pid our own task wrote.
+    assert_eq!(unsafe { libc::kill(killed as i32, libc::SIGKILL) }, 0);
+    let retried = object_store::get(&hanging).await.unwrap();
+    assert_ne!(retried, killed);
+    for result in &behind {
+        assert_ne!(object_store::get(result).await.unwrap(), killed);
+    }
+    let mut lines = record_log(&log);
+    lines.sort();
+    let mut expected: Vec<String> = (0..5)
+        .flat_map(|i| [format!("end {i}"), format!("start {i}")])
+        .collect();
+    expected.sort();
+    assert_eq!(lines, expected, "each ran exactly once");
     group.remove().await.unwrap();
 }
 
