@@ -747,14 +747,16 @@ fn the_slurm_launcher_runs_a_program_on_a_cluster_over_the_jobs_hosts() {
             .env("NIMBUS", env!("CARGO_BIN_EXE_nimbus"));
         command
     };
-    let mut nodes: Vec<std::process::Child> = (0..3)
-        .map(|node| {
-            slurm(node, &["node"])
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let mut nodes = SlurmNodes(
+        (0..3)
+            .map(|node| {
+                slurm(node, &["node"])
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
     let tasks = example("tasks");
     let run = slurm(0, &["run", tasks.to_str().unwrap()])
         .output()
@@ -787,16 +789,39 @@ fn the_slurm_launcher_runs_a_program_on_a_cluster_over_the_jobs_hosts() {
         "{status}"
     );
 
-    let pids: Vec<u32> = nodes.iter().map(|node| node.id()).collect();
-    for pid in &pids {
-        // SAFETY: kill has no memory preconditions; the pids are our children.
-        unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+    nodes.stop().unwrap();
+}
+
+/// The launcher's `node` processes: stopped as srun stops them, by the
+/// test or, if it fails first, when dropped (before the hosts go).
+struct SlurmNodes(Vec<std::process::Child>);
+
+impl SlurmNodes {
+    /// SIGTERM to each (what srun sends when the batch script ends), then
+    /// waits up to 30 s for every one to exit; one still there is killed.
+    fn stop(&mut self) -> Result<(), nimbus::testing::LeftBehind> {
+        let pids: Vec<u32> = self.0.iter().map(|node| node.id()).collect();
+        for pid in &pids {
+            // SAFETY: kill has no memory preconditions; the pids are our
+            // children, not yet reaped.
+            unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+        }
+        let exited = nimbus::testing::ExitWatch::of(&pids).wait(Duration::from_secs(30));
+        for mut node in self.0.drain(..) {
+            if exited.is_err() {
+                let _ = node.kill();
+            }
+            let _ = node.wait();
+        }
+        exited
     }
-    nimbus::testing::ExitWatch::of(&pids)
-        .wait(Duration::from_secs(30))
-        .unwrap();
-    for node in &mut nodes {
-        let _ = node.wait();
+}
+
+impl Drop for SlurmNodes {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            let _ = self.stop();
+        }
     }
 }
 
