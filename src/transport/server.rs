@@ -20,6 +20,9 @@
 //!    `DeadlineExceeded`; a body the handler calls malformed closes the
 //!    connection (code 2). A one-way request gets no response; its failure
 //!    is logged.
+//! 5. Responses go out in batches (`ResponseWriter`). A write the peer
+//!    does not take within `request_read_timeout`, or that fails, ends the
+//!    stream there: nothing follows a partial frame.
 //!
 //! Bad input never takes the node down: whatever a peer sends, the worst
 //! outcome is that its own connection is closed with a reason, and a
@@ -672,8 +675,7 @@ impl StreamTask {
 /// (`flush`), or once it holds `BATCH_BYTES`.
 struct ResponseWriter<S> {
     task: StreamTask,
-    send: S,
-    batch: Vec<u8>,
+    out: Outgoing<S>,
 }
 
 /// What a response buffer holds before it is written anyway.
@@ -683,23 +685,30 @@ impl<S: SendHalf> ResponseWriter<S> {
     fn new(task: StreamTask, send: S) -> Self {
         ResponseWriter {
             task,
-            send,
-            batch: Vec::new(),
+            out: Outgoing {
+                send,
+                batch: Vec::new(),
+                broken: false,
+            },
         }
     }
 
     /// Adds `response` to the buffer (one the peer's limit refuses is
-    /// answered with that error instead).
+    /// answered with that error instead); nothing once the stream broke.
     async fn push(&mut self, response: &Response) {
+        if self.out.broken {
+            return;
+        }
         let max = self.task.endpoint.config().max_frame_bytes;
-        if let Err(e) = wire::encode_into(response, max, &mut self.batch) {
+        let batch = &mut self.out.batch;
+        if let Err(e) = wire::encode_into(response, max, batch) {
             let fallback = Response {
                 id: response.id,
                 result: Err(RemoteError::new(RemoteErrorKind::Internal, e.to_string())),
             };
-            let _ = wire::encode_into(&fallback, max, &mut self.batch);
+            let _ = wire::encode_into(&fallback, max, batch);
         }
-        if self.batch.len() >= BATCH_BYTES {
+        if batch.len() >= BATCH_BYTES {
             self.flush().await;
         }
     }
@@ -718,25 +727,98 @@ impl<S: SendHalf> ResponseWriter<S> {
 
     /// Writes the buffer, within `request_read_timeout`.
     async fn flush(&mut self) {
-        if self.batch.is_empty() {
-            return;
-        }
         let timeout = self.task.endpoint.config().request_read_timeout;
-        let peer = &self.task.peer;
-        match tokio::time::timeout(timeout, self.send.write_all(&self.batch)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => debug!(%peer, "cannot send a response: {e}"),
-            Err(_) => debug!(%peer, "the peer did not take a response within {timeout:?}"),
-        }
-        self.batch.clear();
-        if self.batch.capacity() > 4 * BATCH_BYTES {
-            self.batch = Vec::new();
+        if let Err(e) = self.out.flush(timeout).await {
+            debug!(peer = %self.task.peer, "{e}: the response stream is ended");
         }
     }
 
     /// Writes the buffer and ends the stream.
     async fn finish(mut self) {
         self.flush().await;
-        let _ = self.send.shutdown().await;
+        if !self.out.broken {
+            let _ = self.out.send.shutdown().await;
+        }
+    }
+}
+
+/// The bytes of a stream's responses on their way out.
+struct Outgoing<S> {
+    send: S,
+    batch: Vec<u8>,
+    /// A write failed or was cut off: the stream is ended, and nothing
+    /// more goes out on it (after a partial frame, the next one would be
+    /// read as its rest).
+    broken: bool,
+}
+
+/// Why a response buffer could not be written.
+#[derive(Debug, thiserror::Error)]
+enum WriteFailure {
+    /// The stream failed.
+    #[error("cannot send a response: {0}")]
+    Failed(#[source] std::io::Error),
+    /// The peer did not take it in time: it may have taken part of it.
+    #[error("the peer did not take a response within {0:?}")]
+    TimedOut(Duration),
+}
+
+impl<S: SendHalf> Outgoing<S> {
+    /// Writes the buffer within `timeout`. A write that fails or is cut
+    /// off breaks the stream: it is shut down at once (the peer reads the
+    /// end of the stream, after a partial frame if any), and later
+    /// buffers are dropped unwritten.
+    async fn flush(&mut self, timeout: Duration) -> Result<(), WriteFailure> {
+        if self.broken || self.batch.is_empty() {
+            self.batch.clear();
+            return Ok(());
+        }
+        let written = match tokio::time::timeout(timeout, self.send.write_all(&self.batch)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(WriteFailure::Failed(e)),
+            Err(_) => Err(WriteFailure::TimedOut(timeout)),
+        };
+        self.batch.clear();
+        if self.batch.capacity() > 4 * BATCH_BYTES {
+            self.batch = Vec::new();
+        }
+        if written.is_err() {
+            self.broken = true;
+            let _ = tokio::time::timeout(timeout, self.send.shutdown()).await;
+        }
+        written
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_response_write_cut_off_ends_the_stream_after_the_partial_frame() {
+        // A peer that reads nothing: 4 KiB fit in the pipe, 64 KiB do not.
+        let (send, mut peer) = tokio::io::duplex(4 << 10);
+        let mut out = Outgoing {
+            send,
+            batch: vec![1; 64 << 10],
+            broken: false,
+        };
+        let timeout = Duration::from_millis(100);
+        let cut = out.flush(timeout).await;
+        assert!(matches!(cut, Err(WriteFailure::TimedOut(_))), "{cut:?}");
+        // The next response must not follow the partial one.
+        out.batch.extend_from_slice(b"next response");
+        out.flush(timeout).await.unwrap();
+        assert!(out.batch.is_empty());
+        // The peer reads the partial frame, then the end of the stream
+        // (the writer is still alive: without the shutdown this would wait
+        // for more).
+        let mut read = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), peer.read_to_end(&mut read))
+            .await
+            .expect("the stream ended")
+            .unwrap();
+        assert!(!read.is_empty() && read.len() < 64 << 10, "{}", read.len());
+        assert!(read.iter().all(|b| *b == 1), "only the partial frame");
     }
 }
