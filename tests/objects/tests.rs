@@ -650,6 +650,20 @@ async fn tasks_run_in_placement_group_bundles() {
     group.remove().await.unwrap();
 }
 
+/// Submits a RECORD task of 50 ms logging to `path` for each of `indexes`.
+async fn record_tasks(
+    path: &str,
+    indexes: std::ops::Range<u64>,
+    options: impl Fn() -> TaskOptions,
+) -> Vec<object_store::ObjectRef<u32>> {
+    let mut results = Vec::new();
+    for index in indexes {
+        let input = Input::value(&(path.to_string(), index, 50)).unwrap();
+        results.push(task::submit(RECORD, input, options()).await.unwrap());
+    }
+    results
+}
+
 /// The lines of the RECORD log at `path`.
 fn record_log(path: &std::path::Path) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -677,28 +691,14 @@ async fn tasks_in_flight_on_one_worker() {
     let dir = tempfile::TempDir::new().unwrap();
     let log = dir.path().join("record");
     let path = log.to_string_lossy().into_owned();
-    let record = |index: u64| Input::value(&(path.clone(), index, 50)).unwrap();
 
     // One at a time, and a panic fails its own task only: the worker (one
     // pid throughout) runs the others before and after it.
-    let mut recorded = Vec::new();
-    for index in 0..6 {
-        recorded.push(
-            task::submit(RECORD, record(index), options())
-                .await
-                .unwrap(),
-        );
-    }
+    let mut recorded = record_tasks(&path, 0..6, options).await;
     let attempts = dir.path().join("panic").to_string_lossy().into_owned();
     let why = Input::value(&("in flight".to_string(), attempts)).unwrap();
     let panicked = task::submit(PANIC, why, options()).await.unwrap();
-    for index in 6..9 {
-        recorded.push(
-            task::submit(RECORD, record(index), options())
-                .await
-                .unwrap(),
-        );
-    }
+    recorded.extend(record_tasks(&path, 6..9, options).await);
     let mut pids = Vec::new();
     for result in &recorded {
         pids.push(object_store::get(result).await.unwrap());
@@ -724,14 +724,7 @@ async fn tasks_in_flight_on_one_worker() {
     let marker = dir.path().join("pid");
     let hang = Input::value(&marker.to_string_lossy().into_owned()).unwrap();
     let hanging = task::submit(PID_THEN_HANG, hang, options()).await.unwrap();
-    let mut behind = Vec::new();
-    for index in 0..5 {
-        behind.push(
-            task::submit(RECORD, record(index), options())
-                .await
-                .unwrap(),
-        );
-    }
+    let behind = record_tasks(&path, 0..5, options).await;
     let killed: u32 = wait_until("the task wrote its pid", SETTLE, || async {
         std::fs::read_to_string(&marker).ok()?.parse().ok()
     })
