@@ -11,8 +11,7 @@
 //!    the home node, which owns the object: an object of `SHARED_MIN`
 //!    (1 MiB) or more, on the home node's host (same kernel boot id and
 //!    `/dev/shm`), is
-//!    written in place into its shared-memory file (`CreateObject`, a
-//!    copy through a mapping on up to 4 threads: `in_place.rs`,
+//!    written in place into its shared-memory file (`CreateObject`, write,
 //!    `SealObject`); a small one (at most 64 KiB) without references is
 //!    kept here and queued for the home node, in order with this
 //!    process's reference changes, and the put returns at once
@@ -37,10 +36,10 @@
 //! 4. **Wait**: `wait(refs, n, timeout)` long-polls each object's owner
 //!    (`AwaitObject`) until `n` are ready or failed.
 
-mod in_place;
 pub(crate) mod refs;
 
 use std::marker::PhantomData;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -469,7 +468,12 @@ async fn store_shared(
         }
     };
     // The write blocks this thread for about a memory copy's time.
-    let written = file.host == host_id() && in_place::write(&file.path, bytes).is_ok();
+    let written = file.host == host_id()
+        && std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file.path)
+            .and_then(|out| out.write_all_at(bytes, 0))
+            .is_ok();
     let seal = ControlRequest::Objects(ObjectRequest::SealObject { id, written });
     call(node, &seal, RequestOptions::bulk()).await?;
     Ok(written)
