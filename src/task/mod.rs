@@ -131,7 +131,10 @@ impl<A, R> Copy for TaskFn<A, R> {}
 
 impl Registry {
     /// Registers `run` as task function `function`. An `Err` it returns (or
-    /// a panic) fails the task; `get` of the result reports it.
+    /// a panic) fails the task; `get` of the result reports it. `run` runs
+    /// on its worker's actor thread, one task at a time (the worker's later
+    /// tasks wait for it; its transport runs on another thread): it may
+    /// compute and block as long as it needs.
     pub fn task<A, R, E>(
         self,
         function: TaskFn<A, R>,
