@@ -13,7 +13,8 @@
 //! [`queue_request`](Channel::queue_request) them: they wait in the
 //! channel's buffer and go out together, in one write (one system call on
 //! a same-host socket), with the next request sent, at a
-//! [`flush`](Channel::flush), or once the buffer holds `BATCH_BYTES`.
+//! [`flush`](Channel::flush), or once the buffer holds `BATCH_BYTES`
+//! (64 KiB, `batch.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use tokio::sync::oneshot;
 
 use crate::wire::{self, RemoteError, Request, Response, WireError};
 
+use super::batch::Batch;
 use super::{Connection, RequestError, RequestOptions};
 
 type Reply = Result<Vec<u8>, RemoteError>;
@@ -79,7 +81,7 @@ impl PendingReply {
 /// Frames not yet written, and where they go.
 struct Outgoing {
     writer: Writer,
-    batch: Vec<u8>,
+    batch: Batch,
     /// A write was cancelled partway (its caller's deadline passed): the
     /// stream holds part of a frame, so nothing more may follow it.
     torn: bool,
@@ -99,9 +101,6 @@ impl Drop for TornGuard<'_> {
         }
     }
 }
-
-/// What a channel's buffer holds before it is written anyway.
-const BATCH_BYTES: usize = 64 << 10;
 
 /// When a request leaves the channel's buffer.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -195,7 +194,7 @@ impl Channel {
             local: matches!(send, Writer::Local(_)),
             send: tokio::sync::Mutex::new(Outgoing {
                 writer: send,
-                batch: Vec::new(),
+                batch: Batch::default(),
                 torn: false,
             }),
             pending: Mutex::new(Pending::default()),
@@ -339,9 +338,10 @@ impl Channel {
         if outgoing.torn {
             return Err(self.broken());
         }
-        wire::encode_into(&request, self.inner.max_frame_bytes, &mut outgoing.batch)
+        (outgoing.batch)
+            .push(&request, self.inner.max_frame_bytes)
             .map_err(|e| self.inner.connection.wire(e))?;
-        if flush == Flush::Later && outgoing.batch.len() < BATCH_BYTES {
+        if flush == Flush::Later && !outgoing.batch.full() {
             return Ok(());
         }
         self.write_batch(&mut outgoing, options.priority).await
@@ -363,13 +363,13 @@ impl Channel {
             channel: self,
             armed: true,
         };
-        let written = outgoing.writer.write(&outgoing.batch, priority).await;
+        let written = outgoing
+            .writer
+            .write(outgoing.batch.bytes(), priority)
+            .await;
         guard.armed = false;
         outgoing.torn = false;
         outgoing.batch.clear();
-        if outgoing.batch.capacity() > 4 * BATCH_BYTES {
-            outgoing.batch = Vec::new();
-        }
         written.map_err(|e| {
             let gone = self.inner.local && self.inner.connection.is_open();
             let error = if gone {

@@ -56,7 +56,8 @@
 //! `endpoint.rs` (with `local.rs`, the only files that open sockets; connections cached
 //! per peer address), `connection.rs` (the dialing side of a live
 //! connection), `server.rs` (the accepting side), `channel.rs` (ordered
-//! channels), `credentials.rs` (the join token and certificates),
+//! channels), `batch.rs` (frames written together, by both),
+//! `credentials.rs` (the join token and certificates),
 //! `tickets.rs` (proofs of identity), `local.rs` (same-host channels),
 //! `error.rs`, and `faults.rs` (an optional socket wrapper that injects
 //! seeded packet faults below QUIC, for fault-injection tests).
@@ -78,6 +79,7 @@
 //! ```
 
 pub mod admission;
+mod batch;
 mod channel;
 mod config;
 mod connection;

@@ -43,6 +43,7 @@ use crate::wire::{
 };
 
 use super::admission::{self, Admission, HandshakeSlot};
+use super::batch::Batch;
 use super::connection::close;
 use super::endpoint::version_mismatch;
 use super::local;
@@ -672,14 +673,11 @@ impl StreamTask {
 
 /// Writes a stream's responses, several at a time: they gather in a
 /// buffer that goes out when the stream's task has no response ready
-/// (`flush`), or once it holds `BATCH_BYTES`.
+/// (`flush`), or once it holds `BATCH_BYTES` (64 KiB, `batch.rs`).
 struct ResponseWriter<S> {
     task: StreamTask,
     out: Outgoing<S>,
 }
-
-/// What a response buffer holds before it is written anyway.
-const BATCH_BYTES: usize = 64 << 10;
 
 impl<S: SendHalf> ResponseWriter<S> {
     fn new(task: StreamTask, send: S) -> Self {
@@ -687,7 +685,7 @@ impl<S: SendHalf> ResponseWriter<S> {
             task,
             out: Outgoing {
                 send,
-                batch: Vec::new(),
+                batch: Batch::default(),
                 broken: false,
             },
         }
@@ -701,14 +699,14 @@ impl<S: SendHalf> ResponseWriter<S> {
         }
         let max = self.task.endpoint.config().max_frame_bytes;
         let batch = &mut self.out.batch;
-        if let Err(e) = wire::encode_into(response, max, batch) {
+        if let Err(e) = batch.push(response, max) {
             let fallback = Response {
                 id: response.id,
                 result: Err(RemoteError::new(RemoteErrorKind::Internal, e.to_string())),
             };
-            let _ = wire::encode_into(&fallback, max, batch);
+            let _ = batch.push(&fallback, max);
         }
-        if batch.len() >= BATCH_BYTES {
+        if batch.full() {
             self.flush().await;
         }
     }
@@ -745,7 +743,7 @@ impl<S: SendHalf> ResponseWriter<S> {
 /// The bytes of a stream's responses on their way out.
 struct Outgoing<S> {
     send: S,
-    batch: Vec<u8>,
+    batch: Batch,
     /// A write failed or was cut off: the stream is ended, and nothing
     /// more goes out on it (after a partial frame, the next one would be
     /// read as its rest).
@@ -773,15 +771,13 @@ impl<S: SendHalf> Outgoing<S> {
             self.batch.clear();
             return Ok(());
         }
-        let written = match tokio::time::timeout(timeout, self.send.write_all(&self.batch)).await {
+        let write = self.send.write_all(self.batch.bytes());
+        let written = match tokio::time::timeout(timeout, write).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(WriteFailure::Failed(e)),
             Err(_) => Err(WriteFailure::TimedOut(timeout)),
         };
         self.batch.clear();
-        if self.batch.capacity() > 4 * BATCH_BYTES {
-            self.batch = Vec::new();
-        }
         if written.is_err() {
             self.broken = true;
             let _ = tokio::time::timeout(timeout, self.send.shutdown()).await;
@@ -800,14 +796,18 @@ mod tests {
         let (send, mut peer) = tokio::io::duplex(4 << 10);
         let mut out = Outgoing {
             send,
-            batch: vec![1; 64 << 10],
+            batch: Batch::default(),
             broken: false,
         };
+        let max = 1 << 20;
+        let large = serde_bytes::ByteBuf::from(vec![1; 64 << 10]);
+        out.batch.push(&large, max).unwrap();
+        let frame = wire::encode(&large, max).unwrap();
         let timeout = Duration::from_millis(100);
         let cut = out.flush(timeout).await;
         assert!(matches!(cut, Err(WriteFailure::TimedOut(_))), "{cut:?}");
         // The next response must not follow the partial one.
-        out.batch.extend_from_slice(b"next response");
+        out.batch.push(&"next response", max).unwrap();
         out.flush(timeout).await.unwrap();
         assert!(out.batch.is_empty());
         // The peer reads the partial frame, then the end of the stream
@@ -818,7 +818,11 @@ mod tests {
             .await
             .expect("the stream ended")
             .unwrap();
-        assert!(!read.is_empty() && read.len() < 64 << 10, "{}", read.len());
-        assert!(read.iter().all(|b| *b == 1), "only the partial frame");
+        assert!(
+            !read.is_empty() && read.len() < frame.len(),
+            "{}",
+            read.len()
+        );
+        assert!(frame.starts_with(&read), "only the partial frame");
     }
 }

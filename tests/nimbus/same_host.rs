@@ -70,14 +70,9 @@ async fn plain_status(connection: &Connection, count: usize) {
 /// channel on it that has answered one echo.
 async fn node_1_channel(cluster: &crate::support::Cluster) -> (Connection, Channel) {
     let client = cluster.client().await.unwrap();
-    let node = client
-        .status()
-        .await
-        .unwrap()
-        .node("node-1")
-        .unwrap()
-        .clone();
-    let connection = client.connect_node(&node).await.unwrap();
+    let status = client.status().await.unwrap();
+    let node = status.node("node-1").unwrap();
+    let connection = client.connect_node(node).await.unwrap();
     assert!(connection.local_socket().is_some());
     let channel = connection.open_channel().await.unwrap();
     channel
