@@ -32,16 +32,16 @@
 //! - `Jobs`: `EndJob`, `RunDriver`, `StopDriver`, `ReadJobLog`;
 //! - `Objects` ([`ObjectRequest`], the object store's, types in
 //!   `objects.rs`): `PutObjectChunk`, `PutObjects`, `CreateObject`, `SealObject`,
-//!   `ReadObject`, `OpenObject`, `PullObject`, `AwaitObject`, `FailObject`,
+//!   `ReadObject`, `StreamObject`, `OpenObject`, `PullObject`, `AwaitObject`, `FailObject`,
 //!   `UpdateRefs`, `FreeObject`, `ListObjects`;
 //! - `Echo` (a probe).
 //!
 //! Every answer is a [`ControlReply`]. The protocol version (the wire's
-//! `PROTOCOL_VERSION`, 6) counts this grouping by subsystem (3: a join
+//! `PROTOCOL_VERSION`, 7) counts this grouping by subsystem (3: a join
 //! refused for a taken name is answered `NodeNameTaken`; 4: a join names
 //! the node's worker-ticket key and is answered with its ticket; 5: the
 //! event stream's `Resync` marker; 6: small puts in batches,
-//! `PutObjects`).
+//! `PutObjects`; 7: `StreamObject`, bulk streams over TCP).
 
 use std::net::SocketAddr;
 
@@ -604,6 +604,20 @@ pub enum ObjectRequest {
     /// To a node: drop the copy of an object its owner freed. Answered with
     /// `Ack`.
     FreeObject(ObjectId),
+    /// To a node, from another node: a bulk stream (TLS over TCP,
+    /// `transport/bulk.rs`) of an object it holds, `size` bytes, from
+    /// `offset` on. Answered with [`ControlReply::ObjectStream`], or an
+    /// error when the node has no bulk listener (read in chunks then).
+    StreamObject {
+        /// The object.
+        id: ObjectId,
+        /// Where to start.
+        offset: u64,
+        /// Its size, as `AwaitObject` answered.
+        size: u64,
+        /// The node caching a copy (as for `ReadObject`).
+        copy_at: Option<ObjectLocation>,
+    },
     /// To a node, from a process of its host: the shared-memory file of a
     /// complete object. Answered with [`ControlReply::ObjectFile`] (`None`:
     /// read it in chunks).
@@ -747,6 +761,14 @@ pub enum ControlReply {
     ObjectNotReady,
     /// An object's shared-memory file, if it has one.
     ObjectFile(Option<SharedObjectFile>),
+    /// Where to read a bulk stream of an object: the node's bulk port (on
+    /// its QUIC address's IP) and the one-time ticket to present there.
+    ObjectStream {
+        /// The TCP port.
+        port: u16,
+        /// The ticket.
+        ticket: crate::transport::BulkTicket,
+    },
     /// Live actors.
     Actors(Vec<ActorRecord>),
     /// A chunk of a program binary.

@@ -32,7 +32,7 @@
 //! | `nimbus_object_store_spare_reuses_total` | counter | | the node (new objects written into a spare file) |
 //! | `nimbus_object_store_capacity_bytes` | gauge | | the node |
 //! | `nimbus_object_spills_total`, `nimbus_object_restores_total` | counter | | the node |
-//! | `nimbus_object_transfers_total`, `nimbus_object_transfer_bytes_total` | counter | | the node (objects fetched from another node) |
+//! | `nimbus_object_transfers_total`, `nimbus_object_transfer_bytes_total` | counter | `path` (`tcp`: a bulk stream; `quic`) | the node (objects fetched from another node) |
 //! | `nimbus_members` | gauge | `state` (`alive`, `dead`) | the head |
 //! | `nimbus_node_deaths_total` | counter | | the head |
 //! | `nimbus_heartbeat_delay_seconds` | histogram | | the head (time between a member's heartbeats) |

@@ -36,6 +36,11 @@ pub struct TransportConfig {
     /// endpoint and used by a dialing one. Never with packet faults (they
     /// need QUIC's packets). On by default.
     pub same_host_channels: bool,
+    /// Whether bulk object transfers between nodes run over TLS on TCP
+    /// (`bulk.rs`): an accepting endpoint listens on TCP too, and a
+    /// dialing one tries it before QUIC. Never with packet faults. On by
+    /// default.
+    pub bulk_over_tcp: bool,
 }
 
 /// A QUIC stateless-reset key (HMAC-SHA256).
@@ -59,6 +64,7 @@ impl Default for TransportConfig {
             packet_faults: None,
             reset_key: None,
             same_host_channels: true,
+            bulk_over_tcp: true,
         }
     }
 }

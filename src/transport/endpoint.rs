@@ -1,4 +1,4 @@
-//! The QUIC endpoint: the only place that touches sockets.
+//! The QUIC endpoint: with `local.rs` and `bulk.rs`, the only places that touch sockets.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -14,13 +14,14 @@ use crate::wire::{
 };
 
 use super::admission::{self, Admission, Admit, HandshakeSlot, MAX_HANDSHAKES};
+use super::bulk::{BulkListener, BulkStream, BulkTicket, BulkTls};
 use super::connection::{close, Connection};
 use super::credentials::SERVER_NAME;
 use super::faults::{FaultCounters, FaultySocket, PacketRule};
 use super::local;
 use super::server::{self, RequestHandler};
 use super::tickets::Verifier;
-use super::{ConnectError, Credentials, EndpointError, ResetKey, TransportConfig};
+use super::{BulkError, ConnectError, Credentials, EndpointError, ResetKey, TransportConfig};
 
 /// One process's QUIC endpoint: it dials peers (keeping one connection per
 /// peer address) and, when [`serve`](Endpoint::serve) is called, accepts
@@ -46,6 +47,8 @@ struct Inner {
     verifier: std::sync::RwLock<Verifier>,
     /// Its same-host socket, once it serves (`local.rs`).
     local: Option<LocalOffer>,
+    /// The TLS of its bulk streams, unless they are off (`bulk.rs`).
+    bulk: Option<BulkTls>,
 }
 
 /// An accepting endpoint's same-host socket (`local.rs`, step 1) and the
@@ -150,6 +153,10 @@ impl Endpoint {
             },
             _ => None,
         };
+        let bulk = match config.bulk_over_tcp && config.packet_faults.is_none() {
+            true => Some(BulkTls::new(credentials)?),
+            false => None,
+        };
         Ok(Endpoint {
             inner: Arc::new(Inner {
                 quic,
@@ -161,6 +168,7 @@ impl Endpoint {
                 proof: std::sync::RwLock::new(credentials.proof()),
                 verifier: std::sync::RwLock::new(credentials.verifier()),
                 local,
+                bulk,
             }),
         })
     }
@@ -197,6 +205,40 @@ impl Endpoint {
             .quic
             .local_addr()
             .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into())
+    }
+
+    /// A TCP listener for bulk streams beside this endpoint's QUIC socket
+    /// (`bulk.rs`, step 1); `None` when bulk streams are off.
+    pub fn bulk_listener(&self) -> Result<Option<BulkListener>, EndpointError> {
+        let Some(tls) = &self.inner.bulk else {
+            return Ok(None);
+        };
+        let config = &self.inner.config;
+        let listener = BulkListener::bind(
+            self.local_addr(),
+            tls,
+            config.connect_timeout,
+            config.request_read_timeout,
+        )?;
+        Ok(Some(listener))
+    }
+
+    /// Opens the bulk stream `ticket` was granted for, at the listener on
+    /// `addr` (`bulk.rs`, step 3).
+    pub async fn bulk_connect(
+        &self,
+        addr: SocketAddr,
+        ticket: BulkTicket,
+    ) -> Result<BulkStream, BulkError> {
+        let tls = self.inner.bulk.as_ref().ok_or(BulkError::Off)?;
+        let config = &self.inner.config;
+        tls.connect(
+            addr,
+            ticket,
+            config.connect_timeout,
+            config.request_read_timeout,
+        )
+        .await
     }
 
     /// This process's identity.

@@ -184,3 +184,46 @@ pub struct NoPacketFaults {
     /// The endpoint.
     pub endpoint: crate::wire::PeerIdentity,
 }
+
+/// A bulk stream (`bulk.rs`) failed; the caller carries its bytes over
+/// QUIC instead.
+#[derive(Debug, thiserror::Error)]
+pub enum BulkError {
+    /// This endpoint does not use bulk streams: it injects packet faults,
+    /// or `TransportConfig::bulk_over_tcp` is off.
+    #[error("bulk streams are off for this endpoint (packet faults, or TransportConfig::bulk_over_tcp is false)")]
+    Off,
+    /// The socket failed.
+    #[error("bulk stream with {addr}: {cause} (is TCP to this port allowed between the nodes?)")]
+    Io {
+        /// The other end.
+        addr: SocketAddr,
+        /// The OS error.
+        cause: std::io::Error,
+    },
+    /// The TLS handshake failed: one side lacks this cluster's credentials.
+    #[error("bulk stream with {addr}: TLS failed ({detail}): is the join token right?")]
+    Tls {
+        /// The other end.
+        addr: SocketAddr,
+        /// What TLS reported.
+        detail: String,
+    },
+    /// Nothing moved in time (`connect_timeout` to open, else
+    /// `request_read_timeout`).
+    #[error("bulk stream with {addr}: no progress within {after:?}")]
+    Stalled {
+        /// The other end.
+        addr: SocketAddr,
+        /// How long we waited.
+        after: Duration,
+    },
+    /// The other end closed the stream early.
+    #[error("bulk stream with {addr} ended {missing} bytes early (the sender failed or refused the ticket)")]
+    Ended {
+        /// The other end.
+        addr: SocketAddr,
+        /// Bytes that never came.
+        missing: u64,
+    },
+}

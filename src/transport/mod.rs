@@ -52,11 +52,17 @@
 //!    close code 4 ("shutting down") and waits up to `connect_timeout` for
 //!    peers to be told.
 //!
+//! 9. **Bulk streams.** Between nodes, large objects travel over TLS 1.3
+//!    on TCP with the same certificates, each stream opened with a
+//!    one-time ticket granted over QUIC (`bulk.rs`); QUIC carries them
+//!    when that is off or fails.
+//!
 //! The defaults are [`TransportConfig`]'s (`config.rs`). Files:
-//! `endpoint.rs` (with `local.rs`, the only files that open sockets; connections cached
+//! `endpoint.rs` (with `local.rs` and `bulk.rs`, the only files that open sockets; connections cached
 //! per peer address), `connection.rs` (the dialing side of a live
 //! connection), `server.rs` (the accepting side), `channel.rs` (ordered
-//! channels), `batch.rs` (frames written together, by both),
+//! channels), `batch.rs` (frames written together, by both), `bulk.rs` (TLS-over-TCP
+//! bulk streams),
 //! `credentials.rs` (the join token and certificates),
 //! `tickets.rs` (proofs of identity), `local.rs` (same-host channels),
 //! `error.rs`, and `faults.rs` (an optional socket wrapper that injects
@@ -80,6 +86,7 @@
 
 pub mod admission;
 mod batch;
+mod bulk;
 mod channel;
 mod config;
 mod connection;
@@ -91,12 +98,15 @@ mod local;
 mod server;
 mod tickets;
 
+pub use bulk::{BulkGrants, BulkListener, BulkStream, BulkTicket, MAX_GRANTS, TICKET_TTL};
 pub use channel::{Channel, PendingReply};
 pub use config::{RequestOptions, ResetKey, TransportConfig};
 pub use connection::{Connection, StalledStream};
 pub use credentials::{CredentialError, Credentials, JoinToken, WorkerCredentials};
 pub use endpoint::Endpoint;
-pub use error::{ConnectError, EndpointError, FaultPlanError, NoPacketFaults, RequestError};
+pub use error::{
+    BulkError, ConnectError, EndpointError, FaultPlanError, NoPacketFaults, RequestError,
+};
 pub use faults::{FaultCounters, FaultCounts, PacketFaults, PacketRule};
 pub use local::boot_id;
 pub use server::{HandlerError, RequestHandler};

@@ -60,10 +60,11 @@ pub use message::{
 /// 2: control requests grouped by subsystem; 3: `NodeNameTaken`; 4: a
 /// `Hello` carries a [`Proof`] (token or ticket), a join is answered with a
 /// node ticket; 5: the event stream's `ClusterEventKind::Resync` marker
-/// (a peer of 4 could not decode it); 6: `PutObjects` (small puts). A
+/// (a peer of 4 could not decode it); 6: `PutObjects` (small puts); 7:
+/// `StreamObject` (bulk streams over TCP). A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

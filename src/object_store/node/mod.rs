@@ -24,10 +24,17 @@
 //!    cached copy is dropped; its memory and file are given back.
 //! 2. **Pulls.** `PullObject` makes another node's object present here: the
 //!    home node long-polls the owner (`AwaitObject`, each wait at most
-//!    `MAX_OBJECT_WAIT`, 30 s, for objects still being produced), then reads
-//!    it in chunks, four in flight (`ReadObject`, recording itself as
-//!    caching a copy), into one buffer, and keeps the copy; concurrent
-//!    pulls of one object wait for the first. An owner that cannot be
+//!    `MAX_OBJECT_WAIT`, 30 s, for objects still being produced) and
+//!    begins its copy. A copy in a shared-memory file comes over a bulk
+//!    stream (`crate::transport`'s `bulk.rs`: TLS over TCP): the owner
+//!    grants one (`StreamObject`, recording this node as caching a copy)
+//!    and writes the object's chunks, two shard reads ahead; this node
+//!    writes them straight into the file, reading the next chunk while
+//!    one is written, then seals it. A copy kept in memory, or one whose
+//!    stream fails (no bulk listener, TCP refused, a stall, an early end),
+//!    comes over QUIC from its start, in chunks, four in flight
+//!    (`ReadObject`). Concurrent pulls of one object wait for the first.
+//!    An owner that cannot be
 //!    reached makes the object "lost: its owner, node N, cannot be reached"
 //!    (there is no reconstruction; cached copies are not promoted).
 //! 3. **Spilling.** When an object does not fit, each shard in turn is
@@ -78,11 +85,13 @@ use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
     RefHolder, RefUpdate, SmallObject,
 };
-use crate::transport::{Endpoint, RequestOptions};
+use crate::transport::{
+    BulkGrants, BulkListener, BulkStream, Connection, Endpoint, RequestOptions,
+};
 use crate::wire::{RemoteError, RemoteErrorKind};
 
 use super::error::{ObjectStoreError, ShardError};
-use super::transfer::{host_id, read_chunks, CHUNK_BYTES, MAX_OBJECT_WAIT};
+use super::transfer::{call, host_id, read_chunks, CHUNK_BYTES, MAX_OBJECT_WAIT};
 use crate::cluster::SharedObjectFile;
 use shard::{
     Abort, Append, Await, Awaited, Begin, Begun, DropCopy, DropDriver, DropWorker, Fail, Freed,
@@ -101,6 +110,17 @@ pub struct NodeObjectStore {
     owned: Arc<Vec<OwnedDir>>,
     endpoint: Endpoint,
     me: ObjectLocation,
+    /// The tickets of its bulk streams out (step 2), unless it has none.
+    bulk: Option<BulkGrants<Streamed>>,
+}
+
+/// What a bulk stream out of this node carries: an object's bytes from
+/// `offset` to `size`, read for the node caching a copy (`copy_at`).
+struct Streamed {
+    id: ObjectId,
+    offset: u64,
+    size: u64,
+    copy_at: Option<ObjectLocation>,
 }
 
 impl NodeObjectStore {
@@ -149,13 +169,64 @@ impl NodeObjectStore {
                 ObjectStoreShard::start_in_arbiter(&Arbiter::new().handle(), |_| shard)
             })
             .collect();
-        Ok(NodeObjectStore {
+        let listener = endpoint.bulk_listener().unwrap_or_else(|e| {
+            tracing::warn!("no bulk listener ({e}): objects leave this node over QUIC");
+            None
+        });
+        let bulk = listener.as_ref().map(BulkListener::grants);
+        let store = NodeObjectStore {
             shards,
             budget,
             owned,
             endpoint,
             me,
-        })
+            bulk: bulk.clone(),
+        };
+        if let (Some(listener), Some(grants)) = (listener, bulk) {
+            let server = store.clone();
+            tokio::spawn(listener.serve(grants, move |what, stream| {
+                server.clone().stream_out(what, stream)
+            }));
+        }
+        Ok(store)
+    }
+
+    /// Writes the bytes a bulk stream was granted for (step 2), two shard
+    /// reads ahead, and ends it; a failed read ends it early.
+    async fn stream_out(self, what: Streamed, mut stream: BulkStream) {
+        let Streamed {
+            id,
+            offset,
+            size,
+            copy_at,
+        } = what;
+        let shard = self.shard(id).clone();
+        let reads = futures::stream::iter((offset..size).step_by(CHUNK_BYTES)).map(|offset| {
+            shard.send(Read {
+                id,
+                offset,
+                len: CHUNK_BYTES as u64,
+                copy_at: copy_at.clone(),
+            })
+        });
+        let mut chunks = std::pin::pin!(reads.buffered(2));
+        while let Some(chunk) = chunks.next().await {
+            let written = match flatten(chunk) {
+                Ok(chunk) if chunk.is_empty() => break,
+                Ok(chunk) => stream.write_all(&chunk).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.message),
+            };
+            if let Err(e) = written {
+                tracing::debug!(
+                    "object {id}: bulk stream to {} ended early: {e}",
+                    stream.peer()
+                );
+                return;
+            }
+        }
+        if let Err(e) = stream.finish().await {
+            tracing::debug!("object {id}: bulk stream did not end cleanly: {e}");
+        }
     }
 
     /// Watches the head's events and releases the references of worker
@@ -335,6 +406,25 @@ impl NodeObjectStore {
                 };
                 flatten(self.shard(id).send(read).await).map(ControlReply::ObjectBytes)
             }
+            ObjectRequest::StreamObject {
+                id,
+                offset,
+                size,
+                copy_at,
+            } => match &self.bulk {
+                Some(grants) => Ok(ControlReply::ObjectStream {
+                    port: grants.port(),
+                    ticket: grants.grant(Streamed {
+                        id,
+                        offset,
+                        size,
+                        copy_at,
+                    }),
+                }),
+                None => Err(bad(format!(
+                    "object {id}: this node has no bulk listener (bulk streams are off); read it in chunks"
+                ))),
+            },
             ObjectRequest::PullObject { id, owner, wait_ms } => {
                 Ok(self.pull(id, owner, wait(wait_ms)).await)
             }
@@ -676,7 +766,8 @@ impl NodeObjectStore {
             contains: Vec::new(),
             first: None,
         };
-        match self.begin(begin).await {
+        let began = std::time::Instant::now();
+        let shared = match self.begin(begin).await {
             Ok(Begun::Present) => return ControlReply::ObjectReady(size),
             Ok(Begun::InProgress(done)) => {
                 return match done.await {
@@ -686,34 +777,116 @@ impl NodeObjectStore {
                     )),
                 }
             }
-            Ok(Begun::Fresh { .. }) => {}
+            Ok(Begun::Fresh { shared }) => shared,
             Ok(Begun::NoRoom { short, .. }) => {
                 return ControlReply::ObjectFailed(format!(
                     "no room for a copy of object {id}: {short} bytes short"
                 ))
             }
             Err(e) => return ControlReply::ObjectFailed(e.message),
+        };
+        let file = self.budget.shared_dir().filter(|_| shared);
+        let streamed = match file.map(|dir| dir.join(id.to_string())) {
+            Some(file) => self.pull_stream(&connection, &owner, id, size, file).await,
+            None => Err("it is kept in memory, not in a shared-memory file".to_string()),
+        };
+        let path = match streamed {
+            Ok(()) => "tcp",
+            Err(e) => {
+                tracing::debug!(
+                    "object {id}: no bulk stream from {owner} ({e}); it comes over QUIC"
+                );
+                "quic"
+            }
+        };
+        let received = match path {
+            "tcp" => flatten(self.shard(id).send(Seal(id)).await).map_err(|e| e.message),
+            _ => self.pull_chunks(&connection, id, size).await,
+        };
+        if let Err(e) = received {
+            self.abort(id).await;
+            return lost(e);
         }
+        tracing::debug!(
+            "object {id}: {size} bytes from {owner} over {path} in {:?}",
+            began.elapsed()
+        );
+        metrics::counter!("nimbus_object_transfers_total", "path" => path).increment(1);
+        metrics::counter!("nimbus_object_transfer_bytes_total", "path" => path).increment(size);
+        ControlReply::ObjectReady(size)
+    }
+
+    /// Step 2 over QUIC: object `id`, `size` bytes, from `node` in chunks.
+    async fn pull_chunks(&self, node: &Connection, id: ObjectId, size: u64) -> Result<(), String> {
         let mut offset = 0;
-        let mut chunks = std::pin::pin!(read_chunks(&connection, id, size, Some(self.me.clone())));
+        let mut chunks = std::pin::pin!(read_chunks(node, id, size, Some(self.me.clone())));
         while let Some(chunk) = chunks.next().await {
-            let appended = match chunk {
-                Ok(chunk) => {
-                    let len = chunk.len() as u64;
-                    let append = Append { id, offset, chunk };
-                    offset += len;
-                    flatten(self.shard(id).send(append).await).map_err(|e| e.message)
-                }
-                Err(e) => Err(e.to_string()),
+            let chunk = chunk.map_err(|e| e.to_string())?;
+            let len = chunk.len() as u64;
+            let append = Append { id, offset, chunk };
+            offset += len;
+            flatten(self.shard(id).send(append).await).map_err(|e| e.message)?;
+        }
+        Ok(())
+    }
+
+    /// Step 2's bulk stream: object `id` from `owner` (reached over
+    /// `node`), written straight into its shared-memory `file` here, the
+    /// next chunk read while one is written. A failure leaves the object
+    /// to be received over QUIC, from its start: nothing was counted yet.
+    async fn pull_stream(
+        &self,
+        node: &Connection,
+        owner: &ObjectLocation,
+        id: ObjectId,
+        size: u64,
+        file: std::path::PathBuf,
+    ) -> Result<(), String> {
+        let ask = ControlRequest::Objects(ObjectRequest::StreamObject {
+            id,
+            offset: 0,
+            size,
+            copy_at: Some(self.me.clone()),
+        });
+        let (port, ticket) = match call(node, &ask, RequestOptions::control()).await {
+            Ok(ControlReply::ObjectStream { port, ticket }) => (port, ticket),
+            Ok(other) => return Err(format!("unexpected reply {other:?}")),
+            Err(e) => return Err(e.to_string()),
+        };
+        let opened = std::fs::OpenOptions::new().write(true).open(&file);
+        let file = Arc::new(opened.map_err(|e| format!("cannot open {}: {e}", file.display()))?);
+        let addr = std::net::SocketAddr::new(owner.address.ip(), port);
+        let mut stream =
+            (self.endpoint.bulk_connect(addr, ticket).await).map_err(|e| e.to_string())?;
+        let mut next = Vec::with_capacity(CHUNK_BYTES);
+        let mut writing = None;
+        let mut at = 0;
+        let mut read = Ok(());
+        while at < size && read.is_ok() {
+            let want = (size - at).min(CHUNK_BYTES as u64) as usize;
+            next.clear();
+            read = stream
+                .read_exact_into(&mut next, want)
+                .await
+                .map_err(|e| e.to_string());
+            let free = match writing.take() {
+                Some(write) => written(write).await?,
+                None => Vec::with_capacity(CHUNK_BYTES),
             };
-            if let Err(e) = appended {
-                self.abort(id).await;
-                return lost(e);
+            if read.is_ok() {
+                let chunk = std::mem::replace(&mut next, free);
+                let file = file.clone();
+                writing = Some(tokio::task::spawn_blocking(move || {
+                    use std::os::unix::fs::FileExt;
+                    file.write_all_at(&chunk, at).map(|()| chunk)
+                }));
+                at += want as u64;
             }
         }
-        metrics::counter!("nimbus_object_transfers_total").increment(1);
-        metrics::counter!("nimbus_object_transfer_bytes_total").increment(size);
-        ControlReply::ObjectReady(size)
+        if let Some(write) = writing {
+            written(write).await?;
+        }
+        read
     }
 
     async fn list(&self) -> ObjectListing {
@@ -852,6 +1025,17 @@ fn wait(wait_ms: u64) -> Duration {
 
 fn bad(message: String) -> RemoteError {
     RemoteError::new(RemoteErrorKind::BadRequest, message)
+}
+
+/// The buffer a write of a bulk stream's chunk gives back.
+async fn written(
+    write: tokio::task::JoinHandle<std::io::Result<Vec<u8>>>,
+) -> Result<Vec<u8>, String> {
+    match write.await {
+        Ok(Ok(buffer)) => Ok(buffer),
+        Ok(Err(e)) => Err(format!("cannot write the object's file: {e}")),
+        Err(e) => Err(format!("the object's file writer failed: {e}")),
+    }
 }
 
 fn unavailable(e: MailboxError) -> RemoteError {

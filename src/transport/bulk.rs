@@ -1,0 +1,493 @@
+//! Bulk byte streams between nodes: TLS 1.3 over TCP, with the same
+//! cluster certificates as QUIC (`credentials.rs`), for the object
+//! transfers QUIC cannot carry near the hardware. quinn processes a
+//! connection's packets on one core: about 0.9 GB/s on loopback here,
+//! where TLS over TCP moves about 3 GB/s.
+//!
+//! What a stream carries is decided over QUIC, where the caller's identity
+//! and rights are checked; the TCP side only honours what was granted
+//! there:
+//!
+//! 1. **Listen.** An accepting endpoint binds a TCP listener
+//!    ([`BulkListener`]) on its QUIC address's IP, on the same port number
+//!    when that is free (one firewall rule for both), else on any.
+//! 2. **Grant.** The server answers a QUIC request with its listener's
+//!    port and a one-time [`BulkTicket`] (16 random bytes) naming what the
+//!    stream will carry ([`BulkGrants::grant`]). A ticket not used within
+//!    [`TICKET_TTL`] (10 s) lapses; at most [`MAX_GRANTS`] (1,024) wait at
+//!    once, the oldest lapsing first.
+//! 3. **Dial.** The caller connects within `connect_timeout`, does the TLS
+//!    handshake (ALPN `nimbus-bulk`, both certificates checked against the
+//!    cluster CA, as for QUIC) and sends the ticket
+//!    ([`Endpoint::bulk_connect`](super::Endpoint::bulk_connect)).
+//! 4. **Serve.** The listener reads the ticket within `connect_timeout` of
+//!    the TCP accept and hands the stream, with what the ticket granted, to
+//!    its handler; a connection without a valid ticket is closed unread.
+//! 5. **Stalls.** A read or write of one chunk of a [`BulkStream`] not
+//!    done within `request_read_timeout` (30 s by default) fails.
+//! 6. **Off.** An endpoint with packet faults (which need QUIC's packets),
+//!    or with `bulk_over_tcp` off, neither listens nor dials: callers
+//!    carry their bytes over QUIC instead, as they do when a dial fails.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
+
+use super::credentials::SERVER_NAME;
+use super::error::BulkError;
+use super::{CredentialError, Credentials, EndpointError};
+
+/// The ALPN protocol of bulk streams.
+pub(super) const BULK_ALPN: &[u8] = b"nimbus-bulk";
+/// How long a granted ticket waits for its stream.
+pub const TICKET_TTL: Duration = Duration::from_secs(10);
+/// The most tickets waiting at once.
+pub const MAX_GRANTS: usize = 1024;
+/// Streams served at once; further connections wait in the kernel's
+/// backlog.
+const MAX_STREAMS: usize = 64;
+
+/// A one-time permission to open one bulk stream (step 2).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct BulkTicket(pub [u8; 16]);
+
+impl std::fmt::Debug for BulkTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BulkTicket(<redacted>)")
+    }
+}
+
+/// The TLS of an endpoint's bulk streams.
+pub(super) struct BulkTls {
+    acceptor: TlsAcceptor,
+    connector: TlsConnector,
+}
+
+impl BulkTls {
+    pub(super) fn new(credentials: &Credentials) -> Result<Self, CredentialError> {
+        let mut server = credentials.server_tls()?;
+        server.alpn_protocols = vec![BULK_ALPN.to_vec()];
+        let mut client = credentials.client_tls()?;
+        client.alpn_protocols = vec![BULK_ALPN.to_vec()];
+        Ok(BulkTls {
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            connector: TlsConnector::from(Arc::new(client)),
+        })
+    }
+
+    /// Step 3.
+    pub(super) async fn connect(
+        &self,
+        addr: SocketAddr,
+        ticket: BulkTicket,
+        connect_timeout: Duration,
+        stall: Duration,
+    ) -> Result<BulkStream, BulkError> {
+        let dial = async {
+            let tcp = TcpStream::connect(addr)
+                .await
+                .map_err(|cause| BulkError::Io { addr, cause })?;
+            let _ = tcp.set_nodelay(true);
+            let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).map_err(|e| {
+                BulkError::Tls {
+                    addr,
+                    detail: e.to_string(),
+                }
+            })?;
+            let mut tls = self
+                .connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| BulkError::Tls {
+                    addr,
+                    detail: e.to_string(),
+                })?;
+            tls.write_all(&ticket.0)
+                .await
+                .map_err(|cause| BulkError::Io { addr, cause })?;
+            tls.flush()
+                .await
+                .map_err(|cause| BulkError::Io { addr, cause })?;
+            Ok(tls)
+        };
+        let tls = tokio::time::timeout(connect_timeout, dial)
+            .await
+            .map_err(|_| BulkError::Stalled {
+                addr,
+                after: connect_timeout,
+            })??;
+        Ok(BulkStream {
+            tls: TlsStream::Client(tls),
+            peer: addr,
+            stall,
+        })
+    }
+}
+
+/// The tickets a server granted and not yet honoured, with what each
+/// grants (`G`).
+pub struct BulkGrants<G> {
+    port: u16,
+    waiting: Arc<Mutex<HashMap<BulkTicket, (G, Instant)>>>,
+}
+
+impl<G> Clone for BulkGrants<G> {
+    fn clone(&self) -> Self {
+        BulkGrants {
+            port: self.port,
+            waiting: self.waiting.clone(),
+        }
+    }
+}
+
+impl<G> BulkGrants<G> {
+    /// The port of the listener the tickets are for.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A ticket for one stream carrying `what` (step 2).
+    pub fn grant(&self, what: G) -> BulkTicket {
+        let mut ticket = [0u8; 16];
+        rand::fill(&mut ticket);
+        let ticket = BulkTicket(ticket);
+        let now = Instant::now();
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.retain(|_, (_, at)| now.duration_since(*at) < TICKET_TTL);
+        if waiting.len() >= MAX_GRANTS {
+            let oldest = waiting
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(t, _)| *t);
+            if let Some(oldest) = oldest {
+                waiting.remove(&oldest);
+            }
+        }
+        waiting.insert(ticket, (what, now));
+        ticket
+    }
+
+    fn redeem(&self, ticket: &BulkTicket) -> Option<G> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let (what, at) = waiting.remove(ticket)?;
+        (at.elapsed() < TICKET_TTL).then_some(what)
+    }
+}
+
+/// An endpoint's bulk listener (step 1), until it [serves](Self::serve).
+pub struct BulkListener {
+    tcp: TcpListener,
+    acceptor: TlsAcceptor,
+    connect_timeout: Duration,
+    stall: Duration,
+}
+
+impl BulkListener {
+    pub(super) fn bind(
+        quic: SocketAddr,
+        tls: &BulkTls,
+        connect_timeout: Duration,
+        stall: Duration,
+    ) -> Result<Self, EndpointError> {
+        let any = SocketAddr::new(quic.ip(), 0);
+        let tcp = std::net::TcpListener::bind(quic)
+            .or_else(|_| std::net::TcpListener::bind(any))
+            .and_then(|tcp| {
+                tcp.set_nonblocking(true)?;
+                TcpListener::from_std(tcp)
+            })
+            .map_err(|cause| EndpointError::Bind { addr: any, cause })?;
+        Ok(BulkListener {
+            tcp,
+            acceptor: tls.acceptor.clone(),
+            connect_timeout,
+            stall,
+        })
+    }
+
+    /// The grants this listener will honour.
+    pub fn grants<G>(&self) -> BulkGrants<G> {
+        BulkGrants {
+            port: self.tcp.local_addr().map_or(0, |a| a.port()),
+            waiting: Arc::default(),
+        }
+    }
+
+    /// Accepts streams for `grants`' tickets and hands each to `handle`
+    /// with what its ticket grants (step 4), at most 64 at once. Runs until
+    /// dropped.
+    pub async fn serve<G, F, Fut>(self, grants: BulkGrants<G>, handle: F)
+    where
+        G: Send + 'static,
+        F: Fn(G, BulkStream) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let handle = Arc::new(handle);
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS));
+        let mut streams = tokio::task::JoinSet::new();
+        loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let (tcp, peer) = tokio::select! {
+                accepted = self.tcp.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::debug!("bulk listener: accept failed: {e}");
+                        continue;
+                    }
+                },
+                Some(_) = streams.join_next(), if !streams.is_empty() => continue,
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, grants, handle) =
+                (self.acceptor.clone(), grants.clone(), handle.clone());
+            let (connect_timeout, stall) = (self.connect_timeout, self.stall);
+            streams.spawn(async move {
+                let _slot = slot;
+                let opened = async {
+                    let mut tls = acceptor.accept(tcp).await.ok()?;
+                    let mut ticket = [0u8; 16];
+                    tls.read_exact(&mut ticket).await.ok()?;
+                    Some((tls, BulkTicket(ticket)))
+                };
+                let Ok(Some((tls, ticket))) = tokio::time::timeout(connect_timeout, opened).await
+                else {
+                    tracing::debug!("bulk stream from {peer}: no handshake and ticket within {connect_timeout:?}");
+                    return;
+                };
+                let Some(what) = grants.redeem(&ticket) else {
+                    tracing::warn!("bulk stream from {peer}: its ticket was never granted or has lapsed; closed unread");
+                    return;
+                };
+                let stream = BulkStream {
+                    tls: TlsStream::Server(tls),
+                    peer,
+                    stall,
+                };
+                handle(what, stream).await;
+            });
+        }
+    }
+}
+
+/// One bulk stream, either end.
+pub struct BulkStream {
+    tls: TlsStream<TcpStream>,
+    peer: SocketAddr,
+    stall: Duration,
+}
+
+impl BulkStream {
+    /// The other end.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Reads `len` bytes, appended to `into` without zero-filling it
+    /// first; fails on an early end or a stall (step 5).
+    pub async fn read_exact_into(
+        &mut self,
+        into: &mut Vec<u8>,
+        len: usize,
+    ) -> Result<(), BulkError> {
+        let end = into.len() + len;
+        into.reserve(len);
+        while into.len() < end {
+            let mut limited = (&mut self.tls).take((end - into.len()) as u64);
+            let read = tokio::time::timeout(self.stall, limited.read_buf(into))
+                .await
+                .map_err(|_| BulkError::Stalled {
+                    addr: self.peer,
+                    after: self.stall,
+                })?;
+            // A sender that drops the connection (a refused ticket, a
+            // failed read) sends no TLS close_notify.
+            let read = match read {
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+                other => other.map_err(|cause| BulkError::Io {
+                    addr: self.peer,
+                    cause,
+                })?,
+            };
+            if read == 0 {
+                return Err(BulkError::Ended {
+                    addr: self.peer,
+                    missing: (end - into.len()) as u64,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes all of `bytes`; fails on a stall (step 5).
+    pub async fn write_all(&mut self, bytes: &[u8]) -> Result<(), BulkError> {
+        tokio::time::timeout(self.stall, self.tls.write_all(bytes))
+            .await
+            .map_err(|_| BulkError::Stalled {
+                addr: self.peer,
+                after: self.stall,
+            })?
+            .map_err(|cause| BulkError::Io {
+                addr: self.peer,
+                cause,
+            })
+    }
+
+    /// Ends the stream: the other end reads its end.
+    pub async fn finish(mut self) -> Result<(), BulkError> {
+        tokio::time::timeout(self.stall, self.tls.shutdown())
+            .await
+            .map_err(|_| BulkError::Stalled {
+                addr: self.peer,
+                after: self.stall,
+            })?
+            .map_err(|cause| BulkError::Io {
+                addr: self.peer,
+                cause,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::transport::{Endpoint, JoinToken, PacketFaults, TransportConfig};
+    use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
+
+    fn endpoint(token: &JoinToken, listen: bool, config: TransportConfig) -> Endpoint {
+        let me = PeerIdentity {
+            role: PeerRole::Node,
+            identity: NodeIdentity {
+                name: "bulk-test".into(),
+                incarnation: Incarnation::fresh(),
+            },
+        };
+        let credentials = Credentials::issue(token, "bulk-test").unwrap();
+        match listen {
+            true => {
+                let socket = Endpoint::bind_socket(([127, 0, 0, 1], 0).into()).unwrap();
+                Endpoint::listen(socket, me, &credentials, config).unwrap()
+            }
+            false => Endpoint::client(me, &credentials, config).unwrap(),
+        }
+    }
+
+    /// A server whose handler writes what each ticket grants, counting
+    /// the streams it was handed.
+    fn serving(token: &JoinToken) -> (Endpoint, BulkGrants<Vec<u8>>, Arc<AtomicUsize>) {
+        let server = endpoint(token, true, TransportConfig::default());
+        let listener = server
+            .bulk_listener()
+            .unwrap()
+            .expect("bulk streams are on");
+        let grants = listener.grants();
+        let handed = Arc::new(AtomicUsize::new(0));
+        let count = handed.clone();
+        tokio::spawn(
+            listener.serve(grants.clone(), move |bytes: Vec<u8>, mut stream| {
+                count.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    stream.write_all(&bytes).await.unwrap();
+                    stream.finish().await.unwrap();
+                }
+            }),
+        );
+        (server, grants, handed)
+    }
+
+    fn bulk_addr(server: &Endpoint, grants: &BulkGrants<Vec<u8>>) -> SocketAddr {
+        SocketAddr::new(server.local_addr().ip(), grants.port())
+    }
+
+    #[tokio::test]
+    async fn a_granted_ticket_carries_its_bytes_once() {
+        let token = JoinToken::generate();
+        let (server, grants, handed) = serving(&token);
+        let client = endpoint(&token, false, TransportConfig::default());
+        let bytes: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+        let ticket = grants.grant(bytes.clone());
+        let mut stream = client
+            .bulk_connect(bulk_addr(&server, &grants), ticket)
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        stream.read_exact_into(&mut got, bytes.len()).await.unwrap();
+        assert!(got == bytes, "the stream carried other bytes");
+        // The end, and nothing more.
+        let past = stream.read_exact_into(&mut got, 1).await;
+        assert!(
+            matches!(past, Err(BulkError::Ended { missing: 1, .. })),
+            "{past:?}"
+        );
+
+        // The same ticket again, and one never granted: closed unread.
+        for ticket in [ticket, BulkTicket([7; 16])] {
+            let mut stream = client
+                .bulk_connect(bulk_addr(&server, &grants), ticket)
+                .await
+                .unwrap();
+            let read = stream.read_exact_into(&mut Vec::new(), 1).await;
+            assert!(matches!(read, Err(BulkError::Ended { .. })), "{read:?}");
+        }
+        assert_eq!(handed.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn another_clusters_process_gets_no_stream() {
+        let token = JoinToken::generate();
+        let (server, grants, handed) = serving(&token);
+        let stranger = endpoint(&JoinToken::generate(), false, TransportConfig::default());
+        let ticket = grants.grant(b"secret".to_vec());
+        let opened = stranger
+            .bulk_connect(bulk_addr(&server, &grants), ticket)
+            .await;
+        // TLS 1.3: the client may finish its side before the server has
+        // checked the client's certificate; then the read fails.
+        if let Ok(mut stream) = opened {
+            let mut got = Vec::new();
+            let read = stream.read_exact_into(&mut got, 6).await;
+            assert!(read.is_err() && got.is_empty(), "{read:?}: {got:?}");
+        }
+        assert_eq!(handed.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn packet_faults_turn_bulk_streams_off() {
+        let token = JoinToken::generate();
+        let faults = TransportConfig {
+            packet_faults: Some(PacketFaults::default()),
+            ..TransportConfig::default()
+        };
+        let server = endpoint(&token, true, faults.clone());
+        assert!(server.bulk_listener().unwrap().is_none());
+        let client = endpoint(&token, false, faults);
+        let addr = ([127, 0, 0, 1], 9).into();
+        let dialed = client.bulk_connect(addr, BulkTicket([0; 16])).await;
+        assert!(matches!(dialed, Err(BulkError::Off)), "{:?}", dialed.err());
+    }
+
+    #[test]
+    fn tickets_lapse_and_are_bounded() {
+        let grants: BulkGrants<usize> = BulkGrants {
+            port: 1,
+            waiting: Arc::default(),
+        };
+        let first = grants.grant(0);
+        for i in 1..=MAX_GRANTS {
+            grants.grant(i);
+        }
+        assert_eq!(grants.waiting.lock().unwrap().len(), MAX_GRANTS);
+        assert_eq!(grants.redeem(&first), None, "the oldest lapsed first");
+        let late = grants.grant(99);
+        grants.waiting.lock().unwrap().get_mut(&late).unwrap().1 = Instant::now() - TICKET_TTL;
+        assert_eq!(grants.redeem(&late), None, "a ticket past its time");
+    }
+}
