@@ -129,6 +129,12 @@ pub(crate) struct StartArgs {
     /// [default: none].
     #[arg(long)]
     metrics_export_port: Option<u16>,
+    /// Carry objects between this node and others over QUIC only, never
+    /// on a TLS-over-TCP bulk stream (for networks that pass this node's
+    /// UDP port but not TCP to it) [default: bulk streams on TCP, the
+    /// same port number when free].
+    #[arg(long)]
+    no_tcp_transfers: bool,
     /// Stay in the foreground instead of returning once the node is up.
     #[arg(long)]
     block: bool,
@@ -217,6 +223,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     let mut config = NodeConfig::new(role, token.clone());
     config.state_dir = state_dir;
     config.transport.reset_key = reset_key;
+    config.transport.bulk_over_tcp = !args.no_tcp_transfers;
     if let Some(seconds) = args.head_grace_s {
         config.head_grace = Duration::from_secs(seconds);
         // Its workers and submitted drivers wait for the head as long

@@ -1,0 +1,340 @@
+//! Objects between nodes: a node pulls 256 MiB objects from the head, over
+//! its bulk stream (TLS over TCP, `transport/bulk.rs`) and over QUIC (both
+//! nodes started with `--no-tcp-transfers`), in one run:
+//!
+//! - `cross_node_loopback_{tcp,quic}_gb_per_s`: both nodes on 127.0.0.1;
+//! - `cross_node_veth_{tcp,quic}_gb_per_s`: the pulling node in a network
+//!   namespace of its own, joined to this one by a veth pair (a second
+//!   host as far as the network goes; `/dev/shm` stays shared, which a
+//!   pull between nodes does not use). Needs root and `ip`; elsewhere the
+//!   bench says so and measures loopback only.
+//!
+//! Each figure is the median of six pulls, each into a file freed by the
+//! pull before (the store reuses it); `..._first_gb_per_s` is the first
+//! pull, into a fresh file whose pages the kernel allocates (what
+//! `make run EXAMPLE=microbench` reports as `cross_node_gb_per_s`).
+//!
+//! ```text
+//! cargo build --release --bin nimbus && cargo bench --bench transfer
+//! ```
+//!
+//! Without `--bench` (as `cargo test --all-targets` runs it) it makes one
+//! pull of 8 MiB on loopback each way: a smoke test. The nodes' homes are
+//! temporary directories; the namespace and the veth pair carry this
+//! process's id and are deleted at the end, as are the nodes.
+
+// Benchmarks: a failed unwrap is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nimbus::cluster::{ControlReply, ControlRequest, MembershipRequest, ObjectRequest};
+use nimbus::object_store;
+use nimbus::transport::RequestOptions;
+
+/// The head's port.
+const HEAD_PORT: u16 = 7311;
+/// How long the pulling node may take to join.
+const JOIN_WAIT: Duration = Duration::from_secs(20);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--driver") {
+        let pulls = args[at + 1].parse().unwrap();
+        let mib = args[at + 2].parse().unwrap();
+        return driver(pulls, mib);
+    }
+    let full = args.iter().any(|a| a == "--bench");
+    let (pulls, mib) = if full { (7, 256) } else { (1, 8) };
+    let program = nimbus_program();
+    let mut nets = vec![Net::Loopback];
+    match (full, Veth::create()) {
+        (true, Ok(veth)) => nets.push(Net::Veth(veth)),
+        (true, Err(e)) => println!("# no veth figures: {e}"),
+        (false, _) => {}
+    }
+    for net in &nets {
+        for path in ["tcp", "quic"] {
+            let speeds = measure(&program, net, path == "quic", pulls, mib);
+            let name = format!("cross_node_{}_{path}", net.name());
+            println!("{name}_first_gb_per_s: {:.2} GB/s", speeds[0]);
+            let mut rest = speeds[1..].to_vec();
+            if !rest.is_empty() {
+                rest.sort_by(f64::total_cmp);
+                println!("{name}_gb_per_s: {:.2} GB/s", rest[rest.len() / 2]);
+            }
+        }
+    }
+}
+
+/// The `nimbus` binary: `$NIMBUS_BIN`, else the one beside this bench.
+fn nimbus_program() -> PathBuf {
+    if let Some(program) = std::env::var_os("NIMBUS_BIN") {
+        return program.into();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let beside = exe.parent().unwrap().parent().unwrap().join("nimbus");
+    assert!(
+        beside.exists(),
+        "no nimbus binary at {}; build it (cargo build --release --bin nimbus) or set NIMBUS_BIN",
+        beside.display()
+    );
+    beside
+}
+
+/// Where the pulling node runs.
+enum Net {
+    Loopback,
+    Veth(Veth),
+}
+
+impl Net {
+    fn name(&self) -> &'static str {
+        match self {
+            Net::Loopback => "loopback",
+            Net::Veth(_) => "veth",
+        }
+    }
+
+    /// The head's address and the pulling node's.
+    fn addresses(&self) -> (String, String) {
+        match self {
+            Net::Loopback => ("127.0.0.1".into(), "127.0.0.1".into()),
+            Net::Veth(veth) => (veth.ours.clone(), veth.theirs.clone()),
+        }
+    }
+
+    /// A command run where the pulling node lives.
+    fn command(&self, program: &Path) -> Command {
+        match self {
+            Net::Loopback => Command::new(program),
+            Net::Veth(veth) => {
+                let mut command = Command::new("ip");
+                command
+                    .args(["netns", "exec", &veth.namespace])
+                    .arg(program);
+                command
+            }
+        }
+    }
+}
+
+/// A network namespace joined to this one by a veth pair.
+struct Veth {
+    namespace: String,
+    link: String,
+    ours: String,
+    theirs: String,
+}
+
+impl Veth {
+    fn create() -> Result<Self, String> {
+        let pid = std::process::id();
+        let subnet = format!("10.214.{}", pid % 250);
+        let veth = Veth {
+            namespace: format!("nbx{pid}"),
+            link: format!("nbx{pid}a"),
+            ours: format!("{subnet}.1"),
+            theirs: format!("{subnet}.2"),
+        };
+        let peer = format!("nbx{pid}b");
+        let (ns, link) = (veth.namespace.as_str(), veth.link.as_str());
+        let ours = format!("{}/24", veth.ours);
+        let theirs = format!("{}/24", veth.theirs);
+        let steps: [&[&str]; 8] = [
+            &["netns", "add", ns],
+            &["link", "add", link, "type", "veth", "peer", "name", &peer],
+            &["link", "set", &peer, "netns", ns],
+            &["addr", "add", &ours, "dev", link],
+            &["link", "set", link, "up"],
+            &["-n", ns, "addr", "add", &theirs, "dev", &peer],
+            &["-n", ns, "link", "set", &peer, "up"],
+            &["-n", ns, "link", "set", "lo", "up"],
+        ];
+        for step in steps {
+            let out = Command::new("ip").args(step).output();
+            match out {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => {
+                    return Err(format!(
+                        "ip {}: {}",
+                        step.join(" "),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ))
+                }
+                Err(e) => return Err(format!("cannot run ip: {e}")),
+            }
+        }
+        Ok(veth)
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.link])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.namespace])
+            .status();
+    }
+}
+
+/// A node started with `nimbus start`, stopped when dropped.
+struct Node {
+    program: PathBuf,
+    home: tempfile::TempDir,
+    token: String,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.program)
+            .arg("stop")
+            .env("NIMBUS_HOME", self.home.path())
+            .env("NIMBUS_TOKEN", &self.token)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The GB/s of each pull, the first into a fresh file.
+fn measure(program: &Path, net: &Net, quic: bool, pulls: usize, mib: usize) -> Vec<f64> {
+    let (head_ip, node_ip) = net.addresses();
+    let only_quic: &[&str] = if quic { &["--no-tcp-transfers"] } else { &[] };
+    let home = tempfile::tempdir().unwrap();
+    let port = HEAD_PORT.to_string();
+    let head_args = [
+        "start",
+        "--head",
+        "--port",
+        &port,
+        "--node-ip-address",
+        &head_ip,
+        "--no-dashboard",
+    ];
+    let out = Command::new(program)
+        .args(head_args)
+        .args(only_quic)
+        .env("NIMBUS_HOME", home.path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "the head did not start: {printed}");
+    let token = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("token: "))
+        .expect("the head prints its token")
+        .to_string();
+    let head = Node {
+        program: program.into(),
+        home,
+        token: token.clone(),
+    };
+    let address = format!("{head_ip}:{HEAD_PORT}");
+    let node_home = tempfile::tempdir().unwrap();
+    let node_args = [
+        "start",
+        "--address",
+        &address,
+        "--node-ip-address",
+        &node_ip,
+        "--node-name",
+        "node-1",
+    ];
+    let out = net
+        .command(program)
+        .args(node_args)
+        .args(only_quic)
+        .env("NIMBUS_HOME", node_home.path())
+        .env("NIMBUS_TOKEN", &token)
+        .output()
+        .unwrap();
+    let node = Node {
+        program: program.into(),
+        home: node_home,
+        token: token.clone(),
+    };
+    assert!(
+        out.status.success(),
+        "node-1 did not start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--driver", &pulls.to_string(), &mib.to_string()])
+        .env("NIMBUS_ADDRESS", &address)
+        .env("NIMBUS_TOKEN", &token)
+        .env("NIMBUS_HOME", head.home.path())
+        .env("NIMBUS_BIN", program)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "the driver failed: {printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(node);
+    drop(head);
+    printed
+        .lines()
+        .filter_map(|l| l.strip_prefix("pull_gb_per_s: "))
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+/// The driver (this bench re-run with `--driver PULLS MIB`): puts an
+/// object at the head, has node-1 pull it, drops it, `pulls` times.
+fn driver(pulls: usize, mib: usize) {
+    let driver = nimbus::init_with(
+        nimbus::actor::Registry::new(),
+        nimbus::InitOptions::default(),
+    )
+    .unwrap();
+    actix::System::new().block_on(async {
+        driver.connect().await.unwrap();
+        let context = nimbus::actor::ProcessContext::current().expect("connected");
+        let status = ControlRequest::Membership(MembershipRequest::Status);
+        let deadline = Instant::now() + JOIN_WAIT;
+        let node = loop {
+            if let ControlReply::Status(status) = context.call_head(&status).await.unwrap() {
+                if let Some(node) = status.node("node-1") {
+                    break node.clone();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node-1 did not join within {JOIN_WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let connection = context
+            .endpoint
+            .connect(node.address, Some(&node.identity()))
+            .await
+            .unwrap();
+        let size = mib << 20;
+        for _ in 0..pulls {
+            let object = object_store::put_bytes(&vec![0xa5u8; size]).await.unwrap();
+            let pull = ControlRequest::Objects(ObjectRequest::PullObject {
+                id: object.id(),
+                owner: object.owner().clone(),
+                wait_ms: 0,
+            });
+            let started = Instant::now();
+            let reply = nimbus::client::call(&connection, &pull, RequestOptions::bulk()).await;
+            let elapsed = started.elapsed();
+            match reply {
+                Ok(ControlReply::ObjectReady(got)) if got == size as u64 => {}
+                other => panic!("node-1 did not pull the object: {other:?}"),
+            }
+            println!(
+                "pull_gb_per_s: {:.3}",
+                size as f64 / elapsed.as_secs_f64() / 1e9
+            );
+        }
+    });
+}
