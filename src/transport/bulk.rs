@@ -300,12 +300,7 @@ impl BulkStream {
         into.reserve(len);
         while into.len() < end {
             let mut limited = (&mut self.tls).take((end - into.len()) as u64);
-            let read = tokio::time::timeout(self.stall, limited.read_buf(into))
-                .await
-                .map_err(|_| BulkError::Stalled {
-                    addr: self.peer,
-                    after: self.stall,
-                })?;
+            let read = within(self.peer, self.stall, limited.read_buf(into)).await?;
             // A sender that drops the connection (a refused ticket, a
             // failed read) sends no TLS close_notify.
             let read = match read {
@@ -327,31 +322,35 @@ impl BulkStream {
 
     /// Writes all of `bytes`; fails on a stall (step 5).
     pub async fn write_all(&mut self, bytes: &[u8]) -> Result<(), BulkError> {
-        tokio::time::timeout(self.stall, self.tls.write_all(bytes))
-            .await
-            .map_err(|_| BulkError::Stalled {
-                addr: self.peer,
-                after: self.stall,
-            })?
-            .map_err(|cause| BulkError::Io {
-                addr: self.peer,
-                cause,
-            })
+        let written = within(self.peer, self.stall, self.tls.write_all(bytes)).await?;
+        written.map_err(|cause| BulkError::Io {
+            addr: self.peer,
+            cause,
+        })
     }
 
     /// Ends the stream: the other end reads its end.
     pub async fn finish(mut self) -> Result<(), BulkError> {
-        tokio::time::timeout(self.stall, self.tls.shutdown())
-            .await
-            .map_err(|_| BulkError::Stalled {
-                addr: self.peer,
-                after: self.stall,
-            })?
-            .map_err(|cause| BulkError::Io {
-                addr: self.peer,
-                cause,
-            })
+        let ended = within(self.peer, self.stall, self.tls.shutdown()).await?;
+        ended.map_err(|cause| BulkError::Io {
+            addr: self.peer,
+            cause,
+        })
     }
+}
+
+/// What `io` gave, unless it took longer than `stall` (step 5).
+async fn within<T>(
+    peer: SocketAddr,
+    stall: Duration,
+    io: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<std::io::Result<T>, BulkError> {
+    tokio::time::timeout(stall, io)
+        .await
+        .map_err(|_| BulkError::Stalled {
+            addr: peer,
+            after: stall,
+        })
 }
 
 #[cfg(test)]
