@@ -9,7 +9,8 @@
 //!   pull between nodes does not use). Needs root and `ip`; elsewhere the
 //!   bench says so and measures loopback only.
 //!
-//! Each figure is the median of six pulls, each into a file freed by the
+//! Each pull's path is checked in the pulling node's log. Each figure is
+//! the median of six pulls, each into a file freed by the
 //! pull before (the store reuses it); `..._first_gb_per_s` is the first
 //! pull, into a fresh file whose pages the kernel allocates (what
 //! `make run EXAMPLE=microbench` reports as `cross_node_gb_per_s`).
@@ -34,8 +35,6 @@ use nimbus::cluster::{ControlReply, ControlRequest, MembershipRequest, ObjectReq
 use nimbus::object_store;
 use nimbus::transport::RequestOptions;
 
-/// The head's port.
-const HEAD_PORT: u16 = 7311;
 /// How long the pulling node may take to join.
 const JOIN_WAIT: Duration = Duration::from_secs(20);
 
@@ -206,12 +205,11 @@ fn measure(program: &Path, net: &Net, quic: bool, pulls: usize, mib: usize) -> V
     let (head_ip, node_ip) = net.addresses();
     let only_quic: &[&str] = if quic { &["--no-tcp-transfers"] } else { &[] };
     let home = tempfile::tempdir().unwrap();
-    let port = HEAD_PORT.to_string();
     let head_args = [
         "start",
         "--head",
         "--port",
-        &port,
+        "0",
         "--node-ip-address",
         &head_ip,
         "--no-dashboard",
@@ -229,12 +227,16 @@ fn measure(program: &Path, net: &Net, quic: bool, pulls: usize, mib: usize) -> V
         .find_map(|l| l.strip_prefix("token: "))
         .expect("the head prints its token")
         .to_string();
+    let address = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("address: "))
+        .expect("the head prints its address")
+        .to_string();
     let head = Node {
         program: program.into(),
         home,
         token: token.clone(),
     };
-    let address = format!("{head_ip}:{HEAD_PORT}");
     let node_home = tempfile::tempdir().unwrap();
     let node_args = [
         "start",
@@ -251,8 +253,13 @@ fn measure(program: &Path, net: &Net, quic: bool, pulls: usize, mib: usize) -> V
         .args(only_quic)
         .env("NIMBUS_HOME", node_home.path())
         .env("NIMBUS_TOKEN", &token)
+        .env("NIMBUS_LOG", "info,nimbus::object_store::node=debug")
         .output()
         .unwrap();
+    let node_log = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("log: "))
+        .map(PathBuf::from);
     let node = Node {
         program: program.into(),
         home: node_home,
@@ -277,8 +284,19 @@ fn measure(program: &Path, net: &Net, quic: bool, pulls: usize, mib: usize) -> V
         "the driver failed: {printed}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Each pull's path, from node-1's log: a silent fallback to QUIC
+    // must not pass for a TCP figure.
+    let log = node_log.expect("node-1 prints its log");
+    let log = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
     drop(node);
     drop(head);
+    let want = if quic {
+        " over quic in "
+    } else {
+        " over tcp in "
+    };
+    let took = log.lines().filter(|l| l.contains(want)).count();
+    assert_eq!(took, pulls, "pulls over{want}in node-1's log:\n{log}");
     printed
         .lines()
         .filter_map(|l| l.strip_prefix("pull_gb_per_s: "))

@@ -5,7 +5,7 @@
 //! | caller | may |
 //! |---|---|
 //! | a certified node | heartbeat and leave as itself; report its own actors up and down; end a job, start and stop a submitted job's driver (the head); report that a job's driver exited (its own, checked by the head's `Jobs`); everything a worker may |
-//! | a certified worker | objects (reference changes as itself only), spawns, kills, bundles, binaries, name lookups, job listings and logs, task and training-run reports and listings; report a fault that kills its own node; report recoveries and its own packet faults |
+//! | a certified worker | objects (reference changes as itself only; no bulk streams), spawns, kills, bundles, binaries, name lookups, job listings and logs, task and training-run reports and listings; report a fault that kills its own node; report recoveries and its own packet faults |
 //! | a token holder (a driver, the CLI, a node before it joined) | join as the node it announced; keep its job alive; submit and stop jobs; everything a worker may, with any fault report and packet rules; release the name of a spawn that never started |
 //! | unverified (this node cannot check proofs yet) | `Echo` only |
 //!
@@ -157,6 +157,13 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
                 "a worker changes only its own references (its actor and incarnation)",
             ),
         },
+        ControlRequest::Objects(ObjectRequest::StreamObject { .. }) => match !worker {
+            true => Ok(()),
+            false => deny(
+                "StreamObject",
+                "a worker reads objects through its node, not over bulk streams",
+            ),
+        },
         ControlRequest::Objects(_) => Ok(()),
         ControlRequest::Jobs(JobRequest::DriverAlive { .. } | JobRequest::DriverDone { .. }) => {
             match token {
@@ -270,6 +277,33 @@ mod tests {
         });
         assert!(authorize(&node, &beat).is_err());
         assert!(authorize(&holder, &beat).is_err());
+    }
+
+    #[test]
+    fn a_worker_asks_for_no_bulk_stream() {
+        let n1 = identity("n1", 1);
+        let stream = ControlRequest::Objects(ObjectRequest::StreamObject {
+            id: crate::cluster::ObjectId(7),
+            offset: 0,
+            size: 1 << 20,
+            copy_at: None,
+        });
+        let node = caller(
+            PeerRole::Node,
+            &n1,
+            Standing::Certified { host: n1.clone() },
+        );
+        assert!(authorize(&node, &stream).is_ok());
+        let me = identity("worker-ab", 1);
+        let worker = caller(
+            PeerRole::Worker,
+            &me,
+            Standing::Certified { host: n1.clone() },
+        );
+        assert!(authorize(&worker, &stream).is_err());
+        // The head, say.
+        let holder = caller(PeerRole::Node, &n1, Standing::TokenHolder);
+        assert!(authorize(&holder, &stream).is_ok());
     }
 
     #[test]

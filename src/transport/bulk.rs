@@ -21,10 +21,13 @@
 //!    cluster CA, as for QUIC) and sends the ticket
 //!    ([`Endpoint::bulk_connect`](super::Endpoint::bulk_connect)).
 //! 4. **Serve.** The listener reads the ticket within `connect_timeout` of
-//!    the TCP accept and hands the stream, with what the ticket granted, to
-//!    its handler; a connection without a valid ticket is closed unread.
-//! 5. **Stalls.** A read or write of one chunk of a [`BulkStream`] not
-//!    done within `request_read_timeout` (30 s by default) fails.
+//!    the TCP accept (at most 64 handshakes at once) and hands the
+//!    stream, with what the ticket granted, to its handler (at most 64
+//!    streams at once); a connection without a valid ticket is closed
+//!    unread.
+//! 5. **Stalls.** A read of a [`BulkStream`] that gets no bytes, or a
+//!    write of one chunk that does not finish, within
+//!    `request_read_timeout` (30 s by default) fails.
 //! 6. **Off.** An endpoint with packet faults (which need QUIC's packets),
 //!    or with `bulk_over_tcp` off, neither listens nor dials: callers
 //!    carry their bytes over QUIC instead, as they do when a dial fails.
@@ -48,9 +51,14 @@ pub(super) const BULK_ALPN: &[u8] = b"nimbus-bulk";
 pub const TICKET_TTL: Duration = Duration::from_secs(10);
 /// The most tickets waiting at once.
 pub const MAX_GRANTS: usize = 1024;
-/// Streams served at once; further connections wait in the kernel's
-/// backlog.
+/// Handshakes under way at once (step 4); further connections wait in
+/// the kernel's backlog.
+const MAX_HANDSHAKES: usize = 64;
+/// Streams served at once; further ones with a valid ticket wait for one
+/// to end.
 const MAX_STREAMS: usize = 64;
+/// The pause after a failed accept (out of file descriptors, say).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A one-time permission to open one bulk stream (step 2).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -219,8 +227,7 @@ impl BulkListener {
     }
 
     /// Accepts streams for `grants`' tickets and hands each to `handle`
-    /// with what its ticket grants (step 4), at most 64 at once. Runs until
-    /// dropped.
+    /// with what its ticket grants (step 4). Runs until dropped.
     pub async fn serve<G, F, Fut>(self, grants: BulkGrants<G>, handle: F)
     where
         G: Send + 'static,
@@ -228,41 +235,52 @@ impl BulkListener {
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let handle = Arc::new(handle);
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS));
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        let serving = Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS));
         let mut streams = tokio::task::JoinSet::new();
         loop {
-            let Ok(slot) = slots.clone().acquire_owned().await else {
+            let Ok(handshake) = handshakes.clone().acquire_owned().await else {
                 return;
             };
             let (tcp, peer) = tokio::select! {
                 accepted = self.tcp.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
+                        // Out of file descriptors, say: wait a little
+                        // rather than spin.
                         tracing::debug!("bulk listener: accept failed: {e}");
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
                         continue;
                     }
                 },
                 Some(_) = streams.join_next(), if !streams.is_empty() => continue,
             };
             let _ = tcp.set_nodelay(true);
-            let (acceptor, grants, handle) =
-                (self.acceptor.clone(), grants.clone(), handle.clone());
+            let (acceptor, grants, handle, serving) = (
+                self.acceptor.clone(),
+                grants.clone(),
+                handle.clone(),
+                serving.clone(),
+            );
             let (connect_timeout, stall) = (self.connect_timeout, self.stall);
             streams.spawn(async move {
-                let _slot = slot;
                 let opened = async {
                     let mut tls = acceptor.accept(tcp).await.ok()?;
                     let mut ticket = [0u8; 16];
                     tls.read_exact(&mut ticket).await.ok()?;
                     Some((tls, BulkTicket(ticket)))
                 };
-                let Ok(Some((tls, ticket))) = tokio::time::timeout(connect_timeout, opened).await
-                else {
+                let opened = tokio::time::timeout(connect_timeout, opened).await;
+                drop(handshake);
+                let Ok(Some((tls, ticket))) = opened else {
                     tracing::debug!("bulk stream from {peer}: no handshake and ticket within {connect_timeout:?}");
                     return;
                 };
                 let Some(what) = grants.redeem(&ticket) else {
                     tracing::warn!("bulk stream from {peer}: its ticket was never granted or has lapsed; closed unread");
+                    return;
+                };
+                let Ok(_serving) = serving.acquire_owned().await else {
                     return;
                 };
                 let stream = BulkStream {

@@ -27,13 +27,17 @@
 //!    `MAX_OBJECT_WAIT`, 30 s, for objects still being produced) and
 //!    begins its copy. A copy in a shared-memory file comes over a bulk
 //!    stream (`crate::transport`'s `bulk.rs`: TLS over TCP): the owner
-//!    grants one (`StreamObject`, recording this node as caching a copy)
-//!    and writes the object's chunks, two shard reads ahead; this node
-//!    writes them straight into the file, reading the next chunk while
-//!    one is written, then seals it. A copy kept in memory, or one whose
+//!    grants one (`StreamObject`) and writes the object's chunks, two
+//!    shard reads ahead (the first recording this node as caching a
+//!    copy); this node writes them straight into the file, reading the
+//!    next chunk while one is written, then seals that file (a seal names
+//!    the file's inode: a file abandoned meanwhile and begun again by
+//!    another pull is not sealed). A copy kept in memory, or one whose
 //!    stream fails (no bulk listener, TCP refused, a stall, an early end),
 //!    comes over QUIC from its start, in chunks, four in flight
-//!    (`ReadObject`). Concurrent pulls of one object wait for the first.
+//!    (`ReadObject`); after a failed dial, the owner's objects come over
+//!    QUIC for [`BULK_RETRY_AFTER`] (60 s). Concurrent pulls of one
+//!    object wait for the first.
 //!    An owner that cannot be
 //!    reached makes the object "lost: its owner, node N, cannot be reached"
 //!    (there is no reconstruction; cached copies are not promoted).
@@ -112,7 +116,13 @@ pub struct NodeObjectStore {
     me: ObjectLocation,
     /// The tickets of its bulk streams out (step 2), unless it has none.
     bulk: Option<BulkGrants<Streamed>>,
+    /// When a bulk dial to each owner's address last failed (step 2).
+    bulk_failed: Arc<dashmap::DashMap<std::net::IpAddr, std::time::Instant>>,
 }
+
+/// How long after a failed bulk dial to an owner its objects come over
+/// QUIC without trying TCP again (step 2).
+pub const BULK_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// What a bulk stream out of this node carries: an object's bytes from
 /// `offset` to `size`, read for the node caching a copy (`copy_at`).
@@ -181,6 +191,7 @@ impl NodeObjectStore {
             endpoint,
             me,
             bulk: bulk.clone(),
+            bulk_failed: Arc::default(),
         };
         if let (Some(listener), Some(grants)) = (listener, bulk) {
             let server = store.clone();
@@ -467,7 +478,8 @@ impl NodeObjectStore {
             } => self.create(id, total, holder, contains).await,
             ObjectRequest::SealObject { id, written } => {
                 if written {
-                    flatten(self.shard(id).send(Seal(id)).await).map(|()| ControlReply::Ack)
+                    let seal = Seal { id, inode: None };
+                    flatten(self.shard(id).send(seal).await).map(|()| ControlReply::Ack)
                 } else {
                     self.abort(id).await;
                     Ok(ControlReply::Ack)
@@ -790,18 +802,21 @@ impl NodeObjectStore {
             Some(file) => self.pull_stream(&connection, &owner, id, size, file).await,
             None => Err("it is kept in memory, not in a shared-memory file".to_string()),
         };
-        let path = match streamed {
-            Ok(()) => "tcp",
+        let (path, received) = match streamed {
+            Ok(inode) => {
+                let seal = Seal {
+                    id,
+                    inode: Some(inode),
+                };
+                let sealed = flatten(self.shard(id).send(seal).await);
+                ("tcp", sealed.map_err(|e| e.message))
+            }
             Err(e) => {
                 tracing::debug!(
                     "object {id}: no bulk stream from {owner} ({e}); it comes over QUIC"
                 );
-                "quic"
+                ("quic", self.pull_chunks(&connection, id, size).await)
             }
-        };
-        let received = match path {
-            "tcp" => flatten(self.shard(id).send(Seal(id)).await).map_err(|e| e.message),
-            _ => self.pull_chunks(&connection, id, size).await,
         };
         if let Err(e) = received {
             self.abort(id).await;
@@ -832,8 +847,11 @@ impl NodeObjectStore {
 
     /// Step 2's bulk stream: object `id` from `owner` (reached over
     /// `node`), written straight into its shared-memory `file` here, the
-    /// next chunk read while one is written. A failure leaves the object
-    /// to be received over QUIC, from its start: nothing was counted yet.
+    /// next chunk read while one is written; the inode written, for the
+    /// seal. A failure leaves the object to be received over QUIC, from
+    /// its start: nothing was counted yet. An owner whose bulk listener
+    /// could not be dialled is not dialled again for
+    /// [`BULK_RETRY_AFTER`].
     async fn pull_stream(
         &self,
         node: &Connection,
@@ -841,7 +859,16 @@ impl NodeObjectStore {
         id: ObjectId,
         size: u64,
         file: std::path::PathBuf,
-    ) -> Result<(), String> {
+    ) -> Result<u64, String> {
+        let ip = owner.address.ip();
+        if let Some(failed) = self.bulk_failed.get(&ip) {
+            if failed.elapsed() < BULK_RETRY_AFTER {
+                return Err(format!(
+                    "its bulk listener could not be dialled {:?} ago",
+                    failed.elapsed()
+                ));
+            }
+        }
         let ask = ControlRequest::Objects(ObjectRequest::StreamObject {
             id,
             offset: 0,
@@ -855,9 +882,19 @@ impl NodeObjectStore {
         };
         let opened = std::fs::OpenOptions::new().write(true).open(&file);
         let file = Arc::new(opened.map_err(|e| format!("cannot open {}: {e}", file.display()))?);
-        let addr = std::net::SocketAddr::new(owner.address.ip(), port);
-        let mut stream =
-            (self.endpoint.bulk_connect(addr, ticket).await).map_err(|e| e.to_string())?;
+        let inode = {
+            use std::os::unix::fs::MetadataExt;
+            file.metadata().map_err(|e| e.to_string())?.ino()
+        };
+        let addr = std::net::SocketAddr::new(ip, port);
+        let mut stream = match self.endpoint.bulk_connect(addr, ticket).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                self.bulk_failed.insert(ip, std::time::Instant::now());
+                return Err(e.to_string());
+            }
+        };
+        self.bulk_failed.remove(&ip);
         let mut next = Vec::with_capacity(CHUNK_BYTES);
         let mut writing = None;
         let mut at = 0;
@@ -886,7 +923,7 @@ impl NodeObjectStore {
         if let Some(write) = writing {
             written(write).await?;
         }
-        read
+        read.map(|()| inode)
     }
 
     async fn list(&self) -> ObjectListing {

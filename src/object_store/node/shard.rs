@@ -937,15 +937,24 @@ impl ObjectStoreShard {
     }
 }
 
-/// An object written in place by a process of this host is complete.
+/// An object written in place (by a process of this host, or by a pull's
+/// bulk stream) is complete.
 #[derive(Message)]
 #[rtype(result = "Result<(), ShardError>")]
-pub struct Seal(pub ObjectId);
+pub struct Seal {
+    /// The object.
+    pub id: ObjectId,
+    /// The inode its writer wrote, when it opened the file itself: a seal
+    /// of a file since abandoned and begun again (another pull's) is
+    /// refused.
+    pub inode: Option<u64>,
+}
 
 impl Handler<Seal> for ObjectStoreShard {
     type Result = Result<(), ShardError>;
 
-    fn handle(&mut self, Seal(id): Seal, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, Seal { id, inode }: Seal, _: &mut Self::Context) -> Self::Result {
+        use std::os::unix::fs::MetadataExt;
         let stored = self
             .objects
             .get_mut(&id)
@@ -955,6 +964,10 @@ impl Handler<Seal> for ObjectStoreShard {
         else {
             return Err(ShardError::NotWrittenInPlace(id));
         };
+        let same = |expected| file.metadata().is_ok_and(|m| m.ino() == expected);
+        if !inode.is_none_or(same) {
+            return Err(ShardError::NotWrittenInPlace(id));
+        }
         let written = match file.metadata() {
             Ok(metadata) => metadata.len(),
             Err(source) => {
