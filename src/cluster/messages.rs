@@ -605,14 +605,12 @@ pub enum ObjectRequest {
     /// `Ack`.
     FreeObject(ObjectId),
     /// To a node, from another node: a bulk stream (TLS over TCP,
-    /// `transport/bulk.rs`) of an object it holds, `size` bytes, from
-    /// `offset` on. Answered with [`ControlReply::ObjectStream`], or an
-    /// error when the node has no bulk listener (read in chunks then).
+    /// `transport/bulk.rs`) of an object it holds, `size` bytes.
+    /// Answered with [`ControlReply::ObjectStream`], or an error when the
+    /// node has no bulk listener (read in chunks then).
     StreamObject {
         /// The object.
         id: ObjectId,
-        /// Where to start.
-        offset: u64,
         /// Its size, as `AwaitObject` answered.
         size: u64,
         /// The node caching a copy (as for `ReadObject`).

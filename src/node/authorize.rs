@@ -284,7 +284,6 @@ mod tests {
         let n1 = identity("n1", 1);
         let stream = ControlRequest::Objects(ObjectRequest::StreamObject {
             id: crate::cluster::ObjectId(7),
-            offset: 0,
             size: 1 << 20,
             copy_at: None,
         });

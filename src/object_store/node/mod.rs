@@ -124,11 +124,10 @@ pub struct NodeObjectStore {
 /// QUIC without trying TCP again (step 2).
 pub const BULK_RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// What a bulk stream out of this node carries: an object's bytes from
-/// `offset` to `size`, read for the node caching a copy (`copy_at`).
+/// What a bulk stream out of this node carries: an object's `size`
+/// bytes, read for the node caching a copy (`copy_at`).
 struct Streamed {
     id: ObjectId,
-    offset: u64,
     size: u64,
     copy_at: Option<ObjectLocation>,
 }
@@ -205,14 +204,9 @@ impl NodeObjectStore {
     /// Writes the bytes a bulk stream was granted for (step 2), two shard
     /// reads ahead, and ends it; a failed read ends it early.
     async fn stream_out(self, what: Streamed, mut stream: BulkStream) {
-        let Streamed {
-            id,
-            offset,
-            size,
-            copy_at,
-        } = what;
+        let Streamed { id, size, copy_at } = what;
         let shard = self.shard(id).clone();
-        let reads = futures::stream::iter((offset..size).step_by(CHUNK_BYTES)).map(|offset| {
+        let reads = futures::stream::iter((0..size).step_by(CHUNK_BYTES)).map(|offset| {
             shard.send(Read {
                 id,
                 offset,
@@ -417,20 +411,10 @@ impl NodeObjectStore {
                 };
                 flatten(self.shard(id).send(read).await).map(ControlReply::ObjectBytes)
             }
-            ObjectRequest::StreamObject {
-                id,
-                offset,
-                size,
-                copy_at,
-            } => match &self.bulk {
+            ObjectRequest::StreamObject { id, size, copy_at } => match &self.bulk {
                 Some(grants) => Ok(ControlReply::ObjectStream {
                     port: grants.port(),
-                    ticket: grants.grant(Streamed {
-                        id,
-                        offset,
-                        size,
-                        copy_at,
-                    }),
+                    ticket: grants.grant(Streamed { id, size, copy_at }),
                 }),
                 None => Err(bad(format!(
                     "object {id}: this node has no bulk listener (bulk streams are off); read it in chunks"
@@ -549,7 +533,7 @@ impl NodeObjectStore {
         holder: RefHolder,
         contains: Vec<ContainedRef>,
     ) -> Result<ControlReply, RemoteError> {
-        let Some(dir) = self.budget.shared_dir().filter(|_| total >= SHARED_MIN) else {
+        let Some(path) = self.budget.shared_path(id, total) else {
             return Ok(ControlReply::ObjectFile(None));
         };
         if !self
@@ -560,10 +544,7 @@ impl NodeObjectStore {
             self.abort(id).await;
             return Ok(ControlReply::ObjectFile(None));
         }
-        Ok(ControlReply::ObjectFile(Some(shared(
-            dir.join(id.to_string()),
-            total,
-        ))))
+        Ok(ControlReply::ObjectFile(Some(shared(path, total))))
     }
 
     /// Begins a new object owned here, held by `holder`, with its `first`
@@ -797,8 +778,7 @@ impl NodeObjectStore {
             }
             Err(e) => return ControlReply::ObjectFailed(e.message),
         };
-        let file = self.budget.shared_dir().filter(|_| shared);
-        let streamed = match file.map(|dir| dir.join(id.to_string())) {
+        let streamed = match self.budget.shared_path(id, size).filter(|_| shared) {
             Some(file) => self.pull_stream(&connection, &owner, id, size, file).await,
             None => Err("it is kept in memory, not in a shared-memory file".to_string()),
         };
@@ -871,7 +851,6 @@ impl NodeObjectStore {
         }
         let ask = ControlRequest::Objects(ObjectRequest::StreamObject {
             id,
-            offset: 0,
             size,
             copy_at: Some(self.me.clone()),
         });

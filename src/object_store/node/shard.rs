@@ -113,14 +113,9 @@ impl Budget {
         })
     }
 
-    /// Where shared-memory objects live, if anywhere.
-    pub fn shared_dir(&self) -> Option<&std::path::Path> {
-        self.shared_dir.as_deref()
-    }
-
     /// The shared-memory file of a large object, if objects that large
     /// are kept in shared memory.
-    fn shared_path(&self, id: ObjectId, size: u64) -> Option<PathBuf> {
+    pub(super) fn shared_path(&self, id: ObjectId, size: u64) -> Option<PathBuf> {
         let dir = self.shared_dir.as_ref().filter(|_| size >= SHARED_MIN)?;
         Some(dir.join(id.to_string()))
     }
