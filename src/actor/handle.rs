@@ -211,10 +211,14 @@ impl<A: RemoteActor> ActorHandle<A> {
                     reason: e.to_string(),
                 }),
                 Queued::Remote(written, _permit) => {
+                    // `explain` (failures only) is boxed: its future is
+                    // large, and every call in flight holds this one.
                     let written = written.await.map_err(|_| dispatcher_gone(actor))?;
                     let (pending, record) = match written {
                         Ok(written) => written,
-                        Err(failure) => return Err(explain(actor, failure, deadline).await),
+                        Err(failure) => {
+                            return Err(Box::pin(explain(actor, failure, deadline)).await)
+                        }
                     };
                     match pending.wait().await {
                         Ok(reply) => wire::decode(&reply).map_err(|e| CallError::Decode {
@@ -222,7 +226,10 @@ impl<A: RemoteActor> ActorHandle<A> {
                             detail: format!("cannot decode the reply to {}: {e}", M::NAME),
                         }),
                         Err(e) => {
-                            Err(explain(actor, Failure::Transport(e, record), deadline).await)
+                            Err(
+                                Box::pin(explain(actor, Failure::Transport(e, record), deadline))
+                                    .await,
+                            )
                         }
                     }
                 }

@@ -212,7 +212,9 @@ pub(crate) async fn acquire(
             Next::Run(lent) => return Ok(Lease::new(lent, &key)),
             Next::Wait(ticket, handed) => (ticket, handed),
             Next::Start => {
-                let outcome = match start_worker(context, options).await {
+                // Boxed: starting a worker is rare and its future large,
+                // and every task in flight holds an `acquire` future.
+                let outcome = match Box::pin(start_worker(context, options)).await {
                     Ok(worker) => Started::Up(worker),
                     Err(SpawnError::NoCapacity { .. }) => Started::NoCapacity,
                     Err(e) => Started::Failed(e),
