@@ -43,7 +43,7 @@ use std::future::Future;
 use std::sync::OnceLock;
 
 use actix::Handler;
-use futures::future::BoxFuture;
+use futures::future::{self, BoxFuture, Either};
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
@@ -203,46 +203,38 @@ impl<A: RemoteActor> ActorHandle<A> {
     {
         let actor = self.id;
         let started = std::time::Instant::now();
-        let queued = self.queue(message, deadline);
-        let call = async move {
-            match queued? {
-                Queued::Local(reply) => reply.await.map_err(|e| CallError::ActorDead {
+        // Each arm is its own future, and the metrics are recorded by a
+        // `map` rather than an enclosing `async` block: a caller keeps one
+        // of these per call in flight, and an `async` block that awaits
+        // another future holds it twice (680 bytes became 1,384).
+        let call = match self.queue(message, deadline) {
+            Err(e) => Either::Left(Either::Left(future::ready(Err(e)))),
+            Ok(Queued::Local(reply)) => Either::Left(Either::Right(reply.map(move |reply| {
+                reply.map_err(|e| CallError::ActorDead {
                     actor,
                     reason: e.to_string(),
-                }),
-                Queued::Remote(written, _permit) => {
-                    // `explain` (failures only) is boxed: its future is
-                    // large, and every call in flight holds this one.
-                    let written = written.await.map_err(|_| dispatcher_gone(actor))?;
-                    let (pending, record) = match written {
-                        Ok(written) => written,
-                        Err(failure) => {
-                            return Err(Box::pin(explain(actor, failure, deadline)).await)
-                        }
-                    };
-                    match pending.wait().await {
-                        Ok(reply) => wire::decode(&reply).map_err(|e| CallError::Decode {
-                            actor,
-                            detail: format!("cannot decode the reply to {}: {e}", M::NAME),
-                        }),
-                        Err(e) => {
-                            Err(
-                                Box::pin(explain(actor, Failure::Transport(e, record), deadline))
-                                    .await,
-                            )
-                        }
-                    }
-                }
+                })
+            }))),
+            Ok(Queued::Remote(written, permit)) => {
+                Either::Right(remote_reply::<M>(actor, written, permit, deadline))
             }
         };
-        async move {
-            let result = call.await;
-            let outcome = result.as_ref().err().map_or("ok", CallError::kind);
-            metrics::counter!("nimbus_actor_calls_total", "outcome" => outcome).increment(1);
-            metrics::histogram!("nimbus_actor_call_seconds")
-                .record(started.elapsed().as_secs_f64());
+        call.map(move |result| {
+            let seconds = started.elapsed().as_secs_f64();
+            match (call_metrics(), &result) {
+                (Some(handles), Ok(_)) => {
+                    handles.ok.increment(1);
+                    handles.seconds.record(seconds);
+                }
+                (_, result) => {
+                    let outcome = result.as_ref().err().map_or("ok", CallError::kind);
+                    metrics::counter!("nimbus_actor_calls_total", "outcome" => outcome)
+                        .increment(1);
+                    metrics::histogram!("nimbus_actor_call_seconds").record(seconds);
+                }
+            }
             result
-        }
+        })
     }
 
     /// Sends `message` without waiting for any reply; it reaches the actor
@@ -411,6 +403,54 @@ enum Queued<R> {
         oneshot::Receiver<Result<Written, Failure>>,
         OwnedSemaphorePermit,
     ),
+}
+
+/// This process's handles on the metrics a successful call records,
+/// looked up once rather than per call (two registry lookups and a key
+/// copy each).
+struct CallMetrics {
+    ok: metrics::Counter,
+    seconds: metrics::Histogram,
+}
+
+/// The handles, once this process has a `ProcessContext`: installing it
+/// installed the recorder (`crate::metrics::install`), which stays, so
+/// they are never taken from a recorder that is replaced later.
+fn call_metrics() -> Option<&'static CallMetrics> {
+    static HANDLES: OnceLock<CallMetrics> = OnceLock::new();
+    ProcessContext::current()?;
+    Some(HANDLES.get_or_init(|| CallMetrics {
+        ok: metrics::counter!("nimbus_actor_calls_total", "outcome" => "ok"),
+        seconds: metrics::histogram!("nimbus_actor_call_seconds"),
+    }))
+}
+
+/// The reply to a call queued into the outbox: waits until it is written,
+/// then for the response, and decodes it. `_permit` keeps the call's place
+/// among the handle's calls in flight until the reply. `explain` (failures
+/// only) is boxed: its future is large, and every call in flight holds
+/// this one.
+async fn remote_reply<M: RemoteMessage>(
+    actor: ActorId,
+    written: oneshot::Receiver<Result<Written, Failure>>,
+    _permit: OwnedSemaphorePermit,
+    deadline: Duration,
+) -> Result<M::Result, CallError>
+where
+    M::Result: Wire,
+{
+    let written = written.await.map_err(|_| dispatcher_gone(actor))?;
+    let (pending, record) = match written {
+        Ok(written) => written,
+        Err(failure) => return Err(Box::pin(explain(actor, failure, deadline)).await),
+    };
+    match pending.wait().await {
+        Ok(reply) => wire::decode(&reply).map_err(|e| CallError::Decode {
+            actor,
+            detail: format!("cannot decode the reply to {}: {e}", M::NAME),
+        }),
+        Err(e) => Err(Box::pin(explain(actor, Failure::Transport(e, record), deadline)).await),
+    }
 }
 
 fn dispatcher_gone(actor: ActorId) -> CallError {

@@ -50,6 +50,12 @@ struct Inner {
     local: bool,
 }
 
+/// A response deadline at least this far away (an actor call without
+/// one: `actor::NO_DEADLINE`) starts no timer: tokio's timers reach only
+/// about two years ahead anyway, and each armed timer costs a call two
+/// updates of the runtime's timer wheel.
+const UNARMED_DEADLINE: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
 /// The response to a request sent on a [`Channel`].
 pub struct PendingReply {
     channel: Channel,
@@ -63,7 +69,12 @@ impl PendingReply {
     /// Waits for the response, until the request's deadline.
     pub async fn wait(self) -> Result<Vec<u8>, RequestError> {
         let channel = self.channel;
-        match tokio::time::timeout_at(self.deadline, self.reply).await {
+        let reply = if self.after >= UNARMED_DEADLINE {
+            Ok(self.reply.await)
+        } else {
+            tokio::time::timeout_at(self.deadline, self.reply).await
+        };
+        match reply {
             Ok(Ok(Ok(body))) => Ok(body),
             Ok(Ok(Err(error))) => Err(RequestError::Remote {
                 peer: channel.inner.connection.peer().clone(),
