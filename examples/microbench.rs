@@ -18,8 +18,11 @@
 //! reached the node: `object_store::flush`),
 //! `get_calls_other_process_per_s` (the same objects read once by a worker
 //! process of the same node: a round trip each), `put_gb_per_s` (800 MiB
-//! written as 100 MiB objects) and `cross_node_gb_per_s` (a 256 MiB object
-//! pulled by another node).
+//! written as 100 MiB objects), `put_zeros_gb_per_s` (Ray's "single client
+//! put gigabytes": an 800 MiB array of zeros that was never written, put
+//! whole; reading such an array reads one page of zeros over and over,
+//! which is why this figure can pass a memory copy's speed) and
+//! `cross_node_gb_per_s` (a 256 MiB object pulled by another node).
 //!
 //! Every path is warmed up (a tenth of its calls) before it is measured.
 //!
@@ -311,6 +314,9 @@ async fn tasks() -> Result<String> {
 /// Bursts of tasks `tasks_async_per_s` times, after the first.
 const BURSTS: usize = 4;
 
+/// Puts of 800 MiB `put_zeros_gb_per_s` times, after the first.
+const ZERO_PUTS: usize = 4;
+
 async fn objects() -> Result<String> {
     let calls = 2_000;
     for i in 0..calls / 10 {
@@ -352,6 +358,24 @@ async fn objects() -> Result<String> {
         object_store::put_bytes(&block).await?;
     }
     let put_gb_per_s = (8 * block.len()) as f64 / started.elapsed().as_secs_f64() / 1e9;
+    drop(block);
+    // Ray's figure, the same way: one 800 MiB array of zeros never
+    // written (numpy's `np.zeros`; the kernel backs its pages with one
+    // page of zeros until written), put whole, again and again, after
+    // warming up until the store reuses freed files (as Ray's `timeit`
+    // warms up for a second): puts in a row write into two files in
+    // turn, as each one's file is freed while the next put starts.
+    let zeros = vec![0u8; 800 << 20];
+    for _ in 0..2 {
+        drop(object_store::put_bytes(&zeros).await?);
+    }
+    let started = Instant::now();
+    for _ in 0..ZERO_PUTS {
+        object_store::put_bytes(&zeros).await?;
+    }
+    let put_zeros_gb_per_s =
+        (ZERO_PUTS * zeros.len()) as f64 / started.elapsed().as_secs_f64() / 1e9;
+    drop(zeros);
 
     let big = object_store::put_bytes(&vec![0xa5u8; 256 << 20]).await?;
     let context = actor::ProcessContext::current().expect("connected");
@@ -393,9 +417,10 @@ async fn objects() -> Result<String> {
     println!("get_calls_per_s: {get_per_s:.0} calls/s");
     println!("get_calls_other_process_per_s: {cold_get_per_s:.0} calls/s");
     println!("put_gb_per_s: {put_gb_per_s:.2} GB/s");
+    println!("put_zeros_gb_per_s: {put_zeros_gb_per_s:.2} GB/s");
     println!("cross_node_gb_per_s: {cross_node_gb_per_s:.2} GB/s");
     Ok(format!(
-        "put_calls_per_s={put_per_s:.0} put_calls_delivered_per_s={delivered_per_s:.0} get_calls_per_s={get_per_s:.0} get_calls_other_process_per_s={cold_get_per_s:.0} put_gb_per_s={put_gb_per_s:.2} cross_node_gb_per_s={cross_node_gb_per_s:.2}"
+        "put_calls_per_s={put_per_s:.0} put_calls_delivered_per_s={delivered_per_s:.0} get_calls_per_s={get_per_s:.0} get_calls_other_process_per_s={cold_get_per_s:.0} put_gb_per_s={put_gb_per_s:.2} put_zeros_gb_per_s={put_zeros_gb_per_s:.2} cross_node_gb_per_s={cross_node_gb_per_s:.2}"
     ))
 }
 

@@ -14,13 +14,17 @@
 //! new ones in place (`CreateObject`, then `SealObject`).
 //!
 //! Freed shared-memory files are kept for reuse (spare files, at most
-//! `MAX_SPARE_FILES` holding at most a `SPARE_SHARE`th of the budget):
+//! `MAX_SPARE_FILES` holding at most a `SPARE_SHARE`th of the budget, the
+//! oldest making way for the latest; a spare removed is cut to nothing
+//! first, as the writers that keep it mapped would hold its memory):
 //!
 //! 1. A complete object's file that no process was given to map (`Open`)
 //!    is renamed to a spare when the object is freed; its bytes stay
 //!    counted as memory in use. A file that was mapped is removed, as is
 //!    the file of an object that never completed (a writer may still hold
-//!    it).
+//!    it). The mapping a writer keeps of the file it wrote does not count:
+//!    it is written through only while the file is granted to that writer,
+//!    never read (`process/kept_maps.rs`).
 //! 2. A new shared-memory object takes the smallest spare at least its
 //!    size, renamed to the object's name and cut to its size: its pages
 //!    are already in memory, so the write skips allocating them (on this
@@ -175,10 +179,18 @@ impl Budget {
         let Some(dir) = &self.shared_dir else {
             return false;
         };
-        let mut spares = self.spares();
-        let held: u64 = spares.iter().map(|s| s.size).sum();
-        if spares.len() >= MAX_SPARE_FILES || held + size > self.capacity / SPARE_SHARE {
+        if size > self.capacity / SPARE_SHARE {
             return false;
+        }
+        let mut spares = self.spares();
+        // The oldest spares make way: the sizes freed last are the likeliest
+        // to be put next.
+        let mut held: u64 = spares.iter().map(|s| s.size).sum();
+        while spares.len() >= MAX_SPARE_FILES || held + size > self.capacity / SPARE_SHARE {
+            let oldest = spares.remove(0);
+            remove_spare(&oldest.path);
+            self.give_back(oldest.size);
+            held -= oldest.size;
         }
         let seq = self.spare_seq.fetch_add(1, Ordering::Relaxed);
         let spare = dir.join(format!("spare-{seq}"));
@@ -199,7 +211,7 @@ impl Budget {
             let best = (0..spares.len())
                 .filter(|&i| spares[i].size >= size)
                 .min_by_key(|&i| spares[i].size)?;
-            spares.swap_remove(best)
+            spares.remove(best)
         };
         let reused = std::fs::rename(&spare.path, path).and_then(|()| {
             let file = std::fs::OpenOptions::new()
@@ -218,7 +230,7 @@ impl Budget {
             Err(e) => {
                 tracing::warn!("cannot reuse {}: {e}", spare.path.display());
                 for stale in [&spare.path, &path.to_path_buf()] {
-                    let _ = std::fs::remove_file(stale);
+                    let _ = remove_unread(stale);
                 }
                 self.give_back(spare.size);
                 None
@@ -232,9 +244,7 @@ impl Budget {
         let spares = std::mem::take(&mut *self.spares());
         let mut freed = 0;
         for spare in spares {
-            if let Err(e) = std::fs::remove_file(&spare.path) {
-                tracing::warn!("cannot remove {}: {e}", spare.path.display());
-            }
+            remove_spare(&spare.path);
             self.give_back(spare.size);
             freed += spare.size;
         }
@@ -415,7 +425,12 @@ impl ObjectStoreShard {
         self.budget.give_back(stored.in_memory());
         if matches!(stored.data, Data::Shared(_) | Data::ArrivingShared { .. }) {
             if let Some(path) = self.budget.shared_path(id, stored.total) {
-                if let Err(e) = std::fs::remove_file(&path) {
+                let removed = if matches!(stored.data, Data::Shared(_)) && !stored.mapped {
+                    remove_unread(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                if let Err(e) = removed {
                     tracing::warn!(object = %id, "cannot remove {}: {e}", path.display());
                 }
             }
@@ -449,6 +464,9 @@ impl ObjectStoreShard {
         let path = self.budget.spill_path(id);
         let written = private_dir(&self.budget.spill_dir).and_then(|()| match &stored.data {
             Data::Memory(bytes) => write_private(&path, bytes),
+            Data::Shared(shared) if !stored.mapped => {
+                std::fs::copy(shared, &path).and_then(|_| remove_unread(shared))
+            }
             Data::Shared(shared) => {
                 std::fs::copy(shared, &path).and_then(|_| std::fs::remove_file(shared))
             }
@@ -562,6 +580,26 @@ pub enum Begun {
         /// The [`Begin::first`] it was sent.
         first: Option<Vec<u8>>,
     },
+}
+
+/// Removes a complete object's shared-memory file that no process was
+/// given to read (a spare, say), cut to nothing first: the mapping its
+/// writer keeps to write into it again (`process/kept_maps.rs`) would
+/// otherwise hold its memory until dropped. Never for a file still being
+/// written, nor one a reader may map: cut, it would fault them.
+fn remove_unread(path: &std::path::Path) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .set_len(0)?;
+    std::fs::remove_file(path)
+}
+
+/// Removes a spare file ([`remove_unread`]), saying so if it cannot.
+fn remove_spare(path: &std::path::Path) {
+    if let Err(e) = remove_unread(path) {
+        tracing::warn!("cannot remove {}: {e}", path.display());
+    }
 }
 
 /// Creates the shared-memory file of an object of `total` bytes with its

@@ -1,7 +1,8 @@
 //! The half of the object store that runs in the calling process (a driver
 //! or a worker): [`ObjectRef`], `put`/`get`/`wait`, writing an object into
 //! its node's shared memory in place and mapping it back, and the
-//! references this process holds (`refs.rs`).
+//! references this process holds (`refs.rs`) and the shared-memory files
+//! it keeps mapped to write into (`kept_maps.rs`).
 //!
 //! An `ObjectRef<T>` carries the id, the size (unknown for a pending task
 //! result) and the owner node. A process's *home* node is its own node for
@@ -11,8 +12,9 @@
 //!    the home node, which owns the object: an object of `SHARED_MIN`
 //!    (1 MiB) or more, on the home node's host (same kernel boot id and
 //!    `/dev/shm`), is
-//!    written in place into its shared-memory file (`CreateObject`, write,
-//!    `SealObject`); a small one (at most 64 KiB) without references is
+//!    written in place into its shared-memory file (`CreateObject`, write
+//!    through a mapping this process keeps for the file's next use,
+//!    `kept_maps.rs`, then `SealObject`); a small one (at most 64 KiB) without references is
 //!    kept here and queued for the home node, in order with this
 //!    process's reference changes, and the put returns at once
 //!    (`refs.rs`); anything else goes in `CHUNK_BYTES` (8 MiB) chunks
@@ -36,6 +38,7 @@
 //! 4. **Wait**: `wait(refs, n, timeout)` long-polls each object's owner
 //!    (`AwaitObject`) until `n` are ready or failed.
 
+mod kept_maps;
 pub(crate) mod refs;
 
 use std::marker::PhantomData;
@@ -452,6 +455,7 @@ async fn store_shared(
     holder: RefHolder,
     contains: Vec<ContainedRef>,
 ) -> Result<bool, ObjectStoreError> {
+    kept_maps::sweep_now();
     let create = ControlRequest::Objects(ObjectRequest::CreateObject {
         id,
         total: bytes.len() as u64,
@@ -468,15 +472,25 @@ async fn store_shared(
         }
     };
     // The write blocks this thread for about a memory copy's time.
-    let written = file.host == host_id()
-        && std::fs::OpenOptions::new()
-            .write(true)
-            .open(&file.path)
-            .and_then(|out| out.write_all_at(bytes, 0))
-            .is_ok();
+    let written = file.host == host_id() && write_shared(&file.path, bytes);
     let seal = ControlRequest::Objects(ObjectRequest::SealObject { id, written });
     call(node, &seal, RequestOptions::bulk()).await?;
     Ok(written)
+}
+
+/// Writes `bytes` into the shared-memory file at `path`: through a kept
+/// mapping (`kept_maps.rs`), or by `pwrite` where it cannot be mapped.
+fn write_shared(path: &std::path::Path, bytes: &[u8]) -> bool {
+    let mapped = kept_maps::write(path, bytes);
+    if let Err(e) = &mapped {
+        tracing::debug!("cannot write {} through a mapping: {e}", path.display());
+    }
+    mapped.is_ok()
+        || std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|out| out.write_all_at(bytes, 0))
+            .is_ok()
 }
 
 /// Maps object `id` from `node`'s shared memory, if `node` is on this host
