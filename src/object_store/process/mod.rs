@@ -445,6 +445,10 @@ pub(crate) async fn store(
     store_chunks(node, id, bytes, holder, contains).await
 }
 
+/// How long a large put waits for the reference changes queued before it
+/// to reach their owners (a round trip, unless an owner is slow or gone).
+const RELEASES_FIRST_FOR: Duration = Duration::from_millis(5);
+
 /// Writes object `id` in place into `node`'s shared memory; false if the
 /// node is on another host or keeps no shared memory (nothing is left
 /// reserved then).
@@ -455,6 +459,10 @@ async fn store_shared(
     holder: RefHolder,
     contains: Vec<ContainedRef>,
 ) -> Result<bool, ObjectStoreError> {
+    // The releases queued here go first, for a while, so that the files of
+    // objects freed just before are the node's spares for this one (a put
+    // in a loop whose result is dropped then writes one file over and over).
+    let _ = tokio::time::timeout(RELEASES_FIRST_FOR, refs::flush()).await;
     kept_maps::sweep_now();
     let create = ControlRequest::Objects(ObjectRequest::CreateObject {
         id,
