@@ -15,8 +15,8 @@
 //!
 //! Freed shared-memory files are kept for reuse (spare files, at most
 //! `MAX_SPARE_FILES` holding at most a `SPARE_SHARE`th of the budget, the
-//! oldest making way for the latest; a spare removed is cut to nothing
-//! first, as the writers that keep it mapped would hold its memory):
+//! oldest making way for the latest; a spare removed is also cut to
+//! nothing, as the writers that keep it mapped would hold its memory):
 //!
 //! 1. A complete object's file that no process was given to map (`Open`)
 //!    is renamed to a spare when the object is freed; its bytes stay
@@ -184,22 +184,32 @@ impl Budget {
         }
         let mut spares = self.spares();
         // The oldest spares make way: the sizes freed last are the likeliest
-        // to be put next.
+        // to be put next. They are removed once the lock is let go.
         let mut held: u64 = spares.iter().map(|s| s.size).sum();
+        let mut evicted = Vec::new();
         while spares.len() >= MAX_SPARE_FILES || held + size > self.capacity / SPARE_SHARE {
             let oldest = spares.remove(0);
-            remove_spare(&oldest.path);
-            self.give_back(oldest.size);
             held -= oldest.size;
+            evicted.push(oldest);
         }
         let seq = self.spare_seq.fetch_add(1, Ordering::Relaxed);
         let spare = dir.join(format!("spare-{seq}"));
-        if let Err(e) = std::fs::rename(path, &spare) {
-            tracing::debug!("cannot keep {} as a spare: {e}", path.display());
-            return false;
+        let kept = match std::fs::rename(path, &spare) {
+            Ok(()) => {
+                spares.push(Spare { path: spare, size });
+                true
+            }
+            Err(e) => {
+                tracing::debug!("cannot keep {} as a spare: {e}", path.display());
+                false
+            }
+        };
+        drop(spares);
+        for oldest in evicted {
+            remove_spare(&oldest.path);
+            self.give_back(oldest.size);
         }
-        spares.push(Spare { path: spare, size });
-        true
+        kept
     }
 
     /// The smallest spare of at least `size` bytes, renamed to `path` and
@@ -583,16 +593,20 @@ pub enum Begun {
 }
 
 /// Removes a complete object's shared-memory file that no process was
-/// given to read (a spare, say), cut to nothing first: the mapping its
-/// writer keeps to write into it again (`process/kept_maps.rs`) would
-/// otherwise hold its memory until dropped. Never for a file still being
-/// written, nor one a reader may map: cut, it would fault them.
+/// given to read (a spare, say), and cuts it to nothing through a handle
+/// opened before: the mapping its writer keeps to write into it again
+/// (`process/kept_maps.rs`) would otherwise hold its memory until
+/// dropped. Never for a file still being written, nor one a reader may
+/// map: cut, it would fault them.
 fn remove_unread(path: &std::path::Path) -> std::io::Result<()> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)?
-        .set_len(0)?;
-    std::fs::remove_file(path)
+    let opened = std::fs::OpenOptions::new().write(true).open(path);
+    std::fs::remove_file(path)?;
+    // Unlinked, the file is this node's alone: a failed cut costs only
+    // the memory the mappings hold until dropped.
+    if let Ok(file) = opened {
+        let _ = file.set_len(0);
+    }
+    Ok(())
 }
 
 /// Removes a spare file ([`remove_unread`]), saying so if it cannot.

@@ -26,12 +26,14 @@
 //!    file.
 //! 4. A mapping holds its file's memory once the node has removed the
 //!    file (an object freed after a process mapped it to read it), until
-//!    it is dropped: the node cuts a spare it removes to nothing first,
+//!    it is dropped: the node cuts a spare it removes to nothing,
 //!    but any other removed file stays in memory as long as it is mapped.
 //!    So before each large put, and every [`SWEEP_EVERY`] while any
 //!    mapping is kept (a task that ends when none is left), the process
 //!    drops the mappings of removed files (no link left) and those unused
-//!    for [`KEEP_FOR`]. A process with no Tokio runtime keeps none.
+//!    for [`KEEP_FOR`]. A process with no Tokio runtime keeps none; when
+//!    the runtime that runs the sweeping task ends, the kept mappings go
+//!    with it.
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
@@ -131,16 +133,33 @@ fn keep(map: Kept) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let mut kept = kept();
-    if kept.maps.len() >= MAX_KEPT {
-        let oldest = (0..kept.maps.len()).min_by_key(|&i| kept.maps[i].used);
-        if let Some(oldest) = oldest {
-            kept.maps.swap_remove(oldest);
+    let start_sweep = {
+        let mut kept = kept();
+        if kept.maps.len() >= MAX_KEPT {
+            let oldest = (0..kept.maps.len()).min_by_key(|&i| kept.maps[i].used);
+            if let Some(oldest) = oldest {
+                kept.maps.swap_remove(oldest);
+            }
         }
+        kept.maps.push(map);
+        !std::mem::replace(&mut kept.sweeping, true)
+    };
+    // Outside the lock: a runtime shutting down drops the task at once,
+    // and with it the guard, which takes the lock.
+    if start_sweep {
+        runtime.spawn(sweep(Sweeping));
     }
-    kept.maps.push(map);
-    if !std::mem::replace(&mut kept.sweeping, true) {
-        runtime.spawn(sweep());
+}
+
+/// Held by the sweeping task. Dropped with it when its runtime ends (or
+/// never runs it), it drops every kept mapping: none is kept unswept.
+struct Sweeping;
+
+impl Drop for Sweeping {
+    fn drop(&mut self) {
+        let mut kept = kept();
+        kept.sweeping = false;
+        kept.maps.clear();
     }
 }
 
@@ -160,15 +179,7 @@ fn drop_stale(kept: &mut KeptMaps, now: Instant) {
 
 /// [`drop_stale`] every [`SWEEP_EVERY`], until no mapping is left (step
 /// 4).
-async fn sweep() {
-    // Also ends the sweep if the runtime drops this task.
-    struct Sweeping;
-    impl Drop for Sweeping {
-        fn drop(&mut self) {
-            kept().sweeping = false;
-        }
-    }
-    let sweeping = Sweeping;
+async fn sweep(sweeping: Sweeping) {
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;
         let mut kept = kept();
@@ -210,12 +221,16 @@ mod tests {
         assert_eq!(std::fs::read(&a).unwrap(), vec![7; 4096]);
         assert_eq!(kept_keys(), vec![key_of(&a)]);
 
+        assert!(kept().sweeping, "a kept mapping is swept");
+
         // The file renamed and granted again: the same mapping is reused.
+        let mapped_at = kept().maps[0].map.as_ptr();
         let renamed = dir.path().join("renamed");
         std::fs::rename(&a, &renamed).unwrap();
         write(&renamed, &[9; 4096]).unwrap();
         assert_eq!(std::fs::read(&renamed).unwrap(), vec![9; 4096]);
         assert_eq!(kept_keys(), vec![key_of(&renamed)]);
+        assert_eq!(kept().maps[0].map.as_ptr(), mapped_at, "mapped anew");
 
         // Cut to another length: mapped anew, never written past its end.
         std::fs::OpenOptions::new()
@@ -242,12 +257,21 @@ mod tests {
         assert_eq!(kept().maps.len(), MAX_KEPT);
         assert!(!kept_keys().contains(&key_of(&renamed)));
 
-        // A removed file's mapping goes at the next sweep.
+        // A removed file's mapping goes at the next sweep, by the task or
+        // before a put.
         let gone = key_of(&others[0]);
         std::fs::remove_file(&others[0]).unwrap();
-        sweep_now();
-        assert!(!kept_keys().contains(&gone));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while kept_keys().contains(&gone) {
+            assert!(Instant::now() < deadline, "the sweeping task kept {gone:?}");
+            tokio::task::yield_now().await;
+        }
         assert_eq!(kept().maps.len(), MAX_KEPT - 1);
+        let also_gone = key_of(&others[1]);
+        std::fs::remove_file(&others[1]).unwrap();
+        sweep_now();
+        assert!(!kept_keys().contains(&also_gone));
+        assert_eq!(kept().maps.len(), MAX_KEPT - 2);
 
         // Unused ones go after KEEP_FOR.
         drop_stale(&mut kept(), Instant::now() + KEEP_FOR);
