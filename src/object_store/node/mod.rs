@@ -849,6 +849,15 @@ impl NodeObjectStore {
                 ));
             }
         }
+        // Opened before the round trip: the file this pull began, even if
+        // it is abandoned meanwhile and another pull begins a new one at
+        // the same path (whose seal then refuses this inode).
+        let opened = std::fs::OpenOptions::new().write(true).open(&file);
+        let file = Arc::new(opened.map_err(|e| format!("cannot open {}: {e}", file.display()))?);
+        let inode = {
+            use std::os::unix::fs::MetadataExt;
+            file.metadata().map_err(|e| e.to_string())?.ino()
+        };
         let ask = ControlRequest::Objects(ObjectRequest::StreamObject {
             id,
             size,
@@ -858,12 +867,6 @@ impl NodeObjectStore {
             Ok(ControlReply::ObjectStream { port, ticket }) => (port, ticket),
             Ok(other) => return Err(format!("unexpected reply {other:?}")),
             Err(e) => return Err(e.to_string()),
-        };
-        let opened = std::fs::OpenOptions::new().write(true).open(&file);
-        let file = Arc::new(opened.map_err(|e| format!("cannot open {}: {e}", file.display()))?);
-        let inode = {
-            use std::os::unix::fs::MetadataExt;
-            file.metadata().map_err(|e| e.to_string())?.ino()
         };
         let addr = std::net::SocketAddr::new(ip, port);
         let mut stream = match self.endpoint.bulk_connect(addr, ticket).await {
