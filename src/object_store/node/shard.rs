@@ -240,7 +240,7 @@ impl Budget {
             Err(e) => {
                 tracing::warn!("cannot reuse {}: {e}", spare.path.display());
                 for stale in [&spare.path, &path.to_path_buf()] {
-                    let _ = remove_unread(stale);
+                    let _ = remove_shared(stale, true);
                 }
                 self.give_back(spare.size);
                 None
@@ -435,12 +435,8 @@ impl ObjectStoreShard {
         self.budget.give_back(stored.in_memory());
         if matches!(stored.data, Data::Shared(_) | Data::ArrivingShared { .. }) {
             if let Some(path) = self.budget.shared_path(id, stored.total) {
-                let removed = if matches!(stored.data, Data::Shared(_)) && !stored.mapped {
-                    remove_unread(&path)
-                } else {
-                    std::fs::remove_file(&path)
-                };
-                if let Err(e) = removed {
+                let unread = matches!(stored.data, Data::Shared(_)) && !stored.mapped;
+                if let Err(e) = remove_shared(&path, unread) {
                     tracing::warn!(object = %id, "cannot remove {}: {e}", path.display());
                 }
             }
@@ -474,11 +470,8 @@ impl ObjectStoreShard {
         let path = self.budget.spill_path(id);
         let written = private_dir(&self.budget.spill_dir).and_then(|()| match &stored.data {
             Data::Memory(bytes) => write_private(&path, bytes),
-            Data::Shared(shared) if !stored.mapped => {
-                std::fs::copy(shared, &path).and_then(|_| remove_unread(shared))
-            }
             Data::Shared(shared) => {
-                std::fs::copy(shared, &path).and_then(|_| std::fs::remove_file(shared))
+                std::fs::copy(shared, &path).and_then(|_| remove_shared(shared, !stored.mapped))
             }
             _ => Ok(()),
         });
@@ -592,26 +585,26 @@ pub enum Begun {
     },
 }
 
-/// Removes a complete object's shared-memory file that no process was
-/// given to read (a spare, say), and cuts it to nothing through a handle
-/// opened before: the mapping its writer keeps to write into it again
-/// (`process/kept_maps.rs`) would otherwise hold its memory until
-/// dropped. Never for a file still being written, nor one a reader may
-/// map: cut, it would fault them.
-fn remove_unread(path: &std::path::Path) -> std::io::Result<()> {
-    let opened = std::fs::OpenOptions::new().write(true).open(path);
+/// Removes a shared-memory file. One that is `unread` (a complete
+/// object's that no process was given to read, a spare, say) is also cut
+/// to nothing through a handle opened before: the mapping its writer
+/// keeps to write into it again (`process/kept_maps.rs`) would otherwise
+/// hold its memory until dropped. Never cut a file still being written,
+/// nor one a reader may map: it would fault them.
+fn remove_shared(path: &std::path::Path, unread: bool) -> std::io::Result<()> {
+    let opened = unread.then(|| std::fs::OpenOptions::new().write(true).open(path));
     std::fs::remove_file(path)?;
     // Unlinked, the file is this node's alone: a failed cut costs only
     // the memory the mappings hold until dropped.
-    if let Ok(file) = opened {
+    if let Some(Ok(file)) = opened {
         let _ = file.set_len(0);
     }
     Ok(())
 }
 
-/// Removes a spare file ([`remove_unread`]), saying so if it cannot.
+/// Removes a spare file ([`remove_shared`]), saying so if it cannot.
 fn remove_spare(path: &std::path::Path) {
-    if let Err(e) = remove_unread(path) {
+    if let Err(e) = remove_shared(path, true) {
         tracing::warn!("cannot remove {}: {e}", path.display());
     }
 }
