@@ -919,6 +919,15 @@ async fn a_small_dev_shm_keeps_large_objects_in_memory(driver: &mut Driver) {
     for id in ids {
         wait_freed(&client, &name, id).await;
     }
+    // Copies of another node's objects (this node's /dev/shm is a host of
+    // its own, so it pulls them): a copy's file is not allocated up front,
+    // so the node asks the tmpfs for room first; those past it are kept in
+    // memory, not failed half-way by a full tmpfs.
+    let elsewhere = pulled_digests(&keeper, 4..8, size).await;
+    assert_eq!(
+        elsewhere.0, elsewhere.1,
+        "12 MiB of copies pulled onto a node with 8 MiB of /dev/shm read back whole"
+    );
     // Two objects no process mapped: freed, their files stay in /dev/shm
     // as spares (6 of its 8 MiB). A 5 MiB object fits none of them and
     // not beside them: the spares make way, and it lives in /dev/shm.
@@ -951,6 +960,25 @@ async fn a_small_dev_shm_keeps_large_objects_in_memory(driver: &mut Driver) {
     drop(larger);
     keeper.kill().await.unwrap();
     cluster.kill(index).unwrap();
+}
+
+/// The digests `keeper` reads of objects of `size` bytes from `seeds`, put
+/// by the driver (on its own node), and the digests expected. The objects
+/// are dropped before this returns.
+async fn pulled_digests(
+    keeper: &actor::ActorHandle<Keeper>,
+    seeds: std::ops::Range<u64>,
+    size: usize,
+) -> (Vec<u64>, Vec<u64>) {
+    let mut refs = Vec::new();
+    let mut expected = Vec::new();
+    for seed in seeds {
+        let bytes = pattern(seed, size);
+        expected.push(digest(&bytes));
+        refs.push(object_store::put_bytes(&bytes).await.unwrap());
+    }
+    let read = keeper.send(Digests(refs)).await.unwrap();
+    (read.expect("the copies read back"), expected)
 }
 
 /// A put of an object its node freed already (a batch sent again, a put

@@ -27,9 +27,10 @@
 //!    `MAX_OBJECT_WAIT`, 30 s, for objects still being produced) and
 //!    begins its copy. A copy in a shared-memory file comes over a bulk
 //!    stream (`crate::transport`'s `bulk.rs`: TLS over TCP): the owner
-//!    grants one (`StreamObject`) and writes the object's chunks, two
-//!    shard reads ahead (the first recording this node as caching a
-//!    copy); this node writes them straight into the file, reading the
+//!    grants one (`StreamObject`) and writes the object's chunks
+//!    ([`STREAM_CHUNK_BYTES`], 1 MiB), two shard reads ahead (the first
+//!    recording this node as caching a copy); this node writes them
+//!    straight into the file, reading the
 //!    next chunk while one is written, then seals that file (a seal names
 //!    the file's inode: a file abandoned meanwhile and begun again by
 //!    another pull is not sealed). A copy kept in memory, or one whose
@@ -59,7 +60,8 @@
 //! 6. **Files.** Spilled objects go to `--object-spill-dir`'s
 //!    `nimbus-NODE-PID` (default `$NIMBUS_HOME/spill/NODE-PID`), objects of
 //!    `SHARED_MIN` (1 MiB) or more to `/dev/shm/nimbus-NODE-PID/`, their
-//!    blocks allocated up front; one that does not fit there stays in the
+//!    blocks allocated up front (a cached copy's as its bytes arrive, once
+//!    the tmpfs has said it has room for them); one that does not fit there stays in the
 //!    node's memory (a node whose `/dev/shm` is smaller than its store says
 //!    so at start). Both are
 //!    the node's own (`cluster/ownership.rs`: created by it, with an owner
@@ -123,6 +125,15 @@ pub struct NodeObjectStore {
 /// How long after a failed bulk dial to an owner its objects come over
 /// QUIC without trying TCP again (step 2).
 pub const BULK_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The bytes of each shard read and file write of a bulk stream (step
+/// 2): small enough that a chunk is still in the CPU's cache when it is
+/// encrypted, or written to the file after it was decrypted. On the
+/// 2-core development machine, steady 256 MiB pulls on loopback took
+/// 10% less CPU and went 10–15% faster than with 8 MiB chunks
+/// ([`CHUNK_BYTES`], which QUIC's requests keep: there each chunk is a
+/// round trip).
+pub(crate) const STREAM_CHUNK_BYTES: usize = 1 << 20;
 
 /// What a bulk stream out of this node carries: an object's `size`
 /// bytes, read for the node caching a copy (`copy_at`).
@@ -206,11 +217,11 @@ impl NodeObjectStore {
     async fn stream_out(self, what: Streamed, mut stream: BulkStream) {
         let Streamed { id, size, copy_at } = what;
         let shard = self.shard(id).clone();
-        let reads = futures::stream::iter((0..size).step_by(CHUNK_BYTES)).map(|offset| {
+        let reads = futures::stream::iter((0..size).step_by(STREAM_CHUNK_BYTES)).map(|offset| {
             shard.send(Read {
                 id,
                 offset,
-                len: CHUNK_BYTES as u64,
+                len: STREAM_CHUNK_BYTES as u64,
                 copy_at: copy_at.clone(),
             })
         });
@@ -800,7 +811,11 @@ impl NodeObjectStore {
         };
         if let Err(e) = received {
             self.abort(id).await;
-            return lost(e);
+            // The owner answered: the copy failed on its way or here (a
+            // full tmpfs, say), which the error names.
+            return ControlReply::ObjectFailed(format!(
+                "the copy of object {id} from node {owner} failed: {e}"
+            ));
         }
         tracing::debug!(
             "object {id}: {size} bytes from {owner} over {path} in {:?}",
@@ -877,12 +892,12 @@ impl NodeObjectStore {
             }
         };
         self.bulk_failed.remove(&ip);
-        let mut next = Vec::with_capacity(CHUNK_BYTES);
+        let mut next = Vec::with_capacity(STREAM_CHUNK_BYTES);
         let mut writing = None;
         let mut at = 0;
         let mut read = Ok(());
         while at < size && read.is_ok() {
-            let want = (size - at).min(CHUNK_BYTES as u64) as usize;
+            let want = (size - at).min(STREAM_CHUNK_BYTES as u64) as usize;
             next.clear();
             read = stream
                 .read_exact_into(&mut next, want)
@@ -890,7 +905,7 @@ impl NodeObjectStore {
                 .map_err(|e| e.to_string());
             let free = match writing.take() {
                 Some(write) => written(write).await?,
-                None => Vec::with_capacity(CHUNK_BYTES),
+                None => Vec::with_capacity(STREAM_CHUNK_BYTES),
             };
             if read.is_ok() {
                 let chunk = std::mem::replace(&mut next, free);
