@@ -25,10 +25,14 @@
 //!    stream, with what the ticket granted, to its handler (at most 64
 //!    streams at once); a connection without a valid ticket is closed
 //!    unread.
-//! 5. **Stalls.** A read of a [`BulkStream`] that gets no bytes, or a
+//! 5. **Records.** Then rustls hands both ends its traffic secrets and
+//!    the stream's TLS records are sealed and opened in place, in
+//!    [`INCOMING_BYTES`] and [`OUTGOING_BYTES`] buffers (`records.rs`);
+//!    a stream ends with a `close_notify` alert.
+//! 6. **Stalls.** A read of a [`BulkStream`] that gets no bytes, or a
 //!    write of one chunk that does not finish, within
 //!    `request_read_timeout` (30 s by default) fails.
-//! 6. **Off.** An endpoint with packet faults (which need QUIC's packets),
+//! 7. **Off.** An endpoint with packet faults (which need QUIC's packets),
 //!    or with `bulk_over_tcp` off, neither listens nor dials: callers
 //!    carry their bytes over QUIC instead, as they do when a dial fails.
 
@@ -39,10 +43,11 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::credentials::SERVER_NAME;
-use super::error::BulkError;
+use super::error::{BulkError, RecordError};
+use super::records::{Direction, ALERT, APPLICATION_DATA, CLOSE_NOTIFY};
 use super::{CredentialError, Credentials, EndpointError};
 
 /// The ALPN protocol of bulk streams.
@@ -59,6 +64,11 @@ const MAX_HANDSHAKES: usize = 64;
 const MAX_STREAMS: usize = 64;
 /// The pause after a failed accept (out of file descriptors, say).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// The buffer a stream receives records into and opens them in (step 5):
+/// large reads, small enough to stay in a core's cache.
+const INCOMING_BYTES: usize = 1 << 20;
+/// The bytes a stream seals per socket write (step 5).
+const OUTGOING_BYTES: usize = 256 << 10;
 
 /// A one-time permission to open one bulk stream (step 2).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -80,8 +90,13 @@ impl BulkTls {
     pub(super) fn new(credentials: &Credentials) -> Result<Self, CredentialError> {
         let mut server = credentials.server_tls()?;
         server.alpn_protocols = vec![BULK_ALPN.to_vec()];
+        // Step 5: the secrets are handed over, and no session ticket may
+        // follow the handshake.
+        server.enable_secret_extraction = true;
+        server.send_tls13_tickets = 0;
         let mut client = credentials.client_tls()?;
         client.alpn_protocols = vec![BULK_ALPN.to_vec()];
+        client.enable_secret_extraction = true;
         Ok(BulkTls {
             acceptor: TlsAcceptor::from(Arc::new(server)),
             connector: TlsConnector::from(Arc::new(client)),
@@ -121,19 +136,21 @@ impl BulkTls {
             tls.flush()
                 .await
                 .map_err(|cause| BulkError::Io { addr, cause })?;
-            Ok(tls)
+            let (tcp, tls) = tls.into_inner();
+            let secrets = tls
+                .dangerous_extract_secrets()
+                .map_err(|e| BulkError::Tls {
+                    addr,
+                    detail: e.to_string(),
+                })?;
+            BulkStream::new(tcp, secrets, addr, stall)
         };
-        let tls = tokio::time::timeout(connect_timeout, dial)
+        tokio::time::timeout(connect_timeout, dial)
             .await
             .map_err(|_| BulkError::Stalled {
                 addr,
                 after: connect_timeout,
-            })??;
-        Ok(BulkStream {
-            tls: TlsStream::Client(tls),
-            peer: addr,
-            stall,
-        })
+            })?
     }
 }
 
@@ -268,11 +285,13 @@ impl BulkListener {
                     let mut tls = acceptor.accept(tcp).await.ok()?;
                     let mut ticket = [0u8; 16];
                     tls.read_exact(&mut ticket).await.ok()?;
-                    Some((tls, BulkTicket(ticket)))
+                    let (tcp, tls) = tls.into_inner();
+                    let secrets = tls.dangerous_extract_secrets().ok()?;
+                    Some((tcp, secrets, BulkTicket(ticket)))
                 };
                 let opened = tokio::time::timeout(connect_timeout, opened).await;
                 drop(handshake);
-                let Ok(Some((tls, ticket))) = opened else {
+                let Ok(Some((tcp, secrets, ticket))) = opened else {
                     tracing::debug!("bulk stream from {peer}: no handshake and ticket within {connect_timeout:?}");
                     return;
                 };
@@ -283,32 +302,64 @@ impl BulkListener {
                 let Ok(_serving) = serving.acquire_owned().await else {
                     return;
                 };
-                let stream = BulkStream {
-                    tls: TlsStream::Server(tls),
-                    peer,
-                    stall,
-                };
-                handle(what, stream).await;
+                match BulkStream::new(tcp, secrets, peer, stall) {
+                    Ok(stream) => handle(what, stream).await,
+                    Err(e) => tracing::warn!("bulk stream from {peer}: {e}"),
+                }
             });
         }
     }
 }
 
-/// One bulk stream, either end.
+/// One bulk stream, either end: its socket and the records of both
+/// directions (step 5).
 pub struct BulkStream {
-    tls: TlsStream<TcpStream>,
+    tcp: TcpStream,
     peer: SocketAddr,
     stall: Duration,
+    seal: Direction,
+    open: Direction,
+    /// Bytes received: opened up to `opened`, filled up to `filled`.
+    incoming: Vec<u8>,
+    opened: usize,
+    filled: usize,
+    /// Where the bytes of the record last opened not yet read are.
+    plain: std::ops::Range<usize>,
+    /// Whether the other end said it has ended (`close_notify`).
+    closed: bool,
+    outgoing: Vec<u8>,
 }
 
 impl BulkStream {
+    fn new(
+        tcp: TcpStream,
+        secrets: rustls::ExtractedSecrets,
+        peer: SocketAddr,
+        stall: Duration,
+    ) -> Result<Self, BulkError> {
+        let record = |cause| BulkError::Record { addr: peer, cause };
+        Ok(BulkStream {
+            tcp,
+            peer,
+            stall,
+            seal: Direction::new(secrets.tx).map_err(record)?,
+            open: Direction::new(secrets.rx).map_err(record)?,
+            incoming: Vec::new(),
+            opened: 0,
+            filled: 0,
+            plain: 0..0,
+            closed: false,
+            outgoing: Vec::new(),
+        })
+    }
+
     /// The other end.
     pub fn peer(&self) -> SocketAddr {
         self.peer
     }
 
     /// Reads `len` bytes, appended to `into` without zero-filling it
-    /// first; fails on an early end or a stall (step 5).
+    /// first; fails on an early end or a stall (step 6).
     pub async fn read_exact_into(
         &mut self,
         into: &mut Vec<u8>,
@@ -317,30 +368,102 @@ impl BulkStream {
         let end = into.len() + len;
         into.reserve(len);
         while into.len() < end {
-            let mut limited = (&mut self.tls).take((end - into.len()) as u64);
-            let read = within(self.peer, self.stall, limited.read_buf(into)).await?;
-            // A sender that drops the connection (a refused ticket, a
-            // failed read) sends no TLS close_notify.
-            let read = match read {
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
-                other => other.map_err(|cause| BulkError::Io {
-                    addr: self.peer,
-                    cause,
-                })?,
-            };
-            if read == 0 {
-                return Err(BulkError::Ended {
-                    addr: self.peer,
-                    missing: (end - into.len()) as u64,
-                });
+            if self.plain.is_empty() {
+                self.next_record().await.map_err(|e| match e {
+                    BulkError::Ended { addr, .. } => BulkError::Ended {
+                        addr,
+                        missing: (end - into.len()) as u64,
+                    },
+                    other => other,
+                })?;
             }
+            let take = self.plain.len().min(end - into.len());
+            let from = self.plain.start;
+            into.extend_from_slice(&self.incoming[from..from + take]);
+            self.plain.start += take;
         }
         Ok(())
     }
 
-    /// Writes all of `bytes`; fails on a stall (step 5).
+    /// Opens the next record of application data, receiving more bytes
+    /// while none is whole (step 5).
+    async fn next_record(&mut self) -> Result<(), BulkError> {
+        let record = |cause| BulkError::Record {
+            addr: self.peer,
+            cause,
+        };
+        loop {
+            let ended = BulkError::Ended {
+                addr: self.peer,
+                missing: 0,
+            };
+            if self.closed {
+                return Err(ended);
+            }
+            let at = self.opened;
+            match self
+                .open
+                .open(&mut self.incoming[at..self.filled])
+                .map_err(record)?
+            {
+                Some(opened) => {
+                    self.opened += opened.len;
+                    let plain = at + opened.plain.start..at + opened.plain.end;
+                    match opened.content_type {
+                        APPLICATION_DATA => {
+                            self.plain = plain;
+                            if !self.plain.is_empty() {
+                                return Ok(());
+                            }
+                        }
+                        ALERT if self.incoming[plain] == CLOSE_NOTIFY => self.closed = true,
+                        other => return Err(record(RecordError::Unexpected(other))),
+                    }
+                }
+                None => {
+                    // What is left is the start of a record: moved to the
+                    // front, to receive the rest behind it.
+                    self.incoming.copy_within(self.opened..self.filled, 0);
+                    self.filled -= self.opened;
+                    self.opened = 0;
+                    if self.incoming.len() < INCOMING_BYTES {
+                        self.incoming.resize(INCOMING_BYTES, 0);
+                    }
+                    let free = &mut self.incoming[self.filled..];
+                    let read = within(self.peer, self.stall, self.tcp.read(free)).await?;
+                    // A sender that drops the connection (a refused
+                    // ticket, a failed read) sends no close_notify.
+                    let read = read.map_err(|cause| BulkError::Io {
+                        addr: self.peer,
+                        cause,
+                    })?;
+                    if read == 0 {
+                        return Err(ended);
+                    }
+                    self.filled += read;
+                }
+            }
+        }
+    }
+
+    /// Writes all of `bytes`; fails on a stall (step 6).
     pub async fn write_all(&mut self, bytes: &[u8]) -> Result<(), BulkError> {
-        let written = within(self.peer, self.stall, self.tls.write_all(bytes)).await?;
+        for piece in bytes.chunks(OUTGOING_BYTES) {
+            self.send(APPLICATION_DATA, piece).await?;
+        }
+        Ok(())
+    }
+
+    /// Seals `bytes` of `content_type` and writes them.
+    async fn send(&mut self, content_type: u8, bytes: &[u8]) -> Result<(), BulkError> {
+        self.outgoing.clear();
+        self.seal
+            .seal(content_type, bytes, &mut self.outgoing)
+            .map_err(|cause| BulkError::Record {
+                addr: self.peer,
+                cause,
+            })?;
+        let written = within(self.peer, self.stall, self.tcp.write_all(&self.outgoing)).await?;
         written.map_err(|cause| BulkError::Io {
             addr: self.peer,
             cause,
@@ -349,7 +472,8 @@ impl BulkStream {
 
     /// Ends the stream: the other end reads its end.
     pub async fn finish(mut self) -> Result<(), BulkError> {
-        let ended = within(self.peer, self.stall, self.tls.shutdown()).await?;
+        self.send(ALERT, &CLOSE_NOTIFY).await?;
+        let ended = within(self.peer, self.stall, self.tcp.shutdown()).await?;
         ended.map_err(|cause| BulkError::Io {
             addr: self.peer,
             cause,
@@ -357,7 +481,7 @@ impl BulkStream {
     }
 }
 
-/// What `io` gave, unless it took longer than `stall` (step 5).
+/// What `io` gave, unless it took longer than `stall` (step 6).
 async fn within<T>(
     peer: SocketAddr,
     stall: Duration,
@@ -474,6 +598,73 @@ mod tests {
             assert!(read.is_err() && got.is_empty(), "{read:?}: {got:?}");
         }
         assert_eq!(handed.load(Ordering::SeqCst), 0);
+    }
+
+    /// Step 5 puts on the wire what rustls itself would: a stream read by
+    /// plain rustls after the hand-over, and one written by plain rustls,
+    /// carry their bytes and end cleanly.
+    #[tokio::test]
+    async fn handed_over_records_are_the_records_rustls_reads_and_writes() {
+        let token = JoinToken::generate();
+        let bytes: Vec<u8> = (0..(3 << 20) + 5).map(|i| (i % 253) as u8).collect();
+        let credentials = Credentials::issue(&token, "plain-rustls").unwrap();
+
+        // Sealed here, read by rustls.
+        let (server, grants, _) = serving(&token);
+        let ticket = grants.grant(bytes.clone());
+        let mut client = credentials.client_tls().unwrap();
+        client.alpn_protocols = vec![BULK_ALPN.to_vec()];
+        let tcp = TcpStream::connect(bulk_addr(&server, &grants))
+            .await
+            .unwrap();
+        let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).unwrap();
+        let mut tls = TlsConnector::from(Arc::new(client))
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        tls.write_all(&ticket.0).await.unwrap();
+        tls.flush().await.unwrap();
+        let mut got = Vec::new();
+        tls.read_to_end(&mut got)
+            .await
+            .expect("rustls reads the records and the close_notify");
+        assert!(got == bytes, "rustls read other bytes");
+
+        // Written by rustls, opened here.
+        let mut plain = credentials.server_tls().unwrap();
+        plain.alpn_protocols = vec![BULK_ALPN.to_vec()];
+        plain.send_tls13_tickets = 0;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sent = bytes.clone();
+        let serve = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = TlsAcceptor::from(Arc::new(plain))
+                .accept(tcp)
+                .await
+                .unwrap();
+            let mut ticket = [0u8; 16];
+            tls.read_exact(&mut ticket).await.unwrap();
+            tls.write_all(&sent).await.unwrap();
+            tls.shutdown().await.unwrap();
+        });
+        let client = endpoint(&token, false, TransportConfig::default());
+        let mut stream = client
+            .bulk_connect(addr, BulkTicket([1; 16]))
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        stream.read_exact_into(&mut got, bytes.len()).await.unwrap();
+        assert!(
+            got == bytes,
+            "the records rustls wrote opened to other bytes"
+        );
+        let past = stream.read_exact_into(&mut got, 1).await;
+        assert!(
+            matches!(past, Err(BulkError::Ended { missing: 1, .. })),
+            "{past:?}"
+        );
+        serve.await.unwrap();
     }
 
     #[tokio::test]

@@ -226,4 +226,37 @@ pub enum BulkError {
         /// Bytes that never came.
         missing: u64,
     },
+    /// A record could not be sealed or opened (`records.rs`).
+    #[error("bulk stream with {addr}: {cause}")]
+    Record {
+        /// The other end.
+        addr: SocketAddr,
+        /// What was wrong.
+        cause: RecordError,
+    },
+}
+
+/// What was wrong with a bulk stream's TLS record (`records.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The handshake agreed on a cipher suite this side cannot seal with.
+    #[error("the TLS cipher suite agreed on cannot be handed over from rustls")]
+    Cipher,
+    /// A record's tag did not match: changed on the way, forged, replayed
+    /// or out of order.
+    #[error("a record failed its authentication (changed on the way, forged or replayed)")]
+    Forged,
+    /// A record broke the format.
+    #[error("a malformed record: {0}")]
+    Malformed(&'static str),
+    /// A record of a type bulk streams do not carry (an alert other than
+    /// `close_notify`, a key update).
+    #[error("a record of type {0}, which bulk streams do not carry")]
+    Unexpected(u8),
+    /// The stream's key protected as many records as it safely can.
+    #[error(
+        "the stream's key has protected its {} records (256 GiB); larger objects go over QUIC",
+        super::records::MAX_RECORDS
+    )]
+    KeyWornOut,
 }

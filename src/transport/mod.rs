@@ -62,7 +62,8 @@
 //! per peer address), `connection.rs` (the dialing side of a live
 //! connection), `server.rs` (the accepting side), `channel.rs` (ordered
 //! channels), `batch.rs` (frames written together, by both), `bulk.rs` (TLS-over-TCP
-//! bulk streams),
+//! bulk streams), `records.rs` (their TLS records, sealed and opened in
+//! place once rustls has done the handshake),
 //! `credentials.rs` (the join token and certificates),
 //! `tickets.rs` (proofs of identity), `local.rs` (same-host channels),
 //! `error.rs`, and `faults.rs` (an optional socket wrapper that injects
@@ -95,6 +96,7 @@ mod endpoint;
 mod error;
 pub mod faults;
 mod local;
+mod records;
 mod server;
 mod tickets;
 
@@ -105,7 +107,8 @@ pub use connection::{Connection, StalledStream};
 pub use credentials::{CredentialError, Credentials, JoinToken, WorkerCredentials};
 pub use endpoint::Endpoint;
 pub use error::{
-    BulkError, ConnectError, EndpointError, FaultPlanError, NoPacketFaults, RequestError,
+    BulkError, ConnectError, EndpointError, FaultPlanError, NoPacketFaults, RecordError,
+    RequestError,
 };
 pub use faults::{FaultCounters, FaultCounts, PacketFaults, PacketRule};
 pub use local::boot_id;

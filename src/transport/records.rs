@@ -1,0 +1,240 @@
+//! TLS 1.3 records (RFC 8446 §5.2–5.3) sealed and opened outside rustls,
+//! with the traffic secrets it hands over once a bulk stream's handshake is
+//! done (`bulk.rs`), as the kernel's TLS offload does. The bytes on the
+//! wire are the records rustls would send; what changes is where they are
+//! made: in place, in one large buffer per stream, where rustls copies each
+//! record it receives into a buffer of its own and reads in 4 KiB steps.
+//!
+//! 1. **Hand-over.** Once the ticket has gone through rustls, each end
+//!    takes the key, IV and next sequence number of both directions
+//!    ([`Direction::new`]). A bulk server sends no session tickets, so no
+//!    record of rustls's is in flight then.
+//! 2. **Seal.** A record carries at most [`MAX_PLAINTEXT`] (16 KiB): a
+//!    5-byte header (application data, version 3.3, length), the bytes and
+//!    their content type, encrypted in place with the nonce "IV xor
+//!    sequence number" and the header as associated data, then the tag.
+//! 3. **Open.** A record longer than [`MAX_CIPHERTEXT`], whose tag does not
+//!    match (corrupted, forged, replayed or out of order: the sequence
+//!    number is in the nonce) or whose type is not application data or an
+//!    alert fails the stream.
+//! 4. **Limit.** A direction seals or opens at most [`MAX_RECORDS`]
+//!    (2^24, 256 GiB) records, under AES-GCM's limit in RFC 8446 §5.5
+//!    (2^24.5); a longer stream fails rather than wear its key out (a
+//!    failed bulk stream's bytes go over QUIC, which updates its keys).
+
+use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey, NONCE_LEN};
+use rustls::ConnectionTrafficSecrets;
+
+use super::error::RecordError;
+
+/// The most bytes one record carries (step 2).
+pub(super) const MAX_PLAINTEXT: usize = 1 << 14;
+/// The longest record body accepted (step 3): RFC 8446's bound.
+pub(super) const MAX_CIPHERTEXT: usize = MAX_PLAINTEXT + 256;
+/// The most records one direction's key protects (step 4).
+pub(super) const MAX_RECORDS: u64 = 1 << 24;
+/// A record's header.
+pub(super) const HEADER_LEN: usize = 5;
+const TAG_LEN: usize = 16;
+
+/// Content types (RFC 8446 §5.1).
+pub(super) const APPLICATION_DATA: u8 = 23;
+pub(super) const ALERT: u8 = 21;
+/// The alert that ends a stream: level warning, `close_notify`.
+pub(super) const CLOSE_NOTIFY: [u8; 2] = [1, 0];
+
+/// One direction of a stream: its key, IV and next sequence number.
+pub(super) struct Direction {
+    key: LessSafeKey,
+    iv: [u8; NONCE_LEN],
+    seq: u64,
+}
+
+/// A record opened in place (step 3).
+pub(super) struct Opened {
+    /// Its content type.
+    pub content_type: u8,
+    /// Where its bytes are, in the buffer given.
+    pub plain: std::ops::Range<usize>,
+    /// The record's length on the wire.
+    pub len: usize,
+}
+
+impl Direction {
+    /// The direction whose next record is `seq`, under `secrets` (step 1).
+    pub(super) fn new(
+        (seq, secrets): (u64, ConnectionTrafficSecrets),
+    ) -> Result<Self, RecordError> {
+        let (algorithm, key, iv) = match &secrets {
+            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (&aead::AES_128_GCM, key, iv),
+            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (&aead::AES_256_GCM, key, iv),
+            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => {
+                (&aead::CHACHA20_POLY1305, key, iv)
+            }
+            _ => return Err(RecordError::Cipher),
+        };
+        let key = UnboundKey::new(algorithm, key.as_ref()).map_err(|_| RecordError::Cipher)?;
+        let iv = iv.as_ref().try_into().map_err(|_| RecordError::Cipher)?;
+        Ok(Direction {
+            key: LessSafeKey::new(key),
+            iv,
+            seq,
+        })
+    }
+
+    /// The next record's nonce (steps 2–4).
+    fn nonce(&mut self) -> Result<Nonce, RecordError> {
+        if self.seq >= MAX_RECORDS {
+            return Err(RecordError::KeyWornOut);
+        }
+        let mut nonce = self.iv;
+        for (byte, seq) in nonce[NONCE_LEN - 8..]
+            .iter_mut()
+            .zip(self.seq.to_be_bytes())
+        {
+            *byte ^= seq;
+        }
+        self.seq += 1;
+        Ok(Nonce::assume_unique_for_key(nonce))
+    }
+
+    /// Appends `bytes` of `content_type` to `out` as records (step 2).
+    pub(super) fn seal(
+        &mut self,
+        content_type: u8,
+        bytes: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        for piece in bytes.chunks(MAX_PLAINTEXT) {
+            let len = piece.len() + 1 + TAG_LEN;
+            let [high, low] = (len as u16).to_be_bytes();
+            let header = [APPLICATION_DATA, 3, 3, high, low];
+            out.extend_from_slice(&header);
+            let start = out.len();
+            out.extend_from_slice(piece);
+            out.push(content_type);
+            let nonce = self.nonce()?;
+            let tag = self
+                .key
+                .seal_in_place_separate_tag(nonce, Aad::from(header), &mut out[start..])
+                .map_err(|_| RecordError::KeyWornOut)?;
+            out.extend_from_slice(tag.as_ref());
+        }
+        Ok(())
+    }
+
+    /// Opens, in place, the record at the start of `buf` if all of it is
+    /// there (step 3).
+    pub(super) fn open(&mut self, buf: &mut [u8]) -> Result<Option<Opened>, RecordError> {
+        let Some(&[outer, _, _, high, low]) = buf.first_chunk::<HEADER_LEN>() else {
+            return Ok(None);
+        };
+        if outer != APPLICATION_DATA {
+            return Err(RecordError::Malformed(
+                "its outer type is not application data",
+            ));
+        }
+        let len = usize::from(u16::from_be_bytes([high, low]));
+        if !(TAG_LEN + 1..=MAX_CIPHERTEXT).contains(&len) {
+            return Err(RecordError::Malformed("its length is out of bounds"));
+        }
+        let Some(body) = buf.get_mut(HEADER_LEN..HEADER_LEN + len) else {
+            return Ok(None);
+        };
+        let header = [outer, 3, 3, high, low];
+        let nonce = self.nonce()?;
+        let inner = self
+            .key
+            .open_in_place(nonce, Aad::from(header), body)
+            .map_err(|_| RecordError::Forged)?;
+        // The bytes, their content type, then zeros (padding).
+        let typed = inner
+            .iter()
+            .rposition(|&b| b != 0)
+            .ok_or(RecordError::Malformed("it has no content type"))?;
+        Ok(Some(Opened {
+            content_type: inner[typed],
+            plain: HEADER_LEN..HEADER_LEN + typed,
+            len: HEADER_LEN + len,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (Direction, Direction) {
+        let secrets = || {
+            (
+                7,
+                ConnectionTrafficSecrets::Aes256Gcm {
+                    key: rustls::crypto::cipher::AeadKey::from([9; 32]),
+                    iv: rustls::crypto::cipher::Iv::from([3; NONCE_LEN]),
+                },
+            )
+        };
+        (
+            Direction::new(secrets()).unwrap(),
+            Direction::new(secrets()).unwrap(),
+        )
+    }
+
+    #[test]
+    fn records_open_to_what_was_sealed_in_order() {
+        let (mut sealer, mut opener) = pair();
+        let bytes: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+        let mut wire = Vec::new();
+        sealer.seal(APPLICATION_DATA, &bytes, &mut wire).unwrap();
+        sealer.seal(ALERT, &CLOSE_NOTIFY, &mut wire).unwrap();
+        let (mut at, mut got, mut types) = (0, Vec::new(), Vec::new());
+        while let Some(opened) = opener.open(&mut wire[at..]).unwrap() {
+            got.extend_from_slice(&wire[at + opened.plain.start..at + opened.plain.end]);
+            types.push(opened.content_type);
+            at += opened.len;
+        }
+        assert_eq!(at, wire.len());
+        assert_eq!(types, [23, 23, 23, 21], "three records of data, one alert");
+        assert_eq!(&got[..bytes.len()], &bytes[..]);
+        assert_eq!(&got[bytes.len()..], &CLOSE_NOTIFY);
+    }
+
+    #[test]
+    fn a_changed_byte_a_partial_record_and_a_replay_are_caught() {
+        let (mut sealer, mut opener) = pair();
+        let mut wire = Vec::new();
+        sealer.seal(APPLICATION_DATA, b"hello", &mut wire).unwrap();
+        let whole = wire.len();
+        assert!(opener.open(&mut wire[..whole - 1]).unwrap().is_none());
+        let mut changed = wire.clone();
+        changed[HEADER_LEN + 2] ^= 1;
+        assert!(matches!(
+            opener.open(&mut changed),
+            Err(RecordError::Forged)
+        ));
+        // The sequence number moved on: the same record again fails too.
+        let (mut sealer, mut opener) = pair();
+        let mut wire = Vec::new();
+        sealer.seal(APPLICATION_DATA, b"hello", &mut wire).unwrap();
+        let mut again = wire.clone();
+        assert!(opener.open(&mut wire).unwrap().is_some());
+        assert!(matches!(opener.open(&mut again), Err(RecordError::Forged)));
+        let mut long = vec![APPLICATION_DATA, 3, 3, 0xff, 0xff];
+        assert!(matches!(
+            opener.open(&mut long),
+            Err(RecordError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn a_key_is_not_used_past_its_limit() {
+        let (mut sealer, _) = pair();
+        sealer.seq = MAX_RECORDS - 1;
+        let mut wire = Vec::new();
+        sealer.seal(APPLICATION_DATA, b"last", &mut wire).unwrap();
+        assert!(matches!(
+            sealer.seal(APPLICATION_DATA, b"one more", &mut wire),
+            Err(RecordError::KeyWornOut)
+        ));
+    }
+}
