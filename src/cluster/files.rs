@@ -109,7 +109,8 @@ pub fn read_token_file(path: &Path) -> Result<String, TokenFileError> {
 }
 
 /// Bytes free for an unprivileged user on the filesystem of `dir`, if the
-/// system says.
+/// system says and the filesystem has a size (a tmpfs mounted with
+/// `size=0` has none: `None`).
 pub fn free_bytes(dir: &Path) -> Option<u64> {
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
@@ -121,6 +122,9 @@ pub fn free_bytes(dir: &Path) -> Option<u64> {
         }
         stats.assume_init()
     };
+    if stats.f_blocks == 0 {
+        return None;
+    }
     Some(stats.f_bavail as u64 * stats.f_frsize as u64)
 }
 

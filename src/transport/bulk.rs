@@ -28,9 +28,12 @@
 //! 5. **Records.** Then rustls hands both ends its traffic secrets and
 //!    the stream's TLS records are sealed and opened in place, in
 //!    [`INCOMING_BYTES`] and [`OUTGOING_BYTES`] buffers (`records.rs`);
-//!    a stream ends with a `close_notify` alert.
+//!    a stream ends with a `close_notify` alert. The dialer sends nothing
+//!    past its ticket before the hand-over: rustls would drop what it had
+//!    received, so an end that holds any bytes then is refused. A stream
+//!    carries at most [`MAX_STREAM_BYTES`] (its key's limit).
 //! 6. **Stalls.** A read of a [`BulkStream`] that gets no bytes, or a
-//!    write of one chunk that does not finish, within
+//!    write of [`OUTGOING_BYTES`] that does not finish, within
 //!    `request_read_timeout` (30 s by default) fails.
 //! 7. **Off.** An endpoint with packet faults (which need QUIC's packets),
 //!    or with `bulk_over_tcp` off, neither listens nor dials: callers
@@ -47,7 +50,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::credentials::SERVER_NAME;
 use super::error::{BulkError, RecordError};
-use super::records::{Direction, ALERT, APPLICATION_DATA, CLOSE_NOTIFY};
+use super::records::{self, Direction, ALERT, APPLICATION_DATA, CLOSE_NOTIFY};
 use super::{CredentialError, Credentials, EndpointError};
 
 /// The ALPN protocol of bulk streams.
@@ -69,6 +72,9 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 const INCOMING_BYTES: usize = 1 << 20;
 /// The bytes a stream seals per socket write (step 5).
 const OUTGOING_BYTES: usize = 256 << 10;
+/// The most bytes one stream carries (step 5): its key seals at most
+/// `MAX_RECORDS` records, one of them the `close_notify`.
+pub const MAX_STREAM_BYTES: u64 = (records::MAX_RECORDS - 1) * records::MAX_PLAINTEXT as u64;
 
 /// A one-time permission to open one bulk stream (step 2).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -136,9 +142,9 @@ impl BulkTls {
             tls.flush()
                 .await
                 .map_err(|cause| BulkError::Io { addr, cause })?;
-            let (tcp, tls) = tls.into_inner();
-            let secrets = tls
-                .dangerous_extract_secrets()
+            let (tcp, mut tls) = tls.into_inner();
+            let secrets = nothing_received(&mut tls)
+                .and_then(|()| tls.dangerous_extract_secrets())
                 .map_err(|e| BulkError::Tls {
                     addr,
                     detail: e.to_string(),
@@ -285,14 +291,15 @@ impl BulkListener {
                     let mut tls = acceptor.accept(tcp).await.ok()?;
                     let mut ticket = [0u8; 16];
                     tls.read_exact(&mut ticket).await.ok()?;
-                    let (tcp, tls) = tls.into_inner();
+                    let (tcp, mut tls) = tls.into_inner();
+                    nothing_received(&mut tls).ok()?;
                     let secrets = tls.dangerous_extract_secrets().ok()?;
                     Some((tcp, secrets, BulkTicket(ticket)))
                 };
                 let opened = tokio::time::timeout(connect_timeout, opened).await;
                 drop(handshake);
                 let Ok(Some((tcp, secrets, ticket))) = opened else {
-                    tracing::debug!("bulk stream from {peer}: no handshake and ticket within {connect_timeout:?}");
+                    tracing::debug!("bulk stream from {peer}: no handshake, ticket and hand-over within {connect_timeout:?}");
                     return;
                 };
                 let Some(what) = grants.redeem(&ticket) else {
@@ -416,7 +423,11 @@ impl BulkStream {
                                 return Ok(());
                             }
                         }
-                        ALERT if self.incoming[plain] == CLOSE_NOTIFY => self.closed = true,
+                        ALERT if self.incoming[plain.clone()] == CLOSE_NOTIFY => self.closed = true,
+                        ALERT => {
+                            let description = self.incoming[plain].last().copied();
+                            return Err(record(RecordError::Alert(description.unwrap_or(0))));
+                        }
                         other => return Err(record(RecordError::Unexpected(other))),
                     }
                 }
@@ -478,6 +489,17 @@ impl BulkStream {
             addr: self.peer,
             cause,
         })
+    }
+}
+
+/// Fails if `tls` holds records received past the handshake and ticket,
+/// which the hand-over would drop (step 5).
+fn nothing_received<D>(tls: &mut rustls::ConnectionCommon<D>) -> Result<(), rustls::Error> {
+    match tls.process_new_packets()?.plaintext_bytes_to_read() {
+        0 => Ok(()),
+        early => Err(rustls::Error::General(format!(
+            "{early} bytes came before the hand-over"
+        ))),
     }
 }
 

@@ -249,10 +249,13 @@ pub enum RecordError {
     /// A record broke the format.
     #[error("a malformed record: {0}")]
     Malformed(&'static str),
-    /// A record of a type bulk streams do not carry (an alert other than
-    /// `close_notify`, a key update).
+    /// A record of a type bulk streams do not carry (a key update, say).
     #[error("a record of type {0}, which bulk streams do not carry")]
     Unexpected(u8),
+    /// The other end sent an alert other than `close_notify` (RFC 8446
+    /// §6: its description).
+    #[error("the other end sent TLS alert {0}")]
+    Alert(u8),
     /// The stream's key protected as many records as it safely can.
     #[error(
         "the stream's key has protected its {} records (256 GiB); larger objects go over QUIC",

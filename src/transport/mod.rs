@@ -100,7 +100,9 @@ mod records;
 mod server;
 mod tickets;
 
-pub use bulk::{BulkGrants, BulkListener, BulkStream, BulkTicket, MAX_GRANTS, TICKET_TTL};
+pub use bulk::{
+    BulkGrants, BulkListener, BulkStream, BulkTicket, MAX_GRANTS, MAX_STREAM_BYTES, TICKET_TTL,
+};
 pub use channel::{Channel, PendingReply};
 pub use config::{RequestOptions, ResetKey, TransportConfig};
 pub use connection::{Connection, StalledStream};

@@ -7,8 +7,9 @@
 //!
 //! 1. **Hand-over.** Once the ticket has gone through rustls, each end
 //!    takes the key, IV and next sequence number of both directions
-//!    ([`Direction::new`]). A bulk server sends no session tickets, so no
-//!    record of rustls's is in flight then.
+//!    ([`Direction::new`]). A bulk server sends no session tickets and the
+//!    dialer nothing past its ticket, so no record is in flight then (an
+//!    end that received one is refused: rustls would drop it).
 //! 2. **Seal.** A record carries at most [`MAX_PLAINTEXT`] (16 KiB): a
 //!    5-byte header (application data, version 3.3, length), the bytes and
 //!    their content type, encrypted in place with the nonce "IV xor
@@ -117,7 +118,7 @@ impl Direction {
             let tag = self
                 .key
                 .seal_in_place_separate_tag(nonce, Aad::from(header), &mut out[start..])
-                .map_err(|_| RecordError::KeyWornOut)?;
+                .map_err(|_| RecordError::Malformed("too long to seal"))?;
             out.extend_from_slice(tag.as_ref());
         }
         Ok(())

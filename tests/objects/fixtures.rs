@@ -176,7 +176,7 @@ impl Handler<PutMany> for Keeper {
     }
 }
 
-/// Read these objects here and return their digests.
+/// Read these objects here, all at once, and return their digests.
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Result<Vec<u64>, String>")]
 pub struct Digests(pub Vec<ObjectRef<RawBytes>>);
@@ -188,15 +188,15 @@ impl RemoteMessage for Digests {
 impl Handler<Digests> for Keeper {
     type Result = ResponseFuture<Result<Vec<u64>, String>>;
     fn handle(&mut self, Digests(refs): Digests, _: &mut Context<Self>) -> Self::Result {
+        // All at once: objects of another node are pulled side by side.
         Box::pin(async move {
-            let mut digests = Vec::new();
-            for object in &refs {
+            let gets = refs.iter().map(|object| async move {
                 let bytes = object_store::get_bytes(object)
                     .await
                     .map_err(|e| e.to_string())?;
-                digests.push(digest(&bytes));
-            }
-            Ok(digests)
+                Ok::<_, String>(digest(&bytes))
+            });
+            futures::future::try_join_all(gets).await
         })
     }
 }

@@ -919,10 +919,11 @@ async fn a_small_dev_shm_keeps_large_objects_in_memory(driver: &mut Driver) {
     for id in ids {
         wait_freed(&client, &name, id).await;
     }
-    // Copies of another node's objects (this node's /dev/shm is a host of
-    // its own, so it pulls them): a copy's file is not allocated up front,
-    // so the node asks the tmpfs for room first; those past it are kept in
-    // memory, not failed half-way by a full tmpfs.
+    // Copies of another node's objects, pulled side by side (this node's
+    // /dev/shm is a host of its own): a copy's file is not allocated up
+    // front, so the node claims room on the tmpfs for each copy under way;
+    // those past it are kept in memory, not failed half-way by a full
+    // tmpfs.
     let elsewhere = pulled_digests(&keeper, 4..8, size).await;
     assert_eq!(
         elsewhere.0, elsewhere.1,

@@ -92,7 +92,7 @@ use crate::cluster::{
     RefHolder, RefUpdate, SmallObject,
 };
 use crate::transport::{
-    BulkGrants, BulkListener, BulkStream, Connection, Endpoint, RequestOptions,
+    BulkGrants, BulkListener, BulkStream, Connection, Endpoint, RequestOptions, MAX_STREAM_BYTES,
 };
 use crate::wire::{RemoteError, RemoteErrorKind};
 
@@ -855,6 +855,11 @@ impl NodeObjectStore {
         size: u64,
         file: std::path::PathBuf,
     ) -> Result<u64, String> {
+        if size > MAX_STREAM_BYTES {
+            return Err(format!(
+                "it is larger than one bulk stream carries ({MAX_STREAM_BYTES} bytes)"
+            ));
+        }
         let ip = owner.address.ip();
         if let Some(failed) = self.bulk_failed.get(&ip) {
             if failed.elapsed() < BULK_RETRY_AFTER {

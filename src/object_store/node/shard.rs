@@ -54,7 +54,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::refcount::{Collected, RefCounts};
-use crate::cluster::files::{private_dir, private_file, write_private};
+use crate::cluster::files::{free_bytes, private_dir, private_file, write_private};
 use crate::cluster::{
     ContainedRef, ObjectId, ObjectLocation, ObjectState, ObjectSummary, RefChange, RefHolder,
 };
@@ -92,6 +92,9 @@ pub struct Budget {
     spares: std::sync::Mutex<Vec<Spare>>,
     /// Names the next spare file.
     spare_seq: AtomicU64,
+    /// Bytes of the tmpfs that copies being received may still take
+    /// (`create_copy_file`).
+    copy_claims: Arc<AtomicU64>,
 }
 
 impl Budget {
@@ -114,6 +117,7 @@ impl Budget {
             arrival_timeout,
             spares: std::sync::Mutex::new(Vec::new()),
             spare_seq: AtomicU64::new(0),
+            copy_claims: Arc::default(),
         })
     }
 
@@ -282,7 +286,13 @@ enum Data {
     Arriving(Vec<u8>),
     /// Receiving into its shared-memory file: by chunks (`received` so
     /// far), or written in place by a process of this host.
-    ArrivingShared { file: std::fs::File, received: u64 },
+    /// A copy's file also holds its claim on the tmpfs until then (kept
+    /// for its `Drop`).
+    ArrivingShared {
+        file: std::fs::File,
+        received: u64,
+        _claim: Option<TmpfsClaim>,
+    },
     /// Complete, in memory.
     Memory(Vec<u8>),
     /// Complete, in its shared-memory file.
@@ -627,41 +637,51 @@ fn reserve_shared(path: &std::path::Path, total: u64) -> std::io::Result<std::fs
     Ok(file)
 }
 
+/// Room on the tmpfs that a copy being received may still take: its size,
+/// given back when the copy is complete or dropped.
+#[derive(Debug)]
+struct TmpfsClaim {
+    claims: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl Drop for TmpfsClaim {
+    fn drop(&mut self) {
+        self.claims.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 /// Creates the shared-memory file of a cached copy of `total` bytes,
 /// which only this node writes (by `pwrite`, never through a mapping):
 /// its blocks are allocated as the copy's bytes arrive, alongside the
 /// transfer, instead of all of them before it (a first 256 MiB pull on
 /// loopback went from 1.21–1.40 to 1.14–1.47 GB/s, median 1.26 to 1.45).
-/// A tmpfs without `total` bytes free refuses it now (ENOSPC), as
-/// [`reserve_shared`] does; one that others fill meanwhile fails the
-/// copy's write with ENOSPC, which fails the pull with that error.
-fn create_copy_file(path: &std::path::Path, total: u64) -> std::io::Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
+/// The tmpfs must have room for it beside what the copies under way
+/// (`claims`) may still take, or it is refused now (ENOSPC), as
+/// [`reserve_shared`] refuses a file it cannot allocate; only something
+/// else filling the tmpfs meanwhile fails a copy's write (with ENOSPC,
+/// which fails the pull with that error).
+fn create_copy_file(
+    path: &std::path::Path,
+    total: u64,
+    claims: &Arc<AtomicU64>,
+) -> std::io::Result<(std::fs::File, TmpfsClaim)> {
+    let claimed_before = claims.fetch_add(total, Ordering::Relaxed);
+    let claim = TmpfsClaim {
+        claims: claims.clone(),
+        bytes: total,
+    };
+    let free = path.parent().and_then(free_bytes);
+    if free.is_some_and(|free| free < claimed_before.saturating_add(total)) {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+    }
     let file = private_file(path)?;
-    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: a plain system call on a file descriptor this function owns,
-    // filling in the struct it is given.
-    let free = match unsafe { libc::fstatvfs(file.as_raw_fd(), stat.as_mut_ptr()) } {
-        0 => {
-            // SAFETY: `fstatvfs` succeeded, so it filled the struct in.
-            let stat = unsafe { stat.assume_init() };
-            // `fsblkcnt_t` and `c_ulong` are not 64 bits on every target.
-            #[allow(clippy::useless_conversion)]
-            let (blocks, block) = (u64::from(stat.f_bavail), u64::from(stat.f_frsize));
-            blocks.saturating_mul(block)
-        }
-        _ => u64::MAX,
-    };
-    let sized = match free >= total {
-        true => file.set_len(total),
-        false => Err(std::io::Error::from_raw_os_error(libc::ENOSPC)),
-    };
-    if let Err(e) = sized {
+    if let Err(e) = file.set_len(total) {
         drop(file);
         let _ = std::fs::remove_file(path);
         return Err(e);
     }
-    Ok(file)
+    Ok((file, claim))
 }
 
 /// Start receiving an object of `total` bytes.
@@ -897,14 +917,23 @@ impl Handler<Begin> for ObjectStoreShard {
         }
         let tick = self.tick();
         let data = match (shared_path, reused) {
-            (Some(_), Some(file)) => Data::ArrivingShared { file, received: 0 },
+            (Some(_), Some(file)) => Data::ArrivingShared {
+                file,
+                received: 0,
+                _claim: None,
+            },
             (Some(path), None) => {
                 let create = || match primary {
-                    true => reserve_shared(&path, msg.total),
-                    false => create_copy_file(&path, msg.total),
+                    true => reserve_shared(&path, msg.total).map(|file| (file, None)),
+                    false => create_copy_file(&path, msg.total, &self.budget.copy_claims)
+                        .map(|(file, claim)| (file, Some(claim))),
                 };
                 match self.budget.making_room(create) {
-                    Ok(file) => Data::ArrivingShared { file, received: 0 },
+                    Ok((file, claim)) => Data::ArrivingShared {
+                        file,
+                        received: 0,
+                        _claim: claim,
+                    },
                     Err(e) => {
                         let warning = format!(
                         "cannot make {} ({} bytes): {e}; keeping such objects in the node's memory (a larger /dev/shm lets processes of this host map them)",
@@ -994,7 +1023,7 @@ impl ObjectStoreShard {
                     stored.data = Data::Memory(std::mem::take(bytes));
                 }
             }
-            Data::ArrivingShared { file, received } => {
+            Data::ArrivingShared { file, received, .. } => {
                 let path = self.budget.shared_path(msg.id, stored.total);
                 let path = path.ok_or_else(not_receiving)?;
                 file.write_all_at(&msg.chunk, msg.offset)
@@ -1213,7 +1242,7 @@ fn read_file(
     use std::io::{Read as _, Seek as _};
     let len = (end - start) as usize;
     // Read into spare capacity: `read_to_end` fills it without zeroing it
-    // first (a zero-filled chunk costs a pass over 8 MiB per read).
+    // first (a zero-filled chunk costs a pass over it per read).
     let mut chunk = Vec::with_capacity(len);
     let read = std::fs::File::open(path).and_then(|mut file| {
         file.seek(std::io::SeekFrom::Start(start))?;
