@@ -2,7 +2,7 @@
 //! cluster certificates as QUIC (`credentials.rs`), for the object
 //! transfers QUIC cannot carry near the hardware. quinn processes a
 //! connection's packets on one core: about 0.9 GB/s on loopback here,
-//! where TLS over TCP moves about 3 GB/s.
+//! where a pull over a bulk stream moves 2.1–2.9 GB/s (ARCHITECTURE.md).
 //!
 //! What a stream carries is decided over QUIC, where the caller's identity
 //! and rights are checked; the TCP side only honours what was granted
