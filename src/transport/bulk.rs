@@ -142,13 +142,11 @@ impl BulkTls {
             tls.flush()
                 .await
                 .map_err(|cause| BulkError::Io { addr, cause })?;
-            let (tcp, mut tls) = tls.into_inner();
-            let secrets = nothing_received(&mut tls)
-                .and_then(|()| tls.dangerous_extract_secrets())
-                .map_err(|e| BulkError::Tls {
-                    addr,
-                    detail: e.to_string(),
-                })?;
+            let (tcp, tls) = tls.into_inner();
+            let secrets = hand_over(tls).map_err(|e| BulkError::Tls {
+                addr,
+                detail: e.to_string(),
+            })?;
             BulkStream::new(tcp, secrets, addr, stall)
         };
         tokio::time::timeout(connect_timeout, dial)
@@ -291,9 +289,8 @@ impl BulkListener {
                     let mut tls = acceptor.accept(tcp).await.ok()?;
                     let mut ticket = [0u8; 16];
                     tls.read_exact(&mut ticket).await.ok()?;
-                    let (tcp, mut tls) = tls.into_inner();
-                    nothing_received(&mut tls).ok()?;
-                    let secrets = tls.dangerous_extract_secrets().ok()?;
+                    let (tcp, tls) = tls.into_inner();
+                    let secrets = hand_over(tls).ok()?;
                     Some((tcp, secrets, BulkTicket(ticket)))
                 };
                 let opened = tokio::time::timeout(connect_timeout, opened).await;
@@ -492,11 +489,14 @@ impl BulkStream {
     }
 }
 
-/// Fails if `tls` holds records received past the handshake and ticket,
-/// which the hand-over would drop (step 5).
-fn nothing_received<D>(tls: &mut rustls::ConnectionCommon<D>) -> Result<(), rustls::Error> {
+/// The traffic secrets of `tls` (step 5); refused if it holds records
+/// received past the handshake and ticket, which the hand-over would drop.
+fn hand_over(
+    tls: impl Into<rustls::Connection>,
+) -> Result<rustls::ExtractedSecrets, rustls::Error> {
+    let mut tls = tls.into();
     match tls.process_new_packets()?.plaintext_bytes_to_read() {
-        0 => Ok(()),
+        0 => tls.dangerous_extract_secrets(),
         early => Err(rustls::Error::General(format!(
             "{early} bytes came before the hand-over"
         ))),

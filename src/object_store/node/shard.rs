@@ -619,22 +619,35 @@ fn remove_spare(path: &std::path::Path) {
     }
 }
 
+/// Creates the shared-memory file at `path` and gives it its size with
+/// `size`; a file that cannot be sized is removed.
+fn create_shared(
+    path: &std::path::Path,
+    size: impl FnOnce(&std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<std::fs::File> {
+    let file = private_file(path)?;
+    if let Err(e) = size(&file) {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(file)
+}
+
 /// Creates the shared-memory file of an object of `total` bytes with its
 /// blocks allocated, so that a full tmpfs refuses it now (ENOSPC) rather
 /// than failing a write later, or killing a process that writes it in place
 /// through a mapping (SIGBUS).
 fn reserve_shared(path: &std::path::Path, total: u64) -> std::io::Result<std::fs::File> {
     use std::os::fd::AsRawFd;
-    let file = private_file(path)?;
-    let length = libc::off_t::try_from(total).map_err(std::io::Error::other)?;
-    // SAFETY: a plain system call on a file descriptor this function owns.
-    let error = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, length) };
-    if error != 0 {
-        drop(file);
-        let _ = std::fs::remove_file(path);
-        return Err(std::io::Error::from_raw_os_error(error));
-    }
-    Ok(file)
+    create_shared(path, |file| {
+        let length = libc::off_t::try_from(total).map_err(std::io::Error::other)?;
+        // SAFETY: a plain system call on a file descriptor open for the call.
+        match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, length) } {
+            0 => Ok(()),
+            error => Err(std::io::Error::from_raw_os_error(error)),
+        }
+    })
 }
 
 /// Room on the tmpfs that a copy being received may still take: its size,
@@ -675,12 +688,7 @@ fn create_copy_file(
     if free.is_some_and(|free| free < claimed_before.saturating_add(total)) {
         return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
     }
-    let file = private_file(path)?;
-    if let Err(e) = file.set_len(total) {
-        drop(file);
-        let _ = std::fs::remove_file(path);
-        return Err(e);
-    }
+    let file = create_shared(path, |file| file.set_len(total))?;
     Ok((file, claim))
 }
 
