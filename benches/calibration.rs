@@ -13,6 +13,11 @@
 //! - `nimbus_channel_{quic,uds}_echo_{64B,1MiB}_rtt_p50`: the same on an
 //!   ordered channel (what an actor call rides), over a QUIC stream and
 //!   over the same-host socket;
+//! - `nimbus_{quic,uds}_{put_64B,read_64B,release,status}_p50`: real
+//!   control requests with their handlers, as a process of the node's host
+//!   sends them, over QUIC and over the same-host socket: a 64 B object
+//!   put whole (`PutObjectChunk`), read back (`ReadObject`) and released
+//!   (`UpdateRefs`, which frees it) on node-1, and `Status` to the head;
 //! - `actor_call_{64B}_rtt_p50`: a synchronous actor call from this
 //!   process to an actor in a worker process (over the same-host socket);
 //! - `actor_call_{syscalls,context_switches}_per_call_{driver,worker}`:
@@ -52,7 +57,10 @@ use anyhow::{Context as _, Result};
 use hdrhistogram::Histogram;
 use nimbus::actor::{self, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
 use nimbus::client::ClusterClient;
-use nimbus::cluster::{ControlReply, ControlRequest};
+use nimbus::cluster::{
+    ControlReply, ControlRequest, MembershipRequest, ObjectId, ObjectRequest, RefChange, RefHolder,
+    RefUpdate,
+};
 use nimbus::transport::{Channel, Connection, RequestOptions, TransportConfig};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -174,6 +182,19 @@ fn main() -> Result<()> {
                     "nimbus_channel_{kind}_echo_{label}_rtt_p50_us={p50:.1}"
                 ));
             }
+            let trips = (PAYLOADS[0].2 / scale).max(10);
+            for (request, p50) in object_requests(&connection, trips).await? {
+                println!("nimbus_{kind}_{request}_p50: {p50:.1} us");
+                summary.push(format!("nimbus_{kind}_{request}_p50_us={p50:.1}"));
+            }
+            let head = client.head().await?;
+            anyhow::ensure!(
+                head.local_socket().is_some() == same_host_channels,
+                "the {kind} connection to the head does not run over {kind}"
+            );
+            let p50 = p50_us(trips, || status(&head)).await?;
+            println!("nimbus_{kind}_status_p50: {p50:.1} us");
+            summary.push(format!("nimbus_{kind}_status_p50_us={p50:.1}"));
             if !same_host_channels {
                 quic_bulk(&connection, scale).await?;
             }
@@ -250,6 +271,80 @@ async fn echo(connection: &Connection, payload: usize) -> Result<()> {
     match nimbus::client::call(connection, &request, RequestOptions::bulk()).await? {
         ControlReply::Echo(back) if back.len() == payload => Ok(()),
         reply => anyhow::bail!("the echo answered {reply:?}"),
+    }
+}
+
+/// The requests of a small object's life, as a process of the node's host
+/// sends them (`trips` objects, one after the other): put whole
+/// (`PutObjectChunk`), read back (`ReadObject`), released (`UpdateRefs`,
+/// which frees it). Returns each request's name and median time in
+/// microseconds.
+async fn object_requests(connection: &Connection, trips: usize) -> Result<Vec<(String, f64)>> {
+    let holder = RefHolder::Process {
+        id: rand::random(),
+        label: format!("calibration pid {}", std::process::id()),
+        worker: None,
+        job: None,
+    };
+    let mut times = Vec::new();
+    for name in ["put_64B", "read_64B", "release"] {
+        times.push((name, Histogram::<u64>::new(3)?));
+    }
+    for _ in 0..trips {
+        let id = ObjectId::random();
+        let requests: [ControlRequest; 3] = [
+            ObjectRequest::PutObjectChunk {
+                id,
+                offset: 0,
+                total: 64,
+                holder: holder.clone(),
+                contains: Vec::new(),
+                chunk: vec![3; 64],
+            }
+            .into(),
+            ObjectRequest::ReadObject {
+                id,
+                offset: 0,
+                len: 64,
+                copy_at: None,
+            }
+            .into(),
+            ObjectRequest::UpdateRefs {
+                holder: holder.clone(),
+                updates: vec![RefUpdate {
+                    id,
+                    change: RefChange::Release,
+                }],
+            }
+            .into(),
+        ];
+        for (request, (name, histogram)) in requests.iter().zip(times.iter_mut()) {
+            let started = Instant::now();
+            let reply = nimbus::client::call(connection, request, RequestOptions::bulk()).await?;
+            let elapsed = started.elapsed();
+            match reply {
+                ControlReply::Ack => {}
+                ControlReply::ObjectBytes(bytes) if bytes == [3; 64] => {}
+                reply => anyhow::bail!("{name} answered {reply:?}"),
+            }
+            histogram.record(elapsed.as_nanos() as u64)?;
+        }
+    }
+    Ok(times
+        .into_iter()
+        .map(|(name, histogram)| {
+            let p50 = histogram.value_at_quantile(0.5) as f64 / 1000.0;
+            (name.to_string(), p50)
+        })
+        .collect())
+}
+
+/// One `Status` request to the head (`nimbus status`), checked.
+async fn status(head: &Connection) -> Result<()> {
+    let request = ControlRequest::Membership(MembershipRequest::Status);
+    match nimbus::client::call(head, &request, RequestOptions::bulk()).await? {
+        ControlReply::Status(status) if !status.nodes.is_empty() => Ok(()),
+        reply => anyhow::bail!("the head answered {reply:?}"),
     }
 }
 
