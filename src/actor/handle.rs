@@ -382,13 +382,13 @@ impl<A: RemoteActor> ActorHandle<A> {
             actor: self.id,
             detail: format!("cannot encode {}: {e}", M::NAME),
         };
-        let (payload, transits) = transits::encoding(|| rmp_serde::to_vec_named(message));
+        let (payload, transits) = transits::encoding(|| wire::encode_body(message, 0));
         let call = ActorCall {
             actor: self.id,
             message: M::NAME.to_string(),
             payload: payload.map_err(encode_error)?,
         };
-        let body = rmp_serde::to_vec_named(&call).map_err(encode_error)?;
+        let body = wire::encode_body(&call, call.payload.len()).map_err(encode_error)?;
         Ok((body, transits))
     }
 }

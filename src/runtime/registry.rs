@@ -272,7 +272,7 @@ impl Registry {
             Ok(async move {
                 let reply = reply.await.map_err(|_| DispatchError::ActorGone)?;
                 let (encoded, transits) =
-                    super::transits::encoding(|| rmp_serde::to_vec_named(&reply));
+                    super::transits::encoding(|| crate::wire::encode_body(&reply, 0));
                 if let Some(delivered) = transits.delivered() {
                     delivered.await;
                 }

@@ -48,7 +48,8 @@ mod identity;
 mod message;
 
 pub use frame::{
-    decode, encode, encode_into, read_body_exact, read_frame, read_prefix, write_frame, WireError,
+    decode, encode, encode_body, encode_into, read_body_exact, read_frame, read_prefix,
+    write_frame, WireError,
 };
 pub use identity::{BadNodeName, Incarnation, NodeIdentity, PeerIdentity, PeerRole, MAX_NODE_NAME};
 pub use message::{
