@@ -317,19 +317,6 @@ impl Endpoint {
     /// to `handler`, and channels on its same-host socket (`local.rs`).
     /// Returns at once; the accept loops run as tasks.
     pub fn serve(&self, handler: Arc<dyn RequestHandler>) {
-        self.serve_same_host_on(handler, None);
-    }
-
-    /// As [`serve`](Self::serve), with this endpoint's same-host sockets
-    /// (`local.rs`) served on `runtime` once admitted (`None`: on this
-    /// one). A worker passes its actor's thread: a call is then read,
-    /// handled and answered on that one thread, with no hand-over to wake
-    /// another (`server.rs`, `serve_local`).
-    pub fn serve_same_host_on(
-        &self,
-        handler: Arc<dyn RequestHandler>,
-        runtime: Option<tokio::runtime::Handle>,
-    ) {
         let listener = self.local().and_then(|offer| {
             offer
                 .listener
@@ -342,7 +329,6 @@ impl Endpoint {
                 self.clone(),
                 listener,
                 handler.clone(),
-                runtime,
             ))
         });
         let endpoint = self.clone();

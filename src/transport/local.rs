@@ -31,10 +31,7 @@
 //!    `connect_timeout`: a refusal (the socket closed) means QUIC from
 //!    then on, `BUSY` or no answer in time QUIC for this channel. An
 //!    admitted channel is served as a stream of that connection: the same
-//!    caller identity, request budget and rules; on the runtime the
-//!    endpoint serves same-host sockets on, if it was given one (a
-//!    worker: its actor's thread), with each read and write timed rather
-//!    than whole bodies and replies (`server.rs`, step 6).
+//!    caller identity, request budget and rules.
 //! 4. **Lifetime.** A channel lives no longer than its QUIC connection:
 //!    when the connection closes, both ends end its local channels (their
 //!    waiting requests fail as they would on QUIC) and the key is

@@ -23,11 +23,6 @@
 //! 5. Responses go out in batches (`ResponseWriter`). A write the peer
 //!    does not take within `request_read_timeout`, or that fails, ends the
 //!    stream there: nothing follows a partial frame.
-//! 6. A same-host socket served on the handler's own thread (a worker's
-//!    actor: [`Endpoint::serve_same_host_on`]) times each read of a body
-//!    and each write of responses, not the whole ([`Pace::EachIo`]): a
-//!    long handler on that thread delays them without the peer being
-//!    slow.
 //!
 //! Bad input never takes the node down: whatever a peer sends, the worst
 //! outcome is that its own connection is closed with a reason, and a
@@ -156,7 +151,6 @@ pub(super) async fn accept(
             peer: peer.clone(),
             handler: handler.clone(),
             budget: budget.clone(),
-            pace: Pace::Whole,
         };
         tokio::spawn(task.run(send, recv));
     }
@@ -195,7 +189,6 @@ pub(super) async fn accept_local(
     endpoint: Endpoint,
     listener: tokio::net::UnixListener,
     handler: Arc<dyn RequestHandler>,
-    runtime: Option<tokio::runtime::Handle>,
 ) {
     let unadmitted = Arc::new(Semaphore::new(local::MAX_UNADMITTED));
     let mut backoff = ACCEPT_BACKOFF_MIN;
@@ -221,7 +214,6 @@ pub(super) async fn accept_local(
             stream,
             handler.clone(),
             waiting,
-            runtime.clone(),
         ));
     }
 }
@@ -238,7 +230,6 @@ async fn serve_local(
     mut stream: tokio::net::UnixStream,
     handler: Arc<dyn RequestHandler>,
     waiting: OwnedSemaphorePermit,
-    runtime: Option<tokio::runtime::Handle>,
 ) {
     let timeout = endpoint.config().connect_timeout;
     let admitted = match tokio::time::timeout(timeout, local::read_key(&mut stream)).await {
@@ -254,7 +245,7 @@ async fn serve_local(
         Ok(admitted) => admitted,
         Err(refusal) => return local_refused(&refusal),
     };
-    let Ok(open) = admitted.channels.clone().try_acquire_owned() else {
+    let Ok(_open) = admitted.channels.clone().try_acquire_owned() else {
         let _ = stream.write_all(&[local::BUSY]).await;
         return;
     };
@@ -268,36 +259,13 @@ async fn serve_local(
         peer: admitted.peer,
         handler,
         budget: admitted.budget,
-        pace: if runtime.is_some() {
-            Pace::EachIo
-        } else {
-            Pace::Whole
-        },
     };
-    let served = |stream: tokio::net::UnixStream| async move {
-        let _open = open;
-        let (recv, send) = stream.into_split();
-        let recv = tokio::io::BufReader::with_capacity(LOCAL_READ_BUFFER, recv);
-        tokio::select! {
-            () = task.run_local(send, recv) => {}
-            _ = quic.closed() => {}
-        }
-    };
-    let Some(runtime) = runtime else {
-        return served(stream).await;
-    };
-    // The socket moves to `runtime`'s reactor, so that its readiness
-    // wakes that thread only.
-    let stream = match stream.into_std() {
-        Ok(stream) => stream,
-        Err(e) => return debug!("cannot move a same-host channel to its serving thread: {e}"),
-    };
-    runtime.spawn(async move {
-        match tokio::net::UnixStream::from_std(stream) {
-            Ok(stream) => served(stream).await,
-            Err(e) => debug!("cannot serve a same-host channel on its thread: {e}"),
-        }
-    });
+    let (recv, send) = stream.into_split();
+    let recv = tokio::io::BufReader::with_capacity(LOCAL_READ_BUFFER, recv);
+    tokio::select! {
+        () = task.run_local(send, recv) => {}
+        _ = quic.closed() => {}
+    }
 }
 
 /// A same-host socket not admitted: counted, and logged at debug only
@@ -438,23 +406,6 @@ struct StreamTask {
     handler: Arc<dyn RequestHandler>,
     /// The connection's [`buffer_budget`], shared by its streams.
     budget: Arc<Semaphore>,
-    /// How its reads and writes are timed.
-    pace: Pace,
-}
-
-/// How a stream's request bodies and response writes are timed
-/// (`request_read_timeout`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pace {
-    /// A whole body, a whole buffer of responses: a peer that trickles
-    /// bytes cannot hold the stream longer.
-    Whole,
-    /// Each read and each write: the stream's thread also runs the
-    /// handler, and a handler that runs long delays the stream's I/O
-    /// without the peer being slow (step 6). Only same-host sockets,
-    /// whose peers were admitted with their connection's key and run as
-    /// this process's user.
-    EachIo,
 }
 
 /// A stream's response writer, stopped when the stream's task is dropped
@@ -615,13 +566,8 @@ impl StreamTask {
         let Ok(charge) = self.budget.clone().acquire_many_owned(charge).await else {
             return Err(());
         };
-        let body = match self.pace {
-            Pace::Whole => {
-                tokio::time::timeout(read_timeout, wire::read_body_exact(recv, len)).await
-            }
-            Pace::EachIo => read_body_each(recv, len, read_timeout).await,
-        };
-        let body = match body {
+        let body = match tokio::time::timeout(read_timeout, wire::read_body_exact(recv, len)).await
+        {
             Ok(body) => body,
             Err(_) => return self.too_slow("no complete request frame", read_timeout),
         };
@@ -780,7 +726,7 @@ impl<S: SendHalf> ResponseWriter<S> {
     /// Writes the buffer, within `request_read_timeout`.
     async fn flush(&mut self) {
         let timeout = self.task.endpoint.config().request_read_timeout;
-        if let Err(e) = self.out.flush(timeout, self.task.pace).await {
+        if let Err(e) = self.out.flush(timeout).await {
             debug!(peer = %self.task.peer, "{e}: the response stream is ended");
         }
     }
@@ -820,18 +766,16 @@ impl<S: SendHalf> Outgoing<S> {
     /// off breaks the stream: it is shut down at once (the peer reads the
     /// end of the stream, after a partial frame if any), and later
     /// buffers are dropped unwritten.
-    /// `pace`: the timeout is for the whole buffer, or for each write.
-    async fn flush(&mut self, timeout: Duration, pace: Pace) -> Result<(), WriteFailure> {
+    async fn flush(&mut self, timeout: Duration) -> Result<(), WriteFailure> {
         if self.broken || self.batch.is_empty() {
             self.batch.clear();
             return Ok(());
         }
-        let written = match pace {
-            Pace::Whole => tokio::time::timeout(timeout, self.send.write_all(self.batch.bytes()))
-                .await
-                .map_err(|_| WriteFailure::TimedOut(timeout))
-                .and_then(|written| written.map_err(WriteFailure::Failed)),
-            Pace::EachIo => write_each(&mut self.send, self.batch.bytes(), timeout).await,
+        let write = self.send.write_all(self.batch.bytes());
+        let written = match tokio::time::timeout(timeout, write).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(WriteFailure::Failed(e)),
+            Err(_) => Err(WriteFailure::TimedOut(timeout)),
         };
         self.batch.clear();
         if written.is_err() {
@@ -842,117 +786,9 @@ impl<S: SendHalf> Outgoing<S> {
     }
 }
 
-/// Reads a request body of `len` bytes, each read within `timeout`
-/// ([`Pace::EachIo`]); `Err` when one is not. As `wire::read_body_exact`,
-/// the buffer grows with what arrives, not with what the prefix claims.
-async fn read_body_each(
-    recv: &mut impl RecvHalf,
-    len: usize,
-    timeout: Duration,
-) -> Result<Result<Vec<u8>, WireError>, tokio::time::error::Elapsed> {
-    let mut body = Vec::with_capacity(len.min(LOCAL_READ_BUFFER));
-    while body.len() < len {
-        let left = len - body.len();
-        body.reserve(left.min(LOCAL_READ_BUFFER));
-        let mut rest = (&mut *recv).take(left as u64);
-        match tokio::time::timeout(timeout, rest.read_buf(&mut body)).await? {
-            Ok(0) => {
-                return Ok(Err(WireError::Truncated {
-                    expected: len,
-                    received: body.len(),
-                }))
-            }
-            Ok(_) => {}
-            Err(e) => return Ok(Err(e.into())),
-        }
-    }
-    Ok(Ok(body))
-}
-
-/// Writes `bytes`, each write within `timeout` ([`Pace::EachIo`]).
-async fn write_each(
-    send: &mut impl SendHalf,
-    mut bytes: &[u8],
-    timeout: Duration,
-) -> Result<(), WriteFailure> {
-    while !bytes.is_empty() {
-        let written = tokio::time::timeout(timeout, send.write(bytes))
-            .await
-            .map_err(|_| WriteFailure::TimedOut(timeout))?
-            .map_err(WriteFailure::Failed)?;
-        if written == 0 {
-            return Err(WriteFailure::Failed(std::io::ErrorKind::WriteZero.into()));
-        }
-        bytes = &bytes[written..];
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A body arriving in three parts while the reading thread is held
-    /// past the timeout between the first two (as an actor's long handler
-    /// holds the thread a worker's same-host socket is served on): each
-    /// read comes within the timeout, the whole does not.
-    async fn read_around_a_held_thread(pace: Pace) -> Result<Vec<u8>, String> {
-        let timeout = Duration::from_millis(100);
-        let parts: [Vec<u8>; 3] = [vec![1; 1000], vec![2; 1000], vec![3; 1000]];
-        let len = parts.iter().map(Vec::len).sum();
-        let (mut send, mut recv) = tokio::io::duplex(64 << 10);
-        let reading = tokio::spawn(async move {
-            let read = match pace {
-                Pace::Whole => {
-                    tokio::time::timeout(timeout, wire::read_body_exact(&mut recv, len)).await
-                }
-                Pace::EachIo => read_body_each(&mut recv, len, timeout).await,
-            };
-            match read {
-                Ok(body) => body.map_err(|e| e.to_string()),
-                Err(_) => Err("timed out".to_string()),
-            }
-        });
-        let [first, second, third] = parts.clone();
-        // One thread: the reader runs only when this task yields.
-        send.write_all(&first).await.unwrap();
-        tokio::task::yield_now().await;
-        std::thread::sleep(timeout * 3);
-        send.write_all(&second).await.unwrap();
-        // Parks the runtime, so its driver turns and fires the timers due
-        // (as waiting for a socket's readiness does) before the reader
-        // runs again.
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        // A reader that gave up has dropped its end.
-        send.write_all(&third).await.ok();
-        let body = reading.await.unwrap()?;
-        assert_eq!(body, parts.concat());
-        Ok(body)
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_held_thread_times_out_a_whole_body_but_not_each_read() {
-        assert_eq!(
-            read_around_a_held_thread(Pace::Whole).await,
-            Err("timed out".to_string())
-        );
-        assert!(read_around_a_held_thread(Pace::EachIo).await.is_ok());
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn each_read_still_times_out_a_peer_that_stops_sending() {
-        let (mut send, mut recv) = tokio::io::duplex(64 << 10);
-        send.write_all(&[1; 10]).await.unwrap();
-        let timeout = Duration::from_millis(50);
-        let read = read_body_each(&mut recv, 20, timeout).await;
-        assert!(read.is_err(), "{read:?}");
-        drop(send);
-        let read = read_body_each(&mut recv, 20, timeout).await;
-        assert!(
-            matches!(read, Ok(Err(WireError::Truncated { .. }))),
-            "{read:?}"
-        );
-    }
 
     #[tokio::test]
     async fn a_response_write_cut_off_ends_the_stream_after_the_partial_frame() {
@@ -968,11 +804,11 @@ mod tests {
         out.batch.push(&large, max).unwrap();
         let frame = wire::encode(&large, max).unwrap();
         let timeout = Duration::from_millis(100);
-        let cut = out.flush(timeout, Pace::Whole).await;
+        let cut = out.flush(timeout).await;
         assert!(matches!(cut, Err(WriteFailure::TimedOut(_))), "{cut:?}");
         // The next response must not follow the partial one.
         out.batch.push(&"next response", max).unwrap();
-        out.flush(timeout, Pace::Whole).await.unwrap();
+        out.flush(timeout).await.unwrap();
         assert!(out.batch.is_empty());
         // The peer reads the partial frame, then the end of the stream
         // (the writer is still alive: without the shutdown this would wait

@@ -136,15 +136,13 @@ fn serve(registry: Registry) -> Result<i32, WorkerError> {
         .name("nimbus-actor".into())
         .spawn(move || {
             let system = actix::System::new();
-            let hosted = system.block_on(async {
-                let hosted = actor_registry.create(&spec.type_name, &spec.args);
-                hosted.map(|hosted| (hosted, tokio::runtime::Handle::current()))
-            });
+            let hosted =
+                system.block_on(async { actor_registry.create(&spec.type_name, &spec.args) });
             let _ = hosted_tx.send(hosted);
             system.run()
         })
         .map_err(os("start the actor's thread"))?;
-    let (hosted, actor_thread) = hosted_rx
+    let hosted = hosted_rx
         .recv_timeout(CREATE_TIMEOUT)
         .map_err(|_| WorkerError::CreateTimeout(CREATE_TIMEOUT))?
         .map_err(|cause| WorkerError::Create {
@@ -157,7 +155,7 @@ fn serve(registry: Registry) -> Result<i32, WorkerError> {
         .enable_all()
         .build()
         .map_err(os("start the async runtime"))?;
-    runtime.block_on(host(boot, registry, (hosted, actor_thread), panic, died))
+    runtime.block_on(host(boot, registry, hosted, panic, died))
 }
 
 /// What glibc's allocator keeps of freed memory at the top of the heap
@@ -198,7 +196,7 @@ fn keep_freed_memory() {
 async fn host(
     boot: WorkerBoot,
     registry: Arc<Registry>,
-    (hosted, actor_thread): (HostedActor, tokio::runtime::Handle),
+    hosted: HostedActor,
     panic: Arc<OnceLock<String>>,
     mut died: mpsc::UnboundedReceiver<DeathCause>,
 ) -> Result<i32, WorkerError> {
@@ -274,7 +272,7 @@ async fn host(
         panic,
         faults,
     );
-    endpoint.serve_same_host_on(Arc::new(host), Some(actor_thread));
+    endpoint.serve(Arc::new(host));
     let address = SocketAddr::new(boot.advertise_ip, port);
     println!("{}", ready_line(address, identity.incarnation));
     let _ = std::io::stdout().flush();
