@@ -25,6 +25,7 @@ pub fn registry() -> Registry {
         .actor::<Counter>()
         .message::<Counter, Add>()
         .message::<Counter, SlowAdd>()
+        .message::<Counter, HoldUntil>()
         .message::<Counter, Boom>()
         .message::<Counter, StartChild>()
         .message::<Counter, EnvVar>()
@@ -244,6 +245,34 @@ impl Handler<SlowAdd> for Counter {
                     counter.0
                 }),
         )
+    }
+}
+
+/// Holds the actor's thread until a file appears at the path (a long
+/// synchronous handler, such as a training step), at most
+/// [`HOLD_AT_MOST`]; answers whether it appeared.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "bool")]
+pub struct HoldUntil(pub String);
+
+impl RemoteMessage for HoldUntil {
+    const NAME: &'static str = "tests.HoldUntil";
+}
+
+/// The longest [`HoldUntil`] holds the actor's thread.
+pub const HOLD_AT_MOST: Duration = Duration::from_secs(30);
+
+impl Handler<HoldUntil> for Counter {
+    type Result = bool;
+    fn handle(&mut self, HoldUntil(path): HoldUntil, _: &mut Context<Self>) -> bool {
+        let started = std::time::Instant::now();
+        while started.elapsed() < HOLD_AT_MOST {
+            if std::path::Path::new(&path).exists() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
     }
 }
 

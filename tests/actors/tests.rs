@@ -108,6 +108,10 @@ pub const ALL: &[(&str, Test)] = &[
         |_| boxed(sigkill_of_a_worker()),
     ),
     (
+        "a_reply_goes_out_while_the_next_handler_holds_the_actors_thread",
+        |_| boxed(a_reply_goes_out_while_the_next_handler_holds_the_actors_thread()),
+    ),
+    (
         "a_worker_whose_child_holds_its_stdout_is_still_seen_dying",
         |_| boxed(a_worker_whose_child_holds_its_stdout_is_still_seen_dying()),
     ),
@@ -857,6 +861,35 @@ async fn actor_code_cannot_speak_for_the_head_or_another_actor() {
     for counter in [victim, intruder, head] {
         counter.kill().await.unwrap();
     }
+}
+
+/// Two calls sent together to an actor on this host: the first one's
+/// reply reaches the caller while the second one's handler still holds the
+/// actor's thread (the worker writes replies from its transport thread; an
+/// actor handles up to 256 queued messages before its thread does anything
+/// else). The test releases the second handler only once the first reply
+/// is in, so a reply held back fails it.
+async fn a_reply_goes_out_while_the_next_handler_holds_the_actors_thread() {
+    let counter = actor::spawn::<Counter>(0, on("node-1")).await.unwrap();
+    assert_eq!(counter.send(Add(1)).await.unwrap(), 1);
+    let release = std::env::temp_dir().join(format!(
+        "nimbus-test-release-{}-{}",
+        std::process::id(),
+        counter.id()
+    ));
+    let add = counter.send(Add(2));
+    let hold = counter.send(HoldUntil(release.display().to_string()));
+    let first = async {
+        let added = tokio::time::timeout(HOLD_AT_MOST / 2, add).await;
+        std::fs::write(&release, b"").unwrap();
+        added
+    };
+    let (added, held) = futures::join!(first, hold);
+    std::fs::remove_file(&release).unwrap();
+    let added = added.expect("the first reply came while the second handler ran");
+    assert_eq!(added.unwrap(), 3);
+    assert!(held.unwrap(), "the second handler saw its release");
+    counter.kill().await.unwrap();
 }
 
 async fn sigkill_of_a_worker() {
