@@ -931,10 +931,13 @@ impl Handler<Begin> for ObjectStoreShard {
                 _claim: None,
             },
             (Some(path), None) => {
-                let create = || match primary {
-                    true => reserve_shared(&path, msg.total).map(|file| (file, None)),
-                    false => create_copy_file(&path, msg.total, &self.budget.copy_claims)
-                        .map(|(file, claim)| (file, Some(claim))),
+                let create = || {
+                    if primary {
+                        reserve_shared(&path, msg.total).map(|file| (file, None))
+                    } else {
+                        create_copy_file(&path, msg.total, &self.budget.copy_claims)
+                            .map(|(file, claim)| (file, Some(claim)))
+                    }
                 };
                 match self.budget.making_room(create) {
                     Ok((file, claim)) => Data::ArrivingShared {
