@@ -16,8 +16,10 @@
 //! 4. The fault rules of this incarnation count the message
 //!    (`faults.rs`); a rule that fires kills the process, panics, or kills
 //!    the node (after reporting the fault to the head; never the head).
-//! 5. Otherwise the message is dispatched to the actor's mailbox at once,
-//!    so the channel's order is the actor's order. Errors: `BadRequest` for
+//! 5. Otherwise the message is queued for the actor at once
+//!    (`runtime/registry.rs`), so the channel's order is the actor's
+//!    order; on a same-host channel a reply ready when its handler
+//!    returns goes out from the actor's thread (`transport/answer.rs`). Errors: `BadRequest` for
 //!    an undecodable or unknown message type; `Internal` for a reply that
 //!    does not encode or a handler that panicked (with the panic's text);
 //!    `ShuttingDown` if the actor stopped.
@@ -29,13 +31,12 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use crate::cluster::ActorId;
-use crate::transport::Caller;
-use crate::transport::{HandlerError, RequestHandler};
+use crate::transport::{Answer, Caller, HandlerError, RequestHandler};
 use crate::wire::{self, RemoteError, RemoteErrorKind};
 
 use super::faults::{ActorFault, ActorFaultAction, FaultTriggers, FiredFault};
 use super::messages::ActorCall;
-use crate::runtime::{DispatchError, HostedActor, Registry};
+use crate::runtime::{DispatchError, HostedActor, Registry, Replied, ReplySink, ReplyTo};
 
 /// Serves calls to the one actor a worker process hosts.
 pub struct ActorHost {
@@ -97,32 +98,37 @@ impl ActorHost {
     }
 }
 
-impl RequestHandler for ActorHost {
-    fn handle(
-        &self,
-        _from: Caller,
-        body: Vec<u8>,
-    ) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>> {
-        let call: ActorCall = match wire::decode(&body) {
+/// What steps 1–4 leave of a call.
+enum Admitted {
+    /// Answered already.
+    Now(Result<Vec<u8>, HandlerError>),
+    /// To be answered by this future (the node being killed).
+    Later(BoxFuture<'static, Result<Vec<u8>, HandlerError>>),
+    /// For the actor (step 5).
+    Dispatch(ActorCall),
+}
+
+impl ActorHost {
+    /// Steps 1–4.
+    fn admit(&self, body: &[u8]) -> Admitted {
+        let call: ActorCall = match wire::decode(body) {
             Ok(call) => call,
-            Err(e) => {
-                return futures::future::ready(Err(HandlerError::Malformed(e.to_string()))).boxed()
-            }
+            Err(e) => return Admitted::Now(Err(HandlerError::Malformed(e.to_string()))),
         };
         if call.actor != self.actor {
             let error = RemoteError::new(
                 RemoteErrorKind::StaleIncarnation,
                 format!("this worker hosts actor {}, not {}", self.actor, call.actor),
             );
-            return futures::future::ready(Err(error.into())).boxed();
+            return Admitted::Now(Err(error.into()));
         }
         if let Some(death) = self.panic.get() {
             // Dying (its node is being killed): handle nothing more.
             let error = RemoteError::new(RemoteErrorKind::ShuttingDown, death.clone());
-            return futures::future::ready(Err(error.into())).boxed();
+            return Admitted::Now(Err(error.into()));
         }
         if call.message == super::faults::PACKET_RULE_MESSAGE {
-            return futures::future::ready(add_packet_rule(&call.payload)).boxed();
+            return Admitted::Now(add_packet_rule(&call.payload));
         }
         if call.message == super::faults::PANIC_MESSAGE {
             panic!("{}", String::from_utf8_lossy(&call.payload));
@@ -135,42 +141,136 @@ impl RequestHandler for ActorHost {
                     if let Some(killing) = (self.kill_node)(&fired.fault) {
                         let _ = self.panic.set(fired.fault.to_string());
                         // No reply: the caller sees the node go.
-                        return killing.map(|never| match never {}).boxed();
+                        return Admitted::Later(killing.map(|never| match never {}).boxed());
                     }
                 }
             }
         }
-        // Dispatching enqueues the message now, keeping the channel's order.
-        let reply =
-            self.registry
-                .dispatch(&self.type_name, &self.hosted, &call.message, &call.payload);
-        let panic = self.panic.clone();
-        let message = call.message;
+        Admitted::Dispatch(call)
+    }
+
+    /// Step 5: queues `call` for the actor now, keeping the channel's
+    /// order; its reply, or why there is none, goes to the sink `to`
+    /// makes.
+    fn dispatch<S: ReplySink + 'static>(&self, call: &ActorCall, to: impl FnOnce(Failed) -> S) {
+        let failed = Failed {
+            message: call.message.clone(),
+            panic: self.panic.clone(),
+        };
+        self.registry.dispatch(
+            &self.type_name,
+            &self.hosted,
+            &call.message,
+            &call.payload,
+            ReplyTo::new(to(failed)),
+        );
+    }
+}
+
+/// A reply for the future [`ActorHost::handle`] returned.
+struct ToFuture {
+    tx: tokio::sync::oneshot::Sender<(Replied, Failed)>,
+    failed: Failed,
+}
+
+impl ReplySink for ToFuture {
+    fn send(self: Box<Self>, replied: Replied) {
+        let _ = self.tx.send((replied, self.failed));
+    }
+
+    fn wanted(&self) -> bool {
+        !self.tx.is_closed()
+    }
+}
+
+/// A reply for a same-host channel's [`Answer`].
+struct ToAnswer {
+    answer: Answer,
+    failed: Failed,
+}
+
+impl ReplySink for ToAnswer {
+    fn send(self: Box<Self>, replied: Replied) {
+        let ToAnswer { answer, failed } = *self;
+        match replied {
+            Replied::Now(reply) => answer.now(reply.map_err(|e| failed.explain(e))),
+            Replied::Later(reply) => {
+                answer.later(async move { reply.await.map_err(|e| failed.explain(e)) }.boxed())
+            }
+        }
+    }
+
+    fn wanted(&self) -> bool {
+        self.answer.wanted()
+    }
+}
+
+/// Explains why a dispatched call has no reply (step 5's errors).
+struct Failed {
+    message: String,
+    panic: Arc<OnceLock<String>>,
+}
+
+impl Failed {
+    fn explain(&self, e: DispatchError) -> HandlerError {
+        let message = &self.message;
+        HandlerError::Remote(match e {
+            DispatchError::Decode(detail) => RemoteError::new(
+                RemoteErrorKind::BadRequest,
+                format!("cannot decode message {message}: {detail}"),
+            ),
+            DispatchError::UnknownMessage(detail) => {
+                RemoteError::new(RemoteErrorKind::BadRequest, detail)
+            }
+            DispatchError::Encode(detail) => RemoteError::new(
+                RemoteErrorKind::Internal,
+                format!("cannot encode the reply to {message}: {detail}"),
+            ),
+            DispatchError::ActorGone => match self.panic.get() {
+                Some(panic) => RemoteError::new(RemoteErrorKind::Internal, panic.clone()),
+                None => RemoteError::new(RemoteErrorKind::ShuttingDown, "the actor stopped"),
+            },
+        })
+    }
+}
+
+impl RequestHandler for ActorHost {
+    fn handle(
+        &self,
+        _from: Caller,
+        body: Vec<u8>,
+    ) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>> {
+        let call = match self.admit(&body) {
+            Admitted::Now(reply) => return futures::future::ready(reply).boxed(),
+            Admitted::Later(reply) => return reply,
+            Admitted::Dispatch(call) => call,
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.dispatch(&call, |failed| ToFuture { tx, failed });
         async move {
-            let failed = |e: DispatchError| {
-                HandlerError::Remote(match e {
-                    DispatchError::Decode(detail) => RemoteError::new(
-                        RemoteErrorKind::BadRequest,
-                        format!("cannot decode message {message}: {detail}"),
-                    ),
-                    DispatchError::UnknownMessage(detail) => {
-                        RemoteError::new(RemoteErrorKind::BadRequest, detail)
-                    }
-                    DispatchError::Encode(detail) => RemoteError::new(
-                        RemoteErrorKind::Internal,
-                        format!("cannot encode the reply to {message}: {detail}"),
-                    ),
-                    DispatchError::ActorGone => match panic.get() {
-                        Some(panic) => RemoteError::new(RemoteErrorKind::Internal, panic.clone()),
-                        None => {
-                            RemoteError::new(RemoteErrorKind::ShuttingDown, "the actor stopped")
-                        }
-                    },
-                })
+            let Ok((replied, failed)) = rx.await else {
+                return Err(
+                    RemoteError::new(RemoteErrorKind::ShuttingDown, "the actor stopped").into(),
+                );
             };
-            reply.map_err(&failed)?.await.map_err(&failed)
+            let reply = match replied {
+                Replied::Now(reply) => reply,
+                Replied::Later(reply) => reply.await,
+            };
+            reply.map_err(|e| failed.explain(e))
         }
         .boxed()
+    }
+
+    /// The reply of a call that is ready when its handler returns goes out
+    /// from the actor's thread (`transport`'s `answer.rs`).
+    fn handle_answering(&self, _from: Caller, body: Vec<u8>, answer: Answer) {
+        let call = match self.admit(&body) {
+            Admitted::Now(reply) => return answer.now(reply),
+            Admitted::Later(reply) => return answer.later(reply),
+            Admitted::Dispatch(call) => call,
+        };
+        self.dispatch(&call, |failed| ToAnswer { answer, failed });
     }
 }
 

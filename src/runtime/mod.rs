@@ -39,6 +39,7 @@ pub use packet_reports::{report_packet_faults, REPORT_EVERY};
 pub use panic::panic_text;
 pub(crate) use panic::{catch_panic, panic_is_caught};
 pub use registry::{
-    DispatchError, HostedActor, Registration, Registry, RemoteActor, RemoteMessage, Wire,
+    DispatchError, HostedActor, Registration, Registry, RemoteActor, RemoteMessage, Replied,
+    ReplySink, ReplyTo, Wire,
 };
 pub use role::ProcessRole;

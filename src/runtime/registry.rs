@@ -4,19 +4,52 @@
 //! right handler, and one table per feature built on the runtime (task
 //! functions, training loops), which a feature adds through
 //! [`Registry::extend`] and reads through [`Registry::table`].
+//!
+//! A hosted actor takes the calls of other processes from a queue of its
+//! own, beside actix's mailbox:
+//!
+//! 1. [`Registry::dispatch`] decodes the message on the caller's thread
+//!    (the worker's transport thread) and queues it at once, so the
+//!    queue's order is the calls' order.
+//! 2. On the actor's thread, a future spawned in its context at creation
+//!    ([`Calls`]) runs the queued calls one by one, at most
+//!    [`CALLS_PER_POLL`] before letting the thread's other work run, and
+//!    none while a handler has the context waiting (`ctx.wait`), as
+//!    actix's mailbox does; a call whose caller no longer waits (its
+//!    deadline passed) is skipped, as actix skips a message whose reply
+//!    was dropped. The actor's context polls this future after its
+//!    mailbox: calls from other processes keep their order among
+//!    themselves, not against messages sent within the process.
+//! 3. Right after each handler, on that thread, a result that is ready is
+//!    encoded and handed to the call's [`ReplyTo`]: its reply can go out
+//!    from there, before the next call is handled and with no hand-over
+//!    to another thread. A result still to come (a handler returning a
+//!    future), or one whose references must be delivered first
+//!    (`transits.rs`), is handed over as a future instead.
+//! 4. A call that can no longer run (the actor stopped, or its thread
+//!    panicked) drops its `ReplyTo`, which answers `ActorGone`.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
+use actix::dev::MessageResponse;
 use actix::prelude::*;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde::{de::DeserializeOwned, Serialize};
 
 /// The actix mailbox capacity of hosted actors: beyond any sane in-flight
-/// limit (a full mailbox would break the ordering of calls).
+/// limit (a full mailbox holds a message back in its reply future, where
+/// later ones can overtake it; calls from other processes do not use the
+/// mailbox, but messages within the process do).
 const MAILBOX_CAPACITY: usize = 1 << 30;
+
+/// Calls from other processes run in one poll of the actor (step 2)
+/// before the thread's other work gets a turn.
+const CALLS_PER_POLL: usize = 64;
 
 /// A registration made where a type is defined ([`remote_actor!`],
 /// [`remote_task!`]), collected at link time and added by `init`
@@ -156,25 +189,136 @@ pub enum DispatchError {
 }
 
 type Create = Arc<dyn Fn(&[u8]) -> Result<HostedActor, DispatchError> + Send + Sync>;
-type Dispatch = Arc<
-    dyn Fn(
-            &HostedActor,
-            &[u8],
-        ) -> Result<BoxFuture<'static, Result<Vec<u8>, DispatchError>>, DispatchError>
-        + Send
-        + Sync,
->;
+type Dispatch = Arc<dyn Fn(&HostedActor, &[u8], ReplyTo) + Send + Sync>;
 
-/// A running actor, type-erased (its `Addr`).
+/// A reply, encoded: ready now, or to come.
+pub enum Replied {
+    /// Ready on the thread that runs the actor (step 3).
+    Now(Result<Vec<u8>, DispatchError>),
+    /// To come: a handler's future, or references to deliver first.
+    Later(BoxFuture<'static, Result<Vec<u8>, DispatchError>>),
+}
+
+/// Where one call's reply goes (step 3).
+pub trait ReplySink: Send {
+    /// Takes the reply, on whichever thread has it; called once.
+    fn send(self: Box<Self>, replied: Replied);
+
+    /// Whether the caller still waits for the reply: a call no one waits
+    /// for any more (its deadline passed) is not run, as actix does not
+    /// run a message whose reply was dropped.
+    fn wanted(&self) -> bool;
+}
+
+/// One call's [`ReplySink`]. Dropped unused, it answers `ActorGone`
+/// (step 4).
+pub struct ReplyTo(Option<Box<dyn ReplySink>>);
+
+impl ReplyTo {
+    /// Sends the reply to `sink`.
+    pub fn new(sink: impl ReplySink + 'static) -> Self {
+        ReplyTo(Some(Box::new(sink)))
+    }
+
+    fn send(mut self, replied: Replied) {
+        if let Some(sink) = self.0.take() {
+            sink.send(replied);
+        }
+    }
+
+    fn wanted(&self) -> bool {
+        self.0.as_ref().is_some_and(|sink| sink.wanted())
+    }
+
+    /// `result`, encoded: now, or once its references are delivered.
+    fn encode<T: Serialize>(self, result: &T) {
+        let (encoded, delivered) = encode_reply(result);
+        match delivered {
+            None => self.send(Replied::Now(encoded)),
+            Some(delivered) => self.send(Replied::Later(
+                async move {
+                    delivered.await;
+                    encoded
+                }
+                .boxed(),
+            )),
+        }
+    }
+}
+
+/// `result` encoded, and what to wait for before it may be sent
+/// (`transits.rs`).
+fn encode_reply<T: Serialize>(
+    result: &T,
+) -> (
+    Result<Vec<u8>, DispatchError>,
+    Option<BoxFuture<'static, ()>>,
+) {
+    let (encoded, transits) = super::transits::encoding(|| crate::wire::encode_body(result, 0));
+    let encoded = encoded.map_err(|e| DispatchError::Encode(e.to_string()));
+    (encoded, transits.delivered())
+}
+
+impl Drop for ReplyTo {
+    fn drop(&mut self) {
+        if let Some(sink) = self.0.take() {
+            sink.send(Replied::Now(Err(DispatchError::ActorGone)));
+        }
+    }
+}
+
+/// A call queued for an actor of type `A` (step 1).
+type Call<A> = Box<dyn FnOnce(&mut A, &mut Context<A>) + Send>;
+
+/// Runs the calls queued for the actor whose context it is spawned in
+/// (step 2).
+struct Calls<A: Actor<Context = Context<A>>> {
+    queue: tokio::sync::mpsc::UnboundedReceiver<Call<A>>,
+}
+
+impl<A: Actor<Context = Context<A>>> ActorFuture<A> for Calls<A> {
+    type Output = ();
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        actor: &mut A,
+        ctx: &mut Context<A>,
+        task: &mut std::task::Context<'_>,
+    ) -> Poll<()> {
+        for _ in 0..CALLS_PER_POLL {
+            if ctx.waiting() {
+                // The context polls its items again once the wait ends.
+                return Poll::Pending;
+            }
+            match self.queue.poll_recv(task) {
+                Poll::Ready(Some(call)) => call(actor, ctx),
+                Poll::Ready(None) => return Poll::Ready(()),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        task.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// A running actor, type-erased: its `Addr`, and the queue of calls from
+/// other processes.
 #[derive(Clone)]
 pub struct HostedActor {
     addr: Arc<dyn Any + Send + Sync>,
+    calls: Arc<dyn Any + Send + Sync>,
 }
 
 impl HostedActor {
     /// The address, if the actor is of type `A`.
     pub fn addr<A: Actor>(&self) -> Option<&Addr<A>> {
         self.addr.downcast_ref()
+    }
+
+    fn calls<A: Actor<Context = Context<A>>>(
+        &self,
+    ) -> Option<&tokio::sync::mpsc::UnboundedSender<Call<A>>> {
+        self.calls.downcast_ref()
     }
 }
 
@@ -222,16 +366,17 @@ impl Registry {
         let create: Create = Arc::new(|args: &[u8]| {
             let args: A::Args =
                 rmp_serde::from_slice(args).map_err(|e| DispatchError::Decode(e.to_string()))?;
-            // Calls are limited per handle (`max_in_flight`), not here: a
-            // full actix mailbox would hold messages back in their reply
-            // futures and let later ones overtake them.
+            // Calls are limited per handle (`max_in_flight`), not here.
             let actor = A::from_args(args);
+            let (calls, queue) = tokio::sync::mpsc::unbounded_channel::<Call<A>>();
             let addr = A::create(|ctx: &mut Context<A>| {
                 ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+                ctx.spawn(Calls { queue });
                 actor
             });
             Ok(HostedActor {
                 addr: Arc::new(addr),
+                calls: Arc::new(calls),
             })
         });
         // Registered twice (by a macro and by hand): the handlers stay.
@@ -263,22 +408,41 @@ impl Registry {
         M: RemoteMessage,
         M::Result: Wire,
     {
-        let dispatch: Dispatch = Arc::new(|actor: &HostedActor, bytes: &[u8]| {
-            let addr = actor.addr::<A>().ok_or(DispatchError::ActorGone)?;
-            let message: M =
-                rmp_serde::from_slice(bytes).map_err(|e| DispatchError::Decode(e.to_string()))?;
-            // `send` enqueues now, so messages keep the order of the calls.
-            let reply = addr.send(message);
-            Ok(async move {
-                let reply = reply.await.map_err(|_| DispatchError::ActorGone)?;
-                let (encoded, transits) =
-                    super::transits::encoding(|| crate::wire::encode_body(&reply, 0));
-                if let Some(delivered) = transits.delivered() {
-                    delivered.await;
+        let dispatch: Dispatch = Arc::new(|actor: &HostedActor, bytes: &[u8], reply: ReplyTo| {
+            let Some(calls) = actor.calls::<A>() else {
+                return reply.send(Replied::Now(Err(DispatchError::ActorGone)));
+            };
+            let message: M = match rmp_serde::from_slice(bytes) {
+                Ok(message) => message,
+                Err(e) => {
+                    return reply.send(Replied::Now(Err(DispatchError::Decode(e.to_string()))))
                 }
-                encoded.map_err(|e| DispatchError::Encode(e.to_string()))
-            }
-            .boxed())
+            };
+            let call: Call<A> = Box::new(move |actor: &mut A, ctx: &mut Context<A>| {
+                if !reply.wanted() {
+                    return;
+                }
+                let (tx, mut rx) = tokio::sync::oneshot::channel();
+                <A as Handler<M>>::handle(actor, message, ctx).handle(ctx, Some(tx));
+                match rx.try_recv() {
+                    Ok(result) => reply.encode(&result),
+                    Err(tokio::sync::oneshot::error::TryRecvError::Closed) => drop(reply),
+                    Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                        let later = async move {
+                            let result = rx.await.map_err(|_| DispatchError::ActorGone)?;
+                            let (encoded, delivered) = encode_reply(&result);
+                            if let Some(delivered) = delivered {
+                                delivered.await;
+                            }
+                            encoded
+                        };
+                        reply.send(Replied::Later(later.boxed()));
+                    }
+                }
+            });
+            // Queued now, so calls keep their order; a call that cannot be
+            // queued (the actor stopped) is dropped: `ActorGone`.
+            let _ = calls.send(call);
         });
         let entry = self
             .actors
@@ -304,25 +468,26 @@ impl Registry {
         (entry.create)(args)
     }
 
-    /// Enqueues a serialized message for `actor` (of type `name`) now and
-    /// returns its serialized reply to come.
+    /// Queues a serialized message for `actor` (of type `name`) now
+    /// (step 1); its encoded reply, or why there is none, goes to `reply`.
     pub fn dispatch(
         &self,
         name: &str,
         actor: &HostedActor,
         message: &str,
         bytes: &[u8],
-    ) -> Result<BoxFuture<'static, Result<Vec<u8>, DispatchError>>, DispatchError> {
-        let handler = self
+        reply: ReplyTo,
+    ) {
+        match self
             .actors
             .get(name)
             .and_then(|entry| entry.handlers.get(message))
-            .ok_or_else(|| {
-                DispatchError::UnknownMessage(format!(
-                    "this binary registers no handler for message {message} on actor {name}"
-                ))
-            })?;
-        handler(actor, bytes)
+        {
+            Some(handler) => handler(actor, bytes, reply),
+            None => reply.send(Replied::Now(Err(DispatchError::UnknownMessage(format!(
+                "this binary registers no handler for message {message} on actor {name}"
+            ))))),
+        }
     }
 }
 

@@ -86,6 +86,7 @@
 //! ```
 
 pub mod admission;
+mod answer;
 mod batch;
 mod bulk;
 mod channel;
@@ -100,6 +101,7 @@ mod records;
 mod server;
 mod tickets;
 
+pub use answer::{Answer, Reply};
 pub use bulk::{
     BulkGrants, BulkListener, BulkStream, BulkTicket, MAX_GRANTS, MAX_STREAM_BYTES, TICKET_TTL,
 };

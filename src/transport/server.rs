@@ -14,7 +14,9 @@
 //!    the [`RequestHandler`] and answered on its stream; an ordered one
 //!    keeps the stream as a channel, whose requests reach the handler one
 //!    at a time in the order sent and are answered in that order (a channel
-//!    may then sit idle as long as its connection lives).
+//!    may then sit idle as long as its connection lives); on a same-host
+//!    socket a reply ready on another thread may go out from there, ahead
+//!    of earlier ones (`answer.rs`).
 //! 4. Each request: one meant for another incarnation is answered
 //!    `StaleIncarnation`; a handler not done by the request's deadline,
 //!    `DeadlineExceeded`; a body the handler calls malformed closes the
@@ -28,6 +30,8 @@
 //! outcome is that its own connection is closed with a reason, and a
 //! warning is logged.
 
+use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +47,7 @@ use crate::wire::{
 };
 
 use super::admission::{self, Admission, HandshakeSlot};
+use super::answer::{Answer, Direct, Reply};
 use super::batch::Batch;
 use super::connection::close;
 use super::endpoint::version_mismatch;
@@ -63,6 +68,14 @@ pub trait RequestHandler: Send + Sync + 'static {
         from: Caller,
         body: Vec<u8>,
     ) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>>;
+
+    /// [`handle`](Self::handle) for a request of a same-host channel,
+    /// answered through `answer`, from whichever thread has the reply
+    /// (`answer.rs`): one that is ready goes out from there. The default
+    /// hands `handle`'s future over.
+    fn handle_answering(&self, from: Caller, body: Vec<u8>, answer: Answer) {
+        answer.later(self.handle(from, body));
+    }
 }
 
 /// Why a handler produced no reply body.
@@ -262,8 +275,14 @@ async fn serve_local(
     };
     let (recv, send) = stream.into_split();
     let recv = tokio::io::BufReader::with_capacity(LOCAL_READ_BUFFER, recv);
+    let config = task.endpoint.config();
+    let direct = Arc::new(Direct::new(
+        send,
+        config.max_frame_bytes,
+        config.request_read_timeout,
+    ));
     tokio::select! {
-        () = task.run_local(send, recv) => {}
+        () = task.run_local(direct, recv) => {}
         _ = quic.closed() => {}
     }
 }
@@ -395,7 +414,7 @@ fn buffer_budget(max_frame_bytes: usize) -> usize {
 
 /// What the smallest request counts for against the budget, so that the
 /// number of requests waiting for a handler is bounded too.
-const MIN_CHARGE: usize = 4 << 10;
+pub(super) const MIN_CHARGE: usize = 4 << 10;
 
 /// Serves one request stream: a single request, or an ordered channel.
 #[derive(Clone)]
@@ -429,9 +448,48 @@ struct Admitted {
 /// one-way request).
 type PendingResponse = BoxFuture<'static, Option<Response>>;
 
-/// The writing half of a request stream: QUIC's, or a same-host socket's.
-trait SendHalf: AsyncWrite + Unpin + Send + 'static {}
-impl<T: AsyncWrite + Unpin + Send + 'static> SendHalf for T {}
+/// The writing half of a request stream: QUIC's, or a same-host socket's
+/// ([`LocalSend`]).
+trait SendHalf: Send + 'static {
+    /// Writes `bytes` whole.
+    fn write_whole<'a>(
+        &'a mut self,
+        bytes: &'a [u8],
+    ) -> impl Future<Output = std::io::Result<()>> + Send + 'a;
+
+    /// Ends the stream.
+    fn end(&mut self) -> impl Future<Output = ()> + Send + '_;
+}
+
+impl<T: AsyncWrite + Unpin + Send + 'static> SendHalf for T {
+    fn write_whole<'a>(
+        &'a mut self,
+        bytes: &'a [u8],
+    ) -> impl Future<Output = std::io::Result<()>> + Send + 'a {
+        self.write_all(bytes)
+    }
+
+    async fn end(&mut self) {
+        let _ = self.shutdown().await;
+    }
+}
+
+/// A same-host socket's writing half, shared with the answers of its
+/// requests (`answer.rs`): the stream's writer takes its turn.
+struct LocalSend(Arc<Direct>);
+
+impl SendHalf for LocalSend {
+    fn write_whole<'a>(
+        &'a mut self,
+        bytes: &'a [u8],
+    ) -> impl Future<Output = std::io::Result<()>> + Send + 'a {
+        self.0.write_all(bytes)
+    }
+
+    fn end(&mut self) -> impl Future<Output = ()> + Send + '_ {
+        self.0.shutdown()
+    }
+}
 
 /// The reading half of a request stream.
 trait RecvHalf: AsyncRead + Unpin + Send {}
@@ -443,9 +501,9 @@ impl StreamTask {
             return;
         };
         if first.request.ordered {
-            return self.serve_channel(first, send, recv).await;
+            return self.serve_channel(first, send, recv, None).await;
         }
-        let response = self.start(first).await;
+        let response = self.start(first, None).await;
         let mut writer = ResponseWriter::new(self, send);
         if let Some(response) = response {
             writer.push(&response).await;
@@ -453,16 +511,20 @@ impl StreamTask {
         writer.finish().await;
     }
 
-    /// Serves a same-host socket (`local.rs`): an ordered channel, or the
-    /// plain requests of its connection, each handled on its own.
-    async fn run_local(self, send: impl SendHalf, mut recv: impl RecvHalf) {
+    /// Serves a same-host socket (`local.rs`): an ordered channel, whose
+    /// requests may be answered from the thread that has the reply
+    /// (`answer.rs`), or the plain requests of its connection, each
+    /// handled on its own.
+    async fn run_local(self, direct: Arc<Direct>, mut recv: impl RecvHalf) {
         let Ok(Some(first)) = self.read_request(&mut recv, true).await else {
             return;
         };
         if first.request.ordered {
-            return self.serve_channel(first, send, recv).await;
+            return self
+                .serve_channel(first, LocalSend(direct.clone()), recv, Some(direct))
+                .await;
         }
-        self.serve_requests(first, send, recv).await
+        self.serve_requests(first, LocalSend(direct), recv).await
     }
 
     /// Hands each plain request to the handler as it arrives and writes
@@ -480,7 +542,7 @@ impl StreamTask {
         }));
         let mut next = Some(first);
         while let Some(request) = next.take() {
-            let pending = self.start(request);
+            let pending = self.start(request, None);
             let responses_tx = responses_tx.clone();
             tokio::spawn(async move {
                 if let Some(response) = pending.await {
@@ -494,32 +556,90 @@ impl StreamTask {
     }
 
     /// Hands every request of the channel to the handler in arrival order,
-    /// and writes the responses back in that same order.
-    async fn serve_channel(self, first: Admitted, send: impl SendHalf, mut recv: impl RecvHalf) {
+    /// and writes the responses back in that same order; on a same-host
+    /// socket (`direct`), those answered at once from another thread
+    /// (`answer.rs`) are out already, maybe before earlier ones.
+    async fn serve_channel(
+        self,
+        first: Admitted,
+        send: impl SendHalf,
+        mut recv: impl RecvHalf,
+        direct: Option<Arc<Direct>>,
+    ) {
         let (responses_tx, mut responses) = mpsc::unbounded_channel::<PendingResponse>();
         let mut writer = ResponseWriter::new(self.clone(), send);
+        let closing = direct.clone();
+        let counted = direct.clone();
         let mut writing = AbortOnDrop(tokio::spawn(async move {
-            while let Some(mut pending) = writer.next(&mut responses).await {
+            let mut waiting = VecDeque::new();
+            let mut open = true;
+            loop {
+                loop {
+                    match responses.try_recv() {
+                        Ok(pending) => waiting.push_back(pending),
+                        Err(mpsc::error::TryRecvError::Empty) => break,
+                        Err(mpsc::error::TryRecvError::Disconnected) => {
+                            open = false;
+                            break;
+                        }
+                    }
+                }
+                let Some(head) = waiting.front_mut() else {
+                    if !open {
+                        break;
+                    }
+                    writer.flush().await;
+                    match responses.recv().await {
+                        Some(pending) => waiting.push_back(pending),
+                        None => open = false,
+                    }
+                    continue;
+                };
                 // The responses ready go out together; before waiting for
-                // one that is not, those before it go out.
-                let response = match futures::poll!(&mut pending) {
+                // one that is not, those before it go out. A request
+                // answered at once wakes no one (`answer.rs`): the head is
+                // looked at again when a request arrives or the channel
+                // ends.
+                let response = match futures::poll!(&mut *head) {
                     std::task::Poll::Ready(response) => response,
                     std::task::Poll::Pending => {
                         writer.flush().await;
-                        pending.await
+                        tokio::select! {
+                            response = &mut *head => response,
+                            more = responses.recv(), if open => {
+                                match more {
+                                    Some(pending) => waiting.push_back(pending),
+                                    None => open = false,
+                                }
+                                continue;
+                            }
+                        }
                     }
                 };
+                waiting.pop_front();
+                if let Some(direct) = &counted {
+                    direct.unqueue();
+                }
                 if let Some(response) = response {
                     writer.push(&response).await;
                 }
             }
             writer.finish().await;
         }));
-        let _ = responses_tx.send(self.start(first));
+        let start = |request| {
+            if let Some(direct) = &direct {
+                direct.queue();
+            }
+            self.start(request, direct.as_ref())
+        };
+        let _ = responses_tx.send(start(first));
         while let Ok(Some(request)) = self.read_request(&mut recv, false).await {
-            if responses_tx.send(self.start(request)).is_err() {
+            if responses_tx.send(start(request)).is_err() {
                 break;
             }
+        }
+        if let Some(direct) = closing {
+            direct.close();
         }
         drop(responses_tx);
         let _ = (&mut writing.0).await;
@@ -604,8 +724,10 @@ impl StreamTask {
     }
 
     /// Calls the handler now (so requests of a channel reach it in order)
-    /// and returns the response to come.
-    fn start(&self, admitted: Admitted) -> PendingResponse {
+    /// and returns the response to come. On a same-host channel
+    /// (`direct`), a request that expects a response is handed to the
+    /// handler with an [`Answer`], which may write it at once.
+    fn start(&self, admitted: Admitted, direct: Option<&Arc<Direct>>) -> PendingResponse {
         let Admitted {
             request:
                 Request {
@@ -621,8 +743,10 @@ impl StreamTask {
         let me = &self.endpoint.identity().identity;
         let deadline = Duration::from_millis(deadline_ms);
         let peer = self.peer.clone();
-        let handled = match to {
-            Some(to) if to != me.incarnation => {
+        // What the request comes to: `None` past its deadline, else the
+        // handler's reply, or `Some(None)` if it was written already.
+        let handled: BoxFuture<'static, Option<Option<Reply>>> = match (to, direct) {
+            (Some(to), _) if to != me.incarnation => {
                 let error = RemoteError::new(
                     RemoteErrorKind::StaleIncarnation,
                     format!(
@@ -630,23 +754,42 @@ impl StreamTask {
                         me.name
                     ),
                 );
-                futures::future::ready(Err(HandlerError::Remote(error))).boxed()
+                drop(charge);
+                futures::future::ready(Some(Some(Err(HandlerError::Remote(error))))).boxed()
             }
-            _ => self.handler.handle(peer.clone(), body),
+            (_, Some(direct)) if !one_way => {
+                let (answer, mut answered) = Answer::new(id, direct, charge);
+                self.handler.handle_answering(peer.clone(), body, answer);
+                async move {
+                    match tokio::time::timeout(deadline, &mut answered).await {
+                        Ok(outcome) => Some(outcome),
+                        Err(_) => answered.give_up(),
+                    }
+                }
+                .boxed()
+            }
+            _ => {
+                let handled = self.handler.handle(peer.clone(), body);
+                async move {
+                    let result = tokio::time::timeout(deadline, handled).await;
+                    drop(charge);
+                    result.ok().map(Some)
+                }
+                .boxed()
+            }
         };
         let quic = self.quic.clone();
         async move {
-            let result = tokio::time::timeout(deadline, handled).await;
-            drop(charge);
-            let result = match result {
-                Ok(Ok(body)) => Ok(body),
-                Ok(Err(HandlerError::Remote(error))) => Err(error),
-                Ok(Err(HandlerError::Malformed(reason))) => {
+            let result = match handled.await {
+                Some(None) => return None,
+                Some(Some(Ok(body))) => Ok(body),
+                Some(Some(Err(HandlerError::Remote(error)))) => Err(error),
+                Some(Some(Err(HandlerError::Malformed(reason)))) => {
                     warn!(%peer, "closing the connection: {reason}");
                     close(&quic, CloseCode::BadFrame, &reason);
                     return None;
                 }
-                Err(_) => Err(RemoteError::new(
+                None => Err(RemoteError::new(
                     RemoteErrorKind::DeadlineExceeded,
                     format!("not answered within the request's deadline of {deadline:?}"),
                 )),
@@ -735,7 +878,7 @@ impl<S: SendHalf> ResponseWriter<S> {
     async fn finish(mut self) {
         self.flush().await;
         if !self.out.broken {
-            let _ = self.out.send.shutdown().await;
+            self.out.send.end().await;
         }
     }
 }
@@ -771,7 +914,7 @@ impl<S: SendHalf> Outgoing<S> {
             self.batch.clear();
             return Ok(());
         }
-        let write = self.send.write_all(self.batch.bytes());
+        let write = self.send.write_whole(self.batch.bytes());
         let written = match tokio::time::timeout(timeout, write).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(WriteFailure::Failed(e)),
@@ -780,7 +923,7 @@ impl<S: SendHalf> Outgoing<S> {
         self.batch.clear();
         if written.is_err() {
             self.broken = true;
-            let _ = tokio::time::timeout(timeout, self.send.shutdown()).await;
+            let _ = tokio::time::timeout(timeout, self.send.end()).await;
         }
         written
     }

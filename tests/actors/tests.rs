@@ -111,6 +111,9 @@ pub const ALL: &[(&str, Test)] = &[
         "a_reply_goes_out_while_the_next_handler_holds_the_actors_thread",
         |_| boxed(a_reply_goes_out_while_the_next_handler_holds_the_actors_thread()),
     ),
+    ("a_reply_queued_behind_one_written_at_once_goes_out", |_| {
+        boxed(a_reply_queued_behind_one_written_at_once_goes_out())
+    }),
     (
         "a_worker_whose_child_holds_its_stdout_is_still_seen_dying",
         |_| boxed(a_worker_whose_child_holds_its_stdout_is_still_seen_dying()),
@@ -889,6 +892,30 @@ async fn a_reply_goes_out_while_the_next_handler_holds_the_actors_thread() {
     let added = added.expect("the first reply came while the second handler ran");
     assert_eq!(added.unwrap(), 3);
     assert!(held.unwrap(), "the second handler saw its release");
+    counter.kill().await.unwrap();
+}
+
+/// On a same-host channel a reply ready when its handler returns is
+/// written by the actor's thread (`transport/answer.rs`); the worker's
+/// writer must still move on to the calls queued behind it: here a
+/// handler returning a future, whose reply the writer waits for.
+async fn a_reply_queued_behind_one_written_at_once_goes_out() {
+    let counter = actor::spawn::<Counter>(0, on("node-1")).await.unwrap();
+    assert_eq!(counter.send(Add(1)).await.unwrap(), 1);
+    let release = std::env::temp_dir().join(format!(
+        "nimbus-test-released-{}-{}",
+        std::process::id(),
+        counter.id()
+    ));
+    std::fs::write(&release, b"").unwrap();
+    // Sent together: the worker has both before the first is answered.
+    let first = counter.send(HoldUntil(release.display().to_string()));
+    let second = counter.send(SlowAdd(2, 0));
+    let both = tokio::time::timeout(HOLD_AT_MOST / 2, futures::future::join(first, second)).await;
+    std::fs::remove_file(&release).unwrap();
+    let (first, second) = both.expect("both replies came");
+    assert!(first.unwrap());
+    assert_eq!(second.unwrap(), 3);
     counter.kill().await.unwrap();
 }
 
