@@ -229,34 +229,23 @@ impl ReplyTo {
     fn wanted(&self) -> bool {
         self.0.as_ref().is_some_and(|sink| sink.wanted())
     }
-
-    /// `result`, encoded: now, or once its references are delivered.
-    fn encode<T: Serialize>(self, result: &T) {
-        let (encoded, delivered) = encode_reply(result);
-        match delivered {
-            None => self.send(Replied::Now(encoded)),
-            Some(delivered) => self.send(Replied::Later(
-                async move {
-                    delivered.await;
-                    encoded
-                }
-                .boxed(),
-            )),
-        }
-    }
 }
 
-/// `result` encoded, and what to wait for before it may be sent
-/// (`transits.rs`).
-fn encode_reply<T: Serialize>(
-    result: &T,
-) -> (
-    Result<Vec<u8>, DispatchError>,
-    Option<BoxFuture<'static, ()>>,
-) {
+/// `result`, encoded: ready now, or once the references it carries are
+/// delivered (`transits.rs`).
+fn encode_reply<T: Serialize>(result: &T) -> Replied {
     let (encoded, transits) = super::transits::encoding(|| crate::wire::encode_body(result, 0));
     let encoded = encoded.map_err(|e| DispatchError::Encode(e.to_string()));
-    (encoded, transits.delivered())
+    match transits.delivered() {
+        None => Replied::Now(encoded),
+        Some(delivered) => Replied::Later(
+            async move {
+                delivered.await;
+                encoded
+            }
+            .boxed(),
+        ),
+    }
 }
 
 impl Drop for ReplyTo {
@@ -425,16 +414,15 @@ impl Registry {
                 let (tx, mut rx) = tokio::sync::oneshot::channel();
                 <A as Handler<M>>::handle(actor, message, ctx).handle(ctx, Some(tx));
                 match rx.try_recv() {
-                    Ok(result) => reply.encode(&result),
+                    Ok(result) => reply.send(encode_reply(&result)),
                     Err(tokio::sync::oneshot::error::TryRecvError::Closed) => drop(reply),
                     Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
                         let later = async move {
                             let result = rx.await.map_err(|_| DispatchError::ActorGone)?;
-                            let (encoded, delivered) = encode_reply(&result);
-                            if let Some(delivered) = delivered {
-                                delivered.await;
+                            match encode_reply(&result) {
+                                Replied::Now(encoded) => encoded,
+                                Replied::Later(encoded) => encoded.await,
                             }
-                            encoded
                         };
                         reply.send(Replied::Later(later.boxed()));
                     }

@@ -74,6 +74,16 @@ pub(super) struct Direct {
     queued: AtomicUsize,
 }
 
+/// A request of the channel the stream's writer is not done with
+/// ([`Direct::queue`]).
+pub(super) struct Queued(Arc<Direct>);
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.0.queued.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// A same-host socket's writing half, and whether it broke.
 pub(super) struct Socket {
     half: OwnedWriteHalf,
@@ -101,14 +111,11 @@ impl Direct {
         }
     }
 
-    /// A request is handed to the stream's writer.
-    pub(super) fn queue(&self) {
+    /// A request is handed to the stream's writer: counted until the
+    /// writer is done with it (the returned guard is dropped).
+    pub(super) fn queue(self: &Arc<Self>) -> Queued {
         self.queued.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// The stream's writer is done with a request.
-    pub(super) fn unqueue(&self) {
-        self.queued.fetch_sub(1, Ordering::SeqCst);
+        Queued(self.clone())
     }
 
     /// Whether an answer written at once must wake the writer (step 1).
@@ -151,6 +158,7 @@ impl Direct {
         if socket.broken {
             return Err(body);
         }
+        let mut frame = Vec::with_capacity(FRAME_OVERHEAD + body.len());
         let response = Response {
             id,
             result: Ok(serde_bytes::ByteBuf::from(body)),
@@ -159,7 +167,6 @@ impl Direct {
             Ok(body) => body.into_vec(),
             Err(_) => Vec::new(),
         };
-        let mut frame = Vec::with_capacity(FRAME_OVERHEAD + response_len(&response));
         if wire::encode_into(&response, self.max_frame_bytes, &mut frame).is_err() {
             return Err(give_back(response));
         }
@@ -187,10 +194,6 @@ impl Direct {
 /// Bytes a response frame takes beyond its body, about: the length prefix
 /// and the MessagePack of the id and the `Ok`.
 const FRAME_OVERHEAD: usize = 64;
-
-fn response_len(response: &Response) -> usize {
-    response.result.as_ref().map_or(0, |body| body.len())
-}
 
 /// Where one request stands (steps 1–6).
 enum State {
@@ -444,6 +447,11 @@ mod tests {
         wire::decode(&frame).unwrap()
     }
 
+    /// A request's share of a budget of its own.
+    fn charge() -> OwnedSemaphorePermit {
+        Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap()
+    }
+
     fn frame(id: u64, body: Vec<u8>) -> Vec<u8> {
         let response = Response {
             id,
@@ -460,7 +468,7 @@ mod tests {
             .clone()
             .try_acquire_many_owned(4 * MIN_CHARGE as u32)
             .unwrap();
-        direct.queue();
+        let _queued = direct.queue();
         let (answer, mut answered) = Answer::new(7, &direct, charge);
         let wakes = Arc::new(Wakes::default());
         assert!(poll(&mut answered, &wakes).is_pending());
@@ -484,13 +492,10 @@ mod tests {
     #[tokio::test]
     async fn an_answer_with_requests_behind_it_wakes_the_writer() {
         let (direct, mut caller, _read) = channel().await;
-        let charges = Arc::new(Semaphore::new(2));
-        direct.queue();
-        let (first, mut first_answered) =
-            Answer::new(1, &direct, charges.clone().try_acquire_owned().unwrap());
-        direct.queue();
-        let (second, _second_answered) =
-            Answer::new(2, &direct, charges.clone().try_acquire_owned().unwrap());
+        let _first_queued = direct.queue();
+        let (first, mut first_answered) = Answer::new(1, &direct, charge());
+        let _second_queued = direct.queue();
+        let (second, _second_answered) = Answer::new(2, &direct, charge());
         let wakes = Arc::new(Wakes::default());
         assert!(poll(&mut first_answered, &wakes).is_pending());
         // The second is handed over, unseen: the writer waits on the first.
@@ -505,16 +510,14 @@ mod tests {
     #[tokio::test]
     async fn an_answer_at_the_deadline_is_written_once() {
         let (direct, mut caller, _read) = channel().await;
-        let charge = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
-        let (answer, mut answered) = Answer::new(4, &direct, charge);
+        let (answer, mut answered) = Answer::new(4, &direct, charge());
         answer.now(Ok(b"in time".to_vec()));
         assert!(
             matches!(answered.give_up(), Some(None)),
             "written already: no DeadlineExceeded"
         );
         assert_eq!(read_response(&mut caller).await.id, 4);
-        let charge = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
-        let (answer, mut answered) = Answer::new(5, &direct, charge);
+        let (answer, mut answered) = Answer::new(5, &direct, charge());
         assert!(answered.give_up().is_none(), "DeadlineExceeded");
         assert!(!answer.wanted(), "the call need not run");
         answer.now(Ok(b"too late".to_vec()));
@@ -525,8 +528,7 @@ mod tests {
     #[tokio::test]
     async fn an_error_goes_to_the_writer_which_is_woken() {
         let (direct, _caller, _read) = channel().await;
-        let charge = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
-        let (answer, mut answered) = Answer::new(1, &direct, charge);
+        let (answer, mut answered) = Answer::new(1, &direct, charge());
         let wakes = Arc::new(Wakes::default());
         assert!(poll(&mut answered, &wakes).is_pending());
         let error = RemoteError::new(RemoteErrorKind::BadRequest, "no such message");
@@ -542,8 +544,7 @@ mod tests {
     #[tokio::test]
     async fn once_the_channel_ends_a_ready_answer_wakes_the_writer() {
         let (direct, mut caller, _read) = channel().await;
-        let charge = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
-        let (answer, mut answered) = Answer::new(3, &direct, charge);
+        let (answer, mut answered) = Answer::new(3, &direct, charge());
         let wakes = Arc::new(Wakes::default());
         assert!(poll(&mut answered, &wakes).is_pending());
         direct.close();
@@ -569,8 +570,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_answer_is_an_internal_error() {
         let (direct, _caller, _read) = channel().await;
-        let charge = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
-        let (answer, mut answered) = Answer::new(9, &direct, charge);
+        let (answer, mut answered) = Answer::new(9, &direct, charge());
         drop(answer);
         let wakes = Arc::new(Wakes::default());
         let Poll::Ready(Some(Err(HandlerError::Remote(error)))) = poll(&mut answered, &wakes)
@@ -585,8 +585,7 @@ mod tests {
         let (direct, mut caller, _read) = channel().await;
         // Far more than a socket's buffer: the thread's write is partial.
         let large: Vec<u8> = (0..(4 << 20)).map(|i| (i % 251) as u8).collect();
-        let charge = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
-        let (answer, _answered) = Answer::new(1, &direct, charge);
+        let (answer, _answered) = Answer::new(1, &direct, charge());
         answer.now(Ok(large.clone()));
         let writer = direct.clone();
         let next = tokio::spawn(async move { writer.write_all(&frame(2, b"next".to_vec())).await });

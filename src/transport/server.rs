@@ -568,8 +568,6 @@ impl StreamTask {
     ) {
         let (responses_tx, mut responses) = mpsc::unbounded_channel::<PendingResponse>();
         let mut writer = ResponseWriter::new(self.clone(), send);
-        let closing = direct.clone();
-        let counted = direct.clone();
         let mut writing = AbortOnDrop(tokio::spawn(async move {
             let mut waiting = VecDeque::new();
             let mut open = true;
@@ -617,28 +615,22 @@ impl StreamTask {
                     }
                 };
                 waiting.pop_front();
-                if let Some(direct) = &counted {
-                    direct.unqueue();
-                }
                 if let Some(response) = response {
                     writer.push(&response).await;
                 }
             }
             writer.finish().await;
         }));
-        let start = |request| {
-            if let Some(direct) = &direct {
-                direct.queue();
-            }
-            self.start(request, direct.as_ref())
-        };
-        let _ = responses_tx.send(start(first));
+        let _ = responses_tx.send(self.start(first, direct.as_ref()));
         while let Ok(Some(request)) = self.read_request(&mut recv, false).await {
-            if responses_tx.send(start(request)).is_err() {
+            if responses_tx
+                .send(self.start(request, direct.as_ref()))
+                .is_err()
+            {
                 break;
             }
         }
-        if let Some(direct) = closing {
+        if let Some(direct) = &direct {
             direct.close();
         }
         drop(responses_tx);
@@ -740,6 +732,9 @@ impl StreamTask {
                 },
             _charge: charge,
         } = admitted;
+        // Counted before the handler can answer, until the writer is done
+        // with it (`answer.rs`, step 1).
+        let queued = direct.map(|direct| direct.queue());
         let me = &self.endpoint.identity().identity;
         let deadline = Duration::from_millis(deadline_ms);
         let peer = self.peer.clone();
@@ -780,6 +775,7 @@ impl StreamTask {
         };
         let quic = self.quic.clone();
         async move {
+            let _queued = queued;
             let result = match handled.await {
                 Some(None) => return None,
                 Some(Some(Ok(body))) => Ok(body),

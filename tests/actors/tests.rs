@@ -866,20 +866,29 @@ async fn actor_code_cannot_speak_for_the_head_or_another_actor() {
     }
 }
 
-/// Two calls sent together to an actor on this host: the first one's
-/// reply reaches the caller while the second one's handler still holds the
-/// actor's thread (the worker writes replies from its transport thread; an
-/// actor handles up to 256 queued messages before its thread does anything
-/// else). The test releases the second handler only once the first reply
-/// is in, so a reply held back fails it.
-async fn a_reply_goes_out_while_the_next_handler_holds_the_actors_thread() {
+/// A counter on node-1 whose worker is up (it answered one call), and a
+/// path, named for it, for the file that releases its `HoldUntil` calls.
+async fn counter_and_release_path(
+    what: &str,
+) -> (nimbus::actor::ActorHandle<Counter>, std::path::PathBuf) {
     let counter = actor::spawn::<Counter>(0, on("node-1")).await.unwrap();
     assert_eq!(counter.send(Add(1)).await.unwrap(), 1);
     let release = std::env::temp_dir().join(format!(
-        "nimbus-test-release-{}-{}",
+        "nimbus-test-{what}-{}-{}",
         std::process::id(),
         counter.id()
     ));
+    (counter, release)
+}
+
+/// Two calls sent together to an actor on this host: the first one's
+/// reply reaches the caller while the second one's handler still holds the
+/// actor's thread (a reply goes out as soon as its handler returns, not
+/// once the calls queued behind it are handled too). The test releases the
+/// second handler only once the first reply is in, so a reply held back
+/// fails it.
+async fn a_reply_goes_out_while_the_next_handler_holds_the_actors_thread() {
+    let (counter, release) = counter_and_release_path("release").await;
     let add = counter.send(Add(2));
     let hold = counter.send(HoldUntil(release.display().to_string()));
     let first = async {
@@ -900,13 +909,7 @@ async fn a_reply_goes_out_while_the_next_handler_holds_the_actors_thread() {
 /// writer must still move on to the calls queued behind it: here a
 /// handler returning a future, whose reply the writer waits for.
 async fn a_reply_queued_behind_one_written_at_once_goes_out() {
-    let counter = actor::spawn::<Counter>(0, on("node-1")).await.unwrap();
-    assert_eq!(counter.send(Add(1)).await.unwrap(), 1);
-    let release = std::env::temp_dir().join(format!(
-        "nimbus-test-released-{}-{}",
-        std::process::id(),
-        counter.id()
-    ));
+    let (counter, release) = counter_and_release_path("released").await;
     std::fs::write(&release, b"").unwrap();
     // Sent together: the worker has both before the first is answered.
     let first = counter.send(HoldUntil(release.display().to_string()));
