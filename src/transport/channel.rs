@@ -1,13 +1,15 @@
 //! Ordered channels: one long-lived stream carrying many requests, handled
-//! by the peer in the order sent and answered in that order.
+//! by the peer in the order sent.
 //!
 //! A plain request takes a stream of its own, so two requests sent one
 //! after the other may be handled in either order. Calls from one caller to
 //! one actor must not be reordered, so they share a channel: the caller
 //! writes request frames one after another on one stream, the peer hands
 //! them to its handler in that order, and writes the responses back on the
-//! same stream. Requests are pipelined: a caller need not wait for one
-//! response before sending the next.
+//! same stream, each with its request's id (on a same-host socket one
+//! written at once by the thread that has it may come before an earlier
+//! one: `answer.rs`). Requests are pipelined: a caller need not wait for
+//! one response before sending the next.
 //!
 //! A caller that knows more requests follow at once may
 //! [`queue_request`](Channel::queue_request) them: they wait in the
