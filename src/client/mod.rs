@@ -151,12 +151,13 @@ pub async fn list_objects(node: &Connection) -> Result<ObjectListing, ClientErro
     }
 }
 
-/// The sequence number of the head's latest event (0 if none yet).
+/// The number of the head's latest event: the events after it are new.
 pub async fn last_event_seq(head: &Connection) -> Result<u64, ClientError> {
-    Ok(events(head, 0, Duration::ZERO)
-        .await?
-        .last()
-        .map_or(0, |e| e.seq))
+    let request = ControlRequest::Events(EventRequest::LastSeq);
+    match call(head, &request, RequestOptions::control()).await? {
+        ControlReply::EventSeq(last) => Ok(last),
+        reply => Err(unexpected("LastSeq", reply)),
+    }
 }
 
 /// Resolves `HOST:PORT`.
@@ -299,7 +300,8 @@ impl ClusterClient {
         ask_head(&self.endpoint, self.head, true, ask).await
     }
 
-    /// The sequence number of the latest cluster event (0 if none yet), to
+    /// The number of the latest cluster event (before the first, the number
+    /// this start of the head counts from), to
     /// read only later events with [`events`](Self::events).
     pub async fn last_event_seq(&self) -> Result<u64, ClientError> {
         let ask = |head: Connection| async move { last_event_seq(&head).await };

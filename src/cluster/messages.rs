@@ -11,7 +11,7 @@
 //! - `Membership` ([`MembershipRequest`]): `Join`, `Heartbeat`, `Leave`,
 //!   `Status`;
 //! - `Events` ([`EventRequest`]): `Events { after, wait_ms }`, a long poll
-//!   of the numbered cluster events;
+//!   of the numbered cluster events, and `LastSeq`, the latest one's number;
 //! - `Directory` ([`DirectoryRequest`]): `ReserveName`, `LookupName`,
 //!   `LocateActor`, `ListActors`, `ActorUp`, `ActorDown`, `Waiting`,
 //!   `Placed`, `ListDemands`;
@@ -37,11 +37,12 @@
 //! - `Echo` (a probe).
 //!
 //! Every answer is a [`ControlReply`]. The protocol version (the wire's
-//! `PROTOCOL_VERSION`, 7) counts this grouping by subsystem (3: a join
+//! `PROTOCOL_VERSION`, 8) counts this grouping by subsystem (3: a join
 //! refused for a taken name is answered `NodeNameTaken`; 4: a join names
 //! the node's worker-ticket key and is answered with its ticket; 5: the
 //! event stream's `Resync` marker; 6: small puts in batches,
-//! `PutObjects`; 7: `StreamObject`, bulk streams over TCP).
+//! `PutObjects`; 7: `StreamObject`, bulk streams over TCP; 8: `LastSeq`,
+//! the latest event's number).
 
 use std::net::SocketAddr;
 
@@ -284,6 +285,10 @@ pub enum EventRequest {
         /// How long to wait for a new event.
         wait_ms: u64,
     },
+    /// The number of the latest event published (answered with
+    /// [`ControlReply::EventSeq`]), to read only later ones with
+    /// [`Events`](Self::Events).
+    LastSeq,
 }
 
 impl From<EventRequest> for ControlRequest {
@@ -814,6 +819,9 @@ pub enum ControlReply {
         #[serde(with = "serde_bytes")]
         bytes: Vec<u8>,
     },
+    /// The number of the latest event published: events after it are
+    /// new (an [`EventRequest::LastSeq`]).
+    EventSeq(u64),
 }
 
 /// A line a worker printed to its stdout, as its node keeps it for the

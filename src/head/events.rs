@@ -10,7 +10,7 @@
 //! process subscribe with [`Subscribe`] (the directory and the job keeper
 //! do, for node deaths) and get every event, however many are published
 //! while they are busy (past their mailbox's capacity); other processes
-//! long-poll with
+//! ask for the latest number ([`LastSeq`]) and long-poll with
 //! [`EventRequest::Events`](crate::cluster::EventRequest::Events), which
 //! the node service turns into [`EventsSince`]: the kept events after
 //! `after` at once, or, when there are none, the first ones published
@@ -72,6 +72,13 @@ pub struct Publish(pub ClusterEventKind);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Subscribe(pub Recipient<ClusterEvent>);
+
+/// The number of the latest event published: the events after it are
+/// new. Before the first event of this start it is the number the start
+/// counts from (step 1), which a reader may ask after without a marker.
+#[derive(Message)]
+#[rtype(result = "u64")]
+pub struct LastSeq;
 
 /// The kept events after `after`, waiting up to `wait` for one when there
 /// are none yet.
@@ -163,6 +170,14 @@ impl Handler<Subscribe> for ClusterEvents {
 
     fn handle(&mut self, Subscribe(recipient): Subscribe, _: &mut Self::Context) {
         self.subscribers.push(recipient);
+    }
+}
+
+impl Handler<LastSeq> for ClusterEvents {
+    type Result = u64;
+
+    fn handle(&mut self, _: LastSeq, _: &mut Self::Context) -> u64 {
+        self.next_seq
     }
 }
 
@@ -269,6 +284,28 @@ mod tests {
         let ahead = read(&events, 1 << 40, Duration::ZERO).await;
         assert!(matches!(ahead[0].kind, ClusterEventKind::Resync { .. }));
         assert_eq!(ahead[0].seq, 10);
+    }
+
+    #[actix_rt::test]
+    async fn the_last_number_is_the_latest_event_past_a_page_and_a_restart() {
+        let before = ClusterEvents::for_epoch(1).start();
+        assert_eq!(before.send(LastSeq).await.unwrap(), 0);
+        for _ in 0..PAGE + 10 {
+            before.send(Publish(left("a"))).await.unwrap();
+        }
+        let last = before.send(LastSeq).await.unwrap();
+        assert_eq!(last, (PAGE + 10) as u64);
+        assert!(read(&before, last, Duration::ZERO).await.is_empty());
+        // A new start's number before its first event is one a reader may
+        // wait after: no marker, the first event.
+        let after = ClusterEvents::for_epoch(2).start();
+        let base = after.send(LastSeq).await.unwrap();
+        assert_eq!(base, 1 << EPOCH_SHIFT);
+        assert!(read(&after, base, Duration::ZERO).await.is_empty());
+        after.send(Publish(left("b"))).await.unwrap();
+        let got = read(&after, base, Duration::ZERO).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].seq, base + 1);
     }
 
     async fn read(events: &Addr<ClusterEvents>, after: u64, wait: Duration) -> Vec<ClusterEvent> {

@@ -32,7 +32,7 @@ use crate::cluster::{
     MembershipRequest, WorkerRequest,
 };
 use crate::cluster::{ClusterEventKind, ControlReply, ControlRequest};
-use crate::head::events::{EventsSince, Publish};
+use crate::head::events::{EventsSince, LastSeq, Publish};
 use crate::head::{directory, jobs, membership, HeadActors};
 use crate::metrics::ProcessMetrics;
 use crate::transport::{Caller, Endpoint, HandlerError, RequestHandler};
@@ -149,6 +149,10 @@ impl NodeService {
                             .await
                             .map_err(internal)?;
                         Ok(ControlReply::Events(since))
+                    }
+                    ControlRequest::Events(EventRequest::LastSeq) => {
+                        let last = head.events.send(LastSeq).await.map_err(internal)?;
+                        Ok(ControlReply::EventSeq(last))
                     }
                     ControlRequest::Directory(request) => {
                         directory_request(&head, from, request).await

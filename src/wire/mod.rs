@@ -62,10 +62,12 @@ pub use message::{
 /// `Hello` carries a [`Proof`] (token or ticket), a join is answered with a
 /// node ticket; 5: the event stream's `ClusterEventKind::Resync` marker
 /// (a peer of 4 could not decode it); 6: `PutObjects` (small puts); 7:
-/// `StreamObject` (bulk streams over TCP). A
+/// `StreamObject` (bulk streams over TCP); 8: `EventRequest::LastSeq`
+/// (the latest event's number, which the first page of the history is
+/// not once more than a page is kept). A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

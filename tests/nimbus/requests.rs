@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use nimbus::client::ClientError;
-use nimbus::cluster::{ClusterEventKind, ControlRequest, FaultRequest};
+use nimbus::cluster::{ClusterEventKind, ControlReply, ControlRequest, FaultRequest};
 use nimbus::transport::{RequestError, RequestOptions};
 
 use crate::support::{cluster, within};
@@ -62,6 +62,42 @@ async fn a_one_way_message_is_delivered_without_a_reply() {
             .unwrap();
         let events = client.events(seen, Duration::from_secs(10)).await.unwrap();
         assert!(events.iter().any(|e| e.kind == recovered), "{events:?}");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_last_event_number_is_the_latest_with_more_than_a_page_kept() {
+    within(Duration::from_secs(60), async {
+        let cluster = cluster(1);
+        let client = cluster.client().await.unwrap();
+        let head = client.head().await.unwrap();
+        // More events than one answer holds (512): the first page of the
+        // history is not the latest.
+        let reports = 600;
+        for i in 0..reports {
+            let report = ControlRequest::Faults(FaultRequest::ReportRecovery {
+                what: "a numbered report".into(),
+                target: format!("report {i}"),
+                took_ms: 1,
+            });
+            let reply = nimbus::client::call(&head, &report, RequestOptions::control()).await;
+            assert!(matches!(reply, Ok(ControlReply::Ack)), "{reply:?}");
+        }
+        let last = client.last_event_seq().await.unwrap();
+        let latest = client.events(last - 1, Duration::ZERO).await.unwrap();
+        let seqs: Vec<u64> = latest.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [last], "the events after the one before the last");
+        assert!(
+            matches!(&latest[0].kind, ClusterEventKind::Recovered { target, .. }
+                if *target == format!("report {}", reports - 1)),
+            "{latest:?}"
+        );
+        assert!(client
+            .events(last, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty());
     })
     .await
 }
