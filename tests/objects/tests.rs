@@ -88,6 +88,12 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_late_put_of_a_freed_object_is_refused", |d| {
         boxed(a_late_put_of_a_freed_object_is_refused(d))
     }),
+    ("a_small_object_is_read_until_it_is_freed", |d| {
+        boxed(a_small_object_is_read_until_it_is_freed(d))
+    }),
+    ("a_small_object_read_last_is_not_spilled_first", |d| {
+        boxed(a_small_object_read_last_is_not_spilled_first(d))
+    }),
 ];
 
 const SETTLE: Duration = Duration::from_secs(20);
@@ -121,6 +127,67 @@ async fn wait_freed(client: &ClusterClient, node: &str, id: ObjectId) {
     .await;
     if let Err(e) = freed {
         panic!("{e}: {:?}", listing(client, node).await);
+    }
+}
+
+/// Starts one more node with `args`; its name.
+fn add_node(driver: &mut Driver, args: &[&str]) -> String {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let index = cluster.add_node(args).unwrap();
+    cluster.node(index).unwrap().name().to_string()
+}
+
+/// A connection to node `name`'s object store, as a process of another
+/// node has, for object requests sent as they are on the wire.
+async fn store_of(client: &ClusterClient, name: &str) -> nimbus::transport::Connection {
+    let status = client.status().await.unwrap();
+    let node = status.node(name).expect("the node is known");
+    client.connect_node(node).await.unwrap()
+}
+
+/// Sends object request `request` to the store at `node`.
+async fn ask(
+    node: &nimbus::transport::Connection,
+    request: ObjectRequest,
+) -> Result<ControlReply, nimbus::client::ClientError> {
+    let request = ControlRequest::Objects(request);
+    nimbus::client::call(node, &request, RequestOptions::bulk()).await
+}
+
+/// A put of object `id`, `bytes`, whole, held by `holder`.
+fn put_whole(id: ObjectId, holder: &RefHolder, bytes: Vec<u8>) -> ObjectRequest {
+    ObjectRequest::PutObjectChunk {
+        id,
+        offset: 0,
+        total: bytes.len() as u64,
+        holder: holder.clone(),
+        contains: Vec::new(),
+        chunk: bytes,
+    }
+}
+
+/// Releases `holder`'s references to `ids` at the store at `node`.
+async fn release_at(node: &nimbus::transport::Connection, holder: &RefHolder, ids: &[ObjectId]) {
+    let updates = ids
+        .iter()
+        .map(|&id| RefUpdate {
+            id,
+            change: RefChange::Release,
+        })
+        .collect();
+    let holder = holder.clone();
+    ask(node, ObjectRequest::UpdateRefs { holder, updates })
+        .await
+        .unwrap();
+}
+
+/// A holder of references that is no process of the cluster, numbered.
+fn test_holder(id: u64, label: &str) -> RefHolder {
+    RefHolder::Process {
+        id,
+        label: label.into(),
+        worker: None,
+        job: None,
     }
 }
 
@@ -987,48 +1054,14 @@ async fn pulled_digests(
 /// and never freed.
 async fn a_late_put_of_a_freed_object_is_refused(driver: &mut Driver) {
     let client = client(driver).await;
-    let status = client.status().await.unwrap();
-    let node = client
-        .connect_node(status.node("head").expect("the head is known"))
-        .await
-        .unwrap();
+    let node = store_of(&client, "head").await;
     let id = ObjectId::random();
-    let holder = RefHolder::Process {
-        id: 7,
-        label: "a putter that repeats itself".into(),
-        worker: None,
-        job: None,
-    };
+    let holder = test_holder(7, "a putter that repeats itself");
     let bytes = vec![5u8; 1024];
-    let call = |request| {
-        let node = &node;
-        async move {
-            nimbus::client::call(
-                node,
-                &ControlRequest::Objects(request),
-                RequestOptions::bulk(),
-            )
-            .await
-        }
-    };
-    let put = || ObjectRequest::PutObjectChunk {
-        id,
-        offset: 0,
-        total: bytes.len() as u64,
-        holder: holder.clone(),
-        contains: Vec::new(),
-        chunk: bytes.clone(),
-    };
+    let call = |request| ask(&node, request);
+    let put = || put_whole(id, &holder, bytes.clone());
     call(put()).await.unwrap();
-    call(ObjectRequest::UpdateRefs {
-        holder: holder.clone(),
-        updates: vec![RefUpdate {
-            id,
-            change: RefChange::Release,
-        }],
-    })
-    .await
-    .unwrap();
+    release_at(&node, &holder, &[id]).await;
     wait_freed(&client, "head", id).await;
     let again = call(put()).await;
     let refused = format!("{again:?}");
@@ -1048,5 +1081,94 @@ async fn a_late_put_of_a_freed_object_is_refused(driver: &mut Driver) {
     match awaited {
         Ok(ControlReply::ObjectFailed(reason)) => assert!(reason.contains("freed"), "{reason}"),
         other => panic!("expected the object freed, got {other:?}"),
+    }
+}
+
+/// A small object in a node's memory is read whole or in part (answered
+/// without its shard, `small_reads.rs`) until it is freed; then the read
+/// says it was freed instead of answering its old bytes.
+async fn a_small_object_is_read_until_it_is_freed(driver: &mut Driver) {
+    let client = client(driver).await;
+    let node = store_of(&client, "head").await;
+    let id = ObjectId::random();
+    let holder = test_holder(8, "a putter that lets go");
+    let bytes = pattern(3, 1000);
+    let call = |request| ask(&node, request);
+    let read = |offset, len| ObjectRequest::ReadObject {
+        id,
+        offset,
+        len,
+        copy_at: None,
+    };
+    call(put_whole(id, &holder, bytes.clone())).await.unwrap();
+    match call(read(0, 1 << 20)).await {
+        Ok(ControlReply::ObjectBytes(got)) => assert_eq!(got, bytes),
+        other => panic!("expected its bytes, got {other:?}"),
+    }
+    match call(read(10, 5)).await {
+        Ok(ControlReply::ObjectBytes(got)) => assert_eq!(got, bytes[10..15]),
+        other => panic!("expected 5 of its bytes, got {other:?}"),
+    }
+    release_at(&node, &holder, &[id]).await;
+    wait_freed(&client, "head", id).await;
+    match call(read(0, 1 << 20)).await {
+        Ok(ControlReply::ObjectBytes(got)) => panic!("{} bytes read after the free", got.len()),
+        other => assert!(format!("{other:?}").contains("freed"), "{other:?}"),
+    }
+}
+
+/// Reads answered without the object's shard (`small_reads.rs`) count as
+/// uses: under memory pressure the least recently used object is spilled,
+/// not the one put first and read since.
+async fn a_small_object_read_last_is_not_spilled_first(driver: &mut Driver) {
+    let client = client(driver).await;
+    let name = add_node(driver, &["--object-store-memory", "200000"]);
+    let node = store_of(&client, &name).await;
+    let call = |request| ask(&node, request);
+    let holder = test_holder(9, "a putter that reads its first object");
+    // One shard holds them all (ids divisible by every shard count the
+    // node may run, 1 to 4): the first it is asked to spill.
+    let base = ObjectId::random().0 / 24 * 12;
+    let ids: Vec<ObjectId> = (0..4).map(|i| ObjectId(base + 12 * i)).collect();
+    let size = 60_000;
+    let put = |id, seed| put_whole(id, &holder, pattern(seed, size));
+    for (seed, id) in ids[..3].iter().enumerate() {
+        call(put(*id, seed as u64)).await.unwrap();
+    }
+    let read = ObjectRequest::ReadObject {
+        id: ids[0],
+        offset: 0,
+        len: size as u64,
+        copy_at: None,
+    };
+    match call(read).await {
+        Ok(ControlReply::ObjectBytes(got)) => assert_eq!(got, pattern(0, size)),
+        other => panic!("expected the first object's bytes, got {other:?}"),
+    }
+    // 180 kB held of 200 kB: the fourth makes the shard spill one.
+    call(put(ids[3], 3)).await.unwrap();
+    let found = listing(&client, &name).await;
+    let states: Vec<ObjectState> = ids
+        .iter()
+        .map(|id| {
+            let object = found.objects.iter().find(|o| o.id == *id);
+            object
+                .unwrap_or_else(|| panic!("{id} is listed: {found:?}"))
+                .state
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ObjectState::InMemory,
+            ObjectState::Spilled,
+            ObjectState::InMemory,
+            ObjectState::InMemory
+        ],
+        "the second, unread, is the least recently used"
+    );
+    release_at(&node, &holder, &ids).await;
+    for id in ids {
+        wait_freed(&client, &name, id).await;
     }
 }

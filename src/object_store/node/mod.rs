@@ -70,6 +70,7 @@
 
 mod refcount;
 mod shard;
+mod small_reads;
 
 pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
 
@@ -103,6 +104,7 @@ use shard::{
     Abort, Append, Await, Awaited, Begin, Begun, DropCopy, DropDriver, DropWorker, Fail, Freed,
     Holders, List, ListHolders, Open, Read, Seal, Spill, UpdateRefs,
 };
+use small_reads::SmallReads;
 
 /// The most shards a node runs: objects are spread over them by id.
 const MAX_SHARDS: usize = 4;
@@ -111,6 +113,8 @@ const MAX_SHARDS: usize = 4;
 #[derive(Clone)]
 pub struct NodeObjectStore {
     shards: Vec<Addr<ObjectStoreShard>>,
+    /// The shards' small complete objects, read without a hop to them.
+    small: Arc<SmallReads>,
     budget: Arc<Budget>,
     /// Its spill and shared-memory directories.
     owned: Arc<Vec<OwnedDir>>,
@@ -182,10 +186,11 @@ impl NodeObjectStore {
         let shared_dir = shared.as_ref().map(|d| d.path().to_path_buf());
         let owned = Arc::new([Some(spill), shared].into_iter().flatten().collect());
         let budget = Budget::new(capacity, spill_dir, shared_dir, arrival_timeout);
+        let small = Arc::new(SmallReads::default());
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let shards = (0..cores.clamp(1, MAX_SHARDS))
             .map(|_| {
-                let shard = ObjectStoreShard::new(budget.clone());
+                let shard = ObjectStoreShard::new(budget.clone(), small.clone());
                 ObjectStoreShard::start_in_arbiter(&Arbiter::new().handle(), |_| shard)
             })
             .collect();
@@ -196,6 +201,7 @@ impl NodeObjectStore {
         let bulk = listener.as_ref().map(BulkListener::grants);
         let store = NodeObjectStore {
             shards,
+            small,
             budget,
             owned,
             endpoint,
@@ -414,6 +420,11 @@ impl NodeObjectStore {
                 copy_at,
             } => {
                 let len = len.min(CHUNK_BYTES as u64);
+                if copy_at.is_none() {
+                    if let Some(bytes) = self.small.read(id, offset, len) {
+                        return Ok(ControlReply::ObjectBytes(bytes));
+                    }
+                }
                 let read = Read {
                     id,
                     offset,

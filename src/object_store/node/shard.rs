@@ -54,6 +54,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::refcount::{Collected, RefCounts};
+use super::small_reads::SmallReads;
 use crate::cluster::files::{free_bytes, private_dir, private_file, write_private};
 use crate::cluster::{
     ContainedRef, ObjectId, ObjectLocation, ObjectState, ObjectSummary, RefChange, RefHolder,
@@ -293,8 +294,9 @@ enum Data {
         received: u64,
         _claim: Option<TmpfsClaim>,
     },
-    /// Complete, in memory.
-    Memory(Vec<u8>),
+    /// Complete, in memory (shared with the node's small reads when
+    /// small: `small_reads.rs`).
+    Memory(Arc<Vec<u8>>),
     /// Complete, in its shared-memory file.
     Shared(PathBuf),
     /// Complete, in `Budget::spill_path`.
@@ -380,6 +382,8 @@ pub struct Freed {
 pub struct ObjectStoreShard {
     objects: HashMap<ObjectId, Stored>,
     budget: Arc<Budget>,
+    /// Its small complete objects' bytes, for the node's reads.
+    small: Arc<SmallReads>,
     refs: RefCounts,
     /// Waiting for objects not here yet.
     arrivals: HashMap<ObjectId, Vec<oneshot::Sender<()>>>,
@@ -389,16 +393,32 @@ pub struct ObjectStoreShard {
 }
 
 impl ObjectStoreShard {
-    /// A shard drawing on `budget`.
-    pub fn new(budget: Arc<Budget>) -> Self {
+    /// A shard drawing on `budget`, sharing its small objects with
+    /// `small`.
+    pub(super) fn new(budget: Arc<Budget>, small: Arc<SmallReads>) -> Self {
         ObjectStoreShard {
             objects: HashMap::new(),
             budget,
+            small,
             refs: RefCounts::default(),
             arrivals: HashMap::new(),
             clock: 0,
             warned_shared: false,
         }
+    }
+
+    /// Takes object `id` out of the shard, withdrawing it from the small
+    /// reads first (`small_reads.rs`, step 2).
+    fn take(&mut self, id: ObjectId) -> Option<Stored> {
+        self.small.withdraw(id);
+        self.objects.remove(&id)
+    }
+
+    /// Keeps `stored` as object `id`, in place of any object of that id,
+    /// which is withdrawn from the small reads first.
+    fn put(&mut self, id: ObjectId, stored: Stored) {
+        self.small.withdraw(id);
+        self.objects.insert(id, stored);
     }
 
     fn tick(&mut self) -> u64 {
@@ -419,7 +439,7 @@ impl ObjectStoreShard {
 
     /// Drops primary `id`, which no reference holds any more.
     fn free(&mut self, id: ObjectId) -> Option<Freed> {
-        let stored = self.objects.remove(&id)?;
+        let stored = self.take(id)?;
         self.forget(id, &stored);
         self.notify(id);
         Some(Freed {
@@ -472,7 +492,7 @@ impl ObjectStoreShard {
         let size = stored.total;
         if !stored.primary {
             // Memory is short: its file goes, not to the spares.
-            if let Some(stored) = self.objects.remove(&id) {
+            if let Some(stored) = self.take(id) {
                 self.release(id, &stored);
             }
             return Ok(size);
@@ -494,6 +514,7 @@ impl ObjectStoreShard {
                 source,
             });
         }
+        self.small.withdraw(id);
         stored.data = Data::Spilled;
         self.budget.give_back(size);
         self.budget.spilled.fetch_add(size, Ordering::Relaxed);
@@ -544,7 +565,7 @@ impl ObjectStoreShard {
             .map(|(id, _)| *id)
             .collect();
         for id in abandoned {
-            let Some(stored) = self.objects.remove(&id) else {
+            let Some(stored) = self.take(id) else {
                 continue;
             };
             self.forget(id, &stored);
@@ -560,7 +581,7 @@ impl ObjectStoreShard {
                 failed.contains = stored.contains;
                 failed.waiting = stored.waiting;
                 failed.abandoned = true;
-                self.objects.insert(id, failed);
+                self.put(id, failed);
             } else {
                 for waiter in stored.waiting {
                     let _ = waiter.send(());
@@ -892,7 +913,7 @@ impl Handler<Begin> for ObjectStoreShard {
         }
         if primary && self.objects.get(&msg.id).is_some_and(|s| s.abandoned) {
             // Its put stopped half-way: this one starts it over.
-            self.objects.remove(&msg.id);
+            self.take(msg.id);
         }
         if let Some(stored) = self.objects.get_mut(&msg.id) {
             match &stored.data {
@@ -966,7 +987,7 @@ impl Handler<Begin> for ObjectStoreShard {
         let mut stored = Stored::new(msg.total, data, primary);
         stored.contains = msg.contains;
         stored.last_used = tick;
-        self.objects.insert(msg.id, stored);
+        self.put(msg.id, stored);
         if let Some(holder) = msg.holder {
             self.refs.arrived(msg.id, holder);
         }
@@ -978,7 +999,7 @@ impl Handler<Begin> for ObjectStoreShard {
             }) {
                 // Undone as an abort would, before anyone saw it; its
                 // contained references are not held yet.
-                if let Some(stored) = self.objects.remove(&msg.id) {
+                if let Some(stored) = self.take(msg.id) {
                     self.forget(msg.id, &stored);
                     if stored.primary {
                         self.refs.forget(msg.id);
@@ -1023,7 +1044,9 @@ impl ObjectStoreShard {
         match &mut stored.data {
             Data::Arriving(bytes) if bytes.is_empty() && done => {
                 // The whole object in one chunk: kept as it came.
-                stored.data = Data::Memory(msg.chunk);
+                let bytes = Arc::new(msg.chunk);
+                self.small.share(msg.id, &bytes);
+                stored.data = Data::Memory(bytes);
             }
             Data::Arriving(bytes) => {
                 if bytes.capacity() == 0 {
@@ -1031,7 +1054,9 @@ impl ObjectStoreShard {
                 }
                 bytes.extend_from_slice(&msg.chunk);
                 if done {
-                    stored.data = Data::Memory(std::mem::take(bytes));
+                    let bytes = Arc::new(std::mem::take(bytes));
+                    self.small.share(msg.id, &bytes);
+                    stored.data = Data::Memory(bytes);
                 }
             }
             Data::ArrivingShared { file, received, .. } => {
@@ -1143,7 +1168,7 @@ impl Handler<Abort> for ObjectStoreShard {
         if !arriving {
             return MessageResult(Vec::new());
         }
-        let Some(stored) = self.objects.remove(&id) else {
+        let Some(stored) = self.take(id) else {
             return MessageResult(Vec::new());
         };
         self.forget(id, &stored);
@@ -1211,6 +1236,8 @@ impl Handler<Read> for ObjectStoreShard {
                         let _ = std::fs::remove_file(&path);
                         self.budget.spilled.fetch_sub(total, Ordering::Relaxed);
                         metrics::counter!("nimbus_object_restores_total").increment(1);
+                        let bytes = Arc::new(bytes);
+                        self.small.share(msg.id, &bytes);
                         stored.data = Data::Memory(bytes);
                     }
                     Ok(bytes) => {
@@ -1304,7 +1331,7 @@ impl Handler<Fail> for ObjectStoreShard {
             return;
         }
         let failed = Stored::new(0, Data::Failed(msg.message), true);
-        self.objects.insert(msg.id, failed);
+        self.put(msg.id, failed);
         self.refs.arrived(msg.id, msg.holder);
         self.notify(msg.id);
     }
@@ -1337,7 +1364,7 @@ impl Handler<DropCopy> for ObjectStoreShard {
             .get(&id)
             .is_some_and(|s| !s.primary && s.complete())
         {
-            if let Some(stored) = self.objects.remove(&id) {
+            if let Some(stored) = self.take(id) {
                 self.forget(id, &stored);
             }
         }
@@ -1348,6 +1375,14 @@ impl Handler<Spill> for ObjectStoreShard {
     type Result = Result<u64, ShardError>;
 
     fn handle(&mut self, msg: Spill, _: &mut Self::Context) -> Self::Result {
+        // Reads answered without the shard count as uses now
+        // (`small_reads.rs`, step 4).
+        let tick = self.tick();
+        for (id, stored) in &mut self.objects {
+            if matches!(stored.data, Data::Memory(_)) && self.small.was_read(*id) {
+                stored.last_used = tick;
+            }
+        }
         let mut candidates: Vec<(u64, bool, ObjectId)> = self
             .objects
             .iter()
