@@ -40,8 +40,19 @@ fn chromium() -> Option<PathBuf> {
     }
 }
 
+/// A headless browser and the temporary directory it was given: Chromium
+/// keeps its singleton socket in a directory of its own there, which it
+/// would leave in `/tmp` when killed (as the browser is, when dropped).
+/// Fields drop in order: the browser ends before its directory goes.
+struct Headless {
+    _browser: Browser,
+    _tmp: TempDir,
+}
+
 /// A headless browser with one tab.
-fn browser(chromium: PathBuf) -> (Browser, Arc<Tab>) {
+fn browser(chromium: PathBuf) -> (Headless, Arc<Tab>) {
+    let tmp = TempDir::new().unwrap();
+    let tmp_path = tmp.path().to_string_lossy().into_owned();
     let browser = Browser::new(LaunchOptions {
         path: Some(chromium),
         headless: true,
@@ -49,12 +60,17 @@ fn browser(chromium: PathBuf) -> (Browser, Arc<Tab>) {
         sandbox: false,
         window_size: Some((1400, 900)),
         idle_browser_timeout: Duration::from_secs(120),
+        process_envs: Some([("TMPDIR".to_string(), tmp_path)].into()),
         ..LaunchOptions::default()
     })
     .unwrap();
     let tab = browser.new_tab().unwrap();
     tab.set_default_timeout(PAGE_DEADLINE);
-    (browser, tab)
+    let headless = Headless {
+        _browser: browser,
+        _tmp: tmp,
+    };
+    (headless, tab)
 }
 
 /// Loads `url` and waits until the JavaScript expression `condition`
