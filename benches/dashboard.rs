@@ -259,11 +259,18 @@ fn main() {
             "node-1",
         ],
     );
+    // Chromium keeps its singleton socket in a directory of its own under
+    // TMPDIR and leaves it when killed (as the browser is, when dropped):
+    // a directory of this run's, declared first so it goes after the
+    // browser.
+    let browser_tmp = tempfile::tempdir().unwrap();
+    let tmp_path = browser_tmp.path().to_string_lossy().into_owned();
     let browser = Browser::new(LaunchOptions {
         path: Some(chromium),
         sandbox: false,
         window_size: Some((1400, 900)),
         idle_browser_timeout: LOAD_DEADLINE,
+        process_envs: Some([("TMPDIR".to_string(), tmp_path)].into()),
         ..LaunchOptions::default()
     })
     .unwrap();
