@@ -226,6 +226,16 @@ pub enum BulkError {
         /// Bytes that never came.
         missing: u64,
     },
+    /// The file a stream's bytes come from or go to failed.
+    #[error("bulk stream with {addr}: cannot {action} the file: {cause}")]
+    File {
+        /// The other end.
+        addr: SocketAddr,
+        /// "read" or "write".
+        action: &'static str,
+        /// The OS error.
+        cause: std::io::Error,
+    },
     /// A record could not be sealed or opened (`records.rs`).
     #[error("bulk stream with {addr}: {cause}")]
     Record {

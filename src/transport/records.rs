@@ -37,12 +37,31 @@ pub(super) const MAX_RECORDS: u64 = 1 << 24;
 /// A record's header.
 pub(super) const HEADER_LEN: usize = 5;
 const TAG_LEN: usize = 16;
+/// Bytes a record adds to those it carries: its header, its content type
+/// and its tag.
+pub(super) const OVERHEAD: usize = HEADER_LEN + 1 + TAG_LEN;
+/// A full record's length on the wire.
+const MAX_RECORD: usize = MAX_PLAINTEXT + OVERHEAD;
 
 /// Content types (RFC 8446 §5.1).
 pub(super) const APPLICATION_DATA: u8 = 23;
 pub(super) const ALERT: u8 = 21;
 /// The alert that ends a stream: level warning, `close_notify`.
 pub(super) const CLOSE_NOTIFY: [u8; 2] = [1, 0];
+
+/// Sizes `out` for the records that carry `len` bytes (step 2), each
+/// full but the last, and returns where each record's bytes go: `out`'s
+/// bytes are read in there, then sealed in place
+/// ([`Direction::seal_laid_out`]).
+pub(super) fn lay_out(len: usize, out: &mut Vec<u8>) -> Vec<&mut [u8]> {
+    out.resize(len + len.div_ceil(MAX_PLAINTEXT) * OVERHEAD, 0);
+    out.chunks_mut(MAX_RECORD)
+        .map(|record| {
+            let carried = record.len() - OVERHEAD;
+            &mut record[HEADER_LEN..HEADER_LEN + carried]
+        })
+        .collect()
+}
 
 /// One direction of a stream: its key, IV and next sequence number.
 pub(super) struct Direction {
@@ -107,20 +126,43 @@ impl Direction {
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
         for piece in bytes.chunks(MAX_PLAINTEXT) {
-            let len = piece.len() + 1 + TAG_LEN;
-            let [high, low] = (len as u16).to_be_bytes();
-            let header = [APPLICATION_DATA, 3, 3, high, low];
-            out.extend_from_slice(&header);
             let start = out.len();
+            out.extend_from_slice(&[0; HEADER_LEN]);
             out.extend_from_slice(piece);
-            out.push(content_type);
-            let nonce = self.nonce()?;
-            let tag = self
-                .key
-                .seal_in_place_separate_tag(nonce, Aad::from(header), &mut out[start..])
-                .map_err(|_| RecordError::Malformed("too long to seal"))?;
-            out.extend_from_slice(tag.as_ref());
+            out.extend_from_slice(&[0; 1 + TAG_LEN]);
+            self.seal_record(content_type, &mut out[start..])?;
         }
+        Ok(())
+    }
+
+    /// Seals the records [`lay_out`] laid out in `out`, whose bytes were
+    /// put in place (step 2).
+    pub(super) fn seal_laid_out(
+        &mut self,
+        content_type: u8,
+        out: &mut [u8],
+    ) -> Result<(), RecordError> {
+        for record in out.chunks_mut(MAX_RECORD) {
+            self.seal_record(content_type, record)?;
+        }
+        Ok(())
+    }
+
+    /// Seals one record in place: `record` is room for its header, then
+    /// its bytes, then room for its content type and tag (step 2).
+    fn seal_record(&mut self, content_type: u8, record: &mut [u8]) -> Result<(), RecordError> {
+        let inner = record.len() - HEADER_LEN - TAG_LEN;
+        let [high, low] = ((inner + TAG_LEN) as u16).to_be_bytes();
+        let header = [APPLICATION_DATA, 3, 3, high, low];
+        record[..HEADER_LEN].copy_from_slice(&header);
+        let (inner, tag_room) = record[HEADER_LEN..].split_at_mut(inner);
+        inner[inner.len() - 1] = content_type;
+        let nonce = self.nonce()?;
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(nonce, Aad::from(header), inner)
+            .map_err(|_| RecordError::Malformed("too long to seal"))?;
+        tag_room.copy_from_slice(tag.as_ref());
         Ok(())
     }
 

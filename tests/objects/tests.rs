@@ -29,6 +29,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_freed_file_is_reused_only_if_no_process_mapped_it", |d| {
         boxed(a_freed_file_is_reused_only_if_no_process_mapped_it(d))
     }),
+    ("a_file_streaming_out_when_freed_is_not_reused", |d| {
+        boxed(a_file_streaming_out_when_freed_is_not_reused(d))
+    }),
     (
         "memory_returns_to_baseline_after_10000_put_get_drop_cycles",
         |d| boxed(memory_returns_to_baseline(d)),
@@ -276,6 +279,63 @@ async fn a_freed_file_is_reused_only_if_no_process_mapped_it(driver: &mut Driver
     assert_eq!(spare_now().await, before, "a mapped file is never a spare");
     let next = object_store::put_bytes(&pattern(3, size)).await.unwrap();
     assert_eq!(digest(&back), digest(&pattern(2, size)));
+    let id = next.id();
+    drop(next);
+    wait_freed(&client, "head", id).await;
+}
+
+/// A bulk stream out reads the object's shared-memory file straight: an
+/// object freed while it streams (too large to sit in the sockets'
+/// buffers) leaves no spare, so the next put of its size gets a fresh
+/// file and the stream carries the freed object's bytes to its end.
+async fn a_file_streaming_out_when_freed_is_not_reused(driver: &mut Driver) {
+    let client = client(driver).await;
+    let size = 64 << 20;
+    let spare_now = || async { listing(&client, "head").await.spare };
+    let before = spare_now().await;
+    let streamed = object_store::put_bytes(&pattern(4, size)).await.unwrap();
+    let id = streamed.id();
+    let head = store_of(&client, "head").await;
+    let ask_stream = ObjectRequest::StreamObject {
+        id,
+        size: size as u64,
+        copy_at: None,
+    };
+    let (port, ticket) = match ask(&head, ask_stream).await.unwrap() {
+        ControlReply::ObjectStream { port, ticket } => (port, ticket),
+        other => panic!("no stream granted: {other:?}"),
+    };
+    let status = client.status().await.unwrap();
+    let head_ip = status.node("head").unwrap().address.ip();
+    let at = std::net::SocketAddr::new(head_ip, port);
+    let mut stream = client.endpoint().bulk_connect(at, ticket).await.unwrap();
+    // The first MiB: the owner has opened the file.
+    let (mut stream, first) = tokio::task::spawn_blocking(move || {
+        let mut first = Vec::new();
+        let read = stream.read_exact_into(&mut first, 1 << 20);
+        (stream, read.map(|()| first))
+    })
+    .await
+    .unwrap();
+    let mut got = first.unwrap();
+    drop(streamed);
+    wait_freed(&client, "head", id).await;
+    assert_eq!(
+        spare_now().await,
+        before,
+        "a file streaming out became a spare"
+    );
+    let next = object_store::put_bytes(&pattern(5, size)).await.unwrap();
+    let rest = tokio::task::spawn_blocking(move || {
+        stream
+            .read_exact_into(&mut got, size - (1 << 20))
+            .map(|()| got)
+    });
+    let got = rest.await.unwrap().unwrap();
+    assert!(
+        digest(&got) == digest(&pattern(4, size)),
+        "the stream carried other bytes than the object's"
+    );
     let id = next.id();
     drop(next);
     wait_freed(&client, "head", id).await;

@@ -27,13 +27,16 @@
 //!    `MAX_OBJECT_WAIT`, 30 s, for objects still being produced) and
 //!    begins its copy. A copy in a shared-memory file comes over a bulk
 //!    stream (`crate::transport`'s `bulk.rs`: TLS over TCP): the owner
-//!    grants one (`StreamObject`) and writes the object's chunks
-//!    ([`STREAM_CHUNK_BYTES`], 1 MiB), two shard reads ahead (the first
-//!    recording this node as caching a copy); this node writes them
-//!    straight into the file, reading the
-//!    next chunk while one is written, then seals that file (a seal names
-//!    the file's inode: a file abandoned meanwhile and begun again by
-//!    another pull is not sealed). A copy kept in memory, or one whose
+//!    grants one (`StreamObject`) and, on a thread of its own, reads the
+//!    object's shared-memory file straight into the stream's records (the
+//!    file is pinned: freed meanwhile, it is removed, never reused as a
+//!    spare nor cut, so the stream carries its bytes to the end; an object
+//!    in memory or spilled is read by the shard in
+//!    [`STREAM_CHUNK_BYTES`] chunks instead); opening it records this node
+//!    as caching a copy. This node, on a thread of its own too, writes
+//!    the records' bytes straight into its file, then seals that file (a
+//!    seal names the file's inode: a file abandoned meanwhile and begun
+//!    again by another pull is not sealed). A copy kept in memory, or one whose
 //!    stream fails (no bulk listener, TCP refused, a stall, an early end),
 //!    comes over QUIC from its start, in chunks, four in flight
 //!    (`ReadObject`); after a failed dial, the owner's objects come over
@@ -102,7 +105,7 @@ use super::transfer::{call, host_id, read_chunks, CHUNK_BYTES, MAX_OBJECT_WAIT};
 use crate::cluster::SharedObjectFile;
 use shard::{
     Abort, Append, Await, Awaited, Begin, Begun, DropCopy, DropDriver, DropWorker, Fail, Freed,
-    Holders, List, ListHolders, Open, Read, Seal, Spill, UpdateRefs,
+    Holders, List, ListHolders, Open, OpenStream, Read, Seal, Spill, UpdateRefs,
 };
 use small_reads::SmallReads;
 
@@ -130,13 +133,8 @@ pub struct NodeObjectStore {
 /// QUIC without trying TCP again (step 2).
 pub const BULK_RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// The bytes of each shard read and file write of a bulk stream (step
-/// 2): small enough that a chunk is still in the CPU's cache when it is
-/// encrypted, or written to the file after it was decrypted. On the
-/// 2-core development machine, steady 256 MiB pulls on loopback took
-/// 10% less CPU and went 10–15% faster than with 8 MiB chunks
-/// ([`CHUNK_BYTES`], which QUIC's requests keep: there each chunk is a
-/// round trip).
+/// The bytes of each shard read of a bulk stream out of an object not in
+/// a shared-memory file (step 2).
 pub(crate) const STREAM_CHUNK_BYTES: usize = 1 << 20;
 
 /// What a bulk stream out of this node carries: an object's `size`
@@ -218,36 +216,50 @@ impl NodeObjectStore {
         Ok(store)
     }
 
-    /// Writes the bytes a bulk stream was granted for (step 2), two shard
-    /// reads ahead, and ends it; a failed read ends it early.
-    async fn stream_out(self, what: Streamed, mut stream: BulkStream) {
+    /// Writes the bytes a bulk stream was granted for (step 2) and ends
+    /// it, on a thread of its own: straight from the object's
+    /// shared-memory file (pinned against reuse until the stream ends),
+    /// else by shard reads. A failed read ends it early.
+    async fn stream_out(self, what: Streamed, stream: BulkStream) {
         let Streamed { id, size, copy_at } = what;
         let shard = self.shard(id).clone();
-        let reads = futures::stream::iter((0..size).step_by(STREAM_CHUNK_BYTES)).map(|offset| {
-            shard.send(Read {
-                id,
-                offset,
-                len: STREAM_CHUNK_BYTES as u64,
-                copy_at: copy_at.clone(),
-            })
-        });
-        let mut chunks = std::pin::pin!(reads.buffered(2));
-        while let Some(chunk) = chunks.next().await {
-            let written = match flatten(chunk) {
-                Ok(chunk) if chunk.is_empty() => break,
-                Ok(chunk) => stream.write_all(&chunk).await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.message),
+        let open = OpenStream {
+            id,
+            copy_at: copy_at.clone(),
+        };
+        let opened = shard.send(open).await.ok().flatten();
+        let runtime = tokio::runtime::Handle::current();
+        let sent = tokio::task::spawn_blocking(move || {
+            let mut stream = stream;
+            let peer = stream.peer();
+            let sent = match opened {
+                Some((file, _pin)) => stream
+                    .write_from_file(&file, 0, size)
+                    .map_err(|e| e.to_string()),
+                None => (0..size)
+                    .step_by(STREAM_CHUNK_BYTES)
+                    .try_for_each(|offset| {
+                        let read = Read {
+                            id,
+                            offset,
+                            len: STREAM_CHUNK_BYTES as u64,
+                            copy_at: copy_at.clone(),
+                        };
+                        let chunk = flatten(runtime.block_on(shard.send(read)));
+                        let chunk = chunk.map_err(|e| e.message)?;
+                        stream.write_all(&chunk).map_err(|e| e.to_string())
+                    }),
             };
-            if let Err(e) = written {
-                tracing::debug!(
-                    "object {id}: bulk stream to {} ended early: {e}",
-                    stream.peer()
-                );
-                return;
+            match sent {
+                Ok(()) => stream.finish().map_err(|e| e.to_string()),
+                Err(e) => Err(format!("bulk stream to {peer} ended early: {e}")),
             }
-        }
-        if let Err(e) = stream.finish().await {
-            tracing::debug!("object {id}: bulk stream did not end cleanly: {e}");
+        })
+        .await;
+        match sent {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!("object {id}: {e}"),
+            Err(e) => tracing::warn!("object {id}: its bulk stream's thread failed: {e}"),
         }
     }
 
@@ -884,7 +896,7 @@ impl NodeObjectStore {
         // it is abandoned meanwhile and another pull begins a new one at
         // the same path (whose seal then refuses this inode).
         let opened = std::fs::OpenOptions::new().write(true).open(&file);
-        let file = Arc::new(opened.map_err(|e| format!("cannot open {}: {e}", file.display()))?);
+        let file = opened.map_err(|e| format!("cannot open {}: {e}", file.display()))?;
         let inode = {
             use std::os::unix::fs::MetadataExt;
             file.metadata().map_err(|e| e.to_string())?.ino()
@@ -908,35 +920,12 @@ impl NodeObjectStore {
             }
         };
         self.bulk_failed.remove(&ip);
-        let mut next = Vec::with_capacity(STREAM_CHUNK_BYTES);
-        let mut writing = None;
-        let mut at = 0;
-        let mut read = Ok(());
-        while at < size && read.is_ok() {
-            let want = (size - at).min(STREAM_CHUNK_BYTES as u64) as usize;
-            next.clear();
-            read = stream
-                .read_exact_into(&mut next, want)
-                .await
-                .map_err(|e| e.to_string());
-            let free = match writing.take() {
-                Some(write) => written(write).await?,
-                None => Vec::with_capacity(STREAM_CHUNK_BYTES),
-            };
-            if read.is_ok() {
-                let chunk = std::mem::replace(&mut next, free);
-                let file = file.clone();
-                writing = Some(tokio::task::spawn_blocking(move || {
-                    use std::os::unix::fs::FileExt;
-                    file.write_all_at(&chunk, at).map(|()| chunk)
-                }));
-                at += want as u64;
-            }
+        let received = tokio::task::spawn_blocking(move || stream.read_into_file(&file, 0, size));
+        match received.await {
+            Ok(Ok(())) => Ok(inode),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("the object's file writer failed: {e}")),
         }
-        if let Some(write) = writing {
-            written(write).await?;
-        }
-        read.map(|()| inode)
     }
 
     async fn list(&self) -> ObjectListing {
@@ -1075,17 +1064,6 @@ fn wait(wait_ms: u64) -> Duration {
 
 fn bad(message: String) -> RemoteError {
     RemoteError::new(RemoteErrorKind::BadRequest, message)
-}
-
-/// The buffer a write of a bulk stream's chunk gives back.
-async fn written(
-    write: tokio::task::JoinHandle<std::io::Result<Vec<u8>>>,
-) -> Result<Vec<u8>, String> {
-    match write.await {
-        Ok(Ok(buffer)) => Ok(buffer),
-        Ok(Err(e)) => Err(format!("cannot write the object's file: {e}")),
-        Err(e) => Err(format!("the object's file writer failed: {e}")),
-    }
 }
 
 fn unavailable(e: MailboxError) -> RemoteError {

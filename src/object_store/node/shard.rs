@@ -20,9 +20,9 @@
 //!
 //! 1. A complete object's file that no process was given to map (`Open`)
 //!    is renamed to a spare when the object is freed; its bytes stay
-//!    counted as memory in use. A file that was mapped is removed, as is
-//!    the file of an object that never completed (a writer may still hold
-//!    it). The mapping a writer keeps of the file it wrote does not count:
+//!    counted as memory in use. A file that was mapped, or that a bulk
+//!    stream out still reads (`OpenStream`), is removed, as is the file of
+//!    an object that never completed (a writer may still hold it). The mapping a writer keeps of the file it wrote does not count:
 //!    it is written through only while the file is granted to that writer,
 //!    never read (`process/kept_maps.rs`).
 //! 2. A new shared-memory object takes the smallest spare at least its
@@ -325,6 +325,10 @@ struct Stored {
     /// A process was given its shared-memory file to map (`Open`): the
     /// file is never reused.
     mapped: bool,
+    /// Shared with each bulk stream out reading its shared-memory file
+    /// (`OpenStream`) until the stream ends: while one does, the file is
+    /// not reused, nor cut when removed (the stream reads on from it).
+    streaming: Arc<()>,
 }
 
 impl Stored {
@@ -340,7 +344,14 @@ impl Stored {
             touched: Instant::now(),
             abandoned: false,
             mapped: false,
+            streaming: Arc::default(),
         }
+    }
+
+    /// Whether a process maps its shared-memory file or a bulk stream
+    /// reads it: the file may then be removed, never reused or cut.
+    fn held_open(&self) -> bool {
+        self.mapped || Arc::strong_count(&self.streaming) > 1
     }
 
     fn complete(&self) -> bool {
@@ -453,7 +464,7 @@ impl ObjectStoreShard {
     /// file may be kept as a spare.
     fn forget(&self, id: ObjectId, stored: &Stored) {
         if let Data::Shared(path) = &stored.data {
-            if !stored.mapped && self.budget.keep_spare(path, stored.total) {
+            if !stored.held_open() && self.budget.keep_spare(path, stored.total) {
                 return;
             }
         }
@@ -465,7 +476,7 @@ impl ObjectStoreShard {
         self.budget.give_back(stored.in_memory());
         if matches!(stored.data, Data::Shared(_) | Data::ArrivingShared { .. }) {
             if let Some(path) = self.budget.shared_path(id, stored.total) {
-                let unread = matches!(stored.data, Data::Shared(_)) && !stored.mapped;
+                let unread = matches!(stored.data, Data::Shared(_)) && !stored.held_open();
                 if let Err(e) = remove_shared(&path, unread) {
                     tracing::warn!(object = %id, "cannot remove {}: {e}", path.display());
                 }
@@ -500,9 +511,8 @@ impl ObjectStoreShard {
         let path = self.budget.spill_path(id);
         let written = private_dir(&self.budget.spill_dir).and_then(|()| match &stored.data {
             Data::Memory(bytes) => write_private(&path, bytes),
-            Data::Shared(shared) => {
-                std::fs::copy(shared, &path).and_then(|_| remove_shared(shared, !stored.mapped))
-            }
+            Data::Shared(shared) => std::fs::copy(shared, &path)
+                .and_then(|_| remove_shared(shared, !stored.held_open())),
             _ => Ok(()),
         });
         if let Err(source) = written {
@@ -1133,6 +1143,43 @@ impl Handler<Seal> for ObjectStoreShard {
         stored.data = Data::Shared(path);
         self.notify(id);
         Ok(())
+    }
+}
+
+/// The shared-memory file of a complete object, opened for a bulk stream
+/// out that reads it straight (`None`: it is not in one, the stream reads
+/// it by [`Read`]s), with its pin ([`Stored::held_open`]) to hold until the
+/// stream ends; a read for a node caching a copy (`copy_at`).
+#[derive(Message)]
+#[rtype(result = "Option<(std::fs::File, Arc<()>)>")]
+pub struct OpenStream {
+    /// The object.
+    pub id: ObjectId,
+    /// The node caching a copy of it.
+    pub copy_at: Option<ObjectLocation>,
+}
+
+impl Handler<OpenStream> for ObjectStoreShard {
+    type Result = Option<(std::fs::File, Arc<()>)>;
+
+    fn handle(&mut self, msg: OpenStream, _: &mut Self::Context) -> Self::Result {
+        let tick = self.tick();
+        let stored = self.objects.get_mut(&msg.id)?;
+        let Data::Shared(path) = &stored.data else {
+            return None;
+        };
+        let file = std::fs::File::open(path)
+            .inspect_err(|e| {
+                tracing::warn!(object = %msg.id, "cannot open {} to stream it: {e}", path.display())
+            })
+            .ok()?;
+        stored.last_used = tick;
+        if let Some(copy) = msg.copy_at.filter(|_| stored.primary) {
+            if !stored.copies.contains(&copy) {
+                stored.copies.push(copy);
+            }
+        }
+        Some((file, stored.streaming.clone()))
     }
 }
 
