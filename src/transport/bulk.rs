@@ -39,7 +39,9 @@
 //! 6. **Stalls.** From the hand-over the stream's socket blocks, with
 //!    `request_read_timeout` (30 s by default) as its read and write
 //!    timeouts: a read or a write that moves no byte for that long fails.
-//!    Each end runs its side on a thread of its own, where the whole
+//!    Each end runs its side on a thread of its own
+//!    ([`BulkStream::on_own_thread`]; dropping the wait for it shuts the
+//!    socket down, which ends the thread's blocking call), where the whole
 //!    stream goes through one thread (on the 2-core development machine,
 //!    first pulls of 256 MiB on loopback went from 1.5 to 2.0 GB/s in
 //!    median when both ends stopped handing chunks between threads).
@@ -384,6 +386,26 @@ impl BulkStream {
         self.peer
     }
 
+    /// Runs `work` on this stream on a blocking thread of its own (step
+    /// 6) and gives its result once the thread is done. Dropping the
+    /// future first (a cancelled caller, a node stopping) shuts the
+    /// socket down, which ends the thread's blocking call at once.
+    pub async fn on_own_thread<T: Send + 'static>(
+        mut self,
+        work: impl FnOnce(&mut BulkStream) -> T + Send + 'static,
+    ) -> Result<T, BulkError> {
+        let peer = self.peer;
+        let socket = self.tcp.try_clone().map_err(|cause| self.io(cause))?;
+        let mut interrupt = ShutDownOnDrop(Some(socket));
+        let done = tokio::task::spawn_blocking(move || work(&mut self)).await;
+        // Done: nothing to interrupt (the clone's descriptor just closes).
+        interrupt.0 = None;
+        done.map_err(|e| BulkError::Thread {
+            addr: peer,
+            detail: e.to_string(),
+        })
+    }
+
     /// Reads `len` bytes, appended to `into` without zero-filling it
     /// first; fails on an early end or a stall (step 6).
     pub fn read_exact_into(&mut self, into: &mut Vec<u8>, len: usize) -> Result<(), BulkError> {
@@ -599,7 +621,7 @@ impl BulkStream {
     }
 
     /// Ends the stream: the other end reads its end.
-    pub fn finish(mut self) -> Result<(), BulkError> {
+    pub fn finish(&mut self) -> Result<(), BulkError> {
         self.outgoing.clear();
         self.seal
             .seal(ALERT, &CLOSE_NOTIFY, &mut self.outgoing)
@@ -611,6 +633,18 @@ impl BulkStream {
         self.tcp
             .shutdown(std::net::Shutdown::Write)
             .map_err(|cause| self.io(cause))
+    }
+}
+
+/// A stream's socket, shut down when dropped unless taken out first
+/// ([`BulkStream::on_own_thread`]).
+struct ShutDownOnDrop(Option<std::net::TcpStream>);
+
+impl Drop for ShutDownOnDrop {
+    fn drop(&mut self) {
+        if let Some(socket) = self.0.take() {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 
@@ -738,9 +772,9 @@ mod tests {
         let handed = Arc::new(AtomicUsize::new(0));
         let count = handed.clone();
         tokio::spawn(
-            listener.serve(grants.clone(), move |bytes: Vec<u8>, mut stream| {
+            listener.serve(grants.clone(), move |bytes: Vec<u8>, stream| {
                 count.fetch_add(1, Ordering::SeqCst);
-                let write = move || {
+                let write = move |stream: &mut BulkStream| {
                     let third = bytes.len() / 3;
                     let mut file = tempfile::tempfile().unwrap();
                     std::io::Write::write_all(&mut file, &bytes).unwrap();
@@ -749,47 +783,45 @@ mod tests {
                     stream.write_from_file(&file, third as u64, rest).unwrap();
                     stream.finish().unwrap();
                 };
-                async move { tokio::task::spawn_blocking(write).await.unwrap() }
+                async move { stream.on_own_thread(write).await.unwrap() }
             }),
         );
         (server, grants, handed)
     }
 
-    /// `read` of `stream`, on a blocking thread (the runtime's own thread
-    /// serves the other end); the stream back with its result.
+    /// `read` of `stream`, on its own thread (the runtime's thread serves
+    /// the other end).
     async fn blocking<T: Send + 'static>(
-        mut stream: BulkStream,
+        stream: BulkStream,
         read: impl FnOnce(&mut BulkStream) -> T + Send + 'static,
-    ) -> (BulkStream, T) {
-        tokio::task::spawn_blocking(move || {
-            let result = read(&mut stream);
-            (stream, result)
-        })
-        .await
-        .unwrap()
+    ) -> T {
+        stream.on_own_thread(read).await.unwrap()
     }
 
     /// The first `head` bytes of `len` read from `stream` into memory, the
-    /// rest into a file; all of them.
+    /// rest into a file: all of them, and what a read of one byte more
+    /// gave.
     async fn read_both_ways(
         stream: BulkStream,
         len: usize,
         head: usize,
-    ) -> (BulkStream, Result<Vec<u8>, BulkError>) {
+    ) -> (Result<Vec<u8>, BulkError>, Result<(), BulkError>) {
         blocking(stream, move |stream| {
             let mut got = Vec::new();
-            stream.read_exact_into(&mut got, head)?;
-            let file = tempfile::tempfile().unwrap();
-            stream.read_into_file(&file, head as u64, (len - head) as u64)?;
-            got.resize(len, 0);
-            std::os::unix::fs::FileExt::read_exact_at(&file, &mut got[head..], head as u64)
-                .unwrap();
-            Ok(got)
+            let read = stream.read_exact_into(&mut got, head).and_then(|()| {
+                let file = tempfile::tempfile().unwrap();
+                stream.read_into_file(&file, head as u64, (len - head) as u64)?;
+                got.resize(len, 0);
+                std::os::unix::fs::FileExt::read_exact_at(&file, &mut got[head..], head as u64)
+                    .unwrap();
+                Ok(got)
+            });
+            (read, stream.read_exact_into(&mut Vec::new(), 1))
         })
         .await
     }
 
-    fn bulk_addr(server: &Endpoint, grants: &BulkGrants<Vec<u8>>) -> SocketAddr {
+    fn bulk_addr<G>(server: &Endpoint, grants: &BulkGrants<G>) -> SocketAddr {
         SocketAddr::new(server.local_addr().ip(), grants.port())
     }
 
@@ -804,10 +836,9 @@ mod tests {
             .bulk_connect(bulk_addr(&server, &grants), ticket)
             .await
             .unwrap();
-        let (stream, got) = read_both_ways(stream, bytes.len(), 1 << 20).await;
+        let (got, past) = read_both_ways(stream, bytes.len(), 1 << 20).await;
         assert!(got.unwrap() == bytes, "the stream carried other bytes");
         // The end, and nothing more.
-        let (_, past) = blocking(stream, |s| s.read_exact_into(&mut Vec::new(), 1)).await;
         assert!(
             matches!(past, Err(BulkError::Ended { missing: 1, .. })),
             "{past:?}"
@@ -819,7 +850,7 @@ mod tests {
                 .bulk_connect(bulk_addr(&server, &grants), ticket)
                 .await
                 .unwrap();
-            let (_, read) = blocking(stream, |s| {
+            let read = blocking(stream, |s| {
                 let file = tempfile::tempfile().unwrap();
                 s.read_into_file(&file, 0, 1)
             })
@@ -841,7 +872,7 @@ mod tests {
         // TLS 1.3: the client may finish its side before the server has
         // checked the client's certificate; then the read fails.
         if let Ok(stream) = opened {
-            let (_, read) = blocking(stream, |s| {
+            let read = blocking(stream, |s| {
                 let mut got = Vec::new();
                 s.read_exact_into(&mut got, 6).map(|()| got)
             })
@@ -904,12 +935,11 @@ mod tests {
             .bulk_connect(addr, BulkTicket([1; 16]))
             .await
             .unwrap();
-        let (stream, got) = read_both_ways(stream, bytes.len(), 5).await;
+        let (got, past) = read_both_ways(stream, bytes.len(), 5).await;
         assert!(
             got.unwrap() == bytes,
             "the records rustls wrote opened to other bytes"
         );
-        let (_, past) = blocking(stream, |s| s.read_exact_into(&mut Vec::new(), 1)).await;
         assert!(
             matches!(past, Err(BulkError::Ended { missing: 1, .. })),
             "{past:?}"
@@ -926,15 +956,14 @@ mod tests {
         let listener = server.bulk_listener().unwrap().unwrap();
         let grants: BulkGrants<Vec<u8>> = listener.grants();
         tokio::spawn(
-            listener.serve(grants.clone(), |bytes: Vec<u8>, mut stream| async move {
-                tokio::task::spawn_blocking(move || {
+            listener.serve(grants.clone(), |bytes: Vec<u8>, stream| async move {
+                let write = move |stream: &mut BulkStream| {
                     for byte in bytes.chunks(1) {
                         stream.write_all(byte).unwrap();
                     }
                     stream.finish().unwrap();
-                })
-                .await
-                .unwrap()
+                };
+                stream.on_own_thread(write).await.unwrap()
             }),
         );
         let bytes: Vec<u8> = (0..20 * MAX_SLICES).map(|i| (i % 249) as u8).collect();
@@ -943,8 +972,41 @@ mod tests {
             .bulk_connect(bulk_addr(&server, &grants), grants.grant(bytes.clone()))
             .await
             .unwrap();
-        let (_, got) = read_both_ways(stream, bytes.len(), 0).await;
+        let (got, _) = read_both_ways(stream, bytes.len(), 0).await;
         assert!(got.unwrap() == bytes, "the file holds other bytes");
+    }
+
+    /// A stream's thread blocked in a read ends as soon as the future
+    /// waiting for it is dropped, long before the stall timeout (30 s).
+    #[tokio::test]
+    async fn dropping_the_wait_ends_the_streams_thread() {
+        let token = JoinToken::generate();
+        let server = endpoint(&token, true, TransportConfig::default());
+        let listener = server.bulk_listener().unwrap().unwrap();
+        let grants: BulkGrants<()> = listener.grants();
+        // The handler holds its stream and never writes.
+        let (held, mut handed) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(listener.serve(grants.clone(), move |(), stream| {
+            let _ = held.send(stream);
+            async {}
+        }));
+        let client = endpoint(&token, false, TransportConfig::default());
+        let stream = client
+            .bulk_connect(bulk_addr(&server, &grants), grants.grant(()))
+            .await
+            .unwrap();
+        let (ended, end) = std::sync::mpsc::channel();
+        let read = stream.on_own_thread(move |s| {
+            let _ = ended.send(s.read_exact_into(&mut Vec::new(), 1));
+        });
+        let _server_side = handed.recv().await.unwrap();
+        let waited = tokio::time::timeout(Duration::from_millis(100), read).await;
+        assert!(waited.is_err(), "nothing was written: the read waits");
+        let read = end.recv_timeout(Duration::from_secs(10));
+        assert!(
+            matches!(read, Ok(Err(BulkError::Ended { missing: 1, .. }))),
+            "{read:?}"
+        );
     }
 
     #[tokio::test]

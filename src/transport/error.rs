@@ -236,6 +236,14 @@ pub enum BulkError {
         /// The OS error.
         cause: std::io::Error,
     },
+    /// The thread a stream ran on failed (it panicked).
+    #[error("bulk stream with {addr}: its thread failed ({detail})")]
+    Thread {
+        /// The other end.
+        addr: SocketAddr,
+        /// What the thread's end reported.
+        detail: String,
+    },
     /// A record could not be sealed or opened (`records.rs`).
     #[error("bulk stream with {addr}: {cause}")]
     Record {

@@ -14,10 +14,11 @@
 //!    5-byte header (application data, version 3.3, length), the bytes and
 //!    their content type, encrypted in place with the nonce "IV xor
 //!    sequence number" and the header as associated data, then the tag.
-//! 3. **Open.** A record longer than [`MAX_CIPHERTEXT`], whose tag does not
-//!    match (corrupted, forged, replayed or out of order: the sequence
-//!    number is in the nonce) or whose type is not application data or an
-//!    alert fails the stream.
+//! 3. **Open.** A record longer than [`MAX_CIPHERTEXT`] or carrying more
+//!    than [`MAX_PLAINTEXT`] (a reader counts on that bound), whose tag
+//!    does not match (corrupted, forged, replayed or out of order: the
+//!    sequence number is in the nonce) or whose type is not application
+//!    data or an alert fails the stream.
 //! 4. **Limit.** A direction seals or opens at most [`MAX_RECORDS`]
 //!    (2^24, 256 GiB) records, under AES-GCM's limit in RFC 8446 §5.5
 //!    (2^24.5); a longer stream fails rather than wear its key out (a
@@ -195,6 +196,9 @@ impl Direction {
             .iter()
             .rposition(|&b| b != 0)
             .ok_or(RecordError::Malformed("it has no content type"))?;
+        if typed > MAX_PLAINTEXT {
+            return Err(RecordError::Malformed("it carries more than 16 KiB"));
+        }
         Ok(Some(Opened {
             content_type: inner[typed],
             plain: HEADER_LEN..HEADER_LEN + typed,
@@ -267,6 +271,27 @@ mod tests {
             opener.open(&mut long),
             Err(RecordError::Malformed(_))
         ));
+    }
+
+    /// A record carrying more than 16 KiB is refused (RFC 8446's
+    /// `record_overflow`): a reader counts on that bound to know how many
+    /// bytes are still to come.
+    #[test]
+    fn a_record_carrying_more_than_16_kib_is_refused() {
+        let (mut sealer, mut opener) = pair();
+        let mut record = vec![0; MAX_PLAINTEXT + 1 + OVERHEAD];
+        sealer.seal_record(APPLICATION_DATA, &mut record).unwrap();
+        assert!(matches!(
+            opener.open(&mut record),
+            Err(RecordError::Malformed(_))
+        ));
+        let (mut sealer, mut opener) = pair();
+        let mut record = vec![0; MAX_PLAINTEXT + OVERHEAD];
+        sealer.seal_record(APPLICATION_DATA, &mut record).unwrap();
+        assert!(
+            opener.open(&mut record).unwrap().is_some(),
+            "16 KiB is fine"
+        );
     }
 
     #[test]

@@ -229,37 +229,31 @@ impl NodeObjectStore {
         };
         let opened = shard.send(open).await.ok().flatten();
         let runtime = tokio::runtime::Handle::current();
-        let sent = tokio::task::spawn_blocking(move || {
-            let mut stream = stream;
-            let peer = stream.peer();
-            let sent = match opened {
-                Some((file, _pin)) => stream
-                    .write_from_file(&file, 0, size)
-                    .map_err(|e| e.to_string()),
-                None => (0..size)
-                    .step_by(STREAM_CHUNK_BYTES)
-                    .try_for_each(|offset| {
+        let peer = stream.peer();
+        let sent = stream.on_own_thread(move |stream| {
+            match opened {
+                Some((file, _pin)) => stream.write_from_file(&file, 0, size)?,
+                None => {
+                    for offset in (0..size).step_by(STREAM_CHUNK_BYTES) {
                         let read = Read {
                             id,
                             offset,
                             len: STREAM_CHUNK_BYTES as u64,
                             copy_at: copy_at.clone(),
                         };
-                        let chunk = flatten(runtime.block_on(shard.send(read)));
-                        let chunk = chunk.map_err(|e| e.message)?;
-                        stream.write_all(&chunk).map_err(|e| e.to_string())
-                    }),
-            };
-            match sent {
-                Ok(()) => stream.finish().map_err(|e| e.to_string()),
-                Err(e) => Err(format!("bulk stream to {peer} ended early: {e}")),
+                        match flatten(runtime.block_on(shard.send(read))) {
+                            Ok(chunk) => stream.write_all(&chunk)?,
+                            Err(e) => return Ok(Err(e.message)),
+                        }
+                    }
+                }
             }
-        })
-        .await;
-        match sent {
+            stream.finish().map(Ok)
+        });
+        match sent.await.and_then(|sent| sent) {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!("object {id}: {e}"),
-            Err(e) => tracing::warn!("object {id}: its bulk stream's thread failed: {e}"),
+            Ok(Err(e)) => tracing::debug!("object {id}: bulk stream to {peer} ended early: {e}"),
+            Err(e) => tracing::debug!("object {id}: {e}"),
         }
     }
 
@@ -864,9 +858,8 @@ impl NodeObjectStore {
     }
 
     /// Step 2's bulk stream: object `id` from `owner` (reached over
-    /// `node`), written straight into its shared-memory `file` here, the
-    /// next chunk read while one is written; the inode written, for the
-    /// seal. A failure leaves the object to be received over QUIC, from
+    /// `node`), written straight into its shared-memory `file` here, on a
+    /// thread of its own; the inode written, for the seal. A failure leaves the object to be received over QUIC, from
     /// its start: nothing was counted yet. An owner whose bulk listener
     /// could not be dialled is not dialled again for
     /// [`BULK_RETRY_AFTER`].
@@ -912,7 +905,7 @@ impl NodeObjectStore {
             Err(e) => return Err(e.to_string()),
         };
         let addr = std::net::SocketAddr::new(ip, port);
-        let mut stream = match self.endpoint.bulk_connect(addr, ticket).await {
+        let stream = match self.endpoint.bulk_connect(addr, ticket).await {
             Ok(stream) => stream,
             Err(e) => {
                 self.bulk_failed.insert(ip, std::time::Instant::now());
@@ -920,11 +913,10 @@ impl NodeObjectStore {
             }
         };
         self.bulk_failed.remove(&ip);
-        let received = tokio::task::spawn_blocking(move || stream.read_into_file(&file, 0, size));
-        match received.await {
-            Ok(Ok(())) => Ok(inode),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(format!("the object's file writer failed: {e}")),
+        let received = stream.on_own_thread(move |stream| stream.read_into_file(&file, 0, size));
+        match received.await.and_then(|received| received) {
+            Ok(()) => Ok(inode),
+            Err(e) => Err(e.to_string()),
         }
     }
 
