@@ -643,6 +643,14 @@ fn remove_shared(path: &std::path::Path, unread: bool) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Object `id`'s complete `bytes`, kept in memory and shared with the
+/// node's small reads (which take them if small enough).
+fn in_memory(small: &SmallReads, id: ObjectId, bytes: Vec<u8>) -> Data {
+    let bytes = Arc::new(bytes);
+    small.share(id, &bytes);
+    Data::Memory(bytes)
+}
+
 /// Removes a spare file ([`remove_shared`]), saying so if it cannot.
 fn remove_spare(path: &std::path::Path) {
     if let Err(e) = remove_shared(path, true) {
@@ -1054,9 +1062,7 @@ impl ObjectStoreShard {
         match &mut stored.data {
             Data::Arriving(bytes) if bytes.is_empty() && done => {
                 // The whole object in one chunk: kept as it came.
-                let bytes = Arc::new(msg.chunk);
-                self.small.share(msg.id, &bytes);
-                stored.data = Data::Memory(bytes);
+                stored.data = in_memory(&self.small, msg.id, msg.chunk);
             }
             Data::Arriving(bytes) => {
                 if bytes.capacity() == 0 {
@@ -1064,9 +1070,7 @@ impl ObjectStoreShard {
                 }
                 bytes.extend_from_slice(&msg.chunk);
                 if done {
-                    let bytes = Arc::new(std::mem::take(bytes));
-                    self.small.share(msg.id, &bytes);
-                    stored.data = Data::Memory(bytes);
+                    stored.data = in_memory(&self.small, msg.id, std::mem::take(bytes));
                 }
             }
             Data::ArrivingShared { file, received, .. } => {
@@ -1283,9 +1287,7 @@ impl Handler<Read> for ObjectStoreShard {
                         let _ = std::fs::remove_file(&path);
                         self.budget.spilled.fetch_sub(total, Ordering::Relaxed);
                         metrics::counter!("nimbus_object_restores_total").increment(1);
-                        let bytes = Arc::new(bytes);
-                        self.small.share(msg.id, &bytes);
-                        stored.data = Data::Memory(bytes);
+                        stored.data = in_memory(&self.small, msg.id, bytes);
                     }
                     Ok(bytes) => {
                         self.budget.give_back(total);
