@@ -26,6 +26,8 @@ demo:
 	@$(TORCH_ENV); cargo build --release --workspace --bins --examples && target/release/examples/local_cluster && \
 	  target/release/examples/train_mnist --workers 2 --epochs 2 --fail-at-step 60
 
+# The training template keeps its results under the temporary directory:
+# here that is one of the test's own, removed once the run has passed.
 test:
 	@scripts/ensure-chromium.sh
 	@scripts/check-kubernetes.sh
@@ -36,7 +38,9 @@ test:
 	  cargo build $(TEMPLATE) --target-dir target && \
 	  PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template && \
 	  cargo build $(TEMPLATE_TRAIN) --target-dir target && \
-	  env -u LD_LIBRARY_PATH PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template-train && \
+	  runs=$$(mktemp -d) && \
+	  env -u LD_LIBRARY_PATH TMPDIR=$$runs PATH=$$(pwd)/target/debug:$$PATH target/debug/nimbus-template-train && \
+	  rm -r $$runs && \
 	  cargo test -p nimbus-train --features cuda --test cuda
 
 # The long fault-injection tests alone (about 75 s here; `make test` runs
