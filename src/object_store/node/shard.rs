@@ -348,6 +348,17 @@ impl Stored {
         }
     }
 
+    /// A read at `tick`, from its start for a node caching a copy
+    /// (`copy_at`): it was used then, and a primary notes the copy.
+    fn read_for(&mut self, tick: u64, copy_at: Option<ObjectLocation>) {
+        self.last_used = tick;
+        if let Some(copy) = copy_at.filter(|_| self.primary) {
+            if !self.copies.contains(&copy) {
+                self.copies.push(copy);
+            }
+        }
+    }
+
     /// Whether a process maps its shared-memory file or a bulk stream
     /// reads it: the file may then be removed, never reused or cut.
     fn held_open(&self) -> bool {
@@ -1177,12 +1188,7 @@ impl Handler<OpenStream> for ObjectStoreShard {
                 tracing::warn!(object = %msg.id, "cannot open {} to stream it: {e}", path.display())
             })
             .ok()?;
-        stored.last_used = tick;
-        if let Some(copy) = msg.copy_at.filter(|_| stored.primary) {
-            if !stored.copies.contains(&copy) {
-                stored.copies.push(copy);
-            }
-        }
+        stored.read_for(tick, msg.copy_at);
         Some((file, stored.streaming.clone()))
     }
 }
@@ -1247,12 +1253,7 @@ impl Handler<Read> for ObjectStoreShard {
             } else {
                 ShardError::NotHere(msg.id)
             })?;
-        stored.last_used = tick;
-        if let Some(copy) = msg.copy_at.filter(|_| msg.offset == 0 && stored.primary) {
-            if !stored.copies.contains(&copy) {
-                stored.copies.push(copy);
-            }
-        }
+        stored.read_for(tick, msg.copy_at.filter(|_| msg.offset == 0));
         let total = stored.total;
         let start = msg.offset.min(total);
         let end = (start + msg.len).min(total);
