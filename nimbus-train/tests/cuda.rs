@@ -9,18 +9,22 @@
 //!   `NIMBUS_NCCL_LIB` says, and is new enough for `ncclAvg`.
 //!
 //! Both need a CUDA libtorch (torch's `+cuXYZ` builds, as
-//! `scripts/ensure-torch.sh` installs); with a CPU one they say so and
-//! pass without checking.
+//! `scripts/ensure-torch.sh` installs); with a CPU one they fail, unless
+//! not running is allowed outside CI (`tests/common/not_run.rs`).
 
 // Tests, examples and benchmarks: a failed unwrap is the failure report, and
 // their items are public to their own modules only.
 #![allow(clippy::unwrap_used, unreachable_pub)]
+
+#[path = "../../tests/common/not_run.rs"]
+mod not_run;
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use nimbus::cluster::Torch;
 use nimbus_train::collective::nccl;
+use not_run::cannot_run;
 
 /// The libtorch this test loaded, if it is a CUDA build.
 fn cuda_libtorch() -> Option<Torch> {
@@ -33,10 +37,10 @@ fn cuda_libtorch() -> Option<Torch> {
     if torch.directory.join("libtorch_cuda.so").exists() {
         Some(torch)
     } else {
-        eprintln!(
-            "SKIPPED: {} is a libtorch without CUDA; nothing to check",
+        cannot_run(&format!(
+            "{} is a libtorch without CUDA",
             torch.directory.display()
-        );
+        ));
         None
     }
 }
@@ -68,10 +72,10 @@ fn nccl_is_found_beside_the_libtorch_in_use_and_is_new_enough() {
         .join("../../nvidia/nccl/lib")
         .join(nccl::SONAME);
     if !wheel.exists() {
-        eprintln!(
-            "SKIPPED: no NCCL at {} (not a torch wheel's layout)",
+        cannot_run(&format!(
+            "no NCCL at {} (not a torch wheel's layout)",
             wheel.display()
-        );
+        ));
         return;
     }
     let loaded = nccl::nccl().unwrap();
@@ -92,7 +96,7 @@ fn a_library_that_is_not_nccl_is_refused_naming_the_file() {
     // The C library is a library, but not NCCL: it has no ncclGetVersion.
     let libc = PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6");
     if !libc.exists() {
-        eprintln!("SKIPPED: no {}", libc.display());
+        cannot_run(&format!("no {}", libc.display()));
         return;
     }
     let error = nccl::load(Some(libc.clone()), None).err().unwrap();

@@ -29,6 +29,7 @@ use tempfile::TempDir;
 
 use super::cli::text;
 use super::dashboard::{example, line_value};
+use super::not_run::cannot_run;
 
 /// The port each host's head (when it runs one) listens on: every host
 /// has all its ports free.
@@ -152,12 +153,13 @@ pub struct Hosts {
 }
 
 impl Hosts {
-    /// `count` hosts on a bridge of their own; `None` (said loudly)
-    /// without root or `ip`.
+    /// `count` hosts on a bridge of their own; `None` without root or
+    /// `ip`, which fails the test unless not running is allowed
+    /// (`not_run::cannot_run`).
     pub fn new(count: usize) -> Option<Hosts> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("*** simulated hosts need root: this test did NOT run ***");
+            cannot_run("simulated hosts need root");
             return None;
         }
         // Tests of one process run at once: each set of hosts has names
@@ -173,7 +175,7 @@ impl Hosts {
             hosts: Vec::new(),
         };
         if run("ip", &["-V"]).is_err() {
-            eprintln!("*** simulated hosts need iproute2's ip: this test did NOT run ***");
+            cannot_run("simulated hosts need iproute2's ip");
             return None;
         }
         // As root with ip, hosts that cannot be made are a failure, not a

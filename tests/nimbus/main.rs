@@ -19,6 +19,8 @@ mod identity;
 mod libraries;
 mod membership;
 mod metrics;
+#[path = "../common/not_run.rs"]
+mod not_run;
 mod requests;
 mod same_host;
 mod security;
