@@ -249,11 +249,14 @@ async fn run(driver: &nimbus::Driver) -> Result<()> {
     let started = Instant::now();
     println!("cluster at {}", driver.address());
 
+    // Pinned to a node looked up in the cluster's status (a member, or the
+    // head when it is alone): names differ between clusters.
+    let member = member_node().await?;
     let counter = actor::spawn::<Counter>(
         10,
         SpawnOptions::default()
             .num_cpus(0.5)
-            .strategy(Strategy::Node("node-2".into())),
+            .strategy(Strategy::Node(member.id)),
     )
     .await?;
     let record = counter.record().await?;
@@ -437,6 +440,17 @@ async fn status() -> Result<nimbus::cluster::ClusterStatus> {
 }
 
 /// The head node.
+/// The middle one of the alive nodes that are not the head (the shipped
+/// fault plans stall the first and kill the last), else the head.
+async fn member_node() -> Result<nimbus::cluster::NodeStatus> {
+    let status = status().await?;
+    let members: Vec<_> = status.alive().filter(|n| !n.head).collect();
+    match members.get(members.len() / 2) {
+        Some(member) => Ok((*member).clone()),
+        None => head_node().await,
+    }
+}
+
 async fn head_node() -> Result<nimbus::cluster::NodeStatus> {
     let status = status().await?;
     let head = status.nodes.into_iter().find(|n| n.head);

@@ -55,11 +55,11 @@
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use futures::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
 use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
-use nimbus::cluster::{MembershipRequest, ObjectRequest};
+use nimbus::cluster::{MembershipRequest, NodeStatus, ObjectRequest};
 use nimbus::object_store;
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
 use nimbus::task::{self, Input, TaskFn, TaskOptions};
@@ -345,11 +345,12 @@ async fn objects() -> Result<String> {
     let get_per_s = calls as f64 / started.elapsed().as_secs_f64();
     // The same objects read by another process of the same node, which
     // has no copy of them yet: one round trip each.
+    let (head, member) = head_and_member().await?;
     let reader = actor::spawn::<Caller>(
         (),
         SpawnOptions::default()
             .num_cpus(0.1)
-            .strategy(Strategy::Node("head".into())),
+            .strategy(Strategy::Node(head.id)),
     )
     .await?;
     let cold_get_per_s = reader
@@ -386,16 +387,7 @@ async fn objects() -> Result<String> {
 
     let big = object_store::put_bytes(&vec![0xa5u8; 256 << 20]).await?;
     let context = actor::ProcessContext::current().expect("connected");
-    let status = match context
-        .call_head(&nimbus::cluster::ControlRequest::Membership(
-            MembershipRequest::Status,
-        ))
-        .await?
-    {
-        nimbus::cluster::ControlReply::Status(status) => status,
-        other => anyhow::bail!("unexpected reply {other:?}"),
-    };
-    let node = status.node("node-1").expect("node-1 joined");
+    let node = member;
     let connection = context
         .endpoint
         .connect(node.address, Some(&node.identity()))
@@ -455,14 +447,35 @@ async fn placement_groups() -> Result<String> {
     Ok(format!("placement_groups_per_s={per_s:.0}"))
 }
 
+/// The head and a member of the cluster (the last alive node that is not
+/// the head, else the head), looked up: node names differ between
+/// clusters.
+async fn head_and_member() -> Result<(NodeStatus, NodeStatus)> {
+    let context = actor::ProcessContext::current().expect("connected");
+    let status = match context
+        .call_head(&nimbus::cluster::ControlRequest::Membership(
+            MembershipRequest::Status,
+        ))
+        .await?
+    {
+        nimbus::cluster::ControlReply::Status(status) => status,
+        other => anyhow::bail!("unexpected reply {other:?}"),
+    };
+    let alive: Vec<&NodeStatus> = status.alive().collect();
+    let head = alive.iter().find(|n| n.head).context("the head is alive")?;
+    let member = alive.iter().rev().find(|n| !n.head).unwrap_or(head);
+    Ok(((*head).clone(), (*member).clone()))
+}
+
 async fn actor_calls() -> Result<String> {
     let on = |node: &str| {
         SpawnOptions::default()
             .num_cpus(0.1)
             .strategy(Strategy::Node(node.into()))
     };
-    let echo = actor::spawn::<Echo>((), on("node-1")).await?;
-    let caller = actor::spawn::<Caller>((), on("head")).await?;
+    let (head, member) = head_and_member().await?;
+    let echo = actor::spawn::<Echo>((), on(&member.id)).await?;
+    let caller = actor::spawn::<Caller>((), on(&head.id)).await?;
     let local = Echo.start();
     let mut summary = Vec::new();
     for (payload, label, sync_calls, pipelined_calls) in SIZES {

@@ -3,7 +3,38 @@
 use std::time::Duration;
 
 use crate::client::ClientError;
-use crate::cluster::ActorId;
+use crate::cluster::{ActorId, NodeState, NodeStatus};
+use crate::launch::Strategy;
+
+impl SpawnError {
+    /// Why nothing among `nodes` can take a spawn `strategy` places and
+    /// which needs `needs`: its pinned node does not exist (`NoSuchNode`),
+    /// or no alive node could ever fit it (`Unsatisfiable`).
+    pub(crate) fn unplaceable(needs: String, nodes: &[NodeStatus], strategy: &Strategy) -> Self {
+        if let Strategy::Node(name) = strategy {
+            if !nodes.iter().any(|n| &n.id == name) {
+                let known: Vec<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+                return SpawnError::NoSuchNode {
+                    node: name.clone(),
+                    known: known.join(", "),
+                };
+            }
+        }
+        let offers: Vec<String> = nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Alive)
+            .map(|n| format!("{} offers {}", n.id, n.resources.total))
+            .collect();
+        SpawnError::Unsatisfiable {
+            needs,
+            detail: if offers.is_empty() {
+                "no node is alive".into()
+            } else {
+                offers.join("; ")
+            },
+        }
+    }
+}
 
 /// A call to an actor failed.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +139,15 @@ pub enum SpawnError {
         needs: String,
         /// What the nodes offer.
         detail: String,
+    },
+    /// The spawn is pinned to a node name no node of the cluster has (a
+    /// name another cluster's nodes had, say): not a question of capacity.
+    #[error("no node of the cluster is named {node:?} (its nodes: {known}); pin to a name `nimbus status` lists, or to one looked up in the cluster's status")]
+    NoSuchNode {
+        /// The name asked for.
+        node: String,
+        /// The names of the cluster's nodes.
+        known: String,
     },
     /// Nodes could offer it, but none had it free before the deadline.
     #[error("no node had {needs} free within {after:?}: {last}")]

@@ -12,7 +12,8 @@
 //!    pinned to a node or a bundle) needs its program where the head can
 //!    find it: make sure the head has this binary (`launch::ship_to_head`).
 //! 3. Read the head's view; if no alive node's *total* resources could
-//!    ever fit the request, fail at once (`Unsatisfiable`).
+//!    ever fit the request, fail at once (`Unsatisfiable`; `NoSuchNode`
+//!    when it is pinned to a name no node has).
 //! 4. Ask candidate nodes in order (`StartActor`); a node without this
 //!    binary answers `NeedBinary` and gets it (8 MiB chunks, SHA-256
 //!    checked, cached by hash), a full one answers `NoCapacity` and the
@@ -282,18 +283,11 @@ async fn try_nodes(
         };
         let candidates = candidates(&status.nodes, spec, &options.strategy);
         if candidates.is_empty() {
-            let offers: Vec<String> = status
-                .alive()
-                .map(|n| format!("{} offers {}", n.id, n.resources.total))
-                .collect();
-            return Err(SpawnError::Unsatisfiable {
+            return Err(SpawnError::unplaceable(
                 needs,
-                detail: if offers.is_empty() {
-                    "no node is alive".into()
-                } else {
-                    offers.join("; ")
-                },
-            });
+                &status.nodes,
+                &options.strategy,
+            ));
         }
         let binary = BinarySource::File(context.binary.0.clone());
         for node in candidates {

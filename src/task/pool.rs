@@ -172,18 +172,11 @@ pub(crate) async fn check_feasible(
             }
     });
     if !fits {
-        let offers: Vec<String> = status
-            .alive()
-            .map(|n| format!("{} offers {}", n.id, n.resources.total))
-            .collect();
-        return Err(SpawnError::Unsatisfiable {
-            needs: format!("{} ({})", options.resources(), describe(options)),
-            detail: if offers.is_empty() {
-                "no node is alive".into()
-            } else {
-                offers.join("; ")
-            },
-        });
+        return Err(SpawnError::unplaceable(
+            format!("{} ({})", options.resources(), describe(options)),
+            &status.nodes,
+            options.placement(),
+        ));
     }
     feasible.insert(key);
     Ok(())
