@@ -206,9 +206,13 @@ pub fn init_parsed<A: clap::Parser>(
     options: impl FnOnce(&A) -> InitOptions,
 ) -> Result<(Driver, A), InitError> {
     let registry = registry.with_submitted();
-    if ProcessRole::current() == ProcessRole::Worker {
-        crate::runtime::logging::install();
-        crate::worker::run(crate::task::with_task_worker(registry));
+    match ProcessRole::current() {
+        ProcessRole::Worker => {
+            crate::runtime::logging::install();
+            crate::worker::run(crate::task::with_task_worker(registry));
+        }
+        ProcessRole::Node => crate::cli::run_as_node(),
+        ProcessRole::Driver => {}
     }
     let args = A::parse();
     let driver = init_with(registry, options(&args))?;
@@ -220,11 +224,19 @@ pub fn init(registry: Registry) -> Result<Driver, InitError> {
     init_with(registry, InitOptions::default())
 }
 
-/// Starts this program as a worker (never returns) or as a driver.
+/// Starts this program as a worker or a local cluster's node daemon
+/// (neither returns; `runtime::ProcessRole`) or as a driver. A driver with
+/// no cluster to join starts a local one whose nodes run the `nimbus`
+/// binary at `$NIMBUS_BIN` or beside this program, else this program
+/// itself in the node role: nothing else need be installed.
 pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, InitError> {
+    let role = ProcessRole::current();
+    if role == ProcessRole::Node {
+        crate::cli::run_as_node();
+    }
     crate::runtime::logging::install();
     let registry = crate::task::with_task_worker(registry.with_submitted());
-    if ProcessRole::current() == ProcessRole::Worker {
+    if role == ProcessRole::Worker {
         crate::worker::run(registry);
     }
     let path = std::env::current_exe().map_err(InitError::Binary)?;
@@ -240,7 +252,10 @@ pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, Ini
     let (address, token, local) = match address {
         Some(address) => (address, token()?, None),
         None => {
-            let cluster = LocalCluster::builder().nodes(options.local_nodes).start()?;
+            let cluster = LocalCluster::builder()
+                .nodes(options.local_nodes)
+                .or_this_program()
+                .start()?;
             (
                 cluster.address().to_string(),
                 cluster.token().clone(),

@@ -45,11 +45,14 @@
 //! 16. [`tune`]: hyperparameter search (Ray Tune): search spaces, searchers,
 //!     schedulers, trials run by reused runner actors.
 //! 17. `worker`: the composition root of a worker process.
-//! 18. [`driver`]: [`init`], the first line of a user program's `main`: the
-//!     composition root of a driver.
-//! 19. [`chaos`]: seeded fault plans run against a local cluster, with a
+//! 18. [`chaos`]: seeded fault plans run against a local cluster, with a
 //!     timeline of faults and recoveries.
-//! 20. [`testing`]: helpers for tests (deadlines, invariants, processes left
+//! 19. [`cli`]: the `nimbus` command line (start, inspect and stop nodes),
+//!     in the library so that a user's program can run its own local
+//!     cluster's nodes.
+//! 20. [`driver`]: [`init`], the first line of a user program's `main`: the
+//!     composition root of a driver (and of a node run from the program).
+//! 21. [`testing`]: helpers for tests (deadlines, invariants, processes left
 //!     behind).
 //!
 //! ```
@@ -63,6 +66,7 @@
 
 pub mod actor;
 pub mod chaos;
+pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod dashboard;

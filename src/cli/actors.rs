@@ -1,17 +1,17 @@
 //! `nimbus list` and `nimbus kill`: the cluster's state as rows, and
 //! `ray.kill` from the command line.
 
+use crate::client::Listing;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use nimbus::client::Listing;
 use serde_json::{Map, Value};
 
-use crate::head::HeadArgs;
+use super::head_args::HeadArgs;
 
 /// What `nimbus list` lists.
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum Listed {
-    /// Live actors (alive or restarting): id, name, class, state, node, address, incarnation, restarts, job, pid.
+    /// Actors, live (alive or restarting) and the dead ones the head keeps (the last 1,000 per job; --filter state=DEAD): id, name, class, state, node, address, incarnation, restarts, job, pid, death.
     Actors,
     /// Nodes: id, state, head, incarnation, address, resources.
     Nodes,

@@ -6,11 +6,12 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use crate::chaos::{self, ChaosPlan};
+use crate::dashboard::{Dashboard, DashboardConfig};
+use crate::local::LocalCluster;
+use crate::runtime::{ProcessRole, NODE_ARG};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use nimbus::chaos::{self, ChaosPlan};
-use nimbus::dashboard::{Dashboard, DashboardConfig};
-use nimbus::local::LocalCluster;
 
 /// Options of `nimbus chaos`.
 #[derive(Args)]
@@ -59,9 +60,16 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
     if let Some(seed) = args.seed {
         plan.seed = seed;
     }
+    // The nodes run this same executable: `nimbus`, or a program of
+    // nimbus's in the node role, whose role argument they need too.
     let program = std::env::current_exe().context("cannot find the nimbus executable")?;
+    let role_args = match ProcessRole::current() {
+        ProcessRole::Node => vec![NODE_ARG.to_string()],
+        _ => Vec::new(),
+    };
     let mut builder = LocalCluster::builder()
         .program(program)
+        .program_args(role_args)
         .nodes(args.nodes)
         .heartbeat_timeout(Duration::from_millis(args.heartbeat_timeout_ms));
     for (key, value) in plan.node_env() {

@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
+use crate::client::ClusterClient;
+use crate::transport::TransportConfig;
 use anyhow::{Context, Result};
 use clap::Args;
-use nimbus::client::ClusterClient;
-use nimbus::transport::TransportConfig;
 
-use crate::{start::token_from, state};
+use super::{start::token_from, state};
 
 /// How a command finds and authenticates to the head.
 #[derive(Args)]

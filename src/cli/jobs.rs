@@ -5,14 +5,14 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::client::{job_row, ClusterClient};
+use crate::cluster::{JobRecord, JobSubmission};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use nimbus::client::{job_row, ClusterClient};
-use nimbus::cluster::{JobRecord, JobSubmission};
 use serde_json::{Map, Value};
 
-use crate::actors::print_table;
-use crate::head::HeadArgs;
+use super::actors::print_table;
+use super::head_args::HeadArgs;
 
 /// What `nimbus job` does.
 #[derive(Subcommand)]
@@ -213,7 +213,7 @@ fn status(args: JobArgs) -> Result<()> {
         return Ok(());
     }
     for (key, value) in &row {
-        println!("{key}: {}", crate::actors::text(value));
+        println!("{key}: {}", super::actors::text(value));
     }
     Ok(())
 }

@@ -5,24 +5,26 @@
 use std::io::Write;
 use std::time::Duration;
 
+use crate::client::{ClusterClient, LogChunk};
+use crate::cluster::{ActorRecord, JobRecord, NodeStatus};
 use anyhow::{Context, Result};
 use clap::Args;
-use nimbus::client::{ClusterClient, LogChunk};
-use nimbus::cluster::{ActorRecord, JobRecord, NodeStatus};
 
-use crate::head::HeadArgs;
+use super::head_args::HeadArgs;
 
 /// Options of `nimbus logs`.
 #[derive(Args)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["actor", "job", "node"])))]
+#[command(group(clap::ArgGroup::new("source").required(true).multiple(true).args(["actor", "job", "node"])))]
 pub(crate) struct LogsArgs {
     /// The actor: its name, or its id as `nimbus list actors` shows it.
     actor: Option<String>,
-    /// A submitted job's driver log instead (`nimbus job list` shows ids).
+    /// A submitted job's driver log instead (`nimbus job list` shows
+    /// ids); with an actor's name, the actor of that name in that job,
+    /// found dead too once its job has ended.
     #[arg(long)]
     job: Option<String>,
     /// A node's own log instead (`nimbus status` shows names).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["actor", "job"])]
     node: Option<String>,
     #[command(flatten)]
     head: HeadArgs,
@@ -34,7 +36,7 @@ pub(crate) struct LogsArgs {
     #[arg(long)]
     follow: bool,
     /// The actor's stderr log rather than its stdout's.
-    #[arg(long, conflicts_with_all = ["job", "node"])]
+    #[arg(long, conflicts_with = "node")]
     stderr: bool,
 }
 
@@ -53,9 +55,18 @@ enum Source {
 
 impl Source {
     async fn find(client: &ClusterClient, args: &LogsArgs) -> Result<Source> {
+        if args.stderr && args.actor.is_none() {
+            anyhow::bail!("--stderr reads an actor's stderr log: name the actor too");
+        }
+        if let (Some(actor), Some(job)) = (&args.actor, &args.job) {
+            let record = client.find_actor_in_job(actor, job).await?.with_context(|| {
+                format!("no actor named {actor:?} in job {job:?}, live or among the dead the head keeps (`nimbus list actors --filter job={job}` lists them)")
+            })?;
+            return Ok(Source::Actor(record, args.stderr));
+        }
         if let Some(actor) = &args.actor {
             let record = client.find_actor(actor).await?.with_context(|| {
-                format!("no actor named {actor:?} (by name, only live actors are found; use its id for a dead one)")
+                format!("no live actor named {actor:?} (a dead one: by name with --job ID, or by its id; `nimbus list actors --filter state=DEAD` lists both)")
             })?;
             return Ok(Source::Actor(record, args.stderr));
         }

@@ -3,12 +3,12 @@
 //! owns it or caches a copy, and who holds references; totals per node.
 //! At most `--limit` objects are listed (totals count them all).
 
+use crate::cluster::{NodeState, ObjectSummary};
 use anyhow::Result;
 use clap::Args;
-use nimbus::cluster::{NodeState, ObjectSummary};
 use serde_json::json;
 
-use crate::head::HeadArgs;
+use super::head_args::HeadArgs;
 
 /// Options of `nimbus memory`.
 #[derive(Args)]

@@ -14,10 +14,18 @@
 //! nimbus chaos run PLAN.toml [--nodes 3] -- COMMAND...
 //! nimbus plot RUN_DIR
 //! ```
+//!
+//! It lives in the library so that every program built on nimbus carries
+//! it: the `nimbus` binary is [`main`], and a user's program started with
+//! [`crate::runtime::NODE_ARG`] first runs these same commands
+//! ([`run_as_node`], from `nimbus::init`). That is
+//! how a program's local cluster runs its node daemons from the program's
+//! own binary, with no `nimbus` installed and no other version of it
+//! picked up from `PATH`.
 
 mod actors;
 mod chaos;
-mod head;
+mod head_args;
 mod jobs;
 mod logs;
 mod memory;
@@ -62,8 +70,22 @@ enum Command {
     Plot(plot::PlotArgs),
 }
 
-fn main() {
-    let cli = Cli::parse();
+/// The `nimbus` command line: parses this process's arguments, runs the
+/// command, and exits (1 with the error on stderr, if it fails).
+pub fn main() -> ! {
+    exit_with(Cli::parse())
+}
+
+/// The command line of a program started with [`crate::runtime::NODE_ARG`]
+/// first: the arguments after it are `nimbus`'s.
+pub fn run_as_node() -> ! {
+    let args = std::env::args_os()
+        .take(1)
+        .chain(std::env::args_os().skip(2));
+    exit_with(Cli::parse_from(args))
+}
+
+fn exit_with(cli: Cli) -> ! {
     let result = match cli.command {
         Command::Start(args) => start::run(args),
         Command::Status(args) => status::run(args),
@@ -76,13 +98,16 @@ fn main() {
         Command::Job(command) => jobs::run(command),
         Command::Plot(args) => plot::run(args),
     };
-    if let Err(e) = result {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
+    match result {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
     }
 }
 
 /// Logs go to stderr, filtered by `NIMBUS_LOG` (default `info`).
 fn init_logging() {
-    nimbus::runtime::logging::install();
+    crate::runtime::logging::install();
 }

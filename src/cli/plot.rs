@@ -16,8 +16,8 @@ pub(crate) struct PlotArgs {
 
 /// Runs `nimbus plot`.
 pub(crate) fn run(args: PlotArgs) -> Result<()> {
-    let reports = nimbus::train::results::read_reports(&args.run_dir)?;
-    let path = nimbus::train::results::plot(&args.run_dir)?;
+    let reports = crate::train::results::read_reports(&args.run_dir)?;
+    let path = crate::train::results::plot(&args.run_dir)?;
     println!("plotted {} reports: {}", reports.len(), path.display());
     Ok(())
 }

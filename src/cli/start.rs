@@ -8,9 +8,9 @@
 //! environment (`NIMBUS_TOKEN`), never its arguments. `--head` listens on
 //! port 6379 by default; `--heartbeat-timeout-ms` (head only, default
 //! 3000) sets the failure detector's timeout. The head serves the
-//! dashboard (`nimbus::dashboard`) on 127.0.0.1:8265 unless told otherwise
+//! dashboard (`crate::dashboard`) on 127.0.0.1:8265 unless told otherwise
 //! and prints its URL on a line `dashboard: URL`. The head keeps its
-//! state in `$NIMBUS_HOME/head.redb` (`nimbus::head::store`): started again
+//! state in `$NIMBUS_HOME/head.redb` (`crate::head::store`): started again
 //! with the same `NIMBUS_HOME` and port, it is the same cluster (the same
 //! token) and takes its members back; `--head-grace-s` (60 s) is how long
 //! members wait for an unreachable head, and a restarted head for them.
@@ -22,15 +22,15 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::cluster::ResourceOverrides;
+use crate::dashboard::{self, DashboardConfig, DashboardListener};
+use crate::head::store::HeadStore;
+use crate::node::{self, NodeConfig, NodeRole};
+use crate::transport::JoinToken;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use nimbus::cluster::ResourceOverrides;
-use nimbus::dashboard::{self, DashboardConfig, DashboardListener};
-use nimbus::head::store::HeadStore;
-use nimbus::node::{self, NodeConfig, NodeRole};
-use nimbus::transport::JoinToken;
 
-use crate::state;
+use super::state;
 
 /// Default port of the head, as Ray's.
 const DEFAULT_HEAD_PORT: u16 = 6379;
@@ -156,7 +156,7 @@ pub(crate) fn run(args: StartArgs) -> Result<()> {
 }
 
 fn run_foreground(args: StartArgs) -> Result<()> {
-    crate::init_logging();
+    super::init_logging();
     // A head makes the cluster's token, unless it is given one (then it
     // does not print it: it may land in a log, as `kubectl logs`) or its
     // store holds one (a restart: the same token).
@@ -164,7 +164,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     let (token, given, store) = if args.head {
         let given = match (&args.token_file, std::env::var(HEAD_TOKEN_ENV)) {
             (Some(file), _) => {
-                let text = nimbus::cluster::files::read_token_file(file)?;
+                let text = crate::cluster::files::read_token_file(file)?;
                 let token = text
                     .parse()
                     .with_context(|| format!("the token in {}", file.display()))?;
@@ -178,7 +178,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
             }
             (None, Err(_)) => None,
         };
-        nimbus::cluster::files::own_state_dir(&state_dir)?;
+        crate::cluster::files::own_state_dir(&state_dir)?;
         let was_given = given.is_some();
         let (token, store) = HeadStore::start(&state_dir, given)?;
         if store.restarted {
@@ -211,7 +211,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
             store,
         },
         (Some(address), None) => NodeRole::Member {
-            head: nimbus::client::resolve(address)?,
+            head: crate::client::resolve(address)?,
         },
         (None, None) => bail!("a node that is not the head needs --address"),
     };
@@ -227,7 +227,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     if let Some(seconds) = args.head_grace_s {
         config.head_grace = Duration::from_secs(seconds);
         // Its workers and submitted drivers wait for the head as long
-        // (`nimbus::client::head_wait` reads it).
+        // (`crate::client::head_wait` reads it).
         std::env::set_var("NIMBUS_HEAD_GRACE_S", seconds.to_string());
     }
     config.listen = SocketAddr::new([0, 0, 0, 0].into(), args.port.unwrap_or(default_port));
@@ -436,7 +436,7 @@ pub(crate) fn token_from(arg: Option<&str>, file: Option<&std::path::Path>) -> R
             eprintln!("warning: --token puts the cluster's token in this command's arguments, which every local user can read while it runs; prefer --token-file PATH (mode 0600) or {TOKEN_ENV}");
             token.to_string()
         }
-        (None, Some(file)) => nimbus::cluster::files::read_token_file(file)?,
+        (None, Some(file)) => crate::cluster::files::read_token_file(file)?,
         (None, None) => match std::env::var(TOKEN_ENV) {
             Ok(token) => token,
             Err(_) => std::fs::read_to_string(state::token_file()).with_context(|| {

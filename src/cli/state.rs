@@ -7,15 +7,15 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use nimbus::cluster::files::{
+use crate::cluster::files::{
     head_record_path, load_head_record, private_dir, private_file, HeadRecord,
 };
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// The state directory.
 pub(crate) fn home() -> PathBuf {
-    nimbus::cluster::files::nimbus_home()
+    crate::cluster::files::nimbus_home()
 }
 
 /// Where the head started on this machine keeps its token (mode 0600).

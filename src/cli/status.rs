@@ -5,9 +5,9 @@ use anyhow::Result;
 use clap::Args;
 use std::collections::BTreeMap;
 
-use nimbus::cluster::{ClusterStatus, Demand, NodeState, ResourceSet};
+use crate::cluster::{ClusterStatus, Demand, NodeState, ResourceSet};
 
-use crate::head::HeadArgs;
+use super::head_args::HeadArgs;
 
 /// Options of `nimbus status`.
 #[derive(Args)]

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use clap::Args;
 
-use crate::state;
+use super::state;
 
 /// Options of `nimbus stop`.
 #[derive(Args)]
@@ -37,7 +37,7 @@ pub(crate) fn run(args: StopArgs) -> Result<()> {
         }
         let _ = std::fs::remove_file(path);
     }
-    let _ = std::fs::remove_file(nimbus::cluster::files::head_record_path());
+    let _ = std::fs::remove_file(crate::cluster::files::head_record_path());
     println!("stopped {stopped} node(s)");
     Ok(())
 }

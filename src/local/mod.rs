@@ -5,6 +5,11 @@
 //! readiness line, and can kill, suspend (SIGSTOP), resume and restart
 //! single nodes, for fault-injection tests.
 //!
+//! The nodes run the `nimbus` binary at `$NIMBUS_BIN`, else beside the
+//! program (or one directory up), else, for a program that calls
+//! `nimbus::init` ([`LocalClusterBuilder::or_this_program`]), the program
+//! itself with [`NODE_ARG`] first, else `nimbus` on `PATH`.
+//!
 //! ```
 //! # fn main() -> Result<(), nimbus::local::LocalClusterError> {
 //! // The `nimbus` binary is found at $NIMBUS_BIN, next to the program, or on PATH.
@@ -30,6 +35,7 @@ use std::time::{Duration, Instant};
 use crate::client::{ClientError, ClusterClient};
 use crate::cluster::ActorId;
 use crate::runtime::boot::WORKER_ARG;
+use crate::runtime::NODE_ARG;
 use crate::transport::JoinToken;
 use crate::wire::Incarnation;
 
@@ -37,7 +43,7 @@ use crate::wire::Incarnation;
 #[derive(Debug, thiserror::Error)]
 pub enum LocalClusterError {
     /// The `nimbus` binary was not found.
-    #[error("cannot find the nimbus binary (looked for {0}); build it with `cargo build --bin nimbus` or set NIMBUS_BIN or put it on PATH")]
+    #[error("cannot find the nimbus binary (looked for {0}); build it with `cargo build --bin nimbus` or set NIMBUS_BIN or put it on PATH (a program that calls nimbus::init needs none: its own binary runs the nodes)")]
     ProgramNotFound(String),
     /// A node process could not be spawned or signalled.
     #[error("node process {name}: {cause}")]
@@ -67,6 +73,8 @@ pub enum LocalClusterError {
 pub struct LocalClusterBuilder {
     nodes: usize,
     program: Option<PathBuf>,
+    program_args: Vec<String>,
+    this_program: bool,
     heartbeat_timeout: Duration,
     start_timeout: Duration,
     env: Vec<(String, String)>,
@@ -86,6 +94,24 @@ impl LocalClusterBuilder {
         self
     }
 
+    /// Arguments before `nimbus`'s own on [`LocalClusterBuilder::program`]'s
+    /// command line: [`NODE_ARG`] for a program of nimbus's that runs the
+    /// `nimbus` command line in that role.
+    pub fn program_args(mut self, args: Vec<String>) -> Self {
+        self.program_args = args;
+        self
+    }
+
+    /// Lets the nodes run as this very program, with [`NODE_ARG`] first,
+    /// when no `nimbus` binary is set (`$NIMBUS_BIN`) or beside it: for a
+    /// program that calls `nimbus::init`, which then runs the `nimbus`
+    /// command line (`nimbus::cli`). Ahead of `PATH`, where another
+    /// version of nimbus may be.
+    pub fn or_this_program(mut self) -> Self {
+        self.this_program = true;
+        self
+    }
+
     /// The head's heartbeat timeout.
     pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
         self.heartbeat_timeout = timeout;
@@ -100,9 +126,9 @@ impl LocalClusterBuilder {
 
     /// Starts the cluster and waits until every node is up.
     pub fn start(self) -> Result<LocalCluster, LocalClusterError> {
-        let program = match self.program.clone() {
-            Some(program) => program,
-            None => find_program()?,
+        let (program, program_args) = match self.program.clone() {
+            Some(program) => (program, self.program_args.clone()),
+            None => find_program(self.this_program)?,
         };
         let home = tempfile::Builder::new()
             .prefix("nimbus-local-")
@@ -113,6 +139,7 @@ impl LocalClusterBuilder {
             })?;
         let mut cluster = LocalCluster {
             program,
+            program_args,
             home,
             settings: self.clone(),
             address: ([127, 0, 0, 1], 0).into(),
@@ -140,6 +167,7 @@ impl LocalClusterBuilder {
 /// A head and more nodes, each its own process, on loopback.
 pub struct LocalCluster {
     program: PathBuf,
+    program_args: Vec<String>,
     home: tempfile::TempDir,
     settings: LocalClusterBuilder,
     address: SocketAddr,
@@ -198,6 +226,8 @@ impl LocalCluster {
         LocalClusterBuilder {
             nodes: 1,
             program: None,
+            program_args: Vec::new(),
+            this_program: false,
             heartbeat_timeout: Duration::from_secs(3),
             start_timeout: Duration::from_secs(60),
             env: Vec::new(),
@@ -219,9 +249,24 @@ impl LocalCluster {
         self.settings.heartbeat_timeout
     }
 
-    /// The `nimbus` binary the nodes run.
+    /// The binary the nodes run: `nimbus`, or a program of nimbus's run
+    /// with [`LocalCluster::program_args`] first.
     pub fn program(&self) -> &Path {
         &self.program
+    }
+
+    /// What comes before `nimbus`'s own arguments on [`LocalCluster::program`]'s
+    /// command line: nothing for the `nimbus` binary, [`NODE_ARG`] for a
+    /// program that runs the nodes itself.
+    pub fn program_args(&self) -> &[String] {
+        &self.program_args
+    }
+
+    /// A `nimbus` command line of the nodes' program, arguments to come.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(&self.program);
+        command.args(&self.program_args);
+        command
     }
 
     /// Keeps the cluster's directory (its nodes' and workers' logs) when
@@ -485,7 +530,7 @@ impl LocalCluster {
             .path()
             .join(format!("{name}-{}.log", self.spawned));
         let log_file = crate::cluster::files::private_file(&log).map_err(process)?;
-        let mut command = Command::new(&self.program);
+        let mut command = self.command();
         command
             .arg("start")
             .arg("--block")
@@ -650,23 +695,35 @@ fn signal(node: &mut NodeProcess, signal: libc::c_int) -> Result<(), LocalCluste
     Ok(())
 }
 
-fn find_program() -> Result<PathBuf, LocalClusterError> {
+/// The nodes' program and the arguments before `nimbus`'s own: the
+/// `nimbus` binary at `$NIMBUS_BIN` or beside this one; else this program
+/// with [`NODE_ARG`] when `this_program`; else `nimbus` on `PATH`.
+fn find_program(this_program: bool) -> Result<(PathBuf, Vec<String>), LocalClusterError> {
     if let Some(program) = std::env::var_os("NIMBUS_BIN") {
-        return Ok(program.into());
+        return Ok((program.into(), Vec::new()));
     }
     let exe = std::env::current_exe().unwrap_or_default();
-    let on_path = std::env::var_os("PATH").unwrap_or_default();
-    let candidates: Vec<PathBuf> = exe
+    let beside: Vec<PathBuf> = exe
         .ancestors()
         .skip(1)
         .take(2)
         .map(|dir| dir.join("nimbus"))
+        .collect();
+    if let Some(program) = beside.iter().find(|c| c.is_file()) {
+        return Ok((program.clone(), Vec::new()));
+    }
+    if this_program && exe.is_file() {
+        return Ok((exe, vec![NODE_ARG.to_string()]));
+    }
+    let on_path = std::env::var_os("PATH").unwrap_or_default();
+    let candidates: Vec<PathBuf> = beside
+        .into_iter()
         .chain(std::env::split_paths(&on_path).map(|dir| dir.join("nimbus")))
         .collect();
     candidates
         .iter()
         .find(|c| c.is_file())
-        .cloned()
+        .map(|program| (program.clone(), Vec::new()))
         .ok_or_else(|| {
             let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
             LocalClusterError::ProgramNotFound(looked.join(", "))

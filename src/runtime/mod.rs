@@ -42,4 +42,4 @@ pub use registry::{
     DispatchError, HostedActor, Registration, Registry, RemoteActor, RemoteMessage, Replied,
     ReplySink, ReplyTo, Wire,
 };
-pub use role::ProcessRole;
+pub use role::{ProcessRole, NODE_ARG};

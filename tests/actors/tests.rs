@@ -644,7 +644,15 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
     printer.send(Print(line.clone())).await.unwrap();
 
     let (code, listed, err) = operator
-        .run(&["list", "actors", "--json", "--filter", "name=printer"])
+        .run(&[
+            "list",
+            "actors",
+            "--json",
+            "--filter",
+            "name=printer",
+            "--filter",
+            "state=ALIVE",
+        ])
         .await;
     assert_eq!(code, Some(0), "{err}");
     let rows: serde_json::Value = serde_json::from_str(&listed).unwrap();
@@ -747,11 +755,18 @@ async fn an_operator_lists_reads_the_log_of_and_kills_an_actor(driver: &mut Driv
         matches!(&ended, Ok(Ok(status)) if status.success()),
         "`--follow` ends with the worker: {ended:?}"
     );
+    let alive = ["list", "actors", "--json", "--filter", "name=printer"];
     let (code, listed, err) = operator
-        .run(&["list", "actors", "--json", "--filter", "name=printer"])
+        .run(&[&alive[..], &["--filter", "state=ALIVE"]].concat())
         .await;
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(listed.trim(), "[]");
+    // Killed, it is still listed, dead, with the cause.
+    let (code, listed, err) = operator
+        .run(&[&alive[..], &["--filter", "state=DEAD"]].concat())
+        .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(listed.contains(&printer.id().to_string()), "{listed}");
     let (code, _, err) = operator.run(&["kill", "printer"]).await;
     assert!(
         code != Some(0) && err.contains("no actor named \"printer\""),
@@ -1641,11 +1656,11 @@ pub fn chaos_workload() {
 }
 
 async fn chaos_run_replays_actor_faults_by_message_count(driver: &mut Driver) {
-    let program = driver
-        .local_cluster()
-        .expect("a local cluster")
-        .program()
-        .to_path_buf();
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let (program, program_args) = (
+        cluster.program().to_path_buf(),
+        cluster.program_args().to_vec(),
+    );
     let dir = tempfile::tempdir().unwrap();
     let plan = dir.path().join("plan.toml");
     std::fs::write(
@@ -1666,6 +1681,7 @@ action = "kill"
     let mut injected = Vec::new();
     for _ in 0..2 {
         let run = tokio::process::Command::new(&program)
+            .args(&program_args)
             .args(["chaos", "run", plan.to_str().unwrap(), "--nodes", "3", "--"])
             .arg(std::env::current_exe().unwrap())
             .env(crate::CHAOS_WORKLOAD, "1")

@@ -51,8 +51,9 @@ const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
     ("train", &["placement", "actor", "object_store", "runtime", "client", "cluster", "transport", "wire"]),
     ("tune", &["actor", "runtime", "cluster"]),
     ("worker", &["actor", "object_store", "runtime", "cluster", "transport", "wire"]),
-    ("driver", &["worker", "task", "local", "node", "object_store", "runtime", "client", "cluster", "transport", "wire"]),
     ("chaos", &["train", "actor", "local", "runtime", "client", "cluster", "transport", "wire"]),
+    ("cli", &["chaos", "train", "local", "node", "head", "dashboard", "runtime", "client", "cluster", "transport"]),
+    ("driver", &["cli", "worker", "task", "local", "node", "object_store", "runtime", "client", "cluster", "transport", "wire"]),
     ("testing", &["local"]),
 ];
 

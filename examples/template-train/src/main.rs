@@ -4,7 +4,8 @@
 //! ```text
 //! cargo run --release                   # joins the head of `nimbus start --head` on this
 //!                                       # machine, else starts a private local cluster
-//!                                       # (the `nimbus` binary on PATH or at $NIMBUS_BIN)
+//!                                       # whose nodes run this very program (nothing
+//!                                       # else to install)
 //! cargo run --release -- --address HOST:PORT --token-file FILE   # any cluster
 //! ```
 //!

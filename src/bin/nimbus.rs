@@ -1,0 +1,6 @@
+//! The `nimbus` command line (`nimbus::cli`): start, inspect and stop
+//! cluster nodes.
+
+fn main() {
+    nimbus::cli::main()
+}
