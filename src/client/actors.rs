@@ -34,6 +34,32 @@ impl ClusterClient {
         }
     }
 
+    /// The dead actors the head keeps (the last 1,000 per job, 10,000 in
+    /// all), oldest first, with their job and cause of death.
+    pub async fn dead_actors(&self) -> Result<Vec<ActorRecord>, ClientError> {
+        match self
+            .call(&ControlRequest::Directory(DirectoryRequest::ListDeadActors))
+            .await?
+        {
+            ControlReply::Actors(actors) => Ok(actors),
+            reply => Err(unexpected("ListDeadActors", reply)),
+        }
+    }
+
+    /// The actor named `name` in job `job`, live or dead (the newest
+    /// incarnation of that name there, as the head keeps the dead ones).
+    pub async fn find_actor_in_job(
+        &self,
+        name: &str,
+        job: &str,
+    ) -> Result<Option<ActorRecord>, ClientError> {
+        let named = |r: &ActorRecord| r.job == job && r.name.as_deref() == Some(name);
+        if let Some(live) = self.actors().await?.into_iter().find(named) {
+            return Ok(Some(live));
+        }
+        Ok(self.dead_actors().await?.into_iter().rev().find(named))
+    }
+
     /// The actor named `name`, or with id `name` (16 hex digits, as
     /// listed), if the head knows it; by id it is found dead too.
     pub async fn find_actor(&self, name: &str) -> Result<Option<ActorRecord>, ClientError> {

@@ -19,8 +19,9 @@ pub type Row = Map<String, Value>;
 /// What can be listed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Listing {
-    /// Live actors (alive or restarting): id, name, class, state, node,
-    /// address, incarnation, restarts, job, pid, death.
+    /// Live actors (alive or restarting), then the dead ones the head
+    /// keeps (`DEAD`, the last 1,000 per job): id, name, class, state,
+    /// node, address, incarnation, restarts, job, pid, death.
     Actors,
     /// Nodes: id, state, head, incarnation, address, resources, used.
     Nodes,
@@ -46,7 +47,11 @@ impl ClusterClient {
     /// node).
     pub async fn list(&self, what: Listing) -> Result<Vec<Row>, ClientError> {
         Ok(match what {
-            Listing::Actors => self.actors().await?.iter().map(actor_row).collect(),
+            Listing::Actors => {
+                let mut actors = self.actors().await?;
+                actors.extend(self.dead_actors().await?);
+                actors.iter().map(actor_row).collect()
+            }
             Listing::Nodes => self
                 .status()
                 .await?

@@ -13,7 +13,7 @@
 //! - `Events` ([`EventRequest`]): `Events { after, wait_ms }`, a long poll
 //!   of the numbered cluster events, and `LastSeq`, the latest one's number;
 //! - `Directory` ([`DirectoryRequest`]): `ReserveName`, `LookupName`,
-//!   `LocateActor`, `ListActors`, `ActorUp`, `ActorDown`, `Waiting`,
+//!   `LocateActor`, `ListActors`, `ListDeadActors`, `ActorUp`, `ActorDown`, `Waiting`,
 //!   `Placed`, `ListDemands`;
 //! - `Faults` ([`FaultRequest`]): `ReportFault`, `ReportRecovery`,
 //!   `ReportPacketFaults` (published as `FaultInjected`, `Recovered`,
@@ -37,12 +37,12 @@
 //! - `Echo` (a probe).
 //!
 //! Every answer is a [`ControlReply`]. The protocol version (the wire's
-//! `PROTOCOL_VERSION`, 8) counts this grouping by subsystem (3: a join
+//! `PROTOCOL_VERSION`, 9) counts this grouping by subsystem (3: a join
 //! refused for a taken name is answered `NodeNameTaken`; 4: a join names
 //! the node's worker-ticket key and is answered with its ticket; 5: the
 //! event stream's `Resync` marker; 6: small puts in batches,
 //! `PutObjects`; 7: `StreamObject`, bulk streams over TCP; 8: `LastSeq`,
-//! the latest event's number).
+//! the latest event's number; 9: `ListDeadActors`).
 
 use std::net::SocketAddr;
 
@@ -102,6 +102,7 @@ impl ControlRequest {
                         | DirectoryRequest::LookupName(_)
                         | DirectoryRequest::LocateActor(_)
                         | DirectoryRequest::ListActors
+                        | DirectoryRequest::ListDeadActors
                 )
                 | ControlRequest::Jobs(
                     JobRequest::ListJobs
@@ -337,6 +338,10 @@ pub enum DirectoryRequest {
     /// To the head: every live actor's record. Answered with
     /// [`ControlReply::Actors`].
     ListActors,
+    /// To the head: the records of the dead actors it keeps (the last
+    /// 1,000 per job, 10,000 in all), oldest first. Answered with
+    /// [`ControlReply::Actors`].
+    ListDeadActors,
     /// To the head: a spawn found no node with room and keeps trying for
     /// `for_ms` (`crate::head`'s `demands.rs`). Answered with `Ack`.
     Waiting {

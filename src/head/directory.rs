@@ -6,7 +6,8 @@
 //! node restarts it); the directory publishes `ActorStarted` and
 //! [`ClusterEventKind::ActorDied`] events (what monitors watch). Callers
 //! ask it `ReserveName` (a unique name, before a spawn), `LookupName`,
-//! `LocateActor` (live or dead, with `restarting`) and `ListActors`, and
+//! `LocateActor` (live or dead, with `restarting`), `ListActors` and
+//! `ListDeadActors` (the dead ones kept: `graveyard.rs`), and
 //! keep it informed of spawns waiting for room (`Waiting`, `Placed`,
 //! `ListDemands`: `demands.rs`).
 //!
@@ -44,6 +45,7 @@ use crate::wire::{Incarnation, NodeIdentity};
 
 use super::demands::Demands;
 use super::events::{ClusterEvents, Publish};
+use super::graveyard::Graveyard;
 use super::store::{HeadStore, StoredActor};
 use crate::cluster::faults::FiredFault;
 use crate::cluster::{ActorId, ActorRecord, ActorSpec, ClusterEvent, ClusterEventKind, DeathCause};
@@ -66,6 +68,8 @@ pub struct Directory {
     doomed: HashMap<String, FiredFault>,
     /// The spawns waiting for room (`demands.rs`).
     demands: Demands,
+    /// Which dead actors are kept (`graveyard.rs`).
+    graveyard: Graveyard,
     /// Where every change is written (`None`: kept in memory only).
     store: Option<HeadStore>,
     /// Nodes a restarted head knows lost (the previous head, nodes the
@@ -86,6 +90,7 @@ impl Directory {
             rescheduler,
             doomed: HashMap::new(),
             demands: Demands::default(),
+            graveyard: Graveyard::default(),
             store: None,
             lost_at_start: Vec::new(),
         }
@@ -100,22 +105,33 @@ impl Directory {
         actors: Vec<StoredActor>,
         lost: Vec<(NodeIdentity, String)>,
     ) -> Self {
+        let mut forgotten = Vec::new();
         for StoredActor { record, spec } in actors {
             if let (None, Some(name)) = (&record.dead, &record.name) {
                 self.names.insert(name.clone(), record.actor);
+            }
+            if record.dead.is_some() {
+                forgotten.extend(self.graveyard.buried(record.actor, &record.job));
             }
             if let Some(spec) = spec {
                 self.specs.insert(record.actor, spec);
             }
             self.actors.insert(record.actor, record);
         }
+        for actor in &forgotten {
+            self.actors.remove(actor);
+        }
+        if let Err(e) = store.forget_actors(&forgotten) {
+            tracing::warn!("{e}");
+        }
         self.store = Some(store);
         self.lost_at_start = lost;
         self
     }
 
-    /// Writes `actor`'s record to the store, if there is one.
-    fn persist(&self, actor: ActorId) {
+    /// Writes `actor`'s record to the store, if there is one, and forgets
+    /// the dead actors in `forgotten` there.
+    fn persist(&self, actor: ActorId, forgotten: &[ActorId]) {
         let (Some(store), Some(record)) = (&self.store, self.actors.get(&actor)) else {
             return;
         };
@@ -123,7 +139,7 @@ impl Directory {
             record: record.clone(),
             spec: self.specs.get(&actor).cloned(),
         };
-        if let Err(e) = store.put_actor(&stored) {
+        if let Err(e) = store.put_actor(&stored, forgotten) {
             tracing::warn!(%actor, "{e}");
         }
     }
@@ -173,7 +189,7 @@ impl Directory {
             lost: incarnation,
             reason: reason.clone(),
         });
-        self.persist(actor);
+        self.persist(actor, &[]);
         self.events.do_send(Publish(ClusterEventKind::ActorDied {
             actor,
             incarnation,
@@ -200,7 +216,12 @@ impl Directory {
             }
         }
         let incarnation = record.incarnation;
-        self.persist(actor);
+        let job = record.job.clone();
+        let forgotten = self.graveyard.buried(actor, &job);
+        for gone in &forgotten {
+            self.actors.remove(gone);
+        }
+        self.persist(actor, &forgotten);
         self.events.do_send(Publish(ClusterEventKind::ActorDied {
             actor,
             incarnation,
@@ -276,6 +297,11 @@ impl Handler<NodeDoomed> for Directory {
 #[rtype(result = "Vec<ActorRecord>")]
 pub struct ListActors;
 
+/// The dead actors kept (`graveyard.rs`), oldest first.
+#[derive(Message)]
+#[rtype(result = "Vec<ActorRecord>")]
+pub struct ListDeadActors;
+
 /// An actor incarnation died (or never started).
 #[derive(Clone, Debug, Message)]
 #[rtype(result = "()")]
@@ -336,6 +362,7 @@ impl Handler<ActorUp> for Directory {
             }
         }
         let actor = record.actor;
+        self.graveyard.revived(actor);
         self.specs.insert(actor, spec);
         if let Some(name) = &record.name {
             self.names.insert(name.clone(), actor);
@@ -347,7 +374,7 @@ impl Handler<ActorUp> for Directory {
             node: record.node.name.clone(),
         };
         self.actors.insert(actor, record);
-        self.persist(actor);
+        self.persist(actor, &[]);
         self.events.do_send(Publish(started));
     }
 }
@@ -374,7 +401,7 @@ impl Handler<ActorDown> for Directory {
                 if let Some(record) = self.actors.get_mut(&msg.actor) {
                     record.restarting = true;
                 }
-                self.persist(msg.actor);
+                self.persist(msg.actor, &[]);
                 self.events.do_send(Publish(ClusterEventKind::ActorDied {
                     actor: msg.actor,
                     incarnation: msg.incarnation,
@@ -406,6 +433,21 @@ impl Handler<ListActors> for Directory {
             self.actors
                 .values()
                 .filter(|r| r.dead.is_none())
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
+impl Handler<ListDeadActors> for Directory {
+    type Result = MessageResult<ListDeadActors>;
+
+    fn handle(&mut self, _: ListDeadActors, _: &mut Self::Context) -> Self::Result {
+        MessageResult(
+            self.graveyard
+                .actors()
+                .filter_map(|actor| self.actors.get(&actor))
+                .filter(|r| r.dead.is_some())
                 .cloned()
                 .collect(),
         )

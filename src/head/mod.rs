@@ -22,6 +22,7 @@
 pub mod demands;
 pub mod directory;
 pub mod events;
+pub mod graveyard;
 pub mod jobs;
 pub mod membership;
 mod rescheduler;

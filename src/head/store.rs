@@ -363,9 +363,10 @@ impl HeadStore {
         })
     }
 
-    /// Writes `actor`'s directory record, durably, before the change is
-    /// acknowledged (step 4).
-    pub fn put_actor(&self, actor: &StoredActor) -> Result<(), StoreError> {
+    /// Writes `actor`'s directory record and forgets the dead actors in
+    /// `forgotten` (the directory keeps a bounded number), in one
+    /// transaction, durably, before the change is acknowledged (step 4).
+    pub fn put_actor(&self, actor: &StoredActor, forgotten: &[ActorId]) -> Result<(), StoreError> {
         let id = actor.record.actor;
         let bytes = rmp_serde::to_vec_named(actor).map_err(|e| StoreError::Corrupt {
             path: self.path.clone(),
@@ -374,7 +375,25 @@ impl HeadStore {
         })?;
         self.write(|tx| {
             let mut actors = tx.open_table(ACTORS)?;
+            for gone in forgotten {
+                actors.remove(gone.0)?;
+            }
             actors.insert(id.0, bytes.as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// Forgets the dead actors in `forgotten` (a restarted head's
+    /// directory keeps a bounded number of the ones it loaded).
+    pub fn forget_actors(&self, forgotten: &[ActorId]) -> Result<(), StoreError> {
+        if forgotten.is_empty() {
+            return Ok(());
+        }
+        self.write(|tx| {
+            let mut actors = tx.open_table(ACTORS)?;
+            for gone in forgotten {
+                actors.remove(gone.0)?;
+            }
             Ok(())
         })
     }

@@ -562,6 +562,13 @@ async fn directory_request(
                 .map_err(internal)?;
             Ok(ControlReply::Actors(actors))
         }
+        DirectoryRequest::ListDeadActors => {
+            let actors = directory
+                .send(directory::ListDeadActors)
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Actors(actors))
+        }
         DirectoryRequest::ActorDown {
             actor,
             incarnation,

@@ -64,10 +64,11 @@ pub use message::{
 /// (a peer of 4 could not decode it); 6: `PutObjects` (small puts); 7:
 /// `StreamObject` (bulk streams over TCP); 8: `EventRequest::LastSeq`
 /// (the latest event's number, which the first page of the history is
-/// not once more than a page is kept). A
+/// not once more than a page is kept); 9: `DirectoryRequest::ListDeadActors`
+/// (the dead actors the head keeps). A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

@@ -25,6 +25,7 @@ pub const PROGRAM_WITH_ITS_OWN_CLUSTER: &str = "NIMBUS_TEST_OWN_CLUSTER";
 /// The CLI of the test cluster, authenticated with a private token file.
 pub struct Operator {
     program: std::path::PathBuf,
+    program_args: Vec<String>,
     address: String,
     token_file: std::path::PathBuf,
     _dir: tempfile::TempDir,
@@ -43,6 +44,7 @@ impl Operator {
         .unwrap();
         Operator {
             program: cluster.program().to_path_buf(),
+            program_args: cluster.program_args().to_vec(),
             address: cluster.address().to_string(),
             token_file,
             _dir: dir,
@@ -55,6 +57,7 @@ impl Operator {
         let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
         let mut command = tokio::process::Command::new(&self.program);
         command
+            .args(&self.program_args)
             .args(&args[..split])
             .args(["--address", &self.address, "--token-file"])
             .arg(&self.token_file)
@@ -78,12 +81,21 @@ impl Operator {
 
     /// Whether `nimbus list actors` shows no actor of `job`.
     async fn no_actor_of(&self, job: &str) -> bool {
+        self.actors_of(job)
+            .await
+            .iter()
+            .all(|actor| actor["state"] == "DEAD")
+    }
+
+    /// `nimbus list actors --json --filter job=JOB`: its live actors, then
+    /// the dead ones the head keeps.
+    async fn actors_of(&self, job: &str) -> Vec<serde_json::Value> {
         let filter = format!("job={job}");
         let (code, listed, err) = self
             .run(&["list", "actors", "--json", "--filter", &filter])
             .await;
         assert_eq!(code, Some(0), "{err}");
-        listed.trim() == "[]"
+        serde_json::from_str(&listed).unwrap()
     }
 
     /// `nimbus job status JOB --json`.
@@ -187,6 +199,36 @@ pub async fn a_submitted_job_runs_streams_and_ends_with_its_actors(driver: &mut 
         code != Some(0) && err.contains("has ended already"),
         "{err}"
     );
+    // Its actor is still listed, dead, with its job and cause, and its log
+    // is found by name within the job (not by name alone: only live
+    // actors have names of their own).
+    let dead = operator.actors_of(&waiting).await;
+    let waiter = dead.iter().find(|a| a["name"] == "job-waiter");
+    let waiter = waiter.unwrap_or_else(|| panic!("the stopped job's actor is listed: {dead:?}"));
+    assert_eq!(waiter["state"], "DEAD", "{waiter}");
+    assert_ne!(waiter["death"], "", "{waiter}");
+    let filtered = operator
+        .run(&[
+            "list",
+            "actors",
+            "--json",
+            "--filter",
+            "state=DEAD",
+            "--filter",
+            "name=job-waiter",
+        ])
+        .await;
+    assert!(filtered.1.contains(&waiting), "{filtered:?}");
+    let (code, _, err) = operator
+        .run(&["logs", "job-waiter", "--job", &waiting])
+        .await;
+    assert_eq!(
+        code,
+        Some(0),
+        "the dead actor's log is found by name and job: {err}"
+    );
+    let (code, _, err) = operator.run(&["logs", "job-waiter"]).await;
+    assert!(code != Some(0) && err.contains("--job"), "{err}");
 
     let (code, stopped_jobs, err) = operator
         .run(&["list", "jobs", "--json", "--filter", "state=STOPPED"])

@@ -381,11 +381,23 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
     );
     screenshot(&tab, "cluster");
 
+    // The listing keeps dead actors too (the example's finished task
+    // workers): the filter narrows it to the live ones.
     go_and_wait(
         &tab,
         "#/actors",
+        r#"document.querySelectorAll("main table tbody tr").length >= 6"#,
+        "the actors listed",
+    );
+    tab.evaluate(
+        r#"(() => { const f = document.querySelector(".toolbar input"); f.value = "ALIVE"; f.dispatchEvent(new Event("input")); })()"#,
+        false,
+    )
+    .unwrap();
+    wait_until(
+        &tab,
         r#"[...document.querySelectorAll("main table tbody tr")].length === 6"#,
-        "the bank's six actors",
+        "the bank's six live actors",
     );
     let names = column(&tab, "name");
     for account in ["account-0", "account-1", "account-2", "account-3", "bank"] {
