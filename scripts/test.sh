@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# `make test` (and CI, through .ci/run): every test, in timed phases.
+#
+# 1. In the background: Chromium for the dashboard's browser tests,
+#    kubernetes-validate (which then checks the manifests), and torch
+#    (unless LIBTORCH is set), while the `nimbus` crate, which needs none
+#    of them, builds.
+# 2. The whole workspace builds once, in one profile (`dev`) and one
+#    feature set.
+# 3. Every test binary runs, the long fault-injection tests included
+#    (`--include-ignored`), then the doc tests, then the two template
+#    crates (built into the same target directory, and run from a copy
+#    outside it with no nimbus binary to be found), then the CUDA-less
+#    checks of a GPU build (the one build with nimbus-train's `cuda`: a
+#    CUDA build links libtorch_cuda.so, which tests of hosts without it
+#    must not need).
+# 4. The tests that could not run here are counted (tests/common/not_run.rs:
+#    they fail unless NIMBUS_ALLOW_NOT_RUN is set, and always under CI),
+#    and the time per phase is printed and held against README.md's
+#    promise (scripts/phases.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/phases.sh
+
+TEMPLATE=examples/template/Cargo.toml
+TEMPLATE_TRAIN=examples/template-train/Cargo.toml
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export NIMBUS_NOT_RUN_LOG="$work/not-run"
+: >"$NIMBUS_NOT_RUN_LOG"
+
+# Waits for background step $2 (pid $1), showing its output; fails as it did.
+await() {
+  local pid=$1 name=$2
+  if ! wait "$pid"; then
+    cat "$work/$name" >&2
+    echo "$name failed (its output is above)" >&2
+    return 1
+  fi
+  cat "$work/$name"
+}
+
+# Step 1.
+scripts/ensure-chromium.sh >"$work/chromium" 2>&1 &
+chromium=$!
+scripts/check-kubernetes.sh >"$work/kubernetes" 2>&1 &
+kubernetes=$!
+if [ -z "${LIBTORCH:-}" ]; then
+  scripts/ensure-torch.sh >"$work/torch.python" 2>"$work/torch" &
+  torch=$!
+fi
+phase "build nimbus (torch, chromium, kubernetes-validate installing beside it)" \
+  cargo build -p nimbus --all-targets
+use_torch() {
+  if [ -n "${LIBTORCH:-}" ]; then return 0; fi
+  await "$torch" torch
+  local python
+  python=$(cat "$work/torch.python")
+  export LIBTORCH_USE_PYTORCH=1 PATH="$(dirname "$python"):$PATH"
+}
+phase "torch installed" use_torch
+
+# Step 2.
+phase "build the workspace" cargo build --workspace --all-targets
+phase "chromium and kubernetes manifests" eval 'await "$chromium" chromium && await "$kubernetes" kubernetes'
+
+# Step 3.
+phase "tests (unit, integration, long fault injection, benches once)" \
+  cargo test --workspace --all-targets --no-fail-fast -- --include-ignored
+phase "doc tests" env NIMBUS_BIN="$PWD/target/debug/nimbus" \
+  cargo test --workspace --doc
+# A template's program, run as the README says a copy of it runs: from a
+# directory of its own outside the repository, with no nimbus binary set,
+# beside it or on PATH (its own binary runs its local cluster's nodes).
+run_alone() {
+  local program=$1 dir="$work/alone-$(basename "$1")"
+  mkdir -p "$dir/tmp"
+  cp "$program" "$dir/"
+  # The training template keeps its results under the temporary directory:
+  # here one of this run's own, removed with it.
+  (cd "$dir" && env -u NIMBUS_BIN -u LD_LIBRARY_PATH PATH=/usr/local/bin:/usr/bin:/bin \
+    TMPDIR="$dir/tmp" "./$(basename "$program")")
+}
+template() {
+  cargo build --manifest-path "$TEMPLATE" --target-dir target
+  run_alone target/debug/nimbus-template
+}
+phase "template crate" template
+template_train() {
+  cargo build --manifest-path "$TEMPLATE_TRAIN" --target-dir target
+  run_alone target/debug/nimbus-template-train
+}
+phase "training template crate" template_train
+phase "CUDA-less checks of a GPU build" cargo test -p nimbus-train --features cuda --test cuda
+
+# Step 4.
+not_run=$(wc -l <"$NIMBUS_NOT_RUN_LOG")
+if [ "$not_run" -gt 0 ]; then
+  echo "*** $not_run test(s) did NOT run here (allowed by NIMBUS_ALLOW_NOT_RUN):"
+  sed 's/^/***   /' "$NIMBUS_NOT_RUN_LOG"
+else
+  echo "every test ran (none did not run)"
+fi
+phases_report "make test" "make test "
