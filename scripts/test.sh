@@ -8,12 +8,12 @@
 # 2. The whole workspace builds once, in one profile (`dev`) and one
 #    feature set.
 # 3. Every test binary runs, the long fault-injection tests included
-#    (`--include-ignored`), then the doc tests, then the two template
-#    crates (built into the same target directory, and run from a copy
-#    outside it with no nimbus binary to be found), then the CUDA-less
-#    checks of a GPU build (the one build with nimbus-train's `cuda`: a
-#    CUDA build links libtorch_cuda.so, which tests of hosts without it
-#    must not need).
+#    (`--include-ignored`), in two lanes at once, with the doc tests, the
+#    two template crates (built into the same target directory, and run
+#    from a copy outside it with no nimbus binary to be found), and the
+#    CUDA-less checks of a GPU build (the one build with nimbus-train's
+#    `cuda`: a CUDA build links libtorch_cuda.so, which tests of hosts
+#    without it must not need).
 # 4. The tests that could not run here are counted (tests/common/not_run.rs:
 #    they fail unless NIMBUS_ALLOW_NOT_RUN is set, and always under CI),
 #    and the time per phase is printed and held against README.md's
@@ -65,11 +65,49 @@ phase "torch installed" use_torch
 phase "build the workspace" cargo build --workspace --all-targets
 phase "chromium and kubernetes manifests" eval 'await "$chromium" chromium && await "$kubernetes" kubernetes'
 
-# Step 3.
-phase "tests (unit, integration, long fault injection, benches once)" \
-  cargo test --workspace --all-targets --no-fail-fast -- --include-ignored
-phase "doc tests" env NIMBUS_BIN="$PWD/target/debug/nimbus" \
-  cargo test --workspace --doc
+# Step 3. Two lanes at once (a test waits on processes, timeouts and
+# the network much of its time: one lane alone left a third of the two
+# cores idle). Lane A: the end-to-end binary, then the templates. Lane B:
+# every other test binary, the doc tests, then the CUDA-less checks. Each
+# test binary runs from its package's directory, as cargo runs it (cargo
+# itself would hold the build directory's lock for the whole run).
+phase "build the tests" eval 'cargo test --workspace --all-targets --no-run --message-format=json-render-diagnostics >"$work/artifacts.json"'
+python3 - "$work/artifacts.json" >"$work/binaries" <<'PY'
+import json, os, sys
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
+        continue
+    t = m["target"]
+    print("\t".join([f"{m['package_id'].split('#')[0].split('/')[-1]}:{t['kind'][0]}:{t['name']}",
+                     os.path.dirname(m["manifest_path"]), m["executable"]]))
+PY
+# Runs one test binary (a line of $work/binaries), timed, into its lane's log.
+run_binary() {
+  local name=$1 dir=$2 exe=$3 start
+  start=$(date +%s)
+  echo "--- $name"
+  (cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe" --include-ignored)
+  echo "--- $name: $(($(date +%s) - start)) s"
+}
+lane_a() {
+  local name dir exe
+  while IFS=$'\t' read -r name dir exe; do
+    [ "$name" = "nimbus:test:nimbus" ] && run_binary "$name" "$dir" "$exe"
+  done <"$work/binaries"
+  template
+  template_train
+}
+lane_b() {
+  local name dir exe
+  while IFS=$'\t' read -r name dir exe; do
+    [ "$name" = "nimbus:test:nimbus" ] || run_binary "$name" "$dir" "$exe"
+  done <"$work/binaries"
+  NIMBUS_BIN="$PWD/target/debug/nimbus" cargo test --workspace --doc
+  cargo test -p nimbus-train --features cuda --test cuda
+}
 # A template's program, run as the README says a copy of it runs: from a
 # directory of its own outside the repository, with no nimbus binary set,
 # beside it or on PATH (its own binary runs its local cluster's nodes).
@@ -83,16 +121,32 @@ run_alone() {
     TMPDIR="$dir/tmp" "./$(basename "$program")")
 }
 template() {
+  echo "--- template crate"
   cargo build --manifest-path "$TEMPLATE" --target-dir target
   run_alone target/debug/nimbus-template
 }
-phase "template crate" template
 template_train() {
+  echo "--- training template crate"
   cargo build --manifest-path "$TEMPLATE_TRAIN" --target-dir target
   run_alone target/debug/nimbus-template-train
 }
-phase "training template crate" template_train
-phase "CUDA-less checks of a GPU build" cargo test -p nimbus-train --features cuda --test cuda
+lanes() {
+  lane_a >"$work/lane-a" 2>&1 &
+  local a=$!
+  lane_b >"$work/lane-b" 2>&1 &
+  local b=$!
+  local failed=()
+  wait "$a" || failed+=("A")
+  wait "$b" || failed+=("B")
+  cat "$work/lane-a" "$work/lane-b"
+  echo "--- test binaries, seconds each:"
+  grep -h '^--- .*: [0-9]* s$' "$work/lane-a" "$work/lane-b" | sed 's/^--- /    /'
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "lane(s) ${failed[*]} failed: the first failure is above (FAILED, panicked)" >&2
+    return 1
+  fi
+}
+phase "tests in two lanes (every binary, long fault injection, doc tests, templates, CUDA-less checks)" lanes
 
 # Step 4.
 not_run=$(wc -l <"$NIMBUS_NOT_RUN_LOG")
