@@ -81,8 +81,9 @@ for line in open(sys.argv[1]):
     if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
         continue
     t = m["target"]
-    print("\t".join([f"{m['package_id'].split('#')[0].split('/')[-1]}:{t['kind'][0]}:{t['name']}",
-                     os.path.dirname(m["manifest_path"]), m["executable"]]))
+    package = os.path.dirname(m["manifest_path"])
+    where = os.path.relpath(package) if os.path.relpath(package) != "." else "nimbus"
+    print("\t".join([f"{where}:{t['kind'][0]}:{t['name']}", package, m["executable"]]))
 PY
 # Runs one test binary (a line of $work/binaries), timed, into its lane's log.
 run_binary() {
