@@ -67,9 +67,10 @@ phase "chromium and kubernetes manifests" eval 'await "$chromium" chromium && aw
 
 # Step 3. Two lanes at once (a test waits on processes, timeouts and
 # the network much of its time: one lane alone left a third of the two
-# cores idle). Lane A: the end-to-end binary and the dashboard bench (its
-# Chromium aborts a page load when the simulated hosts' veth links come
-# and go: ERR_NETWORK_CHANGED), then the templates. Lane B: every other
+# cores idle). Lane A: the end-to-end binary, the dashboard and transfer
+# benches (Chromium aborts a page load when veth links come and go,
+# ERR_NETWORK_CHANGED: the dashboard's pages and the simulated hosts or
+# the transfer bench's namespace must not overlap), then the templates. Lane B: every other
 # test binary, the doc tests, then the CUDA-less checks. Each
 # test binary runs from its package's directory, as cargo runs it (cargo
 # itself would hold the build directory's lock for the whole run).
@@ -97,7 +98,10 @@ run_binary() {
 }
 # The binaries of lane A.
 in_lane_a() {
-  [ "$1" = "nimbus:test:nimbus" ] || [ "$1" = "nimbus:bench:dashboard" ]
+  case "$1" in
+    nimbus:test:nimbus | nimbus:bench:dashboard | nimbus:bench:transfer) return 0 ;;
+    *) return 1 ;;
+  esac
 }
 lane_a() {
   local name dir exe
