@@ -5,12 +5,12 @@
 //!
 //! A plain state machine the `Directory` holds:
 //! 1. every actor buried for good is recorded with its job, in order
-//!    ([`Graveyard::buried`]);
+//!    (`Graveyard::buried`);
 //! 2. past [`DEAD_KEPT_PER_JOB`] dead actors of one job, that job's oldest
 //!    is forgotten; past [`DEAD_KEPT`] in all, the oldest of any job is;
 //!    the directory drops what is forgotten from memory and its store;
 //! 3. an actor that lives again (a new incarnation reported up) leaves the
-//!    graveyard ([`Graveyard::revived`]).
+//!    graveyard (`Graveyard::revived`).
 
 use std::collections::{HashMap, VecDeque};
 
