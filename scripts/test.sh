@@ -70,10 +70,11 @@ phase "chromium and kubernetes manifests" eval 'await "$chromium" chromium && aw
 # cores idle). Lane A: the end-to-end binary, the dashboard and transfer
 # benches (Chromium aborts a page load when veth links come and go,
 # ERR_NETWORK_CHANGED: the dashboard's pages and the simulated hosts or
-# the transfer bench's namespace must not overlap), then the templates. Lane B: every other
-# test binary, the doc tests, then the CUDA-less checks. Each
-# test binary runs from its package's directory, as cargo runs it (cargo
-# itself would hold the build directory's lock for the whole run).
+# the transfer bench's namespace must not overlap), then the template.
+# Lane B: every other test binary, the doc tests, the CUDA-less checks,
+# then the training template. Each test binary runs from its package's
+# directory, as cargo runs it (cargo itself would hold the build
+# directory's lock for the whole run).
 phase "build the tests" eval 'cargo test --workspace --all-targets --no-run --message-format=json-render-diagnostics >"$work/artifacts.json"'
 python3 - "$work/artifacts.json" >"$work/binaries" <<'PY'
 import json, os, sys
