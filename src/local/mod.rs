@@ -8,7 +8,7 @@
 //! The nodes run the `nimbus` binary at `$NIMBUS_BIN`, else beside the
 //! program (or one directory up), else, for a program that calls
 //! `nimbus::init` ([`LocalClusterBuilder::or_this_program`]), the program
-//! itself with [`NODE_ARG`] first, else `nimbus` on `PATH`.
+//! itself with [`crate::runtime::NODE_ARG`] first, else `nimbus` on `PATH`.
 //!
 //! ```
 //! # fn main() -> Result<(), nimbus::local::LocalClusterError> {
@@ -35,9 +35,11 @@ use std::time::{Duration, Instant};
 use crate::client::{ClientError, ClusterClient};
 use crate::cluster::ActorId;
 use crate::runtime::boot::WORKER_ARG;
-use crate::runtime::NODE_ARG;
 use crate::transport::JoinToken;
 use crate::wire::Incarnation;
+
+mod program;
+use program::find_program;
 
 /// Why a local cluster could not start or change.
 #[derive(Debug, thiserror::Error)]
@@ -95,14 +97,14 @@ impl LocalClusterBuilder {
     }
 
     /// Arguments before `nimbus`'s own on [`LocalClusterBuilder::program`]'s
-    /// command line: [`NODE_ARG`] for a program of nimbus's that runs the
+    /// command line: [`crate::runtime::NODE_ARG`] for a program of nimbus's that runs the
     /// `nimbus` command line in that role.
     pub fn program_args(mut self, args: Vec<String>) -> Self {
         self.program_args = args;
         self
     }
 
-    /// Lets the nodes run as this very program, with [`NODE_ARG`] first,
+    /// Lets the nodes run as this very program, with [`crate::runtime::NODE_ARG`] first,
     /// when no `nimbus` binary is set (`$NIMBUS_BIN`) or beside it: for a
     /// program that calls `nimbus::init`, which then runs the `nimbus`
     /// command line (`nimbus::cli`). Ahead of `PATH`, where another
@@ -256,7 +258,7 @@ impl LocalCluster {
     }
 
     /// What comes before `nimbus`'s own arguments on [`LocalCluster::program`]'s
-    /// command line: nothing for the `nimbus` binary, [`NODE_ARG`] for a
+    /// command line: nothing for the `nimbus` binary, [`crate::runtime::NODE_ARG`] for a
     /// program that runs the nodes itself.
     pub fn program_args(&self) -> &[String] {
         &self.program_args
@@ -693,41 +695,6 @@ fn signal(node: &mut NodeProcess, signal: libc::c_int) -> Result<(), LocalCluste
         });
     }
     Ok(())
-}
-
-/// The nodes' program and the arguments before `nimbus`'s own: the
-/// `nimbus` binary at `$NIMBUS_BIN` or beside this one; else this program
-/// with [`NODE_ARG`] when `this_program`; else `nimbus` on `PATH`.
-fn find_program(this_program: bool) -> Result<(PathBuf, Vec<String>), LocalClusterError> {
-    if let Some(program) = std::env::var_os("NIMBUS_BIN") {
-        return Ok((program.into(), Vec::new()));
-    }
-    let exe = std::env::current_exe().unwrap_or_default();
-    let beside: Vec<PathBuf> = exe
-        .ancestors()
-        .skip(1)
-        .take(2)
-        .map(|dir| dir.join("nimbus"))
-        .collect();
-    if let Some(program) = beside.iter().find(|c| c.is_file()) {
-        return Ok((program.clone(), Vec::new()));
-    }
-    if this_program && exe.is_file() {
-        return Ok((exe, vec![NODE_ARG.to_string()]));
-    }
-    let on_path = std::env::var_os("PATH").unwrap_or_default();
-    let candidates: Vec<PathBuf> = beside
-        .into_iter()
-        .chain(std::env::split_paths(&on_path).map(|dir| dir.join("nimbus")))
-        .collect();
-    candidates
-        .iter()
-        .find(|c| c.is_file())
-        .map(|program| (program.clone(), Vec::new()))
-        .ok_or_else(|| {
-            let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
-            LocalClusterError::ProgramNotFound(looked.join(", "))
-        })
 }
 
 /// A process held by a Linux pidfd: waited on with a deadline, without
