@@ -403,10 +403,17 @@ impl Drop for Driver {
             job: context.job.clone(),
             ok: !std::thread::panicking(),
         });
-        // The task states not reported yet go first, and the metrics
-        // recorded since the last push.
+        // The task states not reported yet go first, the metrics recorded
+        // since the last push, and the packet faults injected since the
+        // last report (under a chaos plan).
         let tasks = crate::task::records::take_unreported();
         let metrics = context.metrics_push();
+        let process = context.endpoint.identity().identity.name.clone();
+        let packets = crate::runtime::packet_report(
+            &context.endpoint,
+            &process,
+            crate::cluster::ProcessClass::Workload,
+        );
         let (address, token) = (self.address.clone(), self.token.clone());
         let told = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -421,6 +428,9 @@ impl Drop for Driver {
                         client.call(&ControlRequest::Jobs(states)).await?;
                     }
                     client.call(&metrics).await?;
+                    if let Some((_, report)) = &packets {
+                        client.call(report).await?;
+                    }
                     client.call(&request).await
                 };
                 match tokio::time::timeout(DONE_WAIT, tell).await {

@@ -37,6 +37,7 @@ use super::progress::{Progress, ProgressReport};
 use super::{LoopFailed, LoopFn, TrainError, WorkerRefusal};
 use nimbus::actor::{ActorHandle, ProcessContext, RemoteActor, RemoteMessage};
 use nimbus::cluster::Torch;
+use nimbus::runtime::LAST_PUSH_WAIT;
 
 /// How a group's workers reach each other.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -265,9 +266,10 @@ impl Handler<StartTraining> for TrainerWorker {
         let progress = Arc::new(Progress::default());
         self.progress = Some(progress.clone());
         let group = self.group.clone();
+        let runtime = tokio::runtime::Handle::current();
         std::thread::Builder::new()
             .name("nimbus-train-loop".into())
-            .spawn(move || run_worker(run, assignment, link, progress, group))
+            .spawn(move || run_worker(run, assignment, link, progress, group, runtime))
             .map_err(|e| WorkerRefusal::Thread(e.to_string()))?;
         Ok(())
     }
@@ -344,13 +346,14 @@ fn forward_chunks(peers: Vec<ActorHandle<TrainerWorker>>) -> SendChunk {
     Box::new(move |to, chunk| queue.send((to, chunk)).map_err(|_| LinkClosed(to)))
 }
 
-/// The loop thread of a worker process.
+/// The loop thread of a worker process; `runtime` is the worker's.
 fn run_worker(
     run: LoopFn,
     assignment: Assignment,
     link: GroupLink,
     progress: Arc<Progress>,
     group_slot: Arc<Mutex<Option<GroupAbortHandle>>>,
+    runtime: tokio::runtime::Handle,
 ) {
     let outcome = (|| -> Result<(), TrainError> {
         let ranks = assignment.ranks;
@@ -404,7 +407,28 @@ fn run_worker(
         };
         run_loop(&run, &assignment, collective, progress.clone())
     })();
+    // The supervisor stops this process once it sees the loop finish: the
+    // metrics the loop recorded since the last push go to the node first.
+    push_last_metrics(&runtime);
     progress.finish(outcome.map_err(|e| LoopFailed(e.to_string())));
+}
+
+/// Pushes this process's metrics to its node from the loop thread, waiting
+/// at most [`LAST_PUSH_WAIT`] (and a little) for the worker's runtime to
+/// send them.
+fn push_last_metrics(runtime: &tokio::runtime::Handle) {
+    let Some(context) = ProcessContext::current() else {
+        return;
+    };
+    let (done, pushed) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        let _ = done.send(context.push_metrics_now().await);
+    });
+    match pushed.recv_timeout(LAST_PUSH_WAIT + Duration::from_millis(500)) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!("last metrics push failed: {e}"),
+        Err(_) => tracing::debug!("last metrics push: no answer from the worker's runtime"),
+    }
 }
 
 /// Joins an NCCL group on this thread (its device is the worker's GPU).

@@ -37,11 +37,7 @@ impl FaultTriggers {
                 return None;
             }
             let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-            let action = match rule.action {
-                ActorFaultAction::Kill => "kill",
-                ActorFaultAction::Panic => "panic",
-                ActorFaultAction::KillNode => "kill_node",
-            };
+            let action = rule.action.kind();
             (n == rule.after_messages).then(|| Fired {
                 action: rule.action,
                 fault: FiredFault::new(action, format!("message {n} ({message})"), &self.target),

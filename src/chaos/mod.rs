@@ -17,7 +17,13 @@
 //!
 //! `nimbus chaos run PLAN -- COMMAND` (or `chaos::run` / `run_while` in tests)
 //! starts a local cluster, hands each rule to the layer that injects it,
-//! runs the workload, and prints the timeline (`timeline.rs`). The faults,
+//! runs the workload, and prints the timeline (`timeline.rs`). A run in
+//! which a planned fault never took effect (its message count or training
+//! step never came, its packet rule faulted no datagram, its clock never
+//! started), could not be injected, or whose recovery did not come fails,
+//! naming it ([`Timeline::missed`]), even if the workload succeeded. Timed
+//! faults count from the start of the run, or with `clock =
+//! "first_actor"` from the first actor the workload starts. The faults,
 //! their triggers, and where each is hooked in:
 //!
 //! - **Node** SIGKILL, SIGSTOP for a duration (the node process and its
@@ -40,7 +46,8 @@
 //!   plan's reason (`chaos: panic at after=Tms of NAME`).
 //! - **Partition** between named sets of nodes, or their links **degraded**
 //!   (drop, duplicate, reorder, delay, bandwidth cap), for a duration, at a
-//!   planned time: a packet rule added in front of each socket's rules,
+//!   planned time (in the timeline when every process has added its rule;
+//!   healed `for_ms` after that): a packet rule added in front of each socket's rules,
 //!   naming the other side's addresses (node processes, and the workers of
 //!   live actors on those nodes), which expires on its own;
 //!   `AddPacketRule` to node processes, the reserved message
@@ -50,7 +57,9 @@
 //!   window are not cut.
 //! - **Packets**: drop, duplicate, reorder, delay; partition from all
 //!   peers; bandwidth cap (queue, then drop-tail past 200 ms), in a time
-//!   window since the socket opened (`crate::transport::faults`):
+//!   window since the socket opened (`crate::transport::faults`; the first
+//!   rule that matches decides, so a rule behind one that covers it is
+//!   refused; each socket counts the datagrams each rule faulted):
 //!   `packet_faults` go on the workload (every call it makes),
 //!   `node_packet_faults` on every node process, and with `workers = true`
 //!   on their worker processes (actor calls, network collectives).
@@ -92,7 +101,7 @@ mod plan;
 mod run;
 mod timeline;
 
-pub use plan::{ChaosPlan, FaultAction, NodeTarget, PlanError, PlannedFault, ResolvedFault};
+pub use plan::{ChaosPlan, Clock, FaultAction, NodeTarget, PlanError, PlannedFault, ResolvedFault};
 pub use run::{run, run_while, ChaosError};
 pub use timeline::{Timeline, TimelineEntry};
 

@@ -30,6 +30,18 @@ pub enum PlanError {
     /// `"random"` with no node to pick.
     #[error("\"random\" picks among non-head nodes, and there are none")]
     NoRandomNode,
+    /// A packet rule that can never apply: an earlier rule of the same
+    /// list applies to all its peers for all its window, and the first
+    /// rule that matches a datagram decides.
+    #[error("{section} rule {rule} can never apply: rule {by} before it covers its peers and window, and the first matching rule decides (put rule {rule} first)")]
+    ShadowedRule {
+        /// `packet_faults` or `node_packet_faults`.
+        section: &'static str,
+        /// The rule that cannot apply (1-based, in plan order).
+        rule: usize,
+        /// The earlier rule that covers it (1-based).
+        by: usize,
+    },
 }
 
 /// A seeded list of faults.
@@ -38,6 +50,9 @@ pub enum PlanError {
 pub struct ChaosPlan {
     /// Seeds every random choice.
     pub seed: u64,
+    /// What the timed faults' `at_ms` count from.
+    #[serde(default)]
+    pub clock: Clock,
     /// The faults, in any order.
     #[serde(default)]
     pub faults: Vec<PlannedFault>,
@@ -60,6 +75,19 @@ pub struct ChaosPlan {
     /// socket's opening.
     #[serde(default)]
     pub node_packet_faults: Option<PacketFaults>,
+}
+
+/// What a plan's timed faults count their time from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    /// The start of the run (when the workload is started).
+    #[default]
+    Run,
+    /// The first actor the cluster starts during the run: the workload
+    /// has connected and begun its work, however long it took to start
+    /// (a `make run` that builds first, say).
+    FirstActor,
 }
 
 /// One fault and its trigger (a time after the run starts).
@@ -141,6 +169,24 @@ pub enum FaultAction {
 }
 
 impl FaultAction {
+    /// The fault in the timeline's words (`kill_node`, `stop_node(800ms)`,
+    /// `partition(1000ms)`, `degrade_links(drop=0.1,2000ms)`, ...).
+    pub fn label(&self) -> String {
+        match self {
+            FaultAction::KillNode { .. } => "kill_node".into(),
+            FaultAction::StopNode { for_ms, .. } => format!("stop_node({for_ms}ms)"),
+            FaultAction::RestartNode { .. } => "restart_node".into(),
+            FaultAction::KillActor { .. } => "kill_actor".into(),
+            FaultAction::PanicActor { .. } => "panic_actor".into(),
+            FaultAction::Partition { for_ms, .. } => format!("partition({for_ms}ms)"),
+            FaultAction::DegradeLinks { for_ms, faults, .. } => {
+                let mut kinds = faults.kinds();
+                kinds.push(format!("{for_ms}ms"));
+                format!("degrade_links({})", kinds.join(","))
+            }
+        }
+    }
+
     /// For faults on links between two sets of nodes: the sides, how long,
     /// and the packet rule each process gets (peers and window filled in
     /// when it fires).
@@ -285,7 +331,27 @@ impl ChaosPlan {
 
     /// Parses a TOML plan.
     pub fn from_toml(text: &str) -> Result<Self, PlanError> {
-        Ok(toml::from_str(text)?)
+        let plan: ChaosPlan = toml::from_str(text)?;
+        plan.check_packet_rules()?;
+        Ok(plan)
+    }
+
+    /// Refuses packet rules that can never apply.
+    fn check_packet_rules(&self) -> Result<(), PlanError> {
+        let sections = [
+            ("packet_faults", &self.packet_faults),
+            ("node_packet_faults", &self.node_packet_faults),
+        ];
+        for (section, packets) in sections {
+            if let Some((rule, by)) = packets.as_ref().and_then(PacketFaults::shadowed) {
+                return Err(PlanError::ShadowedRule {
+                    section,
+                    rule: rule + 1,
+                    by: by + 1,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The plan as TOML, to print next to a failure for replay.
@@ -298,6 +364,7 @@ impl ChaosPlan {
     /// node from the seed, and the `k`-th random choice of a plan is always
     /// the same node for the same seed and nodes.
     pub fn resolve(&self, nodes: &[String]) -> Result<Vec<ResolvedFault>, PlanError> {
+        self.check_packet_rules()?;
         let mut faults: Vec<&PlannedFault> = self.faults.iter().collect();
         faults.sort_by_key(|f| f.at_ms);
         let mut choices = 0u64;
@@ -491,5 +558,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(malformed.contains("not a chaos plan"), "{malformed}");
+    }
+
+    #[test]
+    fn a_packet_rule_behind_one_that_covers_it_is_refused_by_number() {
+        let shadowed = "seed = 1\n[[packet_faults.rules]]\ndrop = 0.05\n[[packet_faults.rules]]\nfrom_ms = 1500\nuntil_ms = 2500\npartition = true\n";
+        let error = ChaosPlan::from_toml(shadowed).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "packet_faults rule 2 can never apply: rule 1 before it covers its peers and window, and the first matching rule decides (put rule 2 first)"
+        );
+        let reordered = "seed = 1\nclock = \"first_actor\"\n[[packet_faults.rules]]\nfrom_ms = 1500\nuntil_ms = 2500\npartition = true\n[[packet_faults.rules]]\ndrop = 0.05\n";
+        let plan = ChaosPlan::from_toml(reordered).unwrap();
+        assert_eq!(plan.clock, Clock::FirstActor);
+        assert_eq!(ChaosPlan::from_toml(&plan.to_toml()).unwrap(), plan);
     }
 }

@@ -20,7 +20,7 @@ use crate::local::{LocalCluster, LocalClusterError};
 use crate::train::faults::TrainingFaultAction;
 use crate::transport::{ConnectError, FaultCounts, PacketRule, RequestError, RequestOptions};
 
-use super::{ChaosPlan, FaultAction, PlanError, ResolvedFault, Timeline, TimelineEntry};
+use super::{ChaosPlan, Clock, FaultAction, PlanError, ResolvedFault, Timeline, TimelineEntry};
 
 /// One fault could not be injected: the timeline records it, the run goes
 /// on.
@@ -91,6 +91,9 @@ pub async fn run_while<T>(
     let client = cluster.client().await?;
     let mut run = Run {
         start: Instant::now(),
+        clock: plan.clock,
+        first_actor: None,
+        held: Vec::new(),
         deadline: 3 * cluster.heartbeat_timeout() + Duration::from_secs(10),
         timeline: Timeline {
             seed: plan.seed,
@@ -117,7 +120,9 @@ pub async fn run_while<T>(
     for node in run.stopped.drain(..) {
         let _ = cluster.resume(node);
     }
-    result.map(|output| (output, run.timeline))
+    let output = result?;
+    run.check_effects(plan, &names);
+    Ok((output, run.timeline))
 }
 
 /// Something the schedule does at a time.
@@ -150,9 +155,30 @@ enum Expect {
     },
 }
 
+/// A link fault's rules, once every process was asked to add them.
+struct Cut {
+    /// The fault, in the timeline's words.
+    fault: String,
+    /// The sides' stable name (`a,b|c`).
+    sides: String,
+    trigger: String,
+    for_ms: u64,
+    /// When the last process answered.
+    installed_at: Instant,
+    /// The processes that did not add the rule, and why.
+    failures: Vec<String>,
+}
+
 /// The state of one run.
 struct Run {
+    /// What the timed faults count from: the run's start, then (with
+    /// [`Clock::FirstActor`]) when the first actor started.
     start: Instant,
+    clock: Clock,
+    /// When the first actor of the run started (with [`Clock::FirstActor`]).
+    first_actor: Option<Instant>,
+    /// Timed faults waiting for the first actor (with [`Clock::FirstActor`]).
+    held: Vec<(Duration, Step)>,
     deadline: Duration,
     timeline: Timeline,
     /// Nodes stopped and not yet resumed.
@@ -162,8 +188,9 @@ struct Run {
     /// When a worker's `kill_node` fault was reported, until the head
     /// declares a node dead.
     node_killed: Option<Instant>,
-    /// The latest packet-fault counters each process reported.
-    packets: HashMap<String, (ProcessClass, FaultCounts)>,
+    /// The latest packet-fault counters each process reported, with the
+    /// hits of each rule of its plan.
+    packets: HashMap<String, (ProcessClass, FaultCounts, Vec<u64>)>,
     /// The plan's `kill_head` training faults not fired yet, and how long
     /// each keeps the head down.
     head_kills: Vec<(FiredFault, Duration)>,
@@ -182,15 +209,19 @@ impl Run {
     ) -> Result<T, ChaosError> {
         let mut steps: Vec<(Duration, Step)> =
             faults.into_iter().map(|f| (f.at, Step::Fault(f))).collect();
+        if self.clock == Clock::FirstActor {
+            self.held = std::mem::take(&mut steps);
+        }
         let mut observations: FuturesUnordered<BoxFuture<'_, Vec<TimelineEntry>>> =
             FuturesUnordered::new();
+        let mut cutting: FuturesUnordered<BoxFuture<'_, Cut>> = FuturesUnordered::new();
         let mut seen = client.last_event_seq().await?;
         let mut watch = client.events(seen, Duration::from_millis(500)).boxed();
         let workload = workload.fuse();
         futures::pin_mut!(workload);
         let mut output = None;
         loop {
-            if steps.is_empty() && observations.is_empty() {
+            if steps.is_empty() && observations.is_empty() && cutting.is_empty() {
                 if let Some(output) = output {
                     // The rest of the events, a page at a time.
                     loop {
@@ -220,9 +251,8 @@ impl Run {
                         if let Some((nodes, from, for_ms, rule)) = action.link_rule() {
                             // Installed concurrently: a node that does not
                             // answer (stopped) must not hold up the schedule.
-                            let (sides, installing) = self.links(client, nodes, from, for_ms, rule, *at);
-                            observations.push(installing);
-                            steps.push((*at + Duration::from_millis(for_ms), Step::Healed { sides, cut_at: Instant::now() }));
+                            let label = action.label();
+                            cutting.push(links(client, label, nodes, from, for_ms, rule, *at));
                             continue;
                         }
                     }
@@ -232,11 +262,17 @@ impl Run {
                     }
                 }
                 Some(entries) = observations.next(), if !observations.is_empty() => self.timeline.entries.extend(entries),
+                Some(cut) = cutting.next(), if !cutting.is_empty() => self.cut(cut, &mut steps),
                 out = &mut workload, if output.is_none() => output = Some(out),
                 events = &mut watch => {
                     let events = events?;
                     seen = events.last().map_or(seen, |e| e.seq);
                     self.record_events(&events);
+                    if let Some(first) = self.first_actor.filter(|_| !self.held.is_empty()) {
+                        tracing::info!("chaos: the first actor started; the timed faults' clock starts");
+                        self.start = first;
+                        steps.append(&mut self.held);
+                    }
                     for (down, trigger) in std::mem::take(&mut self.head_due) {
                         steps.push(self.kill_head(cluster, down, trigger)?);
                     }
@@ -258,10 +294,11 @@ impl Run {
         match step {
             Step::Fault(fault) => {
                 let node = name_of(cluster, fault.node);
-                let (label, expect) = match &fault.action {
+                let label = fault.action.label();
+                let expect = match &fault.action {
                     FaultAction::KillNode { .. } => {
                         cluster.kill(fault.node)?;
-                        ("kill_node".to_string(), Some(Expect::Dead))
+                        Some(Expect::Dead)
                     }
                     FaultAction::StopNode { for_ms, .. } => {
                         cluster.suspend(fault.node)?;
@@ -271,15 +308,12 @@ impl Run {
                             stopped_at: now,
                         };
                         steps.push((at + Duration::from_millis(*for_ms), resume));
-                        (format!("stop_node({for_ms}ms)"), None)
+                        None
                     }
                     FaultAction::RestartNode { .. } => {
                         let before = cluster.node(fault.node)?.incarnation().0;
                         cluster.restart(fault.node)?;
-                        (
-                            "restart_node".to_string(),
-                            Some(Expect::Rejoined { before }),
-                        )
+                        Some(Expect::Rejoined { before })
                     }
                     FaultAction::KillActor { .. }
                     | FaultAction::PanicActor { .. }
@@ -445,56 +479,32 @@ impl Run {
         }
     }
 
-    /// Applies `rule` to the links between the processes of `nodes` and
-    /// those of `from` (every other node if empty) for `for_ms`: each node
-    /// process and each worker of a live actor on those nodes gets the
-    /// rule, naming the other side's addresses. Records the fault; returns
-    /// the sides' stable name (`a,b|c`) and the installation, which yields
-    /// a `NotRecovered` entry for processes it could not reach.
-    fn links<'a>(
-        &mut self,
-        client: &'a ClusterClient,
-        nodes: &[String],
-        from: &[String],
-        for_ms: u64,
-        rule: PacketRule,
-        planned: Duration,
-    ) -> (String, BoxFuture<'a, Vec<TimelineEntry>>) {
-        let other = if from.is_empty() {
-            "rest".to_string()
-        } else {
-            from.join(",")
-        };
-        let sides = format!("{}|{other}", nodes.join(","));
-        let fault = if rule.partition {
-            format!("partition({for_ms}ms)")
-        } else {
-            let mut kinds = rule_kinds(&rule);
-            kinds.push(format!("{for_ms}ms"));
-            format!("degrade_links({})", kinds.join(","))
-        };
+    /// Records a link fault's installation: injected (and healed when its
+    /// rules expire) if every process added its rule, not done otherwise.
+    fn cut(&mut self, cut: Cut, steps: &mut Vec<(Duration, Step)>) {
+        if !cut.failures.is_empty() {
+            self.timeline.entries.push(not_done(
+                &format!("{} on every process", cut.fault),
+                &cut.sides,
+                cut.failures.join("; "),
+            ));
+            return;
+        }
+        tracing::info!("chaos: {} between {} installed", cut.fault, cut.sides);
+        let since_start = cut.installed_at.saturating_duration_since(self.start);
         self.timeline.entries.push(TimelineEntry::Injected {
-            fault,
-            target: sides.clone(),
-            trigger: format!("after={}ms", planned.as_millis()),
-            at_ms: (Instant::now() - self.start).as_millis() as u64,
+            fault: cut.fault,
+            target: cut.sides.clone(),
+            trigger: cut.trigger,
+            at_ms: since_start.as_millis() as u64,
         });
-        let (nodes, from, label) = (nodes.to_vec(), from.to_vec(), sides.clone());
-        let installing = async move {
-            let failures = match link_rules(client, &nodes, &from, for_ms, rule).await {
-                Ok(failures) => failures,
-                Err(e) => vec![e.to_string()],
-            };
-            if failures.is_empty() {
-                return Vec::new();
-            }
-            vec![TimelineEntry::NotRecovered {
-                what: "link rules on every process".into(),
-                node: label,
-                detail: failures.join("; "),
-            }]
+        // Each process's rule expires `for_ms` after it arrived: all of
+        // them by `for_ms` after the last answer.
+        let healed = Step::Healed {
+            sides: cut.sides,
+            cut_at: cut.installed_at,
         };
-        (sides, installing.boxed())
+        steps.push((since_start + Duration::from_millis(cut.for_ms), healed));
     }
 
     /// The plan's packet rules, as faults injected into the workload's
@@ -516,7 +526,7 @@ impl Run {
                 .until_ms
                 .map_or("end".to_string(), |ms| format!("{ms}ms"));
             self.timeline.entries.push(TimelineEntry::Planned {
-                fault: format!("packets({})", rule_kinds(rule).join(",")),
+                fault: format!("packets({})", rule.kinds().join(",")),
                 target: target.into(),
                 trigger: format!("window={}ms..{until}", rule.from_ms),
             });
@@ -541,12 +551,111 @@ impl Run {
         }
     }
 
+    /// Adds a `NoEffect` entry for each planned fault that never took
+    /// effect: timed faults whose clock never started, actor and training
+    /// faults whose trigger never came, packet rules that faulted no
+    /// datagram. `names` are the cluster's node names.
+    fn check_effects(&mut self, plan: &ChaosPlan, names: &[String]) {
+        let mut missed = Vec::new();
+        for (at, step) in self.held.drain(..) {
+            let Step::Fault(fault) = step else { continue };
+            let target = match fault.action.link_rule() {
+                Some((nodes, from, ..)) => format!("{}|{}", nodes.join(","), from.join(",")),
+                None => match &fault.action {
+                    FaultAction::KillActor { actor } | FaultAction::PanicActor { actor } => {
+                        actor.clone()
+                    }
+                    _ => names.get(fault.node).cloned().unwrap_or_default(),
+                },
+            };
+            missed.push(TimelineEntry::NoEffect {
+                fault: fault.action.label(),
+                target,
+                trigger: format!("after={}ms", at.as_millis()),
+                why: "no actor started during the run, and the plan's clock is \"first_actor\""
+                    .into(),
+            });
+        }
+        let fired = self.timeline.injected();
+        for rule in &plan.actor_faults {
+            if !fired.iter().any(|(t, f, g)| rule.fired_as(f, g, t)) {
+                missed.push(TimelineEntry::NoEffect {
+                    fault: rule.action.kind().into(),
+                    target: rule.target(),
+                    trigger: rule.trigger(),
+                    why: format!(
+                        "no actor it targets received {} such messages during the run",
+                        rule.after_messages
+                    ),
+                });
+            }
+        }
+        for rule in &plan.training_faults {
+            let expected = rule.fired();
+            let seen = fired.iter().any(|(trigger, fault, target)| {
+                *fault == expected.kind
+                    && *target == expected.target
+                    && *trigger == expected.trigger
+            });
+            if !seen {
+                missed.push(TimelineEntry::NoEffect {
+                    fault: expected.kind,
+                    target: expected.target,
+                    trigger: expected.trigger,
+                    why: "training never reached that step on that rank during the run".into(),
+                });
+            }
+        }
+        let sections = [
+            (
+                &plan.packet_faults,
+                "workload",
+                &[ProcessClass::Workload][..],
+            ),
+            (
+                &plan.node_packet_faults,
+                "nodes+workers",
+                &[ProcessClass::Node, ProcessClass::Worker][..],
+            ),
+        ];
+        for (packets, target, classes) in sections {
+            let Some(packets) = packets else { continue };
+            let reports: Vec<&Vec<u64>> = self
+                .packets
+                .values()
+                .filter(|(class, ..)| classes.contains(class))
+                .map(|(.., hits)| hits)
+                .collect();
+            for (index, rule) in packets.rules.iter().enumerate() {
+                let hits: u64 = reports.iter().filter_map(|h| h.get(index)).sum();
+                if hits > 0 {
+                    continue;
+                }
+                let why = if reports.is_empty() {
+                    "no process it applies to reported its packet counters".to_string()
+                } else {
+                    "it faulted no datagram: nothing crossed the socket in its window (or the run ended before it opened)".to_string()
+                };
+                let until = rule
+                    .until_ms
+                    .map_or("end".to_string(), |ms| format!("{ms}ms"));
+                missed.push(TimelineEntry::NoEffect {
+                    fault: format!("packets({})", rule.kinds().join(",")),
+                    target: target.into(),
+                    trigger: format!("window={}ms..{until}", rule.from_ms),
+                    why,
+                });
+            }
+        }
+        self.timeline.entries.extend(missed);
+    }
+
     /// One timeline entry per kind of process whose sockets reported
     /// packet faults: what the plan's rules actually did.
     fn record_packet_counts(&mut self) {
         let mut by_class: std::collections::BTreeMap<ProcessClass, (usize, FaultCounts)> =
             Default::default();
-        for (class, counts) in self.packets.values() {
+        for (class, counts, _) in self.packets.values() {
             let (processes, total) = by_class.entry(*class).or_default();
             *processes += 1;
             *total += *counts;
@@ -591,8 +700,10 @@ impl Run {
                     process,
                     class,
                     counts,
+                    rule_hits,
                 } => {
-                    self.packets.insert(process.clone(), (*class, *counts));
+                    let report = (*class, *counts, rule_hits.clone());
+                    self.packets.insert(process.clone(), report);
                 }
                 ClusterEventKind::NodeDead { node, .. } => {
                     if let Some(killed) = self.node_killed.take() {
@@ -619,6 +730,9 @@ impl Run {
                 ClusterEventKind::ActorStarted {
                     actor, name, node, ..
                 } => {
+                    if self.clock == Clock::FirstActor && self.first_actor.is_none() {
+                        self.first_actor = Some(Instant::now());
+                    }
                     if let Some(died) = self.dying.remove(actor) {
                         self.timeline.entries.push(TimelineEntry::Recovered {
                             what: format!("actor restarted on {node}"),
@@ -631,6 +745,44 @@ impl Run {
             }
         }
     }
+}
+
+/// Applies `rule` to the links between the processes of `nodes` and those
+/// of `from` (every other node if empty) for `for_ms`: each node process
+/// and each worker of a live actor on those nodes gets the rule, naming the
+/// other side's addresses. Yields the fault (`fault`, planned at `planned`)
+/// once every process has answered, with those that did not add it.
+fn links<'a>(
+    client: &'a ClusterClient,
+    fault: String,
+    nodes: &[String],
+    from: &[String],
+    for_ms: u64,
+    rule: PacketRule,
+    planned: Duration,
+) -> BoxFuture<'a, Cut> {
+    let other = if from.is_empty() {
+        "rest".to_string()
+    } else {
+        from.join(",")
+    };
+    let sides = format!("{}|{other}", nodes.join(","));
+    let (nodes, from) = (nodes.to_vec(), from.to_vec());
+    async move {
+        let failures = match link_rules(client, &nodes, &from, for_ms, rule).await {
+            Ok(failures) => failures,
+            Err(e) => vec![e.to_string()],
+        };
+        Cut {
+            fault,
+            sides,
+            trigger: format!("after={}ms", planned.as_millis()),
+            for_ms,
+            installed_at: Instant::now(),
+            failures,
+        }
+    }
+    .boxed()
 }
 
 /// The live actors a plan's actor target names: `NAME` (the actor with
@@ -693,31 +845,6 @@ fn stable_name(record: &ActorRecord) -> String {
         .name
         .clone()
         .unwrap_or_else(|| record.type_name.clone())
-}
-
-/// What a packet rule does, in the timeline's words (`drop=0.05`, ...).
-fn rule_kinds(rule: &PacketRule) -> Vec<String> {
-    let mut kinds = Vec::new();
-    if rule.partition {
-        kinds.push("partition".to_string());
-    }
-    for (name, fraction) in [
-        ("drop", rule.drop),
-        ("duplicate", rule.duplicate),
-        ("reorder", rule.reorder),
-        ("delay", rule.delay),
-    ] {
-        if fraction > 0.0 {
-            kinds.push(format!("{name}={fraction}"));
-        }
-    }
-    if rule.delay > 0.0 {
-        kinds.push(format!("delay_ms={}", rule.delay_ms));
-    }
-    if let Some(rate) = rule.bandwidth_bytes_per_s {
-        kinds.push(format!("bandwidth={rate}B/s"));
-    }
-    kinds
 }
 
 /// A process on one side of a partition.

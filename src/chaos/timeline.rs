@@ -21,9 +21,12 @@
 //!    run observes the others itself (declared dead, resumed, rejoined,
 //!    links healed, actor restarted and where, and how long it took).
 //! 5. Every process whose socket has a packet plan reports its counters to
-//!    the head every 500 ms when they change (`ReportPacketFaults`,
-//!    published as `PacketFaults`; `crate::runtime`'s `packet_reports.rs`),
-//!    summed per kind of process.
+//!    the head every 500 ms when they change, and a driver once more as it
+//!    ends (`ReportPacketFaults`, published as `PacketFaults`;
+//!    `crate::runtime`'s `packet_reports.rs`), summed per kind of process,
+//!    with the datagrams each rule of the plan faulted.
+//! 6. When the run ends, each planned fault that left no trace in 1-5 is
+//!    recorded as `NoEffect` (`NO EFFECT ...: why`), and fails the run.
 //!
 //! The printed timeline ([`Timeline`]'s `Display`): one line per fault,
 //! `fault <n> t=<seconds> <kind> target=<stable name> trigger=<what fired
@@ -32,7 +35,8 @@
 //! observation); then what the packet faults did (`packets injected
 //! target=workload|nodes|workers processes=N sent=.. dropped=..
 //! duplicated=.. reordered=.. delayed=.. cut_off=..`); then the recoveries
-//! observed. `nimbus chaos run` prints the workload's own `summary:` line
+//! observed, and what did not happen (`recovery MISSING ...`, `NO EFFECT
+//! ...`). `nimbus chaos run` prints the workload's own `summary:` line
 //! last.
 
 use std::fmt;
@@ -91,7 +95,8 @@ pub enum TimelineEntry {
         /// Their counters, summed.
         counts: crate::transport::FaultCounts,
     },
-    /// An expected recovery did not happen within its deadline.
+    /// An expected recovery did not happen within its deadline, or a
+    /// planned fault could not be injected.
     NotRecovered {
         /// What was awaited.
         what: String,
@@ -100,9 +105,42 @@ pub enum TimelineEntry {
         /// Why not.
         detail: String,
     },
+    /// A planned fault never took effect during the run: its trigger never
+    /// came (an actor got fewer messages, training stopped before the
+    /// step), or its packet rule faulted no datagram.
+    NoEffect {
+        /// The fault, in the plan's words.
+        fault: String,
+        /// What it was to hit.
+        target: String,
+        /// Its trigger.
+        trigger: String,
+        /// What was seen instead.
+        why: String,
+    },
 }
 
 impl Timeline {
+    /// What went wrong with the plan itself, one line each: faults that
+    /// never took effect or could not be injected, and recoveries that did
+    /// not come. A run with any is a failed run (`nimbus chaos run` fails).
+    pub fn missed(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    TimelineEntry::NotRecovered { .. } | TimelineEntry::NoEffect { .. }
+                )
+            })
+            .map(|e| {
+                let mut line = String::new();
+                let _ = write_entry(&mut line, e);
+                line.trim_end().to_string()
+            })
+            .collect()
+    }
+
     /// The injected faults as `(trigger, fault, target)`, in trigger order
     /// (see [`Display`](#impl-Display-for-Timeline)): what two runs with the
     /// same seed and plan must share.
@@ -179,32 +217,47 @@ impl fmt::Display for Timeline {
             )?;
         }
         for entry in &self.entries {
-            match entry {
-                TimelineEntry::Injected { .. } => {}
-                TimelineEntry::Planned {
-                    fault,
-                    target,
-                    trigger,
-                } => writeln!(f, "planned {fault} target={target} trigger={trigger}")?,
-                TimelineEntry::PacketsInjected {
-                    class,
-                    processes,
-                    counts,
-                } => writeln!(
-                    f,
-                    "packets injected target={class} processes={processes} {counts}"
-                )?,
-                TimelineEntry::Recovered {
-                    what,
-                    node,
-                    took_ms,
-                } => writeln!(f, "recovery {node}: {what} after {took_ms} ms")?,
-                TimelineEntry::NotRecovered { what, node, detail } => {
-                    writeln!(f, "recovery MISSING {node}: {what} ({detail})")?
-                }
-            }
+            write_entry(f, entry)?;
         }
         Ok(())
+    }
+}
+
+/// One line of the printed timeline for `entry` (none for an injected
+/// fault: those print first, in trigger order).
+fn write_entry(f: &mut impl fmt::Write, entry: &TimelineEntry) -> fmt::Result {
+    match entry {
+        TimelineEntry::Injected { .. } => Ok(()),
+        TimelineEntry::Planned {
+            fault,
+            target,
+            trigger,
+        } => writeln!(f, "planned {fault} target={target} trigger={trigger}"),
+        TimelineEntry::PacketsInjected {
+            class,
+            processes,
+            counts,
+        } => writeln!(
+            f,
+            "packets injected target={class} processes={processes} {counts}"
+        ),
+        TimelineEntry::Recovered {
+            what,
+            node,
+            took_ms,
+        } => writeln!(f, "recovery {node}: {what} after {took_ms} ms"),
+        TimelineEntry::NotRecovered { what, node, detail } => {
+            writeln!(f, "recovery MISSING {node}: {what} ({detail})")
+        }
+        TimelineEntry::NoEffect {
+            fault,
+            target,
+            trigger,
+            why,
+        } => writeln!(
+            f,
+            "NO EFFECT {fault} target={target} trigger={trigger}: {why}"
+        ),
     }
 }
 

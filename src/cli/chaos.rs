@@ -114,7 +114,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
         anyhow::Ok((status?, timeline, summary))
     })?;
     print!("{timeline}");
-    let result = report(status, &plan);
+    let result = report(status, &plan, &timeline.missed());
     if let Some(summary) = summary {
         println!("{summary}");
     }
@@ -135,16 +135,25 @@ async fn echo(stdout: tokio::process::ChildStdout) -> Option<String> {
     summary
 }
 
-/// The command's outcome; on failure, how to replay the run.
-fn report(status: ExitStatus, plan: &ChaosPlan) -> Result<()> {
-    if status.success() {
+/// The run's outcome: the command's, and the plan's (`missed`: faults that
+/// never took effect or could not be injected, recoveries that did not
+/// come); on failure, how to replay the run.
+fn report(status: ExitStatus, plan: &ChaosPlan, missed: &[String]) -> Result<()> {
+    if status.success() && missed.is_empty() {
         println!("the command succeeded under the plan");
         return Ok(());
     }
-    println!("the command failed ({status}); replay with the same seed and plan:");
-    println!("{}", plan.to_toml());
+    if !status.success() {
+        println!("the command failed ({status}); replay with the same seed and plan:");
+        println!("{}", plan.to_toml());
+        anyhow::bail!(
+            "the command failed under the chaos plan (seed {})",
+            plan.seed
+        )
+    }
     anyhow::bail!(
-        "the command failed under the chaos plan (seed {})",
-        plan.seed
+        "the command succeeded, but the plan did not run as planned (seed {}): {}",
+        plan.seed,
+        missed.join("; ")
     )
 }

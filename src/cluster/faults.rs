@@ -51,7 +51,48 @@ pub enum ActorFaultAction {
     KillNode,
 }
 
+impl ActorFaultAction {
+    /// The fault's kind, in the words of the chaos timeline.
+    pub fn kind(self) -> &'static str {
+        match self {
+            ActorFaultAction::Kill => "kill",
+            ActorFaultAction::Panic => "panic",
+            ActorFaultAction::KillNode => "kill_node",
+        }
+    }
+}
+
 impl ActorFault {
+    /// What the rule hits, as a chaos timeline names it: the actor's
+    /// name, `type:TYPE`, or `any actor`.
+    pub fn target(&self) -> String {
+        match (&self.actor_name, &self.actor_type) {
+            (Some(name), _) => name.clone(),
+            (None, Some(type_name)) => format!("type:{type_name}"),
+            (None, None) => "any actor".into(),
+        }
+    }
+
+    /// Its trigger, as the chaos timeline prints it once fired:
+    /// `message N (MESSAGE)` (`message N (any)` without a message name).
+    pub fn trigger(&self) -> String {
+        let message = self.message.as_deref().unwrap_or("any");
+        format!("message {} ({message})", self.after_messages)
+    }
+
+    /// Whether a fired fault's timeline line (`kind`, `target`, `trigger`)
+    /// is this rule's.
+    pub fn fired_as(&self, kind: &str, target: &str, trigger: &str) -> bool {
+        let count = format!("message {} (", self.after_messages);
+        kind == self.action.kind()
+            && trigger.starts_with(&count)
+            && self
+                .message
+                .as_ref()
+                .is_none_or(|m| trigger == format!("{count}{m})"))
+            && self.actor_name.as_ref().is_none_or(|n| target == n)
+    }
+
     /// Whether the rule targets the actor `spec` describes.
     pub fn targets(&self, spec: &ActorSpec) -> bool {
         self.actor_name

@@ -120,6 +120,9 @@ pub const MAX_RUN_EVENTS: usize = 1000;
 /// The most task states one `JobRequest::TaskStates` carries.
 pub const MAX_TASK_STATES: usize = 1000;
 
+/// The most packet rules whose hits one `ReportPacketFaults` publishes.
+pub const MAX_PACKET_RULES: usize = 256;
+
 /// How long nodes, workers and drivers ride out an unreachable head, and
 /// how long a restarted head waits for the members it knew
 /// (`--head-grace-s`, `NIMBUS_HEAD_GRACE_S`).
@@ -701,6 +704,10 @@ pub enum FaultRequest {
         class: ProcessClass,
         /// Its counters.
         counts: crate::transport::FaultCounts,
+        /// Datagrams each rule of its plan faulted, by the rule's index
+        /// (at most [`MAX_PACKET_RULES`] kept).
+        #[serde(default)]
+        rule_hits: Vec<u64>,
     },
     /// To a node: add a packet rule to its socket's fault plan, in front of
     /// the others; `from_ms` and `until_ms` count from its arrival (the
@@ -1165,6 +1172,10 @@ pub enum ClusterEventKind {
         class: ProcessClass,
         /// Its counters since it started.
         counts: crate::transport::FaultCounts,
+        /// Datagrams each rule of its plan faulted, by the rule's index: a
+        /// zero is a rule that has not taken effect.
+        #[serde(default)]
+        rule_hits: Vec<u64>,
     },
     /// Not an event: the reader asked for the events after `after`, and
     /// some of them are gone (the head restarted, or more were published
@@ -1234,10 +1245,15 @@ impl ClusterEventKind {
                 process,
                 class,
                 counts,
+                mut rule_hits,
             } => ClusterEventKind::PacketFaults {
                 process: bounded_text(process),
                 class,
                 counts,
+                rule_hits: {
+                    rule_hits.truncate(MAX_PACKET_RULES);
+                    rule_hits
+                },
             },
             plain @ (ClusterEventKind::NodeJoined { .. }
             | ClusterEventKind::NodeLeft { .. }

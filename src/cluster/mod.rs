@@ -41,8 +41,8 @@ pub use messages::{
     BundleRequest, ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest,
     Demand, DirectoryRequest, EventRequest, FaultRequest, HostLoad, JobRequest, MembershipRequest,
     NodeRegistration, NodeState, NodeStatus, ObjectRequest, OutputLine, PlacementGroupId,
-    ProcessClass, ResourceUsage, WorkerRequest, DEFAULT_HEAD_GRACE, DRIVER_BEAT, MAX_RUN_EVENTS,
-    MAX_TASK_STATES,
+    ProcessClass, ResourceUsage, WorkerRequest, DEFAULT_HEAD_GRACE, DRIVER_BEAT, MAX_PACKET_RULES,
+    MAX_RUN_EVENTS, MAX_TASK_STATES,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

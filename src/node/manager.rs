@@ -29,6 +29,10 @@
 //!   its resources.
 //! - **`KillActor`**: mark the actor killed (no restart) and SIGKILL its
 //!   worker; the watcher reports the death.
+//! - **`EndJob`**: 1. mark each of the job's (not detached) actors killed
+//!   and SIGTERM its worker, which pushes its last metrics and exits
+//!   (`crate::worker`); 2. SIGKILL those still running
+//!   `END_JOB_GRACE` (3 s) later; 3. release the job's bundles.
 //! - **`UploadBinary`**, **`ReadBinary`**: the binary cache
 //!   (`binaries.rs`, its upload protocol); an upload's last chunk is hashed
 //!   and synced on the blocking pool; a read returns at most
@@ -895,8 +899,14 @@ impl Handler<ReleaseBundle> for NodeManager {
     }
 }
 
-/// A job ended (`crate::head`'s `jobs.rs`, step 3): kill its actors here,
-/// but the detached ones, for good, and release its bundles.
+/// How long the workers of a job that ended have to exit after SIGTERM (a
+/// worker's last metrics push takes at most
+/// [`LAST_PUSH_WAIT`](crate::runtime::LAST_PUSH_WAIT), 2 s) before SIGKILL.
+const END_JOB_GRACE: Duration = Duration::from_secs(3);
+
+/// A job ended (`crate::head`'s `jobs.rs`, step 3): stop its actors here,
+/// but the detached ones, for good, and release its bundles (the protocol
+/// is in the module docs).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct EndJob(pub String);
@@ -917,10 +927,33 @@ impl Handler<EndJob> for NodeManager {
             .filter(|(_, of)| **of == job)
             .map(|(bundle, _)| *bundle)
             .collect();
-        info!(%job, actors = actors.len(), bundles = bundles.len(), "job ended: killing its actors, releasing its bundles");
+        info!(%job, actors = actors.len(), bundles = bundles.len(), "job ended: stopping its actors, releasing its bundles");
+        let mut stopping = Vec::new();
         for actor in actors {
-            <Self as Handler<KillActor>>::handle(self, KillActor(actor), ctx);
+            let Some(worker) = self.workers.get_mut(&actor) else {
+                continue;
+            };
+            worker.killed = true;
+            stopping.push((actor, worker.pid));
+            // SAFETY: plain syscall; the pid is our child, reaped only by
+            // its watcher, so it cannot have been reused yet.
+            unsafe {
+                libc::kill(worker.pid as libc::pid_t, libc::SIGTERM);
+            }
         }
+        ctx.run_later(END_JOB_GRACE, move |manager, _| {
+            for (actor, pid) in stopping {
+                // Still the same worker (its watcher removes it before its
+                // pid is reaped, so the pid cannot have been reused).
+                if manager.workers.get(&actor).is_some_and(|w| w.pid == pid) {
+                    warn!(%actor, pid, "worker still running {END_JOB_GRACE:?} after SIGTERM: SIGKILL");
+                    // SAFETY: as above.
+                    unsafe {
+                        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                    }
+                }
+            }
+        });
         for bundle in bundles {
             <Self as Handler<ReleaseBundle>>::handle(self, ReleaseBundle(bundle), ctx);
         }

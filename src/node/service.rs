@@ -628,10 +628,12 @@ async fn fault_report(
             process,
             class,
             counts,
+            rule_hits,
         } => ClusterEventKind::PacketFaults {
             process,
             class,
             counts,
+            rule_hits,
         },
         FaultRequest::AddPacketRule(_) => {
             return Err(RemoteError::new(

@@ -48,7 +48,14 @@ pub struct ProcessContext {
     local: Mutex<HashMap<ActorId, HostedActor>>,
     /// Workers this process has channels to, so their deaths cut them.
     workers: DashMap<ActorId, (SocketAddr, Incarnation)>,
+    /// Held for the whole of a metrics push: the node keeps the push that
+    /// arrives last, so a push must not overtake an older one.
+    pushing: tokio::sync::Mutex<()>,
 }
+
+/// How long a process's last push of its metrics may take (a worker that
+/// ends, training that finished): its node may be gone.
+pub const LAST_PUSH_WAIT: Duration = Duration::from_secs(2);
 
 static CONTEXT: OnceLock<ProcessContext> = OnceLock::new();
 
@@ -71,6 +78,7 @@ impl ProcessContext {
             binary,
             local: Mutex::new(HashMap::new()),
             workers: DashMap::new(),
+            pushing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -139,6 +147,29 @@ impl ProcessContext {
         client::ask_head(&self.endpoint, self.head, again, ask).await
     }
 
+    /// Pushes this process's metrics to its node now, over its own
+    /// endpoint (the node keys a worker's pushes by its certified
+    /// identity), after any push in flight; for at most
+    /// [`LAST_PUSH_WAIT`]. What a process that ends calls last, so its
+    /// node keeps the totals of what it did (`crate::metrics`, step 2).
+    pub async fn push_metrics_now(&self) -> Result<(), ClientError> {
+        match tokio::time::timeout(LAST_PUSH_WAIT, self.push_metrics_once()).await {
+            Ok(pushed) => pushed,
+            Err(_) => Err(ClientError::Deadline {
+                what: "the last metrics push to this process's node".into(),
+                after: LAST_PUSH_WAIT,
+            }),
+        }
+    }
+
+    async fn push_metrics_once(&self) -> Result<(), ClientError> {
+        let _turn = self.pushing.lock().await;
+        let request = self.metrics_push();
+        let home = self.endpoint.connect(self.home, None).await?;
+        client::call(&home, &request, RequestOptions::control()).await?;
+        Ok(())
+    }
+
     /// This process's metrics as a push to its node (`crate::metrics`).
     pub fn metrics_push(&self) -> ControlRequest {
         ControlRequest::Workers(crate::cluster::WorkerRequest::PushMetrics {
@@ -172,12 +203,7 @@ async fn push_metrics(context: &'static ProcessContext) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
-        let request = context.metrics_push();
-        let pushed = async {
-            let home = context.endpoint.connect(context.home, None).await?;
-            client::call(&home, &request, RequestOptions::control()).await
-        };
-        if let Err(e) = pushed.await {
+        if let Err(e) = context.push_metrics_once().await {
             tracing::debug!("cannot push this process's metrics to its node: {e}");
         }
     }

@@ -33,9 +33,9 @@ mod role;
 pub mod run_reports;
 pub mod transits;
 
-pub use context::ProcessContext;
+pub use context::{ProcessContext, LAST_PUSH_WAIT};
 pub use node_of_worker::{kill_own_node, KillNodeRefused, NodeOfWorker};
-pub use packet_reports::{report_packet_faults, REPORT_EVERY};
+pub use packet_reports::{packet_report, report_packet_faults, REPORT_EVERY};
 pub use panic::panic_text;
 pub(crate) use panic::{catch_panic, panic_is_caught};
 pub use registry::{

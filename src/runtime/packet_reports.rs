@@ -8,6 +8,9 @@
 //!    acknowledged, it sends `ReportPacketFaults` with the counters since
 //!    it started (so a lost report loses nothing: the next one carries it).
 //! 3. It stops with the process; a process without a plan never starts.
+//!    A driver that ends sends its last counters on its way out
+//!    ([`packet_report`], from `Driver`'s drop), so a short program's
+//!    faults are not lost between two reports.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -18,6 +21,25 @@ use crate::transport::{Endpoint, FaultCounts, RequestOptions};
 
 /// How often a process with a packet-fault plan looks at its counters.
 pub const REPORT_EVERY: Duration = Duration::from_millis(500);
+
+/// `endpoint`'s packet-fault counters now, and the report that tells the
+/// head of them (as `process`, of kind `class`); `None` if its socket has
+/// no plan.
+pub fn packet_report(
+    endpoint: &Endpoint,
+    process: &str,
+    class: ProcessClass,
+) -> Option<(FaultCounts, ControlRequest)> {
+    let counters = endpoint.fault_counters()?;
+    let counts = counters.snapshot();
+    let report = ControlRequest::Faults(FaultRequest::ReportPacketFaults {
+        process: process.to_string(),
+        class,
+        counts,
+        rule_hits: counters.rule_hits(),
+    });
+    Some((counts, report))
+}
 
 /// Starts reporting `endpoint`'s packet-fault counters to the head at
 /// `head` as `process` (of kind `class`), if its socket has a plan. Call
@@ -36,17 +58,12 @@ pub fn report_packet_faults(
         let mut tick = tokio::time::interval(REPORT_EVERY);
         loop {
             tick.tick().await;
-            let Some(now) = endpoint.fault_counters().map(|c| c.snapshot()) else {
+            let Some((now, report)) = packet_report(&endpoint, &process, class) else {
                 return;
             };
             if now.faulted() == reported.faulted() {
                 continue;
             }
-            let report = ControlRequest::Faults(FaultRequest::ReportPacketFaults {
-                process: process.clone(),
-                class,
-                counts: now,
-            });
             let sent = async {
                 let head = endpoint
                     .connect(head, None)

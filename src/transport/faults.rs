@@ -113,49 +113,106 @@ impl PacketFaults {
     /// The fate of the `sequence`-th datagram sent to `peer`, `elapsed`
     /// after the socket opened.
     pub fn decide(&self, sequence: u64, peer: SocketAddr, elapsed: Duration) -> Fate {
-        let Some(rule) = self.rule(peer, elapsed) else {
-            return Fate::Send;
-        };
-        if rule.partition {
-            return Fate::Drop;
-        }
-        let roll = unit(self.seed, sequence);
-        let mut threshold = rule.drop;
-        if roll < threshold {
-            return Fate::Drop;
-        }
-        threshold += rule.duplicate;
-        if roll < threshold {
-            return Fate::Duplicate;
-        }
-        threshold += rule.reorder;
-        if roll < threshold {
-            return Fate::Reorder;
-        }
-        threshold += rule.delay;
-        if roll < threshold {
-            return Fate::Delay(Duration::from_millis(rule.delay_ms));
-        }
-        Fate::Send
-    }
-
-    /// The bandwidth cap towards `peer` at `elapsed`, if any.
-    pub fn bandwidth(&self, peer: SocketAddr, elapsed: Duration) -> Option<u64> {
-        self.rule(peer, elapsed)?.bandwidth_bytes_per_s
+        self.rule(peer, elapsed)
+            .map_or(Fate::Send, |(_, rule)| rule.fate(self.seed, sequence))
     }
 
     /// Whether datagrams from `peer` are cut off at `elapsed`.
     pub fn partitioned(&self, peer: SocketAddr, elapsed: Duration) -> bool {
-        self.rule(peer, elapsed).is_some_and(|r| r.partition)
+        self.rule(peer, elapsed).is_some_and(|(_, r)| r.partition)
     }
 
-    fn rule(&self, peer: SocketAddr, elapsed: Duration) -> Option<&PacketRule> {
+    /// The first rule that applies to `peer` at `elapsed`, and its index.
+    fn rule(&self, peer: SocketAddr, elapsed: Duration) -> Option<(usize, &PacketRule)> {
         let ms = elapsed.as_millis() as u64;
-        self.rules.iter().find(|rule| {
-            (rule.peers.is_empty() || rule.peers.contains(&peer))
-                && ms >= rule.from_ms
-                && rule.until_ms.is_none_or(|until| ms < until)
+        self.rules
+            .iter()
+            .enumerate()
+            .find(|(_, rule)| rule.applies(peer, ms))
+    }
+
+    /// The first rule that can never apply, because an earlier one covers
+    /// all its peers for all its window (the first match decides), as
+    /// `(its index, the earlier rule's index)`.
+    pub fn shadowed(&self) -> Option<(usize, usize)> {
+        self.rules.iter().enumerate().find_map(|(later, rule)| {
+            self.rules[..later]
+                .iter()
+                .position(|earlier| earlier.covers(rule))
+                .map(|earlier| (later, earlier))
         })
+    }
+}
+
+impl PacketRule {
+    /// What the rule does, in the chaos timeline's words (`partition`,
+    /// `drop=0.05`, `delay_ms=20`, `bandwidth=1000B/s`, ...).
+    pub fn kinds(&self) -> Vec<String> {
+        let mut kinds = Vec::new();
+        if self.partition {
+            kinds.push("partition".to_string());
+        }
+        for (name, fraction) in [
+            ("drop", self.drop),
+            ("duplicate", self.duplicate),
+            ("reorder", self.reorder),
+            ("delay", self.delay),
+        ] {
+            if fraction > 0.0 {
+                kinds.push(format!("{name}={fraction}"));
+            }
+        }
+        if self.delay > 0.0 {
+            kinds.push(format!("delay_ms={}", self.delay_ms));
+        }
+        if let Some(rate) = self.bandwidth_bytes_per_s {
+            kinds.push(format!("bandwidth={rate}B/s"));
+        }
+        kinds
+    }
+
+    /// Whether the rule applies to `peer` at `ms` after its socket opened.
+    fn applies(&self, peer: SocketAddr, ms: u64) -> bool {
+        (self.peers.is_empty() || self.peers.contains(&peer))
+            && ms >= self.from_ms
+            && self.until_ms.is_none_or(|until| ms < until)
+    }
+
+    /// Whether this rule applies wherever and whenever `other` would.
+    fn covers(&self, other: &PacketRule) -> bool {
+        let peers = self.peers.is_empty()
+            || (!other.peers.is_empty() && other.peers.iter().all(|p| self.peers.contains(p)));
+        let until = match (self.until_ms, other.until_ms) {
+            (None, _) => true,
+            (Some(mine), Some(theirs)) => theirs <= mine,
+            (Some(_), None) => false,
+        };
+        peers && self.from_ms <= other.from_ms && until
+    }
+
+    /// What the rule does to the `sequence`-th datagram a socket sends.
+    fn fate(&self, seed: u64, sequence: u64) -> Fate {
+        if self.partition {
+            return Fate::Drop;
+        }
+        let roll = unit(seed, sequence);
+        let mut threshold = self.drop;
+        if roll < threshold {
+            return Fate::Drop;
+        }
+        threshold += self.duplicate;
+        if roll < threshold {
+            return Fate::Duplicate;
+        }
+        threshold += self.reorder;
+        if roll < threshold {
+            return Fate::Reorder;
+        }
+        threshold += self.delay;
+        if roll < threshold {
+            return Fate::Delay(Duration::from_millis(self.delay_ms));
+        }
+        Fate::Send
     }
 }
 
@@ -184,6 +241,9 @@ pub struct FaultCounters {
     pub delayed: AtomicU64,
     /// Received datagrams discarded by a partition.
     pub cut_off: AtomicU64,
+    /// Datagrams each rule of the socket's plan faulted (dropped,
+    /// duplicated, reordered, delayed or cut off), by the rule's index.
+    pub rules: Vec<AtomicU64>,
 }
 
 /// The counters of a [`FaultCounters`] at one moment, to report.
@@ -232,6 +292,23 @@ impl fmt::Display for FaultCounts {
 }
 
 impl FaultCounters {
+    /// Counters for a plan of `rules` rules.
+    fn for_rules(rules: usize) -> Self {
+        FaultCounters {
+            rules: (0..rules).map(|_| AtomicU64::new(0)).collect(),
+            ..FaultCounters::default()
+        }
+    }
+
+    /// Datagrams each rule of the plan faulted, by the rule's index: zero
+    /// for a rule that has not taken effect.
+    pub fn rule_hits(&self) -> Vec<u64> {
+        self.rules
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> FaultCounts {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -255,8 +332,10 @@ impl fmt::Display for FaultCounters {
 /// A UDP socket that applies a [`PacketFaults`] plan.
 pub(crate) struct FaultySocket {
     inner: Arc<dyn AsyncUdpSocket>,
-    /// Read for every datagram; written when a rule is added at run time.
-    plan: RwLock<PacketFaults>,
+    plan: PacketFaults,
+    /// Rules added at run time, newest first: they come before the plan's.
+    /// Read for every datagram; written when a rule is added.
+    added: RwLock<Vec<PacketRule>>,
     opened: Instant,
     sequence: AtomicU64,
     held: Mutex<Option<OwnedDatagram>>,
@@ -298,11 +377,12 @@ impl FaultySocket {
     pub(crate) fn new(inner: Arc<dyn AsyncUdpSocket>, plan: PacketFaults) -> Self {
         FaultySocket {
             inner,
-            plan: RwLock::new(plan),
+            counters: FaultCounters::for_rules(plan.rules.len()),
+            plan,
+            added: RwLock::new(Vec::new()),
             opened: Instant::now(),
             sequence: AtomicU64::new(0),
             held: Mutex::new(None),
-            counters: FaultCounters::default(),
             link_free: Mutex::new(Instant::now()),
         }
     }
@@ -318,25 +398,48 @@ impl FaultySocket {
         let now = self.opened.elapsed().as_millis() as u64;
         rule.from_ms += now;
         rule.until_ms = rule.until_ms.map(|until| until + now);
-        let mut plan = self.plan();
+        let mut added = self.added.write().unwrap_or_else(|e| e.into_inner());
         // Rules whose window has closed never match again.
-        plan.rules
-            .retain(|r| r.until_ms.is_none_or(|until| until > now));
-        plan.rules.insert(0, rule);
+        added.retain(|r| r.until_ms.is_none_or(|until| until > now));
+        added.insert(0, rule);
     }
 
-    fn plan(&self) -> std::sync::RwLockWriteGuard<'_, PacketFaults> {
-        self.plan.write().unwrap_or_else(|e| e.into_inner())
+    /// `decide` applied to the rule that applies to `peer` at `elapsed`
+    /// (one added at run time, else the plan's first match), with the
+    /// plan rule's index (`None` for an added rule).
+    fn with_rule<R>(
+        &self,
+        peer: SocketAddr,
+        elapsed: Duration,
+        decide: impl FnOnce(&PacketRule) -> R,
+    ) -> Option<(Option<usize>, R)> {
+        let ms = elapsed.as_millis() as u64;
+        {
+            let added = self.added.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(rule) = added.iter().find(|r| r.applies(peer, ms)) {
+                return Some((None, decide(rule)));
+            }
+        }
+        let (index, rule) = self.plan.rule(peer, elapsed)?;
+        Some((Some(index), decide(rule)))
     }
 
-    fn read_plan(&self) -> std::sync::RwLockReadGuard<'_, PacketFaults> {
-        self.plan.read().unwrap_or_else(|e| e.into_inner())
+    /// Counts a datagram that plan rule `rule` (if one) faulted.
+    fn hit(&self, rule: Option<usize>) {
+        if let Some(counter) = rule.and_then(|i| self.counters.rules.get(i)) {
+            Self::count(counter);
+        }
     }
 
-    /// Sends `transmit` now, later (queued behind a bandwidth cap), or
-    /// drops it (the queue is full).
-    fn send_shaped(&self, transmit: &Transmit, elapsed: Duration) -> io::Result<()> {
-        let Some(rate) = self.read_plan().bandwidth(transmit.destination, elapsed) else {
+    /// Sends `transmit` now, later (queued behind the bandwidth cap `rate`
+    /// of plan rule `rule`), or drops it (the queue is full).
+    fn send_shaped(
+        &self,
+        transmit: &Transmit,
+        rate: Option<u64>,
+        rule: Option<usize>,
+    ) -> io::Result<()> {
+        let Some(rate) = rate else {
             return self.inner.try_send(transmit);
         };
         let now = Instant::now();
@@ -355,11 +458,13 @@ impl FaultySocket {
         match wait {
             None => {
                 Self::count(&self.counters.dropped);
+                self.hit(rule);
                 Ok(())
             }
             Some(wait) if wait.is_zero() => self.inner.try_send(transmit),
             Some(wait) => {
                 Self::count(&self.counters.delayed);
+                self.hit(rule);
                 let datagram = OwnedDatagram::of(transmit);
                 let socket = self.inner.clone();
                 tokio::spawn(async move {
@@ -392,11 +497,16 @@ impl AsyncUdpSocket for FaultySocket {
         Self::count(&self.counters.sent);
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).take();
         let elapsed = self.opened.elapsed();
-        let fate = self
-            .read_plan()
-            .decide(sequence, transmit.destination, elapsed);
+        let seed = self.plan.seed;
+        let decided = self.with_rule(transmit.destination, elapsed, |rule| {
+            (rule.fate(seed, sequence), rule.bandwidth_bytes_per_s)
+        });
+        let (rule, (fate, rate)) = decided.unwrap_or((None, (Fate::Send, None)));
+        if fate != Fate::Send {
+            self.hit(rule);
+        }
         let result = match fate {
-            Fate::Send => self.send_shaped(transmit, elapsed),
+            Fate::Send => self.send_shaped(transmit, rate, rule),
             Fate::Drop => {
                 Self::count(&self.counters.dropped);
                 Ok(())
@@ -442,11 +552,12 @@ impl AsyncUdpSocket for FaultySocket {
                 other => return other,
             };
             let elapsed = self.opened.elapsed();
-            let plan = self.read_plan();
             let mut kept = 0;
             for index in 0..received {
-                if plan.partitioned(meta[index].addr, elapsed) {
+                let cut = self.with_rule(meta[index].addr, elapsed, |rule| rule.partition);
+                if let Some((rule, true)) = cut {
                     Self::count(&self.counters.cut_off);
+                    self.hit(rule);
                     continue;
                 }
                 if kept != index {
@@ -536,5 +647,36 @@ mod tests {
         assert!(!plan.partitioned(b, at(150)));
         assert!(!plan.partitioned(a, at(200)));
         assert_eq!(plan.decide(0, a, at(150)), Fate::Drop);
+    }
+
+    #[test]
+    fn a_rule_behind_one_that_covers_it_is_found() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let lossy = PacketRule {
+            drop: 0.05,
+            ..PacketRule::default()
+        };
+        let cut = PacketRule {
+            from_ms: 1500,
+            until_ms: Some(2500),
+            partition: true,
+            ..PacketRule::default()
+        };
+        let plan = |rules: Vec<PacketRule>| PacketFaults {
+            seed: 1,
+            workers: false,
+            rules,
+        };
+        assert_eq!(
+            plan(vec![lossy.clone(), cut.clone()]).shadowed(),
+            Some((1, 0))
+        );
+        assert_eq!(plan(vec![cut.clone(), lossy.clone()]).shadowed(), None);
+        let to_a = PacketRule {
+            peers: vec![a],
+            ..lossy.clone()
+        };
+        assert_eq!(plan(vec![to_a.clone(), cut.clone()]).shadowed(), None);
+        assert_eq!(plan(vec![lossy, to_a]).shadowed(), Some((1, 0)));
     }
 }

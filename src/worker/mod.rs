@@ -282,6 +282,14 @@ async fn host(
         Some(cause) = died.recv() => (1, cause),
         _ = terminate.recv() => (0, DeathCause::Stopped),
     };
+    // Stopped (its job ended): its last metrics reach its node before it
+    // goes. A worker whose actor died goes at once, to be restarted; it
+    // loses what it recorded since its last push, as a SIGKILLed one does.
+    if let (DeathCause::Stopped, Some(context)) = (&cause, ProcessContext::current()) {
+        if let Err(e) = context.push_metrics_now().await {
+            tracing::debug!("last metrics push failed: {e}");
+        }
+    }
     println!("{}", died_line(&cause));
     let _ = std::io::stdout().flush();
     endpoint.shutdown().await;

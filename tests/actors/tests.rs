@@ -1809,6 +1809,7 @@ async fn a_named_actor_is_killed_at_a_planned_time(driver: &mut Driver) {
     let (after_restart, timeline) = chaos::run_while(cluster, &plan, workload).await.unwrap();
     assert_eq!(after_restart, 6, "the new incarnation starts again from 5");
     println!("{timeline}");
+    assert_eq!(timeline.missed(), Vec::<String>::new(), "{timeline}");
     assert_eq!(
         timeline.injected(),
         vec![("after=200ms", "kill_actor", "victim")]
@@ -1850,6 +1851,7 @@ async fn actors_of_a_type_are_killed_at_a_planned_time(driver: &mut Driver) {
     let cluster = driver.local_cluster().expect("a local cluster");
     let ((), timeline) = chaos::run_while(cluster, &plan, workload).await.unwrap();
     println!("{timeline}");
+    assert_eq!(timeline.missed(), Vec::<String>::new(), "{timeline}");
     let injected = timeline.injected();
     for name in ["seq-a", "seq-b"] {
         assert!(
@@ -1886,6 +1888,7 @@ async fn a_named_actor_panics_at_a_planned_time(driver: &mut Driver) {
     let cluster = driver.local_cluster().expect("a local cluster");
     let (after_restart, timeline) = chaos::run_while(cluster, &plan, workload).await.unwrap();
     assert_eq!(after_restart, 6, "the new incarnation starts again from 5");
+    assert_eq!(timeline.missed(), Vec::<String>::new(), "{timeline}");
     assert_eq!(
         timeline.injected(),
         vec![("after=200ms", "panic", "panicky")]

@@ -908,10 +908,12 @@ fn mnist_plan_across_hosts(plan: &str, restarts: &str) {
 /// head's host, the accounts spread over two member hosts, the driver on
 /// a fourth, under `bank.toml` (an account killed, one panicking, the
 /// driver's datagrams dropped and cut off for a second). Every
-/// acknowledged transfer is applied exactly once.
+/// acknowledged transfer is applied exactly once, and the plan's actor
+/// faults fired: account-2 and account-3 restarted once each (the bank
+/// itself kills only account-1).
 #[test]
 fn the_bank_balances_across_hosts_under_its_fault_plan() {
-    bank_plan_across_hosts("bank.toml", 3);
+    bank_plan_across_hosts("bank.toml", 3, &[("account-2", 1), ("account-3", 1)]);
 }
 
 /// The bank across hosts under `bank_nodes.toml`'s node loss: the node of
@@ -919,14 +921,17 @@ fn the_bank_balances_across_hosts_under_its_fault_plan() {
 /// restart on the other member host. (The plan's timed partition, stall
 /// and lossy links are driven by `nimbus chaos run` on its own local
 /// cluster; a host cut off is `a_host_cut_off_is_declared_dead...`.)
+/// The node loss fired: two nodes are left, and account-1 restarted twice
+/// (the bank's own kill, and its node's).
 #[test]
 fn the_bank_balances_across_hosts_when_a_host_loses_its_node() {
-    bank_plan_across_hosts("bank_nodes.toml", 2);
+    bank_plan_across_hosts("bank_nodes.toml", 2, &[("account-1", 2)]);
 }
 
 /// Runs the bank against a cluster of three hosts started with `plan`'s
-/// node faults; `nodes` are alive at its end.
-fn bank_plan_across_hosts(plan: &str, nodes: usize) {
+/// node faults; `nodes` are alive at its end, and each of `restarted`
+/// (an account's name, how many restarts) restarted that often.
+fn bank_plan_across_hosts(plan: &str, nodes: usize, restarted: &[(&str, u64)]) {
     let Some(hosts) = Hosts::new(4) else { return };
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/faults")
@@ -952,4 +957,24 @@ fn bank_plan_across_hosts(plan: &str, nodes: usize) {
         summary.contains(&format!("nodes={nodes} ")) && summary.contains("total_balance_ok=true"),
         "{printed}"
     );
+    let list = ["list", "actors", "--json", "--address", &head];
+    let listed = hosts.hosts[3]
+        .command(Path::new(env!("CARGO_BIN_EXE_nimbus")), &list)
+        .env("NIMBUS_TOKEN", &token)
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "nimbus list: {}", text(&listed));
+    let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+    let actors: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    for (name, restarts) in restarted {
+        let actor = actors
+            .as_array()
+            .and_then(|rows| rows.iter().find(|row| row["name"] == *name))
+            .unwrap_or_else(|| panic!("no {name} in {listed}"));
+        assert_eq!(
+            actor["restarts"].as_u64(),
+            Some(*restarts),
+            "{name}'s restarts, the plan's faults: {actor}\n{printed}"
+        );
+    }
 }
