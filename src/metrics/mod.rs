@@ -9,7 +9,14 @@
 //! 1. Each worker or driver process renders its metrics every
 //!    [`PUSH_INTERVAL`] and pushes the text to its node
 //!    (`WorkerRequest::PushMetrics`; the node keys it by the caller's
-//!    proven identity, so no process can overwrite another's).
+//!    proven identity, so no process can overwrite another's), one push at
+//!    a time. It pushes once more as it ends, so a run shorter than the
+//!    interval loses nothing: a driver as it drops, a worker stopped with
+//!    its job (the node SIGTERMs a job's workers, then SIGKILLs after 3 s),
+//!    a training worker when its loop ends (before its supervisor stops
+//!    it); each last push waits at most `LAST_PUSH_WAIT` (2 s). A worker
+//!    whose actor dies or is killed goes at once, losing what it recorded
+//!    since its last push.
 //! 2. The node keeps each process's latest push ([`ProcessMetrics`]); a
 //!    process silent for [`RETIRE_AFTER`] has ended and its counters stay
 //!    in the sum, its gauges leave it.

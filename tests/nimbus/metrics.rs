@@ -222,3 +222,97 @@ fn the_grafana_dashboard_plots_only_metrics_nimbus_records() {
     }
     assert!(plotted >= 10, "{plotted}");
 }
+
+/// Runs example `name` with `args` against the head at `head` (its token in
+/// `home`) to its end; returns its `summary:` line.
+fn run_example(home: &std::path::Path, name: &str, args: &[&str], head: &str) -> String {
+    let out = std::process::Command::new(example(name))
+        .args(args)
+        .args(["--address", head])
+        .env("NIMBUS_HOME", home)
+        .env_remove("NIMBUS_ADDRESS")
+        .env_remove("NIMBUS_TOKEN")
+        .output()
+        .unwrap();
+    let printed = super::cli::text(&out);
+    assert!(out.status.success(), "{name}: {printed}");
+    line_value(&printed, "summary:")
+}
+
+/// Runs shorter than one push interval (5 s), whose processes have all
+/// exited when the nodes are read: the bank (not held: its job ends, its
+/// workers are stopped) and a 2-worker training run of 4 steps. The nodes
+/// still serve what those processes did: the accounts' calls, and every
+/// training sample, allreduce and checkpoint (before, the members showed
+/// none of these: workers were SIGKILLed at the end, before their next
+/// push).
+#[test]
+fn a_short_runs_metrics_outlive_its_processes() {
+    let home = TempDir::new().unwrap();
+    let _stop = StopOnDrop(home.path());
+    let started = start_cluster(
+        home.path(),
+        &["--no-dashboard", "--metrics-export-port", "0"],
+        &["node-1", "node-2"],
+        &["--metrics-export-port", "0"],
+    );
+    let head = line_value(&started[0], "address:");
+    let urls: Vec<String> = started
+        .iter()
+        .map(|out| line_value(out, "metrics:"))
+        .collect();
+    let sum = |name: &str, labels: &[(&str, &str)]| -> f64 {
+        urls.iter().map(|u| total(&scrape(u), name, labels)).sum()
+    };
+    let bank = run_example(home.path(), "custom_actor", &[], &head);
+    assert!(bank.contains("total_balance_ok=true"), "{bank}");
+    let storage = TempDir::new().unwrap();
+    let training = [
+        "--workers",
+        "2",
+        "--epochs",
+        "1",
+        "--train-samples",
+        "512",
+        "--storage",
+        storage.path().to_str().unwrap(),
+    ];
+    let trained = run_example(home.path(), "train_mnist", &training, &head);
+    assert!(trained.contains("restarts=0"), "{trained}");
+
+    // The workers' last pushes land as they stop; wait for them, with a
+    // deadline, on every node together.
+    let deadline = Instant::now() + PUSH_DEADLINE;
+    let wanted = || {
+        sum("nimbus_train_samples_total", &[]) >= 1024.0
+            && sum("nimbus_checkpoint_write_seconds", &[]) >= 1.0
+    };
+    while !wanted() {
+        assert!(
+            Instant::now() < deadline,
+            "the training workers' last metrics did not reach their nodes within {PUSH_DEADLINE:?}: samples {}, checkpoints {}",
+            sum("nimbus_train_samples_total", &[]),
+            sum("nimbus_checkpoint_write_seconds", &[])
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Every step of the one epoch, once per rank: train_mnist reports a
+    // step's samples across the group (2 × 64), and each of the 2 ranks
+    // counts its reports: 2 ranks × 4 steps × 128.
+    assert_eq!(sum("nimbus_train_samples_total", &[]), 1024.0);
+    assert!(sum("nimbus_allreduce_bytes_total", &[]) > 0.0);
+    assert!(
+        sum("nimbus_allreduce_seconds", &[]) >= 8.0,
+        "4 steps × 2 ranks"
+    );
+    // The members' own: the accounts on them called the bank and each
+    // other; only their workers record those calls.
+    let member_calls: f64 = urls[1..]
+        .iter()
+        .map(|u| total(&scrape(u), "nimbus_actor_calls_total", &[("outcome", "ok")]))
+        .sum();
+    assert!(
+        member_calls >= 100.0,
+        "the accounts' calls, from workers that have exited: {member_calls}"
+    );
+}
