@@ -511,6 +511,25 @@ async fn impossible_or_busy_resources_fail(_: &mut Driver) {
         "impossible requests fail fast"
     );
 
+    // Pinned to a node name the cluster does not have: not a capacity
+    // problem; the error names the node and those there are.
+    let options = SpawnOptions::default()
+        .num_cpus(0.1)
+        .strategy(Strategy::Node("node-9".into()));
+    let missing = actor::spawn::<Counter>(0, options).await.unwrap_err();
+    assert!(
+        matches!(&missing, SpawnError::NoSuchNode { node, .. } if node == "node-9"),
+        "{missing:?}"
+    );
+    let said = missing.to_string();
+    assert!(
+        said.starts_with("no node of the cluster is named \"node-9\" (its nodes: ")
+            && ["head", "node-1", "node-2"]
+                .iter()
+                .all(|n| said.contains(n)),
+        "{said}"
+    );
+
     // The one "special" resource is held by the first test's counter.
     let deadline = Duration::from_secs(2);
     let options = SpawnOptions::default()

@@ -147,6 +147,13 @@ async fn a_wrong_token_can_neither_join_nor_call() {
             ),
             "{err}"
         );
+        let said = err.to_string();
+        assert!(
+            said.contains(&cluster.address().to_string())
+                && said.contains("refused our credentials or presented foreign ones")
+                && said.contains("is the join token right?"),
+            "{said}"
+        );
 
         let intruder = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"))
             .args([

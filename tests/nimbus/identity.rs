@@ -107,8 +107,14 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
             used: ResourceSet::default(),
             host: None,
         });
-        let uncertified = client::call(&connection, &beat, RequestOptions::control()).await;
-        assert!(uncertified.is_err(), "{uncertified:?}");
+        let uncertified = client::call(&connection, &beat, RequestOptions::control())
+            .await
+            .expect_err("an uncertified node's heartbeat is refused")
+            .to_string();
+        assert!(
+            uncertified.contains("may not send Heartbeat: a node heartbeats only as itself"),
+            "{uncertified}"
+        );
         node.certify(ticket.clone(), head_key.clone());
         let connection = node.connect(head, None).await.unwrap();
         client::call(&connection, &beat, RequestOptions::control())
