@@ -17,7 +17,7 @@
 //!
 //! With `--hold`, the program keeps its actors after the summary until its
 //! standard input closes (Ctrl-D), to look at them with `nimbus list
-//! actors` or the dashboard.
+//! actors` or the dashboard. `--help` lists the options.
 
 // Tests, examples and benchmarks: a failed unwrap is the failure report, and
 // their items are public to their own modules only.
@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use anyhow::{bail, Context as _, Result};
+use clap::Parser;
 use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
 use nimbus::cluster::MembershipRequest;
 use serde::{Deserialize, Serialize};
@@ -238,14 +239,27 @@ fn registry() -> actor::Registry {
         .message::<Account, Credit>()
 }
 
-fn main() -> Result<()> {
-    let driver = nimbus::init_with(registry(), nimbus::InitOptions::private(3))?;
-    // Connects, runs, and on an error keeps the local cluster's node and
-    // worker logs and says where.
-    driver.block_on(run(&driver))
+/// Your own actors across a cluster: a counter and a bank of accounts.
+#[derive(Parser)]
+struct Args {
+    /// Keep the actors after the summary until standard input closes
+    /// (Ctrl-D), to look at them with `nimbus list actors`.
+    #[arg(long)]
+    hold: bool,
+    #[command(flatten)]
+    cluster: nimbus::ClusterArgs,
 }
 
-async fn run(driver: &nimbus::Driver) -> Result<()> {
+fn main() -> Result<()> {
+    let (driver, args) = nimbus::init_parsed::<Args>(registry(), |args| {
+        nimbus::InitOptions::private(args.cluster.nodes.unwrap_or(3))
+    })?;
+    // Connects, runs, and on an error keeps the local cluster's node and
+    // worker logs and says where.
+    driver.block_on(run(&driver, &args))
+}
+
+async fn run(driver: &nimbus::Driver, args: &Args) -> Result<()> {
     let started = Instant::now();
     println!("cluster at {}", driver.address());
 
@@ -373,7 +387,7 @@ async fn run(driver: &nimbus::Driver) -> Result<()> {
     if !total_ok {
         bail!("the books do not balance: {}", problems.join("; "));
     }
-    if std::env::args().any(|arg| arg == "--hold") {
+    if args.hold {
         println!("holding the actors until standard input closes (Ctrl-D)");
         tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink()))
             .await??;

@@ -24,8 +24,14 @@ use nimbus::local::LocalCluster;
 const NODES: usize = 3;
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// A three-node cluster on this machine: membership, resources, failure
+/// detection and a clean shutdown (no options).
+#[derive(clap::Parser)]
+struct Args {}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
+    <Args as clap::Parser>::parse();
     let started = Instant::now();
     let mut cluster = LocalCluster::builder()
         .nodes(NODES)

@@ -241,13 +241,21 @@ fn registry() -> actor::Registry {
         .message::<Caller, MeasureGets>()
 }
 
+/// Microbenchmarks of nimbus' building blocks, as `name: value unit` lines.
+#[derive(clap::Parser)]
+struct Args {
+    /// Run one part only.
+    #[arg(long, value_parser = ["tasks", "actor_calls", "objects", "placement_groups"])]
+    only: Option<String>,
+    #[command(flatten)]
+    cluster: nimbus::ClusterArgs,
+}
+
 fn main() -> Result<()> {
-    let driver = nimbus::init_with(registry(), nimbus::InitOptions::private(2))?;
-    let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
-    let parts = ["tasks", "actor_calls", "objects", "placement_groups"];
-    if let Some(part) = only.as_deref().filter(|p| !parts.contains(p)) {
-        anyhow::bail!("unknown part {part:?}; the parts are: {}", parts.join(", "));
-    }
+    let (driver, args) = nimbus::init_parsed::<Args>(registry(), |args| {
+        nimbus::InitOptions::private(args.cluster.nodes.unwrap_or(2))
+    })?;
+    let only = args.only;
     let wanted = |part: &str| only.as_deref().is_none_or(|o| o == part);
     actix::System::new().block_on(async {
         driver.connect().await?;

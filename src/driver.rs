@@ -148,13 +148,14 @@ impl InitOptions {
 ///     epochs: u32,
 /// }
 /// let args = Args::parse_from(["prog", "--nodes", "3", "--epochs", "5"]);
-/// assert_eq!((args.cluster.nodes, args.epochs), (3, 5));
+/// assert_eq!((args.cluster.nodes, args.epochs), (Some(3), 5));
 /// ```
 #[derive(clap::Args, Clone, Debug)]
 pub struct ClusterArgs {
-    /// Nodes of the local cluster started when no --address is given.
-    #[arg(long, default_value_t = 2)]
-    pub nodes: usize,
+    /// Nodes of the local cluster started when no --address is given
+    /// [default: the program's own choice].
+    #[arg(long)]
+    pub nodes: Option<usize>,
     /// A running cluster's head, HOST:PORT (also NIMBUS_ADDRESS).
     #[arg(long)]
     pub address: Option<String>,
@@ -197,7 +198,7 @@ pub struct Driver {
 ///     cluster: nimbus::ClusterArgs,
 /// }
 /// let (driver, args) = nimbus::init_parsed::<Args>(nimbus::actor::Registry::new(), |args| {
-///     nimbus::InitOptions { local_nodes: args.cluster.nodes, ..Default::default() }
+///     nimbus::InitOptions { local_nodes: args.cluster.nodes.unwrap_or(2), ..Default::default() }
 /// })?;
 /// # Ok::<(), nimbus::InitError>(())
 /// ```

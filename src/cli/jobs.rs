@@ -123,6 +123,21 @@ fn submit(args: SubmitArgs) -> Result<()> {
                 .with_context(|| format!("--env {pair:?} is not K=V"))
         })
         .collect::<Result<Vec<_>>>()?;
+    let program = &args.entrypoint[0];
+    if args.working_dir.is_none() && program.contains('/') && !program.starts_with('/') {
+        let local = std::path::absolute(program)
+            .ok()
+            .filter(|p| p.exists())
+            .map_or(String::new(), |p| {
+                format!(
+                    " (on a node that sees this machine's files: {})",
+                    p.display()
+                )
+            });
+        anyhow::bail!(
+            "the program {program:?} is a relative path, and without --working-dir the driver runs in an empty directory: ship its directory with --working-dir DIR (the path is then DIR's), or give an absolute path{local}"
+        );
+    }
     let submission = JobSubmission {
         name: args.name,
         entrypoint: args.entrypoint,

@@ -86,6 +86,17 @@ pub fn run_as_node() -> ! {
 }
 
 fn exit_with(cli: Cli) -> ! {
+    if !matches!(cli.command, Command::Start(_) | Command::Chaos(_)) {
+        // A command that only prints ends quietly when its reader goes
+        // (`nimbus status --json | head -1`), as other Unix tools do,
+        // instead of panicking on the broken pipe. Not a node or a chaos
+        // run: they write to sockets and children for their whole life.
+        // SAFETY: setting a signal's disposition to its default, before
+        // any thread of ours runs.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.command {
         Command::Start(args) => start::run(args),
         Command::Status(args) => status::run(args),

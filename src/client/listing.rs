@@ -72,9 +72,11 @@ impl ClusterClient {
             Listing::Jobs => self.jobs().await?.iter().map(job_row).collect(),
             Listing::Runs => self.runs().await?.iter().map(run_row).collect(),
             Listing::Tasks => {
-                let nodes: HashMap<String, String> = self
-                    .actors()
-                    .await?
+                // The node of each task's worker, live or gone (a finished
+                // job's task workers are dead actors the head keeps).
+                let mut workers = self.dead_actors().await?;
+                workers.extend(self.actors().await?);
+                let nodes: HashMap<String, String> = workers
                     .into_iter()
                     .map(|a| (a.actor.to_string(), a.node.name))
                     .collect();

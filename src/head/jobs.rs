@@ -650,9 +650,11 @@ impl Jobs {
         }
     }
 
-    /// Ends `job` on every node (in the background).
-    fn end_everywhere(&self, job: String, reason: String, ctx: &mut Context<Self>) {
+    /// Ends `job` on every node (in the background), and its training
+    /// runs still running here (their supervisor went with the job).
+    fn end_everywhere(&mut self, job: String, reason: String, ctx: &mut Context<Self>) {
         info!(%job, "job ended: {reason}; killing its actors and releasing its bundles");
+        self.runs.end_job(&job, &reason, wall_ms());
         let end = end_job(
             self.endpoint.clone(),
             self.membership.clone(),

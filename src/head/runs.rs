@@ -59,6 +59,26 @@ impl RunTable {
         bound(&mut run.timeline, MAX_NOTES);
     }
 
+    /// Fails the runs of `job` still running: the job ended (`reason`) at
+    /// `time_ms`, and their supervisors with it. A run whose last events
+    /// arrive afterwards takes the state they say.
+    pub fn end_job(&mut self, job: &str, reason: &str, time_ms: u64) {
+        let running = self
+            .runs
+            .iter_mut()
+            .filter(|r| r.header.job == job && r.state == "RUNNING");
+        for run in running {
+            let error = format!("its job ended before it did: {reason}");
+            apply(
+                run,
+                RunEvent::Finished {
+                    error: Some(error),
+                    time_ms,
+                },
+            );
+        }
+    }
+
     /// Every run, oldest first, without its points.
     pub fn list(&self) -> Vec<RunRecord> {
         self.runs
@@ -240,6 +260,28 @@ mod tests {
             "listings leave the points out"
         );
         assert_eq!(table.list()[0].last["loss"], 0.5);
+    }
+
+    #[test]
+    fn a_runs_job_ending_fails_it_if_it_still_runs() {
+        let mut table = RunTable::default();
+        table.apply(header("a"), vec![point(1, 0)]);
+        table.apply(header("b"), vec![point(1, 0)]);
+        table.apply(
+            header("b"),
+            vec![RunEvent::Finished {
+                error: None,
+                time_ms: 5,
+            }],
+        );
+        table.end_job(&header("a").job, "stopped on request", 9);
+        let a = table.get("a").unwrap();
+        assert_eq!((a.state.as_str(), a.ended_ms), ("FAILED", Some(9)));
+        assert_eq!(
+            a.timeline.last().unwrap().text,
+            "failed: its job ended before it did: stopped on request"
+        );
+        assert_eq!(table.get("b").unwrap().state, "FINISHED");
     }
 
     #[test]

@@ -295,11 +295,22 @@ pub async fn a_jobs_working_directory_travels_with_it(driver: &mut Driver) {
     assert!(stdout.contains("shipped with the job"), "{stdout}");
     assert!(stdout.contains("GREETING=hi"), "{stdout}");
 
+    // A relative path with no working directory to be relative to: refused
+    // before anything is sent, saying what to do.
     let (code, _, err) = operator
         .run(&["job", "submit", "--", "./no-such-program"])
         .await;
     assert_eq!(code, Some(1));
-    assert!(err.contains("cannot start \"./no-such-program\""), "{err}");
+    assert!(
+        err.contains("the program \"./no-such-program\" is a relative path, and without --working-dir the driver runs in an empty directory"),
+        "{err}"
+    );
+    // A bare name the node's PATH does not have: the node's refusal.
+    let (code, _, err) = operator
+        .run(&["job", "submit", "--", "no-such-program"])
+        .await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot start \"no-such-program\""), "{err}");
     let (code, _, err) = operator
         .run(&[
             "job",

@@ -209,6 +209,25 @@ fn start_status_and_stop_as_a_user_would() {
         assert_eq!(node["versions"]["nimbus"], env!("CARGO_PKG_VERSION"));
         assert_eq!(node["versions"]["protocol"], nimbus::wire::PROTOCOL_VERSION);
     }
+    // Its reader gone before it prints (`nimbus status --json | head -0`):
+    // it ends as Unix tools do, on SIGPIPE, instead of panicking.
+    let mut piped = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["status", "--json"])
+        .env("NIMBUS_HOME", home)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(piped.stdout.take());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(piped.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let ended = piped.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&ended),
+        Some(libc::SIGPIPE),
+        "{ended:?}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
     let table = succeeds(home, &["status"]);
     let said = format!(
         "nimbus {} protocol v{}",
@@ -449,6 +468,8 @@ fn a_programs_help_starts_no_cluster() {
         ("tasks", "Remote tasks and the object store"),
         ("train_mnist", "Data-parallel MNIST on a nimbus cluster"),
         ("rl_cartpole", "PPO on CartPole-v1"),
+        ("custom_actor", "Your own actors across a cluster"),
+        ("microbench", "Microbenchmarks of nimbus' building blocks"),
     ];
     for (example, about) in cases {
         let (tmp, home) = (TempDir::new().unwrap(), TempDir::new().unwrap());

@@ -126,7 +126,15 @@ fn every_node_serves_its_metrics_and_its_processes() {
         &["list", "tasks", "--json", "--limit", "10000"],
     );
     let listed = serde_json::from_str::<serde_json::Value>(listed.trim()).unwrap();
-    let listed = listed.as_array().unwrap().len() as f64;
+    // Each names the node it ran on, though its job (and its worker) ended.
+    let tasks = listed.as_array().unwrap();
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t["node"].as_str().is_some_and(|n| !n.is_empty())),
+        "{listed:#}"
+    );
+    let listed = tasks.len() as f64;
     assert!(
         listed >= 23.0,
         "20 tasks, 2 maps, a reduce and more: {listed}"

@@ -88,10 +88,13 @@ impl Handler<JoinGroup> for LearnerWorker {
     }
 }
 
-/// One PPO update on this learner's rollouts; rank 0 answers with the new
-/// weights.
+/// The losses of one PPO update on one learner: policy, value, entropy.
+pub type Losses = (f64, f64, f64);
+
+/// One PPO update on this learner's rollouts; each learner answers with its
+/// losses, rank 0 also with the new weights.
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "Result<Option<ObjectRef<Params>>, String>")]
+#[rtype(result = "Result<(Losses, Option<ObjectRef<Params>>), String>")]
 pub struct Update {
     /// This learner's share of the iteration's rollouts.
     pub rollouts: Vec<ObjectRef<Rollout>>,
@@ -104,7 +107,7 @@ impl RemoteMessage for Update {
 }
 
 impl Handler<Update> for LearnerWorker {
-    type Result = ResponseActFuture<Self, Result<Option<ObjectRef<Params>>, String>>;
+    type Result = ResponseActFuture<Self, Result<(Losses, Option<ObjectRef<Params>>), String>>;
 
     fn handle(&mut self, update: Update, _: &mut Context<Self>) -> Self::Result {
         let progress = update.progress;
@@ -128,25 +131,30 @@ impl Handler<Update> for LearnerWorker {
                         .group
                         .as_mut()
                         .ok_or("the learner has not joined its group")?;
-                    worker
+                    let losses = worker
                         .learner
                         .update(&rollouts, progress, Some(group as &mut dyn Collective))
                         .map_err(|e| e.to_string())?;
-                    Ok((worker.rank == 0).then(|| worker.learner.policy.params()))
+                    let weights = (worker.rank == 0).then(|| worker.learner.policy.params());
+                    Ok((losses, weights))
                 })
-                .then(|weights: Result<Option<Params>, String>, worker, _| {
-                    async move {
-                        match weights? {
-                            Some(weights) => Ok(Some(
-                                object_store::put(&weights)
-                                    .await
-                                    .map_err(|e| e.to_string())?,
-                            )),
-                            None => Ok(None),
+                .then(
+                    |updated: Result<(Losses, Option<Params>), String>, worker, _| {
+                        async move {
+                            let (losses, weights) = updated?;
+                            let published = match weights {
+                                Some(weights) => Some(
+                                    object_store::put(&weights)
+                                        .await
+                                        .map_err(|e| e.to_string())?,
+                                ),
+                                None => None,
+                            };
+                            Ok((losses, published))
                         }
-                    }
-                    .into_actor(worker)
-                }),
+                        .into_actor(worker)
+                    },
+                ),
         )
     }
 }

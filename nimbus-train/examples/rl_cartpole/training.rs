@@ -166,18 +166,14 @@ impl Learners {
     }
 
     /// One update; the local learner also returns its losses.
-    async fn update(
-        &mut self,
-        sampled: &[Sampled],
-        progress: f64,
-    ) -> Result<Option<(f64, f64, f64)>> {
+    async fn update(&mut self, sampled: &[Sampled], progress: f64) -> Result<(f64, f64, f64)> {
         match self {
             Learners::Local(learner) => {
                 let mut rollouts = Vec::new();
                 for s in sampled {
                     rollouts.push(object_store::get(&s.rollout).await?);
                 }
-                Ok(Some(learner.update(&rollouts, progress, None)?))
+                Ok(learner.update(&rollouts, progress, None)?)
             }
             Learners::Group {
                 workers, weights, ..
@@ -193,13 +189,18 @@ impl Learners {
                     worker.send(Update { rollouts, progress })
                 });
                 let replies = join_all(updates).await;
+                // The group's losses: the mean of its learners'.
+                let mut sum = (0.0, 0.0, 0.0);
                 for (rank, reply) in replies.into_iter().enumerate() {
-                    let published = reply?.map_err(anyhow::Error::msg)?;
+                    let ((policy, value, entropy), published) =
+                        reply?.map_err(anyhow::Error::msg)?;
+                    sum = (sum.0 + policy, sum.1 + value, sum.2 + entropy);
                     if rank == 0 {
                         *weights = published.context("rank 0 publishes the weights")?;
                     }
                 }
-                Ok(None)
+                let n = n as f64;
+                Ok((sum.0 / n, sum.1 / n, sum.2 / n))
             }
         }
     }
@@ -292,28 +293,23 @@ pub async fn train(args: &Settings) -> Result<Outcome> {
         }
         env_steps += per_iteration;
         let progress = env_steps as f64 / args.max_env_steps as f64;
-        let losses = learners.update(&sampled, progress).await?;
+        let (policy, value, entropy) = learners.update(&sampled, progress).await?;
         let seconds = started.elapsed().as_secs_f64();
         let mean_100 = mean(&returns);
         if let Some(log) = &mut results {
-            let mut metrics = BTreeMap::from([
+            let metrics = BTreeMap::from([
                 ("mean_return_100".to_string(), f64::from(mean_100)),
                 ("env_steps".to_string(), env_steps as f64),
                 ("seconds".to_string(), seconds),
+                ("policy_loss".to_string(), policy),
+                ("value_loss".to_string(), value),
+                ("entropy".to_string(), entropy),
             ]);
-            if let Some((policy, value, entropy)) = losses {
-                metrics.insert("policy_loss".into(), policy);
-                metrics.insert("value_loss".into(), value);
-                metrics.insert("entropy".into(), entropy);
-            }
             log.append(&ReportLine::now(iteration, 0, metrics))?;
         }
         if args.verbose {
-            let losses = losses.map_or(String::new(), |(p, v, e)| {
-                format!(" policy_loss {p:+.3} value_loss {v:.3} entropy {e:.3}")
-            });
             println!(
-                "iter {iteration:4} mean_return_100 {mean_100:6.1} episodes {:3} env_steps {env_steps:7} env_steps_per_s {:6.0} seconds {seconds:5.1}{losses}",
+                "iter {iteration:4} mean_return_100 {mean_100:6.1} episodes {:3} env_steps {env_steps:7} env_steps_per_s {:6.0} seconds {seconds:5.1} policy_loss {policy:+.3} value_loss {value:.3} entropy {entropy:.3}",
                 returns.len(),
                 env_steps as f64 / seconds
             );

@@ -230,11 +230,20 @@ async fn killed_runner_is_replaced() {
 }
 
 async fn learner_group_improves() {
+    let results = tempfile::tempdir().unwrap();
     let settings = Settings {
         learners: 2,
+        results: Some(results.path().to_path_buf()),
         ..settings(40_960)
     };
     let outcome = training::train(&settings).await.expect("training runs");
+    // The group's losses (the mean of its learners') are reported and
+    // plotted, as a single learner's are.
+    let svg = std::fs::read_to_string(results.path().join("loss.svg")).unwrap();
+    assert!(
+        svg.contains("policy_loss") && svg.contains("value_loss"),
+        "{svg}"
+    );
     println!(
         "  two learners: mean return {:.1} -> {:.1} after {} steps",
         outcome.first_mean_return_100, outcome.mean_return_100, outcome.env_steps
