@@ -21,38 +21,42 @@
 //!    [`runtime::ProcessContext`], the [`runtime::Registry`] of entry points
 //!    (features add their own tables), the process role, the worker boot
 //!    protocol.
-//! 7. [`launch`]: starting an actor's worker process on a node, shipping or
+//! 7. [`library`]: the seam for libraries built on nimbus (`nimbus-train`;
+//!    Data, Serve and RL to come): fault and recovery reports, ending a
+//!    worker with a cause, the cluster's events, training-run reports,
+//!    private files.
+//! 8. [`launch`]: starting an actor's worker process on a node, shipping or
 //!    relaying the program binary (used by spawns and the head).
-//! 8. [`head`]: the head's control-plane actors ([`head::Membership`],
+//! 9. [`head`]: the head's control-plane actors ([`head::Membership`],
 //!    [`head::ClusterEvents`], [`head::Directory`],
 //!    [`head::ActorRescheduler`]).
-//! 9. [`object_store`]: values put once and read anywhere by reference (the
-//!    calling process's half and the node's half).
-//! 10. [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
+//! 10. [`object_store`]: values put once and read anywhere by reference (the
+//!     calling process's half and the node's half).
+//! 11. [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
 //!     and [`node::run`].
-//! 11. [`local`]: [`local::LocalCluster`], real node processes on this
+//! 12. [`local`]: [`local::LocalCluster`], real node processes on this
 //!     machine for tests, examples and benchmarks.
-//! 12. [`actor`]: user actors in worker processes: [`actor::spawn`],
+//! 13. [`actor`]: user actors in worker processes: [`actor::spawn`],
 //!     [`actor::ActorHandle`], [`actor::get_actor`], [`actor::monitor`].
-//! 13. [`placement`]: placement groups, bundles reserved together across
+//! 14. [`placement`]: placement groups, bundles reserved together across
 //!     nodes ([`placement::InBundle`] places actors in them).
-//! 14. [`task`]: stateless functions run on leased worker processes.
-//! 15. [`train`]: what training shares without libtorch: fault rules,
+//! 15. [`task`]: stateless functions run on leased worker processes.
+//! 16. [`train`]: what training shares without libtorch: fault rules,
 //!     results files, the sampler and the parameter aggregator. Training
 //!     itself (Ray Train's `TorchTrainer`: supervisor, workers, collectives,
 //!     checkpoints) is the `nimbus-train` crate, the only one that links
 //!     libtorch.
-//! 16. [`tune`]: hyperparameter search (Ray Tune): search spaces, searchers,
+//! 17. [`tune`]: hyperparameter search (Ray Tune): search spaces, searchers,
 //!     schedulers, trials run by reused runner actors.
-//! 17. `worker`: the composition root of a worker process.
-//! 18. [`chaos`]: seeded fault plans run against a local cluster, with a
+//! 18. `worker`: the composition root of a worker process.
+//! 19. [`chaos`]: seeded fault plans run against a local cluster, with a
 //!     timeline of faults and recoveries.
-//! 19. [`cli`]: the `nimbus` command line (start, inspect and stop nodes),
+//! 20. [`cli`]: the `nimbus` command line (start, inspect and stop nodes),
 //!     in the library so that a user's program can run its own local
 //!     cluster's nodes.
-//! 20. [`driver`]: [`init`], the first line of a user program's `main`: the
+//! 21. [`driver`]: [`init`], the first line of a user program's `main`: the
 //!     composition root of a driver (and of a node run from the program).
-//! 21. [`testing`]: helpers for tests (deadlines, invariants, processes left
+//! 22. [`testing`]: helpers for tests (deadlines, invariants, processes left
 //!     behind).
 //!
 //! ```
@@ -73,6 +77,7 @@ pub mod dashboard;
 pub mod driver;
 pub mod head;
 pub mod launch;
+pub mod library;
 pub mod local;
 pub mod metrics;
 pub mod node;

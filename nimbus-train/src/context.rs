@@ -306,7 +306,7 @@ impl TrainContext {
                     self.faults[i].1 = true;
                     let trigger = format!("step {}", fault.at_step);
                     let why =
-                        match nimbus::runtime::kill_own_node(fault.kind(), fault.target(), trigger)
+                        match nimbus::library::kill_own_node(fault.kind(), fault.target(), trigger)
                         {
                             Ok(never) => match never {},
                             Err(why) => why,
@@ -579,16 +579,9 @@ fn is_storage_fault(fault: &TrainingFault) -> bool {
 /// mode) it returns the reason as an error instead.
 fn die(fault: &TrainingFault) -> TrainError {
     let reason = fault.reason();
-    if nimbus::runtime::ProcessRole::current() == nimbus::runtime::ProcessRole::Worker {
-        use std::io::Write;
-        let cause = nimbus::cluster::DeathCause::ChaosFault(fault.fired());
-        println!("{}", nimbus::runtime::boot::died_line(&cause));
-        let _ = std::io::stdout().flush();
-        // SAFETY: plain syscall on this process.
-        unsafe {
-            libc::raise(libc::SIGKILL);
-        }
-    }
+    // In a worker process this does not return.
+    let nimbus::library::NotAWorker =
+        nimbus::library::die(&nimbus::cluster::DeathCause::ChaosFault(fault.fired()));
     TrainError::Loop(format!(
         "{reason} (local mode: an error instead of SIGKILL)"
     ))

@@ -16,7 +16,11 @@ pub enum TrainError {
     Config(String),
     /// `NIMBUS_TRAINING_FAULTS` is malformed.
     #[error(transparent)]
-    FaultPlan(#[from] nimbus::transport::FaultPlanError),
+    FaultPlan(#[from] nimbus::library::FaultPlanError),
+    /// The runtime could not be asked (not connected, or the head did not
+    /// answer).
+    #[error("the nimbus runtime: {0}")]
+    Runtime(#[from] nimbus::library::LibraryError),
     /// The workers' resources could not be reserved.
     #[error("cannot place the training workers: {0}")]
     Placement(#[from] PlacementError),

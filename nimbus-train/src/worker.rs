@@ -35,9 +35,9 @@ use super::context::{Ranks, TrainContext};
 use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport};
 use super::{LoopFailed, LoopFn, TrainError, WorkerRefusal};
-use nimbus::actor::{ActorHandle, ProcessContext, RemoteActor, RemoteMessage};
+use nimbus::actor::{ActorHandle, RemoteActor, RemoteMessage};
 use nimbus::cluster::Torch;
-use nimbus::runtime::LAST_PUSH_WAIT;
+use nimbus::library::{self, LAST_PUSH_WAIT};
 
 /// How a group's workers reach each other.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -243,8 +243,8 @@ impl Handler<StartTraining> for TrainerWorker {
             return Err(WorkerRefusal::AlreadyTraining);
         }
         same_libtorch(assignment.libtorch.as_ref())?;
-        let context = ProcessContext::current().ok_or(WorkerRefusal::NotInitialized)?;
-        let run = super::LoopTable::lookup(&context.registry, &assignment.loop_name)
+        let registry = library::registry().ok_or(WorkerRefusal::NotInitialized)?;
+        let run = super::LoopTable::lookup(&registry, &assignment.loop_name)
             .ok_or_else(|| WorkerRefusal::UnknownLoop(assignment.loop_name.clone()))?;
         let link = match &assignment.group {
             None => GroupLink::Solo,
@@ -417,12 +417,9 @@ fn run_worker(
 /// at most [`LAST_PUSH_WAIT`] (and a little) for the worker's runtime to
 /// send them.
 fn push_last_metrics(runtime: &tokio::runtime::Handle) {
-    let Some(context) = ProcessContext::current() else {
-        return;
-    };
     let (done, pushed) = std::sync::mpsc::channel();
     runtime.spawn(async move {
-        let _ = done.send(context.push_metrics_now().await);
+        let _ = done.send(library::push_metrics_now().await);
     });
     match pushed.recv_timeout(LAST_PUSH_WAIT + Duration::from_millis(500)) {
         Ok(Ok(())) => {}
@@ -510,7 +507,7 @@ pub(crate) fn run_loop(
         Ok(Err(e)) => Err(e),
         Err(panic) => Err(TrainError::Loop(format!(
             "panic: {}",
-            nimbus::runtime::panic_text(&*panic)
+            library::panic_text(&*panic)
         ))),
     }
 }

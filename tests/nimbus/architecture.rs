@@ -40,6 +40,7 @@ const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
     ("client", &["cluster", "transport", "wire"]),
     ("dashboard", &["metrics", "client", "cluster", "transport"]),
     ("runtime", &["metrics", "client", "cluster", "transport", "wire"]),
+    ("library", &["runtime", "client", "cluster", "transport"]),
     ("launch", &["client", "cluster", "transport", "wire"]),
     ("head", &["launch", "cluster", "transport", "wire"]),
     ("object_store", &["head", "runtime", "client", "cluster", "transport", "wire"]),
@@ -73,6 +74,12 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
 /// The first segments of every `crate::...` path in `code` (comments
 /// removed), `use crate::{a, b::c}` groups included.
 fn crate_paths(code: &str) -> Vec<String> {
+    paths_under(code, "crate::")
+}
+
+/// The first segments of every path in `code` that starts with `root`
+/// (`crate::`, `nimbus::`), comments removed, groups included.
+fn paths_under(code: &str, root: &str) -> Vec<String> {
     let code: String = code
         .lines()
         .map(|line| line.split("//").next().unwrap_or(""))
@@ -84,8 +91,12 @@ fn crate_paths(code: &str) -> Vec<String> {
             .collect()
     };
     let mut found = Vec::new();
-    for (at, _) in code.match_indices("crate::") {
-        let rest = &code[at + "crate::".len()..];
+    for (at, _) in code.match_indices(root) {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &code[at + root.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let (mut depth, mut part) = (0, String::new());
             for c in group.chars() {
@@ -163,6 +174,77 @@ fn top_level_modules_import_only_what_the_layer_table_allows() {
     );
 }
 
+/// What a library crate built on nimbus (`nimbus-train`; Data, Serve and
+/// RL to come) may not use of it: the runtime's internals and the raw
+/// control protocol. It uses the user API and `nimbus::library`, the seam
+/// written for it.
+const NOT_FOR_LIBRARIES: &[&str] = &[
+    "runtime",
+    "transport",
+    "wire",
+    "head",
+    "node",
+    "launch",
+    "client",
+    "local",
+    "chaos",
+    "driver",
+    "cli",
+    "dashboard",
+    "metrics",
+    "testing",
+];
+/// Names of the control protocol and the process context a library reaches
+/// only through `nimbus::library`.
+const PROTOCOL_NAMES: &[&str] = &[
+    "ControlRequest",
+    "ControlReply",
+    "FaultRequest",
+    "JobRequest",
+    "DirectoryRequest",
+    "ObjectRequest",
+    "WorkerRequest",
+    "MembershipRequest",
+    "ProcessContext",
+];
+
+#[test]
+fn library_crates_use_nimbus_only_through_its_api_and_the_library_seam() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut outside = Vec::new();
+    for library in ["nimbus-train/src"] {
+        let mut files = Vec::new();
+        rust_files(&root.join(library), &mut files);
+        assert!(!files.is_empty(), "no sources in {library}");
+        for file in &files {
+            let code = std::fs::read_to_string(file).unwrap();
+            let shown = file.strip_prefix(root).unwrap().display().to_string();
+            for used in paths_under(&code, "nimbus::") {
+                if NOT_FOR_LIBRARIES.contains(&used.as_str()) {
+                    outside.push(format!("{shown} uses nimbus::{used}"));
+                }
+            }
+            let code: String = code
+                .lines()
+                .map(|line| line.split("//").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for name in PROTOCOL_NAMES {
+                if code.contains(name) {
+                    outside.push(format!("{shown} names {name}"));
+                }
+            }
+        }
+    }
+    outside.sort();
+    outside.dedup();
+    assert!(
+        outside.is_empty(),
+        "a library crate reaches past nimbus's API and nimbus::library:\n{}",
+        outside.join("\n")
+    );
+}
+
 #[test]
 fn the_layer_table_has_no_cycle() {
     // Each module may import only modules listed before it.
@@ -178,4 +260,6 @@ fn the_layer_table_has_no_cycle() {
 fn the_import_scan_sees_grouped_and_inline_paths() {
     let code = "use crate::{actor::{A, B}, node};\n// crate::chaos\nlet x = crate::task::submit();";
     assert_eq!(crate_paths(code), ["actor", "node", "task"]);
+    let code = "use nimbus::{library, runtime::X};\nuse my_nimbus::wire;\nnimbus_train::a();";
+    assert_eq!(paths_under(code, "nimbus::"), ["library", "runtime"]);
 }

@@ -22,7 +22,7 @@
 use std::path::Path;
 
 use super::CheckpointError;
-use nimbus::cluster::files::write_private;
+use nimbus::library::files::write_private;
 
 /// The file in a run directory naming the generation that owns it.
 pub const FENCE_FILE: &str = ".attempt";

@@ -41,7 +41,7 @@ use tch::Tensor;
 pub use reporter::{Best, CheckpointReporter, Latest, LatestReply, Saved, SavedCheckpoint};
 
 use super::Metrics;
-use nimbus::cluster::files::{free_bytes, private_dir, private_file, PRIVATE_FILE};
+use nimbus::library::files::{free_bytes, private_dir, private_file, PRIVATE_FILE};
 
 /// The tensor file inside a checkpoint directory.
 pub const TENSORS_FILE: &str = "checkpoint.safetensors";
@@ -598,7 +598,7 @@ fn sync_file(path: &Path) -> Result<(), CheckpointError> {
 }
 
 fn sync_dir(path: &Path) -> Result<(), CheckpointError> {
-    nimbus::cluster::files::sync_dir(path).map_err(|source| CheckpointError::Io {
+    nimbus::library::files::sync_dir(path).map_err(|source| CheckpointError::Io {
         path: path.to_path_buf(),
         what: "cannot fsync directory",
         source,

@@ -372,7 +372,7 @@ fn create(
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(nimbus::cluster::files::PRIVATE_FILE)
+        .mode(nimbus::library::files::PRIVATE_FILE)
         .open(&temporary)
         .map_err(|e| setup("cannot create", e))?;
     file.set_len(len as u64)

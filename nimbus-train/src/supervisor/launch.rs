@@ -51,7 +51,7 @@ use crate::worker::{
     self, AbortTraining, Assignment, GroupSpec, NcclUniqueId, StartTraining, TrainerWorker,
 };
 use crate::{CollectiveBackend, LoopFailed, TrainError, WorkerCount, WorkerRefusal};
-use nimbus::actor::{self, ActorHandle, ProcessContext, SpawnOptions};
+use nimbus::actor::{self, ActorHandle, SpawnOptions};
 use nimbus::cluster::Torch;
 use nimbus::placement::{InBundle, PlacementGroup};
 
@@ -103,12 +103,7 @@ pub(super) async fn launch(
         assignment.faults = faults_of(&faults, 0);
         return Ok(launch_local(&plan, assignment));
     }
-    let context = ProcessContext::current()
-        .ok_or_else(|| TrainError::Config("nimbus is not initialised in this process".into()))?;
-    let seen_events = context
-        .last_event()
-        .await
-        .map_err(|e| TrainError::Call(e.into()))?;
+    let seen_events = nimbus::library::last_event().await?;
     let group = reserve(&plan, &counts).await?;
     let (handles, spawn_error) = spawn_workers(&plan, &group).await;
     let links: Vec<WorkerLink> = handles.iter().cloned().map(WorkerLink::Remote).collect();

@@ -76,12 +76,10 @@ use super::{
     WorkerCount,
 };
 use nimbus::actor::faults::FiredFault;
-use nimbus::actor::{self, ActorHandle, ProcessContext};
-use nimbus::cluster::ControlRequest;
-use nimbus::cluster::FaultRequest;
+use nimbus::actor::{self, ActorHandle};
 use nimbus::cluster::{RunCheckpoint, RunEvent, RunHeader, RunPoint};
+use nimbus::library;
 use nimbus::placement::{PlacementError, PlacementGroup};
-use nimbus::runtime::run_reports;
 
 mod launch;
 mod policy;
@@ -206,8 +204,8 @@ pub struct TrainerSupervisor {
     /// A write to them failed and was logged (the run goes on; the
     /// checkpoints are what a resume needs).
     results_failed: bool,
-    /// What the head is told of the run (`nimbus::runtime::run_reports`).
-    to_head: Option<run_reports::RunReporter>,
+    /// What the head is told of the run (`nimbus::library::RunReporter`).
+    to_head: Option<library::RunReporter>,
 }
 
 impl TrainerSupervisor {
@@ -242,7 +240,7 @@ impl TrainerSupervisor {
 
     fn tell(&mut self, event: TrainEvent) {
         if let Some(to_head) = &self.to_head {
-            let time_ms = run_reports::now_ms();
+            let time_ms = library::now_ms();
             let to_head_event = match &event {
                 TrainEvent::Started {
                     attempt,
@@ -545,26 +543,19 @@ impl TrainerSupervisor {
                     target,
                     trigger,
                 } => {
-                    self.fired.push(FiredFault::new(&fault, &trigger, &target));
+                    let fired = FiredFault::new(&fault, &trigger, &target);
+                    self.fired.push(fired.clone());
                     self.tell(TrainEvent::FaultInjected {
-                        fault: fault.clone(),
-                        target: target.clone(),
-                        trigger: trigger.clone(),
+                        fault,
+                        target,
+                        trigger,
                     });
-                    if let Some(context) = ProcessContext::current() {
-                        // On the cluster's event stream, for chaos timelines.
-                        let report = ControlRequest::Faults(FaultRequest::ReportFault {
-                            fault,
-                            target,
-                            trigger,
-                            kills_node: None,
-                        });
-                        tokio::spawn(async move {
-                            if let Err(e) = context.call_head(&report).await {
-                                tracing::warn!("cannot report an injected fault: {e}");
-                            }
-                        });
-                    }
+                    // On the cluster's event stream, for chaos timelines.
+                    tokio::spawn(async move {
+                        if let Err(e) = library::report_fault(&fired).await {
+                            tracing::warn!("cannot report an injected fault: {e}");
+                        }
+                    });
                 }
                 WorkerEvent::CheckpointFailed { index, error } => {
                     failure = Some(format!("checkpoint {index} could not be written: {error}"));
@@ -610,24 +601,18 @@ impl TrainerSupervisor {
             to_head.send(RunEvent::Recovered {
                 index,
                 took_ms: took.as_millis() as u64,
-                time_ms: run_reports::now_ms(),
+                time_ms: library::now_ms(),
             });
         }
         let took_ms = took.as_millis() as u64;
         tracing::info!(took_ms, "training restored: step {index} done");
-        let Some(context) = ProcessContext::current() else {
-            return;
-        };
-        let report = ControlRequest::Faults(FaultRequest::ReportRecovery {
-            what: format!(
-                "training restored (attempt {}, first step {index} done)",
-                self.attempts.restarts()
-            ),
-            target: format!("run {}", self.plan.run.name),
-            took_ms,
-        });
+        let what = format!(
+            "training restored (attempt {}, first step {index} done)",
+            self.attempts.restarts()
+        );
+        let target = format!("run {}", self.plan.run.name);
         tokio::spawn(async move {
-            if let Err(e) = context.call_head(&report).await {
+            if let Err(e) = library::report_recovery(what, target, took).await {
                 tracing::warn!("cannot report a recovery: {e}");
             }
         });
@@ -685,7 +670,7 @@ impl TrainerSupervisor {
         if let Some(to_head) = &to_head {
             to_head.send(RunEvent::Finished {
                 error: error.as_ref().map(ToString::to_string),
-                time_ms: run_reports::now_ms(),
+                time_ms: library::now_ms(),
             });
         }
         ctx.spawn(
@@ -793,13 +778,11 @@ impl Handler<Fit> for TrainerSupervisor {
                 Ok((owner, results)) => {
                     self.first_generation = owner.map_or(0, |g| g + 1);
                     self.results = Some(results);
-                    self.to_head = run_reports::RunReporter::start(RunHeader {
+                    self.to_head = library::RunReporter::start(RunHeader {
                         id: format!("{:08x}", rand::random::<u32>()),
                         name: self.plan.run.name.clone(),
                         dir: run_dir.display().to_string(),
-                        job: ProcessContext::current()
-                            .map(|c| c.job.clone())
-                            .unwrap_or_default(),
+                        job: library::job().unwrap_or_default(),
                     });
                     self.start_attempt(ctx);
                 }

@@ -8,16 +8,14 @@ use actix::prelude::*;
 
 use super::{NodeJoined, TrainerSupervisor, Watched, WorkerLink, POLL_WAIT};
 use crate::worker::PollTraining;
-use nimbus::actor::{self, ProcessContext};
+use nimbus::actor;
+use nimbus::library;
 
 /// Tells the supervisor of every node that joins, until the attempt ends
 /// (its messages are then ignored) or the head is lost.
 pub(super) async fn watch_for_room(me: Addr<TrainerSupervisor>, id: u64, mut after: u64) {
-    let Some(context) = ProcessContext::current() else {
-        return;
-    };
     while me.connected() {
-        let Ok(events) = context.events(after, Duration::from_secs(30)).await else {
+        let Ok(events) = library::events(after, Duration::from_secs(30)).await else {
             return;
         };
         after = events.last().map_or(after, |e| e.seq);
