@@ -3,11 +3,10 @@
 //! supervisor's polls, or the supervisor itself in local mode).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
+use nimbus::library::LoopProgress;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 
 use super::checkpoint::{NoSpace, SavedCheckpoint};
 use super::{LoopFailed, Metrics};
@@ -59,45 +58,19 @@ pub struct ProgressReport {
     pub finished: Option<Result<(), LoopFailed>>,
 }
 
+/// A loop's progress: its events and outcome (`nimbus::library`'s loop
+/// protocol), and a step counter for liveness.
 #[derive(Default)]
-struct State {
-    events: Vec<WorkerEvent>,
-    finished: Option<Result<(), LoopFailed>>,
-}
-
-/// A loop's progress.
 pub(crate) struct Progress {
-    state: Mutex<State>,
-    changed: watch::Sender<u64>,
+    log: LoopProgress<WorkerEvent, Result<(), LoopFailed>>,
     steps: AtomicU64,
-    aborted: Mutex<Option<String>>,
-}
-
-impl Default for Progress {
-    fn default() -> Self {
-        Progress {
-            state: Mutex::default(),
-            changed: watch::channel(0).0,
-            steps: AtomicU64::new(0),
-            aborted: Mutex::default(),
-        }
-    }
 }
 
 impl Progress {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn bump(&self) {
-        self.changed.send_modify(|v| *v += 1);
-    }
-
     /// Records an event.
     pub(crate) fn push(&self, event: WorkerEvent) {
-        self.lock().events.push(event);
         self.steps.fetch_add(1, Ordering::Relaxed);
-        self.bump();
+        self.log.push(event);
     }
 
     /// Counts a collective step.
@@ -107,48 +80,26 @@ impl Progress {
 
     /// Records the loop's outcome.
     pub(crate) fn finish(&self, outcome: Result<(), LoopFailed>) {
-        self.lock().finished = Some(outcome);
-        self.bump();
+        self.log.finish(outcome);
     }
 
     /// Asks the loop to stop; its next report or collective fails.
     pub(crate) fn abort(&self, reason: &str) {
-        let mut aborted = self.aborted.lock().unwrap_or_else(|e| e.into_inner());
-        aborted.get_or_insert_with(|| reason.to_string());
+        self.log.stop(reason);
     }
 
     /// Why the loop was asked to stop, if it was.
     pub(crate) fn aborted(&self) -> Option<String> {
-        self.aborted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn snapshot(&self, after: u64) -> ProgressReport {
-        let state = self.lock();
-        ProgressReport {
-            events: state
-                .events
-                .iter()
-                .enumerate()
-                .skip(after as usize)
-                .map(|(i, e)| (i as u64 + 1, e.clone()))
-                .collect(),
-            steps: self.steps.load(Ordering::Relaxed),
-            finished: state.finished.clone(),
-        }
+        self.log.stop_reason()
     }
 
     /// Events after `after`, waiting up to `wait` for one (or the end).
     pub(crate) async fn poll(&self, after: u64, wait: Duration) -> ProgressReport {
-        let mut changed = self.changed.subscribe();
-        changed.borrow_and_update();
-        let report = self.snapshot(after);
-        if !report.events.is_empty() || report.finished.is_some() {
-            return report;
+        let polled = self.log.poll(after, wait).await;
+        ProgressReport {
+            events: polled.events,
+            steps: self.steps.load(Ordering::Relaxed),
+            finished: polled.end,
         }
-        let _ = tokio::time::timeout(wait, changed.changed()).await;
-        self.snapshot(after)
     }
 }

@@ -20,6 +20,8 @@
 //! - **Metrics**: record with the `metrics` facade (names in
 //!   `crate::metrics`); a process that is about to be stopped pushes its
 //!   last values with [`push_metrics_now`].
+//! - **A user loop on a thread of its own**, watched by its actor (events,
+//!   long polls, acknowledgements, a stop): [`LoopProgress`] (`loops.rs`).
 //! - **Private files** (owner-only modes, durable writes, free space):
 //!   [`files`]; a caught panic as a death reason: [`panic_text`].
 //!
@@ -27,6 +29,8 @@
 //! `nimbus::cluster::{DeathCause, ClusterEvent, RunEvent, RunHeader, ...}`,
 //! `nimbus::cluster::faults::FiredFault`, digests in
 //! `nimbus::cluster::{sha256_file, sha256_bytes}`.
+
+mod loops;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +47,7 @@ pub use crate::cluster::files;
 pub use crate::runtime::run_reports::{now_ms, RunReporter};
 pub use crate::runtime::{kill_own_node, panic_text, KillNodeRefused, LAST_PUSH_WAIT};
 pub use crate::transport::FaultPlanError;
+pub use loops::{LoopPoll, LoopProgress};
 
 /// A library's request of the runtime could not be carried out.
 #[derive(Debug, thiserror::Error)]

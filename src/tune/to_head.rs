@@ -1,7 +1,7 @@
 //! What the head is told of an experiment's trials, for the dashboard's
 //! training page: each trial that runs for [`SHOW_AFTER`] or more is a run
 //! there (named `<experiment>/trial_<id>`), reported through
-//! `crate::runtime::run_reports`, as training runs are. Shorter trials
+//! `crate::library::RunReporter`, as training runs are. Shorter trials
 //! stay in the experiment's files only: the head keeps the last 100 runs,
 //! and a thousand trials of milliseconds would push every training run
 //! out of the page (and cost the experiment two head requests a trial).
@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::experiment::{ResultLine, TrialRecord};
 use crate::cluster::{RunCheckpoint, RunEvent, RunHeader, RunPoint};
-use crate::runtime::run_reports::{now_ms, RunReporter};
-use crate::runtime::ProcessContext;
+use crate::library::{self, now_ms, RunReporter};
 
 /// How long a trial runs before the dashboard shows it (step 4).
 pub(super) const SHOW_AFTER: Duration = Duration::from_secs(1);
@@ -152,9 +151,7 @@ impl TrialReports {
             id: format!("{:08x}", rand::random::<u32>()),
             name: format!("{}/trial_{:05}", self.experiment, trial.id),
             dir: trial.dir.display().to_string(),
-            job: ProcessContext::current()
-                .map(|c| c.job.clone())
-                .unwrap_or_default(),
+            job: library::job().unwrap_or_default(),
         };
         match RunReporter::start(header) {
             Some(reporter) => {

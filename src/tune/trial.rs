@@ -28,17 +28,16 @@
 use std::collections::{BTreeMap, HashMap};
 use std::error::Error;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 
 use super::checkpoint::{self, CheckpointError, TrialCheckpoint};
-use crate::actor::{ProcessContext, Registry, RemoteActor, RemoteMessage};
+use crate::actor::{Registry, RemoteActor, RemoteMessage};
+use crate::library::{self, LoopProgress};
 
 /// What a trial reports: metric name to value.
 pub type Metrics = BTreeMap<String, f64>;
@@ -143,41 +142,12 @@ pub struct TrialResult {
     pub checkpoint: Option<TrialCheckpoint>,
 }
 
-#[derive(Default)]
-struct TrialState {
-    results: Vec<TrialResult>,
-    /// Results the tuner has decided on.
-    acked: u64,
-    end: Option<TrialEnd>,
-}
-
-/// What the trial's thread and the runner share.
+/// What the trial's thread and the runner share: the trial's results and
+/// end, in `nimbus::library`'s loop protocol (a result is an event the
+/// tuner acknowledges once it has decided on it).
 struct Shared {
     trial: u64,
-    state: Mutex<TrialState>,
-    /// Results and the end, for polls.
-    changed: watch::Sender<u64>,
-    /// Acknowledgements and stops, for the waiting `report`.
-    decided: Condvar,
-    stop: AtomicBool,
-}
-
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, TrialState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn bump(&self) {
-        self.changed.send_modify(|v| *v += 1);
-    }
-
-    fn progress(&self, after: u64) -> TrialProgress {
-        let state = self.lock();
-        TrialProgress {
-            results: state.results.iter().skip(after as usize).cloned().collect(),
-            end: state.end.clone(),
-        }
-    }
+    progress: LoopProgress<TrialResult, TrialEnd>,
 }
 
 /// What a trial's function reports through.
@@ -227,22 +197,12 @@ impl TrialContext {
     }
 
     fn push(&mut self, result: TrialResult) -> Result<(), TrialStopped> {
-        let shared = &self.shared;
-        let stopped = || shared.stop.load(Ordering::Acquire);
-        if stopped() {
+        if self.should_stop() {
             return Err(TrialStopped);
         }
-        let mut state = shared.lock();
-        state.results.push(result);
-        shared.bump();
-        let number = state.results.len() as u64;
-        while state.acked < number && !stopped() {
-            state = shared
-                .decided
-                .wait(state)
-                .unwrap_or_else(|e| e.into_inner());
-        }
-        drop(state);
+        let progress = &self.shared.progress;
+        let number = progress.push(result);
+        progress.wait_acked(number);
         self.iteration += 1;
         if self.should_stop() {
             return Err(TrialStopped);
@@ -252,7 +212,7 @@ impl TrialContext {
 
     /// Whether the tuner has stopped this trial.
     pub fn should_stop(&self) -> bool {
-        self.shared.stop.load(Ordering::Acquire)
+        self.shared.progress.stop_reason().is_some()
     }
 
     /// The trial's number in its experiment.
@@ -335,24 +295,20 @@ impl Handler<RunTrial> for TrialRunner {
 
     fn handle(&mut self, run: RunTrial, _: &mut Context<Self>) -> Self::Result {
         if let Some(current) = &self.current {
-            if current.lock().end.is_none() {
+            if !current.progress.ended() {
                 return Err(TrialRefusal::Busy {
                     running: current.trial,
                 });
             }
         }
-        let context = ProcessContext::current().ok_or(TrialRefusal::NotInitialized)?;
-        let function = context
-            .registry
+        let registry = library::registry().ok_or(TrialRefusal::NotInitialized)?;
+        let function = registry
             .table::<TrainableTable>()
             .and_then(|t| t.0.get(run.trainable.as_str()).cloned())
             .ok_or_else(|| TrialRefusal::UnknownTrainable(run.trainable.clone()))?;
         let shared = Arc::new(Shared {
             trial: run.trial,
-            state: Mutex::default(),
-            changed: watch::channel(0).0,
-            decided: Condvar::new(),
-            stop: AtomicBool::new(false),
+            progress: LoopProgress::default(),
         });
         self.current = Some(shared.clone());
         let mut ctx = TrialContext {
@@ -371,13 +327,12 @@ impl Handler<RunTrial> for TrialRunner {
                 let end = match ran {
                     Ok(Ok(())) => TrialEnd::Returned,
                     Ok(Err(end)) => end,
-                    Err(panic) => TrialEnd::Panicked(crate::runtime::panic_text(&*panic)),
+                    Err(panic) => TrialEnd::Panicked(library::panic_text(&*panic)),
                 };
-                ctx.shared.lock().end = Some(end);
-                ctx.shared.bump();
+                ctx.shared.progress.finish(end);
             })
             .map_err(|e| {
-                shared.lock().end = Some(TrialEnd::Failed(format!(
+                shared.progress.finish(TrialEnd::Failed(format!(
                     "cannot start the trial's thread: {e}"
                 )));
             })
@@ -418,22 +373,13 @@ impl Handler<PollTrial> for TrialRunner {
         let current = self.current.clone().filter(|c| c.trial == poll.trial);
         Box::pin(async move {
             let shared = current.ok_or(TrialRefusal::NotHere(poll.trial))?;
-            {
-                let mut state = shared.lock();
-                if poll.after > state.acked {
-                    state.acked = poll.after;
-                    shared.decided.notify_all();
-                }
-            }
-            let mut changed = shared.changed.subscribe();
-            changed.borrow_and_update();
-            let progress = shared.progress(poll.after);
-            if !progress.results.is_empty() || progress.end.is_some() {
-                return Ok(progress);
-            }
-            let _ =
-                tokio::time::timeout(Duration::from_millis(poll.wait_ms), changed.changed()).await;
-            Ok(shared.progress(poll.after))
+            shared.progress.ack(poll.after);
+            let wait = Duration::from_millis(poll.wait_ms);
+            let polled = shared.progress.poll(poll.after, wait).await;
+            Ok(TrialProgress {
+                results: polled.events.into_iter().map(|(_, r)| r).collect(),
+                end: polled.end,
+            })
         })
     }
 }
@@ -455,11 +401,7 @@ impl Handler<StopTrial> for TrialRunner {
 
     fn handle(&mut self, stop: StopTrial, _: &mut Context<Self>) {
         if let Some(current) = self.current.as_ref().filter(|c| c.trial == stop.trial) {
-            // Under the lock: a `report` between its check and its wait
-            // would miss the notification.
-            let _state = current.lock();
-            current.stop.store(true, Ordering::Release);
-            current.decided.notify_all();
+            current.progress.stop("the tuner stopped this trial");
         }
     }
 }

@@ -61,7 +61,7 @@ use super::trial::{
 };
 use super::TuneError;
 use crate::actor::{self, ActorHandle, CallError, SpawnOptions};
-use crate::runtime::run_reports::now_ms;
+use crate::library::now_ms;
 
 /// How long a runner holds a results poll open when there is no news.
 pub const POLL_WAIT: Duration = Duration::from_secs(1);

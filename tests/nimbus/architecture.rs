@@ -50,7 +50,7 @@ const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
     ("placement", &["actor", "runtime", "client", "cluster", "transport", "wire"]),
     ("task", &["placement", "actor", "object_store", "runtime", "client", "cluster", "transport", "wire"]),
     ("train", &["placement", "actor", "object_store", "runtime", "client", "cluster", "transport", "wire"]),
-    ("tune", &["actor", "runtime", "cluster"]),
+    ("tune", &["library", "actor", "cluster"]),
     ("worker", &["actor", "object_store", "runtime", "cluster", "transport", "wire"]),
     ("chaos", &["train", "actor", "local", "runtime", "client", "cluster", "transport", "wire"]),
     ("cli", &["chaos", "train", "local", "node", "head", "dashboard", "runtime", "client", "cluster", "transport"]),
