@@ -9,7 +9,7 @@
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Mode of the directories nimbus creates.
@@ -33,6 +33,30 @@ pub fn private_file(path: &Path) -> std::io::Result<File> {
         .truncate(true)
         .mode(PRIVATE_FILE)
         .open(path)
+}
+
+/// Creates `path` empty and `0600` if missing; if it exists with a mode
+/// that lets others read or write it (made by an older nimbus, or under a
+/// looser umask by another tool), makes it `0600` and says so in the log.
+/// For a file another library then opens itself (the head's redb store),
+/// which would create it at the umask's mode.
+pub fn private_existing(path: &Path) -> std::io::Result<()> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(PRIVATE_FILE)
+        .open(path)?;
+    let mode = file.metadata()?.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE))?;
+        tracing::warn!(
+            "{} had mode {mode:o}: other users could read it; made it {PRIVATE_FILE:o}",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Opens `path` for appending, `0600` when created: a log that more than
@@ -224,7 +248,9 @@ pub enum StateDirError {
 }
 
 /// Creates the state directory `dir` (`0700`) when missing, and checks that
-/// it is a directory of this user that no one else can write in.
+/// it is a directory of this user that no one else can write in. One that
+/// others can read (a plain `mkdir`: `0755`) is made `0700`, saying so in
+/// the log: it holds the cluster's token and keys.
 pub fn own_state_dir(dir: &Path) -> Result<(), StateDirError> {
     let io = |source| StateDirError::Io {
         path: dir.to_path_buf(),
@@ -247,6 +273,14 @@ pub fn own_state_dir(dir: &Path) -> Result<(), StateDirError> {
             path: dir.to_path_buf(),
             mode,
         });
+    }
+    if mode & 0o077 != 0 {
+        let private = mode & !0o077;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(private)).map_err(io)?;
+        tracing::warn!(
+            "state directory {} had mode {mode:o}: other users could read the cluster's token and keys in it; made it {private:o}",
+            dir.display()
+        );
     }
     Ok(())
 }

@@ -138,6 +138,14 @@ pub enum StoreError {
         /// The file.
         path: PathBuf,
     },
+    /// It could not be created, or made readable by its owner only.
+    #[error("cannot create the head's store {path} readable by its owner only (0600): {source}")]
+    Private {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// redb cannot open or read it.
     #[error("the head's store {path} cannot be read ({source}); restore it from a copy, or move it aside to start a new cluster (its members must then be restarted against the new head)")]
     Unreadable {
@@ -254,6 +262,12 @@ impl HeadStore {
     /// Opens (or creates) the store in `dir` and reads all of it (step 1).
     pub fn open(dir: &Path) -> Result<(HeadStore, Loaded), StoreError> {
         let path = dir.join(FILE);
+        // It holds the token and the keys: 0600 before redb opens it (redb
+        // would create it at the umask's mode).
+        crate::cluster::files::private_existing(&path).map_err(|source| StoreError::Private {
+            path: path.clone(),
+            source,
+        })?;
         let db = Database::create(&path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => StoreError::InUse { path: path.clone() },
             other => StoreError::Unreadable {

@@ -260,6 +260,35 @@ fn a_node_refuses_a_state_directory_that_is_not_its_users_alone() {
     fails_with(&foreign, &start, "belongs to uid 65534");
 }
 
+/// A state directory made with a plain `mkdir` (0755) lets every user read
+/// what is in it: the head's store holds the token, the ticket key and the
+/// reset key. The head makes the directory 0700 and creates its store
+/// 0600 (redb created it at the umask's mode, 0644).
+#[test]
+fn a_heads_secrets_are_readable_by_its_user_only() {
+    let parent = TempDir::new().unwrap();
+    let home = parent.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _stop = StopOnDrop(&home);
+    start_head(&home);
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&home), 0o700, "the state directory");
+    let store = home.join("head.redb");
+    assert_eq!(mode(&store), 0o600, "{}", store.display());
+    let others: Vec<String> = std::fs::read_dir(&home)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o077 != 0)
+        })
+        .map(|e| e.path().display().to_string())
+        .collect();
+    assert!(others.is_empty(), "files others can read: {others:?}");
+}
+
 /// Accepts any server certificate: the test client must get past its own
 /// check of the server so that its certificate reaches the server's.
 #[derive(Debug)]
