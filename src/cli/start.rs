@@ -125,10 +125,14 @@ pub(crate) struct StartArgs {
     #[arg(long, conflicts_with_all = ["dashboard_port"])]
     no_dashboard: bool,
     /// Serve this node's Prometheus metrics (its own, its workers' and its
-    /// drivers') on http://0.0.0.0:PORT/metrics (0: any free port)
-    /// [default: none].
+    /// drivers') on http://HOST:PORT/metrics (0: any free port), HOST the
+    /// --metrics-export-host [default: none].
     #[arg(long)]
     metrics_export_port: Option<u16>,
+    /// The address /metrics binds (0.0.0.0: every interface) [default:
+    /// the node's own address, --node-ip-address or the one it finds].
+    #[arg(long, requires = "metrics_export_port")]
+    metrics_export_host: Option<IpAddr>,
     /// Carry objects between this node and others over QUIC only, never
     /// on a TLS-over-TCP bulk stream (for networks that pass this node's
     /// UDP port but not TCP to it) [default: bulk streams on TCP, the
@@ -244,9 +248,8 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     if let Some(mib) = args.log_max_mib {
         config.log_max = mib << 20;
     }
-    config.metrics_export = args
-        .metrics_export_port
-        .map(|port| SocketAddr::new([0, 0, 0, 0].into(), port));
+    config.metrics_export = args.metrics_export_port;
+    config.metrics_host = args.metrics_export_host;
     config.resources = ResourceOverrides {
         num_cpus: args.num_cpus,
         num_gpus: args.num_gpus,

@@ -6,18 +6,79 @@
 //!    once, naming its own flag).
 //! 2. [`HttpThread::spawn`] builds a current-thread runtime, starts the
 //!    thread, and serves the router there, beside one background task.
-//! 3. Dropping the [`HttpThread`] stops serving and the background task,
+//! 3. It holds at most [`max_connections`] connections at once (a quarter
+//!    of the process's file descriptors, 16 to 1,024); more wait in the
+//!    kernel's backlog until one closes. A client has
+//!    [`HEADER_READ_TIMEOUT`] (10 s) to send a request's headers, on a new
+//!    connection and between requests on a kept-alive one, so idle sockets
+//!    cannot starve the process of descriptors (its QUIC socket, its
+//!    workers' pipes, a job's files).
+//! 4. Dropping the [`HttpThread`] stops serving and the background task,
 //!    gives open requests [`STOP_GRACE`], and joins the thread.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use axum::Router;
-use tokio::sync::oneshot;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::{oneshot, Semaphore};
 
 /// How long a stopping server waits for the requests under way.
 const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// How long a client has to send a request's headers (step 3).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long to wait before accepting again after an accept failed (out of
+/// descriptors, say), so the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The most connections one server holds at once (step 3): a quarter of
+/// the process's soft limit on open files, between 16 and 1,024.
+pub fn max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    let files = if known { limit.rlim_cur as usize } else { 1024 };
+    (files / 4).clamp(16, 1024)
+}
+
+/// Serves `app` on `listener`, one connection per task, within step 3's
+/// bounds.
+async fn serve(name: &'static str, listener: tokio::net::TcpListener, app: Router) {
+    let permits = Arc::new(Semaphore::new(max_connections()));
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!("{name}: cannot accept a connection: {e}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
+                tracing::debug!("{name}: a connection ended: {e}");
+            }
+            drop(permit);
+        });
+    }
+}
 
 /// A running server; dropping it stops it.
 pub struct HttpThread {
@@ -52,11 +113,7 @@ impl HttpThread {
                     };
                     let background = tokio::spawn(background);
                     tokio::select! {
-                        served = axum::serve(listener, app) => {
-                            if let Err(e) = served {
-                                tracing::error!("{name}: stopped serving: {e}");
-                            }
-                        }
+                        () = serve(name, listener, app) => {}
                         _ = stopped => {}
                     }
                     background.abort();

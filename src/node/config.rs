@@ -68,8 +68,12 @@ pub struct NodeConfig {
     /// A worker's or job driver's log past this many bytes is rotated
     /// (`logs.rs`; [`DEFAULT_LOG_MAX`] by default).
     pub log_max: u64,
-    /// Serve `/metrics` here (`crate::metrics`); none when `None`.
-    pub metrics_export: Option<SocketAddr>,
+    /// Serve `/metrics` on this port (`crate::metrics`; 0: any free port)
+    /// of [`metrics_host`](Self::metrics_host); none when `None`.
+    pub metrics_export: Option<u16>,
+    /// The address `/metrics` binds; `None`: the node's advertised address
+    /// (never every interface unless asked).
+    pub metrics_host: Option<IpAddr>,
 }
 
 /// `$NIMBUS_HOME`, else `~/.nimbus` (see [`nimbus_home`]).
@@ -96,6 +100,7 @@ impl NodeConfig {
             driver_grace: crate::head::jobs::DEFAULT_DRIVER_GRACE,
             log_max: DEFAULT_LOG_MAX,
             metrics_export: None,
+            metrics_host: None,
         }
     }
 }

@@ -54,10 +54,42 @@ pub struct NodeReady {
 /// Runs a node until SIGTERM/SIGINT (`Ok`) or a fatal error. `on_ready` is
 /// called once the node serves and, for a member, has joined.
 pub fn run(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), NodeError> {
+    raise_open_file_limit();
     let system = System::new();
     let result = system.block_on(serve(config, on_ready));
     System::current().stop();
     result
+}
+
+/// Raises this process's soft limit on open files to its hard limit (as
+/// the limits of many shells start at 1,024 of a far higher hard limit): a
+/// node holds a descriptor per worker pipe, object file, log and HTTP
+/// connection, and its workers inherit the limit. Left as it is, saying
+/// so, if it cannot be raised.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= limit.rlim_max
+        {
+            return;
+        }
+        let wanted = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) != 0 {
+            let error = std::io::Error::last_os_error();
+            tracing::warn!(
+                "cannot raise the open-file limit from {} to {}: {error}",
+                limit.rlim_cur,
+                limit.rlim_max
+            );
+        }
+    }
 }
 
 async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), NodeError> {
@@ -132,7 +164,8 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     let processes = Arc::new(std::sync::Mutex::new(ProcessMetrics::default()));
     crate::metrics::set_node_processes(processes.clone());
     let metrics = match config.metrics_export {
-        Some(address) => {
+        Some(port) => {
+            let address = SocketAddr::new(config.metrics_host.unwrap_or(address.ip()), port);
             let store = objects.clone();
             let before_scrape = move || store.record_metrics();
             Some(MetricsServer::start(

@@ -513,3 +513,87 @@ async fn a_handshake_flood_leaves_the_node_serving_and_its_log_short() {
     })
     .await
 }
+
+/// Connections the descriptor flood opens: more than the node may hold
+/// (its limit is 256 open files here).
+const IDLE_FLOOD: usize = 300;
+
+/// Idle sockets to `/metrics` cannot starve a node of file descriptors: a
+/// head started under a limit of 256 open files, held by 300 connections
+/// that send nothing, still runs a submitted job whose driver it starts
+/// and whose tasks run in workers it starts; and it closes an idle
+/// connection once the header timeout passes. Before, the server accepted
+/// without a cap or a timeout, and the next job submit failed with EMFILE.
+#[test]
+fn idle_connections_to_metrics_cannot_starve_a_node() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let home = TempDir::new().unwrap();
+    let _stop = StopOnDrop(home.path());
+    let port = free_port().to_string();
+    let mut start = std::process::Command::new(env!("CARGO_BIN_EXE_nimbus"));
+    start
+        .args(head_start(&port))
+        .args(["--no-dashboard", "--metrics-export-port", "0"])
+        .env("NIMBUS_HOME", home.path())
+        .env_remove("NIMBUS_TOKEN");
+    // SAFETY: setrlimit is async-signal-safe, and touches only the child.
+    unsafe {
+        start.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let started = start.output().unwrap();
+    let printed = text(&started);
+    assert!(started.status.success(), "{printed}");
+    let metrics = crate::dashboard::line_value(&printed, "metrics:");
+    let address = metrics
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap()
+        .to_string();
+    let flood: Vec<std::net::TcpStream> = (0..IDLE_FLOOD)
+        .map(|_| std::net::TcpStream::connect(&address).unwrap())
+        .collect();
+
+    let tasks = crate::dashboard::example("tasks");
+    let job = [
+        "job",
+        "submit",
+        "--",
+        tasks.to_str().unwrap(),
+        "--tasks",
+        "10",
+        "--maps",
+        "1",
+        "--broadcast-mib",
+        "1",
+        "--readers",
+        "1",
+    ];
+    let submitted = succeeds(home.path(), &job);
+    assert!(submitted.contains("summary:"), "{submitted}");
+
+    // The first connection accepted is closed by the server once it has
+    // sent no request for the header timeout (10 s).
+    let mut first = &flood[0];
+    first
+        .set_read_timeout(Some(nimbus::metrics::HEADER_READ_TIMEOUT * 3))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let read = first.read(&mut byte);
+    assert!(
+        matches!(read, Ok(0)),
+        "an idle connection was not closed: {read:?}"
+    );
+    drop(flood);
+    let (status, head, _) = crate::dashboard::get(&address, "/metrics", None);
+    assert_eq!(status, 200, "{head}");
+}
