@@ -27,6 +27,31 @@ fn every_path_architecture_md_links_or_heads_exists() {
     }
 }
 
+/// The most lines ARCHITECTURE.md may have: it is the map; measurements
+/// and design notes live in `docs/` and in the module docs it links. The
+/// aim is 450 (#50); this holds it where it is until the code map is
+/// condensed.
+const ARCHITECTURE_MAX_LINES: usize = 540;
+
+#[test]
+fn architecture_md_stays_a_map() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let lines = doc.lines().count();
+    assert!(
+        lines <= ARCHITECTURE_MAX_LINES,
+        "ARCHITECTURE.md has {lines} lines, over {ARCHITECTURE_MAX_LINES}: move measurements and design notes to docs/ or to the module docs of the code they describe"
+    );
+    for (start, _) in doc.match_indices("](docs/") {
+        let rest = &doc[start + 2..];
+        let path = &rest[..rest.find(')').unwrap()];
+        assert!(
+            root.join(path).exists(),
+            "ARCHITECTURE.md links {path}, which does not exist"
+        );
+    }
+}
+
 /// What each top-level module of `src/` may import (`crate::NAME`), from
 /// the bottom layer up. `src/lib.rs` lists the same layers; a new import
 /// outside this table is a design change: change the table, lib.rs and
