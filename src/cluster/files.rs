@@ -112,24 +112,74 @@ pub enum TokenFileError {
         /// Its permission bits.
         mode: u32,
     },
+    /// It is a symbolic link (whose target another user may change), or
+    /// not a regular file.
+    #[error("the token file {path} (--token-file) is a symbolic link or not a regular file; give the file itself")]
+    NotAFile {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// Another user owns it (and could change it).
+    #[error("the token file {path} (--token-file) belongs to uid {owner}, not to you (uid {me}); use a file of your own")]
+    NotYours {
+        /// The file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's user.
+        me: u32,
+    },
 }
 
 /// The text of a token file, refused when other users could read or write
-/// it (as ssh refuses such a private key): the token is the cluster's root
-/// secret.
+/// it (as ssh refuses such a private key), when another user owns it, or
+/// when it is a symbolic link: the token is the cluster's root secret.
+/// The checks and the read are on one open descriptor (`O_NOFOLLOW`, then
+/// `fstat`), so the file cannot be swapped between them.
 pub fn read_token_file(path: &Path) -> Result<String, TokenFileError> {
+    use std::io::Read;
     let unreadable = |source| TokenFileError::Unreadable {
         path: path.to_path_buf(),
         source,
     };
-    let mode = std::fs::metadata(path).map_err(unreadable)?.mode() & 0o777;
+    let mut file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(TokenFileError::NotAFile {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(e) => return Err(unreadable(e)),
+    };
+    let metadata = file.metadata().map_err(unreadable)?;
+    if !metadata.is_file() {
+        return Err(TokenFileError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if metadata.uid() != me {
+        return Err(TokenFileError::NotYours {
+            path: path.to_path_buf(),
+            owner: metadata.uid(),
+            me,
+        });
+    }
+    let mode = metadata.mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(TokenFileError::NotPrivate {
             path: path.to_path_buf(),
             mode,
         });
     }
-    std::fs::read_to_string(path).map_err(unreadable)
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(unreadable)?;
+    Ok(text)
 }
 
 /// Bytes free for an unprivileged user on the filesystem of `dir`, if the

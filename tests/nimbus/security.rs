@@ -72,6 +72,31 @@ fn the_join_token_is_in_no_process_arguments() {
         text(&refused)
     );
 
+    // A link to a private token file: refused (its target could be
+    // changed under it), as is a file of another user's.
+    let link = home.join("linked-token");
+    std::os::unix::fs::symlink(file, &link).unwrap();
+    let link = link.to_str().unwrap();
+    let refused = nimbus(home, &["status", "--token-file", link]);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("is a symbolic link or not a regular file; give the file itself"),
+        "{}",
+        text(&refused)
+    );
+    let foreign = home.join("foreign-token");
+    std::fs::write(&foreign, &token).unwrap();
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+    let foreign = foreign.to_str().unwrap();
+    let refused = nimbus(home, &["status", "--token-file", foreign]);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("belongs to uid 65534, not to you"),
+        "{}",
+        text(&refused)
+    );
+
     let missing = nimbus(home, &["status", "--token-file", "/nonexistent/token"]);
     assert!(!missing.status.success());
     assert!(
