@@ -284,7 +284,7 @@ fn main() {
         let (mut closed, mut open) = (Vec::new(), Vec::new());
         for _ in 0..CPU_ROUNDS {
             closed.push(head_cpu_during_microbench(home.path(), &head, pid));
-            tab.navigate_to(&format!("{url}/#/cluster")).unwrap();
+            tab.navigate_to(&format!("{url}#/cluster")).unwrap();
             tab.wait_for_element("#summary").unwrap();
             open.push(head_cpu_during_microbench(home.path(), &head, pid));
             tab.navigate_to("about:blank").unwrap();
@@ -308,8 +308,8 @@ fn main() {
     }
 
     let load = Load::start(home.path(), &head, actors, objects);
-    let actors_url = format!("{url}/#/actors");
-    let objects_url = format!("{url}/#/objects");
+    let actors_url = format!("{url}#/actors");
+    let objects_url = format!("{url}#/objects");
     let times = |url: &str, total: usize| {
         let rows = total.min(100);
         median(

@@ -42,8 +42,10 @@ struct RunArgs {
     seed: Option<u64>,
     /// Serve the local cluster's dashboard on this port of 127.0.0.1 (0:
     /// any free port) while the command runs: its Events page shows the
-    /// faults and recoveries as they happen. Its URL is printed on a line
-    /// `dashboard: URL` and given to the command as NIMBUS_DASHBOARD.
+    /// faults and recoveries as they happen. Its URL, with the secret it
+    /// asks for, is printed on a line `dashboard: URL`; the command gets
+    /// its address as NIMBUS_DASHBOARD and the secret as
+    /// NIMBUS_DASHBOARD_SECRET (`Authorization: Bearer SECRET`).
     #[arg(long)]
     dashboard_port: Option<u16>,
     /// The program to run, and its arguments.
@@ -98,7 +100,13 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
             .env("NIMBUS_ADDRESS", cluster.address().to_string())
             .env("NIMBUS_TOKEN", cluster.token().to_string())
             .envs(plan.workload_env())
-            .envs(dashboard.iter().map(|d| ("NIMBUS_DASHBOARD", d.url())))
+            .envs(dashboard.iter().map(|d| ("NIMBUS_DASHBOARD", d.base_url())))
+            .envs(
+                dashboard
+                    .iter()
+                    .filter_map(|d| d.secret())
+                    .map(|secret| ("NIMBUS_DASHBOARD_SECRET", secret.to_string())),
+            )
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()

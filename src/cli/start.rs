@@ -9,7 +9,8 @@
 //! port 6379 by default; `--heartbeat-timeout-ms` (head only, default
 //! 3000) sets the failure detector's timeout. The head serves the
 //! dashboard (`crate::dashboard`) on 127.0.0.1:8265 unless told otherwise
-//! and prints its URL on a line `dashboard: URL`. The head keeps its
+//! and prints its URL on a line `dashboard: URL` (on loopback with the
+//! secret it asks for, also kept in `$NIMBUS_HOME/dashboard-url`, 0600). The head keeps its
 //! state in `$NIMBUS_HOME/head.redb` (`crate::head::store`): started again
 //! with the same `NIMBUS_HOME` and port, it is the same cluster (the same
 //! token) and takes its members back; `--head-grace-s` (60 s) is how long
@@ -265,11 +266,16 @@ fn run_foreground(args: StartArgs) -> Result<()> {
             match listener.serve(ready.address, &token) {
                 Ok(dashboard) => {
                     // Bound to every address: show the one others reach.
-                    let mut shown = dashboard.address();
-                    if shown.ip().is_unspecified() {
-                        shown.set_ip(ready.address.ip());
+                    let url = match dashboard.address() {
+                        bound if bound.ip().is_unspecified() => {
+                            format!("http://{}:{}", ready.address.ip(), bound.port())
+                        }
+                        _ => dashboard.url(),
+                    };
+                    if let Err(e) = state::save_dashboard_url(&url) {
+                        tracing::warn!("cannot save the dashboard's URL: {e:#}");
                     }
-                    let _ = writeln!(out, "dashboard: http://{shown}");
+                    let _ = writeln!(out, "dashboard: {url}");
                     serving = Some(dashboard);
                 }
                 Err(e) => tracing::warn!("{e}"),

@@ -23,6 +23,17 @@ pub(crate) fn token_file() -> PathBuf {
     home().join("token")
 }
 
+/// Where the head started on this machine keeps its dashboard's URL, with
+/// the secret a loopback dashboard asks for (mode 0600).
+pub(crate) fn dashboard_url_file() -> PathBuf {
+    home().join("dashboard-url")
+}
+
+/// Saves the dashboard's URL (a line).
+pub(crate) fn save_dashboard_url(url: &str) -> Result<()> {
+    write_private(&dashboard_url_file(), format!("{url}\n").as_bytes())
+}
+
 /// A node process started on this machine.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct NodeRecord {

@@ -37,8 +37,9 @@ pub const TICK: Duration = Duration::from_secs(2);
 pub(crate) struct Shared {
     /// The cluster's state, cached.
     pub views: Views,
-    /// Sessions, when bound beyond loopback (`None`: no login needed).
-    pub sessions: Option<Mutex<Sessions>>,
+    /// Sessions: opened with the cluster token beyond loopback, with the
+    /// dashboard's secret on loopback.
+    pub sessions: Mutex<Sessions>,
     /// The `Host` headers accepted on a loopback dashboard (a page of
     /// another site that resolves its name to 127.0.0.1 cannot read it).
     pub loopback_hosts: Vec<String>,
@@ -68,8 +69,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 }
 
 /// Refuses requests for another host name on a loopback dashboard, and
-/// requests without a session on one bound beyond loopback (the page
-/// itself then shows the login form).
+/// there requests with neither its secret nor a session (steps 2 and 3 of
+/// the module docs); on one bound beyond loopback, requests without a
+/// session (the page itself then shows the login form).
 async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     if !shared.loopback_hosts.is_empty() {
@@ -86,7 +88,24 @@ async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) 
                 ),
             );
         }
-        return next.run(request).await;
+        if signed_in(&shared, headers) {
+            return next.run(request).await;
+        }
+        if !presents_secret(&shared, &request) {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "open the URL with ?secret=... that `nimbus start` printed (also in $NIMBUS_HOME/dashboard-url): this dashboard answers only to it".into(),
+            );
+        }
+        // The page opened with the secret: a session for its own requests.
+        let opens_page = request.uri().path() == "/";
+        let mut response = next.run(request).await;
+        if opens_page {
+            if let Some(cookie) = open_session(&shared) {
+                response.headers_mut().insert(header::SET_COOKIE, cookie);
+            }
+        }
+        return response;
     }
     let path = request.uri().path();
     if path == "/login" || path == "/style.css" || signed_in(&shared, headers) {
@@ -102,17 +121,52 @@ async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) 
 }
 
 fn signed_in(shared: &Shared, headers: &HeaderMap) -> bool {
-    let Some(sessions) = &shared.sessions else {
-        return true;
-    };
     let id = headers
         .get(header::COOKIE)
         .and_then(|h| h.to_str().ok())
         .and_then(|cookies| auth::cookie(cookies, auth::COOKIE));
-    match (id, sessions.lock()) {
+    match (id, shared.sessions.lock()) {
         (Some(id), Ok(sessions)) => sessions.check(id, Instant::now()),
         _ => false,
     }
+}
+
+/// Whether a request to a loopback dashboard carries its secret: the
+/// query's `secret`, or `Authorization: Bearer SECRET`.
+fn presents_secret(shared: &Shared, request: &Request) -> bool {
+    let from_query = request.uri().query().and_then(|query| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("secret="))
+    });
+    let from_header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    let Ok(sessions) = shared.sessions.lock() else {
+        return false;
+    };
+    [from_query, from_header]
+        .into_iter()
+        .flatten()
+        .any(|presented| sessions.is_key(presented))
+}
+
+/// A new session's cookie (`HttpOnly`, `SameSite=Strict`), if the table
+/// can be read.
+fn open_session(shared: &Shared) -> Option<HeaderValue> {
+    let id = shared.sessions.lock().ok()?.open(Instant::now());
+    session_cookie(&id)
+}
+
+fn session_cookie(id: &str) -> Option<HeaderValue> {
+    let cookie = format!(
+        "{}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        auth::COOKIE,
+        auth::SESSION_TTL.as_secs()
+    );
+    HeaderValue::from_str(&cookie).ok()
 }
 
 async fn index() -> Response {
@@ -143,10 +197,7 @@ struct LoginForm {
 }
 
 async fn login(State(shared): State<Arc<Shared>>, Form(form): Form<LoginForm>) -> Response {
-    let Some(sessions) = &shared.sessions else {
-        return Redirect::to("/").into_response();
-    };
-    let session = match sessions.lock() {
+    let session = match shared.sessions.lock() {
         Ok(mut sessions) => sessions.login(&form.token, Instant::now()),
         Err(_) => None,
     };
@@ -160,14 +211,9 @@ async fn login(State(shared): State<Arc<Shared>>, Form(form): Form<LoginForm>) -
             ),
         );
     };
-    let cookie = format!(
-        "{}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        auth::COOKIE,
-        auth::SESSION_TTL.as_secs()
-    );
     let mut response = Redirect::to("/").into_response();
-    if let Ok(value) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
+    if let Some(cookie) = session_cookie(&id) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     response
 }
@@ -177,10 +223,8 @@ async fn logout(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
         .get(header::COOKIE)
         .and_then(|h| h.to_str().ok())
         .and_then(|cookies| auth::cookie(cookies, auth::COOKIE));
-    if let (Some(sessions), Some(id)) = (&shared.sessions, id) {
-        if let Ok(mut sessions) = sessions.lock() {
-            sessions.logout(id);
-        }
+    if let (Ok(mut sessions), Some(id)) = (shared.sessions.lock(), id) {
+        sessions.logout(id);
     }
     Redirect::to("/").into_response()
 }

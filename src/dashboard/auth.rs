@@ -1,4 +1,5 @@
-//! Who may look: sessions of a dashboard bound beyond loopback (a plain
+//! Who may look: a dashboard's sessions, opened with the cluster token
+//! beyond loopback or with the dashboard's own secret on loopback (a plain
 //! state machine, time passed in; the HTTP layer in `api.rs` reads and
 //! sets the cookie).
 
@@ -17,7 +18,8 @@ pub(crate) const MAX_SESSIONS: usize = 1024;
 
 /// The sessions of one dashboard.
 pub(crate) struct Sessions {
-    /// The cluster token, as its text: what a login must present.
+    /// What a login must present: the cluster token, or a loopback
+    /// dashboard's secret.
     token: String,
     /// Session id to the instant it expires.
     live: HashMap<String, Instant>,
@@ -38,6 +40,12 @@ impl Sessions {
         if !same(presented.trim().as_bytes(), self.token.as_bytes()) {
             return None;
         }
+        Some(self.open(now))
+    }
+
+    /// A new session id, for a caller that has shown what a login must
+    /// present (a loopback dashboard's secret, in its URL).
+    pub(crate) fn open(&mut self, now: Instant) -> String {
         self.live.retain(|_, expires| *expires > now);
         if self.live.len() >= MAX_SESSIONS {
             if let Some(oldest) = self
@@ -51,7 +59,13 @@ impl Sessions {
         }
         let id = new_session_id();
         self.live.insert(id.clone(), now + SESSION_TTL);
-        Some(id)
+        id
+    }
+
+    /// Whether `presented` is what a login must present (the comparison
+    /// takes the same time wherever the texts differ).
+    pub(crate) fn is_key(&self, presented: &str) -> bool {
+        same(presented.as_bytes(), self.token.as_bytes())
     }
 
     /// Whether `id` is a live session.
@@ -71,6 +85,11 @@ pub(crate) fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
         let (key, value) = pair.trim().split_once('=')?;
         (key == name).then_some(value)
     })
+}
+
+/// A loopback dashboard's secret: 32 random bytes, URL-safe base64.
+pub(crate) fn new_secret() -> String {
+    new_session_id()
 }
 
 /// 32 random bytes from the operating system, URL-safe base64.

@@ -17,7 +17,15 @@
 //!    returns, so a taken port is an error at start, not later.
 //! 2. Bound to loopback, it answers requests whose `Host` is that
 //!    loopback address only (a page of another site cannot read it by
-//!    renaming itself to 127.0.0.1) and asks for no login.
+//!    renaming itself to 127.0.0.1), and only with its secret: 32 random
+//!    bytes made at its start, in the URL it prints
+//!    (`http://127.0.0.1:PORT/?secret=...`, which `nimbus start` also
+//!    keeps in the 0600 file `$NIMBUS_HOME/dashboard-url`), as notebook
+//!    servers do: other users of the machine can reach the port but not
+//!    read the file. A request with `?secret=` (or `Authorization: Bearer
+//!    SECRET`, for scripts) passes, and the page's own request opens a
+//!    session (the cookie of step 3) for the requests of the page;
+//!    without either, every route answers 401.
 //! 3. Bound beyond loopback, every request but the login needs a session:
 //!    `POST /login` with the form field `token` (the cluster token, never
 //!    in a URL) opens one for [`SESSION_TTL`] and sets the `HttpOnly`,
@@ -108,6 +116,8 @@ pub enum DashboardError {
 pub struct Dashboard {
     address: SocketAddr,
     login: bool,
+    /// The secret of a loopback dashboard (step 2).
+    secret: Option<String>,
     _server: HttpThread,
 }
 
@@ -152,9 +162,13 @@ impl DashboardListener {
             };
             vec![format!("{ip}:{port}"), format!("localhost:{port}")]
         };
+        // Beyond loopback a session opens with the cluster token; on
+        // loopback with the dashboard's own secret.
+        let secret = (!login).then(auth::new_secret);
+        let key = secret.clone().unwrap_or_else(|| token.to_string());
         let shared = Arc::new(api::Shared {
             views: views::Views::new(head, token.clone()),
-            sessions: login.then(|| Mutex::new(auth::Sessions::new(token.to_string()))),
+            sessions: Mutex::new(auth::Sessions::new(key)),
             loopback_hosts,
             changes: watch::Sender::new(0),
         });
@@ -164,6 +178,7 @@ impl DashboardListener {
         Ok(Dashboard {
             address,
             login,
+            secret,
             _server: server,
         })
     }
@@ -185,9 +200,25 @@ impl Dashboard {
         self.address
     }
 
-    /// Its address as a URL.
+    /// The URL to open: on loopback with its secret
+    /// (`http://127.0.0.1:PORT/?secret=...`; a page's route follows as
+    /// `#/actors`), else its address (which asks for the cluster token).
     pub fn url(&self) -> String {
+        match &self.secret {
+            Some(secret) => format!("http://{}/?secret={secret}", self.address),
+            None => self.base_url(),
+        }
+    }
+
+    /// Its address as a URL, without the secret: `http://HOST:PORT`.
+    pub fn base_url(&self) -> String {
         format!("http://{}", self.address)
+    }
+
+    /// The secret a loopback dashboard asks for (step 2), to send as
+    /// `Authorization: Bearer SECRET`.
+    pub fn secret(&self) -> Option<&str> {
+        self.secret.as_deref()
     }
 
     /// Whether it asks for the cluster token (bound beyond loopback).

@@ -80,9 +80,18 @@ pub struct LocalClusterBuilder {
     heartbeat_timeout: Duration,
     start_timeout: Duration,
     env: Vec<(String, String)>,
+    dashboard: bool,
 }
 
 impl LocalClusterBuilder {
+    /// Serve the head's dashboard (on 127.0.0.1, any free port, with its
+    /// secret): a local cluster starts none unless asked, since every user
+    /// of the machine could reach its port.
+    pub fn dashboard(mut self, serve: bool) -> Self {
+        self.dashboard = serve;
+        self
+    }
+
     /// Number of nodes, the head included (at least 1).
     pub fn nodes(mut self, nodes: usize) -> Self {
         self.nodes = nodes.max(1);
@@ -149,13 +158,17 @@ impl LocalClusterBuilder {
             nodes: Vec::new(),
             spawned: 0,
         };
-        let head_args = vec![
+        let mut head_args = vec![
             "--head".to_string(),
             "--port".into(),
             "0".into(),
             "--heartbeat-timeout-ms".into(),
             self.heartbeat_timeout.as_millis().to_string(),
         ];
+        match self.dashboard {
+            true => head_args.extend(["--dashboard-port".into(), "0".into()]),
+            false => head_args.push("--no-dashboard".into()),
+        }
         let head = cluster.spawn("head", head_args, &[], true, &[])?;
         cluster.address = head.address;
         cluster.nodes.push(head);
@@ -233,6 +246,7 @@ impl LocalCluster {
             heartbeat_timeout: Duration::from_secs(3),
             start_timeout: Duration::from_secs(60),
             env: Vec::new(),
+            dashboard: false,
         }
     }
 

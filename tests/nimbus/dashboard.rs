@@ -7,6 +7,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -17,7 +18,7 @@ use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
 use headless_chrome::{Browser, LaunchOptions, Tab};
 use tempfile::TempDir;
 
-use super::cli::{free_port, nimbus, start_cluster, succeeds, text, StopOnDrop};
+use super::cli::{free_port, head_start, nimbus, start_cluster, succeeds, text, StopOnDrop};
 
 /// The longest a page may take to show what a test waits for.
 const PAGE_DEADLINE: Duration = Duration::from_secs(30);
@@ -353,7 +354,7 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
     let (_browser, tab) = browser(chromium);
     open_and_wait(
         &tab,
-        &format!("{url}/#/cluster"),
+        &format!("{url}#/cluster"),
         r#"document.getElementById("summary")?.textContent === "3 alive, 0 dead" && document.querySelectorAll("main table")[0].querySelectorAll("tbody tr").length === 3"#,
         "three alive nodes",
     );
@@ -545,6 +546,69 @@ fn login(address: &str, token: &str) -> (u16, String, String) {
     )
 }
 
+/// A loopback dashboard answers only to its secret: any user of the
+/// machine can reach 127.0.0.1, but only its owner can read the URL (the
+/// start's output, and `$NIMBUS_HOME/dashboard-url`, 0600). Without the
+/// secret (or with another) every route is 401; with it in the URL the
+/// page opens a session whose cookie the page's requests carry; a script
+/// sends it as a bearer token. Before, loopback asked for nothing.
+#[test]
+fn a_loopback_dashboard_answers_only_to_its_secret() {
+    let home = TempDir::new().unwrap();
+    let _stop = StopOnDrop(home.path());
+    let port = free_port().to_string();
+    let started = succeeds(
+        home.path(),
+        &[&head_start(&port)[..], &["--dashboard-port", "0"]].concat(),
+    );
+    let url = line_value(&started, "dashboard:");
+    let (base, secret) = url
+        .split_once("/?secret=")
+        .unwrap_or_else(|| panic!("no secret in {url}"));
+    let address = base.strip_prefix("http://").unwrap();
+    let kept = home.path().join("dashboard-url");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap().trim(), url);
+    let mode = std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", kept.display());
+
+    let routes = [
+        "/",
+        "/app.js",
+        "/style.css",
+        "/api/cluster",
+        "/api/actors",
+        "/api/timeline",
+        "/api/activity",
+        "/api/events",
+        "/api/jobs/x/log",
+        "/api/actors/x/log",
+        "/api/runs/x",
+    ];
+    for route in routes {
+        let (status, head, _) = get(address, route, None);
+        assert_eq!(status, 401, "{route} without the secret: {head}");
+        let wrong = format!("{route}?secret={}", "A".repeat(43));
+        let (status, head, _) = get(address, &wrong, None);
+        assert_eq!(status, 401, "{route} with another secret: {head}");
+    }
+    let (status, head, _) = get(address, &format!("/?secret={secret}"), None);
+    assert_eq!(status, 200, "{head}");
+    let session = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|c| c.split(';').next())
+        .unwrap_or_else(|| panic!("no session cookie: {head}"))
+        .to_string();
+    let (status, _, body) = get(address, "/api/cluster", Some(&session));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"nodes\""), "{body}");
+    let bearer = format!(
+        "GET /api/timeline HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {secret}\r\nConnection: close\r\n\r\n"
+    );
+    let (status, _, body) = http(address, &bearer);
+    assert_eq!(status, 200, "{body}");
+}
+
 #[test]
 fn a_dashboard_beyond_loopback_asks_for_the_token() {
     let home = TempDir::new().unwrap();
@@ -663,7 +727,7 @@ fn a_chaos_runs_dashboard_shows_the_node_it_killed_while_the_command_runs() {
     let seen = home.join("timeline.json");
     let script = format!(
         "for i in $(seq 300); do \
-           curl -sf \"$NIMBUS_DASHBOARD/api/timeline\" > {seen} \
+           curl -sf -H \"Authorization: Bearer $NIMBUS_DASHBOARD_SECRET\" \"$NIMBUS_DASHBOARD/api/timeline\" > {seen} \
            && grep -q '\"node dead\"' {seen} && exit 0; \
            sleep 0.1; \
          done; exit 1",
