@@ -17,7 +17,8 @@
 //!
 //! With `--hold`, the program keeps its actors after the summary until its
 //! standard input closes (Ctrl-D), to look at them with `nimbus list
-//! actors` or the dashboard. `--help` lists the options.
+//! actors` or on the dashboard of a cluster given with `--address` (its
+//! own local cluster serves none). `--help` lists the options.
 
 // Tests, examples and benchmarks: a failed unwrap is the failure report, and
 // their items are public to their own modules only.
