@@ -88,7 +88,7 @@
 //! replays the same steps.
 //!
 //! Files: `plan.rs` (the plan: builder or TOML, and resolving `"random"`
-//! targets), `run.rs` (injecting it into a `LocalCluster`, optionally
+//! targets), `links.rs` (partitions and degraded links), `effects.rs` (which planned faults never took effect), `run.rs` (injecting it into a `LocalCluster`, optionally
 //! while a workload runs, and observing recoveries), `timeline.rs`.
 //!
 //! Faults never outlive the run: stopped nodes are resumed (even when the
@@ -97,6 +97,8 @@
 //! degraded links, in each cut process's socket, with a window that closes
 //! on its own), and training rules only in the run's first assignments.
 
+mod effects;
+mod links;
 mod plan;
 mod run;
 mod timeline;

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -13,19 +12,19 @@ use crate::actor::faults::FiredFault;
 use crate::client::{ClientError, ClusterClient};
 use crate::cluster::{
     ActorId, ActorRecord, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
-    NodeStatus,
 };
-use crate::cluster::{DirectoryRequest, FaultRequest, ProcessClass};
+use crate::cluster::{DirectoryRequest, ProcessClass};
 use crate::local::{LocalCluster, LocalClusterError};
 use crate::train::faults::TrainingFaultAction;
-use crate::transport::{ConnectError, FaultCounts, PacketRule, RequestError, RequestOptions};
+use crate::transport::{ConnectError, FaultCounts, RequestError, RequestOptions};
 
+use super::links::{links, Cut};
 use super::{ChaosPlan, Clock, FaultAction, PlanError, ResolvedFault, Timeline, TimelineEntry};
 
 /// One fault could not be injected: the timeline records it, the run goes
 /// on.
 #[derive(Debug, thiserror::Error)]
-enum NotInjected {
+pub(super) enum NotInjected {
     /// The head or a process could not be asked.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -153,20 +152,6 @@ enum Expect {
     HeadBack {
         before: u64,
     },
-}
-
-/// A link fault's rules, once every process was asked to add them.
-struct Cut {
-    /// The fault, in the timeline's words.
-    fault: String,
-    /// The sides' stable name (`a,b|c`).
-    sides: String,
-    trigger: String,
-    for_ms: u64,
-    /// When the last process answered.
-    installed_at: Instant,
-    /// The processes that did not add the rule, and why.
-    failures: Vec<String>,
 }
 
 /// The state of one run.
@@ -552,101 +537,23 @@ impl Run {
     }
 
     /// Adds a `NoEffect` entry for each planned fault that never took
-    /// effect: timed faults whose clock never started, actor and training
-    /// faults whose trigger never came, packet rules that faulted no
-    /// datagram. `names` are the cluster's node names.
+    /// effect (`effects.rs`); `names` are the cluster's node names.
     fn check_effects(&mut self, plan: &ChaosPlan, names: &[String]) {
-        let mut missed = Vec::new();
-        for (at, step) in self.held.drain(..) {
-            let Step::Fault(fault) = step else { continue };
-            let target = match fault.action.link_rule() {
-                Some((nodes, from, ..)) => format!("{}|{}", nodes.join(","), from.join(",")),
-                None => match &fault.action {
-                    FaultAction::KillActor { actor } | FaultAction::PanicActor { actor } => {
-                        actor.clone()
-                    }
-                    _ => names.get(fault.node).cloned().unwrap_or_default(),
-                },
-            };
-            missed.push(TimelineEntry::NoEffect {
-                fault: fault.action.label(),
-                target,
-                trigger: format!("after={}ms", at.as_millis()),
-                why: "no actor started during the run, and the plan's clock is \"first_actor\""
-                    .into(),
-            });
-        }
+        let held: Vec<ResolvedFault> = self
+            .held
+            .drain(..)
+            .filter_map(|(_, step)| match step {
+                Step::Fault(fault) => Some(fault),
+                _ => None,
+            })
+            .collect();
+        let packets: Vec<(ProcessClass, &[u64])> = self
+            .packets
+            .values()
+            .map(|(class, _, hits)| (*class, hits.as_slice()))
+            .collect();
         let fired = self.timeline.injected();
-        for rule in &plan.actor_faults {
-            if !fired.iter().any(|(t, f, g)| rule.fired_as(f, g, t)) {
-                missed.push(TimelineEntry::NoEffect {
-                    fault: rule.action.kind().into(),
-                    target: rule.target(),
-                    trigger: rule.trigger(),
-                    why: format!(
-                        "no actor it targets received {} such messages during the run",
-                        rule.after_messages
-                    ),
-                });
-            }
-        }
-        for rule in &plan.training_faults {
-            let expected = rule.fired();
-            let seen = fired.iter().any(|(trigger, fault, target)| {
-                *fault == expected.kind
-                    && *target == expected.target
-                    && *trigger == expected.trigger
-            });
-            if !seen {
-                missed.push(TimelineEntry::NoEffect {
-                    fault: expected.kind,
-                    target: expected.target,
-                    trigger: expected.trigger,
-                    why: "training never reached that step on that rank during the run".into(),
-                });
-            }
-        }
-        let sections = [
-            (
-                &plan.packet_faults,
-                "workload",
-                &[ProcessClass::Workload][..],
-            ),
-            (
-                &plan.node_packet_faults,
-                "nodes+workers",
-                &[ProcessClass::Node, ProcessClass::Worker][..],
-            ),
-        ];
-        for (packets, target, classes) in sections {
-            let Some(packets) = packets else { continue };
-            let reports: Vec<&Vec<u64>> = self
-                .packets
-                .values()
-                .filter(|(class, ..)| classes.contains(class))
-                .map(|(.., hits)| hits)
-                .collect();
-            for (index, rule) in packets.rules.iter().enumerate() {
-                let hits: u64 = reports.iter().filter_map(|h| h.get(index)).sum();
-                if hits > 0 {
-                    continue;
-                }
-                let why = if reports.is_empty() {
-                    "no process it applies to reported its packet counters".to_string()
-                } else {
-                    "it faulted no datagram: nothing crossed the socket in its window (or the run ended before it opened)".to_string()
-                };
-                let until = rule
-                    .until_ms
-                    .map_or("end".to_string(), |ms| format!("{ms}ms"));
-                missed.push(TimelineEntry::NoEffect {
-                    fault: format!("packets({})", rule.kinds().join(",")),
-                    target: target.into(),
-                    trigger: format!("window={}ms..{until}", rule.from_ms),
-                    why,
-                });
-            }
-        }
+        let missed = super::effects::missed(plan, names, &held, &fired, &packets);
         self.timeline.entries.extend(missed);
     }
 
@@ -747,44 +654,6 @@ impl Run {
     }
 }
 
-/// Applies `rule` to the links between the processes of `nodes` and those
-/// of `from` (every other node if empty) for `for_ms`: each node process
-/// and each worker of a live actor on those nodes gets the rule, naming the
-/// other side's addresses. Yields the fault (`fault`, planned at `planned`)
-/// once every process has answered, with those that did not add it.
-fn links<'a>(
-    client: &'a ClusterClient,
-    fault: String,
-    nodes: &[String],
-    from: &[String],
-    for_ms: u64,
-    rule: PacketRule,
-    planned: Duration,
-) -> BoxFuture<'a, Cut> {
-    let other = if from.is_empty() {
-        "rest".to_string()
-    } else {
-        from.join(",")
-    };
-    let sides = format!("{}|{other}", nodes.join(","));
-    let (nodes, from) = (nodes.to_vec(), from.to_vec());
-    async move {
-        let failures = match link_rules(client, &nodes, &from, for_ms, rule).await {
-            Ok(failures) => failures,
-            Err(e) => vec![e.to_string()],
-        };
-        Cut {
-            fault,
-            sides,
-            trigger: format!("after={}ms", planned.as_millis()),
-            for_ms,
-            installed_at: Instant::now(),
-            failures,
-        }
-    }
-    .boxed()
-}
-
 /// The live actors a plan's actor target names: `NAME` (the actor with
 /// that unique name) or `type:TYPE` (every actor of that registered type,
 /// in name order).
@@ -823,7 +692,7 @@ async fn live_actors(
 }
 
 /// The head answered `request` with the wrong kind of reply.
-fn unexpected(request: &'static str, reply: ControlReply) -> NotInjected {
+pub(super) fn unexpected(request: &'static str, reply: ControlReply) -> NotInjected {
     NotInjected::Client(ClientError::UnexpectedReply {
         request,
         reply: Box::new(reply),
@@ -845,116 +714,6 @@ fn stable_name(record: &ActorRecord) -> String {
         .name
         .clone()
         .unwrap_or_else(|| record.type_name.clone())
-}
-
-/// A process on one side of a partition.
-enum Process {
-    Node(NodeStatus),
-    Worker(ActorRecord),
-}
-
-impl Process {
-    fn address(&self) -> SocketAddr {
-        match self {
-            Process::Node(node) => node.address,
-            Process::Worker(record) => record.address,
-        }
-    }
-
-    /// Adds `rule` to the process's socket.
-    async fn cut(&self, client: &ClusterClient, rule: PacketRule) -> Result<(), NotInjected> {
-        let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
-        match self {
-            Process::Node(node) => {
-                let connection = client
-                    .endpoint()
-                    .connect(node.address, Some(&node.identity()))
-                    .await?;
-                let request = ControlRequest::Faults(FaultRequest::AddPacketRule(rule));
-                crate::client::call(&connection, &request, options).await?;
-                Ok(())
-            }
-            Process::Worker(record) => {
-                let worker = crate::wire::NodeIdentity {
-                    name: crate::actor::worker_name(record.actor),
-                    incarnation: record.incarnation,
-                };
-                let call = crate::actor::ActorCall {
-                    actor: record.actor,
-                    message: crate::actor::faults::PACKET_RULE_MESSAGE.to_string(),
-                    payload: rmp_serde::to_vec_named(&rule)?,
-                };
-                let body = rmp_serde::to_vec_named(&call)?;
-                let connection = client
-                    .endpoint()
-                    .connect(record.address, Some(&worker))
-                    .await?;
-                connection.request(body, options).await?;
-                Ok(())
-            }
-        }
-    }
-}
-
-/// Adds the link rule to every process on both sides; returns the
-/// processes it could not reach.
-async fn link_rules(
-    client: &ClusterClient,
-    nodes: &[String],
-    from: &[String],
-    for_ms: u64,
-    template: PacketRule,
-) -> Result<Vec<String>, NotInjected> {
-    let status = client.status().await?;
-    let actors = match client
-        .call(&ControlRequest::Directory(DirectoryRequest::ListActors))
-        .await?
-    {
-        ControlReply::Actors(actors) => actors,
-        reply => return Err(unexpected("ListActors", reply)),
-    };
-    let on_side_a = |name: &str| nodes.iter().any(|n| n == name);
-    let on_side_b = |name: &str| {
-        if from.is_empty() {
-            !on_side_a(name)
-        } else {
-            from.iter().any(|n| n == name)
-        }
-    };
-    let side = |on: &dyn Fn(&str) -> bool| -> Vec<Process> {
-        let node_processes = status
-            .nodes
-            .iter()
-            .filter(|n| n.state == NodeState::Alive && on(&n.id))
-            .cloned()
-            .map(Process::Node);
-        let workers = actors
-            .iter()
-            .filter(|r| !r.restarting && on(&r.node.name))
-            .cloned()
-            .map(Process::Worker);
-        node_processes.chain(workers).collect()
-    };
-    let (a, b) = (side(&on_side_a), side(&on_side_b));
-    let rule = |other: &[Process]| PacketRule {
-        peers: other.iter().map(Process::address).collect(),
-        from_ms: 0,
-        until_ms: Some(for_ms),
-        ..template.clone()
-    };
-    let (to_a, to_b) = (rule(&b), rule(&a));
-    let cuts = a
-        .iter()
-        .map(|p| (p, to_a.clone()))
-        .chain(b.iter().map(|p| (p, to_b.clone())))
-        .map(|(process, rule)| async move {
-            process
-                .cut(client, rule)
-                .await
-                .map_err(|e| format!("{}: {e}", process.address()))
-        });
-    let results = futures::future::join_all(cuts).await;
-    Ok(results.into_iter().filter_map(Result::err).collect())
 }
 
 async fn observe_recovery(

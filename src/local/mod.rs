@@ -84,9 +84,8 @@ pub struct LocalClusterBuilder {
 }
 
 impl LocalClusterBuilder {
-    /// Serve the head's dashboard (on 127.0.0.1, any free port, with its
-    /// secret): a local cluster starts none unless asked, since every user
-    /// of the machine could reach its port.
+    /// Serve the head's dashboard (127.0.0.1, any free port, its secret):
+    /// none unless asked, as every user of the machine reaches its port.
     pub fn dashboard(mut self, serve: bool) -> Self {
         self.dashboard = serve;
         self

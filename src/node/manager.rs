@@ -870,11 +870,7 @@ impl Handler<KillActor> for NodeManager {
         worker.killed = true;
         info!(actor = %actor, pid = worker.pid, "killing actor on request");
         // The exit is reported by the worker's watcher (`WorkerExited`).
-        // SAFETY: plain syscall; the pid is our child, reaped only by its
-        // watcher, so it cannot have been reused yet.
-        unsafe {
-            libc::kill(worker.pid as libc::pid_t, libc::SIGKILL);
-        }
+        signal_worker(worker.pid, libc::SIGKILL);
     }
 }
 
@@ -896,6 +892,16 @@ impl Handler<ReleaseBundle> for NodeManager {
     fn handle(&mut self, ReleaseBundle(bundle): ReleaseBundle, _: &mut Self::Context) {
         self.resources.release_bundle(bundle);
         self.bundle_jobs.remove(&bundle);
+    }
+}
+
+/// Sends `signal` to worker process `pid`, a child of this node still in
+/// its table (reaped only by its watcher, which removes it first, so the
+/// pid cannot have been reused).
+fn signal_worker(pid: u32, signal: libc::c_int) {
+    // SAFETY: plain syscall on our own child, as above.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
     }
 }
 
@@ -935,11 +941,7 @@ impl Handler<EndJob> for NodeManager {
             };
             worker.killed = true;
             stopping.push((actor, worker.pid));
-            // SAFETY: plain syscall; the pid is our child, reaped only by
-            // its watcher, so it cannot have been reused yet.
-            unsafe {
-                libc::kill(worker.pid as libc::pid_t, libc::SIGTERM);
-            }
+            signal_worker(worker.pid, libc::SIGTERM);
         }
         ctx.run_later(END_JOB_GRACE, move |manager, _| {
             for (actor, pid) in stopping {
@@ -947,10 +949,7 @@ impl Handler<EndJob> for NodeManager {
                 // pid is reaped, so the pid cannot have been reused).
                 if manager.workers.get(&actor).is_some_and(|w| w.pid == pid) {
                     warn!(%actor, pid, "worker still running {END_JOB_GRACE:?} after SIGTERM: SIGKILL");
-                    // SAFETY: as above.
-                    unsafe {
-                        libc::kill(pid as libc::pid_t, libc::SIGKILL);
-                    }
+                    signal_worker(pid, libc::SIGKILL);
                 }
             }
         });

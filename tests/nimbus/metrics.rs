@@ -60,21 +60,30 @@ fn scrape_until(url: &str, what: &str, done: impl Fn(&[Sample]) -> bool) -> Vec<
     }
 }
 
-#[test]
-fn every_node_serves_its_metrics_and_its_processes() {
-    let home = TempDir::new().unwrap();
-    let _stop = StopOnDrop(home.path());
+/// A head and two members started with the CLI under `home`, each serving
+/// `/metrics`: the head's address, and the metrics URLs of the head,
+/// `node-1` and `node-2`, in that order.
+fn metrics_cluster(home: &std::path::Path) -> (String, Vec<String>) {
     let started = start_cluster(
-        home.path(),
+        home,
         &["--no-dashboard", "--metrics-export-port", "0"],
         &["node-1", "node-2"],
         &["--metrics-export-port", "0"],
     );
     let head = line_value(&started[0], "address:");
-    let urls: HashMap<&str, String> = ["head", "node-1", "node-2"]
-        .into_iter()
-        .zip(started.iter().map(|out| line_value(out, "metrics:")))
+    let urls = started
+        .iter()
+        .map(|out| line_value(out, "metrics:"))
         .collect();
+    (head, urls)
+}
+
+#[test]
+fn every_node_serves_its_metrics_and_its_processes() {
+    let home = TempDir::new().unwrap();
+    let _stop = StopOnDrop(home.path());
+    let (head, urls) = metrics_cluster(home.path());
+    let urls: HashMap<&str, String> = ["head", "node-1", "node-2"].into_iter().zip(urls).collect();
     let head_url = urls["head"].clone();
     let before = scrape(&head_url);
     assert_eq!(total(&before, "nimbus_members", &[("state", "alive")]), 3.0);
@@ -258,17 +267,7 @@ fn run_example(home: &std::path::Path, name: &str, args: &[&str], head: &str) ->
 fn a_short_runs_metrics_outlive_its_processes() {
     let home = TempDir::new().unwrap();
     let _stop = StopOnDrop(home.path());
-    let started = start_cluster(
-        home.path(),
-        &["--no-dashboard", "--metrics-export-port", "0"],
-        &["node-1", "node-2"],
-        &["--metrics-export-port", "0"],
-    );
-    let head = line_value(&started[0], "address:");
-    let urls: Vec<String> = started
-        .iter()
-        .map(|out| line_value(out, "metrics:"))
-        .collect();
+    let (head, urls) = metrics_cluster(home.path());
     let sum = |name: &str, labels: &[(&str, &str)]| -> f64 {
         urls.iter().map(|u| total(&scrape(u), name, labels)).sum()
     };
