@@ -23,7 +23,9 @@
 //! - **A user loop on a thread of its own**, watched by its actor (events,
 //!   long polls, acknowledgements, a stop): [`LoopProgress`] (`loops.rs`).
 //! - **Private files** (owner-only modes, durable writes, free space):
-//!   [`files`]; a caught panic as a death reason: [`panic_text`].
+//!   [`files`]; a caught panic as a death reason: [`panic_text`]; a
+//!   panic of the user's code that fails only one piece of work (a task,
+//!   a block), not the worker process: [`catch_panic`].
 //!
 //! The data these carry are the cluster's types, at their one path:
 //! `nimbus::cluster::{DeathCause, ClusterEvent, RunEvent, RunHeader, ...}`,
@@ -45,7 +47,7 @@ use crate::cluster::RunEvent;
 
 pub use crate::cluster::files;
 pub use crate::runtime::run_reports::{now_ms, RunReporter};
-pub use crate::runtime::{kill_own_node, panic_text, KillNodeRefused, LAST_PUSH_WAIT};
+pub use crate::runtime::{catch_panic, kill_own_node, panic_text, KillNodeRefused, LAST_PUSH_WAIT};
 pub use crate::transport::FaultPlanError;
 pub use loops::{LoopPoll, LoopProgress};
 

@@ -36,8 +36,8 @@ pub mod transits;
 pub use context::{ProcessContext, LAST_PUSH_WAIT};
 pub use node_of_worker::{kill_own_node, KillNodeRefused, NodeOfWorker};
 pub use packet_reports::{packet_report, report_packet_faults, REPORT_EVERY};
-pub use panic::panic_text;
-pub(crate) use panic::{catch_panic, panic_is_caught};
+pub(crate) use panic::panic_is_caught;
+pub use panic::{catch_panic, panic_text};
 pub use registry::{
     DispatchError, HostedActor, Registration, Registry, RemoteActor, RemoteMessage, Replied,
     ReplySink, ReplyTo, Wire,

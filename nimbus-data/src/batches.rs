@@ -1,0 +1,168 @@
+//! `iter_batches`: the executor's blocks re-cut into batches of the size
+//! the consumer asked for: slices of a block where it holds enough rows
+//! (no copy), rows of consecutive blocks concatenated where a batch spans
+//! them.
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+
+use crate::error::DataError;
+use crate::executor::{Delivered, Execution};
+use crate::stats::DatasetStats;
+
+/// The batches of a running dataset, in order; the last may be shorter.
+/// Dropping it stops the execution (its workers are killed).
+pub struct BatchStream {
+    execution: Option<Execution>,
+    batch_size: usize,
+    /// Rows still to give before the dataset's `limit`, if it has one.
+    remaining: Option<u64>,
+    /// The block being cut, and where the next batch starts in it.
+    current: Option<(Delivered, usize)>,
+    schema: Option<SchemaRef>,
+    /// The last figures, kept once the execution has ended.
+    stats: DatasetStats,
+}
+
+impl BatchStream {
+    pub(crate) fn new(execution: Execution, batch_size: usize, limit: Option<u64>) -> Self {
+        BatchStream {
+            execution: Some(execution),
+            batch_size: batch_size.max(1),
+            remaining: limit,
+            current: None,
+            schema: None,
+            stats: DatasetStats::default(),
+        }
+    }
+
+    /// The next batch; `None` after the last.
+    pub async fn next(&mut self) -> Option<Result<RecordBatch, DataError>> {
+        let mut wanted = self.batch_size;
+        if let Some(remaining) = self.remaining {
+            wanted = wanted.min(remaining as usize);
+        }
+        if wanted == 0 {
+            self.end();
+            return None;
+        }
+        let mut pieces = Vec::new();
+        let mut have = 0;
+        while have < wanted {
+            if self.current.is_none() {
+                match self.next_block().await {
+                    Some(Ok(block)) => self.current = Some((block, 0)),
+                    Some(Err(e)) => {
+                        self.end();
+                        return Some(Err(e));
+                    }
+                    None => break,
+                }
+            }
+            let Some((block, offset)) = self.current.as_mut() else {
+                break;
+            };
+            let take = (wanted - have).min(block.batch.num_rows() - *offset);
+            pieces.push(block.batch.slice(*offset, take));
+            *offset += take;
+            have += take;
+            if *offset == block.batch.num_rows() {
+                if let Some((done, _)) = self.current.take() {
+                    if let Some(execution) = self.execution.as_mut() {
+                        execution.consumed(done.bytes);
+                    }
+                }
+            }
+        }
+        if let Some(remaining) = self.remaining.as_mut() {
+            *remaining -= have as u64;
+        }
+        let batch = match pieces.len() {
+            0 => {
+                self.end();
+                return None;
+            }
+            1 => pieces.pop()?,
+            _ => {
+                let schema = pieces[0].schema();
+                match arrow_select::concat::concat_batches(&schema, &pieces) {
+                    Ok(batch) => batch,
+                    Err(e) => {
+                        self.end();
+                        return Some(Err(DataError::Arrow {
+                            what: "joining the rows of two blocks into one batch",
+                            detail: e.to_string(),
+                        }));
+                    }
+                }
+            }
+        };
+        self.schema.get_or_insert_with(|| batch.schema());
+        Some(Ok(batch))
+    }
+
+    /// The rest of the current block, or the next block whole, whatever
+    /// the batch size (what the writers write, one file per block).
+    pub(crate) async fn next_block_rows(&mut self) -> Option<Result<RecordBatch, DataError>> {
+        let (block, offset) = match self.current.take() {
+            Some(current) => current,
+            None => match self.next_block().await? {
+                Ok(block) => (block, 0),
+                Err(e) => {
+                    self.end();
+                    return Some(Err(e));
+                }
+            },
+        };
+        let mut rows = block.batch.num_rows() - offset;
+        if let Some(remaining) = self.remaining.as_mut() {
+            rows = rows.min(*remaining as usize);
+            *remaining -= rows as u64;
+        }
+        if let Some(execution) = self.execution.as_mut() {
+            execution.consumed(block.bytes);
+        }
+        if rows == 0 {
+            self.end();
+            return None;
+        }
+        Some(Ok(block.batch.slice(offset, rows)))
+    }
+
+    /// The next non-empty block from the execution.
+    async fn next_block(&mut self) -> Option<Result<Delivered, DataError>> {
+        loop {
+            let block = self.execution.as_mut()?.next_block().await?;
+            match block {
+                Ok(block) if block.batch.num_rows() == 0 => {
+                    if let Some(execution) = self.execution.as_mut() {
+                        execution.consumed(block.bytes);
+                    }
+                }
+                other => return Some(other),
+            }
+        }
+    }
+
+    /// Ends the execution (its workers are killed), keeping its figures.
+    fn end(&mut self) {
+        if let Some(execution) = self.execution.take() {
+            self.stats = execution.stats();
+        }
+        self.current = None;
+    }
+
+    /// The figures of the execution so far (final once `next` returned
+    /// `None`).
+    pub fn stats(&self) -> DatasetStats {
+        match &self.execution {
+            Some(execution) => execution.stats(),
+            None => self.stats.clone(),
+        }
+    }
+
+    /// The schema of the batches, once one was given.
+    pub fn schema(&self) -> Option<SchemaRef> {
+        self.schema.clone()
+    }
+}

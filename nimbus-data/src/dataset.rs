@@ -1,0 +1,320 @@
+//! [`Dataset`]: a lazy plan (a source, then operators) and the ways to run
+//! it: `iter_batches`, `count`, `take`, `schema`, `write_parquet`.
+
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use nimbus::object_store::{self, ObjectRef, RawBytes};
+
+use crate::batches::BatchStream;
+use crate::error::DataError;
+use crate::executor::{Execution, Settings};
+use crate::functions::{BatchFn, BatchTable};
+use crate::plan::{Op, Split};
+use crate::source::{self, parquet};
+
+/// The memory budget when none is set: 512 MiB of blocks stored and not
+/// yet consumed, plus those being made.
+pub const DEFAULT_MEMORY_BUDGET: u64 = 512 << 20;
+/// Block workers when none is set.
+pub const DEFAULT_CONCURRENCY: usize = 2;
+/// Runs of a block after its worker is lost, when none is set (as Ray's
+/// task retries).
+pub const DEFAULT_BLOCK_RETRIES: u32 = 3;
+
+/// Where a dataset's rows come from.
+#[derive(Clone, Debug)]
+enum Source {
+    Parquet {
+        paths: Vec<PathBuf>,
+        columns: Option<Vec<String>>,
+    },
+    Range(u64),
+    Blocks {
+        blocks: Vec<ObjectRef<RawBytes>>,
+        schema: SchemaRef,
+        rows: u64,
+    },
+}
+
+/// A dataset: a source and the operators its blocks go through, run by
+/// block workers on the cluster when consumed. Building one reads
+/// nothing; every consumer runs the plan anew.
+///
+/// ```no_run
+/// use nimbus_data::{BatchFn, Dataset, RegistryExt};
+/// const DOUBLE: BatchFn = BatchFn::new("example.double");
+///
+/// # async fn demo() -> Result<(), nimbus_data::DataError> {
+/// let mut batches = Dataset::read_parquet(["data/train"])
+///     .columns(["image", "label"])
+///     .map_batches(DOUBLE)
+///     .memory_budget(256 << 20)
+///     .iter_batches(256)
+///     .await?;
+/// while let Some(batch) = batches.next().await {
+///     let batch = batch?;
+///     // train on `batch`
+/// }
+/// println!("{}", batches.stats());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Dataset {
+    source: Source,
+    ops: Vec<Op>,
+    limit: Option<u64>,
+    settings: Settings,
+}
+
+impl Dataset {
+    fn new(source: Source) -> Self {
+        Dataset {
+            source,
+            ops: Vec::new(),
+            limit: None,
+            settings: Settings {
+                concurrency: DEFAULT_CONCURRENCY,
+                num_cpus: 1.0,
+                budget: DEFAULT_MEMORY_BUDGET,
+                max_block_retries: DEFAULT_BLOCK_RETRIES,
+            },
+        }
+    }
+
+    /// The parquet files at `paths` (files, or directories walked for
+    /// `*.parquet` files in name order): one block per row group.
+    pub fn read_parquet<P: Into<PathBuf>>(paths: impl IntoIterator<Item = P>) -> Self {
+        Self::new(Source::Parquet {
+            paths: paths.into_iter().map(Into::into).collect(),
+            columns: None,
+        })
+    }
+
+    /// The integers `0..n` as column `id` (Int64), in blocks of
+    /// 65,536 rows.
+    pub fn range(n: u64) -> Self {
+        Self::new(Source::Range(n))
+    }
+
+    /// These batches (all of one schema), put into the object store, one
+    /// block each.
+    pub async fn from_batches(batches: &[RecordBatch]) -> Result<Self, DataError> {
+        let Some(first) = batches.first() else {
+            return Err(DataError::Arrow {
+                what: "from_batches",
+                detail: "no batch given (a dataset needs a schema)".into(),
+            });
+        };
+        let schema = first.schema();
+        let mut blocks = Vec::with_capacity(batches.len());
+        let mut rows = 0;
+        for batch in batches {
+            if batch.schema().fields() != schema.fields() {
+                return Err(DataError::Arrow {
+                    what: "from_batches",
+                    detail: format!(
+                        "the batches' schemas differ: {:?} and {:?}",
+                        schema.fields(),
+                        batch.schema().fields()
+                    ),
+                });
+            }
+            let bytes = crate::block::encode(batch).map_err(|e| DataError::Arrow {
+                what: "encoding a batch",
+                detail: e.to_string(),
+            })?;
+            blocks.push(object_store::put_bytes(&bytes).await?);
+            rows += batch.num_rows() as u64;
+        }
+        Ok(Self::new(Source::Blocks {
+            blocks,
+            schema,
+            rows,
+        }))
+    }
+
+    /// Reads only these columns, in this order (for parquet, the others'
+    /// pages are never read); other sources select them after reading.
+    pub fn columns<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
+        let columns: Vec<String> = columns.into_iter().map(Into::into).collect();
+        match &mut self.source {
+            Source::Parquet { columns: read, .. } if self.ops.is_empty() => *read = Some(columns),
+            _ => self.ops.push(Op::SelectColumns(columns)),
+        }
+        self
+    }
+
+    /// Runs registered batch function `function` on every block, in the
+    /// block workers.
+    pub fn map_batches(mut self, function: BatchFn) -> Self {
+        self.ops.push(Op::MapBatches(function.name().to_string()));
+        self
+    }
+
+    /// Keeps these columns, in this order.
+    pub fn select_columns<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
+        self.ops.push(Op::SelectColumns(
+            columns.into_iter().map(Into::into).collect(),
+        ));
+        self
+    }
+
+    /// Renames columns (`from`, `to`).
+    pub fn rename_columns<S: Into<String>>(
+        mut self,
+        pairs: impl IntoIterator<Item = (S, S)>,
+    ) -> Self {
+        self.ops.push(Op::RenameColumns(
+            pairs
+                .into_iter()
+                .map(|(a, b)| (a.into(), b.into()))
+                .collect(),
+        ));
+        self
+    }
+
+    /// At most the first `n` rows (no block past them is consumed).
+    pub fn limit(mut self, n: u64) -> Self {
+        self.limit = Some(self.limit.map_or(n, |limit| limit.min(n)));
+        self
+    }
+
+    /// Block workers to run (default [`DEFAULT_CONCURRENCY`]; at most one
+    /// per block).
+    pub fn concurrency(mut self, workers: usize) -> Self {
+        self.settings.concurrency = workers.max(1);
+        self
+    }
+
+    /// CPUs each block worker holds (default 1).
+    pub fn num_cpus(mut self, cpus: f64) -> Self {
+        self.settings.num_cpus = cpus;
+        self
+    }
+
+    /// Bytes of blocks stored and not yet consumed, plus those being made,
+    /// that the execution keeps within (default [`DEFAULT_MEMORY_BUDGET`]):
+    /// a slow consumer makes the workers wait. One block always moves,
+    /// even if larger.
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        self.settings.budget = bytes;
+        self
+    }
+
+    /// Runs of a block after its worker is lost (default
+    /// [`DEFAULT_BLOCK_RETRIES`]).
+    pub fn max_block_retries(mut self, retries: u32) -> Self {
+        self.settings.max_block_retries = retries;
+        self
+    }
+
+    /// Runs the plan: its batches of `batch_size` rows, in order.
+    pub async fn iter_batches(&self, batch_size: usize) -> Result<BatchStream, DataError> {
+        let (splits, _) = self.plan()?;
+        self.check_functions()?;
+        let execution = Execution::start(
+            splits,
+            self.ops.clone(),
+            self.read_name(),
+            self.settings.clone(),
+        )
+        .await?;
+        Ok(BatchStream::new(execution, batch_size, self.limit))
+    }
+
+    /// The number of rows (from the files' footers when no operator can
+    /// change it; by running the plan otherwise).
+    pub async fn count(&self) -> Result<u64, DataError> {
+        let changes_rows = self.ops.iter().any(|op| matches!(op, Op::MapBatches(_)));
+        if !changes_rows {
+            let (_, rows) = self.plan()?;
+            return Ok(self.limit.map_or(rows, |limit| limit.min(rows)));
+        }
+        let mut stream = self.iter_batches(1 << 20).await?;
+        let mut rows = 0;
+        while let Some(batch) = stream.next().await {
+            rows += batch?.num_rows() as u64;
+        }
+        Ok(rows)
+    }
+
+    /// The first `n` rows, as batches.
+    pub async fn take(&self, n: u64) -> Result<Vec<RecordBatch>, DataError> {
+        let mut stream = self.clone().limit(n).iter_batches(1 << 20).await?;
+        let mut batches = Vec::new();
+        while let Some(batch) = stream.next().await {
+            batches.push(batch?);
+        }
+        Ok(batches)
+    }
+
+    /// The schema of the rows (of the first block, when operators may
+    /// change it).
+    pub async fn schema(&self) -> Result<SchemaRef, DataError> {
+        if self.ops.is_empty() {
+            match &self.source {
+                Source::Parquet { paths, columns } => {
+                    let files = parquet::files(paths)?;
+                    return Ok(parquet::plan(&files, columns.as_deref())?.schema);
+                }
+                Source::Blocks { schema, .. } => return Ok(schema.clone()),
+                Source::Range(_) => {}
+            }
+        }
+        let mut stream = self.clone().limit(1).iter_batches(1).await?;
+        match stream.next().await {
+            Some(batch) => Ok(batch?.schema()),
+            None => Err(DataError::Arrow {
+                what: "schema",
+                detail: "the dataset has no rows to take a schema from".into(),
+            }),
+        }
+    }
+
+    /// Writes the rows to `dir` as parquet files (snappy), one per block,
+    /// `part-00000.parquet` and on; `dir` is created if missing and must
+    /// hold no such file already (nothing is overwritten). Returns the
+    /// files written.
+    pub async fn write_parquet(&self, dir: impl AsRef<Path>) -> Result<Vec<PathBuf>, DataError> {
+        crate::write::parquet(self, dir.as_ref()).await
+    }
+
+    /// The splits to run and the rows the source holds.
+    fn plan(&self) -> Result<(Vec<Split>, u64), DataError> {
+        Ok(match &self.source {
+            Source::Parquet { paths, columns } => {
+                let files = parquet::files(paths)?;
+                let planned = parquet::plan(&files, columns.as_deref())?;
+                (planned.splits, planned.rows)
+            }
+            Source::Range(n) => (source::range_splits(*n), *n),
+            Source::Blocks { blocks, rows, .. } => {
+                (blocks.iter().cloned().map(Split::Object).collect(), *rows)
+            }
+        })
+    }
+
+    /// Every batch function of the plan is registered in this binary (so
+    /// in its workers, which run it too).
+    fn check_functions(&self) -> Result<(), DataError> {
+        let registry = nimbus::library::registry().ok_or(DataError::NotConnected)?;
+        for op in &self.ops {
+            if let Op::MapBatches(name) = op {
+                if BatchTable::lookup(&registry, name).is_none() {
+                    return Err(DataError::NotRegistered(name.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_name(&self) -> &'static str {
+        match self.source {
+            Source::Parquet { .. } => "read_parquet",
+            Source::Range(_) => "range",
+            Source::Blocks { .. } => "from_batches",
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The tests, and the batch functions their block workers run.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nimbus::actor::Registry;
+use nimbus_data::arrow_array::{
+    Array, BinaryArray, Float32Array, Int64Array, RecordBatch, StringArray,
+};
+use nimbus_data::arrow_schema::{DataType, Field, Schema};
+use nimbus_data::{BatchFn, DataError, Dataset, RegistryExt};
+
+use crate::harness::{boxed, Test};
+
+/// `id` doubled.
+const DOUBLE: BatchFn = BatchFn::new("data_tests.double");
+/// Panics on every block.
+const PANIC: BatchFn = BatchFn::new("data_tests.panic");
+/// Kills its worker process on the block holding id 0, the first time
+/// (a marker file under the temporary directory, per job, says it did).
+const DIE_ONCE: BatchFn = BatchFn::new("data_tests.die_once");
+
+pub fn registry() -> Registry {
+    Registry::new()
+        .batch_fn(DOUBLE, |batch: RecordBatch| {
+            let ids = column::<Int64Array>(&batch, "id")?;
+            let doubled: Int64Array = ids.iter().map(|v| v.map(|v| v * 2)).collect();
+            RecordBatch::try_new(batch.schema(), vec![Arc::new(doubled)]).map_err(|e| e.to_string())
+        })
+        .batch_fn(
+            PANIC,
+            |_batch: RecordBatch| -> Result<RecordBatch, String> {
+                panic!("this function always panics")
+            },
+        )
+        .batch_fn(DIE_ONCE, |batch: RecordBatch| {
+            let ids = column::<Int64Array>(&batch, "id")?;
+            let marker = die_once_marker();
+            if ids.value(0) == 0 && !marker.exists() {
+                std::fs::write(&marker, b"died once").map_err(|e| e.to_string())?;
+                std::process::abort();
+            }
+            Ok::<_, String>(batch)
+        })
+}
+
+fn die_once_marker() -> PathBuf {
+    let job = nimbus::library::job().unwrap_or_default();
+    std::env::temp_dir().join(format!("nimbus-data-die-once-{job}"))
+}
+
+fn column<'a, A: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a A, String> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<A>())
+        .ok_or_else(|| format!("no column {name} of the expected type"))
+}
+
+pub const ALL: &[(&str, Test)] = &[
+    (
+        "range_through_a_batch_function_keeps_every_row_in_order",
+        |_| boxed(range_through_a_batch_function()),
+    ),
+    ("parquet_round_trips_through_write_and_read", |_| {
+        boxed(parquet_round_trips())
+    }),
+    ("a_projection_reads_only_the_selected_columns", |_| {
+        boxed(projection())
+    }),
+    ("the_memory_budget_holds_with_a_slow_consumer", |_| {
+        boxed(budget_holds())
+    }),
+    ("a_corrupt_parquet_file_is_named", |_| boxed(corrupt_file())),
+    ("files_whose_schemas_disagree_are_both_named", |_| {
+        boxed(schemas_disagree())
+    }),
+    ("a_panicking_function_names_its_operator_and_file", |_| {
+        boxed(panicking_function())
+    }),
+    ("an_unregistered_function_is_refused_before_running", |_| {
+        boxed(unregistered_function())
+    }),
+    ("a_killed_block_worker_loses_no_row", |_| {
+        boxed(killed_worker())
+    }),
+];
+
+/// Every id of `stream`, in order.
+async fn ids(dataset: &Dataset, batch_size: usize) -> Vec<i64> {
+    let mut stream = dataset.iter_batches(batch_size).await.unwrap();
+    let mut ids: Vec<i64> = Vec::new();
+    while let Some(batch) = stream.next().await {
+        let batch = batch.unwrap();
+        assert!(batch.num_rows() <= batch_size);
+        ids.extend(column::<Int64Array>(&batch, "id").unwrap().values().iter());
+    }
+    ids
+}
+
+async fn range_through_a_batch_function() {
+    let n = 200_000;
+    let dataset = Dataset::range(n).map_batches(DOUBLE);
+    let got = ids(&dataset, 1000).await;
+    let want: Vec<i64> = (0..n as i64).map(|i| i * 2).collect();
+    assert_eq!(got, want);
+    assert_eq!(dataset.count().await.unwrap(), n);
+    let first = dataset.take(5).await.unwrap();
+    let first: Vec<i64> = first
+        .iter()
+        .flat_map(|b| column::<Int64Array>(b, "id").unwrap().values().to_vec())
+        .collect();
+    assert_eq!(first, [0, 2, 4, 6, 8]);
+}
+
+/// A batch of `rows` rows from `start`: `id`, a float, a string and a
+/// binary column.
+fn sample(start: i64, rows: i64) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("score", DataType::Float32, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("pixels", DataType::Binary, false),
+    ]));
+    let ids: Int64Array = (start..start + rows).collect();
+    let scores: Float32Array = (start..start + rows).map(|i| i as f32 * 0.5).collect();
+    let names: StringArray = (start..start + rows)
+        .map(|i| Some(format!("row-{i}")))
+        .collect();
+    let pixels: Vec<Vec<u8>> = (start..start + rows)
+        .map(|i| vec![(i % 251) as u8; 16])
+        .collect();
+    let pixels: BinaryArray = pixels.iter().map(|p| Some(p.as_slice())).collect();
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(ids),
+            Arc::new(scores),
+            Arc::new(names),
+            Arc::new(pixels),
+        ],
+    )
+    .unwrap()
+}
+
+async fn write_sample(dir: &Path, files: i64, rows: i64) -> Vec<PathBuf> {
+    let batches: Vec<RecordBatch> = (0..files).map(|f| sample(f * rows, rows)).collect();
+    let dataset = Dataset::from_batches(&batches).await.unwrap();
+    dataset.write_parquet(dir).await.unwrap()
+}
+
+async fn parquet_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = write_sample(dir.path(), 3, 5000).await;
+    assert_eq!(written.len(), 3);
+    let read = Dataset::read_parquet([dir.path()]);
+    assert_eq!(read.count().await.unwrap(), 15_000);
+    let mut stream = read.iter_batches(4096).await.unwrap();
+    let mut rows = Vec::new();
+    while let Some(batch) = stream.next().await {
+        rows.push(batch.unwrap());
+    }
+    let got = arrow_select_concat(&rows);
+    assert_eq!(got, sample(0, 15_000));
+    // Writing again into the same directory overwrites nothing.
+    let again = Dataset::read_parquet([dir.path()])
+        .write_parquet(dir.path())
+        .await;
+    match again {
+        Err(DataError::Write { path, detail }) => {
+            assert!(path.ends_with("part-00000.parquet"), "{path:?}");
+            assert!(detail.contains("exists already"), "{detail}");
+        }
+        other => panic!("expected a refusal to overwrite, got {other:?}"),
+    }
+}
+
+/// The rows of `batches` as one batch.
+fn arrow_select_concat(batches: &[RecordBatch]) -> RecordBatch {
+    let schema = batches[0].schema();
+    let columns = (0..schema.fields().len())
+        .map(|c| {
+            let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+            arrow_concat(&arrays)
+        })
+        .collect();
+    RecordBatch::try_new(schema, columns).unwrap()
+}
+
+fn arrow_concat(arrays: &[&dyn Array]) -> Arc<dyn Array> {
+    nimbus_data::arrow_select::concat::concat(arrays).unwrap()
+}
+
+async fn projection() {
+    let dir = tempfile::tempdir().unwrap();
+    write_sample(dir.path(), 2, 100).await;
+    let read = Dataset::read_parquet([dir.path()]).columns(["name", "id"]);
+    let schema = read.schema().await.unwrap();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["name", "id"]);
+    let batches = read.take(150).await.unwrap();
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(rows, 150);
+    assert_eq!(batches[0].num_columns(), 2);
+    let missing = Dataset::read_parquet([dir.path()]).columns(["nope"]);
+    match missing.count().await {
+        Err(DataError::NoColumn {
+            column, columns, ..
+        }) => {
+            assert_eq!(column, "nope");
+            assert!(columns.contains("pixels"), "{columns}");
+        }
+        other => panic!("expected NoColumn, got {other:?}"),
+    }
+}
+
+async fn budget_holds() {
+    // Blocks of 65,536 ids (512 KiB of Int64 each, a little more as IPC);
+    // a budget of about three of them; a consumer that takes 10 ms per
+    // batch of 8,192 rows is far slower than two workers.
+    let budget = 1_700_000;
+    let dataset = Dataset::range(16 * 65_536).memory_budget(budget);
+    let mut stream = dataset.iter_batches(8192).await.unwrap();
+    let mut rows = 0;
+    while let Some(batch) = stream.next().await {
+        rows += batch.unwrap().num_rows();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(rows, 16 * 65_536);
+    let stats = stream.stats();
+    println!("{stats}");
+    assert_eq!(stats.budget_bytes, budget);
+    assert!(stats.peak_resident_bytes > 0);
+    assert!(
+        stats.peak_resident_bytes <= budget,
+        "peak resident {} over the budget {budget}",
+        stats.peak_resident_bytes
+    );
+    assert!(stats.backpressure > Duration::ZERO, "{stats}");
+}
+
+async fn corrupt_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = write_sample(dir.path(), 2, 100).await;
+    let bytes = std::fs::read(&written[1]).unwrap();
+    std::fs::write(&written[1], &bytes[..bytes.len() / 2]).unwrap();
+    let error = Dataset::read_parquet([dir.path()])
+        .count()
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("part-00001.parquet"), "{text}");
+    assert!(matches!(error, DataError::File { .. }), "{error:?}");
+    // Truncated inside a row group (the footer intact): named with the
+    // row group, by the block worker that reads it.
+    let intact = std::fs::read(&written[0]).unwrap();
+    let mut damaged = intact.clone();
+    for byte in &mut damaged[4..intact.len() / 3] {
+        *byte = 0xff;
+    }
+    std::fs::write(&written[1], &damaged).unwrap();
+    let mut stream = Dataset::read_parquet([dir.path()])
+        .iter_batches(64)
+        .await
+        .unwrap();
+    let mut error = None;
+    while let Some(batch) = stream.next().await {
+        if let Err(e) = batch {
+            error = Some(e);
+            break;
+        }
+    }
+    let text = error.expect("a damaged row group fails").to_string();
+    assert!(text.contains("part-00001.parquet row groups [0]"), "{text}");
+}
+
+async fn schemas_disagree() {
+    let dir = tempfile::tempdir().unwrap();
+    write_sample(dir.path(), 1, 10).await;
+    let other = Dataset::range(10)
+        .write_parquet(dir.path().join("more"))
+        .await
+        .unwrap();
+    assert_eq!(other.len(), 1);
+    let error = Dataset::read_parquet([dir.path()])
+        .count()
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("part-00000.parquet"), "{text}");
+    assert!(text.contains("more/part-00000.parquet"), "{text}");
+    assert!(text.contains("pixels"), "{text}");
+}
+
+async fn panicking_function() {
+    let dir = tempfile::tempdir().unwrap();
+    write_sample(dir.path(), 1, 10).await;
+    let error = Dataset::read_parquet([dir.path()])
+        .map_batches(PANIC)
+        .count()
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("map_batches(data_tests.panic)"), "{text}");
+    assert!(text.contains("part-00000.parquet"), "{text}");
+    assert!(text.contains("this function always panics"), "{text}");
+}
+
+async fn unregistered_function() {
+    let error = Dataset::range(10)
+        .map_batches(BatchFn::new("data_tests.nowhere"))
+        .count()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, DataError::NotRegistered(name) if name == "data_tests.nowhere"),
+        "{error:?}"
+    );
+}
+
+async fn killed_worker() {
+    let marker = die_once_marker();
+    let _ = std::fs::remove_file(&marker);
+    let n = 4 * 65_536;
+    let dataset = Dataset::range(n).map_batches(DIE_ONCE);
+    let mut stream = dataset.iter_batches(65_536).await.unwrap();
+    let mut got: Vec<i64> = Vec::new();
+    while let Some(batch) = stream.next().await {
+        let batch = batch.unwrap();
+        got.extend(column::<Int64Array>(&batch, "id").unwrap().values().iter());
+    }
+    assert!(marker.exists(), "the worker never died");
+    std::fs::remove_file(&marker).unwrap();
+    assert_eq!(got, (0..n as i64).collect::<Vec<_>>());
+    let stats = stream.stats();
+    assert!(stats.retried_blocks >= 1, "{stats}");
+    assert!(stats.workers_started >= 3, "{stats}");
+}
