@@ -121,10 +121,12 @@ impl Dataset {
                     ),
                 });
             }
-            let bytes = crate::block::encode(batch).map_err(|e| DataError::Arrow {
-                what: "encoding a batch",
-                detail: e.to_string(),
-            })?;
+            let bytes = crate::block::Encoded::new(batch)
+                .and_then(|encoded| encoded.to_vec())
+                .map_err(|e| DataError::Arrow {
+                    what: "encoding a batch",
+                    detail: e.to_string(),
+                })?;
             blocks.push(object_store::put_bytes(&bytes).await?);
             rows += batch.num_rows() as u64;
         }

@@ -60,6 +60,9 @@ pub struct DatasetStats {
     pub retried_blocks: u64,
     /// Block workers started (replacements included).
     pub workers_started: u64,
+    /// Time the block workers took to start (the first spawns, all at
+    /// once).
+    pub startup: Duration,
     /// Bytes spilled to disk (never: spilling is not enabled).
     pub spilled_bytes: u64,
 }
@@ -103,10 +106,11 @@ impl fmt::Display for DatasetStats {
         }
         write!(
             f,
-            "consumer: {} blocks, {} rows, waited {:.2?}; memory budget {:.1} MB, peak resident {:.1} MB, workers held back {:.2?}, {} blocks retried, {} workers started, {} bytes spilled",
+            "consumer: {} blocks, {} rows, waited {:.2?} (workers started in {:.2?}); memory budget {:.1} MB, peak resident {:.1} MB, workers held back {:.2?}, {} blocks retried, {} workers started, {} bytes spilled",
             self.blocks,
             self.rows,
             self.consumer_wait,
+            self.startup,
             self.budget_bytes as f64 / 1e6,
             self.peak_resident_bytes as f64 / 1e6,
             self.backpressure,

@@ -7,9 +7,9 @@
 //! 2. Run each operator in turn; an error or a panic of the user's
 //!    function fails the block with the operator's name and the split's
 //!    source (the worker lives on for the next block).
-//! 3. Encode the batch as an Arrow IPC stream and put it
-//!    (`object_store::put_bytes`); reply with its reference, its rows and
-//!    bytes, and the time each step took.
+//! 3. Encode the batch as an Arrow IPC stream, written straight into its
+//!    object (`object_store::put_bytes_with`); reply with its reference,
+//!    its rows and bytes, and the time each step took.
 
 use std::time::Instant;
 
@@ -105,13 +105,21 @@ impl Handler<MakeBlock> for BlockWorker {
                 source_name: source_name.clone(),
                 detail,
             };
-            let encoded = block::encode(&batch).map_err(|e| store_error(e.to_string()))?;
-            steps.push(timer.stop(batch.num_rows() as u64, encoded.len() as u64));
-            let timer = Timer::start();
-            let object = object_store::put_bytes(&encoded)
-                .await
-                .map_err(|e| store_error(e.to_string()))?;
+            let encoded = block::Encoded::new(&batch).map_err(|e| store_error(e.to_string()))?;
             let bytes = encoded.len() as u64;
+            steps.push(timer.stop(batch.num_rows() as u64, bytes));
+            let timer = Timer::start();
+            let failed = std::sync::Mutex::new(None);
+            let object = object_store::put_bytes_with(encoded.len(), |out| {
+                if let Err(e) = encoded.write_into(out) {
+                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                }
+            })
+            .await
+            .map_err(|e| store_error(e.to_string()))?;
+            if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                return Err(store_error(e.to_string()));
+            }
             steps.push(timer.stop(batch.num_rows() as u64, bytes));
             Ok(MadeBlock {
                 object,

@@ -59,7 +59,7 @@ pub(crate) use process::refs::start;
 pub use process::refs::{flush, held_here};
 pub(crate) use process::{fetch, refs, store};
 pub use process::{
-    get, get_bytes, get_timeout, put, put_bytes, wait, ObjectBytes, ObjectRef, RawBytes,
-    DEFAULT_GET_TIMEOUT,
+    get, get_bytes, get_timeout, put, put_bytes, put_bytes_with, wait, ObjectBytes, ObjectRef,
+    RawBytes, DEFAULT_GET_TIMEOUT,
 };
 pub use transfer::{CHUNK_BYTES, MAX_OBJECT_WAIT};

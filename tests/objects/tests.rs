@@ -229,6 +229,19 @@ async fn large_objects_are_shared_memory_mapped(driver: &mut Driver) {
     let back = object_store::get_bytes(&object).await.unwrap();
     assert!(matches!(back, ObjectBytes::Mapped(_)), "{back:?}");
     assert_eq!(&back[..], &bytes[..]);
+    // Written in place by the putter's own code (an encoder's output),
+    // large and small.
+    for len in [bytes.len(), 1000] {
+        let written = object_store::put_bytes_with(len, |out| {
+            assert_eq!(out.len(), len);
+            out.copy_from_slice(&bytes[..len]);
+        })
+        .await
+        .unwrap();
+        assert_eq!(written.size(), Some(len as u64));
+        let back = object_store::get_bytes(&written).await.unwrap();
+        assert_eq!(&back[..], &bytes[..len]);
+    }
     // Small objects stay in the node's memory, and the putting process
     // keeps a copy while it holds a reference.
     let small = object_store::put_bytes(&bytes[..1000]).await.unwrap();

@@ -100,6 +100,7 @@ impl Execution {
         names.push("store".into());
         let concurrency = settings.concurrency.clamp(1, splits.len().max(1));
         let options = SpawnOptions::default().num_cpus(settings.num_cpus);
+        let started = Instant::now();
         let spawned = futures::future::join_all(
             (0..concurrency).map(|_| actor::spawn::<BlockWorker>((), options.clone())),
         )
@@ -119,6 +120,7 @@ impl Execution {
         let stats = DatasetStats {
             budget_bytes: settings.budget,
             workers_started: slots.len() as u64,
+            startup: started.elapsed(),
             ..Default::default()
         };
         let execution = Execution {

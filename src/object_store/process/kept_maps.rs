@@ -80,27 +80,32 @@ fn kept() -> MutexGuard<'static, KeptMaps> {
     KEPT.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Writes `bytes` at the start of the shared-memory file at `path`, which
-/// the node has granted this process at exactly their length (steps 1–2).
-pub(super) fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `len` bytes, written by `fill` into the mapping itself, at the
+/// start of the shared-memory file at `path`, which the node has granted
+/// this process at exactly that length (steps 1–2).
+pub(super) fn write_with(
+    path: &Path,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]),
+) -> std::io::Result<()> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)?;
     let metadata = file.metadata()?;
-    if metadata.len() != bytes.len() as u64 {
+    if metadata.len() != len as u64 {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
                 "{} holds {} bytes, not the {} of the object granted",
                 path.display(),
                 metadata.len(),
-                bytes.len()
+                len
             ),
         ));
     }
     let key = (metadata.dev(), metadata.ino());
-    let mut target = match take(key, bytes.len()) {
+    let mut target = match take(key, len) {
         Some(target) => target,
         None => Kept {
             key,
@@ -114,7 +119,7 @@ pub(super) fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             used: Instant::now(),
         },
     };
-    target.map.copy_from_slice(bytes);
+    fill(&mut target.map);
     target.used = Instant::now();
     keep(target);
     Ok(())
@@ -196,6 +201,10 @@ async fn sweep(sweeping: Sweeping) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        write_with(path, bytes.len(), |map| map.copy_from_slice(bytes))
+    }
 
     fn temp_file(dir: &Path, name: &str, len: u64) -> std::path::PathBuf {
         let path = dir.join(name);

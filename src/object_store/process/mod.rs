@@ -278,6 +278,40 @@ pub async fn put_bytes(bytes: &[u8]) -> Result<ObjectRef<RawBytes>, ObjectStoreE
     Ok(stored_ref(id, bytes, home.1))
 }
 
+/// Puts `len` raw bytes that `fill` writes: in place into the home node's
+/// shared memory when the object is large ([`SHARED_MIN`]) and the node on
+/// this host, so the bytes are never copied before (an encoder writing its
+/// output straight into the object); anywhere else `fill` writes into a
+/// buffer that is then sent. `fill` is given exactly `len` bytes, and may
+/// be called again if a write in place fails.
+pub async fn put_bytes_with(
+    len: usize,
+    fill: impl Fn(&mut [u8]) + Sync,
+) -> Result<ObjectRef<RawBytes>, ObjectStoreError> {
+    if (len as u64) < SHARED_MIN {
+        let mut bytes = vec![0; len];
+        fill(&mut bytes);
+        return put_bytes(&bytes).await;
+    }
+    let context = ProcessContext::current().ok_or(ObjectStoreError::NotInitialized)?;
+    let (node, owner) = home(context).await?;
+    let holder = refs::holder().ok_or(ObjectStoreError::NotInitialized)?;
+    let id = ObjectId::random();
+    metrics::counter!("nimbus_objects_put_bytes_total").increment(len as u64);
+    if !store_shared(&node, id, len, &fill, holder.clone(), Vec::new()).await? {
+        let mut bytes = vec![0; len];
+        fill(&mut bytes);
+        store_chunks(&node, id, &bytes, holder, Vec::new()).await?;
+    }
+    Ok(ObjectRef {
+        id,
+        size: Some(len as u64),
+        owner: owner.clone(),
+        tracked: refs::track(id, &owner, None),
+        value: PhantomData,
+    })
+}
+
 /// Reads an object put with [`put`] (or a task's result), waiting up to
 /// [`DEFAULT_GET_TIMEOUT`] for it to be produced.
 pub async fn get<T: DeserializeOwned>(object: &ObjectRef<T>) -> Result<T, ObjectStoreError> {
@@ -437,8 +471,17 @@ pub(crate) async fn store(
         // The small objects it refers to reach their owners first.
         refs::flush().await;
     }
+    let copy = |map: &mut [u8]| map.copy_from_slice(bytes);
     if bytes.len() as u64 >= SHARED_MIN
-        && store_shared(node, id, bytes, holder.clone(), contains.clone()).await?
+        && store_shared(
+            node,
+            id,
+            bytes.len(),
+            &copy,
+            holder.clone(),
+            contains.clone(),
+        )
+        .await?
     {
         return Ok(());
     }
@@ -449,13 +492,14 @@ pub(crate) async fn store(
 /// to reach their owners (a round trip, unless an owner is slow or gone).
 const RELEASES_FIRST_FOR: Duration = Duration::from_millis(5);
 
-/// Writes object `id` in place into `node`'s shared memory; false if the
-/// node is on another host or keeps no shared memory (nothing is left
-/// reserved then).
+/// Writes object `id`, `len` bytes written by `fill`, in place into
+/// `node`'s shared memory; false if the node is on another host or keeps
+/// no shared memory (nothing is left reserved then).
 async fn store_shared(
     node: &Connection,
     id: ObjectId,
-    bytes: &[u8],
+    len: usize,
+    fill: &(dyn Fn(&mut [u8]) + Sync),
     holder: RefHolder,
     contains: Vec<ContainedRef>,
 ) -> Result<bool, ObjectStoreError> {
@@ -466,7 +510,7 @@ async fn store_shared(
     kept_maps::sweep_now();
     let create = ControlRequest::Objects(ObjectRequest::CreateObject {
         id,
-        total: bytes.len() as u64,
+        total: len as u64,
         holder,
         contains,
     });
@@ -480,25 +524,29 @@ async fn store_shared(
         }
     };
     // The write blocks this thread for about a memory copy's time.
-    let written = file.host == host_id() && write_shared(&file.path, bytes);
+    let written = file.host == host_id() && write_shared(&file.path, len, fill);
     let seal = ControlRequest::Objects(ObjectRequest::SealObject { id, written });
     call(node, &seal, RequestOptions::bulk()).await?;
     Ok(written)
 }
 
-/// Writes `bytes` into the shared-memory file at `path`: through a kept
-/// mapping (`kept_maps.rs`), or by `pwrite` where it cannot be mapped.
-fn write_shared(path: &std::path::Path, bytes: &[u8]) -> bool {
-    let mapped = kept_maps::write(path, bytes);
+/// Writes the `len` bytes of `fill` into the shared-memory file at `path`:
+/// through a kept mapping (`kept_maps.rs`), or by `pwrite` where it cannot
+/// be mapped.
+fn write_shared(path: &std::path::Path, len: usize, fill: &(dyn Fn(&mut [u8]) + Sync)) -> bool {
+    let mapped = kept_maps::write_with(path, len, fill);
     if let Err(e) = &mapped {
         tracing::debug!("cannot write {} through a mapping: {e}", path.display());
     }
-    mapped.is_ok()
-        || std::fs::OpenOptions::new()
+    mapped.is_ok() || {
+        let mut bytes = vec![0; len];
+        fill(&mut bytes);
+        std::fs::OpenOptions::new()
             .write(true)
             .open(path)
-            .and_then(|out| out.write_all_at(bytes, 0))
+            .and_then(|out| out.write_all_at(&bytes, 0))
             .is_ok()
+    }
 }
 
 /// Maps object `id` from `node`'s shared memory, if `node` is on this host
