@@ -19,7 +19,9 @@
 //! `iter_batches` call to the last batch, workers' start included,
 //! `data_mb_per_s` of decoded float32, the fraction of the floor,
 //! `data_peak_rss_mb`, the largest sum of the resident memory of every
-//! process of the cluster, sampled every 50 ms), the slow-consumer case (10 ms per batch: `data_budget_mb` and
+//! process of the cluster, sampled every 50 ms), the same pipeline read by
+//! two consumers in worker processes of their own through an equal
+//! `streaming_split(2)` (`data_split_rows_per_s`, both shares together), the slow-consumer case (10 ms per batch: `data_budget_mb` and
 //! `data_peak_resident_mb`, which stays within it), each pipeline's
 //! per-operator figures, and a last `summary:` line. The files are in a
 //! temporary directory, removed at the end.
@@ -35,15 +37,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context, Result};
+use actix::prelude::*;
+use anyhow::{ensure, Context as _, Result};
 use clap::Parser;
-use nimbus::actor::Registry;
+use nimbus::actor::{self, Registry, SpawnOptions};
 use nimbus_data::arrow_array::{
     Array, BinaryArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch,
 };
 use nimbus_data::arrow_schema::{DataType, Field, Schema};
-use nimbus_data::{BatchFn, Dataset, DatasetStats, RegistryExt};
+use nimbus_data::{BatchFn, DataSplit, Dataset, DatasetStats, RegistryExt};
 use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
 
 /// Pixels per image (28 × 28).
 const PIXELS: usize = 784;
@@ -129,6 +133,36 @@ fn main() -> Result<()> {
         println!("data_peak_rss_mb: {peak_rss_mb:.0} MB");
         println!("{stats}");
 
+        // Two consumers in worker processes of their own, as two training
+        // workers would read their shares.
+        let splits = dataset.streaming_split(2, true).await?;
+        let readers = futures::future::try_join_all(
+            (0..2).map(|_| actor::spawn::<Reader>((), SpawnOptions::default().num_cpus(0.0))),
+        )
+        .await?;
+        let started = Instant::now();
+        let shares = futures::future::join_all(readers.iter().zip(&splits).map(|(reader, split)| {
+            reader.send(ReadShare {
+                split: split.clone(),
+                batch_size: args.batch_size,
+            })
+        }))
+        .await;
+        let split_seconds = started.elapsed().as_secs_f64();
+        let mut split_rows = Vec::new();
+        for share in shares {
+            split_rows.push(share?.map_err(anyhow::Error::msg)?);
+        }
+        for reader in &readers {
+            reader.kill().await?;
+        }
+        ensure!(
+            split_rows[0] == split_rows[1] && split_rows.iter().sum::<u64>() == rows,
+            "unequal or incomplete shares: {split_rows:?} of {rows}"
+        );
+        let split_rate = rows as f64 / split_seconds;
+        println!("data_split_rows_per_s: {split_rate:.0} rows/s");
+
         let slow = Dataset::read_parquet([dir.path()])
             .map_batches(NORMALISE)
             .concurrency(args.concurrency)
@@ -147,11 +181,68 @@ fn main() -> Result<()> {
             "the slow consumer's peak resident {resident_mb:.1} MB passed its budget {budget_mb:.1} MB"
         );
         println!(
-            "summary: rows={rows} rows_per_s={rate:.0} mb_per_s={mb_per_s:.0} floor_rows_per_s={floor:.0} fraction_of_floor={:.2} cold_start_s={cold_start:.2} peak_rss_mb={peak_rss_mb:.0} budget_mb={budget_mb:.1} peak_resident_mb={resident_mb:.1}",
+            "summary: rows={rows} rows_per_s={rate:.0} mb_per_s={mb_per_s:.0} floor_rows_per_s={floor:.0} fraction_of_floor={:.2} cold_start_s={cold_start:.2} split_rows_per_s={split_rate:.0} peak_rss_mb={peak_rss_mb:.0} budget_mb={budget_mb:.1} peak_resident_mb={resident_mb:.1}",
             rate / floor
         );
         Ok(())
     })
+}
+
+/// Reads one split of the dataset in a worker process of its own.
+pub struct Reader;
+
+impl Actor for Reader {
+    type Context = Context<Self>;
+}
+
+nimbus::remote_actor!(Reader, args: (), new: |()| Reader, handles: [ReadShare]);
+
+/// Read `split` to its end in batches of `batch_size`; its rows.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<u64, String>")]
+pub struct ReadShare {
+    split: DataSplit,
+    batch_size: usize,
+}
+
+nimbus::remote_message!(ReadShare);
+
+impl Handler<ReadShare> for Reader {
+    type Result = ResponseFuture<Result<u64, String>>;
+
+    fn handle(&mut self, m: ReadShare, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move {
+            let mut stream = m.split.iter_batches(m.batch_size);
+            let mut rows = 0;
+            while let Some(batch) = stream.next().await {
+                let batch = batch.map_err(|e| e.to_string())?;
+                touch(&batch).map_err(|e| e.to_string())?;
+                rows += batch.num_rows() as u64;
+            }
+            Ok(rows)
+        })
+    }
+}
+
+/// Reads one value per row, as a trainer reading the batch would touch
+/// it; their sum.
+fn touch(batch: &RecordBatch) -> Result<f64> {
+    let images = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<FixedSizeListArray>()
+        .context("image column")?;
+    let values = images
+        .values()
+        .as_any()
+        .downcast_ref::<Float32Array>()
+        .context("image values")?;
+    Ok(values
+        .values()
+        .iter()
+        .step_by(PIXELS)
+        .map(|v| *v as f64)
+        .sum::<f64>())
 }
 
 /// Consumes `dataset` in batches of `batch_size`, `pause` per batch;
@@ -167,23 +258,7 @@ async fn consume(
     while let Some(batch) = stream.next().await {
         let batch = batch?;
         rows += batch.num_rows() as u64;
-        // Touch the data as a trainer would read it: one value per row.
-        let images = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<FixedSizeListArray>()
-            .context("image column")?;
-        let values = images
-            .values()
-            .as_any()
-            .downcast_ref::<Float32Array>()
-            .context("image values")?;
-        checksum += values
-            .values()
-            .iter()
-            .step_by(PIXELS)
-            .map(|v| *v as f64)
-            .sum::<f64>();
+        checksum += touch(&batch)?;
         if !pause.is_zero() {
             tokio::time::sleep(pause).await;
         }

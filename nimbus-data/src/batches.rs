@@ -8,12 +8,44 @@ use arrow_schema::SchemaRef;
 
 use crate::error::DataError;
 use crate::executor::{Delivered, Execution};
+use crate::split::SplitReader;
 use crate::stats::DatasetStats;
 
-/// The batches of a running dataset, in order; the last may be shorter.
-/// Dropping it stops the execution (its workers are killed).
+/// Where a stream's blocks come from.
+enum Blocks {
+    /// An execution of its own (boxed: it is much the larger).
+    Local(Box<Execution>),
+    /// A split of an execution shared with other consumers.
+    Split(SplitReader),
+}
+
+impl Blocks {
+    async fn next_block(&mut self) -> Option<Result<Delivered, DataError>> {
+        match self {
+            Blocks::Local(execution) => execution.next_block().await,
+            Blocks::Split(reader) => reader.next_block().await,
+        }
+    }
+
+    fn consumed(&mut self, bytes: u64) {
+        if let Blocks::Local(execution) = self {
+            execution.consumed(bytes);
+        }
+    }
+
+    fn stats(&self) -> DatasetStats {
+        match self {
+            Blocks::Local(execution) => execution.stats(),
+            Blocks::Split(reader) => reader.stats(),
+        }
+    }
+}
+
+/// The batches of a running dataset (or of one split of it), in order;
+/// the last may be shorter. Dropping it stops the execution (its workers
+/// are killed).
 pub struct BatchStream {
-    execution: Option<Execution>,
+    execution: Option<Blocks>,
     batch_size: usize,
     /// Rows still to give before the dataset's `limit`, if it has one.
     remaining: Option<u64>,
@@ -26,8 +58,16 @@ pub struct BatchStream {
 
 impl BatchStream {
     pub(crate) fn new(execution: Execution, batch_size: usize, limit: Option<u64>) -> Self {
+        Self::of(Blocks::Local(Box::new(execution)), batch_size, limit)
+    }
+
+    pub(crate) fn from_split(reader: SplitReader, batch_size: usize) -> Self {
+        Self::of(Blocks::Split(reader), batch_size, None)
+    }
+
+    fn of(blocks: Blocks, batch_size: usize, limit: Option<u64>) -> Self {
         BatchStream {
-            execution: Some(execution),
+            execution: Some(blocks),
             batch_size: batch_size.max(1),
             remaining: limit,
             current: None,

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use nimbus::actor::{self, SpawnOptions};
 use nimbus::object_store::{self, ObjectRef, RawBytes};
 
 use crate::batches::BatchStream;
@@ -13,6 +14,7 @@ use crate::executor::{Execution, Settings};
 use crate::functions::{BatchFn, BatchTable};
 use crate::plan::{Op, Split};
 use crate::source::{self, parquet};
+use crate::split::{DataSplit, SplitCoordinator, SplitPlan};
 
 /// The memory budget when none is set: 512 MiB of blocks stored and not
 /// yet consumed, plus those being made.
@@ -224,6 +226,56 @@ impl Dataset {
         )
         .await?;
         Ok(BatchStream::new(execution, batch_size, self.limit))
+    }
+
+    /// One execution read by `n` consumers, anywhere in the cluster: send
+    /// each [`DataSplit`] to its consumer, which reads it with
+    /// `DataSplit::iter_batches`. With `equal`, every split gets exactly
+    /// as many rows (each block cut into `n` slices; fewer than `n` rows
+    /// left at the end are dropped) and the splits are read in lockstep (a
+    /// consumer far ahead waits for the slowest); without, whole blocks go
+    /// to whichever consumer asks first. A consumer that dies or drops its
+    /// split before its end makes the others fail, naming it, within about
+    /// [`SILENCE`](crate::SILENCE). The blocks are dealt by a
+    /// `SplitCoordinator` actor (a worker process without CPUs), which
+    /// stops once every split has been read or dropped.
+    pub async fn streaming_split(
+        &self,
+        n: usize,
+        equal: bool,
+    ) -> Result<Vec<DataSplit>, DataError> {
+        if n == 0 {
+            return Err(DataError::Arrow {
+                what: "streaming_split",
+                detail: "split into 0 parts".into(),
+            });
+        }
+        if self.limit.is_some() {
+            return Err(DataError::Arrow {
+                what: "streaming_split",
+                detail: "a limited dataset cannot be split yet: split first, then stop reading"
+                    .into(),
+            });
+        }
+        let (splits, _) = self.plan()?;
+        self.check_functions()?;
+        let plan = SplitPlan {
+            splits,
+            ops: self.ops.clone(),
+            read_name: self.read_name().to_string(),
+            settings: self.settings.clone(),
+            n,
+            equal,
+        };
+        let coordinator =
+            actor::spawn::<SplitCoordinator>(plan, SpawnOptions::default().num_cpus(0.0)).await?;
+        Ok((0..n)
+            .map(|index| DataSplit {
+                coordinator: coordinator.clone(),
+                index,
+                count: n,
+            })
+            .collect())
     }
 
     /// The number of rows (from the files' footers when no operator can

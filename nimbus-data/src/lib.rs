@@ -48,6 +48,7 @@ mod executor;
 mod functions;
 mod plan;
 mod source;
+mod split;
 mod stats;
 mod worker;
 mod write;
@@ -57,6 +58,10 @@ pub use dataset::{Dataset, DEFAULT_BLOCK_RETRIES, DEFAULT_CONCURRENCY, DEFAULT_M
 pub use error::{BlockError, DataError};
 pub use executor::SPLITS_PER_WORKER;
 pub use functions::{BatchFn, RegistryExt};
+pub use split::{
+    Alive, DataSplit, Leave, NextSlice, SliceRef, SplitCoordinator, SplitPlan, FIRST_WORD,
+    HEARTBEAT, RECHECK, SILENCE,
+};
 pub use stats::{DatasetStats, OperatorStats};
 pub use worker::{BlockWorker, MadeBlock, MakeBlock};
 

@@ -42,12 +42,19 @@ use state::Schedule;
 pub const SPLITS_PER_WORKER: usize = 2;
 
 /// How the executor runs a plan.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Settings {
     pub(crate) concurrency: usize,
     pub(crate) num_cpus: f64,
     pub(crate) budget: u64,
     pub(crate) max_block_retries: u32,
+}
+
+/// A block made, in split order, not yet read: what a split coordinator
+/// deals to its consumers.
+pub(crate) struct Made {
+    pub(crate) index: usize,
+    pub(crate) block: MadeBlock,
 }
 
 /// One block handed to the consumer.
@@ -141,16 +148,35 @@ impl Execution {
         }
     }
 
-    /// The next block in split order, `None` after the last (steps 2-4).
+    /// The next block in split order, read, `None` after the last (steps
+    /// 2-4).
     pub(crate) async fn next_block(&mut self) -> Option<Result<Delivered, DataError>> {
+        loop {
+            let made = match self.next_made().await? {
+                Ok(made) => made,
+                Err(e) => return Some(Err(e)),
+            };
+            match self.fetch(made).await {
+                Ok(Some(delivered)) => return Some(Ok(delivered)),
+                Ok(None) => continue,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// The next block in split order, made but not read, `None` after the
+    /// last (steps 2 and 4).
+    pub(crate) async fn next_made(&mut self) -> Option<Result<Made, DataError>> {
         loop {
             self.start_splits();
             if let Some(index) = self.schedule.hand_out() {
-                match self.fetch(index).await {
-                    Ok(Some(delivered)) => return Some(Ok(delivered)),
-                    Ok(None) => continue,
-                    Err(e) => return Some(Err(e)),
-                }
+                return match self.made.remove(&index) {
+                    Some(block) => Some(Ok(Made { index, block })),
+                    None => Some(Err(DataError::Arrow {
+                        what: "the executor",
+                        detail: format!("block {index} was handed out but not made (a bug)"),
+                    })),
+                };
             }
             if self.schedule.finished() {
                 return None;
@@ -214,19 +240,16 @@ impl Execution {
         }
     }
 
-    /// Maps and decodes made block `index` (step 3); `None` when its bytes
-    /// were lost and it runs again.
-    async fn fetch(&mut self, index: usize) -> Result<Option<Delivered>, DataError> {
-        let Some(made) = self.made.remove(&index) else {
-            return Err(DataError::Arrow {
-                what: "the executor",
-                detail: format!("block {index} was handed out but not made (a bug)"),
-            });
-        };
+    /// Maps and decodes a made block (step 3); `None` when its bytes were
+    /// lost and it runs again.
+    async fn fetch(
+        &mut self,
+        Made { index, block: made }: Made,
+    ) -> Result<Option<Delivered>, DataError> {
         let bytes = match object_store::get_bytes(&made.object).await {
             Ok(bytes) => bytes,
             Err(e) => {
-                self.schedule.lost(index, false);
+                self.schedule.lost_handed_out(index, made.bytes);
                 self.retry(index, format!("its stored block was lost: {e}"))?;
                 return Ok(None);
             }
@@ -243,6 +266,13 @@ impl Execution {
     /// The consumer is done with a block of `bytes`.
     pub(crate) fn consumed(&mut self, bytes: u64) {
         self.schedule.consumed(bytes, Instant::now());
+    }
+
+    /// Counts `rows` of a block delivered to a consumer elsewhere (a
+    /// split's).
+    pub(crate) fn delivered(&mut self, rows: u64) {
+        self.stats.blocks += 1;
+        self.stats.rows += rows;
     }
 
     /// Counts another attempt at split `index`; fails past the retries.

@@ -118,6 +118,15 @@ impl Schedule {
         self.again.insert(at, index);
     }
 
+    /// Block `index`, handed out (the latest), was lost before it was
+    /// read (its node died): it runs again and is handed out again next.
+    pub(crate) fn lost_handed_out(&mut self, index: usize, bytes: u64) {
+        self.resident = self.resident.saturating_sub(bytes);
+        self.next_out = self.next_out.min(index);
+        let at = self.again.partition_point(|i| *i < index);
+        self.again.insert(at, index);
+    }
+
     /// The next block to hand out, if it is made (step 3).
     pub(crate) fn hand_out(&mut self) -> Option<usize> {
         let index = self.next_out;
@@ -217,6 +226,20 @@ mod tests {
         assert_eq!(s.hand_out(), Some(0));
         assert_eq!(s.hand_out(), Some(1));
         assert_eq!(s.hand_out(), None);
+    }
+
+    #[test]
+    fn a_handed_out_block_lost_before_it_was_read_is_handed_out_again() {
+        let now = Instant::now();
+        let mut s = Schedule::new(2, 100 * MB);
+        assert_eq!(s.start(now), Some(0));
+        s.made(0, 10 * MB);
+        assert_eq!(s.hand_out(), Some(0));
+        s.lost_handed_out(0, 10 * MB);
+        assert_eq!(s.start(now), Some(0));
+        s.made(0, 10 * MB);
+        assert_eq!(s.hand_out(), Some(0));
+        assert!(!s.finished());
     }
 
     #[test]

@@ -4,12 +4,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nimbus::actor::Registry;
+use actix::prelude::*;
+use nimbus::actor::{Registry, SpawnOptions};
 use nimbus_data::arrow_array::{
     Array, BinaryArray, Float32Array, Int64Array, RecordBatch, StringArray,
 };
 use nimbus_data::arrow_schema::{DataType, Field, Schema};
-use nimbus_data::{BatchFn, DataError, Dataset, RegistryExt};
+use nimbus_data::{BatchFn, DataError, DataSplit, Dataset, RegistryExt};
+use serde::{Deserialize, Serialize};
 
 use crate::harness::{boxed, Test};
 
@@ -84,7 +86,122 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_killed_block_worker_loses_no_row", |_| {
         boxed(killed_worker())
     }),
+    (
+        "an_equal_streaming_split_gives_two_processes_equal_shares_of_every_row_once",
+        |_| boxed(equal_split()),
+    ),
+    ("a_dead_split_consumer_fails_the_other_naming_it", |_| {
+        boxed(dead_split_consumer())
+    }),
 ];
+
+/// Reads a split in its own worker process, as a training worker would.
+pub struct SplitConsumer;
+
+impl Actor for SplitConsumer {
+    type Context = Context<Self>;
+}
+
+nimbus::remote_actor!(SplitConsumer, args: (), new: |()| SplitConsumer, handles: [ReadSplit]);
+
+/// Read `split` to its end (or kill this process after `die_after`
+/// batches); its ids.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<Vec<i64>, String>")]
+pub struct ReadSplit {
+    split: DataSplit,
+    die_after: Option<usize>,
+}
+
+nimbus::remote_message!(ReadSplit);
+
+impl Handler<ReadSplit> for SplitConsumer {
+    type Result = ResponseFuture<Result<Vec<i64>, String>>;
+
+    fn handle(&mut self, m: ReadSplit, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move {
+            let mut stream = m.split.iter_batches(4096);
+            let mut ids = Vec::new();
+            let mut batches = 0;
+            while let Some(batch) = stream.next().await {
+                let batch = batch.map_err(|e| e.to_string())?;
+                ids.extend(column::<Int64Array>(&batch, "id")?.values().iter());
+                batches += 1;
+                if Some(batches) == m.die_after {
+                    std::process::abort();
+                }
+            }
+            Ok(ids)
+        })
+    }
+}
+
+/// Reads `split` here; its ids, or the error that stopped it.
+async fn read_here(split: &DataSplit) -> Result<Vec<i64>, DataError> {
+    let mut stream = split.iter_batches(4096);
+    let mut ids = Vec::new();
+    while let Some(batch) = stream.next().await {
+        ids.extend(column::<Int64Array>(&batch?, "id").unwrap().values().iter());
+    }
+    Ok(ids)
+}
+
+async fn equal_split() {
+    // Four full blocks and one of 37,857 rows: 150,000 rows each, one
+    // row dropped.
+    let n = 4 * 65_536 + 37_857;
+    let splits = Dataset::range(n).streaming_split(2, true).await.unwrap();
+    let consumer = nimbus::actor::spawn::<SplitConsumer>((), SpawnOptions::default().num_cpus(0.0))
+        .await
+        .unwrap();
+    let (there, here) = futures::join!(
+        consumer.send(ReadSplit {
+            split: splits[1].clone(),
+            die_after: None,
+        }),
+        read_here(&splits[0])
+    );
+    let (there, here) = (there.unwrap().unwrap(), here.unwrap());
+    assert_eq!(here.len(), 150_000);
+    assert_eq!(there.len(), 150_000);
+    let mut all: Vec<i64> = here.into_iter().chain(there).collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 300_000, "a row was read twice");
+    assert!(all.iter().all(|id| (0..n as i64).contains(id)));
+    consumer.kill().await.unwrap();
+}
+
+async fn dead_split_consumer() {
+    let splits = Dataset::range(2_000_000)
+        .streaming_split(2, true)
+        .await
+        .unwrap();
+    let consumer = nimbus::actor::spawn::<SplitConsumer>((), SpawnOptions::default().num_cpus(0.0))
+        .await
+        .unwrap();
+    let died = async {
+        let read = consumer
+            .send(ReadSplit {
+                split: splits[1].clone(),
+                die_after: Some(2),
+            })
+            .await;
+        assert!(read.is_err(), "the consumer should have died: {read:?}");
+        std::time::Instant::now()
+    };
+    let (died, (failed, error)) = futures::join!(died, async {
+        let error = read_here(&splits[0]).await.unwrap_err();
+        (std::time::Instant::now(), error)
+    });
+    let text = error.to_string();
+    assert!(text.contains("split 1 of 2"), "{text}");
+    let after = failed.saturating_duration_since(died);
+    assert!(
+        after <= Duration::from_secs(2),
+        "failed {after:?} after the death: {text}"
+    );
+}
 
 /// Every id of `stream`, in order.
 async fn ids(dataset: &Dataset, batch_size: usize) -> Vec<i64> {
