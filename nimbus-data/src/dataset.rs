@@ -1,5 +1,6 @@
 //! [`Dataset`]: a lazy plan (a source, then operators) and the ways to run
-//! it: `iter_batches`, `count`, `take`, `schema`, `write_parquet`.
+//! it: `iter_batches`, `count`, `take`, `schema`, `streaming_split`, and
+//! the writers.
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,7 @@ use crate::error::DataError;
 use crate::executor::{Execution, Settings};
 use crate::functions::{BatchFn, BatchTable};
 use crate::plan::{Op, Split};
+use crate::source::text::{self, TextFormat};
 use crate::source::{self, parquet};
 use crate::split::{DataSplit, SplitCoordinator, SplitPlan};
 
@@ -31,6 +33,10 @@ enum Source {
     Parquet {
         paths: Vec<PathBuf>,
         columns: Option<Vec<String>>,
+    },
+    Text {
+        paths: Vec<PathBuf>,
+        format: TextFormat,
     },
     Range(u64),
     Blocks {
@@ -91,6 +97,28 @@ impl Dataset {
         Self::new(Source::Parquet {
             paths: paths.into_iter().map(Into::into).collect(),
             columns: None,
+        })
+    }
+
+    /// The CSV files at `paths` (files, or directories walked for `*.csv`
+    /// files in name order), each with a header line: one block per file,
+    /// the column types inferred from each file's first
+    /// [`INFER_RECORDS`](crate::INFER_RECORDS) records.
+    pub fn read_csv<P: Into<PathBuf>>(paths: impl IntoIterator<Item = P>) -> Self {
+        Self::new(Source::Text {
+            paths: paths.into_iter().map(Into::into).collect(),
+            format: TextFormat::Csv,
+        })
+    }
+
+    /// The JSON-lines files at `paths` (files, or directories walked for
+    /// `*.jsonl` files in name order), one object per line: one block per
+    /// file, the schema inferred from each file's first
+    /// [`INFER_RECORDS`](crate::INFER_RECORDS) records.
+    pub fn read_json<P: Into<PathBuf>>(paths: impl IntoIterator<Item = P>) -> Self {
+        Self::new(Source::Text {
+            paths: paths.into_iter().map(Into::into).collect(),
+            format: TextFormat::JsonLines,
         })
     }
 
@@ -283,8 +311,9 @@ impl Dataset {
     pub async fn count(&self) -> Result<u64, DataError> {
         let changes_rows = self.ops.iter().any(|op| matches!(op, Op::MapBatches(_)));
         if !changes_rows {
-            let (_, rows) = self.plan()?;
-            return Ok(self.limit.map_or(rows, |limit| limit.min(rows)));
+            if let (_, Some(rows)) = self.plan()? {
+                return Ok(self.limit.map_or(rows, |limit| limit.min(rows)));
+            }
         }
         let mut stream = self.iter_batches(1 << 20).await?;
         let mut rows = 0;
@@ -314,6 +343,10 @@ impl Dataset {
                     return Ok(parquet::plan(&files, columns.as_deref())?.schema);
                 }
                 Source::Blocks { schema, .. } => return Ok(schema.clone()),
+                Source::Text { paths, format } => {
+                    let files = source::files(paths, format.source(), format.extension())?;
+                    return Ok(text::plan(&files, *format)?.0);
+                }
                 Source::Range(_) => {}
             }
         }
@@ -332,21 +365,39 @@ impl Dataset {
     /// hold no such file already (nothing is overwritten). Returns the
     /// files written.
     pub async fn write_parquet(&self, dir: impl AsRef<Path>) -> Result<Vec<PathBuf>, DataError> {
-        crate::write::parquet(self, dir.as_ref()).await
+        crate::write::write(self, dir.as_ref(), crate::write::Format::Parquet).await
     }
 
-    /// The splits to run and the rows the source holds.
-    fn plan(&self) -> Result<(Vec<Split>, u64), DataError> {
+    /// [`write_parquet`](Self::write_parquet), as CSV files with a header
+    /// line (`part-00000.csv`).
+    pub async fn write_csv(&self, dir: impl AsRef<Path>) -> Result<Vec<PathBuf>, DataError> {
+        crate::write::write(self, dir.as_ref(), crate::write::Format::Csv).await
+    }
+
+    /// [`write_parquet`](Self::write_parquet), as JSON-lines files
+    /// (`part-00000.jsonl`).
+    pub async fn write_json(&self, dir: impl AsRef<Path>) -> Result<Vec<PathBuf>, DataError> {
+        crate::write::write(self, dir.as_ref(), crate::write::Format::JsonLines).await
+    }
+
+    /// The splits to run and the rows the source holds, where known
+    /// without reading it.
+    fn plan(&self) -> Result<(Vec<Split>, Option<u64>), DataError> {
         Ok(match &self.source {
             Source::Parquet { paths, columns } => {
                 let files = parquet::files(paths)?;
                 let planned = parquet::plan(&files, columns.as_deref())?;
-                (planned.splits, planned.rows)
+                (planned.splits, Some(planned.rows))
             }
-            Source::Range(n) => (source::range_splits(*n), *n),
-            Source::Blocks { blocks, rows, .. } => {
-                (blocks.iter().cloned().map(Split::Object).collect(), *rows)
+            Source::Text { paths, format } => {
+                let files = source::files(paths, format.source(), format.extension())?;
+                (text::plan(&files, *format)?.1, None)
             }
+            Source::Range(n) => (source::range_splits(*n), Some(*n)),
+            Source::Blocks { blocks, rows, .. } => (
+                blocks.iter().cloned().map(Split::Object).collect(),
+                Some(*rows),
+            ),
         })
     }
 
@@ -367,6 +418,7 @@ impl Dataset {
     fn read_name(&self) -> &'static str {
         match self.source {
             Source::Parquet { .. } => "read_parquet",
+            Source::Text { format, .. } => format.source(),
             Source::Range(_) => "range",
             Source::Blocks { .. } => "from_batches",
         }

@@ -18,11 +18,11 @@ pub enum DataError {
         detail: String,
     },
     /// A source found no file to read.
-    #[error("{what}: no {kind} file under {paths}")]
+    #[error("{what}: no .{kind} file under {paths}")]
     NoFiles {
         /// The source (`read_parquet`).
         what: &'static str,
-        /// The file extension looked for.
+        /// The file extension looked for (without its dot).
         kind: &'static str,
         /// The paths given.
         paths: String,

@@ -1,14 +1,16 @@
 //! nimbus Data: streaming datasets from files into training workers (Ray
 //! Data), on Arrow, run by block workers on a nimbus cluster.
 //!
-//! A [`Dataset`] is a plan: a source (parquet files, a range, batches in
-//! memory) and operators (`map_batches` with a registered [`BatchFn`],
+//! A [`Dataset`] is a plan: a source (parquet, CSV or JSON-lines files, a
+//! range, batches in memory) and operators (`map_batches` with a registered [`BatchFn`],
 //! `select_columns`, `rename_columns`, `limit`). Consuming it
-//! (`iter_batches`, `count`, `take`, `write_parquet`) runs it:
+//! (`iter_batches`, `count`, `take`, `streaming_split`, the writers) runs
+//! it:
 //!
 //! 1. **Plan** (in the consuming process): the source becomes splits, one
 //!    block each: a parquet row group (from the files' footers, the
-//!    projection pushed down), 65,536 integers, one in-memory batch.
+//!    projection pushed down), a CSV or JSON-lines file, 65,536 integers,
+//!    one in-memory batch.
 //! 2. **Make** (`worker.rs`): block workers, actors in worker processes of
 //!    the cluster, each read a split, run the operators, and put the
 //!    result into the object store as an Arrow IPC stream (`block.rs`).
@@ -58,6 +60,7 @@ pub use dataset::{Dataset, DEFAULT_BLOCK_RETRIES, DEFAULT_CONCURRENCY, DEFAULT_M
 pub use error::{BlockError, DataError};
 pub use executor::SPLITS_PER_WORKER;
 pub use functions::{BatchFn, RegistryExt};
+pub use source::text::INFER_RECORDS;
 pub use split::{
     Alive, DataSplit, Leave, NextSlice, SliceRef, SplitCoordinator, SplitPlan, FIRST_WORD,
     HEARTBEAT, RECHECK, SILENCE,

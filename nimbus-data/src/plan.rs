@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use nimbus::object_store::{ObjectRef, RawBytes};
 use serde::{Deserialize, Serialize};
 
+use crate::source::text::TextFormat;
+
 /// Where one block's rows come from.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum Split {
@@ -19,6 +21,13 @@ pub(crate) enum Split {
         row_groups: Vec<usize>,
         /// The columns to read.
         columns: Option<Vec<String>>,
+    },
+    /// A whole CSV or JSON-lines file.
+    Text {
+        /// The file.
+        path: PathBuf,
+        /// Its format.
+        format: TextFormat,
     },
     /// Integers `start..end` as column `id` (Int64).
     Range {
@@ -38,6 +47,7 @@ impl Split {
             Split::Parquet {
                 path, row_groups, ..
             } => format!("{} row groups {row_groups:?}", path.display()),
+            Split::Text { path, .. } => path.display().to_string(),
             Split::Range { start, end } => format!("range {start}..{end}"),
             Split::Object(object) => format!("in-memory block {:?}", object.id()),
         }

@@ -25,48 +25,7 @@ pub(crate) struct Planned {
 /// The parquet files under `paths` (files as given; directories walked,
 /// `*.parquet` files in name order).
 pub(crate) fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
-    let mut found = Vec::new();
-    for path in paths {
-        let meta = std::fs::metadata(path).map_err(|e| DataError::Path {
-            path: path.clone(),
-            detail: e.to_string(),
-        })?;
-        if meta.is_dir() {
-            walk(path, &mut found)?;
-        } else {
-            found.push(path.clone());
-        }
-    }
-    if found.is_empty() {
-        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        return Err(DataError::NoFiles {
-            what: "read_parquet",
-            kind: ".parquet",
-            paths: shown.join(", "),
-        });
-    }
-    Ok(found)
-}
-
-fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> Result<(), DataError> {
-    let unreadable = |e: std::io::Error| DataError::Path {
-        path: dir.to_path_buf(),
-        detail: e.to_string(),
-    };
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(unreadable)?
-        .map(|entry| entry.map(|e| e.path()))
-        .collect::<Result<_, _>>()
-        .map_err(unreadable)?;
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            walk(&path, found)?;
-        } else if path.extension().is_some_and(|e| e == "parquet") {
-            found.push(path);
-        }
-    }
-    Ok(())
+    super::files(paths, "read_parquet", "parquet")
 }
 
 /// Plans reading `files`: one split per row group, `columns` only (all
@@ -108,7 +67,7 @@ pub(crate) fn plan(files: &[PathBuf], columns: Option<&[String]>) -> Result<Plan
     }
     let (_, schema) = first.ok_or(DataError::NoFiles {
         what: "read_parquet",
-        kind: ".parquet",
+        kind: "parquet",
         paths: String::new(),
     })?;
     let schema = match columns {
@@ -143,7 +102,8 @@ pub(crate) fn column_names(schema: &SchemaRef) -> String {
     names.join(", ")
 }
 
-fn describe(schema: &SchemaRef) -> String {
+/// A schema in words: `(name: type, ...)`.
+pub(crate) fn describe(schema: &SchemaRef) -> String {
     let fields: Vec<String> = schema
         .fields()
         .iter()

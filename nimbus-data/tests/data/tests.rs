@@ -67,6 +67,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("parquet_round_trips_through_write_and_read", |_| {
         boxed(parquet_round_trips())
     }),
+    (
+        "csv_and_json_lines_round_trip_and_a_bad_record_is_named",
+        |_| boxed(text_formats()),
+    ),
     ("a_projection_reads_only_the_selected_columns", |_| {
         boxed(projection())
     }),
@@ -306,6 +310,40 @@ fn arrow_select_concat(batches: &[RecordBatch]) -> RecordBatch {
 
 fn arrow_concat(arrays: &[&dyn Array]) -> Arc<dyn Array> {
     nimbus_data::arrow_select::concat::concat(arrays).unwrap()
+}
+
+async fn text_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches: Vec<RecordBatch> = (0..3).map(|f| sample(f * 2000, 2000)).collect();
+    let rows = Dataset::from_batches(&batches)
+        .await
+        .unwrap()
+        .select_columns(["id", "name"]);
+    let csv = rows.write_csv(dir.path().join("csv")).await.unwrap();
+    let json = rows.write_json(dir.path().join("json")).await.unwrap();
+    assert_eq!((csv.len(), json.len()), (3, 3));
+    let want = arrow_select_concat(&rows.take(6000).await.unwrap());
+    for read in [
+        Dataset::read_csv([dir.path().join("csv")]),
+        Dataset::read_json([dir.path().join("json")]),
+    ] {
+        assert_eq!(read.count().await.unwrap(), 6000);
+        let got = arrow_select_concat(&read.take(6000).await.unwrap());
+        // The same values (an inferred schema says every column may be null).
+        assert_eq!(got.columns(), want.columns());
+    }
+    // A record past the inferred prefix that does not fit its column.
+    let bad = dir.path().join("bad.csv");
+    let mut text = String::from("id,name\n");
+    for i in 0..2000 {
+        text.push_str(&format!("{i},row-{i}\n"));
+    }
+    text.push_str("not-a-number,row-x\n");
+    std::fs::write(&bad, text).unwrap();
+    let error = Dataset::read_csv([&bad]).count().await.unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("bad.csv"), "{text}");
+    assert!(text.contains("not-a-number"), "{text}");
 }
 
 async fn projection() {
