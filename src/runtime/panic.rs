@@ -18,8 +18,9 @@ pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs `run`, and returns its panic's text if it panics: a panic the
-/// caller reports as its own failure (a task's), not the process's death
-/// (a worker's panic hook asks [`panic_is_caught`] first).
+/// caller reports as its own failure (a task's, a block's), not the
+/// process's death (a worker's panic hook asks whether the panic is caught
+/// here first).
 pub fn catch_panic<T>(run: impl FnOnce() -> T) -> Result<T, String> {
     let before = CAUGHT.replace(true);
     let ran = std::panic::catch_unwind(AssertUnwindSafe(run));
