@@ -3,8 +3,11 @@
 //! (no copy), rows of consecutive blocks concatenated where a batch spans
 //! them.
 
-use arrow_array::RecordBatch;
+use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
 
 use crate::error::DataError;
 use crate::executor::{Delivered, Execution};
@@ -54,6 +57,16 @@ pub struct BatchStream {
     schema: Option<SchemaRef>,
     /// The last figures, kept once the execution has ended.
     stats: DatasetStats,
+    /// Rows shuffled before they are given, if asked.
+    shuffle: Option<LocalShuffle>,
+}
+
+/// A local shuffle: windows of rows, each shuffled whole, then given out.
+struct LocalShuffle {
+    window: usize,
+    rng: StdRng,
+    /// The window being given out, its order, and the next position.
+    current: Option<(RecordBatch, Vec<u32>, usize)>,
 }
 
 impl BatchStream {
@@ -73,12 +86,62 @@ impl BatchStream {
             current: None,
             schema: None,
             stats: DatasetStats::default(),
+            shuffle: None,
         }
+    }
+
+    /// Shuffles the rows as they stream (Ray's local shuffle buffer):
+    /// windows of at least `buffer_rows` rows (a whole number of batches)
+    /// are gathered in order and each given out in a random order drawn
+    /// from `seed`, so the same seed gives the same batches. Rows move
+    /// only within their window, and each window is copied once.
+    pub fn local_shuffle(mut self, buffer_rows: usize, seed: u64) -> Self {
+        let window = buffer_rows.max(1).div_ceil(self.batch_size) * self.batch_size;
+        self.shuffle = Some(LocalShuffle {
+            window,
+            rng: StdRng::seed_from_u64(seed),
+            current: None,
+        });
+        self
     }
 
     /// The next batch; `None` after the last.
     pub async fn next(&mut self) -> Option<Result<RecordBatch, DataError>> {
-        let mut wanted = self.batch_size;
+        if self.shuffle.is_none() {
+            return self.next_in_order(self.batch_size).await;
+        }
+        let exhausted = self.shuffle.as_ref().is_none_or(|s| {
+            s.current
+                .as_ref()
+                .is_none_or(|(_, order, at)| *at >= order.len())
+        });
+        if exhausted {
+            let window = self.shuffle.as_ref().map_or(0, |s| s.window);
+            let rows = match self.next_in_order(window).await? {
+                Ok(rows) => rows,
+                Err(e) => return Some(Err(e)),
+            };
+            let shuffle = self.shuffle.as_mut()?;
+            let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
+            order.shuffle(&mut shuffle.rng);
+            shuffle.current = Some((rows, order, 0));
+        }
+        let batch_size = self.batch_size;
+        let (rows, order, at) = self.shuffle.as_mut()?.current.as_mut()?;
+        let end = (*at + batch_size).min(order.len());
+        let indices = UInt32Array::from(order[*at..end].to_vec());
+        *at = end;
+        Some(
+            arrow_select::take::take_record_batch(rows, &indices).map_err(|e| DataError::Arrow {
+                what: "taking a shuffled batch",
+                detail: e.to_string(),
+            }),
+        )
+    }
+
+    /// The next `batch_size` rows in order; `None` after the last.
+    async fn next_in_order(&mut self, batch_size: usize) -> Option<Result<RecordBatch, DataError>> {
+        let mut wanted = batch_size;
         if let Some(remaining) = self.remaining {
             wanted = wanted.min(remaining as usize);
         }

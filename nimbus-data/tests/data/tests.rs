@@ -64,6 +64,10 @@ pub const ALL: &[(&str, Test)] = &[
         "range_through_a_batch_function_keeps_every_row_in_order",
         |_| boxed(range_through_a_batch_function()),
     ),
+    (
+        "a_local_shuffle_is_a_permutation_the_same_for_a_seed",
+        |_| boxed(local_shuffle()),
+    ),
     ("parquet_round_trips_through_write_and_read", |_| {
         boxed(parquet_round_trips())
     }),
@@ -232,6 +236,52 @@ async fn range_through_a_batch_function() {
         .flat_map(|b| column::<Int64Array>(b, "id").unwrap().values().to_vec())
         .collect();
     assert_eq!(first, [0, 2, 4, 6, 8]);
+}
+
+/// Every id of `dataset` through a local shuffle of `buffer` rows.
+async fn shuffled_ids(dataset: &Dataset, buffer: usize, seed: u64) -> Vec<i64> {
+    let mut stream = dataset
+        .iter_batches(1000)
+        .await
+        .unwrap()
+        .local_shuffle(buffer, seed);
+    let mut ids: Vec<i64> = Vec::new();
+    let mut sizes = Vec::new();
+    while let Some(batch) = stream.next().await {
+        let batch = batch.unwrap();
+        sizes.push(batch.num_rows());
+        ids.extend(column::<Int64Array>(&batch, "id").unwrap().values().iter());
+    }
+    // Full batches but the last.
+    assert!(
+        sizes[..sizes.len() - 1].iter().all(|s| *s == 1000),
+        "{sizes:?}"
+    );
+    ids
+}
+
+async fn local_shuffle() {
+    let n = 150_500;
+    let dataset = Dataset::range(n);
+    let first = shuffled_ids(&dataset, 20_000, 7).await;
+    assert_ne!(first, (0..n as i64).collect::<Vec<_>>(), "not shuffled");
+    let mut sorted = first.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (0..n as i64).collect::<Vec<_>>(),
+        "not a permutation"
+    );
+    assert_eq!(
+        shuffled_ids(&dataset, 20_000, 7).await,
+        first,
+        "seed 7 twice"
+    );
+    assert_ne!(
+        shuffled_ids(&dataset, 20_000, 8).await,
+        first,
+        "seeds 7 and 8"
+    );
 }
 
 /// A batch of `rows` rows from `start`: `id`, a float, a string and a
