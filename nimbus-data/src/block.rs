@@ -21,7 +21,7 @@ use arrow_ipc::writer::{
     IpcWriteOptions,
 };
 use arrow_schema::ArrowError;
-use nimbus::object_store::ObjectBytes;
+use nimbus::object_store::{self, ObjectBytes, ObjectRef, RawBytes};
 
 use crate::error::DataError;
 
@@ -97,10 +97,28 @@ impl Encoded {
     }
 
     /// The stream in a buffer of its own.
-    pub(crate) fn to_vec(&self) -> Result<Vec<u8>, ArrowError> {
+    #[cfg(test)]
+    fn to_vec(&self) -> Result<Vec<u8>, ArrowError> {
         let mut bytes = vec![0; self.len()];
         self.write_into(&mut bytes)?;
         Ok(bytes)
+    }
+
+    /// Puts the stream into the object store, written straight into the
+    /// object (`put_bytes_with`); what failed, in words.
+    pub(crate) async fn put(&self) -> Result<ObjectRef<RawBytes>, String> {
+        let failed = std::sync::Mutex::new(None);
+        let object = object_store::put_bytes_with(self.len(), |out| {
+            if let Err(e) = self.write_into(out) {
+                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e.to_string()),
+            None => Ok(object),
+        }
     }
 }
 

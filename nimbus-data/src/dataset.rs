@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use nimbus::actor::{self, SpawnOptions};
-use nimbus::object_store::{self, ObjectRef, RawBytes};
+use nimbus::object_store::{ObjectRef, RawBytes};
 
 use crate::batches::BatchStream;
 use crate::error::DataError;
@@ -26,6 +26,14 @@ pub const DEFAULT_CONCURRENCY: usize = 2;
 /// Runs of a block after its worker is lost, when none is set (as Ray's
 /// task retries).
 pub const DEFAULT_BLOCK_RETRIES: u32 = 3;
+
+/// A source planned: its splits, and its rows and schema where known
+/// without reading it.
+struct Planned {
+    splits: Vec<Split>,
+    rows: Option<u64>,
+    schema: Option<SchemaRef>,
+}
 
 /// Where a dataset's rows come from.
 #[derive(Clone, Debug)]
@@ -151,13 +159,15 @@ impl Dataset {
                     ),
                 });
             }
-            let bytes = crate::block::Encoded::new(batch)
-                .and_then(|encoded| encoded.to_vec())
-                .map_err(|e| DataError::Arrow {
-                    what: "encoding a batch",
-                    detail: e.to_string(),
-                })?;
-            blocks.push(object_store::put_bytes(&bytes).await?);
+            let encoded = crate::block::Encoded::new(batch).map_err(|e| DataError::Arrow {
+                what: "encoding a batch",
+                detail: e.to_string(),
+            })?;
+            let object = encoded.put().await.map_err(|detail| DataError::Arrow {
+                what: "storing a batch",
+                detail,
+            })?;
+            blocks.push(object);
             rows += batch.num_rows() as u64;
         }
         Ok(Self::new(Source::Blocks {
@@ -244,7 +254,7 @@ impl Dataset {
 
     /// Runs the plan: its batches of `batch_size` rows, in order.
     pub async fn iter_batches(&self, batch_size: usize) -> Result<BatchStream, DataError> {
-        let (splits, _) = self.plan()?;
+        let splits = self.plan()?.splits;
         self.check_functions()?;
         let execution = Execution::start(
             splits,
@@ -285,7 +295,7 @@ impl Dataset {
                     .into(),
             });
         }
-        let (splits, _) = self.plan()?;
+        let splits = self.plan()?.splits;
         self.check_functions()?;
         let plan = SplitPlan {
             splits,
@@ -311,7 +321,7 @@ impl Dataset {
     pub async fn count(&self) -> Result<u64, DataError> {
         let changes_rows = self.ops.iter().any(|op| matches!(op, Op::MapBatches(_)));
         if !changes_rows {
-            if let (_, Some(rows)) = self.plan()? {
+            if let Some(rows) = self.plan()?.rows {
                 return Ok(self.limit.map_or(rows, |limit| limit.min(rows)));
             }
         }
@@ -337,17 +347,8 @@ impl Dataset {
     /// change it).
     pub async fn schema(&self) -> Result<SchemaRef, DataError> {
         if self.ops.is_empty() {
-            match &self.source {
-                Source::Parquet { paths, columns } => {
-                    let files = parquet::files(paths)?;
-                    return Ok(parquet::plan(&files, columns.as_deref())?.schema);
-                }
-                Source::Blocks { schema, .. } => return Ok(schema.clone()),
-                Source::Text { paths, format } => {
-                    let files = source::files(paths, format.source(), format.extension())?;
-                    return Ok(text::plan(&files, *format)?.0);
-                }
-                Source::Range(_) => {}
+            if let Some(schema) = self.plan()?.schema {
+                return Ok(schema);
             }
         }
         let mut stream = self.clone().limit(1).iter_batches(1).await?;
@@ -380,24 +381,42 @@ impl Dataset {
         crate::write::write(self, dir.as_ref(), crate::write::Format::JsonLines).await
     }
 
-    /// The splits to run and the rows the source holds, where known
-    /// without reading it.
-    fn plan(&self) -> Result<(Vec<Split>, Option<u64>), DataError> {
+    /// The splits to run, and the rows and schema of the source where
+    /// known without reading it.
+    fn plan(&self) -> Result<Planned, DataError> {
         Ok(match &self.source {
             Source::Parquet { paths, columns } => {
                 let files = parquet::files(paths)?;
                 let planned = parquet::plan(&files, columns.as_deref())?;
-                (planned.splits, Some(planned.rows))
+                Planned {
+                    splits: planned.splits,
+                    rows: Some(planned.rows),
+                    schema: Some(planned.schema),
+                }
             }
             Source::Text { paths, format } => {
                 let files = source::files(paths, format.source(), format.extension())?;
-                (text::plan(&files, *format)?.1, None)
+                let (schema, splits) = text::plan(&files, *format)?;
+                Planned {
+                    splits,
+                    rows: None,
+                    schema: Some(schema),
+                }
             }
-            Source::Range(n) => (source::range_splits(*n), Some(*n)),
-            Source::Blocks { blocks, rows, .. } => (
-                blocks.iter().cloned().map(Split::Object).collect(),
-                Some(*rows),
-            ),
+            Source::Range(n) => Planned {
+                splits: source::range_splits(*n),
+                rows: Some(*n),
+                schema: None,
+            },
+            Source::Blocks {
+                blocks,
+                rows,
+                schema,
+            } => Planned {
+                splits: blocks.iter().cloned().map(Split::Object).collect(),
+                rows: Some(*rows),
+                schema: Some(schema.clone()),
+            },
         })
     }
 

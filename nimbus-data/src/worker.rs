@@ -109,17 +109,7 @@ impl Handler<MakeBlock> for BlockWorker {
             let bytes = encoded.len() as u64;
             steps.push(timer.stop(batch.num_rows() as u64, bytes));
             let timer = Timer::start();
-            let failed = std::sync::Mutex::new(None);
-            let object = object_store::put_bytes_with(encoded.len(), |out| {
-                if let Err(e) = encoded.write_into(out) {
-                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                }
-            })
-            .await
-            .map_err(|e| store_error(e.to_string()))?;
-            if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                return Err(store_error(e.to_string()));
-            }
+            let object = encoded.put().await.map_err(store_error)?;
             steps.push(timer.stop(batch.num_rows() as u64, bytes));
             Ok(MadeBlock {
                 object,

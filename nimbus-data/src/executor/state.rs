@@ -114,6 +114,11 @@ impl Schedule {
         } else if let Some(bytes) = self.made.remove(&index) {
             self.resident = self.resident.saturating_sub(bytes);
         }
+        self.run_again(index);
+    }
+
+    /// Queues split `index` to run again, lowest first.
+    fn run_again(&mut self, index: usize) {
         let at = self.again.partition_point(|i| *i < index);
         self.again.insert(at, index);
     }
@@ -123,8 +128,7 @@ impl Schedule {
     pub(crate) fn lost_handed_out(&mut self, index: usize, bytes: u64) {
         self.resident = self.resident.saturating_sub(bytes);
         self.next_out = self.next_out.min(index);
-        let at = self.again.partition_point(|i| *i < index);
-        self.again.insert(at, index);
+        self.run_again(index);
     }
 
     /// The next block to hand out, if it is made (step 3).
