@@ -21,8 +21,8 @@
 //!    [`runtime::ProcessContext`], the [`runtime::Registry`] of entry points
 //!    (features add their own tables), the process role, the worker boot
 //!    protocol.
-//! 7. [`library`]: the seam for libraries built on nimbus (`nimbus-train`;
-//!    Data, Serve and RL to come): fault and recovery reports, ending a
+//! 7. [`library`]: the seam for libraries built on nimbus (`nimbus-train`,
+//!    `nimbus-data`; Serve and RL to come): fault and recovery reports, ending a
 //!    worker with a cause, the cluster's events, training-run reports,
 //!    private files.
 //! 8. [`launch`]: starting an actor's worker process on a node, shipping or

@@ -197,8 +197,8 @@ fn top_level_modules_import_only_what_the_layer_table_allows() {
     );
 }
 
-/// What a library crate built on nimbus (`nimbus-train`; Data, Serve and
-/// RL to come) may not use of it: the runtime's internals and the raw
+/// What a library crate built on nimbus (`nimbus-train`, `nimbus-data`;
+/// Serve and RL to come) may not use of it: the runtime's internals and the raw
 /// control protocol. It uses the user API and `nimbus::library`, the seam
 /// written for it.
 const NOT_FOR_LIBRARIES: &[&str] = &[
