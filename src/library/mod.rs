@@ -11,7 +11,8 @@
 //!   (something the cluster cannot see recovered: `Recovered`).
 //! - **Ending this worker process** with a cause its node reads: [`die`];
 //!   its whole node with it: [`kill_own_node`] (a `kill_node` fault).
-//! - **Where the code runs**: [`in_worker`], its [`job`]; the program's
+//! - **Where the code runs**: [`in_worker`], its [`job`], the cluster's
+//!   nodes ([`cluster_status`]); the program's
 //!   tables of entry points (training loops, trainables) in [`registry`].
 //! - **The cluster's events** (long-polled from the head, riding out a
 //!   head restart): [`events`], [`last_event`].
@@ -39,7 +40,10 @@ use std::time::Duration;
 
 use crate::client::ClientError;
 use crate::cluster::faults::FiredFault;
-use crate::cluster::{ClusterEvent, ControlRequest, DeathCause, FaultRequest};
+use crate::cluster::{
+    ClusterEvent, ClusterStatus, ControlReply, ControlRequest, DeathCause, FaultRequest,
+    MembershipRequest,
+};
 use crate::runtime::{ProcessContext, ProcessRole, Registry};
 
 #[cfg(doc)]
@@ -128,6 +132,21 @@ pub fn die(cause: &DeathCause) -> NotAWorker {
     // SIGKILL cannot be caught: the process is gone before this runs.
     loop {
         std::thread::park();
+    }
+}
+
+/// The cluster's nodes as the head knows them (`nimbus status`): a
+/// library that places one actor per node (Serve's HTTP ingress) reads
+/// the alive ones here.
+pub async fn cluster_status() -> Result<ClusterStatus, LibraryError> {
+    let request = ControlRequest::Membership(MembershipRequest::Status);
+    match context()?.call_head(&request).await? {
+        ControlReply::Status(status) => Ok(status),
+        reply => Err(ClientError::UnexpectedReply {
+            request: "Status",
+            reply: Box::new(reply),
+        }
+        .into()),
     }
 }
 

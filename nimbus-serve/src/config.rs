@@ -1,0 +1,210 @@
+//! What a user configures: the HTTP ingresses ([`HttpOptions`]) and each
+//! application ([`Application`]: a deployment type, its init arguments and
+//! options, Ray Serve's names and defaults), checked before anything
+//! starts.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::deployment::Deployment;
+use crate::error::ServeError;
+
+/// Ray Serve's default `max_ongoing_requests`.
+pub const DEFAULT_MAX_ONGOING: u32 = 5;
+/// Requests each ingress queues per deployment while every replica is
+/// full (Ray's default is unbounded; a bound answers 503 instead of
+/// growing memory).
+pub const DEFAULT_MAX_QUEUED: u32 = 1_000;
+/// Ray Serve's default HTTP port.
+pub const DEFAULT_PORT: u16 = 8000;
+/// The largest request body taken by default (larger: 413).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// How long a request may take by default, queueing included (then 504).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where and how the HTTP ingresses (one per node) listen.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HttpOptions {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) request_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            host: "127.0.0.1".into(),
+            port: DEFAULT_PORT,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+}
+
+impl HttpOptions {
+    /// The address to listen on (default `127.0.0.1`; `0.0.0.0` for every
+    /// interface).
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = host.into();
+        self
+    }
+
+    /// The port (default 8000; 0: one chosen by each ingress, see
+    /// `Serve::addresses`).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The largest request body (default 16 MiB).
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// How long a request may take, queueing included (default 60 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn check(&self) -> Result<(), ServeError> {
+        if self.max_body_bytes == 0 {
+            return Err(setting("max_body_bytes", "must be at least 1".into()));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(setting("request_timeout", "must be longer than 0".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A deployment to run: its type, init arguments and options.
+///
+/// ```
+/// # use nimbus_serve::{Application, Deployment, HandlerError};
+/// # struct Echo;
+/// # impl Deployment for Echo {
+/// #     const NAME: &'static str = "example.Echo";
+/// #     type Init = (); type Request = (); type Response = ();
+/// #     fn new(_: ()) -> Result<Self, String> { Ok(Echo) }
+/// #     async fn call(&self, _: ()) -> Result<(), HandlerError> { Ok(()) }
+/// # }
+/// let app = Application::new::<Echo>(())?.route_prefix("/echo").num_replicas(2).num_cpus(0.5);
+/// # Ok::<(), nimbus_serve::ServeError>(())
+/// ```
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Application {
+    pub(crate) name: String,
+    pub(crate) kind: String,
+    #[serde(with = "serde_bytes")]
+    pub(crate) init: Vec<u8>,
+    pub(crate) route_prefix: String,
+    pub(crate) num_replicas: u32,
+    pub(crate) max_ongoing: u32,
+    pub(crate) max_queued: u32,
+    pub(crate) num_cpus: f64,
+    pub(crate) num_gpus: f64,
+}
+
+impl Application {
+    /// Deployment `D` built from `init` in each replica; named after `D`,
+    /// served at `/`, one replica of 1 CPU by default.
+    pub fn new<D: Deployment>(init: D::Init) -> Result<Self, ServeError> {
+        let init = rmp_serde::to_vec(&init).map_err(|e| {
+            setting(
+                "init",
+                format!("{} init arguments do not encode: {e}", D::NAME),
+            )
+        })?;
+        Ok(Application {
+            name: D::NAME.into(),
+            kind: D::NAME.into(),
+            init,
+            route_prefix: "/".into(),
+            num_replicas: 1,
+            max_ongoing: DEFAULT_MAX_ONGOING,
+            max_queued: DEFAULT_MAX_QUEUED,
+            num_cpus: 1.0,
+            num_gpus: 0.0,
+        })
+    }
+
+    /// Its name (default: the deployment type's); deploying a name again
+    /// replaces that application (a rolling update).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The path prefix it serves (default `/`).
+    pub fn route_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.route_prefix = prefix.into();
+        self
+    }
+
+    /// How many replicas (default 1).
+    pub fn num_replicas(mut self, replicas: u32) -> Self {
+        self.num_replicas = replicas;
+        self
+    }
+
+    /// Requests one replica runs at once (default 5).
+    pub fn max_ongoing_requests(mut self, requests: u32) -> Self {
+        self.max_ongoing = requests;
+        self
+    }
+
+    /// Requests each ingress queues while every replica is full (default
+    /// 1,000); past that, 503.
+    pub fn max_queued_requests(mut self, requests: u32) -> Self {
+        self.max_queued = requests;
+        self
+    }
+
+    /// CPUs each replica holds (default 1).
+    pub fn num_cpus(mut self, cpus: f64) -> Self {
+        self.num_cpus = cpus;
+        self
+    }
+
+    /// GPUs each replica holds (default 0).
+    pub fn num_gpus(mut self, gpus: f64) -> Self {
+        self.num_gpus = gpus;
+        self
+    }
+
+    pub(crate) fn check(&self) -> Result<(), ServeError> {
+        let prefix = &self.route_prefix;
+        if !prefix.starts_with('/') || (prefix.len() > 1 && prefix.ends_with('/')) {
+            return Err(setting(
+                "route_prefix",
+                format!("{prefix:?} must start with / and not end with one (\"/\" alone serves every path)"),
+            ));
+        }
+        if self.num_replicas == 0 {
+            return Err(setting("num_replicas", "must be at least 1".into()));
+        }
+        if self.max_ongoing == 0 {
+            return Err(setting("max_ongoing_requests", "must be at least 1".into()));
+        }
+        for (name, amount) in [("num_cpus", self.num_cpus), ("num_gpus", self.num_gpus)] {
+            if !amount.is_finite() || amount < 0.0 {
+                return Err(setting(
+                    name,
+                    format!("{amount} is not a number of at least 0"),
+                ));
+            }
+        }
+        if self.name.is_empty() {
+            return Err(setting("name", "must not be empty".into()));
+        }
+        Ok(())
+    }
+}
+
+fn setting(setting: &'static str, detail: String) -> ServeError {
+    ServeError::Setting { setting, detail }
+}

@@ -1,0 +1,587 @@
+//! `Controller`: the actor (0 CPU, one per `Serve`) that starts the
+//! ingresses, deploys applications onto replicas, checks their health and
+//! publishes the route table.
+//!
+//! 1. **Start** ([`Start`]): one [`Ingress`] per alive node, pinned to it,
+//!    each told to listen; their addresses are the answer.
+//! 2. **Deploy** ([`Deploy`]): the new version's replicas are spawned
+//!    (restarted by the runtime up to [`REPLICA_RESTARTS`] times if their
+//!    process dies) and asked for their health until all pass, one says
+//!    it could not be built, or [`STARTUP_TIMEOUT`] passes (then the new
+//!    replicas are stopped and the old version, if any, serves on). Then
+//!    the routes are published to every ingress, and the old version's
+//!    replicas drained ([`Drain`], up to [`DRAIN_TIMEOUT`]) and stopped:
+//!    a redeploy is a rolling update.
+//! 3. **Health** every [`HEALTH_PERIOD`]: each replica is asked within
+//!    [`HEALTH_TIMEOUT`]; one that fails is routed around until it passes;
+//!    one dead for good is replaced. Each ingress is told to listen (a
+//!    no-op unless it was restarted) and sent the routes.
+//! 4. **Shutdown** ([`Shutdown`]): replicas and ingresses are stopped.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures::future::join_all;
+use nimbus::actor::{self, ActorHandle, CallError, SpawnOptions, Strategy};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Application, HttpOptions};
+use crate::error::ControllerError;
+use crate::ingress::{Ingress, IngressArgs, Listen, RouteWire, SetRoutes};
+use crate::replica::{Drain, Health, HealthError, Replica, ReplicaArgs};
+use crate::status::{DeploymentStatus, IngressAddress, ReplicaStatus, ServeStatus};
+
+/// How often replicas are health-checked and routes republished.
+pub const HEALTH_PERIOD: Duration = Duration::from_secs(1);
+/// How long a health check may take before it counts as failed.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a new version's replicas have to become healthy.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long an old version's replica has to finish its requests.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the runtime restarts a replica whose process died.
+pub const REPLICA_RESTARTS: u32 = 1_000;
+/// How often the runtime restarts an ingress whose process died.
+pub const INGRESS_RESTARTS: u32 = 1_000;
+
+/// Reconciles deployed applications with their replicas.
+pub struct Controller {
+    state: Rc<RefCell<State>>,
+}
+
+struct State {
+    http: HttpOptions,
+    ingresses: Vec<(String, ActorHandle<Ingress>, Option<SocketAddr>)>,
+    applications: Vec<Running>,
+    checking: bool,
+}
+
+struct Running {
+    app: Application,
+    replicas: Vec<ReplicaEntry>,
+}
+
+struct ReplicaEntry {
+    handle: ActorHandle<Replica>,
+    healthy: bool,
+    error: Option<String>,
+}
+
+impl Actor for Controller {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(HEALTH_PERIOD, |controller, ctx| {
+            let state = controller.state.clone();
+            if std::mem::replace(&mut state.borrow_mut().checking, true) {
+                return;
+            }
+            ctx.spawn(
+                async move {
+                    check_health(&state).await;
+                    publish(&state).await;
+                    state.borrow_mut().checking = false;
+                }
+                .into_actor(controller),
+            );
+        });
+    }
+}
+
+impl Controller {
+    fn new(http: HttpOptions) -> Self {
+        Controller {
+            state: Rc::new(RefCell::new(State {
+                http,
+                ingresses: Vec::new(),
+                applications: Vec::new(),
+                checking: false,
+            })),
+        }
+    }
+}
+
+nimbus::remote_actor!(Controller, args: HttpOptions, new: Controller::new, handles: [Start, Deploy, Delete, Status, Shutdown]);
+
+/// Starts an ingress on every alive node; answers their addresses.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<Vec<IngressAddress>, ControllerError>")]
+pub struct Start;
+
+nimbus::remote_message!(Start);
+
+impl Handler<Start> for Controller {
+    type Result = ResponseFuture<Result<Vec<IngressAddress>, ControllerError>>;
+
+    fn handle(&mut self, _: Start, _: &mut Context<Self>) -> Self::Result {
+        let state = self.state.clone();
+        Box::pin(async move {
+            let http = state.borrow().http.clone();
+            let status =
+                nimbus::library::cluster_status()
+                    .await
+                    .map_err(|e| ControllerError::Spawn {
+                        what: "the HTTP ingresses".into(),
+                        detail: e.to_string(),
+                    })?;
+            let nodes: Vec<String> = status.alive().map(|node| node.id.clone()).collect();
+            let spawned = join_all(nodes.iter().map(|node| {
+                let args = IngressArgs {
+                    node: node.clone(),
+                    host: http.host.clone(),
+                    port: http.port,
+                    max_body_bytes: http.max_body_bytes,
+                    request_timeout: http.request_timeout,
+                };
+                let options = SpawnOptions::default()
+                    .num_cpus(0.0)
+                    .strategy(Strategy::Node(node.clone()))
+                    .max_restarts(INGRESS_RESTARTS);
+                actor::spawn::<Ingress>(args, options)
+            }))
+            .await;
+            let mut ingresses = Vec::new();
+            let mut failure = None;
+            for (node, spawned) in nodes.into_iter().zip(spawned) {
+                match spawned {
+                    Ok(handle) => ingresses.push((node, handle)),
+                    Err(e) => {
+                        failure.get_or_insert(ControllerError::Spawn {
+                            what: format!("the HTTP ingress on node {node}"),
+                            detail: e.to_string(),
+                        });
+                    }
+                }
+            }
+            let listened = join_all(ingresses.iter().map(|(_, handle)| handle.send(Listen))).await;
+            let mut addresses = Vec::new();
+            for ((node, handle), listened) in ingresses.iter().zip(listened) {
+                let detail = match listened {
+                    Ok(Ok(address)) => {
+                        addresses.push(IngressAddress {
+                            node: node.clone(),
+                            address,
+                        });
+                        continue;
+                    }
+                    Ok(Err(detail)) => detail,
+                    Err(e) => e.to_string(),
+                };
+                failure.get_or_insert(ControllerError::Listen {
+                    node: node.clone(),
+                    address: format!("{}:{}", http.host, http.port),
+                    detail,
+                });
+                let _ = handle.kill().await;
+            }
+            if let Some(failure) = failure {
+                join_all(ingresses.iter().map(|(_, handle)| handle.kill())).await;
+                return Err(failure);
+            }
+            state.borrow_mut().ingresses = ingresses
+                .into_iter()
+                .zip(&addresses)
+                .map(|((node, handle), address)| (node, handle, Some(address.address)))
+                .collect();
+            Ok(addresses)
+        })
+    }
+}
+
+/// Deploys an application (replacing the one of the same name).
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), ControllerError>")]
+pub struct Deploy(pub(crate) Application);
+
+nimbus::remote_message!(Deploy);
+
+impl Handler<Deploy> for Controller {
+    type Result = ResponseFuture<Result<(), ControllerError>>;
+
+    fn handle(&mut self, Deploy(app): Deploy, _: &mut Context<Self>) -> Self::Result {
+        let state = self.state.clone();
+        Box::pin(async move {
+            if let Some(by) = state.borrow().applications.iter().find(|running| {
+                running.app.route_prefix == app.route_prefix && running.app.name != app.name
+            }) {
+                return Err(ControllerError::RouteTaken {
+                    prefix: app.route_prefix.clone(),
+                    by: by.app.name.clone(),
+                    application: app.name.clone(),
+                });
+            }
+            let replicas = start_replicas(&app).await?;
+            let old = {
+                let mut state = state.borrow_mut();
+                let running = Running { app, replicas };
+                match state
+                    .applications
+                    .iter_mut()
+                    .find(|old| old.app.name == running.app.name)
+                {
+                    Some(old) => Some(std::mem::replace(old, running)),
+                    None => {
+                        state.applications.push(running);
+                        None
+                    }
+                }
+            };
+            publish(&state).await;
+            if let Some(old) = old {
+                stop_replicas(old.replicas, true).await;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Spawns `app`'s replicas and waits until each is healthy; stops them
+/// all if one cannot be built or the startup timeout passes.
+async fn start_replicas(app: &Application) -> Result<Vec<ReplicaEntry>, ControllerError> {
+    let args = ReplicaArgs {
+        kind: app.kind.clone(),
+        init: app.init.clone(),
+        max_ongoing: app.max_ongoing,
+    };
+    let options = SpawnOptions::default()
+        .num_cpus(app.num_cpus)
+        .num_gpus(app.num_gpus)
+        .max_restarts(REPLICA_RESTARTS)
+        .max_in_flight(app.max_ongoing.saturating_mul(64).max(1_024));
+    let spawned = join_all(
+        (0..app.num_replicas).map(|_| actor::spawn::<Replica>(args.clone(), options.clone())),
+    )
+    .await;
+    let mut handles = Vec::new();
+    let mut failure = None;
+    for spawned in spawned {
+        match spawned {
+            Ok(handle) => handles.push(handle),
+            Err(e) => {
+                failure.get_or_insert(ControllerError::Spawn {
+                    what: format!("a replica of {}", app.name),
+                    detail: e.to_string(),
+                });
+            }
+        }
+    }
+    if failure.is_none() {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        let checks = join_all(handles.iter().map(|handle| wait_healthy(handle, deadline))).await;
+        if let Some(Err(detail)) = checks.into_iter().find(Result::is_err) {
+            failure = Some(ControllerError::Deploy {
+                deployment: app.name.clone(),
+                detail,
+            });
+        }
+    }
+    if let Some(failure) = failure {
+        join_all(handles.iter().map(ActorHandle::kill)).await;
+        return Err(failure);
+    }
+    Ok(handles
+        .into_iter()
+        .map(|handle| ReplicaEntry {
+            handle,
+            healthy: true,
+            error: None,
+        })
+        .collect())
+}
+
+/// Asks `replica` for its health until it passes, says it cannot be
+/// built, or `deadline` passes.
+async fn wait_healthy(replica: &ActorHandle<Replica>, deadline: Instant) -> Result<(), String> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let last = match replica
+            .send_with_deadline(Health, left.min(HEALTH_TIMEOUT))
+            .await
+        {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(HealthError::NotBuilt(e))) => return Err(e),
+            Ok(Err(HealthError::Unhealthy(e))) => format!("its health check failed: {e}"),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "replica {} was not healthy within {STARTUP_TIMEOUT:?}: {last}",
+                replica.id()
+            ));
+        }
+        tokio::time::sleep(HEALTH_PERIOD.min(deadline.saturating_duration_since(Instant::now())))
+            .await;
+    }
+}
+
+/// Stops replicas, draining them first if `drain`.
+async fn stop_replicas(replicas: Vec<ReplicaEntry>, drain: bool) {
+    join_all(replicas.into_iter().map(|replica| async move {
+        if drain {
+            if let Err(e) = replica
+                .handle
+                .send_with_deadline(Drain, DRAIN_TIMEOUT)
+                .await
+            {
+                tracing::warn!(replica = %replica.handle.id(), "not drained: {e}");
+            }
+        }
+        if let Err(e) = replica.handle.kill().await {
+            tracing::warn!(replica = %replica.handle.id(), "not stopped: {e}");
+        }
+    }))
+    .await;
+}
+
+/// Stops an application.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), ControllerError>")]
+pub struct Delete(pub(crate) String);
+
+nimbus::remote_message!(Delete);
+
+impl Handler<Delete> for Controller {
+    type Result = ResponseFuture<Result<(), ControllerError>>;
+
+    fn handle(&mut self, Delete(name): Delete, _: &mut Context<Self>) -> Self::Result {
+        let state = self.state.clone();
+        Box::pin(async move {
+            let running = {
+                let mut state = state.borrow_mut();
+                let index = state
+                    .applications
+                    .iter()
+                    .position(|running| running.app.name == name)
+                    .ok_or(ControllerError::NoApplication(name))?;
+                state.applications.remove(index)
+            };
+            publish(&state).await;
+            stop_replicas(running.replicas, true).await;
+            Ok(())
+        })
+    }
+}
+
+/// Asks the state of serving.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "ServeStatus")]
+pub struct Status;
+
+nimbus::remote_message!(Status);
+
+impl Handler<Status> for Controller {
+    type Result = MessageResult<Status>;
+
+    fn handle(&mut self, _: Status, _: &mut Context<Self>) -> Self::Result {
+        let state = self.state.borrow();
+        MessageResult(ServeStatus {
+            ingresses: state
+                .ingresses
+                .iter()
+                .filter_map(|(node, _, address)| {
+                    address.map(|address| IngressAddress {
+                        node: node.clone(),
+                        address,
+                    })
+                })
+                .collect(),
+            applications: state
+                .applications
+                .iter()
+                .map(|running| DeploymentStatus {
+                    name: running.app.name.clone(),
+                    route_prefix: running.app.route_prefix.clone(),
+                    replicas: running
+                        .replicas
+                        .iter()
+                        .map(|replica| ReplicaStatus {
+                            id: replica.handle.id(),
+                            healthy: replica.healthy,
+                            error: replica.error.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Stops every replica and ingress.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+nimbus::remote_message!(Shutdown);
+
+impl Handler<Shutdown> for Controller {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> Self::Result {
+        let state = self.state.clone();
+        Box::pin(async move {
+            let (applications, ingresses) = {
+                let mut state = state.borrow_mut();
+                (
+                    std::mem::take(&mut state.applications),
+                    std::mem::take(&mut state.ingresses),
+                )
+            };
+            let replicas = applications
+                .into_iter()
+                .flat_map(|running| running.replicas);
+            stop_replicas(replicas.collect(), false).await;
+            for (node, ingress, _) in ingresses {
+                if let Err(e) = ingress.kill().await {
+                    tracing::warn!(%node, "the HTTP ingress was not stopped: {e}");
+                }
+            }
+        })
+    }
+}
+
+/// One health round: every replica asked; the dead for good replaced.
+async fn check_health(state: &Rc<RefCell<State>>) {
+    let replicas: Vec<(String, ActorHandle<Replica>)> = state
+        .borrow()
+        .applications
+        .iter()
+        .flat_map(|running| {
+            running
+                .replicas
+                .iter()
+                .map(|replica| (running.app.name.clone(), replica.handle.clone()))
+        })
+        .collect();
+    let checks = join_all(replicas.iter().map(|(_, handle)| async move {
+        match handle.send_with_deadline(Health, HEALTH_TIMEOUT).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err((e.to_string(), false)),
+            Err(e @ (CallError::ActorDead { .. } | CallError::NodeLost { .. })) => {
+                let gone = matches!(handle.death().await, Ok(Some(_)));
+                Err((e.to_string(), gone))
+            }
+            Err(e) => Err((e.to_string(), false)),
+        }
+    }))
+    .await;
+    let mut gone = Vec::new();
+    {
+        let mut state = state.borrow_mut();
+        for ((application, handle), check) in replicas.into_iter().zip(checks) {
+            let Some(entry) = state
+                .applications
+                .iter_mut()
+                .flat_map(|running| running.replicas.iter_mut())
+                .find(|entry| entry.handle.id() == handle.id())
+            else {
+                continue;
+            };
+            match check {
+                Ok(()) => {
+                    entry.healthy = true;
+                    entry.error = None;
+                }
+                Err((error, dead)) => {
+                    if entry.healthy {
+                        tracing::warn!(%application, replica = %handle.id(), "unhealthy: {error}");
+                    }
+                    entry.healthy = false;
+                    entry.error = Some(error);
+                    if dead {
+                        gone.push((application, handle.id()));
+                    }
+                }
+            }
+        }
+    }
+    for (application, id) in gone {
+        replace(state, &application, id).await;
+    }
+}
+
+/// Replaces replica `id` of `application`, dead for good, by a new one.
+async fn replace(state: &Rc<RefCell<State>>, application: &str, id: nimbus::cluster::ActorId) {
+    let Some(app) = state
+        .borrow()
+        .applications
+        .iter()
+        .find(|running| running.app.name == application)
+        .map(|running| running.app.clone())
+    else {
+        return;
+    };
+    let one = Application {
+        num_replicas: 1,
+        ..app
+    };
+    match start_replicas(&one).await {
+        Ok(mut started) => {
+            let mut state = state.borrow_mut();
+            let slot = state
+                .applications
+                .iter_mut()
+                .filter(|running| running.app.name == application)
+                .flat_map(|running| running.replicas.iter_mut())
+                .find(|entry| entry.handle.id() == id);
+            match (slot, started.pop()) {
+                (Some(slot), Some(new)) => {
+                    tracing::info!(%application, old = %id, new = %new.handle.id(), "replica replaced");
+                    *slot = new;
+                }
+                (_, Some(new)) => drop(new),
+                _ => {}
+            }
+        }
+        Err(e) => tracing::warn!(%application, "a dead replica could not be replaced: {e}"),
+    }
+}
+
+/// Tells every ingress to listen (a restarted one starts again) and sends
+/// it the routes.
+async fn publish(state: &Rc<RefCell<State>>) {
+    let (routes, ingresses) = {
+        let state = state.borrow();
+        let routes: Vec<RouteWire> = state
+            .applications
+            .iter()
+            .map(|running| RouteWire {
+                prefix: running.app.route_prefix.clone(),
+                deployment: running.app.name.clone(),
+                max_ongoing: running.app.max_ongoing,
+                max_queued: running.app.max_queued,
+                replicas: running
+                    .replicas
+                    .iter()
+                    .map(|replica| (replica.handle.clone(), replica.healthy))
+                    .collect(),
+            })
+            .collect();
+        let ingresses: Vec<(String, ActorHandle<Ingress>)> = state
+            .ingresses
+            .iter()
+            .map(|(node, handle, _)| (node.clone(), handle.clone()))
+            .collect();
+        (routes, ingresses)
+    };
+    join_all(ingresses.iter().map(|(node, ingress)| {
+        let routes = routes.clone();
+        async move {
+            let sent = async {
+                ingress
+                    .send_with_deadline(Listen, HEALTH_TIMEOUT)
+                    .await?
+                    .ok();
+                ingress
+                    .send_with_deadline(SetRoutes(routes), HEALTH_TIMEOUT)
+                    .await
+            };
+            if let Err(e) = sent.await {
+                tracing::warn!(%node, "the HTTP ingress did not take the routes: {e}");
+            }
+        }
+    }))
+    .await;
+}

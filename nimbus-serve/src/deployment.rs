@@ -1,0 +1,197 @@
+//! Deployments: the user's type a replica hosts, registered by its stable
+//! name in every process of the program (replicas run the same binary), and
+//! its type-erased form the replica actor calls with a request's JSON body.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::{self, LocalBoxFuture};
+use futures::FutureExt;
+use nimbus::actor::Registry;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::HandlerError;
+
+/// A model (or anything else) served over HTTP: each replica builds one
+/// from the deployment's init arguments and calls it once per request.
+///
+/// Calls run concurrently on the replica's thread (up to the deployment's
+/// `max_ongoing_requests`), so `call` takes `&self`: keep mutable state in
+/// a `Cell` or `RefCell`. A request's JSON body (an empty body reads as
+/// `null`) is decoded into `Request`; the `Response` is sent back as JSON.
+///
+/// ```
+/// use nimbus_serve::{Deployment, HandlerError};
+/// struct Echo;
+/// impl Deployment for Echo {
+///     const NAME: &'static str = "example.Echo";
+///     type Init = ();
+///     type Request = serde_json::Value;
+///     type Response = serde_json::Value;
+///     fn new(_: ()) -> Result<Self, String> {
+///         Ok(Echo)
+///     }
+///     async fn call(&self, request: serde_json::Value) -> Result<serde_json::Value, HandlerError> {
+///         Ok(request)
+///     }
+/// }
+/// ```
+pub trait Deployment: Sized + 'static {
+    /// Stable name, the same in every build of the program that registers it.
+    const NAME: &'static str;
+    /// What each replica is built from (sent to every replica).
+    type Init: Serialize + DeserializeOwned + Send + 'static;
+    /// A request's body, decoded from JSON.
+    type Request: DeserializeOwned + 'static;
+    /// A response's body, encoded as JSON.
+    type Response: Serialize + 'static;
+
+    /// Builds a replica (loads the model). An `Err` fails the deployment
+    /// with its text.
+    fn new(init: Self::Init) -> Result<Self, String>;
+
+    /// Answers one request.
+    fn call(
+        &self,
+        request: Self::Request,
+    ) -> impl Future<Output = Result<Self::Response, HandlerError>>;
+
+    /// Whether this replica can serve (asked every health period); an
+    /// `Err` takes it out of routing until a later check passes.
+    fn check_health(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A request's outcome as HTTP: a status and a JSON body.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) status: u16,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Outcome {
+    pub(crate) fn error(status: u16, message: &str) -> Self {
+        Outcome {
+            status,
+            body: serde_json::json!({ "error": message })
+                .to_string()
+                .into_bytes(),
+        }
+    }
+}
+
+/// A deployment built in its replica, behind its erased calls.
+pub(crate) trait Hosted {
+    /// Decodes `body`, calls the deployment, encodes its answer; a panic
+    /// of the user's code is a 500 for this request only.
+    fn call(&self, body: &[u8]) -> LocalBoxFuture<'static, Outcome>;
+    /// The deployment's health check.
+    fn check_health(&self) -> Result<(), String>;
+}
+
+struct Typed<D>(Rc<D>);
+
+impl<D: Deployment> Hosted for Typed<D> {
+    fn call(&self, body: &[u8]) -> LocalBoxFuture<'static, Outcome> {
+        let body = if body.iter().all(u8::is_ascii_whitespace) {
+            &b"null"[..]
+        } else {
+            body
+        };
+        let request: D::Request = match serde_json::from_slice(body) {
+            Ok(request) => request,
+            Err(e) => {
+                let message = format!("the request body is not a valid {} request: {e}", D::NAME);
+                return future::ready(Outcome::error(400, &message)).boxed_local();
+            }
+        };
+        let deployment = self.0.clone();
+        let answer = async move { deployment.call(request).await };
+        CaughtPanic(answer.boxed_local())
+            .map(|answered| match answered {
+                Ok(Ok(response)) => match serde_json::to_vec(&response) {
+                    Ok(body) => Outcome { status: 200, body },
+                    Err(e) => {
+                        Outcome::error(500, &format!("the response could not be encoded: {e}"))
+                    }
+                },
+                Ok(Err(HandlerError::BadRequest(message))) => Outcome::error(400, &message),
+                Ok(Err(HandlerError::Failed(message))) => Outcome::error(500, &message),
+                Err(panic) => Outcome::error(500, &format!("the handler panicked: {panic}")),
+            })
+            .boxed_local()
+    }
+
+    fn check_health(&self) -> Result<(), String> {
+        nimbus::library::catch_panic(|| self.0.check_health())
+            .unwrap_or_else(|panic| Err(format!("the health check panicked: {panic}")))
+    }
+}
+
+/// A future whose panics, in any poll, are its output's `Err` (the text),
+/// caught as `nimbus::library::catch_panic` does, so the worker lives on.
+struct CaughtPanic<T>(LocalBoxFuture<'static, T>);
+
+impl<T> Future for CaughtPanic<T> {
+    type Output = Result<T, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = AssertUnwindSafe(&mut self.0);
+        match nimbus::library::catch_panic(move || { inner }.0.as_mut().poll(cx)) {
+            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+/// Builds a deployment from its init arguments (MessagePack).
+type Build = Arc<dyn Fn(&[u8]) -> Result<Box<dyn Hosted>, String> + Send + Sync>;
+
+/// The deployments a program registered, by name (its table in the
+/// [`Registry`]).
+#[derive(Clone, Default)]
+pub(crate) struct DeploymentTable(HashMap<&'static str, Build>);
+
+impl DeploymentTable {
+    /// Builds deployment `name` from `init`, in this process.
+    pub(crate) fn build(name: &str, init: &[u8]) -> Result<Box<dyn Hosted>, String> {
+        let registry = nimbus::library::registry().ok_or("this worker is not initialised")?;
+        let build = registry
+            .table::<DeploymentTable>()
+            .and_then(|table| table.0.get(name).cloned())
+            .ok_or_else(|| {
+                format!("this binary registers no deployment {name} (Registry::deployment)")
+            })?;
+        nimbus::library::catch_panic(|| build(init))
+            .unwrap_or_else(|panic| Err(format!("its constructor panicked: {panic}")))
+    }
+}
+
+/// Registers deployments on a program's [`Registry`].
+pub trait RegistryExt {
+    /// Registers deployment type `D`, so replicas (which run this binary)
+    /// can build it.
+    fn deployment<D: Deployment>(self) -> Self;
+}
+
+impl RegistryExt for Registry {
+    fn deployment<D: Deployment>(self) -> Self {
+        let build: Build = Arc::new(|init: &[u8]| {
+            let init: D::Init = rmp_serde::from_slice(init)
+                .map_err(|e| format!("its init arguments do not decode: {e}"))?;
+            let hosted: Box<dyn Hosted> = Box::new(Typed(Rc::new(D::new(init)?)));
+            Ok(hosted)
+        });
+        self.extend(|table: &mut DeploymentTable| {
+            table.0.insert(D::NAME, build);
+        })
+    }
+}

@@ -1,0 +1,201 @@
+//! `Replica`: the actor, one per worker process, that hosts one instance
+//! of a deployment and answers its requests.
+//!
+//! 1. Built, on its first message, from the deployment's name and init arguments
+//!    (`DeploymentTable::build`); a constructor that fails leaves the
+//!    replica unhealthy with the constructor's error, for the controller
+//!    to report.
+//! 2. A [`Request`] runs concurrently with the others, up to
+//!    `max_ongoing`; past it the replica answers [`Answer::Full`] at once
+//!    and the ingress tries another replica or queues the request.
+//! 3. Every answer carries the replica's ongoing count after it, which the
+//!    ingresses' power-of-two-choices routing reads (no extra round trip).
+//! 4. [`Drain`] answers once no request is ongoing: an old version's
+//!    replica is drained, then stopped, in a rolling update.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use crate::deployment::{DeploymentTable, Hosted, Outcome};
+
+/// Hosts one instance of a deployment.
+pub struct Replica {
+    args: ReplicaArgs,
+    /// Built on the first message (the worker's registry is installed
+    /// after its actor is created).
+    hosted: Option<Result<Rc<dyn Hosted>, String>>,
+    ongoing: Rc<Cell<u32>>,
+    idle: Rc<Notify>,
+    max_ongoing: u32,
+}
+
+impl Actor for Replica {
+    type Context = Context<Self>;
+}
+
+/// What a replica is built from.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReplicaArgs {
+    /// The deployment type's registered name (`Deployment::NAME`).
+    pub(crate) kind: String,
+    /// Its init arguments, MessagePack.
+    #[serde(with = "serde_bytes")]
+    pub(crate) init: Vec<u8>,
+    /// Requests it runs at once.
+    pub(crate) max_ongoing: u32,
+}
+
+impl Replica {
+    fn new(args: ReplicaArgs) -> Self {
+        Replica {
+            max_ongoing: args.max_ongoing.max(1),
+            args,
+            hosted: None,
+            ongoing: Rc::new(Cell::new(0)),
+            idle: Rc::new(Notify::new()),
+        }
+    }
+
+    /// The deployment, built on first use.
+    fn hosted(&mut self) -> &Result<Rc<dyn Hosted>, String> {
+        let args = &self.args;
+        self.hosted.get_or_insert_with(|| {
+            let hosted = DeploymentTable::build(&args.kind, &args.init)
+                .map(Rc::from)
+                .map_err(|e| format!("replica of {} cannot be built: {e}", args.kind));
+            if let Err(e) = &hosted {
+                tracing::error!("{e}");
+            }
+            hosted
+        })
+    }
+}
+
+nimbus::remote_actor!(Replica, args: ReplicaArgs, new: Replica::new, handles: [Request, Health, Drain]);
+
+/// One HTTP request's body, for the deployment.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Answer")]
+pub struct Request {
+    #[serde(with = "serde_bytes")]
+    pub(crate) body: Vec<u8>,
+}
+
+nimbus::remote_message!(Request);
+
+/// A replica's answer to a [`Request`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Answer {
+    /// Answered: the HTTP status and JSON body, and the replica's ongoing
+    /// requests after it.
+    Done {
+        /// HTTP status.
+        status: u16,
+        /// JSON body.
+        #[serde(with = "serde_bytes")]
+        body: Vec<u8>,
+        /// Requests still ongoing on the replica.
+        ongoing: u32,
+    },
+    /// Not run: the replica has `max_ongoing` requests already.
+    Full {
+        /// Requests ongoing on the replica.
+        ongoing: u32,
+    },
+}
+
+impl Handler<Request> for Replica {
+    type Result = ResponseFuture<Answer>;
+
+    fn handle(&mut self, request: Request, _: &mut Context<Self>) -> Self::Result {
+        let hosted = match self.hosted() {
+            Ok(hosted) => hosted.clone(),
+            Err(e) => {
+                let outcome = Outcome::error(503, e);
+                let answer = Answer::Done {
+                    status: outcome.status,
+                    body: outcome.body,
+                    ongoing: 0,
+                };
+                return Box::pin(async move { answer });
+            }
+        };
+        let ongoing = self.ongoing.clone();
+        if ongoing.get() >= self.max_ongoing {
+            let answer = Answer::Full {
+                ongoing: ongoing.get(),
+            };
+            return Box::pin(async move { answer });
+        }
+        ongoing.set(ongoing.get() + 1);
+        let idle = self.idle.clone();
+        let call = hosted.call(&request.body);
+        Box::pin(async move {
+            let outcome = call.await;
+            ongoing.set(ongoing.get() - 1);
+            if ongoing.get() == 0 {
+                idle.notify_waiters();
+            }
+            Answer::Done {
+                status: outcome.status,
+                body: outcome.body,
+                ongoing: ongoing.get(),
+            }
+        })
+    }
+}
+
+/// Asks whether the replica was built and its deployment's health check
+/// passes.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), HealthError>")]
+pub struct Health;
+
+/// Why a replica cannot serve.
+#[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
+pub enum HealthError {
+    /// Its deployment could not be built (for good: the constructor's error).
+    #[error("{0}")]
+    NotBuilt(String),
+    /// Its deployment's health check failed (it may pass later).
+    #[error("{0}")]
+    Unhealthy(String),
+}
+
+nimbus::remote_message!(Health);
+
+impl Handler<Health> for Replica {
+    type Result = Result<(), HealthError>;
+
+    fn handle(&mut self, _: Health, _: &mut Context<Self>) -> Self::Result {
+        let hosted = self
+            .hosted()
+            .as_ref()
+            .map_err(|e| HealthError::NotBuilt(e.clone()))?;
+        hosted.check_health().map_err(HealthError::Unhealthy)
+    }
+}
+
+/// Answers once the replica has no request ongoing.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct Drain;
+
+nimbus::remote_message!(Drain);
+
+impl Handler<Drain> for Replica {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Drain, _: &mut Context<Self>) -> Self::Result {
+        let (ongoing, idle) = (self.ongoing.clone(), self.idle.clone());
+        Box::pin(async move {
+            while ongoing.get() > 0 {
+                idle.notified().await;
+            }
+        })
+    }
+}

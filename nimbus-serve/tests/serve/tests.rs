@@ -1,0 +1,451 @@
+//! The tests, and the deployment their replicas host.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nimbus::actor::Registry;
+use nimbus_serve::{
+    Application, ControllerError, Deployment, HandlerError, HttpOptions, RegistryExt, Serve,
+    ServeError,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::harness::{boxed, Test};
+
+pub const ALL: &[(&str, Test)] = &[
+    ("routes_across_replicas_and_ingresses", |d| {
+        boxed(routes_across_replicas_and_ingresses(d))
+    }),
+    ("bad_input_gets_clear_answers", |d| {
+        boxed(bad_input_gets_clear_answers(d))
+    }),
+    ("overload_is_refused_with_retry_after", |d| {
+        boxed(overload_is_refused_with_retry_after(d))
+    }),
+    ("failed_constructor_fails_the_deploy", |d| {
+        boxed(failed_constructor_fails_the_deploy(d))
+    }),
+    ("rolling_update_under_load_fails_nothing", |d| {
+        boxed(rolling_update_under_load_fails_nothing(d))
+    }),
+    ("killed_replica_is_restarted_under_load", |d| {
+        boxed(killed_replica_is_restarted_under_load(d))
+    }),
+];
+
+pub fn registry() -> Registry {
+    Registry::new().deployment::<Probe>()
+}
+
+/// Answers with its process id and its version (the init argument); sums
+/// `x` (which must hold 3 numbers); panics or holds on request.
+struct Probe {
+    version: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct Ask {
+    x: Option<Vec<f32>>,
+    panic: bool,
+    hold_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+struct Reply {
+    pid: u32,
+    version: String,
+    sum: f32,
+}
+
+impl Deployment for Probe {
+    const NAME: &'static str = "serve_tests.Probe";
+    type Init = String;
+    type Request = Option<Ask>;
+    type Response = Reply;
+
+    fn new(version: String) -> Result<Self, String> {
+        if version == "fail" {
+            return Err("refused to start: the model file is missing".into());
+        }
+        Ok(Probe { version })
+    }
+
+    async fn call(&self, ask: Option<Ask>) -> Result<Reply, HandlerError> {
+        let ask = ask.unwrap_or_default();
+        if ask.panic {
+            panic!("asked to panic");
+        }
+        if ask.hold_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ask.hold_ms)).await;
+        }
+        let sum = match ask.x {
+            Some(x) if x.len() != 3 => {
+                return Err(HandlerError::BadRequest(format!(
+                    "x must hold 3 numbers, got {}",
+                    x.len()
+                )))
+            }
+            Some(x) => x.iter().sum(),
+            None => 0.0,
+        };
+        Ok(Reply {
+            pid: std::process::id(),
+            version: self.version.clone(),
+            sum,
+        })
+    }
+}
+
+fn probe(version: &str) -> Application {
+    Application::new::<Probe>(version.to_string())
+        .unwrap()
+        .route_prefix("/probe")
+        .num_cpus(0.5)
+}
+
+async fn start() -> Serve {
+    Serve::start(HttpOptions::default().port(0)).await.unwrap()
+}
+
+/// One HTTP answer: status, `Retry-After`, body.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    retry_after: Option<String>,
+    body: String,
+}
+
+impl Answer {
+    fn reply(&self) -> Reply {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{self:?}: {e}"))
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+fn post_with(agent: &ureq::Agent, url: &str, body: &str) -> Answer {
+    let mut response = agent
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body)
+        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    Answer {
+        status: response.status().as_u16(),
+        retry_after: response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_string()),
+        body: response.body_mut().read_to_string().unwrap(),
+    }
+}
+
+/// POSTs `body` to `url` from a blocking thread.
+async fn post(url: String, body: String) -> Answer {
+    tokio::task::spawn_blocking(move || post_with(&agent(), &url, &body))
+        .await
+        .unwrap()
+}
+
+/// `threads` clients POSTing `body` to `url` in a loop until `stop`.
+fn load(
+    url: String,
+    body: &str,
+    threads: usize,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Answer>> {
+    let body = body.to_string();
+    tokio::task::spawn_blocking(move || {
+        let clients: Vec<_> = (0..threads)
+            .map(|_| {
+                let (url, body, stop) = (url.clone(), body.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let agent = agent();
+                    let mut answers = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        answers.push(post_with(&agent, &url, &body));
+                    }
+                    answers
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .flat_map(|client| client.join().unwrap())
+            .collect()
+    })
+}
+
+/// Waits until `done` holds for the serve status, failing after `within`.
+async fn wait_status(
+    serve: &Serve,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&nimbus_serve::ServeStatus) -> bool,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let status = serve.status().await.unwrap();
+        if done(&status) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} not within {within:?}: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn routes_across_replicas_and_ingresses(_: &mut nimbus::Driver) {
+    let serve = start().await;
+    let addresses = serve.addresses();
+    assert_eq!(addresses.len(), 2, "one ingress per node: {addresses:?}");
+    serve.run(probe("v1").num_replicas(2)).await.unwrap();
+    let mut pids = BTreeSet::new();
+    for address in &addresses {
+        let stop = Arc::new(AtomicBool::new(false));
+        let running = load(
+            format!("http://{address}/probe/sum"),
+            r#"{"x": [1, 2, 3.5]}"#,
+            4,
+            stop.clone(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let answers = running.await.unwrap();
+        assert!(answers.len() >= 8, "{} answers", answers.len());
+        for answer in answers {
+            assert_eq!(answer.status, 200, "{answer:?}");
+            let reply = answer.reply();
+            assert_eq!(reply.sum, 6.5);
+            assert_eq!(reply.version, "v1");
+            pids.insert(reply.pid);
+        }
+    }
+    assert_eq!(pids.len(), 2, "both replicas answered: {pids:?}");
+    // An empty body reads as `null`.
+    let empty = post(format!("http://{}/probe", addresses[0]), String::new()).await;
+    assert_eq!(empty.status, 200, "{empty:?}");
+    let status = serve.status().await.unwrap();
+    assert_eq!(status.applications.len(), 1);
+    assert!(
+        status.applications[0].replicas.iter().all(|r| r.healthy),
+        "{status:?}"
+    );
+    serve.shutdown().await.unwrap();
+}
+
+async fn bad_input_gets_clear_answers(_: &mut nimbus::Driver) {
+    let serve = Serve::start(HttpOptions::default().port(0).max_body_bytes(1024))
+        .await
+        .unwrap();
+    serve.run(probe("v1")).await.unwrap();
+    let base = format!("http://{}", serve.addresses()[0]);
+    let malformed = post(format!("{base}/probe"), "{\"x\": [1, 2".into()).await;
+    assert_eq!(malformed.status, 400, "{malformed:?}");
+    assert!(
+        malformed.body.contains("serve_tests.Probe"),
+        "{malformed:?}"
+    );
+    let unknown_field = post(format!("{base}/probe"), r#"{"y": 1}"#.into()).await;
+    assert_eq!(unknown_field.status, 400, "{unknown_field:?}");
+    assert!(
+        unknown_field.body.contains("unknown field"),
+        "{unknown_field:?}"
+    );
+    let shape = post(format!("{base}/probe"), r#"{"x": [1, 2]}"#.into()).await;
+    assert_eq!(shape.status, 400, "{shape:?}");
+    assert!(
+        shape.body.contains("x must hold 3 numbers, got 2"),
+        "{shape:?}"
+    );
+    let unrouted = post(format!("{base}/elsewhere"), "{}".into()).await;
+    assert_eq!(unrouted.status, 404, "{unrouted:?}");
+    assert!(unrouted.body.contains("/elsewhere"), "{unrouted:?}");
+    let near_miss = post(format!("{base}/prober"), "{}".into()).await;
+    assert_eq!(
+        near_miss.status, 404,
+        "a prefix matches whole segments: {near_miss:?}"
+    );
+    let large = post(
+        format!("{base}/probe"),
+        format!("{{\"x\": [{}]}}", "1,".repeat(1000) + "1"),
+    )
+    .await;
+    assert_eq!(large.status, 413, "{large:?}");
+    let before = post(format!("{base}/probe"), "{}".into()).await.reply().pid;
+    let panicked = post(format!("{base}/probe"), r#"{"panic": true}"#.into()).await;
+    assert_eq!(panicked.status, 500, "{panicked:?}");
+    assert!(panicked.body.contains("asked to panic"), "{panicked:?}");
+    let after = post(format!("{base}/probe"), "{}".into()).await;
+    assert_eq!(after.status, 200, "{after:?}");
+    assert_eq!(
+        after.reply().pid,
+        before,
+        "the replica that panicked serves on"
+    );
+    // Settings are checked before anything starts.
+    let bad_prefix = serve.run(probe("v1").route_prefix("probe/")).await;
+    assert!(
+        matches!(
+            bad_prefix,
+            Err(ServeError::Setting {
+                setting: "route_prefix",
+                ..
+            })
+        ),
+        "{bad_prefix:?}"
+    );
+    let taken = serve.run(probe("v1").name("another")).await;
+    assert!(
+        matches!(
+            taken,
+            Err(ServeError::Controller(ControllerError::RouteTaken { .. }))
+        ),
+        "{taken:?}"
+    );
+    serve.shutdown().await.unwrap();
+}
+
+async fn overload_is_refused_with_retry_after(_: &mut nimbus::Driver) {
+    let serve = start().await;
+    serve
+        .run(probe("v1").max_ongoing_requests(1).max_queued_requests(1))
+        .await
+        .unwrap();
+    let url = format!("http://{}/probe", serve.addresses()[0]);
+    let asks: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(post(url.clone(), r#"{"hold_ms": 1500}"#.into())))
+        .collect();
+    let mut statuses = Vec::new();
+    for ask in asks {
+        let answer = ask.await.unwrap();
+        if answer.status == 503 {
+            assert_eq!(answer.retry_after.as_deref(), Some("1"), "{answer:?}");
+            assert!(answer.body.contains("overloaded"), "{answer:?}");
+        }
+        statuses.push(answer.status);
+    }
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [200, 200, 503, 503],
+        "one runs, one waits, two are refused"
+    );
+    serve.shutdown().await.unwrap();
+}
+
+async fn failed_constructor_fails_the_deploy(_: &mut nimbus::Driver) {
+    let serve = start().await;
+    let failed = serve.run(probe("fail")).await;
+    match failed {
+        Err(ServeError::Controller(ControllerError::Deploy { deployment, detail })) => {
+            assert_eq!(deployment, "serve_tests.Probe");
+            assert!(detail.contains("the model file is missing"), "{detail}");
+        }
+        other => panic!("expected a failed deploy, got {other:?}"),
+    }
+    let answer = post(
+        format!("http://{}/probe", serve.addresses()[0]),
+        "{}".into(),
+    )
+    .await;
+    assert_eq!(answer.status, 404, "nothing serves: {answer:?}");
+    assert!(serve.status().await.unwrap().applications.is_empty());
+    serve.shutdown().await.unwrap();
+}
+
+async fn rolling_update_under_load_fails_nothing(_: &mut nimbus::Driver) {
+    let serve = start().await;
+    serve.run(probe("v1").num_replicas(2)).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let url = format!("http://{}/probe", serve.addresses()[0]);
+    let running = load(url.clone(), r#"{"hold_ms": 5}"#, 4, stop.clone());
+    serve.run(probe("v2").num_replicas(2)).await.unwrap();
+    let after = post(url, "{}".into()).await;
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(after.reply().version, "v2");
+    let answers = running.await.unwrap();
+    let failed: Vec<_> = answers.iter().filter(|a| a.status != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {:?}",
+        failed.len(),
+        answers.len(),
+        failed.first()
+    );
+    let versions: BTreeSet<String> = answers.iter().map(|a| a.reply().version).collect();
+    assert!(versions.contains("v1"), "{versions:?}");
+    let status = serve.status().await.unwrap();
+    assert_eq!(status.applications[0].replicas.len(), 2, "{status:?}");
+    serve.shutdown().await.unwrap();
+}
+
+async fn killed_replica_is_restarted_under_load(_: &mut nimbus::Driver) {
+    let serve = start().await;
+    serve.run(probe("v1").num_replicas(2)).await.unwrap();
+    let url = format!("http://{}/probe", serve.addresses()[0]);
+    let victim = post(url.clone(), "{}".into()).await.reply().pid;
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = load(url.clone(), r#"{"hold_ms": 5}"#, 4, stop.clone());
+    // SAFETY: a plain syscall on a process of this test's cluster.
+    assert_eq!(unsafe { libc_kill(victim as i32, 9) }, 0);
+    // The runtime restarts the replica's process; the controller's health
+    // check routes to it again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut pids = BTreeSet::new();
+    while pids.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no second replica answered after the kill: {pids:?}"
+        );
+        let answer = post(url.clone(), "{}".into()).await;
+        if answer.status == 200 {
+            let pid = answer.reply().pid;
+            if pid != victim {
+                pids.insert(pid);
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let answers = running.await.unwrap();
+    let failed: Vec<_> = answers.iter().filter(|a| a.status != 200).collect();
+    // At most the requests in flight on the killed replica fail (this
+    // ingress sends it at most max_ongoing_requests at once).
+    assert!(
+        failed.len() <= nimbus_serve::DEFAULT_MAX_ONGOING as usize,
+        "{} of {} failed: {:?}",
+        failed.len(),
+        answers.len(),
+        failed
+    );
+    for failure in failed {
+        assert_eq!(failure.status, 503, "{failure:?}");
+        assert_eq!(failure.retry_after.as_deref(), Some("1"));
+    }
+    wait_status(
+        &serve,
+        Duration::from_secs(30),
+        "both replicas healthy",
+        |status| status.applications[0].replicas.iter().all(|r| r.healthy),
+    )
+    .await;
+    serve.shutdown().await.unwrap();
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, signal: i32) -> i32;
+}
