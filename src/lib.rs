@@ -22,8 +22,8 @@
 //!    (features add their own tables), the process role, the worker boot
 //!    protocol.
 //! 7. [`library`]: the seam for libraries built on nimbus (`nimbus-train`,
-//!    `nimbus-data`; Serve and RL to come): fault and recovery reports, ending a
-//!    worker with a cause, the cluster's events, training-run reports,
+//!    `nimbus-data`, `nimbus-serve`; RL to come): fault and recovery reports,
+//!    ending a worker with a cause, the cluster's nodes and events, training-run reports,
 //!    private files.
 //! 8. [`launch`]: starting an actor's worker process on a node, shipping or
 //!    relaying the program binary (used by spawns and the head).

@@ -1,8 +1,8 @@
-//! The seam for libraries built on nimbus (`nimbus-train`, `nimbus-data`;
-//! Serve and RL to come): what a library needs from the runtime beyond the user API
+//! The seam for libraries built on nimbus (`nimbus-train`, `nimbus-data`,
+//! `nimbus-serve`; RL to come): what a library needs from the runtime beyond the user API
 //! (actors, tasks, objects, placement groups), in one documented place, so
 //! that a library is written against it rather than around it.
-//! `tests/nimbus/architecture.rs` holds `nimbus-train` and `nimbus-data` to it: no runtime,
+//! `tests/nimbus/architecture.rs` holds the library crates to it: no runtime,
 //! transport or wire internals, no raw control requests.
 //!
 //! - **Faults and recoveries**, for chaos timelines and the dashboard's
