@@ -12,7 +12,9 @@
 //! make run EXAMPLE=serve_bench ARGS="--ray ~/.cache/nimbus/ray-venv/bin/python"
 //! ```
 //!
-//! You should see `serve_echo_rps`, `serve_echo_p50_ms`,
+//! You should see `serve_echo_c1_p50_ms` and `serve_echo_batched_c1_p50_ms`
+//! (one connection, the same echo without and with dynamic batching:
+//! what batching adds at low load), `serve_echo_rps`, `serve_echo_p50_ms`,
 //! `serve_echo_p99_ms`; with `--ray`, `ray_serve_echo_rps`, its p50 and
 //! p99, and `serve_echo_rps_ratio` (nimbus / Ray) and
 //! `serve_echo_p99_ratio` (nimbus / Ray); then a last `summary:` line.
@@ -97,15 +99,35 @@ fn main() -> Result<()> {
             .num_replicas(args.replicas)
             .num_cpus(0.5);
         serve.run(app).await?;
-        let url = format!("http://{}/echo", serve.addresses()[0]);
-        let measured = tokio::task::spawn_blocking({
-            let (seconds, connections, threads) = (args.seconds, args.connections, args.threads);
-            move || measure(&url, seconds, connections, threads)
+        let batched = Application::new::<Echo>(())?
+            .name("batched")
+            .route_prefix("/batched")
+            .num_replicas(args.replicas)
+            .num_cpus(0.5)
+            .max_ongoing_requests(16)
+            .batching(16, Duration::from_millis(10));
+        serve.run(batched).await?;
+        let address = serve.addresses()[0];
+        let (seconds, connections, threads) = (args.seconds, args.connections, args.threads);
+        let measured = tokio::task::spawn_blocking(move || {
+            let echo = measure(
+                &format!("http://{address}/echo"),
+                seconds,
+                connections,
+                threads,
+            )?;
+            // One connection: what batching adds when the replica is idle.
+            let alone = measure(&format!("http://{address}/echo"), seconds, 1, 1)?;
+            let batched = measure(&format!("http://{address}/batched"), seconds, 1, 1)?;
+            anyhow::Ok((echo, alone, batched))
         })
         .await??;
         serve.shutdown().await?;
         anyhow::Ok(measured)
     })?;
+    let (nimbus, alone, batched) = nimbus;
+    println!("serve_echo_c1_p50_ms: {:.3} ms", alone.p50_ms);
+    println!("serve_echo_batched_c1_p50_ms: {:.3} ms", batched.p50_ms);
     println!("serve_echo_rps: {:.0} req/s", nimbus.rps);
     println!("serve_echo_p50_ms: {:.2} ms", nimbus.p50_ms);
     println!("serve_echo_p99_ms: {:.2} ms", nimbus.p99_ms);

@@ -107,6 +107,15 @@ pub struct Application {
     pub(crate) max_queued: u32,
     pub(crate) num_cpus: f64,
     pub(crate) num_gpus: f64,
+    pub(crate) batching: Option<Batching>,
+}
+
+/// Dynamic batching of an application's requests in each replica
+/// (`batcher.rs`).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Batching {
+    pub(crate) max_batch_size: u32,
+    pub(crate) max_wait: Duration,
 }
 
 impl Application {
@@ -129,6 +138,7 @@ impl Application {
             max_queued: DEFAULT_MAX_QUEUED,
             num_cpus: 1.0,
             num_gpus: 0.0,
+            batching: None,
         })
     }
 
@@ -176,7 +186,34 @@ impl Application {
         self
     }
 
+    /// Batches requests in each replica (its `Deployment::call_batch`): up
+    /// to `max_batch_size` gathered while the replica is busy, started at
+    /// once when it is idle, none waiting longer than `max_wait` for a
+    /// batch to start. `max_ongoing_requests` must be at least
+    /// `max_batch_size`.
+    pub fn batching(mut self, max_batch_size: u32, max_wait: Duration) -> Self {
+        self.batching = Some(Batching {
+            max_batch_size,
+            max_wait,
+        });
+        self
+    }
+
     pub(crate) fn check(&self) -> Result<(), ServeError> {
+        if let Some(batching) = self.batching {
+            if batching.max_batch_size == 0 {
+                return Err(setting("max_batch_size", "must be at least 1".into()));
+            }
+            if self.max_ongoing < batching.max_batch_size {
+                return Err(setting(
+                    "max_ongoing_requests",
+                    format!(
+                        "{} is below max_batch_size {}: a replica could never gather a full batch",
+                        self.max_ongoing, batching.max_batch_size
+                    ),
+                ));
+            }
+        }
         let prefix = &self.route_prefix;
         if !prefix.starts_with('/') || (prefix.len() > 1 && prefix.ends_with('/')) {
             return Err(setting(

@@ -62,6 +62,17 @@ pub trait Deployment: Sized + 'static {
         request: Self::Request,
     ) -> impl Future<Output = Result<Self::Response, HandlerError>>;
 
+    /// Answers a batch of requests, one result per request in order (used
+    /// when the application is deployed with `Application::batching`). The
+    /// default calls [`call`](Self::call) on each, concurrently; a model
+    /// overrides it to run one forward pass over the whole batch.
+    fn call_batch(
+        &self,
+        requests: Vec<Self::Request>,
+    ) -> impl Future<Output = Vec<Result<Self::Response, HandlerError>>> {
+        future::join_all(requests.into_iter().map(|request| self.call(request)))
+    }
+
     /// Whether this replica can serve (asked every health period); an
     /// `Err` takes it out of routing until a later check passes.
     fn check_health(&self) -> Result<(), String> {
@@ -92,6 +103,8 @@ pub(crate) trait Hosted {
     /// Decodes `body`, calls the deployment, encodes its answer; a panic
     /// of the user's code is a 500 for this request only.
     fn call(&self, body: &[u8]) -> LocalBoxFuture<'static, Outcome>;
+    /// The same for a batch: one outcome per body, in order.
+    fn call_batch(&self, bodies: Vec<Vec<u8>>) -> LocalBoxFuture<'static, Vec<Outcome>>;
     /// The deployment's health check.
     fn check_health(&self) -> Result<(), String>;
 }
@@ -100,38 +113,101 @@ struct Typed<D>(Rc<D>);
 
 impl<D: Deployment> Hosted for Typed<D> {
     fn call(&self, body: &[u8]) -> LocalBoxFuture<'static, Outcome> {
-        let body = if body.iter().all(u8::is_ascii_whitespace) {
-            &b"null"[..]
-        } else {
-            body
-        };
-        let request: D::Request = match serde_json::from_slice(body) {
+        let request = match decode::<D>(body) {
             Ok(request) => request,
-            Err(e) => {
-                let message = format!("the request body is not a valid {} request: {e}", D::NAME);
-                return future::ready(Outcome::error(400, &message)).boxed_local();
-            }
+            Err(outcome) => return future::ready(outcome).boxed_local(),
         };
         let deployment = self.0.clone();
         let answer = async move { deployment.call(request).await };
         CaughtPanic(answer.boxed_local())
             .map(|answered| match answered {
-                Ok(Ok(response)) => match serde_json::to_vec(&response) {
-                    Ok(body) => Outcome { status: 200, body },
-                    Err(e) => {
-                        Outcome::error(500, &format!("the response could not be encoded: {e}"))
-                    }
-                },
-                Ok(Err(HandlerError::BadRequest(message))) => Outcome::error(400, &message),
-                Ok(Err(HandlerError::Failed(message))) => Outcome::error(500, &message),
+                Ok(result) => encode::<D>(result),
                 Err(panic) => Outcome::error(500, &format!("the handler panicked: {panic}")),
             })
             .boxed_local()
     }
 
+    fn call_batch(&self, bodies: Vec<Vec<u8>>) -> LocalBoxFuture<'static, Vec<Outcome>> {
+        let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(bodies.len());
+        let (mut requests, mut slots) = (Vec::new(), Vec::new());
+        for body in &bodies {
+            match decode::<D>(body) {
+                Ok(request) => {
+                    slots.push(outcomes.len());
+                    requests.push(request);
+                    outcomes.push(None);
+                }
+                Err(outcome) => outcomes.push(Some(outcome)),
+            }
+        }
+        let deployment = self.0.clone();
+        async move {
+            let count = requests.len();
+            if count > 0 {
+                let answer = async move { deployment.call_batch(requests).await };
+                let answered = CaughtPanic(answer.boxed_local()).await;
+                let failed = |message: String| {
+                    slots
+                        .iter()
+                        .map(move |&slot| (slot, Outcome::error(500, &message)))
+                };
+                let answers: Vec<(usize, Outcome)> = match answered {
+                    Ok(results) if results.len() == count => slots
+                        .iter()
+                        .zip(results)
+                        .map(|(&slot, result)| (slot, encode::<D>(result)))
+                        .collect(),
+                    Ok(results) => failed(format!(
+                        "{}::call_batch answered {} results for {count} requests",
+                        D::NAME,
+                        results.len()
+                    ))
+                    .collect(),
+                    Err(panic) => failed(format!("the batch handler panicked: {panic}")).collect(),
+                };
+                for (slot, outcome) in answers {
+                    outcomes[slot] = Some(outcome);
+                }
+            }
+            outcomes
+                .into_iter()
+                .map(|outcome| outcome.unwrap_or_else(|| Outcome::error(500, "no answer")))
+                .collect()
+        }
+        .boxed_local()
+    }
+
     fn check_health(&self) -> Result<(), String> {
         nimbus::library::catch_panic(|| self.0.check_health())
             .unwrap_or_else(|panic| Err(format!("the health check panicked: {panic}")))
+    }
+}
+
+/// A request body decoded for `D` (an empty body reads as `null`), or
+/// the 400 that says why not.
+fn decode<D: Deployment>(body: &[u8]) -> Result<D::Request, Outcome> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        &b"null"[..]
+    } else {
+        body
+    };
+    serde_json::from_slice(body).map_err(|e| {
+        Outcome::error(
+            400,
+            &format!("the request body is not a valid {} request: {e}", D::NAME),
+        )
+    })
+}
+
+/// A handler's result as HTTP.
+fn encode<D: Deployment>(result: Result<D::Response, HandlerError>) -> Outcome {
+    match result {
+        Ok(response) => match serde_json::to_vec(&response) {
+            Ok(body) => Outcome { status: 200, body },
+            Err(e) => Outcome::error(500, &format!("the response could not be encoded: {e}")),
+        },
+        Err(HandlerError::BadRequest(message)) => Outcome::error(400, &message),
+        Err(HandlerError::Failed(message)) => Outcome::error(500, &message),
     }
 }
 

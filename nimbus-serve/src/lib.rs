@@ -52,6 +52,7 @@
 //! }
 //! ```
 
+mod batcher;
 mod config;
 mod controller;
 mod deployment;
@@ -62,8 +63,8 @@ mod serve;
 mod status;
 
 pub use config::{
-    Application, HttpOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_ONGOING, DEFAULT_MAX_QUEUED,
-    DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
+    Application, Batching, HttpOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_ONGOING,
+    DEFAULT_MAX_QUEUED, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use controller::{
     Controller, Delete, Deploy, Shutdown, Start, Status, DRAIN_TIMEOUT, HEALTH_PERIOD,

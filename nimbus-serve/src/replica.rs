@@ -10,17 +10,27 @@
 //!    and the ingress tries another replica or queues the request.
 //! 3. Every answer carries the replica's ongoing count after it, which the
 //!    ingresses' power-of-two-choices routing reads (no extra round trip).
+//!    With batching on, requests queue in `batcher.rs` and run through the
+//!    deployment's `call_batch`, a batch at a time (or more, when one is
+//!    full or has waited `max_wait` while another runs).
 //! 4. [`Drain`] answers once no request is ongoing: an old version's
 //!    replica is drained, then stopped, in a rolling update.
 
 use std::cell::Cell;
 use std::rc::Rc;
+use std::time::Instant;
 
 use actix::prelude::*;
+use futures::FutureExt;
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 
+use crate::batcher::Batcher;
+use crate::config::Batching;
 use crate::deployment::{DeploymentTable, Hosted, Outcome};
+
+/// A request waiting in the batch queue: its body and where its outcome goes.
+type Queued = (Vec<u8>, oneshot::Sender<Outcome>);
 
 /// Hosts one instance of a deployment.
 pub struct Replica {
@@ -31,6 +41,9 @@ pub struct Replica {
     ongoing: Rc<Cell<u32>>,
     idle: Rc<Notify>,
     max_ongoing: u32,
+    batcher: Option<Batcher<Queued>>,
+    /// When the batch queue's timer fires, if one is set.
+    wake_at: Option<Instant>,
 }
 
 impl Actor for Replica {
@@ -47,12 +60,18 @@ pub struct ReplicaArgs {
     pub(crate) init: Vec<u8>,
     /// Requests it runs at once.
     pub(crate) max_ongoing: u32,
+    /// Dynamic batching, if on.
+    pub(crate) batching: Option<Batching>,
 }
 
 impl Replica {
     fn new(args: ReplicaArgs) -> Self {
         Replica {
             max_ongoing: args.max_ongoing.max(1),
+            batcher: args
+                .batching
+                .map(|batching| Batcher::new(batching.max_batch_size as usize, batching.max_wait)),
+            wake_at: None,
             args,
             hosted: None,
             ongoing: Rc::new(Cell::new(0)),
@@ -72,6 +91,42 @@ impl Replica {
             }
             hosted
         })
+    }
+
+    /// Starts every batch due now, and sets the timer for the next one.
+    fn start_batches(&mut self, ctx: &mut Context<Self>) {
+        let Ok(hosted) = self.hosted().clone() else {
+            return;
+        };
+        let Some(batcher) = self.batcher.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut due = Vec::new();
+        while let Some(batch) = batcher.take(now) {
+            due.push(batch);
+        }
+        let wake_at = batcher.wake_at();
+        for batch in due {
+            let (bodies, senders): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            let run = hosted.call_batch(bodies).into_actor(self);
+            ctx.spawn(run.map(|outcomes, replica, ctx| {
+                for (sender, outcome) in senders.into_iter().zip(outcomes) {
+                    let _ = sender.send(outcome);
+                }
+                if let Some(batcher) = replica.batcher.as_mut() {
+                    batcher.finished();
+                }
+                replica.start_batches(ctx);
+            }));
+        }
+        if let Some(at) = wake_at.filter(|at| self.wake_at.is_none_or(|set| *at < set)) {
+            self.wake_at = Some(at);
+            ctx.run_later(at.saturating_duration_since(now), |replica, ctx| {
+                replica.wake_at = None;
+                replica.start_batches(ctx);
+            });
+        }
     }
 }
 
@@ -111,7 +166,7 @@ pub enum Answer {
 impl Handler<Request> for Replica {
     type Result = ResponseFuture<Answer>;
 
-    fn handle(&mut self, request: Request, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, request: Request, ctx: &mut Context<Self>) -> Self::Result {
         let hosted = match self.hosted() {
             Ok(hosted) => hosted.clone(),
             Err(e) => {
@@ -133,7 +188,21 @@ impl Handler<Request> for Replica {
         }
         ongoing.set(ongoing.get() + 1);
         let idle = self.idle.clone();
-        let call = hosted.call(&request.body);
+        let call = match self.batcher.as_mut() {
+            Some(batcher) => {
+                let (sender, outcome) = oneshot::channel();
+                batcher.push((request.body, sender), Instant::now());
+                self.start_batches(ctx);
+                outcome
+                    .map(|outcome| {
+                        outcome.unwrap_or_else(|_| {
+                            Outcome::error(500, "the batch ended without an answer")
+                        })
+                    })
+                    .boxed_local()
+            }
+            None => hosted.call(&request.body),
+        };
         Box::pin(async move {
             let outcome = call.await;
             ongoing.set(ongoing.get() - 1);

@@ -245,6 +245,7 @@ async fn start_replicas(app: &Application) -> Result<Vec<ReplicaEntry>, Controll
         kind: app.kind.clone(),
         init: app.init.clone(),
         max_ongoing: app.max_ongoing,
+        batching: app.batching,
     };
     let options = SpawnOptions::default()
         .num_cpus(app.num_cpus)
