@@ -519,22 +519,27 @@ async fn replace(state: &Rc<RefCell<State>>, application: &str, id: nimbus::clus
         ..app
     };
     match start_replicas(&one).await {
-        Ok(mut started) => {
-            let mut state = state.borrow_mut();
-            let slot = state
-                .applications
-                .iter_mut()
-                .filter(|running| running.app.name == application)
-                .flat_map(|running| running.replicas.iter_mut())
-                .find(|entry| entry.handle.id() == id);
-            match (slot, started.pop()) {
-                (Some(slot), Some(new)) => {
-                    tracing::info!(%application, old = %id, new = %new.handle.id(), "replica replaced");
-                    *slot = new;
+        Ok(started) => {
+            let unplaced: Vec<ReplicaEntry> = {
+                let mut state = state.borrow_mut();
+                let slot = state
+                    .applications
+                    .iter_mut()
+                    .filter(|running| running.app.name == application)
+                    .flat_map(|running| running.replicas.iter_mut())
+                    .find(|entry| entry.handle.id() == id);
+                match (slot, started.into_iter().next()) {
+                    (Some(slot), Some(new)) => {
+                        tracing::info!(%application, old = %id, new = %new.handle.id(), "replica replaced");
+                        *slot = new;
+                        Vec::new()
+                    }
+                    // Redeployed or deleted meanwhile: the new replica is not needed.
+                    (None, new) => new.into_iter().collect(),
+                    (Some(_), None) => Vec::new(),
                 }
-                (_, Some(new)) => drop(new),
-                _ => {}
-            }
+            };
+            stop_replicas(unplaced, false).await;
         }
         Err(e) => tracing::warn!(%application, "a dead replica could not be replaced: {e}"),
     }
