@@ -163,6 +163,16 @@ pub enum Answer {
     },
 }
 
+impl Answer {
+    fn done(outcome: Outcome, ongoing: u32) -> Self {
+        Answer::Done {
+            status: outcome.status,
+            body: outcome.body,
+            ongoing,
+        }
+    }
+}
+
 impl Handler<Request> for Replica {
     type Result = ResponseFuture<Answer>;
 
@@ -170,12 +180,7 @@ impl Handler<Request> for Replica {
         let hosted = match self.hosted() {
             Ok(hosted) => hosted.clone(),
             Err(e) => {
-                let outcome = Outcome::error(503, e);
-                let answer = Answer::Done {
-                    status: outcome.status,
-                    body: outcome.body,
-                    ongoing: 0,
-                };
+                let answer = Answer::done(Outcome::error(503, e), 0);
                 return Box::pin(async move { answer });
             }
         };
@@ -209,11 +214,7 @@ impl Handler<Request> for Replica {
             if ongoing.get() == 0 {
                 idle.notify_waiters();
             }
-            Answer::Done {
-                status: outcome.status,
-                body: outcome.body,
-                ongoing: ongoing.get(),
-            }
+            Answer::done(outcome, ongoing.get())
         })
     }
 }

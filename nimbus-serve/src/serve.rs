@@ -34,26 +34,18 @@ impl Serve {
                 what: "the serve controller".into(),
                 source,
             })?;
-        let started = controller
-            .send(Start)
-            .await
-            .map_err(|source| call("the serve controller (start)", source));
-        match started {
-            Ok(Ok(ingresses)) => Ok(Serve {
-                controller,
-                ingresses,
-            }),
-            failed => {
-                let _ = controller.kill().await;
-                Err(failed
-                    .and_then(|started| started.map_err(ServeError::from))
-                    .err()
-                    .unwrap_or_else(|| ServeError::Setting {
-                        setting: "http",
-                        detail: "no ingress started".into(),
-                    }))
+        let failed = match controller.send(Start).await {
+            Ok(Ok(ingresses)) => {
+                return Ok(Serve {
+                    controller,
+                    ingresses,
+                })
             }
-        }
+            Ok(Err(refused)) => ServeError::from(refused),
+            Err(source) => call("the serve controller (start)", source),
+        };
+        let _ = controller.kill().await;
+        Err(failed)
     }
 
     /// The ingresses' addresses, one per node.
