@@ -5,9 +5,18 @@
 //! | caller | may |
 //! |---|---|
 //! | a certified node | heartbeat and leave as itself; report its own actors up and down; end a job, start and stop a submitted job's driver (the head); report that a job's driver exited (its own, checked by the head's `Jobs`); everything a worker may |
-//! | a certified worker | objects (reference changes as itself only; no bulk streams), spawns, kills, bundles, binaries, name lookups, job listings and logs, task and training-run reports and listings; report a fault that kills its own node; report recoveries and its own packet faults |
+//! | a certified worker | within its job and program (below): objects (reference changes as itself only; no bulk streams), spawns, kills, bundles, binaries, name lookups, job listings and logs, task and training-run reports and listings; report a fault that kills its own node; report recoveries and its own packet faults |
 //! | a token holder (a driver, the CLI, a node before it joined) | join as the node it announced; keep its job alive; submit and stop jobs; everything a worker may, with any fault report and packet rules; release the name of a spawn that never started |
 //! | unverified (this node cannot check proofs yet) | `Echo` only |
+//!
+//! A worker's ticket names its job and the program it runs
+//! (`WorkerScope`), and a worker is confined to them ([`confine`]): it
+//! spawns actors only of its own job, running its own program (so it
+//! uploads and relays only that program's bytes, checked by their SHA-256);
+//! reserves bundles only for its job; reads only its job's output and
+//! driver log and never the node's own log. Kills and actor logs are
+//! checked by the node that holds the actor (`manager.rs`: its job's
+//! actors only).
 //!
 //! So no token holder can evict a member or keep a dead one alive, and no
 //! actor's code can rewrite another actor's record, release another
@@ -17,10 +26,10 @@
 //! (`head/directory.rs`).
 
 use crate::cluster::{
-    ControlRequest, DirectoryRequest, FaultRequest, JobRequest, MembershipRequest, ObjectRequest,
-    RefHolder,
+    BinaryRequest, BundleRequest, ControlRequest, DirectoryRequest, FaultRequest, JobRequest,
+    MembershipRequest, ObjectRequest, RefHolder, WorkerRequest,
 };
-use crate::transport::{Caller, Standing};
+use crate::transport::{Caller, Standing, WorkerScope};
 use crate::wire::{Incarnation, PeerRole, RemoteError, RemoteErrorKind};
 
 /// A request its caller may not make.
@@ -61,6 +70,13 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
                 "this node cannot check who its callers are yet (it has not joined)",
             ),
         };
+    }
+    if let Some(scope) = caller.worker_scope() {
+        confine(scope, request).map_err(|(request, rule)| Forbidden {
+            caller: format!("{caller} of job {}", scope.job),
+            request,
+            rule,
+        })?;
     }
     match request {
         ControlRequest::Echo(_)
@@ -122,7 +138,7 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
         },
         ControlRequest::Faults(FaultRequest::ReportFault { kills_node, .. }) => {
             let own_node = match &caller.standing {
-                Standing::Certified { host } => {
+                Standing::Certified { host, .. } => {
                     kills_node.as_ref().is_none_or(|name| *name == host.name)
                 }
                 _ => false,
@@ -215,6 +231,88 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
     }
 }
 
+/// Whether a worker confined to `scope` may send `request` as far as its
+/// job and program go (the request and the rule it breaks if not); the
+/// rules every caller meets follow in [`authorize`].
+fn confine(
+    scope: &WorkerScope,
+    request: &ControlRequest,
+) -> Result<(), (&'static str, &'static str)> {
+    let holds = |holds: bool, request, rule| if holds { Ok(()) } else { Err((request, rule)) };
+    match request {
+        ControlRequest::Workers(WorkerRequest::StartActor(spec)) => {
+            holds(
+                spec.job == scope.job,
+                "StartActor",
+                "a worker spawns actors only for its own job",
+            )?;
+            holds(
+                spec.binary.hash == scope.binary,
+                "StartActor",
+                "a worker spawns actors only of the program it runs (a driver starts others)",
+            )
+        }
+        ControlRequest::Binaries(
+            BinaryRequest::UploadBinary { hash, .. } | BinaryRequest::ReadBinary { hash, .. },
+        ) => holds(
+            *hash == scope.binary,
+            "UploadBinary/ReadBinary",
+            "a worker ships and reads only the program it runs (a driver uploads others)",
+        ),
+        ControlRequest::Workers(WorkerRequest::ReadOutput { job, .. })
+        | ControlRequest::Jobs(JobRequest::ReadJobLog { job, .. })
+        | ControlRequest::Bundles(BundleRequest::ReserveBundle { job, .. }) => holds(
+            *job == scope.job,
+            "ReadOutput/ReadJobLog/ReserveBundle",
+            "a worker reads the output and logs of, and reserves bundles for, its own job only",
+        ),
+        ControlRequest::Workers(WorkerRequest::ReadNodeLog { .. }) => Err((
+            "ReadNodeLog",
+            "a worker does not read its node's log (it tells of every job)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A worker's confinement to its job, for the checks only the node holding
+/// the target can make (kills, actor logs, bundle releases: `manager.rs`).
+#[derive(Clone, Debug)]
+pub struct Confinement {
+    /// Who asked.
+    caller: String,
+    /// The job it is confined to.
+    job: String,
+}
+
+impl Confinement {
+    /// `caller`'s confinement: `None` for anyone but a certified worker.
+    pub fn of(caller: &Caller) -> Option<Self> {
+        let scope = caller.worker_scope()?;
+        Some(Confinement {
+            caller: caller.to_string(),
+            job: scope.job.clone(),
+        })
+    }
+
+    /// Whether the worker may send `request` about something of `job`
+    /// (`None`: nothing this node knows, so not its job's).
+    pub fn allows(
+        &self,
+        request: &'static str,
+        job: Option<&str>,
+        rule: &'static str,
+    ) -> Result<(), Forbidden> {
+        match job == Some(self.job.as_str()) {
+            true => Ok(()),
+            false => Err(Forbidden {
+                caller: format!("{} of job {}", self.caller, self.job),
+                request,
+                rule,
+            }),
+        }
+    }
+}
+
 /// Whether `holder` is the worker process `caller` (named `worker-ACTOR`,
 /// `crate::object_store`'s `process/refs.rs`).
 fn speaks_for_itself(caller: &Caller, holder: &RefHolder) -> bool {
@@ -255,6 +353,23 @@ mod tests {
         }
     }
 
+    fn node_standing(node: &NodeIdentity) -> Standing {
+        Standing::Certified {
+            host: node.clone(),
+            scope: None,
+        }
+    }
+
+    fn worker_standing(node: &NodeIdentity, job: &str) -> Standing {
+        Standing::Certified {
+            host: node.clone(),
+            scope: Some(WorkerScope {
+                job: job.into(),
+                binary: "b1".into(),
+            }),
+        }
+    }
+
     fn leave(node: &NodeIdentity) -> ControlRequest {
         ControlRequest::Membership(MembershipRequest::Leave { node: node.clone() })
     }
@@ -263,7 +378,10 @@ mod tests {
     fn a_node_leaves_and_heartbeats_only_as_itself() {
         let n1 = identity("n1", 1);
         let head = identity("head", 2);
-        let certified = Standing::Certified { host: n1.clone() };
+        let certified = Standing::Certified {
+            host: n1.clone(),
+            scope: None,
+        };
         let node = caller(PeerRole::Node, &n1, certified);
         assert!(authorize(&node, &leave(&n1)).is_ok());
         assert!(authorize(&node, &leave(&head)).is_err());
@@ -287,18 +405,10 @@ mod tests {
             size: 1 << 20,
             copy_at: None,
         });
-        let node = caller(
-            PeerRole::Node,
-            &n1,
-            Standing::Certified { host: n1.clone() },
-        );
+        let node = caller(PeerRole::Node, &n1, node_standing(&n1));
         assert!(authorize(&node, &stream).is_ok());
         let me = identity("worker-ab", 1);
-        let worker = caller(
-            PeerRole::Worker,
-            &me,
-            Standing::Certified { host: n1.clone() },
-        );
+        let worker = caller(PeerRole::Worker, &me, worker_standing(&n1, "j"));
         assert!(authorize(&worker, &stream).is_err());
         // The head, say.
         let holder = caller(PeerRole::Node, &n1, Standing::TokenHolder);
@@ -327,6 +437,7 @@ mod tests {
             &n1,
             Standing::Certified {
                 host: identity("n2", 1),
+                scope: None,
             },
         );
         assert!(authorize(&worker, &join(&n1)).is_err());
@@ -339,7 +450,7 @@ mod tests {
         let actor = ActorId(0xab);
         let me = identity(&format!("worker-{actor}"), 9);
         let n1 = identity("n1", 1);
-        let worker = caller(PeerRole::Worker, &me, Standing::Certified { host: n1 });
+        let worker = caller(PeerRole::Worker, &me, worker_standing(&n1, "j"));
         let holder = |actor, incarnation| RefHolder::Process {
             id: 1,
             label: "worker".into(),
@@ -392,13 +503,9 @@ mod tests {
         let worker = caller(
             PeerRole::Worker,
             &identity("worker-00000000000000ab", 9),
-            Standing::Certified { host: n1.clone() },
+            worker_standing(&n1, "j"),
         );
-        let node = caller(
-            PeerRole::Node,
-            &n1,
-            Standing::Certified { host: n1.clone() },
-        );
+        let node = caller(PeerRole::Node, &n1, node_standing(&n1));
         let cli = caller(
             PeerRole::Client,
             &identity("client-1", 1),
@@ -438,5 +545,82 @@ mod tests {
         for who in [&cli, &worker, &node] {
             assert!(authorize(who, &list).is_ok());
         }
+    }
+
+    #[test]
+    fn a_worker_is_confined_to_its_job_and_program() {
+        let n1 = identity("n1", 1);
+        let worker = caller(
+            PeerRole::Worker,
+            &identity("worker-00000000000000ab", 9),
+            worker_standing(&n1, "j"),
+        );
+        let driver = caller(
+            PeerRole::Client,
+            &identity("driver-1", 1),
+            Standing::TokenHolder,
+        );
+        let start = |job: &str, binary: &str| {
+            ControlRequest::Workers(WorkerRequest::StartActor(crate::cluster::ActorSpec {
+                actor: ActorId(1),
+                type_name: "t".into(),
+                name: None,
+                args: Vec::new(),
+                resources: ResourceSet::default(),
+                max_restarts: 0,
+                restarts: 0,
+                node: None,
+                job: job.into(),
+                detached: false,
+                binary: crate::cluster::BinaryId {
+                    hash: binary.into(),
+                    len: 1,
+                },
+                bundle: None,
+            }))
+        };
+        let upload = |hash: &str| {
+            ControlRequest::Binaries(BinaryRequest::UploadBinary {
+                hash: hash.into(),
+                offset: 0,
+                total: 1,
+                chunk: vec![0],
+            })
+        };
+        let output = |job: &str| {
+            ControlRequest::Workers(WorkerRequest::ReadOutput {
+                job: job.into(),
+                after: 0,
+                max: 1,
+            })
+        };
+        let log = |job: &str| {
+            ControlRequest::Jobs(JobRequest::ReadJobLog {
+                job: job.into(),
+                offset: 0,
+                max: 1,
+            })
+        };
+        let node_log = ControlRequest::Workers(WorkerRequest::ReadNodeLog { offset: 0, max: 1 });
+        for own in [start("j", "b1"), upload("b1"), output("j"), log("j")] {
+            assert!(authorize(&worker, &own).is_ok(), "{own:?}");
+        }
+        for other in [
+            start("k", "b1"),
+            start("j", "b2"),
+            upload("b2"),
+            output("k"),
+            log("k"),
+            node_log,
+        ] {
+            let refused = authorize(&worker, &other).unwrap_err();
+            assert!(refused.caller.ends_with("of job j"), "{refused}");
+            assert!(authorize(&driver, &other).is_ok(), "{other:?}");
+        }
+        let confined = Confinement::of(&worker).unwrap();
+        assert!(confined.allows("KillActor", Some("j"), "r").is_ok());
+        assert!(confined.allows("KillActor", Some("k"), "r").is_err());
+        assert!(confined.allows("KillActor", None, "r").is_err());
+        assert!(Confinement::of(&driver).is_none());
     }
 }

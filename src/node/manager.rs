@@ -68,6 +68,7 @@ use crate::head::membership::{self, Membership, MembershipError};
 use crate::transport::{ConnectError, Endpoint, RequestError, RequestOptions};
 use crate::wire::{Incarnation, NodeIdentity, RemoteError, RemoteErrorKind};
 
+use super::authorize::{Confinement, Forbidden};
 use super::binaries::BinaryCache;
 use super::error::{BinaryError, GrantError, NoCapacity, NodeError, WorkerStartError};
 use super::gpu_slots::GpuTake;
@@ -406,7 +407,7 @@ impl NodeManager {
             let gone = WorkerStartError::BinaryGone(spec.binary.hash.clone());
             return futures::future::ready(Err(gone)).boxed();
         };
-        let identity = match self.config.workers.issue(spec.actor) {
+        let identity = match self.config.workers.issue(spec) {
             Ok(identity) => identity,
             Err(e) => return futures::future::ready(Err(e)).boxed(),
         };
@@ -672,6 +673,8 @@ impl Handler<ReadOutput> for NodeManager {
 pub struct ReadLog {
     /// The actor.
     pub actor: ActorId,
+    /// Asked by a worker: only its job's actors that run here.
+    pub confined: Option<Confinement>,
     /// Its stderr log rather than its stdout's.
     pub stderr: bool,
     /// From where.
@@ -685,6 +688,13 @@ impl Handler<ReadLog> for NodeManager {
 
     /// The directory is searched and the file read on the blocking pool.
     fn handle(&mut self, msg: ReadLog, _: &mut Self::Context) -> Self::Result {
+        if let Some(confined) = &msg.confined {
+            let job = self.workers.get(&msg.actor).map(|w| w.spec.job.as_str());
+            let rule = "a worker reads the logs of its own job's running actors only";
+            if let Err(e) = confined.allows("ReadLog", job, rule) {
+                return Box::pin(futures::future::ready(Err(e.into())));
+            }
+        }
         let dir = self.config.state_dir.join("logs");
         let node = self.config.identity.name.clone();
         let stream = match msg.stderr {
@@ -826,10 +836,16 @@ pub struct ReserveBundle {
     pub job: String,
 }
 
-/// Give a bundle's resources back.
+/// Give a bundle's resources back; asked by a worker (`confined`), only a
+/// bundle of its job.
 #[derive(Message)]
-#[rtype(result = "()")]
-pub struct ReleaseBundle(pub BundleId);
+#[rtype(result = "Result<(), Forbidden>")]
+pub struct ReleaseBundle {
+    /// The bundle.
+    pub bundle: BundleId,
+    /// Asked by a worker: only its job's bundles.
+    pub confined: Option<Confinement>,
+}
 
 /// The bundles this node holds.
 #[derive(Message)]
@@ -855,22 +871,35 @@ impl Handler<ListBundles> for NodeManager {
     }
 }
 
-/// Kill an actor's worker process for good.
+/// Kill an actor's worker process for good; asked by a worker
+/// (`confined`), only an actor of its job.
 #[derive(Message)]
-#[rtype(result = "()")]
-pub struct KillActor(pub ActorId);
+#[rtype(result = "Result<(), Forbidden>")]
+pub struct KillActor {
+    /// The actor.
+    pub actor: ActorId,
+    /// Asked by a worker: only its job's actors.
+    pub confined: Option<Confinement>,
+}
 
 impl Handler<KillActor> for NodeManager {
-    type Result = ();
+    type Result = Result<(), Forbidden>;
 
-    fn handle(&mut self, KillActor(actor): KillActor, _: &mut Self::Context) {
+    fn handle(&mut self, msg: KillActor, _: &mut Self::Context) -> Self::Result {
+        let actor = msg.actor;
+        if let Some(confined) = &msg.confined {
+            let job = self.workers.get(&actor).map(|w| w.spec.job.as_str());
+            let rule = "a worker kills its own job's actors only";
+            confined.allows("KillActor", job, rule)?;
+        }
         let Some(worker) = self.workers.get_mut(&actor) else {
-            return;
+            return Ok(());
         };
         worker.killed = true;
         info!(actor = %actor, pid = worker.pid, "killing actor on request");
         // The exit is reported by the worker's watcher (`WorkerExited`).
         signal_worker(worker.pid, libc::SIGKILL);
+        Ok(())
     }
 }
 
@@ -887,11 +916,18 @@ impl Handler<ReserveBundle> for NodeManager {
 }
 
 impl Handler<ReleaseBundle> for NodeManager {
-    type Result = ();
+    type Result = Result<(), Forbidden>;
 
-    fn handle(&mut self, ReleaseBundle(bundle): ReleaseBundle, _: &mut Self::Context) {
+    fn handle(&mut self, msg: ReleaseBundle, _: &mut Self::Context) -> Self::Result {
+        let bundle = msg.bundle;
+        if let Some(confined) = &msg.confined {
+            let job = self.bundle_jobs.get(&bundle).map(String::as_str);
+            let rule = "a worker releases its own job's bundles only";
+            confined.allows("ReleaseBundle", job, rule)?;
+        }
         self.resources.release_bundle(bundle);
         self.bundle_jobs.remove(&bundle);
+        Ok(())
     }
 }
 
@@ -954,7 +990,12 @@ impl Handler<EndJob> for NodeManager {
             }
         });
         for bundle in bundles {
-            <Self as Handler<ReleaseBundle>>::handle(self, ReleaseBundle(bundle), ctx);
+            let release = ReleaseBundle {
+                bundle,
+                confined: None,
+            };
+            // Unconfined: it cannot be refused.
+            let _ = <Self as Handler<ReleaseBundle>>::handle(self, release, ctx);
         }
         self.output.forget(&job);
     }

@@ -38,7 +38,7 @@ use crate::metrics::ProcessMetrics;
 use crate::transport::{Caller, Endpoint, HandlerError, RequestHandler};
 use crate::wire::{self, PeerRole, RemoteError, RemoteErrorKind};
 
-use super::authorize::authorize;
+use super::authorize::{authorize, Confinement};
 
 use crate::object_store::NodeObjectStore;
 
@@ -97,7 +97,7 @@ impl NodeService {
             ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
             ControlRequest::Objects(request) => self.objects.handle(request).await,
             ControlRequest::Workers(request) => self.workers(&from, request).await,
-            ControlRequest::Bundles(request) => self.bundles(request).await,
+            ControlRequest::Bundles(request) => self.bundles(&from, request).await,
             ControlRequest::Binaries(request) => self.binaries(from, request).await,
             ControlRequest::Jobs(JobRequest::EndJob { job }) => {
                 self.manager.send(EndJob(job)).await.map_err(internal)?;
@@ -211,6 +211,7 @@ impl NodeService {
                 .manager
                 .send(ReadLog {
                     actor,
+                    confined: Confinement::of(from),
                     stderr,
                     offset,
                     max,
@@ -218,16 +219,21 @@ impl NodeService {
                 .await
                 .map_err(internal)?,
             WorkerRequest::KillActor(actor) => {
-                self.manager
-                    .send(KillActor(actor))
-                    .await
-                    .map_err(internal)?;
+                let kill = KillActor {
+                    actor,
+                    confined: Confinement::of(from),
+                };
+                self.manager.send(kill).await.map_err(internal)??;
                 Ok(ControlReply::Ack)
             }
         }
     }
 
-    async fn bundles(&self, request: BundleRequest) -> Result<ControlReply, RemoteError> {
+    async fn bundles(
+        &self,
+        from: &Caller,
+        request: BundleRequest,
+    ) -> Result<ControlReply, RemoteError> {
         match request {
             BundleRequest::ReserveBundle {
                 bundle,
@@ -248,10 +254,11 @@ impl NodeService {
                 self.manager.send(ListBundles).await.map_err(internal)?,
             )),
             BundleRequest::ReleaseBundle(bundle) => {
-                self.manager
-                    .send(ReleaseBundle(bundle))
-                    .await
-                    .map_err(internal)?;
+                let release = ReleaseBundle {
+                    bundle,
+                    confined: Confinement::of(from),
+                };
+                self.manager.send(release).await.map_err(internal)??;
                 Ok(ControlReply::Ack)
             }
         }

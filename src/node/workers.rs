@@ -35,11 +35,11 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
 use crate::cluster::files::private_log;
-use crate::cluster::{ActorId, DeathCause};
+use crate::cluster::{ActorSpec, DeathCause};
 use crate::runtime::boot::{
     parse_died, parse_ready, WorkerBoot, WorkerIdentity, DIED, READY, WORKER_ARG,
 };
-use crate::transport::{Credentials, JoinToken, WorkerSigner};
+use crate::transport::{Credentials, JoinToken, WorkerScope, WorkerSigner};
 use crate::wire::{Incarnation, NodeIdentity};
 
 use super::error::{NotServing, WorkerStartError};
@@ -72,16 +72,21 @@ impl WorkerIdentities {
         }
     }
 
-    /// A new identity for the next incarnation of `actor`'s worker.
-    pub(super) fn issue(&self, actor: ActorId) -> Result<WorkerIdentity, WorkerStartError> {
+    /// A new identity for the next incarnation of the worker of `spec`'s
+    /// actor, confined to the actor's job and program.
+    pub(super) fn issue(&self, spec: &ActorSpec) -> Result<WorkerIdentity, WorkerStartError> {
         let name = NodeIdentity {
-            name: actor.worker_name(),
+            name: spec.actor.worker_name(),
             incarnation: Incarnation::fresh(),
         };
         let credentials = Credentials::for_worker(&self.token, &name.name)?;
+        let scope = WorkerScope {
+            job: spec.job.clone(),
+            binary: spec.binary.hash.clone(),
+        };
         let ticket = self
             .signer
-            .certify_worker(&name, credentials.certificate_hash())
+            .certify_worker(&name, credentials.certificate_hash(), scope)
             .ok_or(WorkerStartError::Uncertified)?;
         Ok(WorkerIdentity {
             name,

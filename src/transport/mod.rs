@@ -118,6 +118,6 @@ pub use faults::{FaultCounters, FaultCounts, PacketFaults, PacketRule};
 pub use local::boot_id;
 pub use server::{HandlerError, RequestHandler};
 pub use tickets::{
-    Caller, CertificateHash, Standing, TicketAuthority, TicketError, Verifier, WorkerSigner,
-    NODE_TICKET, TOKEN_PROOF, WORKER_TICKET,
+    Caller, CertificateHash, Standing, TicketAuthority, TicketError, Verifier, WorkerScope,
+    WorkerSigner, NODE_TICKET, TOKEN_PROOF, WORKER_TICKET,
 };

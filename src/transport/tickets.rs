@@ -20,7 +20,8 @@
 //!    issued for it ([`Credentials::for_worker`](super::Credentials::for_worker)):
 //!    a worker never holds the token, so it cannot prove it, cannot join,
 //!    and cannot make itself another certificate. Its ticket
-//!    ([`WORKER_TICKET`]) names the worker, its certificate and its node,
+//!    ([`WORKER_TICKET`]) names the worker, its certificate, its node and
+//!    its [`WorkerScope`] (the job it works for and the program it runs),
 //!    signed by the node's key, with the node's ticket attached.
 //! 4. **Checks** ([`Verifier`], on every accepted connection): a ticket must
 //!    be signed by the head (a worker's by a key the head certified) and
@@ -92,6 +93,20 @@ struct Claims {
     /// with (empty in a worker's).
     #[serde(with = "serde_bytes")]
     signs_workers: Vec<u8>,
+    /// A worker's: what it works for (`None` in a node's).
+    #[serde(default)]
+    scope: Option<WorkerScope>,
+}
+
+/// What a worker's ticket confines it to: the job whose actor it hosts and
+/// the program it runs. What a worker may do with them is decided above
+/// this layer (`crate::node`'s `authorize.rs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerScope {
+    /// The job (driver program run) its actor belongs to.
+    pub job: String,
+    /// Hex SHA-256 of the program binary it runs.
+    pub binary: String,
 }
 
 /// Why a proof does not hold.
@@ -152,6 +167,8 @@ pub enum Standing {
     Certified {
         /// The node it runs on.
         host: NodeIdentity,
+        /// A worker's job and program (`None` for a node).
+        scope: Option<WorkerScope>,
     },
     /// It proved it holds the token, nothing more: a driver, the CLI, a
     /// node before it joined.
@@ -171,6 +188,17 @@ impl Caller {
     /// Whether the caller holds a ticket for `role`.
     pub fn certified_as(&self, role: PeerRole) -> bool {
         matches!(self.standing, Standing::Certified { .. }) && self.peer.role == role
+    }
+
+    /// A certified worker's scope: the job and program it is confined to
+    /// (`None` for any other caller).
+    pub fn worker_scope(&self) -> Option<&WorkerScope> {
+        match &self.standing {
+            Standing::Certified { scope, .. } if self.peer.role == PeerRole::Worker => {
+                scope.as_ref()
+            }
+            _ => None,
+        }
     }
 }
 
@@ -233,6 +261,7 @@ impl TicketAuthority {
             certificate: certificate.0.to_vec(),
             host: node.clone(),
             signs_workers: signs_workers.to_vec(),
+            scope: None,
         };
         let claims = rmp_serde::to_vec_named(&claims).unwrap_or_default();
         let signature = sign(&self.key, NODE_TICKET, &claims);
@@ -273,12 +302,13 @@ impl WorkerSigner {
         self.ticket = Some(ticket);
     }
 
-    /// A ticket for worker `worker` with `certificate`; `None` before the
-    /// node has its own ticket.
+    /// A ticket for worker `worker` with `certificate`, confined to
+    /// `scope`; `None` before the node has its own ticket.
     pub fn certify_worker(
         &self,
         worker: &NodeIdentity,
         certificate: CertificateHash,
+        scope: WorkerScope,
     ) -> Option<Ticket> {
         let node = self.ticket.as_ref()?;
         let claims = Claims {
@@ -289,6 +319,7 @@ impl WorkerSigner {
             certificate: certificate.0.to_vec(),
             host: self.node.clone(),
             signs_workers: Vec::new(),
+            scope: Some(scope),
         };
         let claims = rmp_serde::to_vec_named(&claims).unwrap_or_default();
         let signature = sign(&self.key, WORKER_TICKET, &claims);
@@ -356,8 +387,11 @@ impl Verifier {
                             certified: claims.subject,
                         });
                     }
-                    let host = claims.host;
-                    Ok(caller(claims.subject, Standing::Certified { host }))
+                    let standing = Standing::Certified {
+                        host: claims.host,
+                        scope: claims.scope,
+                    };
+                    Ok(caller(claims.subject, standing))
                 }
                 None => Ok(caller(announced.clone(), Standing::Unverified)),
             },
@@ -447,6 +481,11 @@ fn verify_ticket(
                 "worker ticket's node",
             )?;
             expect_role(&claims, PeerRole::Worker)?;
+            if claims.scope.is_none() {
+                return Err(TicketError::Malformed(
+                    "a worker ticket that names no job".into(),
+                ));
+            }
             if claims.host != node.subject.identity {
                 return Err(TicketError::Malformed(format!(
                     "a worker ticket for a worker of {} signed by {}",
@@ -549,9 +588,13 @@ mod tests {
         let mut signer = WorkerSigner::generate(&n1).unwrap();
         let w = node("worker-7");
         let wcert = CertificateHash::of(b"w");
-        assert!(signer.certify_worker(&w, wcert).is_none());
+        let scope = WorkerScope {
+            job: "job-1".into(),
+            binary: "ab".into(),
+        };
+        assert!(signer.certify_worker(&w, wcert, scope.clone()).is_none());
         signer.set_ticket(head.certify_node(&n1, CertificateHash::of(b"n"), &signer.public_key()));
-        let ticket = signer.certify_worker(&w, wcert).unwrap();
+        let ticket = signer.certify_worker(&w, wcert, scope.clone()).unwrap();
         let verifier = verifier(&head);
         let caller = verifier
             .check(
@@ -560,8 +603,13 @@ mod tests {
                 wcert,
             )
             .unwrap();
-        assert_eq!(caller.standing, Standing::Certified { host: n1.clone() });
+        let certified = Standing::Certified {
+            host: n1.clone(),
+            scope: Some(scope.clone()),
+        };
+        assert_eq!(caller.standing, certified);
         assert!(caller.certified_as(PeerRole::Worker));
+        assert_eq!(caller.worker_scope(), Some(&scope));
         // A worker's ticket with its node's attached ticket stripped off is
         // a node ticket signed by the wrong key.
         let mut stripped = ticket.clone();
@@ -576,6 +624,7 @@ mod tests {
             certificate: wcert.0.to_vec(),
             host: n1.clone(),
             signs_workers: Vec::new(),
+            scope: Some(scope),
         };
         forged.claims = rmp_serde::to_vec_named(&claims).unwrap();
         forged.signature = sign(&rogue.key, WORKER_TICKET, &forged.claims);

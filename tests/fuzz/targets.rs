@@ -15,7 +15,7 @@ use nimbus::cluster::{
     ObjectRequest, ResourceSet,
 };
 use nimbus::transport::{
-    CertificateHash, JoinToken, PacketFaults, TicketAuthority, Verifier, WorkerSigner,
+    CertificateHash, JoinToken, PacketFaults, TicketAuthority, Verifier, WorkerScope, WorkerSigner,
 };
 use nimbus::wire::{
     self, Hello, HelloReply, Incarnation, IssuerTicket, NodeIdentity, PeerIdentity, PeerRole,
@@ -202,7 +202,13 @@ fn hello_proofs() -> Vec<Vec<u8>> {
         identity: node("n"),
     };
     let node_ticket = head.certify_node(&node("n"), certificate(), &signer.public_key());
-    let worker_ticket = signer.certify_worker(&node("n"), certificate()).unwrap();
+    let scope = WorkerScope {
+        job: "job-1".into(),
+        binary: "ab".into(),
+    };
+    let worker_ticket = signer
+        .certify_worker(&node("n"), certificate(), scope)
+        .unwrap();
     [
         (peer(PeerRole::Node), node_ticket),
         (peer(PeerRole::Worker), worker_ticket),
