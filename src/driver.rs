@@ -65,6 +65,9 @@ pub enum InitError {
     /// `connect` ran twice in this process.
     #[error("this process is connected to a cluster already")]
     AlreadyConnected,
+    /// The driver could not make itself undumpable.
+    #[error("cannot keep the cluster token from this user's other processes (prctl PR_SET_DUMPABLE): {0}")]
+    Undumpable(#[source] std::io::Error),
 }
 
 /// Settings of [`init_with`].
@@ -240,6 +243,9 @@ pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, Ini
     if role == ProcessRole::Worker {
         crate::worker::run(registry);
     }
+    // A driver holds the token; the workers of every job run as the same
+    // user: they must not read it from this process's memory or `/proc`.
+    crate::transport::undumpable().map_err(InitError::Undumpable)?;
     let path = std::env::current_exe().map_err(InitError::Binary)?;
     let len = std::fs::metadata(&path).map_err(InitError::Binary)?.len();
     let hash = sha256_file(&path).map_err(InitError::Binary)?;

@@ -4,8 +4,10 @@
 //! detached process (its own process group, stderr to a log under
 //! `$NIMBUS_HOME/logs/`), relays its readiness lines and returns once it
 //! is up (within `START_TIMEOUT`, 60 s), or fails with the log's tail. A
-//! token given on the command line reaches the node through its
-//! environment (`NIMBUS_TOKEN`), never its arguments. `--head` listens on
+//! token given on the command line or in the environment reaches the node
+//! on its standard input (`--token-stdin`), never its arguments or
+//! environment; the node makes itself undumpable, so its workers (user
+//! code of the same user) cannot read it from `/proc`. `--head` listens on
 //! port 6379 by default; `--heartbeat-timeout-ms` (head only, default
 //! 3000) sets the failure detector's timeout. The head serves the
 //! dashboard (`crate::dashboard`) on 127.0.0.1:8265 unless told otherwise
@@ -61,8 +63,14 @@ pub(crate) struct StartArgs {
     /// A file holding the token (keep it mode 0600). With --head: the
     /// cluster's token, for a head whose members were given it beforehand
     /// (a Kubernetes Secret).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "token_stdin")]
     token_file: Option<std::path::PathBuf>,
+    /// Read the token from the first line of standard input (with --head:
+    /// the cluster's token, as --token-file). How a background start and a
+    /// local cluster hand a node its token: in neither its environment nor
+    /// its arguments.
+    #[arg(long, conflicts_with = "token")]
+    token_stdin: bool,
     /// UDP port to listen on (head: 6379; other nodes: any free port).
     #[arg(long)]
     port: Option<u16>,
@@ -162,12 +170,20 @@ pub(crate) fn run(args: StartArgs) -> Result<()> {
 
 fn run_foreground(args: StartArgs) -> Result<()> {
     super::init_logging();
+    // The node holds the token and starts workers that run user code as the
+    // same user: they must not read it from this process.
+    crate::transport::undumpable().context("cannot make the node process undumpable")?;
+    let from_stdin = match args.token_stdin {
+        true => Some(token_from_stdin()?),
+        false => None,
+    };
     // A head makes the cluster's token, unless it is given one (then it
     // does not print it: it may land in a log, as `kubectl logs`) or its
     // store holds one (a restart: the same token).
     let state_dir = node::default_state_dir();
     let (token, given, store) = if args.head {
         let given = match (&args.token_file, std::env::var(HEAD_TOKEN_ENV)) {
+            _ if from_stdin.is_some() => from_stdin,
             (Some(file), _) => {
                 let text = crate::cluster::files::read_token_file(file)?;
                 let token = text
@@ -195,7 +211,10 @@ fn run_foreground(args: StartArgs) -> Result<()> {
         }
         (token, was_given, Some(store))
     } else {
-        let token = token_from(args.token.as_deref(), args.token_file.as_deref())?;
+        let token = match from_stdin {
+            Some(token) => token,
+            None => token_from(args.token.as_deref(), args.token_file.as_deref())?,
+        };
         (token, true, None)
     };
     let dashboard = if args.head {
@@ -343,26 +362,44 @@ fn bind_dashboard(args: &StartArgs) -> Result<Option<DashboardListener>> {
 /// Starts this same command with `--block` as a detached process, relays
 /// its startup lines, and returns once it is up (or fails with its error).
 ///
-/// A token given with `--token` reaches the node through its environment,
-/// never its arguments: the node runs for days and every local user can read
-/// a process's arguments (`ps -eo args`).
+/// A token given with `--token`, `--token-stdin` or in the environment
+/// reaches the node on its standard input (`--token-stdin`), never its
+/// arguments or environment: the node runs for days, every local user can
+/// read a process's arguments (`ps -eo args`), and its user's other
+/// processes (its workers) its environment.
 fn start_background(args: &StartArgs) -> Result<()> {
     let (log_path, log) = state::new_log_file()?;
     let exe = std::env::current_exe().context("cannot find the nimbus executable")?;
+    let handed = match (&args.token, args.token_stdin) {
+        (Some(token), _) => Some(token.clone()),
+        (None, true) => Some(token_from_stdin()?.to_string()),
+        (None, false) if args.token_file.is_some() => None,
+        (None, false) if args.head => std::env::var(HEAD_TOKEN_ENV).ok(),
+        (None, false) => std::env::var(TOKEN_ENV).ok(),
+    };
     let mut command = Command::new(exe);
     command
         .args(without_token(std::env::args_os().skip(1)))
-        .arg("--block");
-    if let Some(token) = &args.token {
-        command.env(TOKEN_ENV, token);
+        .arg("--block")
+        .env_remove(TOKEN_ENV)
+        .env_remove(HEAD_TOKEN_ENV);
+    if handed.is_some() {
+        command.arg("--token-stdin");
     }
     let mut child = command
-        .stdin(Stdio::null())
+        .stdin(match handed {
+            Some(_) => Stdio::piped(),
+            None => Stdio::null(),
+        })
         .stdout(Stdio::piped())
         .stderr(log)
         .process_group(0)
         .spawn()
         .context("cannot start the node process")?;
+    if let (Some(token), Some(mut stdin)) = (handed, child.stdin.take()) {
+        // Dropped at the end of the statement: the node reads one line.
+        writeln!(stdin, "{token}").context("cannot hand the node its token")?;
+    }
     let stdout = child
         .stdout
         .take()
@@ -419,7 +456,17 @@ const TOKEN_ENV: &str = "NIMBUS_TOKEN";
 /// same Secret key its members read as `NIMBUS_TOKEN`).
 const HEAD_TOKEN_ENV: &str = "NIMBUS_HEAD_TOKEN";
 
-/// `args` without `--token VALUE` and `--token=VALUE`.
+/// The token on the first line of standard input (`--token-stdin`).
+fn token_from_stdin() -> Result<JoinToken> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("cannot read the token from standard input (--token-stdin)")?;
+    line.parse()
+        .context("the token on standard input (--token-stdin)")
+}
+
+/// `args` without `--token VALUE`, `--token=VALUE` and `--token-stdin`.
 fn without_token(
     args: impl Iterator<Item = std::ffi::OsString>,
 ) -> impl Iterator<Item = std::ffi::OsString> {
@@ -429,6 +476,9 @@ fn without_token(
             return false;
         }
         let text = arg.to_string_lossy();
+        if text == "--token-stdin" {
+            return false;
+        }
         if text == "--token" {
             skip_value = true;
             return false;

@@ -23,7 +23,7 @@
 //! (`PR_SET_PDEATHSIG`), so a test process killed outright leaves no node
 //! behind: start clusters from a thread that outlives them.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -555,15 +555,16 @@ impl LocalCluster {
             .envs(self.settings.env.iter().map(|(key, value)| (key, value)))
             .envs(env.iter().map(|(key, value)| (key, value)))
             .env_remove("NIMBUS_TOKEN")
-            .stdin(Stdio::null())
+            .env_remove("NIMBUS_HEAD_TOKEN")
             .stdout(Stdio::piped())
             .stderr(log_file);
         if head {
-            command.args(["--node-name", name]);
+            command.args(["--node-name", name]).stdin(Stdio::null());
         } else {
-            // The environment, not the arguments: every local user can read
-            // a process's arguments, only its owner its environment.
-            command.env("NIMBUS_TOKEN", self.token.to_string());
+            // On its standard input: every local user can read a process's
+            // arguments, and its user's other processes (its workers, user
+            // code) its environment.
+            command.arg("--token-stdin").stdin(Stdio::piped());
         }
         // SAFETY: prctl, unshare and mount are async-signal-safe system
         // calls, as pre_exec requires; the paths were allocated before.
@@ -592,6 +593,10 @@ impl LocalCluster {
             });
         }
         let mut child = command.spawn().map_err(process)?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // Dropped at the end of the statement: the node reads one line.
+            writeln!(stdin, "{}", self.token).map_err(process)?;
+        }
         let stdout = child
             .stdout
             .take()

@@ -116,6 +116,21 @@ impl JoinToken {
     }
 }
 
+/// Makes this process, which holds the token, undumpable
+/// (`prctl(PR_SET_DUMPABLE, 0)`): other processes of its user, such as the
+/// workers a node starts (user code), can then neither trace it nor read
+/// its memory, environment or file descriptors through `/proc`, and it
+/// writes no core dump. Root still can. A program it executes is dumpable
+/// again (the kernel resets the flag on exec): its workers are unaffected.
+pub fn undumpable() -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_DUMPABLE takes plain integers and touches
+    // no memory of ours.
+    match unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// A process's TLS identity in a cluster: the cluster CA and a certificate
 /// signed by it, and the token's proof key when it holds the token.
 pub struct Credentials {

@@ -108,7 +108,7 @@ pub use bulk::{
 pub use channel::{Channel, PendingReply};
 pub use config::{RequestOptions, ResetKey, TransportConfig};
 pub use connection::{Connection, StalledStream};
-pub use credentials::{CredentialError, Credentials, JoinToken, WorkerCredentials};
+pub use credentials::{undumpable, CredentialError, Credentials, JoinToken, WorkerCredentials};
 pub use endpoint::Endpoint;
 pub use error::{
     BulkError, ConnectError, EndpointError, FaultPlanError, NoPacketFaults, RecordError,

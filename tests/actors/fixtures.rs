@@ -5,8 +5,8 @@ use std::time::Duration;
 use actix::prelude::*;
 use nimbus::actor::{self, ActorHandle, Registry, RemoteActor, RemoteMessage};
 use nimbus::cluster::{
-    ActorId, ControlReply, ControlRequest, DeathCause, DirectoryRequest, MembershipRequest,
-    ResourceSet,
+    ActorId, BinaryRequest, ControlReply, ControlRequest, DeathCause, DirectoryRequest,
+    MembershipRequest, ResourceSet, WorkerRequest,
 };
 use nimbus::object_store::{self, ObjectRef, RawBytes};
 use nimbus::wire::{Incarnation, NodeIdentity};
@@ -31,6 +31,7 @@ pub fn registry() -> Registry {
         .message::<Counter, EnvVar>()
         .message::<Counter, BoomOfSize>()
         .message::<Counter, Impersonate>()
+        .message::<Counter, Trespass>()
         .message::<Counter, Print>()
         .message::<Counter, Chatter>()
         .message::<Counter, Trace>()
@@ -149,6 +150,127 @@ impl Handler<Impersonate> for Counter {
                 ask(ControlRequest::Membership(beat)).await,
                 ask(ControlRequest::Directory(down)).await,
             ]
+        })
+    }
+}
+
+/// From inside a worker, tries what a worker may not do to another job
+/// (kill its actor, read its actor's log and its output, spawn for it),
+/// what no worker may do (read its node's log, upload a program it does not
+/// run), and one thing it may (kill `sibling`, of its own job); then looks
+/// for `token` in the environment and arguments of `pids`. The outcome of
+/// each, in that order, then `token found in ...` lines.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Vec<String>")]
+pub struct Trespass {
+    /// An actor of another job.
+    pub victim: ActorId,
+    /// Its job.
+    pub victim_job: String,
+    /// An actor of this worker's job, on the victim's node.
+    pub sibling: ActorId,
+    /// The cluster's token, to look for.
+    pub token: String,
+    /// The cluster's processes (nodes and workers).
+    pub pids: Vec<u32>,
+}
+
+impl RemoteMessage for Trespass {
+    const NAME: &'static str = "tests.Trespass";
+}
+
+impl Handler<Trespass> for Counter {
+    type Result = ResponseFuture<Vec<String>>;
+    fn handle(&mut self, trespass: Trespass, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move {
+            let Some(context) = actor::ProcessContext::current() else {
+                return vec!["not a worker".into()];
+            };
+            let located = context
+                .call_head(&ControlRequest::Directory(DirectoryRequest::LocateActor(
+                    trespass.victim,
+                )))
+                .await;
+            let Ok(ControlReply::Actor(Some(victim))) = located else {
+                return vec![format!("victim not found: {located:?}")];
+            };
+            let status = context
+                .call_head(&ControlRequest::Membership(MembershipRequest::Status))
+                .await;
+            let Ok(ControlReply::Status(status)) = status else {
+                return vec![format!("no status: {status:?}")];
+            };
+            let Some(node) = status.nodes.iter().find(|n| n.id == victim.node.name) else {
+                return vec![format!("the victim's node {} is not listed", victim.node)];
+            };
+            let connection = match context
+                .endpoint
+                .connect(node.address, Some(&node.identity()))
+                .await
+            {
+                Ok(connection) => connection,
+                Err(e) => return vec![format!("cannot reach {}: {e}", node.id)],
+            };
+            let spec = nimbus::cluster::ActorSpec {
+                actor: ActorId::random(),
+                type_name: "tests.Counter".into(),
+                name: None,
+                args: Vec::new(),
+                resources: ResourceSet::default(),
+                max_restarts: 0,
+                restarts: 0,
+                node: None,
+                job: trespass.victim_job.clone(),
+                detached: false,
+                binary: context.binary.1.clone(),
+                bundle: None,
+            };
+            let requests = [
+                WorkerRequest::KillActor(trespass.victim),
+                WorkerRequest::ReadLog {
+                    actor: trespass.victim,
+                    stderr: true,
+                    offset: 0,
+                    max: 1024,
+                },
+                WorkerRequest::ReadOutput {
+                    job: trespass.victim_job.clone(),
+                    after: 0,
+                    max: 10,
+                },
+                WorkerRequest::StartActor(spec),
+                WorkerRequest::ReadNodeLog {
+                    offset: 0,
+                    max: 1024,
+                },
+            ];
+            let mut outcomes = Vec::new();
+            let options = nimbus::transport::RequestOptions::control();
+            for request in requests.into_iter().map(ControlRequest::Workers).chain([
+                ControlRequest::Binaries(BinaryRequest::UploadBinary {
+                    hash: "00".repeat(32),
+                    offset: 0,
+                    total: 1,
+                    chunk: vec![0],
+                }),
+                ControlRequest::Workers(WorkerRequest::KillActor(trespass.sibling)),
+            ]) {
+                outcomes.push(
+                    match nimbus::client::call(&connection, &request, options).await {
+                        Ok(reply) => format!("accepted: {reply:?}"),
+                        Err(e) => e.to_string(),
+                    },
+                );
+            }
+            for pid in trespass.pids {
+                for what in ["environ", "cmdline"] {
+                    let bytes = std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default();
+                    if String::from_utf8_lossy(&bytes).contains(&trespass.token) {
+                        outcomes.push(format!("token found in /proc/{pid}/{what}"));
+                    }
+                }
+            }
+            outcomes
         })
     }
 }

@@ -324,6 +324,59 @@ fn on(node: &str) -> SpawnOptions {
         .strategy(Strategy::Node(node.into()))
 }
 
+/// Actor code is confined to its job (#51, high 4), tried while the orphan
+/// driver's job runs: an actor of this job can neither kill, read the log
+/// of, read the output of nor spawn for that job, nor read its node's log
+/// or upload a program it does not run, but it can kill an actor of its
+/// own job; and no node or worker process of the cluster holds the token
+/// in its environment or arguments (a node gets it on its stdin). Before,
+/// each was accepted and every member node had `NIMBUS_TOKEN` in its
+/// environment.
+async fn actor_code_stays_within_its_job(cluster: &nimbus::local::LocalCluster) {
+    let victim = actor::get_actor::<Counter>("orphan-0")
+        .await
+        .unwrap()
+        .expect("the orphan driver's actor");
+    let victim_job = victim.record().await.unwrap().job;
+    let probe = actor::spawn::<Counter>(0, on("node-2")).await.unwrap();
+    let sibling = actor::spawn::<Counter>(0, on("node-1")).await.unwrap();
+    let trespass = Trespass {
+        victim: victim.id(),
+        victim_job,
+        sibling: sibling.id(),
+        token: cluster.token().to_string(),
+        pids: cluster.processes(),
+    };
+    let outcomes = probe.send(trespass).await.unwrap();
+    let refused = [
+        "KillActor",
+        "ReadLog",
+        "ReadOutput/ReadJobLog/ReserveBundle",
+        "StartActor",
+        "ReadNodeLog",
+        "UploadBinary/ReadBinary",
+    ];
+    assert_eq!(outcomes.len(), refused.len() + 1, "{outcomes:#?}");
+    for (outcome, request) in outcomes.iter().zip(refused) {
+        assert!(
+            outcome.contains(&format!("may not send {request}")),
+            "{request}: {outcome}"
+        );
+    }
+    assert_eq!(outcomes[refused.len()], "accepted: Ack", "{outcomes:#?}");
+    let mut seen = 0;
+    let death = tokio::time::timeout(
+        Duration::from_secs(20),
+        actor::next_death(&sibling, &mut seen),
+    )
+    .await
+    .expect("the sibling killed by its own job's actor dies")
+    .unwrap();
+    assert!(!death.restarting, "{death:?}");
+    assert_eq!(victim.send(Add(0)).await.unwrap(), 0, "the victim lives");
+    probe.kill().await.unwrap();
+}
+
 /// Ray's job ownership: a driver killed outright leaves nothing held. Its
 /// actors are killed and its placement group released once the head has
 /// not heard from it for the grace period (5 s here), its detached actor
@@ -365,6 +418,7 @@ async fn a_dead_drivers_actors_and_placement_groups_are_released(driver: &mut Dr
         )
         .await
         .unwrap();
+    actor_code_stays_within_its_job(cluster).await;
 
     orphan.start_kill().unwrap();
     orphan.wait().await.unwrap();
