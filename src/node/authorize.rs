@@ -14,9 +14,11 @@
 //! spawns actors only of its own job, running its own program (so it
 //! uploads and relays only that program's bytes, checked by their SHA-256);
 //! reserves bundles only for its job; reads only its job's output and
-//! driver log and never the node's own log. Kills and actor logs are
-//! checked by the node that holds the actor (`manager.rs`: its job's
-//! actors only).
+//! driver log and never the node's own log; lists no node's objects, and
+//! sees and reports only its own job's tasks (a task's id is its result
+//! object's). Kills and actor logs are checked by the node that holds the
+//! actor (`manager.rs`: its job's actors only). Objects themselves are not
+//! yet confined: whoever holds an object's id (64 random bits) reads it.
 //!
 //! So no token holder can evict a member or keep a dead one alive, and no
 //! actor's code can rewrite another actor's record, release another
@@ -270,6 +272,15 @@ fn confine(
             "ReadNodeLog",
             "a worker does not read its node's log (it tells of every job)",
         )),
+        ControlRequest::Objects(ObjectRequest::ListObjects) => Err((
+            "ListObjects",
+            "a worker does not list a node's objects (every job's ids; an id is what lets one read an object)",
+        )),
+        ControlRequest::Jobs(JobRequest::TaskStates(records)) => holds(
+            records.iter().all(|task| task.job == scope.job),
+            "TaskStates",
+            "a worker reports the states of its own job's tasks only",
+        ),
         _ => Ok(()),
     }
 }
@@ -612,6 +623,7 @@ mod tests {
             output("k"),
             log("k"),
             node_log,
+            ControlRequest::Objects(ObjectRequest::ListObjects),
         ] {
             let refused = authorize(&worker, &other).unwrap_err();
             assert!(refused.caller.ends_with("of job j"), "{refused}");

@@ -373,9 +373,15 @@ async fn job_request(
                 .map_err(internal)?;
             Ok(ControlReply::Ack)
         }
-        JobRequest::ListTasks => Ok(ControlReply::Tasks(
-            jobs.send(jobs::ListTasks).await.map_err(internal)?,
-        )),
+        JobRequest::ListTasks => {
+            let mut tasks = jobs.send(jobs::ListTasks).await.map_err(internal)?;
+            // A worker sees its own job's tasks only: their ids are their
+            // result objects' (`authorize.rs`).
+            if let Some(scope) = from.worker_scope() {
+                tasks.retain(|task| task.job == scope.job);
+            }
+            Ok(ControlReply::Tasks(tasks))
+        }
         JobRequest::RunEvents { run, events } => {
             if events.len() > crate::cluster::MAX_RUN_EVENTS {
                 return Err(RemoteError::new(

@@ -6,7 +6,7 @@ use actix::prelude::*;
 use nimbus::actor::{self, ActorHandle, Registry, RemoteActor, RemoteMessage};
 use nimbus::cluster::{
     ActorId, BinaryRequest, ControlReply, ControlRequest, DeathCause, DirectoryRequest,
-    MembershipRequest, ResourceSet, WorkerRequest,
+    MembershipRequest, ObjectRequest, ResourceSet, WorkerRequest,
 };
 use nimbus::object_store::{self, ObjectRef, RawBytes};
 use nimbus::wire::{Incarnation, NodeIdentity};
@@ -157,7 +157,7 @@ impl Handler<Impersonate> for Counter {
 /// From inside a worker, tries what a worker may not do to another job
 /// (kill its actor, read its actor's log and its output, spawn for it),
 /// what no worker may do (read its node's log, upload a program it does not
-/// run), and one thing it may (kill `sibling`, of its own job); then looks
+/// run, list the node's objects), and one thing it may (kill `sibling`, of its own job); then looks
 /// for `token` in the environment and arguments of `pids`. The outcome of
 /// each, in that order, then `token found in ...` lines.
 #[derive(Message, Serialize, Deserialize)]
@@ -253,6 +253,7 @@ impl Handler<Trespass> for Counter {
                     total: 1,
                     chunk: vec![0],
                 }),
+                ControlRequest::Objects(ObjectRequest::ListObjects),
                 ControlRequest::Workers(WorkerRequest::KillActor(trespass.sibling)),
             ]) {
                 outcomes.push(

@@ -326,8 +326,9 @@ fn on(node: &str) -> SpawnOptions {
 
 /// Actor code is confined to its job (#51, high 4), tried while the orphan
 /// driver's job runs: an actor of this job can neither kill, read the log
-/// of, read the output of nor spawn for that job, nor read its node's log
-/// or upload a program it does not run, but it can kill an actor of its
+/// of, read the output of nor spawn for that job, nor read its node's log,
+/// upload a program it does not run or list a node's objects, but it can
+/// kill an actor of its
 /// own job; and no node or worker process of the cluster holds the token
 /// in its environment or arguments (a node gets it on its stdin). Before,
 /// each was accepted and every member node had `NIMBUS_TOKEN` in its
@@ -355,6 +356,7 @@ async fn actor_code_stays_within_its_job(cluster: &nimbus::local::LocalCluster) 
         "StartActor",
         "ReadNodeLog",
         "UploadBinary/ReadBinary",
+        "ListObjects",
     ];
     assert_eq!(outcomes.len(), refused.len() + 1, "{outcomes:#?}");
     for (outcome, request) in outcomes.iter().zip(refused) {
