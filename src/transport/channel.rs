@@ -50,6 +50,22 @@ struct Inner {
     ordered: bool,
     /// Whether it runs over a same-host socket.
     local: bool,
+    /// A same-host socket's: its connection's flag that the route is not
+    /// to be used again.
+    route_lost: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Inner {
+    /// The acceptor of this same-host socket is gone (the socket ended
+    /// while its connection is open): its requests fail with `NodeLost`,
+    /// and the connection drops the route, whose name is free for any
+    /// process of the host to bind.
+    fn mark_acceptor_gone(&self) {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).lost = true;
+        if let Some(route) = &self.route_lost {
+            route.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// A response deadline at least this far away (an actor call without
@@ -159,7 +175,7 @@ impl Channel {
         recv: quinn::RecvStream,
         max_frame_bytes: usize,
     ) -> Self {
-        let inner = Self::inner(connection, Writer::Quic(send), max_frame_bytes, true);
+        let inner = Self::inner(connection, Writer::Quic(send), None, max_frame_bytes, true);
         tokio::spawn(read_responses(
             Arc::downgrade(&inner),
             max_frame_bytes,
@@ -172,9 +188,14 @@ impl Channel {
     /// `connection` (`local.rs`): it ends when the connection closes.
     /// Unless `ordered`, the peer handles its requests each on its own and
     /// answers them as they finish (plain requests, `local.rs` step 2).
+    /// When the socket ends while the connection is open, the acceptor is
+    /// gone: `route_lost` is set, and the connection's later channels use
+    /// QUIC (the socket's name is free for another process to bind:
+    /// [`Inner::mark_acceptor_gone`]).
     pub(super) fn start_local(
         connection: Connection,
         stream: tokio::net::UnixStream,
+        route_lost: Arc<std::sync::atomic::AtomicBool>,
         max_frame_bytes: usize,
         ordered: bool,
     ) -> Self {
@@ -182,6 +203,7 @@ impl Channel {
         let inner = Self::inner(
             connection.clone(),
             Writer::Local(send),
+            Some(route_lost),
             max_frame_bytes,
             ordered,
         );
@@ -199,12 +221,14 @@ impl Channel {
     fn inner(
         connection: Connection,
         send: Writer,
+        route_lost: Option<Arc<std::sync::atomic::AtomicBool>>,
         max_frame_bytes: usize,
         ordered: bool,
     ) -> Arc<Inner> {
         Arc::new(Inner {
             connection,
             local: matches!(send, Writer::Local(_)),
+            route_lost,
             send: tokio::sync::Mutex::new(Outgoing {
                 writer: send,
                 batch: Batch::default(),
@@ -319,6 +343,12 @@ impl Channel {
         self.inner.connection.is_open() && self.lock().broken.is_none()
     }
 
+    /// Whether this is a same-host socket whose acceptor is gone (its
+    /// requests fail at once with `NodeLost`).
+    pub(super) fn acceptor_is_gone(&self) -> bool {
+        self.lock().lost
+    }
+
     fn register(&self) -> Result<(u64, oneshot::Receiver<Reply>), RequestError> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -386,7 +416,7 @@ impl Channel {
         written.map_err(|e| {
             let gone = self.inner.local && self.inner.connection.is_open();
             let error = if gone {
-                self.lock().lost = true;
+                self.inner.mark_acceptor_gone();
                 self.lost()
             } else {
                 self.inner.connection.io_failure(e)
@@ -437,7 +467,9 @@ const READ_BUFFER: usize = 64 << 10;
 /// Hands each response to its waiting request; when the stream ends, fails
 /// every request still waiting. Holds the channel weakly: once every
 /// handle to it is gone (and with them every waiting request), its writer
-/// is dropped, which ends the stream, and this task with it.
+/// is dropped, which ends the stream, and this task with it. A same-host
+/// socket that ends while the channel is held and its connection open
+/// means its acceptor is gone ([`Inner::mark_acceptor_gone`]).
 async fn read_responses(
     inner: Weak<Inner>,
     max_frame_bytes: usize,
@@ -469,7 +501,7 @@ async fn read_responses(
     };
     if let Some(inner) = inner.upgrade() {
         if ended && inner.local && inner.connection.is_open() {
-            inner.pending.lock().unwrap_or_else(|e| e.into_inner()).lost = true;
+            inner.mark_acceptor_gone();
         }
         fail_waiting(&Arc::downgrade(&inner), reason);
     }

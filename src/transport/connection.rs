@@ -24,8 +24,10 @@ pub struct Connection {
 /// A route to the peer's Unix-domain socket (`local.rs`, step 2).
 struct LocalDial {
     route: LocalRoute,
-    /// The socket could not be reached once: QUIC from then on.
-    unreachable: AtomicBool,
+    /// The socket could not be reached once, or one of its channels ended
+    /// while the connection was open (the acceptor is gone): QUIC from
+    /// then on.
+    unreachable: Arc<AtomicBool>,
     /// The socket plain requests share, opened at the first and again
     /// after it breaks. Its channel holds the connection without this
     /// route, so the two do not keep each other alive.
@@ -50,7 +52,7 @@ impl Connection {
             local: local.map(|route| {
                 Arc::new(LocalDial {
                     route,
-                    unreachable: AtomicBool::new(false),
+                    unreachable: Arc::new(AtomicBool::new(false)),
                     requests: tokio::sync::Mutex::new(None),
                 })
             }),
@@ -176,21 +178,27 @@ impl Connection {
     /// one (opened now if need be, within `deadline`).
     async fn local_requests(&self, deadline: std::time::Duration) -> Option<Channel> {
         let dial = self.local.as_ref()?;
-        if dial.unreachable.load(Ordering::Relaxed) {
-            return None;
-        }
         let mut shared = tokio::time::timeout(deadline, dial.requests.lock())
             .await
             .ok()?;
-        if let Some(open) = shared.as_ref().filter(|c| c.is_open()) {
+        // One whose acceptor is gone fails its requests at once (`NodeLost`)
+        // rather than leave them to QUIC's idle timeout.
+        if let Some(open) = shared
+            .as_ref()
+            .filter(|c| c.is_open() || c.acceptor_is_gone())
+        {
             return Some(open.clone());
+        }
+        if dial.unreachable.load(Ordering::Relaxed) {
+            return None;
         }
         let stream = self.local_stream(dial, deadline).await?;
         let bare = Connection {
             local: None,
             ..self.clone()
         };
-        let channel = Channel::start_local(bare, stream, self.max_frame_bytes, false);
+        let route = dial.unreachable.clone();
+        let channel = Channel::start_local(bare, stream, route, self.max_frame_bytes, false);
         *shared = Some(channel.clone());
         Some(channel)
     }
@@ -231,6 +239,7 @@ impl Connection {
                 return Ok(Channel::start_local(
                     self.clone(),
                     stream,
+                    dial.unreachable.clone(),
                     self.max_frame_bytes,
                     true,
                 ));

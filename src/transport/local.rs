@@ -12,7 +12,10 @@
 //!    [`KEY_LEN`]-byte key, sent in the `HelloReply` (inside TLS) with the
 //!    socket's name and the host's boot id ([`LocalRoute`]).
 //! 2. **Choice.** A dialer without packet faults whose boot id is the same
-//!    opens its channels there: it connects, writes the key, then speaks
+//!    opens its channels there: it connects, checks that the socket's
+//!    listener runs as its own user (`SO_PEERCRED`: once an acceptor has
+//!    exited, another user could bind its name; such a socket gets no key,
+//!    and the route is dropped for QUIC), writes the key, then speaks
 //!    the channel protocol as on a QUIC stream. Its plain requests share
 //!    one more such socket, opened at the first: they are marked
 //!    unordered, so the acceptor handles each on its own and answers it
@@ -38,7 +41,8 @@
 //!    forgotten. The acceptor never ends a socket otherwise, so a socket
 //!    that ends while its connection is open means the acceptor's process
 //!    is gone: its requests fail at once with `NodeLost`, well before
-//!    QUIC's idle timeout would tell.
+//!    QUIC's idle timeout would tell, and the connection drops the route
+//!    (its later channels use QUIC: the name is free for others to bind).
 
 use std::sync::OnceLock;
 
@@ -136,6 +140,17 @@ pub(super) async fn connect(
                 _ => Unusable::ForNow(e),
             })?;
         let refused = |e: std::io::Error| Unusable::ForGood(e);
+        let listener = stream.peer_cred().map_err(refused)?;
+        // SAFETY: a plain system call without arguments.
+        let me = unsafe { libc::geteuid() };
+        if listener.uid() != me {
+            return Err(refused(std::io::Error::other(format!(
+                "the same-host socket {} is held by uid {}, not this process's user (uid {me}): \
+                 it gets no key",
+                route.socket,
+                listener.uid()
+            ))));
+        }
         stream.write_all(&route.key).await.map_err(refused)?;
         let mut answer = [0u8; 1];
         stream.read_exact(&mut answer).await.map_err(refused)?;
@@ -187,4 +202,63 @@ pub(super) async fn read_key(stream: &mut UnixStream) -> Result<Key, Refused> {
     let mut key = [0u8; KEY_LEN];
     stream.read_exact(&mut key).await.map_err(Refused::NoKey)?;
     Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    /// Medium finding 8 of #51: a listener of another user on a route's
+    /// name (its acceptor gone) gets no key, and the route is dropped for
+    /// good. Before, the key was written to it. Needs root (to run the
+    /// listener as another user); elsewhere it says so and checks nothing.
+    #[tokio::test]
+    async fn a_listener_of_another_user_gets_no_key() {
+        // SAFETY: a plain system call without arguments.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to start a listener as another user");
+            return;
+        }
+        let (name, listener) = listen().unwrap();
+        drop(listener);
+        let socket = std::ffi::CString::new(name.clone()).unwrap();
+        let mut impostor = std::process::Command::new("sleep");
+        impostor.arg("60").uid(65534).gid(65534);
+        // SAFETY: socket, bind and listen are async-signal-safe system
+        // calls, as pre_exec requires; the name was allocated before.
+        unsafe {
+            impostor.pre_exec(move || {
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+                let mut addr: libc::sockaddr_un = std::mem::zeroed();
+                addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+                let bytes = socket.as_bytes();
+                for (slot, byte) in addr.sun_path[1..].iter_mut().zip(bytes) {
+                    *slot = *byte as libc::c_char;
+                }
+                let len = std::mem::size_of::<libc::sa_family_t>() + 1 + bytes.len();
+                let bound = libc::bind(fd, std::ptr::addr_of!(addr).cast(), len as u32);
+                if fd < 0 || bound != 0 || libc::listen(fd, 8) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut impostor = impostor.spawn().unwrap();
+        let route = LocalRoute {
+            host: boot_id().unwrap_or_default().to_string(),
+            socket: name,
+            key: key().to_vec(),
+        };
+        let outcome = connect(&route, std::time::Duration::from_secs(5)).await;
+        impostor.kill().unwrap();
+        impostor.wait().unwrap();
+        match outcome {
+            Err(Unusable::ForGood(e)) => {
+                assert!(e.to_string().contains("uid 65534"), "{e}")
+            }
+            Err(Unusable::ForNow(e)) => panic!("refused for now only: {e}"),
+            Ok(_) => panic!("connected to another user's socket"),
+        }
+    }
 }
