@@ -887,10 +887,11 @@ impl Handler<KillActor> for NodeManager {
 
     fn handle(&mut self, msg: KillActor, _: &mut Self::Context) -> Self::Result {
         let actor = msg.actor;
-        if let Some(confined) = &msg.confined {
-            let job = self.workers.get(&actor).map(|w| w.spec.job.as_str());
+        let job = self.workers.get(&actor).map(|w| w.spec.job.as_str());
+        // An actor not here is not killed, whoever asks.
+        if let (Some(confined), Some(job)) = (&msg.confined, job) {
             let rule = "a worker kills its own job's actors only";
-            confined.allows("KillActor", job, rule)?;
+            confined.allows("KillActor", Some(job), rule)?;
         }
         let Some(worker) = self.workers.get_mut(&actor) else {
             return Ok(());
@@ -920,10 +921,11 @@ impl Handler<ReleaseBundle> for NodeManager {
 
     fn handle(&mut self, msg: ReleaseBundle, _: &mut Self::Context) -> Self::Result {
         let bundle = msg.bundle;
-        if let Some(confined) = &msg.confined {
-            let job = self.bundle_jobs.get(&bundle).map(String::as_str);
+        let job = self.bundle_jobs.get(&bundle).map(String::as_str);
+        // A bundle not held here is not released, whoever asks.
+        if let (Some(confined), Some(job)) = (&msg.confined, job) {
             let rule = "a worker releases its own job's bundles only";
-            confined.allows("ReleaseBundle", job, rule)?;
+            confined.allows("ReleaseBundle", Some(job), rule)?;
         }
         self.resources.release_bundle(bundle);
         self.bundle_jobs.remove(&bundle);
