@@ -18,7 +18,8 @@
 //!   answer `NeedBinary`; 2. reserve the resources (in the spec's bundle,
 //!   if any; GPU ids picked) or answer `NoCapacity`; 3. start the worker
 //!   (`workers.rs`), with the fault rules only on an actor's first life;
-//!   4. report `ActorUp` (record and spec) to the directory and send a
+//!   4. report `ActorUp` (record and spec) to the directory (reports
+//!   about one actor reach it in order: `reports.rs`) and send a
 //!   heartbeat, so the head's view includes the actor before the spawner
 //!   hears of it; 5. answer `ActorStarted(record)`.
 //! - **`WorkerExited`** (the worker's watcher): report `ActorDown` with the
@@ -45,8 +46,6 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -62,7 +61,7 @@ use crate::cluster::{
     ActorId, ActorRecord, ActorSpec, BundleId, BundleListing, ControlReply, ControlRequest,
     ResourceSet,
 };
-use crate::cluster::{DeathCause, DirectoryRequest, MembershipRequest};
+use crate::cluster::{DeathCause, MembershipRequest};
 use crate::head::directory::{self, Directory};
 use crate::head::membership::{self, Membership, MembershipError};
 use crate::transport::{ConnectError, Endpoint, RequestError, RequestOptions};
@@ -77,11 +76,13 @@ use super::libraries;
 use super::logs;
 use super::logs::Stream;
 use super::output::JobOutput;
+use super::reports::Reports;
 use super::resources::{Grant, ResourcePool};
 use super::workers::{self, LaunchedWorker, WorkerIdentities, WorkerLogs};
 use crate::runtime::boot::WorkerBoot;
 
 /// How the node manager reaches the head's actors.
+#[derive(Clone)]
 pub enum HeadLink {
     /// On the head: the actors themselves, no serialization.
     Local {
@@ -138,10 +139,8 @@ pub struct NodeManager {
     in_flight: bool,
     /// Heartbeats unanswered in a row, and when the next one may go.
     missed: (u32, Instant),
-    /// Deaths the head could not be told of: told again once it answers.
-    unreported: Vec<directory::ActorDown>,
-    /// An `ActorUp` did not reach the head: tell it again once it answers.
-    report_due: Arc<AtomicBool>,
+    /// What the head's directory is told of this node's actors.
+    reports: Reports,
     binaries: BinaryCache,
     /// The cached binaries whose libraries this machine has.
     libraries: libraries::Checked,
@@ -197,12 +196,11 @@ impl NodeManager {
                 config.total.clone(),
                 crate::cluster::gpus::device_ids(config.total.amount(crate::cluster::GPU) as usize),
             ),
+            reports: Reports::new(config.head.clone(), config.identity.clone()),
             config,
             last_ack: Instant::now(),
             in_flight: false,
             missed: (0, Instant::now()),
-            unreported: Vec::new(),
-            report_due: Arc::new(AtomicBool::new(false)),
             workers: HashMap::new(),
             bundle_jobs: HashMap::new(),
             output: JobOutput::default(),
@@ -215,9 +213,9 @@ impl NodeManager {
         }
         self.in_flight = true;
         let beat = self.beat();
-        ctx.spawn(beat.into_actor(self).map(|beat, manager, ctx| {
+        ctx.spawn(beat.into_actor(self).map(|beat, manager, _| {
             manager.in_flight = false;
-            manager.record(beat, ctx);
+            manager.record(beat);
         }));
     }
 
@@ -268,19 +266,18 @@ impl NodeManager {
         }
     }
 
-    fn record(&mut self, beat: Beat, ctx: &mut Context<Self>) {
+    fn record(&mut self, beat: Beat) {
         match beat {
             Beat::Acked => {
                 // Also without a missed beat: a head that restarted between
                 // two beats missed the reports made meanwhile.
-                let flagged = self.report_due.swap(false, Ordering::Relaxed);
-                let due = flagged || !self.unreported.is_empty();
+                let due = self.reports.take_due();
                 if self.missed.0 > 0 || due {
                     let silent = self.last_ack.elapsed();
                     info!(
                         "the head answers again after {silent:.1?}; telling it what this node runs"
                     );
-                    self.report_again(ctx);
+                    self.report_again();
                 }
                 self.last_ack = Instant::now();
                 self.missed = (0, self.last_ack);
@@ -312,87 +309,16 @@ impl NodeManager {
         }
     }
 
-    /// Tells the head's directory that an actor incarnation runs.
-    fn report_up(&self, record: ActorRecord, spec: ActorSpec) -> BoxFuture<'static, ()> {
-        match &self.config.head {
-            HeadLink::Local { directory, .. } => {
-                let sent = directory.send(directory::ActorUp { record, spec });
-                async move {
-                    let _ = sent.await;
-                }
-                .boxed()
-            }
-            HeadLink::Remote { endpoint, head } => {
-                let call = call_head(
-                    endpoint,
-                    *head,
-                    ControlRequest::Directory(DirectoryRequest::ActorUp { record, spec }),
-                    Duration::from_secs(10),
-                );
-                let due = self.report_due.clone();
-                async move {
-                    match call.await {
-                        Ok(_) => {}
-                        Err(e @ ClientError::Request(RequestError::Remote { .. })) => {
-                            warn!("the head refused an actor report: {e}");
-                        }
-                        Err(e) => {
-                            warn!("cannot report an actor to the head (told again once it answers): {e}");
-                            due.store(true, Ordering::Relaxed);
-                        }
-                    }
-                }
-                .boxed()
-            }
-        }
-    }
-
-    /// Tells the head's directory that an actor incarnation died; a report
-    /// the head does not take is kept, to be made again once it answers.
-    fn report_down(&self, down: directory::ActorDown, ctx: &mut Context<Self>) {
-        match &self.config.head {
-            HeadLink::Local { directory, .. } => directory.do_send(directory::ActorDown {
-                node: Some(self.config.identity.clone()),
-                ..down
-            }),
-            HeadLink::Remote { endpoint, head } => {
-                let request = ControlRequest::Directory(DirectoryRequest::ActorDown {
-                    actor: down.actor,
-                    incarnation: down.incarnation,
-                    reason: down.reason.clone(),
-                    restarting: down.restarting,
-                });
-                let call = call_head(endpoint, *head, request, Duration::from_secs(10));
-                ctx.spawn(call.into_actor(self).map(move |result, manager, _| match result {
-                    Ok(_) => {}
-                    // The head answered: it took the report, or never will.
-                    Err(e @ ClientError::Request(RequestError::Remote { .. })) => {
-                        warn!(actor = %down.actor, "the head refused an actor death report: {e}");
-                    }
-                    Err(e) => {
-                        warn!(actor = %down.actor, "cannot report an actor death to the head (told again once it answers): {e}");
-                        manager.unreported.push(down);
-                    }
-                }));
-            }
-        }
-    }
-
     /// After the head was unreachable (it may have restarted): the deaths
     /// it was not told of, then every actor this node runs.
-    fn report_again(&mut self, ctx: &mut Context<Self>) {
-        for down in std::mem::take(&mut self.unreported) {
-            self.report_down(down, ctx);
-        }
+    fn report_again(&mut self) {
         let live: Vec<(ActorRecord, ActorSpec)> = self
             .workers
             .values()
             .filter(|worker| !worker.relaunching)
             .map(|worker| (self.record_of(worker, worker.address), worker.spec.clone()))
             .collect();
-        for (record, spec) in live {
-            ctx.spawn(self.report_up(record, spec).into_actor(self));
-        }
+        self.reports.again(live);
     }
 
     /// Starts a worker for `spec`; `WorkerExited` reaches this actor when it dies.
@@ -559,7 +485,7 @@ impl Actor for NodeManager {
 }
 
 /// A control request to the head over QUIC (members only).
-fn call_head(
+pub(super) fn call_head(
     endpoint: &Endpoint,
     head: SocketAddr,
     request: ControlRequest,
@@ -1051,7 +977,7 @@ impl Handler<StartActor> for NodeManager {
                 err_log: (worker.err_log.clone(), 0),
             };
             let record = manager.record_of(&entry, worker.address);
-            let reported = manager.report_up(record.clone(), entry.spec.clone());
+            let reported = manager.reports.up(record.clone(), entry.spec.clone());
             // The head's view of this node's use, which spawns place by,
             // includes the new actor before the spawner hears of it (else
             // spawns in quick succession all see the node as it was).
@@ -1095,7 +1021,7 @@ impl Handler<WorkerExited> for NodeManager {
             restarting,
             node: None,
         };
-        self.report_down(down, ctx);
+        self.reports.down(down);
         if !restarting {
             self.workers.remove(&msg.actor);
             self.resources.release(&spec.resources, grant);
@@ -1106,7 +1032,7 @@ impl Handler<WorkerExited> for NodeManager {
             worker.relaunching = true;
         }
         let launch = self.launch(&spec, &grant.gpus, false, ctx);
-        ctx.spawn(launch.into_actor(self).then(move |launched, manager, ctx| {
+        ctx.spawn(launch.into_actor(self).then(move |launched, manager, _| {
             let reported = match launched {
                 Ok(launched) => manager.restarted(spec.actor, launched),
                 Err(e) => {
@@ -1122,7 +1048,7 @@ impl Handler<WorkerExited> for NodeManager {
                         restarting: false,
                         node: None,
                     };
-                    manager.report_down(down, ctx);
+                    manager.reports.down(down);
                     futures::future::ready(()).boxed()
                 }
             };
@@ -1145,6 +1071,7 @@ impl NodeManager {
         info!(actor = %actor, restarts = worker.restarts, "actor restarted");
         let worker = &self.workers[&actor];
         let record = self.record_of(worker, launched.address);
-        self.report_up(record, worker.spec.clone())
+        let spec = worker.spec.clone();
+        self.reports.up(record, spec)
     }
 }

@@ -60,6 +60,7 @@ mod libraries;
 mod logs;
 mod manager;
 mod output;
+mod reports;
 mod resources;
 mod runtime;
 mod service;

@@ -170,7 +170,7 @@ async fn bank_survives_node_loss_stalls_partitions_and_lossy_links() {
             [
                 "fault 1 partition(1000ms) target=node-2|head trigger=after=1500ms",
                 "fault 2 stop_node(800ms) target=node-2 trigger=after=2600ms",
-                "fault 3 degrade_links(drop=0.1,reorder=0.05,delay=0.1,delay_ms=20,1000ms) target=node-2|head trigger=after=3500ms",
+                "fault 3 degrade_links(drop=0.1,reorder=0.05,delay=0.1,delay_ms=20,6000ms) target=node-2|head trigger=after=3500ms",
                 "fault 4 kill_node target=account-1 trigger=message 20 (examples.Transfer)",
             ]
         );
