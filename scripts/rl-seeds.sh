@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The PPO CartPole figures of README.md: runs the release build of
-# nimbus-train/examples/rl_cartpole once per seed (default 1 to 5) and prints each run's
+# nimbus-rl/examples/rl_cartpole.rs once per seed (default 1 to 5) and prints each run's
 # summary line, then the range of env steps, seconds and env steps/s.
 # `seconds` counts from the first rollout to the end of training: the local
 # cluster's start and the runners' spawn are not in it.

@@ -1,5 +1,5 @@
 //! The test runner of the user-program test binaries (`tests/actors`,
-//! `nimbus-train/tests/train`, `nimbus-train/tests/rl`): they have no libtest harness, because a
+//! `nimbus-train/tests/train`, `nimbus-rl/tests/rl`): they have no libtest harness, because a
 //! worker process started from the binary must reach `nimbus::init` first.
 //! `run` executes every test in turn under a deadline on the driver's actix
 //! system, prints libtest-like lines, and exits non-zero if any failed or
