@@ -1,5 +1,5 @@
 //! PPO (Schulman et al. 2017) with discrete actions: a config builder in
-//! RLlib's style, `build()` → an [`Algorithm`](crate::Algorithm).
+//! RLlib's style, `build()` → an [`Algorithm`].
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), nimbus_rl::RlError> {
