@@ -247,6 +247,11 @@ pub struct RunConfig {
     pub storage_path: PathBuf,
     /// How many failures to recover from before giving up (default 0).
     pub max_failures: u32,
+    /// Heal a group whose worker died from a live peer instead of
+    /// restarting it from the checkpoint, where the group and its loop can
+    /// (default on; `nimbus_train::heal`). A heal counts as a failure.
+    #[serde(default = "heal_by_default")]
+    pub peer_heal: bool,
     /// Checkpoint retention.
     pub checkpoint: CheckpointConfig,
     /// A worker that makes no progress (no report, no collective step) for
@@ -268,6 +273,7 @@ impl RunConfig {
             name: name.into(),
             storage_path: storage_path.into(),
             max_failures: 0,
+            peer_heal: true,
             checkpoint: CheckpointConfig::default(),
             progress_timeout: Duration::from_secs(120),
             collective_timeout: Duration::from_secs(60),
@@ -285,6 +291,13 @@ impl RunConfig {
     /// Failures to recover from.
     pub fn max_failures(mut self, failures: u32) -> Self {
         self.max_failures = failures;
+        self
+    }
+
+    /// Heal from a live peer where the group can (default `true`), or
+    /// always restart from the checkpoint.
+    pub fn peer_heal(mut self, on: bool) -> Self {
+        self.peer_heal = on;
         self
     }
 
@@ -323,6 +336,10 @@ impl RunConfig {
     pub fn run_dir(&self) -> PathBuf {
         self.storage_path.join(&self.name)
     }
+}
+
+fn heal_by_default() -> bool {
+    true
 }
 
 /// What [`Trainer::fit`](super::Trainer::fit) returns.

@@ -34,6 +34,7 @@ use tch::{Device, Kind, Tensor};
 use super::checkpoint::{Checkpoint, CheckpointError, SavedCheckpoint};
 use super::collective::{Collective, CollectiveError};
 use super::faults::{StorageError, TrainingFault, TrainingFaultAction};
+use super::heal::HealLink;
 use super::progress::{Progress, WorkerEvent};
 use super::worker::Assignment;
 use super::{DistributedSampler, Metrics, TrainError};
@@ -91,6 +92,10 @@ pub struct TrainContext {
     checked_step: u64,
     /// When the last report was made (`nimbus_train_step_seconds`).
     last_report: Option<std::time::Instant>,
+    /// How this worker heals its group when a peer dies (`heal/mod.rs`).
+    heal: Option<HealLink>,
+    /// This worker replaced a dead one: its state came from a peer.
+    healed: bool,
 }
 
 /// What the checkpoint writer is to do wrong (fault injection).
@@ -137,6 +142,7 @@ impl TrainContext {
         collective: Box<dyn Collective>,
         checkpoint: Option<Checkpoint>,
         progress: Arc<Progress>,
+        heal: Option<HealLink>,
     ) -> Self {
         let ranks = assignment.ranks;
         let run_dir = assignment.run_dir.clone();
@@ -163,6 +169,8 @@ impl TrainContext {
             faults: faults.into_iter().map(|f| (f, false)).collect(),
             checked_step: 0,
             last_report: None,
+            heal,
+            healed: assignment.heal.is_some(),
         }
     }
 
@@ -170,6 +178,12 @@ impl TrainContext {
     /// group.
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// Whether this worker replaced one that died: its state came from a
+    /// live peer (`checkpoint()`), the others are mid-run.
+    pub fn is_replacement(&self) -> bool {
+        self.healed
     }
 
     /// The run's directory (`storage_path/<run name>`).
@@ -204,7 +218,9 @@ impl TrainContext {
     }
 
     /// The checkpoint this attempt resumes from (the latest valid one after
-    /// a restart, or `resume_from_checkpoint`).
+    /// a restart, or `resume_from_checkpoint`), or, in a worker that
+    /// replaced a dead one, the state a live peer sent (what its
+    /// `sync_gradients_or_heal` made, at the step the group is at).
     pub fn checkpoint(&self) -> Option<&Checkpoint> {
         self.checkpoint.as_ref()
     }
@@ -373,9 +389,14 @@ impl TrainContext {
 
     /// Prepares `vs`'s model for data-parallel training: rank 0's
     /// parameters are copied to every worker, so all start alike (on the
-    /// device where the backend can: NCCL on GPU tensors).
+    /// device where the backend can: NCCL on GPU tensors). In a worker that
+    /// replaced a dead one nothing is copied: its state, restored from
+    /// `checkpoint()`, is the group's already (the others are mid-run).
     pub fn prepare_model(&mut self, vs: &VarStore) -> Result<DistributedModel, TrainError> {
         let model = Self::trainable(vs)?;
+        if self.healed {
+            return Ok(model);
+        }
         if self.ranks.world_size > 1 {
             self.check_abort()?;
             let params: Vec<Tensor> = model
@@ -436,6 +457,45 @@ impl TrainContext {
         self.collective_op(|c, flat| c.allreduce_mean(flat))?;
         record("host", model.numel * std::mem::size_of::<f32>());
         self.unflatten(model, Tensor::grad)
+    }
+
+    /// [`sync_gradients`](Self::sync_gradients), and if a peer dies
+    /// meanwhile, heals the group instead of failing: this worker keeps its
+    /// state, a replacement gets it from a live peer, and the step's
+    /// allreduce runs again with every rank (no step is redone; the result
+    /// is the fault-free run's). `state` makes this worker's state as a
+    /// checkpoint to resume the current step from (parameters, optimizer,
+    /// the position of this step's batch, anything else the loop restores
+    /// from `checkpoint()`); it is called only on the peer that sends it.
+    ///
+    /// ```ignore
+    /// ctx.sync_gradients_or_heal(&model, || {
+    ///     sgd.save_to(Checkpoint::new().with_var_store(&vs)).with_value("batch", b)
+    /// })?;
+    /// ```
+    ///
+    /// Groups on one host (the shared-memory collective) heal; others, and
+    /// loops that use `sync_gradients`, restart from the latest checkpoint.
+    pub fn sync_gradients_or_heal(
+        &mut self,
+        model: &DistributedModel,
+        state: impl Fn() -> Result<Checkpoint, CheckpointError>,
+    ) -> Result<(), TrainError> {
+        if let Some(heal) = &self.heal {
+            heal.offer();
+        }
+        loop {
+            let failed = match self.sync_gradients(model) {
+                Ok(()) => return Ok(()),
+                Err(e @ (TrainError::Collective(_) | TrainError::Aborted(_))) => e,
+                Err(e) => return Err(e),
+            };
+            let Some(heal) = self.heal.as_mut() else {
+                return Err(failed);
+            };
+            let (rank, reports) = (self.ranks.world_rank, self.reports);
+            self.collective = heal.survive(rank, reports, &state, failed)?;
+        }
     }
 
     fn collective_op(

@@ -56,6 +56,9 @@ pub enum TrainError {
     /// A checkpoint could not be written or read.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// A heal from a peer failed on this worker (`heal/mod.rs`).
+    #[error(transparent)]
+    Heal(#[from] crate::heal::HealError),
     /// The run's results files (`results.rs`) cannot be opened.
     #[error("the run's results files: {0}")]
     Results(#[from] crate::results::ResultsError),

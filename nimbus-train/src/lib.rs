@@ -89,6 +89,7 @@ pub mod collective;
 mod config;
 mod context;
 mod error;
+pub mod heal;
 mod optim;
 mod progress;
 mod supervisor;

@@ -2,7 +2,7 @@
 //! and whoever watches it (the `TrainerWorker` actor answering the
 //! supervisor's polls, or the supervisor itself in local mode).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use nimbus::library::LoopProgress;
@@ -56,6 +56,10 @@ pub struct ProgressReport {
     pub steps: u64,
     /// `Some` once the loop returned (and its checkpoints are written).
     pub finished: Option<Result<(), LoopFailed>>,
+    /// The loop heals from a peer (`heal/mod.rs`): it has called
+    /// `TrainContext::sync_gradients_or_heal`.
+    #[serde(default)]
+    pub healable: bool,
 }
 
 /// A loop's progress: its events and outcome (`nimbus::library`'s loop
@@ -64,6 +68,7 @@ pub struct ProgressReport {
 pub(crate) struct Progress {
     log: LoopProgress<WorkerEvent, Result<(), LoopFailed>>,
     steps: AtomicU64,
+    healable: AtomicBool,
 }
 
 impl Progress {
@@ -76,6 +81,11 @@ impl Progress {
     /// Counts a collective step.
     pub(crate) fn step(&self) {
         self.steps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The loop heals from a peer.
+    pub(crate) fn set_healable(&self) {
+        self.healable.store(true, Ordering::Relaxed);
     }
 
     /// Records the loop's outcome.
@@ -100,6 +110,7 @@ impl Progress {
             events: polled.events,
             steps: self.steps.load(Ordering::Relaxed),
             finished: polled.end,
+            healable: self.healable.load(Ordering::Relaxed),
         }
     }
 }

@@ -10,7 +10,8 @@ use nimbus::actor::{Registry, Wire};
 
 use crate::supervisor::{Fit, RunPlan, Stop, TrainEvent, TrainObserver, TrainerSupervisor};
 use crate::worker::{
-    AbortTraining, CollectiveChunk, NcclUniqueId, PollTraining, StartTraining, TrainerWorker,
+    AbortTraining, CollectiveChunk, HealGroup, NcclUniqueId, PollTraining, StartTraining,
+    TrainerWorker,
 };
 use crate::{RunConfig, ScalingConfig, TrainContext, TrainError, TrainResult};
 
@@ -59,6 +60,7 @@ impl TrainRegistry for Registry {
             .message::<TrainerWorker, StartTraining>()
             .message::<TrainerWorker, PollTraining>()
             .message::<TrainerWorker, AbortTraining>()
+            .message::<TrainerWorker, HealGroup>()
             .message::<TrainerWorker, CollectiveChunk>()
             .message::<TrainerWorker, NcclUniqueId>()
             .extend(|table: &mut LoopTable| {

@@ -18,6 +18,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +34,7 @@ use super::collective::{
 use super::config::NcclSettings;
 use super::context::{Ranks, TrainContext};
 use super::faults::TrainingFault;
+use super::heal::{self, HealFrom, HealLink, HealNews, HealOrder};
 use super::progress::{Progress, ProgressReport};
 use super::{LoopFailed, LoopFn, TrainError, WorkerRefusal};
 use nimbus::actor::{ActorHandle, RemoteActor, RemoteMessage};
@@ -100,6 +102,10 @@ pub struct Assignment {
     /// The libtorch the driver loaded: a worker that loaded another
     /// release or CUDA build refuses to train.
     pub libtorch: Option<Torch>,
+    /// This worker replaces a dead one: it gets its state from a peer
+    /// (`heal/mod.rs`) instead of `resume`.
+    #[serde(default)]
+    pub heal: Option<HealFrom>,
 }
 
 /// Hosts one worker of a training group.
@@ -110,6 +116,12 @@ pub struct TrainerWorker {
     /// before this worker's own `StartTraining` arrives.
     inbox: Sender<Delivery>,
     inbox_receiver: Option<Receiver<Delivery>>,
+    /// Heal orders for the loop thread (`heal/mod.rs`).
+    heal_news: Sender<HealNews>,
+    heal_receiver: Option<Receiver<HealNews>>,
+    /// The newest heal ordered: a group of an older one forming is called
+    /// off.
+    newest_heal: Arc<AtomicU64>,
 }
 
 impl Actor for TrainerWorker {
@@ -121,11 +133,15 @@ impl RemoteActor for TrainerWorker {
     type Args = ();
     fn from_args(_: ()) -> Self {
         let (inbox, receiver) = std::sync::mpsc::channel();
+        let (heal_news, heal_receiver) = std::sync::mpsc::channel();
         TrainerWorker {
             progress: None,
             group: Arc::default(),
             inbox,
             inbox_receiver: Some(receiver),
+            heal_news,
+            heal_receiver: Some(heal_receiver),
+            newest_heal: Arc::default(),
         }
     }
 }
@@ -267,9 +283,16 @@ impl Handler<StartTraining> for TrainerWorker {
         self.progress = Some(progress.clone());
         let group = self.group.clone();
         let runtime = tokio::runtime::Handle::current();
+        let heal_news = self
+            .heal_receiver
+            .take()
+            .map(|news| (news, self.newest_heal.clone()));
         std::thread::Builder::new()
             .name("nimbus-train-loop".into())
-            .spawn(move || run_worker(run, assignment, link, progress, group, runtime))
+            .spawn(move || {
+                let group = (link, group, heal_news);
+                run_worker(run, assignment, group, progress, runtime)
+            })
             .map_err(|e| WorkerRefusal::Thread(e.to_string()))?;
         Ok(())
     }
@@ -322,8 +345,33 @@ impl Handler<AbortTraining> for TrainerWorker {
         if let Some(progress) = &self.progress {
             progress.abort(&reason);
         }
+        let _ = self.heal_news.send(HealNews::Abort);
         if let Some(group) = &*self.group.lock().unwrap_or_else(|e| e.into_inner()) {
             group.abort(&reason);
+        }
+    }
+}
+
+/// Heal into another group: a peer died (`heal/mod.rs`, step 3). The
+/// order is queued for the loop thread, then the current group aborted,
+/// so a survivor blocked in it turns to the order.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct HealGroup(pub HealOrder);
+
+impl RemoteMessage for HealGroup {
+    const NAME: &'static str = "nimbus.train.HealGroup";
+}
+
+impl Handler<HealGroup> for TrainerWorker {
+    type Result = ();
+
+    fn handle(&mut self, HealGroup(order): HealGroup, _: &mut Context<Self>) {
+        let heal = order.heal;
+        self.newest_heal.fetch_max(heal, Ordering::AcqRel);
+        let _ = self.heal_news.send(HealNews::Order(order));
+        if let Some(group) = &*self.group.lock().unwrap_or_else(|e| e.into_inner()) {
+            group.abort(&format!("healing the group (heal {heal}): a peer died"));
         }
     }
 }
@@ -346,13 +394,20 @@ fn forward_chunks(peers: Vec<ActorHandle<TrainerWorker>>) -> SendChunk {
     Box::new(move |to, chunk| queue.send((to, chunk)).map_err(|_| LinkClosed(to)))
 }
 
-/// The loop thread of a worker process; `runtime` is the worker's.
+/// Where an abort of this worker's group goes: the group it is in.
+type GroupSlot = Arc<Mutex<Option<GroupAbortHandle>>>;
+
+/// Heal orders, and the newest ordered.
+type HealInbox = (Receiver<HealNews>, Arc<AtomicU64>);
+
+/// The loop thread of a worker process: `link`, `group_slot` and
+/// `heal_news` say how it forms its group, who aborts it and how it
+/// heals; `runtime` is the worker's.
 fn run_worker(
     run: LoopFn,
     assignment: Assignment,
-    link: GroupLink,
+    (link, group_slot, heal_news): (GroupLink, GroupSlot, Option<HealInbox>),
     progress: Arc<Progress>,
-    group_slot: Arc<Mutex<Option<GroupAbortHandle>>>,
     runtime: tokio::runtime::Handle,
 ) {
     let outcome = (|| -> Result<(), TrainError> {
@@ -368,27 +423,8 @@ fn run_worker(
                 incoming,
                 Duration::from_millis(*timeout_ms),
             )?),
-            (
-                GroupLink::SharedMemory,
-                Some(GroupSpec::SharedMemory {
-                    path,
-                    capacity,
-                    timeout_ms,
-                }),
-            ) => {
-                let group = SharedMemoryGroup::join(
-                    path,
-                    ranks.world_rank,
-                    ranks.world_size,
-                    *capacity,
-                    Duration::from_millis(*timeout_ms),
-                )?;
-                let abort = GroupAbortHandle::SharedMemory(group.abort_handle());
-                if let Some(reason) = progress.aborted() {
-                    abort.abort(&reason);
-                }
-                *group_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(abort);
-                Box::new(group)
+            (GroupLink::SharedMemory, Some(spec)) => {
+                join_shared_memory(spec, ranks, (&progress, &group_slot), &|| false)?
             }
             (
                 GroupLink::Nccl,
@@ -405,12 +441,64 @@ fn run_worker(
                 ))
             }
         };
-        run_loop(&run, &assignment, collective, progress.clone())
+        // Groups on one host heal when a peer dies (`heal/mod.rs`).
+        let heal = match (&assignment.group, heal_news) {
+            (Some(GroupSpec::SharedMemory { .. }), Some((news, newest))) => {
+                let (joining, slot) = (progress.clone(), group_slot.clone());
+                let join = Box::new(move |spec: &GroupSpec, heal: u64| {
+                    let called_off = || newest.load(Ordering::Acquire) > heal;
+                    join_shared_memory(spec, ranks, (&joining, &slot), &called_off)
+                });
+                let joined = assignment.heal.as_ref().map_or(0, |h| h.heal);
+                Some(HealLink::new(news, join, progress.clone(), joined))
+            }
+            _ => None,
+        };
+        run_loop(&run, &assignment, collective, progress.clone(), heal)
     })();
     // The supervisor stops this process once it sees the loop finish: the
     // metrics the loop recorded since the last push go to the node first.
     push_last_metrics(&runtime);
     progress.finish(outcome.map_err(|e| LoopFailed(e.to_string())));
+}
+
+/// Joins the shared-memory group `spec` as `ranks` say, making it the
+/// one an abort reaches as soon as it is mapped; it is called off (as
+/// aborted) once `called_off()` says so.
+fn join_shared_memory(
+    spec: &GroupSpec,
+    ranks: Ranks,
+    (progress, group_slot): (&Progress, &GroupSlot),
+    called_off: &dyn Fn() -> bool,
+) -> Result<Box<dyn Collective>, TrainError> {
+    let GroupSpec::SharedMemory {
+        path,
+        capacity,
+        timeout_ms,
+    } = spec
+    else {
+        return Err(TrainError::Config(
+            "a shared-memory worker was given another kind of group".into(),
+        ));
+    };
+    let mapped = |abort: GroupAbort| {
+        let abort = GroupAbortHandle::SharedMemory(abort);
+        *group_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(abort.clone());
+        // An abort or a newer order that came while it was being mapped.
+        if let Some(reason) = progress.aborted() {
+            abort.abort(&reason);
+        } else if called_off() {
+            abort.abort("a newer heal was ordered");
+        }
+    };
+    let group = SharedMemoryGroup::join_with(
+        path,
+        (ranks.world_rank, ranks.world_size, *capacity),
+        Duration::from_millis(*timeout_ms),
+        called_off,
+        mapped,
+    )?;
+    Ok(Box::new(group))
 }
 
 /// Pushes this process's metrics to its node from the loop thread, waiting
@@ -470,12 +558,14 @@ fn join_nccl(
 }
 
 /// Runs the loop of `assignment` with `collective`, on the calling thread:
-/// in a worker process, or in the driver for a run of 0 workers.
+/// in a worker process, or in the driver for a run of 0 workers. A worker
+/// that replaces a dead one first receives its state from a peer.
 pub(crate) fn run_loop(
     run: &LoopFn,
     assignment: &Assignment,
-    collective: Box<dyn Collective>,
+    mut collective: Box<dyn Collective>,
     progress: Arc<Progress>,
+    heal: Option<HealLink>,
 ) -> Result<(), TrainError> {
     tch::set_num_threads(assignment.threads.max(1) as i32);
     let device = if assignment.use_gpu {
@@ -490,12 +580,26 @@ pub(crate) fn run_loop(
     } else {
         tch::Device::Cpu
     };
-    let checkpoint = assignment
-        .resume
-        .as_deref()
-        .map(Checkpoint::load)
-        .transpose()?;
-    let mut context = TrainContext::new(assignment, device, collective, checkpoint, progress);
+    let checkpoint = match &assignment.heal {
+        Some(from) => {
+            let peer = heal::state::exchange(collective.as_mut(), from.source, None)?;
+            progress.step();
+            tracing::info!(
+                heal = from.heal,
+                "rank {} has its state from rank {} at report {}",
+                assignment.ranks.world_rank,
+                from.source,
+                peer.reports
+            );
+            Some(peer.checkpoint)
+        }
+        None => assignment
+            .resume
+            .as_deref()
+            .map(Checkpoint::load)
+            .transpose()?,
+    };
+    let mut context = TrainContext::new(assignment, device, collective, checkpoint, progress, heal);
     // In a worker process a panic also ends the process (its panic hook
     // reports it as the actor's death); in local mode this catches it.
     let result =

@@ -376,6 +376,21 @@ impl Progress {
                 bar,
                 format!("resources are back: growing from {from} to {to} workers"),
             ),
+            TrainEvent::Healing {
+                ranks,
+                source,
+                reason,
+            } => say(
+                bar,
+                format!("{reason}: replacing ranks {ranks:?}, their state from rank {source}"),
+            ),
+            TrainEvent::Healed { ranks, took } => say(
+                bar,
+                format!(
+                    "recovery: healed from a peer in {:.2} s (death to the first step of ranks {ranks:?}), no step redone",
+                    took.as_secs_f64()
+                ),
+            ),
             TrainEvent::Failed { attempt, reason } => {
                 self.failed_at = Some(Instant::now());
                 self.recovering = true;

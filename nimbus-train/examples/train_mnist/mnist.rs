@@ -197,6 +197,7 @@ impl TrainLoop for MnistLoop {
                 }
                 if Some(step) == config.fail_at_step
                     && ctx.attempt() == 0
+                    && !ctx.is_replacement()
                     && ctx.world_rank() + 1 == ctx.world_size()
                 {
                     // The newest checkpoint rank 0 saves before this step.
@@ -221,11 +222,13 @@ impl TrainLoop for MnistLoop {
                 };
                 sgd.zero_grad();
                 loss.backward();
-                ctx.sync_gradients(&model)?;
+                // A peer dying here is healed: its replacement resumes
+                // this very batch from this worker's state.
+                ctx.sync_gradients_or_heal(&model, || save(&vs, &sgd, epoch, b))?;
                 sgd.step();
                 step += 1;
                 if config.check_replicas {
-                    check_replicas(ctx, &vs, step)?;
+                    check_replicas(ctx, &save(&vs, &sgd, epoch, b + 1)?, step)?;
                 }
                 let mut metrics = Metrics::from([
                     ("loss".to_string(), loss.double_value(&[])),
@@ -257,20 +260,25 @@ impl TrainLoop for MnistLoop {
     }
 }
 
-/// Fails unless this worker's parameters equal rank 0's, bit for bit.
-fn check_replicas(ctx: &mut TrainContext, vs: &nn::VarStore, step: u64) -> LoopResult {
-    let mut variables: Vec<_> = vs.variables().into_iter().collect();
-    variables.sort_by(|a, b| a.0.cmp(&b.0));
+/// Fails unless this worker's state (parameters, momentum, position: its
+/// checkpoint `state`) equals rank 0's, bit for bit.
+fn check_replicas(ctx: &mut TrainContext, state: &Checkpoint, step: u64) -> LoopResult {
     let mut mine = Vec::new();
-    for (_, tensor) in variables {
-        mine.extend(Vec::<f32>::try_from(tensor.detach().flatten(0, -1))?);
+    for (_, tensor) in state.tensors() {
+        mine.extend(Vec::<f32>::try_from(
+            tensor.to_kind(Kind::Float).flatten(0, -1),
+        )?);
+    }
+    for key in ["epoch", "batch"] {
+        mine.push(state.value::<u64>(key)? as f32);
     }
     let mut rank0 = mine.clone();
     ctx.collective().broadcast(&mut rank0, 0)?;
-    let same = mine
-        .iter()
-        .zip(&rank0)
-        .all(|(a, b)| a.to_bits() == b.to_bits());
+    let same = mine.len() == rank0.len()
+        && mine
+            .iter()
+            .zip(&rank0)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
     if !same {
         return Err(format!(
             "rank {} diverged from rank 0 after step {step}",

@@ -312,6 +312,25 @@ impl Checkpoint {
         })
     }
 
+    /// The user's values.
+    pub(crate) fn values(&self) -> &BTreeMap<String, serde_json::Value> {
+        &self.values
+    }
+
+    /// A checkpoint of `values` and no tensor yet (a state from a peer).
+    pub(crate) fn from_values(values: BTreeMap<String, serde_json::Value>) -> Self {
+        Checkpoint {
+            values,
+            ..Self::default()
+        }
+    }
+
+    /// This checkpoint, as if saved with report `index`.
+    pub(crate) fn at_index(mut self, index: u64) -> Self {
+        self.index = index;
+        self
+    }
+
     /// The report index it was saved with (0 for one not saved yet).
     pub fn index(&self) -> u64 {
         self.index

@@ -179,6 +179,21 @@ impl SharedMemoryGroup {
         capacity: usize,
         timeout: Duration,
     ) -> Result<Self, CollectiveError> {
+        Self::join_with(path, (rank, world, capacity), timeout, &|| false, |_| {})
+    }
+
+    /// [`join`](Self::join) (`shape`: rank, world, capacity) that can be
+    /// called off while it forms: it fails as aborted once `cancelled()`
+    /// says so while it waits for the segment, and hands `mapped` the
+    /// group's abort handle before the first barrier, so an abort reaches
+    /// the group while its ranks gather.
+    pub fn join_with(
+        path: &Path,
+        (rank, world, capacity): (usize, usize, usize),
+        timeout: Duration,
+        cancelled: &dyn Fn() -> bool,
+        mapped: impl FnOnce(GroupAbort),
+    ) -> Result<Self, CollectiveError> {
         if world == 0 || world > MAX_WORLD {
             return Err(CollectiveError::Setup(format!(
                 "a shared-memory group holds 1 to {MAX_WORLD} ranks, not {world}"
@@ -195,7 +210,7 @@ impl SharedMemoryGroup {
         let segment = if rank == 0 {
             create(path, world, capacity, len)?
         } else {
-            attach(path, world, capacity, len, timeout)?
+            attach(path, (world, capacity, len), timeout, cancelled)?
         };
         let mut group = SharedMemoryGroup {
             segment: Arc::new(segment),
@@ -205,6 +220,7 @@ impl SharedMemoryGroup {
             timeout,
             path: (rank == 0).then(|| path.to_path_buf()),
         };
+        mapped(group.abort_handle());
         group.barrier()?;
         // Every rank has mapped the segment: its name is no longer needed,
         // and unlinking now means a crash cannot leak it.
@@ -396,13 +412,18 @@ fn create(
 
 fn attach(
     path: &Path,
-    world: usize,
-    capacity: usize,
-    len: usize,
+    (world, capacity, len): (usize, usize, usize),
     timeout: Duration,
+    cancelled: &dyn Fn() -> bool,
 ) -> Result<Segment, CollectiveError> {
     let start = Instant::now();
     loop {
+        if cancelled() {
+            return Err(CollectiveError::Aborted(format!(
+                "called off while waiting for {}",
+                path.display()
+            )));
+        }
         // Rank 0 publishes the segment by renaming it into place, fully
         // initialised, so a file found here is complete.
         if let Ok(file) = OpenOptions::new().read(true).write(true).open(path) {

@@ -72,6 +72,9 @@ pub(super) struct Launched {
     pub(super) backend: Option<CollectiveBackend>,
     /// The node of each rank.
     pub(super) nodes: Vec<String>,
+    /// What every rank was told, but its ranks and faults (a replacement
+    /// is told the same, `heal.rs`).
+    pub(super) assignment: Assignment,
 }
 
 /// Places, spawns and starts one attempt's workers, in phases:
@@ -156,6 +159,7 @@ pub(super) async fn launch(
         seen_events,
         backend: Some(backend),
         nodes,
+        assignment,
     })
 }
 
@@ -202,11 +206,12 @@ fn first_assignment(
         generation,
         faults: Vec::new(),
         libtorch: Torch::loaded(),
+        heal: None,
     }
 }
 
 /// The fault rules of rank `rank`.
-fn faults_of(faults: &[TrainingFault], rank: usize) -> Vec<TrainingFault> {
+pub(super) fn faults_of(faults: &[TrainingFault], rank: usize) -> Vec<TrainingFault> {
     faults.iter().filter(|f| f.rank == rank).cloned().collect()
 }
 
@@ -239,16 +244,11 @@ async fn spawn_workers(
     plan: &RunPlan,
     group: &PlacementGroup,
 ) -> (Vec<ActorHandle<TrainerWorker>>, Option<TrainError>) {
-    let bundle = plan.scaling.bundle();
     let mut spawns = Vec::new();
     for index in 0..group.len() {
-        let mut options = SpawnOptions::default().max_restarts(0);
-        for (name, amount) in bundle.iter() {
-            options = options.resource(name, amount);
-        }
-        match options.in_bundle(group, index) {
+        match spawn_options(plan, group, index) {
             Ok(options) => spawns.push(actor::spawn::<TrainerWorker>((), options)),
-            Err(e) => return (Vec::new(), Some(e.into())),
+            Err(e) => return (Vec::new(), Some(e)),
         }
     }
     let mut handles = Vec::new();
@@ -262,11 +262,25 @@ async fn spawn_workers(
     (handles, spawn_error)
 }
 
+/// How a `TrainerWorker` is spawned into bundle `index` of `group`: the
+/// bundle's resources, no restart by its node (the supervisor restarts).
+pub(super) fn spawn_options(
+    plan: &RunPlan,
+    group: &PlacementGroup,
+    index: usize,
+) -> Result<SpawnOptions, TrainError> {
+    let mut options = SpawnOptions::default().max_restarts(0);
+    for (name, amount) in plan.scaling.bundle().iter() {
+        options = options.resource(name, amount);
+    }
+    Ok(options.in_bundle(group, index)?)
+}
+
 /// The ranks of workers on `nodes` (one entry per rank, in bundle order):
 /// world ranks follow bundle order, nodes are numbered in order of first
 /// appearance, and a rank's local rank counts the ranks before it on its
 /// node.
-fn rank_layout(nodes: &[String]) -> Vec<Ranks> {
+pub(super) fn rank_layout(nodes: &[String]) -> Vec<Ranks> {
     let mut order: Vec<&str> = Vec::new();
     for node in nodes {
         if !order.contains(&node.as_str()) {
@@ -348,16 +362,21 @@ async fn group_spec(
             peers: handles.to_vec(),
             timeout_ms,
         },
-        CollectiveBackend::SharedMemory | CollectiveBackend::Auto => GroupSpec::SharedMemory {
-            path: shm_dir().join(format!(
-                "nimbus-train-{}-{id}-{:016x}",
-                std::process::id(),
-                rand::random::<u64>()
-            )),
-            capacity: BUCKET_BYTES,
-            timeout_ms,
-        },
+        CollectiveBackend::SharedMemory | CollectiveBackend::Auto => shared_memory_group(plan, id),
     })
+}
+
+/// A new shared-memory group for attempt `id`: a fresh segment name.
+pub(super) fn shared_memory_group(plan: &RunPlan, id: u64) -> GroupSpec {
+    GroupSpec::SharedMemory {
+        path: shm_dir().join(format!(
+            "nimbus-train-{}-{id}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        )),
+        capacity: BUCKET_BYTES,
+        timeout_ms: plan.run.collective_timeout.as_millis() as u64,
+    }
 }
 
 /// `StartTraining` on every rank (on `nodes`, in rank order), each with
@@ -412,12 +431,14 @@ fn launch_local(plan: &RunPlan, assignment: Assignment) -> Launched {
     let progress = Arc::new(Progress::default());
     let run = plan.local.clone();
     let thread_progress = progress.clone();
+    let template = assignment.clone();
     std::thread::spawn(move || {
         let outcome = worker::run_loop(
             &run,
             &assignment,
             Box::new(SoloGroup),
             thread_progress.clone(),
+            None,
         );
         thread_progress.finish(outcome.map_err(|e| LoopFailed(e.to_string())));
     });
@@ -428,6 +449,7 @@ fn launch_local(plan: &RunPlan, assignment: Assignment) -> Launched {
         seen_events: 0,
         backend: None,
         nodes: Vec::new(),
+        assignment: template,
     }
 }
 

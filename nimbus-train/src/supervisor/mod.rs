@@ -52,6 +52,10 @@
 //! it ends the attempt and restarts at full size from the latest checkpoint
 //! (`TrainEvent::Rescaling`; a restart that counts no failure).
 //!
+//! Peer heal (`heal/mod.rs`): a worker that dies while its group can heal
+//! is replaced and healed from a live peer instead (`heal.rs` carries it
+//! out); the attempt goes on and no step is redone.
+//!
 //! Which attempt is live, when it failed, hung or finished, and what
 //! follows are decided by the plain state machine in `policy.rs`; this
 //! actor carries its decisions out. A run of 0 workers runs the loop on a
@@ -70,7 +74,7 @@ use super::checkpoint::{
 use super::faults::TrainingFault;
 use super::progress::{Progress, ProgressReport, WorkerEvent};
 use super::results::{self, ReportLine, ResultsLog};
-use super::worker::TrainerWorker;
+use super::worker::{self, TrainerWorker};
 use super::{
     CollectiveBackend, LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult,
     WorkerCount,
@@ -81,12 +85,14 @@ use nimbus::cluster::{RunCheckpoint, RunEvent, RunHeader, RunPoint};
 use nimbus::library;
 use nimbus::placement::{PlacementError, PlacementGroup};
 
+mod heal;
 mod launch;
 mod policy;
 mod watch;
 
+use heal::{replace, Replacement};
 use launch::{launch, stop_workers, Launched, ELASTIC_TRY};
-use policy::{Attempts, Failure, Next, Rescale, StopNow, Unrecoverable};
+use policy::{Attempts, Death, Failure, Heal, Healed, Next, Rescale, StopNow, Unrecoverable};
 use watch::{watch, watch_for_room};
 
 /// How long a progress poll waits for news.
@@ -154,6 +160,24 @@ pub enum TrainEvent {
         /// Workers it restarts with.
         to: usize,
     },
+    /// Workers died and are being replaced, healed from a live peer
+    /// (`heal/mod.rs`): the attempt goes on.
+    Healing {
+        /// The ranks being replaced.
+        ranks: Vec<usize>,
+        /// The survivor that sends its state.
+        source: usize,
+        /// Why (the death).
+        reason: String,
+    },
+    /// Every replaced rank reported: the heal is over.
+    Healed {
+        /// The ranks it replaced.
+        ranks: Vec<usize>,
+        /// From the first death it mended to the last replacement's first
+        /// report.
+        took: Duration,
+    },
     /// An attempt failed; the group is being torn down.
     Failed {
         /// The attempt.
@@ -180,6 +204,11 @@ struct Attempt {
     group: Option<PlacementGroup>,
     /// The node of each rank.
     nodes: Vec<String>,
+    /// What every rank was told (a replacement is told the same).
+    assignment: worker::Assignment,
+    /// Its group heals from a peer (`heal/mod.rs`): shared memory, and the
+    /// run allows it.
+    heals: bool,
 }
 
 /// Supervises one training run; see the module docs.
@@ -266,7 +295,9 @@ impl TrainerSupervisor {
                 // Reports go from `record`, with their attempt's generation.
                 TrainEvent::Reported { .. }
                 | TrainEvent::FaultInjected { .. }
-                | TrainEvent::Rescaling { .. } => None,
+                | TrainEvent::Rescaling { .. }
+                | TrainEvent::Healing { .. }
+                | TrainEvent::Healed { .. } => None,
             };
             if let Some(event) = to_head_event {
                 to_head.send(event);
@@ -281,13 +312,7 @@ impl TrainerSupervisor {
         let Some(id) = self.attempts.begin() else {
             return;
         };
-        let faults: Vec<TrainingFault> = self
-            .plan
-            .faults
-            .iter()
-            .filter(|f| !self.fired.contains(&f.fired()))
-            .cloned()
-            .collect();
+        let faults = self.unfired_faults();
         // Fence the run directory off from workers of earlier attempts.
         let attempt = self.attempts.restarts();
         if attempt > 0 {
@@ -335,6 +360,8 @@ impl TrainerSupervisor {
                 links: launched.links,
                 group: launched.group,
                 nodes: launched.nodes,
+                assignment: launched.assignment,
+                heals: false,
             });
             return self.end_attempt("the run was stopped", ctx);
         }
@@ -348,10 +375,10 @@ impl TrainerSupervisor {
         });
         let me = ctx.address();
         for (rank, link) in launched.links.iter().enumerate() {
+            let worker = (id, rank, 0);
             tokio::spawn(watch(
                 me.clone(),
-                id,
-                rank,
+                worker,
                 link.clone(),
                 launched.seen_events,
             ));
@@ -359,23 +386,137 @@ impl TrainerSupervisor {
         if self.attempts.room_wanted(id).is_some() {
             tokio::spawn(watch_for_room(me.clone(), id, launched.seen_events));
         }
+        let heals =
+            self.plan.run.peer_heal && launched.backend == Some(CollectiveBackend::SharedMemory);
         self.attempt = Some(Attempt {
             links: launched.links,
             group: launched.group,
             nodes: launched.nodes,
+            assignment: launched.assignment,
+            heals,
         });
     }
 
-    /// A worker of attempt `id` failed: if that is the attempt's first
-    /// failure, tear it down, then restart or give up.
-    fn worker_failed(&mut self, id: u64, rank: usize, reason: String, ctx: &mut Context<Self>) {
-        let Some(failure) = self.attempts.rank_failed(id, rank, &reason, Instant::now()) else {
+    /// Worker `worker` of rank `rank` of attempt `id` died (`died`) or
+    /// failed: heal the group if the policy says so, else fail the
+    /// attempt.
+    fn worker_lost(
+        &mut self,
+        (id, rank, worker): WorkerId,
+        reason: String,
+        died: bool,
+        ctx: &mut Context<Self>,
+    ) {
+        self.record_fired(&reason);
+        let heals = self.attempt.as_ref().is_some_and(|a| a.heals);
+        let now = Instant::now();
+        match self
+            .attempts
+            .worker_lost((id, rank, worker), (&reason, died), heals, now)
+        {
+            Some(Death::Heal(heal)) => self.heal(id, heal, ctx),
+            Some(Death::Failed(failure)) => self.attempt_failed(id, failure, ctx),
+            None => {}
+        }
+    }
+
+    /// Replaces the workers `heal` names and heals the group (`heal.rs`).
+    fn heal(&mut self, id: u64, heal: Heal, ctx: &mut Context<Self>) {
+        let Some(group) = self.attempt.as_ref().and_then(|attempt| {
+            Some(heal::Group {
+                links: attempt.links.clone(),
+                placement: attempt.group.clone()?,
+                nodes: attempt.nodes.clone(),
+                assignment: attempt.assignment.clone(),
+            })
+        }) else {
+            let reason = "no placement group to replace it in";
+            if let Some(failure) =
+                self.attempts
+                    .heal_failed(id, heal.source, reason, Instant::now())
+            {
+                self.attempt_failed(id, failure, ctx);
+            }
             return;
         };
-        if let Some(fired) = FiredFault::from_death(&reason) {
-            // A fault rule killed it: it has fired. Its announcement may
-            // have died with the process, so the death tells the observer
-            // (the head has the death reason already).
+        metrics::counter!("nimbus_train_heals_total").increment(1);
+        tracing::warn!(
+            attempt = id,
+            source = heal.source,
+            "healing the group from a live peer: {}",
+            heal.reason
+        );
+        self.tell(TrainEvent::Healing {
+            ranks: heal.ranks.iter().map(|(rank, _)| *rank).collect(),
+            source: heal.source,
+            reason: heal.reason.clone(),
+        });
+        let first = heal.ranks.first().map_or(0, |(rank, _)| *rank);
+        let replacing = replace(self.plan.clone(), id, heal, group, self.unfired_faults());
+        ctx.spawn(
+            replacing
+                .into_actor(self)
+                .map(move |replaced, act, ctx| act.replaced(id, first, replaced, ctx)),
+        );
+    }
+
+    /// A heal's replacements started (or could not).
+    fn replaced(
+        &mut self,
+        id: u64,
+        first: usize,
+        replaced: Result<Vec<Replacement>, TrainError>,
+        ctx: &mut Context<Self>,
+    ) {
+        let replacements = match replaced {
+            Ok(replacements) => replacements,
+            Err(e) => {
+                let reason = format!("cannot replace it: {e}");
+                if let Some(failure) = self
+                    .attempts
+                    .heal_failed(id, first, &reason, Instant::now())
+                {
+                    self.attempt_failed(id, failure, ctx);
+                }
+                return;
+            }
+        };
+        let me = ctx.address();
+        for r in replacements {
+            if !self.attempts.current(id, r.rank, r.worker) {
+                // A later heal replaces it again, or the attempt ended.
+                let handle = r.handle;
+                tokio::spawn(async move { handle.kill().await });
+                continue;
+            }
+            let link = WorkerLink::Remote(r.handle);
+            if let Some(slot) = self.attempt.as_mut().and_then(|a| a.links.get_mut(r.rank)) {
+                *slot = link.clone();
+            }
+            tokio::spawn(watch(
+                me.clone(),
+                (id, r.rank, r.worker),
+                link,
+                r.seen_events,
+            ));
+        }
+    }
+
+    /// The run's fault rules that have not fired.
+    fn unfired_faults(&self) -> Vec<TrainingFault> {
+        self.plan
+            .faults
+            .iter()
+            .filter(|f| !self.fired.contains(&f.fired()))
+            .cloned()
+            .collect()
+    }
+
+    /// A death by a fault rule: it has fired. Its announcement may have
+    /// died with the process, so the death tells the observer (the head
+    /// has the death reason already).
+    fn record_fired(&mut self, reason: &str) {
+        if let Some(fired) = FiredFault::from_death(reason) {
             if !self.fired.contains(&fired) {
                 self.tell(TrainEvent::FaultInjected {
                     fault: fired.kind.clone(),
@@ -385,6 +526,20 @@ impl TrainerSupervisor {
                 self.fired.push(fired);
             }
         }
+    }
+
+    /// A worker of attempt `id` failed: if that is the attempt's first
+    /// failure, tear it down, then restart or give up.
+    fn worker_failed(&mut self, id: u64, rank: usize, reason: String, ctx: &mut Context<Self>) {
+        self.record_fired(&reason);
+        let Some(failure) = self.attempts.rank_failed(id, rank, &reason, Instant::now()) else {
+            return;
+        };
+        self.attempt_failed(id, failure, ctx);
+    }
+
+    /// Attempt `id` failed: tear it down, then restart or give up.
+    fn attempt_failed(&mut self, id: u64, failure: Failure, ctx: &mut Context<Self>) {
         tracing::warn!(attempt = id, "training attempt failed: {}", failure.reason);
         let why = failure.reason.clone();
         self.tell_failed(failure);
@@ -494,16 +649,27 @@ impl TrainerSupervisor {
         stop_workers(links, group, reason.to_string())
     }
 
-    fn polled(&mut self, id: u64, rank: usize, report: ProgressReport, ctx: &mut Context<Self>) {
-        if !self
-            .attempts
-            .progress(id, rank, report.steps, Instant::now())
+    fn polled(
+        &mut self,
+        (id, rank, worker): WorkerId,
+        report: ProgressReport,
+        ctx: &mut Context<Self>,
+    ) {
+        let now = Instant::now();
+        if !self.attempts.current(id, rank, worker)
+            || !self.attempts.progress(id, rank, report.steps, now)
         {
             return;
         }
+        self.attempts.healable(id, rank, report.healable);
         let mut failure = None;
         let mut unrecoverable = None;
         for (_, event) in report.events {
+            if matches!(event, WorkerEvent::Report { .. }) {
+                if let Some(healed) = self.attempts.healed((id, rank, worker), now) {
+                    self.tell_healed(healed);
+                }
+            }
             match event {
                 WorkerEvent::Report {
                     index,
@@ -579,12 +745,21 @@ impl TrainerSupervisor {
         }
         match report.finished {
             None => {}
-            Some(Err(e)) => self.worker_failed(id, rank, e.0, ctx),
+            Some(Err(e)) => self.worker_lost((id, rank, worker), e.0, false, ctx),
             Some(Ok(())) if self.attempts.rank_finished(id, rank) => {
                 self.end_attempt("training finished", ctx);
             }
             Some(Ok(())) => {}
         }
+    }
+
+    fn tell_healed(&mut self, Healed { ranks, took }: Healed) {
+        metrics::histogram!("nimbus_train_heal_seconds").record(took.as_secs_f64());
+        tracing::info!(
+            took_ms = took.as_millis() as u64,
+            "group healed: ranks {ranks:?} replaced and training"
+        );
+        self.tell(TrainEvent::Healed { ranks, took });
     }
 
     /// Whether the checkpoint rank 0 saved is where this driver reads it:
@@ -818,12 +993,17 @@ impl Handler<Stop> for TrainerSupervisor {
     }
 }
 
+/// Which worker: attempt, rank, and the rank's worker number (one more
+/// per replacement).
+type WorkerId = (u64, usize, u32);
+
 /// News from a worker's watcher.
 #[derive(Message)]
 #[rtype(result = "()")]
 enum Watched {
-    Progress(u64, usize, ProgressReport),
-    Failed(u64, usize, String),
+    Progress(WorkerId, ProgressReport),
+    /// It failed, for this reason; `true`: it died (its process is gone).
+    Failed(WorkerId, String, bool),
 }
 
 impl Handler<Watched> for TrainerSupervisor {
@@ -831,8 +1011,8 @@ impl Handler<Watched> for TrainerSupervisor {
 
     fn handle(&mut self, watched: Watched, ctx: &mut Context<Self>) {
         match watched {
-            Watched::Progress(id, rank, report) => self.polled(id, rank, report, ctx),
-            Watched::Failed(id, rank, reason) => self.worker_failed(id, rank, reason, ctx),
+            Watched::Progress(worker, report) => self.polled(worker, report, ctx),
+            Watched::Failed(worker, reason, died) => self.worker_lost(worker, reason, died, ctx),
         }
     }
 }

@@ -40,6 +40,16 @@
 //!    running or restarting.
 //! 10. Once done, stopped or given up the run is over: later calls decide
 //!     nothing and change nothing.
+//! 11. Peer heal (`heal/mod.rs`): a rank's worker that died (or, while it
+//!     is being replaced, failed) is healed instead of failing the attempt
+//!     when the group can heal (the actor says), every other rank that is
+//!     not being replaced heals (`healable`) and none has finished, and a
+//!     failure is left under `max_failures` (the death counts as one): the
+//!     rank's next worker is numbered, every rank being replaced gets a new
+//!     worker too (a heal in progress starts again with them all), the
+//!     lowest survivor is the source, and no rank counts as hung from that
+//!     moment. News of a rank's earlier worker is stale. The heal is over
+//!     once every replaced rank has reported, timed from its first death.
 
 use std::time::{Duration, Instant};
 
@@ -61,6 +71,8 @@ pub(crate) struct Attempts {
     failed_at: Option<Instant>,
     /// Stop was asked for while an attempt launched or ended (step 9).
     stop_asked: bool,
+    /// Heals so far (step 11): the number of the latest.
+    heals: u64,
 }
 
 /// Where the run stands.
@@ -70,8 +82,12 @@ enum Phase {
     Idle,
     /// This attempt is being launched.
     Launching(u64),
-    /// This attempt trains; one entry per rank.
-    Running { id: u64, ranks: Vec<Rank> },
+    /// This attempt trains; one entry per rank; a heal may be going on.
+    Running {
+        id: u64,
+        ranks: Vec<Rank>,
+        healing: Option<Healing>,
+    },
     /// The last attempt is being torn down, for this reason.
     Ending(Ending),
     /// Done or given up.
@@ -85,6 +101,57 @@ struct Rank {
     steps: u64,
     /// When `steps` last changed (or the launch).
     changed: Instant,
+    /// Its worker: 0 first, one more per replacement (step 11).
+    worker: u32,
+    /// Its loop heals from a peer.
+    healable: bool,
+}
+
+/// A heal going on (step 11).
+#[derive(Clone, Debug)]
+struct Healing {
+    /// The ranks being replaced that have not reported yet.
+    waiting: Vec<usize>,
+    /// Every rank replaced by this heal.
+    ranks: Vec<usize>,
+    /// The first death it mends.
+    since: Instant,
+}
+
+/// What a worker's death leads to.
+#[must_use]
+#[derive(Debug, PartialEq)]
+pub(crate) enum Death {
+    /// Heal the group from a peer.
+    Heal(Heal),
+    /// The attempt failed: as after [`Attempts::rank_failed`].
+    Failed(Failure),
+}
+
+/// Replace these ranks' workers and heal the group: kill the ranks'
+/// current workers (dead, or replacements of a heal that failed), spawn
+/// new ones, and send every other rank the heal order.
+#[must_use]
+#[derive(Debug, PartialEq)]
+pub(crate) struct Heal {
+    /// The heal's number (1 first).
+    pub(crate) number: u64,
+    /// The ranks to replace, each with its new worker's number.
+    pub(crate) ranks: Vec<(usize, u32)>,
+    /// The survivor that sends its state.
+    pub(crate) source: usize,
+    /// Why (the death).
+    pub(crate) reason: String,
+}
+
+/// A heal is over: every replaced rank reported.
+#[must_use]
+#[derive(Debug, PartialEq)]
+pub(crate) struct Healed {
+    /// The ranks it replaced.
+    pub(crate) ranks: Vec<usize>,
+    /// From the first death it mended to the last replaced rank's report.
+    pub(crate) took: Duration,
 }
 
 /// Why an attempt ends.
@@ -197,6 +264,7 @@ impl Attempts {
             failures: Vec::new(),
             failed_at: None,
             stop_asked: false,
+            heals: 0,
         }
     }
 
@@ -232,9 +300,15 @@ impl Attempts {
             finished: false,
             steps: 0,
             changed: now,
+            worker: 0,
+            healable: false,
         };
         let ranks = vec![rank; ranks];
-        self.phase = Phase::Running { id, ranks };
+        self.phase = Phase::Running {
+            id,
+            ranks,
+            healing: None,
+        };
         true
     }
 
@@ -279,6 +353,121 @@ impl Attempts {
             rank.changed = now;
         }
         true
+    }
+
+    /// Whether `worker` is rank `rank`'s current worker in running attempt
+    /// `id` (news of any other is stale, step 11).
+    pub(crate) fn current(&mut self, id: u64, rank: usize, worker: u32) -> bool {
+        self.rank(id, rank).is_some_and(|r| r.worker == worker)
+    }
+
+    /// Whether rank `rank`'s loop heals from a peer (its last poll said).
+    pub(crate) fn healable(&mut self, id: u64, rank: usize, healable: bool) {
+        if let Some(rank) = self.rank(id, rank) {
+            rank.healable = healable;
+        }
+    }
+
+    /// Worker `worker` of rank `rank` of attempt `id` died (`died`) or
+    /// failed, for `reason`: a heal when one can mend it (step 11, the
+    /// group `can_heal`), else the attempt's failure as
+    /// [`Attempts::rank_failed`]; `None` for stale news.
+    pub(crate) fn worker_lost(
+        &mut self,
+        (id, rank, worker): (u64, usize, u32),
+        (reason, died): (&str, bool),
+        can_heal: bool,
+        now: Instant,
+    ) -> Option<Death> {
+        if !self.current(id, rank, worker) {
+            return None;
+        }
+        let failures_left = (self.failures.len() as u32) < self.max_failures;
+        let Phase::Running { ranks, healing, .. } = &mut self.phase else {
+            return None;
+        };
+        let replacing = healing.as_ref().is_some_and(|h| h.ranks.contains(&rank));
+        let mut lost: Vec<usize> = healing.as_ref().map_or(Vec::new(), |h| h.ranks.clone());
+        if !lost.contains(&rank) {
+            lost.push(rank);
+        }
+        lost.sort_unstable();
+        let survivors: Vec<usize> = (0..ranks.len()).filter(|r| !lost.contains(r)).collect();
+        let heals = can_heal
+            && (died || replacing)
+            && failures_left
+            && !survivors.is_empty()
+            && ranks.iter().all(|r| !r.finished)
+            && survivors.iter().all(|&r| ranks[r].healable);
+        if !heals {
+            return self.rank_failed(id, rank, reason, now).map(Death::Failed);
+        }
+        let reason = format!("worker rank {rank}: {reason}");
+        self.failures.push(reason.clone());
+        self.failed_at.get_or_insert(now);
+        let since = healing.as_ref().map_or(now, |h| h.since);
+        for rank in ranks.iter_mut() {
+            rank.changed = now;
+        }
+        let mut replaced = Vec::new();
+        for &r in &lost {
+            ranks[r].worker += 1;
+            ranks[r].steps = 0;
+            ranks[r].healable = false;
+            replaced.push((r, ranks[r].worker));
+        }
+        *healing = Some(Healing {
+            waiting: lost.clone(),
+            ranks: lost,
+            since,
+        });
+        self.heals += 1;
+        Some(Death::Heal(Heal {
+            number: self.heals,
+            ranks: replaced,
+            source: survivors[0],
+            reason,
+        }))
+    }
+
+    /// The heal going on in attempt `id` could not replace rank `rank`'s
+    /// worker, for `reason`: the attempt fails (the heal's failure is
+    /// recorded once, as the attempt's).
+    pub(crate) fn heal_failed(
+        &mut self,
+        id: u64,
+        rank: usize,
+        reason: &str,
+        now: Instant,
+    ) -> Option<Failure> {
+        self.rank(id, rank)?;
+        self.failures.pop();
+        self.rank_failed(id, rank, reason, now)
+    }
+
+    /// Worker `worker` of rank `rank` of attempt `id` reported: the heal it
+    /// ends, if it was the last replaced rank to report (step 11).
+    pub(crate) fn healed(
+        &mut self,
+        (id, rank, worker): (u64, usize, u32),
+        now: Instant,
+    ) -> Option<Healed> {
+        if !self.current(id, rank, worker) {
+            return None;
+        }
+        let Phase::Running { healing, .. } = &mut self.phase else {
+            return None;
+        };
+        let heal = healing.as_mut()?;
+        heal.waiting.retain(|&r| r != rank);
+        if !heal.waiting.is_empty() {
+            return None;
+        }
+        let heal = healing.take()?;
+        Some(Healed {
+            ranks: heal.ranks,
+            took: now.saturating_duration_since(heal.since),
+        })
     }
 
     /// Rank `rank` of attempt `id` reported: for rank 0 of the running
@@ -342,7 +531,7 @@ impl Attempts {
     /// longer than the progress timeout: fail it with
     /// [`Attempts::rank_failed`].
     pub(crate) fn hung(&self, now: Instant) -> Option<(u64, usize)> {
-        let Phase::Running { id, ranks } = &self.phase else {
+        let Phase::Running { id, ranks, .. } = &self.phase else {
             return None;
         };
         let silent = |r: &Rank| now.saturating_duration_since(r.changed) > self.progress_timeout;
@@ -354,7 +543,10 @@ impl Attempts {
     /// room for them), if it runs, elastic, below its maximum.
     pub(crate) fn room_wanted(&self, id: u64) -> Option<usize> {
         let max = self.elastic_max?;
-        let Phase::Running { id: live, ranks } = &self.phase else {
+        let Phase::Running {
+            id: live, ranks, ..
+        } = &self.phase
+        else {
             return None;
         };
         let extra = max.saturating_sub(ranks.len());
@@ -436,7 +628,9 @@ impl Attempts {
     /// The ranks of attempt `id`, if it is running.
     fn running(&mut self, id: u64) -> Option<&mut [Rank]> {
         match &mut self.phase {
-            Phase::Running { id: live, ranks } if *live == id => Some(ranks),
+            Phase::Running {
+                id: live, ranks, ..
+            } if *live == id => Some(ranks),
             _ => None,
         }
     }

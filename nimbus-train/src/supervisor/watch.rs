@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::{NodeJoined, TrainerSupervisor, Watched, WorkerLink, POLL_WAIT};
+use super::{NodeJoined, TrainerSupervisor, Watched, WorkerId, WorkerLink, POLL_WAIT};
 use crate::worker::PollTraining;
 use nimbus::actor;
 use nimbus::library;
@@ -36,8 +36,7 @@ pub(super) async fn watch_for_room(me: Addr<TrainerSupervisor>, id: u64, mut aft
 /// Polls one worker's progress until it finishes, fails or dies.
 pub(super) async fn watch(
     me: Addr<TrainerSupervisor>,
-    id: u64,
-    rank: usize,
+    worker: WorkerId,
     link: WorkerLink,
     seen: u64,
 ) {
@@ -48,7 +47,7 @@ pub(super) async fn watch(
                 let report = progress.poll(after, POLL_WAIT).await;
                 after += report.events.len() as u64;
                 let finished = report.finished.is_some();
-                me.do_send(Watched::Progress(id, rank, report));
+                me.do_send(Watched::Progress(worker, report));
                 if finished {
                     return;
                 }
@@ -73,7 +72,7 @@ pub(super) async fn watch(
                 Ok(Ok(report)) => {
                     seen += report.events.len() as u64;
                     let finished = report.finished.is_some();
-                    me.do_send(Watched::Progress(id, rank, report));
+                    me.do_send(Watched::Progress(worker, report));
                     if finished {
                         return None;
                     }
@@ -83,7 +82,7 @@ pub(super) async fn watch(
             }
         }
     };
-    let reason = tokio::select! {
+    let lost = tokio::select! {
         died = &mut death => Some(describe_death(died)),
         failed = polls => match failed {
             // Finished: its teardown kill is no failure.
@@ -93,18 +92,20 @@ pub(super) async fn watch(
             Some(call) => Some(
                 tokio::time::timeout(Duration::from_secs(5), &mut death)
                     .await
-                    .map_or(call, describe_death),
+                    .map_or((call, false), describe_death),
             ),
         },
     };
-    if let Some(reason) = reason {
-        me.do_send(Watched::Failed(id, rank, reason));
+    if let Some((reason, died)) = lost {
+        me.do_send(Watched::Failed(worker, reason, died));
     }
 }
 
-fn describe_death(died: Result<actor::ActorDied, actor::CallError>) -> String {
+/// The reason of a death, and whether it is one (`false`: its watch
+/// failed).
+fn describe_death(died: Result<actor::ActorDied, actor::CallError>) -> (String, bool) {
     match died {
-        Ok(died) => format!("died: {}", died.reason),
-        Err(e) => format!("lost track of it: {e}"),
+        Ok(died) => (format!("died: {}", died.reason), true),
+        Err(e) => (format!("lost track of it: {e}"), false),
     }
 }

@@ -41,6 +41,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("kill_and_panic_restart_from_checkpoint_bit_exact", |d| {
         boxed(kill_and_panic_restart_from_checkpoint_bit_exact(d))
     }),
+    (
+        "a_killed_worker_heals_from_a_peer_with_no_step_redone",
+        |d| boxed(a_killed_worker_heals_from_a_peer_with_no_step_redone(d)),
+    ),
     ("training_faults_by_step_recover_bit_exact", |d| {
         boxed(training_faults_by_step_recover_bit_exact(d))
     }),
@@ -221,7 +225,10 @@ async fn kill_and_panic_restart_from_checkpoint_bit_exact(_: &mut nimbus::Driver
             fail_mode: mode,
             ..small(20)
         };
-        let run = run_config(&format!("{mode:?}")).max_failures(1);
+        // The checkpoint restart (a heal would mend this death).
+        let run = run_config(&format!("{mode:?}"))
+            .max_failures(1)
+            .peer_heal(false);
         let (result, events) = fit(config, ScalingConfig::workers(2), run).await;
         ok(&result);
         assert_eq!(result.restarts, 1, "{mode:?}: one restart");
@@ -295,6 +302,74 @@ async fn kill_and_panic_restart_from_checkpoint_bit_exact(_: &mut nimbus::Driver
     // recoveries are in its metrics.
     assert_eq!(metric("nimbus_train_restarts_total") - restarts, 2.0);
     assert_eq!(metric("nimbus_train_recovery_seconds") - recoveries, 2.0);
+}
+
+/// Kills workers of a 3-worker run at a random step (one; two at once;
+/// rank 0, the writer of checkpoints) and checks that the group heals from
+/// a live peer: no restart, as many steps (reports) as the fault-free
+/// run, its final parameters bit for bit, and every rank's whole state
+/// (parameters, momentum, position) equal to rank 0's after every step,
+/// the first after the heal included (`check_replicas`).
+async fn a_killed_worker_heals_from_a_peer_with_no_step_redone(_: &mut nimbus::Driver) {
+    use nimbus_train::faults::{TrainingFault, TrainingFaultAction as Action};
+    let config = MnistConfig {
+        check_replicas: true,
+        ..small(14)
+    };
+    let (baseline, events) = fit(
+        config.clone(),
+        ScalingConfig::workers(3),
+        run_config("heal-baseline"),
+    )
+    .await;
+    ok(&baseline);
+    let steps = |events: &[TrainEvent]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, TrainEvent::Reported { .. }))
+            .count()
+    };
+    // 1,280 images over 3 ranks in batches of 32: one epoch of 14 steps,
+    // its last checkpoint at the end.
+    assert_eq!(steps(&events), 14);
+    let expected = final_sha(&baseline);
+    let at_step = 2 + rand::random::<u64>() % 12;
+    for (name, ranks) in [
+        ("one", vec![2]),
+        ("two_at_once", vec![1, 2]),
+        ("rank_0", vec![0]),
+    ] {
+        let mut run = run_config(&format!("heal-{name}")).max_failures(2);
+        for &rank in &ranks {
+            let kill = TrainingFault {
+                rank,
+                at_step,
+                action: Action::Kill,
+            };
+            run = run.inject(kill);
+        }
+        let (result, events) = fit(config.clone(), ScalingConfig::workers(3), run).await;
+        ok(&result);
+        assert_eq!(result.restarts, 0, "{name}: healed, not restarted");
+        assert_eq!(steps(&events), 14, "{name}: no step redone");
+        assert_eq!(
+            final_sha(&result),
+            expected,
+            "{name}: the fault-free parameters"
+        );
+        let healed: Vec<(Vec<usize>, Duration)> = events
+            .iter()
+            .filter_map(|e| match e {
+                TrainEvent::Healed { ranks, took } => Some((ranks.clone(), *took)),
+                _ => None,
+            })
+            .collect();
+        let Some((replaced, took)) = healed.last() else {
+            panic!("{name}: no heal in {events:?}");
+        };
+        assert_eq!(replaced, &ranks, "{name}: the killed ranks replaced");
+        println!("  {name}: killed at step {at_step}, healed in {took:.2?}");
+    }
 }
 
 async fn training_faults_by_step_recover_bit_exact(_: &mut nimbus::Driver) {
@@ -376,6 +451,7 @@ async fn training_faults_by_step_recover_bit_exact(_: &mut nimbus::Driver) {
     for (name, faults, restarts, resumed_at) in cases {
         let mut run = run_config(&format!("fault-{name}"))
             .max_failures(1)
+            .peer_heal(false)
             .collective_timeout(Duration::from_secs(2));
         for f in &faults {
             run = run.inject(f.clone());
@@ -472,7 +548,7 @@ async fn corrupt_latest_checkpoint_falls_back_to_previous(_: &mut nimbus::Driver
         fail_mode: FailMode::CorruptLatestThenKill,
         ..small(20)
     };
-    let run = run_config("corrupt").max_failures(1);
+    let run = run_config("corrupt").max_failures(1).peer_heal(false);
     let run_dir = run.run_dir();
     let (result, events) = fit(config, ScalingConfig::workers(2), run).await;
     ok(&result);
