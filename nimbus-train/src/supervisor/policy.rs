@@ -888,7 +888,7 @@ mod tests {
     #[test]
     fn simulated_runs_keep_the_invariants() {
         let mut seen = Stats::default();
-        for seed in 1..=20u64 {
+        for seed in 1..=100u64 {
             let mut sim = Sim::new(seed);
             for step in 0..3_000 {
                 sim.step(step);
@@ -901,9 +901,11 @@ mod tests {
     }
 
     /// Counts of what a simulation went through: done, given up, rescales,
-    /// hangs, failed launches.
+    /// hangs, failed launches, heals, heals over, deaths during a heal,
+    /// deaths that found no peer to heal from, deaths that found no failure
+    /// left to heal with.
     #[derive(Debug, Default)]
-    struct Stats([u32; 5]);
+    struct Stats([u32; 10]);
 
     impl Stats {
         fn add(&mut self, other: &Stats) {
@@ -919,7 +921,13 @@ mod tests {
         steps: u64,
         changed: Instant,
         finished: bool,
+        /// Its number: one more per replacement.
+        worker: u32,
+        healable: bool,
     }
+
+    /// A heal in the model: the ranks replaced, those yet to report, since.
+    type ModelHeal = (Vec<usize>, Vec<usize>, Instant);
 
     /// Why the model's attempt is being torn down.
     #[derive(Debug)]
@@ -950,6 +958,9 @@ mod tests {
         ends: Vec<u32>,
         reasons: Vec<String>,
         rescales: u32,
+        /// Failures mended by a heal.
+        healed: u32,
+        healing: Option<ModelHeal>,
         failed_at: Option<Instant>,
         /// The policy, printed, once the run is over.
         over: Option<String>,
@@ -975,11 +986,13 @@ mod tests {
                 ends: Vec::new(),
                 reasons: Vec::new(),
                 rescales: 0,
+                healed: 0,
+                healing: None,
                 failed_at: None,
                 over: None,
                 stats: Stats::default(),
             };
-            sim.max_failures = sim.next(6) as u32;
+            sim.max_failures = sim.next(12) as u32;
             sim.elastic = (sim.next(2) == 0).then_some(4);
             sim.policy = Attempts::new(sim.max_failures, sim.timeout, sim.elastic);
             sim
@@ -1006,7 +1019,8 @@ mod tests {
                 0 => self.begin(),
                 1 => self.launch(),
                 2..=8 => self.progress(id, rank),
-                10 => self.report(id, rank),
+                9 | 18 => self.died(id, rank),
+                10 | 19 => self.report(id, rank),
                 11 if self.next(8) == 0 => self.rank_failed(id, rank, format!("boom {step}")),
                 12 if self.next(3) == 0 => self.rank_finished(id, rank),
                 13 => self.hang(),
@@ -1056,8 +1070,11 @@ mod tests {
                 steps: 0,
                 changed: self.now,
                 finished: false,
+                worker: 0,
+                healable: false,
             };
             self.live = Some((id, vec![worker; ranks]));
+            self.healing = None;
         }
 
         /// The model's worker `rank` of attempt `id`, if it runs.
@@ -1081,10 +1098,117 @@ mod tests {
             };
             let got = self.policy.progress(id, rank, steps.unwrap_or(stale), now);
             assert_eq!(got, steps.is_some(), "seed {}", self.seed);
+            if self.next(3) != 0 {
+                if let Some(w) = self.worker(id, rank) {
+                    w.healable = true;
+                }
+                self.policy.healable(id, rank, true);
+            }
+        }
+
+        /// Worker of rank `rank` of attempt `id` dies or fails, in a group
+        /// that can heal or not, as the actor's model of step 11 expects.
+        fn died(&mut self, id: u64, rank: usize) {
+            let ranks = self.live.as_ref().map_or(0, |(_, w)| w.len() as u64);
+            let rank = match self.next(4) {
+                0 => rank,
+                _ => self.next(ranks.max(1)) as usize,
+            };
+            let (can_heal, died, stale) = (self.next(4) != 0, self.next(3) != 0, self.next(8) == 0);
+            let reason = format!("lost {}", self.next(1000));
+            let worker = self.worker(id, rank).map(|w| w.worker);
+            let number = worker.unwrap_or(0) + u32::from(stale);
+            let now = self.now;
+            let got = self
+                .policy
+                .worker_lost((id, rank, number), (&reason, died), can_heal, now);
+            let (Some(_), false) = (worker, stale) else {
+                return assert_eq!(got, None, "seed {}", self.seed);
+            };
+            let Some((_, workers)) = &mut self.live else {
+                unreachable!("a worker of a live attempt");
+            };
+            let heal = self.healing.as_ref();
+            let replacing = heal.is_some_and(|h| h.0.contains(&rank));
+            let mut lost = heal.map_or(Vec::new(), |h| h.0.clone());
+            if !lost.contains(&rank) {
+                lost.push(rank);
+            }
+            lost.sort_unstable();
+            let survivors: Vec<usize> = (0..workers.len()).filter(|r| !lost.contains(r)).collect();
+            let mendable = can_heal
+                && (died || replacing)
+                && !survivors.is_empty()
+                && workers.iter().all(|w| !w.finished)
+                && survivors.iter().all(|&r| workers[r].healable);
+            let failures_left = (self.reasons.len() as u32) < self.max_failures;
+            if mendable && !failures_left {
+                self.stats.0[9] += 1;
+            }
+            if !(mendable && failures_left) {
+                if survivors.is_empty() && can_heal && died {
+                    self.stats.0[8] += 1;
+                }
+                let failed = got.map(|death| match death {
+                    Death::Failed(failure) => failure,
+                    Death::Heal(heal) => panic!("seed {}: healed {heal:?}", self.seed),
+                });
+                return match workers[rank].finished {
+                    true => assert_eq!(failed, None, "seed {}", self.seed),
+                    false => self.failed(id, failed, format!("worker rank {rank}: {reason}")),
+                };
+            }
+            let reason = format!("worker rank {rank}: {reason}");
+            let mut ranks = Vec::new();
+            for w in workers.iter_mut() {
+                w.changed = now;
+            }
+            for &r in &lost {
+                workers[r].worker += 1;
+                workers[r].steps = 0;
+                workers[r].healable = false;
+                ranks.push((r, workers[r].worker));
+            }
+            let since = heal.map_or(now, |h| h.2);
+            self.stats.0[5] += 1;
+            if replacing || heal.is_some() {
+                self.stats.0[7] += 1;
+            }
+            self.healing = Some((lost.clone(), lost, since));
+            self.healed += 1;
+            self.reasons.push(reason.clone());
+            self.failed_at.get_or_insert(now);
+            let expected = Heal {
+                number: u64::from(self.healed),
+                ranks,
+                source: survivors[0],
+                reason,
+            };
+            assert_eq!(got, Some(Death::Heal(expected)), "seed {}", self.seed);
         }
 
         fn report(&mut self, id: u64, rank: usize) {
+            let waiting = self.healing.as_ref().map_or(Vec::new(), |h| h.1.clone());
+            let rank = match waiting.is_empty() || self.next(2) == 0 {
+                true => rank,
+                false => waiting[self.next(waiting.len() as u64) as usize],
+            };
             let now = self.now;
+            let worker = self.worker(id, rank).map(|w| w.worker);
+            let got = self.policy.healed((id, rank, worker.unwrap_or(0)), now);
+            let mut expected = None;
+            if let (Some(_), Some((ranks, waiting, since))) = (worker, &mut self.healing) {
+                waiting.retain(|&r| r != rank);
+                if waiting.is_empty() {
+                    expected = Some(Healed {
+                        ranks: ranks.clone(),
+                        took: now - *since,
+                    });
+                    self.healing = None;
+                    self.stats.0[6] += 1;
+                }
+            }
+            assert_eq!(got, expected, "seed {}", self.seed);
             let expected = match self.worker(id, rank) {
                 Some(_) if rank == 0 => self.failed_at.take().map(|at| now - at),
                 _ => None,
@@ -1184,6 +1308,7 @@ mod tests {
         /// Attempt `id` ends: the model tears it down.
         fn end(&mut self, id: u64, why: End) {
             self.live = None;
+            self.healing = None;
             self.launching = None;
             self.ending = Some(why);
             self.ends[id as usize] += 1;
@@ -1250,7 +1375,7 @@ mod tests {
             match &self.over {
                 Some(over) => assert_eq!(*over, format!("{policy:?}"), "seed {seed}"),
                 None => {
-                    let restarts = self.reasons.len() as u32 + self.rescales;
+                    let restarts = self.reasons.len() as u32 - self.healed + self.rescales;
                     assert_eq!(policy.restarts(), restarts, "seed {seed}");
                 }
             }
