@@ -12,8 +12,10 @@
 //!   same-host fast path against a network transport, not like for like;
 //!   `network_vs_gloo_tcp` is: nimbus's network collective (a ring over
 //!   QUIC between 2 worker processes) against gloo;
-//! - `recovery`: from a worker's SIGKILL to the first step completed after
-//!   the group is restored from its checkpoint;
+//! - `recovery`: from a worker's SIGKILL to the first step completed
+//!   after the group healed from a live peer, and after it restarted from
+//!   its checkpoint (`RunConfig::peer_heal(false)`), in the same run, with
+//!   the steps each did twice;
 //! - `gpu` (where libtorch sees a CUDA device): the `overhead` comparison
 //!   on GPU 0;
 //! - `gpt`: a small GPT-style transformer (`models/gpt.rs`, bf16), tokens/s
@@ -648,67 +650,107 @@ async fn allreduce(scale: &Scale, python: Option<&str>) -> Result<()> {
 
 async fn recovery(scale: &Scale) -> Result<()> {
     let runs = if scale.full { 3 } else { 1 };
-    let mut seconds = Vec::new();
-    for run in 0..runs {
-        let config = MnistConfig {
-            fail_at_step: Some(12),
-            fail_mode: FailMode::Kill,
-            checkpoint_every: Some(5),
-            ..config(
-                &Scale {
-                    full: false,
-                    steps: 20,
-                    warmup: 0,
-                },
-                2,
-            )
+    for (mode, heal) in [("peer_heal", true), ("checkpoint_restart", false)] {
+        let mut seconds = Vec::new();
+        let mut redone = Vec::new();
+        for run in 0..runs {
+            let (took, steps_redone) = recover_once(&format!("{mode}-{run}"), heal).await?;
+            seconds.push(took);
+            redone.push(steps_redone);
+        }
+        seconds.sort_by(f64::total_cmp);
+        redone.sort_unstable();
+        let name = if heal {
+            "peer_heal"
+        } else {
+            "checkpoint_restart"
         };
-        let run_config = RunConfig::new(format!("recovery-{run}"), storage()).max_failures(1);
-        let run_dir = run_config.run_dir();
-        let first_after = Arc::new(Mutex::new(None));
-        let (seen, mut failed) = (first_after.clone(), false);
-        let result = Trainer::<MnistLoop>::new(config, ScalingConfig::workers(2), run_config)
-            .on_event(move |e| match e {
-                TrainEvent::Failed { reason, .. } => {
-                    println!("# recovery run {run}: {reason}");
-                    failed = true
-                }
-                TrainEvent::Reported { .. } if failed => {
-                    seen.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert_with(SystemTime::now);
-                }
-                _ => {}
-            })
-            .fit()
-            .await;
-        if let Some(error) = result.error {
-            bail!("recovery run failed: {error}");
-        }
-        if result.restarts != 1 {
-            bail!(
-                "the recovery run restarted {} times, not once",
-                result.restarts
-            );
-        }
-        let marker = run_dir.join("injected-failure");
-        let died: f64 = std::fs::read_to_string(&marker)
-            .with_context(|| format!("reading {}", marker.display()))?
-            .trim()
-            .parse()?;
-        let first = first_after
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .context("no step after the restart")?;
-        seconds.push(first.duration_since(UNIX_EPOCH)?.as_secs_f64() - died);
+        let steps = if heal { "peer" } else { "checkpoint" };
+        println!("recovery_{name}_s: {:.2} s", seconds[seconds.len() / 2]);
+        println!(
+            "recovery_{steps}_steps_redone: {} steps",
+            redone[redone.len() / 2]
+        );
     }
-    seconds.sort_by(f64::total_cmp);
-    println!(
-        "train_recovery_death_to_first_step: {:.2} s",
-        seconds[seconds.len() / 2]
-    );
     let _ = std::fs::remove_dir_all(storage());
     Ok(())
+}
+
+/// One run of 20 steps on 2 workers whose last rank SIGKILLs itself at
+/// step 12 (checkpoints every 5), healed from its peer (`heal`) or
+/// restarted from checkpoint 10: seconds from the death to the first step
+/// completed after it, and the steps done twice.
+async fn recover_once(name: &str, heal: bool) -> Result<(f64, usize)> {
+    let config = MnistConfig {
+        fail_at_step: Some(12),
+        fail_mode: FailMode::Kill,
+        checkpoint_every: Some(5),
+        ..config(
+            &Scale {
+                full: false,
+                steps: 20,
+                warmup: 0,
+            },
+            2,
+        )
+    };
+    let run_config = RunConfig::new(format!("recovery-{name}"), storage())
+        .max_failures(1)
+        .peer_heal(heal);
+    let run_dir = run_config.run_dir();
+    // Report indices in order, and when the first after the death came.
+    let seen = Arc::new(Mutex::new((Vec::new(), None)));
+    let (record, mut lost, name) = (seen.clone(), false, name.to_string());
+    let result = Trainer::<MnistLoop>::new(config, ScalingConfig::workers(2), run_config)
+        .on_event(move |e| {
+            let mut seen = record.lock().unwrap_or_else(|e| e.into_inner());
+            match e {
+                TrainEvent::Failed { reason, .. } | TrainEvent::Healing { reason, .. } => {
+                    println!("# recovery {name}: {reason}");
+                    lost = true
+                }
+                TrainEvent::Reported { index, .. } => {
+                    seen.0.push(*index);
+                    if lost {
+                        seen.1.get_or_insert_with(SystemTime::now);
+                    }
+                }
+                _ => {}
+            }
+        })
+        .fit()
+        .await;
+    let name = run_dir.display();
+    if let Some(error) = result.error {
+        bail!("recovery run {name} failed: {error}");
+    }
+    let restarts = u32::from(!heal);
+    if result.restarts != restarts {
+        bail!(
+            "recovery run {name} restarted {} times, not {restarts}",
+            result.restarts
+        );
+    }
+    let marker = run_dir.join("injected-failure");
+    let died: f64 = std::fs::read_to_string(&marker)
+        .with_context(|| format!("reading {}", marker.display()))?
+        .trim()
+        .parse()?;
+    let (indices, first) = std::mem::take(&mut *seen.lock().unwrap_or_else(|e| e.into_inner()));
+    let first = first.context("no step after the death")?;
+    let mut done = 0;
+    let redone = indices
+        .iter()
+        .filter(|&&index| {
+            let again = index <= done;
+            done = done.max(index);
+            again
+        })
+        .count();
+    Ok((
+        first.duration_since(UNIX_EPOCH)?.as_secs_f64() - died,
+        redone,
+    ))
 }
 
 /// Set in the environment of the second NCCL process: the unique id (hex).

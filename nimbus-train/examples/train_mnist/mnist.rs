@@ -293,11 +293,14 @@ fn check_replicas(ctx: &mut TrainContext, state: &Checkpoint, step: u64) -> Loop
 /// `saved`: the newest checkpoint rank 0 has saved (or is saving, on its
 /// writer thread) by this step, if any.
 fn die(ctx: &TrainContext, mode: FailMode, step: u64, saved: Option<u64>) {
-    let at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
-    let _ = std::fs::write(ctx.run_dir().join("injected-failure"), format!("{at}\n"));
+    // When it dies, for recovery times (`injected-failure`).
+    let mark = || {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let _ = std::fs::write(ctx.run_dir().join("injected-failure"), format!("{at}\n"));
+    };
     match mode {
         FailMode::Kill => {
             // Deterministic for the tests: the failure comes after the
@@ -307,12 +310,16 @@ fn die(ctx: &TrainContext, mode: FailMode, step: u64, saved: Option<u64>) {
                 "injected failure: rank {} SIGKILLs itself at step {step}",
                 ctx.world_rank()
             );
+            mark();
             // SAFETY: plain syscall on this process.
             unsafe {
                 libc::raise(libc::SIGKILL);
             }
         }
-        FailMode::Panic => panic!("injected failure at step {step}"),
+        FailMode::Panic => {
+            mark();
+            panic!("injected failure at step {step}")
+        }
         FailMode::CorruptLatestThenKill => {
             // The newest one is the one corrupted.
             wait_for_checkpoint(ctx, saved);
