@@ -468,10 +468,16 @@ impl TrainContext {
     /// the position of this step's batch, anything else the loop restores
     /// from `checkpoint()`); it is called only on the peer that sends it.
     ///
-    /// ```ignore
-    /// ctx.sync_gradients_or_heal(&model, || {
-    ///     sgd.save_to(Checkpoint::new().with_var_store(&vs)).with_value("batch", b)
+    /// ```no_run
+    /// # use nimbus_train::{tch::nn::VarStore, Checkpoint, DistributedModel, Sgd, TrainContext};
+    /// # fn step(ctx: &mut TrainContext, vs: &VarStore, model: &DistributedModel, sgd: &Sgd, batch: usize)
+    /// #     -> Result<(), nimbus_train::TrainError> {
+    /// // After `backward`, before the optimizer step of batch `batch`:
+    /// ctx.sync_gradients_or_heal(model, || {
+    ///     sgd.save_to(Checkpoint::new().with_var_store(vs)).with_value("batch", batch)
     /// })?;
+    /// # Ok(())
+    /// # }
     /// ```
     ///
     /// Groups on one host (the shared-memory collective) heal; others, and

@@ -17,7 +17,7 @@
 //!    with an assignment that carries [`HealFrom`] (`supervisor/heal.rs`).
 //! 3. A survivor's worker queues the order, then aborts the current group:
 //!    the survivor, blocked in the step's allreduce (its peer is gone),
-//!    sees it fail, takes the newest order (waiting up to [`ORDER_WAIT`]:
+//!    sees it fail, takes the newest order (waiting up to `ORDER_WAIT`, 5 s:
 //!    a peer's abort can come first) and joins the new group.
 //! 4. Every rank of the new group exchanges the state (`state.rs`): the
 //!    source's loop makes it (`state()`: a checkpoint to resume the current
