@@ -52,6 +52,8 @@
 //! | `nimbus_checkpoint_write_seconds` | histogram | | rank 0 |
 //! | `nimbus_train_restarts_total` | counter | | the supervisor |
 //! | `nimbus_train_recovery_seconds` | histogram | | the supervisor (failure to the next report) |
+//! | `nimbus_train_heals_total` | counter | | the supervisor (workers replaced and healed from a peer) |
+//! | `nimbus_train_heal_seconds` | histogram | | the supervisor (a heal's first death to the last replacement's first report) |
 //! | `nimbus_connections_total` | counter | `direction` (`in`, `out`) | every process |
 //! | `nimbus_handshakes_refused_total` | counter | | every process |
 
@@ -236,6 +238,15 @@ fn describe() {
         "nimbus_train_recovery_seconds",
         Unit::Seconds,
         "A training failure to the next report."
+    );
+    describe_counter!(
+        "nimbus_train_heals_total",
+        "Training groups healed from a live peer."
+    );
+    describe_histogram!(
+        "nimbus_train_heal_seconds",
+        Unit::Seconds,
+        "A heal's first death to its last replacement's first report."
     );
     describe_counter!(
         "nimbus_connections_total",

@@ -422,6 +422,10 @@ impl TrainerSupervisor {
 
     /// Replaces the workers `heal` names and heals the group (`heal.rs`).
     fn heal(&mut self, id: u64, heal: Heal, ctx: &mut Context<Self>) {
+        // The heal's first replaced rank and its new worker: who a heal
+        // that fails is charged to (while the heal is the latest).
+        let (rank, worker) = heal.ranks.first().copied().unwrap_or_default();
+        let first = (id, rank, worker);
         let Some(group) = self.attempt.as_ref().and_then(|attempt| {
             Some(heal::Group {
                 links: attempt.links.clone(),
@@ -431,10 +435,7 @@ impl TrainerSupervisor {
             })
         }) else {
             let reason = "no placement group to replace it in";
-            if let Some(failure) =
-                self.attempts
-                    .heal_failed(id, heal.source, reason, Instant::now())
-            {
+            if let Some(failure) = self.attempts.heal_failed(first, reason, Instant::now()) {
                 self.attempt_failed(id, failure, ctx);
             }
             return;
@@ -451,31 +452,27 @@ impl TrainerSupervisor {
             source: heal.source,
             reason: heal.reason.clone(),
         });
-        let first = heal.ranks.first().map_or(0, |(rank, _)| *rank);
         let replacing = replace(self.plan.clone(), id, heal, group, self.unfired_faults());
         ctx.spawn(
             replacing
                 .into_actor(self)
-                .map(move |replaced, act, ctx| act.replaced(id, first, replaced, ctx)),
+                .map(move |replaced, act, ctx| act.replaced(first, replaced, ctx)),
         );
     }
 
     /// A heal's replacements started (or could not).
     fn replaced(
         &mut self,
-        id: u64,
-        first: usize,
+        first: WorkerId,
         replaced: Result<Vec<Replacement>, TrainError>,
         ctx: &mut Context<Self>,
     ) {
+        let id = first.0;
         let replacements = match replaced {
             Ok(replacements) => replacements,
             Err(e) => {
                 let reason = format!("cannot replace it: {e}");
-                if let Some(failure) = self
-                    .attempts
-                    .heal_failed(id, first, &reason, Instant::now())
-                {
+                if let Some(failure) = self.attempts.heal_failed(first, &reason, Instant::now()) {
                     self.attempt_failed(id, failure, ctx);
                 }
                 return;

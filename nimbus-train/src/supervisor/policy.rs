@@ -430,17 +430,19 @@ impl Attempts {
         }))
     }
 
-    /// The heal going on in attempt `id` could not replace rank `rank`'s
-    /// worker, for `reason`: the attempt fails (the heal's failure is
-    /// recorded once, as the attempt's).
+    /// The heal that gave rank `rank` of attempt `id` its worker `worker`
+    /// could not replace it, for `reason`: the attempt fails (the heal's
+    /// failure is recorded once, as the attempt's). `None` when a later
+    /// heal replaced the rank again (it goes on) or the attempt ended.
     pub(crate) fn heal_failed(
         &mut self,
-        id: u64,
-        rank: usize,
+        (id, rank, worker): (u64, usize, u32),
         reason: &str,
         now: Instant,
     ) -> Option<Failure> {
-        self.rank(id, rank)?;
+        if !self.current(id, rank, worker) {
+            return None;
+        }
         self.failures.pop();
         self.rank_failed(id, rank, reason, now)
     }
@@ -826,6 +828,34 @@ mod tests {
         assert_eq!(attempts.report(id, 1, t0 + 9 * SECOND), None);
         assert_eq!(attempts.report(id, 0, t0 + 10 * SECOND), Some(9 * SECOND));
         assert_eq!(attempts.report(id, 0, t0 + 11 * SECOND), None);
+    }
+
+    #[test]
+    fn a_heal_that_cannot_start_fails_the_attempt_once_and_a_later_heal_goes_on() {
+        let t0 = Instant::now();
+        let mut attempts = running(3, None, 3, t0);
+        for rank in 0..3 {
+            attempts.healable(0, rank, true);
+        }
+        let first = attempts.worker_lost((0, 2, 0), ("died: killed", true), true, t0);
+        let Some(Death::Heal(first)) = first else {
+            panic!("not a heal: {first:?}");
+        };
+        assert_eq!((first.ranks.clone(), first.source), (vec![(2, 1)], 0));
+        // Rank 1 dies too: the heal starts again with both.
+        let second = attempts.worker_lost((0, 1, 0), ("died: killed", true), true, t0);
+        let Some(Death::Heal(second)) = second else {
+            panic!("not a heal: {second:?}");
+        };
+        assert_eq!(second.ranks, [(1, 1), (2, 2)]);
+        // The first heal's failure to start is stale: the second goes on.
+        assert_eq!(attempts.heal_failed((0, 2, 1), "gone", t0), None);
+        assert_eq!(attempts.failures.len(), 2);
+        let failed = attempts.heal_failed((0, 1, 1), "no room", t0);
+        let reason = "worker rank 1: no room".to_string();
+        assert_eq!(failed, Some(Failure { attempt: 0, reason }));
+        assert_eq!(attempts.ended(), Some(Next::Restart));
+        assert_eq!(attempts.failures.len(), 2, "the failed heal counted once");
     }
 
     #[test]
