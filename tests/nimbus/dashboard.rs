@@ -297,6 +297,8 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
             "32",
             "--fail-at-step",
             "6",
+            // A restart from the checkpoint, marked on the loss curve.
+            "--no-peer-heal",
             "--checkpoint-every",
             "3",
             "--storage",

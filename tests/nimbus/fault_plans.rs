@@ -298,15 +298,19 @@ async fn mnist_plan(extra: &[&str]) {
             ],
             "{out}"
         );
-        assert_eq!(summary_value(&out, "restarts"), "3", "{out}");
+        // The disk full and the hang restart from the checkpoint; the kill
+        // is healed from the surviving peer.
+        assert_eq!(summary_value(&out, "restarts"), "2", "{out}");
+        assert!(
+            out.lines()
+                .any(|l| l.contains("healed from a peer") && l.contains("no step redone")),
+            "the kill is healed: {out}"
+        );
         let restored = out
             .lines()
             .filter(|l| l.starts_with("recovery run ") && l.contains("training restored"))
             .count();
-        assert_eq!(
-            restored, 3,
-            "each restart's recovery is in the timeline: {out}"
-        );
+        assert_eq!(restored, 3, "each recovery is in the timeline: {out}");
         assert_same_parameters(&clean, &out);
     })
     .await;

@@ -12,8 +12,10 @@
 //! it trains on embedded generated digits (seven-segment digits drawn at
 //! random size, position, slant and stroke width, with noise), so it runs
 //! offline. `--fail-at-step K` makes the last worker SIGKILL itself before
-//! step K on the first attempt: the supervisor tears the group down and
-//! restarts it from the latest checkpoint. `--bf16` trains in bf16
+//! step K on the first attempt: the supervisor replaces it and heals the
+//! group from the surviving worker, no step redone (with `--no-peer-heal`,
+//! it tears the group down and restarts it from the latest checkpoint).
+//! `--bf16` trains in bf16
 //! (parameters, activations and gradients; on GPUs NCCL averages them in
 //! bf16); `--autocast` runs the forward pass under libtorch's autocast (f16
 //! on CUDA). `--check-replicas` fails the run unless every worker holds rank
@@ -98,6 +100,10 @@ struct Args {
     /// Failures to recover from.
     #[arg(long, default_value_t = 3)]
     max_failures: u32,
+    /// Restart the group from its checkpoint when a worker dies, instead of
+    /// healing it from a live peer.
+    #[arg(long)]
+    no_peer_heal: bool,
     /// Train on GPUs (one per worker, or --gpus-per-worker); gradients go
     /// through NCCL when the program is built with `--features cuda`.
     #[arg(long)]
@@ -182,6 +188,7 @@ async fn run(driver: &nimbus::Driver, args: Args) -> Result<()> {
     let name = format!("mnist-{stamp}");
     let run = RunConfig::new(&name, &storage)
         .max_failures(args.max_failures)
+        .peer_heal(!args.no_peer_heal)
         // A hung or dead peer shows within 10 s (CPU steps take milliseconds).
         .collective_timeout(Duration::from_secs(10))
         .num_to_keep(2)
