@@ -353,7 +353,7 @@ impl Handler<AbortTraining> for TrainerWorker {
 }
 
 /// Heal into another group: a peer died (`heal/mod.rs`, step 3). The
-/// order is queued for the loop thread, then the current group aborted,
+/// order is queued for the loop thread, then the group it was in aborted,
 /// so a survivor blocked in it turns to the order.
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "()")]
@@ -368,9 +368,13 @@ impl Handler<HealGroup> for TrainerWorker {
 
     fn handle(&mut self, HealGroup(order): HealGroup, _: &mut Context<Self>) {
         let heal = order.heal;
+        // The group the loop is in before it can see the order: once it
+        // has the order it may join the new group at once, which this
+        // abort must not reach.
+        let current = self.group.lock().unwrap_or_else(|e| e.into_inner()).clone();
         self.newest_heal.fetch_max(heal, Ordering::AcqRel);
         let _ = self.heal_news.send(HealNews::Order(order));
-        if let Some(group) = &*self.group.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some(group) = current {
             group.abort(&format!("healing the group (heal {heal}): a peer died"));
         }
     }
