@@ -1,4 +1,6 @@
-//! Carrying out a heal the policy decided (`heal/mod.rs`, step 2):
+//! The supervisor's side of a heal: a lost worker goes to the policy
+//! (`worker_lost`), and a heal it decides is carried out (`heal/mod.rs`,
+//! step 2; `replace`):
 //! 1. kill each replaced rank's current worker (dead already, or a
 //!    replacement of a heal that failed), so its bundle's resources are
 //!    free again;
@@ -10,12 +12,15 @@
 //!    `HealFrom` (its state comes from the source, not a checkpoint).
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use actix::prelude::*;
 use futures::future::join_all;
 
 use super::launch::{faults_of, rank_layout, shared_memory_group, spawn_options};
-use super::policy::Heal;
-use super::{RunPlan, WorkerLink, WORKER_CALL_DEADLINE};
+use super::policy::{Death, Heal, Healed};
+use super::watch::watch;
+use super::{RunPlan, TrainEvent, TrainerSupervisor, WorkerId, WorkerLink, WORKER_CALL_DEADLINE};
 use crate::faults::TrainingFault;
 use crate::heal::{HealFrom, HealOrder};
 use crate::worker::{Assignment, HealGroup, StartTraining, TrainerWorker};
@@ -149,4 +154,119 @@ async fn start(
         }
     }
     Ok(())
+}
+
+/// The supervisor's side of a heal: the policy's decision on a lost
+/// worker, carried out.
+impl TrainerSupervisor {
+    /// Worker `worker` of rank `rank` of attempt `id` died (`died`) or
+    /// failed: heal the group if the policy says so, else fail the
+    /// attempt.
+    pub(super) fn worker_lost(
+        &mut self,
+        (id, rank, worker): WorkerId,
+        reason: String,
+        died: bool,
+        ctx: &mut Context<Self>,
+    ) {
+        self.record_fired(&reason);
+        let heals = self.attempt.as_ref().is_some_and(|a| a.heals);
+        let now = Instant::now();
+        match self
+            .attempts
+            .worker_lost((id, rank, worker), (&reason, died), heals, now)
+        {
+            Some(Death::Heal(heal)) => self.heal(id, heal, ctx),
+            Some(Death::Failed(failure)) => self.attempt_failed(id, failure, ctx),
+            None => {}
+        }
+    }
+
+    /// Replaces the workers `heal` names and heals the group (`heal.rs`).
+    fn heal(&mut self, id: u64, heal: Heal, ctx: &mut Context<Self>) {
+        // The heal's first replaced rank and its new worker: who a heal
+        // that fails is charged to (while the heal is the latest).
+        let (rank, worker) = heal.ranks.first().copied().unwrap_or_default();
+        let first = (id, rank, worker);
+        let Some(group) = self.attempt.as_ref().and_then(|attempt| {
+            Some(Group {
+                links: attempt.links.clone(),
+                placement: attempt.group.clone()?,
+                nodes: attempt.nodes.clone(),
+                assignment: attempt.assignment.clone(),
+            })
+        }) else {
+            let reason = "no placement group to replace it in";
+            if let Some(failure) = self.attempts.heal_failed(first, reason, Instant::now()) {
+                self.attempt_failed(id, failure, ctx);
+            }
+            return;
+        };
+        metrics::counter!("nimbus_train_heals_total").increment(1);
+        tracing::warn!(
+            attempt = id,
+            source = heal.source,
+            "healing the group from a live peer: {}",
+            heal.reason
+        );
+        self.tell(TrainEvent::Healing {
+            ranks: heal.ranks.iter().map(|(rank, _)| *rank).collect(),
+            source: heal.source,
+            reason: heal.reason.clone(),
+        });
+        let replacing = replace(self.plan.clone(), id, heal, group, self.unfired_faults());
+        ctx.spawn(
+            replacing
+                .into_actor(self)
+                .map(move |replaced, act, ctx| act.replaced(first, replaced, ctx)),
+        );
+    }
+
+    /// A heal's replacements started (or could not).
+    fn replaced(
+        &mut self,
+        first: WorkerId,
+        replaced: Result<Vec<Replacement>, TrainError>,
+        ctx: &mut Context<Self>,
+    ) {
+        let id = first.0;
+        let replacements = match replaced {
+            Ok(replacements) => replacements,
+            Err(e) => {
+                let reason = format!("cannot replace it: {e}");
+                if let Some(failure) = self.attempts.heal_failed(first, &reason, Instant::now()) {
+                    self.attempt_failed(id, failure, ctx);
+                }
+                return;
+            }
+        };
+        let me = ctx.address();
+        for r in replacements {
+            if !self.attempts.current(id, r.rank, r.worker) {
+                // A later heal replaces it again, or the attempt ended.
+                let handle = r.handle;
+                tokio::spawn(async move { handle.kill().await });
+                continue;
+            }
+            let link = WorkerLink::Remote(r.handle);
+            if let Some(slot) = self.attempt.as_mut().and_then(|a| a.links.get_mut(r.rank)) {
+                *slot = link.clone();
+            }
+            tokio::spawn(watch(
+                me.clone(),
+                (id, r.rank, r.worker),
+                link,
+                r.seen_events,
+            ));
+        }
+    }
+
+    pub(super) fn tell_healed(&mut self, Healed { ranks, took }: Healed) {
+        metrics::histogram!("nimbus_train_heal_seconds").record(took.as_secs_f64());
+        tracing::info!(
+            took_ms = took.as_millis() as u64,
+            "group healed: ranks {ranks:?} replaced and training"
+        );
+        self.tell(TrainEvent::Healed { ranks, took });
+    }
 }

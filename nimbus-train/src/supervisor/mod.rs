@@ -90,9 +90,8 @@ mod launch;
 mod policy;
 mod watch;
 
-use heal::{replace, Replacement};
 use launch::{launch, stop_workers, Launched, ELASTIC_TRY};
-use policy::{Attempts, Death, Failure, Heal, Healed, Next, Rescale, StopNow, Unrecoverable};
+use policy::{Attempts, Failure, Next, Rescale, StopNow, Unrecoverable};
 use watch::{watch, watch_for_room};
 
 /// How long a progress poll waits for news.
@@ -397,108 +396,6 @@ impl TrainerSupervisor {
         });
     }
 
-    /// Worker `worker` of rank `rank` of attempt `id` died (`died`) or
-    /// failed: heal the group if the policy says so, else fail the
-    /// attempt.
-    fn worker_lost(
-        &mut self,
-        (id, rank, worker): WorkerId,
-        reason: String,
-        died: bool,
-        ctx: &mut Context<Self>,
-    ) {
-        self.record_fired(&reason);
-        let heals = self.attempt.as_ref().is_some_and(|a| a.heals);
-        let now = Instant::now();
-        match self
-            .attempts
-            .worker_lost((id, rank, worker), (&reason, died), heals, now)
-        {
-            Some(Death::Heal(heal)) => self.heal(id, heal, ctx),
-            Some(Death::Failed(failure)) => self.attempt_failed(id, failure, ctx),
-            None => {}
-        }
-    }
-
-    /// Replaces the workers `heal` names and heals the group (`heal.rs`).
-    fn heal(&mut self, id: u64, heal: Heal, ctx: &mut Context<Self>) {
-        // The heal's first replaced rank and its new worker: who a heal
-        // that fails is charged to (while the heal is the latest).
-        let (rank, worker) = heal.ranks.first().copied().unwrap_or_default();
-        let first = (id, rank, worker);
-        let Some(group) = self.attempt.as_ref().and_then(|attempt| {
-            Some(heal::Group {
-                links: attempt.links.clone(),
-                placement: attempt.group.clone()?,
-                nodes: attempt.nodes.clone(),
-                assignment: attempt.assignment.clone(),
-            })
-        }) else {
-            let reason = "no placement group to replace it in";
-            if let Some(failure) = self.attempts.heal_failed(first, reason, Instant::now()) {
-                self.attempt_failed(id, failure, ctx);
-            }
-            return;
-        };
-        metrics::counter!("nimbus_train_heals_total").increment(1);
-        tracing::warn!(
-            attempt = id,
-            source = heal.source,
-            "healing the group from a live peer: {}",
-            heal.reason
-        );
-        self.tell(TrainEvent::Healing {
-            ranks: heal.ranks.iter().map(|(rank, _)| *rank).collect(),
-            source: heal.source,
-            reason: heal.reason.clone(),
-        });
-        let replacing = replace(self.plan.clone(), id, heal, group, self.unfired_faults());
-        ctx.spawn(
-            replacing
-                .into_actor(self)
-                .map(move |replaced, act, ctx| act.replaced(first, replaced, ctx)),
-        );
-    }
-
-    /// A heal's replacements started (or could not).
-    fn replaced(
-        &mut self,
-        first: WorkerId,
-        replaced: Result<Vec<Replacement>, TrainError>,
-        ctx: &mut Context<Self>,
-    ) {
-        let id = first.0;
-        let replacements = match replaced {
-            Ok(replacements) => replacements,
-            Err(e) => {
-                let reason = format!("cannot replace it: {e}");
-                if let Some(failure) = self.attempts.heal_failed(first, &reason, Instant::now()) {
-                    self.attempt_failed(id, failure, ctx);
-                }
-                return;
-            }
-        };
-        let me = ctx.address();
-        for r in replacements {
-            if !self.attempts.current(id, r.rank, r.worker) {
-                // A later heal replaces it again, or the attempt ended.
-                let handle = r.handle;
-                tokio::spawn(async move { handle.kill().await });
-                continue;
-            }
-            let link = WorkerLink::Remote(r.handle);
-            if let Some(slot) = self.attempt.as_mut().and_then(|a| a.links.get_mut(r.rank)) {
-                *slot = link.clone();
-            }
-            tokio::spawn(watch(
-                me.clone(),
-                (id, r.rank, r.worker),
-                link,
-                r.seen_events,
-            ));
-        }
-    }
-
     /// The run's fault rules that have not fired.
     fn unfired_faults(&self) -> Vec<TrainingFault> {
         self.plan
@@ -748,15 +645,6 @@ impl TrainerSupervisor {
             }
             Some(Ok(())) => {}
         }
-    }
-
-    fn tell_healed(&mut self, Healed { ranks, took }: Healed) {
-        metrics::histogram!("nimbus_train_heal_seconds").record(took.as_secs_f64());
-        tracing::info!(
-            took_ms = took.as_millis() as u64,
-            "group healed: ranks {ranks:?} replaced and training"
-        );
-        self.tell(TrainEvent::Healed { ranks, took });
     }
 
     /// Whether the checkpoint rank 0 saved is where this driver reads it:
