@@ -55,6 +55,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::wire::{self, RemoteError, RemoteErrorKind, Response};
 
 use super::server::{HandlerError, MIN_CHARGE};
+use super::shm_ring::{RingWriter, SHARED_FRAME_MIN};
 
 /// The reply to one request, or why there is none.
 pub type Reply = Result<Vec<u8>, HandlerError>;
@@ -84,9 +85,11 @@ impl Drop for Queued {
     }
 }
 
-/// A same-host socket's writing half, and whether it broke.
+/// A same-host socket's writing half, its ring for large frames
+/// (`shm_ring.rs`), and whether it broke.
 pub(super) struct Socket {
     half: OwnedWriteHalf,
+    ring: RingWriter,
     /// A write failed or was cut off (a partial frame may be out), or the
     /// stream was ended: nothing more is written.
     broken: bool,
@@ -95,12 +98,14 @@ pub(super) struct Socket {
 impl Direct {
     pub(super) fn new(
         half: OwnedWriteHalf,
+        ring: RingWriter,
         max_frame_bytes: usize,
         write_timeout: Duration,
     ) -> Self {
         Direct {
             socket: Arc::new(tokio::sync::Mutex::new(Socket {
                 half,
+                ring,
                 broken: false,
             })),
             runtime: tokio::runtime::Handle::current(),
@@ -128,16 +133,22 @@ impl Direct {
         self.closing.store(true, Ordering::SeqCst);
     }
 
-    /// Writes `bytes` whole, waiting for the lock and the socket (the
-    /// stream's writer). A write cut off (its future dropped) leaves the
-    /// socket broken.
-    pub(super) async fn write_all(&self, bytes: &[u8]) -> std::io::Result<()> {
+    /// Writes `frames` whole (through the ring when they are large),
+    /// waiting for the lock and the socket (the stream's writer). A write
+    /// cut off (its future dropped) leaves the socket broken.
+    pub(super) async fn write_all(&self, frames: &[u8]) -> std::io::Result<()> {
         let mut socket = self.socket.lock().await;
         if socket.broken {
             return Err(std::io::ErrorKind::BrokenPipe.into());
         }
         socket.broken = true;
-        socket.half.write_all(bytes).await?;
+        let shared = (frames.len() >= SHARED_FRAME_MIN)
+            .then(|| socket.ring.write::<()>(frames, None, 0, usize::MAX))
+            .flatten();
+        match shared {
+            Some(written) => socket.half.write_all(&written.marker).await?,
+            None => socket.half.write_all(frames).await?,
+        }
         socket.broken = false;
         Ok(())
     }
@@ -158,7 +169,7 @@ impl Direct {
         if socket.broken {
             return Err(body);
         }
-        let mut frame = Vec::with_capacity(FRAME_OVERHEAD + body.len());
+        let size = FRAME_OVERHEAD + body.len();
         let response = Response {
             id,
             result: Ok(serde_bytes::ByteBuf::from(body)),
@@ -167,12 +178,33 @@ impl Direct {
             Ok(body) => body.into_vec(),
             Err(_) => Vec::new(),
         };
-        if wire::encode_into(&response, self.max_frame_bytes, &mut frame).is_err() {
-            return Err(give_back(response));
-        }
+        // A large response goes into the ring, and only its marker into
+        // the socket (`shm_ring.rs`, step 2).
+        let shared = (size >= SHARED_FRAME_MIN)
+            .then(|| {
+                socket
+                    .ring
+                    .write(&[], Some(&response), size, self.max_frame_bytes)
+            })
+            .flatten();
+        let frame = match &shared {
+            Some(written) => written.marker.to_vec(),
+            None => {
+                let mut frame = Vec::with_capacity(size);
+                if wire::encode_into(&response, self.max_frame_bytes, &mut frame).is_err() {
+                    return Err(give_back(response));
+                }
+                frame
+            }
+        };
         let written = match socket.half.try_write(&frame) {
             Ok(written) => written,
-            Err(_) => return Err(give_back(response)),
+            Err(_) => {
+                if let Some(shared) = shared {
+                    socket.ring.undo(shared);
+                }
+                return Err(give_back(response));
+            }
         };
         if written < frame.len() {
             socket.broken = true;

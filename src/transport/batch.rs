@@ -26,6 +26,11 @@ impl Batch {
         self.0.len() >= BATCH_BYTES
     }
 
+    /// Bytes it holds.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -28,6 +28,9 @@ use tokio::sync::oneshot;
 use crate::wire::{self, RemoteError, Request, Response, WireError};
 
 use super::batch::Batch;
+use super::frames::{LocalFrames, Plain, ReadFrames};
+use super::local::LocalSocket;
+use super::shm_ring::{RingWriter, SHARED_FRAME_MIN};
 use super::{Connection, RequestError, RequestOptions};
 
 type Reply = Result<Vec<u8>, RemoteError>;
@@ -139,24 +142,59 @@ enum Flush {
 }
 
 /// Where a channel's requests go: a QUIC stream, or a Unix-domain socket
-/// to a process of this host (`local.rs`).
+/// to a process of this host (`local.rs`) with its ring for large frames
+/// (`shm_ring.rs`).
 enum Writer {
     Quic(quinn::SendStream),
-    Local(tokio::net::unix::OwnedWriteHalf),
+    Local(tokio::net::unix::OwnedWriteHalf, RingWriter),
 }
 
 impl Writer {
-    async fn write(&mut self, frame: &[u8], priority: i32) -> std::io::Result<()> {
+    async fn write(&mut self, frames: &[u8], priority: i32) -> std::io::Result<()> {
         use tokio::io::AsyncWriteExt;
         match self {
             Writer::Quic(send) => {
                 let _ = send.set_priority(priority);
-                send.write_all(frame).await.map_err(Into::into)
+                send.write_all(frames).await.map_err(Into::into)
             }
-            Writer::Local(send) => send.write_all(frame).await,
+            Writer::Local(send, ring) => {
+                let shared = (frames.len() >= SHARED_FRAME_MIN)
+                    .then(|| ring.write::<()>(frames, None, 0, usize::MAX))
+                    .flatten();
+                match shared {
+                    Some(written) => send.write_all(&written.marker).await,
+                    None => send.write_all(frames).await,
+                }
+            }
         }
     }
+
+    /// Writes `frames` and then `request` straight into the ring, if this
+    /// is a same-host socket whose ring has room: `Some` once the marker
+    /// is written.
+    async fn write_shared(
+        &mut self,
+        frames: &[u8],
+        request: &Request,
+        max: usize,
+    ) -> Option<std::io::Result<()>> {
+        use tokio::io::AsyncWriteExt;
+        let Writer::Local(send, ring) = self else {
+            return None;
+        };
+        let written = ring.write(
+            frames,
+            Some(request),
+            request.body.len() + ENVELOPE_BYTES,
+            max,
+        )?;
+        Some(send.write_all(&written.marker).await)
+    }
 }
+
+/// Room for a request's envelope around its body, when it is encoded
+/// straight into a ring: its id, incarnation, deadline and flags.
+const ENVELOPE_BYTES: usize = 256;
 
 /// Requests waiting for their response, or why none will come.
 #[derive(Default)]
@@ -179,7 +217,7 @@ impl Channel {
         tokio::spawn(read_responses(
             Arc::downgrade(&inner),
             max_frame_bytes,
-            recv,
+            Plain(recv),
         ));
         Channel { inner }
     }
@@ -194,22 +232,22 @@ impl Channel {
     /// [`Inner::mark_acceptor_gone`]).
     pub(super) fn start_local(
         connection: Connection,
-        stream: tokio::net::UnixStream,
+        socket: LocalSocket,
         route_lost: Arc<std::sync::atomic::AtomicBool>,
         max_frame_bytes: usize,
         ordered: bool,
     ) -> Self {
-        let (recv, send) = stream.into_split();
+        let (recv, send) = socket.stream.into_split();
         let inner = Self::inner(
             connection.clone(),
-            Writer::Local(send),
+            Writer::Local(send, socket.out),
             Some(route_lost),
             max_frame_bytes,
             ordered,
         );
         let reading = Arc::downgrade(&inner);
+        let recv = LocalFrames::new(recv, socket.from_peer);
         tokio::spawn(async move {
-            let recv = tokio::io::BufReader::with_capacity(READ_BUFFER, recv);
             tokio::select! {
                 () = read_responses(reading.clone(), max_frame_bytes, recv) => {}
                 lost = connection.closed() => fail_waiting(&reading, lost.to_string()),
@@ -227,7 +265,7 @@ impl Channel {
     ) -> Arc<Inner> {
         Arc::new(Inner {
             connection,
-            local: matches!(send, Writer::Local(_)),
+            local: matches!(send, Writer::Local(..)),
             route_lost,
             send: tokio::sync::Mutex::new(Outgoing {
                 writer: send,
@@ -381,6 +419,11 @@ impl Channel {
         if outgoing.torn {
             return Err(self.broken());
         }
+        if outgoing.batch.len() + request.body.len() >= SHARED_FRAME_MIN {
+            if let Some(written) = self.write_shared(&mut outgoing, &request).await {
+                return written;
+            }
+        }
         (outgoing.batch)
             .push(&request, self.inner.max_frame_bytes)
             .map_err(|e| self.inner.connection.wire(e))?;
@@ -413,17 +456,53 @@ impl Channel {
         guard.armed = false;
         outgoing.torn = false;
         outgoing.batch.clear();
-        written.map_err(|e| {
-            let gone = self.inner.local && self.inner.connection.is_open();
-            let error = if gone {
-                self.inner.mark_acceptor_gone();
-                self.lost()
-            } else {
-                self.inner.connection.io_failure(e)
-            };
-            fail_waiting(&Arc::downgrade(&self.inner), error.to_string());
-            error
-        })
+        written.map_err(|e| self.write_failed(e))
+    }
+
+    /// Writes the buffer and then `request` through the ring of a
+    /// same-host socket (`shm_ring.rs`, step 2), in one region; `None`
+    /// when there is no ring or no room in it.
+    async fn write_shared(
+        &self,
+        outgoing: &mut Outgoing,
+        request: &Request,
+    ) -> Option<Result<(), RequestError>> {
+        if outgoing.torn {
+            return Some(Err(self.broken()));
+        }
+        outgoing.torn = true;
+        let mut guard = TornGuard {
+            channel: self,
+            armed: true,
+        };
+        let max = self.inner.max_frame_bytes;
+        let mut frames = std::mem::take(&mut outgoing.batch);
+        let written = outgoing
+            .writer
+            .write_shared(frames.bytes(), request, max)
+            .await;
+        guard.armed = false;
+        outgoing.torn = false;
+        if written.is_some() {
+            frames.clear();
+        }
+        outgoing.batch = frames;
+        written.map(|written| written.map_err(|e| self.write_failed(e)))
+    }
+
+    /// A write failed: the channel is broken, and every request waiting
+    /// fails (with `NodeLost` when the acceptor of a same-host socket is
+    /// gone).
+    fn write_failed(&self, e: std::io::Error) -> RequestError {
+        let gone = self.inner.local && self.inner.connection.is_open();
+        let error = if gone {
+            self.inner.mark_acceptor_gone();
+            self.lost()
+        } else {
+            self.inner.connection.io_failure(e)
+        };
+        fail_waiting(&Arc::downgrade(&self.inner), error.to_string());
+        error
     }
 
     /// The peer of a same-host socket that ended is gone.
@@ -461,22 +540,15 @@ impl Channel {
     }
 }
 
-/// What a local channel reads ahead: a small response is one system call.
-const READ_BUFFER: usize = 64 << 10;
-
 /// Hands each response to its waiting request; when the stream ends, fails
 /// every request still waiting. Holds the channel weakly: once every
 /// handle to it is gone (and with them every waiting request), its writer
 /// is dropped, which ends the stream, and this task with it. A same-host
 /// socket that ends while the channel is held and its connection open
 /// means its acceptor is gone ([`Inner::mark_acceptor_gone`]).
-async fn read_responses(
-    inner: Weak<Inner>,
-    max_frame_bytes: usize,
-    mut recv: impl tokio::io::AsyncRead + Unpin,
-) {
+async fn read_responses(inner: Weak<Inner>, max_frame_bytes: usize, mut recv: impl ReadFrames) {
     let (reason, ended) = loop {
-        let frame = match wire::read_frame(&mut recv, max_frame_bytes).await {
+        let frame = match read_frame(&mut recv, max_frame_bytes).await {
             Ok(frame) => frame,
             Err(WireError::Empty) => break ("the peer closed the channel".to_string(), true),
             Err(WireError::Io(e)) => break (e.to_string(), true),
@@ -486,6 +558,7 @@ async fn read_responses(
             Ok(response) => response,
             Err(e) => break (e.to_string(), false),
         };
+        drop(frame);
         let Some(inner) = inner.upgrade() else {
             return;
         };
@@ -505,6 +578,15 @@ async fn read_responses(
         }
         fail_waiting(&Arc::downgrade(&inner), reason);
     }
+}
+
+/// The next frame of `recv`.
+async fn read_frame(
+    recv: &mut impl ReadFrames,
+    max_frame_bytes: usize,
+) -> Result<super::frames::Frame<'_>, WireError> {
+    let len = recv.read_len(max_frame_bytes).await?;
+    recv.read_body(len).await
 }
 
 /// The channel broke (`reason`): every request waiting fails.

@@ -210,7 +210,7 @@ impl Connection {
         &self,
         dial: &LocalDial,
         deadline: std::time::Duration,
-    ) -> Option<tokio::net::UnixStream> {
+    ) -> Option<local::LocalSocket> {
         let timeout = deadline.min(self.connect_timeout);
         match local::connect(&dial.route, timeout).await {
             Ok(stream) => Some(stream),

@@ -15,8 +15,10 @@
 //!    opens its channels there: it connects, checks that the socket's
 //!    listener runs as its own user (`SO_PEERCRED`: once an acceptor has
 //!    exited, another user could bind its name; such a socket gets no key,
-//!    and the route is dropped for QUIC), writes the key, then speaks
-//!    the channel protocol as on a QUIC stream. Its plain requests share
+//!    and the route is dropped for QUIC), writes the key and, once
+//!    admitted, trades shared-memory rings for large frames with the
+//!    acceptor (`shm_ring.rs`), then speaks the channel protocol as on a
+//!    QUIC stream. Its plain requests share
 //!    one more such socket, opened at the first: they are marked
 //!    unordered, so the acceptor handles each on its own and answers it
 //!    when it is done (responses matched by id). When the socket cannot
@@ -51,6 +53,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
 use crate::wire::LocalRoute;
+
+use super::shm_ring::{self, RingReader, RingWriter};
 
 /// Bytes of a connection's key.
 pub(super) const KEY_LEN: usize = 32;
@@ -128,7 +132,7 @@ pub(super) enum Unusable {
 pub(super) async fn connect(
     route: &LocalRoute,
     timeout: std::time::Duration,
-) -> Result<UnixStream, Unusable> {
+) -> Result<LocalSocket, Unusable> {
     let name = format!("\0{}", route.socket);
     let dial = async {
         let mut stream = UnixStream::connect(&name)
@@ -154,16 +158,53 @@ pub(super) async fn connect(
         stream.write_all(&route.key).await.map_err(refused)?;
         let mut answer = [0u8; 1];
         stream.read_exact(&mut answer).await.map_err(refused)?;
-        match answer[0] {
-            ADMITTED => Ok(stream),
-            _ => Err(Unusable::ForNow(std::io::Error::other(
+        if answer[0] != ADMITTED {
+            return Err(Unusable::ForNow(std::io::Error::other(
                 "the connection has as many same-host channels as it may",
-            ))),
+            )));
         }
+        exchange_rings(stream, Side::Dialer)
+            .await
+            .map_err(Unusable::ForNow)
     };
     tokio::time::timeout(timeout, dial)
         .await
         .unwrap_or_else(|_| Err(Unusable::ForNow(std::io::ErrorKind::TimedOut.into())))
+}
+
+/// An admitted same-host socket and its two rings (`shm_ring.rs`).
+pub(super) struct LocalSocket {
+    pub(super) stream: UnixStream,
+    /// The ring this end writes its large frames into.
+    pub(super) out: RingWriter,
+    /// The ring the peer writes its large frames into.
+    pub(super) from_peer: RingReader,
+}
+
+/// Which end of a socket this is: the dialer hands its ring over first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Side {
+    Dialer,
+    Acceptor,
+}
+
+/// `shm_ring.rs`, step 1: each end makes its ring and hands it over.
+pub(super) async fn exchange_rings(stream: UnixStream, side: Side) -> std::io::Result<LocalSocket> {
+    let (out, fd) = shm_ring::create()?;
+    let from_peer = if side == Side::Dialer {
+        shm_ring::send_fd(&stream, &fd).await?;
+        shm_ring::receive_fd(&stream).await?
+    } else {
+        let theirs = shm_ring::receive_fd(&stream).await?;
+        shm_ring::send_fd(&stream, &fd).await?;
+        theirs
+    };
+    drop(fd);
+    Ok(LocalSocket {
+        stream,
+        out,
+        from_peer: shm_ring::open(from_peer)?,
+    })
 }
 
 /// Why a local channel was not admitted (step 3).

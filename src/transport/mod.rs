@@ -96,9 +96,11 @@ mod credentials;
 mod endpoint;
 mod error;
 pub mod faults;
+mod frames;
 mod local;
 mod records;
 mod server;
+mod shm_ring;
 mod tickets;
 
 pub use answer::{Answer, Reply};

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
@@ -51,6 +51,7 @@ use super::answer::{Answer, Direct, Reply};
 use super::batch::Batch;
 use super::connection::close;
 use super::endpoint::version_mismatch;
+use super::frames::{LocalFrames, Plain, ReadFrames};
 use super::local;
 use super::tickets::{Caller, CertificateHash};
 use super::Endpoint;
@@ -165,7 +166,7 @@ pub(super) async fn accept(
             handler: handler.clone(),
             budget: budget.clone(),
         };
-        tokio::spawn(task.run(send, recv));
+        tokio::spawn(task.run(send, Plain(recv)));
     }
 }
 
@@ -265,6 +266,12 @@ async fn serve_local(
     if stream.write_all(&[local::ADMITTED]).await.is_err() {
         return;
     }
+    let rings = local::exchange_rings(stream, local::Side::Acceptor);
+    let socket = match tokio::time::timeout(timeout, rings).await {
+        Ok(Ok(socket)) => socket,
+        Ok(Err(e)) => return debug!("a same-host channel's rings failed: {e}"),
+        Err(_) => return debug!("a same-host channel's rings did not come within {timeout:?}"),
+    };
     let quic = admitted.quic.clone();
     let task = StreamTask {
         endpoint,
@@ -273,11 +280,12 @@ async fn serve_local(
         handler,
         budget: admitted.budget,
     };
-    let (recv, send) = stream.into_split();
-    let recv = tokio::io::BufReader::with_capacity(LOCAL_READ_BUFFER, recv);
+    let (recv, send) = socket.stream.into_split();
+    let recv = LocalFrames::new(recv, socket.from_peer);
     let config = task.endpoint.config();
     let direct = Arc::new(Direct::new(
         send,
+        socket.out,
         config.max_frame_bytes,
         config.request_read_timeout,
     ));
@@ -293,10 +301,6 @@ fn local_refused(refusal: &local::Refused) {
     metrics::counter!("nimbus_same_host_refused_total").increment(1);
     debug!("refused a same-host channel: {refusal}");
 }
-
-/// What a same-host channel reads ahead: a small request is one system
-/// call.
-const LOCAL_READ_BUFFER: usize = 64 << 10;
 
 /// Logs a refused connection, at most once per `LOG_INTERVAL`
 /// (`admission.rs`, step 5).
@@ -491,12 +495,8 @@ impl SendHalf for LocalSend {
     }
 }
 
-/// The reading half of a request stream.
-trait RecvHalf: AsyncRead + Unpin + Send {}
-impl<T: AsyncRead + Unpin + Send> RecvHalf for T {}
-
 impl StreamTask {
-    async fn run(self, send: impl SendHalf, mut recv: impl RecvHalf) {
+    async fn run(self, send: impl SendHalf, mut recv: impl ReadFrames) {
         let Ok(Some(first)) = self.read_request(&mut recv, true).await else {
             return;
         };
@@ -515,7 +515,7 @@ impl StreamTask {
     /// requests may be answered from the thread that has the reply
     /// (`answer.rs`), or the plain requests of its connection, each
     /// handled on its own.
-    async fn run_local(self, direct: Arc<Direct>, mut recv: impl RecvHalf) {
+    async fn run_local(self, direct: Arc<Direct>, mut recv: impl ReadFrames) {
         let Ok(Some(first)) = self.read_request(&mut recv, true).await else {
             return;
         };
@@ -531,7 +531,7 @@ impl StreamTask {
     /// each response as soon as it is ready, in whatever order they
     /// finish (the caller matches them by id). The connection's budget
     /// bounds how many wait at once, as for QUIC streams.
-    async fn serve_requests(self, first: Admitted, send: impl SendHalf, mut recv: impl RecvHalf) {
+    async fn serve_requests(self, first: Admitted, send: impl SendHalf, mut recv: impl ReadFrames) {
         let (responses_tx, mut responses) = mpsc::unbounded_channel::<Response>();
         let mut writer = ResponseWriter::new(self.clone(), send);
         let mut writing = AbortOnDrop(tokio::spawn(async move {
@@ -563,7 +563,7 @@ impl StreamTask {
         self,
         first: Admitted,
         send: impl SendHalf,
-        mut recv: impl RecvHalf,
+        mut recv: impl ReadFrames,
         direct: Option<Arc<Direct>>,
     ) {
         let (responses_tx, mut responses) = mpsc::unbounded_channel::<PendingResponse>();
@@ -654,12 +654,12 @@ impl StreamTask {
     /// 3. The body, within `request_read_timeout` of its prefix.
     async fn read_request(
         &self,
-        recv: &mut impl RecvHalf,
+        recv: &mut impl ReadFrames,
         first: bool,
     ) -> Result<Option<Admitted>, ()> {
         let max = self.endpoint.config().max_frame_bytes;
         let read_timeout = self.endpoint.config().request_read_timeout;
-        let prefix = wire::read_prefix(recv, max);
+        let prefix = recv.read_len(max);
         // Only a stream's first request races a timer: later ones would
         // arm (and cancel) one per request on a channel that may idle.
         let len = if first {
@@ -678,8 +678,7 @@ impl StreamTask {
         let Ok(charge) = self.budget.clone().acquire_many_owned(charge).await else {
             return Err(());
         };
-        let body = match tokio::time::timeout(read_timeout, wire::read_body_exact(recv, len)).await
-        {
+        let body = match tokio::time::timeout(read_timeout, recv.read_body(len)).await {
             Ok(body) => body,
             Err(_) => return self.too_slow("no complete request frame", read_timeout),
         };

@@ -65,10 +65,12 @@ pub use message::{
 /// `StreamObject` (bulk streams over TCP); 8: `EventRequest::LastSeq`
 /// (the latest event's number, which the first page of the history is
 /// not once more than a page is kept); 9: `DirectoryRequest::ListDeadActors`
-/// (the dead actors the head keeps). A
+/// (the dead actors the head keeps); 10: same-host sockets trade
+/// shared-memory rings once admitted, and carry large frames through them
+/// (`transport/shm_ring.rs`). A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).
