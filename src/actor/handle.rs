@@ -54,7 +54,7 @@ use crate::cluster::{DirectoryRequest, MembershipRequest, WorkerRequest};
 use crate::transport::{Channel, PendingReply, RequestError, RequestOptions};
 use crate::wire::{self, NodeIdentity, RemoteErrorKind};
 
-use super::messages::ActorCall;
+use super::messages::encode_call;
 use super::CallError;
 use crate::runtime::transits::{self, Transits};
 use crate::runtime::ProcessContext;
@@ -382,16 +382,16 @@ impl<A: RemoteActor> ActorHandle<A> {
             actor: self.id,
             detail: format!("cannot encode {}: {e}", M::NAME),
         };
-        let (payload, transits) = transits::encoding(|| wire::encode_body(message, 0));
-        let call = ActorCall {
-            actor: self.id,
-            message: M::NAME.to_string(),
-            payload: payload.map_err(encode_error)?,
-        };
-        let body = wire::encode_body(&call, call.payload.len()).map_err(encode_error)?;
-        Ok((body, transits))
+        let (body, transits) = transits::encoding(|| {
+            encode_call(self.id, M::NAME, message, CALL_BYTES)
+        });
+        Ok((body.map_err(encode_error)?, transits))
     }
 }
+
+/// What an encoded call's buffer starts with: room for a small message
+/// and its envelope (a larger one grows it).
+const CALL_BYTES: usize = 256;
 
 /// A call queued by [`ActorHandle::queue`].
 enum Queued<R> {

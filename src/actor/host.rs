@@ -35,7 +35,7 @@ use crate::transport::{Answer, Caller, HandlerError, RequestHandler};
 use crate::wire::{self, RemoteError, RemoteErrorKind};
 
 use super::faults::{ActorFault, ActorFaultAction, FaultTriggers, FiredFault};
-use super::messages::ActorCall;
+use super::messages::ActorCallIn;
 use crate::runtime::{DispatchError, HostedActor, Registry, Replied, ReplySink, ReplyTo};
 
 /// Serves calls to the one actor a worker process hosts.
@@ -99,19 +99,19 @@ impl ActorHost {
 }
 
 /// What steps 1–4 leave of a call.
-enum Admitted {
+enum Admitted<'a> {
     /// Answered already.
     Now(Result<Vec<u8>, HandlerError>),
     /// To be answered by this future (the node being killed).
     Later(BoxFuture<'static, Result<Vec<u8>, HandlerError>>),
     /// For the actor (step 5).
-    Dispatch(ActorCall),
+    Dispatch(ActorCallIn<'a>),
 }
 
 impl ActorHost {
     /// Steps 1–4.
-    fn admit(&self, body: &[u8]) -> Admitted {
-        let call: ActorCall = match wire::decode(body) {
+    fn admit<'a>(&self, body: &'a [u8]) -> Admitted<'a> {
+        let call: ActorCallIn<'a> = match decode_call(body) {
             Ok(call) => call,
             Err(e) => return Admitted::Now(Err(HandlerError::Malformed(e.to_string()))),
         };
@@ -128,12 +128,12 @@ impl ActorHost {
             return Admitted::Now(Err(error.into()));
         }
         if call.message == super::faults::PACKET_RULE_MESSAGE {
-            return Admitted::Now(add_packet_rule(&call.payload));
+            return Admitted::Now(add_packet_rule(call.payload));
         }
         if call.message == super::faults::PANIC_MESSAGE {
-            panic!("{}", String::from_utf8_lossy(&call.payload));
+            panic!("{}", String::from_utf8_lossy(call.payload));
         }
-        if let Some(fired) = self.faults.on_message(&call.message) {
+        if let Some(fired) = self.faults.on_message(call.message) {
             match fired.action {
                 ActorFaultAction::Kill => (self.kill)(&fired.fault),
                 ActorFaultAction::Panic => panic!("{}", fired.fault),
@@ -152,16 +152,20 @@ impl ActorHost {
     /// Step 5: queues `call` for the actor now, keeping the channel's
     /// order; its reply, or why there is none, goes to the sink `to`
     /// makes.
-    fn dispatch<S: ReplySink + 'static>(&self, call: &ActorCall, to: impl FnOnce(Failed) -> S) {
+    fn dispatch<S: ReplySink + 'static>(
+        &self,
+        call: &ActorCallIn<'_>,
+        to: impl FnOnce(Failed) -> S,
+    ) {
         let failed = Failed {
-            message: call.message.clone(),
+            message: call.message.to_string(),
             panic: self.panic.clone(),
         };
         self.registry.dispatch(
             &self.type_name,
             &self.hosted,
-            &call.message,
-            &call.payload,
+            call.message,
+            call.payload,
             ReplyTo::new(to(failed)),
         );
     }
@@ -272,6 +276,14 @@ impl RequestHandler for ActorHost {
         };
         self.dispatch(&call, |failed| ToAnswer { answer, failed });
     }
+}
+
+/// Step 1: the call a request body holds, borrowed from it.
+fn decode_call(body: &[u8]) -> Result<ActorCallIn<'_>, wire::WireError> {
+    rmp_serde::from_slice(body).map_err(|e| wire::WireError::Decode {
+        what: "ActorCall",
+        detail: e.to_string(),
+    })
 }
 
 /// Adds a chaos partition's packet rule to this worker's socket.
