@@ -382,9 +382,8 @@ impl<A: RemoteActor> ActorHandle<A> {
             actor: self.id,
             detail: format!("cannot encode {}: {e}", M::NAME),
         };
-        let (body, transits) = transits::encoding(|| {
-            encode_call(self.id, M::NAME, message, CALL_BYTES)
-        });
+        let (body, transits) =
+            transits::encoding(|| encode_call(self.id, M::NAME, message, CALL_BYTES));
         Ok((body.map_err(encode_error)?, transits))
     }
 }

@@ -69,7 +69,11 @@ mod tests {
     #[test]
     fn a_call_encoded_in_place_decodes_as_the_call_it_stands_for() {
         let actor = ActorId::random();
-        let message = (7u32, "hello".to_string(), serde_bytes::ByteBuf::from(vec![9u8; 300]));
+        let message = (
+            7u32,
+            "hello".to_string(),
+            serde_bytes::ByteBuf::from(vec![9u8; 300]),
+        );
         let body = encode_call(actor, "my.Message", &message, 64).unwrap();
         let call: ActorCall = rmp_serde::from_slice(&body).unwrap();
         assert_eq!(call.actor, actor);

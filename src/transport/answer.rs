@@ -439,6 +439,8 @@ mod tests {
 
     use futures::task::ArcWake;
     use tokio::net::UnixStream;
+
+    use super::super::shm_ring;
     use tokio::sync::Semaphore;
 
     use super::*;
@@ -450,10 +452,26 @@ mod tests {
     /// is writable (a thread's write is tried only then), and the caller's
     /// end of the socket.
     async fn channel() -> (Arc<Direct>, UnixStream, tokio::net::unix::OwnedReadHalf) {
+        let (ring, _) = shm_ring::create().unwrap();
+        channel_with(ring).await
+    }
+
+    /// [`channel`], whose large frames find no room in its ring: they go
+    /// through the socket.
+    async fn channel_without_room() -> (Arc<Direct>, UnixStream, tokio::net::unix::OwnedReadHalf) {
+        let (mut ring, _) = shm_ring::create().unwrap();
+        let filler = vec![0u8; shm_ring::RING_BYTES - 1024];
+        assert!(ring.write::<()>(&filler, None, 0, usize::MAX).is_some());
+        channel_with(ring).await
+    }
+
+    async fn channel_with(
+        ring: shm_ring::RingWriter,
+    ) -> (Arc<Direct>, UnixStream, tokio::net::unix::OwnedReadHalf) {
         let (ours, caller) = UnixStream::pair().unwrap();
         let (read, write) = ours.into_split();
         write.writable().await.unwrap();
-        (Arc::new(Direct::new(write, MAX, WAIT)), caller, read)
+        (Arc::new(Direct::new(write, ring, MAX, WAIT)), caller, read)
     }
 
     /// Counts the wake-ups of the writer's task.
@@ -614,7 +632,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_partial_write_is_finished_before_the_writers_next_frame() {
-        let (direct, mut caller, _read) = channel().await;
+        let (direct, mut caller, _read) = channel_without_room().await;
         // Far more than a socket's buffer: the thread's write is partial.
         let large: Vec<u8> = (0..(4 << 20)).map(|i| (i % 251) as u8).collect();
         let (answer, _answered) = Answer::new(1, &direct, charge());

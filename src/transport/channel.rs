@@ -376,6 +376,16 @@ impl Channel {
             .map_err(|_| self.timeout(options.deadline))?
     }
 
+    /// How many times this channel has written its requests through the
+    /// shared-memory ring of a same-host socket (`shm_ring.rs`) rather
+    /// than the socket: 0 on QUIC.
+    pub async fn shared_regions(&self) -> u64 {
+        match &self.inner.send.lock().await.writer {
+            Writer::Local(_, ring) => ring.regions(),
+            Writer::Quic(_) => 0,
+        }
+    }
+
     /// Whether the channel can still carry requests.
     pub fn is_open(&self) -> bool {
         self.inner.connection.is_open() && self.lock().broken.is_none()

@@ -121,6 +121,7 @@ pub(super) fn create() -> std::io::Result<(RingWriter, OwnedFd)> {
     let writer = RingWriter {
         mapping,
         written: 0,
+        regions: 0,
     };
     Ok((writer, file.into()))
 }
@@ -205,6 +206,8 @@ pub(super) struct RingWriter {
     /// The end of the last region written (a byte count since the ring
     /// was made: its offset is this modulo [`RING_BYTES`]).
     written: u64,
+    /// Regions written (and not taken back).
+    regions: u64,
 }
 
 /// A region written but not yet announced: [`RingWriter::undo`] takes it
@@ -241,6 +244,7 @@ impl RingWriter {
         }
         let before = self.written;
         self.written = start + used as u64;
+        self.regions += 1;
         let mut marker = [0u8; MARKER_BYTES];
         marker[..4].copy_from_slice(&MARKER.to_be_bytes());
         marker[4..12].copy_from_slice(&start.to_be_bytes());
@@ -251,6 +255,12 @@ impl RingWriter {
     /// Takes back the region just written (its marker was not sent).
     pub(super) fn undo(&mut self, written: Written) {
         self.written = written.before;
+        self.regions -= 1;
+    }
+
+    /// Regions written so far.
+    pub(super) fn regions(&self) -> u64 {
+        self.regions
     }
 
     /// Where `len` contiguous free bytes begin: the start as a count since
@@ -387,5 +397,132 @@ fn bad_region(detail: String) -> WireError {
     WireError::Decode {
         what: "shared-memory region",
         detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire;
+
+    /// A ring's two ends in one process.
+    fn ring() -> (RingWriter, RingReader) {
+        let (writer, fd) = create().unwrap();
+        (writer, open(fd).unwrap())
+    }
+
+    fn region(written: &Written) -> [u8; MARKER_BYTES - 4] {
+        assert_eq!(written.marker[..4], MARKER.to_be_bytes());
+        written.marker[4..].try_into().unwrap()
+    }
+
+    /// The frames of the region a marker names, read in place.
+    fn read_all(reader: &RingReader, written: &Written) -> Vec<Vec<u8>> {
+        let mut region = reader.region(region(written)).unwrap();
+        let mut frames = Vec::new();
+        while !region.done() {
+            frames.push(reader.next_frame(&mut region, 1 << 30).unwrap().to_vec());
+        }
+        reader.release(&region);
+        frames
+    }
+
+    fn frame(bytes: &[u8]) -> Vec<u8> {
+        wire::encode(&serde_bytes::ByteBuf::from(bytes.to_vec()), 1 << 30).unwrap()
+    }
+
+    #[test]
+    fn frames_and_a_value_written_together_are_read_back_in_order() {
+        let (mut writer, reader) = ring();
+        let frames = [frame(b"first"), frame(b"second")].concat();
+        let value = serde_bytes::ByteBuf::from(vec![7u8; 100 << 10]);
+        let written = writer
+            .write(&frames, Some(&value), (100 << 10) + 64, 1 << 30)
+            .unwrap();
+        let read = read_all(&reader, &written);
+        assert_eq!(read.len(), 3);
+        let decoded: Vec<serde_bytes::ByteBuf> =
+            read.iter().map(|f| wire::decode(f).unwrap()).collect();
+        assert_eq!(decoded[0].as_slice(), b"first");
+        assert_eq!(decoded[1].as_slice(), b"second");
+        assert_eq!(decoded[2], value);
+    }
+
+    #[test]
+    fn a_full_ring_refuses_until_read_and_an_empty_one_starts_over() {
+        let (mut writer, reader) = ring();
+        let big = vec![1u8; RING_BYTES / 3];
+        let one = writer.write::<()>(&frame(&big), None, 0, 1 << 30).unwrap();
+        let two = writer.write::<()>(&frame(&big), None, 0, 1 << 30).unwrap();
+        // A third fits only by wrapping over the first, not read yet.
+        assert!(writer.write::<()>(&frame(&big), None, 0, 1 << 30).is_none());
+        assert_eq!(read_all(&reader, &one).len(), 1);
+        let three = writer.write::<()>(&frame(&big), None, 0, 1 << 30).unwrap();
+        let start = |w: &Written| u64::from_be_bytes(w.marker[4..12].try_into().unwrap());
+        assert_eq!(start(&three), RING_BYTES as u64, "wrapped to the start");
+        assert_eq!(read_all(&reader, &two).len(), 1);
+        assert_eq!(read_all(&reader, &three).len(), 1);
+        // Empty: the next region starts at the ring's beginning again.
+        let four = writer
+            .write::<()>(&frame(b"small"), None, 0, 1 << 30)
+            .unwrap();
+        assert_eq!(start(&four) % RING_BYTES as u64, 0);
+        writer.undo(four);
+        let again = writer
+            .write::<()>(&frame(b"small"), None, 0, 1 << 30)
+            .unwrap();
+        assert_eq!(start(&again) % RING_BYTES as u64, 0);
+        // Larger than the whole ring: never.
+        assert!(writer
+            .write::<()>(&vec![0u8; RING_BYTES + 1], None, 0, 1 << 30)
+            .is_none());
+    }
+
+    #[test]
+    fn a_value_larger_than_its_hint_or_the_limit_is_not_written() {
+        let (mut writer, reader) = ring();
+        let value = serde_bytes::ByteBuf::from(vec![1u8; 1000]);
+        assert!(writer.write(&[], Some(&value), 500, 1 << 30).is_none());
+        assert!(writer.write(&[], Some(&value), 2000, 100).is_none());
+        let written = writer.write(&[], Some(&value), 2000, 2000).unwrap();
+        assert_eq!(read_all(&reader, &written).len(), 1);
+    }
+
+    #[test]
+    fn a_region_outside_the_ring_or_with_a_frame_past_its_end_is_refused() {
+        let (mut writer, reader) = ring();
+        let mut outside = [0u8; MARKER_BYTES - 4];
+        outside[..8].copy_from_slice(&((RING_BYTES - 10) as u64).to_be_bytes());
+        outside[8..].copy_from_slice(&100u32.to_be_bytes());
+        let error = reader.region(outside).err().unwrap().to_string();
+        assert!(error.contains("does not lie in"), "{error}");
+        // A region cut short of its frame's length.
+        let written = writer
+            .write::<()>(&frame(&[5; 300]), None, 0, 1 << 30)
+            .unwrap();
+        let mut short = region(&written);
+        short[8..].copy_from_slice(&100u32.to_be_bytes());
+        let mut region = reader.region(short).unwrap();
+        let error = reader
+            .next_frame(&mut region, 1 << 30)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("runs past the end"), "{error}");
+        // A frame over the reader's limit.
+        let mut region = reader.region(self::region(&written)).unwrap();
+        let error = reader.next_frame(&mut region, 100).err().unwrap();
+        assert!(matches!(error, WireError::FrameTooLarge { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_ring_of_another_size_is_refused() {
+        let fd = rustix::fs::memfd_create("not-a-ring", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 4096).unwrap();
+        let error = open(fd).err().unwrap().to_string();
+        assert!(
+            error.contains("not sealed") || error.contains("bytes, not"),
+            "{error}"
+        );
     }
 }

@@ -195,12 +195,20 @@ async fn a_write_cut_off_by_its_deadline_breaks_the_channel() {
     within(Duration::from_secs(60), async {
         let mut cluster = cluster(2);
         let (connection, channel) = node_1_channel(&cluster).await;
-        // A stopped peer reads nothing: 8 MiB cannot all be written, and
-        // the write is cut off partway at its deadline.
+        // A stopped peer reads nothing: once the channel's shared-memory
+        // ring is full (64 MiB: 7 requests of 8 MiB), 8 MiB cannot all be
+        // written to the socket, and the write is cut off partway at its
+        // deadline.
         cluster.suspend(1).unwrap();
         let big = rmp_serde::to_vec_named(&ControlRequest::Echo(vec![7; 8 << 20])).unwrap();
         let short = RequestOptions::control().with_deadline(Duration::from_millis(300));
-        let cut = channel.send_request(big, short).await;
+        let mut cut = Ok(());
+        for _ in 0..10 {
+            if let Err(e) = channel.send_request(big.clone(), short).await {
+                cut = Err(e);
+                break;
+            }
+        }
         cluster.resume(1).unwrap();
         assert!(
             matches!(cut, Err(RequestError::Timeout { .. })),
@@ -335,6 +343,99 @@ async fn a_caller_without_the_key_is_dropped_from_the_unix_socket() {
         }
         // The connection's own channels still work.
         pipelined_status(&connection, 3).await;
+    })
+    .await
+}
+
+/// #56: large requests and responses on a same-host channel travel
+/// through its shared-memory rings (`src/transport/shm_ring.rs`) and
+/// arrive whole and in order: one at a time, queued with small ones in
+/// one region, and pipelined past what a ring holds (those fall back to
+/// the socket); a channel of small requests never uses its ring.
+#[tokio::test]
+async fn large_frames_on_one_host_go_through_shared_memory_whole_and_in_order() {
+    within(Duration::from_secs(120), async {
+        let cluster = cluster(1);
+        let connection = connect(&cluster, TransportConfig::default()).await;
+        assert!(connection.local_socket().is_some());
+        let channel = connection.open_channel().await.unwrap();
+        let payload = |i: usize, len: usize| -> Vec<u8> {
+            (0..len).map(|at| (at * 31 + i * 7) as u8).collect()
+        };
+        let echo = |bytes: Vec<u8>| rmp_serde::to_vec_named(&ControlRequest::Echo(bytes)).unwrap();
+        let check = |reply: Vec<u8>, expected: &[u8]| {
+            let reply: ControlReply = nimbus::wire::decode(&reply).unwrap();
+            match reply {
+                ControlReply::Echo(bytes) => {
+                    assert!(bytes == expected, "a payload came back changed")
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+
+        // Small requests: the socket only.
+        pipelined_status(&connection, 5).await;
+        for i in 0..3 {
+            let small = payload(i, 100);
+            let reply = channel
+                .request(echo(small.clone()), RequestOptions::control())
+                .await;
+            check(reply.unwrap(), &small);
+        }
+        assert_eq!(
+            channel.shared_regions().await,
+            0,
+            "small requests used the ring"
+        );
+
+        // One at a time, from 64 KiB to 12 MiB.
+        for (i, len) in [64 << 10, 1 << 20, 12 << 20].into_iter().enumerate() {
+            let large = payload(i, len);
+            let reply = channel
+                .request(echo(large.clone()), RequestOptions::control())
+                .await;
+            check(reply.unwrap(), &large);
+        }
+        assert_eq!(
+            channel.shared_regions().await,
+            3,
+            "each large request in the ring"
+        );
+
+        // Small ones queued, then a large one: all in one region, in order.
+        let mut pending = Vec::new();
+        let mut sent = Vec::new();
+        for i in 0..4 {
+            let len = if i == 3 { 2 << 20 } else { 10 };
+            let bytes = payload(100 + i, len);
+            let queued = channel.queue_request(echo(bytes.clone()), RequestOptions::control());
+            pending.push(queued.await.unwrap());
+            sent.push(bytes);
+        }
+        channel.flush(RequestOptions::control()).await.unwrap();
+        for (reply, bytes) in pending.into_iter().zip(&sent) {
+            check(reply.wait().await.unwrap(), bytes);
+        }
+        assert_eq!(
+            channel.shared_regions().await,
+            4,
+            "the batch went out as one region"
+        );
+
+        // Pipelined: 24 × 4 MiB is more than a ring holds while unanswered.
+        let mut pending = Vec::new();
+        let mut sent = Vec::new();
+        for i in 0..24 {
+            let bytes = payload(200 + i, 4 << 20);
+            let request = channel.send_request(echo(bytes.clone()), RequestOptions::control());
+            pending.push(request.await.unwrap());
+            sent.push(bytes);
+        }
+        for (reply, bytes) in pending.into_iter().zip(&sent) {
+            check(reply.wait().await.unwrap(), bytes);
+        }
+        let regions = channel.shared_regions().await;
+        assert!(regions > 4, "pipelined requests used the ring: {regions}");
     })
     .await
 }
