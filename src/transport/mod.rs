@@ -66,6 +66,8 @@
 //! place once rustls has done the handshake),
 //! `credentials.rs` (the join token and certificates),
 //! `tickets.rs` (proofs of identity), `local.rs` (same-host channels),
+//! `shm_ring.rs` (their large frames in shared memory), `frames.rs`
+//! (reading frames off a QUIC stream or a same-host socket),
 //! `error.rs`, and `faults.rs` (an optional socket wrapper that injects
 //! seeded packet faults below QUIC, for fault-injection tests).
 //!
