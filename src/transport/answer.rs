@@ -142,10 +142,7 @@ impl Direct {
             return Err(std::io::ErrorKind::BrokenPipe.into());
         }
         socket.broken = true;
-        let shared = (frames.len() >= SHARED_FRAME_MIN)
-            .then(|| socket.ring.write::<()>(frames, None, 0, usize::MAX))
-            .flatten();
-        match shared {
+        match socket.ring.write_large(frames) {
             Some(written) => socket.half.write_all(&written.marker).await?,
             None => socket.half.write_all(frames).await?,
         }

@@ -157,15 +157,10 @@ impl Writer {
                 let _ = send.set_priority(priority);
                 send.write_all(frames).await.map_err(Into::into)
             }
-            Writer::Local(send, ring) => {
-                let shared = (frames.len() >= SHARED_FRAME_MIN)
-                    .then(|| ring.write::<()>(frames, None, 0, usize::MAX))
-                    .flatten();
-                match shared {
-                    Some(written) => send.write_all(&written.marker).await,
-                    None => send.write_all(frames).await,
-                }
-            }
+            Writer::Local(send, ring) => match ring.write_large(frames) {
+                Some(written) => send.write_all(&written.marker).await,
+                None => send.write_all(frames).await,
+            },
         }
     }
 

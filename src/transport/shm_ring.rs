@@ -252,6 +252,16 @@ impl RingWriter {
         Some(Written { marker, before })
     }
 
+    /// Writes `frames` (whole frames, already encoded) into a free region
+    /// if they are [`SHARED_FRAME_MIN`] bytes or more and the ring has
+    /// room; `None` sends them through the socket.
+    pub(super) fn write_large(&mut self, frames: &[u8]) -> Option<Written> {
+        if frames.len() < SHARED_FRAME_MIN {
+            return None;
+        }
+        self.write::<()>(frames, None, 0, usize::MAX)
+    }
+
     /// Takes back the region just written (its marker was not sent).
     pub(super) fn undo(&mut self, written: Written) {
         self.written = written.before;
