@@ -28,7 +28,10 @@
 //!    with the panic text), `Timeout`, `Decode`.
 //! 4. **Restarts.** The next call asks the head again; while the actor
 //!    restarts (on its node, or on another after its node was lost), it
-//!    waits up to 60 s for the new incarnation and reaches it. An actor
+//!    waits up to 60 s for the new incarnation and reaches it. An
+//!    incarnation whose process the handle saw go (its same-host socket
+//!    closed) counts as restarting until the head records its death, so
+//!    the call after a failed one reaches the next incarnation too. An actor
 //!    dead for good fails the call with its death cause.
 //! 5. **Kill.** `kill` sends `KillActor` to the actor's node (SIGKILL, no
 //!    restart) and returns once the head has recorded the death (its name
@@ -52,7 +55,7 @@ use crate::client::ClientError;
 use crate::cluster::{ActorId, ActorRecord, ControlReply, ControlRequest, DeathCause, NodeState};
 use crate::cluster::{DirectoryRequest, MembershipRequest, WorkerRequest};
 use crate::transport::{Channel, PendingReply, RequestError, RequestOptions};
-use crate::wire::{self, NodeIdentity, RemoteErrorKind};
+use crate::wire::{self, Incarnation, NodeIdentity, RemoteErrorKind};
 
 use super::messages::encode_call;
 use super::CallError;
@@ -318,7 +321,7 @@ impl<A: RemoteActor> ActorHandle<A> {
             Ok(record) if record.dead.is_none() && !record.restarting => record,
             // Restarting (on its node, or on another after its node was
             // lost): the new incarnation is the one to kill.
-            Ok(record) if record.dead.is_none() => match locate(context, self.id).await {
+            Ok(record) if record.dead.is_none() => match locate(context, self.id, None).await {
                 Ok(record) => record,
                 Err(CallError::ActorDead { .. } | CallError::NodeLost { .. }) => return Ok(()),
                 Err(e) => return Err(e),
@@ -367,7 +370,7 @@ impl<A: RemoteActor> ActorHandle<A> {
     /// Where the actor runs now, as the head knows it.
     pub async fn record(&self) -> Result<ActorRecord, CallError> {
         let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
-        locate(context, self.id).await
+        locate(context, self.id, None).await
     }
 
     /// Why the actor is dead for good, as the head recorded it; `None`
@@ -467,6 +470,9 @@ async fn deliver(
     mut queue: mpsc::UnboundedReceiver<Outgoing>,
 ) {
     let mut current: Option<(Channel, ActorRecord)> = None;
+    // The incarnation whose process this task saw go: the next channel
+    // goes to a later one, even while the head still records it alive.
+    let mut gone: Option<Incarnation> = None;
     loop {
         // Calls queued on the channel go out before this task waits.
         let call = match queue.try_recv() {
@@ -501,13 +507,18 @@ async fn deliver(
                 continue;
             }
         }
+        if let Some((channel, record)) = &current {
+            if channel.peer_is_gone() {
+                gone = Some(record.incarnation);
+            }
+        }
         let live = current
             .as_ref()
             .filter(|(channel, _)| channel.is_open())
             .cloned();
         let (channel, record) = match live {
             Some(live) => live,
-            None => match open(context, actor).await {
+            None => match open(context, actor, gone).await {
                 Ok(opened) => {
                     current = Some(opened.clone());
                     opened
@@ -561,12 +572,13 @@ async fn flush(current: &Option<(Channel, ActorRecord)>) {
     }
 }
 
-/// A channel to the actor's current incarnation.
+/// A channel to the actor's current incarnation, which is not `gone`.
 async fn open(
     context: &ProcessContext,
     actor: ActorId,
+    gone: Option<Incarnation>,
 ) -> Result<(Channel, ActorRecord), CallError> {
-    let record = locate(context, actor).await?;
+    let record = locate(context, actor, gone).await?;
     let worker = NodeIdentity {
         name: worker_name(actor),
         incarnation: record.incarnation,
@@ -672,9 +684,15 @@ pub(crate) fn worker_name(actor: ActorId) -> String {
 /// How long a caller waits for a restarting actor's next incarnation.
 const RESTART_WAIT: Duration = Duration::from_secs(60);
 
-/// The actor's record, which must be alive; while it restarts, waits for
-/// the new incarnation.
-async fn locate(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord, CallError> {
+/// The actor's record, which must be alive; while it restarts, or while
+/// the head still records the incarnation the caller saw go (`gone`: the
+/// head learns of a death from its node a moment after the caller may
+/// see the worker's socket close), waits for the new incarnation.
+async fn locate(
+    context: &ProcessContext,
+    actor: ActorId,
+    gone: Option<Incarnation>,
+) -> Result<ActorRecord, CallError> {
     let end = tokio::time::Instant::now() + RESTART_WAIT;
     loop {
         let seen = context.last_event().await?;
@@ -692,7 +710,7 @@ async fn locate(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord,
                     reason: death.to_string(),
                 })
             }
-            None if !record.restarting => return Ok(record),
+            None if !record.restarting && Some(record.incarnation) != gone => return Ok(record),
             None => {}
         }
         let left = end.saturating_duration_since(tokio::time::Instant::now());

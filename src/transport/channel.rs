@@ -386,9 +386,10 @@ impl Channel {
         self.inner.connection.is_open() && self.lock().broken.is_none()
     }
 
-    /// Whether this is a same-host socket whose acceptor is gone (its
+    /// Whether the process at the other end is known to be gone: this is a
+    /// same-host socket that ended while its connection was open (its
     /// requests fail at once with `NodeLost`).
-    pub(super) fn acceptor_is_gone(&self) -> bool {
+    pub fn peer_is_gone(&self) -> bool {
         self.lock().lost
     }
 

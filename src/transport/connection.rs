@@ -183,10 +183,7 @@ impl Connection {
             .ok()?;
         // One whose acceptor is gone fails its requests at once (`NodeLost`)
         // rather than leave them to QUIC's idle timeout.
-        if let Some(open) = shared
-            .as_ref()
-            .filter(|c| c.is_open() || c.acceptor_is_gone())
-        {
+        if let Some(open) = shared.as_ref().filter(|c| c.is_open() || c.peer_is_gone()) {
             return Some(open.clone());
         }
         if dial.unreachable.load(Ordering::Relaxed) {
