@@ -385,7 +385,7 @@ fn driver(pulls: usize, mib: usize) {
             let reply = nimbus::client::call(&connection, &pull, RequestOptions::bulk()).await;
             let elapsed = started.elapsed();
             match reply {
-                Ok(ControlReply::ObjectReady(got)) if got == size as u64 => {}
+                Ok(ControlReply::ObjectReady { size: got, .. }) if got == size as u64 => {}
                 other => panic!("node-1 did not pull the object: {other:?}"),
             }
             println!(

@@ -414,7 +414,7 @@ async fn objects() -> Result<String> {
     .await?;
     let elapsed = started.elapsed();
     match pulled {
-        nimbus::cluster::ControlReply::ObjectReady(size) if size == 256 << 20 => {}
+        nimbus::cluster::ControlReply::ObjectReady { size, .. } if size == 256 << 20 => {}
         other => anyhow::bail!("node-1 did not pull the 256 MiB object: {other:?}"),
     }
     let cross_node_gb_per_s = (256 << 20) as f64 / elapsed.as_secs_f64() / 1e9;

@@ -767,8 +767,14 @@ pub enum ControlReply {
     ObjectBytes(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The objects a node holds, and its store's use.
     Objects(ObjectListing),
-    /// The object is complete; its size in bytes.
-    ObjectReady(u64),
+    /// The object is complete.
+    ObjectReady {
+        /// Its size in bytes.
+        size: u64,
+        /// The job whose workers may read it (`None`: not known; drivers
+        /// and nodes only): a node keeping a copy keeps it too.
+        job: Option<String>,
+    },
     /// The object will never be: the task producing it failed, or it was
     /// freed.
     ObjectFailed(String),

@@ -17,8 +17,9 @@
 //! driver log and never the node's own log; lists no node's objects, and
 //! sees and reports only its own job's tasks (a task's id is its result
 //! object's). Kills and actor logs are checked by the node that holds the
-//! actor (`manager.rs`: its job's actors only). Objects themselves are not
-//! yet confined: whoever holds an object's id (64 random bits) reads it.
+//! actor (`manager.rs`: its job's actors only), object reads by the store
+//! that holds the object (`crate::object_store`'s `node/`: each object
+//! records its job, and a worker reads only its own job's).
 //!
 //! So no token holder can evict a member or keep a dead one alive, and no
 //! actor's code can rewrite another actor's record, release another

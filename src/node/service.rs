@@ -95,7 +95,10 @@ impl NodeService {
         authorize(&from, &request)?;
         match request {
             ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
-            ControlRequest::Objects(request) => self.objects.handle(request).await,
+            ControlRequest::Objects(request) => {
+                let confined = from.worker_scope().map(|scope| scope.job.as_str());
+                self.objects.handle(request, confined).await
+            }
             ControlRequest::Workers(request) => self.workers(&from, request).await,
             ControlRequest::Bundles(request) => self.bundles(&from, request).await,
             ControlRequest::Binaries(request) => self.binaries(from, request).await,

@@ -101,6 +101,16 @@ pub enum ShardError {
         /// Its size.
         total: u64,
     },
+    /// A worker asked for an object of another job.
+    #[error(
+        "object {id} is another job's: a worker of job {job} reads only its own job's objects"
+    )]
+    OtherJob {
+        /// The object.
+        id: ObjectId,
+        /// The worker's job.
+        job: String,
+    },
     /// Reading or writing an object's file failed.
     #[error("cannot {action} object {id} ({}): {source}", path.display())]
     Io {

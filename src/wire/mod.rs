@@ -67,10 +67,11 @@ pub use message::{
 /// not once more than a page is kept); 9: `DirectoryRequest::ListDeadActors`
 /// (the dead actors the head keeps); 10: same-host sockets trade
 /// shared-memory rings once admitted, and carry large frames through them
-/// (`transport/shm_ring.rs`). A
+/// (`transport/shm_ring.rs`); 11: `ObjectReady` names the object's job
+/// (whose workers alone may read it). A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

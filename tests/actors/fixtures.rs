@@ -6,7 +6,7 @@ use actix::prelude::*;
 use nimbus::actor::{self, ActorHandle, Registry, RemoteActor, RemoteMessage};
 use nimbus::cluster::{
     ActorId, BinaryRequest, ControlReply, ControlRequest, DeathCause, DirectoryRequest,
-    MembershipRequest, ObjectRequest, ResourceSet, WorkerRequest,
+    MembershipRequest, ObjectId, ObjectLocation, ObjectRequest, ResourceSet, WorkerRequest,
 };
 use nimbus::object_store::{self, ObjectRef, RawBytes};
 use nimbus::wire::{Incarnation, NodeIdentity};
@@ -173,6 +173,10 @@ pub struct Trespass {
     pub token: String,
     /// The cluster's processes (nodes and workers).
     pub pids: Vec<u32>,
+    /// Objects of the other job: a small one and a large one.
+    pub objects: Vec<ObjectId>,
+    /// The node holding them.
+    pub objects_at: String,
 }
 
 impl RemoteMessage for Trespass {
@@ -262,6 +266,56 @@ impl Handler<Trespass> for Counter {
                         Err(e) => e.to_string(),
                     },
                 );
+            }
+            let Some(owner) = status.nodes.iter().find(|n| n.id == trespass.objects_at) else {
+                return vec![format!(
+                    "the objects' node {} is not listed",
+                    trespass.objects_at
+                )];
+            };
+            let (small, large) = (trespass.objects[0], trespass.objects[1]);
+            let read = |id| {
+                ControlRequest::Objects(ObjectRequest::ReadObject {
+                    id,
+                    offset: 0,
+                    len: 16,
+                    copy_at: None,
+                })
+            };
+            let at_owner = [
+                read(small),
+                read(large),
+                ControlRequest::Objects(ObjectRequest::OpenObject(large)),
+                ControlRequest::Objects(ObjectRequest::AwaitObject {
+                    id: large,
+                    wait_ms: 1000,
+                }),
+            ];
+            let pull = ControlRequest::Objects(ObjectRequest::PullObject {
+                id: large,
+                owner: ObjectLocation {
+                    node: owner.identity(),
+                    address: owner.address,
+                },
+                wait_ms: 1000,
+            });
+            let owner_connection = match context
+                .endpoint
+                .connect(owner.address, Some(&owner.identity()))
+                .await
+            {
+                Ok(owner_connection) => owner_connection,
+                Err(e) => return vec![format!("cannot reach {}: {e}", owner.id)],
+            };
+            let asked = at_owner
+                .iter()
+                .map(|request| (&owner_connection, request))
+                .chain([(&connection, &pull)]);
+            for (to, request) in asked {
+                outcomes.push(match nimbus::client::call(to, request, options).await {
+                    Ok(reply) => format!("accepted: {reply:?}"),
+                    Err(e) => e.to_string(),
+                });
             }
             for pid in trespass.pids {
                 for what in ["environ", "cmdline"] {

@@ -333,7 +333,11 @@ fn on(node: &str) -> SpawnOptions {
 /// in its environment or arguments (a node gets it on its stdin). Before,
 /// each was accepted and every member node had `NIMBUS_TOKEN` in its
 /// environment.
-async fn actor_code_stays_within_its_job(cluster: &nimbus::local::LocalCluster) {
+async fn actor_code_stays_within_its_job(
+    cluster: &nimbus::local::LocalCluster,
+    objects: Vec<nimbus::cluster::ObjectId>,
+    objects_at: String,
+) {
     let victim = actor::get_actor::<Counter>("orphan-0")
         .await
         .unwrap()
@@ -347,6 +351,8 @@ async fn actor_code_stays_within_its_job(cluster: &nimbus::local::LocalCluster) 
         sibling: sibling.id(),
         token: cluster.token().to_string(),
         pids: cluster.processes(),
+        objects,
+        objects_at,
     };
     let outcomes = probe.send(trespass).await.unwrap();
     let refused = [
@@ -358,7 +364,15 @@ async fn actor_code_stays_within_its_job(cluster: &nimbus::local::LocalCluster) 
         "UploadBinary/ReadBinary",
         "ListObjects",
     ];
-    assert_eq!(outcomes.len(), refused.len() + 1, "{outcomes:#?}");
+    // Reading the other job's small and large object, mapping the large
+    // one and waiting for it where it is, and pulling it to the victim's
+    // node: each refused, the object named.
+    let object_reads = 5;
+    assert_eq!(
+        outcomes.len(),
+        refused.len() + 1 + object_reads,
+        "{outcomes:#?}"
+    );
     for (outcome, request) in outcomes.iter().zip(refused) {
         assert!(
             outcome.contains(&format!("may not send {request}")),
@@ -366,6 +380,12 @@ async fn actor_code_stays_within_its_job(cluster: &nimbus::local::LocalCluster) 
         );
     }
     assert_eq!(outcomes[refused.len()], "accepted: Ack", "{outcomes:#?}");
+    for outcome in &outcomes[refused.len() + 1..] {
+        assert!(
+            outcome.contains("is another job's: a worker of job"),
+            "{outcomes:#?}"
+        );
+    }
     let mut seen = 0;
     let death = tokio::time::timeout(
         Duration::from_secs(20),
@@ -377,6 +397,18 @@ async fn actor_code_stays_within_its_job(cluster: &nimbus::local::LocalCluster) 
     assert!(!death.restarting, "{death:?}");
     assert_eq!(victim.send(Add(0)).await.unwrap(), 0, "the victim lives");
     probe.kill().await.unwrap();
+}
+
+/// The node holding object `id` (as its listing shows it), if any.
+async fn holder_of(client: &nimbus::client::ClusterClient, id: &str) -> Option<String> {
+    let status = client.status().await.unwrap();
+    for node in status.alive() {
+        let listing = client.objects(node).await.unwrap();
+        if listing.objects.iter().any(|o| o.id.to_string() == id) {
+            return Some(node.id.clone());
+        }
+    }
+    None
 }
 
 /// Ray's job ownership: a driver killed outright leaves nothing held. Its
@@ -396,20 +428,16 @@ async fn a_dead_drivers_actors_and_placement_groups_are_released(driver: &mut Dr
         .unwrap();
     let mut lines = lines_of(orphan.stdout.take().unwrap());
     let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
-    let object = match &ready {
-        Ok(Ok(Some(line))) => line.strip_prefix("ready ").map(str::to_string),
+    let objects: Vec<String> = match &ready {
+        Ok(Ok(Some(line))) => line
+            .strip_prefix("ready ")
+            .map(|ids| ids.split(' ').map(str::to_string).collect()),
         _ => None,
     }
     .unwrap_or_else(|| panic!("{ready:?}"));
-    let holds = || async {
-        let status = client.status().await.unwrap();
-        let mut found = false;
-        for node in status.alive() {
-            let listing = client.objects(node).await.unwrap();
-            found |= listing.objects.iter().any(|o| o.id.to_string() == object);
-        }
-        found
-    };
+    let object = objects[0].clone();
+    let holds = || async { holder_of(&client, &object).await.is_some() };
+    let objects_at = holder_of(&client, &objects[1]).await;
     assert!(holds().await, "the driver's object {object} is stored");
     let held = before + 0.5 + 0.5 + 0.1 + 0.5;
     client
@@ -420,7 +448,12 @@ async fn a_dead_drivers_actors_and_placement_groups_are_released(driver: &mut Dr
         )
         .await
         .unwrap();
-    actor_code_stays_within_its_job(cluster).await;
+    let objects_at = objects_at.expect("the driver's large object is stored");
+    let objects = objects
+        .iter()
+        .map(|id| nimbus::cluster::ObjectId(u64::from_str_radix(id, 16).unwrap()))
+        .collect();
+    actor_code_stays_within_its_job(cluster, objects, objects_at).await;
 
     orphan.start_kill().unwrap();
     orphan.wait().await.unwrap();
@@ -1335,11 +1368,14 @@ pub fn orphan_driver() {
         )
         .await
         .unwrap();
+        // A small object (its node's small reads) and a larger one (its
+        // shard, its shared-memory file).
         let object = object_store::put(&vec![7u8; 1024]).await.unwrap();
+        let large = object_store::put(&vec![8u8; 1 << 20]).await.unwrap();
         object_store::flush().await;
-        println!("ready {}", object.id());
+        println!("ready {} {}", object.id(), large.id());
         std::future::pending::<()>().await;
-        drop((kept, group, object));
+        drop((kept, group, object, large));
     });
 }
 

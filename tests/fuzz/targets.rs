@@ -329,7 +329,10 @@ fn control_replies() -> Vec<Vec<u8>> {
             ticket: ticket(),
             head_key: vec![3; 32],
         },
-        ControlReply::ObjectReady(10),
+        ControlReply::ObjectReady {
+            size: 10,
+            job: Some("j1".into()),
+        },
         ControlReply::ObjectFailed("lost".into()),
         ControlReply::NoCapacity("the node lacks CPU".into()),
     ]

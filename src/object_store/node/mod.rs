@@ -70,6 +70,13 @@
 //!    the node's own (`cluster/ownership.rs`: created by it, with an owner
 //!    file it keeps locked); the node removes them when it stops, and at
 //!    start those left by nodes of this host whose owner is provably gone.
+//! 7. **Jobs.** Each object records its job when it begins: the job of the
+//!    worker that puts it (its ticket's), or of the driver holding it; a
+//!    copy takes the job the owner's `ObjectReady` names. A worker reads
+//!    (`ReadObject`, `OpenObject`), waits for (`AwaitObject`) or pulls
+//!    (`PullObject`) only its own job's objects: another job's is refused
+//!    (`Forbidden`, [`ShardError::OtherJob`]); drivers, the CLI and nodes
+//!    read any.
 
 mod refcount;
 mod shard;
@@ -240,6 +247,7 @@ impl NodeObjectStore {
                             offset,
                             len: STREAM_CHUNK_BYTES as u64,
                             copy_at: copy_at.clone(),
+                            confined: None,
                         };
                         match flatten(runtime.block_on(shard.send(read))) {
                             Ok(chunk) => stream.write_all(&chunk)?,
@@ -401,8 +409,15 @@ impl NodeObjectStore {
         &self.shards[self.shard_index(id)]
     }
 
-    /// Answers an object-store request.
-    pub async fn handle(&self, request: ObjectRequest) -> Result<ControlReply, RemoteError> {
+    /// Answers an object-store request. `confined`: the job a worker
+    /// caller is confined to (`None`: a driver, the CLI, a node); such a
+    /// worker reads only that job's objects, and what it puts is that
+    /// job's. A driver's puts are its job's (its holder names it).
+    pub async fn handle(
+        &self,
+        request: ObjectRequest,
+        confined: Option<&str>,
+    ) -> Result<ControlReply, RemoteError> {
         match request {
             ObjectRequest::PutObjectChunk {
                 id,
@@ -412,11 +427,11 @@ impl NodeObjectStore {
                 contains,
                 chunk,
             } => self
-                .put_chunk(id, offset, total, (holder, contains), chunk)
+                .put_chunk(id, offset, total, (holder, contains), chunk, confined)
                 .await
                 .map(|()| ControlReply::Ack),
             ObjectRequest::PutObjects { holder, objects } => {
-                self.put_small(holder, objects).await;
+                self.put_small(holder, objects, confined).await;
                 Ok(ControlReply::Ack)
             }
             ObjectRequest::ReadObject {
@@ -427,7 +442,7 @@ impl NodeObjectStore {
             } => {
                 let len = len.min(CHUNK_BYTES as u64);
                 if copy_at.is_none() {
-                    if let Some(bytes) = self.small.read(id, offset, len) {
+                    if let Some(bytes) = self.small.read(id, offset, len, confined) {
                         return Ok(ControlReply::ObjectBytes(bytes));
                     }
                 }
@@ -436,6 +451,7 @@ impl NodeObjectStore {
                     offset,
                     len,
                     copy_at,
+                    confined: confined.map(str::to_string),
                 };
                 flatten(self.shard(id).send(read).await).map(ControlReply::ObjectBytes)
             }
@@ -449,10 +465,10 @@ impl NodeObjectStore {
                 ))),
             },
             ObjectRequest::PullObject { id, owner, wait_ms } => {
-                Ok(self.pull(id, owner, wait(wait_ms)).await)
+                readable(id, self.pull(id, owner, wait(wait_ms)).await, confined)
             }
             ObjectRequest::AwaitObject { id, wait_ms } => {
-                Ok(self.await_object(id, wait(wait_ms)).await)
+                readable(id, self.await_object(id, wait(wait_ms)).await, confined)
             }
             ObjectRequest::FailObject {
                 id,
@@ -477,7 +493,11 @@ impl NodeObjectStore {
             }
             ObjectRequest::ListObjects => Ok(ControlReply::Objects(self.list().await)),
             ObjectRequest::OpenObject(id) => {
-                let opened = self.shard(id).send(Open(id)).await.map_err(unavailable);
+                let open = Open {
+                    id,
+                    confined: confined.map(str::to_string),
+                };
+                let opened = flatten(self.shard(id).send(open).await);
                 opened.map(|file| {
                     ControlReply::ObjectFile(file.map(|(path, size)| shared(path, size)))
                 })
@@ -487,7 +507,10 @@ impl NodeObjectStore {
                 total,
                 holder,
                 contains,
-            } => self.create(id, total, holder, contains).await,
+            } => {
+                let owned = (holder, contains);
+                self.create(id, total, owned, confined).await
+            }
             ObjectRequest::SealObject { id, written } => {
                 if written {
                     let seal = Seal { id, inode: None };
@@ -507,12 +530,13 @@ impl NodeObjectStore {
         total: u64,
         (holder, contains): (RefHolder, Vec<ContainedRef>),
         chunk: Vec<u8>,
+        confined: Option<&str>,
     ) -> Result<(), RemoteError> {
         if offset == 0 {
             // The first chunk comes with the begin; a failed begin leaves
             // nothing behind.
             return self
-                .begin_owned(id, total, (holder, contains), Some(chunk))
+                .begin_owned(id, total, (holder, contains), Some(chunk), confined)
                 .await
                 .map(drop);
         }
@@ -527,13 +551,19 @@ impl NodeObjectStore {
     /// once. One that is here already (a batch sent again) is left as it
     /// is (`Fail` changes no object it finds); one that cannot be stored
     /// fails with the reason, for its readers.
-    async fn put_small(&self, holder: RefHolder, objects: Vec<SmallObject>) {
+    async fn put_small(
+        &self,
+        holder: RefHolder,
+        objects: Vec<SmallObject>,
+        confined: Option<&str>,
+    ) {
         let begins = objects.into_iter().map(|object| {
             let holder = holder.clone();
             async move {
                 let (id, total) = (object.id, object.bytes.len() as u64);
                 let owned = (holder.clone(), Vec::new());
-                let Err(e) = self.begin_owned(id, total, owned, Some(object.bytes)).await else {
+                let begun = self.begin_owned(id, total, owned, Some(object.bytes), confined);
+                let Err(e) = begun.await else {
                     return;
                 };
                 let message = format!("its put failed: {}", e.message);
@@ -558,16 +588,13 @@ impl NodeObjectStore {
         &self,
         id: ObjectId,
         total: u64,
-        holder: RefHolder,
-        contains: Vec<ContainedRef>,
+        owned: (RefHolder, Vec<ContainedRef>),
+        confined: Option<&str>,
     ) -> Result<ControlReply, RemoteError> {
         let Some(path) = self.budget.shared_path(id, total) else {
             return Ok(ControlReply::ObjectFile(None));
         };
-        if !self
-            .begin_owned(id, total, (holder, contains), None)
-            .await?
-        {
+        if !self.begin_owned(id, total, owned, None, confined).await? {
             // No room in /dev/shm: the process sends it in chunks instead.
             self.abort(id).await;
             return Ok(ControlReply::ObjectFile(None));
@@ -577,17 +604,26 @@ impl NodeObjectStore {
 
     /// Begins a new object owned here, held by `holder`, with its `first`
     /// chunk if given; from now until it is freed it holds the references
-    /// it contains. Whether it is received into its shared-memory file.
+    /// it contains. It is the job of the worker that put it (`confined`),
+    /// or of the driver holding it. Whether it is received into its
+    /// shared-memory file.
     async fn begin_owned(
         &self,
         id: ObjectId,
         total: u64,
         (holder, contains): (RefHolder, Vec<ContainedRef>),
         first: Option<Vec<u8>>,
+        confined: Option<&str>,
     ) -> Result<bool, RemoteError> {
+        let job = match (confined, &holder) {
+            (Some(job), _) => Some(job),
+            (None, RefHolder::Process { job, .. }) => job.as_deref(),
+            (None, RefHolder::Object(_)) => None,
+        };
         let begin = Begin {
             id,
             total,
+            job: job.map(Arc::from),
             holder: Some(holder),
             contains: contains.clone(),
             first,
@@ -607,6 +643,7 @@ impl NodeObjectStore {
         let mut retry = Begin {
             contains: begin.contains.clone(),
             holder: begin.holder.clone(),
+            job: begin.job.clone(),
             first: None,
             ..begin
         };
@@ -735,7 +772,7 @@ impl NodeObjectStore {
                 Err(e) => return ControlReply::ObjectFailed(e.to_string()),
             };
             match awaited {
-                Awaited::Ready(size) => return ControlReply::ObjectReady(size),
+                Awaited::Ready { size, job } => return ready(size, job.as_deref()),
                 Awaited::Failed(message) => return ControlReply::ObjectFailed(message),
                 Awaited::Wait(change) => {
                     if tokio::time::timeout_at(end, change).await.is_err() {
@@ -752,8 +789,8 @@ impl NodeObjectStore {
         if owner.node == self.me.node {
             return self.await_object(id, wait).await;
         }
-        if let Ok(Awaited::Ready(size)) = self.shard(id).send(Await(id)).await {
-            return ControlReply::ObjectReady(size);
+        if let Ok(Awaited::Ready { size, job }) = self.shard(id).send(Await(id)).await {
+            return ready(size, job.as_deref());
         }
         let lost = |e: String| {
             ControlReply::ObjectFailed(format!(
@@ -773,8 +810,8 @@ impl NodeObjectStore {
             wait_ms: wait.as_millis() as u64,
         });
         let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
-        let size = match client::call(&connection, &ask, options).await {
-            Ok(ControlReply::ObjectReady(size)) => size,
+        let (size, job) = match client::call(&connection, &ask, options).await {
+            Ok(ControlReply::ObjectReady { size, job }) => (size, job),
             Ok(ControlReply::ObjectNotReady) => return ControlReply::ObjectNotReady,
             Ok(ControlReply::ObjectFailed(message)) => return ControlReply::ObjectFailed(message),
             Ok(other) => return lost(format!("unexpected reply {other:?}")),
@@ -785,14 +822,15 @@ impl NodeObjectStore {
             total: size,
             holder: None,
             contains: Vec::new(),
+            job: job.as_deref().map(Arc::from),
             first: None,
         };
         let began = std::time::Instant::now();
         let shared = match self.begin(begin).await {
-            Ok(Begun::Present) => return ControlReply::ObjectReady(size),
+            Ok(Begun::Present) => return ready(size, job.as_deref()),
             Ok(Begun::InProgress(done)) => {
                 return match done.await {
-                    Ok(()) => ControlReply::ObjectReady(size),
+                    Ok(()) => ready(size, job.as_deref()),
                     Err(_) => ControlReply::ObjectFailed(format!(
                         "the transfer of object {id} from {owner} failed"
                     )),
@@ -840,7 +878,7 @@ impl NodeObjectStore {
         );
         metrics::counter!("nimbus_object_transfers_total", "path" => path).increment(1);
         metrics::counter!("nimbus_object_transfer_bytes_total", "path" => path).increment(size);
-        ControlReply::ObjectReady(size)
+        ready(size, job.as_deref())
     }
 
     /// Step 2 over QUIC: object `id`, `size` bytes, from `node` in chunks.
@@ -1067,7 +1105,45 @@ fn unavailable(e: MailboxError) -> RemoteError {
 
 fn flatten<T>(sent: Result<Result<T, ShardError>, MailboxError>) -> Result<T, RemoteError> {
     match sent {
+        Ok(Err(e @ ShardError::OtherJob { .. })) => Err(forbidden(e)),
         Ok(result) => result.map_err(|e| bad(e.to_string())),
         Err(e) => Err(unavailable(e)),
     }
+}
+
+fn forbidden(e: ShardError) -> RemoteError {
+    RemoteError::new(RemoteErrorKind::Forbidden, e.to_string())
+}
+
+/// The reply for a complete object of `size` bytes, of `job`.
+fn ready(size: u64, job: Option<&str>) -> ControlReply {
+    ControlReply::ObjectReady {
+        size,
+        job: job.map(str::to_string),
+    }
+}
+
+/// Whether a worker confined to job `confined` (`None`: a driver, the
+/// CLI, a node: anyone may) may read object `id` of `job` (step 7).
+fn may_read(id: ObjectId, job: Option<&str>, confined: Option<&str>) -> Result<(), ShardError> {
+    match confined {
+        Some(confined) if job != Some(confined) => Err(ShardError::OtherJob {
+            id,
+            job: confined.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// `reply` to a worker confined to `confined`: a complete object of
+/// another job is refused (step 7).
+fn readable(
+    id: ObjectId,
+    reply: ControlReply,
+    confined: Option<&str>,
+) -> Result<ControlReply, RemoteError> {
+    if let ControlReply::ObjectReady { job, .. } = &reply {
+        may_read(id, job.as_deref(), confined).map_err(forbidden)?;
+    }
+    Ok(reply)
 }

@@ -53,6 +53,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use super::may_read;
 use super::refcount::{Collected, RefCounts};
 use super::small_reads::SmallReads;
 use crate::cluster::files::{free_bytes, private_dir, private_file, write_private};
@@ -312,6 +313,9 @@ struct Stored {
     /// Owned here (false: a cached copy of another node's object); its
     /// references are counted in the shard's [`RefCounts`].
     primary: bool,
+    /// The job whose workers may read it (`None`: not known; only drivers,
+    /// the CLI and nodes read it).
+    job: Option<Arc<str>>,
     contains: Vec<ContainedRef>,
     /// Nodes caching a copy of this primary.
     copies: Vec<ObjectLocation>,
@@ -337,6 +341,7 @@ impl Stored {
             total,
             data,
             primary,
+            job: None,
             contains: Vec::new(),
             copies: Vec::new(),
             waiting: Vec::new(),
@@ -655,10 +660,11 @@ fn remove_shared(path: &std::path::Path, unread: bool) -> std::io::Result<()> {
 }
 
 /// Object `id`'s complete `bytes`, kept in memory and shared with the
-/// node's small reads (which take them if small enough).
-fn in_memory(small: &SmallReads, id: ObjectId, bytes: Vec<u8>) -> Data {
+/// node's small reads (which take them if small enough), for `job`'s
+/// workers to read.
+fn in_memory(small: &SmallReads, id: ObjectId, bytes: Vec<u8>, job: &Option<Arc<str>>) -> Data {
     let bytes = Arc::new(bytes);
-    small.share(id, &bytes);
+    small.share(id, &bytes, job.clone());
     Data::Memory(bytes)
 }
 
@@ -755,6 +761,8 @@ pub struct Begin {
     pub holder: Option<RefHolder>,
     /// References it contains.
     pub contains: Vec<ContainedRef>,
+    /// The job whose workers may read it.
+    pub job: Option<Arc<str>>,
     /// Its first chunk, when it comes with the begin (a put: one shard
     /// message instead of two, and an object that is one chunk is kept
     /// without a copy); `None` for chunks that follow.
@@ -791,13 +799,20 @@ pub struct Read {
     pub len: u64,
     /// A node caching a copy of it.
     pub copy_at: Option<ObjectLocation>,
+    /// The job the reader is confined to (a worker's).
+    pub confined: Option<String>,
 }
 
 /// What an [`Await`] found.
 #[derive(Debug)]
 pub enum Awaited {
-    /// Complete here: its size.
-    Ready(u64),
+    /// Complete here.
+    Ready {
+        /// Its size.
+        size: u64,
+        /// The job whose workers may read it.
+        job: Option<Arc<str>>,
+    },
     /// It will never be: why.
     Failed(String),
     /// Not yet: fires on a change worth looking again.
@@ -1015,6 +1030,7 @@ impl Handler<Begin> for ObjectStoreShard {
         let shared = matches!(data, Data::ArrivingShared { .. });
         let mut stored = Stored::new(msg.total, data, primary);
         stored.contains = msg.contains;
+        stored.job = msg.job;
         stored.last_used = tick;
         self.put(msg.id, stored);
         if let Some(holder) = msg.holder {
@@ -1070,10 +1086,11 @@ impl ObjectStoreShard {
         }
         let done = have + msg.chunk.len() as u64 == stored.total;
         stored.touched = Instant::now();
+        let job = stored.job.clone();
         match &mut stored.data {
             Data::Arriving(bytes) if bytes.is_empty() && done => {
                 // The whole object in one chunk: kept as it came.
-                stored.data = in_memory(&self.small, msg.id, msg.chunk);
+                stored.data = in_memory(&self.small, msg.id, msg.chunk, &job);
             }
             Data::Arriving(bytes) => {
                 if bytes.capacity() == 0 {
@@ -1081,7 +1098,7 @@ impl ObjectStoreShard {
                 }
                 bytes.extend_from_slice(&msg.chunk);
                 if done {
-                    stored.data = in_memory(&self.small, msg.id, std::mem::take(bytes));
+                    stored.data = in_memory(&self.small, msg.id, std::mem::take(bytes), &job);
                 }
             }
             Data::ArrivingShared { file, received, .. } => {
@@ -1194,23 +1211,31 @@ impl Handler<OpenStream> for ObjectStoreShard {
 }
 
 /// The shared-memory file of a complete object, for a process of this
-/// host to map.
+/// host to map (`None`: it has none, read it in chunks).
 #[derive(Message)]
-#[rtype(result = "Option<(PathBuf, u64)>")]
-pub struct Open(pub ObjectId);
+#[rtype(result = "Result<Option<(PathBuf, u64)>, ShardError>")]
+pub struct Open {
+    /// The object.
+    pub id: ObjectId,
+    /// The job the process is confined to (a worker's).
+    pub confined: Option<String>,
+}
 
 impl Handler<Open> for ObjectStoreShard {
-    type Result = Option<(PathBuf, u64)>;
+    type Result = Result<Option<(PathBuf, u64)>, ShardError>;
 
-    fn handle(&mut self, Open(id): Open, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: Open, _: &mut Self::Context) -> Self::Result {
         let tick = self.tick();
-        let stored = self.objects.get_mut(&id)?;
+        let Some(stored) = self.objects.get_mut(&msg.id) else {
+            return Ok(None);
+        };
+        may_read(msg.id, stored.job.as_deref(), msg.confined.as_deref())?;
         let Data::Shared(path) = &stored.data else {
-            return None;
+            return Ok(None);
         };
         stored.last_used = tick;
         stored.mapped = true;
-        Some((path.clone(), stored.total))
+        Ok(Some((path.clone(), stored.total)))
     }
 }
 
@@ -1253,6 +1278,7 @@ impl Handler<Read> for ObjectStoreShard {
             } else {
                 ShardError::NotHere(msg.id)
             })?;
+        may_read(msg.id, stored.job.as_deref(), msg.confined.as_deref())?;
         stored.read_for(tick, msg.copy_at.filter(|_| msg.offset == 0));
         let total = stored.total;
         let start = msg.offset.min(total);
@@ -1288,7 +1314,7 @@ impl Handler<Read> for ObjectStoreShard {
                         let _ = std::fs::remove_file(&path);
                         self.budget.spilled.fetch_sub(total, Ordering::Relaxed);
                         metrics::counter!("nimbus_object_restores_total").increment(1);
-                        stored.data = in_memory(&self.small, msg.id, bytes);
+                        stored.data = in_memory(&self.small, msg.id, bytes, &stored.job);
                     }
                     Ok(bytes) => {
                         self.budget.give_back(total);
@@ -1355,7 +1381,10 @@ impl Handler<Await> for ObjectStoreShard {
     fn handle(&mut self, Await(id): Await, _: &mut Self::Context) -> Self::Result {
         let (tx, rx) = oneshot::channel();
         MessageResult(match self.objects.get_mut(&id) {
-            Some(stored) if stored.complete() => Awaited::Ready(stored.total),
+            Some(stored) if stored.complete() => Awaited::Ready {
+                size: stored.total,
+                job: stored.job.clone(),
+            },
             Some(Stored {
                 data: Data::Failed(message),
                 ..

@@ -14,9 +14,11 @@
 //!    replaced), its shard withdraws it ([`SmallReads::withdraw`]), on the
 //!    shard's thread, before the change is seen by anyone else.
 //! 3. A `ReadObject` that records no copy (`copy_at` unset) is answered
-//!    from here when the object is shared ([`SmallReads::read`]); anything
-//!    else (not here, freed, large, on disk, or a read that records a
-//!    copy) goes to the shard, which says why it cannot be read.
+//!    from here when the object is shared ([`SmallReads::read`]) and the
+//!    reader may read it (a worker, its own job's objects only); anything
+//!    else (not here, freed, large, on disk, a read that records a copy,
+//!    another job's object) goes to the shard, which says why it cannot be
+//!    read.
 //! 4. A read answered here marks the object read. Before it chooses what
 //!    to spill under memory pressure (least recently used first), the
 //!    shard counts each marked object as used then and clears the mark
@@ -41,17 +43,20 @@ pub(super) struct SmallReads(DashMap<ObjectId, Shared>);
 #[derive(Debug)]
 struct Shared {
     bytes: Arc<Vec<u8>>,
+    /// The job whose workers may read it (`None`: not known).
+    job: Option<Arc<str>>,
     /// Read here since its shard last looked (step 4).
     read: AtomicBool,
 }
 
 impl SmallReads {
-    /// Step 1: shares the bytes of complete object `id`, if small enough.
-    pub(super) fn share(&self, id: ObjectId, bytes: &Arc<Vec<u8>>) {
+    /// Step 1: shares the bytes of complete object `id` of `job`, if
+    /// small enough.
+    pub(super) fn share(&self, id: ObjectId, bytes: &Arc<Vec<u8>>, job: Option<Arc<str>>) {
         if bytes.len() <= SMALL_READ_BYTES {
             let bytes = bytes.clone();
             let read = AtomicBool::new(false);
-            self.0.insert(id, Shared { bytes, read });
+            self.0.insert(id, Shared { bytes, job, read });
         }
     }
 
@@ -61,9 +66,20 @@ impl SmallReads {
     }
 
     /// Step 3: `len` bytes of object `id` from `offset` (cut at its end),
-    /// if it is shared.
-    pub(super) fn read(&self, id: ObjectId, offset: u64, len: u64) -> Option<Vec<u8>> {
-        let shared = self.0.get(&id)?;
+    /// if it is shared and the reader may read it: a worker confined to
+    /// job `confined` reads only that job's objects (its shard says why
+    /// not).
+    pub(super) fn read(
+        &self,
+        id: ObjectId,
+        offset: u64,
+        len: u64,
+        confined: Option<&str>,
+    ) -> Option<Vec<u8>> {
+        let shared = self
+            .0
+            .get(&id)
+            .filter(|shared| super::may_read(id, shared.job.as_deref(), confined).is_ok())?;
         shared.read.store(true, Ordering::Relaxed);
         let bytes = &shared.bytes;
         let total = bytes.len();
@@ -89,23 +105,25 @@ mod tests {
     fn a_shared_object_is_read_in_its_bounds_until_withdrawn() {
         let reads = SmallReads::default();
         let id = ObjectId(7);
-        assert_eq!(reads.read(id, 0, 8), None);
-        reads.share(id, &Arc::new(vec![1, 2, 3, 4]));
+        assert_eq!(reads.read(id, 0, 8, None), None);
+        reads.share(id, &Arc::new(vec![1, 2, 3, 4]), Some(Arc::from("j1")));
         assert!(!reads.was_read(id));
-        assert_eq!(reads.read(id, 0, 8), Some(vec![1, 2, 3, 4]));
+        assert_eq!(reads.read(id, 0, 8, None), Some(vec![1, 2, 3, 4]));
         assert!(reads.was_read(id), "a read marks it");
         assert!(!reads.was_read(id), "asking clears the mark");
-        assert_eq!(reads.read(id, 1, 2), Some(vec![2, 3]));
-        assert_eq!(reads.read(id, 9, 2), Some(vec![]));
-        assert_eq!(reads.read(id, 2, u64::MAX), Some(vec![3, 4]));
+        assert_eq!(reads.read(id, 1, 2, None), Some(vec![2, 3]));
+        assert_eq!(reads.read(id, 9, 2, None), Some(vec![]));
+        assert_eq!(reads.read(id, 2, u64::MAX, None), Some(vec![3, 4]));
+        assert_eq!(reads.read(id, 0, 8, Some("j1")), Some(vec![1, 2, 3, 4]));
+        assert_eq!(reads.read(id, 0, 8, Some("j2")), None, "another job's");
         reads.withdraw(id);
-        assert_eq!(reads.read(id, 0, 8), None);
+        assert_eq!(reads.read(id, 0, 8, None), None);
     }
 
     #[test]
     fn a_larger_object_is_left_to_its_shard() {
         let reads = SmallReads::default();
-        reads.share(ObjectId(1), &Arc::new(vec![0; SMALL_READ_BYTES + 1]));
-        assert_eq!(reads.read(ObjectId(1), 0, 1), None);
+        reads.share(ObjectId(1), &Arc::new(vec![0; SMALL_READ_BYTES + 1]), None);
+        assert_eq!(reads.read(ObjectId(1), 0, 1, None), None);
     }
 }

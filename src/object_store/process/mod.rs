@@ -394,7 +394,7 @@ async fn ready<T>(
             wait_ms: left.min(MAX_OBJECT_WAIT).as_millis() as u64,
         });
         match call(&owner, &ask, long_poll(left)).await? {
-            ControlReply::ObjectReady(_) | ControlReply::ObjectFailed(_) => return Ok(true),
+            ControlReply::ObjectReady { .. } | ControlReply::ObjectFailed(_) => return Ok(true),
             _ if left.is_zero() => return Ok(false),
             _ => {}
         }
@@ -638,7 +638,7 @@ pub(crate) async fn fetch<T>(
                     })
                 };
                 match call(&home, &request, pull_options(left)).await? {
-                    ControlReply::ObjectReady(size) => break size,
+                    ControlReply::ObjectReady { size, .. } => break size,
                     ControlReply::ObjectFailed(reason) => {
                         return Err(ObjectStoreError::Unavailable { id, reason })
                     }
