@@ -2,7 +2,10 @@
 # Validates the Kubernetes manifests (deploy/kubernetes/*.yaml) against the
 # Kubernetes API's schemas with kubernetes-validate (from PyPI, installed
 # once into a venv in nimbus's cache, beside torch's), strictly: unknown
-# fields fail too. `make test` runs it.
+# fields fail too; then holds them to SECURITY.md's rules for pods: no
+# privilege (every container drops all capabilities and cannot gain
+# more, the runtime's default seccomp filter, a non-root user), and the
+# head's state (NIMBUS_HOME) on a persistent volume. `make test` runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,4 +21,34 @@ if [ ! -x "$VENV/bin/kubernetes-validate" ]; then
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$VERSION" >&2
 fi
 "$VENV/bin/kubernetes-validate" --strict --quiet deploy/kubernetes/*.yaml
-echo "kubernetes manifests: $(ls deploy/kubernetes/*.yaml | wc -l) files valid (kubernetes-validate $VERSION, strict)"
+"$VENV/bin/python" - deploy/kubernetes/*.yaml <<'PY'
+import sys, yaml
+problems = []
+for path in sys.argv[1:]:
+    for doc in yaml.safe_load_all(open(path)):
+        if not doc or "template" not in doc.get("spec", {}):
+            continue
+        where = f"{path}: {doc['kind']} {doc['metadata']['name']}"
+        pod = doc["spec"]["template"]["spec"]
+        security = pod.get("securityContext", {})
+        if security.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+            problems.append(f"{where}: the pod's seccompProfile is not RuntimeDefault")
+        if security.get("runAsNonRoot") is not True:
+            problems.append(f"{where}: the pod may run as root (runAsNonRoot)")
+        for container in pod["containers"]:
+            own = container.get("securityContext", {})
+            if own.get("allowPrivilegeEscalation") is not False:
+                problems.append(f"{where}: container {container['name']} may gain privileges (allowPrivilegeEscalation)")
+            if "ALL" not in own.get("capabilities", {}).get("drop", []):
+                problems.append(f"{where}: container {container['name']} keeps capabilities (drop ALL)")
+        if doc["metadata"]["name"] == "nimbus-head":
+            claims = {t["metadata"]["name"] for t in doc["spec"].get("volumeClaimTemplates", [])}
+            container = pod["containers"][0]
+            home = next((e.get("value", "") for e in container.get("env", []) if e["name"] == "NIMBUS_HOME"), "")
+            mounted = [m for m in container.get("volumeMounts", []) if m["name"] in claims]
+            if not any(home.startswith(m["mountPath"].rstrip("/") + "/") for m in mounted):
+                problems.append(f"{where}: the head's NIMBUS_HOME ({home or 'unset'}) is not on a persistent volume")
+if problems:
+    sys.exit("kubernetes manifests break the pod rules:\n  " + "\n  ".join(problems))
+PY
+echo "kubernetes manifests: $(ls deploy/kubernetes/*.yaml | wc -l) files valid (kubernetes-validate $VERSION, strict), without privilege, the head's state persistent"
