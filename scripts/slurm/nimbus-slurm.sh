@@ -33,7 +33,9 @@
 #   3. Other nodes: wait for the token (at most NIMBUS_SLURM_WAIT), then
 #      `nimbus start --address HEAD:PORT --block` as `slurm-N`.
 #   4. SIGTERM (Slurm ending the step, or nimbus.sbatch's trap) stops the
-#      node and its workers.
+#      node and its workers. Node 0, once its head has stopped (or failed
+#      to start), removes what it made: the token, the head's output
+#      (which prints the token too) and the job's directory.
 # Steps (run):
 #   1. Wait for the token and for SLURM_JOB_NUM_NODES nodes alive.
 #   2. Run CMD with NIMBUS_ADDRESS and NIMBUS_TOKEN set (nimbus::init
@@ -108,7 +110,13 @@ case "${1:-}" in
       "$nimbus" start --head --block --port "$port" --node-ip-address "$ip" \
         ${NIMBUS_START_ARGS:-} >"$out" 2>&1 &
       head_pid=$!
-      trap 'kill -TERM $head_pid 2>/dev/null' TERM INT EXIT
+      # Step 4's removal.
+      clean_up() {
+        rm -f "$token" "$token.part" "$out"
+        rmdir "$dir" 2>/dev/null || true
+      }
+      trap 'kill -TERM $head_pid 2>/dev/null' TERM INT
+      trap 'kill -TERM $head_pid 2>/dev/null; wait $head_pid 2>/dev/null; clean_up' EXIT
       deadline=$((SECONDS + wait_s))
       until grep -q '^token-file: ' "$out"; do
         kill -0 $head_pid 2>/dev/null || fail "the head exited before it was up: $(tail -n 5 "$out")"
@@ -126,6 +134,7 @@ case "${1:-}" in
         wait $head_pid || status=$?
       fi
       trap - EXIT
+      clean_up
       exit $status
     else
       wait_for "the head's token in $token" test -s "$token"

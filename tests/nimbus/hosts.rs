@@ -727,7 +727,8 @@ fn the_image_layout_trains_on_a_host_without_the_builds_libtorch() {
 /// variables of a three-node job on three simulated hosts: the head
 /// starts on the first host and the members join it; the program runs
 /// once every node is alive; SIGTERM (what srun sends when the batch
-/// script ends) stops every node.
+/// script ends) stops every node, and the head's step removes the token
+/// and the job's directory it made.
 #[test]
 fn the_slurm_launcher_runs_a_program_on_a_cluster_over_the_jobs_hosts() {
     let Some(hosts) = Hosts::new(3) else { return };
@@ -792,6 +793,12 @@ fn the_slurm_launcher_runs_a_program_on_a_cluster_over_the_jobs_hosts() {
     );
 
     nodes.stop().unwrap();
+    let job_dir = shared.path().join(".nimbus-slurm-17");
+    assert!(
+        !job_dir.exists(),
+        "the stopped head leaves no token behind: {:?}",
+        std::fs::read_dir(&job_dir).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+    );
 }
 
 /// The launcher's `node` processes: stopped as srun stops them, by the
