@@ -204,16 +204,9 @@ impl Handler<Trespass> for Counter {
             let Ok(ControlReply::Status(status)) = status else {
                 return vec![format!("no status: {status:?}")];
             };
-            let Some(node) = status.nodes.iter().find(|n| n.id == victim.node.name) else {
-                return vec![format!("the victim's node {} is not listed", victim.node)];
-            };
-            let connection = match context
-                .endpoint
-                .connect(node.address, Some(&node.identity()))
-                .await
-            {
+            let connection = match reach(context, &status, &victim.node.name).await {
                 Ok(connection) => connection,
-                Err(e) => return vec![format!("cannot reach {}: {e}", node.id)],
+                Err(e) => return vec![format!("the victim's node: {e}")],
             };
             let spec = nimbus::cluster::ActorSpec {
                 actor: ActorId::random(),
@@ -249,7 +242,6 @@ impl Handler<Trespass> for Counter {
                 },
             ];
             let mut outcomes = Vec::new();
-            let options = nimbus::transport::RequestOptions::control();
             for request in requests.into_iter().map(ControlRequest::Workers).chain([
                 ControlRequest::Binaries(BinaryRequest::UploadBinary {
                     hash: "00".repeat(32),
@@ -260,12 +252,7 @@ impl Handler<Trespass> for Counter {
                 ControlRequest::Objects(ObjectRequest::ListObjects),
                 ControlRequest::Workers(WorkerRequest::KillActor(trespass.sibling)),
             ]) {
-                outcomes.push(
-                    match nimbus::client::call(&connection, &request, options).await {
-                        Ok(reply) => format!("accepted: {reply:?}"),
-                        Err(e) => e.to_string(),
-                    },
-                );
+                outcomes.push(outcome(&connection, &request).await);
             }
             let Some(owner) = status.nodes.iter().find(|n| n.id == trespass.objects_at) else {
                 return vec![format!(
@@ -299,23 +286,16 @@ impl Handler<Trespass> for Counter {
                 },
                 wait_ms: 1000,
             });
-            let owner_connection = match context
-                .endpoint
-                .connect(owner.address, Some(&owner.identity()))
-                .await
-            {
+            let owner_connection = match reach(context, &status, &owner.id).await {
                 Ok(owner_connection) => owner_connection,
-                Err(e) => return vec![format!("cannot reach {}: {e}", owner.id)],
+                Err(e) => return vec![format!("the objects' node: {e}")],
             };
             let asked = at_owner
                 .iter()
                 .map(|request| (&owner_connection, request))
                 .chain([(&connection, &pull)]);
             for (to, request) in asked {
-                outcomes.push(match nimbus::client::call(to, request, options).await {
-                    Ok(reply) => format!("accepted: {reply:?}"),
-                    Err(e) => e.to_string(),
-                });
+                outcomes.push(outcome(to, request).await);
             }
             for pid in trespass.pids {
                 for what in ["environ", "cmdline"] {
@@ -327,6 +307,33 @@ impl Handler<Trespass> for Counter {
             }
             outcomes
         })
+    }
+}
+
+/// A connection to the node of `status` named `name`.
+async fn reach(
+    context: &actor::ProcessContext,
+    status: &nimbus::cluster::ClusterStatus,
+    name: &str,
+) -> Result<nimbus::transport::Connection, String> {
+    let node = status
+        .nodes
+        .iter()
+        .find(|n| n.id == name)
+        .ok_or_else(|| format!("{name} is not listed"))?;
+    let connected = context
+        .endpoint
+        .connect(node.address, Some(&node.identity()))
+        .await;
+    connected.map_err(|e| format!("cannot reach {name}: {e}"))
+}
+
+/// What `request` to `to` got: `accepted: REPLY`, or the error.
+async fn outcome(to: &nimbus::transport::Connection, request: &ControlRequest) -> String {
+    let options = nimbus::transport::RequestOptions::control();
+    match nimbus::client::call(to, request, options).await {
+        Ok(reply) => format!("accepted: {reply:?}"),
+        Err(e) => e.to_string(),
     }
 }
 
