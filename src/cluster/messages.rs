@@ -777,7 +777,14 @@ pub enum ControlReply {
     },
     /// The object will never be: the task producing it failed, or it was
     /// freed.
-    ObjectFailed(String),
+    ObjectFailed {
+        /// Why.
+        reason: String,
+        /// The job whose worker or driver recorded the failure (its reason
+        /// is that job's to read); `None` for what a node found itself (a
+        /// lost owner, a freed object), which any reader may see.
+        job: Option<String>,
+    },
     /// The object was not complete within the wait.
     ObjectNotReady,
     /// An object's shared-memory file, if it has one.

@@ -14,12 +14,14 @@
 //! spawns actors only of its own job, running its own program (so it
 //! uploads and relays only that program's bytes, checked by their SHA-256);
 //! reserves bundles only for its job; reads only its job's output and
-//! driver log and never the node's own log; lists no node's objects, and
-//! sees and reports only its own job's tasks (a task's id is its result
-//! object's). Kills and actor logs are checked by the node that holds the
-//! actor (`manager.rs`: its job's actors only), object reads by the store
-//! that holds the object (`crate::object_store`'s `node/`: each object
-//! records its job, and a worker reads only its own job's).
+//! driver log and never the node's own log; lists no node's objects and
+//! drops no node's copies, and sees and reports only its own job's tasks
+//! (a task's id is its result object's). Kills and actor logs are checked
+//! by the node that holds the actor (`manager.rs`: its job's actors only),
+//! object reads and changes by the store that holds the object
+//! (`crate::object_store`'s `node/`: each object records its job, and a
+//! worker reads, appends to, seals, fails and takes references to only its
+//! own job's).
 //!
 //! So no token holder can evict a member or keep a dead one alive, and no
 //! actor's code can rewrite another actor's record, release another
@@ -276,6 +278,10 @@ fn confine(
         ControlRequest::Objects(ObjectRequest::ListObjects) => Err((
             "ListObjects",
             "a worker does not list a node's objects (every job's ids; an id is what lets one read an object)",
+        )),
+        ControlRequest::Objects(ObjectRequest::FreeObject(_)) => Err((
+            "FreeObject",
+            "a worker does not drop a node's copies (the owner's node does, once an object is freed)",
         )),
         ControlRequest::Jobs(JobRequest::TaskStates(records)) => holds(
             records.iter().all(|task| task.job == scope.job),
@@ -625,6 +631,7 @@ mod tests {
             log("k"),
             node_log,
             ControlRequest::Objects(ObjectRequest::ListObjects),
+            ControlRequest::Objects(ObjectRequest::FreeObject(crate::cluster::ObjectId(7))),
         ] {
             let refused = authorize(&worker, &other).unwrap_err();
             assert!(refused.caller.ends_with("of job j"), "{refused}");

@@ -101,9 +101,9 @@ pub enum ShardError {
         /// Its size.
         total: u64,
     },
-    /// A worker asked for an object of another job.
+    /// A worker asked for, or to change, an object of another job.
     #[error(
-        "object {id} is another job's: a worker of job {job} reads only its own job's objects"
+        "object {id} is another job's: a worker of job {job} reads and changes only its own job's objects"
     )]
     OtherJob {
         /// The object.

@@ -6,7 +6,8 @@ use actix::prelude::*;
 use nimbus::actor::{self, ActorHandle, Registry, RemoteActor, RemoteMessage};
 use nimbus::cluster::{
     ActorId, BinaryRequest, ControlReply, ControlRequest, DeathCause, DirectoryRequest,
-    MembershipRequest, ObjectId, ObjectLocation, ObjectRequest, ResourceSet, WorkerRequest,
+    MembershipRequest, ObjectId, ObjectLocation, ObjectRequest, RefChange, RefHolder, RefUpdate,
+    ResourceSet, WorkerRequest,
 };
 use nimbus::object_store::{self, ObjectRef, RawBytes};
 use nimbus::wire::{Incarnation, NodeIdentity};
@@ -157,9 +158,11 @@ impl Handler<Impersonate> for Counter {
 /// From inside a worker, tries what a worker may not do to another job
 /// (kill its actor, read its actor's log and its output, spawn for it),
 /// what no worker may do (read its node's log, upload a program it does not
-/// run, list the node's objects), and one thing it may (kill `sibling`, of its own job); then looks
-/// for `token` in the environment and arguments of `pids`. The outcome of
-/// each, in that order, then `token found in ...` lines.
+/// run, list the node's objects, drop a copy), and one thing it may (kill
+/// `sibling`, of its own job); then reads and changes the other job's
+/// `objects`; then looks for `token` in the environment and arguments of
+/// `pids`. The outcome of each, in that order, then `token found in ...`
+/// lines.
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Vec<String>")]
 pub struct Trespass {
@@ -169,6 +172,8 @@ pub struct Trespass {
     pub victim_job: String,
     /// An actor of this worker's job, on the victim's node.
     pub sibling: ActorId,
+    /// The actor this message is sent to (whose references it may change).
+    pub me: ActorId,
     /// The cluster's token, to look for.
     pub token: String,
     /// The cluster's processes (nodes and workers).
@@ -250,6 +255,7 @@ impl Handler<Trespass> for Counter {
                     chunk: vec![0],
                 }),
                 ControlRequest::Objects(ObjectRequest::ListObjects),
+                ControlRequest::Objects(ObjectRequest::FreeObject(trespass.objects[1])),
                 ControlRequest::Workers(WorkerRequest::KillActor(trespass.sibling)),
             ]) {
                 outcomes.push(outcome(&connection, &request).await);
@@ -269,6 +275,15 @@ impl Handler<Trespass> for Counter {
                     copy_at: None,
                 })
             };
+            let me = RefHolder::Process {
+                id: 1,
+                label: "the trespasser".into(),
+                worker: Some((
+                    trespass.me,
+                    context.endpoint.identity().identity.incarnation,
+                )),
+                job: None,
+            };
             let at_owner = [
                 read(small),
                 read(large),
@@ -276,6 +291,30 @@ impl Handler<Trespass> for Counter {
                 ControlRequest::Objects(ObjectRequest::AwaitObject {
                     id: large,
                     wait_ms: 1000,
+                }),
+                ControlRequest::Objects(ObjectRequest::UpdateRefs {
+                    holder: me.clone(),
+                    updates: vec![RefUpdate {
+                        id: small,
+                        change: RefChange::Hold { arrived: false },
+                    }],
+                }),
+                ControlRequest::Objects(ObjectRequest::FailObject {
+                    id: small,
+                    holder: me.clone(),
+                    message: "failed by another job".into(),
+                }),
+                ControlRequest::Objects(ObjectRequest::SealObject {
+                    id: large,
+                    written: false,
+                }),
+                ControlRequest::Objects(ObjectRequest::PutObjectChunk {
+                    id: large,
+                    offset: 1,
+                    total: 1 << 20,
+                    holder: me,
+                    contains: Vec::new(),
+                    chunk: vec![0],
                 }),
             ];
             let pull = ControlRequest::Objects(ObjectRequest::PullObject {

@@ -327,8 +327,8 @@ fn on(node: &str) -> SpawnOptions {
 /// Actor code is confined to its job (#51, high 4), tried while the orphan
 /// driver's job runs: an actor of this job can neither kill, read the log
 /// of, read the output of nor spawn for that job, nor read its node's log,
-/// upload a program it does not run or list a node's objects, but it can
-/// kill an actor of its
+/// upload a program it does not run, list a node's objects or drop a copy,
+/// nor read or change that job's objects, but it can kill an actor of its
 /// own job; and no node or worker process of the cluster holds the token
 /// in its environment or arguments (a node gets it on its stdin). Before,
 /// each was accepted and every member node had `NIMBUS_TOKEN` in its
@@ -349,6 +349,7 @@ async fn actor_code_stays_within_its_job(
         victim: victim.id(),
         victim_job,
         sibling: sibling.id(),
+        me: probe.id(),
         token: cluster.token().to_string(),
         pids: cluster.processes(),
         objects,
@@ -363,14 +364,16 @@ async fn actor_code_stays_within_its_job(
         "ReadNodeLog",
         "UploadBinary/ReadBinary",
         "ListObjects",
+        "FreeObject",
     ];
     // Reading the other job's small and large object, mapping the large
-    // one and waiting for it where it is, and pulling it to the victim's
-    // node: each refused, the object named.
-    let object_reads = 5;
+    // one and waiting for it where it is, taking a reference to the small
+    // one, failing it, abandoning the large one, writing into it, and
+    // pulling it to the victim's node: each refused, the object named.
+    let object_probes = 9;
     assert_eq!(
         outcomes.len(),
-        refused.len() + 1 + object_reads,
+        refused.len() + 1 + object_probes,
         "{outcomes:#?}"
     );
     for (outcome, request) in outcomes.iter().zip(refused) {

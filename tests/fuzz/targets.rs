@@ -333,7 +333,10 @@ fn control_replies() -> Vec<Vec<u8>> {
             size: 10,
             job: Some("j1".into()),
         },
-        ControlReply::ObjectFailed("lost".into()),
+        ControlReply::ObjectFailed {
+            reason: "lost".into(),
+            job: Some("j1".into()),
+        },
         ControlReply::NoCapacity("the node lacks CPU".into()),
     ]
     .iter()

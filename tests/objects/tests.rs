@@ -995,7 +995,7 @@ async fn a_put_that_stops_half_way_is_abandoned(driver: &mut Driver) {
     .unwrap();
     let awaited = ControlRequest::Objects(ObjectRequest::AwaitObject { id, wait_ms: 1000 });
     match nimbus::client::call(&node, &awaited, RequestOptions::control()).await {
-        Ok(ControlReply::ObjectFailed(reason)) => {
+        Ok(ControlReply::ObjectFailed { reason, .. }) => {
             assert!(reason.contains("its upload stopped"), "{reason}");
             assert!(reason.contains("--object-arrival-timeout-s"), "{reason}");
         }
@@ -1152,7 +1152,9 @@ async fn a_late_put_of_a_freed_object_is_refused(driver: &mut Driver) {
     assert!(now.objects.iter().all(|o| o.id != id), "{now:?}");
     let awaited = call(ObjectRequest::AwaitObject { id, wait_ms: 0 }).await;
     match awaited {
-        Ok(ControlReply::ObjectFailed(reason)) => assert!(reason.contains("freed"), "{reason}"),
+        Ok(ControlReply::ObjectFailed { reason, .. }) => {
+            assert!(reason.contains("freed"), "{reason}")
+        }
         other => panic!("expected the object freed, got {other:?}"),
     }
 }

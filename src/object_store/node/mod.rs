@@ -74,9 +74,13 @@
 //!    worker that puts it (its ticket's), or of the driver holding it; a
 //!    copy takes the job the owner's `ObjectReady` names. A worker reads
 //!    (`ReadObject`, `OpenObject`), waits for (`AwaitObject`) or pulls
-//!    (`PullObject`) only its own job's objects: another job's is refused
-//!    (`Forbidden`, [`ShardError::OtherJob`]); drivers, the CLI and nodes
-//!    read any.
+//!    (`PullObject`) only its own job's objects, and appends to
+//!    (`PutObjectChunk`), seals or abandons (`SealObject`), fails
+//!    (`FailObject`) or takes references to (`UpdateRefs`) only those:
+//!    another job's is refused (`Forbidden`, [`ShardError::OtherJob`]).
+//!    A failure's reason is the job's that recorded it (`ObjectFailed`
+//!    names it); one this node found (lost, freed) any reader sees.
+//!    Drivers, the CLI and nodes read and change any.
 
 mod refcount;
 mod shard;
@@ -112,7 +116,7 @@ use super::transfer::{call, host_id, read_chunks, CHUNK_BYTES, MAX_OBJECT_WAIT};
 use crate::cluster::SharedObjectFile;
 use shard::{
     Abort, Append, Await, Awaited, Begin, Begun, DropCopy, DropDriver, DropWorker, Fail, Freed,
-    Holders, List, ListHolders, Open, OpenStream, Read, Seal, Spill, UpdateRefs,
+    Holders, List, ListHolders, MayChange, Open, OpenStream, Read, Seal, Spill, UpdateRefs,
 };
 use small_reads::SmallReads;
 
@@ -475,15 +479,20 @@ impl NodeObjectStore {
                 holder,
                 message,
             } => {
+                self.may_change([id], confined).await?;
+                let job = job_of(&holder, confined).map(Arc::from);
                 let fail = Fail {
                     id,
                     holder,
                     message,
+                    job,
                 };
                 let failed = self.shard(id).send(fail).await;
                 failed.map(|()| ControlReply::Ack).map_err(unavailable)
             }
             ObjectRequest::UpdateRefs { holder, updates } => {
+                let held = updates.iter().filter(|u| matches!(u.change, RefChange::Hold { .. }));
+                self.may_change(held.map(|u| u.id), confined).await?;
                 self.update_refs(holder, updates).await;
                 Ok(ControlReply::Ack)
             }
@@ -512,6 +521,7 @@ impl NodeObjectStore {
                 self.create(id, total, owned, confined).await
             }
             ObjectRequest::SealObject { id, written } => {
+                self.may_change([id], confined).await?;
                 if written {
                     let seal = Seal { id, inode: None };
                     flatten(self.shard(id).send(seal).await).map(|()| ControlReply::Ack)
@@ -540,6 +550,7 @@ impl NodeObjectStore {
                 .await
                 .map(drop);
         }
+        self.may_change([id], confined).await?;
         let appended = flatten(self.shard(id).send(Append { id, offset, chunk }).await);
         if appended.is_err() {
             self.abort(id).await;
@@ -567,15 +578,14 @@ impl NodeObjectStore {
                     return;
                 };
                 let message = format!("its put failed: {}", e.message);
-                if let Err(e) = self
-                    .shard(id)
-                    .send(Fail {
-                        id,
-                        holder,
-                        message,
-                    })
-                    .await
-                {
+                let job = job_of(&holder, confined).map(Arc::from);
+                let fail = Fail {
+                    id,
+                    holder,
+                    message,
+                    job,
+                };
+                if let Err(e) = self.shard(id).send(fail).await {
                     tracing::warn!(object = %id, "object store shard unavailable: {e}");
                 }
             }
@@ -615,11 +625,7 @@ impl NodeObjectStore {
         first: Option<Vec<u8>>,
         confined: Option<&str>,
     ) -> Result<bool, RemoteError> {
-        let job = match (confined, &holder) {
-            (Some(job), _) => Some(job),
-            (None, RefHolder::Process { job, .. }) => job.as_deref(),
-            (None, RefHolder::Object(_)) => None,
-        };
+        let job = job_of(&holder, confined);
         let begin = Begin {
             id,
             total,
@@ -727,6 +733,32 @@ impl NodeObjectStore {
 
     /// Applies reference changes to objects owned here, then tells other
     /// nodes about the objects that were freed.
+    /// Refuses a worker confined to `confined` changing objects of another
+    /// job: appending to one, sealing or abandoning it, recording its
+    /// failure, taking a reference to it (step 7). Drivers, the CLI and
+    /// nodes (`None`) change any, without asking the shards.
+    async fn may_change(
+        &self,
+        ids: impl IntoIterator<Item = ObjectId>,
+        confined: Option<&str>,
+    ) -> Result<(), RemoteError> {
+        let Some(job) = confined else {
+            return Ok(());
+        };
+        let mut by_shard: Vec<Vec<ObjectId>> = vec![Vec::new(); self.shards.len()];
+        for id in ids {
+            by_shard[self.shard_index(id)].push(id);
+        }
+        let job: Arc<str> = Arc::from(job);
+        for (shard, ids) in self.shards.iter().zip(by_shard) {
+            if !ids.is_empty() {
+                let job = job.clone();
+                flatten(shard.send(MayChange { ids, job }).await)?;
+            }
+        }
+        Ok(())
+    }
+
     async fn update_refs(&self, holder: RefHolder, updates: Vec<RefUpdate>) {
         let mut by_shard: Vec<Vec<(ObjectId, RefChange)>> = vec![Vec::new(); self.shards.len()];
         for update in updates {
@@ -769,11 +801,16 @@ impl NodeObjectStore {
         loop {
             let awaited = match self.shard(id).send(Await(id)).await {
                 Ok(awaited) => awaited,
-                Err(e) => return ControlReply::ObjectFailed(e.to_string()),
+                Err(e) => return lost_or_failed(e.to_string()),
             };
             match awaited {
                 Awaited::Ready { size, job } => return ready(size, job.as_deref()),
-                Awaited::Failed(message) => return ControlReply::ObjectFailed(message),
+                Awaited::Failed { reason, job } => {
+                    return ControlReply::ObjectFailed {
+                        reason,
+                        job: job.as_deref().map(str::to_string),
+                    }
+                }
                 Awaited::Wait(change) => {
                     if tokio::time::timeout_at(end, change).await.is_err() {
                         return ControlReply::ObjectNotReady;
@@ -793,7 +830,7 @@ impl NodeObjectStore {
             return ready(size, job.as_deref());
         }
         let lost = |e: String| {
-            ControlReply::ObjectFailed(format!(
+            lost_or_failed(format!(
                 "object {id} is lost: its owner, node {owner}, cannot be reached: {e}"
             ))
         };
@@ -813,7 +850,7 @@ impl NodeObjectStore {
         let (size, job) = match client::call(&connection, &ask, options).await {
             Ok(ControlReply::ObjectReady { size, job }) => (size, job),
             Ok(ControlReply::ObjectNotReady) => return ControlReply::ObjectNotReady,
-            Ok(ControlReply::ObjectFailed(message)) => return ControlReply::ObjectFailed(message),
+            Ok(failed @ ControlReply::ObjectFailed { .. }) => return failed,
             Ok(other) => return lost(format!("unexpected reply {other:?}")),
             Err(e) => return lost(e.to_string()),
         };
@@ -831,18 +868,18 @@ impl NodeObjectStore {
             Ok(Begun::InProgress(done)) => {
                 return match done.await {
                     Ok(()) => ready(size, job.as_deref()),
-                    Err(_) => ControlReply::ObjectFailed(format!(
-                        "the transfer of object {id} from {owner} failed"
-                    )),
+                    Err(_) => {
+                        lost_or_failed(format!("the transfer of object {id} from {owner} failed"))
+                    }
                 }
             }
             Ok(Begun::Fresh { shared }) => shared,
             Ok(Begun::NoRoom { short, .. }) => {
-                return ControlReply::ObjectFailed(format!(
+                return lost_or_failed(format!(
                     "no room for a copy of object {id}: {short} bytes short"
                 ))
             }
-            Err(e) => return ControlReply::ObjectFailed(e.message),
+            Err(e) => return lost_or_failed(e.message),
         };
         let streamed = match self.budget.shared_path(id, size).filter(|_| shared) {
             Some(file) => self.pull_stream(&connection, &owner, id, size, file).await,
@@ -868,7 +905,7 @@ impl NodeObjectStore {
             self.abort(id).await;
             // The owner answered: the copy failed on its way or here (a
             // full tmpfs, say), which the error names.
-            return ControlReply::ObjectFailed(format!(
+            return lost_or_failed(format!(
                 "the copy of object {id} from node {owner} failed: {e}"
             ));
         }
@@ -1115,6 +1152,12 @@ fn forbidden(e: ShardError) -> RemoteError {
     RemoteError::new(RemoteErrorKind::Forbidden, e.to_string())
 }
 
+/// The reply for an object that will never be here, for a `reason` this
+/// node found (no job's: any reader may see it).
+fn lost_or_failed(reason: String) -> ControlReply {
+    ControlReply::ObjectFailed { reason, job: None }
+}
+
 /// The reply for a complete object of `size` bytes, of `job`.
 fn ready(size: u64, job: Option<&str>) -> ControlReply {
     ControlReply::ObjectReady {
@@ -1136,14 +1179,52 @@ fn may_read(id: ObjectId, job: Option<&str>, confined: Option<&str>) -> Result<(
 }
 
 /// `reply` to a worker confined to `confined`: a complete object of
-/// another job is refused (step 7).
+/// another job is refused, and so is the reason another job's task
+/// recorded for its failure (step 7).
 fn readable(
     id: ObjectId,
     reply: ControlReply,
     confined: Option<&str>,
 ) -> Result<ControlReply, RemoteError> {
-    if let ControlReply::ObjectReady { job, .. } = &reply {
-        may_read(id, job.as_deref(), confined).map_err(forbidden)?;
+    match &reply {
+        ControlReply::ObjectReady { job, .. }
+        | ControlReply::ObjectFailed {
+            job: job @ Some(_), ..
+        } => may_read(id, job.as_deref(), confined).map_err(forbidden)?,
+        _ => {}
     }
     Ok(reply)
+}
+
+/// The job of an object begun or failed by `holder`: the job of the
+/// worker that sent it (`confined`), else the job of the driver holding
+/// it.
+fn job_of<'a>(holder: &'a RefHolder, confined: Option<&'a str>) -> Option<&'a str> {
+    match (confined, holder) {
+        (Some(job), _) => Some(job),
+        (None, RefHolder::Process { job, .. }) => job.as_deref(),
+        (None, RefHolder::Object(_)) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker learns why its own job's object failed, and why any object
+    /// was lost, but not the reason another job's task recorded.
+    #[test]
+    fn a_failure_is_told_to_its_own_job() {
+        let failed = |job: Option<&str>| ControlReply::ObjectFailed {
+            reason: "the task's secret".into(),
+            job: job.map(str::to_string),
+        };
+        let id = ObjectId(7);
+        assert!(readable(id, failed(Some("j")), Some("j")).is_ok());
+        assert!(readable(id, failed(None), Some("j")).is_ok());
+        assert!(readable(id, failed(Some("k")), None).is_ok());
+        let refused = readable(id, failed(Some("k")), Some("j")).unwrap_err();
+        assert_eq!(refused.kind, RemoteErrorKind::Forbidden);
+        assert!(!refused.message.contains("secret"), "{refused:?}");
+    }
 }

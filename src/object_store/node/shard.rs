@@ -604,6 +604,7 @@ impl ObjectStoreShard {
                     "its upload stopped: no bytes arrived for {timeout:?} (--object-arrival-timeout-s on the node)"
                 );
                 let mut failed = Stored::new(stored.total, Data::Failed(reason), true);
+                failed.job = stored.job;
                 failed.contains = stored.contains;
                 failed.waiting = stored.waiting;
                 failed.abandoned = true;
@@ -813,8 +814,14 @@ pub enum Awaited {
         /// The job whose workers may read it.
         job: Option<Arc<str>>,
     },
-    /// It will never be: why.
-    Failed(String),
+    /// It will never be.
+    Failed {
+        /// Why.
+        reason: String,
+        /// The job that recorded the failure (`None`: this node's own
+        /// finding, such as a freed object).
+        job: Option<Arc<str>>,
+    },
     /// Not yet: fires on a change worth looking again.
     Wait(oneshot::Receiver<()>),
 }
@@ -834,6 +841,32 @@ pub struct Fail {
     pub holder: RefHolder,
     /// The task's error.
     pub message: String,
+    /// The job that records it (whose workers alone may read it).
+    pub job: Option<Arc<str>>,
+}
+
+/// May a worker confined to `job` change these objects? Refused with
+/// [`ShardError::OtherJob`] if any of them here is another job's.
+#[derive(Message)]
+#[rtype(result = "Result<(), ShardError>")]
+pub struct MayChange {
+    /// The objects.
+    pub ids: Vec<ObjectId>,
+    /// The worker's job.
+    pub job: Arc<str>,
+}
+
+impl Handler<MayChange> for ObjectStoreShard {
+    type Result = Result<(), ShardError>;
+
+    fn handle(&mut self, msg: MayChange, _: &mut Self::Context) -> Self::Result {
+        for id in msg.ids {
+            if let Some(stored) = self.objects.get(&id) {
+                may_read(id, stored.job.as_deref(), Some(&msg.job))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Reference changes by one holder.
@@ -1387,13 +1420,20 @@ impl Handler<Await> for ObjectStoreShard {
             },
             Some(Stored {
                 data: Data::Failed(message),
+                job,
                 ..
-            }) => Awaited::Failed(message.clone()),
+            }) => Awaited::Failed {
+                reason: message.clone(),
+                job: job.clone(),
+            },
             Some(stored) => {
                 stored.waiting.push(tx);
                 Awaited::Wait(rx)
             }
-            None if self.refs.was_freed(id) => Awaited::Failed(ShardError::Freed(id).to_string()),
+            None if self.refs.was_freed(id) => Awaited::Failed {
+                reason: ShardError::Freed(id).to_string(),
+                job: None,
+            },
             None => {
                 self.arrivals.entry(id).or_default().push(tx);
                 Awaited::Wait(rx)
@@ -1409,7 +1449,8 @@ impl Handler<Fail> for ObjectStoreShard {
         if self.objects.contains_key(&msg.id) || self.refs.was_freed(msg.id) {
             return;
         }
-        let failed = Stored::new(0, Data::Failed(msg.message), true);
+        let mut failed = Stored::new(0, Data::Failed(msg.message), true);
+        failed.job = msg.job;
         self.put(msg.id, failed);
         self.refs.arrived(msg.id, msg.holder);
         self.notify(msg.id);

@@ -394,7 +394,9 @@ async fn ready<T>(
             wait_ms: left.min(MAX_OBJECT_WAIT).as_millis() as u64,
         });
         match call(&owner, &ask, long_poll(left)).await? {
-            ControlReply::ObjectReady { .. } | ControlReply::ObjectFailed(_) => return Ok(true),
+            ControlReply::ObjectReady { .. } | ControlReply::ObjectFailed { .. } => {
+                return Ok(true)
+            }
             _ if left.is_zero() => return Ok(false),
             _ => {}
         }
@@ -639,7 +641,7 @@ pub(crate) async fn fetch<T>(
                 };
                 match call(&home, &request, pull_options(left)).await? {
                     ControlReply::ObjectReady { size, .. } => break size,
-                    ControlReply::ObjectFailed(reason) => {
+                    ControlReply::ObjectFailed { reason, .. } => {
                         return Err(ObjectStoreError::Unavailable { id, reason })
                     }
                     _ if left.is_zero() => {
