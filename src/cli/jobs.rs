@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::client::{job_row, ClusterClient};
+use crate::client::{job_row, ClusterClient, WorkingDir};
 use crate::cluster::{JobRecord, JobSubmission};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -38,9 +38,15 @@ pub(crate) struct SubmitArgs {
     #[command(flatten)]
     head: HeadArgs,
     /// A directory packed and shipped to the node; the driver runs inside
-    /// it (default: an empty directory). At most 512 MiB packed.
+    /// it (default: an empty directory). At most 512 MiB packed; its
+    /// `.git` directories and `.env`/`.env.*` files stay behind.
     #[arg(long, value_name = "DIR")]
     working_dir: Option<PathBuf>,
+    /// Ship the working directory's `.git` directories and `.env` files
+    /// too (left out by default: they hold credentials more often than
+    /// anything a driver reads).
+    #[arg(long, requires = "working_dir")]
+    with_private_files: bool,
     /// An environment variable for the driver; repeat for more.
     #[arg(long, value_name = "K=V")]
     env: Vec<String>,
@@ -146,10 +152,12 @@ fn submit(args: SubmitArgs) -> Result<()> {
         node: args.node,
     };
     let (working_dir, no_wait) = (args.working_dir, args.no_wait);
+    let with_private = args.with_private_files;
     let ended = args.head.with_client(async |client| {
-        let job = client
-            .submit_job(submission, working_dir.as_deref())
-            .await?;
+        let working_dir = working_dir
+            .as_deref()
+            .map(|path| WorkingDir { path, with_private });
+        let job = client.submit_job(submission, working_dir).await?;
         println!("job: {}", job.id);
         std::io::stdout().flush()?;
         if no_wait {

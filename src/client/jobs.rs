@@ -16,6 +16,30 @@ use super::{call, unexpected, ClientError, ClusterClient, LogChunk};
 
 /// The largest packed working directory `submit_job` uploads.
 pub const MAX_WORKING_DIR: usize = 512 << 20;
+/// What [`pack`] leaves out unless asked: a repository's history (`.git`)
+/// and environment files (`.env`, `.env.*`), which hold credentials far
+/// more often than anything a driver reads.
+pub const PRIVATE_NAMES: &str = ".git, .env, .env.*";
+
+/// A directory shipped with a job (`submit_job`): the driver runs in a copy
+/// of it.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkingDir<'a> {
+    /// The directory.
+    pub path: &'a Path,
+    /// Pack [`PRIVATE_NAMES`] too (left out by default, at any depth).
+    pub with_private: bool,
+}
+
+impl<'a> WorkingDir<'a> {
+    /// `path`, without its private files.
+    pub fn new(path: &'a Path) -> Self {
+        WorkingDir {
+            path,
+            with_private: false,
+        }
+    }
+}
 /// Bytes per upload request.
 const UPLOAD_CHUNK: usize = 8 << 20;
 
@@ -59,7 +83,7 @@ impl ClusterClient {
     pub async fn submit_job(
         &self,
         mut submission: JobSubmission,
-        working_dir: Option<&Path>,
+        working_dir: Option<WorkingDir<'_>>,
     ) -> Result<JobRecord, ClientError> {
         let status = self.status().await?;
         let node = match &submission.node {
@@ -164,24 +188,55 @@ impl ClusterClient {
     }
 }
 
-/// `dir` as a tar archive (symbolic links kept as links), at most
-/// [`MAX_WORKING_DIR`] bytes.
-pub fn pack(dir: &Path) -> Result<Vec<u8>, ClientError> {
+/// `dir` as a tar archive (symbolic links kept as links, entries in name
+/// order, so the same files pack to the same bytes and upload once), at
+/// most [`MAX_WORKING_DIR`] bytes.
+pub fn pack(dir: WorkingDir<'_>) -> Result<Vec<u8>, ClientError> {
     let failed = |detail: String| ClientError::WorkingDir {
-        dir: dir.display().to_string(),
+        dir: dir.path.display().to_string(),
         detail,
     };
-    if !dir.is_dir() {
+    if !dir.path.is_dir() {
         return Err(failed("not a directory".into()));
     }
     let mut builder = tar::Builder::new(Bounded(Vec::new()));
     builder.follow_symlinks(false);
-    builder
-        .append_dir_all(".", dir)
+    append_tree(&mut builder, dir.path, Path::new(""), dir.with_private)
         .and_then(|()| builder.finish())
         .map_err(|e| failed(e.to_string()))?;
     let Bounded(bytes) = builder.into_inner().map_err(|e| failed(e.to_string()))?;
     Ok(bytes)
+}
+
+/// Appends what `dir` holds as `inside/...`, depth first, in name order,
+/// leaving out [`PRIVATE_NAMES`] unless `with_private`.
+fn append_tree(
+    builder: &mut tar::Builder<Bounded>,
+    dir: &Path,
+    inside: &Path,
+    with_private: bool,
+) -> std::io::Result<()> {
+    let mut entries = std::fs::read_dir(dir)?.collect::<Result<Vec<_>, _>>()?;
+    entries.sort_by_key(|entry| entry.file_name());
+    for entry in entries {
+        let name = entry.file_name();
+        if !with_private && is_private(&name.to_string_lossy()) {
+            continue;
+        }
+        let (path, name) = (entry.path(), inside.join(&name));
+        if entry.file_type()?.is_dir() {
+            builder.append_dir(&name, &path)?;
+            append_tree(builder, &path, &name, with_private)?;
+        } else {
+            builder.append_path_with_name(&path, &name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a file named `name` is one of [`PRIVATE_NAMES`].
+fn is_private(name: &str) -> bool {
+    name == ".git" || name == ".env" || name.starts_with(".env.")
 }
 
 /// A buffer that refuses to grow past [`MAX_WORKING_DIR`].
@@ -239,7 +294,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/data.txt"), b"payload").unwrap();
         std::os::unix::fs::symlink("sub/data.txt", dir.path().join("link")).unwrap();
-        let packed = pack(dir.path()).unwrap();
+        let packed = pack(WorkingDir::new(dir.path())).unwrap();
         let mut archive = tar::Archive::new(&packed[..]);
         let mut seen = Vec::new();
         for entry in archive.entries().unwrap() {
@@ -251,7 +306,62 @@ mod tests {
         }
         assert!(seen.contains(&("sub/data.txt".into(), false)), "{seen:?}");
         assert!(seen.contains(&("link".into(), true)), "{seen:?}");
-        let error = pack(&dir.path().join("missing")).unwrap_err();
+        let missing = dir.path().join("missing");
+        let error = pack(WorkingDir::new(&missing)).unwrap_err();
         assert!(error.to_string().contains("not a directory"), "{error}");
+    }
+
+    /// Names in an archive.
+    fn names(packed: &[u8]) -> Vec<String> {
+        let mut archive = tar::Archive::new(packed);
+        let entries = archive.entries().unwrap();
+        let name = |entry: std::io::Result<tar::Entry<&[u8]>>| {
+            entry.unwrap().path().unwrap().display().to_string()
+        };
+        entries.map(name).collect()
+    }
+
+    /// A repository's history and its environment files, at any depth, stay
+    /// behind unless asked for; the rest packs in name order, the same
+    /// bytes each time. Before, `.git` and `.env` were shipped to the node.
+    #[test]
+    fn private_files_stay_behind_unless_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for sub in [".git", "app", "app/.git"] {
+            std::fs::create_dir(root.join(sub)).unwrap();
+        }
+        for file in [
+            ".git/config",
+            ".env",
+            ".env.local",
+            "app/.env",
+            "app/.git/HEAD",
+            "app/main.py",
+            ".envrc.example",
+            "b.txt",
+        ] {
+            std::fs::write(root.join(file), file).unwrap();
+        }
+        let packed = pack(WorkingDir::new(root)).unwrap();
+        assert_eq!(
+            names(&packed),
+            [".envrc.example", "app", "app/main.py", "b.txt"],
+        );
+        assert_eq!(pack(WorkingDir::new(root)).unwrap(), packed, "reproducible");
+        let everything = WorkingDir {
+            path: root,
+            with_private: true,
+        };
+        let all = names(&pack(everything).unwrap());
+        for file in [
+            ".git/config",
+            ".env",
+            ".env.local",
+            "app/.env",
+            "app/.git/HEAD",
+        ] {
+            assert!(all.iter().any(|n| n == file), "{file}: {all:?}");
+        }
     }
 }

@@ -18,7 +18,7 @@ mod jobs;
 mod listing;
 
 pub use actors::LogChunk;
-pub use jobs::{pack, MAX_WORKING_DIR};
+pub use jobs::{pack, WorkingDir, MAX_WORKING_DIR, PRIVATE_NAMES};
 pub use listing::{job_row, Listing, Row};
 
 use std::net::SocketAddr;

@@ -5,8 +5,12 @@
 //! 1. `RunDriver { job, submission, head }`: make `state_dir/jobs/JOB/`
 //!    (0700) the driver's working directory; with a working-directory
 //!    archive (a tar file the submitter uploaded to the binary cache),
-//!    unpack it there first, on the blocking pool (entries that would land
-//!    outside it are refused). Then start the program in it: stdin from
+//!    unpack it there first, on the blocking pool. Only files, directories
+//!    and symbolic links are unpacked, at most [`MAX_ENTRIES`] of them and
+//!    `MAX_WORKING_DIR` bytes in all, without setuid, setgid or sticky
+//!    bits; an entry that would land outside the directory, or any other
+//!    kind (a device, a pipe, a hard or sparse file), refuses the archive.
+//!    Then start the program in it: stdin from
 //!    `/dev/null`, stdout and stderr appended to
 //!    `state_dir/logs/job-JOB.log`, a process group of its own, and SIGKILL
 //!    when the node dies (`PR_SET_PDEATHSIG`). Its environment is the
@@ -33,7 +37,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::client;
+use crate::client::{self, MAX_WORKING_DIR};
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
 use crate::cluster::files::{private_dir, private_log};
 use crate::cluster::{valid_job_id, ControlReply, ControlRequest, DeathCause, JobRequest};
@@ -43,6 +47,9 @@ use crate::wire::{RemoteError, RemoteErrorKind};
 
 use super::binaries::cached;
 use super::logs;
+
+/// The most entries a working-directory archive may hold.
+const MAX_ENTRIES: usize = 100_000;
 
 /// How long a driver asked to stop has between SIGTERM and SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -209,38 +216,69 @@ impl Handler<RunDriver> for DriverRunner {
 /// Makes the driver's working directory (unpacking `archive` into it) and
 /// the log directory. Blocking.
 fn prepare(dir: &Path, logs_dir: &Path, archive: Option<&Path>) -> Result<(), DriverError> {
-    let io = |action, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| DriverError::Io {
-            action,
-            path,
-            source,
-        }
-    };
     private_dir(logs_dir).map_err(io("create", logs_dir))?;
     private_dir(dir).map_err(io("create", dir))?;
-    if let Some(archive) = archive {
-        let file = std::fs::File::open(archive).map_err(io("open", archive))?;
-        let mut unpacked = tar::Archive::new(file);
-        unpacked.set_preserve_permissions(true);
-        unpacked.set_overwrite(true);
-        for entry in unpacked.entries().map_err(io("read", archive))? {
-            let mut entry = entry.map_err(io("read", archive))?;
-            // `unpack_in` refuses entries outside `dir` (`..`, absolute
-            // paths, through links), answering false.
-            if !entry.unpack_in(dir).map_err(io("unpack into", dir))? {
-                let name = entry
-                    .path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default();
-                return Err(DriverError::Io {
-                    action: "unpack",
-                    path: archive.to_path_buf(),
-                    source: std::io::Error::other(format!(
-                        "entry {name:?} would land outside the working directory"
-                    )),
-                });
-            }
+    match archive {
+        Some(archive) => unpack(archive, dir, (MAX_ENTRIES, MAX_WORKING_DIR as u64)),
+        None => Ok(()),
+    }
+}
+
+/// An I/O error while doing `action` to `path`.
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> DriverError {
+    let path = path.to_path_buf();
+    move |source| DriverError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Unpacks `archive` into `dir`: at most `max_entries` entries and
+/// `max_bytes` bytes (step 1).
+fn unpack(
+    archive: &Path,
+    dir: &Path,
+    (max_entries, max_bytes): (usize, u64),
+) -> Result<(), DriverError> {
+    let refused = |detail: String| io("unpack", archive)(std::io::Error::other(detail));
+    let file = std::fs::File::open(archive).map_err(io("open", archive))?;
+    let mut unpacked = tar::Archive::new(file);
+    // Modes keep their `rwx` bits only (no setuid, setgid or sticky).
+    unpacked.set_preserve_permissions(false);
+    unpacked.set_overwrite(true);
+    let mut bytes = 0u64;
+    let entries = unpacked.entries().map_err(io("read", archive))?;
+    for (index, entry) in entries.enumerate() {
+        let mut entry = entry.map_err(io("read", archive))?;
+        let name = entry
+            .path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        if index == max_entries {
+            return Err(refused(format!(
+                "more than {max_entries} entries (a working directory holds the driver's code; move data to shared storage)"
+            )));
+        }
+        let kind = entry.header().entry_type();
+        use tar::EntryType::{Continuous, Directory, Regular, Symlink};
+        if !matches!(kind, Regular | Continuous | Directory | Symlink) {
+            return Err(refused(format!(
+                "entry {name:?} is a {kind:?}: only files, directories and symbolic links are unpacked"
+            )));
+        }
+        bytes = bytes.saturating_add(entry.size());
+        if bytes > max_bytes {
+            return Err(refused(format!(
+                "more than {max_bytes} bytes unpacked (at entry {name:?})"
+            )));
+        }
+        // `unpack_in` refuses entries outside `dir` (`..`, absolute
+        // paths, through links), answering false.
+        if !entry.unpack_in(dir).map_err(io("unpack into", dir))? {
+            return Err(refused(format!(
+                "entry {name:?} would land outside the working directory"
+            )));
         }
     }
     Ok(())
@@ -445,16 +483,23 @@ mod tests {
     use super::*;
 
     fn archive(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let regular = |&(name, bytes)| (name, bytes, 0o755, tar::EntryType::Regular);
+        archive_of(&entries.iter().map(regular).collect::<Vec<_>>())
+    }
+
+    /// An archive of entries with the given modes and kinds.
+    fn archive_of(entries: &[(&str, &[u8], u32, tar::EntryType)]) -> Vec<u8> {
         let mut builder = tar::Builder::new(Vec::new());
-        for (name, bytes) in entries {
+        for &(name, bytes, mode, kind) in entries {
             let mut header = tar::Header::new_gnu();
             header.set_size(bytes.len() as u64);
-            header.set_mode(0o755);
+            header.set_mode(mode);
+            header.set_entry_type(kind);
             // `set_path` refuses `..`; a hostile archive writes the bytes.
             let field = &mut header.as_old_mut().name;
             field[..name.len()].copy_from_slice(name.as_bytes());
             header.set_cksum();
-            builder.append(&header, *bytes).unwrap();
+            builder.append(&header, bytes).unwrap();
         }
         builder.into_inner().unwrap()
     }
@@ -491,5 +536,47 @@ mod tests {
             "{error}"
         );
         assert!(!root.path().join("jobs/escaped.txt").exists());
+    }
+
+    /// A setuid program is unpacked without its setuid bit; a device, a
+    /// pipe, a hard link, too many entries or too many bytes refuse the
+    /// archive. Before, the bit was kept and nothing was counted.
+    #[test]
+    fn an_archive_keeps_no_special_bits_and_stays_within_its_caps() {
+        use tar::EntryType::{Block, Char, Fifo, Link, Regular};
+        let root = tempfile::tempdir().unwrap();
+        let write = |name: &str, bytes: Vec<u8>| {
+            let path = root.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            path
+        };
+        let fresh = |name: &str| {
+            let dir = root.path().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            dir
+        };
+        let program = write("suid.tar", archive_of(&[("run", b"x", 0o6755, Regular)]));
+        let dir = fresh("suid");
+        unpack(&program, &dir, (10, 10)).unwrap();
+        let mode = std::fs::metadata(dir.join("run")).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
+            0o755
+        );
+
+        for kind in [Char, Block, Fifo, Link] {
+            let special = write("special.tar", archive_of(&[("dev", b"", 0o644, kind)]));
+            let error = unpack(&special, &fresh("special"), (10, 10)).unwrap_err();
+            assert!(
+                error.to_string().contains("only files, directories"),
+                "{error}"
+            );
+        }
+        let many = write("many.tar", archive(&[("a", b""), ("b", b""), ("c", b"")]));
+        let error = unpack(&many, &fresh("many"), (2, 10)).unwrap_err();
+        assert!(error.to_string().contains("more than 2 entries"), "{error}");
+        let large = write("large.tar", archive(&[("a", b"123456"), ("b", b"123456")]));
+        let error = unpack(&large, &fresh("large"), (10, 10)).unwrap_err();
+        assert!(error.to_string().contains("more than 10 bytes"), "{error}");
     }
 }
