@@ -1,5 +1,7 @@
 //! Fuzzing every decoder that reads bytes from the network or from disk,
-//! on stable Rust: a seeded mutation fuzzer with a corpus per target.
+//! on stable Rust: a seeded mutation fuzzer with a corpus per target. (The
+//! bulk streams' TLS record layer, which this binary cannot reach, is
+//! fuzzed in its own module's tests: `src/transport/records.rs`.)
 //!
 //! `cargo test --test fuzz` (part of `make test`; nimbus-train's own
 //! `--test fuzz` fuzzes the checkpoint manifest with this harness) runs a
