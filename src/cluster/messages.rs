@@ -878,7 +878,7 @@ impl ActorId {
     /// The name of the worker process hosting this actor (its endpoint's
     /// identity), `worker-ACTOR`.
     pub fn worker_name(self) -> String {
-        format!("worker-{self}")
+        format!("{}{self}", crate::wire::WORKER_NAME_PREFIX)
     }
 }
 

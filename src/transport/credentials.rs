@@ -14,7 +14,10 @@
 //! A token holder also proves it holds the token in its `Hello` (an HMAC of
 //! its certificate), so that a process with a certificate but no token (a
 //! worker, whose certificate its node issued with
-//! [`Credentials::for_worker`]) cannot pass for one (`tickets.rs`).
+//! [`Credentials::for_worker`]) cannot pass for one (`tickets.rs`). Nor
+//! can it serve as one: its certificate is valid only for the server name
+//! [`WORKER_SERVER_NAME`], which a dialer asks for only when it means to
+//! reach a worker ([`SERVER_NAME`] otherwise).
 
 use std::fmt;
 use std::str::FromStr;
@@ -31,8 +34,15 @@ use serde::{Deserialize, Serialize};
 use super::tickets::{self, CertificateHash, Verifier};
 use crate::wire::Proof;
 
-/// The server name every nimbus certificate carries and every client checks.
+/// The server name the certificates of token holders (nodes, the head,
+/// drivers, the CLI) carry, which a dialer asks for unless it means to
+/// reach a worker.
 pub(crate) const SERVER_NAME: &str = "nimbus";
+/// The server name a worker's certificate carries instead, and a dialer
+/// asks for when it means to reach a worker: a worker's certificate is no
+/// valid server certificate for anyone else, so actor code cannot answer
+/// as the head or a node.
+pub(crate) const WORKER_SERVER_NAME: &str = "worker.nimbus";
 /// The ALPN protocol of nimbus connections.
 pub(crate) const ALPN: &[u8] = b"nimbus";
 
@@ -162,15 +172,26 @@ impl Credentials {
     /// Derives the cluster CA from `token` and issues a certificate for
     /// `subject` (a node or client name, for logs).
     pub fn issue(token: &JoinToken, subject: &str) -> Result<Self, CredentialError> {
-        let mut credentials = Self::for_worker(token, subject)?;
+        let mut credentials = Self::certified(token, subject, SERVER_NAME)?;
         credentials.token = Some(token.mac_key());
         Ok(credentials)
     }
 
     /// A certificate of the cluster of `token` for a worker `subject`,
     /// without the token: its holder cannot prove it holds the token, nor
-    /// make another certificate.
+    /// make another certificate, and it serves only as a worker (its
+    /// server name is `worker.nimbus`).
     pub fn for_worker(token: &JoinToken, subject: &str) -> Result<Self, CredentialError> {
+        Self::certified(token, subject, WORKER_SERVER_NAME)
+    }
+
+    /// A fresh certificate for `subject`, valid as a server named
+    /// `server_name`, signed by the CA of `token`'s cluster.
+    fn certified(
+        token: &JoinToken,
+        subject: &str,
+        server_name: &str,
+    ) -> Result<Self, CredentialError> {
         let seed = ring::digest::digest(
             &ring::digest::SHA256,
             &[b"nimbus cluster CA v1".as_slice(), &token.0].concat(),
@@ -185,7 +206,7 @@ impl Credentials {
         let ca = ca_params.self_signed(&ca_key)?;
 
         let key = KeyPair::generate_for(&PKCS_ED25519)?;
-        let mut params = CertificateParams::new(vec![SERVER_NAME.to_string()])?;
+        let mut params = CertificateParams::new(vec![server_name.to_string()])?;
         params.distinguished_name = DistinguishedName::new();
         params
             .distinguished_name

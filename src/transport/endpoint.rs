@@ -16,7 +16,7 @@ use crate::wire::{
 use super::admission::{self, Admission, Admit, HandshakeSlot, MAX_HANDSHAKES};
 use super::bulk::{BulkListener, BulkStream, BulkTicket, BulkTls};
 use super::connection::{close, Connection};
-use super::credentials::SERVER_NAME;
+use super::credentials::{SERVER_NAME, WORKER_SERVER_NAME};
 use super::faults::{FaultCounters, FaultySocket, PacketRule};
 use super::local;
 use super::server::{self, RequestHandler};
@@ -387,14 +387,20 @@ impl Endpoint {
         addr: SocketAddr,
         expect: Option<&NodeIdentity>,
     ) -> Result<Connection, ConnectError> {
-        let connecting =
-            self.inner
-                .quic
-                .connect(addr, SERVER_NAME)
-                .map_err(|e| ConnectError::Lost {
-                    addr,
-                    detail: e.to_string(),
-                })?;
+        // The server's certificate must be valid for the kind of peer meant:
+        // a worker's holds only `WORKER_SERVER_NAME` (`credentials.rs`).
+        let name = match expect {
+            Some(peer) if peer.names_a_worker() => WORKER_SERVER_NAME,
+            _ => SERVER_NAME,
+        };
+        let connecting = self
+            .inner
+            .quic
+            .connect(addr, name)
+            .map_err(|e| ConnectError::Lost {
+                addr,
+                detail: e.to_string(),
+            })?;
         let after = self.inner.config.connect_timeout;
         let quic = connecting
             .await

@@ -43,11 +43,13 @@ pub struct NodeIdentity {
 
 /// The longest node name, in bytes.
 pub const MAX_NODE_NAME: usize = 128;
+/// How a worker's name begins (`worker-ACTOR`); no node's may.
+pub const WORKER_NAME_PREFIX: &str = "worker-";
 
 /// A node name that cannot be one: names appear in file names, logs,
 /// certificates and command lines.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("node name {name:?} is not allowed: use 1 to {MAX_NODE_NAME} letters, digits and . _ - : [ ] @ (--node-name)")]
+#[error("node name {name:?} is not allowed: use 1 to {MAX_NODE_NAME} letters, digits and . _ - : [ ] @, not beginning with {WORKER_NAME_PREFIX:?} (workers' names) (--node-name)")]
 pub struct BadNodeName {
     /// The name refused.
     pub name: String,
@@ -57,12 +59,24 @@ impl NodeIdentity {
     /// Checks that `name` is a usable node name.
     pub fn check_name(name: &str) -> Result<(), BadNodeName> {
         let allowed = |c: char| c.is_ascii_alphanumeric() || "._-:[]@".contains(c);
-        if name.is_empty() || name.len() > MAX_NODE_NAME || !name.chars().all(allowed) {
+        if name.is_empty()
+            || name.len() > MAX_NODE_NAME
+            || !name.chars().all(allowed)
+            || name.starts_with(WORKER_NAME_PREFIX)
+        {
             return Err(BadNodeName {
                 name: name.chars().take(MAX_NODE_NAME + 1).collect(),
             });
         }
         Ok(())
+    }
+}
+
+impl NodeIdentity {
+    /// Whether this names a worker process (`worker-ACTOR`), not a node or
+    /// a client.
+    pub fn names_a_worker(&self) -> bool {
+        self.name.starts_with(WORKER_NAME_PREFIX)
     }
 }
 
@@ -109,11 +123,27 @@ mod tests {
 
     #[test]
     fn node_names_are_short_plain_and_not_empty() {
-        for good in ["node-3", "10.0.0.7:6379", "[::1]:6379", "gpu_box.a@rack2"] {
+        for good in [
+            "node-3",
+            "10.0.0.7:6379",
+            "[::1]:6379",
+            "gpu_box.a@rack2",
+            "my-worker-1",
+        ] {
             assert_eq!(NodeIdentity::check_name(good), Ok(()), "{good}");
         }
         let long = "n".repeat(MAX_NODE_NAME + 1);
-        for bad in ["", "a/b", "../x", "a b", "tab\t", "ünï", long.as_str()] {
+        let worker = "worker-00000000000000ab";
+        for bad in [
+            "",
+            "a/b",
+            "../x",
+            "a b",
+            "tab\t",
+            "ünï",
+            long.as_str(),
+            worker,
+        ] {
             assert!(NodeIdentity::check_name(bad).is_err(), "{bad:?}");
         }
     }

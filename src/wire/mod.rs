@@ -51,7 +51,10 @@ pub use frame::{
     decode, encode, encode_body, encode_into, read_body_exact, read_frame, read_prefix,
     write_frame, WireError,
 };
-pub use identity::{BadNodeName, Incarnation, NodeIdentity, PeerIdentity, PeerRole, MAX_NODE_NAME};
+pub use identity::{
+    BadNodeName, Incarnation, NodeIdentity, PeerIdentity, PeerRole, MAX_NODE_NAME,
+    WORKER_NAME_PREFIX,
+};
 pub use message::{
     preamble, read_preamble, CloseCode, Hello, HelloReply, IssuerTicket, LocalRoute, Proof,
     RemoteError, RemoteErrorKind, Request, Response, Ticket, PREAMBLE_LEN,

@@ -153,3 +153,62 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
     })
     .await
 }
+
+/// Answers every request with its body.
+struct Echo;
+
+impl nimbus::transport::RequestHandler for Echo {
+    fn handle(
+        &self,
+        _: nimbus::transport::Caller,
+        body: Vec<u8>,
+    ) -> futures::future::BoxFuture<'static, Result<Vec<u8>, nimbus::transport::HandlerError>> {
+        Box::pin(async move { Ok(body) })
+    }
+}
+
+/// A worker's certificate serves only as a worker's (#51, medium 7):
+/// actor code that listens with its credentials where a client dials the
+/// head (or any node) fails the client's TLS check, so it cannot answer as
+/// one; dialled as the worker it is, it answers. Before, a worker's
+/// certificate was a valid server certificate for every dial.
+#[tokio::test]
+async fn a_workers_certificate_cannot_answer_as_the_head_or_a_node() {
+    within(Duration::from_secs(30), async {
+        let token = nimbus::transport::JoinToken::generate();
+        let worker = identity("worker-00000000000000ab", Incarnation::fresh().0);
+        let credentials = Credentials::for_worker(&token, &worker.name).unwrap();
+        let socket = Endpoint::bind_socket(([127, 0, 0, 1], 0).into()).unwrap();
+        let me = PeerIdentity {
+            role: PeerRole::Worker,
+            identity: worker.clone(),
+        };
+        let config = TransportConfig::default();
+        let server = Endpoint::listen(socket, me, &credentials, config.clone()).unwrap();
+        server.serve(std::sync::Arc::new(Echo));
+        let dial = |expect: Option<NodeIdentity>| {
+            let client = PeerIdentity {
+                role: PeerRole::Client,
+                identity: identity("driver-1", Incarnation::fresh().0),
+            };
+            let credentials = Credentials::issue(&token, "driver-1").unwrap();
+            let endpoint = Endpoint::client(client, &credentials, config.clone()).unwrap();
+            let address = server.local_addr();
+            async move { endpoint.connect(address, expect.as_ref()).await }
+        };
+        let head = identity("head", worker.incarnation.0);
+        for expect in [None, Some(head)] {
+            let Err(refused) = dial(expect.clone()).await else {
+                panic!("a worker's certificate answered as {expect:?}");
+            };
+            assert!(
+                refused.to_string().contains("not valid for name"),
+                "{refused}"
+            );
+        }
+        dial(Some(worker))
+            .await
+            .expect("dialled as the worker it is, it answers");
+    })
+    .await;
+}

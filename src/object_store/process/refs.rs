@@ -207,7 +207,7 @@ pub(crate) fn start(context: &'static ProcessContext) {
     let identity = &context.endpoint.identity().identity;
     let worker = identity
         .name
-        .strip_prefix("worker-")
+        .strip_prefix(crate::wire::WORKER_NAME_PREFIX)
         .and_then(|hex| u64::from_str_radix(hex, 16).ok())
         .map(|actor| (crate::cluster::ActorId(actor), identity.incarnation));
     // A driver's references die with its job.
