@@ -77,7 +77,9 @@
 //!    (`PullObject`) only its own job's objects, and appends to
 //!    (`PutObjectChunk`), seals or abandons (`SealObject`), fails
 //!    (`FailObject`) or takes references to (`UpdateRefs`) only those:
-//!    another job's is refused (`Forbidden`, [`ShardError::OtherJob`]).
+//!    another job's is refused (`Forbidden`, [`ShardError::OtherJob`]; a
+//!    batch of reference changes is applied but for the refused holds,
+//!    and its sender does not ask again).
 //!    A failure's reason is the job's that recorded it (`ObjectFailed`
 //!    names it); one this node found (lost, freed) any reader sees.
 //!    Drivers, the CLI and nodes read and change any.
@@ -116,7 +118,7 @@ use super::transfer::{call, host_id, read_chunks, CHUNK_BYTES, MAX_OBJECT_WAIT};
 use crate::cluster::SharedObjectFile;
 use shard::{
     Abort, Append, Await, Awaited, Begin, Begun, DropCopy, DropDriver, DropWorker, Fail, Freed,
-    Holders, List, ListHolders, MayChange, Open, OpenStream, Read, Seal, Spill, UpdateRefs,
+    Holders, List, ListHolders, OfOtherJobs, Open, OpenStream, Read, Seal, Spill, UpdateRefs,
 };
 use small_reads::SmallReads;
 
@@ -491,10 +493,22 @@ impl NodeObjectStore {
                 failed.map(|()| ControlReply::Ack).map_err(unavailable)
             }
             ObjectRequest::UpdateRefs { holder, updates } => {
+                // The holds a worker may not take are left out, the rest
+                // applied (asking again would apply them twice).
                 let held = updates.iter().filter(|u| matches!(u.change, RefChange::Hold { .. }));
-                self.may_change(held.map(|u| u.id), confined).await?;
+                let others = self.of_other_jobs(held.map(|u| u.id), confined).await?;
+                let (refused, updates): (Vec<RefUpdate>, Vec<RefUpdate>) =
+                    updates.into_iter().partition(|u| {
+                        matches!(u.change, RefChange::Hold { .. }) && others.contains(&u.id)
+                    });
                 self.update_refs(holder, updates).await;
-                Ok(ControlReply::Ack)
+                match (refused.first(), confined) {
+                    (Some(update), Some(job)) => Err(forbidden(ShardError::OtherJob {
+                        id: update.id,
+                        job: job.to_string(),
+                    })),
+                    _ => Ok(ControlReply::Ack),
+                }
             }
             ObjectRequest::FreeObject(id) => {
                 let dropped = self.shard(id).send(DropCopy(id)).await;
@@ -731,8 +745,6 @@ impl NodeObjectStore {
         .boxed()
     }
 
-    /// Applies reference changes to objects owned here, then tells other
-    /// nodes about the objects that were freed.
     /// Refuses a worker confined to `confined` changing objects of another
     /// job: appending to one, sealing or abandoning it, recording its
     /// failure, taking a reference to it (step 7). Drivers, the CLI and
@@ -742,30 +754,58 @@ impl NodeObjectStore {
         ids: impl IntoIterator<Item = ObjectId>,
         confined: Option<&str>,
     ) -> Result<(), RemoteError> {
-        let Some(job) = confined else {
-            return Ok(());
-        };
-        let mut by_shard: Vec<Vec<ObjectId>> = vec![Vec::new(); self.shards.len()];
-        for id in ids {
-            by_shard[self.shard_index(id)].push(id);
+        let others = self.of_other_jobs(ids, confined).await?;
+        match (others.first(), confined) {
+            (Some(&id), Some(job)) => Err(forbidden(ShardError::OtherJob {
+                id,
+                job: job.to_string(),
+            })),
+            _ => Ok(()),
         }
-        let job: Arc<str> = Arc::from(job);
-        for (shard, ids) in self.shards.iter().zip(by_shard) {
-            if !ids.is_empty() {
-                let job = job.clone();
-                flatten(shard.send(MayChange { ids, job }).await)?;
-            }
-        }
-        Ok(())
     }
 
-    async fn update_refs(&self, holder: RefHolder, updates: Vec<RefUpdate>) {
-        let mut by_shard: Vec<Vec<(ObjectId, RefChange)>> = vec![Vec::new(); self.shards.len()];
-        for update in updates {
-            by_shard[self.shard_index(update.id)].push((update.id, update.change));
+    /// Those of `ids` here that are not of the job a worker is confined to
+    /// (`None`: a driver, the CLI or a node, confined to none).
+    async fn of_other_jobs(
+        &self,
+        ids: impl IntoIterator<Item = ObjectId>,
+        confined: Option<&str>,
+    ) -> Result<Vec<ObjectId>, RemoteError> {
+        let Some(job) = confined else {
+            return Ok(Vec::new());
+        };
+        let job: Arc<str> = Arc::from(job);
+        let mut others = Vec::new();
+        for (shard, ids) in self.shards.iter().zip(self.by_shard(ids, |&id| id)) {
+            if !ids.is_empty() {
+                let job = job.clone();
+                let found = shard.send(OfOtherJobs { ids, job }).await;
+                others.extend(found.map_err(unavailable)?);
+            }
         }
+        Ok(others)
+    }
+
+    /// `items` split by the shard of each one's object (`id_of`), in shard
+    /// order.
+    fn by_shard<T>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        id_of: impl Fn(&T) -> ObjectId,
+    ) -> Vec<Vec<T>> {
+        let mut split: Vec<Vec<T>> = (0..self.shards.len()).map(|_| Vec::new()).collect();
+        for item in items {
+            split[self.shard_index(id_of(&item))].push(item);
+        }
+        split
+    }
+
+    /// Applies reference changes to objects owned here, then tells other
+    /// nodes about the objects that were freed.
+    async fn update_refs(&self, holder: RefHolder, updates: Vec<RefUpdate>) {
+        let changes = updates.into_iter().map(|u| (u.id, u.change));
         let mut freed = Vec::new();
-        for (shard, updates) in self.shards.iter().zip(by_shard) {
+        for (shard, updates) in self.shards.iter().zip(self.by_shard(changes, |c| c.0)) {
             if updates.is_empty() {
                 continue;
             }

@@ -845,27 +845,26 @@ pub struct Fail {
     pub job: Option<Arc<str>>,
 }
 
-/// May a worker confined to `job` change these objects? Refused with
-/// [`ShardError::OtherJob`] if any of them here is another job's.
+/// Which of these objects here a worker confined to `job` may not change
+/// (another job's, step 7)?
 #[derive(Message)]
-#[rtype(result = "Result<(), ShardError>")]
-pub struct MayChange {
+#[rtype(result = "Vec<ObjectId>")]
+pub struct OfOtherJobs {
     /// The objects.
     pub ids: Vec<ObjectId>,
     /// The worker's job.
     pub job: Arc<str>,
 }
 
-impl Handler<MayChange> for ObjectStoreShard {
-    type Result = Result<(), ShardError>;
+impl Handler<OfOtherJobs> for ObjectStoreShard {
+    type Result = MessageResult<OfOtherJobs>;
 
-    fn handle(&mut self, msg: MayChange, _: &mut Self::Context) -> Self::Result {
-        for id in msg.ids {
-            if let Some(stored) = self.objects.get(&id) {
-                may_read(id, stored.job.as_deref(), Some(&msg.job))?;
-            }
-        }
-        Ok(())
+    fn handle(&mut self, msg: OfOtherJobs, _: &mut Self::Context) -> Self::Result {
+        let of_another = |id: &ObjectId| {
+            let stored = self.objects.get(id);
+            stored.is_some_and(|stored| stored.job.as_deref() != Some(&*msg.job))
+        };
+        MessageResult(msg.ids.into_iter().filter(of_another).collect())
     }
 }
 

@@ -58,6 +58,7 @@ use crate::cluster::{
 };
 use crate::runtime::ProcessContext;
 use crate::transport::RequestOptions;
+use crate::wire::RemoteErrorKind;
 
 /// Changes sent to owners in one request at most.
 const BATCH: usize = 4096;
@@ -484,7 +485,13 @@ async fn send(
     let last = loop {
         let last = match try_send(context, owner, &request).await {
             Ok(()) => return,
-            Err(last) => last,
+            Err(Unsent::Refused(why)) => {
+                // The owner applied what it allowed; asking again changes
+                // nothing (a worker's hold on another job's object).
+                tracing::warn!(%owner, "reference changes refused in part: {why}");
+                return;
+            }
+            Err(Unsent::Failed(last)) => last,
         };
         attempt += 1;
         if attempt < 3 {
@@ -515,21 +522,35 @@ async fn send(
 /// Longest a hold or transit is retried for an owner the head lists alive.
 const OWNER_WAIT: Duration = Duration::from_secs(60);
 
+/// Why an attempt at a request did not go through.
+enum Unsent {
+    /// The owner could not be asked, or could not answer: try again.
+    Failed(String),
+    /// The owner refused (`Forbidden`): final.
+    Refused(String),
+}
+
 /// One attempt at `request` to `owner`.
 async fn try_send(
     context: &ProcessContext,
     owner: &ObjectLocation,
     request: &ControlRequest,
-) -> Result<(), String> {
+) -> Result<(), Unsent> {
     let connection = context
         .endpoint
         .connect(owner.address, Some(&owner.node))
         .await
-        .map_err(|e| e.to_string())?;
-    client::call(&connection, request, RequestOptions::control())
-        .await
-        .map(drop)
-        .map_err(|e| e.to_string())
+        .map_err(|e| Unsent::Failed(e.to_string()))?;
+    match client::call(&connection, request, RequestOptions::control()).await {
+        Ok(_) => Ok(()),
+        Err(client::ClientError::Request(e))
+            if e.remote()
+                .is_some_and(|r| r.kind == RemoteErrorKind::Forbidden) =>
+        {
+            Err(Unsent::Refused(e.to_string()))
+        }
+        Err(e) => Err(Unsent::Failed(e.to_string())),
+    }
 }
 
 /// Whether the head lists `owner`'s incarnation as alive (`None`: the head
