@@ -331,16 +331,17 @@ mod tests {
         for sub in [".git", "app", "app/.git"] {
             std::fs::create_dir(root.join(sub)).unwrap();
         }
-        for file in [
+        let private = [
             ".git/config",
             ".env",
             ".env.local",
             "app/.env",
             "app/.git/HEAD",
-            "app/main.py",
-            ".envrc.example",
-            "b.txt",
-        ] {
+        ];
+        for file in private
+            .iter()
+            .chain(&["app/main.py", ".envrc.example", "b.txt"])
+        {
             std::fs::write(root.join(file), file).unwrap();
         }
         let packed = pack(WorkingDir::new(root)).unwrap();
@@ -354,13 +355,7 @@ mod tests {
             with_private: true,
         };
         let all = names(&pack(everything).unwrap());
-        for file in [
-            ".git/config",
-            ".env",
-            ".env.local",
-            "app/.env",
-            "app/.git/HEAD",
-        ] {
+        for file in private {
             assert!(all.iter().any(|n| n == file), "{file}: {all:?}");
         }
     }

@@ -482,14 +482,7 @@ impl NodeObjectStore {
                 message,
             } => {
                 self.may_change([id], confined).await?;
-                let job = job_of(&holder, confined).map(Arc::from);
-                let fail = Fail {
-                    id,
-                    holder,
-                    message,
-                    job,
-                };
-                let failed = self.shard(id).send(fail).await;
+                let failed = self.shard(id).send(fail(id, holder, message, confined)).await;
                 failed.map(|()| ControlReply::Ack).map_err(unavailable)
             }
             ObjectRequest::UpdateRefs { holder, updates } => {
@@ -592,14 +585,8 @@ impl NodeObjectStore {
                     return;
                 };
                 let message = format!("its put failed: {}", e.message);
-                let job = job_of(&holder, confined).map(Arc::from);
-                let fail = Fail {
-                    id,
-                    holder,
-                    message,
-                    job,
-                };
-                if let Err(e) = self.shard(id).send(fail).await {
+                let failed = fail(id, holder, message, confined);
+                if let Err(e) = self.shard(id).send(failed).await {
                     tracing::warn!(object = %id, "object store shard unavailable: {e}");
                 }
             }
@@ -1234,6 +1221,18 @@ fn readable(
         _ => {}
     }
     Ok(reply)
+}
+
+/// Object `id`, held by `holder`, failed with `message`, recorded as the
+/// job of whoever sent it (`job_of`).
+fn fail(id: ObjectId, holder: RefHolder, message: String, confined: Option<&str>) -> Fail {
+    let job = job_of(&holder, confined).map(Arc::from);
+    Fail {
+        id,
+        holder,
+        message,
+        job,
+    }
 }
 
 /// The job of an object begun or failed by `holder`: the job of the
