@@ -69,6 +69,7 @@
 //! ```
 
 pub mod actor;
+pub mod autoscaler;
 pub mod chaos;
 pub mod cli;
 pub mod client;

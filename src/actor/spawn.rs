@@ -13,7 +13,9 @@
 //!    find it: make sure the head has this binary (`launch::ship_to_head`).
 //! 3. Read the head's view; if no alive node's *total* resources could
 //!    ever fit the request, fail at once (`Unsatisfiable`; `NoSuchNode`
-//!    when it is pinned to a name no node has).
+//!    when it is pinned to a name no node has), unless the cluster has an
+//!    autoscaler with a node type that fits and may launch another
+//!    (`ClusterStatus::autoscaler`): then wait as in step 5.
 //! 4. Ask candidate nodes in order (`StartActor`); a node without this
 //!    binary answers `NeedBinary` and gets it (8 MiB chunks, SHA-256
 //!    checked, cached by hash), a full one answers `NoCapacity` and the
@@ -283,11 +285,24 @@ async fn try_nodes(
         };
         let candidates = candidates(&status.nodes, spec, &options.strategy);
         if candidates.is_empty() {
-            return Err(SpawnError::unplaceable(
-                needs,
-                &status.nodes,
-                &options.strategy,
-            ));
+            // No node fits; a node type of the autoscaler may (step 3).
+            match (&options.strategy, &status.autoscaler) {
+                (Strategy::Node(_), _) | (_, None) => {
+                    return Err(SpawnError::unplaceable(
+                        needs,
+                        &status.nodes,
+                        &options.strategy,
+                    ))
+                }
+                (_, Some(autoscaler)) => match autoscaler.type_for(&spec.resources) {
+                    Ok(fits) => {
+                        last = format!("waiting for the autoscaler to start a {} node", fits.name)
+                    }
+                    Err(detail) => {
+                        return Err(SpawnError::Unsatisfiable { needs, detail });
+                    }
+                },
+            }
         }
         let binary = BinarySource::File(context.binary.0.clone());
         for node in candidates {

@@ -54,7 +54,7 @@ use super::jobs::{JobRecord, JobSubmission, TaskRecord};
 use super::objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, RefHolder, RefUpdate, SharedObjectFile,
 };
-use super::{DeathCause, ResourceSet, Versions};
+use super::{AutoscalerReport, DeathCause, ResourceSet, Versions};
 
 /// A control-plane request: one variant per subsystem, each owning its own
 /// requests. A node's service routes each to the subsystem that answers it
@@ -270,6 +270,10 @@ pub enum MembershipRequest {
     },
     /// The membership and resource view. Answered with [`ControlReply::Status`].
     Status,
+    /// The autoscaler's view after a decision round (`crate::autoscaler`):
+    /// shown by `Status` while fresh, and what spawns that no node fits
+    /// wait for. Answered with `Ack`.
+    Autoscaler(AutoscalerReport),
 }
 
 impl From<MembershipRequest> for ControlRequest {
@@ -1073,6 +1077,10 @@ pub struct ResourceUsage {
 pub struct ClusterStatus {
     /// Every node the head knows, head first.
     pub nodes: Vec<NodeStatus>,
+    /// The autoscaler's latest report, while it is fresh (none: the
+    /// cluster does not grow by itself).
+    #[serde(default)]
+    pub autoscaler: Option<AutoscalerReport>,
 }
 
 impl ClusterStatus {

@@ -2,7 +2,8 @@
 //! and its types (nodes, actors, objects, events), fault rules and reports.
 //! The head's actors that answer the protocol are in [`crate::head`].
 //!
-//! Files: `resources.rs` (`ResourceSet`, resource detection), `gpus.rs`
+//! Files: `autoscaling.rs` (what the autoscaler reports to the head),
+//! `resources.rs` (`ResourceSet`, resource detection), `gpus.rs`
 //! (counting GPUs), `jobs.rs` (jobs: submissions, records, states),
 //! `messages.rs` (the control protocol: `ControlRequest`,
 //! one variant per subsystem, each with its own request enum;
@@ -13,11 +14,13 @@
 //! reports a death it caused), `digest.rs` (SHA-256 of files: binaries,
 //! checkpoints), `files.rs` (the private modes of every file and directory
 //! nimbus creates), `ownership.rs` (directories a node owns for its life,
-//! and the clean-up of those whose owner is provably gone).
+//! and the clean-up of those whose owner is provably gone), `processes.rs`
+//! (node processes of this machine: alive, stopped gracefully).
 //!
 //! Architecture invariant: data and pure functions only; no actors, no
 //! sockets.
 
+mod autoscaling;
 mod death;
 mod digest;
 pub mod faults;
@@ -27,10 +30,12 @@ mod jobs;
 mod messages;
 mod objects;
 pub mod ownership;
+pub mod processes;
 mod resources;
 mod runs;
 mod versions;
 
+pub use autoscaling::{AutoscalerReport, NodeTypeReport, MAX_REPORTED};
 pub use death::{bounded_text, DeathCause, MAX_TEXT_BYTES};
 pub use digest::{sha256_bytes, sha256_file};
 pub use jobs::{

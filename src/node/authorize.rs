@@ -133,6 +133,13 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
                 ),
             }
         }
+        ControlRequest::Membership(MembershipRequest::Autoscaler(_)) => match token {
+            true => Ok(()),
+            false => deny(
+                "Autoscaler",
+                "only a token holder (the autoscaler nimbus up starts) reports node types",
+            ),
+        },
         ControlRequest::Directory(_) => Ok(()),
         ControlRequest::Faults(FaultRequest::AddPacketRule(_)) => match token {
             true => Ok(()),

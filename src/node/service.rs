@@ -497,6 +497,10 @@ async fn membership_request(
                 .map_err(internal)?;
             Ok(ControlReply::Status(status))
         }
+        MembershipRequest::Autoscaler(report) => {
+            membership.do_send(membership::Report(report));
+            Ok(ControlReply::Ack)
+        }
     }
 }
 

@@ -72,10 +72,11 @@ pub use message::{
 /// shared-memory rings once admitted, and carry large frames through them
 /// (`transport/shm_ring.rs`); 11: `ObjectReady` names the object's job
 /// (whose workers alone may read it); 12: `ObjectFailed` names the job
-/// that recorded the failure. A
+/// that recorded the failure; 13: `MembershipRequest::Autoscaler` (the
+/// autoscaler's report, shown in `Status`). A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::cluster::{ClusterEventKind, ClusterStatus, HostLoad, NodeRegistration, ResourceSet};
+use crate::cluster::{
+    AutoscalerReport, ClusterEventKind, ClusterStatus, HostLoad, NodeRegistration, ResourceSet,
+    MAX_REPORTED,
+};
 use crate::head::events::{ClusterEvents, Publish};
 use crate::head::store::{HeadStore, StoredNode};
 use crate::wire::NodeIdentity;
@@ -21,7 +24,14 @@ pub struct Membership {
     store: HeadStore,
     /// When this head started, while members it restored are unconfirmed.
     restored_at: Option<Instant>,
+    /// The autoscaler's latest report and when it came.
+    autoscaler: Option<(AutoscalerReport, Instant)>,
 }
+
+/// How long an autoscaler's report is shown and waited on: an autoscaler
+/// reports every second (`crate::autoscaler::POLL_INTERVAL`); one silent
+/// for this long is gone, and spawns no node fits fail again at once.
+pub const REPORT_FRESH_FOR: Duration = Duration::from_secs(15);
 
 impl Membership {
     /// A membership that declares nodes dead after `timeout` without a
@@ -47,6 +57,7 @@ impl Membership {
             check_every: timeout / 10,
             store,
             restored_at: (unconfirmed > 0).then_some(now),
+            autoscaler: None,
         }
     }
 
@@ -222,6 +233,29 @@ impl Handler<Status> for Membership {
     type Result = MessageResult<Status>;
 
     fn handle(&mut self, _: Status, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.table.status(Instant::now()))
+        let now = Instant::now();
+        let mut status = self.table.status(now);
+        status.autoscaler = self
+            .autoscaler
+            .as_ref()
+            .filter(|(_, at)| now.saturating_duration_since(*at) < REPORT_FRESH_FOR)
+            .map(|(report, _)| report.clone());
+        MessageResult(status)
+    }
+}
+
+/// The autoscaler's view after a decision round.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Report(pub AutoscalerReport);
+
+impl Handler<Report> for Membership {
+    type Result = ();
+
+    fn handle(&mut self, Report(mut report): Report, _: &mut Self::Context) {
+        report.node_types.truncate(MAX_REPORTED);
+        let newest = report.decisions.len().saturating_sub(MAX_REPORTED);
+        report.decisions.drain(..newest);
+        self.autoscaler = Some((report, Instant::now()));
     }
 }

@@ -46,11 +46,14 @@
 //!    within the grace is declared dead as any silent member. Members
 //!    ride the outage out by retrying their heartbeats for the same grace
 //!    (`crate::node::manager`).
+//! 8. **Autoscaler.** An autoscaler (`crate::autoscaler`) reports its node
+//!    types after each round (`Report`); `Status` carries the latest
+//!    while younger than `REPORT_FRESH_FOR` (15 s).
 
 mod actor;
 mod state;
 
-pub use actor::{Heartbeat, Join, Leave, Membership, Status};
+pub use actor::{Heartbeat, Join, Leave, Membership, Report, Status, REPORT_FRESH_FOR};
 pub use state::NodeTable;
 
 use crate::wire::{NodeIdentity, RemoteError, RemoteErrorKind};

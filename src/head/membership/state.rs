@@ -307,7 +307,10 @@ impl NodeTable {
             })
             .collect();
         nodes.sort_by_key(|n| !n.head);
-        ClusterStatus { nodes }
+        ClusterStatus {
+            nodes,
+            autoscaler: None,
+        }
     }
 
     fn position(&self, name: &str) -> Option<usize> {
