@@ -191,7 +191,8 @@ impl ClusterConfig {
         }
         let mut node_types = Vec::new();
         for (name, t) in file.node_types {
-            check_type_name(&name).map_err(|problem| bad(format!("node type {name:?}: {problem}")))?;
+            check_type_name(&name)
+                .map_err(|problem| bad(format!("node type {name:?}: {problem}")))?;
             let resources = resource_set(&t.resources)
                 .map_err(|problem| bad(format!("node type {name}: {problem}")))?;
             if t.min_workers > t.max_workers {
@@ -243,7 +244,11 @@ impl ClusterConfig {
         Ok(ClusterConfig {
             path: path.to_path_buf(),
             max_workers,
-            idle_timeout: seconds(file.idle_timeout_s, DEFAULT_IDLE_TIMEOUT_S, "idle_timeout_s")?,
+            idle_timeout: seconds(
+                file.idle_timeout_s,
+                DEFAULT_IDLE_TIMEOUT_S,
+                "idle_timeout_s",
+            )?,
             upscaling_speed,
             launch_timeout: seconds(
                 file.launch_timeout_s,
@@ -268,7 +273,11 @@ fn check_type_name(name: &str) -> Result<(), String> {
     let plain = name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !plain || name.is_empty() || name.len() > MAX_NODE_NAME - 12 || name.starts_with(WORKER_NAME_PREFIX) {
+    if !plain
+        || name.is_empty()
+        || name.len() > MAX_NODE_NAME - 12
+        || name.starts_with(WORKER_NAME_PREFIX)
+    {
         return Err(format!(
             "use 1 to {} letters, digits, '-' and '_', not starting with {WORKER_NAME_PREFIX:?}",
             MAX_NODE_NAME - 12

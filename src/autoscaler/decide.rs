@@ -283,8 +283,8 @@ impl Scaler {
         }
         let joined = self.launched.values().filter(|n| n.joined).count();
         let launching = self.launched.len() - joined;
-        let at_once = ((self.upscaling_speed * joined as f64).ceil() as usize)
-            .max(MIN_LAUNCHES_AT_ONCE);
+        let at_once =
+            ((self.upscaling_speed * joined as f64).ceil() as usize).max(MIN_LAUNCHES_AT_ONCE);
         launches.truncate(at_once.saturating_sub(launching));
         (launches, packed_into)
     }
@@ -357,7 +357,10 @@ impl Scaler {
                 let mut idle: Vec<(String, u64)> = of_type()
                     .filter_map(|(name, _)| {
                         let since = self.idle_since.get(name)?;
-                        Some((name.clone(), now.saturating_duration_since(*since).as_millis() as u64))
+                        Some((
+                            name.clone(),
+                            now.saturating_duration_since(*since).as_millis() as u64,
+                        ))
                     })
                     .collect();
                 idle.sort();
@@ -369,9 +372,16 @@ impl Scaler {
                     running: of_type().filter(|(_, n)| n.joined).count() as u32,
                     launching: of_type().filter(|(_, n)| !n.joined).count() as u32,
                     idle,
-                    backing_off: self.backoff.get(&t.name).filter(|b| b.until > now).map(|b| {
-                        (b.why.clone(), b.until.saturating_duration_since(now).as_millis() as u64)
-                    }),
+                    backing_off: self
+                        .backoff
+                        .get(&t.name)
+                        .filter(|b| b.until > now)
+                        .map(|b| {
+                            (
+                                b.why.clone(),
+                                b.until.saturating_duration_since(now).as_millis() as u64,
+                            )
+                        }),
                 }
             })
             .collect();

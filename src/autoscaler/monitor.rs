@@ -33,7 +33,11 @@ pub async fn run(
     for node in blocking(&provider, |p| p.list()).await {
         match config.node_type(&node.node_type) {
             Some(_) => {
-                tracing::info!("adopting {} ({}), launched before", node.name, node.node_type);
+                tracing::info!(
+                    "adopting {} ({}), launched before",
+                    node.name,
+                    node.node_type
+                );
                 scaler.adopt(&node.name, &node.node_type, Instant::now());
             }
             None => {
@@ -60,7 +64,13 @@ pub async fn run(
             match ClusterClient::connect(&head, &token).await {
                 Ok(connected) => client = Some(connected),
                 Err(e) => {
-                    tracing::warn!("{}", AutoscalerError::Head { address: head.clone(), source: e });
+                    tracing::warn!(
+                        "{}",
+                        AutoscalerError::Head {
+                            address: head.clone(),
+                            source: e
+                        }
+                    );
                     continue;
                 }
             }
@@ -69,7 +79,13 @@ pub async fn run(
         let observed = match observe(connected, &scaler).await {
             Ok(observed) => observed,
             Err(e) => {
-                tracing::warn!("{}", AutoscalerError::Head { address: head.clone(), source: e });
+                tracing::warn!(
+                    "{}",
+                    AutoscalerError::Head {
+                        address: head.clone(),
+                        source: e
+                    }
+                );
                 client = None;
                 continue;
             }
@@ -103,7 +119,10 @@ pub async fn run(
         }
     }
     // Step 7.
-    let launched: Vec<String> = scaler.launched().map(|(name, _)| name.to_string()).collect();
+    let launched: Vec<String> = scaler
+        .launched()
+        .map(|(name, _)| name.to_string())
+        .collect();
     for name in launched {
         tracing::info!("stopping {name}: the autoscaler stops");
         stop_node(&mut stopping, &provider, name);
@@ -169,4 +188,3 @@ async fn blocking<T: Send + 'static>(
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
-

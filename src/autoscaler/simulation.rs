@@ -203,9 +203,15 @@ impl Model {
                 );
             }
             Action::Terminate { name, why } => {
-                let node = self.nodes.remove(&name).expect("a node the scaler launched");
+                let node = self
+                    .nodes
+                    .remove(&name)
+                    .expect("a node the scaler launched");
                 if node.joins_at.is_none() {
-                    assert!(node.running.is_empty(), "{name} stopped while running work ({why})");
+                    assert!(
+                        node.running.is_empty(),
+                        "{name} stopped while running work ({why})"
+                    );
                     assert!(
                         now.duration_since(node.idle_since) >= IDLE,
                         "{name} stopped after {:?} idle ({why})",
@@ -314,7 +320,10 @@ fn a_steady_load_launches_and_stops_nothing_once_placed() {
         for _ in 0..3 {
             model.arrive(ResourceSet::of(CPU, 2.0), Duration::from_secs(86_400));
         }
-        model.arrive(ResourceSet::of(CPU, 2.0).with(GPU, 1.0), Duration::from_secs(86_400));
+        model.arrive(
+            ResourceSet::of(CPU, 2.0).with(GPU, 1.0),
+            Duration::from_secs(86_400),
+        );
         model.run_for(Duration::from_secs(30), 0.0);
         assert!(model.pending.is_empty(), "seed {seed}: all placed");
         let settled = model.actions_after.len();
@@ -324,7 +333,11 @@ fn a_steady_load_launches_and_stops_nothing_once_placed() {
             &[],
             "seed {seed}: nothing changes under a steady load"
         );
-        assert_eq!(model.workers(), 4, "base-1, 2 × small for 3 × CPU=2... and one gpu");
+        assert_eq!(
+            model.workers(),
+            4,
+            "base-1, 2 × small for 3 × CPU=2... and one gpu"
+        );
     }
 }
 
@@ -339,7 +352,10 @@ fn a_demand_no_type_offers_launches_nothing() {
     assert_eq!(model.launches.len(), before, "only the min's launch");
     let report = model.scaler.report(model.now);
     let why = report.type_for(&ResourceSet::of(GPU, 8.0)).unwrap_err();
-    assert!(why.contains("the largest, gpu, offers CPU=4 GPU=1"), "{why}");
+    assert!(
+        why.contains("the largest, gpu, offers CPU=4 GPU=1"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -360,9 +376,16 @@ fn failing_launches_back_off_more_each_time() {
     assert!(gaps.windows(2).all(|w| w[1] >= w[0]), "growing: {gaps:?}");
     assert!(small.len() <= 8, "{} launches in 10 min", small.len());
     let report = model.scaler.report(model.now);
-    let small = report.node_types.iter().find(|t| t.name == "small").unwrap();
+    let small = report
+        .node_types
+        .iter()
+        .find(|t| t.name == "small")
+        .unwrap();
     assert!(
-        small.backing_off.as_ref().is_some_and(|(why, _)| why.contains("refused")),
+        small
+            .backing_off
+            .as_ref()
+            .is_some_and(|(why, _)| why.contains("refused")),
         "{small:?}"
     );
 }

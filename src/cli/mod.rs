@@ -13,6 +13,7 @@
 //! nimbus stop [--force]
 //! nimbus chaos run PLAN.toml [--nodes 3] -- COMMAND...
 //! nimbus plot RUN_DIR
+//! nimbus up CLUSTER.toml | nimbus down CLUSTER.toml
 //! ```
 //!
 //! It lives in the library so that every program built on nimbus carries
@@ -34,6 +35,7 @@ mod start;
 mod state;
 mod status;
 mod stop;
+mod up;
 
 use clap::{Parser, Subcommand};
 
@@ -68,6 +70,10 @@ enum Command {
     Job(jobs::JobCommand),
     /// Draw a training run's losses (its metrics.jsonl) into its loss.svg.
     Plot(plot::PlotArgs),
+    /// Start a head and an autoscaler that launches and stops nodes as a cluster config says.
+    Up(up::UpArgs),
+    /// Stop what `nimbus up` started: the autoscaler, the nodes it launched, the head.
+    Down(up::DownArgs),
 }
 
 /// The `nimbus` command line: parses this process's arguments, runs the
@@ -86,11 +92,16 @@ pub fn run_as_node() -> ! {
 }
 
 fn exit_with(cli: Cli) -> ! {
-    if !matches!(cli.command, Command::Start(_) | Command::Chaos(_)) {
+    if !matches!(
+        cli.command,
+        Command::Start(_) | Command::Chaos(_) | Command::Up(_)
+    ) {
         // A command that only prints ends quietly when its reader goes
         // (`nimbus status --json | head -1`), as other Unix tools do,
-        // instead of panicking on the broken pipe. Not a node or a chaos
-        // run: they write to sockets and children for their whole life.
+        // instead of panicking on the broken pipe. Not a node, a chaos
+        // run or an autoscaler: they write to sockets and children for
+        // their whole life (a launch program that exits without reading
+        // the token on its stdin must not kill the autoscaler).
         // SAFETY: setting a signal's disposition to its default, before
         // any thread of ours runs.
         unsafe {
@@ -108,6 +119,8 @@ fn exit_with(cli: Cli) -> ! {
         Command::Kill(args) => actors::kill(args),
         Command::Job(command) => jobs::run(command),
         Command::Plot(args) => plot::run(args),
+        Command::Up(args) => up::up(args),
+        Command::Down(args) => up::down(args),
     };
     match result {
         Ok(()) => std::process::exit(0),

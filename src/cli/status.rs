@@ -1,11 +1,12 @@
 //! `nimbus status`: the cluster's nodes, their state, resources and
-//! versions, and the spawns waiting for room (pending demands).
+//! versions, the spawns waiting for room (pending demands), and the
+//! autoscaler's node types and decisions when the cluster has one.
 
 use anyhow::Result;
 use clap::Args;
 use std::collections::BTreeMap;
 
-use crate::cluster::{ClusterStatus, Demand, NodeState, ResourceSet};
+use crate::cluster::{AutoscalerReport, ClusterStatus, Demand, NodeState, ResourceSet};
 
 use super::head_args::HeadArgs;
 
@@ -31,6 +32,9 @@ pub(crate) fn run(args: StatusArgs) -> Result<()> {
     } else {
         print_table(&status);
         print_demands(&demands);
+        if let Some(autoscaler) = &status.autoscaler {
+            print_autoscaler(autoscaler, &demands);
+        }
     }
     Ok(())
 }
@@ -53,6 +57,45 @@ fn print_demands(demands: &[Demand]) {
             "pending: {count} {actors} waiting for {resources} (longest {:.1} s)",
             longest as f64 / 1000.0
         );
+    }
+}
+
+/// The autoscaler's node types, which would take each pending demand (or
+/// why none can), and its latest decisions.
+fn print_autoscaler(autoscaler: &AutoscalerReport, demands: &[Demand]) {
+    println!(
+        "autoscaler (at most {} worker nodes):",
+        autoscaler.max_workers
+    );
+    for t in &autoscaler.node_types {
+        println!(
+            "  {:<16} {}: {} running, {} launching (min {}, max {})",
+            t.name, t.resources, t.running, t.launching, t.min, t.max
+        );
+        for (node, ms) in &t.idle {
+            println!("  {:<16} {node} idle for {:.1} s", "", *ms as f64 / 1000.0);
+        }
+        if let Some((why, ms)) = &t.backing_off {
+            println!(
+                "  {:<16} backing off {:.1} s more: {why}",
+                "",
+                *ms as f64 / 1000.0
+            );
+        }
+    }
+    let mut shown = std::collections::BTreeSet::new();
+    for demand in demands {
+        let needs = demand.resources.to_string();
+        if !shown.insert(needs.clone()) {
+            continue;
+        }
+        match autoscaler.type_for(&demand.resources) {
+            Ok(t) => println!("  pending {needs}: a {} node would take it", t.name),
+            Err(why) => println!("  pending {needs}: no node type can take it: {why}"),
+        }
+    }
+    for decision in &autoscaler.decisions {
+        println!("  decided: {decision}");
     }
 }
 

@@ -23,23 +23,13 @@ pub struct AutoscalerReport {
 }
 
 impl AutoscalerReport {
-    /// The first node type whose nodes offer `needs` and of which another
-    /// may be launched, or why none can: `Err("needs GPU=8; the largest
-    /// node type, gpu-4, offers CPU=8 GPU=4")`.
+    /// The first node type whose nodes offer `needs` (a spawn waits for
+    /// one: launched now, or once its running nodes have room), or why none
+    /// can: `Err("no node type offers it
+    /// (the largest, gpu-4, offers CPU=8 GPU=4)")`.
     pub fn type_for(&self, needs: &ResourceSet) -> Result<&NodeTypeReport, String> {
-        let fitting: Vec<&NodeTypeReport> = self
-            .node_types
-            .iter()
-            .filter(|t| needs.fits_in(&t.resources))
-            .collect();
-        if let Some(open) = fitting.iter().find(|t| t.running + t.launching < t.max) {
-            return Ok(open);
-        }
-        if let Some(full) = fitting.first() {
-            return Err(format!(
-                "needs {needs}; node type {} offers it but runs its most ({})",
-                full.name, full.max
-            ));
+        if let Some(fits) = self.node_types.iter().find(|t| needs.fits_in(&t.resources)) {
+            return Ok(fits);
         }
         let largest = self.node_types.iter().max_by(|a, b| {
             let size = |t: &NodeTypeReport| t.resources.iter().map(|(_, v)| v).sum::<f64>();
@@ -47,10 +37,10 @@ impl AutoscalerReport {
         });
         Err(match largest {
             Some(t) => format!(
-                "needs {needs}; no node type offers it (the largest, {}, offers {})",
+                "no node type offers it (the largest, {}, offers {})",
                 t.name, t.resources
             ),
-            None => format!("needs {needs}; the autoscaler has no node types"),
+            None => "the autoscaler has no node types".to_string(),
         })
     }
 }

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, unreachable_pub)]
 
 mod architecture;
+mod autoscaler;
 mod bad_input;
 mod chaos;
 mod cli;

@@ -27,7 +27,11 @@ pub struct CommandProvider {
 
 impl CommandProvider {
     /// A provider running `launch` and `terminate` (program and arguments).
-    pub fn new(records: Records, (launch, terminate): (Vec<String>, Vec<String>), timeout: Duration) -> Self {
+    pub fn new(
+        records: Records,
+        (launch, terminate): (Vec<String>, Vec<String>),
+        timeout: Duration,
+    ) -> Self {
         CommandProvider {
             records,
             launch,
@@ -38,13 +42,22 @@ impl CommandProvider {
 
     /// Runs `argv` with `env`, `stdin` on its standard input, within the
     /// timeout: its output, or why it failed.
-    fn run(&self, argv: &[String], env: &[(&str, String)], stdin: Option<String>) -> Result<String, String> {
+    fn run(
+        &self,
+        argv: &[String],
+        env: &[(&str, String)],
+        stdin: Option<String>,
+    ) -> Result<String, String> {
         let (program, args) = argv.split_first().ok_or("no program given")?;
         let mut child = Command::new(program)
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env_remove("NIMBUS_TOKEN")
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -52,22 +65,33 @@ impl CommandProvider {
         if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
             let _ = writeln!(pipe, "{text}");
         }
-        let readers: Vec<_> = [child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>)]
-            .into_iter()
-            .flatten()
-            .map(|mut pipe| {
-                std::thread::spawn(move || {
-                    let mut text = String::new();
-                    let _ = pipe.read_to_string(&mut text);
-                    text
-                })
+        let readers: Vec<_> = [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|mut pipe| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = pipe.read_to_string(&mut text);
+                text
             })
-            .collect();
+        })
+        .collect();
         let deadline = Instant::now() + self.timeout;
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
                 _ => {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -81,7 +105,9 @@ impl CommandProvider {
         }
         let tail = |text: &str| {
             let start = text.len().saturating_sub(OUTPUT_KEPT);
-            let start = (start..text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
+            let start = (start..text.len())
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(text.len());
             text[start..].trim().to_string()
         };
         match status {
@@ -121,8 +147,15 @@ impl NodeProvider for CommandProvider {
     }
 
     fn terminate(&self, name: &str) -> Result<(), AutoscalerError> {
-        let node_type = self.records.get(name).map(|r| r.node_type).unwrap_or_default();
-        let env = [("NIMBUS_NODE_NAME", name.to_string()), ("NIMBUS_NODE_TYPE", node_type)];
+        let node_type = self
+            .records
+            .get(name)
+            .map(|r| r.node_type)
+            .unwrap_or_default();
+        let env = [
+            ("NIMBUS_NODE_NAME", name.to_string()),
+            ("NIMBUS_NODE_TYPE", node_type),
+        ];
         self.run(&self.terminate, &env, None)
             .map_err(|detail| AutoscalerError::Terminate {
                 node: name.to_string(),

@@ -49,7 +49,8 @@ impl NodeProvider for LocalProvider {
             node: node.name.clone(),
             detail,
         };
-        let exe = std::env::current_exe().map_err(|e| failed(format!("cannot find nimbus: {e}")))?;
+        let exe =
+            std::env::current_exe().map_err(|e| failed(format!("cannot find nimbus: {e}")))?;
         let log_path = self.records.log_path(&node.name);
         if let Some(dir) = log_path.parent() {
             crate::cluster::files::private_dir(dir)

@@ -1,0 +1,127 @@
+//! A cluster that grows for its work and shrinks after it: actors that
+//! ask for more CPUs than the cluster has wait while the autoscaler
+//! launches nodes for them.
+//!
+//! ```text
+//! nimbus up examples/autoscale/local.toml      # a head offering no CPUs, an autoscaler
+//! make run EXAMPLE=autoscale ARGS="--actors 2 --cpus 2"
+//! nimbus status                                # the cpu-2 nodes, idle, until idle_timeout_s
+//! nimbus down examples/autoscale/local.toml
+//! ```
+//!
+//! The program joins the head started on this machine. Its actors are
+//! spawned together; each waits (a pending demand in `nimbus status`)
+//! until a node the autoscaler launched for it joins. You should see each
+//! actor's node and how long its spawn waited, then a last `summary:`
+//! line with `actors=2 nodes=2`. Once the program has ended the nodes
+//! are idle, and the autoscaler stops them after the config's
+//! `idle_timeout_s`.
+
+// Tests, examples and benchmarks: a failed unwrap is the failure report, and
+// their items are public to their own modules only.
+#![allow(clippy::unwrap_used, unreachable_pub)]
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use anyhow::Result;
+use clap::Parser;
+use nimbus::actor::{self, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
+use serde::{Deserialize, Serialize};
+
+/// Says where it runs.
+struct Placed;
+
+impl Actor for Placed {
+    type Context = Context<Self>;
+}
+
+impl RemoteActor for Placed {
+    const NAME: &'static str = "examples.Placed";
+    type Args = ();
+
+    fn from_args((): ()) -> Self {
+        Placed
+    }
+}
+
+/// The node the actor runs on.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "String")]
+struct Where;
+
+impl RemoteMessage for Where {
+    const NAME: &'static str = "examples.Where";
+}
+
+impl Handler<Where> for Placed {
+    type Result = String;
+
+    fn handle(&mut self, _: Where, _: &mut Context<Self>) -> String {
+        actor::this_worker().map_or_else(|| "this process".into(), |me| me.node.name.clone())
+    }
+}
+
+/// Actors that need nodes the cluster does not have yet.
+#[derive(Parser)]
+struct Args {
+    /// How many actors to spawn at once.
+    #[arg(long, default_value_t = 2)]
+    actors: usize,
+    /// CPUs each actor holds.
+    #[arg(long, default_value_t = 2.0)]
+    cpus: f64,
+    /// Seconds each spawn may wait for a node.
+    #[arg(long, default_value_t = 60)]
+    wait_s: u64,
+    #[command(flatten)]
+    cluster: nimbus::ClusterArgs,
+}
+
+fn main() -> Result<()> {
+    let registry = actor::Registry::new()
+        .actor::<Placed>()
+        .message::<Placed, Where>();
+    // The head started on this machine (`nimbus up`), else a local
+    // cluster of its own, which does not grow.
+    let (driver, args) =
+        nimbus::init_parsed::<Args>(registry, |_| nimbus::InitOptions::from_args(2))?;
+    driver.block_on(run(&args))
+}
+
+async fn run(args: &Args) -> Result<()> {
+    let started = Instant::now();
+    let spawns = (0..args.actors).map(|_| async {
+        let options = SpawnOptions::default()
+            .num_cpus(args.cpus)
+            .strategy(Strategy::Spread)
+            .deadline(Duration::from_secs(args.wait_s));
+        let handle = actor::spawn::<Placed>((), options).await?;
+        let waited = started.elapsed();
+        let node = handle.send(Where).await?;
+        anyhow::Ok((handle, node, waited))
+    });
+    let placed = futures::future::try_join_all(spawns).await?;
+    let mut nodes = BTreeSet::new();
+    let mut longest = Duration::ZERO;
+    for (i, (_, node, waited)) in placed.iter().enumerate() {
+        println!(
+            "actor {i} ({} CPUs) on {node} after {:.2} s",
+            args.cpus,
+            waited.as_secs_f64()
+        );
+        nodes.insert(node.clone());
+        longest = longest.max(*waited);
+    }
+    for (handle, _, _) in &placed {
+        handle.kill().await?;
+    }
+    println!(
+        "summary: actors={} nodes={} longest_wait_s={:.2}",
+        placed.len(),
+        nodes.len(),
+        longest.as_secs_f64()
+    );
+    Ok(())
+}

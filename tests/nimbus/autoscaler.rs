@@ -1,0 +1,181 @@
+//! `nimbus up` / `nimbus down` with a cluster config, as a user runs
+//! them: a head that offers no CPUs, an autoscaler that launches node
+//! processes for actors that wait, and stops them once idle.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::cli::{free_port, nimbus, succeeds, text};
+use super::dashboard::example;
+
+/// Runs `nimbus down CONFIG` when dropped, so a failing test leaves no
+/// node behind.
+struct DownOnDrop<'a>(&'a Path, &'a Path);
+
+impl Drop for DownOnDrop<'_> {
+    fn drop(&mut self) {
+        let config = self.1.to_str().unwrap();
+        let _ = nimbus(self.0, &["down", config, "--timeout-s", "20"]);
+    }
+}
+
+/// A cluster config under `dir`: a head offering no CPUs on a free port,
+/// node type `cpu-2` of at most 2 nodes, idle ones stopped after 3 s.
+fn config(dir: &Path, provider: &str) -> std::path::PathBuf {
+    let path = dir.join("cluster.toml");
+    let text = format!(
+        "max_workers = 2\nidle_timeout_s = 3\nlaunch_timeout_s = 60\n\
+         [head]\nport = {}\nnode_ip_address = \"127.0.0.1\"\nresources = {{ CPU = 0 }}\n\
+         [provider]\n{provider}\n\
+         [node_types.cpu-2]\nresources = {{ CPU = 2 }}\nmax_workers = 2\n",
+        free_port()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `nimbus status --json` until `done` holds of it, for at most `limit`.
+fn status_until(
+    home: &Path,
+    limit: Duration,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let status: serde_json::Value =
+            serde_json::from_str(&succeeds(home, &["status", "--json"])).unwrap();
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not within {limit:?}: {status:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn run_example(home: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(example("autoscale"))
+        .args(args)
+        .env("NIMBUS_HOME", home)
+        .env_remove("NIMBUS_ADDRESS")
+        .env_remove("NIMBUS_TOKEN")
+        .output()
+        .unwrap()
+}
+
+/// Actors that no node fits wait while the autoscaler launches a node per
+/// actor; the nodes are stopped after the idle timeout; `down` stops the
+/// autoscaler and the head, and nothing is left.
+#[test]
+fn a_cluster_grows_for_waiting_actors_and_shrinks_once_they_are_gone() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let config = config(dir.path(), "kind = \"local\"");
+    let _down = DownOnDrop(home.path(), &config);
+    let up = succeeds(home.path(), &["up", config.to_str().unwrap()]);
+    assert!(up.contains("node types: cpu-2 (CPU=2; 0..2)"), "{up}");
+    let status = status_until(home.path(), Duration::from_secs(10), |s| {
+        s["autoscaler"]["node_types"][0]["running"] == 0
+    });
+    assert_eq!(
+        status["nodes"].as_array().unwrap().len(),
+        1,
+        "the head alone: {status:#}"
+    );
+
+    let started = Instant::now();
+    let out = run_example(
+        home.path(),
+        &["--actors", "2", "--cpus", "2", "--wait-s", "60"],
+    );
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("summary: actors=2 nodes=2"), "{printed}");
+    for node in ["cpu-2-1", "cpu-2-2"] {
+        assert!(printed.contains(&format!("on {node} after")), "{printed}");
+    }
+    println!("demand to placed: {:.2} s", started.elapsed().as_secs_f64());
+
+    let idle = Instant::now();
+    let status = status_until(home.path(), Duration::from_secs(40), |s| {
+        let alive = s["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["state"] == "alive")
+            .count();
+        alive == 1 && s["autoscaler"]["node_types"][0]["running"] == 0
+    });
+    println!("idle to stopped: {:.2} s", idle.elapsed().as_secs_f64());
+    let decisions = status["autoscaler"]["decisions"].to_string();
+    for decision in [
+        "launching cpu-2-1 (cpu-2) for 2 waiting demand(s)",
+        "terminating cpu-2-1: idle",
+        "terminating cpu-2-2: idle",
+    ] {
+        assert!(decisions.contains(decision), "{decisions}");
+    }
+
+    let down = succeeds(home.path(), &["down", config.to_str().unwrap()]);
+    assert!(down.contains("stopped the autoscaler"), "{down}");
+    assert!(down.contains("stopped the head"), "{down}");
+    let left = std::fs::read_dir(home.path().join("autoscaler/launched"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "json")
+        })
+        .count();
+    assert_eq!(left, 0, "no launched node is still recorded");
+}
+
+/// A demand that no node type offers fails at once, naming the largest
+/// type; a provider whose launches fail backs off, and `status` says why.
+#[test]
+fn a_demand_no_type_offers_fails_at_once_and_failing_launches_back_off() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let provider = "kind = \"command\"\n\
+                    launch = [\"sh\", \"-c\", \"echo no machines today >&2; exit 3\"]\n\
+                    terminate = [\"true\"]";
+    let config = config(dir.path(), provider);
+    let _down = DownOnDrop(home.path(), &config);
+    succeeds(home.path(), &["up", config.to_str().unwrap()]);
+
+    let started = Instant::now();
+    let out = run_example(home.path(), &["--actors", "1", "--cpus", "8"]);
+    let printed = text(&out);
+    assert!(!out.status.success(), "{printed}");
+    assert!(
+        printed.contains("no node type offers it (the largest, cpu-2, offers CPU=2)"),
+        "{printed}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "at once, not after the spawn's wait"
+    );
+
+    let out = run_example(
+        home.path(),
+        &["--actors", "1", "--cpus", "2", "--wait-s", "4"],
+    );
+    let printed = text(&out);
+    assert!(
+        !out.status.success(),
+        "no node could be launched: {printed}"
+    );
+    let status = status_until(home.path(), Duration::from_secs(10), |s| {
+        !s["autoscaler"]["node_types"][0]["backing_off"].is_null()
+    });
+    let backing_off = status["autoscaler"]["node_types"][0]["backing_off"][0].to_string();
+    assert!(backing_off.contains("no machines today"), "{backing_off}");
+    assert!(backing_off.contains("exit status: 3"), "{backing_off}");
+    let human = succeeds(home.path(), &["status"]);
+    assert!(human.contains("backing off"), "{human}");
+}
