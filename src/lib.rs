@@ -27,36 +27,39 @@
 //!    private files.
 //! 8. [`launch`]: starting an actor's worker process on a node, shipping or
 //!    relaying the program binary (used by spawns and the head).
-//! 9. [`head`]: the head's control-plane actors ([`head::Membership`],
-//!    [`head::ClusterEvents`], [`head::Directory`],
-//!    [`head::ActorRescheduler`]).
-//! 10. [`object_store`]: values put once and read anywhere by reference (the
+//! 9. [`autoscaler`]: launches nodes for spawns that wait and stops idle
+//!    ones, within a cluster config's node types (`nimbus up`); a client
+//!    of the head beside it.
+//! 10. [`head`]: the head's control-plane actors ([`head::Membership`],
+//!     [`head::ClusterEvents`], [`head::Directory`],
+//!     [`head::ActorRescheduler`]).
+//! 11. [`object_store`]: values put once and read anywhere by reference (the
 //!     calling process's half and the node's half).
-//! 11. [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
+//! 12. [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
 //!     and [`node::run`].
-//! 12. [`local`]: [`local::LocalCluster`], real node processes on this
+//! 13. [`local`]: [`local::LocalCluster`], real node processes on this
 //!     machine for tests, examples and benchmarks.
-//! 13. [`actor`]: user actors in worker processes: [`actor::spawn`],
+//! 14. [`actor`]: user actors in worker processes: [`actor::spawn`],
 //!     [`actor::ActorHandle`], [`actor::get_actor`], [`actor::monitor`].
-//! 14. [`placement`]: placement groups, bundles reserved together across
+//! 15. [`placement`]: placement groups, bundles reserved together across
 //!     nodes ([`placement::InBundle`] places actors in them).
-//! 15. [`task`]: stateless functions run on leased worker processes.
-//! 16. [`train`]: what training shares without libtorch: fault rules,
+//! 16. [`task`]: stateless functions run on leased worker processes.
+//! 17. [`train`]: what training shares without libtorch: fault rules,
 //!     results files, the sampler and the parameter aggregator. Training
 //!     itself (Ray Train's `TorchTrainer`: supervisor, workers, collectives,
 //!     checkpoints) is the `nimbus-train` crate, the only one that links
 //!     libtorch.
-//! 17. [`tune`]: hyperparameter search (Ray Tune): search spaces, searchers,
+//! 18. [`tune`]: hyperparameter search (Ray Tune): search spaces, searchers,
 //!     schedulers, trials run by reused runner actors.
-//! 18. `worker`: the composition root of a worker process.
-//! 19. [`chaos`]: seeded fault plans run against a local cluster, with a
+//! 19. `worker`: the composition root of a worker process.
+//! 20. [`chaos`]: seeded fault plans run against a local cluster, with a
 //!     timeline of faults and recoveries.
-//! 20. [`cli`]: the `nimbus` command line (start, inspect and stop nodes),
+//! 21. [`cli`]: the `nimbus` command line (start, inspect and stop nodes),
 //!     in the library so that a user's program can run its own local
 //!     cluster's nodes.
-//! 21. [`driver`]: [`init`], the first line of a user program's `main`: the
+//! 22. [`driver`]: [`init`], the first line of a user program's `main`: the
 //!     composition root of a driver (and of a node run from the program).
-//! 22. [`testing`]: helpers for tests (deadlines, invariants, processes left
+//! 23. [`testing`]: helpers for tests (deadlines, invariants, processes left
 //!     behind).
 //!
 //! ```

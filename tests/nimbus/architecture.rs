@@ -65,6 +65,7 @@ const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
     ("runtime", &["metrics", "client", "cluster", "transport", "wire"]),
     ("library", &["runtime", "client", "cluster", "transport"]),
     ("launch", &["client", "cluster", "transport", "wire"]),
+    ("autoscaler", &["client", "cluster", "transport", "wire"]),
     ("head", &["launch", "cluster", "transport", "wire"]),
     ("object_store", &["head", "runtime", "client", "cluster", "transport", "wire"]),
     ("node", &["head", "launch", "object_store", "runtime", "metrics", "client", "cluster", "transport", "wire"]),
@@ -76,7 +77,7 @@ const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
     ("tune", &["library", "actor", "cluster"]),
     ("worker", &["actor", "object_store", "runtime", "cluster", "transport", "wire"]),
     ("chaos", &["train", "actor", "local", "runtime", "client", "cluster", "transport", "wire"]),
-    ("cli", &["chaos", "train", "local", "node", "head", "dashboard", "runtime", "client", "cluster", "transport"]),
+    ("cli", &["chaos", "train", "local", "node", "autoscaler", "head", "dashboard", "runtime", "client", "cluster", "transport"]),
     ("driver", &["cli", "worker", "task", "local", "node", "object_store", "runtime", "client", "cluster", "transport", "wire"]),
     ("testing", &["local"]),
 ];
