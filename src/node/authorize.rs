@@ -570,6 +570,14 @@ mod tests {
         for who in [&cli, &worker, &node] {
             assert!(authorize(who, &list).is_ok());
         }
+        let report = ControlRequest::Membership(MembershipRequest::Autoscaler(
+            crate::cluster::AutoscalerReport::default(),
+        ));
+        assert!(authorize(&cli, &report).is_ok(), "the autoscaler reports");
+        assert!(
+            authorize(&worker, &report).is_err(),
+            "actor code does not make spawns wait for node types"
+        );
     }
 
     #[test]
