@@ -14,8 +14,8 @@
 //! 3. Read the head's view; if no alive node's *total* resources could
 //!    ever fit the request, fail at once (`Unsatisfiable`; `NoSuchNode`
 //!    when it is pinned to a name no node has), unless the cluster has an
-//!    autoscaler with a node type that fits and may launch another
-//!    (`ClusterStatus::autoscaler`): then wait as in step 5.
+//!    autoscaler with a node type that fits (`ClusterStatus::autoscaler`):
+//!    then wait as in step 5.
 //! 4. Ask candidate nodes in order (`StartActor`); a node without this
 //!    binary answers `NeedBinary` and gets it (8 MiB chunks, SHA-256
 //!    checked, cached by hash), a full one answers `NoCapacity` and the
