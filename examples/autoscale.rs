@@ -5,6 +5,7 @@
 //! ```text
 //! nimbus up examples/autoscale/local.toml      # a head offering no CPUs, an autoscaler
 //! make run EXAMPLE=autoscale ARGS="--actors 2 --cpus 2"
+//! make run EXAMPLE=autoscale ARGS="--actors 0 --cpus 1 --spread 3"   # a node per bundle
 //! nimbus status                                # the cpu-2 nodes, idle, until idle_timeout_s
 //! nimbus down examples/autoscale/local.toml
 //! ```
@@ -13,7 +14,9 @@
 //! spawned together; each waits (a pending demand in `nimbus status`)
 //! until a node the autoscaler launched for it joins. You should see each
 //! actor's node and how long its spawn waited, then a last `summary:`
-//! line with `actors=2 nodes=2`. Once the program has ended the nodes
+//! line with `actors=2 nodes=2`; with `--spread 3`, a placement group
+//! whose three bundles must each have a node of its own waits for three
+//! (`group_nodes=3`). Once the program has ended the nodes
 //! are idle, and the autoscaler stops them after the config's
 //! `idle_timeout_s`.
 
@@ -28,6 +31,8 @@ use actix::prelude::*;
 use anyhow::Result;
 use clap::Parser;
 use nimbus::actor::{self, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
+use nimbus::cluster::{ResourceSet, CPU};
+use nimbus::placement::{PlacementGroup, PlacementStrategy};
 use serde::{Deserialize, Serialize};
 
 /// Says where it runs.
@@ -75,6 +80,10 @@ struct Args {
     /// Seconds each spawn may wait for a node.
     #[arg(long, default_value_t = 60)]
     wait_s: u64,
+    /// Then reserve a STRICT_SPREAD placement group of this many bundles
+    /// of --cpus each (every bundle on a node of its own).
+    #[arg(long, default_value_t = 0)]
+    spread: usize,
     #[command(flatten)]
     cluster: nimbus::ClusterArgs,
 }
@@ -117,11 +126,32 @@ async fn run(args: &Args) -> Result<()> {
     for (handle, _, _) in &placed {
         handle.kill().await?;
     }
+    let mut group_nodes = BTreeSet::new();
+    if args.spread > 0 {
+        let started = Instant::now();
+        let group = PlacementGroup::create(
+            vec![ResourceSet::of(CPU, args.cpus); args.spread],
+            PlacementStrategy::StrictSpread,
+            Duration::from_secs(args.wait_s),
+        )
+        .await?;
+        for i in 0..group.len() {
+            group_nodes.insert(group.node(i)?.to_string());
+        }
+        println!(
+            "a STRICT_SPREAD group of {} bundles on {} after {:.2} s",
+            args.spread,
+            group_nodes.iter().cloned().collect::<Vec<_>>().join(", "),
+            started.elapsed().as_secs_f64()
+        );
+        group.remove().await?;
+    }
     println!(
-        "summary: actors={} nodes={} longest_wait_s={:.2}",
+        "summary: actors={} nodes={} longest_wait_s={:.2} group_nodes={}",
         placed.len(),
         nodes.len(),
-        longest.as_secs_f64()
+        longest.as_secs_f64(),
+        group_nodes.len()
     );
     Ok(())
 }

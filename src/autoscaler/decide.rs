@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::cluster::{AutoscalerReport, NodeTypeReport, ResourceSet, CPU, GPU, MEMORY};
+use crate::cluster::{AutoscalerReport, NodeTypeReport, ResourceSet, Together, CPU, GPU, MEMORY};
 
 use super::config::{ClusterConfig, NodeType};
 
@@ -25,8 +25,45 @@ const DECISIONS_KEPT: usize = 20;
 pub struct Observed {
     /// The members alive now (the head and hand-started nodes too).
     pub nodes: Vec<ObservedNode>,
-    /// What waiting spawns ask for, one entry per spawn.
-    pub demands: Vec<ResourceSet>,
+    /// What waiting spawns and placement groups ask for, one entry each.
+    pub demands: Vec<Wanted>,
+}
+
+/// One waiting demand: a spawn's resources (one bundle), or a placement
+/// group's bundles and how they must share nodes.
+#[derive(Clone, Debug)]
+pub struct Wanted {
+    /// Its bundles.
+    pub bundles: Vec<ResourceSet>,
+    /// Where they may go together.
+    pub together: Together,
+}
+
+impl Wanted {
+    /// A spawn's demand.
+    pub fn one(resources: ResourceSet) -> Self {
+        Wanted {
+            bundles: vec![resources],
+            together: Together::Loose,
+        }
+    }
+
+    /// The bundles to pack, larger first: a group that must share one
+    /// node packs as one bundle.
+    fn to_pack(&self) -> Vec<ResourceSet> {
+        let mut bundles = match self.together {
+            Together::OneNode => {
+                let mut all = ResourceSet::default();
+                for bundle in &self.bundles {
+                    all.add(bundle);
+                }
+                vec![all]
+            }
+            Together::Loose | Together::DistinctNodes => self.bundles.clone(),
+        };
+        bundles.sort_by(larger_first);
+        bundles
+    }
 }
 
 /// A member, as the head last heard of it.
@@ -234,38 +271,51 @@ impl Scaler {
                 bins.push((Bin::Launching, t.resources.clone()));
             }
         }
-        let mut demands: Vec<&ResourceSet> = observed.demands.iter().collect();
-        demands.sort_by(|a, b| larger_first(a, b));
+        let mut demands: Vec<(Vec<ResourceSet>, bool)> = observed
+            .demands
+            .iter()
+            .map(|d| (d.to_pack(), d.together == Together::DistinctNodes))
+            .collect();
+        demands.sort_by(|(a, _), (b, _)| larger_first(&a[0], &b[0]));
         let mut counts = self.counts();
         // Per node type: new nodes, and the demands they take.
         let mut planned: Vec<(String, usize, usize)> = Vec::new();
         let mut packed_into = HashSet::new();
-        for demand in demands {
-            if let Some((bin, free)) = bins.iter_mut().find(|(_, free)| demand.fits_in(free)) {
-                free.subtract(demand);
-                match bin {
-                    Bin::Member(name) => {
-                        packed_into.insert(name.clone());
+        for (bundles, distinct) in demands {
+            // The bins this demand used: a strict spread uses each once.
+            let mut used = HashSet::new();
+            for bundle in bundles.iter().filter(|b| !b.iter().all(|(_, v)| v <= 0.0)) {
+                let open = |(i, (_, free)): &(usize, &mut (Bin, ResourceSet))| {
+                    bundle.fits_in(free) && !(distinct && used.contains(i))
+                };
+                if let Some((i, (bin, free))) = bins.iter_mut().enumerate().find(open) {
+                    free.subtract(bundle);
+                    used.insert(i);
+                    match bin {
+                        Bin::Member(name) => {
+                            packed_into.insert(name.clone());
+                        }
+                        Bin::Planned(index) => planned[*index].2 += 1,
+                        Bin::Launching => {}
                     }
-                    Bin::Planned(index) => planned[*index].2 += 1,
-                    Bin::Launching => {}
+                    continue;
                 }
-                continue;
+                let Some(t) = self.cheapest_open(bundle, &counts, now) else {
+                    continue;
+                };
+                *counts.entry(t.name.clone()).or_default() += 1;
+                let index = match planned.iter().position(|(name, _, _)| *name == t.name) {
+                    Some(index) => index,
+                    None => {
+                        planned.push((t.name.clone(), 0, 0));
+                        planned.len() - 1
+                    }
+                };
+                planned[index].1 += 1;
+                planned[index].2 += 1;
+                used.insert(bins.len());
+                bins.push((Bin::Planned(index), t.resources.minus(bundle)));
             }
-            let Some(t) = self.cheapest_open(demand, &counts, now) else {
-                continue;
-            };
-            *counts.entry(t.name.clone()).or_default() += 1;
-            let index = match planned.iter().position(|(name, _, _)| *name == t.name) {
-                Some(index) => index,
-                None => {
-                    planned.push((t.name.clone(), 0, 0));
-                    planned.len() - 1
-                }
-            };
-            planned[index].1 += 1;
-            planned[index].2 += 1;
-            bins.push((Bin::Planned(index), t.resources.minus(demand)));
         }
         let mut launches: Vec<(String, String)> = Vec::new();
         for (node_type, nodes, served) in planned {

@@ -13,7 +13,7 @@ use crate::client::{ClientError, ClusterClient};
 use crate::cluster::{ControlRequest, MembershipRequest, NodeStatus};
 use crate::transport::JoinToken;
 
-use super::decide::{Action, Observed, ObservedNode, Scaler};
+use super::decide::{Action, Observed, ObservedNode, Scaler, Wanted};
 use super::provider::{self, LaunchSpec, NodeProvider};
 use super::{AutoscalerError, ClusterConfig, POLL_INTERVAL};
 
@@ -154,7 +154,13 @@ async fn observe(client: &ClusterClient, scaler: &Scaler) -> Result<Observed, Cl
     }
     Ok(Observed {
         nodes,
-        demands: demands.into_iter().map(|d| d.resources).collect(),
+        demands: demands
+            .iter()
+            .map(|d| {
+                let (bundles, together) = d.bundles();
+                Wanted { bundles, together }
+            })
+            .collect(),
     })
 }
 

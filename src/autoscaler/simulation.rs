@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::decide::{Action, Observed, ObservedNode, Scaler, FIRST_BACKOFF};
+use super::decide::{Action, Observed, ObservedNode, Scaler, Wanted, FIRST_BACKOFF};
 use super::ClusterConfig;
-use crate::cluster::{ResourceSet, CPU, GPU};
+use crate::cluster::{ResourceSet, Together, CPU, GPU};
 
 const STEP: Duration = Duration::from_millis(500);
 const IDLE: Duration = Duration::from_secs(20);
@@ -162,7 +162,11 @@ impl Model {
                     holds_objects: false,
                 })
                 .collect(),
-            demands: self.pending.iter().map(|d| d.needs.clone()).collect(),
+            demands: self
+                .pending
+                .iter()
+                .map(|d| Wanted::one(d.needs.clone()))
+                .collect(),
         };
         for action in self.scaler.decide(&observed, now) {
             self.apply(action);
@@ -387,5 +391,58 @@ fn failing_launches_back_off_more_each_time() {
             .as_ref()
             .is_some_and(|(why, _)| why.contains("refused")),
         "{small:?}"
+    );
+}
+
+/// The node types each launch of one round is for, given `demands` on an
+/// empty cluster of `small` (CPU=2, at most 4) and `gpu` (CPU=4 GPU=1).
+fn launched_for(demands: Vec<Wanted>) -> Vec<String> {
+    let text = "[provider]\nkind = \"local\"\n\
+                [node_types.small]\nresources = { CPU = 2 }\nmax_workers = 4\n\
+                [node_types.gpu]\nresources = { CPU = 4, GPU = 1 }\nmax_workers = 2\n";
+    let config = ClusterConfig::parse(Path::new("groups.toml"), text).unwrap();
+    let observed = Observed {
+        nodes: Vec::new(),
+        demands,
+    };
+    Scaler::new(&config)
+        .decide(&observed, Instant::now())
+        .into_iter()
+        .map(|action| match action {
+            Action::Launch { node_type, .. } => node_type,
+            Action::Terminate { name, .. } => panic!("stopped {name} on an empty cluster"),
+        })
+        .collect()
+}
+
+#[test]
+fn placement_groups_get_the_nodes_their_strategy_needs() {
+    let group = |together| Wanted {
+        bundles: vec![ResourceSet::of(CPU, 1.0); 3],
+        together,
+    };
+    assert_eq!(
+        launched_for(vec![group(Together::Loose)]),
+        ["small", "small"],
+        "three CPU=1 bundles anywhere: two CPU=2 nodes"
+    );
+    assert_eq!(
+        launched_for(vec![group(Together::DistinctNodes)]),
+        ["small", "small", "small"],
+        "a strict spread: a node per bundle"
+    );
+    assert_eq!(
+        launched_for(vec![group(Together::OneNode)]),
+        ["gpu"],
+        "a strict pack of CPU=3: the one type that holds it all"
+    );
+    let too_wide = Wanted {
+        bundles: vec![ResourceSet::of(CPU, 1.0); 7],
+        together: Together::DistinctNodes,
+    };
+    assert_eq!(
+        launched_for(vec![too_wide]).len(),
+        5,
+        "at most 5 launches at once (the upscaling floor), 6 nodes in all (max_workers)"
     );
 }

@@ -40,21 +40,28 @@ pub(crate) fn run(args: StatusArgs) -> Result<()> {
 }
 
 /// Pending demands grouped by what they ask for, as `ray status` shows
-/// them: `pending: 3 actors waiting for GPU=1 (longest 12.0 s)`.
+/// them: `pending: 3 actors waiting for GPU=1 (longest 12.0 s)` (a
+/// placement group's bundles together).
 fn print_demands(demands: &[Demand]) {
-    let mut groups: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    let mut groups: BTreeMap<(bool, String), (usize, u64)> = BTreeMap::new();
     for demand in demands {
-        let group = groups.entry(demand.resources.to_string()).or_default();
+        let key = (demand.group.is_some(), demand.resources.to_string());
+        let group = groups.entry(key).or_default();
         group.0 += 1;
         group.1 = group.1.max(demand.waited_ms);
     }
     if groups.is_empty() {
         println!("pending: none");
     }
-    for (resources, (count, longest)) in groups {
-        let actors = if count == 1 { "actor" } else { "actors" };
+    for ((placement, resources), (count, longest)) in groups {
+        let what = match (placement, count) {
+            (false, 1) => "actor",
+            (false, _) => "actors",
+            (true, 1) => "placement group",
+            (true, _) => "placement groups",
+        };
         println!(
-            "pending: {count} {actors} waiting for {resources} (longest {:.1} s)",
+            "pending: {count} {what} waiting for {resources} (longest {:.1} s)",
             longest as f64 / 1000.0
         );
     }

@@ -369,21 +369,72 @@ pub enum DirectoryRequest {
     /// To the head: the spawns waiting for room. Answered with
     /// [`ControlReply::Demands`].
     ListDemands,
+    /// To the head: a placement group found no nodes with room for its
+    /// bundles and keeps trying for `for_ms`. Answered with `Ack`.
+    GroupWaiting {
+        /// The group, its bundles and how they must be spread.
+        group: GroupDemand,
+        /// Its job.
+        job: String,
+        /// How much longer the creation tries, in milliseconds.
+        for_ms: u64,
+    },
+    /// To the head: a placement group that was waiting was reserved or
+    /// failed. Answered with `Ack`.
+    GroupPlaced(PlacementGroupId),
 }
 
-/// A spawn waiting for room (`nimbus status`'s pending demands).
+/// A placement group's demand: its bundles and how they must be spread
+/// over nodes (what an autoscaler must launch for it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupDemand {
+    /// The group.
+    pub id: PlacementGroupId,
+    /// Its bundles.
+    pub bundles: Vec<ResourceSet>,
+    /// Where they may go together.
+    pub together: Together,
+}
+
+/// How a placement group's bundles must share nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Together {
+    /// Anywhere (`Pack` and `Spread` prefer, but do not require).
+    #[default]
+    Loose,
+    /// Each on a node of its own (`StrictSpread`).
+    DistinctNodes,
+    /// All on one node (`StrictPack`).
+    OneNode,
+}
+
+/// A spawn or placement group waiting for room (`nimbus status`'s
+/// pending demands).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Demand {
-    /// The actor being spawned.
+    /// The actor being spawned (0 for a placement group).
     pub actor: ActorId,
-    /// Its type.
+    /// Its type (`placement group` for a group).
     pub class: String,
-    /// What it asks for.
+    /// What it asks for (a group's bundles together).
     pub resources: ResourceSet,
     /// Its job.
     pub job: String,
     /// How long it has waited, in milliseconds.
     pub waited_ms: u64,
+    /// The placement group's bundles and spread, for a group.
+    #[serde(default)]
+    pub group: Option<GroupDemand>,
+}
+
+impl Demand {
+    /// Its bundles (one for a spawn) and how they must share nodes.
+    pub fn bundles(&self) -> (Vec<ResourceSet>, Together) {
+        match &self.group {
+            Some(group) => (group.bundles.clone(), group.together),
+            None => (vec![self.resources.clone()], Together::Loose),
+        }
+    }
 }
 
 impl From<DirectoryRequest> for ControlRequest {

@@ -44,10 +44,10 @@ pub use jobs::{
 pub use messages::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleListing,
     BundleRequest, ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest,
-    Demand, DirectoryRequest, EventRequest, FaultRequest, HostLoad, JobRequest, MembershipRequest,
-    NodeRegistration, NodeState, NodeStatus, ObjectRequest, OutputLine, PlacementGroupId,
-    ProcessClass, ResourceUsage, WorkerRequest, DEFAULT_HEAD_GRACE, DRIVER_BEAT, MAX_PACKET_RULES,
-    MAX_RUN_EVENTS, MAX_TASK_STATES,
+    Demand, DirectoryRequest, EventRequest, FaultRequest, GroupDemand, HostLoad, JobRequest,
+    MembershipRequest, NodeRegistration, NodeState, NodeStatus, ObjectRequest, OutputLine,
+    PlacementGroupId, ProcessClass, ResourceUsage, Together, WorkerRequest, DEFAULT_HEAD_GRACE,
+    DRIVER_BEAT, MAX_PACKET_RULES, MAX_RUN_EVENTS, MAX_TASK_STATES,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

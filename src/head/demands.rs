@@ -3,9 +3,12 @@
 //!
 //! 1. A spawn that finds every candidate node full tells the head
 //!    (`Waiting`: the actor, its class, resources and job, and how long it
-//!    will go on trying), then waits for a cluster event and tries again.
-//! 2. When it ends, placed or failed, it says so (`Placed`); a spawner
-//!    that dies first is forgotten once the time it gave has passed.
+//!    will go on trying), then waits for a cluster event and tries again;
+//!    so does a placement group that finds no room for its bundles
+//!    (`GroupWaiting`: the group, its bundles and their spread).
+//! 2. When it ends, placed or failed, it says so (`Placed`,
+//!    `GroupPlaced`); a spawner that dies first is forgotten once the time
+//!    it gave has passed.
 //! 3. `ListDemands` answers the demands still waiting, with how long each
 //!    has waited.
 //!
@@ -15,26 +18,36 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{ActorId, Demand, ResourceSet};
+use crate::cluster::{ActorId, Demand, GroupDemand, PlacementGroupId, ResourceSet};
 
 /// The most demands kept: beyond it a new one is not recorded (the head's
 /// memory is bounded whatever spawners send).
 pub const MAX_DEMANDS: usize = 10_000;
 
-/// One waiting spawn.
+/// Who waits: a spawn or a placement group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Waiter {
+    /// An actor's spawn.
+    Actor(ActorId),
+    /// A placement group's creation.
+    Group(PlacementGroupId),
+}
+
+/// One waiting spawn or group.
 #[derive(Debug)]
 struct Waiting {
     class: String,
     resources: ResourceSet,
     job: String,
+    group: Option<GroupDemand>,
     since: Instant,
     until: Instant,
 }
 
-/// The spawns waiting for room, as a plain state machine.
+/// The spawns and groups waiting for room, as a plain state machine.
 #[derive(Debug, Default)]
 pub struct Demands {
-    waiting: HashMap<ActorId, Waiting>,
+    waiting: HashMap<Waiter, Waiting>,
 }
 
 impl Demands {
@@ -47,9 +60,49 @@ impl Demands {
         now: Instant,
         for_at_most: Duration,
     ) {
+        self.insert(
+            Waiter::Actor(actor),
+            (class, resources, job, None),
+            now,
+            for_at_most,
+        );
+    }
+
+    /// Step 1: placement group `group` waits for room for its bundles.
+    pub fn group_waits(
+        &mut self,
+        group: GroupDemand,
+        job: String,
+        now: Instant,
+        for_at_most: Duration,
+    ) {
+        let mut resources = ResourceSet::default();
+        for bundle in &group.bundles {
+            resources.add(bundle);
+        }
+        let class = format!(
+            "placement group ({} bundles, {:?})",
+            group.bundles.len(),
+            group.together
+        );
+        self.insert(
+            Waiter::Group(group.id),
+            (class, resources, job, Some(group)),
+            now,
+            for_at_most,
+        );
+    }
+
+    fn insert(
+        &mut self,
+        waiter: Waiter,
+        (class, resources, job, group): (String, ResourceSet, String, Option<GroupDemand>),
+        now: Instant,
+        for_at_most: Duration,
+    ) {
         self.expire(now);
         let until = now + for_at_most;
-        if let Some(waiting) = self.waiting.get_mut(&actor) {
+        if let Some(waiting) = self.waiting.get_mut(&waiter) {
             waiting.until = until;
             return;
         }
@@ -58,16 +111,17 @@ impl Demands {
                 class,
                 resources,
                 job,
+                group,
                 since: now,
                 until,
             };
-            self.waiting.insert(actor, waiting);
+            self.waiting.insert(waiter, waiting);
         }
     }
 
-    /// Step 2: `actor`'s spawn ended.
-    pub fn placed(&mut self, actor: ActorId) {
-        self.waiting.remove(&actor);
+    /// Step 2: a spawn or group that waited ended.
+    pub fn placed(&mut self, waiter: Waiter) {
+        self.waiting.remove(&waiter);
     }
 
     /// Step 3: the demands waiting at `now`, longest waiting first.
@@ -76,12 +130,16 @@ impl Demands {
         let mut demands: Vec<Demand> = self
             .waiting
             .iter()
-            .map(|(actor, w)| Demand {
-                actor: *actor,
+            .map(|(waiter, w)| Demand {
+                actor: match waiter {
+                    Waiter::Actor(actor) => *actor,
+                    Waiter::Group(_) => ActorId(0),
+                },
                 class: w.class.clone(),
                 resources: w.resources.clone(),
                 job: w.job.clone(),
                 waited_ms: now.saturating_duration_since(w.since).as_millis() as u64,
+                group: w.group.clone(),
             })
             .collect();
         demands.sort_by(|a, b| b.waited_ms.cmp(&a.waited_ms).then(a.actor.cmp(&b.actor)));
@@ -116,12 +174,33 @@ mod tests {
             (ActorId(1), 3000),
             "waits since it first said so"
         );
-        demands.placed(ActorId(1));
+        demands.placed(Waiter::Actor(ActorId(1)));
         assert_eq!(demands.list(t0 + s * 4).len(), 1);
         assert!(
             demands.list(t0 + s * 7).is_empty(),
             "a silent spawner's demand expires"
         );
+    }
+
+    #[test]
+    fn a_placement_group_is_listed_with_its_bundles_until_placed() {
+        let mut demands = Demands::default();
+        let t0 = Instant::now();
+        let group = GroupDemand {
+            id: PlacementGroupId(7),
+            bundles: vec![ResourceSet::of("CPU", 1.0); 3],
+            together: crate::cluster::Together::DistinctNodes,
+        };
+        demands.group_waits(group.clone(), "job".into(), t0, Duration::from_secs(30));
+        demands.wait(ActorId(7), what(1.0), t0, Duration::from_secs(30));
+        let listed = demands.list(t0);
+        let listed_group = listed.iter().find(|d| d.group.is_some()).unwrap();
+        assert_eq!(listed_group.resources, ResourceSet::of("CPU", 3.0));
+        assert_eq!(listed_group.group.as_ref(), Some(&group));
+        demands.placed(Waiter::Group(PlacementGroupId(7)));
+        let listed = demands.list(t0);
+        assert_eq!(listed.len(), 1, "the actor of the same number still waits");
+        assert_eq!(listed[0].actor, ActorId(7));
     }
 
     #[test]

@@ -483,16 +483,38 @@ impl Handler<Waiting> for Directory {
     }
 }
 
-/// A waiting spawn ended (`demands.rs`, step 2).
+/// A placement group waits for room (`demands.rs`, step 1).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Placed(pub ActorId);
+pub struct GroupWaiting {
+    /// The group, its bundles and their spread.
+    pub group: crate::cluster::GroupDemand,
+    /// Its job.
+    pub job: String,
+    /// How much longer it tries.
+    pub for_at_most: std::time::Duration,
+}
+
+impl Handler<GroupWaiting> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: GroupWaiting, _: &mut Self::Context) {
+        let now = std::time::Instant::now();
+        self.demands
+            .group_waits(msg.group, msg.job, now, msg.for_at_most);
+    }
+}
+
+/// A waiting spawn or group ended (`demands.rs`, step 2).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Placed(pub super::demands::Waiter);
 
 impl Handler<Placed> for Directory {
     type Result = ();
 
-    fn handle(&mut self, Placed(actor): Placed, _: &mut Self::Context) {
-        self.demands.placed(actor);
+    fn handle(&mut self, Placed(waiter): Placed, _: &mut Self::Context) {
+        self.demands.placed(waiter);
     }
 }
 

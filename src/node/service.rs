@@ -32,6 +32,7 @@ use crate::cluster::{
     MembershipRequest, WorkerRequest,
 };
 use crate::cluster::{ClusterEventKind, ControlReply, ControlRequest};
+use crate::head::demands::Waiter;
 use crate::head::events::{EventsSince, LastSeq, Publish};
 use crate::head::{directory, jobs, membership, HeadActors};
 use crate::metrics::ProcessMetrics;
@@ -52,6 +53,9 @@ use super::manager::{
 const MAX_EVENT_WAIT: Duration = Duration::from_secs(60);
 /// Longest a waiting spawn is listed without saying it still waits.
 const MAX_DEMAND_WAIT: Duration = Duration::from_secs(3600);
+/// The most bundles of a waiting placement group the head keeps (the
+/// demand table stays bounded whatever a creator sends).
+const MAX_GROUP_BUNDLES: usize = 1024;
 
 /// Routes requests arriving at a node.
 #[derive(Clone)]
@@ -564,7 +568,28 @@ async fn directory_request(
         }
         DirectoryRequest::Placed(actor) => {
             directory
-                .send(directory::Placed(actor))
+                .send(directory::Placed(Waiter::Actor(actor)))
+                .await
+                .map_err(internal)?;
+            Ok(ControlReply::Ack)
+        }
+        DirectoryRequest::GroupWaiting {
+            mut group,
+            job,
+            for_ms,
+        } => {
+            group.bundles.truncate(MAX_GROUP_BUNDLES);
+            let waiting = directory::GroupWaiting {
+                group,
+                job: crate::cluster::bounded_text(job),
+                for_at_most: Duration::from_millis(for_ms).min(MAX_DEMAND_WAIT),
+            };
+            directory.send(waiting).await.map_err(internal)?;
+            Ok(ControlReply::Ack)
+        }
+        DirectoryRequest::GroupPlaced(group) => {
+            directory
+                .send(directory::Placed(Waiter::Group(group)))
                 .await
                 .map_err(internal)?;
             Ok(ControlReply::Ack)

@@ -7,13 +7,17 @@
 //! 1. Read the head's resource view and plan the bundles with the strategy
 //!    ([`planner::plan`]: `Pack`, `Spread`, `StrictPack`, `StrictSpread`).
 //!    If the plan fails even against the nodes' *total* resources, the
-//!    group can never be placed: fail at once (`Infeasible`).
+//!    group can never be placed: fail at once (`Infeasible`), unless the
+//!    cluster's autoscaler may add nodes of its types that make it fit
+//!    (`crate::autoscaler`): then wait as below.
 //! 2. Ask each chosen node manager to reserve its bundle (`ReserveBundle`).
 //!    If one refuses (the view was stale), give back every bundle reserved
 //!    so far (`ReleaseBundle`), wait for a cluster event (a heartbeat
 //!    reporting changed resource use publishes `ResourcesChanged`), or at
 //!    most [`REPLAN_EVERY`], and plan again, until the deadline
-//!    (`Timeout`). (The view is sampled by heartbeats: resources freed and
+//!    (`Timeout`); the first wait tells the head (`GroupWaiting`, a
+//!    pending demand an autoscaler launches nodes for), the end too
+//!    (`GroupPlaced`). (The view is sampled by heartbeats: resources freed and
 //!    taken again between two of them change nothing the head sees, so no
 //!    event may ever say that a stale view has become true.) A group is
 //!    therefore either wholly reserved or not at all.
@@ -46,7 +50,8 @@ use serde::{Deserialize, Serialize};
 use crate::actor::SpawnOptions;
 use crate::client::{self, ClientError};
 use crate::cluster::{
-    BundleId, ControlReply, ControlRequest, NodeState, NodeStatus, PlacementGroupId, ResourceSet,
+    AutoscalerReport, BundleId, ControlReply, ControlRequest, DirectoryRequest, GroupDemand,
+    NodeState, NodeStatus, PlacementGroupId, ResourceSet, Together,
 };
 use crate::cluster::{BundleRequest, MembershipRequest};
 use crate::runtime::ProcessContext;
@@ -150,56 +155,81 @@ impl PlacementGroup {
         }
         let id = PlacementGroupId(rand::random());
         let end = Instant::now() + deadline;
-        loop {
+        let mut waited = false;
+        let created = loop {
             let seen = context.last_event().await?;
-            let nodes = alive_nodes(context).await?;
+            let (nodes, autoscaler) = cluster_view(context).await?;
             let totals: Vec<planner::Candidate> = nodes
                 .iter()
                 .map(|n| candidate(n, &n.resources.total))
                 .collect();
-            if planner::plan(&bundles, strategy, &totals).is_none() {
-                let detail: Vec<String> = nodes
-                    .iter()
-                    .map(|n| format!("{} offers {}", n.id, n.resources.total))
-                    .collect();
-                return Err(PlacementError::Infeasible {
-                    bundles: bundles.len(),
-                    strategy,
-                    detail: detail.join("; "),
-                });
-            }
-            let free: Vec<planner::Candidate> =
-                nodes.iter().map(|n| candidate(n, &free_of(n))).collect();
-            let last = match planner::plan(&bundles, strategy, &free) {
-                Some(plan) => {
-                    let placed: Vec<Placed> = plan
-                        .iter()
-                        .zip(&bundles)
-                        .map(|(&n, resources)| Placed {
-                            resources: resources.clone(),
-                            node: nodes[n].clone(),
-                        })
-                        .collect();
-                    let group = PlacementGroup {
-                        id,
-                        bundles: placed,
-                    };
-                    match group.reserve(context).await? {
-                        None => return Ok(group),
-                        Some(refusal) => refusal,
-                    }
+            let last = if planner::plan(&bundles, strategy, &totals).is_none() {
+                // Step 1: never placeable, unless the autoscaler can add
+                // nodes that make it so.
+                match autoscaler
+                    .as_ref()
+                    .filter(|a| fits_grown(&bundles, strategy, &totals, a))
+                {
+                    Some(_) => "waiting for the autoscaler to launch nodes for it".to_string(),
+                    None => break Err(infeasible(&bundles, strategy, &nodes, autoscaler.as_ref())),
                 }
-                None => "the nodes' free resources do not fit it now".to_string(),
+            } else {
+                let free: Vec<planner::Candidate> =
+                    nodes.iter().map(|n| candidate(n, &free_of(n))).collect();
+                match planner::plan(&bundles, strategy, &free) {
+                    Some(plan) => {
+                        let placed: Vec<Placed> = plan
+                            .iter()
+                            .zip(&bundles)
+                            .map(|(&n, resources)| Placed {
+                                resources: resources.clone(),
+                                node: nodes[n].clone(),
+                            })
+                            .collect();
+                        let group = PlacementGroup {
+                            id,
+                            bundles: placed,
+                        };
+                        match group.reserve(context).await {
+                            Ok(None) => break Ok(group),
+                            Ok(Some(refusal)) => refusal,
+                            Err(e) => break Err(e),
+                        }
+                    }
+                    None => "the nodes' free resources do not fit it now".to_string(),
+                }
             };
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(PlacementError::Timeout {
+                break Err(PlacementError::Timeout {
                     after: deadline,
                     last,
                 });
             }
+            if !waited {
+                // Step 2: the head lists it as a pending demand.
+                let waiting = ControlRequest::Directory(DirectoryRequest::GroupWaiting {
+                    group: GroupDemand {
+                        id,
+                        bundles: bundles.clone(),
+                        together: together(strategy),
+                    },
+                    job: context.job.clone(),
+                    for_ms: left.as_millis() as u64,
+                });
+                waited = context.call_head(&waiting).await.is_ok();
+            }
             context.events(seen, left.min(REPLAN_EVERY)).await?;
+        };
+        if waited {
+            let placed = ControlRequest::Directory(DirectoryRequest::GroupPlaced(id));
+            if let Err(e) = context.call_head(&placed).await {
+                tracing::debug!(
+                    "cannot tell the head that placement group {id:?} stopped waiting: {e}"
+                );
+            }
         }
+        created
     }
 
     /// The group's id.
@@ -305,20 +335,92 @@ async fn call_node(
     client::call(&connection, request, RequestOptions::control()).await
 }
 
-async fn alive_nodes(context: &ProcessContext) -> Result<Vec<NodeStatus>, ClientError> {
+/// The alive nodes, and the autoscaler's report if the cluster has one.
+async fn cluster_view(
+    context: &ProcessContext,
+) -> Result<(Vec<NodeStatus>, Option<AutoscalerReport>), ClientError> {
     match context
         .call_head(&ControlRequest::Membership(MembershipRequest::Status))
         .await?
     {
-        ControlReply::Status(status) => Ok(status
-            .nodes
-            .into_iter()
-            .filter(|n| n.state == NodeState::Alive)
-            .collect()),
+        ControlReply::Status(status) => Ok((
+            status
+                .nodes
+                .into_iter()
+                .filter(|n| n.state == NodeState::Alive)
+                .collect(),
+            status.autoscaler,
+        )),
         reply => Err(ClientError::UnexpectedReply {
             request: "Status",
             reply: Box::new(reply),
         }),
+    }
+}
+
+/// Whether `bundles` fit `totals` with as many more nodes of each of the
+/// autoscaler's node types as it may still launch.
+fn fits_grown(
+    bundles: &[ResourceSet],
+    strategy: PlacementStrategy,
+    totals: &[planner::Candidate],
+    autoscaler: &AutoscalerReport,
+) -> bool {
+    let running: u32 = autoscaler
+        .node_types
+        .iter()
+        .map(|t| t.running + t.launching)
+        .sum();
+    let mut room = autoscaler.max_workers.saturating_sub(running) as usize;
+    let mut grown = totals.to_vec();
+    for t in &autoscaler.node_types {
+        let more = (t.max.saturating_sub(t.running + t.launching) as usize).min(room);
+        room -= more;
+        for i in 0..more.min(bundles.len()) {
+            grown.push(planner::Candidate {
+                name: format!("{} (to launch, {i})", t.name),
+                free: t.resources.clone(),
+            });
+        }
+    }
+    planner::plan(bundles, strategy, &grown).is_some()
+}
+
+fn infeasible(
+    bundles: &[ResourceSet],
+    strategy: PlacementStrategy,
+    nodes: &[NodeStatus],
+    autoscaler: Option<&AutoscalerReport>,
+) -> PlacementError {
+    let mut detail: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{} offers {}", n.id, n.resources.total))
+        .collect();
+    if let Some(autoscaler) = autoscaler {
+        let types: Vec<String> = autoscaler
+            .node_types
+            .iter()
+            .map(|t| format!("{} ({}, at most {})", t.name, t.resources, t.max))
+            .collect();
+        detail.push(format!(
+            "the autoscaler may add nodes of types {} (at most {} workers), which do not fit it either",
+            types.join(", "),
+            autoscaler.max_workers
+        ));
+    }
+    PlacementError::Infeasible {
+        bundles: bundles.len(),
+        strategy,
+        detail: detail.join("; "),
+    }
+}
+
+/// What the autoscaler must honour of `strategy`.
+fn together(strategy: PlacementStrategy) -> Together {
+    match strategy {
+        PlacementStrategy::StrictSpread => Together::DistinctNodes,
+        PlacementStrategy::StrictPack => Together::OneNode,
+        PlacementStrategy::Pack | PlacementStrategy::Spread => Together::Loose,
     }
 }
 

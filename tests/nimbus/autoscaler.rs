@@ -23,14 +23,14 @@ impl Drop for DownOnDrop<'_> {
 }
 
 /// A cluster config under `dir`: a head offering no CPUs on a free port,
-/// node type `cpu-2` of at most 2 nodes, idle ones stopped after 3 s.
-fn config(dir: &Path, provider: &str) -> std::path::PathBuf {
+/// node type `cpu-2` of at most `max` nodes, idle ones stopped after 3 s.
+fn config(dir: &Path, provider: &str, max: u32) -> std::path::PathBuf {
     let path = dir.join("cluster.toml");
     let text = format!(
-        "max_workers = 2\nidle_timeout_s = 3\nlaunch_timeout_s = 60\n\
+        "max_workers = {max}\nidle_timeout_s = 3\nlaunch_timeout_s = 60\n\
          [head]\nport = {}\nnode_ip_address = \"127.0.0.1\"\nresources = {{ CPU = 0 }}\n\
          [provider]\n{provider}\n\
-         [node_types.cpu-2]\nresources = {{ CPU = 2 }}\nmax_workers = 2\n",
+         [node_types.cpu-2]\nresources = {{ CPU = 2 }}\nmax_workers = {max}\n",
         free_port()
     );
     std::fs::write(&path, text).unwrap();
@@ -74,7 +74,7 @@ fn run_example(home: &Path, args: &[&str]) -> std::process::Output {
 #[test]
 fn a_cluster_grows_for_waiting_actors_and_shrinks_once_they_are_gone() {
     let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    let config = config(dir.path(), "kind = \"local\"");
+    let config = config(dir.path(), "kind = \"local\"", 2);
     let _down = DownOnDrop(home.path(), &config);
     let up = succeeds(home.path(), &["up", config.to_str().unwrap()]);
     assert!(up.contains("node types: cpu-2 (CPU=2; 0..2)"), "{up}");
@@ -95,6 +95,7 @@ fn a_cluster_grows_for_waiting_actors_and_shrinks_once_they_are_gone() {
     let printed = text(&out);
     assert!(out.status.success(), "{printed}");
     assert!(printed.contains("summary: actors=2 nodes=2"), "{printed}");
+    assert!(printed.contains("group_nodes=0"), "{printed}");
     for node in ["cpu-2-1", "cpu-2-2"] {
         assert!(printed.contains(&format!("on {node} after")), "{printed}");
     }
@@ -144,7 +145,7 @@ fn a_demand_no_type_offers_fails_at_once_and_failing_launches_back_off() {
     let provider = "kind = \"command\"\n\
                     launch = [\"sh\", \"-c\", \"echo no machines today >&2; exit 3\"]\n\
                     terminate = [\"true\"]";
-    let config = config(dir.path(), provider);
+    let config = config(dir.path(), provider, 2);
     let _down = DownOnDrop(home.path(), &config);
     succeeds(home.path(), &["up", config.to_str().unwrap()]);
 
@@ -178,4 +179,38 @@ fn a_demand_no_type_offers_fails_at_once_and_failing_launches_back_off() {
     assert!(backing_off.contains("exit status: 3"), "{backing_off}");
     let human = succeeds(home.path(), &["status"]);
     assert!(human.contains("backing off"), "{human}");
+}
+
+/// A STRICT_SPREAD placement group of three bundles, on a cluster whose
+/// head offers nothing, waits while the autoscaler launches a node per
+/// bundle, and is reserved on three distinct nodes; a group no node type
+/// can hold fails at once, naming the types.
+#[test]
+fn a_strict_spread_group_waits_for_a_node_per_bundle() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let config = config(dir.path(), "kind = \"local\"", 3);
+    let _down = DownOnDrop(home.path(), &config);
+    succeeds(home.path(), &["up", config.to_str().unwrap()]);
+
+    let args = [
+        "--actors", "0", "--cpus", "1", "--spread", "3", "--wait-s", "60",
+    ];
+    let out = run_example(home.path(), &args);
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("summary: actors=0 nodes=0"), "{printed}");
+    assert!(printed.contains("group_nodes=3"), "{printed}");
+    assert!(
+        printed.contains("on cpu-2-1, cpu-2-2, cpu-2-3 after"),
+        "{printed}"
+    );
+
+    let args = ["--actors", "0", "--cpus", "1", "--spread", "4"];
+    let out = run_example(home.path(), &args);
+    let printed = text(&out);
+    assert!(!out.status.success(), "{printed}");
+    assert!(
+        printed.contains("the autoscaler may add nodes of types cpu-2 (CPU=2, at most 3)"),
+        "{printed}"
+    );
 }
