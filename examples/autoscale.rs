@@ -80,6 +80,10 @@ struct Args {
     /// Seconds each spawn may wait for a node.
     #[arg(long, default_value_t = 60)]
     wait_s: u64,
+    /// Keep the actors after the summary until standard input closes
+    /// (Ctrl-D), to watch the nodes they hold with `nimbus status`.
+    #[arg(long)]
+    hold: bool,
     /// Then reserve a STRICT_SPREAD placement group of this many bundles
     /// of --cpus each (every bundle on a node of its own).
     #[arg(long, default_value_t = 0)]
@@ -123,9 +127,6 @@ async fn run(args: &Args) -> Result<()> {
         nodes.insert(node.clone());
         longest = longest.max(*waited);
     }
-    for (handle, _, _) in &placed {
-        handle.kill().await?;
-    }
     let mut group_nodes = BTreeSet::new();
     if args.spread > 0 {
         let started = Instant::now();
@@ -153,5 +154,12 @@ async fn run(args: &Args) -> Result<()> {
         longest.as_secs_f64(),
         group_nodes.len()
     );
+    if args.hold {
+        tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink()))
+            .await??;
+    }
+    for (handle, _, _) in &placed {
+        handle.kill().await?;
+    }
     Ok(())
 }

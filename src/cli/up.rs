@@ -9,6 +9,9 @@
 //!    the head shows the autoscaler's first report (within
 //!    [`READY_TIMEOUT`]). What it started is recorded in
 //!    `$NIMBUS_HOME/autoscaler/up.json`.
+//!    Run again while the head it started still runs (the autoscaler
+//!    died), it starts the autoscaler alone, which adopts the nodes the
+//!    one before launched.
 //! 2. `down` stops the autoscaler (SIGTERM: it stops every node it
 //!    launched, within `--timeout-s`), stops any launched node still
 //!    recorded, then the head `up` started; nothing else.
@@ -104,7 +107,20 @@ pub(crate) fn up(args: UpArgs) -> Result<()> {
             record.config.display()
         );
     }
-    let head_pid = start_head(&config)?;
+    // An autoscaler that died (or was killed) is started again beside the
+    // head it ran with; it adopts the nodes it had launched.
+    let head_pid = match load_record().filter(|r| {
+        r.config == path && is_nimbus_node(r.head_pid) && alive(r.head_pid as libc::pid_t)
+    }) {
+        Some(record) => {
+            println!(
+                "the head an earlier `nimbus up` started runs (pid {}): starting the autoscaler again",
+                record.head_pid
+            );
+            record.head_pid
+        }
+        None => start_head(&config)?,
+    };
     let (log_path, log) = autoscaler_log()?;
     let exe = std::env::current_exe().context("cannot find the nimbus executable")?;
     let mut child = Command::new(exe)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use super::cli::{free_port, nimbus, succeeds, text};
-use super::dashboard::example;
+use super::dashboard::{example, line_value};
 
 /// Runs `nimbus down CONFIG` when dropped, so a failing test leaves no
 /// node behind.
@@ -213,4 +213,63 @@ fn a_strict_spread_group_waits_for_a_node_per_bundle() {
         printed.contains("the autoscaler may add nodes of types cpu-2 (CPU=2, at most 3)"),
         "{printed}"
     );
+}
+
+/// An autoscaler killed while its nodes run work is started again by
+/// `nimbus up` beside the same head: it adopts the nodes it had launched
+/// (launches none twice) and stops them once idle.
+#[test]
+fn a_restarted_autoscaler_adopts_its_nodes_and_launches_none_twice() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let config = config(dir.path(), "kind = \"local\"", 2);
+    let _down = DownOnDrop(home.path(), &config);
+    let up = succeeds(home.path(), &["up", config.to_str().unwrap()]);
+    let pid: i32 = line_value(&up, "autoscaler: pid ")
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // Two actors hold both nodes while the autoscaler is gone.
+    let mut held = Command::new(example("autoscale"))
+        .args(["--actors", "2", "--cpus", "2", "--hold"])
+        .env("NIMBUS_HOME", home.path())
+        .env_remove("NIMBUS_ADDRESS")
+        .env_remove("NIMBUS_TOKEN")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(held.stdout.take().unwrap()));
+    let summary = lines
+        .find(|l| l.as_ref().is_ok_and(|l| l.starts_with("summary:")))
+        .unwrap()
+        .unwrap();
+    assert!(summary.contains("nodes=2"), "{summary}");
+    // SAFETY: kill() with a valid signal number has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+
+    let again = succeeds(home.path(), &["up", config.to_str().unwrap()]);
+    assert!(again.contains("starting the autoscaler again"), "{again}");
+    let status = status_until(home.path(), Duration::from_secs(10), |s| {
+        s["autoscaler"]["node_types"][0]["running"] == 2
+    });
+    let decisions = status["autoscaler"]["decisions"].to_string();
+    assert!(
+        !decisions.contains("launching"),
+        "nothing launched twice: {decisions}"
+    );
+
+    drop(held.stdin.take());
+    assert!(held.wait().unwrap().success());
+    let status = status_until(home.path(), Duration::from_secs(40), |s| {
+        s["autoscaler"]["node_types"][0]["running"] == 0
+    });
+    let decisions = status["autoscaler"]["decisions"].to_string();
+    assert!(
+        decisions.contains("terminating cpu-2-1: idle"),
+        "{decisions}"
+    );
+    assert!(!decisions.contains("launching"), "{decisions}");
 }
