@@ -12,7 +12,8 @@
 //! resources = { CPU = 0 }  # the head runs no work
 //!
 //! [provider]
-//! kind = "local"           # or "command", with launch = [...] and terminate = [...]
+//! kind = "local"           # or "command" (launch = [...], terminate = [...]),
+//!                          # or "slurm" (token_file = "/shared/...", partition, ...)
 //!
 //! [node_types.cpu-2]
 //! resources = { CPU = 2 }
@@ -90,6 +91,32 @@ pub enum ProviderConfig {
         /// (`NIMBUS_NODE_NAME`, `NIMBUS_NODE_TYPE` set).
         terminate: Vec<String>,
         /// How long either may run, in seconds (default 60).
+        #[serde(default)]
+        timeout_s: Option<u64>,
+    },
+    /// One Slurm job per node (`sbatch`), cancelled to stop it (`scancel`).
+    Slurm {
+        /// `sbatch --partition`.
+        #[serde(default)]
+        partition: Option<String>,
+        /// `sbatch --time`, Slurm's format (`1-00:00:00`).
+        #[serde(default)]
+        time_limit: Option<String>,
+        /// More `sbatch` flags (`["--account=ml"]`).
+        #[serde(default)]
+        sbatch_args: Vec<String>,
+        /// The cluster's token, in a file the compute nodes can read
+        /// (mode 0600, on a shared filesystem): `nimbus start --token-file`.
+        token_file: PathBuf,
+        /// The nimbus binary on the compute nodes (default: `nimbus` on
+        /// their PATH).
+        #[serde(default)]
+        nimbus: Option<String>,
+        /// More `nimbus start` flags for every node (`["--object-store-memory",
+        /// "8000000000"]`).
+        #[serde(default)]
+        start_args: Vec<String>,
+        /// How long `sbatch` or `scancel` may run, in seconds (default 60).
         #[serde(default)]
         timeout_s: Option<u64>,
     },
@@ -231,15 +258,21 @@ impl ClusterConfig {
         if let Some(resources) = &file.head.resources {
             resource_set(resources).map_err(|problem| bad(format!("[head] {problem}")))?;
         }
-        if let ProviderConfig::Command {
-            launch, terminate, ..
-        } = &file.provider
-        {
-            if launch.is_empty() || terminate.is_empty() {
+        match &file.provider {
+            ProviderConfig::Command {
+                launch, terminate, ..
+            } if launch.is_empty() || terminate.is_empty() => {
                 return Err(bad(
                     "[provider] kind = \"command\" needs launch = [PROGRAM, ARGS...] and terminate = [PROGRAM, ARGS...]".into(),
                 ));
             }
+            ProviderConfig::Slurm { token_file, .. } if !token_file.is_absolute() => {
+                return Err(bad(format!(
+                    "[provider] token_file {} must be an absolute path (the compute nodes read it)",
+                    token_file.display()
+                )));
+            }
+            _ => {}
         }
         Ok(ClusterConfig {
             path: path.to_path_buf(),
@@ -339,6 +372,7 @@ mod tests {
             ("[provider]\nkind = \"local\"\n[node_types.g]\nresources = { GPU = 0.5 }\nmax_workers = 1\n", "whole GPUs"),
             ("[provider]\nkind = \"local\"\n[node_types.g]\nresources = { CPU = -1 }\nmax_workers = 1\n", "not negative"),
             ("[provider]\nkind = \"local\"\n[node_types.g]\nresources = {}\nmin_workers = 2\nmax_workers = 1\n", "min_workers 2 is more than"),
+            ("[provider]\nkind = \"slurm\"\ntoken_file = \"token\"\n[node_types.a]\nresources = {}\nmax_workers = 1\n", "token_file token must be an absolute path"),
             (&format!("max_workers = 1\n{}", TYPES.replace("max_workers = 2", "min_workers = 2\nmax_workers = 2")), "add up to 2"),
         ] {
             let error = parse(text).expect_err(text);

@@ -13,6 +13,7 @@ use crate::client::{ClientError, ClusterClient};
 use crate::cluster::{ControlRequest, MembershipRequest, NodeStatus};
 use crate::transport::JoinToken;
 
+use super::config::ProviderConfig;
 use super::decide::{Action, Observed, ObservedNode, Scaler, Wanted};
 use super::provider::{self, LaunchSpec, NodeProvider};
 use super::{AutoscalerError, ClusterConfig, POLL_INTERVAL};
@@ -101,7 +102,12 @@ pub async fn run(
                         node_type,
                         head: head.clone(),
                         token: token.clone(),
-                        node_ip_address: config.head.node_ip_address,
+                        // Nodes of this machine advertise the head's
+                        // address; others find their own.
+                        node_ip_address: match config.provider {
+                            ProviderConfig::Local => config.head.node_ip_address,
+                            _ => None,
+                        },
                     };
                     if let Err(e) = blocking(&provider, move |p| p.launch(&spec)).await {
                         tracing::warn!("{e}");

@@ -358,8 +358,8 @@ async fn cluster_view(
     }
 }
 
-/// Whether `bundles` fit `totals` with as many more nodes of each of the
-/// autoscaler's node types as it may still launch.
+/// Whether `bundles` fit `totals` with the nodes the autoscaler is
+/// launching and as many more of each type as it may still launch.
 fn fits_grown(
     bundles: &[ResourceSet],
     strategy: PlacementStrategy,
@@ -374,9 +374,10 @@ fn fits_grown(
     let mut room = autoscaler.max_workers.saturating_sub(running) as usize;
     let mut grown = totals.to_vec();
     for t in &autoscaler.node_types {
+        // Its launching nodes are not members yet; then what it may add.
         let more = (t.max.saturating_sub(t.running + t.launching) as usize).min(room);
         room -= more;
-        for i in 0..more.min(bundles.len()) {
+        for i in 0..(t.launching as usize + more).min(bundles.len()) {
             grown.push(planner::Candidate {
                 name: format!("{} (to launch, {i})", t.name),
                 free: t.resources.clone(),

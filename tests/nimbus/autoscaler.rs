@@ -273,3 +273,73 @@ fn a_restarted_autoscaler_adopts_its_nodes_and_launches_none_twice() {
     );
     assert!(!decisions.contains("launching"), "{decisions}");
 }
+
+/// The Slurm provider, against stand-ins for `sbatch` and `scancel` on
+/// PATH that log their arguments and run the job's `--wrap` command here:
+/// a node is submitted as one job of one node with the type's CPUs, joins
+/// with the token from the shared file, takes the waiting actor, and is
+/// cancelled by its job id once idle.
+#[test]
+fn the_slurm_provider_submits_a_job_per_node_and_cancels_it_when_idle() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let sbatch = "#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/sbatch.log\"\n\
+                  for arg; do case \"$arg\" in --wrap=*) cmd=\"${arg#--wrap=}\";; esac; done\n\
+                  setsid sh -c \"$cmd\" >/dev/null 2>&1 </dev/null &\necho \"$!\"\n";
+    let scancel = "#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/scancel.log\"\nkill \"$1\"\n";
+    for (name, text) in [("sbatch", sbatch), ("scancel", scancel)] {
+        let path = bin.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let provider = format!(
+        "kind = \"slurm\"\npartition = \"debug\"\ntoken_file = \"{}\"\nnimbus = \"{}\"\n\
+         start_args = [\"--node-ip-address\", \"127.0.0.1\"]",
+        home.path().join("token").display(),
+        env!("CARGO_BIN_EXE_nimbus")
+    );
+    let config = config(dir.path(), &provider, 2);
+    let _down = DownOnDrop(home.path(), &config);
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let up = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["up", config.to_str().unwrap()])
+        .env("NIMBUS_HOME", home.path())
+        .env("PATH", &path)
+        .env_remove("NIMBUS_TOKEN")
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{}", text(&up));
+
+    let out = run_example(
+        home.path(),
+        &["--actors", "1", "--cpus", "2", "--wait-s", "60"],
+    );
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("on cpu-2-1 after"), "{printed}");
+    let submitted = std::fs::read_to_string(bin.join("sbatch.log")).unwrap();
+    assert!(
+        submitted.starts_with(
+            "--parsable --job-name=nimbus-cpu-2-1 --nodes=1 --ntasks=1 --cpus-per-task=2 --partition=debug --wrap=exec "
+        ),
+        "{submitted}"
+    );
+    assert!(
+        submitted.contains(
+            "--node-name cpu-2-1 --num-cpus 2 --num-gpus 0 --node-ip-address 127.0.0.1 --token-file"
+        ),
+        "{submitted}"
+    );
+
+    status_until(home.path(), Duration::from_secs(40), |s| {
+        s["autoscaler"]["node_types"][0]["running"] == 0
+    });
+    let cancelled = std::fs::read_to_string(bin.join("scancel.log")).unwrap();
+    assert_eq!(cancelled.lines().count(), 1, "{cancelled}");
+    assert!(
+        cancelled.trim().chars().all(|c| c.is_ascii_digit()),
+        "a job id: {cancelled}"
+    );
+}

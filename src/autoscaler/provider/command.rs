@@ -39,85 +39,83 @@ impl CommandProvider {
             timeout,
         }
     }
+}
 
-    /// Runs `argv` with `env`, `stdin` on its standard input, within the
-    /// timeout: its output, or why it failed.
-    fn run(
-        &self,
-        argv: &[String],
-        env: &[(&str, String)],
-        stdin: Option<String>,
-    ) -> Result<String, String> {
-        let (program, args) = argv.split_first().ok_or("no program given")?;
-        let mut child = Command::new(program)
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .env_remove("NIMBUS_TOKEN")
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run {program}: {e}"))?;
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            let _ = writeln!(pipe, "{text}");
-        }
-        let readers: Vec<_> = [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|mut pipe| {
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = pipe.read_to_string(&mut text);
-                text
-            })
+/// Runs `argv` with `env`, `stdin` on its standard input, within
+/// `timeout`: its output, or why it failed.
+pub(super) fn run_program(
+    timeout: Duration,
+    argv: &[String],
+    env: &[(&str, String)],
+    stdin: Option<String>,
+) -> Result<String, String> {
+    let (program, args) = argv.split_first().ok_or("no program given")?;
+    let mut child = Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove("NIMBUS_TOKEN")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
         })
-        .collect();
-        let deadline = Instant::now() + self.timeout;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        let _ = writeln!(pipe, "{text}");
+    }
+    let readers: Vec<_> = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|mut pipe| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    })
+    .collect();
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
             }
-        };
-        let output: String = readers.into_iter().filter_map(|r| r.join().ok()).collect();
-        for line in output.lines() {
-            tracing::info!("{program}: {line}");
         }
-        let tail = |text: &str| {
-            let start = text.len().saturating_sub(OUTPUT_KEPT);
-            let start = (start..text.len())
-                .find(|i| text.is_char_boundary(*i))
-                .unwrap_or(text.len());
-            text[start..].trim().to_string()
-        };
-        match status {
-            Some(status) if status.success() => Ok(output),
-            Some(status) => Err(format!("{program} {status}: {}", tail(&output))),
-            None => Err(format!(
-                "{program} did not finish within {} s (timeout_s); killed",
-                self.timeout.as_secs()
-            )),
-        }
+    };
+    let output: String = readers.into_iter().filter_map(|r| r.join().ok()).collect();
+    for line in output.lines() {
+        tracing::info!("{program}: {line}");
+    }
+    let tail = |text: &str| {
+        let start = text.len().saturating_sub(OUTPUT_KEPT);
+        let start = (start..text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len());
+        text[start..].trim().to_string()
+    };
+    match status {
+        Some(status) if status.success() => Ok(output),
+        Some(status) => Err(format!("{program} {status}: {}", tail(&output))),
+        None => Err(format!(
+            "{program} did not finish within {} s (timeout_s); killed",
+            timeout.as_secs()
+        )),
     }
 }
 
@@ -127,6 +125,7 @@ impl NodeProvider for CommandProvider {
             name: node.name.clone(),
             node_type: node.node_type.name.clone(),
             pid: None,
+            job: None,
         };
         self.records.save(&record)?;
         let env = [
@@ -135,15 +134,20 @@ impl NodeProvider for CommandProvider {
             ("NIMBUS_ADDRESS", node.head.clone()),
             ("NIMBUS_NODE_ARGS", node.start_args().join(" ")),
         ];
-        self.run(&self.launch, &env, Some(node.token.to_string()))
-            .map(|_| ())
-            .map_err(|detail| {
-                self.records.remove(&node.name);
-                AutoscalerError::Launch {
-                    node: node.name.clone(),
-                    detail,
-                }
-            })
+        run_program(
+            self.timeout,
+            &self.launch,
+            &env,
+            Some(node.token.to_string()),
+        )
+        .map(|_| ())
+        .map_err(|detail| {
+            self.records.remove(&node.name);
+            AutoscalerError::Launch {
+                node: node.name.clone(),
+                detail,
+            }
+        })
     }
 
     fn terminate(&self, name: &str) -> Result<(), AutoscalerError> {
@@ -156,11 +160,12 @@ impl NodeProvider for CommandProvider {
             ("NIMBUS_NODE_NAME", name.to_string()),
             ("NIMBUS_NODE_TYPE", node_type),
         ];
-        self.run(&self.terminate, &env, None)
-            .map_err(|detail| AutoscalerError::Terminate {
+        run_program(self.timeout, &self.terminate, &env, None).map_err(|detail| {
+            AutoscalerError::Terminate {
                 node: name.to_string(),
                 detail,
-            })?;
+            }
+        })?;
         self.records.remove(name);
         Ok(())
     }

@@ -76,6 +76,7 @@ impl NodeProvider for LocalProvider {
             name: node.name.clone(),
             node_type: node.node_type.name.clone(),
             pid: Some(child.id()),
+            job: None,
         };
         let handed = child
             .stdin

@@ -9,9 +9,11 @@
 //!
 //! - `local.rs`: node processes on this machine (`nimbus start --block`).
 //! - `command.rs`: a user's launch and terminate programs.
+//! - `slurm.rs`: one `sbatch` job per node, `scancel` to stop it.
 
 mod command;
 mod local;
+mod slurm;
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +27,7 @@ use super::AutoscalerError;
 
 pub use command::CommandProvider;
 pub use local::LocalProvider;
+pub use slurm::{SlurmProvider, SlurmSettings};
 
 /// A node to start.
 #[derive(Clone, Debug)]
@@ -83,6 +86,28 @@ pub fn for_config(config: &ClusterConfig, home: &Path) -> Box<dyn NodeProvider> 
             (launch.clone(), terminate.clone()),
             std::time::Duration::from_secs(timeout_s.unwrap_or(command::DEFAULT_TIMEOUT_S)),
         )),
+        ProviderConfig::Slurm {
+            partition,
+            time_limit,
+            sbatch_args,
+            token_file,
+            nimbus,
+            start_args,
+            timeout_s,
+        } => Box::new(SlurmProvider::new(
+            records,
+            SlurmSettings {
+                partition: partition.clone(),
+                time_limit: time_limit.clone(),
+                sbatch_args: sbatch_args.clone(),
+                token_file: token_file.clone(),
+                nimbus: nimbus.clone().unwrap_or_else(|| "nimbus".into()),
+                start_args: start_args.clone(),
+                timeout: std::time::Duration::from_secs(
+                    timeout_s.unwrap_or(command::DEFAULT_TIMEOUT_S),
+                ),
+            },
+        )),
     }
 }
 
@@ -95,6 +120,9 @@ pub struct Launched {
     pub node_type: String,
     /// Its process, when the provider started it on this machine.
     pub pid: Option<u32>,
+    /// Its job, when a scheduler runs it (Slurm's job id).
+    #[serde(default)]
+    pub job: Option<String>,
 }
 
 /// The record files of launched nodes.
