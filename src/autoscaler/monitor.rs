@@ -65,13 +65,7 @@ pub async fn run(
             match ClusterClient::connect(&head, &token).await {
                 Ok(connected) => client = Some(connected),
                 Err(e) => {
-                    tracing::warn!(
-                        "{}",
-                        AutoscalerError::Head {
-                            address: head.clone(),
-                            source: e
-                        }
-                    );
+                    unreachable_head(&head, e);
                     continue;
                 }
             }
@@ -80,13 +74,7 @@ pub async fn run(
         let observed = match observe(connected, &scaler).await {
             Ok(observed) => observed,
             Err(e) => {
-                tracing::warn!(
-                    "{}",
-                    AutoscalerError::Head {
-                        address: head.clone(),
-                        source: e
-                    }
-                );
+                unreachable_head(&head, e);
                 client = None;
                 continue;
             }
@@ -178,6 +166,13 @@ async fn holds_objects(client: &ClusterClient, node: &NodeStatus) -> bool {
             true
         }
     }
+}
+
+/// Logs that the head at `address` could not be reached (tried again
+/// next round).
+fn unreachable_head(address: &str, source: ClientError) {
+    let address = address.to_string();
+    tracing::warn!("{}", AutoscalerError::Head { address, source });
 }
 
 /// Stops `name` on a blocking thread (a graceful stop takes seconds).

@@ -368,7 +368,7 @@ fn bind_dashboard(args: &StartArgs) -> Result<Option<DashboardListener>> {
 /// read a process's arguments (`ps -eo args`), and its user's other
 /// processes (its workers) its environment.
 fn start_background(args: &StartArgs) -> Result<()> {
-    let (log_path, log) = state::new_log_file()?;
+    let (log_path, log) = state::new_log_file("node")?;
     let exe = std::env::current_exe().context("cannot find the nimbus executable")?;
     let handed = match (&args.token, args.token_stdin) {
         (Some(token), _) => Some(token.clone()),
@@ -423,13 +423,10 @@ fn start_background(args: &StartArgs) -> Result<()> {
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let status = child.wait()?;
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(20).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
                 bail!(
                     "the node failed to start ({status}); its log {}:\n{}",
                     log_path.display(),
-                    tail.join("\n")
+                    state::log_tail(&log_path, 20)
                 );
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {

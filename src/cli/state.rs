@@ -78,15 +78,16 @@ pub(crate) fn load_nodes() -> Vec<(PathBuf, NodeRecord)> {
         .collect()
 }
 
-/// A fresh log file for a background node.
-pub(crate) fn new_log_file() -> Result<(PathBuf, fs::File)> {
+/// A fresh log file for a background process, `KIND-MILLIS.log`
+/// (`node`, `autoscaler`).
+pub(crate) fn new_log_file(kind: &str) -> Result<(PathBuf, fs::File)> {
     let dir = home().join("logs");
     private_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis();
-    let path = dir.join(format!("node-{stamp}.log"));
+    let path = dir.join(format!("{kind}-{stamp}.log"));
     let file = private_file(&path).with_context(|| format!("cannot create {}", path.display()))?;
     Ok((path, file))
 }
@@ -95,7 +96,15 @@ fn nodes_dir() -> PathBuf {
     home().join("nodes")
 }
 
-fn write_private(path: &PathBuf, bytes: &[u8]) -> Result<()> {
+/// The last `lines` lines of the log at `path` (none if it cannot be read).
+pub(crate) fn log_tail(path: &std::path::Path, lines: usize) -> String {
+    let log = fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+/// Writes `bytes` to `path` (mode 0600, its directory 0700) in one rename.
+pub(crate) fn write_private(path: &PathBuf, bytes: &[u8]) -> Result<()> {
     if let Some(dir) = path.parent() {
         private_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }

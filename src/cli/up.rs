@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::autoscaler::config::resource_flags;
 use crate::autoscaler::{monitor, provider, ClusterConfig};
 use crate::client::ClusterClient;
-use crate::cluster::files::{head_record_path, private_dir, private_file, write_private};
+use crate::cluster::files::head_record_path;
 use crate::cluster::processes::{alive, is_nimbus_node, terminate};
 
 use super::{start::token_from, state};
@@ -121,7 +121,7 @@ pub(crate) fn up(args: UpArgs) -> Result<()> {
         }
         None => start_head(&config)?,
     };
-    let (log_path, log) = autoscaler_log()?;
+    let (log_path, log) = state::new_log_file("autoscaler")?;
     let exe = std::env::current_exe().context("cannot find the nimbus executable")?;
     let mut child = Command::new(exe)
         .arg("up")
@@ -139,21 +139,15 @@ pub(crate) fn up(args: UpArgs) -> Result<()> {
         head_pid,
         autoscaler_pid: child.id(),
     };
-    let record_dir = state::home().join("autoscaler");
-    private_dir(&record_dir).with_context(|| format!("cannot create {}", record_dir.display()))?;
-    write_private(&record_path(), &serde_json::to_vec(&record)?)
-        .with_context(|| format!("cannot write {}", record_path().display()))?;
+    state::write_private(&record_path(), &serde_json::to_vec(&record)?)?;
     if let Err(e) = wait_for_report() {
         let _ = child.kill();
         let _ = child.wait();
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(20).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
         bail!(
             "{e:#}; the head is up (pid {head_pid}: `nimbus down {}` stops it); the autoscaler's log {}:\n{}",
             path.display(),
             log_path.display(),
-            tail.join("\n")
+            state::log_tail(&log_path, 20)
         );
     }
     println!("autoscaler: pid {}, log {}", child.id(), log_path.display());
@@ -237,18 +231,6 @@ fn wait_for_report() -> Result<()> {
             tokio::time::sleep(crate::autoscaler::POLL_INTERVAL / 4).await;
         }
     })
-}
-
-fn autoscaler_log() -> Result<(PathBuf, std::fs::File)> {
-    let dir = state::home().join("logs");
-    private_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis();
-    let path = dir.join(format!("autoscaler-{stamp}.log"));
-    let file = private_file(&path).with_context(|| format!("cannot create {}", path.display()))?;
-    Ok((path, file))
 }
 
 /// The autoscaler itself, until SIGTERM or SIGINT.

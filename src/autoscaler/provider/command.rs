@@ -41,6 +41,22 @@ impl CommandProvider {
     }
 }
 
+/// Runs the program in `argv` that stops node `name` (with `env`), within
+/// `timeout`.
+pub(super) fn stop_with(
+    timeout: Duration,
+    argv: &[String],
+    env: &[(&str, String)],
+    name: &str,
+) -> Result<(), AutoscalerError> {
+    run_program(timeout, argv, env, None)
+        .map(|_| ())
+        .map_err(|detail| AutoscalerError::Terminate {
+            node: name.to_string(),
+            detail,
+        })
+}
+
 /// Runs `argv` with `env`, `stdin` on its standard input, within
 /// `timeout`: its output, or why it failed.
 pub(super) fn run_program(
@@ -160,12 +176,7 @@ impl NodeProvider for CommandProvider {
             ("NIMBUS_NODE_NAME", name.to_string()),
             ("NIMBUS_NODE_TYPE", node_type),
         ];
-        run_program(self.timeout, &self.terminate, &env, None).map_err(|detail| {
-            AutoscalerError::Terminate {
-                node: name.to_string(),
-                detail,
-            }
-        })?;
+        stop_with(self.timeout, &self.terminate, &env, name)?;
         self.records.remove(name);
         Ok(())
     }

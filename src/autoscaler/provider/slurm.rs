@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::command::run_program;
+use super::command::{run_program, stop_with};
 use super::{LaunchSpec, Launched, NodeProvider, Records};
 use crate::autoscaler::AutoscalerError;
 use crate::cluster::{CPU, GPU};
@@ -132,13 +132,12 @@ impl NodeProvider for SlurmProvider {
 
     fn terminate(&self, name: &str) -> Result<(), AutoscalerError> {
         if let Some(job) = self.records.get(name).and_then(|r| r.job) {
-            let argv = ["scancel".to_string(), job];
-            run_program(self.settings.timeout, &argv, &[], None).map_err(|detail| {
-                AutoscalerError::Terminate {
-                    node: name.to_string(),
-                    detail,
-                }
-            })?;
+            stop_with(
+                self.settings.timeout,
+                &["scancel".to_string(), job],
+                &[],
+                name,
+            )?;
         }
         self.records.remove(name);
         Ok(())
