@@ -13,12 +13,11 @@ TORCH_ENV = if [ -z "$$LIBTORCH" ]; then \
 	  export LIBTORCH_USE_PYTORCH=1 PATH="$$(dirname $$PY):$$PATH"; \
 	fi
 
-# The standalone crate templates (examples/template: actors and tasks;
-# examples/template-train: training, with the build.rs line that finds
-# libtorch), built into this target directory so they share the compiled
-# dependencies.
+# The actors template (examples/template), a workspace of its own as a
+# user's program is, built into this target directory so that it shares the
+# compiled dependencies it can. (The training template, examples/template-train,
+# is a member of the workspace.)
 TEMPLATE = --manifest-path examples/template/Cargo.toml
-TEMPLATE_TRAIN = --manifest-path examples/template-train/Cargo.toml
 
 .PHONY: demo test test-long fuzz build run lint bench image gpu-bundle
 
@@ -58,8 +57,7 @@ lint:
 	  cargo clippy --workspace --all-targets -- -D warnings && \
 	  cargo clippy --workspace --all-targets --features nimbus-train/cuda -- -D warnings && \
 	  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps && \
-	  cargo fmt $(TEMPLATE) --check && cargo clippy $(TEMPLATE) --target-dir target -- -D warnings && \
-	  cargo fmt $(TEMPLATE_TRAIN) --check && cargo clippy $(TEMPLATE_TRAIN) --target-dir target -- -D warnings
+	  cargo fmt $(TEMPLATE) --check && cargo clippy $(TEMPLATE) --target-dir target -- -D warnings
 
 # What a GPU machine without Rust runs: target/gpu-bundle/ (stripped
 # binaries built with the `cuda` feature, the peers, gpu-check.sh); there:

@@ -9,8 +9,11 @@
 #    (scripts/phases.sh).
 #
 # It builds only what it runs, in the profile `make test` builds in (`dev`,
-# whose opt-level Cargo.toml sets), so a `make test` after it reuses the
-# build. The programs' own lines are the demo: their logs show errors only
+# whose opt-level Cargo.toml sets), and with the whole workspace's features
+# (`--workspace` with the targets named): the second build then reuses
+# nimbus and its dependencies from the first (with `-p nimbus-train`, cargo
+# built them again with that package's features), and a `make test` after
+# it reuses both. The programs' own lines are the demo: their logs show errors only
 # (NIMBUS_LOG=error, unless set), where warnings would repeat those lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +29,7 @@ if [ -z "${LIBTORCH:-}" ]; then
   torch=$!
 fi
 phase "build the cluster example (torch installing beside it)" \
-  cargo build --bin nimbus --example local_cluster
+  cargo build --workspace --bin nimbus --example local_cluster
 phase "3-node cluster, a node killed" target/debug/examples/local_cluster
 use_torch() {
   if [ -n "${LIBTORCH:-}" ]; then return 0; fi
@@ -41,7 +44,7 @@ use_torch() {
 phase "torch installed" use_torch
 
 # Step 2.
-phase "build the training example" cargo build -p nimbus-train --example train_mnist
+phase "build the training example" cargo build --workspace --example train_mnist
 phase "MNIST on 2 workers, one crashing" \
   target/debug/examples/train_mnist --workers 2 --epochs 2 --fail-at-step 60
 

@@ -3,17 +3,20 @@
 #
 # 1. In the background: Chromium for the dashboard's browser tests,
 #    kubernetes-validate (which then checks the manifests), and torch
-#    (unless LIBTORCH is set), while the `nimbus` crate, which needs none
-#    of them, builds.
+#    (unless LIBTORCH is set), while everything of the workspace that needs
+#    no libtorch builds (`--keep-going` past the crates that do, with the
+#    workspace's features: built with `-p nimbus` alone, nimbus and most of
+#    its dependencies were built a second time in step 2).
 # 2. The whole workspace builds once, in one profile (`dev`) and one
-#    feature set.
+#    feature set; the training template is a member of it.
 # 3. Every test binary runs, the long fault-injection tests included
 #    (`--include-ignored`), in two lanes at once, with the doc tests, the
-#    two template crates (built into the same target directory, and run
-#    from a copy outside it with no nimbus binary to be found), and the
-#    CUDA-less checks of a GPU build (the one build with nimbus-train's
-#    `cuda`: a CUDA build links libtorch_cuda.so, which tests of hosts
-#    without it must not need).
+#    two template crates (run from a copy outside the repository with no
+#    nimbus binary to be found; the actors template is built as a
+#    workspace of its own, as a copy is), and the CUDA-less checks of a GPU
+#    build (the one build with nimbus-train's `cuda`, on the workspace's
+#    other features: a CUDA build links libtorch_cuda.so, which tests of
+#    hosts without it must not need).
 # 4. The tests that could not run here are counted (tests/common/not_run.rs:
 #    they fail unless NIMBUS_ALLOW_NOT_RUN is set, and always under CI),
 #    and the time per phase is printed and held against README.md's
@@ -23,7 +26,6 @@ cd "$(dirname "$0")/.."
 source scripts/phases.sh
 
 TEMPLATE=examples/template/Cargo.toml
-TEMPLATE_TRAIN=examples/template-train/Cargo.toml
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -50,8 +52,17 @@ if [ -z "${LIBTORCH:-}" ]; then
   scripts/ensure-torch.sh >"$work/torch.python" 2>"$work/torch" &
   torch=$!
 fi
-phase "build nimbus (torch, chromium, kubernetes-validate installing beside it)" \
-  cargo build -p nimbus --all-targets
+# What needs no libtorch; the crates that do fail here (torch is not there
+# yet) and build in step 2, where any other error shows again.
+build_without_torch() {
+  if cargo build --workspace --all-targets --keep-going >"$work/without-torch" 2>&1; then
+    echo "everything built (torch was there already)"
+  else
+    echo "built what needs no libtorch; the rest builds once torch is installed"
+  fi
+}
+phase "build what needs no libtorch (torch, chromium, kubernetes-validate installing beside it)" \
+  build_without_torch
 use_torch() {
   if [ -n "${LIBTORCH:-}" ]; then return 0; fi
   await "$torch" torch
@@ -89,13 +100,19 @@ for line in open(sys.argv[1]):
     where = os.path.relpath(package) if os.path.relpath(package) != "." else "nimbus"
     print("\t".join([f"{where}:{t['kind'][0]}:{t['name']}", package, m["executable"]]))
 PY
-# Runs one test binary (a line of $work/binaries), timed, into its lane's log.
-run_binary() {
-  local name=$1 dir=$2 exe=$3 start
+# Runs step $1 (the command after it), timed, into its lane's log.
+timed() {
+  local name=$1 start
+  shift
   start=$(date +%s)
   echo "--- $name"
-  (cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe" --include-ignored)
+  "$@"
   echo "--- $name: $(($(date +%s) - start)) s"
+}
+# Runs one test binary (a line of $work/binaries).
+run_binary() {
+  local name=$1 dir=$2 exe=$3
+  timed "$name" eval '(cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe" --include-ignored)'
 }
 # The binaries of lane A.
 in_lane_a() {
@@ -109,16 +126,17 @@ lane_a() {
   while IFS=$'\t' read -r name dir exe; do
     if in_lane_a "$name"; then run_binary "$name" "$dir" "$exe"; fi
   done <"$work/binaries"
-  template
+  timed "template crate (a workspace of its own)" template
 }
 lane_b() {
   local name dir exe
   while IFS=$'\t' read -r name dir exe; do
     if ! in_lane_a "$name"; then run_binary "$name" "$dir" "$exe"; fi
   done <"$work/binaries"
-  NIMBUS_BIN="$PWD/target/debug/nimbus" cargo test --workspace --doc
-  cargo test -p nimbus-train --features cuda --test cuda
-  template_train
+  timed "doc tests" env NIMBUS_BIN="$PWD/target/debug/nimbus" cargo test --workspace --doc
+  timed "CUDA-less checks of a cuda build" \
+    cargo test --workspace --features nimbus-train/cuda --test cuda
+  timed "training template crate" run_alone target/debug/nimbus-template-train
 }
 # A template's program, run as the README says a copy of it runs: from a
 # directory of its own outside the repository, with no nimbus binary set,
@@ -133,14 +151,8 @@ run_alone() {
     TMPDIR="$dir/tmp" "./$(basename "$program")")
 }
 template() {
-  echo "--- template crate"
   cargo build --manifest-path "$TEMPLATE" --target-dir target
   run_alone target/debug/nimbus-template
-}
-template_train() {
-  echo "--- training template crate"
-  cargo build --manifest-path "$TEMPLATE_TRAIN" --target-dir target
-  run_alone target/debug/nimbus-template-train
 }
 lanes() {
   lane_a >"$work/lane-a" 2>&1 &
@@ -151,7 +163,7 @@ lanes() {
   wait "$a" || failed+=("A")
   wait "$b" || failed+=("B")
   cat "$work/lane-a" "$work/lane-b"
-  echo "--- test binaries, seconds each:"
+  echo "--- test binaries and steps, seconds each:"
   grep -h '^--- .*: [0-9]* s$' "$work/lane-a" "$work/lane-b" | sed 's/^--- /    /'
   if [ ${#failed[@]} -gt 0 ]; then
     echo "lane(s) ${failed[*]} failed: the first failure is above (FAILED, panicked)" >&2

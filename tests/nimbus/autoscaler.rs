@@ -333,8 +333,11 @@ fn the_slurm_provider_submits_a_job_per_node_and_cancels_it_when_idle() {
         "{submitted}"
     );
 
+    // The node may still count as launching in the latest report when the
+    // example ends: wait for it to be neither, and cancelled.
     status_until(home.path(), Duration::from_secs(40), |s| {
-        s["autoscaler"]["node_types"][0]["running"] == 0
+        let cpu_2 = &s["autoscaler"]["node_types"][0];
+        cpu_2["running"] == 0 && cpu_2["launching"] == 0 && bin.join("scancel.log").exists()
     });
     let cancelled = std::fs::read_to_string(bin.join("scancel.log")).unwrap();
     assert_eq!(cancelled.lines().count(), 1, "{cancelled}");
