@@ -73,6 +73,10 @@ pub struct HeadConfig {
     /// work off the head.
     #[serde(default)]
     pub resources: Option<BTreeMap<String, f64>>,
+    /// Serve the head's Prometheus metrics (the autoscaler's decisions and
+    /// nodes among them) on this port, as `nimbus start
+    /// --metrics-export-port` (0: any free port; default: none).
+    pub metrics_export_port: Option<u16>,
 }
 
 /// How nodes are launched and stopped.

@@ -27,6 +27,9 @@ pub struct Observed {
     pub nodes: Vec<ObservedNode>,
     /// What waiting spawns and placement groups ask for, one entry each.
     pub demands: Vec<Wanted>,
+    /// The capacity requested ahead of use (`request_resources`): bundles
+    /// to fit the nodes' total resources, whatever runs on them.
+    pub requested: Vec<ResourceSet>,
 }
 
 /// One waiting demand: a spawn's resources (one bundle), or a placement
@@ -135,6 +138,7 @@ pub struct Scaler {
     backoff: HashMap<String, Backoff>,
     next_index: HashMap<String, u32>,
     decisions: VecDeque<String>,
+    decided: u64,
 }
 
 impl Scaler {
@@ -151,6 +155,7 @@ impl Scaler {
             backoff: HashMap::new(),
             next_index: HashMap::new(),
             decisions: VecDeque::new(),
+            decided: 0,
         }
     }
 
@@ -193,7 +198,7 @@ impl Scaler {
     /// Steps 2-5: what to launch and stop, given the cluster `observed` at `now`.
     pub fn decide(&mut self, observed: &Observed, now: Instant) -> Vec<Action> {
         let mut actions = self.reconcile(observed, now);
-        let (launches, packed_into) = self.plan_launches(observed, now);
+        let (launches, (packed_into, requested)) = self.plan_launches(observed, now);
         for (node_type, why) in launches {
             let name = self.name_for(&node_type);
             self.note(format!("launching {name} ({node_type}) {why}"));
@@ -207,7 +212,7 @@ impl Scaler {
             );
             actions.push(Action::Launch { node_type, name });
         }
-        actions.extend(self.stop_idle(observed, &packed_into, now));
+        actions.extend(self.stop_idle(observed, (&packed_into, &requested), now));
         actions
     }
 
@@ -255,12 +260,14 @@ impl Scaler {
 
     /// Step 3: the node types to launch (with why), first-fit decreasing
     /// of the demands onto the free resources of the members, the nodes
-    /// launching, and new nodes; and the members a demand was packed into.
+    /// launching, and new nodes; and the members a demand was packed into
+    /// and those the requested capacity was.
+    #[allow(clippy::type_complexity)]
     fn plan_launches(
         &mut self,
         observed: &Observed,
         now: Instant,
-    ) -> (Vec<(String, String)>, HashSet<String>) {
+    ) -> (Vec<(String, String)>, (HashSet<String>, HashSet<String>)) {
         let mut bins: Vec<(Bin, ResourceSet)> = observed
             .nodes
             .iter()
@@ -336,7 +343,60 @@ impl Scaler {
         let at_once =
             ((self.upscaling_speed * joined as f64).ceil() as usize).max(MIN_LAUNCHES_AT_ONCE);
         launches.truncate(at_once.saturating_sub(launching));
-        (launches, packed_into)
+        let (for_requested, requested) = self.plan_requested(observed, &launches, &mut counts, now);
+        launches.extend(for_requested);
+        (launches, (packed_into, requested))
+    }
+
+    /// Step 3, requested capacity: the node types to launch so that the
+    /// requested bundles fit, first-fit decreasing, the *total* resources
+    /// of the members, the nodes launching and those planned this round
+    /// (as Ray's `request_resources`: not added to what runs there, and
+    /// not held to the upscaling speed); and the members they fit on.
+    fn plan_requested(
+        &self,
+        observed: &Observed,
+        planned: &[(String, String)],
+        counts: &mut HashMap<String, usize>,
+        now: Instant,
+    ) -> (Vec<(String, String)>, HashSet<String>) {
+        let launching = self
+            .launched
+            .values()
+            .filter(|n| !n.joined)
+            .map(|n| n.node_type.as_str())
+            .chain(planned.iter().map(|(node_type, _)| node_type.as_str()));
+        let mut bins: Vec<(Option<String>, ResourceSet)> = observed
+            .nodes
+            .iter()
+            .map(|n| (Some(n.name.clone()), n.total.clone()))
+            .chain(
+                launching
+                    .filter_map(|t| self.node_type(t))
+                    .map(|t| (None, t.resources.clone())),
+            )
+            .collect();
+        let mut bundles = observed.requested.clone();
+        bundles.sort_by(larger_first);
+        let mut launches = Vec::new();
+        let mut kept = HashSet::new();
+        for bundle in bundles.iter().filter(|b| !b.iter().all(|(_, v)| v <= 0.0)) {
+            if let Some((member, free)) = bins.iter_mut().find(|(_, free)| bundle.fits_in(free)) {
+                free.subtract(bundle);
+                kept.extend(member.clone());
+                continue;
+            }
+            let Some(t) = self.cheapest_open(bundle, counts, now) else {
+                continue;
+            };
+            *counts.entry(t.name.clone()).or_default() += 1;
+            bins.push((None, t.resources.minus(bundle)));
+            launches.push((
+                t.name.clone(),
+                format!("for the requested resources ({} bundles)", bundles.len()),
+            ));
+        }
+        (launches, kept)
     }
 
     /// The smallest node type that offers `demand`, may launch another
@@ -360,11 +420,13 @@ impl Scaler {
     }
 
     /// Step 5: stops nodes idle for the idle timeout, keeping each type's
-    /// min and any node a waiting demand was packed into.
+    /// min, any node a waiting demand was packed into (it is about to be
+    /// used: not idle) and any the requested capacity was packed into
+    /// (idle, and kept).
     fn stop_idle(
         &mut self,
         observed: &Observed,
-        packed_into: &HashSet<String>,
+        (packed_into, requested): (&HashSet<String>, &HashSet<String>),
         now: Instant,
     ) -> Vec<Action> {
         let mut counts = self.counts();
@@ -382,7 +444,7 @@ impl Scaler {
             let node_type = launched.node_type.clone();
             let min = self.node_type(&node_type).map_or(0, |t| t.min as usize);
             let count = counts.get(&node_type).copied().unwrap_or(0);
-            if idle >= self.idle_timeout && count > min {
+            if idle >= self.idle_timeout && count > min && !requested.contains(&node.name) {
                 counts.insert(node_type, count - 1);
                 self.launched.remove(&node.name);
                 self.idle_since.remove(&node.name);
@@ -439,6 +501,7 @@ impl Scaler {
             node_types,
             decisions: self.decisions.iter().cloned().collect(),
             max_workers: self.max_workers as u32,
+            decided: self.decided,
         }
     }
 
@@ -486,6 +549,7 @@ impl Scaler {
             self.decisions.pop_front();
         }
         self.decisions.push_back(decision);
+        self.decided += 1;
     }
 }
 

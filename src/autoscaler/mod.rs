@@ -22,14 +22,16 @@
 //!    (first-fit decreasing); a demand no type offers launches nothing.
 //!    Within each type's `max_workers`, the overall `max_workers`, and
 //!    at most `upscaling_speed` × the running nodes at once (at least 5);
-//!    each type's `min_workers` are kept running.
+//!    each type's `min_workers` are kept running. Capacity requested
+//!    ahead of use (`request.rs`) is packed onto the nodes' total
+//!    resources, and nodes launched for what does not fit.
 //! 4. **Launch** through the provider; a launch that fails backs its type
 //!    off: 5 s, doubling per failure in a row, up to 5 min
 //!    ([`decide::FIRST_BACKOFF`], [`decide::MAX_BACKOFF`]).
 //! 5. **Stop idle nodes**: a launched node that uses no resources and
 //!    holds no object's only copy for `idle_timeout_s`, and that no
-//!    waiting demand was packed into, is stopped (SIGTERM: it leaves the
-//!    cluster), down to its type's `min_workers`.
+//!    waiting demand or requested bundle was packed into, is stopped
+//!    (SIGTERM: it leaves the cluster), down to its type's `min_workers`.
 //! 6. **Report** to the head (`MembershipRequest::Autoscaler`): the node
 //!    types with running, launching and idle nodes, back-offs, and the
 //!    latest decisions. `nimbus status` shows them, and a spawn that no
@@ -45,6 +47,7 @@ pub mod config;
 pub mod decide;
 pub mod monitor;
 pub mod provider;
+mod request;
 #[cfg(test)]
 mod simulation;
 
@@ -52,6 +55,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use config::ClusterConfig;
+pub use request::request_resources;
 
 /// How often the autoscaler observes, decides and reports (step 2).
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -89,6 +93,15 @@ pub enum AutoscalerError {
         /// The directory.
         path: PathBuf,
         /// Why.
+        detail: String,
+    },
+    /// `nimbus::init` and `Driver::connect` have not run in this process.
+    #[error("nimbus is not initialised in this process: call nimbus::init(..) and Driver::connect() first")]
+    NotInitialized,
+    /// The head did not take a request for capacity.
+    #[error("cannot request resources: {detail}")]
+    Request {
+        /// Why (the head's refusal names the bundle or the limit).
         detail: String,
     },
     /// The head could not be reached.

@@ -155,6 +155,7 @@ async fn observe(client: &ClusterClient, scaler: &Scaler) -> Result<Observed, Cl
                 Wanted { bundles, together }
             })
             .collect(),
+        requested: status.requested.clone(),
     })
 }
 

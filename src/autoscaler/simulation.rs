@@ -167,6 +167,7 @@ impl Model {
                 .iter()
                 .map(|d| Wanted::one(d.needs.clone()))
                 .collect(),
+            requested: Vec::new(),
         };
         for action in self.scaler.decide(&observed, now) {
             self.apply(action);
@@ -404,6 +405,7 @@ fn launched_for(demands: Vec<Wanted>) -> Vec<String> {
     let observed = Observed {
         nodes: Vec::new(),
         demands,
+        requested: Vec::new(),
     };
     Scaler::new(&config)
         .decide(&observed, Instant::now())
@@ -445,4 +447,76 @@ fn placement_groups_get_the_nodes_their_strategy_needs() {
         5,
         "at most 5 launches at once (the upscaling floor), 6 nodes in all (max_workers)"
     );
+}
+
+#[test]
+fn requested_capacity_is_launched_kept_while_idle_and_let_go_once_cleared() {
+    let text = "idle_timeout_s = 10\n[provider]\nkind = \"local\"\n\
+                [node_types.small]\nresources = { CPU = 2 }\nmax_workers = 4\n";
+    let config = ClusterConfig::parse(Path::new("requested.toml"), text).unwrap();
+    let mut scaler = Scaler::new(&config);
+    let start = Instant::now();
+    let requested = vec![
+        ResourceSet::of(CPU, 2.0),
+        ResourceSet::of(CPU, 1.0),
+        ResourceSet::of(CPU, 2.0),
+    ];
+    let mut observed = Observed {
+        requested: requested.clone(),
+        ..Observed::default()
+    };
+    let launched: Vec<String> = scaler
+        .decide(&observed, start)
+        .into_iter()
+        .map(|action| match action {
+            Action::Launch { name, .. } => name,
+            other => panic!("{other:?} on an empty cluster"),
+        })
+        .collect();
+    assert_eq!(
+        launched.len(),
+        3,
+        "two CPU=2 bundles and a CPU=1: three nodes"
+    );
+    // They join and sit idle: kept, and nothing more is launched, for as
+    // long as the request stands, even when their CPUs are in use (the
+    // request is for capacity, not added to what runs); shown idle.
+    observed.nodes = launched
+        .iter()
+        .map(|name| ObservedNode {
+            name: name.clone(),
+            total: ResourceSet::of(CPU, 2.0),
+            used: ResourceSet::default(),
+            holds_objects: false,
+        })
+        .collect();
+    for second in 1..=120 {
+        observed.nodes[0].used = match second > 60 {
+            true => ResourceSet::of(CPU, 2.0),
+            false => ResourceSet::default(),
+        };
+        let actions = scaler.decide(&observed, start + Duration::from_secs(second));
+        assert!(actions.is_empty(), "at {second} s: {actions:?}");
+    }
+    let report = scaler.report(start + Duration::from_secs(120));
+    assert_eq!(report.node_types[0].idle.len(), 2, "{report:?}");
+    // Cleared: the two nodes idle since they joined go at once, the one
+    // in use until now once idle for the timeout.
+    observed.requested.clear();
+    observed.nodes[0].used = ResourceSet::default();
+    let mut stopped = Vec::new();
+    for second in 121..=140 {
+        for action in scaler.decide(&observed, start + Duration::from_secs(second)) {
+            match action {
+                Action::Terminate { name, .. } => stopped.push((second, name)),
+                other => panic!("{other:?} once the request is cleared"),
+            }
+        }
+    }
+    let expected = [
+        (121, launched[1].clone()),
+        (121, launched[2].clone()),
+        (131, launched[0].clone()),
+    ];
+    assert_eq!(stopped, expected);
 }

@@ -32,6 +32,7 @@ pub(crate) fn run(args: StatusArgs) -> Result<()> {
     } else {
         print_table(&status);
         print_demands(&demands);
+        print_requested(&status);
         if let Some(autoscaler) = &status.autoscaler {
             print_autoscaler(autoscaler, &demands);
         }
@@ -43,27 +44,54 @@ pub(crate) fn run(args: StatusArgs) -> Result<()> {
 /// them: `pending: 3 actors waiting for GPU=1 (longest 12.0 s)` (a
 /// placement group's bundles together).
 fn print_demands(demands: &[Demand]) {
-    let mut groups: BTreeMap<(bool, String), (usize, u64)> = BTreeMap::new();
+    let mut groups: BTreeMap<(u8, String), (usize, u64)> = BTreeMap::new();
     for demand in demands {
-        let key = (demand.group.is_some(), demand.resources.to_string());
-        let group = groups.entry(key).or_default();
-        group.0 += 1;
+        let (kind, count) = match (&demand.group, demand.tasks) {
+            (Some(_), _) => (1, 1),
+            (None, 0) => (0, 1),
+            (None, tasks) => (2, tasks as usize),
+        };
+        let group = groups
+            .entry((kind, demand.resources.to_string()))
+            .or_default();
+        group.0 += count;
         group.1 = group.1.max(demand.waited_ms);
     }
     if groups.is_empty() {
         println!("pending: none");
     }
-    for ((placement, resources), (count, longest)) in groups {
-        let what = match (placement, count) {
-            (false, 1) => "actor",
-            (false, _) => "actors",
-            (true, 1) => "placement group",
-            (true, _) => "placement groups",
+    for ((kind, resources), (count, longest)) in groups {
+        let what = match (kind, count) {
+            (0, 1) => "actor",
+            (0, _) => "actors",
+            (1, 1) => "placement group",
+            (1, _) => "placement groups",
+            (_, 1) => "task",
+            (_, _) => "tasks",
         };
         println!(
             "pending: {count} {what} waiting for {resources} (longest {:.1} s)",
             longest as f64 / 1000.0
         );
+    }
+}
+
+/// The capacity requested ahead of use, grouped by bundle, and which
+/// node type would hold each bundle (or why none can).
+fn print_requested(status: &ClusterStatus) {
+    let mut groups: BTreeMap<String, (usize, &ResourceSet)> = BTreeMap::new();
+    for bundle in &status.requested {
+        groups.entry(bundle.to_string()).or_insert((0, bundle)).0 += 1;
+    }
+    for (text, (count, bundle)) in groups {
+        let fits = match &status.autoscaler {
+            Some(autoscaler) => match autoscaler.type_for(bundle) {
+                Ok(t) => format!("a {} node holds each", t.name),
+                Err(why) => format!("no node type can hold it: {why}"),
+            },
+            None => "no autoscaler runs to launch nodes for it".to_string(),
+        };
+        println!("requested: {count} × {text} ({fits})");
     }
 }
 

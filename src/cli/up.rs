@@ -180,6 +180,9 @@ fn start_head(config: &ClusterConfig) -> Result<u32> {
     if let Some(ip) = config.head.node_ip_address {
         command.args(["--node-ip-address", &ip.to_string()]);
     }
+    if let Some(port) = config.head.metrics_export_port {
+        command.args(["--metrics-export-port", &port.to_string()]);
+    }
     if let Some(resources) = &config.head.resources {
         let set = crate::autoscaler::config::resource_set(resources)
             .map_err(|problem| anyhow::anyhow!("[head] {problem}"))?;

@@ -10,6 +10,10 @@ use super::ResourceSet;
 /// one report: bounded whatever a caller sends).
 pub const MAX_REPORTED: usize = 64;
 
+/// The most bundles a `RequestResources` may ask for (the head keeps the
+/// latest request: bounded whatever a caller sends).
+pub const MAX_REQUESTED_BUNDLES: usize = 1024;
+
 /// The autoscaler's view, sent to the head after each decision round.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AutoscalerReport {
@@ -20,6 +24,24 @@ pub struct AutoscalerReport {
     pub decisions: Vec<String>,
     /// The most worker nodes it runs, all types together.
     pub max_workers: u32,
+    /// How many decisions it has made since it started (the head
+    /// publishes the ones it has not seen as events).
+    #[serde(default)]
+    pub decided: u64,
+}
+
+impl AutoscalerReport {
+    /// The decisions of this report that a head which saw `seen` decisions
+    /// counted (`decided`) in the report before has not seen: the newest
+    /// ones (all it carries when the autoscaler started again).
+    pub fn new_decisions(&self, seen: u64) -> &[String] {
+        let new = match self.decided >= seen {
+            true => self.decided - seen,
+            false => self.decided,
+        };
+        let new = new.min(self.decisions.len() as u64) as usize;
+        &self.decisions[self.decisions.len() - new..]
+    }
 }
 
 impl AutoscalerReport {

@@ -95,8 +95,9 @@ impl ControlRequest {
     pub fn is_idempotent(&self) -> bool {
         matches!(
             self,
-            ControlRequest::Membership(MembershipRequest::Status)
-                | ControlRequest::Events(_)
+            ControlRequest::Membership(
+                MembershipRequest::Status | MembershipRequest::RequestResources { .. }
+            ) | ControlRequest::Events(_)
                 | ControlRequest::Directory(
                     DirectoryRequest::ReserveName { .. }
                         | DirectoryRequest::LookupName(_)
@@ -274,6 +275,16 @@ pub enum MembershipRequest {
     /// shown by `Status` while fresh, and what spawns that no node fits
     /// wait for. Answered with `Ack`.
     Autoscaler(AutoscalerReport),
+    /// Capacity to keep ready ahead of use (Ray's `request_resources`):
+    /// the autoscaler grows the cluster until these bundles fit the
+    /// nodes' total resources, and keeps those nodes, until the next
+    /// request replaces them (an empty one clears them). At most
+    /// [`MAX_REQUESTED_BUNDLES`](super::MAX_REQUESTED_BUNDLES). Answered
+    /// with `Ack`.
+    RequestResources {
+        /// The bundles, each to fit one node.
+        bundles: Vec<ResourceSet>,
+    },
 }
 
 impl From<MembershipRequest> for ControlRequest {
@@ -382,6 +393,21 @@ pub enum DirectoryRequest {
     /// To the head: a placement group that was waiting was reserved or
     /// failed. Answered with `Ack`.
     GroupPlaced(PlacementGroupId),
+    /// To the head: `count` tasks of one placement in one process (its
+    /// queue, `queue`) wait to run, and the last worker start for them
+    /// found no node with room; said again every second while they wait,
+    /// with `count` 0 once none do (`crate::task`'s pool). Answered with
+    /// `Ack`.
+    TasksWaiting {
+        /// The process's queue for this placement (a random number).
+        queue: u64,
+        /// What each task asks for.
+        resources: ResourceSet,
+        /// How many wait.
+        count: u32,
+        /// Their job.
+        job: String,
+    },
 }
 
 /// A placement group's demand: its bundles and how they must be spread
@@ -425,14 +451,22 @@ pub struct Demand {
     /// The placement group's bundles and spread, for a group.
     #[serde(default)]
     pub group: Option<GroupDemand>,
+    /// For tasks waiting to run: how many, each asking for `resources`
+    /// (0 for a spawn or a group).
+    #[serde(default)]
+    pub tasks: u32,
 }
 
 impl Demand {
-    /// Its bundles (one for a spawn) and how they must share nodes.
+    /// Its bundles (one for a spawn, one per task) and how they must
+    /// share nodes.
     pub fn bundles(&self) -> (Vec<ResourceSet>, Together) {
         match &self.group {
             Some(group) => (group.bundles.clone(), group.together),
-            None => (vec![self.resources.clone()], Together::Loose),
+            None => (
+                vec![self.resources.clone(); self.tasks.max(1) as usize],
+                Together::Loose,
+            ),
         }
     }
 }
@@ -1132,6 +1166,10 @@ pub struct ClusterStatus {
     /// cluster does not grow by itself).
     #[serde(default)]
     pub autoscaler: Option<AutoscalerReport>,
+    /// The capacity requested ahead of use (`RequestResources`), bundle by
+    /// bundle.
+    #[serde(default)]
+    pub requested: Vec<ResourceSet>,
 }
 
 impl ClusterStatus {
@@ -1249,6 +1287,13 @@ pub enum ClusterEventKind {
         #[serde(default)]
         rule_hits: Vec<u64>,
     },
+    /// The autoscaler decided to launch or stop a node, or a launch
+    /// failed (`launching cpu-2-1 (cpu-2) for 2 waiting demand(s)`,
+    /// `terminating cpu-2-1: idle 10.0 s`).
+    Autoscaler {
+        /// The decision, in words.
+        decision: String,
+    },
     /// Not an event: the reader asked for the events after `after`, and
     /// some of them are gone (the head restarted, or more were published
     /// than the head keeps while the reader was away). What it knows from
@@ -1327,6 +1372,9 @@ impl ClusterEventKind {
                     rule_hits
                 },
             },
+            ClusterEventKind::Autoscaler { decision } => ClusterEventKind::Autoscaler {
+                decision: bounded_text(decision),
+            },
             plain @ (ClusterEventKind::NodeJoined { .. }
             | ClusterEventKind::NodeLeft { .. }
             | ClusterEventKind::JobEnded { .. }
@@ -1371,6 +1419,7 @@ impl ClusterEventKind {
             | ClusterEventKind::FaultInjected { .. }
             | ClusterEventKind::JobEnded { .. }
             | ClusterEventKind::PacketFaults { .. }
+            | ClusterEventKind::Autoscaler { .. }
             | ClusterEventKind::Resync { .. } => None,
         }
     }

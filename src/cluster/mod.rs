@@ -35,7 +35,7 @@ mod resources;
 mod runs;
 mod versions;
 
-pub use autoscaling::{AutoscalerReport, NodeTypeReport, MAX_REPORTED};
+pub use autoscaling::{AutoscalerReport, NodeTypeReport, MAX_REPORTED, MAX_REQUESTED_BUNDLES};
 pub use death::{bounded_text, DeathCause, MAX_TEXT_BYTES};
 pub use digest::{sha256_bytes, sha256_file};
 pub use jobs::{

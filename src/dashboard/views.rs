@@ -303,6 +303,7 @@ fn describe(kind: &ClusterEventKind) -> Option<(&'static str, String)> {
         ClusterEventKind::PacketFaults { process, .. } => {
             ("packet faults", format!("counted in {process}"))
         }
+        ClusterEventKind::Autoscaler { decision } => ("autoscaler", decision.clone()),
         // The timeline reads a window of the kept events, not a stream:
         // the marker for the window's start says nothing.
         ClusterEventKind::ResourcesChanged { .. } | ClusterEventKind::Resync { .. } => return None,

@@ -9,7 +9,11 @@
 //! 2. When it ends, placed or failed, it says so (`Placed`,
 //!    `GroupPlaced`); a spawner that dies first is forgotten once the time
 //!    it gave has passed.
-//! 3. `ListDemands` answers the demands still waiting, with how long each
+//! 3. Tasks that wait to run, with no node found with room for a worker,
+//!    are counted per placement by their process, which says so every
+//!    second while they wait (`TasksWaiting`, with the count; 0 once none
+//!    do); a count not said again for [`TASKS_FRESH_FOR`] is forgotten.
+//! 4. `ListDemands` answers the demands still waiting, with how long each
 //!    has waited.
 //!
 //! [`Demands`] is the plain state (time passed in); the `Directory` actor
@@ -24,6 +28,13 @@ use crate::cluster::{ActorId, Demand, GroupDemand, PlacementGroupId, ResourceSet
 /// memory is bounded whatever spawners send).
 pub const MAX_DEMANDS: usize = 10_000;
 
+/// How long a count of waiting tasks stands unless said again (step 3;
+/// their process says it every second).
+pub const TASKS_FRESH_FOR: Duration = Duration::from_secs(3);
+
+/// The most tasks one count stands for (the autoscaler packs each).
+pub const MAX_TASKS_COUNTED: u32 = 10_000;
+
 /// Who waits: a spawn or a placement group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Waiter {
@@ -31,6 +42,8 @@ pub enum Waiter {
     Actor(ActorId),
     /// A placement group's creation.
     Group(PlacementGroupId),
+    /// A process's tasks of one placement (its queue number).
+    Tasks(u64),
 }
 
 /// One waiting spawn or group.
@@ -40,6 +53,7 @@ struct Waiting {
     resources: ResourceSet,
     job: String,
     group: Option<GroupDemand>,
+    tasks: u32,
     since: Instant,
     until: Instant,
 }
@@ -93,6 +107,27 @@ impl Demands {
         );
     }
 
+    /// Step 3: `count` tasks of `queue` wait for `resources` each (0:
+    /// none do any more).
+    pub fn tasks_wait(
+        &mut self,
+        queue: u64,
+        (resources, job): (ResourceSet, String),
+        count: u32,
+        now: Instant,
+    ) {
+        let waiter = Waiter::Tasks(queue);
+        if count == 0 {
+            self.waiting.remove(&waiter);
+            return;
+        }
+        let class = "tasks".to_string();
+        self.insert(waiter, (class, resources, job, None), now, TASKS_FRESH_FOR);
+        if let Some(waiting) = self.waiting.get_mut(&waiter) {
+            waiting.tasks = count.min(MAX_TASKS_COUNTED);
+        }
+    }
+
     fn insert(
         &mut self,
         waiter: Waiter,
@@ -112,6 +147,7 @@ impl Demands {
                 resources,
                 job,
                 group,
+                tasks: 0,
                 since: now,
                 until,
             };
@@ -133,13 +169,14 @@ impl Demands {
             .map(|(waiter, w)| Demand {
                 actor: match waiter {
                     Waiter::Actor(actor) => *actor,
-                    Waiter::Group(_) => ActorId(0),
+                    Waiter::Group(_) | Waiter::Tasks(_) => ActorId(0),
                 },
                 class: w.class.clone(),
                 resources: w.resources.clone(),
                 job: w.job.clone(),
                 waited_ms: now.saturating_duration_since(w.since).as_millis() as u64,
                 group: w.group.clone(),
+                tasks: w.tasks,
             })
             .collect();
         demands.sort_by(|a, b| b.waited_ms.cmp(&a.waited_ms).then(a.actor.cmp(&b.actor)));
@@ -201,6 +238,28 @@ mod tests {
         let listed = demands.list(t0);
         assert_eq!(listed.len(), 1, "the actor of the same number still waits");
         assert_eq!(listed[0].actor, ActorId(7));
+    }
+
+    #[test]
+    fn waiting_tasks_are_counted_until_none_wait_or_their_process_falls_silent() {
+        let mut demands = Demands::default();
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let cpu = || (ResourceSet::of("CPU", 1.0), "job".to_string());
+        demands.tasks_wait(3, cpu(), 12, t0);
+        demands.tasks_wait(3, cpu(), 7, t0 + s);
+        let listed = demands.list(t0 + s);
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].tasks, listed[0].waited_ms), (7, 1000));
+        assert_eq!(listed[0].bundles().0.len(), 7, "a bundle per task");
+        demands.tasks_wait(3, cpu(), 0, t0 + s * 2);
+        assert!(demands.list(t0 + s * 2).is_empty(), "none wait any more");
+        demands.tasks_wait(4, cpu(), u32::MAX, t0);
+        assert_eq!(demands.list(t0)[0].tasks, MAX_TASKS_COUNTED);
+        assert!(
+            demands.list(t0 + TASKS_FRESH_FOR).is_empty(),
+            "a silent process's count is forgotten"
+        );
     }
 
     #[test]

@@ -505,6 +505,27 @@ impl Handler<GroupWaiting> for Directory {
     }
 }
 
+/// Tasks wait to run (`demands.rs`, step 3).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct TasksWaiting {
+    /// The process's queue for their placement.
+    pub queue: u64,
+    /// What each asks for, and their job.
+    pub what: (crate::cluster::ResourceSet, String),
+    /// How many wait (0: none any more).
+    pub count: u32,
+}
+
+impl Handler<TasksWaiting> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: TasksWaiting, _: &mut Self::Context) {
+        let now = std::time::Instant::now();
+        self.demands.tasks_wait(msg.queue, msg.what, msg.count, now);
+    }
+}
+
 /// A waiting spawn or group ended (`demands.rs`, step 2).
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -140,6 +140,13 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
                 "only a token holder (the autoscaler nimbus up starts) reports node types",
             ),
         },
+        ControlRequest::Membership(MembershipRequest::RequestResources { .. }) => match token {
+            true => Ok(()),
+            false => deny(
+                "RequestResources",
+                "only a token holder (a driver, the CLI) asks for capacity: it starts machines",
+            ),
+        },
         ControlRequest::Directory(_) => Ok(()),
         ControlRequest::Faults(FaultRequest::AddPacketRule(_)) => match token {
             true => Ok(()),
@@ -577,6 +584,17 @@ mod tests {
         assert!(
             authorize(&worker, &report).is_err(),
             "actor code does not make spawns wait for node types"
+        );
+        let request = ControlRequest::Membership(MembershipRequest::RequestResources {
+            bundles: vec![crate::cluster::ResourceSet::of(crate::cluster::CPU, 2.0)],
+        });
+        assert!(
+            authorize(&cli, &request).is_ok(),
+            "a driver asks for capacity"
+        );
+        assert!(
+            authorize(&worker, &request).is_err(),
+            "actor code starts no machines"
         );
     }
 

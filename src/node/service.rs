@@ -31,7 +31,7 @@ use crate::cluster::{
     BinaryRequest, BundleRequest, DirectoryRequest, EventRequest, FaultRequest, JobRequest,
     MembershipRequest, WorkerRequest,
 };
-use crate::cluster::{ClusterEventKind, ControlReply, ControlRequest};
+use crate::cluster::{ClusterEventKind, ControlReply, ControlRequest, MAX_REQUESTED_BUNDLES};
 use crate::head::demands::Waiter;
 use crate::head::events::{EventsSince, LastSeq, Publish};
 use crate::head::{directory, jobs, membership, HeadActors};
@@ -505,6 +505,29 @@ async fn membership_request(
             membership.do_send(membership::Report(report));
             Ok(ControlReply::Ack)
         }
+        MembershipRequest::RequestResources { bundles } => {
+            if bundles.len() > MAX_REQUESTED_BUNDLES {
+                return Err(RemoteError::new(
+                    RemoteErrorKind::BadRequest,
+                    format!(
+                        "{from} requested {} bundles; at most {MAX_REQUESTED_BUNDLES} are kept",
+                        bundles.len()
+                    ),
+                ));
+            }
+            if let Some((index, e)) = bundles
+                .iter()
+                .enumerate()
+                .find_map(|(i, b)| b.validate().err().map(|e| (i, e)))
+            {
+                return Err(RemoteError::new(
+                    RemoteErrorKind::BadRequest,
+                    format!("{from} requested bundle {index}: {e}"),
+                ));
+            }
+            membership.do_send(membership::Request(bundles));
+            Ok(ControlReply::Ack)
+        }
     }
 }
 
@@ -592,6 +615,20 @@ async fn directory_request(
                 .send(directory::Placed(Waiter::Group(group)))
                 .await
                 .map_err(internal)?;
+            Ok(ControlReply::Ack)
+        }
+        DirectoryRequest::TasksWaiting {
+            queue,
+            resources,
+            count,
+            job,
+        } => {
+            let waiting = directory::TasksWaiting {
+                queue,
+                what: (resources, crate::cluster::bounded_text(job)),
+                count,
+            };
+            directory.send(waiting).await.map_err(internal)?;
             Ok(ControlReply::Ack)
         }
         DirectoryRequest::ListDemands => Ok(ControlReply::Demands(

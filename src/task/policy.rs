@@ -40,13 +40,17 @@
 //!    their releases are ignored ([`Release::Gone`]).
 //! 8. A worker with no task in flight for `idle` or longer is given up:
 //!    [`Leases::expire`] returns it, for the caller to kill.
+//! 9. While the last start of a key found no capacity and none has
+//!    started since, its tasks waiting to run (queued, or behind another
+//!    on a worker) are what it needs room for ([`Leases::waiting_for_room`]:
+//!    the caller tells the head, for an autoscaler).
 //!
 //! And per task ([`Retries`]):
-//! 9. A failure of the task itself (an error of its function, or its
+//! 10. A failure of the task itself (an error of its function, or its
 //!    panic, which its worker catches), a panic recorded in the worker's
 //!    death, or a call that failed with the worker still there (it could
 //!    not be encoded or decoded) fails the task at once.
-//! 10. A call that failed because the worker process or its node was lost
+//! 11. A call that failed because the worker process or its node was lost
 //!    is retried on a new lease, `max_retries` times at most: the loss after
 //!    that fails the task, with the number of losses and the last one.
 //!    Every task in flight on a lost worker is retried on its own count:
@@ -89,6 +93,8 @@ struct Pool<W> {
     starting: usize,
     /// No capacity was found when last asked: back off until then.
     full_until: Option<Instant>,
+    /// The last start found no capacity, and none has started since.
+    no_room: bool,
     /// Tasks in flight per worker, at most (at least 1).
     max_in_flight: usize,
 }
@@ -100,6 +106,7 @@ impl<W> Default for Pool<W> {
             waiting: VecDeque::new(),
             starting: 0,
             full_until: None,
+            no_room: false,
             max_in_flight: 1,
         }
     }
@@ -280,6 +287,7 @@ impl<K: Eq + Hash + Clone, W: Clone> Leases<K, W> {
         match outcome {
             Started::Failed(error) => AfterStart::Fail(error),
             Started::Up(worker) => {
+                pool.no_room = false;
                 pool.workers.push(Leased {
                     id,
                     worker,
@@ -296,6 +304,7 @@ impl<K: Eq + Hash + Clone, W: Clone> Leases<K, W> {
             }
             Started::NoCapacity => {
                 pool.full_until = Some(now + backoff);
+                pool.no_room = true;
                 if let Some(index) = pool.newest_idle().or_else(|| pool.least_busy()) {
                     let mine = pool.lend(index);
                     return AfterStart::Run(mine, pool.fill());
@@ -352,6 +361,23 @@ impl<K: Eq + Hash + Clone, W: Clone> Leases<K, W> {
         };
         pool.waiting.remove(index);
         true
+    }
+
+    /// Step 9: the keys whose last start found no capacity, with their
+    /// tasks waiting to run (queued, or behind another on a worker).
+    pub(crate) fn waiting_for_room(&self) -> Vec<(K, usize)> {
+        self.pools
+            .iter()
+            .filter(|(_, pool)| pool.no_room)
+            .map(|(key, pool)| {
+                let behind: usize = pool
+                    .workers
+                    .iter()
+                    .map(|w| w.in_flight.saturating_sub(1))
+                    .sum();
+                (key.clone(), pool.waiting.len() + behind)
+            })
+            .collect()
     }
 
     /// Takes out the workers idle for the limit or longer, to kill.
@@ -544,6 +570,31 @@ mod tests {
         assert_eq!(leases.ask(&"a", 1, t0), Ask::Start);
         let tickets = (0..n).map(|_| queued(leases.ask(&"a", 1, t0))).collect();
         (leases, tickets)
+    }
+
+    #[test]
+    fn tasks_wait_for_room_from_a_start_that_found_none_until_one_starts() {
+        let t0 = Instant::now();
+        let mut leases = Leases::new(LIMITS);
+        let (one, _) = start(&mut leases, "a", 2, 1, t0);
+        assert_eq!(leases.ask(&"a", 2, t0), Ask::Start);
+        assert!(leases.waiting_for_room().is_empty(), "a start is under way");
+        // No room: the start's asker goes behind the task on worker 1, and
+        // the next task queues.
+        let full = leases.started(&"a", Outcome::NoCapacity, t0);
+        assert!(matches!(full, AfterStart::Run(..)), "{full:?}");
+        queued(leases.ask(&"a", 2, t0));
+        assert_eq!(
+            leases.waiting_for_room(),
+            [("a", 2)],
+            "one behind, one queued"
+        );
+        let _ = leases.release(&"a", one.id, t0);
+        assert_eq!(leases.waiting_for_room(), [("a", 1)]);
+        // A worker started: there is room again.
+        let later = t0 + LIMITS.full_backoff;
+        let _ = start(&mut leases, "a", 2, 2, later);
+        assert!(leases.waiting_for_room().is_empty());
     }
 
     #[test]

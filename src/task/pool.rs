@@ -4,7 +4,8 @@
 //!
 //! Scheduling, as in Ray:
 //! 1. Whether any alive node could *ever* run the task is checked once per
-//!    placement, at submission (`check_feasible`: else `Unsatisfiable`).
+//!    placement, at submission (`check_feasible`: else `Unsatisfiable`,
+//!    unless the cluster's autoscaler has a node type that could).
 //! 2. An idle lease of the same placement (resources, strategy, bundle,
 //!    tasks in flight per worker) is reused.
 //! 3. Otherwise a new worker is started on this process's own node if it
@@ -22,6 +23,10 @@
 //!    elsewhere.
 //! 6. A finished task's lease goes to the oldest queued task; leases idle
 //!    for [`IDLE_LEASE`] (2 s) are returned (the worker is killed).
+//! 7. Every second, while a placement's last worker start found no node
+//!    with room, the count of its tasks waiting to run is told to the
+//!    head (`TasksWaiting`; 0 once none wait), where an autoscaler finds
+//!    it among the pending demands.
 //!
 //! Which of these happens is decided by the plain state machine of
 //! `policy.rs` ([`Leases`]); this module carries it out.
@@ -34,8 +39,8 @@ use dashmap::DashSet;
 use tokio::sync::oneshot;
 
 use crate::actor::{self, LaunchError, ProcessContext, SpawnError, SpawnOptions, Strategy};
-use crate::cluster::MembershipRequest;
 use crate::cluster::{ControlReply, ControlRequest, DeathCause, NodeState};
+use crate::cluster::{DirectoryRequest, MembershipRequest, ResourceSet};
 
 use super::policy::{
     AfterStart, Ask, LeaseLimits, Leases, Lent, Release, Started, Ticket, WorkerId,
@@ -89,6 +94,16 @@ const LIMITS: LeaseLimits = LeaseLimits {
 struct State {
     leases: Leases<String, Worker>,
     waiters: HashMap<Ticket, oneshot::Sender<Lent<Worker>>>,
+    /// Per placement key: what its tasks ask for, and what the head was
+    /// last told of them (step 7).
+    placements: HashMap<String, Told>,
+}
+
+/// A placement's tasks waiting for room, as last told to the head.
+struct Told {
+    queue: u64,
+    resources: ResourceSet,
+    count: u32,
 }
 
 impl State {
@@ -125,6 +140,7 @@ fn state() -> std::sync::MutexGuard<'static, State> {
             Mutex::new(State {
                 leases: Leases::new(LIMITS),
                 waiters: HashMap::new(),
+                placements: HashMap::new(),
             })
         })
         .lock()
@@ -171,12 +187,27 @@ pub(crate) async fn check_feasible(
                 _ => true,
             }
     });
+    // No node fits; a node type of the autoscaler may (as for a spawn,
+    // `crate::actor`'s step 3): then the tasks wait for it.
+    let needs = || format!("{} ({})", options.resources(), describe(options));
     if !fits {
-        return Err(SpawnError::unplaceable(
-            format!("{} ({})", options.resources(), describe(options)),
-            &status.nodes,
-            options.placement(),
-        ));
+        match (options.placement(), &status.autoscaler) {
+            (Strategy::Node(_), _) | (_, None) => {
+                return Err(SpawnError::unplaceable(
+                    needs(),
+                    &status.nodes,
+                    options.placement(),
+                ))
+            }
+            (_, Some(autoscaler)) => {
+                if let Err(detail) = autoscaler.type_for(options.resources()) {
+                    return Err(SpawnError::Unsatisfiable {
+                        needs: needs(),
+                        detail,
+                    });
+                }
+            }
+        }
     }
     feasible.insert(key);
     Ok(())
@@ -190,11 +221,19 @@ pub(crate) async fn acquire(
     options: &SpawnOptions,
     max_in_flight: usize,
 ) -> Result<Lease, SpawnError> {
-    start_reaper();
+    start_reaper(context);
     let key = format!("{} in_flight={max_in_flight}", options.placement_key());
     loop {
         let next = {
             let mut state = state();
+            if !state.placements.contains_key(&key) {
+                let told = Told {
+                    queue: rand::random(),
+                    resources: options.resources().clone(),
+                    count: 0,
+                };
+                state.placements.insert(key.clone(), told);
+            }
             match state.leases.ask(&key, max_in_flight, Instant::now()) {
                 Ask::Run(lent) => Next::Run(lent),
                 Ask::Start => Next::Start,
@@ -329,14 +368,15 @@ async fn home_node(context: &ProcessContext) -> Option<String> {
     Some(HOME.get_or_init(|| name).clone())
 }
 
-/// Kills workers idle for longer than [`IDLE_LEASE`], from a background
-/// task started with the first lease.
-fn start_reaper() {
+/// Kills workers idle for longer than [`IDLE_LEASE`], and tells the head
+/// of tasks waiting for room (step 7), from a background task started
+/// with the first lease.
+fn start_reaper(context: &'static ProcessContext) {
     static STARTED: OnceLock<()> = OnceLock::new();
     if STARTED.set(()).is_err() {
         return;
     }
-    tokio::spawn(async {
+    tokio::spawn(async move {
         let mut tick = tokio::time::interval(IDLE_LEASE / 2);
         loop {
             tick.tick().await;
@@ -346,6 +386,35 @@ fn start_reaper() {
                     tracing::debug!("returning an idle task worker: {e}");
                 }
             }
+            for request in waiting_news(&context.job) {
+                if let Err(e) = context.call_head(&request).await {
+                    tracing::debug!("telling the head of tasks waiting for room: {e}");
+                }
+            }
         }
     });
+}
+
+/// Step 7: what to tell the head of the placements with tasks waiting
+/// for room, and of those with none any more.
+fn waiting_news(job: &str) -> Vec<ControlRequest> {
+    let mut state = state();
+    let waiting: HashMap<String, usize> = state.leases.waiting_for_room().into_iter().collect();
+    let mut news = Vec::new();
+    for (key, told) in state.placements.iter_mut() {
+        let count = waiting
+            .get(key)
+            .map_or(0, |n| (*n).min(u32::MAX as usize) as u32);
+        if count == 0 && told.count == 0 {
+            continue;
+        }
+        told.count = count;
+        news.push(ControlRequest::Directory(DirectoryRequest::TasksWaiting {
+            queue: told.queue,
+            resources: told.resources.clone(),
+            count,
+            job: job.to_string(),
+        }));
+    }
+    news
 }

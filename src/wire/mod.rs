@@ -73,10 +73,12 @@ pub use message::{
 /// (`transport/shm_ring.rs`); 11: `ObjectReady` names the object's job
 /// (whose workers alone may read it); 12: `ObjectFailed` names the job
 /// that recorded the failure; 13: `MembershipRequest::Autoscaler` (the
-/// autoscaler's report, shown in `Status`). A
+/// autoscaler's report, shown in `Status`); 14:
+/// `MembershipRequest::RequestResources` (capacity asked for ahead of
+/// use). A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
-pub const PROTOCOL_VERSION: u32 = 13;
+pub const PROTOCOL_VERSION: u32 = 14;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

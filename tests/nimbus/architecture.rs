@@ -65,7 +65,7 @@ const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
     ("runtime", &["metrics", "client", "cluster", "transport", "wire"]),
     ("library", &["runtime", "client", "cluster", "transport"]),
     ("launch", &["client", "cluster", "transport", "wire"]),
-    ("autoscaler", &["client", "cluster", "transport", "wire"]),
+    ("autoscaler", &["runtime", "client", "cluster", "transport", "wire"]),
     ("head", &["launch", "cluster", "transport", "wire"]),
     ("object_store", &["head", "runtime", "client", "cluster", "transport", "wire"]),
     ("node", &["head", "launch", "object_store", "runtime", "metrics", "client", "cluster", "transport", "wire"]),

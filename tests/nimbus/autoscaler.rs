@@ -10,6 +10,7 @@ use tempfile::TempDir;
 
 use super::cli::{free_port, nimbus, succeeds, text};
 use super::dashboard::{example, line_value};
+use super::metrics::{scrape_until, total};
 
 /// Runs `nimbus down CONFIG` when dropped, so a failing test leaves no
 /// node behind.
@@ -29,6 +30,7 @@ fn config(dir: &Path, provider: &str, max: u32) -> std::path::PathBuf {
     let text = format!(
         "max_workers = {max}\nidle_timeout_s = 3\nlaunch_timeout_s = 60\n\
          [head]\nport = {}\nnode_ip_address = \"127.0.0.1\"\nresources = {{ CPU = 0 }}\n\
+         metrics_export_port = 0\n\
          [provider]\n{provider}\n\
          [node_types.cpu-2]\nresources = {{ CPU = 2 }}\nmax_workers = {max}\n",
         free_port()
@@ -58,14 +60,32 @@ fn status_until(
     }
 }
 
+/// How long the example may run (its spawns wait up to 60 s).
+const EXAMPLE_DEADLINE: Duration = Duration::from_secs(90);
+
+/// The autoscale example's output, run with `args` against the head under
+/// `home`; killed, failing the test, past [`EXAMPLE_DEADLINE`].
 fn run_example(home: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(example("autoscale"))
+    let child = Command::new(example("autoscale"))
         .args(args)
         .env("NIMBUS_HOME", home)
         .env_remove("NIMBUS_ADDRESS")
         .env_remove("NIMBUS_TOKEN")
-        .output()
-        .unwrap()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let (done, output) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    match output.recv_timeout(EXAMPLE_DEADLINE) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            // SAFETY: kill() with a valid signal number has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the autoscale example {args:?} did not end within {EXAMPLE_DEADLINE:?}");
+        }
+    }
 }
 
 /// Actors that no node fits wait while the autoscaler launches a node per
@@ -78,6 +98,7 @@ fn a_cluster_grows_for_waiting_actors_and_shrinks_once_they_are_gone() {
     let _down = DownOnDrop(home.path(), &config);
     let up = succeeds(home.path(), &["up", config.to_str().unwrap()]);
     assert!(up.contains("node types: cpu-2 (CPU=2; 0..2)"), "{up}");
+    let metrics = line_value(&up, "metrics:");
     let status = status_until(home.path(), Duration::from_secs(10), |s| {
         s["autoscaler"]["node_types"][0]["running"] == 0
     });
@@ -120,6 +141,23 @@ fn a_cluster_grows_for_waiting_actors_and_shrinks_once_they_are_gone() {
     ] {
         assert!(decisions.contains(decision), "{decisions}");
     }
+    // Each decision is counted on the head's /metrics (and published as a
+    // cluster event, which the dashboard's timeline shows).
+    scrape_until(&metrics, "the autoscaler's decisions", |samples| {
+        let decided = |kind| {
+            total(
+                samples,
+                "nimbus_autoscaler_decisions_total",
+                &[("kind", kind)],
+            )
+        };
+        let running = total(
+            samples,
+            "nimbus_autoscaler_nodes",
+            &[("type", "cpu-2"), ("state", "running")],
+        );
+        decided("launch") == 2.0 && decided("terminate") == 2.0 && running == 0.0
+    });
 
     let down = succeeds(home.path(), &["down", config.to_str().unwrap()]);
     assert!(down.contains("stopped the autoscaler"), "{down}");
@@ -344,5 +382,120 @@ fn the_slurm_provider_submits_a_job_per_node_and_cancels_it_when_idle() {
     assert!(
         cancelled.trim().chars().all(|c| c.is_ascii_digit()),
         "a job id: {cancelled}"
+    );
+}
+
+/// Room asked for ahead of use (`request_resources`): the autoscaler
+/// launches the nodes with no spawn waiting, keeps them idle past the
+/// idle timeout while the request stands, and lets them go once the
+/// driver clears it.
+#[test]
+fn requested_capacity_is_launched_ahead_and_kept_while_the_request_stands() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let config = config(dir.path(), "kind = \"local\"", 2);
+    let _down = DownOnDrop(home.path(), &config);
+    succeeds(home.path(), &["up", config.to_str().unwrap()]);
+
+    let started = Instant::now();
+    let mut held = Command::new(example("autoscale"))
+        .args(["--actors", "0", "--cpus", "2", "--request", "2", "--hold"])
+        .env("NIMBUS_HOME", home.path())
+        .env_remove("NIMBUS_ADDRESS")
+        .env_remove("NIMBUS_TOKEN")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(held.stdout.take().unwrap()));
+    let summary = lines
+        .find(|l| l.as_ref().is_ok_and(|l| l.starts_with("summary:")))
+        .unwrap()
+        .unwrap();
+    assert!(summary.contains("actors=0"), "{summary}");
+    status_until(home.path(), Duration::from_secs(40), |s| {
+        s["autoscaler"]["node_types"][0]["running"] == 2
+    });
+    println!(
+        "request to joined: {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    let shown = succeeds(home.path(), &["status"]);
+    assert!(
+        shown.contains("requested: 2 × CPU=2 (a cpu-2 node holds each)"),
+        "{shown}"
+    );
+
+    // Idle for two seconds past idle_timeout_s (3 s), as the autoscaler
+    // itself reports: still running, nothing stopped.
+    let status = status_until(home.path(), Duration::from_secs(40), |s| {
+        let idle = s["autoscaler"]["node_types"][0]["idle"].as_array().unwrap();
+        idle.len() == 2 && idle.iter().all(|n| n[1].as_u64().unwrap() >= 5_000)
+    });
+    assert_eq!(status["autoscaler"]["node_types"][0]["running"], 2);
+    let decisions = status["autoscaler"]["decisions"].to_string();
+    assert!(!decisions.contains("terminating"), "{decisions}");
+    assert!(
+        decisions.contains("for the requested resources (2 bundles)"),
+        "{decisions}"
+    );
+
+    // The driver clears its request as it ends: the idle nodes go.
+    drop(held.stdin.take());
+    assert!(held.wait().unwrap().success());
+    let status = status_until(home.path(), Duration::from_secs(40), |s| {
+        let cpu_2 = &s["autoscaler"]["node_types"][0];
+        cpu_2["running"] == 0 && cpu_2["launching"] == 0
+    });
+    assert_eq!(status["requested"], serde_json::json!([]), "{status:#}");
+    let decisions = status["autoscaler"]["decisions"].to_string();
+    assert!(
+        decisions.contains("terminating cpu-2-1: idle"),
+        "{decisions}"
+    );
+}
+
+/// Tasks that no node has room for wait for the autoscaler as spawns do:
+/// their process counts them to the head, which lists them as pending
+/// demands, and the nodes launched for them run them.
+#[test]
+fn tasks_wait_for_the_nodes_the_autoscaler_launches_for_them() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let config = config(dir.path(), "kind = \"local\"", 2);
+    let _down = DownOnDrop(home.path(), &config);
+    succeeds(home.path(), &["up", config.to_str().unwrap()]);
+
+    let started = Instant::now();
+    let out = run_example(
+        home.path(),
+        &[
+            "--actors",
+            "0",
+            "--cpus",
+            "2",
+            "--tasks",
+            "6",
+            "--task-ms",
+            "1500",
+        ],
+    );
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("tasks=6 task_nodes=2"), "{printed}");
+    assert!(
+        printed.contains("6 tasks (2 CPUs each) on cpu-2-1, cpu-2-2 after"),
+        "{printed}"
+    );
+    println!(
+        "tasks submitted to done: {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    let status = status_until(home.path(), Duration::from_secs(10), |s| {
+        s["pending"].as_array().unwrap().is_empty()
+    });
+    let decisions = status["autoscaler"]["decisions"].to_string();
+    assert!(
+        decisions.contains("launching cpu-2-1 (cpu-2) for")
+            && decisions.contains("launching cpu-2-2 (cpu-2) for"),
+        "{decisions}"
     );
 }

@@ -15,7 +15,7 @@ use super::dashboard::{example, get, line_value, HeldExample};
 /// The longest the pushed metrics may take to show a workload.
 const PUSH_DEADLINE: Duration = Duration::from_secs(30);
 
-fn scrape(url: &str) -> Vec<Sample> {
+pub fn scrape(url: &str) -> Vec<Sample> {
     let address = url
         .strip_prefix("http://")
         .and_then(|rest| rest.strip_suffix("/metrics"))
@@ -30,7 +30,7 @@ fn scrape(url: &str) -> Vec<Sample> {
 
 /// The sum of `name`'s samples whose labels include `labels` (a
 /// histogram counts its observations).
-fn total(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+pub fn total(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     samples
         .iter()
         .filter(|s| s.metric == name)
@@ -45,7 +45,7 @@ fn total(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
 
 /// Scrapes `url` until `done` holds of the samples (pushes arrive every
 /// few seconds), for at most [`PUSH_DEADLINE`].
-fn scrape_until(url: &str, what: &str, done: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+pub fn scrape_until(url: &str, what: &str, done: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
     let deadline = Instant::now() + PUSH_DEADLINE;
     loop {
         let samples = scrape(url);

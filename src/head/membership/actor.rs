@@ -7,7 +7,7 @@ use tracing::{info, warn};
 
 use crate::cluster::{
     AutoscalerReport, ClusterEventKind, ClusterStatus, HostLoad, NodeRegistration, ResourceSet,
-    MAX_REPORTED,
+    MAX_REPORTED, MAX_REQUESTED_BUNDLES,
 };
 use crate::head::events::{ClusterEvents, Publish};
 use crate::head::store::{HeadStore, StoredNode};
@@ -26,6 +26,10 @@ pub struct Membership {
     restored_at: Option<Instant>,
     /// The autoscaler's latest report and when it came.
     autoscaler: Option<(AutoscalerReport, Instant)>,
+    /// The decisions counted in the autoscaler's latest report.
+    decided: u64,
+    /// The capacity requested ahead of use, latest request.
+    requested: Vec<ResourceSet>,
 }
 
 /// How long an autoscaler's report is shown and waited on: an autoscaler
@@ -58,6 +62,8 @@ impl Membership {
             store,
             restored_at: (unconfirmed > 0).then_some(now),
             autoscaler: None,
+            decided: 0,
+            requested: Vec::new(),
         }
     }
 
@@ -111,6 +117,7 @@ impl Membership {
                 | ClusterEventKind::FaultInjected { .. }
                 | ClusterEventKind::JobEnded { .. }
                 | ClusterEventKind::PacketFaults { .. }
+                | ClusterEventKind::Autoscaler { .. }
                 | ClusterEventKind::Resync { .. } => {}
             }
             self.events.do_send(Publish(kind));
@@ -240,6 +247,7 @@ impl Handler<Status> for Membership {
             .as_ref()
             .filter(|(_, at)| now.saturating_duration_since(*at) < REPORT_FRESH_FOR)
             .map(|(report, _)| report.clone());
+        status.requested = self.requested.clone();
         MessageResult(status)
     }
 }
@@ -256,6 +264,40 @@ impl Handler<Report> for Membership {
         report.node_types.truncate(MAX_REPORTED);
         let newest = report.decisions.len().saturating_sub(MAX_REPORTED);
         report.decisions.drain(..newest);
+        let mut events = Vec::new();
+        for decision in report.new_decisions(self.decided) {
+            let kind = match decision.split(' ').next() {
+                Some("launching") => "launch",
+                Some("terminating") => "terminate",
+                _ => "launch failed",
+            };
+            metrics::counter!("nimbus_autoscaler_decisions_total", "kind" => kind).increment(1);
+            events.push(ClusterEventKind::Autoscaler {
+                decision: decision.clone(),
+            });
+        }
+        for t in &report.node_types {
+            for (state, count) in [("running", t.running), ("launching", t.launching)] {
+                metrics::gauge!("nimbus_autoscaler_nodes", "type" => t.name.clone(), "state" => state)
+                    .set(count as f64);
+            }
+        }
+        self.decided = report.decided;
         self.autoscaler = Some((report, Instant::now()));
+        self.publish(events);
+    }
+}
+
+/// Capacity requested ahead of use (replacing the previous request).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Request(pub Vec<ResourceSet>);
+
+impl Handler<Request> for Membership {
+    type Result = ();
+
+    fn handle(&mut self, Request(mut bundles): Request, _: &mut Self::Context) {
+        bundles.truncate(MAX_REQUESTED_BUNDLES);
+        self.requested = bundles;
     }
 }

@@ -48,12 +48,14 @@
 //!    (`crate::node::manager`).
 //! 8. **Autoscaler.** An autoscaler (`crate::autoscaler`) reports its node
 //!    types after each round (`Report`); `Status` carries the latest
-//!    while younger than `REPORT_FRESH_FOR` (15 s).
+//!    while younger than `REPORT_FRESH_FOR` (15 s), and the capacity a
+//!    driver requested ahead of use (`Request`, the latest request; kept
+//!    in memory: a restarted head starts with none).
 
 mod actor;
 mod state;
 
-pub use actor::{Heartbeat, Join, Leave, Membership, Report, Status, REPORT_FRESH_FOR};
+pub use actor::{Heartbeat, Join, Leave, Membership, Report, Request, Status, REPORT_FRESH_FOR};
 pub use state::NodeTable;
 
 use crate::wire::{NodeIdentity, RemoteError, RemoteErrorKind};

@@ -309,7 +309,7 @@ impl NodeTable {
         nodes.sort_by_key(|n| !n.head);
         ClusterStatus {
             nodes,
-            autoscaler: None,
+            ..ClusterStatus::default()
         }
     }
 
