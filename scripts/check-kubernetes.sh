@@ -20,16 +20,25 @@ if [ ! -x "$VENV/bin/kubernetes-validate" ]; then
     { echo "nimbus: python3 -m venv failed (Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$VERSION" >&2
 fi
-"$VENV/bin/kubernetes-validate" --strict --quiet deploy/kubernetes/*.yaml
-"$VENV/bin/python" - deploy/kubernetes/*.yaml <<'PY'
+# The manifests, and the pod the autoscaler's Kubernetes provider creates
+# (examples/autoscaled-pod.json, which a unit test holds equal to what the
+# provider generates).
+MANIFESTS=(deploy/kubernetes/*.yaml deploy/kubernetes/examples/*.json)
+"$VENV/bin/kubernetes-validate" --strict --quiet "${MANIFESTS[@]}"
+"$VENV/bin/python" - "${MANIFESTS[@]}" <<'PY'
 import sys, yaml
 problems = []
 for path in sys.argv[1:]:
     for doc in yaml.safe_load_all(open(path)):
-        if not doc or "template" not in doc.get("spec", {}):
+        if not doc:
+            continue
+        if doc.get("kind") == "Pod":
+            pod = doc["spec"]
+        elif "template" in doc.get("spec", {}):
+            pod = doc["spec"]["template"]["spec"]
+        else:
             continue
         where = f"{path}: {doc['kind']} {doc['metadata']['name']}"
-        pod = doc["spec"]["template"]["spec"]
         security = pod.get("securityContext", {})
         if security.get("seccompProfile", {}).get("type") != "RuntimeDefault":
             problems.append(f"{where}: the pod's seccompProfile is not RuntimeDefault")
@@ -51,4 +60,4 @@ for path in sys.argv[1:]:
 if problems:
     sys.exit("kubernetes manifests break the pod rules:\n  " + "\n  ".join(problems))
 PY
-echo "kubernetes manifests: $(ls deploy/kubernetes/*.yaml | wc -l) files valid (kubernetes-validate $VERSION, strict), without privilege, the head's state persistent"
+echo "kubernetes manifests: ${#MANIFESTS[@]} files valid (kubernetes-validate $VERSION, strict), without privilege, the head's state persistent"

@@ -124,6 +124,27 @@ pub enum ProviderConfig {
         #[serde(default)]
         timeout_s: Option<u64>,
     },
+    /// One Kubernetes pod per node (`kubectl create`), deleted to stop it.
+    Kubernetes {
+        /// The pods' namespace (default: kubectl's current one).
+        #[serde(default)]
+        namespace: Option<String>,
+        /// The nimbus image the pods run (`make image`).
+        image: String,
+        /// The Secret whose `token` key holds the cluster's token
+        /// (default `nimbus-token`, as `deploy/kubernetes/secret.yaml`).
+        #[serde(default)]
+        token_secret: Option<String>,
+        /// The kubectl program (default: `kubectl` on PATH).
+        #[serde(default)]
+        kubectl: Option<String>,
+        /// More `nimbus start` flags for every node.
+        #[serde(default)]
+        start_args: Vec<String>,
+        /// How long `kubectl` may run, in seconds (default 60).
+        #[serde(default)]
+        timeout_s: Option<u64>,
+    },
 }
 
 /// One kind of node the autoscaler launches.
@@ -276,6 +297,23 @@ impl ClusterConfig {
                     token_file.display()
                 )));
             }
+            ProviderConfig::Kubernetes { .. } => {
+                // A pod is named after its node: a DNS label, with room
+                // for the `-N` suffix.
+                if let Some(name) = node_types.iter().map(|t: &NodeType| &t.name).find(|name| {
+                    name.len() > 50
+                        || !name.starts_with(|c: char| c.is_ascii_lowercase())
+                        || !name
+                            .chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                }) {
+                    return Err(bad(format!(
+                        "[node_types.{name}]: with kind = \"kubernetes\" a type's name is its pods' \
+                         name prefix: lowercase letters, digits and '-', starting with a letter, \
+                         at most 50 characters"
+                    )));
+                }
+            }
             _ => {}
         }
         Ok(ClusterConfig {
@@ -377,6 +415,8 @@ mod tests {
             ("[provider]\nkind = \"local\"\n[node_types.g]\nresources = { CPU = -1 }\nmax_workers = 1\n", "not negative"),
             ("[provider]\nkind = \"local\"\n[node_types.g]\nresources = {}\nmin_workers = 2\nmax_workers = 1\n", "min_workers 2 is more than"),
             ("[provider]\nkind = \"slurm\"\ntoken_file = \"token\"\n[node_types.a]\nresources = {}\nmax_workers = 1\n", "token_file token must be an absolute path"),
+            ("[provider]\nkind = \"kubernetes\"\nimage = \"nimbus\"\n[node_types.Big_GPU]\nresources = {}\nmax_workers = 1\n", "[node_types.Big_GPU]: with kind = \"kubernetes\""),
+            ("[provider]\nkind = \"kubernetes\"\n[node_types.a]\nresources = {}\nmax_workers = 1\n", "missing field `image`"),
             (&format!("max_workers = 1\n{}", TYPES.replace("max_workers = 2", "min_workers = 2\nmax_workers = 2")), "add up to 2"),
         ] {
             let error = parse(text).expect_err(text);

@@ -499,3 +499,105 @@ fn tasks_wait_for_the_nodes_the_autoscaler_launches_for_them() {
         "{decisions}"
     );
 }
+
+/// A stand-in `kubectl` for the Kubernetes provider's test: it records its
+/// arguments and each pod's manifest, runs a created pod's container
+/// arguments as a process of this machine (`STAND_IN_NIMBUS` for the
+/// image's `nimbus`, the pod IP 127.0.0.1, the token from the head's
+/// `$NIMBUS_HOME/token` as the Secret would give it), and kills it when
+/// the pod is deleted.
+const STAND_IN_KUBECTL: &str = r#"#!/usr/bin/env python3
+import json, os, subprocess, sys
+here = os.path.dirname(os.path.abspath(__file__))
+args = sys.argv[1:]
+with open(os.path.join(here, "kubectl.log"), "a") as log:
+    log.write(" ".join(args) + "\n")
+if args[-3:] == ["create", "-f", "-"]:
+    pod = json.load(sys.stdin)
+    name = pod["metadata"]["name"]
+    with open(os.path.join(here, name + ".json"), "w") as kept:
+        json.dump(pod, kept)
+    container = pod["spec"]["containers"][0]
+    argv = [os.environ["STAND_IN_NIMBUS"]]
+    argv += [a.replace("$(POD_IP)", "127.0.0.1") for a in container["args"]]
+    with open(os.path.join(os.environ["NIMBUS_HOME"], "token")) as token:
+        env = dict(os.environ, NIMBUS_TOKEN=token.read().strip())
+    child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    with open(os.path.join(here, name + ".pid"), "w") as pid:
+        pid.write(str(child.pid))
+    print("pod/" + name + " created")
+elif "delete" in args:
+    name = args[args.index("pod") + 1]
+    with open(os.path.join(here, name + ".pid")) as pid:
+        os.kill(int(pid.read()), 15)
+    print('pod "' + name + '" deleted')
+else:
+    sys.exit("stand-in kubectl: unexpected " + " ".join(args))
+"#;
+
+/// The Kubernetes provider creates a pod per node from the cluster's
+/// image, its token from the Secret and its resources from its type, and
+/// deletes it once idle (a stand-in `kubectl` runs the pod's container
+/// here; the manifest itself is checked against the Kubernetes schemas by
+/// `scripts/check-kubernetes.sh`).
+#[test]
+fn the_kubernetes_provider_creates_a_pod_per_node_and_deletes_it_when_idle() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let kubectl = bin.join("kubectl");
+    std::fs::write(&kubectl, STAND_IN_KUBECTL).unwrap();
+    std::fs::set_permissions(
+        &kubectl,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let provider = format!(
+        "kind = \"kubernetes\"\nnamespace = \"ml\"\nimage = \"nimbus:test\"\nkubectl = \"{}\"",
+        kubectl.display()
+    );
+    let config = config(dir.path(), &provider, 2);
+    let _down = DownOnDrop(home.path(), &config);
+    let up = Command::new(env!("CARGO_BIN_EXE_nimbus"))
+        .args(["up", config.to_str().unwrap()])
+        .env("NIMBUS_HOME", home.path())
+        .env("STAND_IN_NIMBUS", env!("CARGO_BIN_EXE_nimbus"))
+        .env_remove("NIMBUS_TOKEN")
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{}", text(&up));
+
+    let out = run_example(
+        home.path(),
+        &["--actors", "1", "--cpus", "2", "--wait-s", "60"],
+    );
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("on cpu-2-1 after"), "{printed}");
+    let pod: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bin.join("cpu-2-1.json")).unwrap()).unwrap();
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(container["image"], "nimbus:test");
+    assert_eq!(container["resources"]["requests"]["cpu"], "2", "{pod:#}");
+    assert_eq!(
+        container["env"][0]["valueFrom"]["secretKeyRef"]["name"],
+        "nimbus-token"
+    );
+    assert_eq!(pod["metadata"]["labels"]["nimbus.io/node-type"], "cpu-2");
+
+    status_until(home.path(), Duration::from_secs(40), |s| {
+        let cpu_2 = &s["autoscaler"]["node_types"][0];
+        let log = std::fs::read_to_string(bin.join("kubectl.log")).unwrap_or_default();
+        cpu_2["running"] == 0 && cpu_2["launching"] == 0 && log.contains("delete")
+    });
+    let log = std::fs::read_to_string(bin.join("kubectl.log")).unwrap();
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        [
+            "--namespace ml create -f -",
+            "--namespace ml delete pod cpu-2-1 --wait=false --ignore-not-found"
+        ]
+    );
+}

@@ -10,8 +10,10 @@
 //! - `local.rs`: node processes on this machine (`nimbus start --block`).
 //! - `command.rs`: a user's launch and terminate programs.
 //! - `slurm.rs`: one `sbatch` job per node, `scancel` to stop it.
+//! - `kubernetes.rs`: one pod per node (`kubectl create`), deleted to stop it.
 
 mod command;
+mod kubernetes;
 mod local;
 mod slurm;
 
@@ -26,6 +28,7 @@ use super::config::{ClusterConfig, NodeType, ProviderConfig};
 use super::AutoscalerError;
 
 pub use command::CommandProvider;
+pub use kubernetes::{KubernetesProvider, KubernetesSettings};
 pub use local::LocalProvider;
 pub use slurm::{SlurmProvider, SlurmSettings};
 
@@ -102,6 +105,28 @@ pub fn for_config(config: &ClusterConfig, home: &Path) -> Box<dyn NodeProvider> 
                 sbatch_args: sbatch_args.clone(),
                 token_file: token_file.clone(),
                 nimbus: nimbus.clone().unwrap_or_else(|| "nimbus".into()),
+                start_args: start_args.clone(),
+                timeout: std::time::Duration::from_secs(
+                    timeout_s.unwrap_or(command::DEFAULT_TIMEOUT_S),
+                ),
+            },
+        )),
+        ProviderConfig::Kubernetes {
+            namespace,
+            image,
+            token_secret,
+            kubectl,
+            start_args,
+            timeout_s,
+        } => Box::new(KubernetesProvider::new(
+            records,
+            KubernetesSettings {
+                kubectl: kubectl.clone().unwrap_or_else(|| "kubectl".into()),
+                namespace: namespace.clone(),
+                image: image.clone(),
+                token_secret: token_secret
+                    .clone()
+                    .unwrap_or_else(|| "nimbus-token".into()),
                 start_args: start_args.clone(),
                 timeout: std::time::Duration::from_secs(
                     timeout_s.unwrap_or(command::DEFAULT_TIMEOUT_S),
