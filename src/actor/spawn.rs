@@ -329,6 +329,10 @@ async fn try_nodes(
                 resources: spec.resources.clone(),
                 job: spec.job.clone(),
                 for_ms: left.as_millis() as u64,
+                node: match &options.strategy {
+                    Strategy::Node(node) => Some(node.clone()),
+                    Strategy::Any | Strategy::Spread => None,
+                },
             });
             *waited = context.call_head(&waiting).await.is_ok();
         }

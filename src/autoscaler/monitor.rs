@@ -10,7 +10,7 @@ use std::time::Instant;
 use tokio::task::JoinSet;
 
 use crate::client::{ClientError, ClusterClient};
-use crate::cluster::{ControlRequest, MembershipRequest, NodeStatus};
+use crate::cluster::{ControlRequest, Demand, MembershipRequest, NodeStatus};
 use crate::transport::JoinToken;
 
 use super::config::ProviderConfig;
@@ -148,15 +148,22 @@ async fn observe(client: &ClusterClient, scaler: &Scaler) -> Result<Observed, Cl
     }
     Ok(Observed {
         nodes,
-        demands: demands
-            .iter()
-            .map(|d| {
-                let (bundles, together) = d.bundles();
-                Wanted { bundles, together }
-            })
-            .collect(),
+        demands: wanted(&demands),
         requested: status.requested.clone(),
     })
+}
+
+/// What the waiting demands want of new nodes: all but spawns pinned to a
+/// node (only that node can take them).
+fn wanted(demands: &[Demand]) -> Vec<Wanted> {
+    demands
+        .iter()
+        .filter(|d| d.node.is_none())
+        .map(|d| {
+            let (bundles, together) = d.bundles();
+            Wanted { bundles, together }
+        })
+        .collect()
 }
 
 async fn holds_objects(client: &ClusterClient, node: &NodeStatus) -> bool {
@@ -195,4 +202,27 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(move || work(provider.as_ref()))
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{ActorId, ResourceSet, CPU};
+
+    #[test]
+    fn a_spawn_pinned_to_a_node_wants_no_new_node() {
+        let demand = |node: Option<&str>, tasks| Demand {
+            actor: ActorId(1),
+            class: "T".into(),
+            resources: ResourceSet::of(CPU, 2.0),
+            job: "job".into(),
+            waited_ms: 0,
+            group: None,
+            tasks,
+            node: node.map(String::from),
+        };
+        let wanted = wanted(&[demand(Some("node-1"), 0), demand(None, 0), demand(None, 3)]);
+        let bundles: Vec<usize> = wanted.iter().map(|w| w.bundles.len()).collect();
+        assert_eq!(bundles, [1, 3], "the free spawn, and a bundle per task");
+    }
 }

@@ -373,6 +373,9 @@ pub enum DirectoryRequest {
         job: String,
         /// How much longer the spawn tries, in milliseconds.
         for_ms: u64,
+        /// The node it is pinned to, if any (no new node can take it).
+        #[serde(default)]
+        node: Option<String>,
     },
     /// To the head: a spawn that was waiting ended (placed or failed).
     /// Answered with `Ack`.
@@ -455,6 +458,10 @@ pub struct Demand {
     /// (0 for a spawn or a group).
     #[serde(default)]
     pub tasks: u32,
+    /// The node a spawn is pinned to, if any: only that node can take it,
+    /// so an autoscaler launches nothing for it.
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 impl Demand {

@@ -54,6 +54,7 @@ struct Waiting {
     job: String,
     group: Option<GroupDemand>,
     tasks: u32,
+    node: Option<String>,
     since: Instant,
     until: Instant,
 }
@@ -66,20 +67,19 @@ pub struct Demands {
 
 impl Demands {
     /// Step 1: `actor`'s spawn waits for `resources` at `now`, for at most
-    /// `for_at_most` more.
+    /// `for_at_most` more; pinned to `node`, if any.
     pub fn wait(
         &mut self,
         actor: ActorId,
-        (class, resources, job): (String, ResourceSet, String),
+        (class, resources, job, node): (String, ResourceSet, String, Option<String>),
         now: Instant,
         for_at_most: Duration,
     ) {
-        self.insert(
-            Waiter::Actor(actor),
-            (class, resources, job, None),
-            now,
-            for_at_most,
-        );
+        let waiter = Waiter::Actor(actor);
+        self.insert(waiter, (class, resources, job, None), now, for_at_most);
+        if let Some(waiting) = self.waiting.get_mut(&waiter) {
+            waiting.node = node;
+        }
     }
 
     /// Step 1: placement group `group` waits for room for its bundles.
@@ -148,6 +148,7 @@ impl Demands {
                 job,
                 group,
                 tasks: 0,
+                node: None,
                 since: now,
                 until,
             };
@@ -177,6 +178,7 @@ impl Demands {
                 waited_ms: now.saturating_duration_since(w.since).as_millis() as u64,
                 group: w.group.clone(),
                 tasks: w.tasks,
+                node: w.node.clone(),
             })
             .collect();
         demands.sort_by(|a, b| b.waited_ms.cmp(&a.waited_ms).then(a.actor.cmp(&b.actor)));
@@ -192,8 +194,8 @@ impl Demands {
 mod tests {
     use super::*;
 
-    fn what(cpus: f64) -> (String, ResourceSet, String) {
-        ("T".into(), ResourceSet::of("CPU", cpus), "job".into())
+    fn what(cpus: f64) -> (String, ResourceSet, String, Option<String>) {
+        ("T".into(), ResourceSet::of("CPU", cpus), "job".into(), None)
     }
 
     #[test]

@@ -468,8 +468,8 @@ impl Handler<LocateActor> for Directory {
 pub struct Waiting {
     /// The actor being spawned.
     pub actor: ActorId,
-    /// Its class, resources and job.
-    pub what: (String, crate::cluster::ResourceSet, String),
+    /// Its class, resources, job, and the node it is pinned to.
+    pub what: (String, crate::cluster::ResourceSet, String, Option<String>),
     /// How much longer it tries.
     pub for_at_most: std::time::Duration,
 }

@@ -576,6 +576,7 @@ async fn directory_request(
             resources,
             job,
             for_ms,
+            node,
         } => {
             let waiting = directory::Waiting {
                 actor,
@@ -583,6 +584,7 @@ async fn directory_request(
                     crate::cluster::bounded_text(class),
                     resources,
                     crate::cluster::bounded_text(job),
+                    node.map(crate::cluster::bounded_text),
                 ),
                 for_at_most: Duration::from_millis(for_ms).min(MAX_DEMAND_WAIT),
             };
