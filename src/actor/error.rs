@@ -3,10 +3,33 @@
 use std::time::Duration;
 
 use crate::client::ClientError;
-use crate::cluster::{ActorId, NodeState, NodeStatus};
+use crate::cluster::{ActorId, ClusterStatus, NodeState, NodeStatus, ResourceSet};
 use crate::launch::Strategy;
 
 impl SpawnError {
+    /// No alive node of `status` could ever fit `resources` (which the
+    /// spawn or task needs, `needs` in words): why it waits, when the
+    /// cluster's autoscaler has a node type that could and `strategy` lets
+    /// a new node take it; else the error that says why nothing can.
+    pub(crate) fn unless_autoscaled(
+        status: &ClusterStatus,
+        (needs, resources): (String, &ResourceSet),
+        strategy: &Strategy,
+    ) -> Result<String, Self> {
+        match (strategy, &status.autoscaler) {
+            (Strategy::Node(_), _) | (_, None) => {
+                Err(SpawnError::unplaceable(needs, &status.nodes, strategy))
+            }
+            (_, Some(autoscaler)) => match autoscaler.type_for(resources) {
+                Ok(fits) => Ok(format!(
+                    "waiting for the autoscaler to start a {} node",
+                    fits.name
+                )),
+                Err(detail) => Err(SpawnError::Unsatisfiable { needs, detail }),
+            },
+        }
+    }
+
     /// Why nothing among `nodes` can take a spawn `strategy` places and
     /// which needs `needs`: its pinned node does not exist (`NoSuchNode`),
     /// or no alive node could ever fit it (`Unsatisfiable`).

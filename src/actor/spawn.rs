@@ -286,23 +286,11 @@ async fn try_nodes(
         let candidates = candidates(&status.nodes, spec, &options.strategy);
         if candidates.is_empty() {
             // No node fits; a node type of the autoscaler may (step 3).
-            match (&options.strategy, &status.autoscaler) {
-                (Strategy::Node(_), _) | (_, None) => {
-                    return Err(SpawnError::unplaceable(
-                        needs,
-                        &status.nodes,
-                        &options.strategy,
-                    ))
-                }
-                (_, Some(autoscaler)) => match autoscaler.type_for(&spec.resources) {
-                    Ok(fits) => {
-                        last = format!("waiting for the autoscaler to start a {} node", fits.name)
-                    }
-                    Err(detail) => {
-                        return Err(SpawnError::Unsatisfiable { needs, detail });
-                    }
-                },
-            }
+            last = SpawnError::unless_autoscaled(
+                &status,
+                (needs.clone(), &spec.resources),
+                &options.strategy,
+            )?;
         }
         let binary = BinarySource::File(context.binary.0.clone());
         for node in candidates {

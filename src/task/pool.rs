@@ -187,27 +187,11 @@ pub(crate) async fn check_feasible(
                 _ => true,
             }
     });
-    // No node fits; a node type of the autoscaler may (as for a spawn,
-    // `crate::actor`'s step 3): then the tasks wait for it.
-    let needs = || format!("{} ({})", options.resources(), describe(options));
+    // No node fits; a node type of the autoscaler may (as for a spawn):
+    // then the tasks wait for it.
     if !fits {
-        match (options.placement(), &status.autoscaler) {
-            (Strategy::Node(_), _) | (_, None) => {
-                return Err(SpawnError::unplaceable(
-                    needs(),
-                    &status.nodes,
-                    options.placement(),
-                ))
-            }
-            (_, Some(autoscaler)) => {
-                if let Err(detail) = autoscaler.type_for(options.resources()) {
-                    return Err(SpawnError::Unsatisfiable {
-                        needs: needs(),
-                        detail,
-                    });
-                }
-            }
-        }
+        let needs = format!("{} ({})", options.resources(), describe(options));
+        SpawnError::unless_autoscaled(&status, (needs, options.resources()), options.placement())?;
     }
     feasible.insert(key);
     Ok(())
