@@ -60,17 +60,45 @@ fn status_until(
     }
 }
 
+/// The autoscale example with `args`, joining the head under `home`.
+fn example_command(home: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(example("autoscale"));
+    command
+        .args(args)
+        .env("NIMBUS_HOME", home)
+        .env_remove("NIMBUS_ADDRESS")
+        .env_remove("NIMBUS_TOKEN");
+    command
+}
+
+/// The autoscale example with `args` and `--hold`, running until its
+/// standard input is closed, and its summary line.
+fn held_example(home: &Path, args: &[&str]) -> (std::process::Child, String) {
+    let mut args = args.to_vec();
+    args.push("--hold");
+    let mut held = example_command(home, &args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(held.stdout.take().unwrap()));
+    let summary = lines
+        .find(|l| l.as_ref().is_ok_and(|l| l.starts_with("summary:")))
+        .unwrap()
+        .unwrap();
+    // The rest of its output, read until it ends (it never writes to a
+    // closed pipe).
+    std::thread::spawn(move || lines.for_each(drop));
+    (held, summary)
+}
+
 /// How long the example may run (its spawns wait up to 60 s).
 const EXAMPLE_DEADLINE: Duration = Duration::from_secs(90);
 
 /// The autoscale example's output, run with `args` against the head under
 /// `home`; killed, failing the test, past [`EXAMPLE_DEADLINE`].
 fn run_example(home: &Path, args: &[&str]) -> std::process::Output {
-    let child = Command::new(example("autoscale"))
-        .args(args)
-        .env("NIMBUS_HOME", home)
-        .env_remove("NIMBUS_ADDRESS")
-        .env_remove("NIMBUS_TOKEN")
+    let child = example_command(home, args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -270,20 +298,7 @@ fn a_restarted_autoscaler_adopts_its_nodes_and_launches_none_twice() {
         .unwrap();
 
     // Two actors hold both nodes while the autoscaler is gone.
-    let mut held = Command::new(example("autoscale"))
-        .args(["--actors", "2", "--cpus", "2", "--hold"])
-        .env("NIMBUS_HOME", home.path())
-        .env_remove("NIMBUS_ADDRESS")
-        .env_remove("NIMBUS_TOKEN")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(held.stdout.take().unwrap()));
-    let summary = lines
-        .find(|l| l.as_ref().is_ok_and(|l| l.starts_with("summary:")))
-        .unwrap()
-        .unwrap();
+    let (mut held, summary) = held_example(home.path(), &["--actors", "2", "--cpus", "2"]);
     assert!(summary.contains("nodes=2"), "{summary}");
     // SAFETY: kill() with a valid signal number has no memory-safety preconditions.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
@@ -409,20 +424,10 @@ fn requested_capacity_is_launched_ahead_and_kept_while_the_request_stands() {
     succeeds(home.path(), &["up", config.to_str().unwrap()]);
 
     let started = Instant::now();
-    let mut held = Command::new(example("autoscale"))
-        .args(["--actors", "0", "--cpus", "2", "--request", "2", "--hold"])
-        .env("NIMBUS_HOME", home.path())
-        .env_remove("NIMBUS_ADDRESS")
-        .env_remove("NIMBUS_TOKEN")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(held.stdout.take().unwrap()));
-    let summary = lines
-        .find(|l| l.as_ref().is_ok_and(|l| l.starts_with("summary:")))
-        .unwrap()
-        .unwrap();
+    let (mut held, summary) = held_example(
+        home.path(),
+        &["--actors", "0", "--cpus", "2", "--request", "2"],
+    );
     assert!(summary.contains("actors=0"), "{summary}");
     status_until(home.path(), Duration::from_secs(40), |s| {
         s["autoscaler"]["node_types"][0]["running"] == 2

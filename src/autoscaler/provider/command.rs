@@ -137,12 +137,7 @@ pub(super) fn run_program(
 
 impl NodeProvider for CommandProvider {
     fn launch(&self, node: &LaunchSpec) -> Result<(), AutoscalerError> {
-        let record = Launched {
-            name: node.name.clone(),
-            node_type: node.node_type.name.clone(),
-            pid: None,
-            job: None,
-        };
+        let record = Launched::of(node);
         self.records.save(&record)?;
         let env = [
             ("NIMBUS_NODE_NAME", node.name.clone()),

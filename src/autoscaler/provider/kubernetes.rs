@@ -125,12 +125,7 @@ impl KubernetesProvider {
 
 impl NodeProvider for KubernetesProvider {
     fn launch(&self, node: &LaunchSpec) -> Result<(), AutoscalerError> {
-        let record = Launched {
-            name: node.name.clone(),
-            node_type: node.node_type.name.clone(),
-            pid: None,
-            job: None,
-        };
+        let record = Launched::of(node);
         self.records.save(&record)?;
         let create = self.kubectl(&["create", "-f", "-"]);
         let manifest = self.pod(node).to_string();

@@ -73,10 +73,8 @@ impl NodeProvider for LocalProvider {
             .spawn()
             .map_err(|e| failed(format!("cannot start the node process: {e}")))?;
         let record = Launched {
-            name: node.name.clone(),
-            node_type: node.node_type.name.clone(),
             pid: Some(child.id()),
-            job: None,
+            ..Launched::of(node)
         };
         let handed = child
             .stdin

@@ -150,6 +150,18 @@ pub struct Launched {
     pub job: Option<String>,
 }
 
+impl Launched {
+    /// The record of `node`, before it is started (no process, no job yet).
+    pub fn of(node: &LaunchSpec) -> Self {
+        Launched {
+            name: node.name.clone(),
+            node_type: node.node_type.name.clone(),
+            pid: None,
+            job: None,
+        }
+    }
+}
+
 /// The record files of launched nodes.
 #[derive(Clone, Debug)]
 pub struct Records {

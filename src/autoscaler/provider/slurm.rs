@@ -100,12 +100,7 @@ impl NodeProvider for SlurmProvider {
             node: node.name.clone(),
             detail,
         };
-        let mut record = Launched {
-            name: node.name.clone(),
-            node_type: node.node_type.name.clone(),
-            pid: None,
-            job: None,
-        };
+        let mut record = Launched::of(node);
         self.records.save(&record)?;
         let output = run_program(self.settings.timeout, &self.sbatch(node), &[], None).map_err(
             |detail| {
