@@ -2,7 +2,8 @@
 # Builds what the GPU check runs (`make gpu-bundle`): release binaries
 # with the `cuda` feature, stripped, and the scripts, in
 # target/gpu-bundle/ (at most 64 MiB, the most the device machine takes):
-#   bin/nimbus        the CLI and node daemon
+#   bin/nimbus        the CLI and node daemon (no feature needed: every
+#                     build counts GPUs through the CUDA driver)
 #   bin/train_mnist   the MNIST example
 #   bin/train-bench   nimbus-train's `train` benchmark
 #   peers/            its PyTorch peers (torch.distributed NCCL, the GPT)
@@ -23,7 +24,7 @@ if [ -e "$out" ]; then
   fi
   rm -rf "$out"
 fi
-cargo build --release -p nimbus --features cuda --bin nimbus
+cargo build --release -p nimbus --bin nimbus
 cargo build --release -p nimbus-train --features cuda --example train_mnist
 bench=$(cargo bench -p nimbus-train --features cuda --bench train --no-run --message-format=json |
   python3 -c 'import json, sys

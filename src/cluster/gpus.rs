@@ -2,9 +2,10 @@
 
 /// The number of GPUs this node offers when `--num-gpus` is not given.
 ///
-/// As in Ray, `CUDA_VISIBLE_DEVICES` wins when set. Otherwise, with the
-/// `cuda` feature, the CUDA driver is asked; without it (or without a
-/// driver), the NVIDIA kernel driver's `/proc/driver/nvidia/gpus` is counted.
+/// As in Ray, `CUDA_VISIBLE_DEVICES` wins when set. Otherwise the CUDA
+/// driver is asked (`libcuda.so.1`, loaded at run time, so every build
+/// counts GPUs); without a driver, the NVIDIA kernel driver's
+/// `/proc/driver/nvidia/gpus` is counted.
 pub fn detect() -> usize {
     if let Ok(visible) = std::env::var("CUDA_VISIBLE_DEVICES") {
         return visible
@@ -12,7 +13,6 @@ pub fn detect() -> usize {
             .filter(|id| !id.trim().is_empty() && id.trim() != "-1")
             .count();
     }
-    #[cfg(feature = "cuda")]
     if let Some(count) = cuda_device_count() {
         return count;
     }
@@ -21,15 +21,30 @@ pub fn detect() -> usize {
         .unwrap_or(0)
 }
 
-#[cfg(feature = "cuda")]
+/// The CUDA driver's count of devices; `None` without a driver or when it
+/// fails to start.
 fn cuda_device_count() -> Option<usize> {
-    // cudarc panics when it cannot load libcuda, so make sure it can first.
+    // The driver API's signatures (cuda.h): `CUresult cuInit(unsigned int)`,
+    // `CUresult cuDeviceGetCount(int *)`; `CUDA_SUCCESS` is 0.
+    type Init = unsafe extern "C" fn(flags: u32) -> i32;
+    type DeviceGetCount = unsafe extern "C" fn(count: *mut i32) -> i32;
     // SAFETY: loading libcuda runs no initialisers with preconditions of ours.
-    unsafe { libloading::Library::new("libcuda.so.1") }.ok()?;
-    cudarc::driver::result::init().ok()?;
-    cudarc::driver::result::device::get_count()
-        .ok()
-        .map(|n| n as usize)
+    let driver = unsafe { libloading::Library::new("libcuda.so.1") }.ok()?;
+    let mut count = 0;
+    // SAFETY: both symbols have the types above; `count` outlives the call.
+    let counted = unsafe {
+        let init = driver.get::<Init>(b"cuInit\0").ok()?;
+        let device_get_count = driver.get::<DeviceGetCount>(b"cuDeviceGetCount\0").ok()?;
+        init(0) == 0 && device_get_count(&mut count) == 0
+    };
+    // An initialised driver stays loaded (as cudarc keeps it): unloading
+    // it under a live CUDA context is not supported.
+    std::mem::forget(driver);
+    if counted {
+        usize::try_from(count).ok()
+    } else {
+        None
+    }
 }
 
 /// The device ids of this node's `count` GPUs, as its workers' CUDA sees

@@ -11,13 +11,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::sync::Arc;
 use std::time::Duration;
 
-use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
-use headless_chrome::{Browser, LaunchOptions, Tab};
 use tempfile::TempDir;
 
+use super::browser::Browser;
 use super::cli::{free_port, head_start, nimbus, start_cluster, succeeds, text, StopOnDrop};
 
 /// The longest a page may take to show what a test waits for.
@@ -41,61 +39,29 @@ fn chromium() -> Option<PathBuf> {
     }
 }
 
-/// A headless browser and the temporary directory it was given: Chromium
-/// keeps its singleton socket in a directory of its own there, which it
-/// would leave in `/tmp` when killed (as the browser is, when dropped).
-/// Fields drop in order: the browser ends before its directory goes.
-struct Headless {
-    _browser: Browser,
-    _tmp: TempDir,
-}
-
-/// A headless browser with one tab.
-fn browser(chromium: PathBuf) -> (Headless, Arc<Tab>) {
-    let tmp = TempDir::new().unwrap();
-    let tmp_path = tmp.path().to_string_lossy().into_owned();
-    let browser = Browser::new(LaunchOptions {
-        path: Some(chromium),
-        headless: true,
-        // Root in CI: Chromium's sandbox needs an unprivileged user.
-        sandbox: false,
-        window_size: Some((1400, 900)),
-        idle_browser_timeout: Duration::from_secs(120),
-        process_envs: Some([("TMPDIR".to_string(), tmp_path)].into()),
-        ..LaunchOptions::default()
-    })
-    .unwrap();
-    let tab = browser.new_tab().unwrap();
-    tab.set_default_timeout(PAGE_DEADLINE);
-    let headless = Headless {
-        _browser: browser,
-        _tmp: tmp,
-    };
-    (headless, tab)
+/// A headless browser showing one page.
+fn browser(chromium: PathBuf) -> Browser {
+    Browser::launch(&chromium, (1400, 900), PAGE_DEADLINE)
 }
 
 /// Loads `url` and waits until the JavaScript expression `condition`
 /// holds (re-checked on every change of the page, in the page), for at
 /// most [`PAGE_DEADLINE`]; `what` names it in the failure.
-fn open_and_wait(tab: &Tab, url: &str, condition: &str, what: &str) {
-    tab.navigate_to(url)
-        .unwrap()
-        .wait_until_navigated()
-        .unwrap();
+fn open_and_wait(tab: &Browser, url: &str, condition: &str, what: &str) {
+    tab.navigate(url);
     wait_until(tab, condition, what);
 }
 
 /// Follows the page's own link to `route` (`#/actors`: no reload, as a
 /// person clicking in the menu) and waits for `condition` as
 /// [`open_and_wait`] does.
-fn go_and_wait(tab: &Tab, route: &str, condition: &str, what: &str) {
-    tab.evaluate(&format!("location.hash = {route:?}"), false)
-        .unwrap();
+fn go_and_wait(tab: &Browser, route: &str, condition: &str, what: &str) {
+    tab.evaluate(&format!("location.hash = {route:?}"));
     wait_until(tab, condition, what);
 }
 
 /// Waits in the page for `condition` (a JavaScript expression) to hold.
-fn wait_until(tab: &Tab, condition: &str, what: &str) {
+fn wait_until(tab: &Browser, condition: &str, what: &str) {
     let deadline = PAGE_DEADLINE.as_millis() - 5000;
     let script = format!(
         r#"new Promise((resolve, reject) => {{
@@ -106,40 +72,24 @@ fn wait_until(tab: &Tab, condition: &str, what: &str) {
             setTimeout(() => {{ observer.disconnect(); resolve(document.body.innerText); }}, {deadline});
         }})"#
     );
-    let result = tab.evaluate(&script, true).unwrap();
+    let result = tab.evaluate(&script);
     assert_eq!(
-        result.value,
-        Some(serde_json::Value::Bool(true)),
-        "the page did not show {what} within {deadline} ms; it shows:\n{}",
-        result
-            .value
-            .as_ref()
-            .map(|v| v.to_string())
-            .unwrap_or_default()
+        result,
+        serde_json::Value::Bool(true),
+        "the page did not show {what} within {deadline} ms; it shows:\n{result}"
     );
 }
 
-/// The value of the JavaScript expression `expression` in the page.
-fn evaluate(tab: &Tab, expression: &str) -> serde_json::Value {
-    tab.evaluate(&format!("JSON.stringify({expression})"), false)
-        .unwrap()
-        .value
-        .and_then(|v| serde_json::from_str(v.as_str()?).ok())
-        .unwrap_or(serde_json::Value::Null)
-}
-
 /// Saves what the tab shows as `target/dashboard-screenshots/NAME.png`.
-fn screenshot(tab: &Tab, name: &str) {
-    let png = tab
-        .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
-        .unwrap();
+fn screenshot(tab: &Browser, name: &str) {
+    let png = tab.screenshot();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }
 
 /// The text the rows of the page's table show in `column`.
-fn column(tab: &Tab, column: &str) -> Vec<String> {
+fn column(tab: &Browser, column: &str) -> Vec<String> {
     let script = format!(
         r#"(() => {{
             const heads = [...document.querySelectorAll("main table thead th")].map((th) => th.textContent);
@@ -147,7 +97,7 @@ fn column(tab: &Tab, column: &str) -> Vec<String> {
             return [...document.querySelectorAll("main table tbody tr")].map((tr) => tr.children[at].textContent);
         }})()"#
     );
-    serde_json::from_value(evaluate(tab, &script)).unwrap_or_default()
+    serde_json::from_value(tab.evaluate(&script)).unwrap_or_default()
 }
 
 /// The value on the line `PREFIX VALUE` of `printed`.
@@ -353,7 +303,7 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
     let trial = trial["id"].as_str().unwrap().to_string();
     let held = HeldExample::start(home.path(), &head);
 
-    let (_browser, tab) = browser(chromium);
+    let tab = browser(chromium);
     open_and_wait(
         &tab,
         &format!("{url}#/cluster"),
@@ -379,7 +329,7 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
         "{nodes:?}"
     );
     assert!(
-        evaluate(&tab, r#"document.getElementById("live").textContent"#) == "live",
+        tab.evaluate(r#"document.getElementById("live").textContent"#) == "live",
         "the page listens to the cluster's events"
     );
     screenshot(&tab, "cluster");
@@ -394,9 +344,7 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
     );
     tab.evaluate(
         r#"(() => { const f = document.querySelector(".toolbar input"); f.value = "ALIVE"; f.dispatchEvent(new Event("input")); })()"#,
-        false,
-    )
-    .unwrap();
+    );
     wait_until(
         &tab,
         r#"[...document.querySelectorAll("main table tbody tr")].length === 6"#,
@@ -418,9 +366,7 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
     // The filter narrows the table without reloading the page.
     tab.evaluate(
         r#"(() => { const f = document.querySelector(".toolbar input"); f.value = "account-1"; f.dispatchEvent(new Event("input")); })()"#,
-        false,
-    )
-    .unwrap();
+    );
     wait_until(
         &tab,
         r#"document.querySelectorAll("main table tbody tr").length === 1 && document.querySelector("main table tbody tr").textContent.includes("account-1")"#,
@@ -476,14 +422,11 @@ fn the_dashboard_shows_nodes_actors_objects_and_a_jobs_log() {
         "a loss curve with a point per report",
     );
     assert_eq!(
-        evaluate(
-            &tab,
-            r##"document.querySelectorAll("#loss-chart line.restart").length"##
-        ),
+        tab.evaluate(r##"document.querySelectorAll("#loss-chart line.restart").length"##),
         1,
         "the restart is marked on the curve"
     );
-    let timeline = evaluate(&tab, r#"document.getElementById("timeline").textContent"#);
+    let timeline = tab.evaluate(r#"document.getElementById("timeline").textContent"#);
     let timeline = timeline.as_str().unwrap();
     assert!(
         timeline.contains("killed by signal 9") && timeline.contains("after the failure"),
@@ -684,7 +627,7 @@ fn a_dashboard_beyond_loopback_asks_for_the_token() {
 
     // In a browser: the login form, then the cluster.
     let Some(chromium) = chromium() else { return };
-    let (_browser, tab) = browser(chromium);
+    let tab = browser(chromium);
     open_and_wait(
         &tab,
         &url,
@@ -692,19 +635,10 @@ fn a_dashboard_beyond_loopback_asks_for_the_token() {
         "the login form",
     );
     screenshot(&tab, "login");
-    tab.wait_for_element("input[name=token]")
-        .unwrap()
-        .click()
-        .unwrap();
-    tab.type_str(&token).unwrap();
-    tab.wait_for_element("button[type=submit]")
-        .unwrap()
-        .click()
-        .unwrap();
-    // The form posts, then the answer redirects: the cluster page is in
-    // place once its summary is (a script evaluated before that could run
-    // in the login page as it goes away).
-    tab.wait_for_element("#summary").unwrap();
+    tab.click("input[name=token]");
+    tab.type_text(&token);
+    // The form posts, then the answer redirects to the cluster page.
+    tab.click_and_wait_for_load("button[type=submit]");
     wait_until(
         &tab,
         r#"document.getElementById("summary")?.textContent === "1 alive, 0 dead""#,

@@ -9,6 +9,8 @@
 mod architecture;
 mod autoscaler;
 mod bad_input;
+#[path = "../common/browser.rs"]
+mod browser;
 mod chaos;
 mod cli;
 mod dashboard;

@@ -360,13 +360,23 @@ async function showTimeline() {
         : column === "kind" ? el("span", { class: "event-" + e.kind.replace(" ", "-") }, e.kind) : e.text));
 }
 
+// The page's stream of change events, open while the page is shown. A page
+// left for another may be kept, frozen, in the back-forward cache: it
+// closes its stream, or the six connections a browser holds per host
+// over HTTP/1.1 would end up held by hidden pages and the next page would
+// wait for one (seen: 60 s on the seventh load). Shown again, it reopens
+// the stream and reloads its view.
+let events = null;
+
 function listen() {
-  const events = new EventSource("/api/events");
+  events = new EventSource("/api/events");
   events.addEventListener("open", () => { live.textContent = "live"; live.className = "on"; });
   events.addEventListener("error", () => { live.textContent = "reconnecting…"; live.className = ""; });
   events.addEventListener("change", () => reload());
 }
 
+window.addEventListener("pagehide", () => { events?.close(); events = null; });
+window.addEventListener("pageshow", (shown) => { if (shown.persisted) { listen(); reload(); } });
 window.addEventListener("hashchange", navigate);
 navigate();
 listen();
