@@ -4,7 +4,8 @@
 #
 # The venv is reused on later runs and re-created when the installed version
 # differs. Set LIBTORCH to use an existing libtorch instead (then this script is
-# not needed; see README.md).
+# not needed; see README.md). With `--installed`, it installs nothing: it
+# prints the interpreter's path if the venv is in place, else fails.
 set -euo pipefail
 
 TORCH_VERSION="${TORCH_VERSION:-2.11.0}"
@@ -47,6 +48,12 @@ preflight() {
 installed_version() {
   "$PY" -c 'import torch, sys; sys.stdout.write(torch.__version__.split("+")[0])' 2>/dev/null || true
 }
+
+if [ "${1:-}" = --installed ]; then
+  [ "$(installed_version)" = "$TORCH_VERSION" ] || exit 1
+  echo "$PY"
+  exit 0
+fi
 
 if [ "$(installed_version)" != "$TORCH_VERSION" ]; then
   preflight
