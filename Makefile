@@ -13,12 +13,6 @@ TORCH_ENV = if [ -z "$$LIBTORCH" ]; then \
 	  export LIBTORCH_USE_PYTORCH=1 PATH="$$(dirname $$PY):$$PATH"; \
 	fi
 
-# The actors template (examples/template), a workspace of its own as a
-# user's program is, built into this target directory so that it shares the
-# compiled dependencies it can. (The training template, examples/template-train,
-# is a member of the workspace.)
-TEMPLATE = --manifest-path examples/template/Cargo.toml
-
 .PHONY: demo test test-long fuzz build run lint bench image gpu-bundle
 
 # Builds only what it runs, in make test's profile, in timed phases held
@@ -56,8 +50,7 @@ lint:
 	@$(TORCH_ENV); cargo fmt --all --check && \
 	  cargo clippy --workspace --all-targets -- -D warnings && \
 	  cargo clippy --workspace --all-targets --features nimbus-train/cuda -- -D warnings && \
-	  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps && \
-	  cargo fmt $(TEMPLATE) --check && cargo clippy $(TEMPLATE) --target-dir target -- -D warnings
+	  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 # What a GPU machine without Rust runs: target/gpu-bundle/ (stripped
 # binaries built with the `cuda` feature, the peers, gpu-check.sh); there:

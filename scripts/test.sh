@@ -9,15 +9,15 @@
 #    features: built with `-p nimbus` alone, nimbus and most of its
 #    dependencies were built a second time in step 2).
 # 2. The whole workspace builds once, in one profile (`dev`) and one
-#    feature set; the training template is a member of it. With libtorch
+#    feature set; both templates are members of it. With libtorch
 #    in place from the start, steps 1 and 2 are one build (libtorch's C++
 #    glue then compiles beside the rest instead of after it: every target
 #    in 296 s, against 262 + 91 s in two builds).
 # 3. Every test binary runs, the long fault-injection tests included
 #    (`--include-ignored`), in two lanes at once, with the doc tests, the
 #    two template crates (run from a copy outside the repository with no
-#    nimbus binary to be found; the actors template is built as a
-#    workspace of its own, as a copy is), and the CUDA-less checks of a GPU
+#    nimbus binary to be found; nimbus is checked on its own dependencies'
+#    features, as a copy of a template builds it), and the CUDA-less checks of a GPU
 #    build (the one build with nimbus-train's `cuda`, on the workspace's
 #    other features: a CUDA build links libtorch_cuda.so, which tests of
 #    hosts without it must not need).
@@ -29,7 +29,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/phases.sh
 
-TEMPLATE=examples/template/Cargo.toml
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -146,7 +145,11 @@ lane_b() {
   timed "CUDA-less checks of a cuda build" \
     cargo test --workspace --features nimbus-train/cuda --test cuda
   timed "training template crate" run_alone target/debug/nimbus-template-train
-  timed "template crate (a workspace of its own)" template
+  timed "template crate" run_alone target/debug/nimbus-template
+  # Features resolved for the template alone: nimbus on its own
+  # dependencies' features, as a copy of the template builds it.
+  timed "nimbus on its own features (cargo check -p nimbus-template)" \
+    cargo check -p nimbus-template
 }
 # A template's program, run as the README says a copy of it runs: from a
 # directory of its own outside the repository, with no nimbus binary set,
@@ -159,10 +162,6 @@ run_alone() {
   # here one of this run's own, removed with it.
   (cd "$dir" && env -u NIMBUS_BIN -u LD_LIBRARY_PATH PATH=/usr/local/bin:/usr/bin:/bin \
     TMPDIR="$dir/tmp" "./$(basename "$program")")
-}
-template() {
-  cargo build --manifest-path "$TEMPLATE" --target-dir target
-  run_alone target/debug/nimbus-template
 }
 lanes() {
   lane_a >"$work/lane-a" 2>&1 &

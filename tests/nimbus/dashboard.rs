@@ -62,7 +62,11 @@ fn go_and_wait(tab: &Browser, route: &str, condition: &str, what: &str) {
 
 /// Waits in the page for `condition` (a JavaScript expression) to hold.
 fn wait_until(tab: &Browser, condition: &str, what: &str) {
-    let deadline = PAGE_DEADLINE.as_millis() - 5000;
+    // Before the browser's own deadline, so that this one is reported.
+    let deadline = tab
+        .deadline()
+        .saturating_sub(Duration::from_secs(5))
+        .as_millis();
     let script = format!(
         r#"new Promise((resolve, reject) => {{
             const check = () => {{ try {{ return Boolean({condition}); }} catch (e) {{ return false; }} }};
