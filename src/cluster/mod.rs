@@ -5,9 +5,9 @@
 //! Files: `autoscaling.rs` (what the autoscaler reports to the head),
 //! `resources.rs` (`ResourceSet`, resource detection), `gpus.rs`
 //! (counting GPUs), `jobs.rs` (jobs: submissions, records, states),
-//! `messages.rs` (the control protocol: `ControlRequest`,
-//! one variant per subsystem, each with its own request enum;
-//! `ControlReply`; nodes, actors and events), `objects.rs` (the object
+//! `messages/` (the control protocol: `ControlRequest`,
+//! one variant per subsystem, each with its own request enum in a file of
+//! its own; `ControlReply`; nodes, actors and events), `objects.rs` (the object
 //! store's wire types), `death.rs` (`DeathCause`), `faults.rs` (actor
 //! fault rules, the chaos harness's reserved messages, and `FiredFault`,
 //! the `chaos: KIND at TRIGGER of TARGET` form in which every fault hook

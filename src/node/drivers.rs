@@ -1,5 +1,5 @@
 //! The drivers of submitted jobs on this node (`nimbus job submit`; the
-//! job protocol is in `crate::head`'s `jobs.rs`): the [`DriverRunner`]
+//! job protocol is in `crate::head::jobs`): the [`DriverRunner`]
 //! actor starts them, watches them and stops them.
 //!
 //! 1. `RunDriver { job, submission, head }`: make `state_dir/jobs/JOB/`

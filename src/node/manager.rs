@@ -874,7 +874,7 @@ fn signal_worker(pid: u32, signal: libc::c_int) {
 /// [`LAST_PUSH_WAIT`](crate::runtime::LAST_PUSH_WAIT), 2 s) before SIGKILL.
 const END_JOB_GRACE: Duration = Duration::from_secs(3);
 
-/// A job ended (`crate::head`'s `jobs.rs`, step 3): stop its actors here,
+/// A job ended (`crate::head::jobs`, step 3): stop its actors here,
 /// but the detached ones, for good, and release its bundles (the protocol
 /// is in the module docs).
 #[derive(Message)]

@@ -302,7 +302,7 @@ impl NodeService {
     }
 }
 
-/// Job requests, on the head (`crate::head`'s `jobs.rs`).
+/// Job requests, on the head (`crate::head::jobs`).
 async fn job_request(
     head: &HeadActors,
     from: Caller,
