@@ -131,6 +131,9 @@ impl Browser {
             if let Some(error) = answer.get("errorText").and_then(Value::as_str) {
                 panic!("Chromium could not load {url}: {error}");
             }
+            // Within the document (only the #fragment changed): nothing
+            // loads, and no load event comes.
+            answer.get("loaderId").is_some()
         });
     }
 
@@ -181,7 +184,10 @@ impl Browser {
     /// Clicks `selector` (a form's submit button, a link) and waits for
     /// the page it loads.
     pub fn click_and_wait_for_load(&self, selector: &str) {
-        self.until_load(|| self.click(selector));
+        self.until_load(|| {
+            self.click(selector);
+            true
+        });
     }
 
     /// Types `text` into the element that has the focus, as a keyboard's
@@ -198,11 +204,13 @@ impl Browser {
             .unwrap()
     }
 
-    /// Runs `start` (which starts a navigation) and waits for the load
-    /// event of the page it leads to.
-    fn until_load(&self, start: impl FnOnce()) {
+    /// Runs `start` (which starts a navigation) and, if it says a page
+    /// loads, waits for that page's load event.
+    fn until_load(&self, start: impl FnOnce() -> bool) {
         self.connection.lock().unwrap().loads = 0;
-        start();
+        if !start() {
+            return;
+        }
         let deadline = Instant::now() + self.deadline;
         let mut connection = self.connection.lock().unwrap();
         while connection.loads == 0 {
