@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{ActorId, ActorRecord, ActorSpec, PlacementGroupId, ResourceSet};
 use crate::wire::Incarnation;
 
+#[cfg(doc)]
+use super::ControlReply;
 use super::ControlRequest;
 
 /// To the head: actor names and records (answered by `Directory`).

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{ActorId, MAX_PACKET_RULES};
 use crate::wire::{Incarnation, NodeIdentity};
 
+#[cfg(doc)]
+use super::ControlReply;
 use super::ControlRequest;
 
 /// To the head: the cluster's numbered events (answered by `ClusterEvents`).

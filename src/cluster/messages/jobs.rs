@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{DeathCause, JobSubmission, TaskRecord, Versions};
 
+#[cfg(doc)]
+use super::ControlReply;
+
 /// The most events one `JobRequest::RunEvents` carries.
 pub const MAX_RUN_EVENTS: usize = 1000;
 

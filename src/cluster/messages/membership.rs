@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{AutoscalerReport, ResourceSet, Versions};
 use crate::wire::NodeIdentity;
 
+#[cfg(doc)]
+use super::ControlReply;
 use super::ControlRequest;
 
 /// To the head: joining, heartbeats, leaving, the membership view (answered by `Membership`).

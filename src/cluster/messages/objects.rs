@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ContainedRef, ObjectId, ObjectLocation, RefHolder, RefUpdate};
 
+#[cfg(doc)]
+use super::ControlReply;
 use super::ControlRequest;
 
 /// To a node: its object store (answered by its `NodeObjectStore`).

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ActorId, ActorSpec, BundleId, ResourceSet};
 
+#[cfg(doc)]
+use super::ControlReply;
 use super::ControlRequest;
 
 /// To a node: starting and killing actors' worker processes (answered by its `NodeManager`).
