@@ -91,9 +91,19 @@ impl Browser {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromium.display()));
-        let address = devtools_address(&mut child, chromium);
-        let (socket, _) = tungstenite::connect(address.as_str())
-            .unwrap_or_else(|e| panic!("cannot connect to Chromium's DevTools at {address}: {e}"));
+        // A Chromium that cannot be driven is stopped before the test fails.
+        let connected = devtools_address(&mut child, chromium).and_then(|address| {
+            tungstenite::connect(address.as_str())
+                .map_err(|e| format!("cannot connect to Chromium's DevTools at {address}: {e}"))
+        });
+        let socket = match connected {
+            Ok((socket, _)) => socket,
+            Err(why) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{why}");
+            }
+        };
         if let MaybeTlsStream::Plain(stream) = socket.get_ref() {
             stream.set_read_timeout(Some(READ_SLICE)).unwrap();
         }
@@ -290,7 +300,7 @@ impl Drop for Browser {
 /// The browser's DevTools WebSocket address, from the line Chromium prints
 /// on stderr once it listens; the rest of stderr is drained (and dropped)
 /// so that Chromium never blocks writing it.
-fn devtools_address(child: &mut Child, chromium: &Path) -> String {
+fn devtools_address(child: &mut Child, chromium: &Path) -> Result<String, String> {
     let stderr = child.stderr.take().unwrap();
     let (sender, receiver) = mpsc::channel();
     std::thread::spawn(move || {
@@ -305,14 +315,14 @@ fn devtools_address(child: &mut Child, chromium: &Path) -> String {
         let _ = sender.send(Err(printed.join("\n")));
     });
     match receiver.recv_timeout(START_DEADLINE) {
-        Ok(Ok(address)) => address,
-        Ok(Err(printed)) => panic!(
+        Ok(Ok(address)) => Ok(address),
+        Ok(Err(printed)) => Err(format!(
             "{} exited before listening for DevTools; it printed:\n{printed}",
             chromium.display()
-        ),
-        Err(_) => panic!(
+        )),
+        Err(_) => Err(format!(
             "{} printed no DevTools address within {START_DEADLINE:?}",
             chromium.display()
-        ),
+        )),
     }
 }
