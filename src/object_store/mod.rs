@@ -26,7 +26,7 @@
 //! and constants are in the module docs of `process/mod.rs` (put, get,
 //! wait), `process/refs.rs` (the references a process holds),
 //! `node/mod.rs` (pulls, spilling, frees), `node/refcount.rs` (the
-//! counting) and `node/shard.rs` (memory, shared-memory files, disk).
+//! counting) and `node/shard/` (memory, shared-memory files, disk).
 //!
 //! The code is in two halves: the process side (`process/`: what runs in
 //! the calling process) and the node side (`node/`: the store inside each

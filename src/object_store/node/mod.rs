@@ -1,5 +1,5 @@
 //! The half of the object store that runs in a node process: its shards
-//! (`shard.rs`, each on a thread of its own), pulls from other nodes,
+//! (`shard/`, each on a thread of its own), pulls from other nodes,
 //! spilling under memory pressure, and the effects of frees on other nodes.
 //!
 //! Objects are spread by id over one shard per core, at most `MAX_SHARDS`

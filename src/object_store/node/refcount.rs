@@ -1,6 +1,6 @@
 //! Reference counting of the objects a node owns, as a plain state
 //! machine: who holds each object, how many references are in transit, and
-//! when the object is freed. The shard (`shard.rs`) keeps the bytes and
+//! when the object is freed. The shard (`shard/`) keeps the bytes and
 //! acts on what this decides.
 //!
 //! The protocol (the sending side is `process/refs.rs`):

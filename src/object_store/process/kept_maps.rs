@@ -8,8 +8,8 @@
 //! file whose pages exist: 19–38 ms by `pwrite`, 16 ms through a new
 //! mapping filled in at once, 6 ms through a kept one). The node reuses
 //! the files of freed objects for new ones (its spares,
-//! `node/shard.rs`), so a process that keeps the mappings of the files it
-//! wrote finds them again.
+//! `node/shard/budget.rs`), so a process that keeps the mappings of the
+//! files it wrote finds them again.
 //!
 //! 1. The node grants a file of the object's size (`CreateObject`). The
 //!    process opens it and looks its device and inode up among the kept
