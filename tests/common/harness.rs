@@ -48,13 +48,17 @@ pub fn run(
             let run =
                 AssertUnwindSafe(tokio::time::timeout(deadline, test(&mut driver))).catch_unwind();
             let outcome = match run.await {
-                Ok(Ok(())) => "ok",
-                Ok(Err(_)) => "TIMED OUT",
-                Err(_) => "FAILED",
+                Ok(Ok(())) => None,
+                Ok(Err(_)) => Some(("TIMED OUT", format!("ran past its {deadline:?} deadline"))),
+                Err(panic) => Some(("FAILED", panic_message(panic.as_ref()))),
             };
-            println!("test {name} ... {outcome} ({:.1?})", started.elapsed());
-            if outcome != "ok" {
-                failed.push(*name);
+            let took = started.elapsed();
+            match outcome {
+                None => println!("test {name} ... ok ({took:.1?})"),
+                Some((verdict, why)) => {
+                    println!("test {name} ... {verdict} ({took:.1?})");
+                    failed.push(format!("{name}: {why}"));
+                }
             }
         }
         failed
@@ -64,15 +68,28 @@ pub fn run(
         .map(|cluster| nimbus::testing::ExitWatch::cluster(cluster));
     drop(driver);
     cleanup();
-    let mut failed: Vec<String> = failed.iter().map(|name| name.to_string()).collect();
+    let mut failed = failed;
     if let Some(Err(left)) = watch.map(|watch| watch.wait(LEAK_WAIT)) {
         eprintln!("{left}");
         failed.push("processes left behind".into());
     }
     if !failed.is_empty() {
-        eprintln!("failed: {failed:?}");
+        // Each with its reason: the end of the output is what a CI log
+        // shows, far from the panic among the workers' lines.
+        for failure in &failed {
+            eprintln!("failed: {failure}");
+        }
         std::process::exit(1);
     }
     println!("test result: ok");
     std::process::exit(0)
+}
+
+/// What a test panicked with (an assertion's message, say).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<String>(), panic.downcast_ref::<&str>()) {
+        (Some(message), _) => message.clone(),
+        (None, Some(message)) => message.to_string(),
+        (None, None) => "a panic without a message".to_string(),
+    }
 }
