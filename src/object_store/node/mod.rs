@@ -83,12 +83,25 @@
 //!    A failure's reason is the job's that recorded it (`ObjectFailed`
 //!    names it); one this node found (lost, freed) any reader sees.
 //!    Drivers, the CLI and nodes read and change any.
+//!
+//! The rooms: this file routes the requests and holds puts, spilling and
+//! frees (steps 1, 3, 4, 6); `pull.rs` is step 2, `deaths.rs` step 5,
+//! `access.rs` step 7; `refcount.rs` decides step 4, `shard/` keeps the
+//! bytes, `small_reads.rs` serves small objects without a hop to a shard.
 
+mod access;
+mod deaths;
+mod pull;
 mod refcount;
 mod shard;
 mod small_reads;
 
+pub use deaths::HeadEvents;
+pub use pull::BULK_RETRY_AFTER;
 pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
+
+use access::{fail, job_of, may_read, readable};
+use pull::Streamed;
 
 /// How long an object may arrive without bytes before it is abandoned
 /// (step 1), unless the node is told otherwise.
@@ -99,7 +112,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 
 use crate::client;
 use crate::cluster::ownership::{OwnedDir, OwnershipError};
@@ -108,17 +121,15 @@ use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
     RefHolder, RefUpdate, SmallObject,
 };
-use crate::transport::{
-    BulkGrants, BulkListener, BulkStream, Connection, Endpoint, RequestOptions, MAX_STREAM_BYTES,
-};
+use crate::transport::{BulkGrants, BulkListener, Endpoint, RequestOptions};
 use crate::wire::{RemoteError, RemoteErrorKind};
 
 use super::error::{ObjectStoreError, ShardError};
-use super::transfer::{call, host_id, read_chunks, CHUNK_BYTES, MAX_OBJECT_WAIT};
+use super::transfer::{host_id, CHUNK_BYTES, MAX_OBJECT_WAIT};
 use crate::cluster::SharedObjectFile;
 use shard::{
-    Abort, Append, Await, Awaited, Begin, Begun, DropCopy, DropDriver, DropWorker, Fail, Freed,
-    Holders, List, ListHolders, OfOtherJobs, Open, OpenStream, Read, Seal, Spill, UpdateRefs,
+    Abort, Append, Await, Awaited, Begin, Begun, DropCopy, Freed, List, Open, Read, Seal, Spill,
+    UpdateRefs,
 };
 use small_reads::SmallReads;
 
@@ -140,22 +151,6 @@ pub struct NodeObjectStore {
     bulk: Option<BulkGrants<Streamed>>,
     /// When a bulk dial to each owner's address last failed (step 2).
     bulk_failed: Arc<dashmap::DashMap<std::net::IpAddr, std::time::Instant>>,
-}
-
-/// How long after a failed bulk dial to an owner its objects come over
-/// QUIC without trying TCP again (step 2).
-pub const BULK_RETRY_AFTER: Duration = Duration::from_secs(60);
-
-/// The bytes of each shard read of a bulk stream out of an object not in
-/// a shared-memory file (step 2).
-pub(crate) const STREAM_CHUNK_BYTES: usize = 1 << 20;
-
-/// What a bulk stream out of this node carries: an object's `size`
-/// bytes, read for the node caching a copy (`copy_at`).
-struct Streamed {
-    id: ObjectId,
-    size: u64,
-    copy_at: Option<ObjectLocation>,
 }
 
 impl NodeObjectStore {
@@ -227,174 +222,6 @@ impl NodeObjectStore {
             }));
         }
         Ok(store)
-    }
-
-    /// Writes the bytes a bulk stream was granted for (step 2) and ends
-    /// it, on a thread of its own: straight from the object's
-    /// shared-memory file (pinned against reuse until the stream ends),
-    /// else by shard reads. A failed read ends it early.
-    async fn stream_out(self, what: Streamed, stream: BulkStream) {
-        let Streamed { id, size, copy_at } = what;
-        let shard = self.shard(id).clone();
-        let open = OpenStream {
-            id,
-            copy_at: copy_at.clone(),
-        };
-        let opened = shard.send(open).await.ok().flatten();
-        let runtime = tokio::runtime::Handle::current();
-        let peer = stream.peer();
-        let sent = stream.on_own_thread(move |stream| {
-            match opened {
-                Some((file, _pin)) => stream.write_from_file(&file, 0, size)?,
-                None => {
-                    for offset in (0..size).step_by(STREAM_CHUNK_BYTES) {
-                        let read = Read {
-                            id,
-                            offset,
-                            len: STREAM_CHUNK_BYTES as u64,
-                            copy_at: copy_at.clone(),
-                            confined: None,
-                        };
-                        match flatten(runtime.block_on(shard.send(read))) {
-                            Ok(chunk) => stream.write_all(&chunk)?,
-                            Err(e) => return Ok(Err(e.message)),
-                        }
-                    }
-                }
-            }
-            stream.finish().map(Ok)
-        });
-        match sent.await.and_then(|sent| sent) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!("object {id}: bulk stream to {peer} ended early: {e}"),
-            Err(e) => tracing::debug!("object {id}: {e}"),
-        }
-    }
-
-    /// Watches the head's events and releases the references of worker
-    /// processes that die (`ActorDied`) and of the drivers of jobs that
-    /// end (`JobEnded`): a SIGKILLed process never releases them itself.
-    /// When events were missed (`Resync`: the head restarted), it asks the
-    /// head instead (`NodeObjectStore::resync`). Runs until the node
-    /// stops.
-    pub fn watch_worker_deaths(&self, head: HeadEvents) {
-        let store = self.clone();
-        tokio::spawn(async move {
-            // Deaths before this node's store started held nothing of it.
-            let mut after = None;
-            // A resync that could not finish is tried again after each poll.
-            let mut resync_due = false;
-            loop {
-                let wait = if after.is_some() {
-                    MAX_OBJECT_WAIT
-                } else {
-                    Duration::ZERO
-                };
-                let events = match head.since(&store.endpoint, after.unwrap_or(0), wait).await {
-                    Ok(events) => events,
-                    Err(e) => {
-                        tracing::warn!("object store: the head's events are unreachable ({e})");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        continue;
-                    }
-                };
-                let seen = after.replace(events.last().map_or(after.unwrap_or(0), |e| e.seq));
-                if seen.is_none() {
-                    continue;
-                }
-                for event in events {
-                    match event.kind {
-                        crate::cluster::ClusterEventKind::ActorDied {
-                            actor, incarnation, ..
-                        } => store.drop_worker(actor, incarnation).await,
-                        crate::cluster::ClusterEventKind::JobEnded { job, .. } => {
-                            store.drop_driver(job).await
-                        }
-                        crate::cluster::ClusterEventKind::Resync { .. } => resync_due = true,
-                        _ => {}
-                    }
-                }
-                if resync_due {
-                    if let Err(e) = store.resync(&head).await {
-                        tracing::warn!("object store: cannot resync with the head ({e}); trying again after the next poll");
-                    } else {
-                        resync_due = false;
-                    }
-                }
-            }
-        });
-    }
-
-    async fn drop_worker(
-        &self,
-        actor: crate::cluster::ActorId,
-        incarnation: crate::wire::Incarnation,
-    ) {
-        for shard in &self.shards {
-            if let Ok(freed) = shard.send(DropWorker { actor, incarnation }).await {
-                for object in freed {
-                    tokio::spawn(self.clone().after_free(object));
-                }
-            }
-        }
-    }
-
-    /// The deaths and job ends this store missed: the worker incarnations
-    /// holding references here that the directory records dead or
-    /// replaced by a newer incarnation, and the drivers of jobs that ended,
-    /// release their references. A worker the directory does not know yet
-    /// (its start is being recorded), and a driver of a job the head does
-    /// not list, keep them. Every holder is checked; the last error, if
-    /// any, is returned (the caller tries again).
-    async fn resync(&self, head: &HeadEvents) -> Result<(), ObjectStoreError> {
-        let mut holders = Holders::default();
-        for shard in &self.shards {
-            if let Ok(listed) = shard.send(ListHolders).await {
-                holders.workers.extend(listed.workers);
-                holders.jobs.extend(listed.jobs);
-            }
-        }
-        holders.workers.sort();
-        holders.workers.dedup();
-        holders.jobs.sort();
-        holders.jobs.dedup();
-        let mut failed = Ok(());
-        for (actor, incarnation) in holders.workers {
-            let record = match head.locate(&self.endpoint, actor).await {
-                Ok(Some(record)) => record,
-                Ok(None) => continue,
-                Err(e) => {
-                    failed = Err(e);
-                    continue;
-                }
-            };
-            let gone = incarnation < record.incarnation
-                || (incarnation == record.incarnation && record.dead.is_some());
-            if gone {
-                self.drop_worker(actor, incarnation).await;
-            }
-        }
-        if !holders.jobs.is_empty() {
-            let jobs = head.jobs(&self.endpoint).await?;
-            for job in holders.jobs {
-                let ended = jobs.iter().any(|j| j.id == job && j.state.is_terminal());
-                if ended {
-                    self.drop_driver(job).await;
-                }
-            }
-        }
-        failed
-    }
-
-    async fn drop_driver(&self, job: String) {
-        for shard in &self.shards {
-            let drop = DropDriver { job: job.clone() };
-            if let Ok(freed) = shard.send(drop).await {
-                for object in freed {
-                    tokio::spawn(self.clone().after_free(object));
-                }
-            }
-        }
     }
 
     /// Removes the spilled objects' and shared-memory objects' files (at
@@ -732,47 +559,6 @@ impl NodeObjectStore {
         .boxed()
     }
 
-    /// Refuses a worker confined to `confined` changing objects of another
-    /// job: appending to one, sealing or abandoning it, recording its
-    /// failure, taking a reference to it (step 7). Drivers, the CLI and
-    /// nodes (`None`) change any, without asking the shards.
-    async fn may_change(
-        &self,
-        ids: impl IntoIterator<Item = ObjectId>,
-        confined: Option<&str>,
-    ) -> Result<(), RemoteError> {
-        let others = self.of_other_jobs(ids, confined).await?;
-        match (others.first(), confined) {
-            (Some(&id), Some(job)) => Err(forbidden(ShardError::OtherJob {
-                id,
-                job: job.to_string(),
-            })),
-            _ => Ok(()),
-        }
-    }
-
-    /// Those of `ids` here that are not of the job a worker is confined to
-    /// (`None`: a driver, the CLI or a node, confined to none).
-    async fn of_other_jobs(
-        &self,
-        ids: impl IntoIterator<Item = ObjectId>,
-        confined: Option<&str>,
-    ) -> Result<Vec<ObjectId>, RemoteError> {
-        let Some(job) = confined else {
-            return Ok(Vec::new());
-        };
-        let job: Arc<str> = Arc::from(job);
-        let mut others = Vec::new();
-        for (shard, ids) in self.shards.iter().zip(self.by_shard(ids, |&id| id)) {
-            if !ids.is_empty() {
-                let job = job.clone();
-                let found = shard.send(OfOtherJobs { ids, job }).await;
-                others.extend(found.map_err(unavailable)?);
-            }
-        }
-        Ok(others)
-    }
-
     /// `items` split by the shard of each one's object (`id_of`), in shard
     /// order.
     fn by_shard<T>(
@@ -847,181 +633,6 @@ impl NodeObjectStore {
         }
     }
 
-    /// Makes the object present here, fetching it from `owner` in chunks
-    /// unless it is here or on its way.
-    async fn pull(&self, id: ObjectId, owner: ObjectLocation, wait: Duration) -> ControlReply {
-        if owner.node == self.me.node {
-            return self.await_object(id, wait).await;
-        }
-        if let Ok(Awaited::Ready { size, job }) = self.shard(id).send(Await(id)).await {
-            return ready(size, job.as_deref());
-        }
-        let lost = |e: String| {
-            lost_or_failed(format!(
-                "object {id} is lost: its owner, node {owner}, cannot be reached: {e}"
-            ))
-        };
-        let connection = match self
-            .endpoint
-            .connect(owner.address, Some(&owner.node))
-            .await
-        {
-            Ok(connection) => connection,
-            Err(e) => return lost(e.to_string()),
-        };
-        let ask = ControlRequest::Objects(ObjectRequest::AwaitObject {
-            id,
-            wait_ms: wait.as_millis() as u64,
-        });
-        let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
-        let (size, job) = match client::call(&connection, &ask, options).await {
-            Ok(ControlReply::ObjectReady { size, job }) => (size, job),
-            Ok(ControlReply::ObjectNotReady) => return ControlReply::ObjectNotReady,
-            Ok(failed @ ControlReply::ObjectFailed { .. }) => return failed,
-            Ok(other) => return lost(format!("unexpected reply {other:?}")),
-            Err(e) => return lost(e.to_string()),
-        };
-        let begin = Begin {
-            id,
-            total: size,
-            holder: None,
-            contains: Vec::new(),
-            job: job.as_deref().map(Arc::from),
-            first: None,
-        };
-        let began = std::time::Instant::now();
-        let shared = match self.begin(begin).await {
-            Ok(Begun::Present) => return ready(size, job.as_deref()),
-            Ok(Begun::InProgress(done)) => {
-                return match done.await {
-                    Ok(()) => ready(size, job.as_deref()),
-                    Err(_) => {
-                        lost_or_failed(format!("the transfer of object {id} from {owner} failed"))
-                    }
-                }
-            }
-            Ok(Begun::Fresh { shared }) => shared,
-            Ok(Begun::NoRoom { short, .. }) => {
-                return lost_or_failed(format!(
-                    "no room for a copy of object {id}: {short} bytes short"
-                ))
-            }
-            Err(e) => return lost_or_failed(e.message),
-        };
-        let streamed = match self.budget.shared_path(id, size).filter(|_| shared) {
-            Some(file) => self.pull_stream(&connection, &owner, id, size, file).await,
-            None => Err("it is kept in memory, not in a shared-memory file".to_string()),
-        };
-        let (path, received) = match streamed {
-            Ok(inode) => {
-                let seal = Seal {
-                    id,
-                    inode: Some(inode),
-                };
-                let sealed = flatten(self.shard(id).send(seal).await);
-                ("tcp", sealed.map_err(|e| e.message))
-            }
-            Err(e) => {
-                tracing::debug!(
-                    "object {id}: no bulk stream from {owner} ({e}); it comes over QUIC"
-                );
-                ("quic", self.pull_chunks(&connection, id, size).await)
-            }
-        };
-        if let Err(e) = received {
-            self.abort(id).await;
-            // The owner answered: the copy failed on its way or here (a
-            // full tmpfs, say), which the error names.
-            return lost_or_failed(format!(
-                "the copy of object {id} from node {owner} failed: {e}"
-            ));
-        }
-        tracing::debug!(
-            "object {id}: {size} bytes from {owner} over {path} in {:?}",
-            began.elapsed()
-        );
-        metrics::counter!("nimbus_object_transfers_total", "path" => path).increment(1);
-        metrics::counter!("nimbus_object_transfer_bytes_total", "path" => path).increment(size);
-        ready(size, job.as_deref())
-    }
-
-    /// Step 2 over QUIC: object `id`, `size` bytes, from `node` in chunks.
-    async fn pull_chunks(&self, node: &Connection, id: ObjectId, size: u64) -> Result<(), String> {
-        let mut offset = 0;
-        let mut chunks = std::pin::pin!(read_chunks(node, id, size, Some(self.me.clone())));
-        while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|e| e.to_string())?;
-            let len = chunk.len() as u64;
-            let append = Append { id, offset, chunk };
-            offset += len;
-            flatten(self.shard(id).send(append).await).map_err(|e| e.message)?;
-        }
-        Ok(())
-    }
-
-    /// Step 2's bulk stream: object `id` from `owner` (reached over
-    /// `node`), written straight into its shared-memory `file` here, on a
-    /// thread of its own; the inode written, for the seal. A failure leaves the object to be received over QUIC, from
-    /// its start: nothing was counted yet. An owner whose bulk listener
-    /// could not be dialled is not dialled again for
-    /// [`BULK_RETRY_AFTER`].
-    async fn pull_stream(
-        &self,
-        node: &Connection,
-        owner: &ObjectLocation,
-        id: ObjectId,
-        size: u64,
-        file: std::path::PathBuf,
-    ) -> Result<u64, String> {
-        if size > MAX_STREAM_BYTES {
-            return Err(format!(
-                "it is larger than one bulk stream carries ({MAX_STREAM_BYTES} bytes)"
-            ));
-        }
-        let ip = owner.address.ip();
-        if let Some(failed) = self.bulk_failed.get(&ip) {
-            if failed.elapsed() < BULK_RETRY_AFTER {
-                return Err(format!(
-                    "its bulk listener could not be dialled {:?} ago",
-                    failed.elapsed()
-                ));
-            }
-        }
-        // Opened before the round trip: the file this pull began, even if
-        // it is abandoned meanwhile and another pull begins a new one at
-        // the same path (whose seal then refuses this inode).
-        let opened = std::fs::OpenOptions::new().write(true).open(&file);
-        let file = opened.map_err(|e| format!("cannot open {}: {e}", file.display()))?;
-        let inode = {
-            use std::os::unix::fs::MetadataExt;
-            file.metadata().map_err(|e| e.to_string())?.ino()
-        };
-        let ask = ControlRequest::Objects(ObjectRequest::StreamObject {
-            id,
-            size,
-            copy_at: Some(self.me.clone()),
-        });
-        let (port, ticket) = match call(node, &ask, RequestOptions::control()).await {
-            Ok(ControlReply::ObjectStream { port, ticket }) => (port, ticket),
-            Ok(other) => return Err(format!("unexpected reply {other:?}")),
-            Err(e) => return Err(e.to_string()),
-        };
-        let addr = std::net::SocketAddr::new(ip, port);
-        let stream = match self.endpoint.bulk_connect(addr, ticket).await {
-            Ok(stream) => stream,
-            Err(e) => {
-                self.bulk_failed.insert(ip, std::time::Instant::now());
-                return Err(e.to_string());
-            }
-        };
-        self.bulk_failed.remove(&ip);
-        let received = stream.on_own_thread(move |stream| stream.read_into_file(&file, 0, size));
-        match received.await.and_then(|received| received) {
-            Ok(()) => Ok(inode),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
     async fn list(&self) -> ObjectListing {
         let mut objects = Vec::new();
         for shard in &self.shards {
@@ -1037,103 +648,6 @@ impl NodeObjectStore {
             capacity: self.budget.capacity(),
             spilled: self.budget.spilled(),
         }
-    }
-}
-
-/// Where a node's store reads the head's events and, to resync, its
-/// directory and jobs.
-pub enum HeadEvents {
-    /// On the head: its actors.
-    Local {
-        /// The event stream.
-        events: Addr<crate::head::ClusterEvents>,
-        /// The actor directory.
-        directory: Addr<crate::head::Directory>,
-        /// The job keeper.
-        jobs: Addr<crate::head::jobs::Jobs>,
-    },
-    /// Elsewhere: the head's address.
-    Remote(std::net::SocketAddr),
-}
-
-impl HeadEvents {
-    async fn since(
-        &self,
-        endpoint: &Endpoint,
-        after: u64,
-        wait: Duration,
-    ) -> Result<Vec<crate::cluster::ClusterEvent>, ObjectStoreError> {
-        match self {
-            HeadEvents::Local { events, .. } => {
-                let since = crate::head::events::EventsSince { after, wait };
-                events
-                    .send(since)
-                    .await
-                    .map_err(|_| ObjectStoreError::EventsStopped)
-            }
-            HeadEvents::Remote(head) => {
-                let connection = endpoint
-                    .connect(*head, None)
-                    .await
-                    .map_err(client::ClientError::from)?;
-                Ok(client::events(&connection, after, wait).await?)
-            }
-        }
-    }
-
-    /// The directory's record of `actor`, live or dead.
-    async fn locate(
-        &self,
-        endpoint: &Endpoint,
-        actor: crate::cluster::ActorId,
-    ) -> Result<Option<crate::cluster::ActorRecord>, ObjectStoreError> {
-        match self {
-            HeadEvents::Local { directory, .. } => directory
-                .send(crate::head::directory::LocateActor(actor))
-                .await
-                .map_err(|_| ObjectStoreError::EventsStopped),
-            HeadEvents::Remote(head) => {
-                let request =
-                    ControlRequest::Directory(crate::cluster::DirectoryRequest::LocateActor(actor));
-                match self.ask(endpoint, *head, &request).await? {
-                    ControlReply::Actor(record) => Ok(record.map(|r| *r)),
-                    reply => Err(unexpected("LocateActor", reply)),
-                }
-            }
-        }
-    }
-
-    /// Every job the head knows.
-    async fn jobs(
-        &self,
-        endpoint: &Endpoint,
-    ) -> Result<Vec<crate::cluster::JobRecord>, ObjectStoreError> {
-        match self {
-            HeadEvents::Local { jobs, .. } => jobs
-                .send(crate::head::jobs::List)
-                .await
-                .map_err(|_| ObjectStoreError::EventsStopped),
-            HeadEvents::Remote(head) => {
-                let request = ControlRequest::Jobs(crate::cluster::JobRequest::ListJobs);
-                match self.ask(endpoint, *head, &request).await? {
-                    ControlReply::Jobs(jobs) => Ok(jobs),
-                    reply => Err(unexpected("ListJobs", reply)),
-                }
-            }
-        }
-    }
-
-    /// Asks the head at `head` (again while it is unreachable).
-    async fn ask(
-        &self,
-        endpoint: &Endpoint,
-        head: std::net::SocketAddr,
-        request: &ControlRequest,
-    ) -> Result<ControlReply, ObjectStoreError> {
-        let ask = |connection| async move {
-            client::call(&connection, request, RequestOptions::control()).await
-        };
-        Ok(client::ask_head(endpoint, head, true, ask).await?)
     }
 }
 
@@ -1179,6 +693,8 @@ fn forbidden(e: ShardError) -> RemoteError {
     RemoteError::new(RemoteErrorKind::Forbidden, e.to_string())
 }
 
+///
+
 /// The reply for an object that will never be here, for a `reason` this
 /// node found (no job's: any reader may see it).
 fn lost_or_failed(reason: String) -> ControlReply {
@@ -1190,80 +706,5 @@ fn ready(size: u64, job: Option<&str>) -> ControlReply {
     ControlReply::ObjectReady {
         size,
         job: job.map(str::to_string),
-    }
-}
-
-/// Whether a worker confined to job `confined` (`None`: a driver, the
-/// CLI, a node: anyone may) may read object `id` of `job` (step 7).
-fn may_read(id: ObjectId, job: Option<&str>, confined: Option<&str>) -> Result<(), ShardError> {
-    match confined {
-        Some(confined) if job != Some(confined) => Err(ShardError::OtherJob {
-            id,
-            job: confined.to_string(),
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// `reply` to a worker confined to `confined`: a complete object of
-/// another job is refused, and so is the reason another job's task
-/// recorded for its failure (step 7).
-fn readable(
-    id: ObjectId,
-    reply: ControlReply,
-    confined: Option<&str>,
-) -> Result<ControlReply, RemoteError> {
-    match &reply {
-        ControlReply::ObjectReady { job, .. }
-        | ControlReply::ObjectFailed {
-            job: job @ Some(_), ..
-        } => may_read(id, job.as_deref(), confined).map_err(forbidden)?,
-        _ => {}
-    }
-    Ok(reply)
-}
-
-/// Object `id`, held by `holder`, failed with `message`, recorded as the
-/// job of whoever sent it (`job_of`).
-fn fail(id: ObjectId, holder: RefHolder, message: String, confined: Option<&str>) -> Fail {
-    let job = job_of(&holder, confined).map(Arc::from);
-    Fail {
-        id,
-        holder,
-        message,
-        job,
-    }
-}
-
-/// The job of an object begun or failed by `holder`: the job of the
-/// worker that sent it (`confined`), else the job of the driver holding
-/// it.
-fn job_of<'a>(holder: &'a RefHolder, confined: Option<&'a str>) -> Option<&'a str> {
-    match (confined, holder) {
-        (Some(job), _) => Some(job),
-        (None, RefHolder::Process { job, .. }) => job.as_deref(),
-        (None, RefHolder::Object(_)) => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A worker learns why its own job's object failed, and why any object
-    /// was lost, but not the reason another job's task recorded.
-    #[test]
-    fn a_failure_is_told_to_its_own_job() {
-        let failed = |job: Option<&str>| ControlReply::ObjectFailed {
-            reason: "the task's secret".into(),
-            job: job.map(str::to_string),
-        };
-        let id = ObjectId(7);
-        assert!(readable(id, failed(Some("j")), Some("j")).is_ok());
-        assert!(readable(id, failed(None), Some("j")).is_ok());
-        assert!(readable(id, failed(Some("k")), None).is_ok());
-        let refused = readable(id, failed(Some("k")), Some("j")).unwrap_err();
-        assert_eq!(refused.kind, RemoteErrorKind::Forbidden);
-        assert!(!refused.message.contains("secret"), "{refused:?}");
     }
 }

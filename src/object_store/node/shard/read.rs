@@ -9,11 +9,11 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::super::may_read;
 use super::stored::{in_memory, Data, Stored};
 use super::ObjectStoreShard;
 use crate::cluster::{ObjectId, ObjectLocation};
 use crate::object_store::error::ShardError;
+use crate::object_store::node::access::may_read;
 
 /// Read part of a complete object.
 #[derive(Message)]
