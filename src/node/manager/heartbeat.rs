@@ -1,0 +1,150 @@
+//! The node's heartbeat to the head (its step in `mod.rs`): each beat
+//! reports the node's state and learns what the head wants of it.
+
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tracing::{info, warn};
+
+use crate::client::ClientError;
+use crate::cluster::MembershipRequest;
+use crate::cluster::{ActorRecord, ActorSpec, ControlRequest};
+use crate::head::membership::{self, MembershipError};
+use crate::transport::{ConnectError, RequestError};
+use crate::wire::RemoteErrorKind;
+
+use super::{call_head, HeadLink, NodeManager};
+use crate::node::error::NodeError;
+
+/// The longest wait between heartbeats the head does not answer.
+const MAX_BEAT_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The outcome of one heartbeat.
+pub(super) enum Beat {
+    Acked,
+    /// The head refused this incarnation: stop.
+    Expelled(String),
+    /// No answer; try again next tick.
+    Missed(String),
+    /// The process at the head's address does not take this cluster's
+    /// token: a head started again as another cluster. Stop.
+    OtherCluster(String),
+}
+
+impl NodeManager {
+    pub(super) fn heartbeat(&mut self, ctx: &mut Context<Self>) {
+        if self.in_flight || Instant::now() < self.missed.1 {
+            return;
+        }
+        self.in_flight = true;
+        let beat = self.beat();
+        ctx.spawn(beat.into_actor(self).map(|beat, manager, _| {
+            manager.in_flight = false;
+            manager.record(beat);
+        }));
+    }
+
+    /// One heartbeat to the head, with the resources in use now and how
+    /// busy the machine is.
+    pub(super) fn beat(&mut self) -> BoxFuture<'static, Beat> {
+        let node = self.config.identity.clone();
+        let used = self.resources.used().clone();
+        let host = self.host.sample();
+        match &self.config.head {
+            HeadLink::Local { membership, .. } => {
+                let sent = membership.send(membership::Heartbeat { node, used, host });
+                async move {
+                    match sent.await {
+                        Ok(Ok(())) => Beat::Acked,
+                        Ok(Err(
+                            e @ (MembershipError::Stale { .. } | MembershipError::Dead { .. }),
+                        )) => Beat::Expelled(e.to_string()),
+                        Ok(Err(e)) => Beat::Missed(e.to_string()),
+                        Err(e) => Beat::Missed(e.to_string()),
+                    }
+                }
+                .boxed()
+            }
+            HeadLink::Remote { endpoint, head } => {
+                let call = call_head(
+                    endpoint,
+                    *head,
+                    ControlRequest::Membership(MembershipRequest::Heartbeat { node, used, host }),
+                    self.config.interval * 2,
+                );
+                async move {
+                    match call.await {
+                        Ok(_) => Beat::Acked,
+                        Err(ClientError::Request(RequestError::Remote { error, .. }))
+                            if error.kind == RemoteErrorKind::StaleIncarnation =>
+                        {
+                            Beat::Expelled(error.message)
+                        }
+                        Err(ClientError::Connect(e @ ConnectError::Unauthenticated { .. })) => {
+                            Beat::OtherCluster(e.to_string())
+                        }
+                        Err(e) => Beat::Missed(e.to_string()),
+                    }
+                }
+                .boxed()
+            }
+        }
+    }
+
+    pub(super) fn record(&mut self, beat: Beat) {
+        match beat {
+            Beat::Acked => {
+                // Also without a missed beat: a head that restarted between
+                // two beats missed the reports made meanwhile.
+                let due = self.reports.take_due();
+                if self.missed.0 > 0 || due {
+                    let silent = self.last_ack.elapsed();
+                    info!(
+                        "the head answers again after {silent:.1?}; telling it what this node runs"
+                    );
+                    self.report_again();
+                }
+                self.last_ack = Instant::now();
+                self.missed = (0, self.last_ack);
+            }
+            Beat::Expelled(reason) => {
+                let _ = self.config.fatal.send(NodeError::Expelled(reason));
+            }
+            Beat::OtherCluster(detail) => {
+                let head = self.config.head_address;
+                let _ = self
+                    .config
+                    .fatal
+                    .send(NodeError::OtherCluster { head, detail });
+            }
+            Beat::Missed(reason) => {
+                let silent = self.last_ack.elapsed();
+                let grace = self.config.head_grace;
+                let misses = self.missed.0.saturating_add(1);
+                let backoff = (self.config.interval * 2u32.saturating_pow(misses.min(16) - 1))
+                    .min(MAX_BEAT_BACKOFF);
+                self.missed = (misses, Instant::now() + backoff);
+                warn!(
+                    "heartbeat to the head failed ({reason}); no acknowledgement for {silent:.1?}, giving up after {grace:?} (--head-grace-s); next try in {backoff:?}"
+                );
+                if silent > grace {
+                    let _ = self.config.fatal.send(NodeError::HeadLost(silent));
+                }
+            }
+        }
+    }
+
+    /// After the head was unreachable (it may have restarted): the deaths
+    /// it was not told of, then every actor this node runs.
+    pub(super) fn report_again(&mut self) {
+        let live: Vec<(ActorRecord, ActorSpec)> = self
+            .workers
+            .values()
+            .filter(|worker| !worker.relaunching)
+            .map(|worker| (self.record_of(worker, worker.address), worker.spec.clone()))
+            .collect();
+        self.reports.again(live);
+    }
+}
