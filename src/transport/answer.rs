@@ -11,7 +11,7 @@
 //!    socket takes the whole response frame without waiting (a
 //!    non-blocking write), it is written there and then. The stream's
 //!    writer looks only at the oldest request it has not written
-//!    (`server.rs`); when that is the only one, and the channel still
+//!    (`server/stream.rs`); when that is the only one, and the channel still
 //!    takes requests, no one is woken: the writer finds it answered when
 //!    the next request arrives, the channel ends, or its deadline passes.
 //!    Otherwise the writer is woken, to move on to the requests behind.
@@ -21,7 +21,7 @@
 //!    task on the transport's runtime, which holds the lock until then
 //!    (nothing is written in between) and has `request_read_timeout` for
 //!    it; past that the stream is ended, as for any response write cut
-//!    off (`server.rs`, step 5).
+//!    off (`server/`, step 5).
 //! 3. **Hand-over.** Otherwise (another thread writing, the socket full,
 //!    a failed socket, a frame over the limit, an error to answer) the
 //!    result goes to the stream's writer as a handler's future would, and

@@ -1,6 +1,6 @@
 //! Frames gathered to go out in one write (one system call on a same-host
 //! socket): a channel's requests (`channel.rs`), a stream's responses
-//! (`server.rs`). Each side decides when to write; a batch holding
+//! (`server/responses.rs`). Each side decides when to write; a batch holding
 //! [`BATCH_BYTES`] or more is written at once.
 
 use serde::Serialize;

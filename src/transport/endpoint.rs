@@ -527,7 +527,7 @@ fn quic_transport(config: &TransportConfig) -> Result<Arc<quinn::TransportConfig
     transport.max_concurrent_bidi_streams(1024u32.into());
     // nimbus uses bidirectional streams only.
     transport.max_concurrent_uni_streams(0u32.into());
-    // Memory a peer can make a node hold (`server.rs` reads a request only
+    // Memory a peer can make a node hold (`server/` reads a request only
     // once the connection's budget of four frames has room for it):
     // - a stream's window, what one stream may have sent unread: enough
     //   for loopback and LAN round trips at full speed, small enough that

@@ -25,7 +25,7 @@
 //!    be reached (another network namespace), the connection remembers it
 //!    and uses QUIC from then on. Raw test streams (`send_raw`) always
 //!    use QUIC.
-//! 3. **Admission** (`server.rs`). The acceptor reads the key within
+//! 3. **Admission** (`server/same_host.rs`). The acceptor reads the key within
 //!    `connect_timeout` (at most [`MAX_UNADMITTED`] sockets wait for
 //!    theirs at once), checks that the caller runs as its own user
 //!    (`SO_PEERCRED`) and that the key is a live connection's; otherwise it

@@ -18,7 +18,7 @@
 //! 2. **Admission and handshake.** Past 16 handshakes in progress a client
 //!    must prove its address (QUIC Retry) first, at 64 new ones are
 //!    refused, and refusals are logged once per 10 s with a count
-//!    (`admission.rs`). Then (`server.rs`) the preamble, `Hello` and `HelloReply`
+//!    (`admission.rs`). Then (`server/`) the preamble, `Hello` and `HelloReply`
 //!    of the wire format, within `connect_timeout` (5 s by default; close
 //!    code 5 past it). A version mismatch closes with code 1, an `expect`
 //!    naming another incarnation with code 3.
@@ -60,7 +60,7 @@
 //! The defaults are [`TransportConfig`]'s (`config.rs`). Files:
 //! `endpoint.rs` (with `local.rs` and `bulk.rs`, the only files that open sockets; connections cached
 //! per peer address), `connection.rs` (the dialing side of a live
-//! connection), `server.rs` (the accepting side), `channel.rs` (ordered
+//! connection), `server/` (the accepting side), `channel.rs` (ordered
 //! channels), `batch.rs` (frames written together, by both), `bulk.rs` (TLS-over-TCP
 //! bulk streams), `records.rs` (their TLS records, sealed and opened in
 //! place once rustls has done the handshake),
