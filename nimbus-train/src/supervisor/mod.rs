@@ -60,39 +60,44 @@
 //! follows are decided by the plain state machine in `policy.rs`; this
 //! actor carries its decisions out. A run of 0 workers runs the loop on a
 //! thread of the driver (local mode).
+//!
+//! The rooms: this file is the actor and its messages; `attempts.rs`
+//! starts, ends and restarts attempts, `polling.rs` follows their
+//! workers, `heal.rs` replaces a lost worker from a live peer, `launch.rs`
+//! and `watch.rs` start and watch workers, `events.rs` is what a run tells
+//! its observer.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::checkpoint::{
-    self, Best, CheckpointReporter, Latest, NotShared, Saved, SavedCheckpoint,
-};
+use super::checkpoint::{self, Best, CheckpointReporter, Latest};
 use super::faults::TrainingFault;
-use super::progress::{Progress, ProgressReport, WorkerEvent};
-use super::results::{self, ReportLine, ResultsLog};
+use super::progress::{Progress, ProgressReport};
+use super::results::{self, ResultsLog};
 use super::worker::{self, TrainerWorker};
-use super::{
-    CollectiveBackend, LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult,
-    WorkerCount,
-};
+use super::{LoopFn, Metrics, RunConfig, ScalingConfig, TrainError, TrainResult, WorkerCount};
 use nimbus::actor::faults::FiredFault;
 use nimbus::actor::{self, ActorHandle};
-use nimbus::cluster::{RunCheckpoint, RunEvent, RunHeader, RunPoint};
+use nimbus::cluster::{RunCheckpoint, RunEvent, RunHeader};
 use nimbus::library;
 use nimbus::placement::{PlacementError, PlacementGroup};
 
+mod attempts;
+mod events;
 mod heal;
 mod launch;
 mod policy;
+mod polling;
 mod watch;
 
-use launch::{launch, stop_workers, Launched, ELASTIC_TRY};
-use policy::{Attempts, Failure, Next, Rescale, StopNow, Unrecoverable};
-use watch::{watch, watch_for_room};
+pub use events::{TrainEvent, TrainObserver};
+
+use launch::ELASTIC_TRY;
+use policy::{Attempts, Rescale, StopNow};
 
 /// How long a progress poll waits for news.
 const POLL_WAIT: Duration = Duration::from_secs(1);
@@ -112,82 +117,6 @@ pub(crate) struct RunPlan {
     /// The run config's faults and those of `NIMBUS_TRAINING_FAULTS`.
     pub faults: Vec<TrainingFault>,
 }
-
-/// What happens during a run, as it happens (for progress displays).
-#[derive(Clone, Debug, PartialEq)]
-pub enum TrainEvent {
-    /// An attempt's workers are training.
-    Started {
-        /// 0 first, then one per restart.
-        attempt: u32,
-        /// Its workers (0: local mode).
-        workers: usize,
-        /// The checkpoint it resumed from.
-        resumed_from: Option<PathBuf>,
-        /// The collective its workers average gradients with (`None`: local
-        /// mode, no collective).
-        backend: Option<CollectiveBackend>,
-        /// The node each rank runs on, by rank (empty in local mode).
-        nodes: Vec<String>,
-    },
-    /// Rank 0 reported.
-    Reported {
-        /// The report's index.
-        index: u64,
-        /// Its metrics.
-        metrics: Metrics,
-        /// Whether a checkpoint was saved with it (its `CheckpointSaved`
-        /// follows once complete, unless the attempt fails first).
-        checkpoint: bool,
-    },
-    /// A checkpoint is complete on disk.
-    CheckpointSaved(checkpoint::SavedCheckpoint),
-    /// A fault-injection rule fired in a worker.
-    FaultInjected {
-        /// The fault's kind.
-        fault: String,
-        /// What it hit (`rank-N`).
-        target: String,
-        /// What fired it (`step N`).
-        trigger: String,
-    },
-    /// An elastic run is restarting with a different number of workers
-    /// (resources came back).
-    Rescaling {
-        /// Workers now.
-        from: usize,
-        /// Workers it restarts with.
-        to: usize,
-    },
-    /// Workers died and are being replaced, healed from a live peer
-    /// (`heal/mod.rs`): the attempt goes on.
-    Healing {
-        /// The ranks being replaced.
-        ranks: Vec<usize>,
-        /// The survivor that sends its state.
-        source: usize,
-        /// Why (the death).
-        reason: String,
-    },
-    /// Every replaced rank reported: the heal is over.
-    Healed {
-        /// The ranks it replaced.
-        ranks: Vec<usize>,
-        /// From the first death it mended to the last replacement's first
-        /// report.
-        took: Duration,
-    },
-    /// An attempt failed; the group is being torn down.
-    Failed {
-        /// The attempt.
-        attempt: u32,
-        /// Why.
-        reason: String,
-    },
-}
-
-/// Called with every [`TrainEvent`], on the driver's actix thread.
-pub type TrainObserver = Box<dyn FnMut(&TrainEvent)>;
 
 /// A worker of the current attempt.
 #[derive(Clone)]
@@ -304,410 +233,6 @@ impl TrainerSupervisor {
         }
         if let Some(observer) = &mut self.observer {
             observer(&event);
-        }
-    }
-
-    fn start_attempt(&mut self, ctx: &mut Context<Self>) {
-        let Some(id) = self.attempts.begin() else {
-            return;
-        };
-        let faults = self.unfired_faults();
-        // Fence the run directory off from workers of earlier attempts.
-        let attempt = self.attempts.restarts();
-        if attempt > 0 {
-            metrics::counter!("nimbus_train_restarts_total").increment(1);
-        }
-        let generation = self.first_generation + u64::from(attempt);
-        if let Err(e) = checkpoint::fence::claim(&self.plan.run.run_dir(), generation) {
-            return self.complete(Some(e.into()), ctx);
-        }
-        let launch = launch(
-            self.plan.clone(),
-            id,
-            (attempt, generation),
-            self.resume.clone(),
-            faults,
-        );
-        ctx.spawn(
-            launch
-                .into_actor(self)
-                .map(move |launched, act, ctx| act.launched(id, launched, ctx)),
-        );
-    }
-
-    fn launched(
-        &mut self,
-        id: u64,
-        launched: Result<Launched, TrainError>,
-        ctx: &mut Context<Self>,
-    ) {
-        let now = Instant::now();
-        let launched = match launched {
-            Ok(launched) => launched,
-            Err(e) if fatal(&e) => return self.complete(Some(e), ctx),
-            Err(e) => {
-                if let Some(failure) = self.attempts.launch_failed(id, e.to_string(), now) {
-                    self.tell_failed(failure);
-                    self.ended(ctx);
-                }
-                return;
-            }
-        };
-        if !self.attempts.launched(id, launched.links.len(), now) {
-            // Stopped while it launched: its workers never train.
-            self.attempt = Some(Attempt {
-                links: launched.links,
-                group: launched.group,
-                nodes: launched.nodes,
-                assignment: launched.assignment,
-                heals: false,
-            });
-            return self.end_attempt("the run was stopped", ctx);
-        }
-        self.workers = launched.world_size;
-        self.tell(TrainEvent::Started {
-            attempt: self.attempts.restarts(),
-            workers: launched.world_size,
-            resumed_from: self.resume.clone(),
-            backend: launched.backend,
-            nodes: launched.nodes.clone(),
-        });
-        let me = ctx.address();
-        for (rank, link) in launched.links.iter().enumerate() {
-            let worker = (id, rank, 0);
-            tokio::spawn(watch(
-                me.clone(),
-                worker,
-                link.clone(),
-                launched.seen_events,
-            ));
-        }
-        if self.attempts.room_wanted(id).is_some() {
-            tokio::spawn(watch_for_room(me.clone(), id, launched.seen_events));
-        }
-        let heals =
-            self.plan.run.peer_heal && launched.backend == Some(CollectiveBackend::SharedMemory);
-        self.attempt = Some(Attempt {
-            links: launched.links,
-            group: launched.group,
-            nodes: launched.nodes,
-            assignment: launched.assignment,
-            heals,
-        });
-    }
-
-    /// The run's fault rules that have not fired.
-    fn unfired_faults(&self) -> Vec<TrainingFault> {
-        self.plan
-            .faults
-            .iter()
-            .filter(|f| !self.fired.contains(&f.fired()))
-            .cloned()
-            .collect()
-    }
-
-    /// A death by a fault rule: it has fired. Its announcement may have
-    /// died with the process, so the death tells the observer (the head
-    /// has the death reason already).
-    fn record_fired(&mut self, reason: &str) {
-        if let Some(fired) = FiredFault::from_death(reason) {
-            if !self.fired.contains(&fired) {
-                self.tell(TrainEvent::FaultInjected {
-                    fault: fired.kind.clone(),
-                    target: fired.target.clone(),
-                    trigger: fired.trigger.clone(),
-                });
-                self.fired.push(fired);
-            }
-        }
-    }
-
-    /// A worker of attempt `id` failed: if that is the attempt's first
-    /// failure, tear it down, then restart or give up.
-    fn worker_failed(&mut self, id: u64, rank: usize, reason: String, ctx: &mut Context<Self>) {
-        self.record_fired(&reason);
-        let Some(failure) = self.attempts.rank_failed(id, rank, &reason, Instant::now()) else {
-            return;
-        };
-        self.attempt_failed(id, failure, ctx);
-    }
-
-    /// Attempt `id` failed: tear it down, then restart or give up.
-    fn attempt_failed(&mut self, id: u64, failure: Failure, ctx: &mut Context<Self>) {
-        tracing::warn!(attempt = id, "training attempt failed: {}", failure.reason);
-        let why = failure.reason.clone();
-        self.tell_failed(failure);
-        self.end_attempt(&why, ctx);
-    }
-
-    fn tell_failed(&mut self, failure: Failure) {
-        self.tell(TrainEvent::Failed {
-            attempt: failure.attempt,
-            reason: failure.reason,
-        });
-    }
-
-    /// Tears the ending attempt down (for `why`), then acts on what follows.
-    fn end_attempt(&mut self, why: &str, ctx: &mut Context<Self>) {
-        let teardown = self.teardown(why);
-        ctx.spawn(teardown.into_actor(self).map(|_, act, ctx| act.ended(ctx)));
-    }
-
-    /// The ending attempt is gone: restart, finish or give up.
-    fn ended(&mut self, ctx: &mut Context<Self>) {
-        self.attempt = None;
-        match self.attempts.ended() {
-            Some(Next::Restart) => self.restart(ctx),
-            Some(Next::Done | Next::Stopped) => self.complete(None, ctx),
-            Some(Next::Stop(Unrecoverable::StorageFull(full))) => {
-                self.complete(Some(TrainError::StorageFull(full)), ctx)
-            }
-            Some(Next::Stop(Unrecoverable::StorageNotShared(unshared))) => {
-                self.complete(Some(TrainError::StorageNotShared(unshared)), ctx)
-            }
-            Some(Next::GiveUp(exhausted)) => {
-                let error = TrainError::FailuresExhausted {
-                    failures: exhausted.failures,
-                    max_failures: exhausted.max_failures,
-                    first: exhausted.first,
-                    last: exhausted.last,
-                };
-                self.complete(Some(error), ctx);
-            }
-            None => {}
-        }
-    }
-
-    /// Starts the next attempt from the newest checkpoint that verifies.
-    fn restart(&mut self, ctx: &mut Context<Self>) {
-        let latest = self.reporter.send(Latest);
-        ctx.spawn(latest.into_actor(self).map(|latest, act, ctx| {
-            let reported = latest.ok().and_then(|l| l.checkpoint);
-            let ended = act.attempts.restarts() - 1;
-            let unreported = checkpoint::unreported(
-                &act.plan.run.run_dir(),
-                ended,
-                reported.as_ref().map(|c| c.index),
-            );
-            if let Some(saved) = &unreported {
-                act.adopt(ended, saved);
-            }
-            match unreported.or(reported) {
-                Some(checkpoint) => {
-                    tracing::info!(path = %checkpoint.path.display(), "restarting from checkpoint");
-                    act.history.retain(|(i, _)| *i <= checkpoint.index);
-                    act.resume = Some(checkpoint.path);
-                }
-                None => {
-                    tracing::info!("restarting from the start: no checkpoint yet");
-                    let start = act
-                        .plan
-                        .resume_from
-                        .as_deref()
-                        .and_then(|p| checkpoint::verify(p).ok())
-                        .map_or(0, |m| m.index);
-                    act.history.retain(|(i, _)| *i <= start);
-                    act.resume = act.plan.resume_from.clone();
-                }
-            }
-            act.start_attempt(ctx);
-        }));
-    }
-
-    /// Takes a checkpoint the ended attempt `ended` saved but whose
-    /// report had not arrived as if it had: kept by the reporter, told to
-    /// the observer, and its report in the history (under its attempt).
-    fn adopt(&mut self, ended: u32, saved: &SavedCheckpoint) {
-        tracing::info!(path = %saved.path.display(), "found a checkpoint saved before the failure but not yet reported");
-        self.reporter.do_send(Saved(saved.clone()));
-        self.tell(TrainEvent::CheckpointSaved(saved.clone()));
-        if !self.history.iter().any(|(i, _)| *i == saved.index) {
-            self.history.retain(|(i, _)| *i < saved.index);
-            self.history.push((saved.index, saved.metrics.clone()));
-            self.record(ended, saved.index, &saved.metrics);
-            self.tell(TrainEvent::Reported {
-                index: saved.index,
-                metrics: saved.metrics.clone(),
-                checkpoint: true,
-            });
-        }
-    }
-
-    /// Stops every worker of the current attempt and frees its resources.
-    fn teardown(&mut self, reason: &str) -> impl std::future::Future<Output = ()> {
-        let attempt = self.attempt.as_mut();
-        let (links, group) = match attempt {
-            Some(a) => (a.links.clone(), a.group.take()),
-            None => (Vec::new(), None),
-        };
-        stop_workers(links, group, reason.to_string())
-    }
-
-    fn polled(
-        &mut self,
-        (id, rank, worker): WorkerId,
-        report: ProgressReport,
-        ctx: &mut Context<Self>,
-    ) {
-        let now = Instant::now();
-        if !self.attempts.current(id, rank, worker)
-            || !self.attempts.progress(id, rank, report.steps, now)
-        {
-            return;
-        }
-        self.attempts.healable(id, rank, report.healable);
-        let mut failure = None;
-        let mut unrecoverable = None;
-        for (_, event) in report.events {
-            if matches!(event, WorkerEvent::Report { .. }) {
-                if let Some(healed) = self.attempts.healed((id, rank, worker), now) {
-                    self.tell_healed(healed);
-                }
-            }
-            match event {
-                WorkerEvent::Report {
-                    index,
-                    metrics,
-                    checkpoint,
-                } if rank == 0 => {
-                    if let Some(took) = self.attempts.report(id, rank, Instant::now()) {
-                        self.report_recovery(index, took);
-                    }
-                    self.history.retain(|(i, _)| *i < index);
-                    self.history.push((index, metrics.clone()));
-                    self.record(self.attempts.restarts(), index, &metrics);
-                    self.tell(TrainEvent::Reported {
-                        index,
-                        metrics,
-                        checkpoint,
-                    });
-                }
-                WorkerEvent::Report { .. } => {}
-                WorkerEvent::CheckpointSaved(saved) if !self.sees(&saved) => {
-                    let node = self
-                        .attempt
-                        .as_ref()
-                        .and_then(|a| a.nodes.get(rank).cloned());
-                    let unshared = NotShared {
-                        path: saved.path,
-                        node: node.unwrap_or_default(),
-                    };
-                    unrecoverable = Some(Unrecoverable::StorageNotShared(unshared));
-                }
-                WorkerEvent::CheckpointSaved(saved) => {
-                    self.tell(TrainEvent::CheckpointSaved(saved.clone()));
-                    self.reporter.do_send(Saved(saved));
-                }
-                WorkerEvent::FaultInjected {
-                    fault,
-                    target,
-                    trigger,
-                } => {
-                    let fired = FiredFault::new(&fault, &trigger, &target);
-                    self.fired.push(fired.clone());
-                    self.tell(TrainEvent::FaultInjected {
-                        fault,
-                        target,
-                        trigger,
-                    });
-                    // On the cluster's event stream, for chaos timelines.
-                    tokio::spawn(async move {
-                        if let Err(e) = library::report_fault(&fired).await {
-                            tracing::warn!("cannot report an injected fault: {e}");
-                        }
-                    });
-                }
-                WorkerEvent::CheckpointFailed { index, error } => {
-                    failure = Some(format!("checkpoint {index} could not be written: {error}"));
-                }
-                WorkerEvent::StorageFull(full) => {
-                    unrecoverable = Some(Unrecoverable::StorageFull(full));
-                }
-            }
-        }
-        if let Some(stop) = unrecoverable {
-            if let Some(failure) = self.attempts.unrecoverable(id, rank, stop, Instant::now()) {
-                tracing::error!(attempt = id, "training stops: {}", failure.reason);
-                let why = failure.reason.clone();
-                self.tell_failed(failure);
-                self.end_attempt(&why, ctx);
-            }
-            return;
-        }
-        if let Some(reason) = failure {
-            return self.worker_failed(id, rank, reason, ctx);
-        }
-        match report.finished {
-            None => {}
-            Some(Err(e)) => self.worker_lost((id, rank, worker), e.0, false, ctx),
-            Some(Ok(())) if self.attempts.rank_finished(id, rank) => {
-                self.end_attempt("training finished", ctx);
-            }
-            Some(Ok(())) => {}
-        }
-    }
-
-    /// Whether the checkpoint rank 0 saved is where this driver reads it:
-    /// without storage shared by every host, a restart would find no
-    /// checkpoint and start over.
-    fn sees(&self, saved: &SavedCheckpoint) -> bool {
-        saved.path.join(checkpoint::MANIFEST_FILE).is_file()
-    }
-
-    /// Tells the cluster (for chaos timelines) that the group trains again.
-    fn report_recovery(&self, index: u64, took: Duration) {
-        metrics::histogram!("nimbus_train_recovery_seconds").record(took.as_secs_f64());
-        if let Some(to_head) = &self.to_head {
-            to_head.send(RunEvent::Recovered {
-                index,
-                took_ms: took.as_millis() as u64,
-                time_ms: library::now_ms(),
-            });
-        }
-        let took_ms = took.as_millis() as u64;
-        tracing::info!(took_ms, "training restored: step {index} done");
-        let what = format!(
-            "training restored (attempt {}, first step {index} done)",
-            self.attempts.restarts()
-        );
-        let target = format!("run {}", self.plan.run.name);
-        tokio::spawn(async move {
-            if let Err(e) = library::report_recovery(what, target, took).await {
-                tracing::warn!("cannot report a recovery: {e}");
-            }
-        });
-    }
-
-    fn check_progress(&mut self, ctx: &mut Context<Self>) {
-        let timeout = self.plan.run.progress_timeout;
-        if let Some((id, rank)) = self.attempts.hung(Instant::now()) {
-            let reason = format!("no progress (report or collective step) for {timeout:?}: hung");
-            self.worker_failed(id, rank, reason, ctx);
-        }
-    }
-
-    /// Appends rank 0's report `index`, made in `attempt`, to the run's
-    /// results files.
-    fn record(&mut self, attempt: u32, index: u64, metrics: &Metrics) {
-        let attempt = self.first_generation + u64::from(attempt);
-        let line = ReportLine::now(index, attempt, metrics.clone());
-        if let Some(to_head) = &self.to_head {
-            to_head.send(RunEvent::Reported(RunPoint {
-                index,
-                attempt,
-                time_ms: line.time_ms,
-                metrics: metrics.clone(),
-            }));
-        }
-        let Some(results) = &mut self.results else {
-            return;
-        };
-        if let Err(e) = results.append(&line) {
-            if !std::mem::replace(&mut self.results_failed, true) {
-                tracing::warn!(
-                    "report {index} (and any later) is missing from the run's results files: {e}"
-                );
-            }
         }
     }
 
