@@ -22,6 +22,10 @@
 //! Children are also asked to die with the thread that started them
 //! (`PR_SET_PDEATHSIG`), so a test process killed outright leaves no node
 //! behind: start clusters from a thread that outlives them.
+//!
+//! The rooms: `builder.rs` (what a cluster starts with), `program.rs`
+//! (which binary the nodes run), `processes.rs` (pid file descriptors and
+//! the worker process of an actor).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -33,13 +37,18 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::client::{ClientError, ClusterClient};
-use crate::cluster::ActorId;
-use crate::runtime::boot::WORKER_ARG;
 use crate::transport::JoinToken;
 use crate::wire::Incarnation;
 
+mod builder;
+mod processes;
 mod program;
-use program::find_program;
+
+pub use builder::LocalClusterBuilder;
+pub use processes::worker_pid;
+pub(crate) use processes::PidFd;
+
+use processes::{children, parent_of, signal};
 
 /// Why a local cluster could not start or change.
 #[derive(Debug, thiserror::Error)]
@@ -68,114 +77,6 @@ pub enum LocalClusterError {
     /// There is no node with that index.
     #[error("no node with index {0}")]
     NoSuchNode(usize),
-}
-
-/// Settings of a [`LocalCluster`].
-#[derive(Clone, Debug)]
-pub struct LocalClusterBuilder {
-    nodes: usize,
-    program: Option<PathBuf>,
-    program_args: Vec<String>,
-    this_program: bool,
-    heartbeat_timeout: Duration,
-    start_timeout: Duration,
-    env: Vec<(String, String)>,
-    dashboard: bool,
-}
-
-impl LocalClusterBuilder {
-    /// Serve the head's dashboard (127.0.0.1, any free port, its secret):
-    /// none unless asked, as every user of the machine reaches its port.
-    pub fn dashboard(mut self, serve: bool) -> Self {
-        self.dashboard = serve;
-        self
-    }
-
-    /// Number of nodes, the head included (at least 1).
-    pub fn nodes(mut self, nodes: usize) -> Self {
-        self.nodes = nodes.max(1);
-        self
-    }
-
-    /// The `nimbus` binary to run (default: `$NIMBUS_BIN`, else next to
-    /// the current executable or one directory up, else on `PATH`).
-    pub fn program(mut self, program: impl Into<PathBuf>) -> Self {
-        self.program = Some(program.into());
-        self
-    }
-
-    /// Arguments before `nimbus`'s own on [`LocalClusterBuilder::program`]'s
-    /// command line: [`crate::runtime::NODE_ARG`] for a program of nimbus's that runs the
-    /// `nimbus` command line in that role.
-    pub fn program_args(mut self, args: Vec<String>) -> Self {
-        self.program_args = args;
-        self
-    }
-
-    /// Lets the nodes run as this very program, with [`crate::runtime::NODE_ARG`] first,
-    /// when no `nimbus` binary is set (`$NIMBUS_BIN`) or beside it: for a
-    /// program that calls `nimbus::init`, which then runs the `nimbus`
-    /// command line (`nimbus::cli`). Ahead of `PATH`, where another
-    /// version of nimbus may be.
-    pub fn or_this_program(mut self) -> Self {
-        self.this_program = true;
-        self
-    }
-
-    /// The head's heartbeat timeout.
-    pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
-        self.heartbeat_timeout = timeout;
-        self
-    }
-
-    /// An environment variable for every node process (fault plans).
-    pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
-        self.env.push((key.to_string(), value.into()));
-        self
-    }
-
-    /// Starts the cluster and waits until every node is up.
-    pub fn start(self) -> Result<LocalCluster, LocalClusterError> {
-        let (program, program_args) = match self.program.clone() {
-            Some(program) => (program, self.program_args.clone()),
-            None => find_program(self.this_program)?,
-        };
-        let home = tempfile::Builder::new()
-            .prefix("nimbus-local-")
-            .tempdir()
-            .map_err(|cause| LocalClusterError::Process {
-                name: "head".into(),
-                cause,
-            })?;
-        let mut cluster = LocalCluster {
-            program,
-            program_args,
-            home,
-            settings: self.clone(),
-            address: ([127, 0, 0, 1], 0).into(),
-            token: JoinToken::generate(),
-            nodes: Vec::new(),
-            spawned: 0,
-        };
-        let mut head_args = vec![
-            "--head".to_string(),
-            "--port".into(),
-            "0".into(),
-            "--heartbeat-timeout-ms".into(),
-            self.heartbeat_timeout.as_millis().to_string(),
-        ];
-        match self.dashboard {
-            true => head_args.extend(["--dashboard-port".into(), "0".into()]),
-            false => head_args.push("--no-dashboard".into()),
-        }
-        let head = cluster.spawn("head", head_args, &[], true, &[])?;
-        cluster.address = head.address;
-        cluster.nodes.push(head);
-        for _ in 1..self.nodes {
-            cluster.add_node(&[])?;
-        }
-        Ok(cluster)
-    }
 }
 
 /// A head and more nodes, each its own process, on loopback.
@@ -696,110 +597,4 @@ fn parse_ready(line: &str) -> Option<(Incarnation, SocketAddr)> {
     let incarnation = value("incarnation")?.parse().ok()?;
     let address = value("address")?.parse().ok()?;
     Some((Incarnation(incarnation), address))
-}
-
-/// Sends `signal` to a node that has not exited (a reaped pid may already
-/// belong to another process).
-fn signal(node: &mut NodeProcess, signal: libc::c_int) -> Result<(), LocalClusterError> {
-    if let Ok(Some(_)) = node.child.try_wait() {
-        return Ok(());
-    }
-    // SAFETY: kill() has no memory-safety preconditions; the child is not yet
-    // reaped, so its pid cannot have been recycled.
-    if unsafe { libc::kill(node.child.id() as libc::pid_t, signal) } != 0 {
-        return Err(LocalClusterError::Process {
-            name: node.name.clone(),
-            cause: std::io::Error::last_os_error(),
-        });
-    }
-    Ok(())
-}
-
-/// A process held by a Linux pidfd: waited on with a deadline, without
-/// polling, and never mistaken for a later process that reuses its pid.
-pub(crate) struct PidFd(std::os::fd::OwnedFd);
-
-impl PidFd {
-    /// Holds process `pid`; fails if there is none.
-    pub(crate) fn open(pid: u32) -> std::io::Result<Self> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        Ok(PidFd(unsafe {
-            std::os::fd::OwnedFd::from_raw_fd(fd as i32)
-        }))
-    }
-
-    /// SIGKILLs the process (nothing if it is gone).
-    pub(crate) fn kill(&self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: pidfd_send_signal takes a pidfd we own, a signal, a null
-        // siginfo and no flags.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.0.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
-    }
-
-    /// True once the process has exited; false after `timeout`.
-    pub(crate) fn wait(&self, timeout: Duration) -> bool {
-        use std::os::fd::AsRawFd;
-        let mut poll = libc::pollfd {
-            fd: self.0.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut poll, 1, millis) > 0 }
-    }
-}
-
-/// The processes whose parent is `parent` (from `/proc/PID/stat`).
-fn children(parent: libc::pid_t) -> Vec<libc::pid_t> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid: libc::pid_t = entry.file_name().to_str()?.parse().ok()?;
-            (parent_of(pid)? == parent).then_some(pid)
-        })
-        .collect()
-}
-
-/// The parent of process `pid` (from `/proc/PID/stat`), if it exists.
-fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid ...`; comm may hold spaces and parens.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The pid of the worker process hosting `actor` on this machine, from
-/// `/proc/*/cmdline` (`nimbus-worker --job J --actor ID`): for tests and
-/// demonstrations that kill a worker the way a crash would, on a local
-/// cluster (every worker runs on this machine).
-pub fn worker_pid(actor: ActorId) -> Option<i32> {
-    let needle = format!("--actor\0{actor}");
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            (cmdline.contains(WORKER_ARG) && cmdline.contains(&needle))
-                .then(|| entry.file_name().to_str()?.parse().ok())
-                .flatten()
-        })
 }
