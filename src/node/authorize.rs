@@ -17,7 +17,7 @@
 //! driver log and never the node's own log; lists no node's objects and
 //! drops no node's copies, and sees and reports only its own job's tasks
 //! (a task's id is its result object's). Kills and actor logs are checked
-//! by the node that holds the actor (`manager.rs`: its job's actors only),
+//! by the node that holds the actor (`manager/`: its job's actors only),
 //! object reads and changes by the store that holds the object
 //! (`crate::object_store`'s `node/`: each object records its job, and a
 //! worker reads, appends to, seals, fails and takes references to only its
@@ -307,7 +307,7 @@ fn confine(
 }
 
 /// A worker's confinement to its job, for the checks only the node holding
-/// the target can make (kills, actor logs, bundle releases: `manager.rs`).
+/// the target can make (kills, actor logs, bundle releases: `manager/`).
 #[derive(Clone, Debug)]
 pub struct Confinement {
     /// Who asked.

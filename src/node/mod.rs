@@ -38,7 +38,7 @@
 //!    `HeadLost`),
 //!    stop with that error.
 //!
-//! Files: `config.rs` (`NodeConfig`), `manager.rs` (the `NodeManager`
+//! Files: `config.rs` (`NodeConfig`), `manager/` (the `NodeManager`
 //! actor), `workers.rs` (starting a worker process and reaping it),
 //! `binaries.rs` (the content-addressed cache of shipped program
 //! binaries), `libraries.rs` (whether a program finds its shared

@@ -3,7 +3,7 @@
 //! The experiment directory (`storage_path/<name>/`, created `0700`):
 //! - `experiment_state.json` ([`STATE_FILE`]): every trial's record, written
 //!   (to a temporary file, then renamed over the old one) as trials start,
-//!   end or are retried (see `tuner.rs`); `Tuner::restore` reads it;
+//!   end or are retried (see `tuner/`); `Tuner::restore` reads it;
 //! - `.experiment.lock` ([`LOCK_FILE`]): locked by the tuner running it;
 //! - `trial_<n>/params.json` (`trial_00003`: n zero-padded): the trial's
 //!   config, written before it starts;

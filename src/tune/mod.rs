@@ -9,7 +9,7 @@
 //! machines), `trial.rs` (the trainable, its context and the
 //! `TrialRunner` actor), `checkpoint.rs` (a trial's saved state),
 //! `experiment.rs` (the trials' records and the
-//! experiment directory's files), `config.rs` (`TuneConfig`), `tuner.rs`
+//! experiment directory's files), `config.rs` (`TuneConfig`), `tuner/`
 //! (the driver's loop that ties them together), `progress.rs` (the
 //! progress table it shows), `to_head.rs` (each trial as a run on the
 //! dashboard's training page).

@@ -38,7 +38,7 @@
 //! and publishes `JobEnded`. Each node kills the job's actors (not the
 //! detached ones, `SpawnOptions::detached`) for good, which gives back
 //! their resources and task leases, and releases the job's placement-group
-//! bundles (`crate::node`'s `manager.rs`). The head keeps the records of
+//! bundles (`crate::node`'s `manager/`). The head keeps the records of
 //! the last [`MAX_ENDED`] ended jobs.
 //!
 //! The nodes' object stores, watching the events, then release every
