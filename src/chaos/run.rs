@@ -10,6 +10,7 @@ use futures::FutureExt;
 
 use crate::actor::faults::FiredFault;
 use crate::client::{ClientError, ClusterClient};
+use crate::cluster::processes::{signal_process, Signal};
 use crate::cluster::{
     ActorId, ActorRecord, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
 };
@@ -392,9 +393,9 @@ impl Run {
                 continue;
             };
             let now = Instant::now();
-            // SAFETY: plain syscall; the pid is a live nimbus worker.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
+            if let Err(e) = signal_process(pid as u32, Signal::KILL) {
+                self.timeline.entries.push(not_done(&what, &label, e));
+                continue;
             }
             self.dying.insert(record.actor, now);
             self.timeline.entries.push(TimelineEntry::Injected {

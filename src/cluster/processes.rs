@@ -4,6 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+pub use rustix::process::Signal;
+use rustix::process::{kill_process, kill_process_group, Pid};
+
 /// Whether `pid` is still a nimbus node process (pids are recycled).
 pub fn is_nimbus_node(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -17,11 +20,10 @@ pub fn is_nimbus_node(pid: u32) -> bool {
 /// SIGTERM, then SIGKILL after `timeout` (at once when it is zero); true
 /// if it exited on SIGTERM.
 pub fn terminate(pid: u32, timeout: Duration) -> bool {
-    let pid = pid as libc::pid_t;
     if !timeout.is_zero() {
-        // SAFETY: kill() with a valid signal number has no memory-safety preconditions.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let _ = signal_process(pid, Signal::TERM);
     }
+    let pid = pid as libc::pid_t;
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if !alive(pid) {
@@ -29,14 +31,38 @@ pub fn terminate(pid: u32, timeout: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = signal_process(pid as u32, Signal::KILL);
     // Gone once the kernel has reaped it (its ports and files are free).
     let deadline = Instant::now() + KILL_WAIT;
     while alive(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     false
+}
+
+/// Sends `signal` to process `pid`. A pid that names no single process
+/// (0, which would signal the caller's own group, or one past `i32`) is
+/// refused as invalid input.
+pub fn signal_process(pid: u32, signal: Signal) -> std::io::Result<()> {
+    kill_process(single(pid)?, signal).map_err(std::io::Error::from)
+}
+
+/// Sends `signal` to the process group led by `leader` (refused as
+/// [`signal_process`] refuses a pid).
+pub fn signal_group(leader: u32, signal: Signal) -> std::io::Result<()> {
+    kill_process_group(single(leader)?, signal).map_err(std::io::Error::from)
+}
+
+fn single(pid: u32) -> std::io::Result<Pid> {
+    i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("no single process has pid {pid}"),
+            )
+        })
 }
 
 /// How long a killed node may take to be gone.

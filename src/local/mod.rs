@@ -48,6 +48,7 @@ pub use builder::LocalClusterBuilder;
 pub use processes::worker_pid;
 pub(crate) use processes::PidFd;
 
+use crate::cluster::processes::{signal_process, Signal};
 use processes::{children, parent_of, signal};
 
 /// Why a local cluster could not start or change.
@@ -278,7 +279,7 @@ impl LocalCluster {
         if let Ok(Some(_)) = node.child.try_wait() {
             return Ok(());
         }
-        signal(node, libc::SIGCONT)?;
+        signal(node, Signal::CONT)?;
         let name = node.name.clone();
         let process = |cause| LocalClusterError::Process {
             name: name.clone(),
@@ -293,13 +294,12 @@ impl LocalCluster {
     /// stalls without dying.
     pub fn suspend(&mut self, index: usize) -> Result<(), LocalClusterError> {
         let node = self.node_mut(index)?;
-        signal(node, libc::SIGSTOP)?;
+        signal(node, Signal::STOP)?;
         let workers = children(node.child.id() as libc::pid_t);
         for worker in &workers {
-            // SAFETY: kill() has no memory-safety preconditions. A worker that
-            // exited since it was listed is its stopped parent's unreaped
-            // zombie, so its pid cannot have been reused.
-            unsafe { libc::kill(*worker, libc::SIGSTOP) };
+            // A worker that exited since it was listed is its stopped
+            // parent's unreaped zombie, so its pid cannot have been reused.
+            let _ = signal_process(*worker as u32, Signal::STOP);
         }
         node.stopped_workers.extend(workers);
         Ok(())
@@ -309,11 +309,11 @@ impl LocalCluster {
     pub fn resume(&mut self, index: usize) -> Result<(), LocalClusterError> {
         let node = self.node_mut(index)?;
         for worker in node.stopped_workers.drain(..) {
-            // SAFETY: as in `suspend`; the node reaps its workers only once
-            // it runs again, below.
-            unsafe { libc::kill(worker, libc::SIGCONT) };
+            // As in `suspend`: the node reaps its workers only once it
+            // runs again, below.
+            let _ = signal_process(worker as u32, Signal::CONT);
         }
-        signal(node, libc::SIGCONT)
+        signal(node, Signal::CONT)
     }
 
     /// Stops every running node gracefully (SIGTERM: members leave the
@@ -335,7 +335,7 @@ impl LocalCluster {
     /// Stops node `index` gracefully (SIGTERM), killing it if it is not gone
     /// within `timeout`. Returns whether it exited cleanly.
     pub fn stop(&mut self, index: usize, timeout: Duration) -> Result<bool, LocalClusterError> {
-        signal(self.node_mut(index)?, libc::SIGTERM)?;
+        signal(self.node_mut(index)?, Signal::TERM)?;
         match self.wait_exit(index, timeout)? {
             Some(status) => Ok(status.success()),
             None => {
@@ -573,8 +573,8 @@ const DROP_GRACE: Duration = Duration::from_secs(3);
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         for node in &mut self.nodes {
-            let _ = signal(node, libc::SIGCONT);
-            let _ = signal(node, libc::SIGTERM);
+            let _ = signal(node, Signal::CONT);
+            let _ = signal(node, Signal::TERM);
         }
         let end = Instant::now() + DROP_GRACE;
         for node in &mut self.nodes {

@@ -5,24 +5,21 @@
 use std::time::Duration;
 
 use super::{LocalClusterError, NodeProcess};
+use crate::cluster::processes::{signal_process, Signal};
 use crate::cluster::ActorId;
 use crate::runtime::boot::WORKER_ARG;
 
 /// Sends `signal` to a node that has not exited (a reaped pid may already
 /// belong to another process).
-pub(super) fn signal(node: &mut NodeProcess, signal: libc::c_int) -> Result<(), LocalClusterError> {
+pub(super) fn signal(node: &mut NodeProcess, signal: Signal) -> Result<(), LocalClusterError> {
     if let Ok(Some(_)) = node.child.try_wait() {
         return Ok(());
     }
-    // SAFETY: kill() has no memory-safety preconditions; the child is not yet
-    // reaped, so its pid cannot have been recycled.
-    if unsafe { libc::kill(node.child.id() as libc::pid_t, signal) } != 0 {
-        return Err(LocalClusterError::Process {
-            name: node.name.clone(),
-            cause: std::io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    // The child is not yet reaped, so its pid cannot have been recycled.
+    signal_process(node.child.id(), signal).map_err(|cause| LocalClusterError::Process {
+        name: node.name.clone(),
+        cause,
+    })
 }
 
 /// A process held by a Linux pidfd: waited on with a deadline, without

@@ -40,6 +40,7 @@ use tracing::{info, warn};
 use crate::client::{self, MAX_WORKING_DIR};
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
 use crate::cluster::files::{private_dir, private_log};
+use crate::cluster::processes::{self, Signal};
 use crate::cluster::{valid_job_id, ControlReply, ControlRequest, DeathCause, JobRequest};
 use crate::cluster::{BinaryId, JobSubmission};
 use crate::transport::{Endpoint, JoinToken, RequestError, RequestOptions};
@@ -430,25 +431,24 @@ impl Handler<StopDriver> for DriverRunner {
             ));
         };
         info!(%job, pid, "stopping job driver: SIGTERM, SIGKILL after {STOP_GRACE:?}");
-        signal_group(pid, libc::SIGTERM);
+        signal_group(pid, Signal::TERM);
         ctx.run_later(STOP_GRACE, move |runner, _| {
             // Still the same driver (a pid is not reused while its watcher
             // has not reaped it, and the watcher removes it first).
             if runner.running.get(&job) == Some(&pid) {
                 warn!(%job, pid, "job driver still running after SIGTERM: SIGKILL");
-                signal_group(pid, libc::SIGKILL);
+                signal_group(pid, Signal::KILL);
             }
         });
         Ok(ControlReply::Ack)
     }
 }
 
-/// Sends `signal` to the process group led by `pid`.
-fn signal_group(pid: u32, signal: libc::c_int) {
-    // SAFETY: plain syscall on a process group this runner started and
-    // whose leader its watcher has not reaped yet.
-    unsafe {
-        libc::kill(-(pid as libc::pid_t), signal);
+/// Sends `signal` to the process group led by `pid`, one this runner
+/// started and whose leader its watcher has not reaped yet.
+fn signal_group(pid: u32, signal: Signal) {
+    if let Err(e) = processes::signal_group(pid, signal) {
+        tracing::debug!("cannot signal the driver's process group {pid}: {e}");
     }
 }
 

@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::cluster::processes::{signal_process, Signal};
 use crate::cluster::ControlRequest;
 use crate::cluster::FaultRequest;
 
@@ -83,9 +84,8 @@ pub fn kill_own_node(
     // SAFETY: getppid() has no preconditions.
     let parent = unsafe { libc::getppid() };
     if parent == node.pid && node.pid > 1 {
-        // SAFETY: kill() has no memory-safety preconditions; the pid is our
-        // parent's while getppid() still returns it.
-        unsafe { libc::kill(node.pid, libc::SIGKILL) };
+        // The pid is our parent's while getppid() still returns it.
+        let _ = signal_process(node.pid as u32, Signal::KILL);
     }
     loop {
         std::thread::park();

@@ -37,6 +37,7 @@ use tokio::sync::mpsc;
 
 use crate::actor::{ActorHost, HostedFaults};
 use crate::cluster::faults::FiredFault;
+use crate::cluster::processes::{signal_process, Signal};
 use crate::cluster::DeathCause;
 use crate::runtime::boot::{died_line, ready_line, WorkerBoot, WorkerIdentity};
 use crate::runtime::DispatchError;
@@ -259,8 +260,7 @@ async fn host(
         kill: Box::new(|fault: &FiredFault| {
             println!("{}", died_line(&DeathCause::ChaosFault(fault.clone())));
             let _ = std::io::stdout().flush();
-            // SAFETY: kill() on our own pid has no memory-safety preconditions.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            let _ = signal_process(std::process::id(), Signal::KILL);
         }),
         kill_node: kill_node_of_actor(),
     };

@@ -9,6 +9,7 @@ use futures::FutureExt;
 use tracing::{info, warn};
 
 use crate::cluster::files::private_dir;
+use crate::cluster::processes::{signal_process, Signal};
 use crate::cluster::DeathCause;
 use crate::cluster::{ActorId, ActorSpec, BundleId, ControlReply};
 use crate::head::directory::{self};
@@ -194,7 +195,7 @@ impl Handler<KillActor> for NodeManager {
         worker.killed = true;
         info!(actor = %actor, pid = worker.pid, "killing actor on request");
         // The exit is reported by the worker's watcher (`WorkerExited`).
-        signal_worker(worker.pid, libc::SIGKILL);
+        signal_worker(worker.pid, Signal::KILL);
         Ok(())
     }
 }
@@ -202,10 +203,9 @@ impl Handler<KillActor> for NodeManager {
 /// Sends `signal` to worker process `pid`, a child of this node still in
 /// its table (reaped only by its watcher, which removes it first, so the
 /// pid cannot have been reused).
-fn signal_worker(pid: u32, signal: libc::c_int) {
-    // SAFETY: plain syscall on our own child, as above.
-    unsafe {
-        libc::kill(pid as libc::pid_t, signal);
+fn signal_worker(pid: u32, signal: Signal) {
+    if let Err(e) = signal_process(pid, signal) {
+        tracing::debug!("cannot signal worker process {pid}: {e}");
     }
 }
 
@@ -245,7 +245,7 @@ impl Handler<EndJob> for NodeManager {
             };
             worker.killed = true;
             stopping.push((actor, worker.pid));
-            signal_worker(worker.pid, libc::SIGTERM);
+            signal_worker(worker.pid, Signal::TERM);
         }
         ctx.run_later(END_JOB_GRACE, move |manager, _| {
             for (actor, pid) in stopping {
@@ -253,7 +253,7 @@ impl Handler<EndJob> for NodeManager {
                 // pid is reaped, so the pid cannot have been reused).
                 if manager.workers.get(&actor).is_some_and(|w| w.pid == pid) {
                     warn!(%actor, pid, "worker still running {END_JOB_GRACE:?} after SIGTERM: SIGKILL");
-                    signal_worker(pid, libc::SIGKILL);
+                    signal_worker(pid, Signal::KILL);
                 }
             }
         });
