@@ -117,7 +117,7 @@ pub fn died_line(cause: &DeathCause) -> String {
     let cause = cause.clone().bounded();
     // JSON escapes newlines: the cause stays on one line.
     let json = serde_json::to_string(&cause)
-        .unwrap_or_else(|_| format!("{{\"Failed\":{:?}}}", cause.to_string()));
+        .unwrap_or_else(|_| serde_json::json!({ "Failed": cause.to_string() }).to_string());
     format!("{DIED}{json}")
 }
 
