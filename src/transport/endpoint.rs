@@ -20,7 +20,7 @@ use super::credentials::{SERVER_NAME, WORKER_SERVER_NAME};
 use super::faults::{FaultCounters, FaultySocket, PacketRule};
 use super::local;
 use super::server::{self, RequestHandler};
-use super::tickets::Verifier;
+use super::tickets::{self, Verifier};
 use super::{BulkError, ConnectError, Credentials, EndpointError, ResetKey, TransportConfig};
 
 /// One process's QUIC endpoint: it dials peers (keeping one connection per
@@ -188,6 +188,16 @@ impl Endpoint {
         for addr in addresses {
             self.disconnect(addr, "reconnecting with this process's ticket");
         }
+    }
+
+    /// What this endpoint offers to prove who it is: its ticket once
+    /// certified, else its token proof.
+    pub(super) fn proof(&self) -> Proof {
+        self.inner
+            .proof
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// What this endpoint checks of its callers' proofs.
@@ -407,6 +417,12 @@ impl Endpoint {
             .map_err(|e| connect_error(addr, after, e))?;
         match self.client_handshake(&quic, expect).await {
             Ok(reply) => {
+                if let Err(reason) =
+                    tickets::check_acceptor(&self.verifier(), &quic, expect, &reply)
+                {
+                    close(&quic, CloseCode::Unauthenticated, &reason);
+                    return Err(ConnectError::NotThePeer { addr, reason });
+                }
                 metrics::counter!("nimbus_connections_total", "direction" => "out").increment(1);
                 let here = local_channels(&self.inner.config);
                 let local = reply
@@ -427,16 +443,10 @@ impl Endpoint {
         expect: Option<&NodeIdentity>,
     ) -> Result<HelloReply, wire::WireError> {
         let (mut send, mut recv) = quic.open_bi().await.map_err(io_error)?;
-        let proof = self
-            .inner
-            .proof
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
         let hello = Hello {
             from: self.inner.me.clone(),
             expect: expect.cloned(),
-            proof,
+            proof: self.proof(),
         };
         let mut out = preamble(self.inner.config.protocol_version).to_vec();
         out.extend(wire::encode(&hello, self.inner.config.max_frame_bytes)?);

@@ -61,6 +61,15 @@ pub enum ConnectError {
         /// Why, in the peer's words.
         reason: String,
     },
+    /// The acceptor could not prove it is the peer meant (`tickets.rs`,
+    /// step 5): another node or worker, or one whose ticket fails.
+    #[error("{addr} is not the peer meant: {reason}")]
+    NotThePeer {
+        /// The address dialed.
+        addr: SocketAddr,
+        /// What failed.
+        reason: String,
+    },
     /// The handshake exchanged bytes that made no sense.
     #[error("handshake with {addr} failed: {cause}")]
     Handshake {

@@ -31,7 +31,13 @@
 //!    [`Caller`]: [`Standing::Certified`], [`Standing::TokenHolder`], or
 //!    [`Standing::Unverified`] at a process that can check neither (a
 //!    worker, which holds no token, or a node before it joined).
-//! 5. What each caller may ask is decided above this layer
+//! 5. **Acceptors too.** The acceptor's `HelloReply` carries its own
+//!    proof, for the certificate it served TLS with; the dialer checks it
+//!    with its [`Verifier`] as in step 4 ([`check_acceptor`]) and that the
+//!    acceptor is the peer it meant to reach, else it closes the
+//!    connection (close code 6): a certified worker or node cannot answer
+//!    as another one.
+//! 6. What each caller may ask is decided above this layer
 //!    (`crate::node`'s `authorize.rs`).
 //!
 //! Tickets do not expire: each names one incarnation, and the head refuses
@@ -42,7 +48,9 @@ use std::fmt;
 use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
 use serde::{Deserialize, Serialize};
 
-use crate::wire::{self, IssuerTicket, NodeIdentity, PeerIdentity, PeerRole, Proof, Ticket};
+use crate::wire::{
+    self, HelloReply, IssuerTicket, NodeIdentity, PeerIdentity, PeerRole, Proof, Ticket,
+};
 
 use super::CredentialError;
 
@@ -406,6 +414,46 @@ impl Verifier {
             Proof::None if self.token.is_some() || self.head.is_some() => Err(TicketError::NoProof),
             Proof::None => Ok(caller(announced.clone(), Standing::Unverified)),
         }
+    }
+}
+
+/// The SHA-256 of the leaf certificate the peer of `quic` proved in TLS
+/// that it holds, if it presented one.
+pub(super) fn peer_certificate(quic: &quinn::Connection) -> Option<CertificateHash> {
+    let chain = quic
+        .peer_identity()?
+        .downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+        .ok()?;
+    chain.first().map(|leaf| CertificateHash::of(leaf))
+}
+
+/// Step 5: whether the acceptor that answered `reply` over `quic` is who
+/// it says and the peer meant (`expect`), as far as `verifier` can check;
+/// why not, if not.
+pub(super) fn check_acceptor(
+    verifier: &Verifier,
+    quic: &quinn::Connection,
+    expect: Option<&NodeIdentity>,
+    reply: &HelloReply,
+) -> Result<(), String> {
+    let certificate = peer_certificate(quic).ok_or("it presented no certificate".to_string())?;
+    let role = if reply.node.names_a_worker() {
+        PeerRole::Worker
+    } else {
+        PeerRole::Node
+    };
+    let announced = PeerIdentity {
+        role,
+        identity: reply.node.clone(),
+    };
+    verifier
+        .check(&announced, &reply.proof, certificate)
+        .map_err(|e| format!("it answered as {announced} but is not: {e}"))?;
+    match expect {
+        Some(meant) if *meant != reply.node => Err(format!(
+            "it answered as {announced}, not as {meant}, the peer meant"
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -84,6 +84,10 @@ pub struct IssuerTicket {
 pub struct HelloReply {
     /// The acceptor's identity.
     pub node: NodeIdentity,
+    /// What backs `node`: the acceptor's ticket (or token proof) for the
+    /// certificate it served TLS with, checked by the dialer
+    /// (`crate::transport`'s `tickets.rs`, step 5).
+    pub proof: Proof,
     /// How a dialer on the acceptor's host may reach it without QUIC
     /// (`None`: it may not).
     pub local: Option<LocalRoute>,

@@ -75,10 +75,11 @@ pub use message::{
 /// that recorded the failure; 13: `MembershipRequest::Autoscaler` (the
 /// autoscaler's report, shown in `Status`); 14:
 /// `MembershipRequest::RequestResources` (capacity asked for ahead of
-/// use). A
+/// use); 15: a [`HelloReply`] carries the acceptor's proof, which the
+/// dialer checks. A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
-pub const PROTOCOL_VERSION: u32 = 14;
+pub const PROTOCOL_VERSION: u32 = 15;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

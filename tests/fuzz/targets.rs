@@ -156,6 +156,7 @@ fn envelopes() -> Vec<Vec<u8>> {
             1,
             msgpack(&HelloReply {
                 node: node("b"),
+                proof: Proof::Ticket(ticket()),
                 local: None,
             }),
         ),

@@ -167,6 +167,87 @@ impl nimbus::transport::RequestHandler for Echo {
     }
 }
 
+/// A head and node-1 that certify workers, as a cluster does
+/// (`src/transport/tickets.rs`, steps 2 and 3).
+struct Certifier {
+    token: nimbus::transport::JoinToken,
+    head: nimbus::transport::TicketAuthority,
+    node: NodeIdentity,
+    node_credentials: Credentials,
+    node_ticket: nimbus::wire::Ticket,
+    signer: nimbus::transport::WorkerSigner,
+}
+
+impl Certifier {
+    fn new() -> Self {
+        let token = nimbus::transport::JoinToken::generate();
+        let head = nimbus::transport::TicketAuthority::generate().unwrap();
+        let node = identity("node-1", Incarnation::fresh().0);
+        let mut signer = nimbus::transport::WorkerSigner::generate(&node).unwrap();
+        let node_credentials = Credentials::issue(&token, "node-1").unwrap();
+        let node_ticket = head.certify_node(
+            &node,
+            node_credentials.certificate_hash(),
+            &signer.public_key(),
+        );
+        signer.set_ticket(node_ticket.clone());
+        Certifier {
+            token,
+            head,
+            node,
+            node_credentials,
+            node_ticket,
+            signer,
+        }
+    }
+
+    /// A worker server announcing itself as `name`, with the credentials
+    /// and ticket of worker `certified`, as a node starts one.
+    fn worker(&self, name: &NodeIdentity, certified: &NodeIdentity) -> Endpoint {
+        let credentials = Credentials::for_worker(&self.token, &certified.name).unwrap();
+        let socket = Endpoint::bind_socket(([127, 0, 0, 1], 0).into()).unwrap();
+        let me = PeerIdentity {
+            role: PeerRole::Worker,
+            identity: name.clone(),
+        };
+        let server =
+            Endpoint::listen(socket, me, &credentials, TransportConfig::default()).unwrap();
+        let scope = nimbus::transport::WorkerScope {
+            job: "job-1".into(),
+            binary: "0".repeat(64),
+        };
+        let ticket = self
+            .signer
+            .certify_worker(certified, credentials.certificate_hash(), scope)
+            .unwrap();
+        server.certify(ticket, self.head.public_key());
+        server.serve(std::sync::Arc::new(Echo));
+        server
+    }
+
+    /// A driver of the cluster: a token holder without a ticket.
+    fn driver(&self) -> Endpoint {
+        let client = PeerIdentity {
+            role: PeerRole::Client,
+            identity: identity("driver-1", Incarnation::fresh().0),
+        };
+        let credentials = Credentials::issue(&self.token, "driver-1").unwrap();
+        Endpoint::client(client, &credentials, TransportConfig::default()).unwrap()
+    }
+
+    /// Node-1, certified by the head, as a dialer.
+    fn node(&self) -> Endpoint {
+        let me = PeerIdentity {
+            role: PeerRole::Node,
+            identity: self.node.clone(),
+        };
+        let endpoint =
+            Endpoint::client(me, &self.node_credentials, TransportConfig::default()).unwrap();
+        endpoint.certify(self.node_ticket.clone(), self.head.public_key());
+        endpoint
+    }
+}
+
 /// A worker's certificate serves only as a worker's (#51, medium 7):
 /// actor code that listens with its credentials where a client dials the
 /// head (or any node) fails the client's TLS check, so it cannot answer as
@@ -175,26 +256,13 @@ impl nimbus::transport::RequestHandler for Echo {
 #[tokio::test]
 async fn a_workers_certificate_cannot_answer_as_the_head_or_a_node() {
     within(Duration::from_secs(30), async {
-        let token = nimbus::transport::JoinToken::generate();
+        let cluster = Certifier::new();
         let worker = identity("worker-00000000000000ab", Incarnation::fresh().0);
-        let credentials = Credentials::for_worker(&token, &worker.name).unwrap();
-        let socket = Endpoint::bind_socket(([127, 0, 0, 1], 0).into()).unwrap();
-        let me = PeerIdentity {
-            role: PeerRole::Worker,
-            identity: worker.clone(),
-        };
-        let config = TransportConfig::default();
-        let server = Endpoint::listen(socket, me, &credentials, config.clone()).unwrap();
-        server.serve(std::sync::Arc::new(Echo));
+        let server = cluster.worker(&worker, &worker);
         let dial = |expect: Option<NodeIdentity>| {
-            let client = PeerIdentity {
-                role: PeerRole::Client,
-                identity: identity("driver-1", Incarnation::fresh().0),
-            };
-            let credentials = Credentials::issue(&token, "driver-1").unwrap();
-            let endpoint = Endpoint::client(client, &credentials, config.clone()).unwrap();
+            let driver = cluster.driver();
             let address = server.local_addr();
-            async move { endpoint.connect(address, expect.as_ref()).await }
+            async move { driver.connect(address, expect.as_ref()).await }
         };
         let head = identity("head", worker.incarnation.0);
         for expect in [None, Some(head)] {
@@ -207,6 +275,35 @@ async fn a_workers_certificate_cannot_answer_as_the_head_or_a_node() {
             );
         }
         dial(Some(worker))
+            .await
+            .expect("dialled as the worker it is, it answers");
+    })
+    .await;
+}
+
+/// A certified worker cannot answer as another worker (#51, medium 7):
+/// the acceptor's `HelloReply` carries its ticket, and the dialer checks
+/// it against the certificate the acceptor served TLS with and the peer
+/// it meant to reach. Before, a worker listening with its own credentials
+/// and ticket under another worker's name was taken for that worker.
+#[tokio::test]
+async fn a_worker_cannot_answer_as_another_worker() {
+    within(Duration::from_secs(30), async {
+        let cluster = Certifier::new();
+        let a = identity("worker-000000000000000a", Incarnation::fresh().0);
+        let b = identity("worker-000000000000000b", Incarnation::fresh().0);
+        let impostor = cluster.worker(&b, &a);
+        let honest = cluster.worker(&a, &a);
+        let dialer = cluster.node();
+        match dialer.connect(impostor.local_addr(), Some(&b)).await {
+            Err(ConnectError::NotThePeer { reason, .. }) => {
+                assert!(reason.contains("answered as worker"), "{reason}")
+            }
+            Err(other) => panic!("refused, but not for its ticket: {other}"),
+            Ok(_) => panic!("worker a answered as worker b"),
+        }
+        dialer
+            .connect(honest.local_addr(), Some(&a))
             .await
             .expect("dialled as the worker it is, it answers");
     })

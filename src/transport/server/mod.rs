@@ -62,7 +62,7 @@ use super::connection::close;
 use super::endpoint::version_mismatch;
 use super::frames::Plain;
 use super::local;
-use super::tickets::{Caller, CertificateHash};
+use super::tickets::{self, Caller, CertificateHash};
 use super::Endpoint;
 
 /// What a node does with the requests that reach it.
@@ -255,6 +255,7 @@ async fn handshake(
     }
     let reply = HelloReply {
         node: me.clone(),
+        proof: endpoint.proof(),
         local: offer(&caller),
     };
     let mut out = preamble(config.protocol_version).to_vec();
@@ -268,23 +269,10 @@ async fn handshake(
 
 /// The SHA-256 of the certificate the peer proved in TLS that it holds.
 fn peer_certificate(quic: &quinn::Connection) -> Result<CertificateHash, Refusal> {
-    let chain = quic
-        .peer_identity()
-        .and_then(|any| {
-            any.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
-                .ok()
-        })
-        .ok_or_else(|| Refusal {
-            code: CloseCode::Unauthenticated,
-            reason: "the peer presented no certificate".into(),
-        })?;
-    chain
-        .first()
-        .map(|leaf| CertificateHash::of(leaf))
-        .ok_or_else(|| Refusal {
-            code: CloseCode::Unauthenticated,
-            reason: "the peer presented an empty certificate chain".into(),
-        })
+    tickets::peer_certificate(quic).ok_or_else(|| Refusal {
+        code: CloseCode::Unauthenticated,
+        reason: "the peer presented no certificate".into(),
+    })
 }
 
 /// The bytes of requests one connection may have received but not yet
