@@ -223,7 +223,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     }
     info!(node = %identity, "node stopping");
     endpoint.shutdown().await;
-    objects.remove_files();
+    objects.stop();
     outcome
 }
 

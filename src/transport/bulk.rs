@@ -20,11 +20,14 @@
 //!    handshake (ALPN `nimbus-bulk`, both certificates checked against the
 //!    cluster CA, as for QUIC) and sends the ticket
 //!    ([`Endpoint::bulk_connect`](super::Endpoint::bulk_connect)).
-//! 4. **Serve.** The listener reads the ticket within `connect_timeout` of
-//!    the TCP accept (at most 64 handshakes at once) and hands the
-//!    stream, with what the ticket granted, to its handler (at most 64
-//!    streams at once); a connection without a valid ticket is closed
-//!    unread.
+//! 4. **Serve.** The listener, on a thread of its own (so that a flood of
+//!    handshakes never delays the node's heartbeats), admits each TCP
+//!    connection by its source address (`bulk_sources.rs`: at most 32
+//!    handshakes in progress and 512 a second per address), reads the
+//!    ticket within `connect_timeout` of the TCP accept (at most 64
+//!    handshakes at once) and hands the stream, with what the ticket
+//!    granted, to its handler (at most 64 streams at once); a connection
+//!    without a valid ticket is closed unread.
 //! 5. **Records.** Then rustls hands both ends its traffic secrets and
 //!    the stream's TLS records are sealed and opened in place, in
 //!    [`INCOMING_BYTES`] and [`OUTGOING_BYTES`] buffers (`records.rs`);
@@ -60,6 +63,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use super::bulk_sources::{SourceLimits, SourceSlot};
 use super::credentials::SERVER_NAME;
 use super::error::{BulkError, RecordError};
 use super::records::{self, Direction, ALERT, APPLICATION_DATA, CLOSE_NOTIFY};
@@ -222,7 +226,8 @@ impl<G> BulkGrants<G> {
 
 /// An endpoint's bulk listener (step 1), until it [serves](Self::serve).
 pub struct BulkListener {
-    tcp: TcpListener,
+    /// Non-blocking; registered with the runtime that serves it.
+    tcp: std::net::TcpListener,
     acceptor: TlsAcceptor,
     connect_timeout: Duration,
     stall: Duration,
@@ -238,10 +243,7 @@ impl BulkListener {
         let any = SocketAddr::new(quic.ip(), 0);
         let tcp = std::net::TcpListener::bind(quic)
             .or_else(|_| std::net::TcpListener::bind(any))
-            .and_then(|tcp| {
-                tcp.set_nonblocking(true)?;
-                TcpListener::from_std(tcp)
-            })
+            .and_then(|tcp| tcp.set_nonblocking(true).map(|()| tcp))
             .map_err(|cause| EndpointError::Bind { addr: any, cause })?;
         Ok(BulkListener {
             tcp,
@@ -259,14 +261,58 @@ impl BulkListener {
         }
     }
 
+    /// [`serve`](Self::serve)s on a thread of its own, with a runtime of
+    /// its own (step 4), until the returned server is dropped.
+    pub fn serve_on_own_thread<G, F, Fut>(
+        self,
+        grants: BulkGrants<G>,
+        handle: F,
+    ) -> std::io::Result<BulkServer>
+    where
+        G: Send + 'static,
+        F: Fn(G, BulkStream) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("nimbus-bulk".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    tokio::select! {
+                        () = self.serve(grants, handle) => {}
+                        _ = stopped => {}
+                    }
+                });
+                // Streams still under way run on blocking threads: they
+                // end at their stall timeout at the latest; do not wait.
+                runtime.shutdown_background();
+            })?;
+        Ok(BulkServer { _stop: stop })
+    }
+
     /// Accepts streams for `grants`' tickets and hands each to `handle`
-    /// with what its ticket grants (step 4). Runs until dropped.
+    /// with what its ticket grants (step 4). Runs until dropped; a
+    /// listener that cannot be registered with the runtime ends at once,
+    /// saying so.
     pub async fn serve<G, F, Fut>(self, grants: BulkGrants<G>, handle: F)
     where
         G: Send + 'static,
         F: Fn(G, BulkStream) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
+        let tcp = match TcpListener::from_std(self.tcp) {
+            Ok(tcp) => tcp,
+            Err(e) => {
+                tracing::warn!(
+                    "bulk listener: cannot serve ({e}): objects leave this node over QUIC"
+                );
+                return;
+            }
+        };
+        let sources = Arc::new(Mutex::new(SourceLimits::default()));
         let handle = Arc::new(handle);
         let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         let serving = Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS));
@@ -276,7 +322,7 @@ impl BulkListener {
                 return;
             };
             let (tcp, peer) = tokio::select! {
-                accepted = self.tcp.accept() => match accepted {
+                accepted = tcp.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors, say: wait a little
@@ -287,6 +333,9 @@ impl BulkListener {
                     }
                 },
                 Some(_) = streams.join_next(), if !streams.is_empty() => continue,
+            };
+            let Some(source) = SourceSlot::admit(&sources, peer.ip(), Instant::now()) else {
+                continue;
             };
             let _ = tcp.set_nodelay(true);
             let (acceptor, grants, handle, serving) = (
@@ -306,7 +355,7 @@ impl BulkListener {
                     Some((tcp, secrets, BulkTicket(ticket)))
                 };
                 let opened = tokio::time::timeout(connect_timeout, opened).await;
-                drop(handshake);
+                drop((handshake, source));
                 let Ok(Some((tcp, secrets, ticket))) = opened else {
                     tracing::debug!("bulk stream from {peer}: no handshake, ticket and hand-over within {connect_timeout:?}");
                     return;
@@ -325,6 +374,13 @@ impl BulkListener {
             });
         }
     }
+}
+
+/// A bulk listener serving on its own thread
+/// ([`BulkListener::serve_on_own_thread`]): dropped, it stops accepting.
+#[derive(Debug)]
+pub struct BulkServer {
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 /// One bulk stream, either end, once handed over: its socket and the

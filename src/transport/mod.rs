@@ -62,7 +62,8 @@
 //! per peer address), `connection.rs` (the dialing side of a live
 //! connection), `server/` (the accepting side), `channel.rs` (ordered
 //! channels), `batch.rs` (frames written together, by both), `bulk.rs` (TLS-over-TCP
-//! bulk streams), `records.rs` (their TLS records, sealed and opened in
+//! bulk streams), `bulk_sources.rs` (which of their connections get a
+//! handshake), `records.rs` (their TLS records, sealed and opened in
 //! place once rustls has done the handshake),
 //! `credentials.rs` (the join token and certificates),
 //! `tickets.rs` (proofs of identity), `local.rs` (same-host channels),
@@ -91,6 +92,7 @@ pub mod admission;
 mod answer;
 mod batch;
 mod bulk;
+mod bulk_sources;
 mod channel;
 mod config;
 mod connection;
@@ -107,7 +109,12 @@ mod tickets;
 
 pub use answer::{Answer, Reply};
 pub use bulk::{
-    BulkGrants, BulkListener, BulkStream, BulkTicket, MAX_GRANTS, MAX_STREAM_BYTES, TICKET_TTL,
+    BulkGrants, BulkListener, BulkServer, BulkStream, BulkTicket, MAX_GRANTS, MAX_STREAM_BYTES,
+    TICKET_TTL,
+};
+pub use bulk_sources::{
+    PER_SOURCE as BULK_HANDSHAKES_PER_SOURCE,
+    PER_SOURCE_PER_SECOND as BULK_HANDSHAKES_PER_SOURCE_PER_SECOND,
 };
 pub use channel::{Channel, PendingReply};
 pub use config::{RequestOptions, ResetKey, TransportConfig};

@@ -622,3 +622,81 @@ fn idle_connections_to_metrics_cannot_starve_a_node() {
     let (status, head, _) = crate::dashboard::get(&address, "/metrics", None);
     assert_eq!(status, 200, "{head}");
 }
+
+/// Connections the bulk flood holds open at once, all from one address:
+/// twice what one address may have in handshake.
+const BULK_FLOOD: usize = 2 * nimbus::transport::BULK_HANDSHAKES_PER_SOURCE;
+
+/// A TLS ClientHello for a bulk stream, from a client that trusts any
+/// server and has no certificate: what a stranger can send the bulk port.
+fn bulk_client_hello() -> Vec<u8> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyServer(provider)))
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"nimbus-bulk".to_vec()];
+    let name = ServerName::try_from("nimbus").unwrap();
+    let mut connection = rustls::ClientConnection::new(Arc::new(tls), name).unwrap();
+    let mut hello = Vec::new();
+    connection.write_tls(&mut hello).unwrap();
+    hello
+}
+
+/// Strangers who reach a node's bulk TCP port can start TLS handshakes
+/// (each costs the node a signature) and leave them hanging until the
+/// handshake timeout. From one address, only half of the listener's
+/// handshakes are theirs: the rest of a wave is closed unread at once, so
+/// other peers keep their share, and the node, whose listener runs on a
+/// thread of its own, keeps its membership. Before, one address could
+/// hold every handshake the listener had (64), for 5 s each.
+#[tokio::test]
+async fn one_address_cannot_take_every_bulk_handshake() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    within(Duration::from_secs(60), async {
+        let cluster = cluster(2);
+        let members = |status: &nimbus::cluster::ClusterStatus| {
+            let mut alive: Vec<(String, u64)> = status
+                .alive()
+                .map(|n| (n.id.clone(), n.incarnation))
+                .collect();
+            alive.sort();
+            alive
+        };
+        let client = cluster.client().await.unwrap();
+        let before = members(&client.status().await.unwrap());
+        // The bulk listener takes the QUIC port's number over TCP when free.
+        let bulk = cluster.address();
+        let hello = bulk_client_hello();
+        let mut held = Vec::new();
+        let mut closed_unread = 0;
+        for _ in 0..BULK_FLOOD {
+            // From 127.0.0.2: the cluster's own peers are on 127.0.0.1.
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(([127, 0, 0, 2], 0).into()).unwrap();
+            let mut tcp = socket.connect(bulk).await.expect("the bulk port accepts");
+            tcp.write_all(&hello).await.unwrap();
+            let mut first = [0u8; 1];
+            let read = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut first)).await;
+            match read {
+                // The server's first flight: a handshake under way, held.
+                Ok(Ok(1)) => held.push(tcp),
+                // Closed (or reset) before a byte: not admitted.
+                Ok(Ok(_)) | Ok(Err(_)) => closed_unread += 1,
+                Err(_) => panic!("the bulk listener neither answered nor closed within 5 s"),
+            }
+        }
+        assert_eq!(
+            (held.len(), closed_unread),
+            (BULK_FLOOD / 2, BULK_FLOOD / 2),
+            "handshakes held and connections closed unread, from one address"
+        );
+        let after = members(&client.status().await.unwrap());
+        assert_eq!(after, before, "a member was lost during the flood");
+        let lines = cluster.log(0).matches("closed a connection unread").count();
+        assert!((1..=2).contains(&lines), "{lines} closure lines");
+    })
+    .await
+}

@@ -121,7 +121,7 @@ use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
     RefHolder, RefUpdate, SmallObject,
 };
-use crate::transport::{BulkGrants, BulkListener, Endpoint, RequestOptions};
+use crate::transport::{BulkGrants, BulkListener, BulkServer, Endpoint, RequestOptions};
 use crate::wire::{RemoteError, RemoteErrorKind};
 
 use super::error::{ObjectStoreError, ShardError};
@@ -151,6 +151,8 @@ pub struct NodeObjectStore {
     bulk: Option<BulkGrants<Streamed>>,
     /// When a bulk dial to each owner's address last failed (step 2).
     bulk_failed: Arc<dashmap::DashMap<std::net::IpAddr, std::time::Instant>>,
+    /// Its bulk listener's thread, until the node stops (`stop`).
+    bulk_server: Arc<std::sync::Mutex<Option<BulkServer>>>,
 }
 
 impl NodeObjectStore {
@@ -214,19 +216,28 @@ impl NodeObjectStore {
             me,
             bulk: bulk.clone(),
             bulk_failed: Arc::default(),
+            bulk_server: Arc::default(),
         };
         if let (Some(listener), Some(grants)) = (listener, bulk) {
             let server = store.clone();
-            tokio::spawn(listener.serve(grants, move |what, stream| {
+            let serving = listener.serve_on_own_thread(grants, move |what, stream| {
                 server.clone().stream_out(what, stream)
-            }));
+            });
+            match serving {
+                Ok(serving) => *lock(&store.bulk_server) = Some(serving),
+                Err(e) => {
+                    tracing::warn!("no bulk listener ({e}): objects leave this node over QUIC")
+                }
+            }
         }
         Ok(store)
     }
 
-    /// Removes the spilled objects' and shared-memory objects' files (at
-    /// node shutdown): the directories this node created, nothing else.
-    pub fn remove_files(&self) {
+    /// Stops serving bulk streams and removes the spilled objects' and
+    /// shared-memory objects' files (at node shutdown): the directories
+    /// this node created, nothing else.
+    pub fn stop(&self) {
+        lock(&self.bulk_server).take();
         for dir in self.owned.iter() {
             if let Err(e) = dir.remove() {
                 tracing::warn!("cannot remove {}: {e}", dir.path().display());
@@ -707,4 +718,10 @@ fn ready(size: u64, job: Option<&str>) -> ControlReply {
         size,
         job: job.map(str::to_string),
     }
+}
+
+/// The bulk server's slot, also after a panic elsewhere poisoned its lock.
+fn lock<T>(slot: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
