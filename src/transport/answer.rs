@@ -487,7 +487,7 @@ mod tests {
     }
 
     async fn read_response(caller: &mut UnixStream) -> Response {
-        let frame = tokio::time::timeout(WAIT, wire::read_frame(caller, MAX))
+        let frame = tokio::time::timeout(WAIT, crate::transport::read_frame(caller, MAX))
             .await
             .expect("a response within the wait")
             .unwrap();

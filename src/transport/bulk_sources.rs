@@ -132,7 +132,11 @@ impl SourceSlot {
     /// Steps 1–4 for a connection from `source` at `now`: its slot, or
     /// `None` (the caller closes it unread; the closure is logged as step
     /// 4 says).
-    pub(super) fn admit(limits: &Arc<Mutex<SourceLimits>>, source: IpAddr, now: Instant) -> Option<Self> {
+    pub(super) fn admit(
+        limits: &Arc<Mutex<SourceLimits>>,
+        source: IpAddr,
+        now: Instant,
+    ) -> Option<Self> {
         let mut state = lock(limits);
         match state.admit(source, now) {
             Ok(()) => Some(SourceSlot {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::wire::{self, CloseCode, LocalRoute, NodeIdentity, Request, Response, WireError};
 
-use super::{local, Channel, RequestError, RequestOptions};
+use super::{frame_io, local, Channel, RequestError, RequestOptions};
 
 /// A connection to a node, after the TLS and nimbus handshakes. Cheap to
 /// clone; clones share the connection.
@@ -286,7 +286,7 @@ impl Connection {
         if one_way {
             return Ok(None);
         }
-        let reply = match wire::read_frame(&mut recv, self.max_frame_bytes).await {
+        let reply = match frame_io::read_frame(&mut recv, self.max_frame_bytes).await {
             Ok(reply) => reply,
             Err(WireError::Io(e)) => return Err(self.io_failure(e)),
             Err(WireError::Empty) => {

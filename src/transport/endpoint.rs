@@ -18,6 +18,7 @@ use super::bulk::{BulkListener, BulkStream, BulkTicket, BulkTls};
 use super::connection::{close, Connection};
 use super::credentials::{SERVER_NAME, WORKER_SERVER_NAME};
 use super::faults::{FaultCounters, FaultySocket, PacketRule};
+use super::frame_io;
 use super::local;
 use super::server::{self, RequestHandler};
 use super::tickets::{self, Verifier};
@@ -450,7 +451,7 @@ impl Endpoint {
         };
         let mut out = preamble(self.inner.config.protocol_version).to_vec();
         out.extend(wire::encode(&hello, self.inner.config.max_frame_bytes)?);
-        wire::write_frame(&mut send, &out).await?;
+        frame_io::write_frame(&mut send, &out).await?;
         let _ = send.finish();
         let mut theirs = [0u8; PREAMBLE_LEN];
         AsyncReadExt::read_exact(&mut recv, &mut theirs).await?;
@@ -463,7 +464,7 @@ impl Endpoint {
                 detail: reason,
             });
         }
-        wire::decode(&wire::read_frame(&mut recv, self.inner.config.max_frame_bytes).await?)
+        wire::decode(&frame_io::read_frame(&mut recv, self.inner.config.max_frame_bytes).await?)
     }
 }
 

@@ -11,8 +11,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 use tokio::net::unix::OwnedReadHalf;
 
 use crate::wire::frame::{body_len, LENGTH_PREFIX_BYTES};
-use crate::wire::{self, WireError};
+use crate::wire::WireError;
 
+use super::frame_io;
 use super::shm_ring::{Region, RingReader, MARKER, MARKER_BYTES};
 
 /// A source of frames.
@@ -68,11 +69,11 @@ pub(super) struct Plain<R>(pub(super) R);
 
 impl<R: AsyncRead + Unpin + Send> ReadFrames for Plain<R> {
     async fn read_len(&mut self, max: usize) -> Result<usize, WireError> {
-        wire::read_prefix(&mut self.0, max).await
+        frame_io::read_prefix(&mut self.0, max).await
     }
 
     async fn read_body(&mut self, len: usize) -> Result<Frame<'_>, WireError> {
-        wire::read_body_exact(&mut self.0, len)
+        frame_io::read_body_exact(&mut self.0, len)
             .await
             .map(Frame::Owned)
     }
@@ -137,7 +138,7 @@ impl ReadFrames for LocalFrames {
 
     async fn read_body(&mut self, len: usize) -> Result<Frame<'_>, WireError> {
         let Some(region) = self.region.as_mut() else {
-            return wire::read_body_exact(&mut self.socket, len)
+            return frame_io::read_body_exact(&mut self.socket, len)
                 .await
                 .map(Frame::Owned);
         };

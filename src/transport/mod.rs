@@ -100,7 +100,9 @@ mod credentials;
 mod endpoint;
 mod error;
 pub mod faults;
+mod frame_io;
 mod frames;
+mod incarnation;
 mod local;
 mod records;
 mod server;
@@ -126,6 +128,7 @@ pub use error::{
     RequestError,
 };
 pub use faults::{FaultCounters, FaultCounts, PacketFaults, PacketRule};
+pub use frame_io::{read_frame, write_frame};
 pub use local::boot_id;
 pub use server::{HandlerError, RequestHandler};
 pub use tickets::{

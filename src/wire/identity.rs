@@ -1,7 +1,7 @@
 //! Who is at the other end of a connection.
 
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -10,18 +10,17 @@ use serde::{Deserialize, Serialize};
 ///
 /// It is the start time in microseconds since the Unix epoch, so a later
 /// start has a larger incarnation (as long as the clock does not go back).
+/// This crate's wire format reads no clock: `Incarnation::fresh`, which
+/// does, is `crate::transport`'s (`incarnation.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Incarnation(pub u64);
 
 impl Incarnation {
-    /// A new incarnation for a process starting now.
-    pub fn fresh() -> Self {
-        let micros = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        Incarnation(micros)
+    /// The incarnation of a process starting `since_epoch` after the Unix
+    /// epoch.
+    pub fn starting_at(since_epoch: Duration) -> Self {
+        Incarnation(u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX))
     }
 }
 

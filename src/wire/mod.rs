@@ -1,7 +1,10 @@
 //! The wire format: what crosses a QUIC stream between two nimbus processes.
 //!
-//! Everything here is pure (no sockets, no clocks), so it can be tested and
-//! fuzzed on its own. A connection goes through these steps:
+//! Everything here is pure (no sockets, no files, no async runtime, no
+//! clocks: the architecture test `wire_names_no_file_system_async_runtime_or_clock`
+//! keeps it so), so it can be tested and fuzzed on its own; frames are read
+//! and written on streams by `crate::transport` (`frame_io.rs`). A
+//! connection goes through these steps:
 //!
 //! 1. The dialer opens a bidirectional stream and writes the [`preamble`]
 //!    (8 bytes: `NMBS` + the `u32` protocol version, [`PROTOCOL_VERSION`],
@@ -11,8 +14,8 @@
 //! 2. The acceptor checks the preamble first, so that a peer of another
 //!    version is refused with both versions named, whatever else changed in
 //!    the format (the preamble never changes). It answers with its own
-//!    preamble and a [`HelloReply`] (its identity and, optionally, its
-//!    same-host [`LocalRoute`]), or closes the connection
+//!    preamble and a [`HelloReply`] (its identity, its proof of it, and,
+//!    optionally, its same-host [`LocalRoute`]), or closes the connection
 //!    with a [`CloseCode`] and a readable reason: 1 for another version, 3
 //!    when `expect` names another incarnation of it, 5 when the handshake
 //!    does not complete in time.
@@ -47,10 +50,7 @@ pub mod frame;
 mod identity;
 mod message;
 
-pub use frame::{
-    decode, encode, encode_body, encode_into, read_body_exact, read_frame, read_prefix,
-    write_frame, WireError,
-};
+pub use frame::{decode, encode, encode_body, encode_into, WireError};
 pub use identity::{
     BadNodeName, Incarnation, NodeIdentity, PeerIdentity, PeerRole, MAX_NODE_NAME,
     WORKER_NAME_PREFIX,

@@ -117,7 +117,7 @@ fn frame(input: &[u8]) -> Outcome {
         return Err("short".into());
     };
     wire::read_preamble(*preamble).map_err(|e| e.to_string())?;
-    let read = wire::read_frame(&mut rest, wire::DEFAULT_MAX_FRAME_BYTES);
+    let read = nimbus::transport::read_frame(&mut rest, wire::DEFAULT_MAX_FRAME_BYTES);
     let body = futures::executor::block_on(read).map_err(|e| e.to_string())?;
     decodes::<Request>(&body)
 }

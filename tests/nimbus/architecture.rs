@@ -292,3 +292,37 @@ fn the_import_scan_sees_grouped_and_inline_paths() {
     let code = "use nimbus::{library, runtime::X};\nuse my_nimbus::wire;\nnimbus_train::a();";
     assert_eq!(paths_under(code, "nimbus::"), ["library", "runtime"]);
 }
+
+/// What `src/wire` (the wire format: frames, messages, identities) may not
+/// name outside its tests: it does no I/O and reads no clock, so a fuzzer,
+/// a simulation or another crate can use it as plain data (#50: it did
+/// async frame I/O and read the clock).
+const NOT_IN_WIRE: &[&str] = &[
+    "tokio",
+    "std::fs",
+    "std::net::Tcp",
+    "std::thread",
+    "async fn",
+    "::now(",
+    "SystemTime",
+    "Instant",
+];
+
+#[test]
+fn wire_names_no_file_system_async_runtime_or_clock() {
+    let wire = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/wire");
+    let mut files = Vec::new();
+    rust_files(&wire, &mut files);
+    assert!(files.len() >= 3, "found only {files:?}");
+    for file in files {
+        let code = std::fs::read_to_string(&file).unwrap();
+        let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+        for name in NOT_IN_WIRE {
+            assert!(
+                !code.contains(name),
+                "{} names {name}: the wire format does no I/O and reads no clock (that is crate::transport's)",
+                file.display()
+            );
+        }
+    }
+}

@@ -60,6 +60,7 @@ use super::admission::{self, Admission, HandshakeSlot};
 use super::answer::Answer;
 use super::connection::close;
 use super::endpoint::version_mismatch;
+use super::frame_io;
 use super::frames::Plain;
 use super::local;
 use super::tickets::{self, Caller, CertificateHash};
@@ -231,7 +232,7 @@ async fn handshake(
         });
     }
     let hello: Hello = wire::decode(
-        &wire::read_frame(&mut recv, config.max_frame_bytes)
+        &frame_io::read_frame(&mut recv, config.max_frame_bytes)
             .await
             .map_err(Refusal::bad_frame)?,
     )
@@ -260,7 +261,7 @@ async fn handshake(
     };
     let mut out = preamble(config.protocol_version).to_vec();
     out.extend(wire::encode(&reply, config.max_frame_bytes).map_err(Refusal::bad_frame)?);
-    wire::write_frame(&mut send, &out)
+    frame_io::write_frame(&mut send, &out)
         .await
         .map_err(Refusal::bad_frame)?;
     let _ = send.finish();
