@@ -8,7 +8,7 @@
 //!
 //! 1. The dialer opens a bidirectional stream and writes the [`preamble`]
 //!    (8 bytes: `NMBS` + the `u32` protocol version, [`PROTOCOL_VERSION`],
-//!    now 6), then a [`Hello`] frame naming itself (`from`: role, name,
+//!    now 15), then a [`Hello`] frame naming itself (`from`: role, name,
 //!    incarnation) and, optionally, the identity of the node it expects to
 //!    reach (`expect`).
 //! 2. The acceptor checks the preamble first, so that a peer of another
