@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::{self, ClientError};
-use crate::cluster::sha256_file;
 use crate::cluster::BinaryId;
 use crate::cluster::{
     ControlReply, ControlRequest, JobRequest, MembershipRequest, WorkerRequest, DRIVER_BEAT,
 };
+use crate::host::sha256_file;
 use crate::local::{LocalCluster, LocalClusterError};
 use crate::node::default_state_dir;
 use crate::runtime::{ProcessContext, ProcessRole, Registry};
@@ -46,7 +46,7 @@ pub enum InitError {
     JobId(String),
     /// The `--token-file` is unreadable or not private.
     #[error(transparent)]
-    TokenFile(#[from] crate::cluster::files::TokenFileError),
+    TokenFile(#[from] crate::host::files::TokenFileError),
     /// The token is malformed.
     #[error(transparent)]
     Credentials(#[from] CredentialError),
@@ -456,7 +456,7 @@ impl Drop for Driver {
 /// and answers within [`LOCAL_HEAD_PROBE`] (asked on a thread of its own:
 /// `init` may run inside a program's async runtime).
 fn local_head() -> Option<String> {
-    let record = crate::cluster::files::load_head_record()?;
+    let record = crate::host::files::load_head_record()?;
     let token = token().ok()?;
     let address = record.address.clone();
     let probe = std::thread::spawn(move || {
@@ -489,7 +489,7 @@ fn local_head() -> Option<String> {
         Ok(Err(e)) => {
             tracing::warn!(
                 "{} records a head at {} that does not answer ({e}); starting a private local cluster (nimbus stop clears the record)",
-                crate::cluster::files::head_record_path().display(),
+                crate::host::files::head_record_path().display(),
                 record.address
             );
             None
@@ -620,7 +620,7 @@ async fn show_output(context: &'static ProcessContext) {
 
 fn token() -> Result<JoinToken, InitError> {
     if let Some(file) = flag("--token-file") {
-        let text = crate::cluster::files::read_token_file(std::path::Path::new(&file))?;
+        let text = crate::host::files::read_token_file(std::path::Path::new(&file))?;
         return Ok(text.parse()?);
     }
     let typed = flag("--token");

@@ -12,54 +12,56 @@
 //! 1. [`wire`]: frames, envelopes and identities; pure.
 //! 2. [`transport`]: the QUIC endpoint, credentials from the join token, one
 //!    stream per request; knows nothing of actors.
-//! 3. [`cluster`]: resources, the control protocol and its types, fault
+//! 3. [`host`]: this machine: private files, directories a node owns,
+//!    digests, GPUs, node processes.
+//! 4. [`cluster`]: resources, the control protocol and its types, fault
 //!    rules and reports; data only.
-//! 4. [`client`]: talking to a cluster from outside ([`client::ClusterClient`]).
-//! 5. [`dashboard`]: the web page and JSON API of the cluster the head
+//! 5. [`client`]: talking to a cluster from outside ([`client::ClusterClient`]).
+//! 6. [`dashboard`]: the web page and JSON API of the cluster the head
 //!    serves, a client of the cluster like the CLI.
-//! 6. [`runtime`]: what every process has once `init` ran, and no feature:
+//! 7. [`runtime`]: what every process has once `init` ran, and no feature:
 //!    [`runtime::ProcessContext`], the [`runtime::Registry`] of entry points
 //!    (features add their own tables), the process role, the worker boot
 //!    protocol.
-//! 7. [`library`]: the seam for libraries built on nimbus (`nimbus-train`,
+//! 8. [`library`]: the seam for libraries built on nimbus (`nimbus-train`,
 //!    `nimbus-data`, `nimbus-serve`; RL to come): fault and recovery reports,
 //!    ending a worker with a cause, the cluster's nodes and events, training-run reports,
 //!    private files.
-//! 8. [`launch`]: starting an actor's worker process on a node, shipping or
+//! 9. [`launch`]: starting an actor's worker process on a node, shipping or
 //!    relaying the program binary (used by spawns and the head).
-//! 9. [`autoscaler`]: launches nodes for spawns that wait and stops idle
-//!    ones, within a cluster config's node types (`nimbus up`); a client
-//!    of the head beside it.
-//! 10. [`head`]: the head's control-plane actors ([`head::Membership`],
+//! 10. [`autoscaler`]: launches nodes for spawns that wait and stops idle
+//!     ones, within a cluster config's node types (`nimbus up`); a client
+//!     of the head beside it.
+//! 11. [`head`]: the head's control-plane actors ([`head::Membership`],
 //!     [`head::ClusterEvents`], [`head::Directory`],
 //!     [`head::ActorRescheduler`]).
-//! 11. [`object_store`]: values put once and read anywhere by reference (the
+//! 12. [`object_store`]: values put once and read anywhere by reference (the
 //!     calling process's half and the node's half).
-//! 12. [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
+//! 13. [`node`]: the node process: [`node::NodeManager`], [`node::NodeService`]
 //!     and [`node::run`].
-//! 13. [`local`]: [`local::LocalCluster`], real node processes on this
+//! 14. [`local`]: [`local::LocalCluster`], real node processes on this
 //!     machine for tests, examples and benchmarks.
-//! 14. [`actor`]: user actors in worker processes: [`actor::spawn`],
+//! 15. [`actor`]: user actors in worker processes: [`actor::spawn`],
 //!     [`actor::ActorHandle`], [`actor::get_actor`], [`actor::monitor`].
-//! 15. [`placement`]: placement groups, bundles reserved together across
+//! 16. [`placement`]: placement groups, bundles reserved together across
 //!     nodes ([`placement::InBundle`] places actors in them).
-//! 16. [`task`]: stateless functions run on leased worker processes.
-//! 17. [`train`]: what training shares without libtorch: fault rules,
+//! 17. [`task`]: stateless functions run on leased worker processes.
+//! 18. [`train`]: what training shares without libtorch: fault rules,
 //!     results files, the sampler and the parameter aggregator. Training
 //!     itself (Ray Train's `TorchTrainer`: supervisor, workers, collectives,
 //!     checkpoints) is the `nimbus-train` crate, the only one that links
 //!     libtorch.
-//! 18. [`tune`]: hyperparameter search (Ray Tune): search spaces, searchers,
+//! 19. [`tune`]: hyperparameter search (Ray Tune): search spaces, searchers,
 //!     schedulers, trials run by reused runner actors.
-//! 19. `worker`: the composition root of a worker process.
-//! 20. [`chaos`]: seeded fault plans run against a local cluster, with a
+//! 20. `worker`: the composition root of a worker process.
+//! 21. [`chaos`]: seeded fault plans run against a local cluster, with a
 //!     timeline of faults and recoveries.
-//! 21. [`cli`]: the `nimbus` command line (start, inspect and stop nodes),
+//! 22. [`cli`]: the `nimbus` command line (start, inspect and stop nodes),
 //!     in the library so that a user's program can run its own local
 //!     cluster's nodes.
-//! 22. [`driver`]: [`init`], the first line of a user program's `main`: the
+//! 23. [`driver`]: [`init`], the first line of a user program's `main`: the
 //!     composition root of a driver (and of a node run from the program).
-//! 23. [`testing`]: helpers for tests (deadlines, invariants, processes left
+//! 24. [`testing`]: helpers for tests (deadlines, invariants, processes left
 //!     behind).
 //!
 //! ```
@@ -80,6 +82,7 @@ pub mod cluster;
 pub mod dashboard;
 pub mod driver;
 pub mod head;
+pub mod host;
 pub mod launch;
 pub mod library;
 pub mod local;

@@ -89,8 +89,8 @@ async fn run(args: Args) -> Result<()> {
     let storage = match args.storage {
         Some(storage) => storage,
         None => {
-            let runs = nimbus::cluster::files::nimbus_home().join("runs");
-            nimbus::cluster::files::private_dir(&runs)?;
+            let runs = nimbus::host::files::nimbus_home().join("runs");
+            nimbus::host::files::private_dir(&runs)?;
             runs
         }
     };

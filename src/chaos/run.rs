@@ -10,11 +10,11 @@ use futures::FutureExt;
 
 use crate::actor::faults::FiredFault;
 use crate::client::{ClientError, ClusterClient};
-use crate::cluster::processes::{signal_process, Signal};
 use crate::cluster::{
     ActorId, ActorRecord, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
 };
 use crate::cluster::{DirectoryRequest, ProcessClass};
+use crate::host::processes::{signal_process, Signal};
 use crate::local::{LocalCluster, LocalClusterError};
 use crate::train::faults::TrainingFaultAction;
 use crate::transport::{ConnectError, FaultCounts, RequestError, RequestOptions};

@@ -185,7 +185,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
         let given = match (&args.token_file, std::env::var(HEAD_TOKEN_ENV)) {
             _ if from_stdin.is_some() => from_stdin,
             (Some(file), _) => {
-                let text = crate::cluster::files::read_token_file(file)?;
+                let text = crate::host::files::read_token_file(file)?;
                 let token = text
                     .parse()
                     .with_context(|| format!("the token in {}", file.display()))?;
@@ -199,7 +199,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
             }
             (None, Err(_)) => None,
         };
-        crate::cluster::files::own_state_dir(&state_dir)?;
+        crate::host::files::own_state_dir(&state_dir)?;
         let was_given = given.is_some();
         let (token, store) = HeadStore::start(&state_dir, given)?;
         if store.restarted {
@@ -492,7 +492,7 @@ pub(crate) fn token_from(arg: Option<&str>, file: Option<&std::path::Path>) -> R
             eprintln!("warning: --token puts the cluster's token in this command's arguments, which every local user can read while it runs; prefer --token-file PATH (mode 0600) or {TOKEN_ENV}");
             token.to_string()
         }
-        (None, Some(file)) => crate::cluster::files::read_token_file(file)?,
+        (None, Some(file)) => crate::host::files::read_token_file(file)?,
         (None, None) => match std::env::var(TOKEN_ENV) {
             Ok(token) => token,
             Err(_) => std::fs::read_to_string(state::token_file()).with_context(|| {

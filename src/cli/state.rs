@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
-use crate::cluster::files::{
+use crate::host::files::{
     head_record_path, load_head_record, private_dir, private_file, HeadRecord,
 };
 use anyhow::{Context, Result};
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 /// The state directory.
 pub(crate) fn home() -> PathBuf {
-    crate::cluster::files::nimbus_home()
+    crate::host::files::nimbus_home()
 }
 
 /// Where the head started on this machine keeps its token (mode 0600).

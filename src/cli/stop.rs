@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::cluster::processes::{is_nimbus_node, terminate};
+use crate::host::processes::{is_nimbus_node, terminate};
 
 use anyhow::Result;
 use clap::Args;
@@ -39,7 +39,7 @@ pub(crate) fn run(args: StopArgs) -> Result<()> {
         }
         let _ = std::fs::remove_file(path);
     }
-    let _ = std::fs::remove_file(crate::cluster::files::head_record_path());
+    let _ = std::fs::remove_file(crate::host::files::head_record_path());
     println!("stopped {stopped} node(s)");
     Ok(())
 }

@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use crate::autoscaler::config::resource_flags;
 use crate::autoscaler::{monitor, provider, ClusterConfig};
 use crate::client::ClusterClient;
-use crate::cluster::files::head_record_path;
-use crate::cluster::processes::{alive, is_nimbus_node, terminate};
+use crate::host::files::head_record_path;
+use crate::host::processes::{alive, is_nimbus_node, terminate};
 
 use super::{start::token_from, state};
 

@@ -6,10 +6,10 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::cluster::{
-    sha256_bytes, BinaryId, BinaryRequest, JobRecord, JobRequest, JobSubmission, RunRecord,
-    TaskRecord,
+    BinaryId, BinaryRequest, JobRecord, JobRequest, JobSubmission, RunRecord, TaskRecord,
 };
 use crate::cluster::{ControlReply, ControlRequest};
+use crate::host::sha256_bytes;
 use crate::transport::{Connection, RequestOptions};
 
 use super::{call, unexpected, ClientError, ClusterClient, LogChunk};

@@ -3,41 +3,33 @@
 //! The head's actors that answer the protocol are in [`crate::head`].
 //!
 //! Files: `autoscaling.rs` (what the autoscaler reports to the head),
-//! `resources.rs` (`ResourceSet`, resource detection), `gpus.rs`
-//! (counting GPUs), `jobs.rs` (jobs: submissions, records, states),
+//! `resources.rs` (`ResourceSet`, resource detection), `jobs.rs` (jobs:
+//! submissions, records, states),
 //! `messages/` (the control protocol: `ControlRequest`,
 //! one variant per subsystem, each with its own request enum in a file of
 //! its own; `ControlReply`; nodes, actors and events), `objects.rs` (the object
 //! store's wire types), `death.rs` (`DeathCause`), `faults.rs` (actor
 //! fault rules, the chaos harness's reserved messages, and `FiredFault`,
 //! the `chaos: KIND at TRIGGER of TARGET` form in which every fault hook
-//! reports a death it caused), `digest.rs` (SHA-256 of files: binaries,
-//! checkpoints), `files.rs` (the private modes of every file and directory
-//! nimbus creates), `ownership.rs` (directories a node owns for its life,
-//! and the clean-up of those whose owner is provably gone), `processes.rs`
-//! (node processes of this machine: alive, stopped gracefully).
+//! reports a death it caused). The machine's files, processes and GPUs
+//! are [`crate::host`]'s.
 //!
 //! Architecture invariant: data and pure functions only; no actors, no
-//! sockets.
+//! sockets, no files (but reading the host's resources, through
+//! `crate::host`).
 
 mod autoscaling;
 mod death;
-mod digest;
 pub mod faults;
-pub mod files;
-pub mod gpus;
 mod jobs;
 mod messages;
 mod objects;
-pub mod ownership;
-pub mod processes;
 mod resources;
 mod runs;
 mod versions;
 
 pub use autoscaling::{AutoscalerReport, NodeTypeReport, MAX_REPORTED, MAX_REQUESTED_BUNDLES};
 pub use death::{bounded_text, DeathCause, MAX_TEXT_BYTES};
-pub use digest::{sha256_bytes, sha256_file};
 pub use jobs::{
     valid_job_id, JobRecord, JobState, JobSubmission, TaskRecord, TaskState, MAX_JOB_ID,
 };

@@ -203,7 +203,7 @@ impl ResourceOverrides {
         set.set(
             GPU,
             self.num_gpus
-                .unwrap_or_else(|| crate::cluster::gpus::detect() as f64),
+                .unwrap_or_else(|| crate::host::gpus::detect() as f64),
         );
         set.set(MEMORY, self.memory.unwrap_or_else(detect_memory) as f64);
         if let Some(json) = &self.custom_json {

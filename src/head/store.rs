@@ -264,7 +264,7 @@ impl HeadStore {
         let path = dir.join(FILE);
         // It holds the token and the keys: 0600 before redb opens it (redb
         // would create it at the umask's mode).
-        crate::cluster::files::private_existing(&path).map_err(|source| StoreError::Private {
+        crate::host::files::private_existing(&path).map_err(|source| StoreError::Private {
             path: path.clone(),
             source,
         })?;

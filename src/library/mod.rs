@@ -31,7 +31,7 @@
 //! The data these carry are the cluster's types, at their one path:
 //! `nimbus::cluster::{DeathCause, ClusterEvent, RunEvent, RunHeader, ...}`,
 //! `nimbus::cluster::faults::FiredFault`, digests in
-//! `nimbus::cluster::{sha256_file, sha256_bytes}`.
+//! `nimbus::host::{sha256_file, sha256_bytes}`.
 
 mod loops;
 
@@ -49,7 +49,7 @@ use crate::runtime::{ProcessContext, ProcessRole, Registry};
 #[cfg(doc)]
 use crate::cluster::RunEvent;
 
-pub use crate::cluster::files;
+pub use crate::host::files;
 pub use crate::runtime::run_reports::{now_ms, RunReporter};
 pub use crate::runtime::{catch_panic, kill_own_node, panic_text, KillNodeRefused, LAST_PUSH_WAIT};
 pub use crate::transport::FaultPlanError;

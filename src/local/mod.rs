@@ -48,7 +48,7 @@ pub use builder::LocalClusterBuilder;
 pub use processes::worker_pid;
 pub(crate) use processes::PidFd;
 
-use crate::cluster::processes::{signal_process, Signal};
+use crate::host::processes::{signal_process, Signal};
 use processes::{children, parent_of, signal};
 
 /// Why a local cluster could not start or change.
@@ -445,7 +445,7 @@ impl LocalCluster {
             .home
             .path()
             .join(format!("{name}-{}.log", self.spawned));
-        let log_file = crate::cluster::files::private_file(&log).map_err(process)?;
+        let log_file = crate::host::files::private_file(&log).map_err(process)?;
         let mut command = self.command();
         command
             .arg("start")

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::{LocalClusterError, NodeProcess};
-use crate::cluster::processes::{signal_process, Signal};
 use crate::cluster::ActorId;
+use crate::host::processes::{signal_process, Signal};
 use crate::runtime::boot::WORKER_ARG;
 
 /// Sends `signal` to a node that has not exited (a reaped pid may already

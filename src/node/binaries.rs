@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::error::BinaryError;
-use crate::cluster::files::{free_bytes, private_dir, private_file};
+use crate::host::files::{free_bytes, private_dir, private_file};
 
 /// Mode of a cached program: its user may run it, nobody else may read it.
 const PRIVATE_PROGRAM: u32 = 0o700;
@@ -161,7 +161,7 @@ impl Publish {
             // Closed before it is published: a binary still open for
             // writing cannot be executed (ETXTBSY).
             drop(file);
-            let actual = crate::cluster::sha256_file(&path).map_err(failed("hash"))?;
+            let actual = crate::host::sha256_file(&path).map_err(failed("hash"))?;
             if actual != hash {
                 return Err(BinaryError::HashMismatch {
                     actual,
@@ -387,7 +387,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("program");
         fs::write(&source, PROGRAM).unwrap();
-        let hash = crate::cluster::sha256_file(&source).unwrap();
+        let hash = crate::host::sha256_file(&source).unwrap();
         let cache = BinaryCache::new(dir.path().join("cache"));
         (dir, cache, hash)
     }

@@ -4,9 +4,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cluster::files::nimbus_home;
 use crate::cluster::{ResourceOverrides, DEFAULT_HEAD_GRACE};
 use crate::head::store::HeadStart;
+use crate::host::files::nimbus_home;
 use crate::transport::{JoinToken, TransportConfig};
 
 use super::logs::DEFAULT_LOG_MAX;

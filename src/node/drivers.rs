@@ -39,10 +39,10 @@ use tracing::{info, warn};
 
 use crate::client::{self, MAX_WORKING_DIR};
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
-use crate::cluster::files::{private_dir, private_log};
-use crate::cluster::processes::{self, Signal};
 use crate::cluster::{valid_job_id, ControlReply, ControlRequest, DeathCause, JobRequest};
 use crate::cluster::{BinaryId, JobSubmission};
+use crate::host::files::{private_dir, private_log};
+use crate::host::processes::{self, Signal};
 use crate::transport::{Endpoint, JoinToken, RequestError, RequestOptions};
 use crate::wire::{RemoteError, RemoteErrorKind};
 

@@ -25,10 +25,10 @@ pub enum NodeError {
     BadName(#[from] crate::wire::BadNodeName),
     /// The spill directory (`--object-spill-dir`) cannot be used.
     #[error("the spill directory (--object-spill-dir): {0}")]
-    SpillDir(#[from] crate::cluster::ownership::OwnershipError),
+    SpillDir(#[from] crate::host::ownership::OwnershipError),
     /// The state directory (`NIMBUS_HOME`) is not this user's alone.
     #[error(transparent)]
-    StateDir(#[from] crate::cluster::files::StateDirError),
+    StateDir(#[from] crate::host::files::StateDirError),
     /// The token is unusable.
     #[error(transparent)]
     Credentials(#[from] CredentialError),

@@ -171,7 +171,7 @@ mod tests {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("worker-00000000000000ab-1.err");
-        let mut writer = crate::cluster::files::private_log(&path).unwrap();
+        let mut writer = crate::host::files::private_log(&path).unwrap();
         writer.write_all(&[b'a'; 100]).unwrap();
         assert!(!rotate_if_larger(&path, 100).unwrap(), "at the limit: kept");
         writer.write_all(b"b").unwrap();

@@ -13,8 +13,6 @@ use tracing::{info, warn};
 
 use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
-use crate::cluster::files::free_bytes;
-use crate::cluster::ownership::remove_stale;
 use crate::cluster::MembershipRequest;
 use crate::cluster::{
     ControlReply, ControlRequest, NodeRegistration, ObjectLocation, ResourceSet, Versions, MEMORY,
@@ -24,6 +22,8 @@ use crate::head::jobs::Jobs;
 use crate::head::membership::{self, Membership};
 use crate::head::store::HeadStart;
 use crate::head::{ActorRescheduler, ClusterEvents, Directory, HeadActors};
+use crate::host::files::free_bytes;
+use crate::host::ownership::remove_stale;
 use crate::metrics::{MetricsServer, ProcessMetrics};
 use crate::object_store::{HeadEvents, NodeObjectStore};
 use crate::transport::{
@@ -95,7 +95,7 @@ fn raise_open_file_limit() {
 async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<(), NodeError> {
     crate::metrics::install();
     let resources = config.resources.resolve()?;
-    crate::cluster::files::own_state_dir(&config.state_dir)?;
+    crate::host::files::own_state_dir(&config.state_dir)?;
     let (endpoint, mut bound) = bind(&config)?;
     let (identity, address) = (bound.identity.clone(), bound.address);
     let registration = NodeRegistration {

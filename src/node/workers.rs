@@ -34,8 +34,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
-use crate::cluster::files::private_log;
 use crate::cluster::{ActorSpec, DeathCause};
+use crate::host::files::private_log;
 use crate::runtime::boot::{
     parse_died, parse_ready, WorkerBoot, WorkerIdentity, DIED, READY, WORKER_ARG,
 };

@@ -5,9 +5,9 @@ use std::convert::Infallible;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::cluster::processes::{signal_process, Signal};
 use crate::cluster::ControlRequest;
 use crate::cluster::FaultRequest;
+use crate::host::processes::{signal_process, Signal};
 
 use super::context::ProcessContext;
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::files::{private_dir, private_file, sync_dir};
+use crate::library::files::{private_dir, private_file, sync_dir};
 
 /// The state file inside a checkpoint directory.
 pub const STATE_FILE: &str = "state.msgpack";

@@ -26,7 +26,7 @@ use super::config::Mode;
 use super::search::TrialConfig;
 use super::trial::Metrics;
 use super::TuneError;
-use crate::cluster::files::{lock_exclusive, private_dir, private_file, private_log, sync_dir};
+use crate::library::files::{lock_exclusive, private_dir, private_file, private_log, sync_dir};
 
 /// The experiment's state file.
 pub const STATE_FILE: &str = "experiment_state.json";

@@ -37,8 +37,8 @@ use tokio::sync::mpsc;
 
 use crate::actor::{ActorHost, HostedFaults};
 use crate::cluster::faults::FiredFault;
-use crate::cluster::processes::{signal_process, Signal};
 use crate::cluster::DeathCause;
+use crate::host::processes::{signal_process, Signal};
 use crate::runtime::boot::{died_line, ready_line, WorkerBoot, WorkerIdentity};
 use crate::runtime::DispatchError;
 use crate::runtime::{

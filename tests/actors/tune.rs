@@ -390,7 +390,7 @@ pub async fn bad_experiments_fail_at_once_naming_the_problem() {
     let held = storage.path().join("held");
     std::fs::create_dir(&held).unwrap();
     let lock = std::fs::File::create(held.join(tune::LOCK_FILE)).unwrap();
-    nimbus::cluster::files::lock_exclusive(&lock).unwrap();
+    nimbus::host::files::lock_exclusive(&lock).unwrap();
     let refused = Tuner::<Quadratic>::new(space(), config.clone(), "held", storage.path())
         .fit()
         .await

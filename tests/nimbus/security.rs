@@ -227,7 +227,7 @@ const NO_SUCH_PID: u32 = 4_194_305;
 /// shared `$NIMBUS_HOME`, another container's, or one the user made.
 #[test]
 fn a_starting_node_removes_only_directories_whose_owner_is_provably_gone() {
-    use nimbus::cluster::ownership::{Owner, OWNER_FILE};
+    use nimbus::host::ownership::{Owner, OWNER_FILE};
     let mut cluster = cluster(1);
     let spill = cluster.home().join("spill");
     let users = spill.join(format!("backup-{NO_SUCH_PID}"));

@@ -515,7 +515,7 @@ async fn objects_spill_to_disk_and_come_back(driver: &mut Driver) {
     let spill_files = std::fs::read_dir(&own).map_or(0, |files| {
         files
             .flatten()
-            .filter(|file| file.file_name() != nimbus::cluster::ownership::OWNER_FILE)
+            .filter(|file| file.file_name() != nimbus::host::ownership::OWNER_FILE)
             .count()
     });
     assert_eq!(spill_files, spilled, "files in {}", own.display());

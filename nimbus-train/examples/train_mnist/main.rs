@@ -52,7 +52,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use mnist::{DataSource, FailMode, MnistConfig, MnistLoop};
 use nimbus::actor::Registry;
-use nimbus::cluster::files;
+use nimbus::host::files;
 use nimbus::placement::PlacementStrategy;
 use nimbus_train::{
     Checkpoint, CollectiveBackend, RunConfig, ScalingConfig, ScoreOrder, TrainEvent, TrainRegistry,

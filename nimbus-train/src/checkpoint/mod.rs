@@ -596,7 +596,7 @@ fn digest(path: &Path) -> Result<(u64, String), CheckpointError> {
             source,
         })?
         .len();
-    let sha = nimbus::cluster::sha256_file(path).map_err(|source| CheckpointError::Io {
+    let sha = nimbus::host::sha256_file(path).map_err(|source| CheckpointError::Io {
         path: path.to_path_buf(),
         what: "cannot hash",
         source,

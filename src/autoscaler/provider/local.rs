@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::cluster::files::private_log;
-use crate::cluster::processes::{is_nimbus_node, terminate};
+use crate::host::files::private_log;
+use crate::host::processes::{is_nimbus_node, terminate};
 
 use super::{LaunchSpec, Launched, NodeProvider, Records};
 use crate::autoscaler::AutoscalerError;
@@ -53,7 +53,7 @@ impl NodeProvider for LocalProvider {
             std::env::current_exe().map_err(|e| failed(format!("cannot find nimbus: {e}")))?;
         let log_path = self.records.log_path(&node.name);
         if let Some(dir) = log_path.parent() {
-            crate::cluster::files::private_dir(dir)
+            crate::host::files::private_dir(dir)
                 .map_err(|e| failed(format!("cannot create {}: {e}", dir.display())))?;
         }
         let log = private_log(&log_path)

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::files::private_dir;
+use crate::host::files::private_dir;
 use crate::transport::JoinToken;
 
 use super::config::{ClusterConfig, NodeType, ProviderConfig};
@@ -186,7 +186,7 @@ impl Records {
         let bytes = serde_json::to_vec(node).map_err(|e| failed(std::io::Error::other(e)))?;
         let path = self.path(&node.name);
         let tmp = path.with_extension("tmp");
-        crate::cluster::files::write_private(&tmp, &bytes).map_err(failed)?;
+        crate::host::files::write_private(&tmp, &bytes).map_err(failed)?;
         std::fs::rename(&tmp, &path).map_err(failed)
     }
 

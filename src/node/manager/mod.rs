@@ -191,7 +191,7 @@ impl NodeManager {
             libraries: libraries::Checked::default(),
             resources: ResourcePool::new(
                 config.total.clone(),
-                crate::cluster::gpus::device_ids(config.total.amount(crate::cluster::GPU) as usize),
+                crate::host::gpus::device_ids(config.total.amount(crate::cluster::GPU) as usize),
             ),
             reports: Reports::new(config.head.clone(), config.identity.clone()),
             config,

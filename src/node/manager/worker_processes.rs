@@ -8,11 +8,11 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tracing::{info, warn};
 
-use crate::cluster::files::private_dir;
-use crate::cluster::processes::{signal_process, Signal};
 use crate::cluster::DeathCause;
 use crate::cluster::{ActorId, ActorSpec, BundleId, ControlReply};
 use crate::head::directory::{self};
+use crate::host::files::private_dir;
+use crate::host::processes::{signal_process, Signal};
 use crate::wire::{Incarnation, RemoteError, RemoteErrorKind};
 
 use super::bundles::ReleaseBundle;

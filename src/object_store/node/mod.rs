@@ -67,7 +67,7 @@
 //!    the tmpfs has said it has room for them); one that does not fit there stays in the
 //!    node's memory (a node whose `/dev/shm` is smaller than its store says
 //!    so at start). Both are
-//!    the node's own (`cluster/ownership.rs`: created by it, with an owner
+//!    the node's own (`host/ownership.rs`: created by it, with an owner
 //!    file it keeps locked); the node removes them when it stops, and at
 //!    start those left by nodes of this host whose owner is provably gone.
 //! 7. **Jobs.** Each object records its job when it begins: the job of the
@@ -115,12 +115,12 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use crate::client;
-use crate::cluster::ownership::{OwnedDir, OwnershipError};
 use crate::cluster::ObjectRequest;
 use crate::cluster::{
     ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
     RefHolder, RefUpdate, SmallObject,
 };
+use crate::host::ownership::{OwnedDir, OwnershipError};
 use crate::transport::{BulkGrants, BulkListener, BulkServer, Endpoint, RequestOptions};
 use crate::wire::{RemoteError, RemoteErrorKind};
 

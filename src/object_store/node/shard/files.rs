@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::cluster::files::{free_bytes, private_file};
+use crate::host::files::{free_bytes, private_file};
 
 /// Removes a shared-memory file. One that is `unread` (a complete
 /// object's that no process was given to read, a spare, say) is also cut

@@ -47,10 +47,10 @@ use tokio::sync::oneshot;
 
 use super::refcount::{Collected, RefCounts};
 use super::small_reads::SmallReads;
-use crate::cluster::files::{private_dir, write_private};
 use crate::cluster::{
     ContainedRef, ObjectId, ObjectLocation, ObjectState, ObjectSummary, RefChange, RefHolder,
 };
+use crate::host::files::{private_dir, write_private};
 use crate::object_store::error::ShardError;
 
 pub(super) use arrive::{Abort, Append, Begin, Begun, Fail, Seal};
