@@ -199,41 +199,21 @@ impl ResourceOverrides {
         if let Some(gpus) = self.num_gpus.filter(|g| g.fract() != 0.0) {
             return Err(ResourceError::FractionalGpus(gpus));
         }
-        set.set(CPU, self.num_cpus.unwrap_or_else(detect_cpus));
+        set.set(CPU, self.num_cpus.unwrap_or_else(crate::host::probe::cpus));
         set.set(
             GPU,
             self.num_gpus
                 .unwrap_or_else(|| crate::host::gpus::detect() as f64),
         );
-        set.set(MEMORY, self.memory.unwrap_or_else(detect_memory) as f64);
+        set.set(
+            MEMORY,
+            self.memory.unwrap_or_else(crate::host::probe::memory_bytes) as f64,
+        );
         if let Some(json) = &self.custom_json {
             set.merge_custom(json)?;
         }
         Ok(set)
     }
-}
-
-fn detect_cpus() -> f64 {
-    std::thread::available_parallelism()
-        .map(|n| n.get() as f64)
-        .unwrap_or(1.0)
-}
-
-/// Total memory from `/proc/meminfo`, or 0 where it cannot be read.
-fn detect_memory() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    meminfo
-        .lines()
-        .find_map(|line| line.strip_prefix("MemTotal:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .map(|kib| kib * 1024)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -29,14 +29,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::death::bounded_text;
+use crate::host::probe;
 use crate::wire::PROTOCOL_VERSION;
 
-/// Where the NVIDIA kernel driver says its version.
-const NVIDIA_VERSION_FILE: &str = "/proc/driver/nvidia/version";
 /// The libtorch library whose directory [`Torch::loaded`] looks for.
 const LIBTORCH: &str = "libtorch_cpu.so";
-/// Where a process's mapped files are listed.
-const MAPS: &str = "/proc/self/maps";
 
 /// The versions a node runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,9 +56,7 @@ impl Versions {
         Versions {
             nimbus: env!("CARGO_PKG_VERSION").to_string(),
             protocol: PROTOCOL_VERSION,
-            nvidia_driver: std::fs::read_to_string(NVIDIA_VERSION_FILE)
-                .ok()
-                .and_then(|text| nvidia_driver(&text)),
+            nvidia_driver: probe::nvidia_version_file().and_then(|text| nvidia_driver(&text)),
             libtorch: Torch::loaded(),
         }
     }
@@ -126,7 +121,7 @@ impl Torch {
     /// The libtorch this process has loaded, if any: the directory of its
     /// `libtorch_cpu.so` among the process's mapped files.
     pub fn loaded() -> Option<Torch> {
-        let maps = std::fs::read_to_string(MAPS).ok()?;
+        let maps = probe::mapped_files()?;
         let library = mapped_libtorch(&maps)?;
         Some(Torch::in_directory(Path::new(library).parent()?))
     }
@@ -135,11 +130,11 @@ impl Torch {
     /// its distribution states beside them, if it does.
     pub fn in_directory(directory: &Path) -> Torch {
         let above = directory.join("..");
-        let (version, cuda) = match std::fs::read_to_string(above.join("version.py")) {
-            Ok(text) => python_release(&text),
-            Err(_) => match std::fs::read_to_string(above.join("build-version")) {
-                Ok(text) => archive_release(&text),
-                Err(_) => (None, None),
+        let (version, cuda) = match probe::file_beside(&above, "version.py") {
+            Some(text) => python_release(&text),
+            None => match probe::file_beside(&above, "build-version") {
+                Some(text) => archive_release(&text),
+                None => (None, None),
             },
         };
         Torch {
@@ -185,9 +180,9 @@ impl fmt::Display for Torch {
 }
 
 /// The path of the `libtorch_cpu.so` among a process's mapped files
-/// (`/proc/PID/maps`). A line: address, permissions, offset, device,
-/// inode, then the path, which may hold spaces, and ends ` (deleted)` once
-/// its file is gone.
+/// (`host::probe::mapped_files`). A line: address, permissions, offset,
+/// device, inode, then the path, which may hold spaces, and ends
+/// ` (deleted)` once its file is gone.
 fn mapped_libtorch(maps: &str) -> Option<&str> {
     maps.lines()
         .filter_map(|line| line.find('/').map(|at| &line[at..]))

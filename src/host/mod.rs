@@ -8,6 +8,8 @@
 //! record), `ownership.rs` (directories a node owns for its life, and the
 //! clean-up of those whose owner is provably gone), `digest.rs` (SHA-256
 //! of files and bytes: binaries, checkpoints), `gpus.rs` (counting GPUs),
+//! `probe.rs` (CPUs, memory, driver and library versions as the machine
+//! states them),
 //! `processes.rs` (node processes of this machine: alive, signalled,
 //! stopped gracefully).
 
@@ -15,6 +17,7 @@ mod digest;
 pub mod files;
 pub mod gpus;
 pub mod ownership;
+pub mod probe;
 pub mod processes;
 
 pub use digest::{sha256_bytes, sha256_file};

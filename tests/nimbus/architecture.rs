@@ -311,17 +311,41 @@ const NOT_IN_WIRE: &[&str] = &[
 
 #[test]
 fn wire_names_no_file_system_async_runtime_or_clock() {
-    let wire = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/wire");
+    assert_names_none(
+        "src/wire",
+        NOT_IN_WIRE,
+        "the wire format does no I/O and reads no clock (that is crate::transport's)",
+    );
+}
+
+/// What `src/cluster` (the cluster's shared types and protocol) may not
+/// name outside its tests: the machine's files, `/proc` and processes are
+/// `crate::host`'s (#50: cluster did file I/O and host probing).
+const NOT_IN_CLUSTER: &[&str] = &["std::fs", "/proc", "std::process", "libc::"];
+
+#[test]
+fn cluster_names_no_file_system_or_processes() {
+    assert_names_none(
+        "src/cluster",
+        NOT_IN_CLUSTER,
+        "the cluster's types touch no files or processes (that is crate::host's)",
+    );
+}
+
+/// Fails when a source file under `dir` names one of `names` before its
+/// tests, saying `why`.
+fn assert_names_none(dir: &str, names: &[&str], why: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut files = Vec::new();
-    rust_files(&wire, &mut files);
+    rust_files(&dir, &mut files);
     assert!(files.len() >= 3, "found only {files:?}");
     for file in files {
         let code = std::fs::read_to_string(&file).unwrap();
         let code = code.split("#[cfg(test)]").next().unwrap_or_default();
-        for name in NOT_IN_WIRE {
+        for name in names {
             assert!(
                 !code.contains(name),
-                "{} names {name}: the wire format does no I/O and reads no clock (that is crate::transport's)",
+                "{} names {name}: {why}",
                 file.display()
             );
         }
