@@ -704,8 +704,6 @@ fn forbidden(e: ShardError) -> RemoteError {
     RemoteError::new(RemoteErrorKind::Forbidden, e.to_string())
 }
 
-///
-
 /// The reply for an object that will never be here, for a `reason` this
 /// node found (no job's: any reader may see it).
 fn lost_or_failed(reason: String) -> ControlReply {
