@@ -101,7 +101,9 @@ impl NodeService {
             ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
             ControlRequest::Objects(request) => {
                 let confined = from.worker_scope().map(|scope| scope.job.as_str());
-                self.objects.handle(request, confined).await
+                self.objects
+                    .handle(request, confined, from.certificate)
+                    .await
             }
             ControlRequest::Workers(request) => self.workers(&from, request).await,
             ControlRequest::Bundles(request) => self.bundles(&from, request).await,

@@ -13,7 +13,9 @@
 //!    when that is free (one firewall rule for both), else on any.
 //! 2. **Grant.** The server answers a QUIC request with its listener's
 //!    port and a one-time [`BulkTicket`] (16 random bytes) naming what the
-//!    stream will carry ([`BulkGrants::grant`]). A ticket not used within
+//!    stream will carry and the certificate of the caller it is for
+//!    ([`BulkGrants::grant`]): presented over a TLS session of another
+//!    certificate, a ticket is spent and honours nothing. A ticket not used within
 //!    [`TICKET_TTL`] (10 s) lapses; at most [`MAX_GRANTS`] (1,024) wait at
 //!    once, the oldest lapsing first.
 //! 3. **Dial.** The caller connects within `connect_timeout`, does the TLS
@@ -67,6 +69,7 @@ use super::bulk_sources::{SourceLimits, SourceSlot};
 use super::credentials::SERVER_NAME;
 use super::error::{BulkError, RecordError};
 use super::records::{self, Direction, ALERT, APPLICATION_DATA, CLOSE_NOTIFY};
+use super::tickets::CertificateHash;
 use super::{CredentialError, Credentials, EndpointError};
 
 /// The ALPN protocol of bulk streams.
@@ -178,7 +181,14 @@ impl BulkTls {
 /// grants (`G`).
 pub struct BulkGrants<G> {
     port: u16,
-    waiting: Arc<Mutex<HashMap<BulkTicket, (G, Instant)>>>,
+    waiting: Arc<Mutex<HashMap<BulkTicket, Granted<G>>>>,
+}
+
+/// What a waiting ticket grants, to whom, since when.
+struct Granted<G> {
+    what: G,
+    grantee: CertificateHash,
+    at: Instant,
 }
 
 impl<G> Clone for BulkGrants<G> {
@@ -196,31 +206,41 @@ impl<G> BulkGrants<G> {
         self.port
     }
 
-    /// A ticket for one stream carrying `what` (step 2).
-    pub fn grant(&self, what: G) -> BulkTicket {
+    /// A ticket for one stream carrying `what` to the holder of the
+    /// certificate `grantee` (step 2).
+    pub fn grant(&self, what: G, grantee: CertificateHash) -> BulkTicket {
         let mut ticket = [0u8; 16];
         rand::fill(&mut ticket);
         let ticket = BulkTicket(ticket);
         let now = Instant::now();
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        waiting.retain(|_, (_, at)| now.duration_since(*at) < TICKET_TTL);
+        waiting.retain(|_, granted| now.duration_since(granted.at) < TICKET_TTL);
         if waiting.len() >= MAX_GRANTS {
             let oldest = waiting
                 .iter()
-                .min_by_key(|(_, (_, at))| *at)
+                .min_by_key(|(_, granted)| granted.at)
                 .map(|(t, _)| *t);
             if let Some(oldest) = oldest {
                 waiting.remove(&oldest);
             }
         }
-        waiting.insert(ticket, (what, now));
+        let granted = Granted {
+            what,
+            grantee,
+            at: now,
+        };
+        waiting.insert(ticket, granted);
         ticket
     }
 
-    fn redeem(&self, ticket: &BulkTicket) -> Option<G> {
+    /// What `ticket` grants the holder of `presented`, once: nothing when
+    /// it was never granted, has lapsed, or is another certificate's (it
+    /// is spent all the same).
+    fn redeem(&self, ticket: &BulkTicket, presented: CertificateHash) -> Option<G> {
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        let (what, at) = waiting.remove(ticket)?;
-        (at.elapsed() < TICKET_TTL).then_some(what)
+        let granted = waiting.remove(ticket)?;
+        let fresh = granted.at.elapsed() < TICKET_TTL;
+        (fresh && granted.grantee == presented).then_some(granted.what)
     }
 }
 
@@ -348,20 +368,26 @@ impl BulkListener {
             streams.spawn(async move {
                 let opened = async {
                     let mut tls = acceptor.accept(tcp).await.ok()?;
+                    let presented = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .map(|leaf| CertificateHash::of(leaf))?;
                     let mut ticket = [0u8; 16];
                     tls.read_exact(&mut ticket).await.ok()?;
                     let (tcp, tls) = tls.into_inner();
                     let secrets = hand_over(tls).ok()?;
-                    Some((tcp, secrets, BulkTicket(ticket)))
+                    Some((tcp, secrets, BulkTicket(ticket), presented))
                 };
                 let opened = tokio::time::timeout(connect_timeout, opened).await;
                 drop((handshake, source));
-                let Ok(Some((tcp, secrets, ticket))) = opened else {
+                let Ok(Some((tcp, secrets, ticket, presented))) = opened else {
                     tracing::debug!("bulk stream from {peer}: no handshake, ticket and hand-over within {connect_timeout:?}");
                     return;
                 };
-                let Some(what) = grants.redeem(&ticket) else {
-                    tracing::warn!("bulk stream from {peer}: its ticket was never granted or has lapsed; closed unread");
+                let Some(what) = grants.redeem(&ticket, presented) else {
+                    tracing::warn!("bulk stream from {peer}: its ticket was never granted, has lapsed or is another certificate's; closed unread");
                     return;
                 };
                 let Ok(_serving) = serving.acquire_owned().await else {
@@ -887,7 +913,7 @@ mod tests {
         let (server, grants, handed) = serving(&token);
         let client = endpoint(&token, false, TransportConfig::default());
         let bytes: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
-        let ticket = grants.grant(bytes.clone());
+        let ticket = grants.grant(bytes.clone(), client.certificate());
         let stream = client
             .bulk_connect(bulk_addr(&server, &grants), ticket)
             .await
@@ -914,6 +940,27 @@ mod tests {
             assert!(matches!(read, Err(BulkError::Ended { .. })), "{read:?}");
         }
         assert_eq!(handed.load(Ordering::SeqCst), 1);
+    }
+
+    /// A ticket is for the certificate it was granted to: another process
+    /// of the cluster that presents it (one that saw it, say) gets nothing,
+    /// and spends it.
+    #[tokio::test]
+    async fn a_ticket_holds_only_for_the_certificate_it_was_granted_to() {
+        let token = JoinToken::generate();
+        let (server, grants, handed) = serving(&token);
+        let grantee = endpoint(&token, false, TransportConfig::default());
+        let other = endpoint(&token, false, TransportConfig::default());
+        let ticket = grants.grant(b"secret".to_vec(), grantee.certificate());
+        for client in [&other, &grantee] {
+            let stream = client
+                .bulk_connect(bulk_addr(&server, &grants), ticket)
+                .await
+                .unwrap();
+            let read = blocking(stream, |s| s.read_exact_into(&mut Vec::new(), 1)).await;
+            assert!(matches!(read, Err(BulkError::Ended { .. })), "{read:?}");
+        }
+        assert_eq!(handed.load(Ordering::SeqCst), 0);
     }
 
     /// Accepts any server certificate: a stranger that trusts the server,
@@ -966,8 +1013,8 @@ mod tests {
     async fn the_server_refuses_another_clusters_process() {
         let token = JoinToken::generate();
         let (server, grants, handed) = serving(&token);
-        let ticket = grants.grant(b"secret".to_vec());
         let stranger = Credentials::issue(&JoinToken::generate(), "stranger").unwrap();
+        let ticket = grants.grant(b"secret".to_vec(), stranger.certificate_hash());
         let mut client = stranger.client_tls().unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         client
@@ -1011,7 +1058,7 @@ mod tests {
 
         // Sealed here, read by rustls.
         let (server, grants, _) = serving(&token);
-        let ticket = grants.grant(bytes.clone());
+        let ticket = grants.grant(bytes.clone(), credentials.certificate_hash());
         let mut client = credentials.client_tls().unwrap();
         client.alpn_protocols = vec![BULK_ALPN.to_vec()];
         let tcp = TcpStream::connect(bulk_addr(&server, &grants))
@@ -1087,7 +1134,10 @@ mod tests {
         let bytes: Vec<u8> = (0..20 * MAX_SLICES).map(|i| (i % 249) as u8).collect();
         let client = endpoint(&token, false, TransportConfig::default());
         let stream = client
-            .bulk_connect(bulk_addr(&server, &grants), grants.grant(bytes.clone()))
+            .bulk_connect(
+                bulk_addr(&server, &grants),
+                grants.grant(bytes.clone(), client.certificate()),
+            )
             .await
             .unwrap();
         let (got, _) = read_both_ways(stream, bytes.len(), 0).await;
@@ -1110,7 +1160,10 @@ mod tests {
         }));
         let client = endpoint(&token, false, TransportConfig::default());
         let stream = client
-            .bulk_connect(bulk_addr(&server, &grants), grants.grant(()))
+            .bulk_connect(
+                bulk_addr(&server, &grants),
+                grants.grant((), client.certificate()),
+            )
             .await
             .unwrap();
         let (ended, end) = std::sync::mpsc::channel();
@@ -1148,14 +1201,33 @@ mod tests {
             port: 1,
             waiting: Arc::default(),
         };
-        let first = grants.grant(0);
+        let holder = CertificateHash([1; 32]);
+        let first = grants.grant(0, holder);
         for i in 1..=MAX_GRANTS {
-            grants.grant(i);
+            grants.grant(i, holder);
         }
         assert_eq!(grants.waiting.lock().unwrap().len(), MAX_GRANTS);
-        assert_eq!(grants.redeem(&first), None, "the oldest lapsed first");
-        let late = grants.grant(99);
-        grants.waiting.lock().unwrap().get_mut(&late).unwrap().1 = Instant::now() - TICKET_TTL;
-        assert_eq!(grants.redeem(&late), None, "a ticket past its time");
+        assert_eq!(
+            grants.redeem(&first, holder),
+            None,
+            "the oldest lapsed first"
+        );
+        let late = grants.grant(99, holder);
+        grants.waiting.lock().unwrap().get_mut(&late).unwrap().at = Instant::now() - TICKET_TTL;
+        assert_eq!(grants.redeem(&late, holder), None, "a ticket past its time");
+        let taken = grants.grant(7, holder);
+        let other = CertificateHash([2; 32]);
+        assert_eq!(
+            grants.redeem(&taken, other),
+            None,
+            "another certificate's ticket"
+        );
+        assert_eq!(
+            grants.redeem(&taken, holder),
+            None,
+            "spent by the wrong holder"
+        );
+        let right = grants.grant(8, holder);
+        assert_eq!(grants.redeem(&right, holder), Some(8));
     }
 }

@@ -21,7 +21,7 @@ use super::faults::{FaultCounters, FaultySocket, PacketRule};
 use super::frame_io;
 use super::local;
 use super::server::{self, RequestHandler};
-use super::tickets::{self, Verifier};
+use super::tickets::{self, CertificateHash, Verifier};
 use super::{BulkError, ConnectError, Credentials, EndpointError, ResetKey, TransportConfig};
 
 /// One process's QUIC endpoint: it dials peers (keeping one connection per
@@ -50,6 +50,8 @@ struct Inner {
     local: Option<LocalOffer>,
     /// The TLS of its bulk streams, unless they are off (`bulk.rs`).
     bulk: Option<BulkTls>,
+    /// The SHA-256 of its certificate, which tickets name.
+    certificate: CertificateHash,
 }
 
 /// An accepting endpoint's same-host socket (`local.rs`, step 1) and the
@@ -170,6 +172,7 @@ impl Endpoint {
                 verifier: std::sync::RwLock::new(credentials.verifier()),
                 local,
                 bulk,
+                certificate: credentials.certificate_hash(),
             }),
         })
     }
@@ -189,6 +192,12 @@ impl Endpoint {
         for addr in addresses {
             self.disconnect(addr, "reconnecting with this process's ticket");
         }
+    }
+
+    /// The SHA-256 of this endpoint's certificate (what tickets and bulk
+    /// grants name).
+    pub fn certificate(&self) -> CertificateHash {
+        self.inner.certificate
     }
 
     /// What this endpoint offers to prove who it is: its ticket once

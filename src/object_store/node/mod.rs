@@ -121,7 +121,9 @@ use crate::cluster::{
     RefHolder, RefUpdate, SmallObject,
 };
 use crate::host::ownership::{OwnedDir, OwnershipError};
-use crate::transport::{BulkGrants, BulkListener, BulkServer, Endpoint, RequestOptions};
+use crate::transport::{
+    BulkGrants, BulkListener, BulkServer, CertificateHash, Endpoint, RequestOptions,
+};
 use crate::wire::{RemoteError, RemoteErrorKind};
 
 use super::error::{ObjectStoreError, ShardError};
@@ -256,11 +258,13 @@ impl NodeObjectStore {
     /// Answers an object-store request. `confined`: the job a worker
     /// caller is confined to (`None`: a driver, the CLI, a node); such a
     /// worker reads only that job's objects, and what it puts is that
-    /// job's. A driver's puts are its job's (its holder names it).
+    /// job's. A driver's puts are its job's (its holder names it). A bulk
+    /// stream is granted to `caller`'s certificate alone.
     pub async fn handle(
         &self,
         request: ObjectRequest,
         confined: Option<&str>,
+        caller: CertificateHash,
     ) -> Result<ControlReply, RemoteError> {
         match request {
             ObjectRequest::PutObjectChunk {
@@ -302,7 +306,7 @@ impl NodeObjectStore {
             ObjectRequest::StreamObject { id, size, copy_at } => match &self.bulk {
                 Some(grants) => Ok(ControlReply::ObjectStream {
                     port: grants.port(),
-                    ticket: grants.grant(Streamed { id, size, copy_at }),
+                    ticket: grants.grant(Streamed { id, size, copy_at }, caller),
                 }),
                 None => Err(bad(format!(
                     "object {id}: this node has no bulk listener (bulk streams are off); read it in chunks"
