@@ -502,6 +502,7 @@ impl Scaler {
             decisions: self.decisions.iter().cloned().collect(),
             max_workers: self.max_workers as u32,
             decided: self.decided,
+            pid: 0,
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 use tokio::task::JoinSet;
 
 use crate::client::{ClientError, ClusterClient};
-use crate::cluster::{ControlRequest, Demand, MembershipRequest, NodeStatus};
+use crate::cluster::{AutoscalerReport, ControlRequest, Demand, MembershipRequest, NodeStatus};
 use crate::transport::JoinToken;
 
 use super::config::ProviderConfig;
@@ -105,9 +105,11 @@ pub async fn run(
                 Action::Terminate { name, .. } => stop_node(&mut stopping, &provider, name),
             }
         }
-        let report = ControlRequest::Membership(MembershipRequest::Autoscaler(
-            scaler.report(Instant::now()),
-        ));
+        let report = AutoscalerReport {
+            pid: std::process::id(),
+            ..scaler.report(Instant::now())
+        };
+        let report = ControlRequest::Membership(MembershipRequest::Autoscaler(report));
         if let Err(e) = connected.call(&report).await {
             tracing::warn!("cannot report to the head: {e}");
         }

@@ -28,6 +28,11 @@ pub struct AutoscalerReport {
     /// publishes the ones it has not seen as events).
     #[serde(default)]
     pub decided: u64,
+    /// The autoscaler process that reported (0: not said), so that a
+    /// reader tells a restarted autoscaler's report from its
+    /// predecessor's, which the head keeps until the next one.
+    #[serde(default)]
+    pub pid: u32,
 }
 
 impl AutoscalerReport {

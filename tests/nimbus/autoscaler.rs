@@ -305,8 +305,16 @@ fn a_restarted_autoscaler_adopts_its_nodes_and_launches_none_twice() {
 
     let again = succeeds(home.path(), &["up", config.to_str().unwrap()]);
     assert!(again.contains("starting the autoscaler again"), "{again}");
-    let status = status_until(home.path(), Duration::from_secs(10), |s| {
-        s["autoscaler"]["node_types"][0]["running"] == 2
+    let restarted: u32 = line_value(&again, "autoscaler: pid ")
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The head keeps the killed autoscaler's last report until the new
+    // one reports: wait for the new one's.
+    let status = status_until(home.path(), Duration::from_secs(20), |s| {
+        s["autoscaler"]["pid"] == restarted && s["autoscaler"]["node_types"][0]["running"] == 2
     });
     let decisions = status["autoscaler"]["decisions"].to_string();
     assert!(
