@@ -45,8 +45,33 @@ pub enum Admit {
 #[derive(Debug, Default)]
 pub struct Admission {
     in_progress: usize,
+    refusals: LogThrottle,
+}
+
+/// At most one log line per [`LOG_INTERVAL`] about something that keeps
+/// happening, with the number of times not logged in between (step 5;
+/// the bulk listener's closures too, `bulk_sources.rs`).
+#[derive(Debug, Default)]
+pub struct LogThrottle {
     last_logged: Option<Instant>,
     not_logged: u64,
+}
+
+impl LogThrottle {
+    /// One more at `now`. `Some(n)`: log it now, saying that `n` since the
+    /// last line were not logged; `None`: count it.
+    pub fn happened(&mut self, now: Instant) -> Option<u64> {
+        let due = self
+            .last_logged
+            .is_none_or(|last| now.duration_since(last) >= LOG_INTERVAL);
+        if due {
+            self.last_logged = Some(now);
+            Some(std::mem::take(&mut self.not_logged))
+        } else {
+            self.not_logged += 1;
+            None
+        }
+    }
 }
 
 impl Admission {
@@ -76,16 +101,7 @@ impl Admission {
     /// Step 5: a refusal at `now`. `Some(n)`: log it now, saying that `n`
     /// refusals since the last line were not logged; `None`: count it.
     pub fn refusal(&mut self, now: Instant) -> Option<u64> {
-        let due = self
-            .last_logged
-            .is_none_or(|last| now.duration_since(last) >= LOG_INTERVAL);
-        if due {
-            self.last_logged = Some(now);
-            Some(std::mem::take(&mut self.not_logged))
-        } else {
-            self.not_logged += 1;
-            None
-        }
+        self.refusals.happened(now)
     }
 }
 

@@ -13,8 +13,10 @@
 //!    that began with its first one of that second: close it unread.
 //! 3. Otherwise its handshake counts against `A` until it ends, either way
 //!    ([`SourceLimits::finished`]).
-//! 4. Closures are logged at most once per [`LOG_INTERVAL`] (10 s), with
-//!    the number not logged since the last line.
+//! 4. Closures are logged at most once per
+//!    [`LOG_INTERVAL`](super::admission::LOG_INTERVAL) (10 s), with the
+//!    number not logged since the last line (`admission.rs`'s
+//!    [`LogThrottle`]).
 //!
 //! A source with no handshake in progress whose second is over is
 //! forgotten, so the table holds at most the sources of the last second.
@@ -25,6 +27,8 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::admission::LogThrottle;
+#[cfg(test)]
 use super::admission::LOG_INTERVAL;
 
 /// Handshakes one source address may have in progress at once.
@@ -55,8 +59,7 @@ struct Source {
 #[derive(Debug, Default)]
 pub(super) struct SourceLimits {
     sources: HashMap<IpAddr, Source>,
-    last_logged: Option<Instant>,
-    not_logged: u64,
+    closures: LogThrottle,
 }
 
 impl SourceLimits {
@@ -95,16 +98,7 @@ impl SourceLimits {
     /// Step 4: a closure at `now`. `Some(n)`: log it now, saying that `n`
     /// closures since the last line were not logged; `None`: count it.
     pub(super) fn closure(&mut self, now: Instant) -> Option<u64> {
-        let due = self
-            .last_logged
-            .is_none_or(|last| now.duration_since(last) >= LOG_INTERVAL);
-        if due {
-            self.last_logged = Some(now);
-            Some(std::mem::take(&mut self.not_logged))
-        } else {
-            self.not_logged += 1;
-            None
-        }
+        self.closures.happened(now)
     }
 
     /// Sources tracked.
