@@ -15,9 +15,10 @@
 //!    port and a one-time [`BulkTicket`] (16 random bytes) naming what the
 //!    stream will carry and the certificate of the caller it is for
 //!    ([`BulkGrants::grant`]): presented over a TLS session of another
-//!    certificate, a ticket is spent and honours nothing. A ticket not used within
-//!    [`TICKET_TTL`] (10 s) lapses; at most [`MAX_GRANTS`] (1,024) wait at
-//!    once, the oldest lapsing first.
+//!    certificate, a ticket is spent and honours nothing. A ticket not
+//!    used within [`TICKET_TTL`](super::TICKET_TTL) (10 s) lapses; at most
+//!    [`MAX_GRANTS`](super::MAX_GRANTS) (1,024) wait at once, the oldest
+//!    lapsing first (`bulk_grants.rs`).
 //! 3. **Dial.** The caller connects within `connect_timeout`, does the TLS
 //!    handshake (ALPN `nimbus-bulk`, both certificates checked against the
 //!    cluster CA, as for QUIC) and sends the ticket
@@ -54,7 +55,6 @@
 //!    or with `bulk_over_tcp` off, neither listens nor dials: callers
 //!    carry their bytes over QUIC instead, as they do when a dial fails.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,6 +65,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use super::bulk_grants::{BulkGrants, BulkTicket};
 use super::bulk_sources::{SourceLimits, SourceSlot};
 use super::credentials::SERVER_NAME;
 use super::error::{BulkError, RecordError};
@@ -74,10 +75,6 @@ use super::{CredentialError, Credentials, EndpointError};
 
 /// The ALPN protocol of bulk streams.
 pub(super) const BULK_ALPN: &[u8] = b"nimbus-bulk";
-/// How long a granted ticket waits for its stream.
-pub const TICKET_TTL: Duration = Duration::from_secs(10);
-/// The most tickets waiting at once.
-pub const MAX_GRANTS: usize = 1024;
 /// Handshakes under way at once (step 4); further connections wait in
 /// the kernel's backlog.
 const MAX_HANDSHAKES: usize = 64;
@@ -94,16 +91,6 @@ const OUTGOING_BYTES: usize = 256 << 10;
 /// The most bytes one stream carries (step 5): its key seals at most
 /// `MAX_RECORDS` records, one of them the `close_notify`.
 pub const MAX_STREAM_BYTES: u64 = (records::MAX_RECORDS - 1) * records::MAX_PLAINTEXT as u64;
-
-/// A one-time permission to open one bulk stream (step 2).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct BulkTicket(pub [u8; 16]);
-
-impl std::fmt::Debug for BulkTicket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BulkTicket(<redacted>)")
-    }
-}
 
 /// The TLS of an endpoint's bulk streams.
 pub(super) struct BulkTls {
@@ -174,73 +161,6 @@ impl BulkTls {
                 addr,
                 after: connect_timeout,
             })?
-    }
-}
-
-/// The tickets a server granted and not yet honoured, with what each
-/// grants (`G`).
-pub struct BulkGrants<G> {
-    port: u16,
-    waiting: Arc<Mutex<HashMap<BulkTicket, Granted<G>>>>,
-}
-
-/// What a waiting ticket grants, to whom, since when.
-struct Granted<G> {
-    what: G,
-    grantee: CertificateHash,
-    at: Instant,
-}
-
-impl<G> Clone for BulkGrants<G> {
-    fn clone(&self) -> Self {
-        BulkGrants {
-            port: self.port,
-            waiting: self.waiting.clone(),
-        }
-    }
-}
-
-impl<G> BulkGrants<G> {
-    /// The port of the listener the tickets are for.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// A ticket for one stream carrying `what` to the holder of the
-    /// certificate `grantee` (step 2).
-    pub fn grant(&self, what: G, grantee: CertificateHash) -> BulkTicket {
-        let mut ticket = [0u8; 16];
-        rand::fill(&mut ticket);
-        let ticket = BulkTicket(ticket);
-        let now = Instant::now();
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        waiting.retain(|_, granted| now.duration_since(granted.at) < TICKET_TTL);
-        if waiting.len() >= MAX_GRANTS {
-            let oldest = waiting
-                .iter()
-                .min_by_key(|(_, granted)| granted.at)
-                .map(|(t, _)| *t);
-            if let Some(oldest) = oldest {
-                waiting.remove(&oldest);
-            }
-        }
-        let granted = Granted {
-            what,
-            grantee,
-            at: now,
-        };
-        waiting.insert(ticket, granted);
-        ticket
-    }
-
-    /// What `ticket` grants the holder of `presented`, once: nothing when
-    /// it was never granted, has lapsed, or is another certificate's (it
-    /// is spent all the same).
-    fn redeem(&self, ticket: &BulkTicket, presented: CertificateHash) -> Option<G> {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        let granted = waiting.remove(ticket)?;
-        let fresh = granted.at.elapsed() < TICKET_TTL;
-        (fresh && granted.grantee == presented).then_some(granted.what)
     }
 }
 
@@ -1193,41 +1113,5 @@ mod tests {
         let addr = ([127, 0, 0, 1], 9).into();
         let dialed = client.bulk_connect(addr, BulkTicket([0; 16])).await;
         assert!(matches!(dialed, Err(BulkError::Off)), "{:?}", dialed.err());
-    }
-
-    #[test]
-    fn tickets_lapse_and_are_bounded() {
-        let grants: BulkGrants<usize> = BulkGrants {
-            port: 1,
-            waiting: Arc::default(),
-        };
-        let holder = CertificateHash([1; 32]);
-        let first = grants.grant(0, holder);
-        for i in 1..=MAX_GRANTS {
-            grants.grant(i, holder);
-        }
-        assert_eq!(grants.waiting.lock().unwrap().len(), MAX_GRANTS);
-        assert_eq!(
-            grants.redeem(&first, holder),
-            None,
-            "the oldest lapsed first"
-        );
-        let late = grants.grant(99, holder);
-        grants.waiting.lock().unwrap().get_mut(&late).unwrap().at = Instant::now() - TICKET_TTL;
-        assert_eq!(grants.redeem(&late, holder), None, "a ticket past its time");
-        let taken = grants.grant(7, holder);
-        let other = CertificateHash([2; 32]);
-        assert_eq!(
-            grants.redeem(&taken, other),
-            None,
-            "another certificate's ticket"
-        );
-        assert_eq!(
-            grants.redeem(&taken, holder),
-            None,
-            "spent by the wrong holder"
-        );
-        let right = grants.grant(8, holder);
-        assert_eq!(grants.redeem(&right, holder), Some(8));
     }
 }

@@ -14,7 +14,8 @@ use crate::wire::{
 };
 
 use super::admission::{self, Admission, Admit, HandshakeSlot, MAX_HANDSHAKES};
-use super::bulk::{BulkListener, BulkStream, BulkTicket, BulkTls};
+use super::bulk::{BulkListener, BulkStream, BulkTls};
+use super::bulk_grants::BulkTicket;
 use super::connection::{close, Connection};
 use super::credentials::{SERVER_NAME, WORKER_SERVER_NAME};
 use super::faults::{FaultCounters, FaultySocket, PacketRule};

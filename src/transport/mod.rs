@@ -61,9 +61,10 @@
 //! `endpoint.rs` (with `local.rs` and `bulk.rs`, the only files that open sockets; connections cached
 //! per peer address), `connection.rs` (the dialing side of a live
 //! connection), `server/` (the accepting side), `channel.rs` (ordered
-//! channels), `batch.rs` (frames written together, by both), `bulk.rs` (TLS-over-TCP
-//! bulk streams), `bulk_sources.rs` (which of their connections get a
-//! handshake), `records.rs` (their TLS records, sealed and opened in
+//! channels), `batch.rs` (frames written together, by both), `bulk.rs`
+//! (TLS-over-TCP bulk streams), `bulk_grants.rs` (their tickets),
+//! `bulk_sources.rs` (which of their connections get a handshake),
+//! `records.rs` (their TLS records, sealed and opened in
 //! place once rustls has done the handshake),
 //! `credentials.rs` (the join token and certificates),
 //! `tickets.rs` (proofs of identity), `local.rs` (same-host channels),
@@ -92,6 +93,7 @@ pub mod admission;
 mod answer;
 mod batch;
 mod bulk;
+mod bulk_grants;
 mod bulk_sources;
 mod channel;
 mod config;
@@ -110,10 +112,8 @@ mod shm_ring;
 mod tickets;
 
 pub use answer::{Answer, Reply};
-pub use bulk::{
-    BulkGrants, BulkListener, BulkServer, BulkStream, BulkTicket, MAX_GRANTS, MAX_STREAM_BYTES,
-    TICKET_TTL,
-};
+pub use bulk::{BulkListener, BulkServer, BulkStream, MAX_STREAM_BYTES};
+pub use bulk_grants::{BulkGrants, BulkTicket, MAX_GRANTS, TICKET_TTL};
 pub use bulk_sources::{
     PER_SOURCE as BULK_HANDSHAKES_PER_SOURCE,
     PER_SOURCE_PER_SECOND as BULK_HANDSHAKES_PER_SOURCE_PER_SECOND,
