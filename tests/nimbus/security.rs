@@ -474,6 +474,16 @@ async fn the_server_refuses_a_client_certificate_of_another_cluster_or_none() {
     .await
 }
 
+/// The live members of `status`: name and incarnation, sorted.
+fn alive_members(status: &nimbus::cluster::ClusterStatus) -> Vec<(String, u64)> {
+    let mut alive: Vec<(String, u64)> = status
+        .alive()
+        .map(|n| (n.id.clone(), n.incarnation))
+        .collect();
+    alive.sort();
+    alive
+}
+
 /// Connections the flood test opens, and how many at once.
 const FLOOD: usize = 3000;
 const FLOOD_AT_ONCE: usize = 300;
@@ -487,16 +497,8 @@ async fn a_handshake_flood_leaves_the_node_serving_and_its_log_short() {
     use futures::StreamExt;
     within(Duration::from_secs(120), async {
         let cluster = cluster(2);
-        let members = |status: &nimbus::cluster::ClusterStatus| {
-            let mut alive: Vec<(String, u64)> = status
-                .alive()
-                .map(|n| (n.id.clone(), n.incarnation))
-                .collect();
-            alive.sort();
-            alive
-        };
         let client = cluster.client().await.unwrap();
-        let before = members(&client.status().await.unwrap());
+        let before = alive_members(&client.status().await.unwrap());
         assert_eq!(before.len(), 2);
 
         let address = cluster.address();
@@ -523,7 +525,7 @@ async fn a_handshake_flood_leaves_the_node_serving_and_its_log_short() {
         // The rest were dropped or refused before a handshake and gave up.
         println!("{ended} of {FLOOD} connections ended within 10 s");
 
-        let after = members(&client.status().await.unwrap());
+        let after = alive_members(&client.status().await.unwrap());
         assert_eq!(after, before, "a member was lost during the flood");
         let log = cluster.log(0);
         let lines = log.matches("refused a connection").count();
@@ -657,16 +659,8 @@ async fn one_address_cannot_take_every_bulk_handshake() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     within(Duration::from_secs(60), async {
         let cluster = cluster(2);
-        let members = |status: &nimbus::cluster::ClusterStatus| {
-            let mut alive: Vec<(String, u64)> = status
-                .alive()
-                .map(|n| (n.id.clone(), n.incarnation))
-                .collect();
-            alive.sort();
-            alive
-        };
         let client = cluster.client().await.unwrap();
-        let before = members(&client.status().await.unwrap());
+        let before = alive_members(&client.status().await.unwrap());
         // The bulk listener takes the QUIC port's number over TCP when free.
         let bulk = cluster.address();
         let hello = bulk_client_hello();
@@ -693,7 +687,7 @@ async fn one_address_cannot_take_every_bulk_handshake() {
             (BULK_FLOOD / 2, BULK_FLOOD / 2),
             "handshakes held and connections closed unread, from one address"
         );
-        let after = members(&client.status().await.unwrap());
+        let after = alive_members(&client.status().await.unwrap());
         assert_eq!(after, before, "a member was lost during the flood");
         let lines = cluster.log(0).matches("closed a connection unread").count();
         assert!((1..=2).contains(&lines), "{lines} closure lines");
