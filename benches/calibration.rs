@@ -46,6 +46,7 @@
 // their items are public to their own modules only.
 #![allow(clippy::unwrap_used, unreachable_pub)]
 
+use nimbus::cluster::{MembershipReply, ObjectReply};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -267,9 +268,9 @@ fn main() -> Result<()> {
 
 /// One nimbus `Echo` request of `payload` bytes, checked.
 async fn echo(connection: &Connection, payload: usize) -> Result<()> {
-    let request = ControlRequest::Echo(vec![1; payload]);
-    match nimbus::client::call(connection, &request, RequestOptions::bulk()).await? {
-        ControlReply::Echo(back) if back.len() == payload => Ok(()),
+    let request = ControlRequest::Echo(nimbus::cluster::Echo(vec![1; payload]));
+    match nimbus::client::call(connection, request, RequestOptions::bulk()).await? {
+        ControlReply::Echo(nimbus::cluster::Echo(back)) if back.len() == payload => Ok(()),
         reply => anyhow::bail!("the echo answered {reply:?}"),
     }
 }
@@ -292,7 +293,7 @@ async fn object_requests(connection: &Connection, trips: usize) -> Result<Vec<(S
     }
     for _ in 0..trips {
         let id = ObjectId::random();
-        let requests: [ControlRequest; 3] = [
+        let requests: [ObjectRequest; 3] = [
             ObjectRequest::PutObjectChunk {
                 id,
                 offset: 0,
@@ -300,31 +301,28 @@ async fn object_requests(connection: &Connection, trips: usize) -> Result<Vec<(S
                 holder: holder.clone(),
                 contains: Vec::new(),
                 chunk: vec![3; 64],
-            }
-            .into(),
+            },
             ObjectRequest::ReadObject {
                 id,
                 offset: 0,
                 len: 64,
                 copy_at: None,
-            }
-            .into(),
+            },
             ObjectRequest::UpdateRefs {
                 holder: holder.clone(),
                 updates: vec![RefUpdate {
                     id,
                     change: RefChange::Release,
                 }],
-            }
-            .into(),
+            },
         ];
-        for (request, (name, histogram)) in requests.iter().zip(times.iter_mut()) {
+        for (request, (name, histogram)) in requests.into_iter().zip(times.iter_mut()) {
             let started = Instant::now();
             let reply = nimbus::client::call(connection, request, RequestOptions::bulk()).await?;
             let elapsed = started.elapsed();
             match reply {
-                ControlReply::Ack => {}
-                ControlReply::ObjectBytes(bytes) if bytes == [3; 64] => {}
+                ObjectReply::Ack => {}
+                ObjectReply::Bytes(bytes) if bytes == [3; 64] => {}
                 reply => anyhow::bail!("{name} answered {reply:?}"),
             }
             histogram.record(elapsed.as_nanos() as u64)?;
@@ -341,9 +339,9 @@ async fn object_requests(connection: &Connection, trips: usize) -> Result<Vec<(S
 
 /// One `Status` request to the head (`nimbus status`), checked.
 async fn status(head: &Connection) -> Result<()> {
-    let request = ControlRequest::Membership(MembershipRequest::Status);
-    match nimbus::client::call(head, &request, RequestOptions::bulk()).await? {
-        ControlReply::Status(status) if !status.nodes.is_empty() => Ok(()),
+    let request = MembershipRequest::Status;
+    match nimbus::client::call(head, request, RequestOptions::bulk()).await? {
+        MembershipReply::Status(status) if !status.nodes.is_empty() => Ok(()),
         reply => anyhow::bail!("the head answered {reply:?}"),
     }
 }
@@ -364,10 +362,13 @@ async fn p50_us<F: std::future::Future<Output = Result<()>>>(
 
 /// One `Echo` of `payload` bytes on an ordered channel, checked.
 async fn channel_echo(channel: &Channel, payload: usize) -> Result<()> {
-    let request = rmp_serde::to_vec_named(&ControlRequest::Echo(vec![1; payload]))?;
+    let request = rmp_serde::to_vec_named(&ControlRequest::Echo(nimbus::cluster::Echo(vec![
+            1;
+            payload
+        ])))?;
     let reply = channel.request(request, RequestOptions::bulk()).await?;
     match nimbus::wire::decode(&reply)? {
-        ControlReply::Echo(back) if back.len() == payload => Ok(()),
+        ControlReply::Echo(nimbus::cluster::Echo(back)) if back.len() == payload => Ok(()),
         reply => anyhow::bail!("the echo answered {reply:?}"),
     }
 }

@@ -91,11 +91,11 @@ async fn run(
         let (connection, remaining) = (connection.clone(), remaining.clone());
         senders.push(tokio::spawn(async move {
             let mut histogram = Histogram::<u64>::new(3)?;
-            let request = ControlRequest::Echo(vec![0x5a; payload]);
+            let request = ControlRequest::Echo(nimbus::cluster::Echo(vec![0x5a; payload]));
             while claim(&remaining) {
                 let sent = Instant::now();
-                match client::call(&connection, &request, RequestOptions::bulk()).await? {
-                    ControlReply::Echo(back)
+                match client::exchange(&connection, &request, RequestOptions::bulk()).await? {
+                    ControlReply::Echo(nimbus::cluster::Echo(back))
                         if back.len() == payload && back.iter().all(|b| *b == 0x5a) => {}
                     _ => anyhow::bail!("the echo of {payload} bytes came back different"),
                 }

@@ -35,11 +35,12 @@
 // Benchmarks: a failed unwrap is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use nimbus::cluster::{MembershipReply, ObjectReply};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nimbus::cluster::{ControlReply, ControlRequest, MembershipRequest, ObjectRequest};
+use nimbus::cluster::{MembershipRequest, ObjectRequest};
 use nimbus::object_store;
 use nimbus::transport::RequestOptions;
 
@@ -354,10 +355,12 @@ fn driver(pulls: usize, mib: usize) {
     actix::System::new().block_on(async {
         driver.connect().await.unwrap();
         let context = nimbus::actor::ProcessContext::current().expect("connected");
-        let status = ControlRequest::Membership(MembershipRequest::Status);
+        let status = MembershipRequest::Status;
         let deadline = Instant::now() + JOIN_WAIT;
         let node = loop {
-            if let ControlReply::Status(status) = context.call_head(&status).await.unwrap() {
+            if let MembershipReply::Status(status) =
+                context.call_head(status.clone()).await.unwrap()
+            {
                 if let Some(node) = status.node("node-1") {
                     break node.clone();
                 }
@@ -376,16 +379,16 @@ fn driver(pulls: usize, mib: usize) {
         let size = mib << 20;
         for _ in 0..pulls {
             let object = object_store::put_bytes(&vec![0xa5u8; size]).await.unwrap();
-            let pull = ControlRequest::Objects(ObjectRequest::PullObject {
+            let pull = ObjectRequest::PullObject {
                 id: object.id(),
                 owner: object.owner().clone(),
                 wait_ms: 0,
-            });
+            };
             let started = Instant::now();
-            let reply = nimbus::client::call(&connection, &pull, RequestOptions::bulk()).await;
+            let reply = nimbus::client::call(&connection, pull, RequestOptions::bulk()).await;
             let elapsed = started.elapsed();
             match reply {
-                Ok(ControlReply::ObjectReady { size: got, .. }) if got == size as u64 => {}
+                Ok(ObjectReply::Ready { size: got, .. }) if got == size as u64 => {}
                 other => panic!("node-1 did not pull the object: {other:?}"),
             }
             println!(

@@ -30,7 +30,6 @@ use actix::prelude::*;
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
 use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
-use nimbus::cluster::MembershipRequest;
 use serde::{Deserialize, Serialize};
 
 const ACCOUNTS: usize = 4;
@@ -444,12 +443,10 @@ fn check_books(
 async fn status() -> Result<nimbus::cluster::ClusterStatus> {
     let context = actor::ProcessContext::current().context("connected")?;
     match context
-        .call_head(&nimbus::cluster::ControlRequest::Membership(
-            MembershipRequest::Status,
-        ))
+        .call_head(nimbus::cluster::MembershipRequest::Status)
         .await?
     {
-        nimbus::cluster::ControlReply::Status(status) => Ok(status),
+        nimbus::cluster::MembershipReply::Status(status) => Ok(status),
         other => bail!("unexpected reply to Status: {other:?}"),
     }
 }

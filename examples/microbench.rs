@@ -59,7 +59,7 @@ use anyhow::{Context as _, Result};
 use futures::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
 use nimbus::actor::{self, ActorHandle, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
-use nimbus::cluster::{MembershipRequest, NodeStatus, ObjectRequest};
+use nimbus::cluster::NodeStatus;
 use nimbus::object_store;
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
 use nimbus::task::{self, Input, TaskFn, TaskOptions};
@@ -400,21 +400,17 @@ async fn objects() -> Result<String> {
         .endpoint
         .connect(node.address, Some(&node.identity()))
         .await?;
-    let pull = nimbus::cluster::ControlRequest::Objects(ObjectRequest::PullObject {
+    let pull = nimbus::cluster::ObjectRequest::PullObject {
         id: big.id(),
         owner: big.owner().clone(),
         wait_ms: 0,
-    });
+    };
     let started = Instant::now();
-    let pulled = nimbus::client::call(
-        &connection,
-        &pull,
-        nimbus::transport::RequestOptions::bulk(),
-    )
-    .await?;
+    let pulled =
+        nimbus::client::call(&connection, pull, nimbus::transport::RequestOptions::bulk()).await?;
     let elapsed = started.elapsed();
     match pulled {
-        nimbus::cluster::ControlReply::ObjectReady { size, .. } if size == 256 << 20 => {}
+        nimbus::cluster::ObjectReply::Ready { size, .. } if size == 256 << 20 => {}
         other => anyhow::bail!("node-1 did not pull the 256 MiB object: {other:?}"),
     }
     let cross_node_gb_per_s = (256 << 20) as f64 / elapsed.as_secs_f64() / 1e9;
@@ -461,12 +457,10 @@ async fn placement_groups() -> Result<String> {
 async fn head_and_member() -> Result<(NodeStatus, NodeStatus)> {
     let context = actor::ProcessContext::current().expect("connected");
     let status = match context
-        .call_head(&nimbus::cluster::ControlRequest::Membership(
-            MembershipRequest::Status,
-        ))
+        .call_head(nimbus::cluster::MembershipRequest::Status)
         .await?
     {
-        nimbus::cluster::ControlReply::Status(status) => status,
+        nimbus::cluster::MembershipReply::Status(status) => status,
         other => anyhow::bail!("unexpected reply {other:?}"),
     };
     let alive: Vec<&NodeStatus> = status.alive().collect();

@@ -17,6 +17,7 @@
 // their items are public to their own modules only.
 #![allow(clippy::unwrap_used, unreachable_pub)]
 
+use nimbus::cluster::MembershipReply;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,6 @@ use anyhow::{ensure, Context, Result};
 use clap::Parser;
 use nimbus::actor::{ProcessContext, Registry, Strategy};
 use nimbus::cluster::MembershipRequest;
-use nimbus::cluster::{ControlReply, ControlRequest};
 use nimbus::object_store::{self, ObjectRef};
 use nimbus::task::{self, Input, TaskFn, TaskOptions};
 use serde_bytes::ByteBuf;
@@ -111,11 +111,8 @@ fn main() -> Result<()> {
 /// Node address → name.
 async fn node_names() -> Result<BTreeMap<String, String>> {
     let context = ProcessContext::current().context("connected")?;
-    match context
-        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-        .await?
-    {
-        ControlReply::Status(status) => Ok(status
+    match context.call_head(MembershipRequest::Status).await? {
+        MembershipReply::Status(status) => Ok(status
             .nodes
             .iter()
             .map(|n| (n.address.to_string(), n.id.clone()))
@@ -209,11 +206,8 @@ async fn broadcast(args: &Args, names: &BTreeMap<String, String>) -> Result<Stri
     let read_s = started.elapsed().as_secs_f64();
     // One copy per node in the stores, however many readers it had.
     let context = ProcessContext::current().context("connected")?;
-    let status = match context
-        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-        .await?
-    {
-        ControlReply::Status(status) => status,
+    let status = match context.call_head(MembershipRequest::Status).await? {
+        MembershipReply::Status(status) => status,
         other => anyhow::bail!("unexpected reply {other:?}"),
     };
     let mut copies = Vec::new();

@@ -12,6 +12,7 @@
 //!   [`ClusterChoice::Private`]), else it starts a local cluster of its
 //!   own, stopped when the [`Driver`] is dropped.
 
+use crate::cluster::{MembershipReply, WorkerReply};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -20,9 +21,7 @@ use std::time::Duration;
 
 use crate::client::{self, ClientError};
 use crate::cluster::BinaryId;
-use crate::cluster::{
-    ControlReply, ControlRequest, JobRequest, MembershipRequest, WorkerRequest, DRIVER_BEAT,
-};
+use crate::cluster::{JobRequest, MembershipRequest, WorkerRequest, DRIVER_BEAT};
 use crate::host::sha256_file;
 use crate::local::{LocalCluster, LocalClusterError};
 use crate::node::default_state_dir;
@@ -406,10 +405,10 @@ impl Drop for Driver {
         if self.local.is_some() {
             return;
         }
-        let request = ControlRequest::Jobs(JobRequest::DriverDone {
+        let request = JobRequest::DriverDone {
             job: context.job.clone(),
             ok: !std::thread::panicking(),
-        });
+        };
         // The task states not reported yet go first, the metrics recorded
         // since the last push, and the packet faults injected since the
         // last report (under a chaos plan).
@@ -432,13 +431,13 @@ impl Drop for Driver {
                     let client = client::ClusterClient::connect(&address, &token).await?;
                     for batch in tasks.chunks(crate::cluster::MAX_TASK_STATES) {
                         let states = JobRequest::TaskStates(batch.to_vec());
-                        client.call(&ControlRequest::Jobs(states)).await?;
+                        client.call(states).await?;
                     }
-                    client.call(&metrics).await?;
+                    client.call(metrics).await?;
                     if let Some((_, report)) = &packets {
-                        client.call(report).await?;
+                        client.call(report.clone()).await?;
                     }
-                    client.call(&request).await
+                    client.call(request).await
                 };
                 match tokio::time::timeout(DONE_WAIT, tell).await {
                     Ok(told) => told.map(drop).map_err(|e| e.to_string()),
@@ -526,16 +525,16 @@ fn job_id() -> Result<String, InitError> {
 async fn keep_job_alive(context: &'static ProcessContext) {
     let job = context.job.clone();
     let entrypoint: Vec<String> = std::env::args().collect();
-    let request = ControlRequest::Jobs(JobRequest::DriverAlive {
+    let request = JobRequest::DriverAlive {
         job: job.clone(),
         entrypoint: crate::cluster::bounded_text(entrypoint.join(" ")),
         versions: Some(crate::cluster::Versions::here()),
-    });
+    };
     let mut beat = tokio::time::interval(DRIVER_BEAT);
     let mut told = false;
     loop {
         beat.tick().await;
-        match context.call_head(&request).await {
+        match context.call_head(request.clone()).await {
             Ok(_) => told = false,
             Err(e) if !told => {
                 tracing::warn!(%job, "cannot tell the head this job is alive: {e}");
@@ -569,20 +568,19 @@ async fn show_output(context: &'static ProcessContext) {
     let mut tick = tokio::time::interval(OUTPUT_POLL);
     loop {
         tick.tick().await;
-        let Ok(ControlReply::Status(status)) = context
-            .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-            .await
+        let Ok(MembershipReply::Status(status)) =
+            context.call_head(MembershipRequest::Status).await
         else {
             continue;
         };
         for node in status.alive() {
             let key = (node.id.clone(), node.incarnation);
             let after = read.get(&key).copied().unwrap_or(0);
-            let request = ControlRequest::Workers(WorkerRequest::ReadOutput {
+            let request = WorkerRequest::ReadOutput {
                 job: job.clone(),
                 after,
                 max: 1000,
-            });
+            };
             let Ok(connection) = context
                 .endpoint
                 .connect(node.address, Some(&node.identity()))
@@ -591,8 +589,8 @@ async fn show_output(context: &'static ProcessContext) {
                 continue;
             };
             let options = crate::transport::RequestOptions::control();
-            let Ok(ControlReply::Output { lines, dropped }) =
-                client::call(&connection, &request, options).await
+            let Ok(WorkerReply::Output { lines, dropped }) =
+                client::call(&connection, request, options).await
             else {
                 continue;
             };

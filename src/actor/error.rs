@@ -198,4 +198,7 @@ pub enum SpawnError {
     /// The cluster could not be reached.
     #[error("cannot reach the cluster: {0}")]
     Cluster(#[from] ClientError),
+    /// A peer answered with a reply of the wrong kind.
+    #[error(transparent)]
+    Unexpected(#[from] crate::cluster::UnexpectedReply),
 }

@@ -37,6 +37,7 @@
 //!    restart) and returns once the head has recorded the death (its name
 //!    and resources are free again), or fails after [`KILL_WAIT`] (10 s).
 
+use crate::cluster::{DirectoryReply, MembershipReply};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -52,7 +53,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::client::ClientError;
-use crate::cluster::{ActorId, ActorRecord, ControlReply, ControlRequest, DeathCause, NodeState};
+use crate::cluster::{ActorId, ActorRecord, DeathCause, NodeState};
 use crate::cluster::{DirectoryRequest, MembershipRequest, WorkerRequest};
 use crate::transport::{Channel, PendingReply, RequestError, RequestOptions};
 use crate::wire::{self, Incarnation, NodeIdentity, RemoteErrorKind};
@@ -329,16 +330,12 @@ impl<A: RemoteActor> ActorHandle<A> {
             Ok(_) | Err(CallError::ActorDead { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
-        let status = match context
-            .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-            .await?
-        {
-            ControlReply::Status(status) => status,
+        let status = match context.call_head(MembershipRequest::Status).await? {
+            MembershipReply::Status(status) => status,
             reply => {
-                return Err(CallError::Cluster(ClientError::UnexpectedReply {
-                    request: "Status",
-                    reply: Box::new(reply),
-                }))
+                return Err(CallError::Cluster(ClientError::from(
+                    crate::cluster::UnexpectedReply::new("Status", reply),
+                )))
             }
         };
         let Some(node) = status.alive().find(|n| n.id == record.node.name) else {
@@ -352,7 +349,7 @@ impl<A: RemoteActor> ActorHandle<A> {
             .map_err(ClientError::from)?;
         crate::client::call(
             &connection,
-            &ControlRequest::Workers(WorkerRequest::KillActor(self.id)),
+            WorkerRequest::KillActor(self.id),
             RequestOptions::control(),
         )
         .await?;
@@ -655,11 +652,8 @@ async fn diagnose(
             };
         }
     }
-    let node_dead = match context
-        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-        .await
-    {
-        Ok(ControlReply::Status(status)) => status
+    let node_dead = match context.call_head(MembershipRequest::Status).await {
+        Ok(MembershipReply::Status(status)) => status
             .node(&used.node.name)
             .is_none_or(|n| n.state == NodeState::Dead || n.incarnation != used.node.incarnation.0),
         _ => false,
@@ -726,19 +720,16 @@ async fn locate(
 
 async fn locate_any(context: &ProcessContext, actor: ActorId) -> Result<ActorRecord, CallError> {
     match context
-        .call_head(&ControlRequest::Directory(DirectoryRequest::LocateActor(
-            actor,
-        )))
+        .call_head(DirectoryRequest::LocateActor(actor))
         .await?
     {
-        ControlReply::Actor(Some(record)) => Ok(*record),
-        ControlReply::Actor(None) => Err(CallError::ActorDead {
+        DirectoryReply::Actor(Some(record)) => Ok(*record),
+        DirectoryReply::Actor(None) => Err(CallError::ActorDead {
             actor,
             reason: "the head knows no such actor".into(),
         }),
-        reply => Err(CallError::Cluster(ClientError::UnexpectedReply {
-            request: "LocateActor",
-            reply: Box::new(reply),
-        })),
+        reply => Err(CallError::Cluster(ClientError::from(
+            crate::cluster::UnexpectedReply::new("LocateActor", reply),
+        ))),
     }
 }

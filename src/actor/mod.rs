@@ -57,22 +57,20 @@ pub use spawn::{spawn, SpawnOptions};
 
 pub(crate) use handle::worker_name;
 
+use crate::cluster::DirectoryReply;
 use crate::cluster::DirectoryRequest;
-use crate::cluster::{ControlReply, ControlRequest};
 
 /// The live actor named `name`, from any process of the cluster.
 pub async fn get_actor<A: RemoteActor>(name: &str) -> Result<Option<ActorHandle<A>>, CallError> {
     let context = ProcessContext::current().ok_or(CallError::NotInitialized)?;
     match context
-        .call_head(&ControlRequest::Directory(DirectoryRequest::LookupName(
-            name.to_string(),
-        )))
+        .call_head(DirectoryRequest::LookupName(name.to_string()))
         .await?
     {
-        ControlReply::Actor(Some(record)) if record.type_name == A::NAME => {
+        DirectoryReply::Actor(Some(record)) if record.type_name == A::NAME => {
             Ok(Some(ActorHandle::new(record.actor, DEFAULT_MAX_IN_FLIGHT)))
         }
-        ControlReply::Actor(Some(record)) => Err(CallError::Decode {
+        DirectoryReply::Actor(Some(record)) => Err(CallError::Decode {
             actor: record.actor,
             detail: format!(
                 "actor {name:?} is a {}, not a {}",

@@ -8,15 +8,14 @@
 //! stream says events were missed (`Resync`: the head restarted), the
 //! monitor asks the directory, and reports the death for good it missed.
 
+use crate::cluster::DirectoryReply;
 use std::time::Duration;
 
 use actix::{Message, Recipient};
 use serde::{Deserialize, Serialize};
 
 use crate::client::ClientError;
-use crate::cluster::{
-    ActorId, ClusterEventKind, ControlReply, ControlRequest, DeathCause, DirectoryRequest,
-};
+use crate::cluster::{ActorId, ClusterEventKind, DeathCause, DirectoryRequest};
 use crate::wire::Incarnation;
 
 use super::handle::ActorHandle;
@@ -144,14 +143,13 @@ async fn missed_death(
     context: &ProcessContext,
     actor: ActorId,
 ) -> Result<Option<ActorDied>, CallError> {
-    let request = ControlRequest::Directory(DirectoryRequest::LocateActor(actor));
-    let record = match context.call_head(&request).await? {
-        ControlReply::Actor(record) => record,
+    let request = DirectoryRequest::LocateActor(actor);
+    let record = match context.call_head(request).await? {
+        DirectoryReply::Actor(record) => record,
         reply => {
-            return Err(CallError::Cluster(ClientError::UnexpectedReply {
-                request: "LocateActor",
-                reply: Box::new(reply),
-            }))
+            return Err(CallError::Cluster(ClientError::from(
+                crate::cluster::UnexpectedReply::new("LocateActor", reply),
+            )))
         }
     };
     Ok(record.and_then(|record| {

@@ -34,12 +34,10 @@
 //! with `SpawnFailed`). The handle returned is the actor's id; where it
 //! runs is asked of the head on first use (`handle.rs`).
 
+use crate::cluster::{DirectoryReply, MembershipReply, UnexpectedReply};
 use std::time::{Duration, Instant};
 
-use crate::client::ClientError;
-use crate::cluster::{
-    ActorId, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet, CPU, GPU, MEMORY,
-};
+use crate::cluster::{ActorId, ActorSpec, BundleId, ResourceSet, CPU, GPU, MEMORY};
 use crate::cluster::{DirectoryRequest, MembershipRequest};
 use crate::launch::{
     candidates, ship_to_head, start_on, BinarySource, LaunchError, Started, Strategy,
@@ -211,11 +209,11 @@ pub async fn spawn<A: RemoteActor>(
         bundle: options.bundle,
     };
     if let Some(name) = &spec.name {
-        let reserve = ControlRequest::Directory(DirectoryRequest::ReserveName {
+        let reserve = DirectoryRequest::ReserveName {
             name: name.clone(),
             actor: spec.actor,
-        });
-        if let ControlReply::NameTaken(_) = context.call_head(&reserve).await? {
+        };
+        if let DirectoryReply::NameTaken(_) = context.call_head(reserve).await? {
             return Err(SpawnError::NameTaken(name.clone()));
         }
     }
@@ -231,13 +229,13 @@ pub async fn spawn<A: RemoteActor>(
         Err(e) => Err(e),
     };
     if placed.is_err() && spec.name.is_some() {
-        let release = ControlRequest::Directory(DirectoryRequest::ActorDown {
+        let release = DirectoryRequest::ActorDown {
             actor: spec.actor,
             incarnation: Incarnation(0),
             reason: crate::cluster::DeathCause::SpawnFailed,
             restarting: false,
-        });
-        let _ = context.call_head(&release).await;
+        };
+        let _ = context.call_head(release).await;
     }
     placed?;
     Ok(ActorHandle::new(spec.actor, options.max_in_flight))
@@ -253,8 +251,8 @@ async fn place(
     let mut waited = false;
     let placed = try_nodes(context, spec, options, &mut waited).await;
     if waited {
-        let placed = ControlRequest::Directory(DirectoryRequest::Placed(spec.actor));
-        if let Err(e) = context.call_head(&placed).await {
+        let placed = DirectoryRequest::Placed(spec.actor);
+        if let Err(e) = context.call_head(placed).await {
             tracing::debug!(actor = %spec.actor, "cannot tell the head the spawn stopped waiting: {e}");
         }
     }
@@ -276,12 +274,9 @@ async fn try_nodes(
     let mut seen = context.last_event().await?;
     let mut last = String::from("no node was asked");
     loop {
-        let status = match context
-            .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-            .await?
-        {
-            ControlReply::Status(status) => status,
-            reply => return Err(unexpected("Status", reply)),
+        let status = match context.call_head(MembershipRequest::Status).await? {
+            MembershipReply::Status(status) => status,
+            reply => return Err(UnexpectedReply::new("Status", reply).into()),
         };
         let candidates = candidates(&status.nodes, spec, &options.strategy);
         if candidates.is_empty() {
@@ -311,7 +306,7 @@ async fn try_nodes(
             });
         }
         if !*waited {
-            let waiting = ControlRequest::Directory(DirectoryRequest::Waiting {
+            let waiting = DirectoryRequest::Waiting {
                 actor: spec.actor,
                 class: spec.type_name.clone(),
                 resources: spec.resources.clone(),
@@ -321,17 +316,10 @@ async fn try_nodes(
                     Strategy::Node(node) => Some(node.clone()),
                     Strategy::Any | Strategy::Spread => None,
                 },
-            });
-            *waited = context.call_head(&waiting).await.is_ok();
+            };
+            *waited = context.call_head(waiting).await.is_ok();
         }
         let events = context.events(seen, left).await?;
         seen = events.last().map_or(seen, |e| e.seq);
     }
-}
-
-fn unexpected(request: &'static str, reply: ControlReply) -> SpawnError {
-    SpawnError::Cluster(ClientError::UnexpectedReply {
-        request,
-        reply: Box::new(reply),
-    })
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use tokio::task::JoinSet;
 
 use crate::client::{ClientError, ClusterClient};
-use crate::cluster::{AutoscalerReport, ControlRequest, Demand, MembershipRequest, NodeStatus};
+use crate::cluster::{AutoscalerReport, Demand, MembershipRequest, NodeStatus};
 use crate::transport::JoinToken;
 
 use super::config::ProviderConfig;
@@ -109,8 +109,8 @@ pub async fn run(
             pid: std::process::id(),
             ..scaler.report(Instant::now())
         };
-        let report = ControlRequest::Membership(MembershipRequest::Autoscaler(report));
-        if let Err(e) = connected.call(&report).await {
+        let report = MembershipRequest::Autoscaler(report);
+        if let Err(e) = connected.call(report).await {
             tracing::warn!("cannot report to the head: {e}");
         }
     }

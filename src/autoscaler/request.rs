@@ -15,7 +15,8 @@
 //! 3. The nodes the request fits on are kept, idle or not, until a later
 //!    request no longer needs them; then the idle timeout runs as usual.
 
-use crate::cluster::{ControlReply, ControlRequest, MembershipRequest, ResourceSet};
+use crate::cluster::MembershipReply;
+use crate::cluster::{MembershipRequest, ResourceSet};
 use crate::runtime::ProcessContext;
 
 use super::AutoscalerError;
@@ -36,9 +37,9 @@ use super::AutoscalerError;
 /// ```
 pub async fn request_resources(bundles: Vec<ResourceSet>) -> Result<(), AutoscalerError> {
     let context = ProcessContext::current().ok_or(AutoscalerError::NotInitialized)?;
-    let request = ControlRequest::Membership(MembershipRequest::RequestResources { bundles });
-    match context.call_head(&request).await {
-        Ok(ControlReply::Ack) => Ok(()),
+    let request = MembershipRequest::RequestResources { bundles };
+    match context.call_head(request).await {
+        Ok(MembershipReply::Ack) => Ok(()),
         Ok(other) => Err(AutoscalerError::Request {
             detail: format!("the head answered {other:?}"),
         }),

@@ -2,6 +2,7 @@
 //! gets, installed concurrently (a stopped node must not hold up the
 //! schedule), and what the run learns once every process has answered.
 
+use crate::cluster::{DirectoryReply, UnexpectedReply};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -9,13 +10,10 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use crate::client::ClusterClient;
-use crate::cluster::{
-    ActorRecord, ControlReply, ControlRequest, DirectoryRequest, FaultRequest, NodeState,
-    NodeStatus,
-};
+use crate::cluster::{ActorRecord, DirectoryRequest, FaultRequest, NodeState, NodeStatus};
 use crate::transport::{PacketRule, RequestOptions};
 
-use super::run::{unexpected, NotInjected};
+use super::run::NotInjected;
 
 /// A link fault's rules, once every process was asked to add them.
 pub(super) struct Cut {
@@ -92,8 +90,8 @@ impl Process {
                     .endpoint()
                     .connect(node.address, Some(&node.identity()))
                     .await?;
-                let request = ControlRequest::Faults(FaultRequest::AddPacketRule(rule));
-                crate::client::call(&connection, &request, options).await?;
+                let request = FaultRequest::AddPacketRule(rule);
+                crate::client::call(&connection, request, options).await?;
                 Ok(())
             }
             Process::Worker(record) => {
@@ -128,12 +126,9 @@ async fn link_rules(
     template: PacketRule,
 ) -> Result<Vec<String>, NotInjected> {
     let status = client.status().await?;
-    let actors = match client
-        .call(&ControlRequest::Directory(DirectoryRequest::ListActors))
-        .await?
-    {
-        ControlReply::Actors(actors) => actors,
-        reply => return Err(unexpected("ListActors", reply)),
+    let actors = match client.call(DirectoryRequest::ListActors).await? {
+        DirectoryReply::Actors(actors) => actors,
+        reply => return Err(UnexpectedReply::new("ListActors", reply).into()),
     };
     let on_side_a = |name: &str| nodes.iter().any(|n| n == name);
     let on_side_b = |name: &str| {

@@ -1,5 +1,6 @@
 //! Running a plan against a local cluster.
 
+use crate::cluster::{DirectoryReply, UnexpectedReply};
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -10,9 +11,7 @@ use futures::FutureExt;
 
 use crate::actor::faults::FiredFault;
 use crate::client::{ClientError, ClusterClient};
-use crate::cluster::{
-    ActorId, ActorRecord, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, NodeState,
-};
+use crate::cluster::{ActorId, ActorRecord, ClusterEvent, ClusterEventKind, NodeState};
 use crate::cluster::{DirectoryRequest, ProcessClass};
 use crate::host::processes::{signal_process, Signal};
 use crate::local::{LocalCluster, LocalClusterError};
@@ -29,6 +28,9 @@ pub(super) enum NotInjected {
     /// The head or a process could not be asked.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// A peer answered with a reply of the wrong kind.
+    #[error(transparent)]
+    Unexpected(#[from] crate::cluster::UnexpectedReply),
     /// A process could not be reached.
     #[error(transparent)]
     Connect(#[from] ConnectError),
@@ -663,15 +665,12 @@ async fn live_actors(
     target: &str,
 ) -> Result<Vec<ActorRecord>, NotInjected> {
     if let Some(type_name) = target.strip_prefix("type:") {
-        let mut records: Vec<ActorRecord> = match client
-            .call(&ControlRequest::Directory(DirectoryRequest::ListActors))
-            .await
-        {
-            Ok(ControlReply::Actors(actors)) => actors
+        let mut records: Vec<ActorRecord> = match client.call(DirectoryRequest::ListActors).await {
+            Ok(DirectoryReply::Actors(actors)) => actors
                 .into_iter()
                 .filter(|r| r.type_name == type_name && !r.restarting)
                 .collect(),
-            Ok(reply) => return Err(unexpected("ListActors", reply)),
+            Ok(reply) => return Err(UnexpectedReply::new("ListActors", reply).into()),
             Err(e) => return Err(e.into()),
         };
         records.sort_by(|a, b| (&a.name, a.actor).cmp(&(&b.name, b.actor)));
@@ -681,23 +680,13 @@ async fn live_actors(
         return Ok(records);
     }
     match client
-        .call(&ControlRequest::Directory(DirectoryRequest::LookupName(
-            target.to_string(),
-        )))
+        .call(DirectoryRequest::LookupName(target.to_string()))
         .await
     {
-        Ok(ControlReply::Actor(Some(record))) if record.dead.is_none() => Ok(vec![*record]),
+        Ok(DirectoryReply::Actor(Some(record))) if record.dead.is_none() => Ok(vec![*record]),
         Ok(_) => Err(NotInjected::NoActorNamed),
         Err(e) => Err(e.into()),
     }
-}
-
-/// The head answered `request` with the wrong kind of reply.
-pub(super) fn unexpected(request: &'static str, reply: ControlReply) -> NotInjected {
-    NotInjected::Client(ClientError::UnexpectedReply {
-        request,
-        reply: Box::new(reply),
-    })
 }
 
 /// A planned fault that could not be injected.

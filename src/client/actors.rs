@@ -2,47 +2,32 @@
 //! logs read from the node that has them, killed (`nimbus list actors`,
 //! `nimbus logs`, `nimbus kill`).
 
+use crate::cluster::WorkerReply;
 use crate::cluster::{
-    ActorId, ActorRecord, BundleListing, BundleRequest, ControlReply, ControlRequest, Demand,
-    DirectoryRequest, NodeStatus, WorkerRequest,
+    ActorId, ActorRecord, BundleListing, BundleRequest, Demand, DirectoryRequest, NodeStatus,
+    WorkerRequest,
 };
+use crate::cluster::{BundleReply, DirectoryReply, UnexpectedReply};
 use crate::transport::RequestOptions;
 
-use super::{call, unexpected, ClientError, ClusterClient};
-
-/// Part of a worker's log, as its node read it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LogChunk {
-    /// The log file, on the node.
-    pub file: String,
-    /// Its length when read.
-    pub total: u64,
-    /// The bytes from the offset asked for.
-    pub bytes: Vec<u8>,
-}
+use super::{call, ClientError, ClusterClient, LogChunk};
 
 impl ClusterClient {
     /// The live actors (alive or restarting), as the head's directory lists
     /// them.
     pub async fn actors(&self) -> Result<Vec<ActorRecord>, ClientError> {
-        match self
-            .call(&ControlRequest::Directory(DirectoryRequest::ListActors))
-            .await?
-        {
-            ControlReply::Actors(actors) => Ok(actors),
-            reply => Err(unexpected("ListActors", reply)),
+        match self.call(DirectoryRequest::ListActors).await? {
+            DirectoryReply::Actors(actors) => Ok(actors),
+            reply => Err(UnexpectedReply::new("ListActors", reply).into()),
         }
     }
 
     /// The dead actors the head keeps (the last 1,000 per job, 10,000 in
     /// all), oldest first, with their job and cause of death.
     pub async fn dead_actors(&self) -> Result<Vec<ActorRecord>, ClientError> {
-        match self
-            .call(&ControlRequest::Directory(DirectoryRequest::ListDeadActors))
-            .await?
-        {
-            ControlReply::Actors(actors) => Ok(actors),
-            reply => Err(unexpected("ListDeadActors", reply)),
+        match self.call(DirectoryRequest::ListDeadActors).await? {
+            DirectoryReply::Actors(actors) => Ok(actors),
+            reply => Err(UnexpectedReply::new("ListDeadActors", reply).into()),
         }
     }
 
@@ -67,9 +52,9 @@ impl ClusterClient {
             Some(id) => DirectoryRequest::LocateActor(id),
             None => DirectoryRequest::LookupName(name.to_string()),
         };
-        match self.call(&ControlRequest::Directory(request)).await? {
-            ControlReply::Actor(found) => Ok(found.map(|record| *record)),
-            reply => Err(unexpected("LookupName", reply)),
+        match self.call(request).await? {
+            DirectoryReply::Actor(found) => Ok(found.map(|record| *record)),
+            reply => Err(UnexpectedReply::new("LookupName", reply).into()),
         }
     }
 
@@ -84,37 +69,34 @@ impl ClusterClient {
         max: u64,
     ) -> Result<LogChunk, ClientError> {
         let node = self.node_of(actor).await?;
-        let request = ControlRequest::Workers(WorkerRequest::ReadLog {
+        let request = WorkerRequest::ReadLog {
             actor: actor.actor,
             stderr,
             offset,
             max,
-        });
+        };
         let connection = self.connect_node(&node).await?;
-        match call(&connection, &request, RequestOptions::bulk()).await? {
-            ControlReply::Log { file, total, bytes } => Ok(LogChunk { file, total, bytes }),
-            reply => Err(unexpected("ReadLog", reply)),
+        match call(&connection, request, RequestOptions::bulk()).await? {
+            WorkerReply::Log(chunk) => Ok(chunk),
+            reply => Err(UnexpectedReply::new("ReadLog", reply).into()),
         }
     }
 
     /// The spawns waiting for room, longest waiting first.
     pub async fn demands(&self) -> Result<Vec<Demand>, ClientError> {
-        match self
-            .call(&ControlRequest::Directory(DirectoryRequest::ListDemands))
-            .await?
-        {
-            ControlReply::Demands(demands) => Ok(demands),
-            reply => Err(unexpected("ListDemands", reply)),
+        match self.call(DirectoryRequest::ListDemands).await? {
+            DirectoryReply::Demands(demands) => Ok(demands),
+            reply => Err(UnexpectedReply::new("ListDemands", reply).into()),
         }
     }
 
     /// The placement-group bundles `node` holds.
     pub async fn bundles(&self, node: &NodeStatus) -> Result<Vec<BundleListing>, ClientError> {
         let connection = self.connect_node(node).await?;
-        let request = ControlRequest::Bundles(BundleRequest::ListBundles);
-        match call(&connection, &request, RequestOptions::control()).await? {
-            ControlReply::Bundles(bundles) => Ok(bundles),
-            reply => Err(unexpected("ListBundles", reply)),
+        let request = BundleRequest::ListBundles;
+        match call(&connection, request, RequestOptions::control()).await? {
+            BundleReply::Bundles(bundles) => Ok(bundles),
+            reply => Err(UnexpectedReply::new("ListBundles", reply).into()),
         }
     }
 
@@ -125,11 +107,11 @@ impl ClusterClient {
         offset: u64,
         max: u64,
     ) -> Result<LogChunk, ClientError> {
-        let request = ControlRequest::Workers(WorkerRequest::ReadNodeLog { offset, max });
+        let request = WorkerRequest::ReadNodeLog { offset, max };
         let connection = self.connect_node(node).await?;
-        match call(&connection, &request, RequestOptions::bulk()).await? {
-            ControlReply::Log { file, total, bytes } => Ok(LogChunk { file, total, bytes }),
-            reply => Err(unexpected("ReadNodeLog", reply)),
+        match call(&connection, request, RequestOptions::bulk()).await? {
+            WorkerReply::Log(chunk) => Ok(chunk),
+            reply => Err(UnexpectedReply::new("ReadNodeLog", reply).into()),
         }
     }
 
@@ -137,8 +119,8 @@ impl ClusterClient {
     pub async fn kill_actor(&self, actor: &ActorRecord) -> Result<(), ClientError> {
         let node = self.node_of(actor).await?;
         let connection = self.connect_node(&node).await?;
-        let request = ControlRequest::Workers(WorkerRequest::KillActor(actor.actor));
-        call(&connection, &request, RequestOptions::control()).await?;
+        let request = WorkerRequest::KillActor(actor.actor);
+        call(&connection, request, RequestOptions::control()).await?;
         Ok(())
     }
 

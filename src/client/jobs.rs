@@ -2,17 +2,17 @@
 //! working directory, listed, stopped, their drivers' logs read from the
 //! node that runs them. The protocol is in `crate::head`'s `jobs.rs`.
 
+use crate::cluster::{BinaryReply, JobReply, UnexpectedReply};
 use std::io::Write;
 use std::path::Path;
 
 use crate::cluster::{
     BinaryId, BinaryRequest, JobRecord, JobRequest, JobSubmission, RunRecord, TaskRecord,
 };
-use crate::cluster::{ControlReply, ControlRequest};
 use crate::host::sha256_bytes;
 use crate::transport::{Connection, RequestOptions};
 
-use super::{call, unexpected, ClientError, ClusterClient, LogChunk};
+use super::{call, ClientError, ClusterClient, LogChunk};
 
 /// The largest packed working directory `submit_job` uploads.
 pub const MAX_WORKING_DIR: usize = 512 << 20;
@@ -46,23 +46,17 @@ const UPLOAD_CHUNK: usize = 8 << 20;
 impl ClusterClient {
     /// Every job the head knows, live and ended, oldest first.
     pub async fn jobs(&self) -> Result<Vec<JobRecord>, ClientError> {
-        match self
-            .call(&ControlRequest::Jobs(JobRequest::ListJobs))
-            .await?
-        {
-            ControlReply::Jobs(jobs) => Ok(jobs),
-            reply => Err(unexpected("ListJobs", reply)),
+        match self.call(JobRequest::ListJobs).await? {
+            JobReply::Jobs(jobs) => Ok(jobs),
+            reply => Err(UnexpectedReply::new("ListJobs", reply).into()),
         }
     }
 
     /// The tasks the head knows (the last 10,000), oldest first.
     pub async fn tasks(&self) -> Result<Vec<TaskRecord>, ClientError> {
-        match self
-            .call(&ControlRequest::Jobs(JobRequest::ListTasks))
-            .await?
-        {
-            ControlReply::Tasks(tasks) => Ok(tasks),
-            reply => Err(unexpected("ListTasks", reply)),
+        match self.call(JobRequest::ListTasks).await? {
+            JobReply::Tasks(tasks) => Ok(tasks),
+            reply => Err(UnexpectedReply::new("ListTasks", reply).into()),
         }
     }
 
@@ -107,12 +101,9 @@ impl ClusterClient {
             upload(&self.connect_node(&node).await?, &id, &packed).await?;
             submission.working_dir = Some(id);
         }
-        match self
-            .call(&ControlRequest::Jobs(JobRequest::SubmitJob(submission)))
-            .await?
-        {
-            ControlReply::Job(record) => Ok(*record),
-            reply => Err(unexpected("SubmitJob", reply)),
+        match self.call(JobRequest::SubmitJob(submission)).await? {
+            JobReply::Job(record) => Ok(*record),
+            reply => Err(UnexpectedReply::new("SubmitJob", reply).into()),
         }
     }
 
@@ -121,35 +112,32 @@ impl ClusterClient {
     /// job as it is then (a submitted job is `STOPPED` once its driver has
     /// exited).
     pub async fn stop_job(&self, id: &str) -> Result<JobRecord, ClientError> {
-        let request = ControlRequest::Jobs(JobRequest::StopJob { job: id.into() });
-        match self.call(&request).await? {
-            ControlReply::Job(record) => Ok(*record),
-            reply => Err(unexpected("StopJob", reply)),
+        let request = JobRequest::StopJob { job: id.into() };
+        match self.call(request).await? {
+            JobReply::Job(record) => Ok(*record),
+            reply => Err(UnexpectedReply::new("StopJob", reply).into()),
         }
     }
 
     /// The training runs the head knows, without their points.
     pub async fn runs(&self) -> Result<Vec<RunRecord>, ClientError> {
-        match self
-            .call(&ControlRequest::Jobs(JobRequest::ListRuns))
-            .await?
-        {
-            ControlReply::Runs(runs) => Ok(runs),
-            reply => Err(unexpected("ListRuns", reply)),
+        match self.call(JobRequest::ListRuns).await? {
+            JobReply::Runs(runs) => Ok(runs),
+            reply => Err(UnexpectedReply::new("ListRuns", reply).into()),
         }
     }
 
     /// Training run `id`, with its points.
     pub async fn run(&self, id: &str) -> Result<RunRecord, ClientError> {
-        let request = ControlRequest::Jobs(JobRequest::GetRun {
+        let request = JobRequest::GetRun {
             run: id.to_string(),
-        });
-        match self.call(&request).await? {
-            ControlReply::Run(Some(run)) => Ok(*run),
-            ControlReply::Run(None) => Err(ClientError::NotFound {
+        };
+        match self.call(request).await? {
+            JobReply::Run(Some(run)) => Ok(*run),
+            JobReply::Run(None) => Err(ClientError::NotFound {
                 what: format!("training run {id}"),
             }),
-            reply => Err(unexpected("GetRun", reply)),
+            reply => Err(UnexpectedReply::new("GetRun", reply).into()),
         }
     }
 
@@ -175,15 +163,15 @@ impl ClusterClient {
                 .ok_or_else(|| ClientError::NotFound {
                     what: format!("node {name} of job {}", job.id),
                 })?;
-        let request = ControlRequest::Jobs(JobRequest::ReadJobLog {
+        let request = JobRequest::ReadJobLog {
             job: job.id.clone(),
             offset,
             max,
-        });
+        };
         let connection = self.connect_node(&node).await?;
-        match call(&connection, &request, RequestOptions::bulk()).await? {
-            ControlReply::Log { file, total, bytes } => Ok(LogChunk { file, total, bytes }),
-            reply => Err(unexpected("ReadJobLog", reply)),
+        match call(&connection, request, RequestOptions::bulk()).await? {
+            JobReply::Log(chunk) => Ok(chunk),
+            reply => Err(UnexpectedReply::new("ReadJobLog", reply).into()),
         }
     }
 }
@@ -261,24 +249,23 @@ impl Write for Bounded {
 
 /// Uploads `bytes` as `id` to the node on `node`, unless it has them.
 async fn upload(node: &Connection, id: &BinaryId, bytes: &[u8]) -> Result<(), ClientError> {
-    let has = ControlRequest::Binaries(BinaryRequest::ReadBinary {
+    let has = BinaryRequest::ReadBinary {
         hash: id.hash.clone(),
         offset: 0,
         len: 0,
-    });
-    if let Ok(ControlReply::BinaryChunk { .. }) = call(node, &has, RequestOptions::control()).await
-    {
+    };
+    if let Ok(BinaryReply::Chunk { .. }) = call(node, has, RequestOptions::control()).await {
         return Ok(());
     }
     let mut offset = 0;
     for chunk in bytes.chunks(UPLOAD_CHUNK) {
-        let request = ControlRequest::Binaries(BinaryRequest::UploadBinary {
+        let request = BinaryRequest::UploadBinary {
             hash: id.hash.clone(),
             offset,
             total: id.len,
             chunk: chunk.to_vec(),
-        });
-        call(node, &request, RequestOptions::bulk()).await?;
+        };
+        call(node, request, RequestOptions::bulk()).await?;
         offset += chunk.len() as u64;
     }
     Ok(())

@@ -17,7 +17,7 @@ mod actors;
 mod jobs;
 mod listing;
 
-pub use actors::LogChunk;
+pub use crate::cluster::LogChunk;
 pub use jobs::{pack, WorkingDir, MAX_WORKING_DIR, PRIVATE_NAMES};
 pub use listing::{job_row, Listing, Row};
 
@@ -25,9 +25,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::cluster::{
-    ClusterEvent, ClusterStatus, ControlReply, ControlRequest, NodeStatus, ObjectListing,
+    ClusterEvent, ClusterStatus, ControlReply, ControlRequest, Echo, EventReply, EventRequest,
+    MembershipReply, MembershipRequest, NodeStatus, ObjectListing, ObjectReply, ObjectRequest,
+    Subsystem, UnexpectedReply,
 };
-use crate::cluster::{EventRequest, MembershipRequest, ObjectRequest};
 use crate::transport::{
     ConnectError, Connection, CredentialError, Credentials, Endpoint, EndpointError, JoinToken,
     RequestError, RequestOptions, TransportConfig,
@@ -61,13 +62,8 @@ pub enum ClientError {
     #[error("control message: {0}")]
     Wire(#[from] WireError),
     /// The node answered with a reply of the wrong kind.
-    #[error("unexpected reply to {request}: {reply:?}")]
-    UnexpectedReply {
-        /// The request kind.
-        request: &'static str,
-        /// What came back.
-        reply: Box<ControlReply>,
-    },
+    #[error(transparent)]
+    Unexpected(#[from] UnexpectedReply),
     /// What was asked for is not in the cluster.
     #[error("no {what} in the cluster")]
     NotFound {
@@ -92,8 +88,21 @@ pub enum ClientError {
     },
 }
 
-/// Sends one control request on `connection` and decodes the reply.
-pub async fn call(
+/// Sends one request of a subsystem on `connection` and decodes its reply
+/// (another subsystem's reply is [`ClientError::Unexpected`]).
+pub async fn call<R: Subsystem>(
+    connection: &Connection,
+    request: R,
+    options: RequestOptions,
+) -> Result<R::Reply, ClientError> {
+    let reply = exchange(connection, &request.into(), options).await?;
+    Ok(R::expect(reply)?)
+}
+
+/// Sends one control request on `connection` and decodes the reply,
+/// whatever its subsystem (the typed [`call`] checks it): for a request
+/// sent again and again without copying it.
+pub async fn exchange(
     connection: &Connection,
     request: &ControlRequest,
     options: RequestOptions,
@@ -126,37 +135,30 @@ pub async fn events(
     after: u64,
     wait: Duration,
 ) -> Result<Vec<ClusterEvent>, ClientError> {
-    let request = ControlRequest::Events(EventRequest::Events {
+    let request = EventRequest::Events {
         after,
         wait_ms: wait.as_millis() as u64,
-    });
+    };
     let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
-    match call(head, &request, options).await? {
-        ControlReply::Events(events) => Ok(events),
-        reply => Err(unexpected("Events", reply)),
+    match call(head, request, options).await? {
+        EventReply::Events(events) => Ok(events),
+        reply => Err(UnexpectedReply::new("Events", reply).into()),
     }
 }
 
 /// What the object store of the node on `node` holds.
 pub async fn list_objects(node: &Connection) -> Result<ObjectListing, ClientError> {
-    match call(
-        node,
-        &ControlRequest::Objects(ObjectRequest::ListObjects),
-        RequestOptions::control(),
-    )
-    .await?
-    {
-        ControlReply::Objects(listing) => Ok(listing),
-        reply => Err(unexpected("ListObjects", reply)),
+    match call(node, ObjectRequest::ListObjects, RequestOptions::control()).await? {
+        ObjectReply::Listing(listing) => Ok(listing),
+        reply => Err(UnexpectedReply::new("ListObjects", reply).into()),
     }
 }
 
 /// The number of the head's latest event: the events after it are new.
 pub async fn last_event_seq(head: &Connection) -> Result<u64, ClientError> {
-    let request = ControlRequest::Events(EventRequest::LastSeq);
-    match call(head, &request, RequestOptions::control()).await? {
-        ControlReply::EventSeq(last) => Ok(last),
-        reply => Err(unexpected("LastSeq", reply)),
+    match call(head, EventRequest::LastSeq, RequestOptions::control()).await? {
+        EventReply::LastSeq(last) => Ok(last),
+        reply => Err(UnexpectedReply::new("LastSeq", reply).into()),
     }
 }
 
@@ -272,21 +274,23 @@ impl ClusterClient {
         &self.endpoint
     }
 
-    /// Sends a control request to the head ([`ask_head`]).
-    pub async fn call(&self, request: &ControlRequest) -> Result<ControlReply, ClientError> {
-        let ask =
-            |head: Connection| async move { call(&head, request, RequestOptions::control()).await };
-        ask_head(&self.endpoint, self.head, request.is_idempotent(), ask).await
+    /// Sends a request of a subsystem to the head ([`ask_head`]) and
+    /// returns its reply.
+    pub async fn call<R: Subsystem>(&self, request: R) -> Result<R::Reply, ClientError> {
+        let request: ControlRequest = request.into();
+        let request = &request;
+        let ask = |head: Connection| async move {
+            exchange(&head, request, RequestOptions::control()).await
+        };
+        let reply = ask_head(&self.endpoint, self.head, request.is_idempotent(), ask).await?;
+        Ok(R::expect(reply)?)
     }
 
     /// The membership and resource view.
     pub async fn status(&self) -> Result<ClusterStatus, ClientError> {
-        match self
-            .call(&ControlRequest::Membership(MembershipRequest::Status))
-            .await?
-        {
-            ControlReply::Status(status) => Ok(status),
-            reply => Err(unexpected("Status", reply)),
+        match self.call(MembershipRequest::Status).await? {
+            MembershipReply::Status(status) => Ok(status),
+            reply => Err(UnexpectedReply::new("Status", reply).into()),
         }
     }
 
@@ -357,16 +361,6 @@ impl ClusterClient {
         payload: Vec<u8>,
         options: RequestOptions,
     ) -> Result<Vec<u8>, ClientError> {
-        match call(node, &ControlRequest::Echo(payload), options).await? {
-            ControlReply::Echo(payload) => Ok(payload),
-            reply => Err(unexpected("Echo", reply)),
-        }
-    }
-}
-
-fn unexpected(request: &'static str, reply: ControlReply) -> ClientError {
-    ClientError::UnexpectedReply {
-        request,
-        reply: Box::new(reply),
+        Ok(call(node, Echo(payload), options).await?.0)
     }
 }

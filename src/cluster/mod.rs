@@ -34,12 +34,14 @@ pub use jobs::{
     valid_job_id, JobRecord, JobState, JobSubmission, TaskRecord, TaskState, MAX_JOB_ID,
 };
 pub use messages::{
-    ActorId, ActorRecord, ActorSpec, BinaryId, BinaryRequest, BundleId, BundleListing,
-    BundleRequest, ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply, ControlRequest,
-    Demand, DirectoryRequest, EventRequest, FaultRequest, GroupDemand, HostLoad, JobRequest,
-    MembershipRequest, NodeRegistration, NodeState, NodeStatus, ObjectRequest, OutputLine,
-    PlacementGroupId, ProcessClass, ResourceUsage, Together, WorkerRequest, DEFAULT_HEAD_GRACE,
-    DRIVER_BEAT, MAX_PACKET_RULES, MAX_RUN_EVENTS, MAX_TASK_STATES,
+    ActorId, ActorRecord, ActorSpec, BinaryId, BinaryReply, BinaryRequest, BundleId, BundleListing,
+    BundleReply, BundleRequest, ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply,
+    ControlRequest, Demand, DirectoryReply, DirectoryRequest, Echo, EventReply, EventRequest,
+    FaultReply, FaultRequest, GroupDemand, HostLoad, JobReply, JobRequest, LogChunk,
+    MembershipReply, MembershipRequest, NodeRegistration, NodeState, NodeStatus, ObjectReply,
+    ObjectRequest, OutputLine, PlacementGroupId, ProcessClass, ResourceUsage, Subsystem, Together,
+    UnexpectedReply, WorkerReply, WorkerRequest, DEFAULT_HEAD_GRACE, DRIVER_BEAT, MAX_PACKET_RULES,
+    MAX_RUN_EVENTS, MAX_TASK_STATES,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

@@ -29,10 +29,11 @@
 //! process asks the head for 0 bytes of its binary (`ReadBinary`) and
 //! uploads it if the head lacks it, once per process.
 
+use crate::cluster::{BinaryReply, UnexpectedReply, WorkerReply};
 use std::time::Duration;
 
 use crate::client::{self, ClientError};
-use crate::cluster::{ActorSpec, BinaryId, ControlReply, ControlRequest, NodeStatus, CPU};
+use crate::cluster::{ActorSpec, BinaryId, NodeStatus, CPU};
 use crate::cluster::{BinaryRequest, WorkerRequest};
 use crate::transport::{Connection, Endpoint, RequestError, RequestOptions};
 
@@ -56,6 +57,9 @@ pub enum LaunchError {
     /// The cluster could not be reached.
     #[error("cannot reach the cluster: {0}")]
     Cluster(#[from] ClientError),
+    /// A peer answered with a reply of the wrong kind.
+    #[error(transparent)]
+    Unexpected(#[from] crate::cluster::UnexpectedReply),
 }
 
 /// Where to place an actor.
@@ -85,14 +89,14 @@ pub async fn ship_to_head(
             // A restarting head is waited for (up to its grace).
             let connection = client::ask_head(endpoint, head, true, |c| async { Ok(c) }).await?;
             let id = &binary.1;
-            let has = ControlRequest::Binaries(BinaryRequest::ReadBinary {
+            let has = BinaryRequest::ReadBinary {
                 hash: id.hash.clone(),
                 offset: 0,
                 len: 0,
-            });
-            match client::call(&connection, &has, RequestOptions::control()).await {
-                Ok(ControlReply::BinaryChunk { .. }) => Ok(()),
-                Ok(reply) => Err(unexpected("ReadBinary", reply)),
+            };
+            match client::call(&connection, has, RequestOptions::control()).await {
+                Ok(BinaryReply::Chunk { .. }) => Ok(()),
+                Ok(reply) => Err(UnexpectedReply::new("ReadBinary", reply).into()),
                 Err(ClientError::Request(RequestError::Remote { .. })) => {
                     let _shipping = upload_lock(head).lock_owned().await;
                     let source = BinarySource::File(binary.0.clone());
@@ -162,7 +166,7 @@ pub async fn start_on(
         .connect(node.address, Some(&node.identity()))
         .await
         .map_err(ClientError::from)?;
-    let start = ControlRequest::Workers(WorkerRequest::StartActor(spec.clone()));
+    let start = WorkerRequest::StartActor(spec.clone());
     let options = RequestOptions::control().with_deadline(Duration::from_secs(60));
     // Spawns from this process ship the binary to a node one at a time: the
     // first uploads, the others then find it there. (Concurrent uploads of
@@ -171,7 +175,7 @@ pub async fn start_on(
     let lock = upload_lock(node.address);
     let mut shipping = None;
     for _ in 0..3 {
-        let reply = match client::call(&connection, &start, options).await {
+        let reply = match client::call(&connection, start.clone(), options).await {
             Ok(reply) => reply,
             Err(ClientError::Request(RequestError::Remote { error, .. })) => {
                 return Err(LaunchError::Start {
@@ -182,15 +186,15 @@ pub async fn start_on(
             Err(e) => return Err(e.into()),
         };
         match reply {
-            ControlReply::ActorStarted(_) => return Ok(Started::Running),
-            ControlReply::NoCapacity(refusal) => return Ok(Started::Full(refusal)),
-            ControlReply::NeedBinary if shipping.is_none() => {
+            WorkerReply::ActorStarted(_) => return Ok(Started::Running),
+            WorkerReply::NoCapacity(refusal) => return Ok(Started::Full(refusal)),
+            WorkerReply::NeedBinary if shipping.is_none() => {
                 // Ask again once holding the lock: another spawn may have
                 // shipped it meanwhile.
                 shipping = Some(lock.clone().lock_owned().await);
             }
-            ControlReply::NeedBinary => upload(endpoint, binary, &spec.binary, &connection).await?,
-            reply => return Err(unexpected("StartActor", reply)),
+            WorkerReply::NeedBinary => upload(endpoint, binary, &spec.binary, &connection).await?,
+            reply => return Err(UnexpectedReply::new("StartActor", reply).into()),
         }
     }
     Err(LaunchError::Start {
@@ -261,14 +265,14 @@ async fn relay(
         .map_err(ClientError::from)?;
     let mut offset = 0;
     loop {
-        let read = ControlRequest::Binaries(BinaryRequest::ReadBinary {
+        let read = BinaryRequest::ReadBinary {
             hash: id.hash.clone(),
             offset,
             len: UPLOAD_CHUNK as u64,
-        });
-        let (total, chunk) = match client::call(&from, &read, RequestOptions::bulk()).await? {
-            ControlReply::BinaryChunk { total, chunk } => (total, chunk),
-            reply => return Err(unexpected("ReadBinary", reply)),
+        };
+        let (total, chunk) = match client::call(&from, read, RequestOptions::bulk()).await? {
+            BinaryReply::Chunk { total, chunk } => (total, chunk),
+            reply => return Err(UnexpectedReply::new("ReadBinary", reply).into()),
         };
         if chunk.is_empty() {
             return Err(LaunchError::Binary(format!(
@@ -292,19 +296,12 @@ async fn upload_chunk(
     total: u64,
     chunk: Vec<u8>,
 ) -> Result<(), LaunchError> {
-    let request = ControlRequest::Binaries(BinaryRequest::UploadBinary {
+    let request = BinaryRequest::UploadBinary {
         hash: id.hash.clone(),
         offset,
         total,
         chunk,
-    });
-    client::call(node, &request, RequestOptions::bulk()).await?;
+    };
+    client::call(node, request, RequestOptions::bulk()).await?;
     Ok(())
-}
-
-fn unexpected(request: &'static str, reply: ControlReply) -> LaunchError {
-    LaunchError::Cluster(ClientError::UnexpectedReply {
-        request,
-        reply: Box::new(reply),
-    })
 }

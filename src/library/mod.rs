@@ -35,15 +35,13 @@
 
 mod loops;
 
+use crate::cluster::MembershipReply;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::ClientError;
 use crate::cluster::faults::FiredFault;
-use crate::cluster::{
-    ClusterEvent, ClusterStatus, ControlReply, ControlRequest, DeathCause, FaultRequest,
-    MembershipRequest,
-};
+use crate::cluster::{ClusterEvent, ClusterStatus, DeathCause, FaultRequest, MembershipRequest};
 use crate::runtime::{ProcessContext, ProcessRole, Registry};
 
 #[cfg(doc)]
@@ -75,13 +73,13 @@ fn context() -> Result<&'static ProcessContext, LibraryError> {
 /// failed checkpoint write); published as a `FaultInjected` event, which
 /// chaos timelines and the dashboard show.
 pub async fn report_fault(fault: &FiredFault) -> Result<(), LibraryError> {
-    let report = ControlRequest::Faults(FaultRequest::ReportFault {
+    let report = FaultRequest::ReportFault {
         fault: fault.kind.clone(),
         target: fault.target.clone(),
         trigger: fault.trigger.clone(),
         kills_node: None,
-    });
-    context()?.call_head(&report).await?;
+    };
+    context()?.call_head(report).await?;
     Ok(())
 }
 
@@ -93,12 +91,12 @@ pub async fn report_recovery(
     target: String,
     took: Duration,
 ) -> Result<(), LibraryError> {
-    let report = ControlRequest::Faults(FaultRequest::ReportRecovery {
+    let report = FaultRequest::ReportRecovery {
         what,
         target,
         took_ms: took.as_millis() as u64,
-    });
-    context()?.call_head(&report).await?;
+    };
+    context()?.call_head(report).await?;
     Ok(())
 }
 
@@ -139,14 +137,12 @@ pub fn die(cause: &DeathCause) -> NotAWorker {
 /// library that places one actor per node (Serve's HTTP ingress) reads
 /// the alive ones here.
 pub async fn cluster_status() -> Result<ClusterStatus, LibraryError> {
-    let request = ControlRequest::Membership(MembershipRequest::Status);
-    match context()?.call_head(&request).await? {
-        ControlReply::Status(status) => Ok(status),
-        reply => Err(ClientError::UnexpectedReply {
-            request: "Status",
-            reply: Box::new(reply),
+    let request = MembershipRequest::Status;
+    match context()?.call_head(request).await? {
+        MembershipReply::Status(status) => Ok(status),
+        reply => {
+            Err(ClientError::from(crate::cluster::UnexpectedReply::new("Status", reply)).into())
         }
-        .into()),
     }
 }
 

@@ -27,6 +27,7 @@
 //! 4. `ReadJobLog`: part of a job's log, while it runs and after. Logs are
 //!    rotated by size as workers' are (`logs.rs`).
 
+use crate::cluster::{JobReply, LogChunk};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
@@ -39,7 +40,7 @@ use tracing::{info, warn};
 
 use crate::client::{self, MAX_WORKING_DIR};
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
-use crate::cluster::{valid_job_id, ControlReply, ControlRequest, DeathCause, JobRequest};
+use crate::cluster::{valid_job_id, DeathCause, JobRequest};
 use crate::cluster::{BinaryId, JobSubmission};
 use crate::host::files::{private_dir, private_log};
 use crate::host::processes::{self, Signal};
@@ -165,7 +166,7 @@ fn log_path(state_dir: &Path, job: &str) -> PathBuf {
 
 /// Step 1: start a submitted job's driver.
 #[derive(Message)]
-#[rtype(result = "Result<ControlReply, RemoteError>")]
+#[rtype(result = "Result<JobReply, RemoteError>")]
 pub struct RunDriver {
     /// The job.
     pub job: String,
@@ -176,7 +177,7 @@ pub struct RunDriver {
 }
 
 impl Handler<RunDriver> for DriverRunner {
-    type Result = ResponseActFuture<Self, Result<ControlReply, RemoteError>>;
+    type Result = ResponseActFuture<Self, Result<JobReply, RemoteError>>;
 
     fn handle(&mut self, msg: RunDriver, _: &mut Self::Context) -> Self::Result {
         if !valid_job_id(&msg.job) {
@@ -204,7 +205,7 @@ impl Handler<RunDriver> for DriverRunner {
         Box::pin(prepare.into_actor(self).map(move |prepared, runner, ctx| {
             prepared.map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))??;
             match runner.start(&msg, &dir, ctx) {
-                Ok(pid) => Ok(ControlReply::DriverStarted { pid }),
+                Ok(pid) => Ok(JobReply::DriverStarted { pid }),
                 Err(e) => {
                     tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir));
                     Err(e.into())
@@ -384,10 +385,10 @@ impl Handler<DriverGone> for DriverRunner {
             {
                 warn!(job = %msg.job, "cannot remove {}: {e}", dir.display());
             }
-            let request = ControlRequest::Jobs(JobRequest::DriverExited {
+            let request = JobRequest::DriverExited {
                 job: msg.job.clone(),
                 exit: msg.exit,
-            });
+            };
             // Asked again on a new connection while the head is away or
             // slow (up to its grace): a restarted head still knows the job.
             // Only the head's refusal is final.
@@ -395,7 +396,7 @@ impl Handler<DriverGone> for DriverRunner {
             loop {
                 let ask = |connection: crate::transport::Connection| {
                     let request = request.clone();
-                    async move { client::call(&connection, &request, RequestOptions::control()).await }
+                    async move { client::call(&connection, request, RequestOptions::control()).await }
                 };
                 let told = client::ask_head(&endpoint, head, true, ask).await;
                 let e = match told {
@@ -417,11 +418,11 @@ impl Handler<DriverGone> for DriverRunner {
 
 /// Step 3: stop a job's driver.
 #[derive(Message)]
-#[rtype(result = "Result<ControlReply, RemoteError>")]
+#[rtype(result = "Result<JobReply, RemoteError>")]
 pub struct StopDriver(pub String);
 
 impl Handler<StopDriver> for DriverRunner {
-    type Result = Result<ControlReply, RemoteError>;
+    type Result = Result<JobReply, RemoteError>;
 
     fn handle(&mut self, StopDriver(job): StopDriver, ctx: &mut Self::Context) -> Self::Result {
         let Some(&pid) = self.running.get(&job) else {
@@ -440,7 +441,7 @@ impl Handler<StopDriver> for DriverRunner {
                 signal_group(pid, Signal::KILL);
             }
         });
-        Ok(ControlReply::Ack)
+        Ok(JobReply::Ack)
     }
 }
 
@@ -454,7 +455,7 @@ fn signal_group(pid: u32, signal: Signal) {
 
 /// Step 4: part of a job's driver log.
 #[derive(Message)]
-#[rtype(result = "Result<ControlReply, RemoteError>")]
+#[rtype(result = "Result<LogChunk, RemoteError>")]
 pub struct ReadJobLog {
     /// The job.
     pub job: String,
@@ -465,7 +466,7 @@ pub struct ReadJobLog {
 }
 
 impl Handler<ReadJobLog> for DriverRunner {
-    type Result = ResponseFuture<Result<ControlReply, RemoteError>>;
+    type Result = ResponseFuture<Result<LogChunk, RemoteError>>;
 
     /// Read on the blocking pool.
     fn handle(&mut self, msg: ReadJobLog, _: &mut Self::Context) -> Self::Result {
@@ -474,7 +475,7 @@ impl Handler<ReadJobLog> for DriverRunner {
             true => Ok(path),
             false => Err(format!("no driver of job {:?} ran on this node", msg.job)),
         };
-        Box::pin(logs::read_reply(find, msg.offset, msg.max))
+        Box::pin(logs::read_chunk(find, msg.offset, msg.max))
     }
 }
 

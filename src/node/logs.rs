@@ -24,7 +24,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::cluster::{ActorId, ControlReply};
+use crate::cluster::{ActorId, LogChunk};
 use crate::wire::{RemoteError, RemoteErrorKind};
 
 /// The most bytes of a log one request returns.
@@ -128,19 +128,19 @@ pub(super) fn newest(dir: &Path, actor: ActorId, stream: Stream) -> Option<PathB
 }
 
 /// Up to `max` bytes from `offset` of the log `find` names (`Err`: why
-/// there is none), read on the blocking pool, as the `Log` reply.
-pub(super) async fn read_reply(
+/// there is none), read on the blocking pool.
+pub(super) async fn read_chunk(
     find: impl FnOnce() -> Result<PathBuf, String> + Send + 'static,
     offset: u64,
     max: u64,
-) -> Result<ControlReply, RemoteError> {
+) -> Result<LogChunk, RemoteError> {
     let read = tokio::task::spawn_blocking(move || {
         let path = find()?;
         let (total, bytes) = read(&path, offset, max).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => format!("{} does not exist", path.display()),
             _ => format!("cannot read {}: {e}", path.display()),
         })?;
-        Ok::<_, String>(ControlReply::Log {
+        Ok::<_, String>(LogChunk {
             file: path.display().to_string(),
             total,
             bytes,

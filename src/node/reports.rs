@@ -30,7 +30,7 @@ use tracing::warn;
 
 use super::manager::{call_head, HeadLink};
 use crate::client::ClientError;
-use crate::cluster::{ActorId, ActorRecord, ActorSpec, ControlRequest, DirectoryRequest};
+use crate::cluster::{ActorId, ActorRecord, ActorSpec, DirectoryRequest};
 use crate::head::directory::{self, ActorDown};
 use crate::transport::{Endpoint, RequestError};
 use crate::wire::NodeIdentity;
@@ -168,12 +168,7 @@ fn call(
     head: SocketAddr,
     request: DirectoryRequest,
 ) -> BoxFuture<'static, Result<(), ClientError>> {
-    let call = call_head(
-        endpoint,
-        head,
-        ControlRequest::Directory(request),
-        REPORT_DEADLINE,
-    );
+    let call = call_head(endpoint, head, request, REPORT_DEADLINE);
     async move { call.await.map(drop) }.boxed()
 }
 

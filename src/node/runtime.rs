@@ -1,6 +1,7 @@
 //! Starting and stopping a node process (the steps are in the module docs
 //! of [`crate::node`]).
 
+use crate::cluster::MembershipReply;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,9 +15,7 @@ use tracing::{info, warn};
 use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
 use crate::cluster::MembershipRequest;
-use crate::cluster::{
-    ControlReply, ControlRequest, NodeRegistration, ObjectLocation, ResourceSet, Versions, MEMORY,
-};
+use crate::cluster::{NodeRegistration, ObjectLocation, ResourceSet, Versions, MEMORY};
 use crate::head::events::Subscribe;
 use crate::head::jobs::Jobs;
 use crate::head::membership::{self, Membership};
@@ -466,12 +465,7 @@ async fn leave(
 ) -> Result<(), ClientError> {
     let connection = endpoint.connect(head, None).await?;
     let options = RequestOptions::control().with_deadline(Duration::from_secs(2));
-    client::call(
-        &connection,
-        &ControlRequest::Membership(MembershipRequest::Leave { node }),
-        options,
-    )
-    .await?;
+    client::call(&connection, MembershipRequest::Leave { node }, options).await?;
     Ok(())
 }
 
@@ -508,15 +502,15 @@ async fn join(
         .connect(head, None)
         .await
         .map_err(|e| failed(e.into()))?;
-    let request = ControlRequest::Membership(MembershipRequest::Join {
+    let request = MembershipRequest::Join {
         registration,
         signs_workers,
-    });
+    };
     let mut give_up = None;
     loop {
-        let reply = client::call(&connection, &request, RequestOptions::control()).await;
+        let reply = client::call(&connection, request.clone(), RequestOptions::control()).await;
         let (holder, address, retry_after_ms) = match reply {
-            Ok(ControlReply::Joined {
+            Ok(MembershipReply::Joined {
                 heartbeat_interval_ms,
                 ticket,
                 head_key,
@@ -527,16 +521,15 @@ async fn join(
                     head_key,
                 })
             }
-            Ok(ControlReply::NodeNameTaken {
+            Ok(MembershipReply::NodeNameTaken {
                 holder,
                 address,
                 retry_after_ms,
             }) => (holder, address, retry_after_ms),
             Ok(reply) => {
-                return Err(failed(ClientError::UnexpectedReply {
-                    request: "Join",
-                    reply: Box::new(reply),
-                }))
+                return Err(failed(ClientError::from(
+                    crate::cluster::UnexpectedReply::new("Join", reply),
+                )))
             }
             Err(e) => return Err(failed(e)),
         };

@@ -28,8 +28,9 @@ use futures::FutureExt;
 
 use crate::cluster::faults::FiredFault;
 use crate::cluster::{
-    BinaryRequest, BundleRequest, DirectoryRequest, EventRequest, FaultRequest, JobRequest,
-    MembershipRequest, WorkerRequest,
+    BinaryReply, BinaryRequest, BundleReply, BundleRequest, DirectoryReply, DirectoryRequest,
+    EventReply, EventRequest, FaultReply, FaultRequest, JobReply, JobRequest, MembershipReply,
+    MembershipRequest, WorkerReply, WorkerRequest,
 };
 use crate::cluster::{ClusterEventKind, ControlReply, ControlRequest, MAX_REQUESTED_BUNDLES};
 use crate::head::demands::Waiter;
@@ -98,19 +99,18 @@ impl NodeService {
     ) -> Result<ControlReply, RemoteError> {
         authorize(&from, &request)?;
         match request {
-            ControlRequest::Echo(payload) => Ok(ControlReply::Echo(payload)),
+            ControlRequest::Echo(echo) => Ok(ControlReply::Echo(echo)),
             ControlRequest::Objects(request) => {
                 let confined = from.worker_scope().map(|scope| scope.job.as_str());
-                self.objects
-                    .handle(request, confined, from.certificate)
-                    .await
+                let objects = &self.objects;
+                reply(objects.handle(request, confined, from.certificate).await)
             }
-            ControlRequest::Workers(request) => self.workers(&from, request).await,
-            ControlRequest::Bundles(request) => self.bundles(&from, request).await,
-            ControlRequest::Binaries(request) => self.binaries(from, request).await,
+            ControlRequest::Workers(request) => reply(self.workers(&from, request).await),
+            ControlRequest::Bundles(request) => reply(self.bundles(&from, request).await),
+            ControlRequest::Binaries(request) => reply(self.binaries(from, request).await),
             ControlRequest::Jobs(JobRequest::EndJob { job }) => {
                 self.manager.send(EndJob(job)).await.map_err(internal)?;
-                Ok(ControlReply::Ack)
+                reply(Ok(JobReply::Ack))
             }
             ControlRequest::Jobs(JobRequest::RunDriver {
                 job,
@@ -122,21 +122,26 @@ impl NodeService {
                     submission,
                     head,
                 };
-                self.drivers.send(run).await.map_err(internal)?
+                reply(self.drivers.send(run).await.map_err(internal)?)
             }
             ControlRequest::Jobs(JobRequest::StopDriver { job }) => {
-                self.drivers.send(StopDriver(job)).await.map_err(internal)?
+                reply(self.drivers.send(StopDriver(job)).await.map_err(internal)?)
             }
-            ControlRequest::Jobs(JobRequest::ReadJobLog { job, offset, max }) => self
-                .drivers
-                .send(ReadJobLog { job, offset, max })
-                .await
-                .map_err(internal)?,
+            ControlRequest::Jobs(JobRequest::ReadJobLog { job, offset, max }) => {
+                let read = ReadJobLog { job, offset, max };
+                reply(
+                    self.drivers
+                        .send(read)
+                        .await
+                        .map_err(internal)?
+                        .map(JobReply::Log),
+                )
+            }
             ControlRequest::Faults(FaultRequest::AddPacketRule(rule)) => {
                 self.endpoint
                     .add_packet_rule(rule)
                     .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string()))?;
-                Ok(ControlReply::Ack)
+                reply(Ok(FaultReply::Ack))
             }
             request => {
                 let head = self.head.clone().ok_or_else(|| {
@@ -148,7 +153,7 @@ impl NodeService {
                 })?;
                 match request {
                     ControlRequest::Membership(request) => {
-                        membership_request(&head, from, request).await
+                        reply(membership_request(&head, from, request).await)
                     }
                     ControlRequest::Events(EventRequest::Events { after, wait_ms }) => {
                         let wait = Duration::from_millis(wait_ms).min(MAX_EVENT_WAIT);
@@ -157,17 +162,17 @@ impl NodeService {
                             .send(EventsSince { after, wait })
                             .await
                             .map_err(internal)?;
-                        Ok(ControlReply::Events(since))
+                        reply(Ok(EventReply::Events(since)))
                     }
                     ControlRequest::Events(EventRequest::LastSeq) => {
                         let last = head.events.send(LastSeq).await.map_err(internal)?;
-                        Ok(ControlReply::EventSeq(last))
+                        reply(Ok(EventReply::LastSeq(last)))
                     }
                     ControlRequest::Directory(request) => {
-                        directory_request(&head, from, request).await
+                        reply(directory_request(&head, from, request).await)
                     }
-                    ControlRequest::Faults(request) => fault_report(&head, request).await,
-                    ControlRequest::Jobs(request) => job_request(&head, from, request).await,
+                    ControlRequest::Faults(request) => reply(fault_report(&head, request).await),
+                    ControlRequest::Jobs(request) => reply(job_request(&head, from, request).await),
                     _ => Err(RemoteError::new(
                         RemoteErrorKind::Internal,
                         "a node request reached the head's dispatcher",
@@ -181,7 +186,7 @@ impl NodeService {
         &self,
         from: &Caller,
         request: WorkerRequest,
-    ) -> Result<ControlReply, RemoteError> {
+    ) -> Result<WorkerReply, RemoteError> {
         match request {
             WorkerRequest::PushMetrics { process, text } => {
                 let key = match from.certified_as(PeerRole::Worker) {
@@ -194,7 +199,7 @@ impl NodeService {
                 metrics
                     .push(&key, &text, Instant::now())
                     .map_err(|e| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string()))?;
-                Ok(ControlReply::Ack)
+                Ok(WorkerReply::Ack)
             }
             WorkerRequest::StartActor(spec) => self
                 .manager
@@ -210,7 +215,8 @@ impl NodeService {
                 .manager
                 .send(ReadNodeLog { offset, max })
                 .await
-                .map_err(internal)?,
+                .map_err(internal)?
+                .map(WorkerReply::Log),
             WorkerRequest::ReadLog {
                 actor,
                 stderr,
@@ -226,14 +232,15 @@ impl NodeService {
                     max,
                 })
                 .await
-                .map_err(internal)?,
+                .map_err(internal)?
+                .map(WorkerReply::Log),
             WorkerRequest::KillActor(actor) => {
                 let kill = KillActor {
                     actor,
                     confined: Confinement::of(from),
                 };
                 self.manager.send(kill).await.map_err(internal)??;
-                Ok(ControlReply::Ack)
+                Ok(WorkerReply::Ack)
             }
         }
     }
@@ -242,7 +249,7 @@ impl NodeService {
         &self,
         from: &Caller,
         request: BundleRequest,
-    ) -> Result<ControlReply, RemoteError> {
+    ) -> Result<BundleReply, RemoteError> {
         match request {
             BundleRequest::ReserveBundle {
                 bundle,
@@ -255,11 +262,11 @@ impl NodeService {
                     job,
                 };
                 Ok(match self.manager.send(reserve).await.map_err(internal)? {
-                    Ok(()) => ControlReply::Ack,
-                    Err(short) => ControlReply::NoCapacity(short.to_string()),
+                    Ok(()) => BundleReply::Ack,
+                    Err(short) => BundleReply::NoCapacity(short.to_string()),
                 })
             }
-            BundleRequest::ListBundles => Ok(ControlReply::Bundles(
+            BundleRequest::ListBundles => Ok(BundleReply::Bundles(
                 self.manager.send(ListBundles).await.map_err(internal)?,
             )),
             BundleRequest::ReleaseBundle(bundle) => {
@@ -268,7 +275,7 @@ impl NodeService {
                     confined: Confinement::of(from),
                 };
                 self.manager.send(release).await.map_err(internal)??;
-                Ok(ControlReply::Ack)
+                Ok(BundleReply::Ack)
             }
         }
     }
@@ -277,7 +284,7 @@ impl NodeService {
         &self,
         from: Caller,
         request: BinaryRequest,
-    ) -> Result<ControlReply, RemoteError> {
+    ) -> Result<BinaryReply, RemoteError> {
         match request {
             BinaryRequest::ReadBinary { hash, offset, len } => self
                 .manager
@@ -298,7 +305,7 @@ impl NodeService {
                     chunk,
                 };
                 self.manager.send(upload).await.map_err(internal)??;
-                Ok(ControlReply::Ack)
+                Ok(BinaryReply::Ack)
             }
         }
     }
@@ -309,7 +316,7 @@ async fn job_request(
     head: &HeadActors,
     from: Caller,
     request: JobRequest,
-) -> Result<ControlReply, RemoteError> {
+) -> Result<JobReply, RemoteError> {
     let refused = |e: jobs::JobError| RemoteError::new(RemoteErrorKind::BadRequest, e.to_string());
     let jobs = &head.jobs;
     match request {
@@ -334,7 +341,7 @@ async fn job_request(
                 .await
                 .map_err(internal)?;
             match alive {
-                true => Ok(ControlReply::Ack),
+                true => Ok(JobReply::Ack),
                 false => Err(RemoteError::new(
                     RemoteErrorKind::BadRequest,
                     format!("job {job} has ended (nimbus job status {job} says why), and its actors were killed"),
@@ -345,7 +352,7 @@ async fn job_request(
             jobs.send(jobs::DriverDone { job, ok })
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Ack)
+            Ok(JobReply::Ack)
         }
         JobRequest::SubmitJob(submission) => {
             let record = jobs
@@ -353,7 +360,7 @@ async fn job_request(
                 .await
                 .map_err(internal)?
                 .map_err(refused)?;
-            Ok(ControlReply::Job(Box::new(record)))
+            Ok(JobReply::Job(Box::new(record)))
         }
         JobRequest::StopJob { job } => {
             let record = jobs
@@ -361,9 +368,9 @@ async fn job_request(
                 .await
                 .map_err(internal)?
                 .map_err(refused)?;
-            Ok(ControlReply::Job(Box::new(record)))
+            Ok(JobReply::Job(Box::new(record)))
         }
-        JobRequest::ListJobs => Ok(ControlReply::Jobs(
+        JobRequest::ListJobs => Ok(JobReply::Jobs(
             jobs.send(jobs::List).await.map_err(internal)?,
         )),
         JobRequest::TaskStates(records) => {
@@ -380,7 +387,7 @@ async fn job_request(
             jobs.send(jobs::TaskStates(records))
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Ack)
+            Ok(JobReply::Ack)
         }
         JobRequest::ListTasks => {
             let mut tasks = jobs.send(jobs::ListTasks).await.map_err(internal)?;
@@ -389,7 +396,7 @@ async fn job_request(
             if let Some(scope) = from.worker_scope() {
                 tasks.retain(|task| task.job == scope.job);
             }
-            Ok(ControlReply::Tasks(tasks))
+            Ok(JobReply::Tasks(tasks))
         }
         JobRequest::RunEvents { run, events } => {
             if events.len() > crate::cluster::MAX_RUN_EVENTS {
@@ -405,12 +412,12 @@ async fn job_request(
             jobs.send(jobs::RunEvents(run, events))
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Ack)
+            Ok(JobReply::Ack)
         }
-        JobRequest::ListRuns => Ok(ControlReply::Runs(
+        JobRequest::ListRuns => Ok(JobReply::Runs(
             jobs.send(jobs::ListRuns).await.map_err(internal)?,
         )),
-        JobRequest::GetRun { run } => Ok(ControlReply::Run(
+        JobRequest::GetRun { run } => Ok(JobReply::Run(
             jobs.send(jobs::GetRun(run))
                 .await
                 .map_err(internal)?
@@ -426,7 +433,7 @@ async fn job_request(
                 .await
                 .map_err(internal)?
                 .map_err(refused)?;
-            Ok(ControlReply::Ack)
+            Ok(JobReply::Ack)
         }
         JobRequest::EndJob { .. }
         | JobRequest::RunDriver { .. }
@@ -443,7 +450,7 @@ async fn membership_request(
     head: &HeadActors,
     from: Caller,
     request: MembershipRequest,
-) -> Result<ControlReply, RemoteError> {
+) -> Result<MembershipReply, RemoteError> {
     let membership = &head.membership;
     match request {
         MembershipRequest::Join {
@@ -462,7 +469,7 @@ async fn membership_request(
                 head: false,
             };
             match membership.send(join).await.map_err(internal)? {
-                Ok(()) => Ok(ControlReply::Joined {
+                Ok(()) => Ok(MembershipReply::Joined {
                     heartbeat_interval_ms: head.heartbeat_interval.as_millis() as u64,
                     ticket: head
                         .tickets
@@ -474,7 +481,7 @@ async fn membership_request(
                     address,
                     retry_after,
                     ..
-                }) => Ok(ControlReply::NodeNameTaken {
+                }) => Ok(MembershipReply::NodeNameTaken {
                     holder,
                     address,
                     retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
@@ -487,25 +494,25 @@ async fn membership_request(
                 .send(membership::Heartbeat { node, used, host })
                 .await
                 .map_err(internal)??;
-            Ok(ControlReply::Ack)
+            Ok(MembershipReply::Ack)
         }
         MembershipRequest::Leave { node } => {
             membership
                 .send(membership::Leave { node })
                 .await
                 .map_err(internal)??;
-            Ok(ControlReply::Ack)
+            Ok(MembershipReply::Ack)
         }
         MembershipRequest::Status => {
             let status = membership
                 .send(membership::Status)
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Status(status))
+            Ok(MembershipReply::Status(status))
         }
         MembershipRequest::Autoscaler(report) => {
             membership.do_send(membership::Report(report));
-            Ok(ControlReply::Ack)
+            Ok(MembershipReply::Ack)
         }
         MembershipRequest::RequestResources { bundles } => {
             if bundles.len() > MAX_REQUESTED_BUNDLES {
@@ -528,7 +535,7 @@ async fn membership_request(
                 ));
             }
             membership.do_send(membership::Request(bundles));
-            Ok(ControlReply::Ack)
+            Ok(MembershipReply::Ack)
         }
     }
 }
@@ -538,7 +545,7 @@ async fn directory_request(
     head: &HeadActors,
     from: Caller,
     request: DirectoryRequest,
-) -> Result<ControlReply, RemoteError> {
+) -> Result<DirectoryReply, RemoteError> {
     let directory = &head.directory;
     match request {
         DirectoryRequest::ReserveName { name, actor } => {
@@ -547,8 +554,8 @@ async fn directory_request(
                 .await
                 .map_err(internal)?;
             Ok(match reserved {
-                Ok(()) => ControlReply::Ack,
-                Err(holder) => ControlReply::NameTaken(holder),
+                Ok(()) => DirectoryReply::Ack,
+                Err(holder) => DirectoryReply::NameTaken(holder),
             })
         }
         DirectoryRequest::LookupName(name) => {
@@ -556,21 +563,21 @@ async fn directory_request(
                 .send(directory::LookupName(name))
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Actor(found.map(Box::new)))
+            Ok(DirectoryReply::Actor(found.map(Box::new)))
         }
         DirectoryRequest::LocateActor(actor) => {
             let found = directory
                 .send(directory::LocateActor(actor))
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Actor(found.map(Box::new)))
+            Ok(DirectoryReply::Actor(found.map(Box::new)))
         }
         DirectoryRequest::ActorUp { record, spec } => {
             directory
                 .send(directory::ActorUp { record, spec })
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Ack)
+            Ok(DirectoryReply::Ack)
         }
         DirectoryRequest::Waiting {
             actor,
@@ -591,14 +598,14 @@ async fn directory_request(
                 for_at_most: Duration::from_millis(for_ms).min(MAX_DEMAND_WAIT),
             };
             directory.send(waiting).await.map_err(internal)?;
-            Ok(ControlReply::Ack)
+            Ok(DirectoryReply::Ack)
         }
         DirectoryRequest::Placed(actor) => {
             directory
                 .send(directory::Placed(Waiter::Actor(actor)))
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Ack)
+            Ok(DirectoryReply::Ack)
         }
         DirectoryRequest::GroupWaiting {
             mut group,
@@ -612,14 +619,14 @@ async fn directory_request(
                 for_at_most: Duration::from_millis(for_ms).min(MAX_DEMAND_WAIT),
             };
             directory.send(waiting).await.map_err(internal)?;
-            Ok(ControlReply::Ack)
+            Ok(DirectoryReply::Ack)
         }
         DirectoryRequest::GroupPlaced(group) => {
             directory
                 .send(directory::Placed(Waiter::Group(group)))
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Ack)
+            Ok(DirectoryReply::Ack)
         }
         DirectoryRequest::TasksWaiting {
             queue,
@@ -633,9 +640,9 @@ async fn directory_request(
                 count,
             };
             directory.send(waiting).await.map_err(internal)?;
-            Ok(ControlReply::Ack)
+            Ok(DirectoryReply::Ack)
         }
-        DirectoryRequest::ListDemands => Ok(ControlReply::Demands(
+        DirectoryRequest::ListDemands => Ok(DirectoryReply::Demands(
             directory
                 .send(directory::ListDemands)
                 .await
@@ -646,14 +653,14 @@ async fn directory_request(
                 .send(directory::ListActors)
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Actors(actors))
+            Ok(DirectoryReply::Actors(actors))
         }
         DirectoryRequest::ListDeadActors => {
             let actors = directory
                 .send(directory::ListDeadActors)
                 .await
                 .map_err(internal)?;
-            Ok(ControlReply::Actors(actors))
+            Ok(DirectoryReply::Actors(actors))
         }
         DirectoryRequest::ActorDown {
             actor,
@@ -671,16 +678,13 @@ async fn directory_request(
                     .then(|| from.peer.identity.clone()),
             };
             directory.send(down).await.map_err(internal)?;
-            Ok(ControlReply::Ack)
+            Ok(DirectoryReply::Ack)
         }
     }
 }
 
 /// Fault reports, on the head (packet rules are answered by every node).
-async fn fault_report(
-    head: &HeadActors,
-    request: FaultRequest,
-) -> Result<ControlReply, RemoteError> {
+async fn fault_report(head: &HeadActors, request: FaultRequest) -> Result<FaultReply, RemoteError> {
     let kind = match request {
         FaultRequest::ReportFault {
             fault,
@@ -729,7 +733,7 @@ async fn fault_report(
         }
     };
     head.events.send(Publish(kind)).await.map_err(internal)?;
-    Ok(ControlReply::Ack)
+    Ok(FaultReply::Ack)
 }
 
 impl RequestHandler for NodeService {
@@ -753,6 +757,13 @@ impl RequestHandler for NodeService {
         }
         .boxed()
     }
+}
+
+/// A subsystem's reply, as the control reply that carries it.
+fn reply(
+    answer: Result<impl Into<ControlReply>, RemoteError>,
+) -> Result<ControlReply, RemoteError> {
+    answer.map(Into::into)
 }
 
 fn internal(e: actix::MailboxError) -> RemoteError {

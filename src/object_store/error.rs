@@ -46,6 +46,9 @@ pub enum ObjectStoreError {
     /// The cluster could not be reached.
     #[error("cannot reach the object store: {0}")]
     Cluster(#[from] ClientError),
+    /// A peer answered with a reply of the wrong kind.
+    #[error(transparent)]
+    Unexpected(#[from] crate::cluster::UnexpectedReply),
 }
 
 /// A node's object-store shard refused a request about one object.

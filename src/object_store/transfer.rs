@@ -5,10 +5,11 @@
 //! chunked reads from a node (`ReadObject`, `READ_WINDOW`, 4, requests in
 //! flight, bulk priority).
 
+use crate::cluster::{ObjectReply, Subsystem};
 use futures::StreamExt;
 
 use crate::client::{self, ClientError};
-use crate::cluster::{ControlReply, ControlRequest, ObjectId, ObjectLocation, ObjectRequest};
+use crate::cluster::{ObjectId, ObjectLocation, ObjectRequest};
 use crate::transport::{Connection, RequestError, RequestOptions};
 
 use super::error::ObjectStoreError;
@@ -54,14 +55,14 @@ pub(crate) fn read_chunks(
         .map(move |offset| {
             let copy_at = copy_at.clone();
             async move {
-                let read = ControlRequest::Objects(ObjectRequest::ReadObject {
+                let read = ObjectRequest::ReadObject {
                     id,
                     offset,
                     len: CHUNK_BYTES as u64,
                     copy_at,
-                });
-                match call(node, &read, RequestOptions::bulk()).await? {
-                    ControlReply::ObjectBytes(chunk) if !chunk.is_empty() => Ok(chunk),
+                };
+                match call(node, read, RequestOptions::bulk()).await? {
+                    ObjectReply::Bytes(chunk) if !chunk.is_empty() => Ok(chunk),
                     other => Err(ObjectStoreError::Store(format!(
                         "object {id}: unexpected reply {other:?}"
                     ))),
@@ -71,11 +72,11 @@ pub(crate) fn read_chunks(
         .buffered(READ_WINDOW)
 }
 
-pub(crate) async fn call(
+pub(crate) async fn call<R: Subsystem>(
     node: &Connection,
-    request: &ControlRequest,
+    request: R,
     options: RequestOptions,
-) -> Result<ControlReply, ObjectStoreError> {
+) -> Result<R::Reply, ObjectStoreError> {
     match client::call(node, request, options).await {
         Ok(reply) => Ok(reply),
         Err(ClientError::Request(RequestError::Remote { error, .. })) => {

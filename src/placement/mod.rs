@@ -43,6 +43,8 @@
 
 pub mod planner;
 
+use crate::cluster::MembershipReply;
+use crate::cluster::{BundleReply, Subsystem};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -50,8 +52,8 @@ use serde::{Deserialize, Serialize};
 use crate::actor::SpawnOptions;
 use crate::client::{self, ClientError};
 use crate::cluster::{
-    AutoscalerReport, BundleId, ControlReply, ControlRequest, DirectoryRequest, GroupDemand,
-    NodeState, NodeStatus, PlacementGroupId, ResourceSet, Together,
+    AutoscalerReport, BundleId, DirectoryRequest, GroupDemand, NodeState, NodeStatus,
+    PlacementGroupId, ResourceSet, Together,
 };
 use crate::cluster::{BundleRequest, MembershipRequest};
 use crate::runtime::ProcessContext;
@@ -208,7 +210,7 @@ impl PlacementGroup {
             }
             if !waited {
                 // Step 2: the head lists it as a pending demand.
-                let waiting = ControlRequest::Directory(DirectoryRequest::GroupWaiting {
+                let waiting = DirectoryRequest::GroupWaiting {
                     group: GroupDemand {
                         id,
                         bundles: bundles.clone(),
@@ -216,14 +218,14 @@ impl PlacementGroup {
                     },
                     job: context.job.clone(),
                     for_ms: left.as_millis() as u64,
-                });
-                waited = context.call_head(&waiting).await.is_ok();
+                };
+                waited = context.call_head(waiting).await.is_ok();
             }
             context.events(seen, left.min(REPLAN_EVERY)).await?;
         };
         if waited {
-            let placed = ControlRequest::Directory(DirectoryRequest::GroupPlaced(id));
-            if let Err(e) = context.call_head(&placed).await {
+            let placed = DirectoryRequest::GroupPlaced(id);
+            if let Err(e) = context.call_head(placed).await {
                 tracing::debug!(
                     "cannot tell the head that placement group {id:?} stopped waiting: {e}"
                 );
@@ -285,14 +287,14 @@ impl PlacementGroup {
     /// returns the refusal.
     async fn reserve(&self, context: &ProcessContext) -> Result<Option<String>, PlacementError> {
         for (index, placed) in self.bundles.iter().enumerate() {
-            let request = ControlRequest::Bundles(BundleRequest::ReserveBundle {
+            let request = BundleRequest::ReserveBundle {
                 bundle: self.bundle(index)?,
                 resources: placed.resources.clone(),
                 job: context.job.clone(),
-            });
-            let refusal = match call_node(context, &placed.node, &request).await {
-                Ok(ControlReply::Ack) => continue,
-                Ok(ControlReply::NoCapacity(short)) => short,
+            };
+            let refusal = match call_node(context, &placed.node, request).await {
+                Ok(BundleReply::Ack) => continue,
+                Ok(BundleReply::NoCapacity(short)) => short,
                 Ok(other) => format!("unexpected reply {other:?}"),
                 Err(e) => e.to_string(),
             };
@@ -310,12 +312,8 @@ impl PlacementGroup {
                 group: self.id,
                 index: index as u32,
             };
-            if let Err(e) = call_node(
-                context,
-                &placed.node,
-                &ControlRequest::Bundles(BundleRequest::ReleaseBundle(bundle)),
-            )
-            .await
+            if let Err(e) =
+                call_node(context, &placed.node, BundleRequest::ReleaseBundle(bundle)).await
             {
                 tracing::warn!(%bundle, node = %placed.node.id, "cannot release a bundle: {e}");
             }
@@ -323,11 +321,11 @@ impl PlacementGroup {
     }
 }
 
-async fn call_node(
+async fn call_node<R: Subsystem>(
     context: &ProcessContext,
     node: &NodeStatus,
-    request: &ControlRequest,
-) -> Result<ControlReply, ClientError> {
+    request: R,
+) -> Result<R::Reply, ClientError> {
     let connection = context
         .endpoint
         .connect(node.address, Some(&node.identity()))
@@ -339,11 +337,8 @@ async fn call_node(
 async fn cluster_view(
     context: &ProcessContext,
 ) -> Result<(Vec<NodeStatus>, Option<AutoscalerReport>), ClientError> {
-    match context
-        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-        .await?
-    {
-        ControlReply::Status(status) => Ok((
+    match context.call_head(MembershipRequest::Status).await? {
+        MembershipReply::Status(status) => Ok((
             status
                 .nodes
                 .into_iter()
@@ -351,10 +346,9 @@ async fn cluster_view(
                 .collect(),
             status.autoscaler,
         )),
-        reply => Err(ClientError::UnexpectedReply {
-            request: "Status",
-            reply: Box::new(reply),
-        }),
+        reply => Err(ClientError::from(crate::cluster::UnexpectedReply::new(
+            "Status", reply,
+        ))),
     }
 }
 

@@ -10,6 +10,7 @@
 //! the new incarnation, instead of waiting out the transport's idle timeout
 //! (a SIGKILLed process sends no goodbye).
 
+use crate::cluster::{DirectoryReply, Subsystem};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,8 +25,7 @@ use super::registry::{HostedActor, Registry};
 
 use crate::client::{self, ClientError};
 use crate::cluster::{
-    ActorId, BinaryId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest,
-    DirectoryRequest,
+    ActorId, BinaryId, ClusterEvent, ClusterEventKind, ControlRequest, DirectoryRequest,
 };
 use crate::transport::{Connection, Endpoint, RequestOptions};
 use crate::wire::Incarnation;
@@ -113,11 +113,14 @@ impl ProcessContext {
     /// is asked again on a new connection, with backoff, for up to the
     /// head's grace ([`client::head_wait`]): a restarting head delays it instead of
     /// failing it.
-    pub async fn call_head(&self, request: &ControlRequest) -> Result<ControlReply, ClientError> {
+    pub async fn call_head<R: Subsystem>(&self, request: R) -> Result<R::Reply, ClientError> {
+        let request: ControlRequest = request.into();
+        let again = request.is_idempotent();
+        let request = &request;
         let ask = |head: Connection| async move {
-            client::call(&head, request, RequestOptions::control()).await
+            client::exchange(&head, request, RequestOptions::control()).await
         };
-        self.ask_head(request.is_idempotent(), ask).await
+        Ok(R::expect(self.ask_head(again, ask).await?)?)
     }
 
     /// The sequence number of the head's latest event (asked again while
@@ -166,16 +169,16 @@ impl ProcessContext {
         let _turn = self.pushing.lock().await;
         let request = self.metrics_push();
         let home = self.endpoint.connect(self.home, None).await?;
-        client::call(&home, &request, RequestOptions::control()).await?;
+        client::call(&home, request, RequestOptions::control()).await?;
         Ok(())
     }
 
     /// This process's metrics as a push to its node (`crate::metrics`).
-    pub fn metrics_push(&self) -> ControlRequest {
-        ControlRequest::Workers(crate::cluster::WorkerRequest::PushMetrics {
+    pub fn metrics_push(&self) -> crate::cluster::WorkerRequest {
+        crate::cluster::WorkerRequest::PushMetrics {
             process: self.endpoint.identity().to_string(),
             text: crate::metrics::render(),
-        })
+        }
     }
 
     /// Records that `actor` runs in this process, so calls from here skip
@@ -269,9 +272,9 @@ async fn resync_workers(context: &ProcessContext) {
         .map(|w| (*w.key(), w.value().1))
         .collect();
     for (actor, incarnation) in known {
-        let request = ControlRequest::Directory(DirectoryRequest::LocateActor(actor));
-        let record = match context.call_head(&request).await {
-            Ok(ControlReply::Actor(Some(record))) => record,
+        let request = DirectoryRequest::LocateActor(actor);
+        let record = match context.call_head(request).await {
+            Ok(DirectoryReply::Actor(Some(record))) => record,
             Ok(_) => continue,
             Err(e) => {
                 tracing::debug!("death watch: cannot read the directory to resync ({e})");

@@ -5,7 +5,6 @@ use std::convert::Infallible;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::cluster::ControlRequest;
 use crate::cluster::FaultRequest;
 use crate::host::processes::{signal_process, Signal};
 
@@ -67,16 +66,16 @@ pub fn kill_own_node(
         return Err(KillNodeRefused::NodeIsHead);
     }
     if let Some(context) = ProcessContext::current() {
-        let report = ControlRequest::Faults(FaultRequest::ReportFault {
+        let report = FaultRequest::ReportFault {
             fault: kind,
             target,
             trigger,
             kills_node: Some(node.name.clone()),
-        });
+        };
         // The timer is made inside the runtime, which it needs.
-        let reported = node.runtime.block_on(async {
-            tokio::time::timeout(REPORT_WAIT, context.call_head(&report)).await
-        });
+        let reported = node
+            .runtime
+            .block_on(async { tokio::time::timeout(REPORT_WAIT, context.call_head(report)).await });
         if !matches!(reported, Ok(Ok(_))) {
             tracing::warn!("the head did not record the kill_node fault; killing the node anyway");
         }

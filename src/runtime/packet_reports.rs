@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::client::{self, ClientError};
-use crate::cluster::{ControlRequest, FaultRequest, ProcessClass};
+use crate::cluster::{FaultRequest, ProcessClass};
 use crate::transport::{Endpoint, FaultCounts, RequestOptions};
 
 /// How often a process with a packet-fault plan looks at its counters.
@@ -29,15 +29,15 @@ pub fn packet_report(
     endpoint: &Endpoint,
     process: &str,
     class: ProcessClass,
-) -> Option<(FaultCounts, ControlRequest)> {
+) -> Option<(FaultCounts, FaultRequest)> {
     let counters = endpoint.fault_counters()?;
     let counts = counters.snapshot();
-    let report = ControlRequest::Faults(FaultRequest::ReportPacketFaults {
+    let report = FaultRequest::ReportPacketFaults {
         process: process.to_string(),
         class,
         counts,
         rule_hits: counters.rule_hits(),
-    });
+    };
     Some((counts, report))
 }
 
@@ -69,7 +69,7 @@ pub fn report_packet_faults(
                     .connect(head, None)
                     .await
                     .map_err(ClientError::from)?;
-                client::call(&head, &report, RequestOptions::control()).await
+                client::call(&head, report, RequestOptions::control()).await
             };
             match sent.await {
                 Ok(_) => reported = now,

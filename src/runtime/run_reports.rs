@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::ProcessContext;
-use crate::cluster::{ControlRequest, JobRequest, RunEvent, RunHeader, MAX_RUN_EVENTS};
+use crate::cluster::{JobRequest, RunEvent, RunHeader, MAX_RUN_EVENTS};
 
 /// The longest a completing run waits for its last events to reach the head.
 pub const FLUSH_WAIT: Duration = Duration::from_secs(2);
@@ -43,11 +43,11 @@ impl RunReporter {
                         Err(_) => break,
                     }
                 }
-                let request = ControlRequest::Jobs(JobRequest::RunEvents {
+                let request = JobRequest::RunEvents {
                     run: header.clone(),
                     events: batch,
-                });
-                if let Err(e) = context.call_head(&request).await {
+                };
+                if let Err(e) = context.call_head(request).await {
                     tracing::debug!("the head did not take a batch of run events: {e}");
                 }
             }

@@ -82,7 +82,7 @@ use crate::actor::{
     ActorHandle, CallError, ProcessContext, Registry, SpawnError, SpawnOptions, Strategy,
 };
 use crate::cluster::ObjectRequest;
-use crate::cluster::{ControlRequest, DeathCause, ObjectId, ObjectLocation, CPU, GPU};
+use crate::cluster::{DeathCause, ObjectId, ObjectLocation, CPU, GPU};
 use crate::object_store::{self, refs, ObjectRef, ObjectStoreError};
 use crate::placement::{InBundle, PlacementError, PlacementGroup};
 use crate::runtime::transits::{self, Transits};
@@ -470,17 +470,17 @@ async fn store_at_owner(
 
 /// Marks a task's result failed at its owner.
 async fn fail(context: &ProcessContext, run: &RunTask, message: String) {
-    let request = ControlRequest::Objects(ObjectRequest::FailObject {
+    let request = ObjectRequest::FailObject {
         id: run.result,
         holder: run.holder.clone(),
         message,
-    });
+    };
     let sent = match context
         .endpoint
         .connect(run.owner.address, Some(&run.owner.node))
         .await
     {
-        Ok(owner) => crate::client::call(&owner, &request, RequestOptions::control())
+        Ok(owner) => crate::client::call(&owner, request, RequestOptions::control())
             .await
             .map(drop)
             .map_err(|e| e.to_string()),

@@ -31,6 +31,7 @@
 //! Which of these happens is decided by the plain state machine of
 //! `policy.rs` ([`Leases`]); this module carries it out.
 
+use crate::cluster::MembershipReply;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -39,7 +40,7 @@ use dashmap::DashSet;
 use tokio::sync::oneshot;
 
 use crate::actor::{self, LaunchError, ProcessContext, SpawnError, SpawnOptions, Strategy};
-use crate::cluster::{ControlReply, ControlRequest, DeathCause, NodeState};
+use crate::cluster::{DeathCause, NodeState};
 use crate::cluster::{DirectoryRequest, MembershipRequest, ResourceSet};
 
 use super::policy::{
@@ -167,11 +168,8 @@ pub(crate) async fn check_feasible(
     if feasible.contains(&key) {
         return Ok(());
     }
-    let status = match context
-        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-        .await?
-    {
-        ControlReply::Status(status) => status,
+    let status = match context.call_head(MembershipRequest::Status).await? {
+        MembershipReply::Status(status) => status,
         other => {
             return Err(SpawnError::Launch(LaunchError::Start {
                 node: "head".into(),
@@ -336,10 +334,8 @@ async fn home_node(context: &ProcessContext) -> Option<String> {
     if let Some(name) = HOME.get() {
         return Some(name.clone());
     }
-    let ControlReply::Status(status) = context
-        .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-        .await
-        .ok()?
+    let MembershipReply::Status(status) =
+        context.call_head(MembershipRequest::Status).await.ok()?
     else {
         return None;
     };
@@ -371,7 +367,7 @@ fn start_reaper(context: &'static ProcessContext) {
                 }
             }
             for request in waiting_news(&context.job) {
-                if let Err(e) = context.call_head(&request).await {
+                if let Err(e) = context.call_head(request).await {
                     tracing::debug!("telling the head of tasks waiting for room: {e}");
                 }
             }
@@ -381,7 +377,7 @@ fn start_reaper(context: &'static ProcessContext) {
 
 /// Step 7: what to tell the head of the placements with tasks waiting
 /// for room, and of those with none any more.
-fn waiting_news(job: &str) -> Vec<ControlRequest> {
+fn waiting_news(job: &str) -> Vec<DirectoryRequest> {
     let mut state = state();
     let waiting: HashMap<String, usize> = state.leases.waiting_for_room().into_iter().collect();
     let mut news = Vec::new();
@@ -393,12 +389,12 @@ fn waiting_news(job: &str) -> Vec<ControlRequest> {
             continue;
         }
         told.count = count;
-        news.push(ControlRequest::Directory(DirectoryRequest::TasksWaiting {
+        news.push(DirectoryRequest::TasksWaiting {
             queue: told.queue,
             resources: told.resources.clone(),
             count,
             job: job.to_string(),
-        }));
+        });
     }
     news
 }

@@ -16,9 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::cluster::{
-    ActorId, ControlRequest, JobRequest, ObjectId, TaskRecord, TaskState, MAX_TASK_STATES,
-};
+use crate::cluster::{ActorId, JobRequest, ObjectId, TaskRecord, TaskState, MAX_TASK_STATES};
 use crate::runtime::ProcessContext;
 
 /// How often the latest states are reported.
@@ -111,8 +109,8 @@ fn start_reporting(context: &'static ProcessContext) {
                 tick.tick().await;
                 let states = take_unreported();
                 for batch in states.chunks(MAX_TASK_STATES) {
-                    let report = ControlRequest::Jobs(JobRequest::TaskStates(batch.to_vec()));
-                    if let Err(e) = context.call_head(&report).await {
+                    let report = JobRequest::TaskStates(batch.to_vec());
+                    if let Err(e) = context.call_head(report).await {
                         tracing::debug!("task states not reported: {e}");
                     }
                 }

@@ -1,13 +1,14 @@
 //! The actors and messages the tests use.
 
+use nimbus::cluster::{DirectoryReply, MembershipReply, Subsystem};
 use std::time::Duration;
 
 use actix::prelude::*;
 use nimbus::actor::{self, ActorHandle, Registry, RemoteActor, RemoteMessage};
 use nimbus::cluster::{
-    ActorId, BinaryRequest, ControlReply, ControlRequest, DeathCause, DirectoryRequest,
-    MembershipRequest, ObjectId, ObjectLocation, ObjectRequest, RefChange, RefHolder, RefUpdate,
-    ResourceSet, WorkerRequest,
+    ActorId, BinaryRequest, ControlRequest, DeathCause, DirectoryRequest, MembershipRequest,
+    ObjectId, ObjectLocation, ObjectRequest, RefChange, RefHolder, RefUpdate, ResourceSet,
+    WorkerRequest,
 };
 use nimbus::object_store::{self, ObjectRef, RawBytes};
 use nimbus::wire::{Incarnation, NodeIdentity};
@@ -107,16 +108,14 @@ impl Handler<Impersonate> for Counter {
             let Some(context) = actor::ProcessContext::current() else {
                 return vec!["not a worker".into()];
             };
-            let ask = |request| async move {
-                match context.call_head(&request).await {
+            let ask = |request: ControlRequest| async move {
+                match context.call_head(request).await {
                     Ok(reply) => format!("accepted: {reply:?}"),
                     Err(e) => e.to_string(),
                 }
             };
-            let status = context
-                .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-                .await;
-            let Ok(ControlReply::Status(status)) = status else {
+            let status = context.call_head(MembershipRequest::Status).await;
+            let Ok(MembershipReply::Status(status)) = status else {
                 return vec![format!("no status: {status:?}")];
             };
             let Some(head) = status.nodes.into_iter().find(|n| n.head) else {
@@ -127,11 +126,9 @@ impl Handler<Impersonate> for Counter {
                 incarnation: Incarnation(head.incarnation),
             };
             let located = context
-                .call_head(&ControlRequest::Directory(DirectoryRequest::LocateActor(
-                    victim,
-                )))
+                .call_head(DirectoryRequest::LocateActor(victim))
                 .await;
-            let Ok(ControlReply::Actor(Some(record))) = located else {
+            let Ok(DirectoryReply::Actor(Some(record))) = located else {
                 return vec![format!("victim not found: {located:?}")];
             };
             let leave = MembershipRequest::Leave { node: head.clone() };
@@ -147,9 +144,9 @@ impl Handler<Impersonate> for Counter {
                 restarting: false,
             };
             vec![
-                ask(ControlRequest::Membership(leave)).await,
-                ask(ControlRequest::Membership(beat)).await,
-                ask(ControlRequest::Directory(down)).await,
+                ask(leave.into()).await,
+                ask(beat.into()).await,
+                ask(down.into()).await,
             ]
         })
     }
@@ -196,17 +193,13 @@ impl Handler<Trespass> for Counter {
                 return vec!["not a worker".into()];
             };
             let located = context
-                .call_head(&ControlRequest::Directory(DirectoryRequest::LocateActor(
-                    trespass.victim,
-                )))
+                .call_head(DirectoryRequest::LocateActor(trespass.victim))
                 .await;
-            let Ok(ControlReply::Actor(Some(victim))) = located else {
+            let Ok(DirectoryReply::Actor(Some(victim))) = located else {
                 return vec![format!("victim not found: {located:?}")];
             };
-            let status = context
-                .call_head(&ControlRequest::Membership(MembershipRequest::Status))
-                .await;
-            let Ok(ControlReply::Status(status)) = status else {
+            let status = context.call_head(MembershipRequest::Status).await;
+            let Ok(MembershipReply::Status(status)) = status else {
                 return vec![format!("no status: {status:?}")];
             };
             let connection = match reach(context, &status, &victim.node.name).await {
@@ -248,17 +241,17 @@ impl Handler<Trespass> for Counter {
             ];
             let mut outcomes = Vec::new();
             for request in requests.into_iter().map(ControlRequest::Workers).chain([
-                ControlRequest::Binaries(BinaryRequest::UploadBinary {
+                ControlRequest::from(BinaryRequest::UploadBinary {
                     hash: "00".repeat(32),
                     offset: 0,
                     total: 1,
                     chunk: vec![0],
                 }),
-                ControlRequest::Objects(ObjectRequest::ListObjects),
-                ControlRequest::Objects(ObjectRequest::FreeObject(trespass.objects[1])),
-                ControlRequest::Workers(WorkerRequest::KillActor(trespass.sibling)),
+                ObjectRequest::ListObjects.into(),
+                ObjectRequest::FreeObject(trespass.objects[1]).into(),
+                WorkerRequest::KillActor(trespass.sibling).into(),
             ]) {
-                outcomes.push(outcome(&connection, &request).await);
+                outcomes.push(outcome(&connection, request).await);
             }
             let Some(owner) = status.nodes.iter().find(|n| n.id == trespass.objects_at) else {
                 return vec![format!(
@@ -267,13 +260,11 @@ impl Handler<Trespass> for Counter {
                 )];
             };
             let (small, large) = (trespass.objects[0], trespass.objects[1]);
-            let read = |id| {
-                ControlRequest::Objects(ObjectRequest::ReadObject {
-                    id,
-                    offset: 0,
-                    len: 16,
-                    copy_at: None,
-                })
+            let read = |id| ObjectRequest::ReadObject {
+                id,
+                offset: 0,
+                len: 16,
+                copy_at: None,
             };
             let me = RefHolder::Process {
                 id: 1,
@@ -287,44 +278,44 @@ impl Handler<Trespass> for Counter {
             let at_owner = [
                 read(small),
                 read(large),
-                ControlRequest::Objects(ObjectRequest::OpenObject(large)),
-                ControlRequest::Objects(ObjectRequest::AwaitObject {
+                ObjectRequest::OpenObject(large),
+                ObjectRequest::AwaitObject {
                     id: large,
                     wait_ms: 1000,
-                }),
-                ControlRequest::Objects(ObjectRequest::UpdateRefs {
+                },
+                ObjectRequest::UpdateRefs {
                     holder: me.clone(),
                     updates: vec![RefUpdate {
                         id: small,
                         change: RefChange::Hold { arrived: false },
                     }],
-                }),
-                ControlRequest::Objects(ObjectRequest::FailObject {
+                },
+                ObjectRequest::FailObject {
                     id: small,
                     holder: me.clone(),
                     message: "failed by another job".into(),
-                }),
-                ControlRequest::Objects(ObjectRequest::SealObject {
+                },
+                ObjectRequest::SealObject {
                     id: large,
                     written: false,
-                }),
-                ControlRequest::Objects(ObjectRequest::PutObjectChunk {
+                },
+                ObjectRequest::PutObjectChunk {
                     id: large,
                     offset: 1,
                     total: 1 << 20,
                     holder: me,
                     contains: Vec::new(),
                     chunk: vec![0],
-                }),
+                },
             ];
-            let pull = ControlRequest::Objects(ObjectRequest::PullObject {
+            let pull = ObjectRequest::PullObject {
                 id: large,
                 owner: ObjectLocation {
                     node: owner.identity(),
                     address: owner.address,
                 },
                 wait_ms: 1000,
-            });
+            };
             let owner_connection = match reach(context, &status, &owner.id).await {
                 Ok(owner_connection) => owner_connection,
                 Err(e) => return vec![format!("the objects' node: {e}")],
@@ -334,7 +325,7 @@ impl Handler<Trespass> for Counter {
                 .map(|request| (&owner_connection, request))
                 .chain([(&connection, &pull)]);
             for (to, request) in asked {
-                outcomes.push(outcome(to, request).await);
+                outcomes.push(outcome(to, request.clone()).await);
             }
             for pid in trespass.pids {
                 for what in ["environ", "cmdline"] {
@@ -368,7 +359,7 @@ async fn reach(
 }
 
 /// What `request` to `to` got: `accepted: REPLY`, or the error.
-async fn outcome(to: &nimbus::transport::Connection, request: &ControlRequest) -> String {
+async fn outcome(to: &nimbus::transport::Connection, request: impl Subsystem) -> String {
     let options = nimbus::transport::RequestOptions::control();
     match nimbus::client::call(to, request, options).await {
         Ok(reply) => format!("accepted: {reply:?}"),

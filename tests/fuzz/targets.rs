@@ -3,6 +3,7 @@
 //! QUIC stream, control requests and replies, actor calls, fault plans,
 //! custom resources (nimbus-train fuzzes checkpoint manifests).
 
+use nimbus::cluster::{EventReply, MembershipReply, ObjectReply, WorkerReply};
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
@@ -279,7 +280,7 @@ fn control_requests() -> Vec<Vec<u8>> {
             len: 1 << 20,
             copy_at: None,
         }),
-        ControlRequest::Echo(vec![1, 2, 3]),
+        ControlRequest::Echo(nimbus::cluster::Echo(vec![1, 2, 3])),
         ControlRequest::Jobs(JobRequest::DriverAlive {
             job: "job-1".into(),
             entrypoint: "train_mnist --epochs 1".into(),
@@ -323,22 +324,25 @@ fn control_replies() -> Vec<Vec<u8>> {
         },
     };
     [
-        ControlReply::Events(vec![died, joined]),
-        ControlReply::Ack,
-        ControlReply::Joined {
+        ControlReply::from(EventReply::Events(vec![died, joined])),
+        MembershipReply::Ack.into(),
+        MembershipReply::Joined {
             heartbeat_interval_ms: 500,
             ticket: ticket(),
             head_key: vec![3; 32],
-        },
-        ControlReply::ObjectReady {
+        }
+        .into(),
+        ObjectReply::Ready {
             size: 10,
             job: Some("j1".into()),
-        },
-        ControlReply::ObjectFailed {
+        }
+        .into(),
+        ObjectReply::Failed {
             reason: "lost".into(),
             job: Some("j1".into()),
-        },
-        ControlReply::NoCapacity("the node lacks CPU".into()),
+        }
+        .into(),
+        WorkerReply::NoCapacity("the node lacks CPU".into()).into(),
     ]
     .iter()
     .map(msgpack)

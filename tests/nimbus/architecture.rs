@@ -246,6 +246,13 @@ const PROTOCOL_NAMES: &[&str] = &[
     "ObjectRequest",
     "WorkerRequest",
     "MembershipRequest",
+    "FaultReply",
+    "JobReply",
+    "DirectoryReply",
+    "ObjectReply",
+    "WorkerReply",
+    "MembershipReply",
+    "Subsystem",
     "ProcessContext",
 ];
 

@@ -3,12 +3,11 @@
 //! (`src/transport/tickets.rs`, `src/node/authorize.rs`). A worker's side
 //! is in `tests/actors` (`actor_code_cannot_speak_for_the_head_or_another_actor`).
 
+use nimbus::cluster::MembershipReply;
 use std::time::Duration;
 
 use nimbus::client;
-use nimbus::cluster::{
-    ControlReply, ControlRequest, MembershipRequest, NodeRegistration, NodeState, ResourceSet,
-};
+use nimbus::cluster::{MembershipRequest, NodeRegistration, NodeState, ResourceSet};
 use nimbus::transport::{ConnectError, Credentials, Endpoint, RequestOptions, TransportConfig};
 use nimbus::wire::{CloseCode, Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
@@ -39,10 +38,7 @@ async fn a_token_holder_cannot_evict_a_member_or_heartbeat_for_it() {
                 host: None,
             };
             for (request, name) in [(leave, "Leave"), (beat, "Heartbeat")] {
-                let refused = client
-                    .call(&ControlRequest::Membership(request))
-                    .await
-                    .unwrap_err();
+                let refused = client.call(request).await.unwrap_err();
                 assert!(
                     refused
                         .to_string()
@@ -84,7 +80,7 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
         let config = TransportConfig::default();
         let credentials = Credentials::issue(&token, "outsider").unwrap();
         let node = Endpoint::client(peer.clone(), &credentials, config.clone()).unwrap();
-        let join = ControlRequest::Membership(MembershipRequest::Join {
+        let join = MembershipRequest::Join {
             registration: NodeRegistration {
                 node: me.clone(),
                 address: node.local_addr(),
@@ -92,22 +88,22 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
                 versions: nimbus::cluster::Versions::here(),
             },
             signs_workers: Vec::new(),
-        });
+        };
         let connection = node.connect(head, None).await.unwrap();
-        let joined = client::call(&connection, &join, RequestOptions::control()).await;
-        let Ok(ControlReply::Joined {
+        let joined = client::call(&connection, join, RequestOptions::control()).await;
+        let Ok(MembershipReply::Joined {
             ticket, head_key, ..
         }) = joined
         else {
             panic!("join: {joined:?}");
         };
         // As a token holder it may not heartbeat yet, even as itself.
-        let beat = ControlRequest::Membership(MembershipRequest::Heartbeat {
+        let beat = MembershipRequest::Heartbeat {
             node: me.clone(),
             used: ResourceSet::default(),
             host: None,
-        });
-        let uncertified = client::call(&connection, &beat, RequestOptions::control())
+        };
+        let uncertified = client::call(&connection, beat.clone(), RequestOptions::control())
             .await
             .expect_err("an uncertified node's heartbeat is refused")
             .to_string();
@@ -117,7 +113,7 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
         );
         node.certify(ticket.clone(), head_key.clone());
         let connection = node.connect(head, None).await.unwrap();
-        client::call(&connection, &beat, RequestOptions::control())
+        client::call(&connection, beat, RequestOptions::control())
             .await
             .expect("a certified node heartbeats as itself");
 
@@ -146,8 +142,8 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
             "{refused}"
         );
 
-        let leave = ControlRequest::Membership(MembershipRequest::Leave { node: me });
-        client::call(&connection, &leave, RequestOptions::control())
+        let leave = MembershipRequest::Leave { node: me };
+        client::call(&connection, leave, RequestOptions::control())
             .await
             .expect("a certified node leaves as itself");
     })

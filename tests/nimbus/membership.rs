@@ -53,9 +53,9 @@ async fn sigkill_is_detected_within_the_timeout_and_pending_requests_fail_with_n
         cluster.suspend(2).unwrap();
         let killed_at = Instant::now();
         let pending = async move {
-            let request = ControlRequest::Echo(vec![7; 64]);
+            let request = ControlRequest::Echo(nimbus::cluster::Echo(vec![7; 64]));
             let options = RequestOptions::control().with_deadline(Duration::from_secs(60));
-            let result = client::call(&connection, &request, options).await;
+            let result = client::call(&connection, request, options).await;
             (result, killed_at.elapsed())
         };
         let detection = async {
@@ -123,12 +123,12 @@ async fn a_restarted_node_is_a_new_incarnation_and_its_old_one_is_refused() {
         // ...and so is a heartbeat in its name: from anyone but that node
         // it is forbidden (`tests/nimbus/identity.rs`); the old node itself
         // would be told `StaleIncarnation` (`head/membership/state.rs`).
-        let heartbeat = ControlRequest::Membership(MembershipRequest::Heartbeat {
+        let heartbeat = MembershipRequest::Heartbeat {
             node: old.identity(),
             used: ResourceSet::default(),
             host: None,
-        });
-        let err = client.call(&heartbeat).await.unwrap_err();
+        };
+        let err = client.call(heartbeat).await.unwrap_err();
         let ClientError::Request(err) = err else { panic!("{err}") };
         assert_eq!(err.remote().unwrap().kind, RemoteErrorKind::Forbidden);
         // The new incarnation serves.
@@ -179,8 +179,9 @@ async fn bulk_traffic_does_not_starve_heartbeats() {
             workers.push(tokio::spawn(async move {
                 let mut sent = 0u64;
                 while Instant::now() < flood_until {
-                    let request = ControlRequest::Echo(vec![0xab; 256 << 10]);
-                    client::call(&head, &request, RequestOptions::bulk())
+                    let request =
+                        ControlRequest::Echo(nimbus::cluster::Echo(vec![0xab; 256 << 10]));
+                    client::call(&head, request, RequestOptions::bulk())
                         .await
                         .unwrap();
                     sent += 1;

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use nimbus::client::ClientError;
-use nimbus::cluster::{ClusterEventKind, ControlReply, ControlRequest, FaultRequest};
+use nimbus::cluster::{ClusterEventKind, ControlRequest, FaultRequest};
 use nimbus::transport::{RequestError, RequestOptions};
 
 use crate::support::{cluster, within};
@@ -46,13 +46,12 @@ async fn a_one_way_message_is_delivered_without_a_reply() {
             target: "requests test".into(),
             took_ms: 7,
         };
-        let report =
-            rmp_serde::to_vec_named(&ControlRequest::Faults(FaultRequest::ReportRecovery {
-                what: "a one-way report".into(),
-                target: "requests test".into(),
-                took_ms: 7,
-            }))
-            .unwrap();
+        let report = rmp_serde::to_vec_named(&ControlRequest::from(FaultRequest::ReportRecovery {
+            what: "a one-way report".into(),
+            target: "requests test".into(),
+            took_ms: 7,
+        }))
+        .unwrap();
         client
             .head()
             .await
@@ -76,13 +75,16 @@ async fn the_last_event_number_is_the_latest_with_more_than_a_page_kept() {
         // history is not the latest.
         let reports = 600;
         for i in 0..reports {
-            let report = ControlRequest::Faults(FaultRequest::ReportRecovery {
+            let report = FaultRequest::ReportRecovery {
                 what: "a numbered report".into(),
                 target: format!("report {i}"),
                 took_ms: 1,
-            });
-            let reply = nimbus::client::call(&head, &report, RequestOptions::control()).await;
-            assert!(matches!(reply, Ok(ControlReply::Ack)), "{reply:?}");
+            };
+            let reply = nimbus::client::call(&head, report, RequestOptions::control()).await;
+            assert!(
+                matches!(reply, Ok(nimbus::cluster::FaultReply::Ack)),
+                "{reply:?}"
+            );
         }
         let last = client.last_event_seq().await.unwrap();
         let latest = client.events(last - 1, Duration::ZERO).await.unwrap();

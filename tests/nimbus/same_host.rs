@@ -4,6 +4,7 @@
 //! off or packet faults are injected; never past its connection; and a
 //! caller without the key is dropped.
 
+use nimbus::cluster::MembershipReply;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,11 +36,11 @@ async fn connect(cluster: &crate::support::Cluster, config: TransportConfig) -> 
 
 /// An `Echo`, which every node answers (`Status` is the head's).
 fn echo_request() -> Vec<u8> {
-    rmp_serde::to_vec_named(&ControlRequest::Echo(vec![7; 64])).unwrap()
+    rmp_serde::to_vec_named(&ControlRequest::Echo(nimbus::cluster::Echo(vec![7; 64]))).unwrap()
 }
 
 fn status_request() -> Vec<u8> {
-    rmp_serde::to_vec_named(&ControlRequest::Membership(MembershipRequest::Status)).unwrap()
+    rmp_serde::to_vec_named(&ControlRequest::from(MembershipRequest::Status)).unwrap()
 }
 
 /// Sends `count` status requests on one channel without waiting, then
@@ -53,16 +54,19 @@ async fn pipelined_status(connection: &Connection, count: usize) {
     }
     for reply in pending {
         let reply: ControlReply = nimbus::wire::decode(&reply.wait().await.unwrap()).unwrap();
-        assert!(matches!(reply, ControlReply::Status(_)), "{reply:?}");
+        assert!(
+            matches!(reply, ControlReply::Membership(MembershipReply::Status(_))),
+            "{reply:?}"
+        );
     }
 }
 
 /// `count` plain status requests, each answered.
 async fn plain_status(connection: &Connection, count: usize) {
     for _ in 0..count {
-        let request = ControlRequest::Membership(MembershipRequest::Status);
-        let reply = nimbus::client::call(connection, &request, RequestOptions::control()).await;
-        assert!(matches!(reply, Ok(ControlReply::Status(_))), "{reply:?}");
+        let request = MembershipRequest::Status;
+        let reply = nimbus::client::call(connection, request, RequestOptions::control()).await;
+        assert!(matches!(reply, Ok(MembershipReply::Status(_))), "{reply:?}");
     }
 }
 
@@ -136,7 +140,9 @@ async fn channels_on_one_host_use_the_unix_socket_unless_off_or_faulty() {
 /// with one more request (`then_flush`: with a flush instead), and checks
 /// that each is answered with its own payload.
 async fn queued_echoes(channel: &Channel, count: u8, then_flush: bool) {
-    let echo = |i: u8| rmp_serde::to_vec_named(&ControlRequest::Echo(vec![i; 64])).unwrap();
+    let echo = |i: u8| {
+        rmp_serde::to_vec_named(&ControlRequest::Echo(nimbus::cluster::Echo(vec![i; 64]))).unwrap()
+    };
     let mut pending = Vec::new();
     for i in 0..count {
         let queued = channel.queue_request(echo(i), RequestOptions::control());
@@ -151,7 +157,7 @@ async fn queued_echoes(channel: &Channel, count: u8, then_flush: bool) {
     for (i, reply) in pending {
         let reply: ControlReply = nimbus::wire::decode(&reply.wait().await.unwrap()).unwrap();
         assert!(
-            matches!(&reply, ControlReply::Echo(payload) if payload == &vec![i; 64]),
+            matches!(&reply, ControlReply::Echo(nimbus::cluster::Echo(payload)) if payload == &vec![i; 64]),
             "echo {i}: {reply:?}"
         );
     }
@@ -171,8 +177,9 @@ async fn queued_requests_go_out_with_the_next_request_or_a_flush() {
             queued_echoes(&channel, 20, false).await;
             queued_echoes(&channel, 20, true).await;
             // More than one buffer's worth goes out without a flush.
-            let big =
-                |i: u8| rmp_serde::to_vec_named(&ControlRequest::Echo(vec![i; 40_000])).unwrap();
+            let big = |i: u8| {
+                rmp_serde::to_vec_named(&ControlRequest::Echo(nimbus::cluster::Echo(vec![i; 40_000]))).unwrap()
+            };
             let first = channel.queue_request(big(1), RequestOptions::control());
             let first = first.await.unwrap();
             let second = channel.queue_request(big(2), RequestOptions::control());
@@ -181,7 +188,7 @@ async fn queued_requests_go_out_with_the_next_request_or_a_flush() {
                 let reply: ControlReply =
                     nimbus::wire::decode(&reply.wait().await.unwrap()).unwrap();
                 assert!(
-                    matches!(&reply, ControlReply::Echo(p) if p == &vec![i; 40_000]),
+                    matches!(&reply, ControlReply::Echo(nimbus::cluster::Echo(p)) if p == &vec![i; 40_000]),
                     "{reply:?}"
                 );
             }
@@ -200,7 +207,7 @@ async fn a_write_cut_off_by_its_deadline_breaks_the_channel() {
         // written to the socket, and the write is cut off partway at its
         // deadline.
         cluster.suspend(1).unwrap();
-        let big = rmp_serde::to_vec_named(&ControlRequest::Echo(vec![7; 8 << 20])).unwrap();
+        let big = rmp_serde::to_vec_named(&ControlRequest::Echo(nimbus::cluster::Echo(vec![7; 8 << 20]))).unwrap();
         let short = RequestOptions::control().with_deadline(Duration::from_millis(300));
         let mut cut = Ok(());
         for _ in 0..10 {
@@ -282,8 +289,8 @@ async fn a_same_host_channel_ends_with_its_connection() {
             .await;
         assert!(failed.is_err(), "{failed:?}");
         assert!(!channel.is_open());
-        let request = ControlRequest::Membership(MembershipRequest::Status);
-        let failed = nimbus::client::call(&connection, &request, RequestOptions::control()).await;
+        let request = MembershipRequest::Status;
+        let failed = nimbus::client::call(&connection, request, RequestOptions::control()).await;
         assert!(failed.is_err(), "{failed:?}");
     })
     .await
@@ -362,11 +369,13 @@ async fn large_frames_on_one_host_go_through_shared_memory_whole_and_in_order() 
         let payload = |i: usize, len: usize| -> Vec<u8> {
             (0..len).map(|at| (at * 31 + i * 7) as u8).collect()
         };
-        let echo = |bytes: Vec<u8>| rmp_serde::to_vec_named(&ControlRequest::Echo(bytes)).unwrap();
+        let echo = |bytes: Vec<u8>| {
+            rmp_serde::to_vec_named(&ControlRequest::Echo(nimbus::cluster::Echo(bytes))).unwrap()
+        };
         let check = |reply: Vec<u8>, expected: &[u8]| {
             let reply: ControlReply = nimbus::wire::decode(&reply).unwrap();
             match reply {
-                ControlReply::Echo(bytes) => {
+                ControlReply::Echo(nimbus::cluster::Echo(bytes)) => {
                     assert!(bytes == expected, "a payload came back changed")
                 }
                 other => panic!("{other:?}"),

@@ -1,12 +1,13 @@
 //! The tests, in the order they run.
 
+use nimbus::cluster::ObjectReply;
 use std::time::{Duration, Instant};
 
 use nimbus::actor::{self, SpawnOptions, Strategy};
 use nimbus::client::ClusterClient;
 use nimbus::cluster::{
-    ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectRequest, ObjectState, RefChange,
-    RefHolder, RefUpdate, ResourceSet, SmallObject,
+    ObjectId, ObjectListing, ObjectRequest, ObjectState, RefChange, RefHolder, RefUpdate,
+    ResourceSet, SmallObject,
 };
 use nimbus::object_store::{self, ObjectBytes, ObjectStoreError};
 use nimbus::placement::{PlacementGroup, PlacementStrategy};
@@ -152,9 +153,8 @@ async fn store_of(client: &ClusterClient, name: &str) -> nimbus::transport::Conn
 async fn ask(
     node: &nimbus::transport::Connection,
     request: ObjectRequest,
-) -> Result<ControlReply, nimbus::client::ClientError> {
-    let request = ControlRequest::Objects(request);
-    nimbus::client::call(node, &request, RequestOptions::bulk()).await
+) -> Result<ObjectReply, nimbus::client::ClientError> {
+    nimbus::client::call(node, request, RequestOptions::bulk()).await
 }
 
 /// A put of object `id`, `bytes`, whole, held by `holder`.
@@ -315,7 +315,7 @@ async fn a_file_streaming_out_when_freed_is_not_reused(driver: &mut Driver) {
         copy_at: None,
     };
     let (port, ticket) = match ask(&head, ask_stream).await.unwrap() {
-        ControlReply::ObjectStream { port, ticket } => (port, ticket),
+        ObjectReply::Stream { port, ticket } => (port, ticket),
         other => panic!("no stream granted: {other:?}"),
     };
     let status = client.status().await.unwrap();
@@ -968,17 +968,15 @@ async fn a_put_that_stops_half_way_is_abandoned(driver: &mut Driver) {
         job: None,
     };
     let half = 1 << 20;
-    let put = |offset: u64| {
-        ControlRequest::Objects(ObjectRequest::PutObjectChunk {
-            id,
-            offset,
-            total: 2 * half as u64,
-            holder: holder.clone(),
-            contains: Vec::new(),
-            chunk: vec![9; half],
-        })
+    let put = |offset: u64| ObjectRequest::PutObjectChunk {
+        id,
+        offset,
+        total: 2 * half as u64,
+        holder: holder.clone(),
+        contains: Vec::new(),
+        chunk: vec![9; half],
     };
-    nimbus::client::call(&node, &put(0), RequestOptions::bulk())
+    nimbus::client::call(&node, put(0), RequestOptions::bulk())
         .await
         .unwrap();
     let state =
@@ -993,9 +991,9 @@ async fn a_put_that_stops_half_way_is_abandoned(driver: &mut Driver) {
     })
     .await
     .unwrap();
-    let awaited = ControlRequest::Objects(ObjectRequest::AwaitObject { id, wait_ms: 1000 });
-    match nimbus::client::call(&node, &awaited, RequestOptions::control()).await {
-        Ok(ControlReply::ObjectFailed { reason, .. }) => {
+    let awaited = ObjectRequest::AwaitObject { id, wait_ms: 1000 };
+    match nimbus::client::call(&node, awaited, RequestOptions::control()).await {
+        Ok(ObjectReply::Failed { reason, .. }) => {
             assert!(reason.contains("its upload stopped"), "{reason}");
             assert!(reason.contains("--object-arrival-timeout-s"), "{reason}");
         }
@@ -1003,7 +1001,7 @@ async fn a_put_that_stops_half_way_is_abandoned(driver: &mut Driver) {
     }
     // Put again, whole this time: it is complete.
     for offset in [0, half as u64] {
-        nimbus::client::call(&node, &put(offset), RequestOptions::bulk())
+        nimbus::client::call(&node, put(offset), RequestOptions::bulk())
             .await
             .unwrap();
     }
@@ -1152,7 +1150,7 @@ async fn a_late_put_of_a_freed_object_is_refused(driver: &mut Driver) {
     assert!(now.objects.iter().all(|o| o.id != id), "{now:?}");
     let awaited = call(ObjectRequest::AwaitObject { id, wait_ms: 0 }).await;
     match awaited {
-        Ok(ControlReply::ObjectFailed { reason, .. }) => {
+        Ok(ObjectReply::Failed { reason, .. }) => {
             assert!(reason.contains("freed"), "{reason}")
         }
         other => panic!("expected the object freed, got {other:?}"),
@@ -1177,17 +1175,17 @@ async fn a_small_object_is_read_until_it_is_freed(driver: &mut Driver) {
     };
     call(put_whole(id, &holder, bytes.clone())).await.unwrap();
     match call(read(0, 1 << 20)).await {
-        Ok(ControlReply::ObjectBytes(got)) => assert_eq!(got, bytes),
+        Ok(ObjectReply::Bytes(got)) => assert_eq!(got, bytes),
         other => panic!("expected its bytes, got {other:?}"),
     }
     match call(read(10, 5)).await {
-        Ok(ControlReply::ObjectBytes(got)) => assert_eq!(got, bytes[10..15]),
+        Ok(ObjectReply::Bytes(got)) => assert_eq!(got, bytes[10..15]),
         other => panic!("expected 5 of its bytes, got {other:?}"),
     }
     release_at(&node, &holder, &[id]).await;
     wait_freed(&client, "head", id).await;
     match call(read(0, 1 << 20)).await {
-        Ok(ControlReply::ObjectBytes(got)) => panic!("{} bytes read after the free", got.len()),
+        Ok(ObjectReply::Bytes(got)) => panic!("{} bytes read after the free", got.len()),
         other => assert!(format!("{other:?}").contains("freed"), "{other:?}"),
     }
 }
@@ -1217,7 +1215,7 @@ async fn a_small_object_read_last_is_not_spilled_first(driver: &mut Driver) {
         copy_at: None,
     };
     match call(read).await {
-        Ok(ControlReply::ObjectBytes(got)) => assert_eq!(got, pattern(0, size)),
+        Ok(ObjectReply::Bytes(got)) => assert_eq!(got, pattern(0, size)),
         other => panic!("expected the first object's bytes, got {other:?}"),
     }
     // 180 kB held of 200 kB: the fourth makes the shard spill one.

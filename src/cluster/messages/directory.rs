@@ -7,10 +7,6 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{ActorId, ActorRecord, ActorSpec, PlacementGroupId, ResourceSet};
 use crate::wire::Incarnation;
 
-#[cfg(doc)]
-use super::ControlReply;
-use super::ControlRequest;
-
 /// To the head: actor names and records (answered by `Directory`).
 // Built once per request and encoded at once: boxing the large variant
 // would save no memory and cost an allocation.
@@ -18,16 +14,16 @@ use super::ControlRequest;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum DirectoryRequest {
     /// To the head: reserve a unique actor name. Answered with `Ack` or
-    /// [`ControlReply::NameTaken`].
+    /// [`DirectoryReply::NameTaken`].
     ReserveName {
         /// The name.
         name: String,
         /// The actor that will carry it.
         actor: ActorId,
     },
-    /// To the head: the actor with this name. Answered with [`ControlReply::Actor`].
+    /// To the head: the actor with this name. Answered with [`DirectoryReply::Actor`].
     LookupName(String),
-    /// To the head: where this actor is. Answered with [`ControlReply::Actor`].
+    /// To the head: where this actor is. Answered with [`DirectoryReply::Actor`].
     LocateActor(ActorId),
     /// From a node to the head: an actor (incarnation) runs, and how to
     /// start it again elsewhere should its node be lost.
@@ -49,11 +45,11 @@ pub enum DirectoryRequest {
         restarting: bool,
     },
     /// To the head: every live actor's record. Answered with
-    /// [`ControlReply::Actors`].
+    /// [`DirectoryReply::Actors`].
     ListActors,
     /// To the head: the records of the dead actors it keeps (the last
     /// 1,000 per job, 10,000 in all), oldest first. Answered with
-    /// [`ControlReply::Actors`].
+    /// [`DirectoryReply::Actors`].
     ListDeadActors,
     /// To the head: a spawn found no node with room and keeps trying for
     /// `for_ms` (`crate::head`'s `demands.rs`). Answered with `Ack`.
@@ -76,7 +72,7 @@ pub enum DirectoryRequest {
     /// Answered with `Ack`.
     Placed(ActorId),
     /// To the head: the spawns waiting for room. Answered with
-    /// [`ControlReply::Demands`].
+    /// [`DirectoryReply::Demands`].
     ListDemands,
     /// To the head: a placement group found no nodes with room for its
     /// bundles and keeps trying for `for_ms`. Answered with `Ack`.
@@ -106,6 +102,21 @@ pub enum DirectoryRequest {
         /// Their job.
         job: String,
     },
+}
+
+/// What answers a [`DirectoryRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum DirectoryReply {
+    /// Done.
+    Ack,
+    /// The name belongs to another live actor.
+    NameTaken(Box<ActorRecord>),
+    /// An actor's record, if known.
+    Actor(Option<Box<ActorRecord>>),
+    /// Actors' records.
+    Actors(Vec<ActorRecord>),
+    /// The spawns waiting for room.
+    Demands(Vec<Demand>),
 }
 
 /// A placement group's demand: its bundles and how they must be spread
@@ -170,11 +181,5 @@ impl Demand {
                 Together::Loose,
             ),
         }
-    }
-}
-
-impl From<DirectoryRequest> for ControlRequest {
-    fn from(request: DirectoryRequest) -> Self {
-        ControlRequest::Directory(request)
     }
 }

@@ -8,10 +8,6 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{ActorId, MAX_PACKET_RULES};
 use crate::wire::{Incarnation, NodeIdentity};
 
-#[cfg(doc)]
-use super::ControlReply;
-use super::ControlRequest;
-
 /// To the head: the cluster's numbered events (answered by `ClusterEvents`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum EventRequest {
@@ -24,15 +20,19 @@ pub enum EventRequest {
         wait_ms: u64,
     },
     /// The number of the latest event published (answered with
-    /// [`ControlReply::EventSeq`]), to read only later ones with
+    /// [`EventReply::LastSeq`]), to read only later ones with
     /// [`Events`](Self::Events).
     LastSeq,
 }
 
-impl From<EventRequest> for ControlRequest {
-    fn from(request: EventRequest) -> Self {
-        ControlRequest::Events(request)
-    }
+/// What answers an [`EventRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum EventReply {
+    /// Events, oldest first.
+    Events(Vec<ClusterEvent>),
+    /// The number of the latest event published: events after it are
+    /// new (an [`EventRequest::LastSeq`]).
+    LastSeq(u64),
 }
 
 /// Something that happened to the membership, numbered in order.

@@ -5,8 +5,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::ProcessClass;
 
-use super::ControlRequest;
-
 /// The most packet rules whose hits one `ReportPacketFaults` publishes.
 pub const MAX_PACKET_RULES: usize = 256;
 
@@ -61,8 +59,9 @@ pub enum FaultRequest {
     AddPacketRule(crate::transport::PacketRule),
 }
 
-impl From<FaultRequest> for ControlRequest {
-    fn from(request: FaultRequest) -> Self {
-        ControlRequest::Faults(request)
-    }
+/// What answers a [`FaultRequest`]: every one is acknowledged.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum FaultReply {
+    /// Reported, or the rule added.
+    Ack,
 }

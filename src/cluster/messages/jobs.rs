@@ -7,10 +7,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{DeathCause, JobSubmission, TaskRecord, Versions};
-
-#[cfg(doc)]
-use super::ControlReply;
+use crate::cluster::{DeathCause, JobRecord, JobSubmission, RunRecord, TaskRecord, Versions};
 
 /// The most events one `JobRequest::RunEvents` carries.
 pub const MAX_RUN_EVENTS: usize = 1000;
@@ -57,25 +54,25 @@ pub enum JobRequest {
         job: String,
     },
     /// To the head, from a token holder: run a driver program on a node
-    /// (`nimbus job submit`). Answered with [`ControlReply::Job`] once the
+    /// (`nimbus job submit`). Answered with [`JobReply::Job`] once the
     /// driver runs (or with the reason it could not start).
     SubmitJob(JobSubmission),
     /// To the head, from a token holder: stop a job (its driver gets
     /// SIGTERM, then SIGKILL after the node's grace; its actors are
-    /// killed). Answered with [`ControlReply::Job`].
+    /// killed). Answered with [`JobReply::Job`].
     StopJob {
         /// The job.
         job: String,
     },
     /// To the head: every job it knows, live and ended. Answered with
-    /// [`ControlReply::Jobs`].
+    /// [`JobReply::Jobs`].
     ListJobs,
     /// To the head, from any process that submits tasks, about once a
     /// second: the latest state of its tasks that changed (at most
     /// `MAX_TASK_STATES`). Answered with `Ack`.
     TaskStates(Vec<TaskRecord>),
     /// To the head: the tasks it knows (the last 10,000). Answered with
-    /// [`ControlReply::Tasks`].
+    /// [`JobReply::Tasks`].
     ListTasks,
     /// To the head, from a training run's supervisor about once a second
     /// and as the run ends: what the run did since its last batch (at most
@@ -87,16 +84,16 @@ pub enum JobRequest {
         events: Vec<crate::cluster::RunEvent>,
     },
     /// To the head: the training runs it knows, without their points.
-    /// Answered with [`ControlReply::Runs`].
+    /// Answered with [`JobReply::Runs`].
     ListRuns,
     /// To the head: one training run, with its points. Answered with
-    /// [`ControlReply::Run`].
+    /// [`JobReply::Run`].
     GetRun {
         /// The run's id.
         run: String,
     },
     /// To a node, from the head: start a submitted job's driver. Answered
-    /// with [`ControlReply::DriverStarted`].
+    /// with [`JobReply::DriverStarted`].
     RunDriver {
         /// The job.
         job: String,
@@ -120,7 +117,7 @@ pub enum JobRequest {
         exit: DeathCause,
     },
     /// To a node: up to `max` bytes from `offset` of a submitted job's
-    /// driver log there. Answered with [`ControlReply::Log`].
+    /// driver log there. Answered with [`JobReply::Log`].
     ReadJobLog {
         /// The job.
         job: String,
@@ -129,4 +126,28 @@ pub enum JobRequest {
         /// The most bytes to return (the node caps it at 1 MiB).
         max: u64,
     },
+}
+
+/// What answers a [`JobRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum JobReply {
+    /// Done.
+    Ack,
+    /// A job, as the head knows it.
+    Job(Box<JobRecord>),
+    /// Every job the head knows.
+    Jobs(Vec<JobRecord>),
+    /// The tasks the head knows.
+    Tasks(Vec<TaskRecord>),
+    /// The training runs the head knows (without their points).
+    Runs(Vec<RunRecord>),
+    /// One training run, if the head knows it.
+    Run(Option<Box<RunRecord>>),
+    /// A submitted job's driver runs, with this process id.
+    DriverStarted {
+        /// Its process id on the node.
+        pid: u32,
+    },
+    /// Part of a driver's log.
+    Log(super::LogChunk),
 }

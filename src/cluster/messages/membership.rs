@@ -9,14 +9,10 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{AutoscalerReport, ResourceSet, Versions};
 use crate::wire::NodeIdentity;
 
-#[cfg(doc)]
-use super::ControlReply;
-use super::ControlRequest;
-
 /// To the head: joining, heartbeats, leaving, the membership view (answered by `Membership`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum MembershipRequest {
-    /// A node asks the head to admit it. Answered with [`ControlReply::Joined`].
+    /// A node asks the head to admit it. Answered with [`MembershipReply::Joined`].
     Join {
         /// Who, where, with what.
         registration: NodeRegistration,
@@ -40,7 +36,7 @@ pub enum MembershipRequest {
         /// The node.
         node: NodeIdentity,
     },
-    /// The membership and resource view. Answered with [`ControlReply::Status`].
+    /// The membership and resource view. Answered with [`MembershipReply::Status`].
     Status,
     /// The autoscaler's view after a decision round (`crate::autoscaler`):
     /// shown by `Status` while fresh, and what spawns that no node fits
@@ -58,10 +54,33 @@ pub enum MembershipRequest {
     },
 }
 
-impl From<MembershipRequest> for ControlRequest {
-    fn from(request: MembershipRequest) -> Self {
-        ControlRequest::Membership(request)
-    }
+/// What answers a [`MembershipRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum MembershipReply {
+    /// The node is a member; it must heartbeat at this interval.
+    Joined {
+        /// Heartbeat interval in milliseconds.
+        heartbeat_interval_ms: u64,
+        /// The node's ticket, for the certificate it joined with.
+        ticket: crate::wire::Ticket,
+        /// The head's public ticket key, to check other peers' tickets.
+        #[serde(with = "serde_bytes")]
+        head_key: Vec<u8>,
+    },
+    /// A join refused: a live member has the node's name.
+    NodeNameTaken {
+        /// The live member.
+        holder: crate::wire::NodeIdentity,
+        /// Where it is.
+        address: std::net::SocketAddr,
+        /// When it will have been declared dead if it has stopped (a
+        /// restarted node retries then); `None`: never (the head).
+        retry_after_ms: Option<u64>,
+    },
+    /// Acknowledges a heartbeat, a leave, a report or a request for resources.
+    Ack,
+    /// The cluster as the head sees it.
+    Status(ClusterStatus),
 }
 
 /// What a node tells the head when it joins.

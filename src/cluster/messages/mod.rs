@@ -36,26 +36,25 @@
 //!   `UpdateRefs`, `FreeObject`, `ListObjects`;
 //! - `Echo` (a probe).
 //!
-//! Every answer is a [`ControlReply`]. The protocol version (the wire's
-//! `PROTOCOL_VERSION`, 9) counts this grouping by subsystem (3: a join
-//! refused for a taken name is answered `NodeNameTaken`; 4: a join names
-//! the node's worker-ticket key and is answered with its ticket; 5: the
-//! event stream's `Resync` marker; 6: small puts in batches,
-//! `PutObjects`; 7: `StreamObject`, bulk streams over TCP; 8: `LastSeq`,
-//! the latest event's number; 9: `ListDeadActors`).
+//! Each subsystem answers with a reply type of its own (`MembershipReply`,
+//! `DirectoryReply`, ...), carried in the same variant of [`ControlReply`];
+//! the [`Subsystem`] trait ties a request type to its reply type, so a
+//! handler cannot answer, nor a caller expect, another subsystem's reply.
+//! The protocol version (the wire's `PROTOCOL_VERSION`, 16) counts this
+//! grouping by subsystem (3: a join refused for a taken name is answered
+//! `NodeNameTaken`; 4: a join names the node's worker-ticket key and is
+//! answered with its ticket; 5: the event stream's `Resync` marker; 6:
+//! small puts in batches, `PutObjects`; 7: `StreamObject`, bulk streams
+//! over TCP; 8: `LastSeq`, the latest event's number; 9: `ListDeadActors`;
+//! 16: replies grouped by subsystem).
 //!
-//! Files: `ControlRequest` and `ControlReply` here; each subsystem's
-//! requests in a file of its own (`membership.rs`, with the nodes' status;
+//! Files: `ControlRequest`, `ControlReply` and `Subsystem` here; each
+//! subsystem's requests and reply in a file of its own (`membership.rs`, with the nodes' status;
 //! `events.rs`, with the events; `directory.rs`, with the demands;
 //! `workers.rs`: workers, bundles and binaries; `objects.rs`; `faults.rs`;
 //! `jobs.rs`); `actors.rs`, the actors' ids, specs and records they share.
 
-use std::net::SocketAddr;
-
 use serde::{Deserialize, Serialize};
-
-use crate::cluster::{JobRecord, ObjectListing, SharedObjectFile, TaskRecord};
-use crate::wire::NodeIdentity;
 
 mod actors;
 mod directory;
@@ -69,16 +68,19 @@ mod workers;
 pub use actors::{
     ActorId, ActorRecord, ActorSpec, BinaryId, BundleId, OutputLine, PlacementGroupId,
 };
-pub use directory::{Demand, DirectoryRequest, GroupDemand, Together};
-pub use events::{ClusterEvent, ClusterEventKind, EventRequest, ProcessClass};
-pub use faults::{FaultRequest, MAX_PACKET_RULES};
-pub use jobs::{JobRequest, DRIVER_BEAT, MAX_RUN_EVENTS, MAX_TASK_STATES};
+pub use directory::{Demand, DirectoryReply, DirectoryRequest, GroupDemand, Together};
+pub use events::{ClusterEvent, ClusterEventKind, EventReply, EventRequest, ProcessClass};
+pub use faults::{FaultReply, FaultRequest, MAX_PACKET_RULES};
+pub use jobs::{JobReply, JobRequest, DRIVER_BEAT, MAX_RUN_EVENTS, MAX_TASK_STATES};
 pub use membership::{
-    ClusterStatus, HostLoad, MembershipRequest, NodeRegistration, NodeState, NodeStatus,
-    ResourceUsage,
+    ClusterStatus, HostLoad, MembershipReply, MembershipRequest, NodeRegistration, NodeState,
+    NodeStatus, ResourceUsage,
 };
-pub use objects::ObjectRequest;
-pub use workers::{BinaryRequest, BundleListing, BundleRequest, WorkerRequest};
+pub use objects::{ObjectReply, ObjectRequest};
+pub use workers::{
+    BinaryReply, BinaryRequest, BundleListing, BundleReply, BundleRequest, LogChunk, WorkerReply,
+    WorkerRequest,
+};
 
 /// A control-plane request: one variant per subsystem, each owning its own
 /// requests. A node's service routes each to the subsystem that answers it
@@ -108,7 +110,7 @@ pub enum ControlRequest {
     /// Jobs: drivers' liveness to the head, the end of a job to nodes.
     Jobs(JobRequest),
     /// Returns the payload unchanged: a liveness probe and a benchmark.
-    Echo(#[serde(with = "serde_bytes")] Vec<u8>),
+    Echo(Echo),
 }
 
 impl ControlRequest {
@@ -144,129 +146,115 @@ impl ControlRequest {
 /// (`--head-grace-s`, `NIMBUS_HEAD_GRACE_S`).
 pub const DEFAULT_HEAD_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// A control-plane reply.
+/// A control-plane reply: one variant per subsystem, each holding that
+/// subsystem's reply type ([`Subsystem::Reply`]).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum ControlReply {
-    /// The node is a member; it must heartbeat at this interval.
-    Joined {
-        /// Heartbeat interval in milliseconds.
-        heartbeat_interval_ms: u64,
-        /// The node's ticket, for the certificate it joined with.
-        ticket: crate::wire::Ticket,
-        /// The head's public ticket key, to check other peers' tickets.
-        #[serde(with = "serde_bytes")]
-        head_key: Vec<u8>,
-    },
-    /// A join refused: a live member has the node's name.
-    NodeNameTaken {
-        /// The live member.
-        holder: NodeIdentity,
-        /// Where it is.
-        address: SocketAddr,
-        /// When it will have been declared dead if it has stopped (a
-        /// restarted node retries then); `None`: never (the head).
-        retry_after_ms: Option<u64>,
-    },
-    /// Acknowledges a heartbeat or a leave.
-    Ack,
-    /// The cluster as the head sees it.
-    Status(ClusterStatus),
-    /// Events, oldest first.
-    Events(Vec<ClusterEvent>),
-    /// The payload of an [`ControlRequest::Echo`].
-    Echo(#[serde(with = "serde_bytes")] Vec<u8>),
-    /// The actor runs.
-    ActorStarted(ActorRecord),
-    /// The node does not have the program binary yet: upload it first.
-    NeedBinary,
-    /// The node lacks free resources for the actor.
-    NoCapacity(String),
-    /// The name belongs to another live actor.
-    NameTaken(Box<ActorRecord>),
-    /// An actor's record, if known.
-    Actor(Option<Box<ActorRecord>>),
-    /// Bytes of an object.
-    ObjectBytes(#[serde(with = "serde_bytes")] Vec<u8>),
-    /// The objects a node holds, and its store's use.
-    Objects(ObjectListing),
-    /// The object is complete.
-    ObjectReady {
-        /// Its size in bytes.
-        size: u64,
-        /// The job whose workers may read it (`None`: not known; drivers
-        /// and nodes only): a node keeping a copy keeps it too.
-        job: Option<String>,
-    },
-    /// The object will never be: the task producing it failed, or it was
-    /// freed.
-    ObjectFailed {
-        /// Why.
-        reason: String,
-        /// The job whose worker or driver recorded the failure (its reason
-        /// is that job's to read); `None` for what a node found itself (a
-        /// lost owner, a freed object), which any reader may see.
-        job: Option<String>,
-    },
-    /// The object was not complete within the wait.
-    ObjectNotReady,
-    /// An object's shared-memory file, if it has one.
-    ObjectFile(Option<SharedObjectFile>),
-    /// Where to read a bulk stream of an object: the node's bulk port (on
-    /// its QUIC address's IP) and the one-time ticket to present there.
-    ObjectStream {
-        /// The TCP port.
-        port: u16,
-        /// The ticket.
-        ticket: crate::transport::BulkTicket,
-    },
-    /// Live actors.
-    Actors(Vec<ActorRecord>),
-    /// A chunk of a program binary.
-    BinaryChunk {
-        /// Length of the whole binary.
-        total: u64,
-        /// The bytes.
-        #[serde(with = "serde_bytes")]
-        chunk: Vec<u8>,
-    },
-    /// Lines workers printed, oldest first.
-    Output {
-        /// The lines.
-        lines: Vec<OutputLine>,
-        /// Lines of the job dropped unread since `after` (the node keeps the
-        /// last 10,000 of each job).
-        dropped: u64,
-    },
-    /// The placement-group bundles a node holds.
-    Bundles(Vec<BundleListing>),
-    /// The spawns waiting for room.
-    Demands(Vec<Demand>),
-    /// A job, as the head knows it.
-    Job(Box<JobRecord>),
-    /// Every job the head knows.
-    Jobs(Vec<JobRecord>),
-    /// The tasks the head knows.
-    Tasks(Vec<TaskRecord>),
-    /// The training runs the head knows (without their points).
-    Runs(Vec<super::RunRecord>),
-    /// One training run, if the head knows it.
-    Run(Option<Box<super::RunRecord>>),
-    /// A submitted job's driver runs, with this process id.
-    DriverStarted {
-        /// Its process id on the node.
-        pid: u32,
-    },
-    /// Part of a worker's log.
-    Log {
-        /// The log file, on the node.
-        file: String,
-        /// Its length now.
-        total: u64,
-        /// The bytes asked for.
-        #[serde(with = "serde_bytes")]
-        bytes: Vec<u8>,
-    },
-    /// The number of the latest event published: events after it are
-    /// new (an [`EventRequest::LastSeq`]).
-    EventSeq(u64),
+    /// Answers a [`MembershipRequest`].
+    Membership(MembershipReply),
+    /// Answers an [`EventRequest`].
+    Events(EventReply),
+    /// Answers a [`DirectoryRequest`].
+    Directory(DirectoryReply),
+    /// Answers a [`WorkerRequest`].
+    Workers(WorkerReply),
+    /// Answers a [`BundleRequest`].
+    Bundles(BundleReply),
+    /// Answers a [`BinaryRequest`].
+    Binaries(BinaryReply),
+    /// Answers an [`ObjectRequest`].
+    Objects(ObjectReply),
+    /// Answers a [`FaultRequest`].
+    Faults(FaultReply),
+    /// Answers a [`JobRequest`].
+    Jobs(JobReply),
+    /// Answers an [`Echo`]: the same payload.
+    Echo(Echo),
+}
+
+/// A liveness probe and a benchmark: answered with the same payload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Echo(#[serde(with = "serde_bytes")] pub Vec<u8>);
+
+/// A subsystem's requests, with the one reply type that answers them: the
+/// node service's handler of a subsystem returns its `Reply`, and a typed
+/// call (`crate::client::call`, `ProcessContext::call_head`) returns it to
+/// the caller, so neither side can mix up subsystems. [`ControlRequest`]
+/// itself is one, answered by any [`ControlReply`].
+pub trait Subsystem: Into<ControlRequest> {
+    /// What answers this subsystem's requests.
+    type Reply: Into<ControlReply> + std::fmt::Debug;
+    /// The subsystem's name, for errors.
+    const NAME: &'static str;
+    /// The reply, if it is this subsystem's; else the error naming both.
+    fn expect(reply: ControlReply) -> Result<Self::Reply, UnexpectedReply>;
+}
+
+impl Subsystem for ControlRequest {
+    type Reply = ControlReply;
+    const NAME: &'static str = "a control request";
+    fn expect(reply: ControlReply) -> Result<ControlReply, UnexpectedReply> {
+        Ok(reply)
+    }
+}
+
+/// Ties each subsystem's request type to its variant of [`ControlRequest`]
+/// and its reply type to the same variant of [`ControlReply`].
+macro_rules! subsystems {
+    ($($variant:ident: $request:ty => $reply:ty,)*) => {$(
+        impl From<$request> for ControlRequest {
+            fn from(request: $request) -> Self {
+                ControlRequest::$variant(request)
+            }
+        }
+        impl From<$reply> for ControlReply {
+            fn from(reply: $reply) -> Self {
+                ControlReply::$variant(reply)
+            }
+        }
+        impl Subsystem for $request {
+            type Reply = $reply;
+            const NAME: &'static str = stringify!($request);
+            fn expect(reply: ControlReply) -> Result<$reply, UnexpectedReply> {
+                match reply {
+                    ControlReply::$variant(reply) => Ok(reply),
+                    other => Err(UnexpectedReply::new(Self::NAME, other)),
+                }
+            }
+        }
+    )*};
+}
+
+subsystems! {
+    Membership: MembershipRequest => MembershipReply,
+    Events: EventRequest => EventReply,
+    Directory: DirectoryRequest => DirectoryReply,
+    Workers: WorkerRequest => WorkerReply,
+    Bundles: BundleRequest => BundleReply,
+    Binaries: BinaryRequest => BinaryReply,
+    Objects: ObjectRequest => ObjectReply,
+    Faults: FaultRequest => FaultReply,
+    Jobs: JobRequest => JobReply,
+    Echo: Echo => Echo,
+}
+
+/// A reply that does not answer the request it came for: a peer of
+/// another protocol version, or a bug. The one way every layer names it.
+#[derive(Debug, thiserror::Error)]
+#[error("{request} was answered with {reply:?}")]
+pub struct UnexpectedReply {
+    /// The request, by name.
+    pub request: &'static str,
+    /// What came back.
+    pub reply: Box<ControlReply>,
+}
+
+impl UnexpectedReply {
+    /// `request` (its name) was answered with `reply`.
+    pub fn new(request: &'static str, reply: impl Into<ControlReply>) -> Self {
+        UnexpectedReply {
+            request,
+            reply: Box::new(reply.into()),
+        }
+    }
 }

@@ -3,11 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{ContainedRef, ObjectId, ObjectLocation, RefHolder, RefUpdate};
-
-#[cfg(doc)]
-use super::ControlReply;
-use super::ControlRequest;
+use crate::cluster::{
+    ContainedRef, ObjectId, ObjectListing, ObjectLocation, RefHolder, RefUpdate, SharedObjectFile,
+};
 
 /// To a node: its object store (answered by its `NodeObjectStore`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -44,7 +42,7 @@ pub enum ObjectRequest {
         objects: Vec<crate::cluster::SmallObject>,
     },
     /// To a node: bytes of an object it holds. Answered with
-    /// [`ControlReply::ObjectBytes`].
+    /// [`ObjectReply::Bytes`].
     ReadObject {
         /// The object.
         id: ObjectId,
@@ -58,7 +56,7 @@ pub enum ObjectRequest {
     },
     /// To a node: fetch an object from the node that owns it, unless it is
     /// here already; concurrent pulls of one object share one transfer.
-    /// Answered with [`ControlReply::ObjectReady`] once the object is here.
+    /// Answered with [`ObjectReply::Ready`] once the object is here.
     PullObject {
         /// The object.
         id: ObjectId,
@@ -68,8 +66,8 @@ pub enum ObjectRequest {
         wait_ms: u64,
     },
     /// To a node: wait up to `wait_ms` for an object it owns to be complete.
-    /// Answered with [`ControlReply::ObjectReady`],
-    /// [`ControlReply::ObjectFailed`] or [`ControlReply::ObjectNotReady`].
+    /// Answered with [`ObjectReply::Ready`],
+    /// [`ObjectReply::Failed`] or [`ObjectReply::NotReady`].
     AwaitObject {
         /// The object.
         id: ObjectId,
@@ -99,7 +97,7 @@ pub enum ObjectRequest {
     FreeObject(ObjectId),
     /// To a node, from another node: a bulk stream (TLS over TCP,
     /// `transport/bulk.rs`) of an object it holds, `size` bytes.
-    /// Answered with [`ControlReply::ObjectStream`], or an error when the
+    /// Answered with [`ObjectReply::Stream`], or an error when the
     /// node has no bulk listener (read in chunks then).
     StreamObject {
         /// The object.
@@ -110,12 +108,12 @@ pub enum ObjectRequest {
         copy_at: Option<ObjectLocation>,
     },
     /// To a node, from a process of its host: the shared-memory file of a
-    /// complete object. Answered with [`ControlReply::ObjectFile`] (`None`:
+    /// complete object. Answered with [`ObjectReply::File`] (`None`:
     /// read it in chunks).
     OpenObject(ObjectId),
     /// To a node, from a process of its host: reserve an object to write in
     /// place (as the first chunk of a put does). Answered with
-    /// [`ControlReply::ObjectFile`]: `None` if the node keeps no shared
+    /// [`ObjectReply::File`]: `None` if the node keeps no shared
     /// memory, and nothing was reserved.
     CreateObject {
         /// The object.
@@ -135,12 +133,47 @@ pub enum ObjectRequest {
         /// Whether the bytes are all there.
         written: bool,
     },
-    /// To a node: the objects it holds. Answered with [`ControlReply::Objects`].
+    /// To a node: the objects it holds. Answered with [`ObjectReply::Listing`].
     ListObjects,
 }
 
-impl From<ObjectRequest> for ControlRequest {
-    fn from(request: ObjectRequest) -> Self {
-        ControlRequest::Objects(request)
-    }
+/// What answers an [`ObjectRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ObjectReply {
+    /// Done.
+    Ack,
+    /// Bytes of an object.
+    Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// The objects a node holds, and its store's use.
+    Listing(ObjectListing),
+    /// The object is complete.
+    Ready {
+        /// Its size in bytes.
+        size: u64,
+        /// The job whose workers may read it (`None`: not known; drivers
+        /// and nodes only): a node keeping a copy keeps it too.
+        job: Option<String>,
+    },
+    /// The object will never be: the task producing it failed, or it was
+    /// freed.
+    Failed {
+        /// Why.
+        reason: String,
+        /// The job whose worker or driver recorded the failure (its reason
+        /// is that job's to read); `None` for what a node found itself (a
+        /// lost owner, a freed object), which any reader may see.
+        job: Option<String>,
+    },
+    /// The object was not complete within the wait.
+    NotReady,
+    /// An object's shared-memory file, if it has one.
+    File(Option<SharedObjectFile>),
+    /// Where to read a bulk stream of an object: the node's bulk port (on
+    /// its QUIC address's IP) and the one-time ticket to present there.
+    Stream {
+        /// The TCP port.
+        port: u16,
+        /// The ticket.
+        ticket: crate::transport::BulkTicket,
+    },
 }

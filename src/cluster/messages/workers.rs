@@ -4,11 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{ActorId, ActorSpec, BundleId, ResourceSet};
-
-#[cfg(doc)]
-use super::ControlReply;
-use super::ControlRequest;
+use crate::cluster::{ActorId, ActorRecord, ActorSpec, BundleId, OutputLine, ResourceSet};
 
 /// To a node: starting and killing actors' worker processes (answered by its `NodeManager`).
 // Built once per request and encoded at once: boxing the large variant
@@ -17,8 +13,8 @@ use super::ControlRequest;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum WorkerRequest {
     /// To a node: start an actor in a worker process. Answered with
-    /// [`ControlReply::ActorStarted`], [`ControlReply::NeedBinary`] or
-    /// [`ControlReply::NoCapacity`].
+    /// [`WorkerReply::ActorStarted`], [`WorkerReply::NeedBinary`] or
+    /// [`WorkerReply::NoCapacity`].
     StartActor(ActorSpec),
     /// To a node: SIGKILL an actor's worker process and do not restart it
     /// (Ray's `ray.kill`). Answered with `Ack`, also when the actor is not
@@ -26,7 +22,7 @@ pub enum WorkerRequest {
     KillActor(ActorId),
     /// To a node: the lines its workers of `job` printed to stdout after
     /// number `after` (at most `max`, and 1,000), for the job's driver to
-    /// show (`log_to_driver`). Answered with [`ControlReply::Output`].
+    /// show (`log_to_driver`). Answered with [`WorkerReply::Output`].
     ReadOutput {
         /// The job.
         job: String,
@@ -37,7 +33,7 @@ pub enum WorkerRequest {
     },
     /// To a node: up to `max` bytes from `offset` of the stdout or stderr
     /// log of the newest worker process that hosted `actor` there.
-    /// Answered with [`ControlReply::Log`].
+    /// Answered with [`WorkerReply::Log`].
     ReadLog {
         /// The actor.
         actor: ActorId,
@@ -50,7 +46,7 @@ pub enum WorkerRequest {
         max: u64,
     },
     /// To a node: up to `max` bytes from `offset` of the node's own log
-    /// (where its stderr goes). Answered with [`ControlReply::Log`].
+    /// (where its stderr goes). Answered with [`WorkerReply::Log`].
     ReadNodeLog {
         /// Where to start reading.
         offset: u64,
@@ -72,17 +68,46 @@ pub enum WorkerRequest {
     },
 }
 
-impl From<WorkerRequest> for ControlRequest {
-    fn from(request: WorkerRequest) -> Self {
-        ControlRequest::Workers(request)
-    }
+/// What answers a [`WorkerRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum WorkerReply {
+    /// Done.
+    Ack,
+    /// The actor runs.
+    ActorStarted(Box<ActorRecord>),
+    /// The node does not have the program binary yet: upload it first.
+    NeedBinary,
+    /// The node lacks free resources for the actor.
+    NoCapacity(String),
+    /// Lines workers printed, oldest first.
+    Output {
+        /// The lines.
+        lines: Vec<OutputLine>,
+        /// Lines of the job dropped unread since `after` (the node keeps the
+        /// last 10,000 of each job).
+        dropped: u64,
+    },
+    /// Part of a log.
+    Log(LogChunk),
+}
+
+/// Part of a log file on a node: a worker's, a driver's or the node's own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogChunk {
+    /// The log file, on the node.
+    pub file: String,
+    /// Its length now.
+    pub total: u64,
+    /// The bytes asked for.
+    #[serde(with = "serde_bytes")]
+    pub bytes: Vec<u8>,
 }
 
 /// To a node: placement-group bundles (answered by its `NodeManager`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum BundleRequest {
     /// To a node: set resources aside for a placement-group bundle.
-    /// Answered with `Ack` or [`ControlReply::NoCapacity`].
+    /// Answered with `Ack` or [`BundleReply::NoCapacity`].
     ReserveBundle {
         /// The bundle.
         bundle: BundleId,
@@ -95,8 +120,19 @@ pub enum BundleRequest {
     /// To a node: give a bundle's resources back.
     ReleaseBundle(BundleId),
     /// To a node: the bundles it holds. Answered with
-    /// [`ControlReply::Bundles`].
+    /// [`BundleReply::Bundles`].
     ListBundles,
+}
+
+/// What answers a [`BundleRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum BundleReply {
+    /// Reserved or released.
+    Ack,
+    /// The node lacks free resources for the bundle.
+    NoCapacity(String),
+    /// The bundles the node holds.
+    Bundles(Vec<BundleListing>),
 }
 
 /// A placement-group bundle a node holds (`nimbus list placement-groups`).
@@ -110,12 +146,6 @@ pub struct BundleListing {
     pub used: ResourceSet,
     /// The job whose placement group it is.
     pub job: String,
-}
-
-impl From<BundleRequest> for ControlRequest {
-    fn from(request: BundleRequest) -> Self {
-        ControlRequest::Bundles(request)
-    }
 }
 
 /// To a node: its cache of program binaries (answered by its `NodeManager`).
@@ -134,7 +164,7 @@ pub enum BinaryRequest {
         chunk: Vec<u8>,
     },
     /// To a node: `len` bytes of a program binary from `offset`, for another
-    /// node that lacks it. Answered with [`ControlReply::BinaryChunk`].
+    /// node that lacks it. Answered with [`BinaryReply::Chunk`].
     ReadBinary {
         /// Hex SHA-256 of the whole binary.
         hash: String,
@@ -145,8 +175,17 @@ pub enum BinaryRequest {
     },
 }
 
-impl From<BinaryRequest> for ControlRequest {
-    fn from(request: BinaryRequest) -> Self {
-        ControlRequest::Binaries(request)
-    }
+/// What answers a [`BinaryRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum BinaryReply {
+    /// The chunk is stored.
+    Ack,
+    /// A chunk of a program binary.
+    Chunk {
+        /// Length of the whole binary.
+        total: u64,
+        /// The bytes.
+        #[serde(with = "serde_bytes")]
+        chunk: Vec<u8>,
+    },
 }

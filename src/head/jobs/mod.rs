@@ -57,6 +57,7 @@
 //! the load, and its node is asked to stop the driver. A change the store
 //! does not take is tried again at the next change.
 
+use crate::cluster::JobReply;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -69,8 +70,8 @@ use super::runs::RunTable;
 use super::store::{HeadStore, StoredJob};
 use super::tasks::TaskTable;
 use crate::cluster::{
-    ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, DeathCause, JobRecord,
-    JobRequest, JobSubmission, RunEvent, RunHeader, RunRecord, TaskRecord, Versions,
+    ClusterEvent, ClusterEventKind, ControlRequest, DeathCause, JobRecord, JobRequest,
+    JobSubmission, RunEvent, RunHeader, RunRecord, TaskRecord, Versions,
 };
 use crate::transport::{Endpoint, RequestOptions};
 use crate::wire::NodeIdentity;
@@ -235,9 +236,9 @@ async fn call_node(
     endpoint: Endpoint,
     membership: Addr<Membership>,
     node: String,
-    request: ControlRequest,
+    request: JobRequest,
     deadline: Duration,
-) -> Result<ControlReply, String> {
+) -> Result<JobReply, String> {
     let status = membership
         .send(membership::Status)
         .await
@@ -250,12 +251,14 @@ async fn call_node(
         .connect(target.address, Some(&target.identity()))
         .await
         .map_err(|e| e.to_string())?;
-    let body = rmp_serde::to_vec_named(&request).map_err(|e| e.to_string())?;
+    let body =
+        rmp_serde::to_vec_named(&ControlRequest::from(request)).map_err(|e| e.to_string())?;
     let reply = connection
         .request(body, RequestOptions::control().with_deadline(deadline))
         .await
         .map_err(|e| e.to_string())?;
-    rmp_serde::from_slice(&reply).map_err(|e| e.to_string())
+    let reply = rmp_serde::from_slice(&reply).map_err(|e| e.to_string())?;
+    <JobRequest as crate::cluster::Subsystem>::expect(reply).map_err(|e| e.to_string())
 }
 
 /// Every live node ends `job`; then `JobEnded` is published.
@@ -269,8 +272,8 @@ async fn end_job(
     let Ok(status) = membership.send(membership::Status).await else {
         return;
     };
-    let request = ControlRequest::Jobs(JobRequest::EndJob { job: job.clone() });
-    let Ok(body) = rmp_serde::to_vec_named(&request) else {
+    let request = JobRequest::EndJob { job: job.clone() };
+    let Ok(body) = rmp_serde::to_vec_named(&ControlRequest::from(request)) else {
         return;
     };
     for node in status.alive() {
@@ -386,11 +389,11 @@ impl Handler<Submit> for Jobs {
                     });
                 let run = async move {
                     recorded?;
-                    let request = ControlRequest::Jobs(JobRequest::RunDriver {
+                    let request = JobRequest::RunDriver {
                         job: id.clone(),
                         submission,
                         head,
-                    });
+                    };
                     let reply = call_node(
                         endpoint,
                         membership,
@@ -400,7 +403,7 @@ impl Handler<Submit> for Jobs {
                     )
                     .await;
                     let detail = match reply {
-                        Ok(ControlReply::DriverStarted { pid }) => return Ok((id, Ok(pid))),
+                        Ok(JobReply::DriverStarted { pid }) => return Ok((id, Ok(pid))),
                         Ok(reply) => format!("unexpected reply {reply:?}"),
                         Err(e) => e,
                     };
@@ -444,9 +447,9 @@ impl Jobs {
         let Some(node) = self.table.get(job).and_then(|r| r.node.clone()) else {
             return;
         };
-        let request = ControlRequest::Jobs(JobRequest::StopDriver {
+        let request = JobRequest::StopDriver {
             job: job.to_string(),
-        });
+        };
         let call = call_node(
             self.endpoint.clone(),
             self.membership.clone(),

@@ -10,7 +10,7 @@
 //!    so a restart is always newer). The table keeps one entry per name.
 //!    `Join` of a newer incarnation replaces the old one once that is dead
 //!    or has left (`NodeJoined`); while the old one is alive the name is
-//!    taken (`NameTaken`, answered as `ControlReply::NodeNameTaken` with when
+//!    taken (`NameTaken`, answered as `MembershipReply::NodeNameTaken` with when
 //!    the old one, if silent, will have been declared dead: a restarted
 //!    node retries then; the head's name is never free). An older
 //!    incarnation is refused (`Stale`), as is a declared dead one (`Dead`);

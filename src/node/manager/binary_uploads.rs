@@ -1,11 +1,11 @@
 //! User binaries uploaded to this node and read back from it, in
 //! bounded chunks.
 
+use crate::cluster::BinaryReply;
 use std::time::Instant;
 
 use actix::prelude::*;
 
-use crate::cluster::ControlReply;
 use crate::wire::{RemoteError, RemoteErrorKind};
 
 use super::NodeManager;
@@ -13,7 +13,7 @@ use crate::node::error::BinaryError;
 
 /// Read a chunk of a cached program binary.
 #[derive(Message)]
-#[rtype(result = "Result<ControlReply, RemoteError>")]
+#[rtype(result = "Result<BinaryReply, RemoteError>")]
 pub struct ReadBinary {
     /// Hex SHA-256 of the whole binary.
     pub hash: String,
@@ -24,7 +24,7 @@ pub struct ReadBinary {
 }
 
 impl Handler<ReadBinary> for NodeManager {
-    type Result = ResponseFuture<Result<ControlReply, RemoteError>>;
+    type Result = ResponseFuture<Result<BinaryReply, RemoteError>>;
 
     /// The file is read on the blocking pool, off this actor's thread.
     fn handle(&mut self, msg: ReadBinary, _: &mut Self::Context) -> Self::Result {
@@ -37,7 +37,7 @@ impl Handler<ReadBinary> for NodeManager {
                 .await
                 .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?
                 .map_err(refused)?;
-            Ok(ControlReply::BinaryChunk { total, chunk })
+            Ok(BinaryReply::Chunk { total, chunk })
         })
     }
 }

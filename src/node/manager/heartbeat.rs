@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use crate::client::ClientError;
 use crate::cluster::MembershipRequest;
-use crate::cluster::{ActorRecord, ActorSpec, ControlRequest};
+use crate::cluster::{ActorRecord, ActorSpec};
 use crate::head::membership::{self, MembershipError};
 use crate::transport::{ConnectError, RequestError};
 use crate::wire::RemoteErrorKind;
@@ -71,7 +71,7 @@ impl NodeManager {
                 let call = call_head(
                     endpoint,
                     *head,
-                    ControlRequest::Membership(MembershipRequest::Heartbeat { node, used, host }),
+                    MembershipRequest::Heartbeat { node, used, host },
                     self.config.interval * 2,
                 );
                 async move {

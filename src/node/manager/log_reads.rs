@@ -2,12 +2,13 @@
 //! their stderr followed, and their logs and the node's own read back
 //! and rotated.
 
+use crate::cluster::WorkerReply;
 use std::path::PathBuf;
 
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::cluster::{ActorId, ControlReply};
+use crate::cluster::{ActorId, LogChunk};
 use crate::wire::RemoteError;
 
 use super::NodeManager;
@@ -59,7 +60,7 @@ impl Handler<StderrRead> for NodeManager {
 
 /// The lines workers of a job printed here after a number.
 #[derive(Message)]
-#[rtype(result = "ControlReply")]
+#[rtype(result = "WorkerReply")]
 pub struct ReadOutput {
     /// The job.
     pub job: String,
@@ -74,13 +75,13 @@ impl Handler<ReadOutput> for NodeManager {
 
     fn handle(&mut self, msg: ReadOutput, _: &mut Self::Context) -> Self::Result {
         let (lines, dropped) = self.output.since(&msg.job, msg.after, msg.max as usize);
-        MessageResult(ControlReply::Output { lines, dropped })
+        MessageResult(WorkerReply::Output { lines, dropped })
     }
 }
 
 /// Read part of the log of an actor's newest worker here.
 #[derive(Message)]
-#[rtype(result = "Result<ControlReply, RemoteError>")]
+#[rtype(result = "Result<LogChunk, RemoteError>")]
 pub struct ReadLog {
     /// The actor.
     pub actor: ActorId,
@@ -95,7 +96,7 @@ pub struct ReadLog {
 }
 
 impl Handler<ReadLog> for NodeManager {
-    type Result = ResponseFuture<Result<ControlReply, RemoteError>>;
+    type Result = ResponseFuture<Result<LogChunk, RemoteError>>;
 
     /// The directory is searched and the file read on the blocking pool.
     fn handle(&mut self, msg: ReadLog, _: &mut Self::Context) -> Self::Result {
@@ -116,13 +117,13 @@ impl Handler<ReadLog> for NodeManager {
             logs::newest(&dir, msg.actor, stream)
                 .ok_or_else(|| format!("no worker of actor {} ran on node {node}", msg.actor))
         };
-        Box::pin(logs::read_reply(find, msg.offset, msg.max))
+        Box::pin(logs::read_chunk(find, msg.offset, msg.max))
     }
 }
 
 /// Read part of this node's own log.
 #[derive(Message)]
-#[rtype(result = "Result<ControlReply, RemoteError>")]
+#[rtype(result = "Result<LogChunk, RemoteError>")]
 pub struct ReadNodeLog {
     /// From where.
     pub offset: u64,
@@ -131,7 +132,7 @@ pub struct ReadNodeLog {
 }
 
 impl Handler<ReadNodeLog> for NodeManager {
-    type Result = ResponseFuture<Result<ControlReply, RemoteError>>;
+    type Result = ResponseFuture<Result<LogChunk, RemoteError>>;
 
     /// The log is where this process's stderr goes (`nimbus start` sends
     /// it to a file); read on the blocking pool.
@@ -148,7 +149,7 @@ impl Handler<ReadNodeLog> for NodeManager {
                 )),
             }
         };
-        Box::pin(logs::read_reply(find, msg.offset, msg.max))
+        Box::pin(logs::read_chunk(find, msg.offset, msg.max))
     }
 }
 

@@ -62,6 +62,7 @@ pub(super) use bundles::ListBundles;
 pub(super) use log_reads::{ReadLog, ReadNodeLog, ReadOutput};
 pub(super) use worker_processes::EndJob;
 
+use crate::cluster::Subsystem;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -75,9 +76,7 @@ use tracing::debug;
 
 use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
-use crate::cluster::{
-    ActorId, ActorRecord, ActorSpec, BundleId, ControlReply, ControlRequest, ResourceSet,
-};
+use crate::cluster::{ActorId, ActorRecord, ActorSpec, BundleId, ResourceSet};
 use crate::head::directory::Directory;
 use crate::head::membership::Membership;
 use crate::transport::{Endpoint, RequestOptions};
@@ -242,17 +241,17 @@ impl Actor for NodeManager {
 }
 
 /// A control request to the head over QUIC (members only).
-pub(super) fn call_head(
+pub(super) fn call_head<R: Subsystem + Send + 'static>(
     endpoint: &Endpoint,
     head: SocketAddr,
-    request: ControlRequest,
+    request: R,
     deadline: Duration,
-) -> BoxFuture<'static, Result<ControlReply, ClientError>> {
+) -> BoxFuture<'static, Result<R::Reply, ClientError>> {
     let endpoint = endpoint.clone();
     async move {
         let connection = endpoint.connect(head, None).await?;
         let options = RequestOptions::control().with_deadline(deadline);
-        client::call(&connection, &request, options).await
+        client::call(&connection, request, options).await
     }
     .boxed()
 }

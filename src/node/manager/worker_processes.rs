@@ -1,6 +1,7 @@
 //! Worker processes: started for an actor, restarted when they exit
 //! while restarts remain, killed on request and when their job ends.
 
+use crate::cluster::WorkerReply;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -9,7 +10,7 @@ use futures::FutureExt;
 use tracing::{info, warn};
 
 use crate::cluster::DeathCause;
-use crate::cluster::{ActorId, ActorSpec, BundleId, ControlReply};
+use crate::cluster::{ActorId, ActorSpec, BundleId};
 use crate::head::directory::{self};
 use crate::host::files::private_dir;
 use crate::host::processes::{signal_process, Signal};
@@ -27,15 +28,15 @@ use crate::runtime::boot::WorkerBoot;
 
 /// Start an actor in a worker process on this node.
 #[derive(Message)]
-#[rtype(result = "Result<ControlReply, RemoteError>")]
+#[rtype(result = "Result<WorkerReply, RemoteError>")]
 pub struct StartActor(pub ActorSpec);
 
 impl Handler<StartActor> for NodeManager {
-    type Result = ResponseActFuture<Self, Result<ControlReply, RemoteError>>;
+    type Result = ResponseActFuture<Self, Result<WorkerReply, RemoteError>>;
 
     fn handle(&mut self, StartActor(spec): StartActor, ctx: &mut Self::Context) -> Self::Result {
         if self.binaries.get(&spec.binary.hash).is_none() {
-            return Box::pin(fut::ready(Ok(ControlReply::NeedBinary)));
+            return Box::pin(fut::ready(Ok(WorkerReply::NeedBinary)));
         }
         if self.workers.contains_key(&spec.actor) {
             let error = RemoteError::new(
@@ -48,7 +49,7 @@ impl Handler<StartActor> for NodeManager {
             Ok(grant) => grant,
             Err(cause) => {
                 let short = self.no_capacity(cause).to_string();
-                return Box::pin(fut::ready(Ok(ControlReply::NoCapacity(short))));
+                return Box::pin(fut::ready(Ok(WorkerReply::NoCapacity(short))));
             }
         };
         // Fault rules hit an actor's first life only, wherever it restarts.
@@ -90,7 +91,7 @@ impl Handler<StartActor> for NodeManager {
                     used.await;
                 }
                 .into_actor(manager)
-                .map(move |_, _, _| Ok(ControlReply::ActorStarted(record))),
+                .map(move |_, _, _| Ok(WorkerReply::ActorStarted(Box::new(record)))),
             )
         }))
     }

@@ -1,11 +1,12 @@
 //! Which job's workers may read and change which objects (step 7 of the
 //! node store's protocol, `mod.rs`): drivers, the CLI and nodes any.
 
+use crate::cluster::ObjectReply;
 use std::sync::Arc;
 
 use super::shard::{Fail, OfOtherJobs};
 use super::{forbidden, unavailable, NodeObjectStore};
-use crate::cluster::{ControlReply, ObjectId, RefHolder};
+use crate::cluster::{ObjectId, RefHolder};
 use crate::object_store::error::ShardError;
 use crate::wire::RemoteError;
 
@@ -73,12 +74,12 @@ pub(super) fn may_read(
 /// recorded for its failure (step 7).
 pub(super) fn readable(
     id: ObjectId,
-    reply: ControlReply,
+    reply: ObjectReply,
     confined: Option<&str>,
-) -> Result<ControlReply, RemoteError> {
+) -> Result<ObjectReply, RemoteError> {
     match &reply {
-        ControlReply::ObjectReady { job, .. }
-        | ControlReply::ObjectFailed {
+        ObjectReply::Ready { job, .. }
+        | ObjectReply::Failed {
             job: job @ Some(_), ..
         } => may_read(id, job.as_deref(), confined).map_err(forbidden)?,
         _ => {}
@@ -123,7 +124,7 @@ mod tests {
     /// was lost, but not the reason another job's task recorded.
     #[test]
     fn a_failure_is_told_to_its_own_job() {
-        let failed = |job: Option<&str>| ControlReply::ObjectFailed {
+        let failed = |job: Option<&str>| ObjectReply::Failed {
             reason: "the task's secret".into(),
             job: job.map(str::to_string),
         };

@@ -4,14 +4,15 @@
 //! worker incarnation that died and of each ended job's drivers; after
 //! missed events it resyncs against the head's directory and jobs.
 
+use crate::cluster::Subsystem;
+use crate::cluster::{DirectoryReply, JobReply, UnexpectedReply};
 use std::time::Duration;
 
 use actix::prelude::*;
 
 use super::shard::{DropDriver, DropWorker, Holders, ListHolders};
-use super::{unexpected, NodeObjectStore};
+use super::NodeObjectStore;
 use crate::client;
-use crate::cluster::{ControlReply, ControlRequest};
 use crate::object_store::error::ObjectStoreError;
 use crate::object_store::transfer::MAX_OBJECT_WAIT;
 use crate::transport::{Endpoint, RequestOptions};
@@ -197,11 +198,10 @@ impl HeadEvents {
                 .await
                 .map_err(|_| ObjectStoreError::EventsStopped),
             HeadEvents::Remote(head) => {
-                let request =
-                    ControlRequest::Directory(crate::cluster::DirectoryRequest::LocateActor(actor));
-                match self.ask(endpoint, *head, &request).await? {
-                    ControlReply::Actor(record) => Ok(record.map(|r| *r)),
-                    reply => Err(unexpected("LocateActor", reply)),
+                let request = crate::cluster::DirectoryRequest::LocateActor(actor);
+                match self.ask(endpoint, *head, request).await? {
+                    DirectoryReply::Actor(record) => Ok(record.map(|r| *r)),
+                    reply => Err(UnexpectedReply::new("LocateActor", reply).into()),
                 }
             }
         }
@@ -218,24 +218,25 @@ impl HeadEvents {
                 .await
                 .map_err(|_| ObjectStoreError::EventsStopped),
             HeadEvents::Remote(head) => {
-                let request = ControlRequest::Jobs(crate::cluster::JobRequest::ListJobs);
-                match self.ask(endpoint, *head, &request).await? {
-                    ControlReply::Jobs(jobs) => Ok(jobs),
-                    reply => Err(unexpected("ListJobs", reply)),
+                let request = crate::cluster::JobRequest::ListJobs;
+                match self.ask(endpoint, *head, request).await? {
+                    JobReply::Jobs(jobs) => Ok(jobs),
+                    reply => Err(UnexpectedReply::new("ListJobs", reply).into()),
                 }
             }
         }
     }
 
     /// Asks the head at `head` (again while it is unreachable).
-    async fn ask(
+    async fn ask<R: Subsystem + Clone>(
         &self,
         endpoint: &Endpoint,
         head: std::net::SocketAddr,
-        request: &ControlRequest,
-    ) -> Result<ControlReply, ObjectStoreError> {
+        request: R,
+    ) -> Result<R::Reply, ObjectStoreError> {
+        let request = &request;
         let ask = |connection| async move {
-            client::call(&connection, request, RequestOptions::control()).await
+            client::call(&connection, request.clone(), RequestOptions::control()).await
         };
         Ok(client::ask_head(endpoint, head, true, ask).await?)
     }

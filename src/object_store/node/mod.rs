@@ -100,6 +100,7 @@ pub use deaths::HeadEvents;
 pub use pull::BULK_RETRY_AFTER;
 pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
 
+use crate::cluster::ObjectReply;
 use access::{fail, job_of, may_read, readable};
 use pull::Streamed;
 
@@ -117,8 +118,8 @@ use futures::FutureExt;
 use crate::client;
 use crate::cluster::ObjectRequest;
 use crate::cluster::{
-    ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectListing, ObjectLocation, RefChange,
-    RefHolder, RefUpdate, SmallObject,
+    ContainedRef, ObjectId, ObjectListing, ObjectLocation, RefChange, RefHolder, RefUpdate,
+    SmallObject,
 };
 use crate::host::ownership::{OwnedDir, OwnershipError};
 use crate::transport::{
@@ -126,7 +127,7 @@ use crate::transport::{
 };
 use crate::wire::{RemoteError, RemoteErrorKind};
 
-use super::error::{ObjectStoreError, ShardError};
+use super::error::ShardError;
 use super::transfer::{host_id, CHUNK_BYTES, MAX_OBJECT_WAIT};
 use crate::cluster::SharedObjectFile;
 use shard::{
@@ -265,7 +266,7 @@ impl NodeObjectStore {
         request: ObjectRequest,
         confined: Option<&str>,
         caller: CertificateHash,
-    ) -> Result<ControlReply, RemoteError> {
+    ) -> Result<ObjectReply, RemoteError> {
         match request {
             ObjectRequest::PutObjectChunk {
                 id,
@@ -277,10 +278,10 @@ impl NodeObjectStore {
             } => self
                 .put_chunk(id, offset, total, (holder, contains), chunk, confined)
                 .await
-                .map(|()| ControlReply::Ack),
+                .map(|()| ObjectReply::Ack),
             ObjectRequest::PutObjects { holder, objects } => {
                 self.put_small(holder, objects, confined).await;
-                Ok(ControlReply::Ack)
+                Ok(ObjectReply::Ack)
             }
             ObjectRequest::ReadObject {
                 id,
@@ -291,7 +292,7 @@ impl NodeObjectStore {
                 let len = len.min(CHUNK_BYTES as u64);
                 if copy_at.is_none() {
                     if let Some(bytes) = self.small.read(id, offset, len, confined) {
-                        return Ok(ControlReply::ObjectBytes(bytes));
+                        return Ok(ObjectReply::Bytes(bytes));
                     }
                 }
                 let read = Read {
@@ -301,10 +302,10 @@ impl NodeObjectStore {
                     copy_at,
                     confined: confined.map(str::to_string),
                 };
-                flatten(self.shard(id).send(read).await).map(ControlReply::ObjectBytes)
+                flatten(self.shard(id).send(read).await).map(ObjectReply::Bytes)
             }
             ObjectRequest::StreamObject { id, size, copy_at } => match &self.bulk {
-                Some(grants) => Ok(ControlReply::ObjectStream {
+                Some(grants) => Ok(ObjectReply::Stream {
                     port: grants.port(),
                     ticket: grants.grant(Streamed { id, size, copy_at }, caller),
                 }),
@@ -325,7 +326,7 @@ impl NodeObjectStore {
             } => {
                 self.may_change([id], confined).await?;
                 let failed = self.shard(id).send(fail(id, holder, message, confined)).await;
-                failed.map(|()| ControlReply::Ack).map_err(unavailable)
+                failed.map(|()| ObjectReply::Ack).map_err(unavailable)
             }
             ObjectRequest::UpdateRefs { holder, updates } => {
                 // The holds a worker may not take are left out, the rest
@@ -342,14 +343,14 @@ impl NodeObjectStore {
                         id: update.id,
                         job: job.to_string(),
                     })),
-                    _ => Ok(ControlReply::Ack),
+                    _ => Ok(ObjectReply::Ack),
                 }
             }
             ObjectRequest::FreeObject(id) => {
                 let dropped = self.shard(id).send(DropCopy(id)).await;
-                dropped.map(|()| ControlReply::Ack).map_err(unavailable)
+                dropped.map(|()| ObjectReply::Ack).map_err(unavailable)
             }
-            ObjectRequest::ListObjects => Ok(ControlReply::Objects(self.list().await)),
+            ObjectRequest::ListObjects => Ok(ObjectReply::Listing(self.list().await)),
             ObjectRequest::OpenObject(id) => {
                 let open = Open {
                     id,
@@ -357,7 +358,7 @@ impl NodeObjectStore {
                 };
                 let opened = flatten(self.shard(id).send(open).await);
                 opened.map(|file| {
-                    ControlReply::ObjectFile(file.map(|(path, size)| shared(path, size)))
+                    ObjectReply::File(file.map(|(path, size)| shared(path, size)))
                 })
             }
             ObjectRequest::CreateObject {
@@ -373,10 +374,10 @@ impl NodeObjectStore {
                 self.may_change([id], confined).await?;
                 if written {
                     let seal = Seal { id, inode: None };
-                    flatten(self.shard(id).send(seal).await).map(|()| ControlReply::Ack)
+                    flatten(self.shard(id).send(seal).await).map(|()| ObjectReply::Ack)
                 } else {
                     self.abort(id).await;
-                    Ok(ControlReply::Ack)
+                    Ok(ObjectReply::Ack)
                 }
             }
         }
@@ -443,16 +444,16 @@ impl NodeObjectStore {
         total: u64,
         owned: (RefHolder, Vec<ContainedRef>),
         confined: Option<&str>,
-    ) -> Result<ControlReply, RemoteError> {
+    ) -> Result<ObjectReply, RemoteError> {
         let Some(path) = self.budget.shared_path(id, total) else {
-            return Ok(ControlReply::ObjectFile(None));
+            return Ok(ObjectReply::File(None));
         };
         if !self.begin_owned(id, total, owned, None, confined).await? {
             // No room in /dev/shm: the process sends it in chunks instead.
             self.abort(id).await;
-            return Ok(ControlReply::ObjectFile(None));
+            return Ok(ObjectReply::File(None));
         }
-        Ok(ControlReply::ObjectFile(Some(shared(path, total))))
+        Ok(ObjectReply::File(Some(shared(path, total))))
     }
 
     /// Begins a new object owned here, held by `holder`, with its `first`
@@ -555,13 +556,13 @@ impl NodeObjectStore {
                 store.update_refs(holder, updates).await;
                 return;
             }
-            let request = ControlRequest::Objects(ObjectRequest::UpdateRefs { holder, updates });
+            let request = ObjectRequest::UpdateRefs { holder, updates };
             let sent = match store
                 .endpoint
                 .connect(owner.address, Some(&owner.node))
                 .await
             {
-                Ok(connection) => client::call(&connection, &request, RequestOptions::control())
+                Ok(connection) => client::call(&connection, request, RequestOptions::control())
                     .await
                     .map(drop)
                     .map_err(|e| e.to_string()),
@@ -614,9 +615,9 @@ impl NodeObjectStore {
     /// Drops the copies of a freed object and releases what it contained.
     async fn after_free(self, freed: Freed) {
         for copy in freed.copies {
-            let request = ControlRequest::Objects(ObjectRequest::FreeObject(freed.id));
+            let request = ObjectRequest::FreeObject(freed.id);
             if let Ok(connection) = self.endpoint.connect(copy.address, Some(&copy.node)).await {
-                let _ = client::call(&connection, &request, RequestOptions::control()).await;
+                let _ = client::call(&connection, request, RequestOptions::control()).await;
             }
         }
         self.hold_contained(freed.id, &freed.contains, RefChange::Release)
@@ -624,7 +625,7 @@ impl NodeObjectStore {
     }
 
     /// Waits up to `wait` for object `id` to be complete here.
-    async fn await_object(&self, id: ObjectId, wait: Duration) -> ControlReply {
+    async fn await_object(&self, id: ObjectId, wait: Duration) -> ObjectReply {
         let end = tokio::time::Instant::now() + wait;
         loop {
             let awaited = match self.shard(id).send(Await(id)).await {
@@ -634,14 +635,14 @@ impl NodeObjectStore {
             match awaited {
                 Awaited::Ready { size, job } => return ready(size, job.as_deref()),
                 Awaited::Failed { reason, job } => {
-                    return ControlReply::ObjectFailed {
+                    return ObjectReply::Failed {
                         reason,
                         job: job.as_deref().map(str::to_string),
                     }
                 }
                 Awaited::Wait(change) => {
                     if tokio::time::timeout_at(end, change).await.is_err() {
-                        return ControlReply::ObjectNotReady;
+                        return ObjectReply::NotReady;
                     }
                 }
             }
@@ -664,13 +665,6 @@ impl NodeObjectStore {
             spilled: self.budget.spilled(),
         }
     }
-}
-
-fn unexpected(request: &'static str, reply: ControlReply) -> ObjectStoreError {
-    ObjectStoreError::Cluster(client::ClientError::UnexpectedReply {
-        request,
-        reply: Box::new(reply),
-    })
 }
 
 fn shared(path: std::path::PathBuf, size: u64) -> SharedObjectFile {
@@ -710,13 +704,13 @@ fn forbidden(e: ShardError) -> RemoteError {
 
 /// The reply for an object that will never be here, for a `reason` this
 /// node found (no job's: any reader may see it).
-fn lost_or_failed(reason: String) -> ControlReply {
-    ControlReply::ObjectFailed { reason, job: None }
+fn lost_or_failed(reason: String) -> ObjectReply {
+    ObjectReply::Failed { reason, job: None }
 }
 
 /// The reply for a complete object of `size` bytes, of `job`.
-fn ready(size: u64, job: Option<&str>) -> ControlReply {
-    ControlReply::ObjectReady {
+fn ready(size: u64, job: Option<&str>) -> ObjectReply {
+    ObjectReply::Ready {
         size,
         job: job.map(str::to_string),
     }

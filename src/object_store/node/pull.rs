@@ -3,6 +3,7 @@
 //! shared-memory file or over QUIC in chunks, and the other side, a bulk
 //! stream out of this node's object.
 
+use crate::cluster::ObjectReply;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use futures::StreamExt;
 use super::shard::{Append, Await, Awaited, Begin, Begun, OpenStream, Read, Seal};
 use super::{flatten, lost_or_failed, ready, NodeObjectStore};
 use crate::client;
-use crate::cluster::{ControlReply, ControlRequest, ObjectId, ObjectLocation, ObjectRequest};
+use crate::cluster::{ObjectId, ObjectLocation, ObjectRequest};
 use crate::object_store::transfer::{call, read_chunks};
 use crate::transport::{BulkStream, Connection, RequestOptions, MAX_STREAM_BYTES};
 
@@ -81,7 +82,7 @@ impl NodeObjectStore {
         id: ObjectId,
         owner: ObjectLocation,
         wait: Duration,
-    ) -> ControlReply {
+    ) -> ObjectReply {
         if owner.node == self.me.node {
             return self.await_object(id, wait).await;
         }
@@ -101,15 +102,15 @@ impl NodeObjectStore {
             Ok(connection) => connection,
             Err(e) => return lost(e.to_string()),
         };
-        let ask = ControlRequest::Objects(ObjectRequest::AwaitObject {
+        let ask = ObjectRequest::AwaitObject {
             id,
             wait_ms: wait.as_millis() as u64,
-        });
+        };
         let options = RequestOptions::control().with_deadline(wait + Duration::from_secs(10));
-        let (size, job) = match client::call(&connection, &ask, options).await {
-            Ok(ControlReply::ObjectReady { size, job }) => (size, job),
-            Ok(ControlReply::ObjectNotReady) => return ControlReply::ObjectNotReady,
-            Ok(failed @ ControlReply::ObjectFailed { .. }) => return failed,
+        let (size, job) = match client::call(&connection, ask, options).await {
+            Ok(ObjectReply::Ready { size, job }) => (size, job),
+            Ok(ObjectReply::NotReady) => return ObjectReply::NotReady,
+            Ok(failed @ ObjectReply::Failed { .. }) => return failed,
             Ok(other) => return lost(format!("unexpected reply {other:?}")),
             Err(e) => return lost(e.to_string()),
         };
@@ -233,13 +234,13 @@ impl NodeObjectStore {
             use std::os::unix::fs::MetadataExt;
             file.metadata().map_err(|e| e.to_string())?.ino()
         };
-        let ask = ControlRequest::Objects(ObjectRequest::StreamObject {
+        let ask = ObjectRequest::StreamObject {
             id,
             size,
             copy_at: Some(self.me.clone()),
-        });
-        let (port, ticket) = match call(node, &ask, RequestOptions::control()).await {
-            Ok(ControlReply::ObjectStream { port, ticket }) => (port, ticket),
+        };
+        let (port, ticket) = match call(node, ask, RequestOptions::control()).await {
+            Ok(ObjectReply::Stream { port, ticket }) => (port, ticket),
             Ok(other) => return Err(format!("unexpected reply {other:?}")),
             Err(e) => return Err(e.to_string()),
         };

@@ -41,6 +41,7 @@
 mod kept_maps;
 pub(crate) mod refs;
 
+use crate::cluster::ObjectReply;
 use std::marker::PhantomData;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -52,9 +53,7 @@ use tokio::time::Instant;
 
 use crate::client::ClientError;
 use crate::cluster::ObjectRequest;
-use crate::cluster::{
-    ContainedRef, ControlReply, ControlRequest, ObjectId, ObjectLocation, RefHolder,
-};
+use crate::cluster::{ContainedRef, ObjectId, ObjectLocation, RefHolder};
 use crate::runtime::ProcessContext;
 use crate::transport::{Connection, RequestOptions};
 
@@ -389,14 +388,12 @@ async fn ready<T>(
         .map_err(ClientError::from)?;
     loop {
         let left = end.saturating_duration_since(Instant::now());
-        let ask = ControlRequest::Objects(ObjectRequest::AwaitObject {
+        let ask = ObjectRequest::AwaitObject {
             id: object.id,
             wait_ms: left.min(MAX_OBJECT_WAIT).as_millis() as u64,
-        });
-        match call(&owner, &ask, long_poll(left)).await? {
-            ControlReply::ObjectReady { .. } | ControlReply::ObjectFailed { .. } => {
-                return Ok(true)
-            }
+        };
+        match call(&owner, ask, long_poll(left)).await? {
+            ObjectReply::Ready { .. } | ObjectReply::Failed { .. } => return Ok(true),
             _ if left.is_zero() => return Ok(false),
             _ => {}
         }
@@ -510,15 +507,15 @@ async fn store_shared(
     // in a loop whose result is dropped then writes one file over and over).
     let _ = tokio::time::timeout(RELEASES_FIRST_FOR, refs::flush()).await;
     kept_maps::sweep_now();
-    let create = ControlRequest::Objects(ObjectRequest::CreateObject {
+    let create = ObjectRequest::CreateObject {
         id,
         total: len as u64,
         holder,
         contains,
-    });
-    let file = match call(node, &create, RequestOptions::bulk()).await? {
-        ControlReply::ObjectFile(Some(file)) => file,
-        ControlReply::ObjectFile(None) => return Ok(false),
+    };
+    let file = match call(node, create, RequestOptions::bulk()).await? {
+        ObjectReply::File(Some(file)) => file,
+        ObjectReply::File(None) => return Ok(false),
         other => {
             return Err(ObjectStoreError::Store(format!(
                 "object {id}: unexpected reply {other:?}"
@@ -527,8 +524,8 @@ async fn store_shared(
     };
     // The write blocks this thread for about a memory copy's time.
     let written = file.host == host_id() && write_shared(&file.path, len, fill);
-    let seal = ControlRequest::Objects(ObjectRequest::SealObject { id, written });
-    call(node, &seal, RequestOptions::bulk()).await?;
+    let seal = ObjectRequest::SealObject { id, written };
+    call(node, seal, RequestOptions::bulk()).await?;
     Ok(written)
 }
 
@@ -556,12 +553,12 @@ fn write_shared(path: &std::path::Path, len: usize, fill: &(dyn Fn(&mut [u8]) + 
 async fn open_shared(node: &Connection, id: ObjectId, size: u64) -> Option<memmap2::Mmap> {
     let file = match call(
         node,
-        &ControlRequest::Objects(ObjectRequest::OpenObject(id)),
+        ObjectRequest::OpenObject(id),
         RequestOptions::control(),
     )
     .await
     {
-        Ok(ControlReply::ObjectFile(Some(file))) if file.host == host_id() => file,
+        Ok(ObjectReply::File(Some(file))) if file.host == host_id() => file,
         _ => return None,
     };
     let opened = std::fs::File::open(&file.path).ok()?;
@@ -589,7 +586,7 @@ async fn store_chunks(
         bytes.chunks(CHUNK_BYTES).collect()
     };
     for chunk in chunks {
-        let request = ControlRequest::Objects(ObjectRequest::PutObjectChunk {
+        let request = ObjectRequest::PutObjectChunk {
             id,
             offset,
             total,
@@ -600,8 +597,8 @@ async fn store_chunks(
                 Vec::new()
             },
             chunk: chunk.to_vec(),
-        });
-        call(node, &request, RequestOptions::bulk()).await?;
+        };
+        call(node, request, RequestOptions::bulk()).await?;
         offset += chunk.len() as u64;
     }
     Ok(())
@@ -631,17 +628,17 @@ pub(crate) async fn fetch<T>(
                 let left = end.saturating_duration_since(Instant::now());
                 let wait_ms = left.min(MAX_OBJECT_WAIT).as_millis() as u64;
                 let request = if here == object.owner {
-                    ControlRequest::Objects(ObjectRequest::AwaitObject { id, wait_ms })
+                    ObjectRequest::AwaitObject { id, wait_ms }
                 } else {
-                    ControlRequest::Objects(ObjectRequest::PullObject {
+                    ObjectRequest::PullObject {
                         id,
                         owner: object.owner.clone(),
                         wait_ms,
-                    })
+                    }
                 };
-                match call(&home, &request, pull_options(left)).await? {
-                    ControlReply::ObjectReady { size, .. } => break size,
-                    ControlReply::ObjectFailed { reason, .. } => {
+                match call(&home, request, pull_options(left)).await? {
+                    ObjectReply::Ready { size, .. } => break size,
+                    ObjectReply::Failed { reason, .. } => {
                         return Err(ObjectStoreError::Unavailable { id, reason })
                     }
                     _ if left.is_zero() => {

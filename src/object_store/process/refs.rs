@@ -53,8 +53,7 @@ use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use crate::client;
 use crate::cluster::ObjectRequest;
 use crate::cluster::{
-    ContainedRef, ControlRequest, ObjectId, ObjectLocation, RefChange, RefHolder, RefUpdate,
-    SmallObject,
+    ContainedRef, ObjectId, ObjectLocation, RefChange, RefHolder, RefUpdate, SmallObject,
 };
 use crate::runtime::ProcessContext;
 use crate::transport::RequestOptions;
@@ -479,7 +478,6 @@ async fn send(
     request: ObjectRequest,
     keeps_alive: bool,
 ) {
-    let request = ControlRequest::Objects(request);
     let give_up = tokio::time::Instant::now() + OWNER_WAIT;
     let mut attempt = 0u32;
     let last = loop {
@@ -534,14 +532,14 @@ enum Unsent {
 async fn try_send(
     context: &ProcessContext,
     owner: &ObjectLocation,
-    request: &ControlRequest,
+    request: &ObjectRequest,
 ) -> Result<(), Unsent> {
     let connection = context
         .endpoint
         .connect(owner.address, Some(&owner.node))
         .await
         .map_err(|e| Unsent::Failed(e.to_string()))?;
-    match client::call(&connection, request, RequestOptions::control()).await {
+    match client::call(&connection, request.clone(), RequestOptions::control()).await {
         Ok(_) => Ok(()),
         Err(client::ClientError::Request(e))
             if e.remote()
@@ -556,9 +554,9 @@ async fn try_send(
 /// Whether the head lists `owner`'s incarnation as alive (`None`: the head
 /// did not say).
 async fn owner_alive(context: &ProcessContext, owner: &ObjectLocation) -> Option<bool> {
-    let status = ControlRequest::Membership(crate::cluster::MembershipRequest::Status);
-    match context.call_head(&status).await {
-        Ok(crate::cluster::ControlReply::Status(status)) => Some(status.alive().any(|node| {
+    let status = crate::cluster::MembershipRequest::Status;
+    match context.call_head(status).await {
+        Ok(crate::cluster::MembershipReply::Status(status)) => Some(status.alive().any(|node| {
             node.id == owner.node.name && node.incarnation == owner.node.incarnation.0
         })),
         _ => None,
