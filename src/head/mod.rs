@@ -13,7 +13,11 @@
 //! - [`store::HeadStore`]: what the head keeps across its restarts
 //!   (credentials, epoch, node records), in `$NIMBUS_HOME/head.redb`.
 //!
-//! `HeadActors` bundles their addresses for the node service.
+//! `HeadActors` bundles their addresses for the node service, and answers
+//! each head subsystem's requests with that subsystem's reply type
+//! (`requests/`: `answer_membership`, `answer_events`, `answer_directory`,
+//! `answer_faults`, `answer_jobs`); the node service only authorizes and
+//! routes.
 //!
 //! Architecture invariant: no sockets of their own; requests reach these
 //! actors through the node service, which decodes them, and the rescheduler
@@ -25,6 +29,7 @@ pub mod events;
 pub mod graveyard;
 pub mod jobs;
 pub mod membership;
+mod requests;
 mod rescheduler;
 pub mod runs;
 pub mod store;
@@ -37,6 +42,7 @@ use actix::Addr;
 pub use directory::Directory;
 pub use events::ClusterEvents;
 pub use membership::Membership;
+pub(crate) use requests::unavailable;
 pub use rescheduler::{ActorRescheduler, NotPlaced, RESCHEDULE_DEADLINE};
 
 /// The control-plane actors, on the head only.

@@ -1,0 +1,107 @@
+//! Membership requests on the head: joins (answered with the node's
+//! ticket), heartbeats, leaves, the status, the autoscaler's reports and
+//! requests for resources (`crate::head::membership`).
+
+use crate::cluster::{MembershipReply, MembershipRequest, MAX_REQUESTED_BUNDLES};
+use crate::head::{membership, HeadActors};
+use crate::transport::Caller;
+use crate::wire::{PeerRole, RemoteError, RemoteErrorKind};
+
+use super::unavailable;
+
+impl HeadActors {
+    /// Answers a membership request from `from`.
+    pub async fn answer_membership(
+        &self,
+        from: Caller,
+        request: MembershipRequest,
+    ) -> Result<MembershipReply, RemoteError> {
+        let membership = &self.membership;
+        match request {
+            MembershipRequest::Join {
+                registration,
+                signs_workers,
+            } => {
+                if from.peer.role != PeerRole::Node || from.peer.identity != registration.node {
+                    return Err(RemoteError::new(
+                        RemoteErrorKind::BadRequest,
+                        format!("{from} cannot join as {}", registration.node),
+                    ));
+                }
+                let node = registration.node.clone();
+                let join = membership::Join {
+                    registration,
+                    head: false,
+                };
+                match membership.send(join).await.map_err(unavailable)? {
+                    Ok(()) => Ok(MembershipReply::Joined {
+                        heartbeat_interval_ms: self.heartbeat_interval.as_millis() as u64,
+                        ticket: self
+                            .tickets
+                            .certify_node(&node, from.certificate, &signs_workers),
+                        head_key: self.tickets.public_key(),
+                    }),
+                    Err(membership::MembershipError::NameTaken {
+                        holder,
+                        address,
+                        retry_after,
+                        ..
+                    }) => Ok(MembershipReply::NodeNameTaken {
+                        holder,
+                        address,
+                        retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+                    }),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            MembershipRequest::Heartbeat { node, used, host } => {
+                membership
+                    .send(membership::Heartbeat { node, used, host })
+                    .await
+                    .map_err(unavailable)??;
+                Ok(MembershipReply::Ack)
+            }
+            MembershipRequest::Leave { node } => {
+                membership
+                    .send(membership::Leave { node })
+                    .await
+                    .map_err(unavailable)??;
+                Ok(MembershipReply::Ack)
+            }
+            MembershipRequest::Status => {
+                let status = membership
+                    .send(membership::Status)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(MembershipReply::Status(status))
+            }
+            MembershipRequest::Autoscaler(report) => {
+                membership.do_send(membership::Report(report));
+                Ok(MembershipReply::Ack)
+            }
+            MembershipRequest::RequestResources { bundles } => {
+                if bundles.len() > MAX_REQUESTED_BUNDLES {
+                    return Err(RemoteError::new(
+                        RemoteErrorKind::BadRequest,
+                        format!(
+                            "{from} requested {} bundles; at most {MAX_REQUESTED_BUNDLES} are kept",
+                            bundles.len()
+                        ),
+                    ));
+                }
+                if let Some((index, e)) = bundles
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, b)| b.validate().err().map(|e| (i, e)))
+                {
+                    return Err(RemoteError::new(
+                        RemoteErrorKind::BadRequest,
+                        format!("{from} requested bundle {index}: {e}"),
+                    ));
+                }
+                membership.do_send(membership::Request(bundles));
+                Ok(MembershipReply::Ack)
+            }
+        }
+    }
+}
