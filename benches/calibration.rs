@@ -46,7 +46,6 @@
 // their items are public to their own modules only.
 #![allow(clippy::unwrap_used, unreachable_pub)]
 
-use nimbus::cluster::{MembershipReply, ObjectReply};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -59,8 +58,8 @@ use hdrhistogram::Histogram;
 use nimbus::actor::{self, RemoteActor, RemoteMessage, SpawnOptions, Strategy};
 use nimbus::client::ClusterClient;
 use nimbus::cluster::{
-    ControlReply, ControlRequest, MembershipRequest, ObjectId, ObjectRequest, RefChange, RefHolder,
-    RefUpdate,
+    ControlReply, ControlRequest, MembershipReply, MembershipRequest, ObjectId, ObjectReply,
+    ObjectRequest, RefChange, RefHolder, RefUpdate,
 };
 use nimbus::transport::{Channel, Connection, RequestOptions, TransportConfig};
 use serde::{Deserialize, Serialize};

@@ -35,12 +35,11 @@
 // Benchmarks: a failed unwrap is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use nimbus::cluster::{MembershipReply, ObjectReply};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nimbus::cluster::{MembershipRequest, ObjectRequest};
+use nimbus::cluster::{MembershipReply, MembershipRequest, ObjectReply, ObjectRequest};
 use nimbus::object_store;
 use nimbus::transport::RequestOptions;
 

@@ -17,14 +17,13 @@
 // their items are public to their own modules only.
 #![allow(clippy::unwrap_used, unreachable_pub)]
 
-use nimbus::cluster::MembershipReply;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
 use nimbus::actor::{ProcessContext, Registry, Strategy};
-use nimbus::cluster::MembershipRequest;
+use nimbus::cluster::{MembershipReply, MembershipRequest};
 use nimbus::object_store::{self, ObjectRef};
 use nimbus::task::{self, Input, TaskFn, TaskOptions};
 use serde_bytes::ByteBuf;

@@ -12,7 +12,6 @@
 //!   [`ClusterChoice::Private`]), else it starts a local cluster of its
 //!   own, stopped when the [`Driver`] is dropped.
 
-use crate::cluster::{MembershipReply, WorkerReply};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -21,7 +20,9 @@ use std::time::Duration;
 
 use crate::client::{self, ClientError};
 use crate::cluster::BinaryId;
-use crate::cluster::{JobRequest, MembershipRequest, WorkerRequest, DRIVER_BEAT};
+use crate::cluster::{
+    JobRequest, MembershipReply, MembershipRequest, WorkerReply, WorkerRequest, DRIVER_BEAT,
+};
 use crate::host::sha256_file;
 use crate::local::{LocalCluster, LocalClusterError};
 use crate::node::default_state_dir;

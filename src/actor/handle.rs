@@ -37,7 +37,6 @@
 //!    restart) and returns once the head has recorded the death (its name
 //!    and resources are free again), or fails after [`KILL_WAIT`] (10 s).
 
-use crate::cluster::{DirectoryReply, MembershipReply};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -53,7 +52,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::client::ClientError;
-use crate::cluster::{ActorId, ActorRecord, DeathCause, NodeState};
+use crate::cluster::{
+    ActorId, ActorRecord, DeathCause, DirectoryReply, MembershipReply, NodeState,
+};
 use crate::cluster::{DirectoryRequest, MembershipRequest, WorkerRequest};
 use crate::transport::{Channel, PendingReply, RequestError, RequestOptions};
 use crate::wire::{self, Incarnation, NodeIdentity, RemoteErrorKind};

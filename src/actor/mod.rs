@@ -57,8 +57,7 @@ pub use spawn::{spawn, SpawnOptions};
 
 pub(crate) use handle::worker_name;
 
-use crate::cluster::DirectoryReply;
-use crate::cluster::DirectoryRequest;
+use crate::cluster::{DirectoryReply, DirectoryRequest};
 
 /// The live actor named `name`, from any process of the cluster.
 pub async fn get_actor<A: RemoteActor>(name: &str) -> Result<Option<ActorHandle<A>>, CallError> {

@@ -8,14 +8,13 @@
 //! stream says events were missed (`Resync`: the head restarted), the
 //! monitor asks the directory, and reports the death for good it missed.
 
-use crate::cluster::DirectoryReply;
 use std::time::Duration;
 
 use actix::{Message, Recipient};
 use serde::{Deserialize, Serialize};
 
 use crate::client::ClientError;
-use crate::cluster::{ActorId, ClusterEventKind, DeathCause, DirectoryRequest};
+use crate::cluster::{ActorId, ClusterEventKind, DeathCause, DirectoryReply, DirectoryRequest};
 use crate::wire::Incarnation;
 
 use super::handle::ActorHandle;

@@ -34,10 +34,12 @@
 //! with `SpawnFailed`). The handle returned is the actor's id; where it
 //! runs is asked of the head on first use (`handle.rs`).
 
-use crate::cluster::{DirectoryReply, MembershipReply, UnexpectedReply};
 use std::time::{Duration, Instant};
 
-use crate::cluster::{ActorId, ActorSpec, BundleId, ResourceSet, CPU, GPU, MEMORY};
+use crate::cluster::{
+    ActorId, ActorSpec, BundleId, DirectoryReply, MembershipReply, ResourceSet, UnexpectedReply,
+    CPU, GPU, MEMORY,
+};
 use crate::cluster::{DirectoryRequest, MembershipRequest};
 use crate::launch::{
     candidates, ship_to_head, start_on, BinarySource, LaunchError, Started, Strategy,

@@ -15,8 +15,7 @@
 //! 3. The nodes the request fits on are kept, idle or not, until a later
 //!    request no longer needs them; then the idle timeout runs as usual.
 
-use crate::cluster::MembershipReply;
-use crate::cluster::{MembershipRequest, ResourceSet};
+use crate::cluster::{MembershipReply, MembershipRequest, ResourceSet};
 use crate::runtime::ProcessContext;
 
 use super::AutoscalerError;

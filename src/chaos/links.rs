@@ -2,7 +2,6 @@
 //! gets, installed concurrently (a stopped node must not hold up the
 //! schedule), and what the run learns once every process has answered.
 
-use crate::cluster::{DirectoryReply, UnexpectedReply};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -10,7 +9,10 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use crate::client::ClusterClient;
-use crate::cluster::{ActorRecord, DirectoryRequest, FaultRequest, NodeState, NodeStatus};
+use crate::cluster::{
+    ActorRecord, DirectoryReply, DirectoryRequest, FaultRequest, NodeState, NodeStatus,
+    UnexpectedReply,
+};
 use crate::transport::{PacketRule, RequestOptions};
 
 use super::run::NotInjected;

@@ -1,6 +1,5 @@
 //! Running a plan against a local cluster.
 
-use crate::cluster::{DirectoryReply, UnexpectedReply};
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -11,7 +10,10 @@ use futures::FutureExt;
 
 use crate::actor::faults::FiredFault;
 use crate::client::{ClientError, ClusterClient};
-use crate::cluster::{ActorId, ActorRecord, ClusterEvent, ClusterEventKind, NodeState};
+use crate::cluster::{
+    ActorId, ActorRecord, ClusterEvent, ClusterEventKind, DirectoryReply, NodeState,
+    UnexpectedReply,
+};
 use crate::cluster::{DirectoryRequest, ProcessClass};
 use crate::host::processes::{signal_process, Signal};
 use crate::local::{LocalCluster, LocalClusterError};

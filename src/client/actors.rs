@@ -2,12 +2,10 @@
 //! logs read from the node that has them, killed (`nimbus list actors`,
 //! `nimbus logs`, `nimbus kill`).
 
-use crate::cluster::WorkerReply;
 use crate::cluster::{
-    ActorId, ActorRecord, BundleListing, BundleRequest, Demand, DirectoryRequest, NodeStatus,
-    WorkerRequest,
+    ActorId, ActorRecord, BundleListing, BundleReply, BundleRequest, Demand, DirectoryReply,
+    DirectoryRequest, NodeStatus, UnexpectedReply, WorkerReply, WorkerRequest,
 };
-use crate::cluster::{BundleReply, DirectoryReply, UnexpectedReply};
 use crate::transport::RequestOptions;
 
 use super::{call, ClientError, ClusterClient, LogChunk};

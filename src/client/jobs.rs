@@ -2,12 +2,12 @@
 //! working directory, listed, stopped, their drivers' logs read from the
 //! node that runs them. The protocol is in `crate::head`'s `jobs.rs`.
 
-use crate::cluster::{BinaryReply, JobReply, UnexpectedReply};
 use std::io::Write;
 use std::path::Path;
 
 use crate::cluster::{
-    BinaryId, BinaryRequest, JobRecord, JobRequest, JobSubmission, RunRecord, TaskRecord,
+    BinaryId, BinaryReply, BinaryRequest, JobRecord, JobReply, JobRequest, JobSubmission,
+    RunRecord, TaskRecord, UnexpectedReply,
 };
 use crate::host::sha256_bytes;
 use crate::transport::{Connection, RequestOptions};

@@ -39,9 +39,10 @@ pub use messages::{
     ControlRequest, Demand, DirectoryReply, DirectoryRequest, Echo, EventReply, EventRequest,
     FaultReply, FaultRequest, GroupDemand, HostLoad, JobReply, JobRequest, LogChunk,
     MembershipReply, MembershipRequest, NodeRegistration, NodeState, NodeStatus, ObjectReply,
-    ObjectRequest, OutputLine, PlacementGroupId, ProcessClass, ResourceUsage, Subsystem, Together,
-    UnexpectedReply, WorkerReply, WorkerRequest, DEFAULT_HEAD_GRACE, DRIVER_BEAT, MAX_PACKET_RULES,
-    MAX_RUN_EVENTS, MAX_TASK_STATES,
+    ObjectRequest, OutputLine, PlacementGroupId, ProcessClass, ResourceUsage, StateReply,
+    StateRequest, StateScope, Subsystem, Together, UnexpectedReply, WorkerReply, WorkerRequest,
+    DEFAULT_HEAD_GRACE, DRIVER_BEAT, MAX_LIBRARY_NAME, MAX_PACKET_RULES, MAX_RUN_EVENTS,
+    MAX_STATE_KEY, MAX_STATE_RECORDS, MAX_STATE_VALUE, MAX_TASK_STATES,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

@@ -10,13 +10,15 @@
 //!   actor deaths, restarts elsewhere.
 //! - [`ActorRescheduler`]: places an actor lost with its node on another
 //!   node (through [`crate::launch`]).
+//! - [`state::LibraryState`]: libraries' durable records, by library, job
+//!   and key.
 //! - [`store::HeadStore`]: what the head keeps across its restarts
 //!   (credentials, epoch, node records), in `$NIMBUS_HOME/head.redb`.
 //!
 //! `HeadActors` bundles their addresses for the node service, and answers
 //! each head subsystem's requests with that subsystem's reply type
 //! (`requests/`: `answer_membership`, `answer_events`, `answer_directory`,
-//! `answer_faults`, `answer_jobs`); the node service only authorizes and
+//! `answer_faults`, `answer_jobs`, `answer_state`); the node service only authorizes and
 //! routes.
 //!
 //! Architecture invariant: no sockets of their own; requests reach these
@@ -32,6 +34,7 @@ pub mod membership;
 mod requests;
 mod rescheduler;
 pub mod runs;
+pub mod state;
 pub mod store;
 pub mod tasks;
 
@@ -58,6 +61,8 @@ pub struct HeadActors {
     pub heartbeat_interval: Duration,
     /// Jobs and their drivers.
     pub jobs: Addr<jobs::Jobs>,
+    /// Libraries' durable records.
+    pub state: Addr<state::LibraryState>,
     /// The head's ticket key, certifying nodes as they join.
     pub tickets: std::sync::Arc<crate::transport::TicketAuthority>,
 }

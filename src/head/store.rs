@@ -31,6 +31,9 @@
 //!    (resources in use, liveness, the objects they hold) is re-learnt
 //!    from them, not stored.
 //!
+//! Libraries' records (`head/state.rs`) are written the same way, before
+//! a change is acknowledged.
+//!
 //! Placement groups need nothing here: the nodes hold their bundles and
 //! the creator the group (`crate::placement`). Not stored: the training
 //! runs' reports (`head/runs.rs`) and the task table (`head/tasks.rs`);
@@ -42,7 +45,7 @@ use std::sync::Arc;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{ActorId, ActorRecord, ActorSpec, JobRecord, NodeRegistration};
+use crate::cluster::{ActorId, ActorRecord, ActorSpec, JobRecord, NodeRegistration, StateScope};
 use crate::transport::{JoinToken, ResetKey};
 use crate::wire::NodeIdentity;
 
@@ -61,6 +64,9 @@ const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 const ACTORS: TableDefinition<u64, &[u8]> = TableDefinition::new("actors");
 /// Jobs by job id (MessagePack of [`StoredJob`]).
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
+/// Libraries' records by `LIBRARY/JOB/KEY` (MessagePack of
+/// [`StoredRecord`]; library and job names hold no `/`).
+const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("library_records");
 
 /// One node as the head keeps it across restarts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -72,6 +78,24 @@ pub struct StoredNode {
     pub head: bool,
     /// Why it was declared dead, if it was.
     pub death_reason: Option<String>,
+}
+
+/// One library record (`head/state.rs`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredRecord {
+    /// Its library and job.
+    pub scope: StateScope,
+    /// Its key.
+    pub key: String,
+    /// Its value.
+    #[serde(with = "serde_bytes")]
+    pub value: Vec<u8>,
+}
+
+impl StoredRecord {
+    fn table_key(scope: &StateScope, key: &str) -> String {
+        format!("{}/{}/{key}", scope.library, scope.job)
+    }
 }
 
 /// One actor as the head's directory keeps it across restarts.
@@ -120,6 +144,8 @@ pub struct Loaded {
     pub actors: Vec<StoredActor>,
     /// Every job the head kept, live or ended.
     pub jobs: Vec<StoredJob>,
+    /// Every library record.
+    pub records: Vec<StoredRecord>,
 }
 
 impl Loaded {
@@ -199,6 +225,8 @@ pub struct HeadStart {
     pub actors: Vec<StoredActor>,
     /// The jobs the previous heads kept (none for a new cluster).
     pub jobs: Vec<StoredJob>,
+    /// Libraries' records (none for a new cluster).
+    pub records: Vec<StoredRecord>,
     /// Whether the store held a cluster (this start is a restart).
     pub restarted: bool,
 }
@@ -303,6 +331,7 @@ impl HeadStore {
                 nodes: loaded.nodes,
                 actors: loaded.actors,
                 jobs: loaded.jobs,
+                records: loaded.records,
                 restarted: true,
             };
             return Ok((cluster.token, start));
@@ -322,6 +351,7 @@ impl HeadStore {
             nodes: Vec::new(),
             actors: Vec::new(),
             jobs: Vec::new(),
+            records: Vec::new(),
             restarted: false,
         };
         Ok((cluster.token, start))
@@ -439,6 +469,31 @@ impl HeadStore {
         })
     }
 
+    /// Writes a library record before its change is acknowledged
+    /// (`head/state.rs`, step 2).
+    pub fn put_record(&self, record: &StoredRecord) -> Result<(), StoreError> {
+        let key = StoredRecord::table_key(&record.scope, &record.key);
+        let bytes = rmp_serde::to_vec_named(record).map_err(|e| StoreError::Corrupt {
+            path: self.path.clone(),
+            record: format!("library record {key:?}"),
+            detail: e.to_string(),
+        })?;
+        self.write(|tx| {
+            tx.open_table(RECORDS)?
+                .insert(key.as_str(), bytes.as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// Deletes a library record before its deletion is acknowledged.
+    pub fn delete_record(&self, scope: &StateScope, key: &str) -> Result<(), StoreError> {
+        let key = StoredRecord::table_key(scope, key);
+        self.write(|tx| {
+            tx.open_table(RECORDS)?.remove(key.as_str())?;
+            Ok(())
+        })
+    }
+
     fn write(
         &self,
         change: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
@@ -469,6 +524,7 @@ impl HeadStore {
             nodes: Vec::new(),
             actors: Vec::new(),
             jobs: Vec::new(),
+            records: Vec::new(),
         };
         let cluster = match tx.open_table(CLUSTER) {
             Ok(table) => table,
@@ -510,6 +566,7 @@ impl HeadStore {
         loaded.nodes = self.read_all(&tx, NODES, |name| format!("node {name:?}"))?;
         loaded.actors = self.read_all(&tx, ACTORS, |id| format!("actor {}", ActorId(id)))?;
         loaded.jobs = self.read_all(&tx, JOBS, |id| format!("job {id}"))?;
+        loaded.records = self.read_all(&tx, RECORDS, |key| format!("library record {key:?}"))?;
         Ok(loaded)
     }
 

@@ -29,11 +29,12 @@
 //! process asks the head for 0 bytes of its binary (`ReadBinary`) and
 //! uploads it if the head lacks it, once per process.
 
-use crate::cluster::{BinaryReply, UnexpectedReply, WorkerReply};
 use std::time::Duration;
 
 use crate::client::{self, ClientError};
-use crate::cluster::{ActorSpec, BinaryId, NodeStatus, CPU};
+use crate::cluster::{
+    ActorSpec, BinaryId, BinaryReply, NodeStatus, UnexpectedReply, WorkerReply, CPU,
+};
 use crate::cluster::{BinaryRequest, WorkerRequest};
 use crate::transport::{Connection, Endpoint, RequestError, RequestOptions};
 

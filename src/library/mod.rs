@@ -23,6 +23,10 @@
 //!   last values with [`push_metrics_now`].
 //! - **A user loop on a thread of its own**, watched by its actor (events,
 //!   long polls, acknowledgements, a stop): [`LoopProgress`] (`loops.rs`).
+//! - **Durable state of its own** (Serve's deployments, a pipeline's
+//!   progress), kept by the head across its restarts, per library and job:
+//!   [`Records`] (`records.rs`); a library adds no table of its own to
+//!   the head.
 //! - **Private files** (owner-only modes, durable writes, free space):
 //!   [`files`]; a caught panic as a death reason: [`panic_text`]; a
 //!   panic of the user's code that fails only one piece of work (a task,
@@ -34,14 +38,16 @@
 //! `nimbus::host::{sha256_file, sha256_bytes}`.
 
 mod loops;
+mod records;
 
-use crate::cluster::MembershipReply;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::ClientError;
 use crate::cluster::faults::FiredFault;
-use crate::cluster::{ClusterEvent, ClusterStatus, DeathCause, FaultRequest, MembershipRequest};
+use crate::cluster::{
+    ClusterEvent, ClusterStatus, DeathCause, FaultRequest, MembershipReply, MembershipRequest,
+};
 use crate::runtime::{ProcessContext, ProcessRole, Registry};
 
 #[cfg(doc)]
@@ -52,6 +58,7 @@ pub use crate::runtime::run_reports::{now_ms, RunReporter};
 pub use crate::runtime::{catch_panic, kill_own_node, panic_text, KillNodeRefused, LAST_PUSH_WAIT};
 pub use crate::transport::FaultPlanError;
 pub use loops::{LoopPoll, LoopProgress};
+pub use records::Records;
 
 /// A library's request of the runtime could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +70,9 @@ pub enum LibraryError {
     /// The head or the node could not be asked.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// The head answered with a reply of the wrong kind.
+    #[error(transparent)]
+    Unexpected(#[from] crate::cluster::UnexpectedReply),
 }
 
 fn context() -> Result<&'static ProcessContext, LibraryError> {

@@ -5,7 +5,7 @@
 //! | caller | may |
 //! |---|---|
 //! | a certified node | heartbeat and leave as itself; report its own actors up and down; end a job, start and stop a submitted job's driver (the head); report that a job's driver exited (its own, checked by the head's `Jobs`); everything a worker may |
-//! | a certified worker | within its job and program (below): objects (reference changes as itself only; no bulk streams), spawns, kills, bundles, binaries, name lookups, job listings and logs, task and training-run reports and listings; report a fault that kills its own node; report recoveries and its own packet faults |
+//! | a certified worker | within its job and program (below): objects (reference changes as itself only; no bulk streams), spawns, kills, bundles, binaries, name lookups, job listings and logs, task and training-run reports and listings, its job's library records; report a fault that kills its own node; report recoveries and its own packet faults |
 //! | a token holder (a driver, the CLI, a node before it joined) | join as the node it announced; keep its job alive; submit and stop jobs; everything a worker may, with any fault report and packet rules; release the name of a spawn that never started |
 //! | unverified (this node cannot check proofs yet) | `Echo` only |
 //!
@@ -14,7 +14,8 @@
 //! spawns actors only of its own job, running its own program (so it
 //! uploads and relays only that program's bytes, checked by their SHA-256);
 //! reserves bundles only for its job; reads only its job's output and
-//! driver log and never the node's own log; lists no node's objects and
+//! driver log and never the node's own log; reads and writes only its
+//! job's library records (`StateRequest`); lists no node's objects and
 //! drops no node's copies, and sees and reports only its own job's tasks
 //! (a task's id is its result object's). Kills and actor logs are checked
 //! by the node that holds the actor (`manager/`: its job's actors only),
@@ -89,7 +90,8 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
         | ControlRequest::Membership(MembershipRequest::Status)
         | ControlRequest::Binaries(_)
         | ControlRequest::Workers(_)
-        | ControlRequest::Bundles(_) => Ok(()),
+        | ControlRequest::Bundles(_)
+        | ControlRequest::State(_) => Ok(()),
         ControlRequest::Membership(MembershipRequest::Join { registration, .. }) => {
             match token
                 && caller.peer.role == PeerRole::Node
@@ -302,6 +304,11 @@ fn confine(
             "TaskStates",
             "a worker reports the states of its own job's tasks only",
         ),
+        ControlRequest::State(request) => holds(
+            request.scope().job == scope.job,
+            "a State request",
+            "a worker reads and writes its own job's library records only",
+        ),
         _ => Ok(()),
     }
 }
@@ -427,6 +434,33 @@ mod tests {
         });
         assert!(authorize(&node, &beat).is_err());
         assert!(authorize(&holder, &beat).is_err());
+    }
+
+    #[test]
+    fn a_worker_reads_and_writes_its_own_jobs_library_records_only() {
+        let n1 = identity("n1", 1);
+        let put = |job: &str| {
+            ControlRequest::State(crate::cluster::StateRequest::Put {
+                scope: crate::cluster::StateScope {
+                    library: "serve".into(),
+                    job: job.into(),
+                },
+                key: "deployment/a".into(),
+                value: vec![1],
+            })
+        };
+        let me = identity("worker-ab", 1);
+        let worker = caller(PeerRole::Worker, &me, worker_standing(&n1, "j1"));
+        assert!(authorize(&worker, &put("j1")).is_ok());
+        let refused = authorize(&worker, &put("j2")).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("its own job's library records"),
+            "{refused}"
+        );
+        let holder = caller(PeerRole::Client, &n1, Standing::TokenHolder);
+        assert!(authorize(&holder, &put("j2")).is_ok());
     }
 
     #[test]

@@ -27,7 +27,6 @@
 //! 4. `ReadJobLog`: part of a job's log, while it runs and after. Logs are
 //!    rotated by size as workers' are (`logs.rs`).
 
-use crate::cluster::{JobReply, LogChunk};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
@@ -40,7 +39,7 @@ use tracing::{info, warn};
 
 use crate::client::{self, MAX_WORKING_DIR};
 use crate::cluster::faults::ACTOR_FAULTS_ENV;
-use crate::cluster::{valid_job_id, DeathCause, JobRequest};
+use crate::cluster::{valid_job_id, DeathCause, JobReply, JobRequest, LogChunk};
 use crate::cluster::{BinaryId, JobSubmission};
 use crate::host::files::{private_dir, private_log};
 use crate::host::processes::{self, Signal};

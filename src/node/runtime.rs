@@ -1,7 +1,6 @@
 //! Starting and stopping a node process (the steps are in the module docs
 //! of [`crate::node`]).
 
-use crate::cluster::MembershipReply;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,10 +14,13 @@ use tracing::{info, warn};
 use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
 use crate::cluster::MembershipRequest;
-use crate::cluster::{NodeRegistration, ObjectLocation, ResourceSet, Versions, MEMORY};
+use crate::cluster::{
+    MembershipReply, NodeRegistration, ObjectLocation, ResourceSet, Versions, MEMORY,
+};
 use crate::head::events::Subscribe;
 use crate::head::jobs::Jobs;
 use crate::head::membership::{self, Membership};
+use crate::head::state::LibraryState;
 use crate::head::store::HeadStart;
 use crate::head::{ActorRescheduler, ClusterEvents, Directory, HeadActors};
 use crate::host::files::free_bytes;
@@ -315,6 +317,7 @@ async fn start_head(
     let lost = store.lost_nodes()?;
     let lost_nodes = lost.clone();
     let (nodes, actors, stored_jobs) = (store.nodes, store.actors, store.jobs);
+    let state = LibraryState::new(Some(store.store.clone()), store.records).start();
     let membership = Membership::new(
         heartbeat_timeout,
         events.clone(),
@@ -366,6 +369,7 @@ async fn start_head(
         events,
         directory,
         jobs,
+        state,
         heartbeat_interval: interval,
         tickets: Arc::new(tickets),
     };

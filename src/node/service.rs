@@ -24,10 +24,9 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use crate::cluster::{
-    BinaryReply, BinaryRequest, BundleReply, BundleRequest, FaultReply, FaultRequest, JobReply,
-    JobRequest, WorkerReply, WorkerRequest,
+    BinaryReply, BinaryRequest, BundleReply, BundleRequest, ControlReply, ControlRequest,
+    FaultReply, FaultRequest, JobReply, JobRequest, WorkerReply, WorkerRequest,
 };
-use crate::cluster::{ControlReply, ControlRequest};
 use crate::head::{unavailable, HeadActors};
 use crate::metrics::ProcessMetrics;
 use crate::transport::{Caller, Endpoint, HandlerError, RequestHandler};
@@ -149,6 +148,7 @@ impl NodeService {
                     }
                     ControlRequest::Faults(request) => reply(head.answer_faults(request).await),
                     ControlRequest::Jobs(request) => reply(head.answer_jobs(from, request).await),
+                    ControlRequest::State(request) => reply(head.answer_state(request).await),
                     _ => Err(RemoteError::new(
                         RemoteErrorKind::Internal,
                         "a node request reached the head's dispatcher",

@@ -5,11 +5,10 @@
 //! chunked reads from a node (`ReadObject`, `READ_WINDOW`, 4, requests in
 //! flight, bulk priority).
 
-use crate::cluster::{ObjectReply, Subsystem};
 use futures::StreamExt;
 
 use crate::client::{self, ClientError};
-use crate::cluster::{ObjectId, ObjectLocation, ObjectRequest};
+use crate::cluster::{ObjectId, ObjectLocation, ObjectReply, ObjectRequest, Subsystem};
 use crate::transport::{Connection, RequestError, RequestOptions};
 
 use super::error::ObjectStoreError;

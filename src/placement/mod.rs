@@ -43,8 +43,6 @@
 
 pub mod planner;
 
-use crate::cluster::MembershipReply;
-use crate::cluster::{BundleReply, Subsystem};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -52,8 +50,8 @@ use serde::{Deserialize, Serialize};
 use crate::actor::SpawnOptions;
 use crate::client::{self, ClientError};
 use crate::cluster::{
-    AutoscalerReport, BundleId, DirectoryRequest, GroupDemand, NodeState, NodeStatus,
-    PlacementGroupId, ResourceSet, Together,
+    AutoscalerReport, BundleId, BundleReply, DirectoryRequest, GroupDemand, MembershipReply,
+    NodeState, NodeStatus, PlacementGroupId, ResourceSet, Subsystem, Together,
 };
 use crate::cluster::{BundleRequest, MembershipRequest};
 use crate::runtime::ProcessContext;

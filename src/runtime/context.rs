@@ -10,7 +10,6 @@
 //! the new incarnation, instead of waiting out the transport's idle timeout
 //! (a SIGKILLed process sends no goodbye).
 
-use crate::cluster::{DirectoryReply, Subsystem};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,7 +24,8 @@ use super::registry::{HostedActor, Registry};
 
 use crate::client::{self, ClientError};
 use crate::cluster::{
-    ActorId, BinaryId, ClusterEvent, ClusterEventKind, ControlRequest, DirectoryRequest,
+    ActorId, BinaryId, ClusterEvent, ClusterEventKind, ControlRequest, DirectoryReply,
+    DirectoryRequest, Subsystem,
 };
 use crate::transport::{Connection, Endpoint, RequestOptions};
 use crate::wire::Incarnation;

@@ -31,7 +31,6 @@
 //! Which of these happens is decided by the plain state machine of
 //! `policy.rs` ([`Leases`]); this module carries it out.
 
-use crate::cluster::MembershipReply;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -40,8 +39,9 @@ use dashmap::DashSet;
 use tokio::sync::oneshot;
 
 use crate::actor::{self, LaunchError, ProcessContext, SpawnError, SpawnOptions, Strategy};
-use crate::cluster::{DeathCause, NodeState};
-use crate::cluster::{DirectoryRequest, MembershipRequest, ResourceSet};
+use crate::cluster::{
+    DeathCause, DirectoryRequest, MembershipReply, MembershipRequest, NodeState, ResourceSet,
+};
 
 use super::policy::{
     AfterStart, Ask, LeaseLimits, Leases, Lent, Release, Started, Ticket, WorkerId,

@@ -1,14 +1,13 @@
 //! The actors and messages the tests use.
 
-use nimbus::cluster::{DirectoryReply, MembershipReply, Subsystem};
 use std::time::Duration;
 
 use actix::prelude::*;
 use nimbus::actor::{self, ActorHandle, Registry, RemoteActor, RemoteMessage};
 use nimbus::cluster::{
-    ActorId, BinaryRequest, ControlRequest, DeathCause, DirectoryRequest, MembershipRequest,
-    ObjectId, ObjectLocation, ObjectRequest, RefChange, RefHolder, RefUpdate, ResourceSet,
-    WorkerRequest,
+    ActorId, BinaryRequest, ControlRequest, DeathCause, DirectoryReply, DirectoryRequest,
+    MembershipReply, MembershipRequest, ObjectId, ObjectLocation, ObjectRequest, RefChange,
+    RefHolder, RefUpdate, ResourceSet, StateRequest, StateScope, Subsystem, WorkerRequest,
 };
 use nimbus::object_store::{self, ObjectRef, RawBytes};
 use nimbus::wire::{Incarnation, NodeIdentity};
@@ -35,6 +34,7 @@ pub fn registry() -> Registry {
         .message::<Counter, Impersonate>()
         .message::<Counter, Trespass>()
         .message::<Counter, Print>()
+        .message::<Counter, KeepRecord>()
         .message::<Counter, Chatter>()
         .message::<Counter, Trace>()
         .actor::<Sequencer>()
@@ -153,7 +153,8 @@ impl Handler<Impersonate> for Counter {
 }
 
 /// From inside a worker, tries what a worker may not do to another job
-/// (kill its actor, read its actor's log and its output, spawn for it),
+/// (write its library records, kill its actor, read its actor's log and
+/// its output, spawn for it),
 /// what no worker may do (read its node's log, upload a program it does not
 /// run, list the node's objects, drop a copy), and one thing it may (kill
 /// `sibling`, of its own job); then reads and changes the other job's
@@ -239,7 +240,19 @@ impl Handler<Trespass> for Counter {
                     max: 1024,
                 },
             ];
-            let mut outcomes = Vec::new();
+            // The other job's library records, at the head.
+            let plant = StateRequest::Put {
+                scope: StateScope {
+                    library: "tests".into(),
+                    job: trespass.victim_job.clone(),
+                },
+                key: "planted".into(),
+                value: vec![1],
+            };
+            let mut outcomes = vec![match context.call_head(plant).await {
+                Ok(reply) => format!("accepted: {reply:?}"),
+                Err(e) => e.to_string(),
+            }];
             for request in requests.into_iter().map(ControlRequest::Workers).chain([
                 ControlRequest::from(BinaryRequest::UploadBinary {
                     hash: "00".repeat(32),
@@ -380,6 +393,31 @@ impl Handler<Print> for Counter {
     type Result = ();
     fn handle(&mut self, Print(line): Print, _: &mut Context<Self>) {
         println!("{line}");
+    }
+}
+
+/// Sets one of the `tests` library's records of the worker's job
+/// (`nimbus::library::Records`).
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), String>")]
+pub struct KeepRecord(pub String, pub Vec<u8>);
+
+impl RemoteMessage for KeepRecord {
+    const NAME: &'static str = "tests.KeepRecord";
+}
+
+impl Handler<KeepRecord> for Counter {
+    type Result = ResponseFuture<Result<(), String>>;
+    fn handle(
+        &mut self,
+        KeepRecord(key, value): KeepRecord,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        Box::pin(async move {
+            let records =
+                nimbus::library::Records::of_this_job("tests").map_err(|e| e.to_string())?;
+            records.put(&key, &value).await.map_err(|e| e.to_string())
+        })
     }
 }
 

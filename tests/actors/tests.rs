@@ -328,6 +328,7 @@ fn on(node: &str) -> SpawnOptions {
 /// driver's job runs: an actor of this job can neither kill, read the log
 /// of, read the output of nor spawn for that job, nor read its node's log,
 /// upload a program it does not run, list a node's objects or drop a copy,
+/// write that job's library records,
 /// nor read or change that job's objects, but it can kill an actor of its
 /// own job; and no node or worker process of the cluster holds the token
 /// in its environment or arguments (a node gets it on its stdin). Before,
@@ -357,6 +358,7 @@ async fn actor_code_stays_within_its_job(
     };
     let outcomes = probe.send(trespass).await.unwrap();
     let refused = [
+        "a State request",
         "KillActor",
         "ReadLog",
         "ReadOutput/ReadJobLog/ReserveBundle",
@@ -382,7 +384,11 @@ async fn actor_code_stays_within_its_job(
             "{request}: {outcome}"
         );
     }
-    assert_eq!(outcomes[refused.len()], "accepted: Ack", "{outcomes:#?}");
+    assert_eq!(
+        outcomes[refused.len()],
+        "accepted: Workers(Ack)",
+        "{outcomes:#?}"
+    );
     for outcome in &outcomes[refused.len() + 1..] {
         assert!(
             outcome.contains("is another job's: a worker of job"),
@@ -1392,7 +1398,8 @@ pub fn orphan_driver() {
 /// bundles, learns the death its member could not report, tells a reader
 /// from before that it missed events (which finds the death it missed),
 /// and declares the member that did not come back dead after the grace,
-/// its movable actor restarted elsewhere.
+/// its movable actor restarted elsewhere, and keeps the library records
+/// a driver and a worker set (`nimbus::library::Records`).
 async fn a_restarted_head_keeps_its_members_and_actors() {
     let out = tokio::process::Command::new(std::env::current_exe().unwrap())
         .env(crate::HEAD_RESTART_DRIVER, "1")
@@ -1480,6 +1487,13 @@ pub fn head_restart_driver() {
             .await
             .unwrap();
         let mut before_outage = client.last_event_seq().await.unwrap();
+        // Library records, from the driver and from a worker of its job.
+        let records = nimbus::library::Records::of_this_job("tests").unwrap();
+        records.put("deployment/a", b"replicas=2").await.unwrap();
+        records.put("deployment/b", b"replicas=1").await.unwrap();
+        assert!(records.delete("deployment/b").await.unwrap());
+        let kept = KeepRecord("deployment/w".into(), b"from a worker".to_vec());
+        a.send(kept).await.unwrap().unwrap();
         drop(client);
 
         cluster.kill(0).unwrap();
@@ -1561,6 +1575,11 @@ pub fn head_restart_driver() {
             );
         }
         group.remove().await.unwrap();
+        // The library records as they were, deletion included.
+        let keys = records.keys("deployment/").await.unwrap();
+        assert_eq!(keys, ["deployment/a", "deployment/w"]);
+        let value = records.get("deployment/w").await.unwrap();
+        assert_eq!(value.as_deref(), Some(&b"from a worker"[..]));
         let waited = lookup.await.unwrap().unwrap().expect("kept-b found");
         assert_eq!(waited.send(Add(0)).await.unwrap(), 22);
         let born = born.await.unwrap().expect("a spawn waits for the head");

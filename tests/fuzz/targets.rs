@@ -3,7 +3,6 @@
 //! QUIC stream, control requests and replies, actor calls, fault plans,
 //! custom resources (nimbus-train fuzzes checkpoint manifests).
 
-use nimbus::cluster::{EventReply, MembershipReply, ObjectReply, WorkerReply};
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
@@ -11,9 +10,9 @@ use nimbus::actor::ActorCall;
 use nimbus::chaos::ChaosPlan;
 use nimbus::cluster::faults::ActorFault;
 use nimbus::cluster::{
-    ActorId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, DeathCause,
-    EventRequest, HostLoad, JobRequest, MembershipRequest, NodeRegistration, ObjectId,
-    ObjectRequest, ResourceSet,
+    ActorId, ClusterEvent, ClusterEventKind, ControlReply, ControlRequest, DeathCause, EventReply,
+    EventRequest, HostLoad, JobRequest, MembershipReply, MembershipRequest, NodeRegistration,
+    ObjectId, ObjectReply, ObjectRequest, ResourceSet, WorkerReply,
 };
 use nimbus::transport::{
     CertificateHash, JoinToken, PacketFaults, TicketAuthority, Verifier, WorkerScope, WorkerSigner,

@@ -253,6 +253,8 @@ const PROTOCOL_NAMES: &[&str] = &[
     "WorkerReply",
     "MembershipReply",
     "Subsystem",
+    "StateRequest",
+    "StateReply",
     "ProcessContext",
 ];
 

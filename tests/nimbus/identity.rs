@@ -3,11 +3,12 @@
 //! (`src/transport/tickets.rs`, `src/node/authorize.rs`). A worker's side
 //! is in `tests/actors` (`actor_code_cannot_speak_for_the_head_or_another_actor`).
 
-use nimbus::cluster::MembershipReply;
 use std::time::Duration;
 
 use nimbus::client;
-use nimbus::cluster::{MembershipRequest, NodeRegistration, NodeState, ResourceSet};
+use nimbus::cluster::{
+    MembershipReply, MembershipRequest, NodeRegistration, NodeState, ResourceSet,
+};
 use nimbus::transport::{ConnectError, Credentials, Endpoint, RequestOptions, TransportConfig};
 use nimbus::wire::{CloseCode, Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 

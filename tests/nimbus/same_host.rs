@@ -4,12 +4,11 @@
 //! off or packet faults are injected; never past its connection; and a
 //! caller without the key is dropped.
 
-use nimbus::cluster::MembershipReply;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use nimbus::cluster::{ControlReply, ControlRequest, MembershipRequest};
+use nimbus::cluster::{ControlReply, ControlRequest, MembershipReply, MembershipRequest};
 use nimbus::transport::faults::PACKET_FAULTS_ENV;
 use nimbus::transport::{
     Channel, Connection, Credentials, Endpoint, PacketFaults, RequestError, RequestOptions,

@@ -1,13 +1,12 @@
 //! The tests, in the order they run.
 
-use nimbus::cluster::ObjectReply;
 use std::time::{Duration, Instant};
 
 use nimbus::actor::{self, SpawnOptions, Strategy};
 use nimbus::client::ClusterClient;
 use nimbus::cluster::{
-    ObjectId, ObjectListing, ObjectRequest, ObjectState, RefChange, RefHolder, RefUpdate,
-    ResourceSet, SmallObject,
+    ObjectId, ObjectListing, ObjectReply, ObjectRequest, ObjectState, RefChange, RefHolder,
+    RefUpdate, ResourceSet, SmallObject,
 };
 use nimbus::object_store::{self, ObjectBytes, ObjectStoreError};
 use nimbus::placement::{PlacementGroup, PlacementStrategy};

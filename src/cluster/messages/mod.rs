@@ -20,7 +20,9 @@
 //!   `PacketFaults` events);
 //! - `Jobs` ([`JobRequest`], types in `jobs.rs`): `DriverAlive`,
 //!   `DriverDone`, `SubmitJob`, `StopJob`, `ListJobs`, `DriverExited`,
-//!   `TaskStates`, `ListTasks`.
+//!   `TaskStates`, `ListTasks`;
+//! - `State` ([`StateRequest`], `state.rs`): `Put`, `Get`, `List`,
+//!   `Delete`, libraries' durable records.
 //!
 //! To any node:
 //! - `Workers` ([`WorkerRequest`]): `StartActor`, `KillActor`, `ReadOutput`,
@@ -46,7 +48,7 @@
 //! answered with its ticket; 5: the event stream's `Resync` marker; 6:
 //! small puts in batches, `PutObjects`; 7: `StreamObject`, bulk streams
 //! over TCP; 8: `LastSeq`, the latest event's number; 9: `ListDeadActors`;
-//! 16: replies grouped by subsystem).
+//! 16: replies grouped by subsystem, and `State`).
 //!
 //! Files: `ControlRequest`, `ControlReply` and `Subsystem` here; each
 //! subsystem's requests and reply in a file of its own (`membership.rs`, with the nodes' status;
@@ -63,6 +65,7 @@ mod faults;
 mod jobs;
 mod membership;
 mod objects;
+mod state;
 mod workers;
 
 pub use actors::{
@@ -77,6 +80,10 @@ pub use membership::{
     NodeStatus, ResourceUsage,
 };
 pub use objects::{ObjectReply, ObjectRequest};
+pub use state::{
+    StateReply, StateRequest, StateScope, MAX_LIBRARY_NAME, MAX_STATE_KEY, MAX_STATE_RECORDS,
+    MAX_STATE_VALUE,
+};
 pub use workers::{
     BinaryReply, BinaryRequest, BundleListing, BundleReply, BundleRequest, LogChunk, WorkerReply,
     WorkerRequest,
@@ -109,13 +116,16 @@ pub enum ControlRequest {
     Faults(FaultRequest),
     /// Jobs: drivers' liveness to the head, the end of a job to nodes.
     Jobs(JobRequest),
+    /// To the head: libraries' durable records (answered by `LibraryState`).
+    State(StateRequest),
     /// Returns the payload unchanged: a liveness probe and a benchmark.
     Echo(Echo),
 }
 
 impl ControlRequest {
     /// Whether asking twice does what asking once does (reads of the
-    /// head's state, reserving a name for the same actor): such requests
+    /// head's state, reserving a name for the same actor, setting or
+    /// deleting a library's record): such requests
     /// are asked again on a new connection while the head is away
     /// (`crate::runtime`'s `call_head`).
     pub fn is_idempotent(&self) -> bool {
@@ -131,6 +141,7 @@ impl ControlRequest {
                         | DirectoryRequest::ListActors
                         | DirectoryRequest::ListDeadActors
                 )
+                | ControlRequest::State(_)
                 | ControlRequest::Jobs(
                     JobRequest::ListJobs
                         | JobRequest::ListTasks
@@ -168,6 +179,8 @@ pub enum ControlReply {
     Faults(FaultReply),
     /// Answers a [`JobRequest`].
     Jobs(JobReply),
+    /// Answers a [`StateRequest`].
+    State(StateReply),
     /// Answers an [`Echo`]: the same payload.
     Echo(Echo),
 }
@@ -235,6 +248,7 @@ subsystems! {
     Objects: ObjectRequest => ObjectReply,
     Faults: FaultRequest => FaultReply,
     Jobs: JobRequest => JobReply,
+    State: StateRequest => StateReply,
     Echo: Echo => Echo,
 }
 

@@ -57,7 +57,6 @@
 //! the load, and its node is asked to stop the driver. A change the store
 //! does not take is tried again at the next change.
 
-use crate::cluster::JobReply;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -70,7 +69,7 @@ use super::runs::RunTable;
 use super::store::{HeadStore, StoredJob};
 use super::tasks::TaskTable;
 use crate::cluster::{
-    ClusterEvent, ClusterEventKind, ControlRequest, DeathCause, JobRecord, JobRequest,
+    ClusterEvent, ClusterEventKind, ControlRequest, DeathCause, JobRecord, JobReply, JobRequest,
     JobSubmission, RunEvent, RunHeader, RunRecord, TaskRecord, Versions,
 };
 use crate::transport::{Endpoint, RequestOptions};

@@ -17,7 +17,7 @@ const MAX_EVENT_WAIT: Duration = Duration::from_secs(60);
 
 impl HeadActors {
     /// Answers an event request: a long poll waits at most
-    /// [`MAX_EVENT_WAIT`].
+    /// `MAX_EVENT_WAIT` (60 s).
     pub async fn answer_events(&self, request: EventRequest) -> Result<EventReply, RemoteError> {
         match request {
             EventRequest::Events { after, wait_ms } => {

@@ -1,11 +1,11 @@
 //! User binaries uploaded to this node and read back from it, in
 //! bounded chunks.
 
-use crate::cluster::BinaryReply;
 use std::time::Instant;
 
 use actix::prelude::*;
 
+use crate::cluster::BinaryReply;
 use crate::wire::{RemoteError, RemoteErrorKind};
 
 use super::NodeManager;

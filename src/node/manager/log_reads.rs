@@ -2,13 +2,12 @@
 //! their stderr followed, and their logs and the node's own read back
 //! and rotated.
 
-use crate::cluster::WorkerReply;
 use std::path::PathBuf;
 
 use actix::prelude::*;
 use tracing::{info, warn};
 
-use crate::cluster::{ActorId, LogChunk};
+use crate::cluster::{ActorId, LogChunk, WorkerReply};
 use crate::wire::RemoteError;
 
 use super::NodeManager;

@@ -62,7 +62,6 @@ pub(super) use bundles::ListBundles;
 pub(super) use log_reads::{ReadLog, ReadNodeLog, ReadOutput};
 pub(super) use worker_processes::EndJob;
 
-use crate::cluster::Subsystem;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -76,7 +75,7 @@ use tracing::debug;
 
 use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
-use crate::cluster::{ActorId, ActorRecord, ActorSpec, BundleId, ResourceSet};
+use crate::cluster::{ActorId, ActorRecord, ActorSpec, BundleId, ResourceSet, Subsystem};
 use crate::head::directory::Directory;
 use crate::head::membership::Membership;
 use crate::transport::{Endpoint, RequestOptions};

@@ -1,7 +1,6 @@
 //! Worker processes: started for an actor, restarted when they exit
 //! while restarts remain, killed on request and when their job ends.
 
-use crate::cluster::WorkerReply;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -10,7 +9,7 @@ use futures::FutureExt;
 use tracing::{info, warn};
 
 use crate::cluster::DeathCause;
-use crate::cluster::{ActorId, ActorSpec, BundleId};
+use crate::cluster::{ActorId, ActorSpec, BundleId, WorkerReply};
 use crate::head::directory::{self};
 use crate::host::files::private_dir;
 use crate::host::processes::{signal_process, Signal};

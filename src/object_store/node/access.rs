@@ -1,12 +1,11 @@
 //! Which job's workers may read and change which objects (step 7 of the
 //! node store's protocol, `mod.rs`): drivers, the CLI and nodes any.
 
-use crate::cluster::ObjectReply;
 use std::sync::Arc;
 
 use super::shard::{Fail, OfOtherJobs};
 use super::{forbidden, unavailable, NodeObjectStore};
-use crate::cluster::{ObjectId, RefHolder};
+use crate::cluster::{ObjectId, ObjectReply, RefHolder};
 use crate::object_store::error::ShardError;
 use crate::wire::RemoteError;
 

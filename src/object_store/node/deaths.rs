@@ -4,8 +4,7 @@
 //! worker incarnation that died and of each ended job's drivers; after
 //! missed events it resyncs against the head's directory and jobs.
 
-use crate::cluster::Subsystem;
-use crate::cluster::{DirectoryReply, JobReply, UnexpectedReply};
+use crate::cluster::{DirectoryReply, JobReply, Subsystem, UnexpectedReply};
 use std::time::Duration;
 
 use actix::prelude::*;

@@ -100,7 +100,6 @@ pub use deaths::HeadEvents;
 pub use pull::BULK_RETRY_AFTER;
 pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
 
-use crate::cluster::ObjectReply;
 use access::{fail, job_of, may_read, readable};
 use pull::Streamed;
 
@@ -118,8 +117,8 @@ use futures::FutureExt;
 use crate::client;
 use crate::cluster::ObjectRequest;
 use crate::cluster::{
-    ContainedRef, ObjectId, ObjectListing, ObjectLocation, RefChange, RefHolder, RefUpdate,
-    SmallObject,
+    ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectReply, RefChange, RefHolder,
+    RefUpdate, SmallObject,
 };
 use crate::host::ownership::{OwnedDir, OwnershipError};
 use crate::transport::{

@@ -3,7 +3,6 @@
 //! shared-memory file or over QUIC in chunks, and the other side, a bulk
 //! stream out of this node's object.
 
-use crate::cluster::ObjectReply;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use futures::StreamExt;
 use super::shard::{Append, Await, Awaited, Begin, Begun, OpenStream, Read, Seal};
 use super::{flatten, lost_or_failed, ready, NodeObjectStore};
 use crate::client;
-use crate::cluster::{ObjectId, ObjectLocation, ObjectRequest};
+use crate::cluster::{ObjectId, ObjectLocation, ObjectReply, ObjectRequest};
 use crate::object_store::transfer::{call, read_chunks};
 use crate::transport::{BulkStream, Connection, RequestOptions, MAX_STREAM_BYTES};
 

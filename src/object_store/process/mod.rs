@@ -41,7 +41,6 @@
 mod kept_maps;
 pub(crate) mod refs;
 
-use crate::cluster::ObjectReply;
 use std::marker::PhantomData;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -53,7 +52,7 @@ use tokio::time::Instant;
 
 use crate::client::ClientError;
 use crate::cluster::ObjectRequest;
-use crate::cluster::{ContainedRef, ObjectId, ObjectLocation, RefHolder};
+use crate::cluster::{ContainedRef, ObjectId, ObjectLocation, ObjectReply, RefHolder};
 use crate::runtime::ProcessContext;
 use crate::transport::{Connection, RequestOptions};
 
