@@ -377,10 +377,10 @@ impl TrainContext {
         params.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, tensor) in &params {
             if !matches!(tensor.kind(), Kind::Float | Kind::BFloat16 | Kind::Half) {
-                return Err(TrainError::Config(format!(
-                    "parameter {name} is {:?}; data-parallel training averages f32, bf16 and f16 parameters",
-                    tensor.kind()
-                )));
+                return Err(TrainError::ParameterKind {
+                    name: name.clone(),
+                    kind: format!("{:?}", tensor.kind()),
+                });
             }
         }
         let numel = params.iter().map(|(_, t)| t.numel()).sum();
@@ -536,7 +536,10 @@ impl TrainContext {
                     .contiguous();
                 source
                     .f_copy_data(&mut self.flat[offset..offset + n], n)
-                    .map_err(|e| TrainError::Config(format!("parameter {name}: {e}")))?;
+                    .map_err(|source| TrainError::Parameter {
+                        name: name.clone(),
+                        source,
+                    })?;
             }
             offset += n;
         }

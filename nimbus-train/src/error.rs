@@ -14,6 +14,63 @@ pub enum TrainError {
     /// The configuration cannot work.
     #[error("invalid training configuration: {0}")]
     Config(String),
+    /// The run directory cannot be created.
+    #[error("cannot create the run directory {path}: {source}")]
+    RunDir {
+        /// The directory (`RunConfig::storage_path` and the run's name).
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The checkpoint to resume from is unusable.
+    #[error("cannot resume from {path}: {source}")]
+    Resume {
+        /// The checkpoint.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        source: CheckpointError,
+    },
+    /// A parameter's type cannot be averaged across workers.
+    #[error(
+        "parameter {name} is {kind}; data-parallel training averages f32, bf16 and f16 parameters"
+    )]
+    ParameterKind {
+        /// The parameter.
+        name: String,
+        /// Its type.
+        kind: String,
+    },
+    /// A parameter could not be copied for the allreduce.
+    #[error("parameter {name}: {source}")]
+    Parameter {
+        /// The parameter.
+        name: String,
+        /// libtorch's error.
+        source: tch::TchError,
+    },
+    /// A checkpoint's tensor does not fit the model it is loaded into.
+    #[error("checkpoint {what} has shape {saved:?}, the model's {current:?}")]
+    Shape {
+        /// Which tensor.
+        what: String,
+        /// Its shape in the checkpoint.
+        saved: Vec<i64>,
+        /// The model's.
+        current: Vec<i64>,
+    },
+    /// The supervisor and a worker disagree on the worker's group: a bug.
+    #[error("the supervisor and a worker disagree: {0}")]
+    Mismatch(&'static str),
+    /// An NCCL group could not be formed (a program built without the
+    /// `cuda` feature, or rank 0 could not make the group's id).
+    #[error("cannot form an NCCL group: {0}")]
+    Nccl(String),
+    /// `use_gpu` is set and the worker's libtorch sees no CUDA device.
+    #[error("use_gpu is set but libtorch sees no CUDA device in worker rank {rank}")]
+    NoGpu {
+        /// The worker's rank.
+        rank: usize,
+    },
     /// `NIMBUS_TRAINING_FAULTS` is malformed.
     #[error(transparent)]
     FaultPlan(#[from] nimbus::library::FaultPlanError),

@@ -93,11 +93,11 @@ impl Sgd {
             *buffer = match checkpoint.tensor(&format!("{PREFIX}{name}")) {
                 Some(saved) => {
                     if saved.size() != param.size() {
-                        return Err(TrainError::Config(format!(
-                            "checkpoint momentum of {name} has shape {:?}, the parameter {:?}",
-                            saved.size(),
-                            param.size()
-                        )));
+                        return Err(TrainError::Shape {
+                            what: format!("momentum of {name}"),
+                            saved: saved.size(),
+                            current: param.size(),
+                        });
                     }
                     Some(saved.to_device(param.device()).copy())
                 }

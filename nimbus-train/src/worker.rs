@@ -440,8 +440,8 @@ fn run_worker(
             ) => join_nccl(id, &assignment, *timeout_ms, nccl, &progress, &group_slot)?,
             (GroupLink::Solo, None) => Box::new(SoloGroup),
             _ => {
-                return Err(TrainError::Config(
-                    "the worker's group link does not match its assignment".into(),
+                return Err(TrainError::Mismatch(
+                    "the worker's group link does not match its assignment",
                 ))
             }
         };
@@ -481,8 +481,8 @@ fn join_shared_memory(
         timeout_ms,
     } = spec
     else {
-        return Err(TrainError::Config(
-            "a shared-memory worker was given another kind of group".into(),
+        return Err(TrainError::Mismatch(
+            "a shared-memory worker was given another kind of group",
         ));
     };
     let mapped = |abort: GroupAbort| {
@@ -556,8 +556,8 @@ fn join_nccl(
     _: &Progress,
     _: &Mutex<Option<GroupAbortHandle>>,
 ) -> Result<Box<dyn Collective>, TrainError> {
-    Err(TrainError::Config(
-        "this program was built without the `cuda` feature: no NCCL".into(),
+    Err(TrainError::Nccl(
+        "this program was built without the `cuda` feature".into(),
     ))
 }
 
@@ -575,9 +575,9 @@ pub(crate) fn run_loop(
     let device = if assignment.use_gpu {
         match tch::Device::cuda_if_available() {
             tch::Device::Cpu => {
-                return Err(TrainError::Config(
-                    "use_gpu is set but libtorch sees no CUDA device in this worker".into(),
-                ))
+                return Err(TrainError::NoGpu {
+                    rank: assignment.ranks.world_rank,
+                })
             }
             gpu => gpu,
         }

@@ -99,7 +99,10 @@ pub(super) async fn launch(
 ) -> Result<Launched, TrainError> {
     let counts = worker_counts(plan.scaling.workers)?;
     if let Some(path) = &resume {
-        checkpoint::verify(path).map_err(|e| TrainError::Config(format!("cannot resume: {e}")))?;
+        checkpoint::verify(path).map_err(|source| TrainError::Resume {
+            path: path.clone(),
+            source,
+        })?;
     }
     let mut assignment = first_assignment(&plan, resume, (attempt, generation));
     if counts == [0] {
@@ -339,7 +342,7 @@ async fn group_spec(
     Ok(match backend {
         CollectiveBackend::Nccl => {
             let Some(rank_0) = handles.first() else {
-                return Err(TrainError::Config("an NCCL group needs a worker".into()));
+                return Err(TrainError::Mismatch("an NCCL group needs a worker"));
             };
             let asked = NcclUniqueId {
                 libtorch: assignment.libtorch.clone(),
@@ -350,7 +353,7 @@ async fn group_spec(
                 .await?
                 .map_err(|e| match e {
                     WorkerRefusal::OtherLibtorch { .. } => refused(0, nodes, e),
-                    e => TrainError::Config(format!("cannot form an NCCL group: {e}")),
+                    e => TrainError::Nccl(format!("rank 0 cannot make the group's id: {e}")),
                 })?;
             GroupSpec::Nccl {
                 id,

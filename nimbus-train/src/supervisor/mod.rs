@@ -350,10 +350,10 @@ impl Handler<Fit> for TrainerSupervisor {
         self.done = Some(done);
         let run_dir = self.plan.run.run_dir();
         if let Err(e) = std::fs::create_dir_all(&run_dir) {
-            let error = TrainError::Config(format!(
-                "cannot create the run directory {}: {e}",
-                run_dir.display()
-            ));
+            let error = TrainError::RunDir {
+                path: run_dir,
+                source: e,
+            };
             self.complete(Some(error), ctx);
         } else {
             let opened = checkpoint::fence::owner(&run_dir)
@@ -432,6 +432,13 @@ fn fatal(error: &TrainError) -> bool {
     matches!(
         error,
         TrainError::Config(_)
+            | TrainError::RunDir { .. }
+            | TrainError::Resume { .. }
+            | TrainError::ParameterKind { .. }
+            | TrainError::Shape { .. }
+            | TrainError::Mismatch(_)
+            | TrainError::Nccl(_)
+            | TrainError::NoGpu { .. }
             | TrainError::OtherLibtorch { .. }
             | TrainError::Placement(PlacementError::Infeasible { .. })
             | TrainError::Spawn(actor::SpawnError::NotRegistered(_))
