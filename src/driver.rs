@@ -81,6 +81,11 @@ pub struct InitOptions {
     pub log_to_driver: bool,
     /// Which cluster a program given no address joins.
     pub cluster: ClusterChoice,
+    /// The cluster flags as the program's own parser read them
+    /// ([`init_parsed`] sets them); `None`: `init` reads them from the
+    /// command line itself, the one place it does
+    /// ([`ClusterArgs::from_command_line`]).
+    pub args: Option<ClusterArgs>,
 }
 
 /// Which cluster a driver given no `--address` (nor `NIMBUS_ADDRESS`)
@@ -108,21 +113,17 @@ impl Default for InitOptions {
             local_nodes: 1,
             log_to_driver: true,
             cluster: ClusterChoice::default(),
+            args: None,
         }
     }
 }
 
 impl InitOptions {
-    /// A local cluster of `--nodes N` nodes when the command line says so,
-    /// else of `default_nodes`, if the program starts one. (`init` runs
-    /// before a program parses its arguments, since a worker process must
-    /// never parse them.)
+    /// A local cluster of `default_nodes` nodes, if the program starts
+    /// one, unless `--nodes N` says otherwise (as it may for any options).
     pub fn from_args(default_nodes: usize) -> Self {
-        let local_nodes = flag("--nodes")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(default_nodes);
         InitOptions {
-            local_nodes,
+            local_nodes: default_nodes,
             ..InitOptions::default()
         }
     }
@@ -169,6 +170,62 @@ pub struct ClusterArgs {
     /// A file holding the cluster's token (mode 0600).
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+    /// Do not show what the job's actors print (also
+    /// NIMBUS_LOG_TO_DRIVER=0).
+    #[arg(long)]
+    pub no_log_to_driver: bool,
+}
+
+impl ClusterArgs {
+    /// The flags as a program's clap parser read them into `matches` (of a
+    /// command that flattens `ClusterArgs`; one that does not has none).
+    fn from_matches(matches: &clap::ArgMatches) -> Self {
+        let text = |id: &str| matches.try_get_one::<String>(id).ok().flatten().cloned();
+        ClusterArgs {
+            nodes: matches
+                .try_get_one::<usize>("nodes")
+                .ok()
+                .flatten()
+                .copied(),
+            address: text("address"),
+            token: text("token"),
+            token_file: matches
+                .try_get_one::<PathBuf>("token_file")
+                .ok()
+                .flatten()
+                .cloned(),
+            no_log_to_driver: matches
+                .try_get_one::<bool>("no_log_to_driver")
+                .ok()
+                .flatten()
+                .is_some_and(|set| *set),
+        }
+    }
+
+    /// The flags read from this process's command line by name
+    /// (`--name VALUE` or `--name=VALUE`), for a program that does not
+    /// parse its own ([`init`] runs before a program parses its arguments,
+    /// since a worker process must never parse them); other arguments are
+    /// the program's and left alone.
+    pub fn from_command_line() -> Self {
+        let args: Vec<String> = std::env::args().collect();
+        let flag = |name: &str| {
+            args.iter().enumerate().find_map(|(i, arg)| {
+                if arg == name {
+                    args.get(i + 1).cloned()
+                } else {
+                    arg.strip_prefix(&format!("{name}=")).map(str::to_string)
+                }
+            })
+        };
+        ClusterArgs {
+            nodes: flag("--nodes").and_then(|n| n.parse().ok()),
+            address: flag("--address"),
+            token: flag("--token"),
+            token_file: flag("--token-file").map(PathBuf::from),
+            no_log_to_driver: args.iter().any(|arg| arg == "--no-log-to-driver"),
+        }
+    }
 }
 
 /// A user program's link to its cluster.
@@ -218,8 +275,13 @@ pub fn init_parsed<A: clap::Parser>(
         ProcessRole::Node => crate::cli::run_as_node(),
         ProcessRole::Driver => {}
     }
-    let args = A::parse();
-    let driver = init_with(registry, options(&args))?;
+    let matches = A::command().get_matches();
+    let args = A::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut A::command()).exit());
+    let mut options = options(&args);
+    options
+        .args
+        .get_or_insert_with(|| ClusterArgs::from_matches(&matches));
+    let driver = init_with(registry, options)?;
     Ok((driver, args))
 }
 
@@ -250,17 +312,24 @@ pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, Ini
     let len = std::fs::metadata(&path).map_err(InitError::Binary)?.len();
     let hash = sha256_file(&path).map_err(InitError::Binary)?;
     let binary = (path, BinaryId { hash, len });
-    let address = flag("--address").or_else(|| std::env::var("NIMBUS_ADDRESS").ok());
+    let args = options
+        .args
+        .clone()
+        .unwrap_or_else(ClusterArgs::from_command_line);
+    let address = args
+        .address
+        .clone()
+        .or_else(|| std::env::var("NIMBUS_ADDRESS").ok());
     let address = match (address, &options.cluster) {
         (Some(address), _) => Some(address),
-        (None, ClusterChoice::LocalHeadFirst) => local_head(),
+        (None, ClusterChoice::LocalHeadFirst) => local_head(&args),
         (None, ClusterChoice::Private) => None,
     };
     let (address, token, local) = match address {
-        Some(address) => (address, token()?, None),
+        Some(address) => (address, token(&args)?, None),
         None => {
             let cluster = LocalCluster::builder()
-                .nodes(options.local_nodes)
+                .nodes(args.nodes.unwrap_or(options.local_nodes))
                 .or_this_program()
                 .start()?;
             (
@@ -277,7 +346,7 @@ pub fn init_with(registry: Registry, options: InitOptions) -> Result<Driver, Ini
         local,
         binary,
         failed: std::cell::Cell::new(false),
-        log_to_driver: options.log_to_driver,
+        log_to_driver: options.log_to_driver && !args.no_log_to_driver,
     })
 }
 
@@ -455,9 +524,9 @@ impl Drop for Driver {
 /// The address of the head started on this machine, if one is recorded
 /// and answers within [`LOCAL_HEAD_PROBE`] (asked on a thread of its own:
 /// `init` may run inside a program's async runtime).
-fn local_head() -> Option<String> {
+fn local_head(args: &ClusterArgs) -> Option<String> {
     let record = crate::host::files::load_head_record()?;
-    let token = token().ok()?;
+    let token = token(args).ok()?;
     let address = record.address.clone();
     let probe = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -498,18 +567,6 @@ fn local_head() -> Option<String> {
     }
 }
 
-/// The value of `--name VALUE` or `--name=VALUE` on the command line.
-fn flag(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().enumerate().find_map(|(i, arg)| {
-        if arg == name {
-            args.get(i + 1).cloned()
-        } else {
-            arg.strip_prefix(&format!("{name}=")).map(str::to_string)
-        }
-    })
-}
-
 /// This driver's job: `NIMBUS_JOB_ID` when the cluster started it
 /// (`nimbus job submit`), else a new one.
 fn job_id() -> Result<String, InitError> {
@@ -546,13 +603,11 @@ async fn keep_job_alive(context: &'static ProcessContext) {
     }
 }
 
-/// Whether the command line and environment let this driver show what
-/// its job's workers print: yes unless `--no-log-to-driver` or
-/// `NIMBUS_LOG_TO_DRIVER=0`.
+/// Whether the environment lets this driver show what its job's workers
+/// print: yes unless `NIMBUS_LOG_TO_DRIVER=0` (the flag is
+/// `ClusterArgs::no_log_to_driver`).
 fn log_to_driver() -> bool {
-    let off_by_flag = std::env::args().any(|arg| arg == "--no-log-to-driver");
-    let off_by_env = std::env::var("NIMBUS_LOG_TO_DRIVER").is_ok_and(|v| v == "0");
-    !(off_by_flag || off_by_env)
+    !std::env::var("NIMBUS_LOG_TO_DRIVER").is_ok_and(|v| v == "0")
 }
 
 /// How often the driver reads what its job's workers printed.
@@ -617,12 +672,12 @@ async fn show_output(context: &'static ProcessContext) {
     }
 }
 
-fn token() -> Result<JoinToken, InitError> {
-    if let Some(file) = flag("--token-file") {
-        let text = crate::host::files::read_token_file(std::path::Path::new(&file))?;
+fn token(args: &ClusterArgs) -> Result<JoinToken, InitError> {
+    if let Some(file) = &args.token_file {
+        let text = crate::host::files::read_token_file(file)?;
         return Ok(text.parse()?);
     }
-    let typed = flag("--token");
+    let typed = args.token.clone();
     if typed.is_some() {
         tracing::warn!("--token puts the cluster's token in this program's arguments, which every local user can read while it runs; prefer --token-file PATH (mode 0600) or NIMBUS_TOKEN");
     }
@@ -639,4 +694,59 @@ fn token() -> Result<JoinToken, InitError> {
         }
     };
     Ok(text.parse()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
+    use super::ClusterArgs;
+
+    /// A program's own arguments, with the cluster's flattened in.
+    #[derive(Parser)]
+    struct WithCluster {
+        #[arg(long, default_value_t = 1)]
+        epochs: u32,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    }
+
+    /// A program's own arguments, without them.
+    #[derive(Parser)]
+    struct Without {
+        #[arg(long, default_value_t = 1)]
+        epochs: u32,
+    }
+
+    #[test]
+    fn the_cluster_flags_are_read_from_the_programs_own_parse() {
+        let argv = [
+            "prog",
+            "--epochs",
+            "5",
+            "--nodes",
+            "3",
+            "--address=10.0.0.1:6379",
+            "--token-file",
+            "/tmp/t",
+            "--no-log-to-driver",
+        ];
+        let matches = WithCluster::command().get_matches_from(argv);
+        let parsed = WithCluster::from_arg_matches(&matches).unwrap();
+        let read = ClusterArgs::from_matches(&matches);
+        assert_eq!(parsed.epochs, 5);
+        assert_eq!(read.nodes, Some(3));
+        assert_eq!(read.address.as_deref(), Some("10.0.0.1:6379"));
+        assert_eq!(read.token_file, Some("/tmp/t".into()));
+        assert!(read.no_log_to_driver);
+        assert_eq!(read.token, parsed.cluster.token);
+
+        let matches = Without::command().get_matches_from(["prog", "--epochs", "2"]);
+        assert_eq!(Without::from_arg_matches(&matches).unwrap().epochs, 2);
+        let none = ClusterArgs::from_matches(&matches);
+        assert_eq!(
+            (none.nodes, none.address, none.no_log_to_driver),
+            (None, None, false)
+        );
+    }
 }
