@@ -55,7 +55,7 @@
 //!    or with `bulk_over_tcp` off, neither listens nor dials: callers
 //!    carry their bytes over QUIC instead, as they do when a dial fails.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -174,23 +174,59 @@ pub struct BulkListener {
 }
 
 impl BulkListener {
+    /// Binds the advertised IP (the QUIC port if free, else any port), so
+    /// the port is not open on the host's other addresses; an advertised
+    /// IP that is not this host's (behind NAT) falls back to the QUIC
+    /// socket's IP, saying so.
     pub(super) fn bind(
+        advertised: IpAddr,
         quic: SocketAddr,
         tls: &BulkTls,
         connect_timeout: Duration,
         stall: Duration,
     ) -> Result<Self, EndpointError> {
-        let any = SocketAddr::new(quic.ip(), 0);
-        let tcp = std::net::TcpListener::bind(quic)
-            .or_else(|_| std::net::TcpListener::bind(any))
-            .and_then(|tcp| tcp.set_nonblocking(true).map(|()| tcp))
-            .map_err(|cause| EndpointError::Bind { addr: any, cause })?;
+        let tries = [
+            SocketAddr::new(advertised, quic.port()),
+            SocketAddr::new(advertised, 0),
+            quic,
+            SocketAddr::new(quic.ip(), 0),
+        ];
+        let mut failed = None;
+        let mut bound = None;
+        for addr in tries {
+            match std::net::TcpListener::bind(addr) {
+                Ok(tcp) => {
+                    bound = Some(tcp);
+                    break;
+                }
+                Err(cause) => failed = Some(EndpointError::Bind { addr, cause }),
+            }
+        }
+        let Some(tcp) = bound else {
+            return Err(failed.unwrap_or(EndpointError::Bind {
+                addr: quic,
+                cause: std::io::ErrorKind::AddrNotAvailable.into(),
+            }));
+        };
+        tcp.set_nonblocking(true)
+            .map_err(|cause| EndpointError::Bind { addr: quic, cause })?;
+        if tcp.local_addr().is_ok_and(|a| a.ip() != advertised) {
+            tracing::warn!(
+                "the bulk listener cannot bind the advertised IP {advertised} (not this host's?): it listens on {} instead",
+                quic.ip()
+            );
+        }
         Ok(BulkListener {
             tcp,
             acceptor: tls.acceptor.clone(),
             connect_timeout,
             stall,
         })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
     }
 
     /// The grants this listener will honour.
@@ -767,7 +803,7 @@ mod tests {
     fn serving(token: &JoinToken) -> (Endpoint, BulkGrants<Vec<u8>>, Arc<AtomicUsize>) {
         let server = endpoint(token, true, TransportConfig::default());
         let listener = server
-            .bulk_listener()
+            .bulk_listener(server.local_addr().ip())
             .unwrap()
             .expect("bulk streams are on");
         let grants = listener.grants();
@@ -1032,13 +1068,46 @@ mod tests {
         serve.await.unwrap();
     }
 
+    /// A node listening for QUIC on every address opens its bulk port on
+    /// the address it advertises only (#51, medium 6); an advertised
+    /// address that is not this host's falls back to the QUIC socket's.
+    #[tokio::test]
+    async fn the_bulk_port_listens_on_the_advertised_address_only() {
+        let token = JoinToken::generate();
+        let me = PeerIdentity {
+            role: PeerRole::Node,
+            identity: NodeIdentity {
+                name: "bulk-test".into(),
+                incarnation: Incarnation::fresh(),
+            },
+        };
+        let credentials = Credentials::issue(&token, "bulk-test").unwrap();
+        let socket = Endpoint::bind_socket(([0, 0, 0, 0], 0).into()).unwrap();
+        let config = TransportConfig::default();
+        let server = Endpoint::listen(socket, me, &credentials, config).unwrap();
+        let loopback: IpAddr = [127, 0, 0, 1].into();
+        let listener = server.bulk_listener(loopback).unwrap().unwrap();
+        assert_eq!(listener.local_addr().unwrap().ip(), loopback);
+        drop(listener);
+        // TEST-NET-3: no host has it.
+        let elsewhere: IpAddr = [203, 0, 113, 7].into();
+        let listener = server.bulk_listener(elsewhere).unwrap().unwrap();
+        assert_eq!(
+            listener.local_addr().unwrap().ip(),
+            server.local_addr().ip()
+        );
+    }
+
     /// More records than one `pwritev` takes slices (a record per byte)
     /// reach the file whole.
     #[tokio::test]
     async fn a_stream_of_tiny_records_reaches_its_file() {
         let token = JoinToken::generate();
         let server = endpoint(&token, true, TransportConfig::default());
-        let listener = server.bulk_listener().unwrap().unwrap();
+        let listener = server
+            .bulk_listener(server.local_addr().ip())
+            .unwrap()
+            .unwrap();
         let grants: BulkGrants<Vec<u8>> = listener.grants();
         tokio::spawn(
             listener.serve(grants.clone(), |bytes: Vec<u8>, stream| async move {
@@ -1070,7 +1139,10 @@ mod tests {
     async fn dropping_the_wait_ends_the_streams_thread() {
         let token = JoinToken::generate();
         let server = endpoint(&token, true, TransportConfig::default());
-        let listener = server.bulk_listener().unwrap().unwrap();
+        let listener = server
+            .bulk_listener(server.local_addr().ip())
+            .unwrap()
+            .unwrap();
         let grants: BulkGrants<()> = listener.grants();
         // The handler holds its stream and never writes.
         let (held, mut handed) = tokio::sync::mpsc::unbounded_channel();
@@ -1108,7 +1180,10 @@ mod tests {
             ..TransportConfig::default()
         };
         let server = endpoint(&token, true, faults.clone());
-        assert!(server.bulk_listener().unwrap().is_none());
+        assert!(server
+            .bulk_listener(server.local_addr().ip())
+            .unwrap()
+            .is_none());
         let client = endpoint(&token, false, faults);
         let addr = ([127, 0, 0, 1], 9).into();
         let dialed = client.bulk_connect(addr, BulkTicket([0; 16])).await;

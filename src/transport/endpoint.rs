@@ -228,14 +228,19 @@ impl Endpoint {
             .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into())
     }
 
-    /// A TCP listener for bulk streams beside this endpoint's QUIC socket
-    /// (`bulk.rs`, step 1); `None` when bulk streams are off.
-    pub fn bulk_listener(&self) -> Result<Option<BulkListener>, EndpointError> {
+    /// A TCP listener for bulk streams on `advertised`, the IP this
+    /// endpoint's node tells others to reach it at (`bulk.rs`, step 1);
+    /// `None` when bulk streams are off.
+    pub fn bulk_listener(
+        &self,
+        advertised: std::net::IpAddr,
+    ) -> Result<Option<BulkListener>, EndpointError> {
         let Some(tls) = &self.inner.bulk else {
             return Ok(None);
         };
         let config = &self.inner.config;
         let listener = BulkListener::bind(
+            advertised,
             self.local_addr(),
             tls,
             config.connect_timeout,

@@ -204,7 +204,7 @@ impl NodeObjectStore {
                 ObjectStoreShard::start_in_arbiter(&Arbiter::new().handle(), |_| shard)
             })
             .collect();
-        let listener = endpoint.bulk_listener().unwrap_or_else(|e| {
+        let listener = endpoint.bulk_listener(me.address.ip()).unwrap_or_else(|e| {
             tracing::warn!("no bulk listener ({e}): objects leave this node over QUIC");
             None
         });
