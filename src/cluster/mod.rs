@@ -42,7 +42,7 @@ pub use messages::{
     ObjectRequest, OutputLine, PlacementGroupId, ProcessClass, ResourceUsage, StateReply,
     StateRequest, StateScope, Subsystem, Together, UnexpectedReply, WorkerReply, WorkerRequest,
     DEFAULT_HEAD_GRACE, DRIVER_BEAT, MAX_LIBRARY_NAME, MAX_PACKET_RULES, MAX_RUN_EVENTS,
-    MAX_STATE_KEY, MAX_STATE_RECORDS, MAX_STATE_VALUE, MAX_TASK_STATES,
+    MAX_STATE_BYTES, MAX_STATE_KEY, MAX_STATE_RECORDS, MAX_STATE_VALUE, MAX_TASK_STATES,
 };
 pub use objects::{
     ContainedRef, ObjectId, ObjectListing, ObjectLocation, ObjectState, ObjectSummary, RefChange,

@@ -5,7 +5,8 @@
 //!
 //! 1. **Check.** A change is checked by the pure [`StateTable`] against the
 //!    limits in `crate::cluster` (`MAX_STATE_KEY`, `MAX_STATE_VALUE`,
-//!    `MAX_STATE_RECORDS` per library and job); a refused change names the
+//!    `MAX_STATE_RECORDS` per library and job, `MAX_STATE_BYTES` in all:
+//!    the table lives in the head's memory); a refused change names the
 //!    limit and changes nothing.
 //! 2. **Write ahead.** An accepted change is written to the head's store
 //!    (`HeadStore::put_record`, `delete_record`) before it is applied and
@@ -19,7 +20,8 @@ use std::collections::BTreeMap;
 use actix::{Actor, Context, Handler, Message};
 
 use crate::cluster::{
-    StateReply, StateRequest, StateScope, MAX_STATE_KEY, MAX_STATE_RECORDS, MAX_STATE_VALUE,
+    StateReply, StateRequest, StateScope, MAX_STATE_BYTES, MAX_STATE_KEY, MAX_STATE_RECORDS,
+    MAX_STATE_VALUE,
 };
 
 use super::store::{HeadStore, StoreError, StoredRecord};
@@ -60,6 +62,15 @@ pub enum StateError {
         /// The job.
         job: String,
     },
+    /// Every library's records together hold as many bytes as the head
+    /// keeps.
+    #[error("the head keeps {MAX_STATE_BYTES} bytes of library records already: {library} must delete some of job {job}'s, or other libraries theirs")]
+    HeadFull {
+        /// The library.
+        library: String,
+        /// The job.
+        job: String,
+    },
     /// The head's store could not be written: nothing changed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -77,6 +88,8 @@ impl StateError {
 #[derive(Debug, Default)]
 pub struct StateTable {
     records: BTreeMap<StateScope, BTreeMap<String, Vec<u8>>>,
+    /// Bytes of every key and value held.
+    bytes: usize,
 }
 
 impl StateTable {
@@ -101,9 +114,16 @@ impl StateTable {
             });
         }
         let records = self.records.get(scope);
-        let new_key = !records.is_some_and(|records| records.contains_key(key));
-        if new_key && records.map_or(0, BTreeMap::len) >= MAX_STATE_RECORDS {
+        let old = records.and_then(|records| records.get(key));
+        if old.is_none() && records.map_or(0, BTreeMap::len) >= MAX_STATE_RECORDS {
             return Err(StateError::Full {
+                library: scope.library.clone(),
+                job: scope.job.clone(),
+            });
+        }
+        let freed = old.map_or(0, |old| key.len() + old.len());
+        if self.bytes - freed + key.len() + len > MAX_STATE_BYTES {
+            return Err(StateError::HeadFull {
                 library: scope.library.clone(),
                 job: scope.job.clone(),
             });
@@ -126,7 +146,13 @@ impl StateTable {
 
     /// Sets `key` in `scope`, once checked and written.
     pub fn apply_put(&mut self, scope: StateScope, key: String, value: Vec<u8>) {
-        self.records.entry(scope).or_default().insert(key, value);
+        let added = key.len() + value.len();
+        let records = self.records.entry(scope).or_default();
+        if let Some(old) = records.get(&key) {
+            self.bytes -= key.len() + old.len();
+        }
+        records.insert(key, value);
+        self.bytes += added;
     }
 
     /// Deletes `key` in `scope`, once written; whether it had a value.
@@ -134,7 +160,11 @@ impl StateTable {
         let Some(records) = self.records.get_mut(scope) else {
             return false;
         };
-        let had = records.remove(key).is_some();
+        let removed = records.remove(key);
+        if let Some(old) = &removed {
+            self.bytes -= key.len() + old.len();
+        }
+        let had = removed.is_some();
         if records.is_empty() {
             self.records.remove(scope);
         }
@@ -290,6 +320,38 @@ mod tests {
         assert!(table.apply_delete(&s, "k7"));
         assert!(!table.apply_delete(&s, "k7"));
         table.check_put(&s, "one-more", 1).unwrap();
+    }
+
+    #[test]
+    fn every_librarys_records_together_are_bounded_in_bytes() {
+        let mut table = StateTable::default();
+        let value = vec![0u8; MAX_STATE_VALUE];
+        // Many libraries of one job: no scope is full, the head is.
+        let mut library = 0;
+        while table
+            .check_put(&scope(&format!("lib{library}"), "j1"), "k", value.len())
+            .is_ok()
+        {
+            table.apply_put(
+                scope(&format!("lib{library}"), "j1"),
+                "k".into(),
+                value.clone(),
+            );
+            library += 1;
+        }
+        assert_eq!(library, MAX_STATE_BYTES / (MAX_STATE_VALUE + 1));
+        let full = table
+            .check_put(&scope("other", "j2"), "k", value.len())
+            .unwrap_err();
+        assert!(matches!(full, StateError::HeadFull { .. }), "{full}");
+        // Replacing a value with one as large fits; deleting makes room.
+        table
+            .check_put(&scope("lib0", "j1"), "k", value.len())
+            .unwrap();
+        assert!(table.apply_delete(&scope("lib0", "j1"), "k"));
+        table
+            .check_put(&scope("other", "j2"), "k", value.len())
+            .unwrap();
     }
 
     #[test]

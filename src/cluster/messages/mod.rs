@@ -81,8 +81,8 @@ pub use membership::{
 };
 pub use objects::{ObjectReply, ObjectRequest};
 pub use state::{
-    StateReply, StateRequest, StateScope, MAX_LIBRARY_NAME, MAX_STATE_KEY, MAX_STATE_RECORDS,
-    MAX_STATE_VALUE,
+    StateReply, StateRequest, StateScope, MAX_LIBRARY_NAME, MAX_STATE_BYTES, MAX_STATE_KEY,
+    MAX_STATE_RECORDS, MAX_STATE_VALUE,
 };
 pub use workers::{
     BinaryReply, BinaryRequest, BundleListing, BundleReply, BundleRequest, LogChunk, WorkerReply,

@@ -22,6 +22,9 @@ pub const MAX_STATE_VALUE: usize = 1 << 20;
 /// The most records of one library in one scope (so a `List` answers at
 /// most this many keys).
 pub const MAX_STATE_RECORDS: usize = 10_000;
+/// The most bytes (keys and values) the head keeps for every library and
+/// job together: the table lives in the head's memory.
+pub const MAX_STATE_BYTES: usize = 256 << 20;
 
 /// Where a record lives: its library and its scope (a job id).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -63,7 +66,8 @@ impl StateScope {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum StateRequest {
     /// Sets `key` to `value` (at most [`MAX_STATE_VALUE`] bytes; at most
-    /// [`MAX_STATE_RECORDS`] records per scope). Answered with `Ack`.
+    /// [`MAX_STATE_RECORDS`] records per scope, [`MAX_STATE_BYTES`] in
+    /// all). Answered with `Ack`.
     Put {
         /// Whose records.
         scope: StateScope,
