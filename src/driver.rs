@@ -482,7 +482,7 @@ impl Drop for Driver {
         // The task states not reported yet go first, the metrics recorded
         // since the last push, and the packet faults injected since the
         // last report (under a chaos plan).
-        let tasks = crate::task::records::take_unreported();
+        let tasks = crate::task::records::take_unreported(context);
         let metrics = context.metrics_push();
         let process = context.endpoint.identity().identity.name.clone();
         let packets = crate::runtime::packet_report(

@@ -20,6 +20,7 @@ use dashmap::DashMap;
 
 use actix::{Actor, Addr};
 
+use super::extensions::Extensions;
 use super::registry::{HostedActor, Registry};
 
 use crate::client::{self, ClientError};
@@ -51,6 +52,8 @@ pub struct ProcessContext {
     /// Held for the whole of a metrics push: the node keeps the push that
     /// arrives last, so a push must not overtake an older one.
     pushing: tokio::sync::Mutex<()>,
+    /// The features' per-process state (`extensions.rs`).
+    extensions: Extensions,
 }
 
 /// How long a process's last push of its metrics may take (a worker that
@@ -79,7 +82,14 @@ impl ProcessContext {
             local: Mutex::new(HashMap::new()),
             workers: DashMap::new(),
             pushing: tokio::sync::Mutex::new(()),
+            extensions: Extensions::default(),
         }
+    }
+
+    /// This process's `T`, a feature's per-process state, made with
+    /// `T::default()` on first use (`extensions.rs`).
+    pub(crate) fn extension<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        self.extensions.get()
     }
 
     /// Makes `context` this process's, and starts watching the cluster for

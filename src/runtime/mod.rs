@@ -24,6 +24,7 @@
 
 pub mod boot;
 mod context;
+mod extensions;
 pub mod logging;
 mod node_of_worker;
 mod packet_reports;

@@ -32,7 +32,7 @@
 //! `policy.rs` ([`Leases`]); this module carries it out.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use dashmap::DashSet;
@@ -134,18 +134,37 @@ impl State {
     }
 }
 
-fn state() -> std::sync::MutexGuard<'static, State> {
-    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
-    STATE
-        .get_or_init(|| {
-            Mutex::new(State {
-                leases: Leases::new(LIMITS),
-                waiters: HashMap::new(),
-                placements: HashMap::new(),
-            })
-        })
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+impl Default for State {
+    fn default() -> Self {
+        State {
+            leases: Leases::new(LIMITS),
+            waiters: HashMap::new(),
+            placements: HashMap::new(),
+        }
+    }
+}
+
+/// This process's task pool, kept in its context
+/// (`ProcessContext::extension`).
+#[derive(Default)]
+struct Pool {
+    state: Mutex<State>,
+    /// Placements some alive node could give (checked once each).
+    feasible: DashSet<String>,
+    /// The name of this process's home node, once known.
+    home: OnceLock<String>,
+    /// Set once the reaper runs.
+    reaper: OnceLock<()>,
+}
+
+impl Pool {
+    fn of(context: &ProcessContext) -> Arc<Pool> {
+        context.extension()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// What a task asking for a lease does next.
@@ -162,8 +181,8 @@ pub(crate) async fn check_feasible(
     options: &SpawnOptions,
 ) -> Result<(), SpawnError> {
     options.resources().validate()?;
-    static FEASIBLE: OnceLock<DashSet<String>> = OnceLock::new();
-    let feasible = FEASIBLE.get_or_init(DashSet::new);
+    let pool = Pool::of(context);
+    let feasible = &pool.feasible;
     let key = options.placement_key();
     if feasible.contains(&key) {
         return Ok(());
@@ -204,10 +223,11 @@ pub(crate) async fn acquire(
     max_in_flight: usize,
 ) -> Result<Lease, SpawnError> {
     start_reaper(context);
+    let pool = Pool::of(context);
     let key = format!("{} in_flight={max_in_flight}", options.placement_key());
     loop {
         let next = {
-            let mut state = state();
+            let mut state = pool.state();
             if !state.placements.contains_key(&key) {
                 let told = Told {
                     queue: rand::random(),
@@ -233,7 +253,7 @@ pub(crate) async fn acquire(
                     Err(SpawnError::NoCapacity { .. }) => Started::NoCapacity,
                     Err(e) => Started::Failed(e),
                 };
-                let mut state = state();
+                let mut state = pool.state();
                 match state.leases.started(&key, outcome, Instant::now()) {
                     AfterStart::Run(lent, handed) => {
                         for (ticket, lent) in handed {
@@ -251,7 +271,7 @@ pub(crate) async fn acquire(
         if let Ok(Ok(lent)) = tokio::time::timeout(QUEUE_POLL, &mut handed).await {
             return Ok(Lease::new(lent, &key));
         }
-        let mut state = state();
+        let mut state = pool.state();
         state.waiters.remove(&ticket);
         if !state.leases.cancel(&key, ticket) {
             // Handed a worker as the wait ended.
@@ -263,8 +283,9 @@ pub(crate) async fn acquire(
 }
 
 /// Returns a lease whose task finished: to a queued task, or to the pool.
-pub(crate) fn release(lease: Lease) {
-    let mut state = state();
+pub(crate) fn release(context: &ProcessContext, lease: Lease) {
+    let pool = Pool::of(context);
+    let mut state = pool.state();
     if let Release::Handoff(ticket, handed) =
         state.leases.release(&lease.key, lease.id, Instant::now())
     {
@@ -284,7 +305,7 @@ const DEATH_WAIT: Duration = Duration::from_secs(3);
 pub(crate) async fn discard(context: &ProcessContext, lease: Lease) -> Option<DeathCause> {
     // No task goes to it from now on; the others in flight on it find out
     // by their own calls.
-    state().leases.lost(&lease.key, lease.id);
+    Pool::of(context).state().leases.lost(&lease.key, lease.id);
     let end = tokio::time::Instant::now() + DEATH_WAIT;
     let mut seen = context.last_event().await.ok()?;
     loop {
@@ -330,8 +351,8 @@ async fn start_worker(
 
 /// The name of this process's home node.
 async fn home_node(context: &ProcessContext) -> Option<String> {
-    static HOME: OnceLock<String> = OnceLock::new();
-    if let Some(name) = HOME.get() {
+    let pool = Pool::of(context);
+    if let Some(name) = pool.home.get() {
         return Some(name.clone());
     }
     let MembershipReply::Status(status) =
@@ -345,28 +366,28 @@ async fn home_node(context: &ProcessContext) -> Option<String> {
         .find(|n| n.address == context.home)?
         .id
         .clone();
-    Some(HOME.get_or_init(|| name).clone())
+    Some(pool.home.get_or_init(|| name).clone())
 }
 
 /// Kills workers idle for longer than [`IDLE_LEASE`], and tells the head
 /// of tasks waiting for room (step 7), from a background task started
 /// with the first lease.
 fn start_reaper(context: &'static ProcessContext) {
-    static STARTED: OnceLock<()> = OnceLock::new();
-    if STARTED.set(()).is_err() {
+    let pool = Pool::of(context);
+    if pool.reaper.set(()).is_err() {
         return;
     }
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(IDLE_LEASE / 2);
         loop {
             tick.tick().await;
-            let expired = state().leases.expire(Instant::now());
+            let expired = pool.state().leases.expire(Instant::now());
             for worker in expired {
                 if let Err(e) = worker.kill().await {
                     tracing::debug!("returning an idle task worker: {e}");
                 }
             }
-            for request in waiting_news(&context.job) {
+            for request in waiting_news(&pool, &context.job) {
                 if let Err(e) = context.call_head(request).await {
                     tracing::debug!("telling the head of tasks waiting for room: {e}");
                 }
@@ -377,8 +398,8 @@ fn start_reaper(context: &'static ProcessContext) {
 
 /// Step 7: what to tell the head of the placements with tasks waiting
 /// for room, and of those with none any more.
-fn waiting_news(job: &str) -> Vec<DirectoryRequest> {
-    let mut state = state();
+fn waiting_news(pool: &Pool, job: &str) -> Vec<DirectoryRequest> {
+    let mut state = pool.state();
     let waiting: HashMap<String, usize> = state.leases.waiting_for_room().into_iter().collect();
     let mut news = Vec::new();
     for (key, told) in state.placements.iter_mut() {

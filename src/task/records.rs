@@ -22,15 +22,19 @@ use crate::runtime::ProcessContext;
 /// How often the latest states are reported.
 pub const REPORT_EVERY: Duration = Duration::from_secs(1);
 
-/// The states not reported yet, by task.
-fn unreported() -> &'static Mutex<HashMap<ObjectId, TaskRecord>> {
-    static UNREPORTED: OnceLock<Mutex<HashMap<ObjectId, TaskRecord>>> = OnceLock::new();
-    UNREPORTED.get_or_init(Mutex::default)
+/// This process's task reports, kept in its context
+/// (`ProcessContext::extension`).
+#[derive(Default)]
+struct Reports {
+    /// The states not reported yet, by task.
+    unreported: Mutex<HashMap<ObjectId, TaskRecord>>,
+    /// Set once reporting runs (step 2).
+    started: OnceLock<()>,
 }
 
-/// Step 3: the states not reported yet, taken.
-pub fn take_unreported() -> Vec<TaskRecord> {
-    match unreported().lock() {
+/// Step 3: the states `context`'s process has not reported yet, taken.
+pub fn take_unreported(context: &ProcessContext) -> Vec<TaskRecord> {
+    match context.extension::<Reports>().unreported.lock() {
         Ok(mut pending) => pending.drain().map(|(_, record)| record).collect(),
         Err(_) => Vec::new(),
     }
@@ -38,6 +42,7 @@ pub fn take_unreported() -> Vec<TaskRecord> {
 
 /// One task's record, kept up to date through its life (step 1).
 pub(super) struct Tracked {
+    context: &'static ProcessContext,
     record: TaskRecord,
     /// When it was submitted, for `nimbus_task_seconds`.
     since: std::time::Instant,
@@ -50,6 +55,7 @@ impl Tracked {
         start_reporting(context);
         metrics::counter!("nimbus_tasks_submitted_total").increment(1);
         let tracked = Tracked {
+            context,
             since: std::time::Instant::now(),
             record: TaskRecord {
                 id,
@@ -93,7 +99,7 @@ impl Tracked {
     }
 
     fn record(&self) {
-        if let Ok(mut pending) = unreported().lock() {
+        if let Ok(mut pending) = self.context.extension::<Reports>().unreported.lock() {
             pending.insert(self.record.id, self.record.clone());
         }
     }
@@ -101,13 +107,12 @@ impl Tracked {
 
 /// Step 2, started once per process.
 fn start_reporting(context: &'static ProcessContext) {
-    static STARTED: OnceLock<()> = OnceLock::new();
-    STARTED.get_or_init(|| {
+    context.extension::<Reports>().started.get_or_init(|| {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(REPORT_EVERY);
             loop {
                 tick.tick().await;
-                let states = take_unreported();
+                let states = take_unreported(context);
                 for batch in states.chunks(MAX_TASK_STATES) {
                     let report = JobRequest::TaskStates(batch.to_vec());
                     if let Err(e) = context.call_head(report).await {
