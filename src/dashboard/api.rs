@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -196,13 +196,17 @@ struct LoginForm {
     token: String,
 }
 
-async fn login(State(shared): State<Arc<Shared>>, Form(form): Form<LoginForm>) -> Response {
+async fn login(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    Form(form): Form<LoginForm>,
+) -> Response {
     let session = match shared.sessions.lock() {
         Ok(mut sessions) => sessions.login(&form.token, Instant::now()),
         Err(_) => None,
     };
     let Some(id) = session else {
-        tracing::warn!("dashboard: a sign-in with a wrong token was refused");
+        tracing::warn!("dashboard: a sign-in from {peer} with a wrong token was refused");
         return html(
             StatusCode::UNAUTHORIZED,
             LOGIN_HTML.replace(

@@ -31,7 +31,8 @@
 //!    in a URL) opens one for [`SESSION_TTL`] and sets the `HttpOnly`,
 //!    `SameSite=Strict` cookie `nimbus_session`; without it `/` shows the
 //!    login form and `/api/…` answers 401. `POST /logout` ends it. A wrong
-//!    token is logged as refused, the token itself never.
+//!    token is logged as refused, with the address it came from, the token
+//!    itself never.
 //! 4. The page loads what it shows from the JSON API and listens to
 //!    `/api/events`: server-sent `change` events, sent on every cluster
 //!    event and at least every [`TICK`], after which it reloads its view.

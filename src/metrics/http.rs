@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -57,15 +58,18 @@ async fn serve(name: &'static str, listener: tokio::net::TcpListener, app: Route
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!("{name}: cannot accept a connection: {e}");
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
-        let service = TowerToHyperService::new(app.clone());
+        // Handlers may ask who connected (`ConnectInfo`): a refused login
+        // is logged with its source.
+        let app = app.clone().layer(axum::Extension(ConnectInfo(peer)));
+        let service = TowerToHyperService::new(app);
         tokio::spawn(async move {
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -618,8 +618,10 @@ fn a_dashboard_beyond_loopback_asks_for_the_token() {
     let (status, _, _) = get(&address, "/api/cluster", Some("nimbus_session=forged"));
     assert_eq!(status, 401);
 
-    // The token is in no log of the head, nor the refused attempt's.
+    // The token is in no log of the head, nor the refused attempt's; the
+    // refusal is logged with where it came from.
     let logs = home.path().join("logs");
+    let mut refusal_logged = false;
     for entry in std::fs::read_dir(&logs).unwrap() {
         let log = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
         assert!(!log.contains(&token), "a log holds the token");
@@ -627,7 +629,9 @@ fn a_dashboard_beyond_loopback_asks_for_the_token() {
             !log.contains("nimbus1-not-the-token"),
             "a log holds a presented token"
         );
+        refusal_logged |= log.contains("a sign-in from 127.0.0.1:");
     }
+    assert!(refusal_logged, "no log names the refused sign-in's source");
 
     // In a browser: the login form, then the cluster.
     let Some(chromium) = chromium() else { return };
