@@ -28,17 +28,25 @@ MANIFESTS=(deploy/kubernetes/*.yaml deploy/kubernetes/examples/*.json)
 "$VENV/bin/python" - "${MANIFESTS[@]}" <<'PY'
 import sys, yaml
 problems = []
+policies = []
+pods = []
 for path in sys.argv[1:]:
     for doc in yaml.safe_load_all(open(path)):
         if not doc:
             continue
+        if doc.get("kind") == "NetworkPolicy":
+            policies.append(doc["spec"]["podSelector"].get("matchLabels", {}))
+            continue
         if doc.get("kind") == "Pod":
             pod = doc["spec"]
+            labels = doc["metadata"].get("labels", {})
         elif "template" in doc.get("spec", {}):
             pod = doc["spec"]["template"]["spec"]
+            labels = doc["spec"]["template"]["metadata"].get("labels", {})
         else:
             continue
         where = f"{path}: {doc['kind']} {doc['metadata']['name']}"
+        pods.append((where, labels))
         security = pod.get("securityContext", {})
         if security.get("seccompProfile", {}).get("type") != "RuntimeDefault":
             problems.append(f"{where}: the pod's seccompProfile is not RuntimeDefault")
@@ -57,7 +65,11 @@ for path in sys.argv[1:]:
             mounted = [m for m in container.get("volumeMounts", []) if m["name"] in claims]
             if not any(home.startswith(m["mountPath"].rstrip("/") + "/") for m in mounted):
                 problems.append(f"{where}: the head's NIMBUS_HOME ({home or 'unset'}) is not on a persistent volume")
+# Every pod is one the network policy admits only other nimbus pods to.
+for where, labels in pods:
+    if not any(selector.items() <= labels.items() for selector in policies):
+        problems.append(f"{where}: no NetworkPolicy selects its pods")
 if problems:
     sys.exit("kubernetes manifests break the pod rules:\n  " + "\n  ".join(problems))
 PY
-echo "kubernetes manifests: ${#MANIFESTS[@]} files valid (kubernetes-validate $VERSION, strict), without privilege, the head's state persistent"
+echo "kubernetes manifests: ${#MANIFESTS[@]} files valid (kubernetes-validate $VERSION, strict), without privilege, the head's state persistent, every pod under the network policy"
