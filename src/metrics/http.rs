@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use axum::Router;
+use hyper::body::Incoming;
+use hyper::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{oneshot, Semaphore};
@@ -68,8 +70,11 @@ async fn serve(name: &'static str, listener: tokio::net::TcpListener, app: Route
         };
         // Handlers may ask who connected (`ConnectInfo`): a refused login
         // is logged with its source.
-        let app = app.clone().layer(axum::Extension(ConnectInfo(peer)));
-        let service = TowerToHyperService::new(app);
+        let router = TowerToHyperService::new(app.clone());
+        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            hyper::service::Service::call(&router, request)
+        });
         tokio::spawn(async move {
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -388,11 +388,11 @@ async fn drive(
         tracked.running(lease.worker().id());
         let failure = match lease.worker().send(run.clone()).await {
             Ok(Ok(TaskOutput::Stored)) => {
-                pool::release(context, lease);
+                pool::release(lease);
                 break Ok(());
             }
             Ok(Ok(TaskOutput::Inline(bytes))) => {
-                pool::release(context, lease);
+                pool::release(lease);
                 // Readable here at once; stored at the owner for others.
                 if let Some(tracked) = result.tracked() {
                     tracked.keep_copy(&bytes);
@@ -402,7 +402,7 @@ async fn drive(
                 break stored.map_err(|e| format!("task {}: {e}", run.task));
             }
             Ok(Err(application)) => {
-                pool::release(context, lease);
+                pool::release(lease);
                 Failure::Application(application)
             }
             Err(system) => {

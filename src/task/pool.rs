@@ -60,14 +60,17 @@ pub(crate) struct Lease {
     worker: Worker,
     id: WorkerId,
     key: String,
+    /// The pool it is returned to.
+    pool: Arc<Pool>,
 }
 
 impl Lease {
-    fn new(lent: Lent<Worker>, key: &str) -> Self {
+    fn new(lent: Lent<Worker>, key: &str, pool: &Arc<Pool>) -> Self {
         Lease {
             worker: lent.worker,
             id: lent.id,
             key: key.to_string(),
+            pool: pool.clone(),
         }
     }
 }
@@ -243,7 +246,7 @@ pub(crate) async fn acquire(
             }
         };
         let (ticket, mut handed) = match next {
-            Next::Run(lent) => return Ok(Lease::new(lent, &key)),
+            Next::Run(lent) => return Ok(Lease::new(lent, &key, &pool)),
             Next::Wait(ticket, handed) => (ticket, handed),
             Next::Start => {
                 // Boxed: starting a worker is rare and its future large,
@@ -259,7 +262,7 @@ pub(crate) async fn acquire(
                         for (ticket, lent) in handed {
                             state.hand(&key, ticket, lent);
                         }
-                        return Ok(Lease::new(lent, &key));
+                        return Ok(Lease::new(lent, &key, &pool));
                     }
                     AfterStart::Queue(ticket) => (ticket, state.wait(ticket)),
                     AfterStart::Fail(e) => return Err(e),
@@ -269,23 +272,22 @@ pub(crate) async fn acquire(
         // Resources may also free up elsewhere (another job's actors), so
         // a queued task looks again now and then.
         if let Ok(Ok(lent)) = tokio::time::timeout(QUEUE_POLL, &mut handed).await {
-            return Ok(Lease::new(lent, &key));
+            return Ok(Lease::new(lent, &key, &pool));
         }
         let mut state = pool.state();
         state.waiters.remove(&ticket);
         if !state.leases.cancel(&key, ticket) {
             // Handed a worker as the wait ended.
             if let Ok(lent) = handed.try_recv() {
-                return Ok(Lease::new(lent, &key));
+                return Ok(Lease::new(lent, &key, &pool));
             }
         }
     }
 }
 
 /// Returns a lease whose task finished: to a queued task, or to the pool.
-pub(crate) fn release(context: &ProcessContext, lease: Lease) {
-    let pool = Pool::of(context);
-    let mut state = pool.state();
+pub(crate) fn release(lease: Lease) {
+    let mut state = lease.pool.state();
     if let Release::Handoff(ticket, handed) =
         state.leases.release(&lease.key, lease.id, Instant::now())
     {
@@ -305,7 +307,7 @@ const DEATH_WAIT: Duration = Duration::from_secs(3);
 pub(crate) async fn discard(context: &ProcessContext, lease: Lease) -> Option<DeathCause> {
     // No task goes to it from now on; the others in flight on it find out
     // by their own calls.
-    Pool::of(context).state().leases.lost(&lease.key, lease.id);
+    lease.pool.state().leases.lost(&lease.key, lease.id);
     let end = tokio::time::Instant::now() + DEATH_WAIT;
     let mut seen = context.last_event().await.ok()?;
     loop {

@@ -13,7 +13,7 @@
 //! 3. A driver that ends hands over what is left (`take_unreported`).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::cluster::{ActorId, JobRequest, ObjectId, TaskRecord, TaskState, MAX_TASK_STATES};
@@ -42,7 +42,8 @@ pub fn take_unreported(context: &ProcessContext) -> Vec<TaskRecord> {
 
 /// One task's record, kept up to date through its life (step 1).
 pub(super) struct Tracked {
-    context: &'static ProcessContext,
+    /// Where its states go until reported.
+    reports: Arc<Reports>,
     record: TaskRecord,
     /// When it was submitted, for `nimbus_task_seconds`.
     since: std::time::Instant,
@@ -55,7 +56,7 @@ impl Tracked {
         start_reporting(context);
         metrics::counter!("nimbus_tasks_submitted_total").increment(1);
         let tracked = Tracked {
-            context,
+            reports: context.extension(),
             since: std::time::Instant::now(),
             record: TaskRecord {
                 id,
@@ -99,7 +100,7 @@ impl Tracked {
     }
 
     fn record(&self) {
-        if let Ok(mut pending) = self.context.extension::<Reports>().unreported.lock() {
+        if let Ok(mut pending) = self.reports.unreported.lock() {
             pending.insert(self.record.id, self.record.clone());
         }
     }
