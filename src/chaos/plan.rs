@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::actor::faults::{ActorFault, ACTOR_FAULTS_ENV};
-use crate::train::faults::{TrainingFault, TRAINING_FAULTS_ENV};
+use crate::actor::faults::{ActorFault, ActorFaultAction, ACTOR_FAULTS_ENV};
+use crate::cluster::faults::WORKERS_KILL_NODE_ENV;
+use crate::train::faults::{TrainingFault, TrainingFaultAction, TRAINING_FAULTS_ENV};
 use crate::transport::faults::PACKET_FAULTS_ENV;
 use crate::transport::{PacketFaults, PacketRule};
 
@@ -272,6 +273,17 @@ impl ChaosPlan {
     /// rules can be added to them when they fire.
     pub fn node_env(&self) -> Vec<(&'static str, String)> {
         let mut env = Vec::new();
+        let kills_nodes_from_workers = self
+            .actor_faults
+            .iter()
+            .any(|f| f.action == ActorFaultAction::KillNode)
+            || self
+                .training_faults
+                .iter()
+                .any(|f| matches!(f.action, TrainingFaultAction::KillNode));
+        if kills_nodes_from_workers {
+            env.push((WORKERS_KILL_NODE_ENV, "1".to_string()));
+        }
         if !self.actor_faults.is_empty() {
             let rules = serde_json::to_string(&self.actor_faults).unwrap_or_default();
             env.push((ACTOR_FAULTS_ENV, rules));

@@ -148,6 +148,11 @@ pub(crate) struct StartArgs {
     /// same port number when free].
     #[arg(long)]
     no_tcp_transfers: bool,
+    /// What the sandbox of this node's workers must hold: `auto` (what
+    /// the host allows, warning for the rest), `required` (every layer, or
+    /// the node does not start) or `off` (SECURITY.md §4).
+    #[arg(long, env = "NIMBUS_WORKER_SANDBOX", default_value = "auto")]
+    worker_sandbox: crate::node::SandboxMode,
     /// Stay in the foreground instead of returning once the node is up.
     #[arg(long)]
     block: bool,
@@ -270,6 +275,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
     }
     config.metrics_export = args.metrics_export_port;
     config.metrics_host = args.metrics_export_host;
+    config.worker_sandbox = args.worker_sandbox;
     config.resources = ResourceOverrides {
         num_cpus: args.num_cpus,
         num_gpus: args.num_gpus,

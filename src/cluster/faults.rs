@@ -17,6 +17,12 @@ use crate::transport::FaultPlanError;
 /// Environment variable a node reads its actor fault rules from (JSON list).
 pub const ACTOR_FAULTS_ENV: &str = "NIMBUS_ACTOR_FAULTS";
 
+/// Set (to anything) in a node's environment when its cluster injects
+/// `kill_node` faults, which kill the node from inside a worker: the
+/// node's workers may then signal it (`crate::node`'s sandbox scopes
+/// workers' signals otherwise).
+pub const WORKERS_KILL_NODE_ENV: &str = "NIMBUS_WORKERS_KILL_NODE";
+
 /// Fail an actor when a message arrives.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -10,6 +10,7 @@ use crate::host::files::nimbus_home;
 use crate::transport::{JoinToken, TransportConfig};
 
 use super::logs::DEFAULT_LOG_MAX;
+use super::sandbox::SandboxMode;
 
 /// Head or not.
 #[derive(Clone, Debug)]
@@ -74,6 +75,9 @@ pub struct NodeConfig {
     /// The address `/metrics` binds; `None`: the node's advertised address
     /// (never every interface unless asked).
     pub metrics_host: Option<IpAddr>,
+    /// What the sandbox of its workers must hold (`--worker-sandbox`,
+    /// `sandbox.rs`).
+    pub worker_sandbox: SandboxMode,
 }
 
 /// `$NIMBUS_HOME`, else `~/.nimbus` (see [`nimbus_home`]).
@@ -101,6 +105,7 @@ impl NodeConfig {
             log_max: DEFAULT_LOG_MAX,
             metrics_export: None,
             metrics_host: None,
+            worker_sandbox: SandboxMode::Auto,
         }
     }
 }

@@ -32,6 +32,9 @@ pub enum NodeError {
     /// The token is unusable.
     #[error(transparent)]
     Credentials(#[from] CredentialError),
+    /// `--worker-sandbox required` on a host that refuses a layer.
+    #[error(transparent)]
+    Sandbox(#[from] super::sandbox::SandboxError),
     /// The port is taken, or QUIC could not start.
     #[error(transparent)]
     Endpoint(#[from] EndpointError),

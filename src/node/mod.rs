@@ -63,6 +63,7 @@ mod output;
 mod reports;
 mod resources;
 mod runtime;
+mod sandbox;
 mod service;
 mod workers;
 
@@ -79,5 +80,6 @@ pub use manager::{
 };
 pub use resources::{Grant, ResourcePool};
 pub use runtime::{run, NodeReady};
+pub use sandbox::{SandboxError, SandboxMode, Step as SandboxStep, WorkerSandbox};
 pub use service::NodeService;
 pub use workers::WorkerIdentities;

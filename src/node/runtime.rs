@@ -36,7 +36,7 @@ use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
 use super::{
     DriverRunner, HeadLink, NodeConfig, NodeError, NodeManager, NodeManagerConfig, NodeRole,
-    NodeService, WorkerIdentities,
+    NodeService, WorkerIdentities, WorkerSandbox,
 };
 
 /// What a node reports once it serves.
@@ -97,6 +97,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     crate::metrics::install();
     let resources = config.resources.resolve()?;
     crate::host::files::own_state_dir(&config.state_dir)?;
+    let sandbox = WorkerSandbox::start(config.worker_sandbox, &config.state_dir)?;
     let (endpoint, mut bound) = bind(&config)?;
     let (identity, address) = (bound.identity.clone(), bound.address);
     let registration = NodeRegistration {
@@ -146,6 +147,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         state_dir: config.state_dir.clone(),
         actor_faults: ActorFault::from_env()?,
         log_max: config.log_max,
+        sandbox,
     })
     .start();
     let me = ObjectLocation {

@@ -15,7 +15,8 @@
 //!    actor's devices only (the node's ids; empty for an actor without
 //!    GPUs, which then sees none). The child asks to be SIGKILLed when the node
 //!    dies (`PR_SET_PDEATHSIG`), so workers die with their node even when it
-//!    is killed outright.
+//!    is killed outright, and enters its sandbox (`sandbox.rs`) before it
+//!    runs the program.
 //! 2. Write the boot message, close stdin, and wait up to `START_TIMEOUT`
 //!    (30 s) for the ready line; otherwise kill the process and fail with
 //!    its status and the tail of its stderr log.
@@ -43,6 +44,7 @@ use crate::transport::{Credentials, JoinToken, WorkerScope, WorkerSigner};
 use crate::wire::{Incarnation, NodeIdentity};
 
 use super::error::{NotServing, WorkerStartError};
+use super::sandbox::{Entry, WorkerSandbox};
 
 /// How long a worker may take to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -126,6 +128,7 @@ pub(super) async fn launch(
     boot: &WorkerBoot,
     logs: &WorkerLogs,
     gpus: String,
+    sandbox: &WorkerSandbox,
     on_line: impl FnMut(&str) + Send + 'static,
     on_exit: impl FnOnce(Incarnation, DeathCause) + Send + 'static,
 ) -> Result<LaunchedWorker, WorkerStartError> {
@@ -142,7 +145,14 @@ pub(super) async fn launch(
         forward: Box::new(on_line),
     };
     let boot_bytes = rmp_serde::to_vec_named(boot)?;
-    let mut command = worker_command(binary, boot, log_file, gpus);
+    let entry = sandbox
+        .entry(binary)
+        .map_err(|source| WorkerStartError::Io {
+            action: "prepare the sandbox for",
+            path: binary.to_path_buf(),
+            source,
+        })?;
+    let mut command = worker_command(binary, boot, log_file, gpus, entry);
     let mut child = command.spawn().map_err(|source| WorkerStartError::Io {
         action: "start",
         path: binary.to_path_buf(),
@@ -187,9 +197,15 @@ pub(super) async fn launch(
 
 /// The command that runs `binary` as the worker of `boot`'s actor: worker
 /// arguments, pipes for the boot message and the protocol lines, stderr to
-/// its log, its GPUs, only the fault plans meant for workers, and death
-/// with its node.
-fn worker_command(binary: &Path, boot: &WorkerBoot, log: std::fs::File, gpus: String) -> Command {
+/// its log, its GPUs, only the fault plans meant for workers, death with
+/// its node, and its sandbox.
+fn worker_command(
+    binary: &Path,
+    boot: &WorkerBoot,
+    log: std::fs::File,
+    gpus: String,
+    sandbox: Option<Entry>,
+) -> Command {
     let mut command = Command::new(binary);
     command
         .arg(WORKER_ARG)
@@ -213,13 +229,19 @@ fn worker_command(binary: &Path, boot: &WorkerBoot, log: std::fs::File, gpus: St
     }
     command.env("CUDA_VISIBLE_DEVICES", gpus);
     // Workers die with their node, even when the node is killed outright.
-    // SAFETY: prctl is async-signal-safe, as pre_exec requires.
+    // SAFETY: prctl and the sandbox's steps are async-signal-safe, as
+    // pre_exec requires.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            Ok(())
+            match &sandbox {
+                Some(entry) => entry
+                    .enter()
+                    .map_err(|(_, errno)| std::io::Error::from_raw_os_error(errno)),
+                None => Ok(()),
+            }
         });
     }
     command

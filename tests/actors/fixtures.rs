@@ -159,8 +159,9 @@ impl Handler<Impersonate> for Counter {
 /// run, list the node's objects, drop a copy), and one thing it may (kill
 /// `sibling`, of its own job); then reads and changes the other job's
 /// `objects`; then looks for `token` in the environment and arguments of
-/// `pids`. The outcome of each, in that order, then `token found in ...`
-/// lines.
+/// `pids` and in every file under `home`, and signals `pids` (signal 0).
+/// The outcome of each, in that order, then `token found in ...`,
+/// `read ...` and `signalled ...` lines.
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Vec<String>")]
 pub struct Trespass {
@@ -174,8 +175,10 @@ pub struct Trespass {
     pub me: ActorId,
     /// The cluster's token, to look for.
     pub token: String,
-    /// The cluster's processes (nodes and workers).
+    /// The cluster's processes (nodes and workers) and its driver.
     pub pids: Vec<u32>,
+    /// The cluster's state directory (`NIMBUS_HOME`).
+    pub home: std::path::PathBuf,
     /// Objects of the other job: a small one and a large one.
     pub objects: Vec<ObjectId>,
     /// The node holding them.
@@ -340,11 +343,33 @@ impl Handler<Trespass> for Counter {
             for (to, request) in asked {
                 outcomes.push(outcome(to, request.clone()).await);
             }
-            for pid in trespass.pids {
+            let me = std::process::id();
+            for pid in trespass.pids.into_iter().filter(|pid| *pid != me) {
                 for what in ["environ", "cmdline"] {
                     let bytes = std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default();
                     if String::from_utf8_lossy(&bytes).contains(&trespass.token) {
                         outcomes.push(format!("token found in /proc/{pid}/{what}"));
+                    }
+                }
+                if std::fs::read(format!("/proc/{pid}/environ")).is_ok() {
+                    outcomes.push(format!("read /proc/{pid}/environ"));
+                }
+                // SAFETY: signal 0 only checks that the signal may be sent.
+                if unsafe { libc::kill(pid as libc::pid_t, 0) } == 0 {
+                    outcomes.push(format!("signalled {pid}"));
+                }
+            }
+            let mut dirs = vec![trespass.home];
+            while let Some(dir) = dirs.pop() {
+                for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    let path = entry.path();
+                    if path.is_dir() {
+                        dirs.push(path);
+                    } else if let Ok(bytes) = std::fs::read(&path) {
+                        let text = String::from_utf8_lossy(&bytes);
+                        if text.contains(&trespass.token) {
+                            outcomes.push(format!("token found in {}", path.display()));
+                        }
                     }
                 }
             }

@@ -352,7 +352,12 @@ async fn actor_code_stays_within_its_job(
         sibling: sibling.id(),
         me: probe.id(),
         token: cluster.token().to_string(),
-        pids: cluster.processes(),
+        pids: cluster
+            .processes()
+            .into_iter()
+            .chain([std::process::id()])
+            .collect(),
+        home: cluster.home().to_path_buf(),
         objects,
         objects_at,
     };

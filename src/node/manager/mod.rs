@@ -89,6 +89,7 @@ use super::logs;
 use super::output::JobOutput;
 use super::reports::Reports;
 use super::resources::{Grant, ResourcePool};
+use super::sandbox::WorkerSandbox;
 use super::workers::WorkerIdentities;
 
 /// How the node manager reaches the head's actors.
@@ -139,6 +140,8 @@ pub struct NodeManagerConfig {
     pub actor_faults: Vec<ActorFault>,
     /// A worker log past this many bytes is rotated (`logs.rs`).
     pub log_max: u64,
+    /// What its workers run in.
+    pub sandbox: WorkerSandbox,
 }
 
 /// Owns the node's resources and worker processes; heartbeats to the head.

@@ -322,6 +322,7 @@ impl NodeManager {
             });
         };
         let checked = self.libraries.clone();
+        let sandbox = self.config.sandbox.clone();
         async move {
             private_dir(&log_dir).map_err(|source| WorkerStartError::Io {
                 action: "create",
@@ -343,7 +344,8 @@ impl NodeManager {
                     lacking: Box::new(lacking),
                 });
             }
-            let worker = workers::launch(&binary, &boot, &logs, gpus, on_line, on_exit).await?;
+            let worker =
+                workers::launch(&binary, &boot, &logs, gpus, &sandbox, on_line, on_exit).await?;
             Ok(worker)
         }
         .boxed()
