@@ -8,8 +8,10 @@
 //! 1. A body that is not an `ActorCall` closes the caller's connection
 //!    (close code 2).
 //! 2. A call for another actor than the one hosted: `StaleIncarnation`. A
-//!    call while the worker is dying (its node is being killed by a fault):
-//!    `ShuttingDown`.
+//!    call from a worker of another job, unless the actor is shared
+//!    (`SpawnOptions::shared`): `Forbidden` (drivers, the CLI and nodes
+//!    call any). A call while the worker is dying (its node is being killed
+//!    by a fault): `ShuttingDown`.
 //! 3. The two names reserved for the chaos harness: `nimbus.chaos.PacketRule`
 //!    adds a packet rule to the worker's socket; `nimbus.chaos.Panic` makes
 //!    the worker panic with the payload as the message.
@@ -43,6 +45,8 @@ pub struct ActorHost {
     registry: Arc<Registry>,
     actor: ActorId,
     type_name: String,
+    /// Which workers may call it (step 2).
+    access: ActorAccess,
     hosted: HostedActor,
     /// Set when the actor died of a panic, or is dying with its node: calls
     /// then fail with it.
@@ -61,6 +65,32 @@ pub struct ActorHost {
 /// as if no rule had fired.
 pub type KillNode =
     Box<dyn Fn(&FiredFault) -> Option<BoxFuture<'static, Infallible>> + Send + Sync>;
+
+/// Which workers may call a hosted actor: its own job's, and every job's
+/// when it is shared.
+pub struct ActorAccess {
+    /// The actor's job.
+    pub job: String,
+    /// Other jobs' workers may call it too.
+    pub shared: bool,
+}
+
+impl ActorAccess {
+    /// Whether `from` may call the actor: a worker of its job, or of any
+    /// job when it is shared; anyone else (a driver, the CLI, a node).
+    fn admits(&self, actor: ActorId, from: &Caller) -> Result<(), RemoteError> {
+        match from.worker_scope() {
+            Some(scope) if !self.shared && scope.job != self.job => Err(RemoteError::new(
+                RemoteErrorKind::Forbidden,
+                format!(
+                    "actor {actor} is job {}'s and not shared: a worker of job {} calls only its own job's actors and shared ones (spawn it with SpawnOptions::shared)",
+                    self.job, scope.job
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
 
 /// What a worker hosts and how it dies of injected faults.
 pub struct HostedFaults {
@@ -81,6 +111,7 @@ impl ActorHost {
         registry: Arc<Registry>,
         actor: ActorId,
         type_name: String,
+        access: ActorAccess,
         hosted: HostedActor,
         panic: Arc<OnceLock<String>>,
         faults: HostedFaults,
@@ -89,6 +120,7 @@ impl ActorHost {
             registry,
             actor,
             type_name,
+            access,
             hosted,
             panic,
             faults: FaultTriggers::new(faults.rules, faults.target),
@@ -110,7 +142,7 @@ enum Admitted<'a> {
 
 impl ActorHost {
     /// Steps 1–4.
-    fn admit<'a>(&self, body: &'a [u8]) -> Admitted<'a> {
+    fn admit<'a>(&self, from: &Caller, body: &'a [u8]) -> Admitted<'a> {
         let call: ActorCallIn<'a> = match decode_call(body) {
             Ok(call) => call,
             Err(e) => return Admitted::Now(Err(HandlerError::Malformed(e.to_string()))),
@@ -121,6 +153,9 @@ impl ActorHost {
                 format!("this worker hosts actor {}, not {}", self.actor, call.actor),
             );
             return Admitted::Now(Err(error.into()));
+        }
+        if let Err(refused) = self.access.admits(self.actor, from) {
+            return Admitted::Now(Err(refused.into()));
         }
         if let Some(death) = self.panic.get() {
             // Dying (its node is being killed): handle nothing more.
@@ -241,10 +276,10 @@ impl Failed {
 impl RequestHandler for ActorHost {
     fn handle(
         &self,
-        _from: Caller,
+        from: Caller,
         body: Vec<u8>,
     ) -> BoxFuture<'static, Result<Vec<u8>, HandlerError>> {
-        let call = match self.admit(&body) {
+        let call = match self.admit(&from, &body) {
             Admitted::Now(reply) => return futures::future::ready(reply).boxed(),
             Admitted::Later(reply) => return reply,
             Admitted::Dispatch(call) => call,
@@ -268,8 +303,8 @@ impl RequestHandler for ActorHost {
 
     /// The reply of a call that is ready when its handler returns goes out
     /// from the actor's thread (`transport`'s `answer.rs`).
-    fn handle_answering(&self, _from: Caller, body: Vec<u8>, answer: Answer) {
-        let call = match self.admit(&body) {
+    fn handle_answering(&self, from: Caller, body: Vec<u8>, answer: Answer) {
+        let call = match self.admit(&from, &body) {
             Admitted::Now(reply) => return answer.now(reply),
             Admitted::Later(reply) => return answer.later(reply),
             Admitted::Dispatch(call) => call,

@@ -50,7 +50,7 @@ pub use crate::runtime::{
 };
 pub use error::{CallError, SpawnError};
 pub use handle::{ActorHandle, DEFAULT_MAX_IN_FLIGHT, KILL_WAIT, NO_DEADLINE};
-pub use host::{ActorHost, HostedFaults, KillNode};
+pub use host::{ActorAccess, ActorHost, HostedFaults, KillNode};
 pub use messages::ActorCall;
 pub use monitor::{monitor, next_death, ActorDied};
 pub use spawn::{spawn, SpawnOptions};

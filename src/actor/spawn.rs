@@ -66,6 +66,7 @@ pub struct SpawnOptions {
     deadline: Duration,
     bundle: Option<BundleId>,
     detached: bool,
+    shared: bool,
 }
 
 impl Default for SpawnOptions {
@@ -81,6 +82,7 @@ impl Default for SpawnOptions {
             deadline: Duration::from_secs(30),
             bundle: None,
             detached: false,
+            shared: false,
         }
     }
 }
@@ -128,6 +130,16 @@ impl SpawnOptions {
     /// yourself (`ActorHandle::kill`, `nimbus kill`).
     pub fn detached(mut self) -> Self {
         self.detached = true;
+        self
+    }
+
+    /// Other jobs' actors may find it by name ([`get_actor`](super::get_actor))
+    /// and call it: an explicit grant, as Ray's shared namespace is (a
+    /// detached parameter server, a model other jobs query). Without it
+    /// only its own job's actors reach it; drivers and the CLI reach any.
+    /// Objects stay their job's: pass values, not `ObjectRef`s, across jobs.
+    pub fn shared(mut self) -> Self {
+        self.shared = true;
         self
     }
 
@@ -207,6 +219,7 @@ pub async fn spawn<A: RemoteActor>(
         },
         job: context.job.clone(),
         detached: options.detached,
+        shared: options.shared,
         binary: context.binary.1.clone(),
         bundle: options.bundle,
     };

@@ -595,6 +595,7 @@ mod tests {
             dead: None,
             restarting: false,
             job: "j".into(),
+            shared: false,
             pid: 1,
         }
     }
@@ -611,6 +612,7 @@ mod tests {
             node: None,
             job: "job".into(),
             detached: false,
+            shared: false,
             binary: crate::cluster::BinaryId {
                 hash: "00".into(),
                 len: 0,

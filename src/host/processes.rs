@@ -40,6 +40,12 @@ pub fn terminate(pid: u32, timeout: Duration) -> bool {
     false
 }
 
+/// Whether this process may signal process `pid` (signal 0: nothing is
+/// sent).
+pub fn may_signal(pid: u32) -> std::io::Result<()> {
+    rustix::process::test_kill_process(single(pid)?).map_err(std::io::Error::from)
+}
+
 /// Sends `signal` to process `pid`. A pid that names no single process
 /// (0, which would signal the caller's own group, or one past `i32`) is
 /// refused as invalid input.

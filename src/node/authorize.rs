@@ -657,6 +657,7 @@ mod tests {
                 node: None,
                 job: job.into(),
                 detached: false,
+                shared: false,
                 binary: crate::cluster::BinaryId {
                     hash: binary.into(),
                     len: 1,

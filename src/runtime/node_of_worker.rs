@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::cluster::FaultRequest;
-use crate::host::processes::{signal_process, Signal};
+use crate::host::processes::{may_signal, signal_process, Signal};
 
 use super::context::ProcessContext;
 
@@ -36,6 +36,11 @@ pub enum KillNodeRefused {
     /// The cluster cannot lose its head.
     #[error("this worker's node is the head, which the cluster cannot lose")]
     NodeIsHead,
+    /// The node could not be signalled: the worker's sandbox scopes its
+    /// signals unless the node runs with `NIMBUS_WORKERS_KILL_NODE` set
+    /// (`nimbus chaos run` sets it for plans with `kill_node` faults).
+    #[error("cannot signal this worker's node: {0}; start the cluster's nodes with NIMBUS_WORKERS_KILL_NODE=1 (as `nimbus chaos run` does, from the plan's node environment) to let kill_node faults fire")]
+    CannotSignal(std::io::Error),
 }
 
 impl NodeOfWorker {
@@ -55,7 +60,7 @@ impl NodeOfWorker {
 /// otherwise die with the node), then SIGKILLs the node, whose death takes
 /// this process with it (`PR_SET_PDEATHSIG`). Blocks; call it from a
 /// thread outside the runtime. `Err` says why it may not: not a worker
-/// process, or its node is the head.
+/// process, its node is the head, or the node cannot be signalled.
 pub fn kill_own_node(
     kind: String,
     target: String,
@@ -65,6 +70,7 @@ pub fn kill_own_node(
     if node.is_head {
         return Err(KillNodeRefused::NodeIsHead);
     }
+    may_signal(node.pid as u32).map_err(KillNodeRefused::CannotSignal)?;
     if let Some(context) = ProcessContext::current() {
         let report = FaultRequest::ReportFault {
             fault: kind,
@@ -84,7 +90,7 @@ pub fn kill_own_node(
     let parent = unsafe { libc::getppid() };
     if parent == node.pid && node.pid > 1 {
         // The pid is our parent's while getppid() still returns it.
-        let _ = signal_process(node.pid as u32, Signal::KILL);
+        signal_process(node.pid as u32, Signal::KILL).map_err(KillNodeRefused::CannotSignal)?;
     }
     loop {
         std::thread::park();

@@ -77,10 +77,11 @@ pub use message::{
 /// `MembershipRequest::RequestResources` (capacity asked for ahead of
 /// use); 15: a [`HelloReply`] carries the acceptor's proof, which the
 /// dialer checks; 16: each subsystem answers with a reply type of its
-/// own (`crate::cluster::Subsystem`). A
+/// own (`crate::cluster::Subsystem`); 17: actors are confined to their job
+/// unless shared (`ActorSpec::shared`). A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
-pub const PROTOCOL_VERSION: u32 = 16;
+pub const PROTOCOL_VERSION: u32 = 17;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

@@ -35,7 +35,7 @@ use futures::FutureExt;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::actor::{ActorHost, HostedFaults};
+use crate::actor::{ActorAccess, ActorHost, HostedFaults};
 use crate::cluster::faults::FiredFault;
 use crate::cluster::DeathCause;
 use crate::host::processes::{signal_process, Signal};
@@ -264,10 +264,15 @@ async fn host(
         }),
         kill_node: kill_node_of_actor(),
     };
+    let access = ActorAccess {
+        job: boot.spec.job.clone(),
+        shared: boot.spec.shared,
+    };
     let host = ActorHost::new(
         registry,
         actor,
         boot.spec.type_name.clone(),
+        access,
         hosted,
         panic,
         faults,

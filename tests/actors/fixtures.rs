@@ -158,15 +158,26 @@ impl Handler<Impersonate> for Counter {
 /// what no worker may do (read its node's log, upload a program it does not
 /// run, list the node's objects, drop a copy), and one thing it may (kill
 /// `sibling`, of its own job); then reads and changes the other job's
-/// `objects`; then looks for `token` in the environment and arguments of
+/// `objects`; then finds the victim by id and by name and calls it (each
+/// refused), and finds and calls the shared actor (its count); then looks
+/// for `token` in the environment and arguments of
 /// `pids` and in every file under `home`, and signals `pids` (signal 0).
 /// The outcome of each, in that order, then `token found in ...`,
 /// `read ...` and `signalled ...` lines.
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Vec<String>")]
 pub struct Trespass {
-    /// An actor of another job.
-    pub victim: ActorId,
+    /// An actor of another job, not shared.
+    pub victim: ActorHandle<Counter>,
+    /// Its name.
+    pub victim_name: String,
+    /// Its node.
+    pub victim_node: String,
+    /// Its worker's address and incarnation, to call it without the
+    /// directory.
+    pub victim_at: (std::net::SocketAddr, Incarnation),
+    /// The name of a shared actor of that job (`SpawnOptions::shared`).
+    pub shared: String,
     /// Its job.
     pub victim_job: String,
     /// An actor of this worker's job, on the victim's node.
@@ -179,7 +190,8 @@ pub struct Trespass {
     pub pids: Vec<u32>,
     /// The cluster's state directory (`NIMBUS_HOME`).
     pub home: std::path::PathBuf,
-    /// Objects of the other job: a small one and a large one.
+    /// Objects of the other job: a small one, a large one, and one held
+    /// before it exists.
     pub objects: Vec<ObjectId>,
     /// The node holding them.
     pub objects_at: String,
@@ -196,17 +208,12 @@ impl Handler<Trespass> for Counter {
             let Some(context) = actor::ProcessContext::current() else {
                 return vec!["not a worker".into()];
             };
-            let located = context
-                .call_head(DirectoryRequest::LocateActor(trespass.victim))
-                .await;
-            let Ok(DirectoryReply::Actor(Some(victim))) = located else {
-                return vec![format!("victim not found: {located:?}")];
-            };
+            let victim = trespass.victim.id();
             let status = context.call_head(MembershipRequest::Status).await;
             let Ok(MembershipReply::Status(status)) = status else {
                 return vec![format!("no status: {status:?}")];
             };
-            let connection = match reach(context, &status, &victim.node.name).await {
+            let connection = match reach(context, &status, &trespass.victim_node).await {
                 Ok(connection) => connection,
                 Err(e) => return vec![format!("the victim's node: {e}")],
             };
@@ -221,13 +228,14 @@ impl Handler<Trespass> for Counter {
                 node: None,
                 job: trespass.victim_job.clone(),
                 detached: false,
+                shared: false,
                 binary: context.binary.1.clone(),
                 bundle: None,
             };
             let requests = [
-                WorkerRequest::KillActor(trespass.victim),
+                WorkerRequest::KillActor(victim),
                 WorkerRequest::ReadLog {
-                    actor: trespass.victim,
+                    actor: victim,
                     stderr: true,
                     offset: 0,
                     max: 1024,
@@ -275,7 +283,11 @@ impl Handler<Trespass> for Counter {
                     trespass.objects_at
                 )];
             };
-            let (small, large) = (trespass.objects[0], trespass.objects[1]);
+            let (small, large, pending) = (
+                trespass.objects[0],
+                trespass.objects[1],
+                trespass.objects[2],
+            );
             let read = |id| ObjectRequest::ReadObject {
                 id,
                 offset: 0,
@@ -319,9 +331,21 @@ impl Handler<Trespass> for Counter {
                     id: large,
                     offset: 1,
                     total: 1 << 20,
-                    holder: me,
+                    holder: me.clone(),
                     contains: Vec::new(),
                     chunk: vec![0],
+                },
+                ObjectRequest::UpdateRefs {
+                    holder: me.clone(),
+                    updates: vec![RefUpdate {
+                        id: pending,
+                        change: RefChange::Hold { arrived: false },
+                    }],
+                },
+                ObjectRequest::FailObject {
+                    id: pending,
+                    holder: me,
+                    message: "failed by another job before it exists".into(),
                 },
             ];
             let pull = ObjectRequest::PullObject {
@@ -343,6 +367,28 @@ impl Handler<Trespass> for Counter {
             for (to, request) in asked {
                 outcomes.push(outcome(to, request.clone()).await);
             }
+            let found = [
+                DirectoryRequest::LocateActor(victim),
+                DirectoryRequest::LookupName(trespass.victim_name),
+            ];
+            for request in found {
+                outcomes.push(match context.call_head(request).await {
+                    Ok(reply) => format!("found: {reply:?}"),
+                    Err(e) => e.to_string(),
+                });
+            }
+            outcomes.push(match trespass.victim.send(Add(0)).await {
+                Ok(count) => format!("called the victim: {count}"),
+                Err(e) => e.to_string(),
+            });
+            outcomes.push(call_directly(context, victim, trespass.victim_at).await);
+            outcomes.push(match actor::get_actor::<Counter>(&trespass.shared).await {
+                Ok(Some(shared)) => match shared.send(Add(0)).await {
+                    Ok(count) => format!("shared: {count}"),
+                    Err(e) => format!("shared, but the call failed: {e}"),
+                },
+                other => format!("shared not found: {other:?}"),
+            });
             let me = std::process::id();
             for pid in trespass.pids.into_iter().filter(|pid| *pid != me) {
                 for what in ["environ", "cmdline"] {
@@ -375,6 +421,35 @@ impl Handler<Trespass> for Counter {
             }
             outcomes
         })
+    }
+}
+
+/// Calls `Add(0)` on `actor` at its worker's address, without asking the
+/// directory where it is: the reply, or why there is none.
+async fn call_directly(
+    context: &actor::ProcessContext,
+    actor: ActorId,
+    (address, incarnation): (std::net::SocketAddr, Incarnation),
+) -> String {
+    let worker = NodeIdentity {
+        name: actor.worker_name(),
+        incarnation,
+    };
+    let call = actor::ActorCall {
+        actor,
+        message: "tests.Add".into(),
+        payload: rmp_serde::to_vec_named(&Add(0)).unwrap(),
+    };
+    let body = rmp_serde::to_vec_named(&call).unwrap();
+    let options = nimbus::transport::RequestOptions::control();
+    let called = async {
+        let connection = context.endpoint.connect(address, Some(&worker)).await?;
+        let channel = connection.open_channel().await?;
+        anyhow::Ok(channel.request(body, options).await?)
+    };
+    match called.await {
+        Ok(reply) => format!("called the victim at its address: {reply:?}"),
+        Err(e) => format!("{e:#}"),
     }
 }
 

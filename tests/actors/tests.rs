@@ -329,11 +329,15 @@ fn on(node: &str) -> SpawnOptions {
 /// of, read the output of nor spawn for that job, nor read its node's log,
 /// upload a program it does not run, list a node's objects or drop a copy,
 /// write that job's library records,
-/// nor read or change that job's objects, but it can kill an actor of its
-/// own job; and no node or worker process of the cluster holds the token
-/// in its environment or arguments (a node gets it on its stdin). Before,
-/// each was accepted and every member node had `NIMBUS_TOKEN` in its
-/// environment.
+/// nor read or change that job's objects, nor find or call that job's
+/// actors, but it can kill an actor of its own job and find and call the
+/// other job's shared one; no node or worker process of the cluster holds
+/// the token in its environment or arguments (a node gets it on its
+/// stdin); and, in its sandbox, it finds the token in no file of the
+/// state directory and can neither read the environment of nor signal the
+/// cluster's processes and its driver. Before, each was accepted, every
+/// member node had `NIMBUS_TOKEN` in its environment, and `token` and
+/// `head.redb` were readable.
 async fn actor_code_stays_within_its_job(
     cluster: &nimbus::local::LocalCluster,
     objects: Vec<nimbus::cluster::ObjectId>,
@@ -343,12 +347,16 @@ async fn actor_code_stays_within_its_job(
         .await
         .unwrap()
         .expect("the orphan driver's actor");
-    let victim_job = victim.record().await.unwrap().job;
+    let record = victim.record().await.unwrap();
     let probe = actor::spawn::<Counter>(0, on("node-2")).await.unwrap();
     let sibling = actor::spawn::<Counter>(0, on("node-1")).await.unwrap();
     let trespass = Trespass {
-        victim: victim.id(),
-        victim_job,
+        victim: victim.clone(),
+        victim_name: "orphan-0".into(),
+        victim_node: record.node.name,
+        victim_at: (record.address, record.incarnation),
+        shared: "survivor".into(),
+        victim_job: record.job,
         sibling: sibling.id(),
         me: probe.id(),
         token: cluster.token().to_string(),
@@ -375,12 +383,16 @@ async fn actor_code_stays_within_its_job(
     ];
     // Reading the other job's small and large object, mapping the large
     // one and waiting for it where it is, taking a reference to the small
-    // one, failing it, abandoning the large one, writing into it, and
-    // pulling it to the victim's node: each refused, the object named.
-    let object_probes = 9;
+    // one, failing it, abandoning the large one, writing into it, pulling
+    // it to the victim's node, and taking a reference to and failing the
+    // one that does not exist yet: each refused, the object named.
+    let object_probes = 11;
+    // Finding the victim by id and by name, calling it, and calling it at
+    // its worker's address: refused; the shared actor found and called.
+    let actor_probes = 5;
     assert_eq!(
         outcomes.len(),
-        refused.len() + 1 + object_probes,
+        refused.len() + 1 + object_probes + actor_probes,
         "{outcomes:#?}"
     );
     for (outcome, request) in outcomes.iter().zip(refused) {
@@ -394,12 +406,24 @@ async fn actor_code_stays_within_its_job(
         "accepted: Workers(Ack)",
         "{outcomes:#?}"
     );
-    for outcome in &outcomes[refused.len() + 1..] {
+    let (objects, actors) = outcomes[refused.len() + 1..].split_at(object_probes);
+    for outcome in objects {
         assert!(
             outcome.contains("is another job's: a worker of job"),
             "{outcomes:#?}"
         );
     }
+    for outcome in &actors[..3] {
+        assert!(
+            outcome.contains("finds only its own job's actors and shared ones"),
+            "{outcomes:#?}"
+        );
+    }
+    assert!(
+        actors[3].contains("calls only its own job's actors and shared ones"),
+        "{outcomes:#?}"
+    );
+    assert_eq!(actors[4], "shared: 0", "{outcomes:#?}");
     let mut seen = 0;
     let death = tokio::time::timeout(
         Duration::from_secs(20),
@@ -1373,7 +1397,7 @@ pub fn orphan_driver() {
             let options = on("node-1").num_cpus(0.5).name(format!("orphan-{i}"));
             kept.push(actor::spawn::<Counter>(0, options).await.unwrap());
         }
-        let survivor = on("node-1").name("survivor").detached();
+        let survivor = on("node-1").name("survivor").detached().shared();
         kept.push(actor::spawn::<Counter>(0, survivor).await.unwrap());
         let group = PlacementGroup::create(
             vec![cpus(0.5)],
@@ -1387,10 +1411,37 @@ pub fn orphan_driver() {
         let object = object_store::put(&vec![7u8; 1024]).await.unwrap();
         let large = object_store::put(&vec![8u8; 1 << 20]).await.unwrap();
         object_store::flush().await;
-        println!("ready {} {}", object.id(), large.id());
+        let pending = referenced_before_it_exists().await;
+        println!("ready {} {} {pending}", object.id(), large.id());
         std::future::pending::<()>().await;
         drop((kept, group, object, large));
     });
+}
+
+/// An object id this driver holds on its node before any object has it,
+/// as a task's result is held from its submission on: a placeholder of
+/// this driver's job there.
+async fn referenced_before_it_exists() -> nimbus::cluster::ObjectId {
+    use nimbus::cluster::{ObjectId, ObjectRequest, RefChange, RefHolder, RefUpdate};
+    let context = actor::ProcessContext::current().unwrap();
+    let id = ObjectId(rand::random());
+    let holder = RefHolder::Process {
+        id: rand::random(),
+        label: "the orphan driver's pending result".into(),
+        worker: None,
+        job: Some(context.job.clone()),
+    };
+    let hold = ObjectRequest::UpdateRefs {
+        holder,
+        updates: vec![RefUpdate {
+            id,
+            change: RefChange::Hold { arrived: false },
+        }],
+    };
+    let home = context.endpoint.connect(context.home, None).await.unwrap();
+    let options = nimbus::transport::RequestOptions::control();
+    nimbus::client::call(&home, hold, options).await.unwrap();
+    id
 }
 
 /// The head survives its own restart (`nimbus::head::store`), run by a

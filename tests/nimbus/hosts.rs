@@ -860,13 +860,18 @@ fn the_mnist_node_loss_plan_across_hosts_ends_on_the_fault_free_parameters() {
 fn mnist_plan_across_hosts(plan: &str, restarts: &str) {
     let Some(hosts) = Hosts::new(5) else { return };
     let driver = &hosts.hosts[4];
-    let Cluster { head, token, .. } =
-        hosts.start_cluster(3, &["--num-cpus", "0"], &["--num-cpus", "1"]);
     let plan = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/faults")
         .join(plan);
     let plan =
         nimbus::chaos::ChaosPlan::from_toml(&std::fs::read_to_string(plan).unwrap()).unwrap();
+    // The plan's node environment lets its kill_node faults signal nodes.
+    let Cluster { head, token, .. } = hosts.start_cluster_with_env(
+        3,
+        &["--num-cpus", "0"],
+        &["--num-cpus", "1"],
+        &plan.node_env(),
+    );
     let storage = TempDir::new().unwrap();
     let train = |faults: &[(&'static str, String)]| {
         let out = driver

@@ -97,6 +97,11 @@ pub struct ActorSpec {
     /// when the job's driver is gone.
     #[serde(default)]
     pub detached: bool,
+    /// Other jobs' workers may find it by name and call it
+    /// (`SpawnOptions::shared`); else only its own job's workers (drivers
+    /// and the CLI reach any actor).
+    #[serde(default)]
+    pub shared: bool,
     /// The program that hosts it.
     pub binary: BinaryId,
     /// The placement-group bundle whose resources it uses, if any.
@@ -136,6 +141,9 @@ pub struct ActorRecord {
     /// The job it belongs to.
     #[serde(default)]
     pub job: String,
+    /// Other jobs' workers may find and call it (`ActorSpec::shared`).
+    #[serde(default)]
+    pub shared: bool,
     /// Its worker's process id on its node.
     #[serde(default)]
     pub pid: u32,

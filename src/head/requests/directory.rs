@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use crate::cluster::{DirectoryReply, DirectoryRequest};
+use crate::cluster::{ActorRecord, DirectoryReply, DirectoryRequest};
 use crate::head::demands::Waiter;
 use crate::head::{directory, HeadActors};
 use crate::transport::Caller;
-use crate::wire::{PeerRole, RemoteError};
+use crate::wire::{PeerRole, RemoteError, RemoteErrorKind};
 
 use super::unavailable;
 
@@ -41,14 +41,14 @@ impl HeadActors {
                     .send(directory::LookupName(name))
                     .await
                     .map_err(unavailable)?;
-                Ok(DirectoryReply::Actor(found.map(Box::new)))
+                Ok(DirectoryReply::Actor(visible(&from, found)?.map(Box::new)))
             }
             DirectoryRequest::LocateActor(actor) => {
                 let found = directory
                     .send(directory::LocateActor(actor))
                     .await
                     .map_err(unavailable)?;
-                Ok(DirectoryReply::Actor(found.map(Box::new)))
+                Ok(DirectoryReply::Actor(visible(&from, found)?.map(Box::new)))
             }
             DirectoryRequest::ActorUp { record, spec } => {
                 directory
@@ -159,5 +159,25 @@ impl HeadActors {
                 Ok(DirectoryReply::Ack)
             }
         }
+    }
+}
+
+/// `record` as `from` may see it: a worker finds only its own job's actors
+/// and shared ones (`ActorSpec::shared`); anyone else finds any.
+fn visible(from: &Caller, record: Option<ActorRecord>) -> Result<Option<ActorRecord>, RemoteError> {
+    match (from.worker_scope(), record) {
+        (Some(scope), Some(record)) if !record.shared && record.job != scope.job => {
+            Err(RemoteError::new(
+                RemoteErrorKind::Forbidden,
+                format!(
+                    "actor {} ({}) is job {}'s and not shared: a worker of job {} finds only its own job's actors and shared ones (spawn it with SpawnOptions::shared)",
+                    record.actor,
+                    record.name.as_deref().unwrap_or(&record.type_name),
+                    record.job,
+                    scope.job
+                ),
+            ))
+        }
+        (_, record) => Ok(record),
     }
 }

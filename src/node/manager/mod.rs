@@ -225,6 +225,7 @@ impl NodeManager {
             dead: None,
             restarting: false,
             job: worker.spec.job.clone(),
+            shared: worker.spec.shared,
             pid: worker.pid,
         }
     }

@@ -336,7 +336,8 @@ impl NodeObjectStore {
                     updates.into_iter().partition(|u| {
                         matches!(u.change, RefChange::Hold { .. }) && others.contains(&u.id)
                     });
-                self.update_refs(holder, updates).await;
+                let job = job_of(&holder, confined).map(Arc::from);
+                self.update_refs(holder, job, updates).await;
                 match (refused.first(), confined) {
                     (Some(update), Some(job)) => Err(forbidden(ShardError::OtherJob {
                         id: update.id,
@@ -552,7 +553,8 @@ impl NodeObjectStore {
         let owner = owner.clone();
         async move {
             if owner.node == store.me.node {
-                store.update_refs(holder, updates).await;
+                let job = job_of(&holder, None).map(Arc::from);
+                store.update_refs(holder, job, updates).await;
                 return;
             }
             let request = ObjectRequest::UpdateRefs { holder, updates };
@@ -590,7 +592,7 @@ impl NodeObjectStore {
 
     /// Applies reference changes to objects owned here, then tells other
     /// nodes about the objects that were freed.
-    async fn update_refs(&self, holder: RefHolder, updates: Vec<RefUpdate>) {
+    async fn update_refs(&self, holder: RefHolder, job: Option<Arc<str>>, updates: Vec<RefUpdate>) {
         let changes = updates.into_iter().map(|u| (u.id, u.change));
         let mut freed = Vec::new();
         for (shard, updates) in self.shards.iter().zip(self.by_shard(changes, |c| c.0)) {
@@ -599,6 +601,7 @@ impl NodeObjectStore {
             }
             let update = UpdateRefs {
                 holder: holder.clone(),
+                job: job.clone(),
                 updates,
             };
             match shard.send(update).await {

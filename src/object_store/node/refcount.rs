@@ -10,7 +10,10 @@
 //!    `Hold { arrived: true }` also consumes one transit; `Transit` adds
 //!    one; `Release` removes the holder ([`RefCounts::change`]). Changes may
 //!    come before the object itself: the counts then belong to a
-//!    *placeholder*.
+//!    *placeholder*, which is the job of the first that held it
+//!    ([`RefCounts::claim`]: the owner, who holds a task's result from its
+//!    submission on), so that another job's worker may not hold or fail it
+//!    before it arrives.
 //! 3. An object with no holder and nothing in transit is collected: a
 //!    present one is freed (the shard drops its bytes and tells its copies
 //!    and contained references), a placeholder is forgotten (the object may
@@ -23,6 +26,7 @@
 //!    ([`RefCounts::drop_holders`]).
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 
 use crate::cluster::{ObjectId, RefChange, RefHolder};
 
@@ -37,6 +41,8 @@ struct Counts {
     /// The object is here (complete, arriving or failed), not only its
     /// references.
     present: bool,
+    /// A placeholder's job: that of the first that held it.
+    job: Option<Arc<str>>,
 }
 
 impl Counts {
@@ -89,6 +95,26 @@ impl RefCounts {
         let counts = self.counts.entry(id).or_default();
         counts.present = true;
         counts.holders.insert(holder);
+    }
+
+    /// Step 2: a hold for `job` is about to be taken on `id`: a placeholder
+    /// made by it is that job's.
+    pub(crate) fn claim(&mut self, id: ObjectId, job: Option<&Arc<str>>) {
+        if self.freed.contains(&id) || self.counts.get(&id).is_some_and(|c| c.present) {
+            return;
+        }
+        let counts = self.counts.entry(id).or_default();
+        if counts.job.is_none() {
+            counts.job = job.cloned();
+        }
+    }
+
+    /// The job of placeholder `id` (step 2), if it is one and has a job.
+    pub(crate) fn placeholder_job(&self, id: ObjectId) -> Option<&str> {
+        self.counts
+            .get(&id)
+            .filter(|c| !c.present)
+            .and_then(|c| c.job.as_deref())
     }
 
     /// Steps 2–4: `holder` changed its references to `id`.
@@ -248,6 +274,26 @@ mod tests {
                 Collected::Freed
             );
         }
+    }
+
+    #[test]
+    fn a_placeholder_is_the_job_of_its_first_holder_until_it_arrives() {
+        let mut refs = RefCounts::default();
+        let (id, owner, other) = (ObjectId(9), Arc::from("j1"), Arc::from("j2"));
+        refs.claim(id, Some(&owner));
+        refs.change(id, &process(1), HOLD);
+        refs.claim(id, Some(&other));
+        refs.change(id, &process(2), HOLD);
+        assert_eq!(refs.placeholder_job(id), Some("j1"));
+        refs.arrived(id, process(1));
+        assert_eq!(refs.placeholder_job(id), None, "the object's own job rules");
+        let unclaimed = ObjectId(10);
+        refs.change(unclaimed, &process(1), HOLD);
+        assert_eq!(refs.placeholder_job(unclaimed), None);
+        refs.change(unclaimed, &process(1), RefChange::Release);
+        refs.claim(ObjectId(11), None);
+        refs.change(ObjectId(11), &process(1), RefChange::Release);
+        assert!(refs.placeholders().all(|p| p == id), "nothing left behind");
     }
 
     #[test]

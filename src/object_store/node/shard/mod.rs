@@ -240,9 +240,12 @@ impl Handler<OfOtherJobs> for ObjectStoreShard {
     type Result = MessageResult<OfOtherJobs>;
 
     fn handle(&mut self, msg: OfOtherJobs, _: &mut Self::Context) -> Self::Result {
-        let of_another = |id: &ObjectId| {
-            let stored = self.objects.get(id);
-            stored.is_some_and(|stored| stored.job.as_deref() != Some(&*msg.job))
+        let of_another = |id: &ObjectId| match self.objects.get(id) {
+            Some(stored) => stored.job.as_deref() != Some(&*msg.job),
+            None => self
+                .refs
+                .placeholder_job(*id)
+                .is_some_and(|job| job != &*msg.job),
         };
         MessageResult(msg.ids.into_iter().filter(of_another).collect())
     }
@@ -254,6 +257,8 @@ impl Handler<OfOtherJobs> for ObjectStoreShard {
 pub struct UpdateRefs {
     /// Who.
     pub holder: RefHolder,
+    /// Its job, which a placeholder its hold makes takes (`refcount.rs`).
+    pub job: Option<Arc<str>>,
     /// The changes, in order.
     pub updates: Vec<(ObjectId, RefChange)>,
 }
@@ -363,6 +368,9 @@ impl Handler<UpdateRefs> for ObjectStoreShard {
     fn handle(&mut self, msg: UpdateRefs, _: &mut Self::Context) -> Self::Result {
         let mut freed = Vec::new();
         for (id, change) in msg.updates {
+            if matches!(change, RefChange::Hold { .. }) {
+                self.refs.claim(id, msg.job.as_ref());
+            }
             match self.refs.change(id, &msg.holder, change) {
                 Collected::Freed => freed.extend(self.free(id)),
                 Collected::Late if matches!(change, RefChange::Hold { .. }) => {
