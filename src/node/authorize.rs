@@ -5,7 +5,7 @@
 //! | caller | may |
 //! |---|---|
 //! | a certified node | heartbeat and leave as itself; report its own actors up and down; end a job, start and stop a submitted job's driver (the head); report that a job's driver exited (its own, checked by the head's `Jobs`); everything a worker may |
-//! | a certified worker | within its job and program (below): objects (reference changes as itself only; no bulk streams), spawns, kills, bundles, binaries, name lookups, job listings and logs, task and training-run reports and listings, its job's library records; report a fault that kills its own node; report recoveries and its own packet faults |
+//! | a certified worker | within its job and program (below): objects (reference changes as itself only; no bulk streams), spawns, kills, bundles, binaries, name lookups (its job's actors and shared ones, checked by the head), job listings and logs, task and training-run reports and listings, its job's library records; report a fault that kills its own node; report recoveries and its own packet faults |
 //! | a token holder (a driver, the CLI, a node before it joined) | join as the node it announced; keep its job alive; submit and stop jobs; everything a worker may, with any fault report and packet rules; release the name of a spawn that never started |
 //! | unverified (this node cannot check proofs yet) | `Echo` only |
 //!
