@@ -21,12 +21,13 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::cluster::ResourceOverrides;
-use crate::dashboard::{self, DashboardConfig, DashboardListener};
+use crate::dashboard::{self, DashboardConfig, DashboardListener, TlsSource};
 use crate::head::store::HeadStore;
 use crate::node::{self, NodeConfig, NodeRole};
 use crate::transport::JoinToken;
@@ -126,10 +127,19 @@ pub(crate) struct StartArgs {
     /// [default: 8265; when that one is taken the head starts without it].
     #[arg(long)]
     dashboard_port: Option<u16>,
-    /// Head only: the address the dashboard binds. Beyond loopback it asks
-    /// for the cluster token and keeps a session cookie.
+    /// Head only: the address the dashboard binds. Beyond loopback it
+    /// serves HTTPS only (a self-signed certificate kept in
+    /// $NIMBUS_HOME/dashboard-tls unless --dashboard-tls-cert) and asks for
+    /// the dashboard credential (printed as `dashboard-credential:`).
     #[arg(long, default_value = "127.0.0.1")]
     dashboard_host: IpAddr,
+    /// Head only: the dashboard's certificate chain, PEM, leaf first (with
+    /// --dashboard-tls-key) [default: beyond loopback, a self-signed one].
+    #[arg(long, value_name = "PEM", requires = "dashboard_tls_key")]
+    dashboard_tls_cert: Option<PathBuf>,
+    /// Head only: the private key of --dashboard-tls-cert, PEM.
+    #[arg(long, value_name = "PEM", requires = "dashboard_tls_cert")]
+    dashboard_tls_key: Option<PathBuf>,
     /// Head only: serve no dashboard.
     #[arg(long, conflicts_with_all = ["dashboard_port"])]
     no_dashboard: bool,
@@ -293,7 +303,7 @@ fn run_foreground(args: StartArgs) -> Result<()> {
                     // Bound to every address: show the one others reach.
                     let url = match dashboard.address() {
                         bound if bound.ip().is_unspecified() => {
-                            format!("http://{}:{}", ready.address.ip(), bound.port())
+                            dashboard.url_at(SocketAddr::new(ready.address.ip(), bound.port()))
                         }
                         _ => dashboard.url(),
                     };
@@ -301,6 +311,16 @@ fn run_foreground(args: StartArgs) -> Result<()> {
                         tracing::warn!("cannot save the dashboard's URL: {e:#}");
                     }
                     let _ = writeln!(out, "dashboard: {url}");
+                    if let Some(fingerprint) = dashboard.fingerprint() {
+                        let _ = writeln!(out, "dashboard-certificate: SHA-256 {fingerprint}");
+                    }
+                    if dashboard.needs_login() {
+                        let credential = token.dashboard_credential();
+                        if let Err(e) = state::save_dashboard_credential(&credential) {
+                            tracing::warn!("cannot save the dashboard's credential: {e:#}");
+                        }
+                        let _ = writeln!(out, "dashboard-credential: {credential}");
+                    }
                     serving = Some(dashboard);
                 }
                 Err(e) => tracing::warn!("{e}"),
@@ -350,9 +370,21 @@ fn bind_dashboard(args: &StartArgs) -> Result<Option<DashboardListener>> {
     if args.no_dashboard {
         return Ok(None);
     }
+    let tls = match (&args.dashboard_tls_cert, &args.dashboard_tls_key) {
+        (Some(cert), Some(key)) => Some(TlsSource::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ if args.dashboard_host.is_loopback() => None,
+        _ => Some(TlsSource::SelfSigned {
+            dir: state::home().join(dashboard::SELF_SIGNED_DIR),
+            names: certificate_names(args),
+        }),
+    };
     let config = DashboardConfig {
         host: args.dashboard_host,
         port: args.dashboard_port.unwrap_or(dashboard::DEFAULT_PORT),
+        tls,
     };
     match DashboardListener::bind(config) {
         Ok(listener) => Ok(Some(listener)),
@@ -363,6 +395,21 @@ fn bind_dashboard(args: &StartArgs) -> Result<Option<DashboardListener>> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// What a self-signed dashboard certificate names: the dashboard's own
+/// address (unless every address), the node's given or found one, and
+/// loopback.
+fn certificate_names(args: &StartArgs) -> Vec<String> {
+    let mut ips = vec![args.node_ip_address.unwrap_or_else(node::detect_ip)];
+    if !args.dashboard_host.is_unspecified() {
+        ips.push(args.dashboard_host);
+    }
+    ips.push(IpAddr::from([127, 0, 0, 1]));
+    let mut names: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+    names.push("localhost".into());
+    names.dedup();
+    names
 }
 
 /// Starts this same command with `--block` as a detached process, relays

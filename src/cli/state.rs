@@ -34,6 +34,13 @@ pub(crate) fn save_dashboard_url(url: &str) -> Result<()> {
     write_private(&dashboard_url_file(), format!("{url}\n").as_bytes())
 }
 
+/// Saves the dashboard's sign-in credential, for a dashboard beyond
+/// loopback (mode 0600).
+pub(crate) fn save_dashboard_credential(credential: &str) -> Result<()> {
+    let file = home().join("dashboard-credential");
+    write_private(&file, format!("{credential}\n").as_bytes())
+}
+
 /// A node process started on this machine.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct NodeRecord {

@@ -37,8 +37,8 @@ pub const TICK: Duration = Duration::from_secs(2);
 pub(crate) struct Shared {
     /// The cluster's state, cached.
     pub views: Views,
-    /// Sessions: opened with the cluster token beyond loopback, with the
-    /// dashboard's secret on loopback.
+    /// Sessions: opened with the dashboard credential beyond loopback,
+    /// with the dashboard's secret on loopback.
     pub sessions: Mutex<Sessions>,
     /// The `Host` headers accepted on a loopback dashboard (a page of
     /// another site that resolves its name to 127.0.0.1 cannot read it).
@@ -46,6 +46,8 @@ pub(crate) struct Shared {
     /// Bumped on every cluster event and every [`TICK`] while a page
     /// listens.
     pub changes: watch::Sender<u64>,
+    /// It serves HTTPS: its cookie is `Secure`.
+    pub secure: bool,
 }
 
 /// The routes.
@@ -116,7 +118,7 @@ async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) 
     }
     error(
         StatusCode::UNAUTHORIZED,
-        "sign in first: this dashboard is reachable beyond this machine and asks for the cluster token".into(),
+        "sign in first: this dashboard is reachable beyond this machine and asks for its credential (the dashboard-credential: line of nimbus start; $NIMBUS_HOME/dashboard-credential on the head)".into(),
     )
 }
 
@@ -153,18 +155,19 @@ fn presents_secret(shared: &Shared, request: &Request) -> bool {
         .any(|presented| sessions.is_key(presented))
 }
 
-/// A new session's cookie (`HttpOnly`, `SameSite=Strict`), if the table
-/// can be read.
+/// A new session's cookie (`HttpOnly`, `SameSite=Strict`; `Secure` over
+/// HTTPS), if the table can be read.
 fn open_session(shared: &Shared) -> Option<HeaderValue> {
     let id = shared.sessions.lock().ok()?.open(Instant::now());
-    session_cookie(&id)
+    session_cookie(&id, shared.secure)
 }
 
-fn session_cookie(id: &str) -> Option<HeaderValue> {
+fn session_cookie(id: &str, secure: bool) -> Option<HeaderValue> {
     let cookie = format!(
-        "{}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        "{}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
         auth::COOKIE,
-        auth::SESSION_TTL.as_secs()
+        auth::SESSION_TTL.as_secs(),
+        if secure { "; Secure" } else { "" }
     );
     HeaderValue::from_str(&cookie).ok()
 }
@@ -193,7 +196,7 @@ fn error(status: StatusCode, message: String) -> Response {
 /// The login form's fields.
 #[derive(Deserialize)]
 struct LoginForm {
-    token: String,
+    credential: String,
 }
 
 async fn login(
@@ -202,21 +205,21 @@ async fn login(
     Form(form): Form<LoginForm>,
 ) -> Response {
     let session = match shared.sessions.lock() {
-        Ok(mut sessions) => sessions.login(&form.token, Instant::now()),
+        Ok(mut sessions) => sessions.login(&form.credential, Instant::now()),
         Err(_) => None,
     };
     let Some(id) = session else {
-        tracing::warn!("dashboard: a sign-in from {peer} with a wrong token was refused");
+        tracing::warn!("dashboard: a sign-in from {peer} with a wrong credential was refused");
         return html(
             StatusCode::UNAUTHORIZED,
             LOGIN_HTML.replace(
                 "{error}",
-                "<p class=\"error\">That is not this cluster's token.</p>",
+                "<p class=\"error\">That is not this dashboard's credential.</p>",
             ),
         );
     };
     let mut response = Redirect::to("/").into_response();
-    if let Some(cookie) = session_cookie(&id) {
+    if let Some(cookie) = session_cookie(&id, shared.secure) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     response

@@ -1,5 +1,5 @@
-//! Who may look: a dashboard's sessions, opened with the cluster token
-//! beyond loopback or with the dashboard's own secret on loopback (a plain
+//! Who may look: a dashboard's sessions, opened with the dashboard
+//! credential beyond loopback or with its own secret on loopback (a plain
 //! state machine, time passed in; the HTTP layer in `api.rs` reads and
 //! sets the cookie).
 

@@ -26,13 +26,19 @@
 //!    SECRET`, for scripts) passes, and the page's own request opens a
 //!    session (the cookie of step 3) for the requests of the page;
 //!    without either, every route answers 401.
-//! 3. Bound beyond loopback, every request but the login needs a session:
-//!    `POST /login` with the form field `token` (the cluster token, never
-//!    in a URL) opens one for [`SESSION_TTL`] and sets the `HttpOnly`,
-//!    `SameSite=Strict` cookie `nimbus_session`; without it `/` shows the
-//!    login form and `/api/…` answers 401. `POST /logout` ends it. A wrong
-//!    token is logged as refused, with the address it came from, the token
-//!    itself never.
+//! 3. Bound beyond loopback, it serves HTTPS only (`tls.rs`: the user's
+//!    certificate, else a self-signed one kept under `$NIMBUS_HOME`; a
+//!    bind beyond loopback without TLS is refused), and every request but
+//!    the login needs a session: `POST /login` with the form field
+//!    `credential` (never in a URL) opens one for [`SESSION_TTL`] and sets
+//!    the `HttpOnly`, `SameSite=Strict`, `Secure` cookie `nimbus_session`;
+//!    without it `/` shows the login form and `/api/…` answers 401.
+//!    `POST /logout` ends it. The credential is the dashboard's own, not
+//!    the cluster token ([`JoinToken::dashboard_credential`]): the
+//!    dashboard only reads, so one who learns it can look, not act. A
+//!    wrong one is logged as refused, with the address it came from, what
+//!    was presented never. (A dashboard on loopback given a certificate
+//!    serves HTTPS too.)
 //! 4. The page loads what it shows from the JSON API and listens to
 //!    `/api/events`: server-sent `change` events, sent on every cluster
 //!    event and at least every [`TICK`], after which it reloads its view.
@@ -56,6 +62,7 @@
 
 mod api;
 mod auth;
+mod tls;
 mod views;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -69,6 +76,7 @@ use crate::transport::JoinToken;
 
 pub use api::TICK;
 pub use auth::SESSION_TTL;
+pub use tls::{DashboardTls, TlsSource, SELF_SIGNED_DIR};
 pub use views::{MAX_PAGE, REFRESH};
 
 /// The dashboard's port unless told otherwise (as Ray's).
@@ -78,13 +86,15 @@ pub const DEFAULT_PORT: u16 = 8265;
 const IDLE_CHECK: Duration = Duration::from_millis(500);
 
 /// Where the dashboard listens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DashboardConfig {
     /// The address to bind (`--dashboard-host`, 127.0.0.1 by default).
     pub host: IpAddr,
     /// The port (`--dashboard-port`, [`DEFAULT_PORT`] by default; 0: any
     /// free port).
     pub port: u16,
+    /// Its certificate: required beyond loopback (step 3).
+    pub tls: Option<TlsSource>,
 }
 
 impl Default for DashboardConfig {
@@ -92,6 +102,7 @@ impl Default for DashboardConfig {
         DashboardConfig {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: DEFAULT_PORT,
+            tls: None,
         }
     }
 }
@@ -110,6 +121,17 @@ pub enum DashboardError {
     /// Its thread or runtime could not start.
     #[error("cannot start the dashboard's thread: {0}")]
     Thread(std::io::Error),
+    /// Bound beyond loopback without a certificate (step 3).
+    #[error("the dashboard at {0} would be reachable beyond this machine over cleartext HTTP: give it a certificate (nimbus start makes a self-signed one unless given --dashboard-tls-cert and --dashboard-tls-key), or bind it to loopback (--dashboard-host 127.0.0.1)")]
+    NoTls(IpAddr),
+    /// The certificate or key cannot be read, made or used.
+    #[error("the dashboard's certificate {path}: {detail}; give --dashboard-tls-cert and --dashboard-tls-key as PEM files (a chain, leaf first, and its key), or remove {path} to have a new self-signed one made")]
+    Tls {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 /// A running dashboard; dropping it stops it (open pages lose their
@@ -117,6 +139,8 @@ pub enum DashboardError {
 pub struct Dashboard {
     address: SocketAddr,
     login: bool,
+    /// Its certificate's SHA-256 fingerprint, when it serves HTTPS.
+    fingerprint: Option<String>,
     /// The secret of a loopback dashboard (step 2).
     secret: Option<String>,
     _server: HttpThread,
@@ -127,11 +151,18 @@ pub struct Dashboard {
 pub struct DashboardListener {
     listener: std::net::TcpListener,
     address: SocketAddr,
+    tls: Option<DashboardTls>,
 }
 
 impl DashboardListener {
-    /// Binds `config`'s address.
+    /// Loads `config`'s certificate (refusing none beyond loopback) and
+    /// binds its address.
     pub fn bind(config: DashboardConfig) -> Result<Self, DashboardError> {
+        let tls = match (&config.tls, config.host.is_loopback()) {
+            (Some(source), _) => Some(DashboardTls::load(source)?),
+            (None, true) => None,
+            (None, false) => return Err(DashboardError::NoTls(config.host)),
+        };
         let wanted = SocketAddr::new(config.host, config.port);
         let bind = |source| DashboardError::Bind {
             address: wanted,
@@ -140,7 +171,11 @@ impl DashboardListener {
         let listener = std::net::TcpListener::bind(wanted).map_err(bind)?;
         listener.set_nonblocking(true).map_err(bind)?;
         let address = listener.local_addr().map_err(bind)?;
-        Ok(DashboardListener { listener, address })
+        Ok(DashboardListener {
+            listener,
+            address,
+            tls,
+        })
     }
 
     /// Where it listens.
@@ -151,7 +186,11 @@ impl DashboardListener {
     /// Serves the dashboard of the cluster whose head is at `head`,
     /// asking it with `token`.
     pub fn serve(self, head: SocketAddr, token: &JoinToken) -> Result<Dashboard, DashboardError> {
-        let DashboardListener { listener, address } = self;
+        let DashboardListener {
+            listener,
+            address,
+            tls,
+        } = self;
         let login = !address.ip().is_loopback();
         let loopback_hosts = if login {
             Vec::new()
@@ -163,22 +202,34 @@ impl DashboardListener {
             };
             vec![format!("{ip}:{port}"), format!("localhost:{port}")]
         };
-        // Beyond loopback a session opens with the cluster token; on
-        // loopback with the dashboard's own secret.
+        // Beyond loopback a session opens with the dashboard credential;
+        // on loopback with the dashboard's own secret.
         let secret = (!login).then(auth::new_secret);
-        let key = secret.clone().unwrap_or_else(|| token.to_string());
+        let key = secret
+            .clone()
+            .unwrap_or_else(|| token.dashboard_credential());
         let shared = Arc::new(api::Shared {
             views: views::Views::new(head, token.clone()),
             sessions: Mutex::new(auth::Sessions::new(key)),
             loopback_hosts,
             changes: watch::Sender::new(0),
+            secure: tls.is_some(),
         });
         let watcher = watch_cluster(shared.clone());
-        let server = HttpThread::spawn("dashboard", listener, api::router(shared), watcher)
-            .map_err(DashboardError::Thread)?;
+        let fingerprint = tls.as_ref().map(|tls| tls.fingerprint.clone());
+        let acceptor = tls.map(|tls| tls.acceptor);
+        let server = HttpThread::spawn(
+            "dashboard",
+            listener,
+            api::router(shared),
+            acceptor,
+            watcher,
+        )
+        .map_err(DashboardError::Thread)?;
         Ok(Dashboard {
             address,
             login,
+            fingerprint,
             secret,
             _server: server,
         })
@@ -203,17 +254,34 @@ impl Dashboard {
 
     /// The URL to open: on loopback with its secret
     /// (`http://127.0.0.1:PORT/?secret=...`; a page's route follows as
-    /// `#/actors`), else its address (which asks for the cluster token).
+    /// `#/actors`), else its address (which asks for the credential).
     pub fn url(&self) -> String {
         match &self.secret {
-            Some(secret) => format!("http://{}/?secret={secret}", self.address),
+            Some(secret) => format!("{}/?secret={secret}", self.base_url()),
             None => self.base_url(),
         }
     }
 
-    /// Its address as a URL, without the secret: `http://HOST:PORT`.
+    /// Its address as a URL, without the secret: `http://HOST:PORT`, or
+    /// `https://` when it serves HTTPS.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.address)
+        self.url_at(self.address)
+    }
+
+    /// The URL of this dashboard at `address` (where others reach it when
+    /// it is bound to every address).
+    pub fn url_at(&self, address: SocketAddr) -> String {
+        let scheme = match self.fingerprint {
+            Some(_) => "https",
+            None => "http",
+        };
+        format!("{scheme}://{address}")
+    }
+
+    /// The SHA-256 fingerprint of its certificate (`AB:CD:...`), when it
+    /// serves HTTPS.
+    pub fn fingerprint(&self) -> Option<&str> {
+        self.fingerprint.as_deref()
     }
 
     /// The secret a loopback dashboard asks for (step 2), to send as
@@ -222,7 +290,8 @@ impl Dashboard {
         self.secret.as_deref()
     }
 
-    /// Whether it asks for the cluster token (bound beyond loopback).
+    /// Whether it asks for the dashboard credential (bound beyond
+    /// loopback).
     pub fn needs_login(&self) -> bool {
         self.login
     }

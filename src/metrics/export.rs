@@ -67,7 +67,7 @@ impl MetricsServer {
                 }
             }),
         );
-        let server = HttpThread::spawn("metrics", listener, app, std::future::pending())
+        let server = HttpThread::spawn("metrics", listener, app, None, std::future::pending())
             .map_err(MetricsError::Thread)?;
         Ok(MetricsServer {
             address: bound,

@@ -12,7 +12,9 @@
 //!    [`HEADER_READ_TIMEOUT`] (10 s) to send a request's headers, on a new
 //!    connection and between requests on a kept-alive one, so idle sockets
 //!    cannot starve the process of descriptors (its QUIC socket, its
-//!    workers' pipes, a job's files).
+//!    workers' pipes, a job's files). A server given a TLS acceptor (the
+//!    dashboard beyond loopback) serves HTTPS only, and a client has
+//!    [`HANDSHAKE_TIMEOUT`] to finish the handshake.
 //! 4. Dropping the [`HttpThread`] stops serving and the background task,
 //!    gives open requests [`STOP_GRACE`], and joins the thread.
 
@@ -28,12 +30,16 @@ use hyper::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{oneshot, Semaphore};
+use tokio_rustls::TlsAcceptor;
 
 /// How long a stopping server waits for the requests under way.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// How long a client has to send a request's headers (step 3).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a client of a TLS server has to finish the handshake (step 3).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long to wait before accepting again after an accept failed (out of
 /// descriptors, say), so the loop does not spin.
@@ -52,9 +58,14 @@ pub fn max_connections() -> usize {
     (files / 4).clamp(16, 1024)
 }
 
-/// Serves `app` on `listener`, one connection per task, within step 3's
-/// bounds.
-async fn serve(name: &'static str, listener: tokio::net::TcpListener, app: Router) {
+/// Serves `app` on `listener` (over TLS when `tls`), one connection per
+/// task, within step 3's bounds.
+async fn serve(
+    name: &'static str,
+    listener: tokio::net::TcpListener,
+    app: Router,
+    tls: Option<TlsAcceptor>,
+) {
     let permits = Arc::new(Semaphore::new(max_connections()));
     loop {
         let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -75,18 +86,42 @@ async fn serve(name: &'static str, listener: tokio::net::TcpListener, app: Route
             request.extensions_mut().insert(ConnectInfo(peer));
             hyper::service::Service::call(&router, request)
         });
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let served = match tls {
+                None => serve_connection(stream, service).await,
+                Some(tls) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                        Ok(Ok(stream)) => serve_connection(stream, service).await,
+                        Ok(Err(e)) => Err(format!("TLS handshake from {peer}: {e}")),
+                        Err(_) => Err(format!("TLS handshake from {peer}: timed out")),
+                    }
+                }
+            };
             if let Err(e) = served {
                 tracing::debug!("{name}: a connection ended: {e}");
             }
             drop(permit);
         });
     }
+}
+
+/// Serves HTTP/1.1 on one connection, with step 3's header timeout.
+async fn serve_connection<S>(
+    stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    service: S,
+) -> Result<(), String>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = axum::response::Response> + Send,
+    S::Future: Send + 'static,
+    S::Error: std::error::Error + Send + Sync + 'static,
+{
+    hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// A running server; dropping it stops it.
@@ -96,13 +131,15 @@ pub struct HttpThread {
 }
 
 impl HttpThread {
-    /// Serves `app` on `listener` (bound, non-blocking) on a thread named
-    /// `name`, and runs `background` beside it until the server stops.
-    /// Fails only when the thread or its runtime cannot start.
+    /// Serves `app` on `listener` (bound, non-blocking; over TLS when
+    /// `tls`) on a thread named `name`, and runs `background` beside it
+    /// until the server stops. Fails only when the thread or its runtime
+    /// cannot start.
     pub fn spawn(
         name: &'static str,
         listener: std::net::TcpListener,
         app: Router,
+        tls: Option<TlsAcceptor>,
         background: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -122,7 +159,7 @@ impl HttpThread {
                     };
                     let background = tokio::spawn(background);
                     tokio::select! {
-                        () = serve(name, listener, app) => {}
+                        () = serve(name, listener, app, tls) => {}
                         _ = stopped => {}
                     }
                     background.abort();

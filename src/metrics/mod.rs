@@ -67,7 +67,7 @@ use std::time::{Duration, Instant};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 pub use export::{MetricsError, MetricsServer};
-pub use http::{max_connections, HttpThread, HEADER_READ_TIMEOUT};
+pub use http::{max_connections, HttpThread, HANDSHAKE_TIMEOUT, HEADER_READ_TIMEOUT};
 pub use merge::{ProcessMetrics, PushError, MAX_PUSH_BYTES, RETIRE_AFTER};
 
 /// How often a worker or driver pushes its metrics to its node.

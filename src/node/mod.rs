@@ -79,7 +79,7 @@ pub use manager::{
     StartActor, UploadBinary,
 };
 pub use resources::{Grant, ResourcePool};
-pub use runtime::{run, NodeReady};
+pub use runtime::{detect_ip, run, NodeReady};
 pub use sandbox::{SandboxError, SandboxMode, Step as SandboxStep, WorkerSandbox};
 pub use service::NodeService;
 pub use workers::WorkerIdentities;

@@ -559,7 +559,7 @@ async fn join(
 
 /// The address other hosts most likely reach this one at: the source
 /// address of the default route, or loopback on a machine without one.
-fn detect_ip() -> IpAddr {
+pub fn detect_ip() -> IpAddr {
     let probe = || -> std::io::Result<IpAddr> {
         let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
         // connect() on UDP sends nothing; it only picks a route.

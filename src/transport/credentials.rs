@@ -67,6 +67,9 @@ pub enum CredentialError {
     Tls(String),
 }
 
+/// What the dashboard credential is the MAC of.
+const DASHBOARD_CREDENTIAL_LABEL: &[u8] = b"nimbus dashboard credential v1";
+
 /// The secret that admits a process to a cluster.
 ///
 /// ```
@@ -120,6 +123,25 @@ impl FromStr for JoinToken {
 }
 
 impl JoinToken {
+    /// The dashboard's sign-in credential beyond loopback
+    /// (`crate::dashboard`, step 3), `nimbus-dashboard1-<base64url>`: the
+    /// HMAC-SHA256 of a fixed label under this token, so one who holds it
+    /// can look at the cluster but not derive the token.
+    ///
+    /// ```
+    /// use nimbus::transport::JoinToken;
+    /// let token = JoinToken::generate();
+    /// let credential = token.dashboard_credential();
+    /// assert!(credential.starts_with("nimbus-dashboard1-"));
+    /// assert_eq!(credential, token.dashboard_credential());
+    /// assert_ne!(credential, JoinToken::generate().dashboard_credential());
+    /// ```
+    pub fn dashboard_credential(&self) -> String {
+        let mac = ring::hmac::sign(&self.mac_key(), DASHBOARD_CREDENTIAL_LABEL);
+        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.as_ref());
+        format!("nimbus-dashboard1-{encoded}")
+    }
+
     /// The key of this token's proofs (`tickets.rs`, step 1).
     pub(super) fn mac_key(&self) -> ring::hmac::Key {
         ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0)

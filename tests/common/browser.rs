@@ -60,7 +60,17 @@ struct Connection {
 impl Browser {
     /// Starts `chromium` headless with a `width` × `height` window; every
     /// wait of the browser ends after `deadline`.
-    pub fn launch(chromium: &Path, (width, height): (u32, u32), deadline: Duration) -> Browser {
+    pub fn launch(chromium: &Path, size: (u32, u32), deadline: Duration) -> Browser {
+        Browser::launch_with(chromium, size, deadline, &[])
+    }
+
+    /// [`launch`](Self::launch) with `flags` added to Chromium's.
+    pub fn launch_with(
+        chromium: &Path,
+        (width, height): (u32, u32),
+        deadline: Duration,
+        flags: &[&str],
+    ) -> Browser {
         let profile = TempDir::new().unwrap();
         let tmp = profile.path().join("tmp");
         std::fs::create_dir(&tmp).unwrap();
@@ -81,8 +91,9 @@ impl Browser {
                 "--remote-debugging-port=0",
                 &format!("--window-size={width},{height}"),
                 &format!("--user-data-dir={}", profile.path().join("user").display()),
-                "about:blank",
             ])
+            .args(flags)
+            .arg("about:blank")
             // Chromium keeps its singleton socket under TMPDIR and leaves it
             // when killed: a directory removed with the profile.
             .env("TMPDIR", &tmp)

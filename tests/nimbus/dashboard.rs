@@ -484,17 +484,6 @@ pub fn get(address: &str, path: &str, cookie: Option<&str>) -> (u16, String, Str
     )
 }
 
-fn login(address: &str, token: &str) -> (u16, String, String) {
-    let body = format!("token={token}");
-    http(
-        address,
-        &format!(
-            "POST /login HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        ),
-    )
-}
-
 /// A loopback dashboard answers only to its secret: any user of the
 /// machine can reach 127.0.0.1, but only its owner can read the URL (the
 /// start's output, and `$NIMBUS_HOME/dashboard-url`, 0600). Without the
@@ -558,8 +547,45 @@ fn a_loopback_dashboard_answers_only_to_its_secret() {
     assert_eq!(status, 200, "{body}");
 }
 
+/// One HTTPS exchange with `curl`, trusting only `cert`: status, headers,
+/// body. `form`: a POST of that form.
+fn https(
+    cert: &Path,
+    url: &str,
+    cookie: Option<&str>,
+    form: Option<&str>,
+) -> (u16, String, String) {
+    let mut curl = Command::new("curl");
+    curl.args(["-sS", "--max-time", "20", "-D", "-", "--cacert"])
+        .arg(cert)
+        .arg(url);
+    if let Some(cookie) = cookie {
+        curl.args(["-H", &format!("Cookie: {cookie}")]);
+    }
+    if let Some(form) = form {
+        curl.args(["--data", form]);
+    }
+    let out = curl.output().expect("curl runs");
+    let response = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "curl {url}: {}{response}", text(&out));
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// Medium finding 5 of #51: a dashboard bound beyond loopback serves HTTPS
+/// only (a self-signed certificate made at its first start, kept in
+/// `$NIMBUS_HOME/dashboard-tls`, its fingerprint printed), answers a
+/// cleartext request with no page, and asks for its own read-only
+/// credential (not the cluster token, which it refuses) before it sets a
+/// `Secure` session cookie. Before, it served the login form over
+/// cleartext HTTP and took the cluster token there.
 #[test]
-fn a_dashboard_beyond_loopback_asks_for_the_token() {
+fn a_dashboard_beyond_loopback_serves_https_and_asks_for_its_credential() {
     let home = TempDir::new().unwrap();
     let _stop = StopOnDrop(home.path());
     let port = free_port().to_string();
@@ -579,25 +605,69 @@ fn a_dashboard_beyond_loopback_asks_for_the_token() {
         ],
     );
     let token = line_value(&started, "token:");
+    let credential = line_value(&started, "dashboard-credential:");
+    let fingerprint = line_value(&started, "dashboard-certificate:");
     let url = line_value(&started, "dashboard:");
-    let address = url.strip_prefix("http://").unwrap().to_string();
     assert!(
-        address.starts_with("127.0.0.1:"),
-        "the URL names the node's address: {started}"
+        url.starts_with("https://127.0.0.1:"),
+        "the URL names the node's address over HTTPS: {started}"
+    );
+    assert!(
+        fingerprint.starts_with("SHA-256 ") && fingerprint.len() == 8 + 95,
+        "{started}"
+    );
+    assert!(credential.starts_with("nimbus-dashboard1-") && credential != token);
+    let tls = home.path().join("dashboard-tls");
+    let cert = tls.join("cert.pem");
+    for file in [
+        cert.clone(),
+        tls.join("key.pem"),
+        home.path().join("dashboard-credential"),
+    ] {
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", file.display());
+    }
+
+    // Cleartext HTTP gets no page: the server expects a TLS handshake.
+    let address = url.strip_prefix("https://").unwrap().to_string();
+    let mut plain = TcpStream::connect(&address).unwrap();
+    plain.set_read_timeout(Some(PAGE_DEADLINE)).unwrap();
+    plain
+        .write_all(format!("GET / HTTP/1.1\r\nHost: {address}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(
+        !answer.starts_with(b"HTTP/"),
+        "{}",
+        String::from_utf8_lossy(&answer)
     );
 
-    let (status, _, body) = get(&address, "/api/cluster", None);
+    let (status, _, body) = https(&cert, &format!("{url}/api/cluster"), None, None);
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("sign in"), "{body}");
-    let (status, _, body) = get(&address, "/", None);
+    let (status, _, body) = https(&cert, &format!("{url}/"), None, None);
     assert_eq!(status, 200);
     assert!(
-        body.contains(r#"name="token""#) && !body.contains("app.js"),
+        body.contains(r#"name="credential""#) && !body.contains("app.js"),
         "{body}"
     );
-    let (status, _, body) = login(&address, "nimbus1-not-the-token");
+    let login = |presented: &str| {
+        https(
+            &cert,
+            &format!("{url}/login"),
+            None,
+            Some(&format!("credential={presented}")),
+        )
+    };
+    let (status, _, body) = login(&token);
+    assert_eq!(
+        status, 401,
+        "the cluster token is not the credential: {body}"
+    );
+    let (status, _, body) = login("nimbus-dashboard1-not-it");
     assert_eq!(status, 401, "{body}");
-    let (status, head, _) = login(&address, &token);
+    let (status, head, _) = login(&credential);
     assert_eq!(status, 303, "{head}");
     let cookie = head
         .lines()
@@ -608,43 +678,54 @@ fn a_dashboard_beyond_loopback_asks_for_the_token() {
         })
         .unwrap_or_else(|| panic!("no cookie: {head}"));
     assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        cookie.contains("HttpOnly")
+            && cookie.contains("SameSite=Strict")
+            && cookie.contains("Secure"),
         "{cookie}"
     );
     let session = cookie.split(';').next().unwrap();
-    let (status, _, body) = get(&address, "/api/cluster", Some(session));
+    let (status, _, body) = https(&cert, &format!("{url}/api/cluster"), Some(session), None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(&format!("127.0.0.1:{port}")), "{body}");
-    let (status, _, _) = get(&address, "/api/cluster", Some("nimbus_session=forged"));
+    let forged = Some("nimbus_session=forged");
+    let (status, _, _) = https(&cert, &format!("{url}/api/cluster"), forged, None);
     assert_eq!(status, 401);
 
-    // The token is in no log of the head, nor the refused attempt's; the
-    // refusal is logged with where it came from.
+    // Neither the token nor the credential is in a log of the head, nor
+    // what the refused attempts presented; each refusal is logged with
+    // where it came from.
     let logs = home.path().join("logs");
     let mut refusal_logged = false;
     for entry in std::fs::read_dir(&logs).unwrap() {
         let log = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
         assert!(!log.contains(&token), "a log holds the token");
+        assert!(!log.contains(&credential), "a log holds the credential");
         assert!(
-            !log.contains("nimbus1-not-the-token"),
-            "a log holds a presented token"
+            !log.contains("nimbus-dashboard1-not-it"),
+            "a log holds a presented credential"
         );
         refusal_logged |= log.contains("a sign-in from 127.0.0.1:");
     }
     assert!(refusal_logged, "no log names the refused sign-in's source");
 
-    // In a browser: the login form, then the cluster.
+    // In a browser (told to accept the self-signed certificate): the login
+    // form, then the cluster.
     let Some(chromium) = chromium() else { return };
-    let tab = browser(chromium);
+    let tab = Browser::launch_with(
+        &chromium,
+        (1400, 900),
+        PAGE_DEADLINE,
+        &["--ignore-certificate-errors"],
+    );
     open_and_wait(
         &tab,
         &url,
-        r#"document.querySelector("input[name=token]") !== null"#,
+        r#"document.querySelector("input[name=credential]") !== null"#,
         "the login form",
     );
     screenshot(&tab, "login");
-    tab.click("input[name=token]");
-    tab.type_text(&token);
+    tab.click("input[name=credential]");
+    tab.type_text(&credential);
     // The form posts, then the answer redirects to the cluster page.
     tab.click_and_wait_for_load("button[type=submit]");
     wait_until(
