@@ -19,18 +19,21 @@
 //!    used within [`TICKET_TTL`](super::TICKET_TTL) (10 s) lapses; at most
 //!    [`MAX_GRANTS`](super::MAX_GRANTS) (1,024) wait at once, the oldest
 //!    lapsing first (`bulk_grants.rs`).
-//! 3. **Dial.** The caller connects within `connect_timeout`, does the TLS
-//!    handshake (ALPN `nimbus-bulk`, both certificates checked against the
-//!    cluster CA, as for QUIC) and sends the ticket
-//!    ([`Endpoint::bulk_connect`](super::Endpoint::bulk_connect)).
+//! 3. **Dial.** The caller connects within `connect_timeout`, sends the
+//!    ticket's 16-byte admission tag ([`BulkTicket::admission`], a hash of
+//!    the ticket), does the TLS handshake (ALPN `nimbus-bulk`, both
+//!    certificates checked against the cluster CA, as for QUIC) and sends
+//!    the ticket ([`Endpoint::bulk_connect`](super::Endpoint::bulk_connect)).
 //! 4. **Serve.** The listener, on a thread of its own (so that a flood of
 //!    handshakes never delays the node's heartbeats), admits each TCP
 //!    connection by its source address (`bulk_sources.rs`: at most 32
 //!    handshakes in progress and 512 a second per address), reads the
-//!    ticket within `connect_timeout` of the TCP accept (at most 64
-//!    handshakes at once) and hands the stream, with what the ticket
+//!    admission tag and begins a TLS handshake only for the tag of a
+//!    waiting grant, once (a stranger costs a hash, never a signature),
+//!    reads the ticket within `connect_timeout` of the TCP accept (at most
+//!    64 handshakes at once) and hands the stream, with what the ticket
 //!    granted, to its handler (at most 64 streams at once); a connection
-//!    without a valid ticket is closed unread.
+//!    without a valid tag and ticket is closed unread.
 //! 5. **Records.** Then rustls hands both ends its traffic secrets and
 //!    the stream's TLS records are sealed and opened in place, in
 //!    [`INCOMING_BYTES`] and [`OUTGOING_BYTES`] buffers (`records.rs`);
@@ -128,6 +131,10 @@ impl BulkTls {
                 .await
                 .map_err(|cause| BulkError::Io { addr, cause })?;
             let _ = tcp.set_nodelay(true);
+            let mut tcp = tcp;
+            tcp.write_all(&ticket.admission())
+                .await
+                .map_err(|cause| BulkError::Io { addr, cause })?;
             let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).map_err(|e| {
                 BulkError::Tls {
                     addr,
@@ -323,6 +330,13 @@ impl BulkListener {
             let (connect_timeout, stall) = (self.connect_timeout, self.stall);
             streams.spawn(async move {
                 let opened = async {
+                    let mut tcp = tcp;
+                    let mut tag = [0u8; 16];
+                    tcp.read_exact(&mut tag).await.ok()?;
+                    if !grants.admit(&tag) {
+                        tracing::debug!("bulk stream from {peer}: no admission tag of a waiting grant; closed before its handshake");
+                        return None;
+                    }
                     let mut tls = acceptor.accept(tcp).await.ok()?;
                     let presented = tls
                         .get_ref()

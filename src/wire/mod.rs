@@ -78,7 +78,8 @@ pub use message::{
 /// use); 15: a [`HelloReply`] carries the acceptor's proof, which the
 /// dialer checks; 16: each subsystem answers with a reply type of its
 /// own (`crate::cluster::Subsystem`); 17: actors are confined to their job
-/// unless shared (`ActorSpec::shared`). A
+/// unless shared (`ActorSpec::shared`), and a bulk stream's dialer sends
+/// its ticket's admission tag before TLS. A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
 pub const PROTOCOL_VERSION: u32 = 17;
