@@ -62,7 +62,7 @@ const ALLOWED_IMPORTS: &[(&str, &[&str])] = &[
     ("host", &["transport"]),
     ("cluster", &["host", "transport", "wire"]),
     ("client", &["cluster", "host", "transport", "wire"]),
-    ("dashboard", &["metrics", "client", "cluster", "transport"]),
+    ("dashboard", &["metrics", "client", "cluster", "transport", "host"]),
     ("runtime", &["metrics", "client", "cluster", "host", "transport", "wire"]),
     ("library", &["runtime", "client", "cluster", "host", "transport"]),
     ("launch", &["client", "cluster", "transport"]),
