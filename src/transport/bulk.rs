@@ -896,25 +896,24 @@ mod tests {
             "{past:?}"
         );
 
-        // The same ticket again, and one never granted: closed unread.
+        // The same ticket again, and one never granted: closed before
+        // the handshake (their admission tags are spent or unknown).
         for ticket in [ticket, BulkTicket([7; 16])] {
-            let stream = client
+            let refused = client
                 .bulk_connect(bulk_addr(&server, &grants), ticket)
-                .await
-                .unwrap();
-            let read = blocking(stream, |s| {
-                let file = tempfile::tempfile().unwrap();
-                s.read_into_file(&file, 0, 1)
-            })
-            .await;
-            assert!(matches!(read, Err(BulkError::Ended { .. })), "{read:?}");
+                .await;
+            assert!(
+                matches!(refused, Err(BulkError::Tls { .. })),
+                "{:?}",
+                refused.err()
+            );
         }
         assert_eq!(handed.load(Ordering::SeqCst), 1);
     }
 
     /// A ticket is for the certificate it was granted to: another process
     /// of the cluster that presents it (one that saw it, say) gets nothing,
-    /// and spends it.
+    /// and spends it: the grantee is then closed before its handshake.
     #[tokio::test]
     async fn a_ticket_holds_only_for_the_certificate_it_was_granted_to() {
         let token = JoinToken::generate();
@@ -922,14 +921,20 @@ mod tests {
         let grantee = endpoint(&token, false, TransportConfig::default());
         let other = endpoint(&token, false, TransportConfig::default());
         let ticket = grants.grant(b"secret".to_vec(), grantee.certificate());
-        for client in [&other, &grantee] {
-            let stream = client
-                .bulk_connect(bulk_addr(&server, &grants), ticket)
-                .await
-                .unwrap();
-            let read = blocking(stream, |s| s.read_exact_into(&mut Vec::new(), 1)).await;
-            assert!(matches!(read, Err(BulkError::Ended { .. })), "{read:?}");
-        }
+        let stream = other
+            .bulk_connect(bulk_addr(&server, &grants), ticket)
+            .await
+            .unwrap();
+        let read = blocking(stream, |s| s.read_exact_into(&mut Vec::new(), 1)).await;
+        assert!(matches!(read, Err(BulkError::Ended { .. })), "{read:?}");
+        let spent = grantee
+            .bulk_connect(bulk_addr(&server, &grants), ticket)
+            .await;
+        assert!(
+            matches!(spent, Err(BulkError::Tls { .. })),
+            "{:?}",
+            spent.err()
+        );
         assert_eq!(handed.load(Ordering::SeqCst), 0);
     }
 
@@ -991,9 +996,10 @@ mod tests {
             .dangerous()
             .set_certificate_verifier(Arc::new(AnyServer(provider)));
         client.alpn_protocols = vec![BULK_ALPN.to_vec()];
-        let tcp = TcpStream::connect(bulk_addr(&server, &grants))
+        let mut tcp = TcpStream::connect(bulk_addr(&server, &grants))
             .await
             .unwrap();
+        tcp.write_all(&ticket.admission()).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).unwrap();
         // TLS 1.3: the client finishes its side of the handshake before the
         // server has checked its certificate; the refusal comes as an alert.
@@ -1031,9 +1037,10 @@ mod tests {
         let ticket = grants.grant(bytes.clone(), credentials.certificate_hash());
         let mut client = credentials.client_tls().unwrap();
         client.alpn_protocols = vec![BULK_ALPN.to_vec()];
-        let tcp = TcpStream::connect(bulk_addr(&server, &grants))
+        let mut tcp = TcpStream::connect(bulk_addr(&server, &grants))
             .await
             .unwrap();
+        tcp.write_all(&ticket.admission()).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from(SERVER_NAME).unwrap();
         let mut tls = TlsConnector::from(Arc::new(client))
             .connect(name, tcp)
@@ -1055,7 +1062,10 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let sent = bytes.clone();
         let serve = tokio::spawn(async move {
-            let (tcp, _) = listener.accept().await.unwrap();
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut tag = [0u8; 16];
+            tcp.read_exact(&mut tag).await.unwrap();
+            assert_eq!(tag, BulkTicket([1; 16]).admission());
             let mut tls = TlsAcceptor::from(Arc::new(plain))
                 .accept(tcp)
                 .await

@@ -93,8 +93,8 @@ struct Args {
     /// Resume from this checkpoint directory.
     #[arg(long)]
     resume: Option<PathBuf>,
-    /// Where runs are stored [default: runs/ in the nimbus state
-    /// directory, ~/.nimbus/runs or $NIMBUS_HOME/runs].
+    /// Where runs are stored [default: ~/nimbus_results beside ~/.nimbus;
+    /// with NIMBUS_HOME=DIR, DIR_results].
     #[arg(long)]
     storage: Option<PathBuf>,
     /// Failures to recover from.
@@ -407,13 +407,18 @@ impl Progress {
     }
 }
 
-/// `runs/` in this user's nimbus state directory (`~/.nimbus`, or
-/// `$NIMBUS_HOME`), private to them: never a name in the shared temporary
-/// directory, which another user could create first.
+/// `NAME_results` beside this user's nimbus state directory
+/// (`~/nimbus_results` beside `~/.nimbus`, as Ray's `~/ray_results`),
+/// private to them. Not inside it: the sandbox of the workers that write
+/// the checkpoints hides the state directory from them.
 fn default_storage() -> Result<PathBuf> {
     let home = files::nimbus_home();
-    files::own_state_dir(&home)?;
-    let runs = home.join("runs");
+    let name = home
+        .file_name()
+        .map(|name| name.to_string_lossy().trim_start_matches('.').to_string())
+        .unwrap_or_else(|| "nimbus".into());
+    let runs = home.with_file_name(format!("{name}_results"));
     files::private_dir(&runs).with_context(|| format!("creating {}", runs.display()))?;
+    files::own_state_dir(&runs)?;
     Ok(runs)
 }
