@@ -13,10 +13,11 @@
 //!    whose mounts do not propagate.
 //! 2. **The state directory covered**: an empty read-only tmpfs hides
 //!    `state_dir` (`$NIMBUS_HOME`: the token file, `head.redb`, every job's
-//!    logs, cached programs). The worker's own program, cached there, is
-//!    bound back read-only at its path (mount flags it had kept). The
-//!    working directory is entered again by its path; `/` if it was under
-//!    the hidden one.
+//!    logs, cached programs). The worker's own program, cached there, and
+//!    its job's working directory (`jobs/JOB`, a submitted job's files,
+//!    where this node runs its driver) are bound back read-only at their
+//!    paths (mount flags they had kept). The working directory is entered
+//!    again by its path; `/` if it was under the hidden one.
 //! 3. **Landlock** (layer `landlock`; no new privileges first): a domain
 //!    of the worker's own, so it may not trace a process outside it nor
 //!    read its memory, environment or root directory (its node, drivers,
@@ -295,21 +296,27 @@ impl WorkerSandbox {
         layers.join(", ")
     }
 
-    /// What a worker running `binary` does before `exec` (`None`: no
-    /// sandbox); its fields are made here, so that [`Entry::enter`]
-    /// allocates nothing.
-    pub(super) fn entry(&self, binary: &Path) -> std::io::Result<Option<Entry>> {
+    /// What a worker of `job` running `binary` does before `exec`
+    /// (`None`: no sandbox); its fields are made here, so that
+    /// [`Entry::enter`] allocates nothing.
+    pub(super) fn entry(&self, binary: &Path, job: &str) -> std::io::Result<Option<Entry>> {
         let Some(shared) = &self.shared else {
             return Ok(None);
         };
-        let bind = match &shared.cover {
-            Some(cover) => bind_back(cover, binary)?,
-            None => None,
-        };
+        let mut binds = [None, None];
+        if let Some(cover) = &shared.cover {
+            binds[0] = bind_back(cover, binary, false)?;
+            let one_name = Path::new(job).components().count() == 1
+                && Path::new(job).file_name().is_some_and(|name| name == job);
+            let job_dir = cover.join("jobs").join(job);
+            if one_name && job_dir.is_dir() {
+                binds[1] = bind_back(cover, &job_dir, true)?;
+            }
+        }
         let cwd = std::env::current_dir().ok().map(|dir| path_cstring(&dir));
         Ok(Some(Entry {
             shared: shared.clone(),
-            bind,
+            binds,
             cwd,
         }))
     }
@@ -341,14 +348,14 @@ fn landlock_ruleset(signals: bool) -> Option<(Option<OwnedFd>, bool)> {
     }
 }
 
-/// Where `binary` is bound back in the covered `cover` (step 2); `None`
-/// when it is not under it.
-fn bind_back(cover: &Path, binary: &Path) -> std::io::Result<Option<Bind>> {
-    let binary = binary.canonicalize()?;
-    let Ok(inside) = binary.strip_prefix(cover) else {
+/// How `path` (a file, or a directory when `dir`) is bound back in the
+/// covered `cover` (step 2); `None` when it is not under it.
+fn bind_back(cover: &Path, path: &Path, dir: bool) -> std::io::Result<Option<Bind>> {
+    let path = path.canonicalize()?;
+    let Ok(inside) = path.strip_prefix(cover) else {
         return Ok(None);
     };
-    let flags = mount_flags(&std::fs::File::open(&binary)?)?;
+    let flags = mount_flags(&std::fs::File::open(&path)?)?;
     let mut dirs = Vec::new();
     let mut at = cover.to_path_buf();
     let parts: Vec<_> = inside.components().collect();
@@ -358,7 +365,8 @@ fn bind_back(cover: &Path, binary: &Path) -> std::io::Result<Option<Bind>> {
     }
     Ok(Some(Bind {
         dirs,
-        target: path_cstring(&binary),
+        target: path_cstring(&path),
+        dir,
         flags,
     }))
 }
@@ -394,21 +402,24 @@ fn path_cstring(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
 }
 
-/// The program bound back into the covered state directory.
+/// A file or directory bound back into the covered state directory.
 #[derive(Debug)]
 struct Bind {
     /// Directories to make in the tmpfs, outermost first.
     dirs: Vec<CString>,
-    /// The program's path, where it is bound back.
+    /// Its path, where it is bound back.
     target: CString,
-    /// The mount flags of the program's filesystem.
+    /// It is a directory.
+    dir: bool,
+    /// The mount flags of its filesystem.
     flags: libc::c_ulong,
 }
 
 /// One worker's way into its sandbox, made before `fork`.
 pub(super) struct Entry {
     shared: Arc<Shared>,
-    bind: Option<Bind>,
+    /// The worker's program and its job's directory.
+    binds: [Option<Bind>; 2],
     cwd: Option<CString>,
 }
 
@@ -417,15 +428,19 @@ impl Entry {
     /// process; `Err`: the step that failed and its errno. Only
     /// async-signal-safe system calls: it runs between `fork` and `exec`.
     pub(super) fn enter(&self) -> Result<(), (Step, i32)> {
-        enter(&self.shared, self.bind.as_ref(), self.cwd.as_ref())
+        enter(&self.shared, &self.binds, self.cwd.as_ref())
     }
 }
 
-/// The steps, for a worker (`bind`, `cwd`) or the probe (neither).
-fn enter(shared: &Shared, bind: Option<&Bind>, cwd: Option<&CString>) -> Result<(), (Step, i32)> {
+/// The steps, for a worker (`binds`, `cwd`) or the probe (neither).
+fn enter(
+    shared: &Shared,
+    binds: &[Option<Bind>; 2],
+    cwd: Option<&CString>,
+) -> Result<(), (Step, i32)> {
     if shared.cover.is_some() {
         namespaces(shared)?;
-        covered(&shared.cover_path, bind)?;
+        covered(&shared.cover_path, binds)?;
         // A working directory under the hidden one is gone: then `/`.
         if cwd.is_none_or(|cwd| sys::chdir(cwd) != 0) {
             sys::chdir(c"/");
@@ -464,19 +479,18 @@ fn namespaces(shared: &Shared) -> Result<(), (Step, i32)> {
     )
 }
 
-/// Step 2. The program is opened first (in this mount namespace: a bind
-/// takes its source from the caller's own) and bound from its descriptor
-/// once its path is covered.
-fn covered(cover: &CStr, bind: Option<&Bind>) -> Result<(), (Step, i32)> {
+/// Step 2. What is bound back is opened first (in this mount namespace:
+/// a bind takes its source from the caller's own) and bound from its
+/// descriptor once its path is covered.
+fn covered(cover: &CStr, binds: &[Option<Bind>; 2]) -> Result<(), (Step, i32)> {
     let hidden = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    let program = match bind {
-        Some(bind) => {
-            let fd = sys::open(&bind.target, libc::O_PATH | libc::O_CLOEXEC, 0);
-            check(Step::Bind, fd)?;
-            Some((bind, fd))
+    let mut fds = [-1; 2];
+    for (fd, bind) in fds.iter_mut().zip(binds) {
+        if let Some(bind) = bind {
+            *fd = sys::open(&bind.target, libc::O_PATH | libc::O_CLOEXEC, 0);
+            check(Step::Bind, *fd)?;
         }
-        None => None,
-    };
+    }
     let tmpfs = (c"tmpfs", c"mode=0700,size=64k");
     check(
         Step::Cover,
@@ -488,28 +502,10 @@ fn covered(cover: &CStr, bind: Option<&Bind>) -> Result<(), (Step, i32)> {
             Some(tmpfs.1),
         ),
     )?;
-    if let Some((bind, fd)) = program {
-        for dir in &bind.dirs {
-            check(Step::Bind, sys::mkdir(dir, 0o700))?;
+    for (fd, bind) in fds.into_iter().zip(binds) {
+        if let Some(bind) = bind {
+            bound(bind, fd)?;
         }
-        let made = sys::open(
-            &bind.target,
-            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-            0o600,
-        );
-        check(Step::Bind, made)?;
-        sys::close(made);
-        let mut source = [0u8; 32];
-        let source = fd_path(fd, &mut source);
-        check(
-            Step::Bind,
-            sys::mount(Some(source), &bind.target, None, libc::MS_BIND, None),
-        )?;
-        let read_only = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | bind.flags;
-        check(
-            Step::Bind,
-            sys::mount(None, &bind.target, None, read_only, None),
-        )?;
     }
     check(
         Step::Cover,
@@ -520,6 +516,39 @@ fn covered(cover: &CStr, bind: Option<&Bind>) -> Result<(), (Step, i32)> {
             libc::MS_REMOUNT | libc::MS_RDONLY | hidden,
             None,
         ),
+    )
+}
+
+/// Binds `bind` back from its descriptor `fd`, read-only.
+fn bound(bind: &Bind, fd: i32) -> Result<(), (Step, i32)> {
+    let made = |result: i32| match result < 0 && errno() != libc::EEXIST {
+        true => Err((Step::Bind, errno())),
+        false => Ok(()),
+    };
+    for dir in &bind.dirs {
+        made(sys::mkdir(dir, 0o700))?;
+    }
+    if bind.dir {
+        made(sys::mkdir(&bind.target, 0o700))?;
+    } else {
+        let file = sys::open(
+            &bind.target,
+            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o600,
+        );
+        check(Step::Bind, file)?;
+        sys::close(file);
+    }
+    let mut source = [0u8; 32];
+    let source = fd_path(fd, &mut source);
+    check(
+        Step::Bind,
+        sys::mount(Some(source), &bind.target, None, libc::MS_BIND, None),
+    )?;
+    let read_only = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | bind.flags;
+    check(
+        Step::Bind,
+        sys::mount(None, &bind.target, None, read_only, None),
     )
 }
 
@@ -683,7 +712,7 @@ fn probe(shared: &Shared) -> Result<(), (Step, std::io::Error)> {
         return Err(failed(std::io::Error::last_os_error()));
     }
     if pid == 0 {
-        let code = match enter(shared, None, None) {
+        let code = match enter(shared, &[None, None], None) {
             Ok(()) => 0,
             Err((step, errno)) => {
                 let mut report = [0u8; 5];

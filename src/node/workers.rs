@@ -146,7 +146,7 @@ pub(super) async fn launch(
     };
     let boot_bytes = rmp_serde::to_vec_named(boot)?;
     let entry = sandbox
-        .entry(binary)
+        .entry(binary, &boot.spec.job)
         .map_err(|source| WorkerStartError::Io {
             action: "prepare the sandbox for",
             path: binary.to_path_buf(),
