@@ -152,9 +152,13 @@ pub(super) async fn launch(
             path: binary.to_path_buf(),
             source,
         })?;
+    let action = match entry {
+        Some(_) => "start (in its sandbox; --worker-sandbox off starts workers without one)",
+        None => "start",
+    };
     let mut command = worker_command(binary, boot, log_file, gpus, entry);
     let mut child = command.spawn().map_err(|source| WorkerStartError::Io {
-        action: "start",
+        action,
         path: binary.to_path_buf(),
         source,
     })?;
