@@ -300,8 +300,28 @@ fn a_restarted_autoscaler_adopts_its_nodes_and_launches_none_twice() {
     // Two actors hold both nodes while the autoscaler is gone.
     let (mut held, summary) = held_example(home.path(), &["--actors", "2", "--cpus", "2"]);
     assert!(summary.contains("nodes=2"), "{summary}");
+    // SIGKILL takes effect asynchronously: until the process has exited,
+    // its command line still reads as a running autoscaler's. Its pidfd
+    // becomes readable when it has.
+    // SAFETY: pidfd_open takes a pid and flags; the descriptor is ours.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    assert!(
+        pidfd >= 0,
+        "pidfd_open: {}",
+        std::io::Error::last_os_error()
+    );
     // SAFETY: kill() with a valid signal number has no memory-safety preconditions.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let mut exited = libc::pollfd {
+        fd: pidfd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, valid for the call.
+    let ready = unsafe { libc::poll(&mut exited, 1, 10_000) };
+    assert_eq!(ready, 1, "the killed autoscaler still runs after 10 s");
+    // SAFETY: the descriptor is ours and not used again.
+    unsafe { libc::close(pidfd) };
 
     let again = succeeds(home.path(), &["up", config.to_str().unwrap()]);
     assert!(again.contains("starting the autoscaler again"), "{again}");
