@@ -401,14 +401,18 @@ fn bind_dashboard(args: &StartArgs) -> Result<Option<DashboardListener>> {
 /// address (unless every address), the node's given or found one, and
 /// loopback.
 fn certificate_names(args: &StartArgs) -> Vec<String> {
-    let mut ips = vec![args.node_ip_address.unwrap_or_else(node::detect_ip)];
-    if !args.dashboard_host.is_unspecified() {
-        ips.push(args.dashboard_host);
+    let node_ip = args.node_ip_address.unwrap_or_else(node::detect_ip);
+    let dashboard = Some(args.dashboard_host).filter(|ip| !ip.is_unspecified());
+    let mut names = Vec::new();
+    for ip in [Some(node_ip), dashboard, Some(IpAddr::from([127, 0, 0, 1]))]
+        .into_iter()
+        .flatten()
+    {
+        if !names.contains(&ip.to_string()) {
+            names.push(ip.to_string());
+        }
     }
-    ips.push(IpAddr::from([127, 0, 0, 1]));
-    let mut names: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
     names.push("localhost".into());
-    names.dedup();
     names
 }
 

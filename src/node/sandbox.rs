@@ -176,11 +176,9 @@ pub struct WorkerSandbox {
 /// What every worker's entry shares.
 #[derive(Debug)]
 struct Shared {
-    /// The state directory (canonical), covered in step 2; `None`: layer
-    /// `namespaces` is off.
-    cover: Option<PathBuf>,
-    /// The same, for `mount`.
-    cover_path: CString,
+    /// The state directory (canonical), covered in step 2, with its path
+    /// for `mount`; `None`: layer `namespaces` is off.
+    cover: Option<(PathBuf, CString)>,
     /// The uid and gid maps and `setgroups` (step 1).
     maps: [CString; 3],
     /// The Landlock ruleset (step 3), if the kernel has Landlock.
@@ -224,8 +222,7 @@ impl WorkerSandbox {
         // SAFETY: getuid, geteuid and getgid cannot fail.
         let (uid, euid, gid) = unsafe { (libc::getuid(), libc::geteuid(), libc::getgid()) };
         let mut shared = Shared {
-            cover_path: path_cstring(&cover),
-            cover: Some(cover),
+            cover: Some((cover.clone(), path_cstring(&cover))),
             maps: [
                 CString::from(c"deny"),
                 cstring(format!("{uid} {uid} 1")),
@@ -274,7 +271,7 @@ impl WorkerSandbox {
             return "no sandbox".into();
         };
         let mut layers = Vec::new();
-        if let Some(cover) = &shared.cover {
+        if let Some((cover, _)) = &shared.cover {
             layers.push(format!(
                 "namespaces of their own ({} hidden)",
                 cover.display()
@@ -304,7 +301,7 @@ impl WorkerSandbox {
             return Ok(None);
         };
         let mut binds = [None, None];
-        if let Some(cover) = &shared.cover {
+        if let Some((cover, _)) = &shared.cover {
             binds[0] = bind_back(cover, binary, false)?;
             let one_name = Path::new(job).components().count() == 1
                 && Path::new(job).file_name().is_some_and(|name| name == job);
@@ -438,9 +435,9 @@ fn enter(
     binds: &[Option<Bind>; 2],
     cwd: Option<&CString>,
 ) -> Result<(), (Step, i32)> {
-    if shared.cover.is_some() {
+    if let Some((_, cover)) = &shared.cover {
         namespaces(shared)?;
-        covered(&shared.cover_path, binds)?;
+        covered(cover, binds)?;
         // A working directory under the hidden one is gone: then `/`.
         if cwd.is_none_or(|cwd| sys::chdir(cwd) != 0) {
             sys::chdir(c"/");

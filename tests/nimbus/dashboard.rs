@@ -465,7 +465,12 @@ fn http(address: &str, request: &str) -> (u16, String, String) {
     stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    parse_response(&response)
+}
+
+/// An HTTP/1.1 response's status, headers and body.
+fn parse_response(response: &str) -> (u16, String, String) {
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response, ""));
     let status = head
         .split(' ')
         .nth(1)
@@ -568,13 +573,7 @@ fn https(
     let out = curl.output().expect("curl runs");
     let response = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "curl {url}: {}{response}", text(&out));
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_string(), body.to_string())
+    parse_response(&response)
 }
 
 /// Medium finding 5 of #51: a dashboard bound beyond loopback serves HTTPS
