@@ -199,6 +199,12 @@ lanes() {
   echo "--- test binaries and steps, seconds each:"
   grep -h '^--- .*: [0-9]* s$' "$work/lane-a" "$work/lane-b" | sed 's/^--- /    /'
   if [ ${#failed[@]} -gt 0 ]; then
+    # The lanes' logs are long and CI keeps only their end: the failures
+    # themselves again, last (the harness's `failed:` lines, libtest's
+    # panics and summaries; an actor's panic, prefixed, is not one).
+    echo "--- the failures, from the lanes' output above:" >&2
+    grep -h -A4 '^failed: \|^thread .* panicked at \|^---- .* stdout ----$' \
+      "$work/lane-a" "$work/lane-b" | head -n 80 >&2 || true
     echo "lane(s) ${failed[*]} failed: the first failure is above (FAILED, panicked)" >&2
     return 1
   fi

@@ -1066,6 +1066,20 @@ async fn a_small_dev_shm_keeps_large_objects_in_memory(driver: &mut Driver) {
         elsewhere.0, elsewhere.1,
         "12 MiB of copies pulled onto a node with 8 MiB of /dev/shm read back whole"
     );
+    // The copies are freed once the driver's references are gone, not
+    // before: until then their files fill /dev/shm and the next puts
+    // would be kept in memory.
+    let emptied = wait_until("the pulled copies are freed", SETTLE, || async {
+        listing(&client, &name)
+            .await
+            .objects
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    if let Err(e) = emptied {
+        panic!("{e}: {:?}", listing(&client, &name).await);
+    }
     // Two objects no process mapped: freed, their files stay in /dev/shm
     // as spares (6 of its 8 MiB). A 5 MiB object fits none of them and
     // not beside them: the spares make way, and it lives in /dev/shm.
@@ -1074,11 +1088,13 @@ async fn a_small_dev_shm_keeps_large_objects_in_memory(driver: &mut Driver) {
     for id in ids {
         wait_freed(&client, &name, id).await;
     }
-    wait_until("the freed files are spares", SETTLE, || async {
+    let spares = wait_until("the freed files are spares", SETTLE, || async {
         (listing(&client, &name).await.spare == 2 * size as u64).then_some(())
     })
-    .await
-    .unwrap();
+    .await;
+    if let Err(e) = spares {
+        panic!("{e}: {:?}", listing(&client, &name).await);
+    }
     let larger = keeper
         .send(PutMany {
             count: 1,
