@@ -109,12 +109,11 @@ phase "chromium and kubernetes manifests" eval 'await "$chromium" chromium && aw
 
 # Step 3. Two lanes at once (a test waits on processes, timeouts and
 # the network much of its time: one lane alone left a third of the two
-# cores idle). Lane A: the end-to-end binary (but for the modules named
-# in E2E_IN_LANE_B), the dashboard and transfer benches (Chromium aborts
-# a page load when veth links come and go, ERR_NETWORK_CHANGED: the
-# dashboard's pages and the simulated hosts or the transfer bench's
-# namespace must not overlap), and the objects binary. Lane B: those
-# modules, every other test binary, the doc tests, the CUDA-less
+# cores idle). Lane A: the end-to-end binary, the dashboard and transfer
+# benches (Chromium aborts a page load when veth links come and go,
+# ERR_NETWORK_CHANGED: the dashboard's pages and the simulated hosts or
+# the transfer bench's namespace must not overlap), and the objects
+# binary. Lane B: every other test binary, the doc tests, the CUDA-less
 # checks, then the two templates. (Lanes last as long as their longest:
 # move a binary when one lane's total in the list printed at the end is
 # well above the other's.) Each test binary runs from its package's
@@ -143,14 +142,10 @@ timed() {
   "$@"
   echo "--- $name: $(($(date +%s) - start)) s"
 }
-# Runs one test binary (a line of $work/binaries), with libtest's
-# arguments $4... (test name filters or `--skip`s) if any.
+# Runs one test binary (a line of $work/binaries).
 run_binary() {
   local name=$1 dir=$2 exe=$3
-  shift 3
-  local args=("$@")
-  timed "$name${args[*]:+ ${args[*]}}" \
-    eval '(cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe" --include-ignored "${args[@]}")'
+  timed "$name" eval '(cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe" --include-ignored)'
 }
 # The binaries of lane A.
 in_lane_a() {
@@ -159,30 +154,16 @@ in_lane_a() {
     *) return 1 ;;
   esac
 }
-# Modules of the end-to-end binary that run in lane B: they start no
-# browser and no simulated host, so they may overlap lane A's (measured
-# alone: 65 of the binary's 680 test-seconds; lane A was the longer by
-# about 75 s).
-E2E_IN_LANE_B=(security:: chaos::)
 lane_a() {
-  local name dir exe skips=()
-  for module in "${E2E_IN_LANE_B[@]}"; do skips+=(--skip "$module"); done
+  local name dir exe
   while IFS=$'\t' read -r name dir exe; do
-    if [ "$name" = nimbus:test:nimbus ]; then
-      run_binary "$name" "$dir" "$exe" "${skips[@]}"
-    elif in_lane_a "$name"; then
-      run_binary "$name" "$dir" "$exe"
-    fi
+    if in_lane_a "$name"; then run_binary "$name" "$dir" "$exe"; fi
   done <"$work/binaries"
 }
 lane_b() {
   local name dir exe
   while IFS=$'\t' read -r name dir exe; do
-    if [ "$name" = nimbus:test:nimbus ]; then
-      run_binary "$name" "$dir" "$exe" "${E2E_IN_LANE_B[@]}"
-    elif ! in_lane_a "$name"; then
-      run_binary "$name" "$dir" "$exe"
-    fi
+    if ! in_lane_a "$name"; then run_binary "$name" "$dir" "$exe"; fi
   done <"$work/binaries"
   timed "doc tests" env NIMBUS_BIN="$PWD/target/debug/nimbus" cargo test --workspace --doc
   timed "CUDA-less checks of a cuda build" \

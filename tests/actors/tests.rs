@@ -1921,18 +1921,25 @@ async fn objects_put_here_are_read_on_other_nodes(driver: &mut Driver) {
         );
     }
     // A large object, byte-exact across nodes; node-1 pulls it once and
-    // serves both of its readers from its copy.
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let big: Vec<u8> = (0..(64usize << 20))
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect();
+    // serves both of its readers from its copy. Made off the driver's
+    // thread: blocking it for seconds (64 MiB in a debug build, under
+    // load) let its connection to its node idle out (seen in CI).
+    let (big, expected) = tokio::task::spawn_blocking(|| {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let big: Vec<u8> = (0..(64usize << 20))
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let expected = (big.len() as u64, digest(&big));
+        (big, expected)
+    })
+    .await
+    .unwrap();
     let object = object_store::put_bytes(&big).await.unwrap();
-    let expected = (big.len() as u64, digest(&big));
     for _ in 0..2 {
         let reader = actor::spawn::<Reader>((), on("node-1")).await.unwrap();
         assert_eq!(
