@@ -1,6 +1,6 @@
 //! [`Dataset`]: a lazy plan (a source, then operators) and the ways to run
-//! it: `iter_batches`, `count`, `take`, `schema`, `streaming_split`, and
-//! the writers.
+//! it: `iter_batches`, `count`, `take`, `schema`, `streaming_split`,
+//! `materialize`, and the writers.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +12,7 @@ use nimbus::object_store::{ObjectRef, RawBytes};
 use crate::batches::BatchStream;
 use crate::error::DataError;
 use crate::executor::{Execution, Settings};
-use crate::functions::{BatchFn, BatchTable};
+use crate::functions::{BatchFn, BatchRun, ColumnFn, ColumnRun, FilterFn, FilterRun, Table};
 use crate::plan::{Op, Split};
 use crate::source::text::{self, TextFormat};
 use crate::source::{self, parquet};
@@ -33,6 +33,57 @@ struct Planned {
     splits: Vec<Split>,
     rows: Option<u64>,
     schema: Option<SchemaRef>,
+}
+
+/// Batches put into the object store as blocks, for a dataset of them.
+#[derive(Default)]
+struct Stored {
+    blocks: Vec<ObjectRef<RawBytes>>,
+    schema: Option<SchemaRef>,
+    rows: u64,
+}
+
+impl Stored {
+    /// Puts `batch` as the next block; `what` names the caller in errors.
+    async fn put(&mut self, what: &'static str, batch: &RecordBatch) -> Result<(), DataError> {
+        let schema = self.schema.get_or_insert_with(|| batch.schema());
+        if batch.schema().fields() != schema.fields() {
+            return Err(DataError::Arrow {
+                what,
+                detail: format!(
+                    "the batches' schemas differ: {:?} and {:?}",
+                    schema.fields(),
+                    batch.schema().fields()
+                ),
+            });
+        }
+        let encoded = crate::block::Encoded::new(batch).map_err(|e| DataError::Arrow {
+            what: "encoding a batch",
+            detail: e.to_string(),
+        })?;
+        let object = encoded.put().await.map_err(|detail| DataError::Arrow {
+            what: "storing a batch",
+            detail,
+        })?;
+        self.blocks.push(object);
+        self.rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// The dataset of the blocks put; `what` names the caller in errors.
+    fn into_dataset(self, what: &'static str) -> Result<Dataset, DataError> {
+        let Some(schema) = self.schema else {
+            return Err(DataError::Arrow {
+                what,
+                detail: "no rows (a dataset needs a schema)".into(),
+            });
+        };
+        Ok(Dataset::new(Source::Blocks {
+            blocks: self.blocks,
+            schema,
+            rows: self.rows,
+        }))
+    }
 }
 
 /// Where a dataset's rows come from.
@@ -139,42 +190,29 @@ impl Dataset {
     /// These batches (all of one schema), put into the object store, one
     /// block each.
     pub async fn from_batches(batches: &[RecordBatch]) -> Result<Self, DataError> {
-        let Some(first) = batches.first() else {
-            return Err(DataError::Arrow {
-                what: "from_batches",
-                detail: "no batch given (a dataset needs a schema)".into(),
-            });
-        };
-        let schema = first.schema();
-        let mut blocks = Vec::with_capacity(batches.len());
-        let mut rows = 0;
+        let mut stored = Stored::default();
         for batch in batches {
-            if batch.schema().fields() != schema.fields() {
-                return Err(DataError::Arrow {
-                    what: "from_batches",
-                    detail: format!(
-                        "the batches' schemas differ: {:?} and {:?}",
-                        schema.fields(),
-                        batch.schema().fields()
-                    ),
-                });
-            }
-            let encoded = crate::block::Encoded::new(batch).map_err(|e| DataError::Arrow {
-                what: "encoding a batch",
-                detail: e.to_string(),
-            })?;
-            let object = encoded.put().await.map_err(|detail| DataError::Arrow {
-                what: "storing a batch",
-                detail,
-            })?;
-            blocks.push(object);
-            rows += batch.num_rows() as u64;
+            stored.put("from_batches", batch).await?;
         }
-        Ok(Self::new(Source::Blocks {
-            blocks,
-            schema,
-            rows,
-        }))
+        stored.into_dataset("from_batches")
+    }
+
+    /// Runs the plan once and keeps its rows in the object store, one
+    /// block per block made: a dataset of those blocks, which consumers
+    /// read again and again without reading the files or running the
+    /// operators again (Ray's `materialize`: preprocess once, train many
+    /// epochs). The rows stay stored (in shared memory, or spilled by the
+    /// store) while the returned dataset or a clone of it lives; the
+    /// memory budget bounds only the run that makes them.
+    pub async fn materialize(&self) -> Result<Dataset, DataError> {
+        let mut stream = self.iter_batches(1).await?;
+        let mut stored = Stored::default();
+        while let Some(batch) = stream.next_block_rows().await {
+            stored.put("materialize", &batch?).await?;
+        }
+        let mut dataset = stored.into_dataset("materialize")?;
+        dataset.settings = self.settings.clone();
+        Ok(dataset)
     }
 
     /// Reads only these columns, in this order (for parquet, the others'
@@ -192,6 +230,24 @@ impl Dataset {
     /// block workers.
     pub fn map_batches(mut self, function: BatchFn) -> Self {
         self.ops.push(Op::MapBatches(function.name().to_string()));
+        self
+    }
+
+    /// Keeps the rows that registered row predicate `predicate` keeps,
+    /// in the block workers.
+    pub fn filter(mut self, predicate: FilterFn) -> Self {
+        self.ops.push(Op::Filter(predicate.name().to_string()));
+        self
+    }
+
+    /// Adds column `column`, computed by registered column function
+    /// `function` in the block workers, after the others (or in place of
+    /// the column of that name, if there is one).
+    pub fn with_column(mut self, column: impl Into<String>, function: ColumnFn) -> Self {
+        self.ops.push(Op::WithColumn {
+            column: column.into(),
+            function: function.name().to_string(),
+        });
         self
     }
 
@@ -319,7 +375,7 @@ impl Dataset {
     /// The number of rows (from the files' footers when no operator can
     /// change it; by running the plan otherwise).
     pub async fn count(&self) -> Result<u64, DataError> {
-        let changes_rows = self.ops.iter().any(|op| matches!(op, Op::MapBatches(_)));
+        let changes_rows = self.ops.iter().any(Op::changes_rows);
         if !changes_rows {
             if let Some(rows) = self.plan()?.rows {
                 return Ok(self.limit.map_or(rows, |limit| limit.min(rows)));
@@ -420,15 +476,21 @@ impl Dataset {
         })
     }
 
-    /// Every batch function of the plan is registered in this binary (so
-    /// in its workers, which run it too).
+    /// Every function of the plan is registered in this binary (so in its
+    /// workers, which run it too).
     fn check_functions(&self) -> Result<(), DataError> {
         let registry = nimbus::library::registry().ok_or(DataError::NotConnected)?;
         for op in &self.ops {
-            if let Op::MapBatches(name) = op {
-                if BatchTable::lookup(&registry, name).is_none() {
-                    return Err(DataError::NotRegistered(name.clone()));
+            let registered = match op {
+                Op::MapBatches(name) => Table::<BatchRun>::lookup(&registry, name).is_some(),
+                Op::Filter(name) => Table::<FilterRun>::lookup(&registry, name).is_some(),
+                Op::WithColumn { function, .. } => {
+                    Table::<ColumnRun>::lookup(&registry, function).is_some()
                 }
+                Op::SelectColumns(_) | Op::RenameColumns(_) => true,
+            };
+            if !registered {
+                return Err(DataError::NotRegistered(op.name()));
             }
         }
         Ok(())

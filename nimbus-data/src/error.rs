@@ -65,8 +65,9 @@ pub enum DataError {
     /// This process has not joined a cluster.
     #[error("this process is not connected to a cluster: call nimbus::init, then connect (Driver::block_on does)")]
     NotConnected,
-    /// A batch function is not registered in this binary.
-    #[error("batch function {0} is not registered in this binary (Registry::batch_fn, nimbus_data::RegistryExt)")]
+    /// The function of an operator (named, as `filter(example.even)`) is
+    /// not registered in this binary.
+    #[error("the function of {0} is not registered in this binary (Registry::batch_fn, filter_fn or column_fn, of nimbus_data::RegistryExt)")]
     NotRegistered(String),
     /// A block worker could not be started.
     #[error("cannot start a block worker: {0} (ask for fewer with .concurrency, or fewer CPUs each with .num_cpus)")]

@@ -2,10 +2,11 @@
 //! Data), on Arrow, run by block workers on a nimbus cluster.
 //!
 //! A [`Dataset`] is a plan: a source (parquet, CSV or JSON-lines files, a
-//! range, batches in memory) and operators (`map_batches` with a registered [`BatchFn`],
-//! `select_columns`, `rename_columns`, `limit`). Consuming it
-//! (`iter_batches`, `count`, `take`, `streaming_split`, the writers) runs
-//! it:
+//! range, batches in memory) and operators (`map_batches` with a registered
+//! [`BatchFn`], `filter` with a [`FilterFn`], `with_column` with a
+//! [`ColumnFn`], `select_columns`, `rename_columns`, `limit`). Consuming it
+//! (`iter_batches`, `count`, `take`, `streaming_split`, `materialize`, the
+//! writers) runs it:
 //!
 //! 1. **Plan** (in the consuming process): the source becomes splits, one
 //!    block each: a parquet row group (from the files' footers, the
@@ -23,8 +24,8 @@
 //!    error of a file or of the user's function fails the dataset, naming
 //!    the file (and row group) and the operator.
 //!
-//! Batch functions are registered by name on the program's registry (as
-//! task functions are), since the block workers run the same binary:
+//! The user's functions are registered by name on the program's registry
+//! (as task functions are), since the block workers run the same binary:
 //!
 //! ```no_run
 //! use nimbus_data::{BatchFn, Dataset, RegistryExt};
@@ -59,7 +60,7 @@ pub use batches::BatchStream;
 pub use dataset::{Dataset, DEFAULT_BLOCK_RETRIES, DEFAULT_CONCURRENCY, DEFAULT_MEMORY_BUDGET};
 pub use error::{BlockError, DataError};
 pub use executor::SPLITS_PER_WORKER;
-pub use functions::{BatchFn, RegistryExt};
+pub use functions::{BatchFn, ColumnFn, FilterFn, RegistryExt};
 pub use source::text::INFER_RECORDS;
 pub use split::{
     Alive, DataSplit, Leave, NextSlice, SliceRef, SplitCoordinator, SplitPlan, FIRST_WORD,

@@ -59,6 +59,16 @@ impl Split {
 pub(crate) enum Op {
     /// The registered batch function of this name.
     MapBatches(String),
+    /// Keep the rows the registered row predicate of this name keeps.
+    Filter(String),
+    /// Add (or replace) column `column`, computed by the registered column
+    /// function `function`.
+    WithColumn {
+        /// The column's name.
+        column: String,
+        /// The function's name.
+        function: String,
+    },
     /// Keep these columns, in this order.
     SelectColumns(Vec<String>),
     /// Rename columns (`from`, `to`).
@@ -66,10 +76,17 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// Whether the operator may change the number of rows.
+    pub(crate) fn changes_rows(&self) -> bool {
+        matches!(self, Op::MapBatches(_) | Op::Filter(_))
+    }
+
     /// The operator's name in errors and stats (`map_batches(normalise)`).
     pub(crate) fn name(&self) -> String {
         match self {
             Op::MapBatches(function) => format!("map_batches({function})"),
+            Op::Filter(predicate) => format!("filter({predicate})"),
+            Op::WithColumn { column, function } => format!("with_column({column}, {function})"),
             Op::SelectColumns(columns) => format!("select_columns({})", columns.join(", ")),
             Op::RenameColumns(pairs) => {
                 let pairs: Vec<String> = pairs.iter().map(|(a, b)| format!("{a}->{b}")).collect();

@@ -14,13 +14,13 @@
 use std::time::Instant;
 
 use actix::prelude::*;
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch};
 use nimbus::object_store::{self, ObjectRef, RawBytes};
 use serde::{Deserialize, Serialize};
 
 use crate::block;
 use crate::error::BlockError;
-use crate::functions::BatchTable;
+use crate::functions::{BatchRun, ColumnRun, FilterRun, Table};
 use crate::plan::{Op, Split};
 use crate::stats::{thread_cpu, StepTime};
 
@@ -126,12 +126,32 @@ impl Handler<MakeBlock> for BlockWorker {
 fn apply(op: &Op, batch: RecordBatch) -> Result<RecordBatch, String> {
     match op {
         Op::MapBatches(name) => {
-            let registry = nimbus::library::registry().ok_or("this worker is not initialised")?;
-            let run = BatchTable::lookup(&registry, name).ok_or_else(|| {
-                format!("this binary registers no batch function {name} (Registry::batch_fn)")
-            })?;
-            nimbus::library::catch_panic(|| run(batch))
-                .unwrap_or_else(|panic| Err(format!("panicked: {panic}")))
+            let run = registered::<BatchRun>(name)?;
+            guarded(|| run(batch))
+        }
+        Op::Filter(name) => {
+            let run = registered::<FilterRun>(name)?;
+            let keep = guarded(|| run(&batch))?;
+            if keep.len() != batch.num_rows() {
+                return Err(format!(
+                    "the predicate answered for {} rows of a block of {}",
+                    keep.len(),
+                    batch.num_rows()
+                ));
+            }
+            arrow_select::filter::filter_record_batch(&batch, &keep).map_err(|e| e.to_string())
+        }
+        Op::WithColumn { column, function } => {
+            let run = registered::<ColumnRun>(function)?;
+            let values = guarded(|| run(&batch))?;
+            if values.len() != batch.num_rows() {
+                return Err(format!(
+                    "the function gave {} values for a block of {} rows",
+                    values.len(),
+                    batch.num_rows()
+                ));
+            }
+            with_column(&batch, column, values)
         }
         Op::SelectColumns(columns) => {
             let schema = batch.schema();
@@ -165,6 +185,46 @@ fn apply(op: &Op, batch: RecordBatch) -> Result<RecordBatch, String> {
             RecordBatch::try_new(renamed, batch.columns().to_vec()).map_err(|e| e.to_string())
         }
     }
+}
+
+/// The function of kind `F` registered in this worker's binary as `name`.
+fn registered<F: ?Sized + Send + Sync + 'static>(name: &str) -> Result<std::sync::Arc<F>, String> {
+    let registry = nimbus::library::registry().ok_or("this worker is not initialised")?;
+    Table::<F>::lookup(&registry, name).ok_or_else(|| {
+        format!("this binary registers no function {name} (nimbus_data::RegistryExt)")
+    })
+}
+
+/// Runs the user's function `run`: a panic is its error.
+fn guarded<T>(run: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    nimbus::library::catch_panic(run).unwrap_or_else(|panic| Err(format!("panicked: {panic}")))
+}
+
+/// `batch` with `values` as column `name`: in place of the column of that
+/// name, or after the others.
+fn with_column(
+    batch: &RecordBatch,
+    name: &str,
+    values: arrow_array::ArrayRef,
+) -> Result<RecordBatch, String> {
+    let schema = batch.schema();
+    let mut fields: Vec<arrow_schema::Field> =
+        schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut columns = batch.columns().to_vec();
+    // Nullable whatever this block holds, so every block has one schema.
+    let field = arrow_schema::Field::new(name, values.data_type().clone(), true);
+    match schema.index_of(name) {
+        Ok(index) => {
+            fields[index] = field;
+            columns[index] = values;
+        }
+        Err(_) => {
+            fields.push(field);
+            columns.push(values);
+        }
+    }
+    let schema = std::sync::Arc::new(arrow_schema::Schema::new(fields));
+    RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
 }
 
 /// Wall and CPU time of one step.

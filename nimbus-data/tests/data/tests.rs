@@ -7,10 +7,10 @@ use std::time::Duration;
 use actix::prelude::*;
 use nimbus::actor::{Registry, SpawnOptions};
 use nimbus_data::arrow_array::{
-    Array, BinaryArray, Float32Array, Int64Array, RecordBatch, StringArray,
+    Array, BinaryArray, BooleanArray, Float32Array, Int64Array, RecordBatch, StringArray,
 };
 use nimbus_data::arrow_schema::{DataType, Field, Schema};
-use nimbus_data::{BatchFn, DataError, DataSplit, Dataset, RegistryExt};
+use nimbus_data::{BatchFn, ColumnFn, DataError, DataSplit, Dataset, FilterFn, RegistryExt};
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{boxed, Test};
@@ -19,6 +19,15 @@ use crate::harness::{boxed, Test};
 const DOUBLE: BatchFn = BatchFn::new("data_tests.double");
 /// Panics on every block.
 const PANIC: BatchFn = BatchFn::new("data_tests.panic");
+/// Keeps the rows whose `id` is a multiple of 3.
+const THIRDS: FilterFn = FilterFn::new("data_tests.thirds");
+/// Answers for one row fewer than the block has.
+const SHORT: FilterFn = FilterFn::new("data_tests.short");
+/// `id` squared.
+const SQUARE: ColumnFn = ColumnFn::new("data_tests.square");
+/// Fails on a block it ran on before in this job (a marker file per
+/// block under the temporary directory says it did).
+const ONCE: BatchFn = BatchFn::new("data_tests.once");
 /// Kills its worker process on the block holding id 0, the first time
 /// (a marker file under the temporary directory, per job, says it did).
 const DIE_ONCE: BatchFn = BatchFn::new("data_tests.die_once");
@@ -36,6 +45,31 @@ pub fn registry() -> Registry {
                 panic!("this function always panics")
             },
         )
+        .filter_fn(THIRDS, |batch: &RecordBatch| {
+            let ids = column::<Int64Array>(batch, "id")?;
+            Ok::<_, String>(
+                ids.iter()
+                    .map(|id| id.map(|id| id % 3 == 0))
+                    .collect::<BooleanArray>(),
+            )
+        })
+        .filter_fn(SHORT, |batch: &RecordBatch| {
+            Ok::<_, String>(BooleanArray::from(vec![true; batch.num_rows() - 1]))
+        })
+        .column_fn(SQUARE, |batch: &RecordBatch| {
+            let ids = column::<Int64Array>(batch, "id")?;
+            let squares: Int64Array = ids.iter().map(|id| id.map(|id| id * id)).collect();
+            Ok::<_, String>(Arc::new(squares) as nimbus_data::arrow_array::ArrayRef)
+        })
+        .batch_fn(ONCE, |batch: RecordBatch| {
+            let first = column::<Int64Array>(&batch, "id")?.value(0);
+            let marker = once_marker(first);
+            if marker.exists() {
+                return Err(format!("ran twice on the block of id {first}"));
+            }
+            std::fs::write(&marker, b"ran").map_err(|e| e.to_string())?;
+            Ok(batch)
+        })
         .batch_fn(DIE_ONCE, |batch: RecordBatch| {
             let ids = column::<Int64Array>(&batch, "id")?;
             let marker = die_once_marker();
@@ -45,6 +79,11 @@ pub fn registry() -> Registry {
             }
             Ok::<_, String>(batch)
         })
+}
+
+fn once_marker(first: i64) -> PathBuf {
+    let job = nimbus::library::job().unwrap_or_default();
+    std::env::temp_dir().join(format!("nimbus-data-once-{job}-{first}"))
 }
 
 fn die_once_marker() -> PathBuf {
@@ -63,6 +102,14 @@ pub const ALL: &[(&str, Test)] = &[
     (
         "range_through_a_batch_function_keeps_every_row_in_order",
         |_| boxed(range_through_a_batch_function()),
+    ),
+    (
+        "filter_and_with_column_run_the_registered_functions_on_every_block",
+        |_| boxed(filter_and_with_column()),
+    ),
+    (
+        "a_materialized_dataset_is_read_again_without_running_its_plan",
+        |_| boxed(materialized()),
     ),
     (
         "a_local_shuffle_is_a_permutation_the_same_for_a_seed",
@@ -236,6 +283,88 @@ async fn range_through_a_batch_function() {
         .flat_map(|b| column::<Int64Array>(b, "id").unwrap().values().to_vec())
         .collect();
     assert_eq!(first, [0, 2, 4, 6, 8]);
+}
+
+async fn filter_and_with_column() {
+    let n = 200_000;
+    let dataset = Dataset::range(n)
+        .filter(THIRDS)
+        .with_column("square", SQUARE);
+    let mut stream = dataset.iter_batches(1000).await.unwrap();
+    let (mut kept, mut squares): (Vec<i64>, Vec<i64>) = (Vec::new(), Vec::new());
+    while let Some(batch) = stream.next().await {
+        let batch = batch.unwrap();
+        let names: Vec<String> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["id", "square"]);
+        kept.extend(column::<Int64Array>(&batch, "id").unwrap().values().iter());
+        squares.extend(
+            column::<Int64Array>(&batch, "square")
+                .unwrap()
+                .values()
+                .iter(),
+        );
+    }
+    let want: Vec<i64> = (0..n as i64).filter(|id| id % 3 == 0).collect();
+    assert_eq!(kept, want);
+    let want_squares: Vec<i64> = want.iter().map(|id| id * id).collect();
+    assert_eq!(squares, want_squares);
+    // A filter changes the count: it is counted by running the plan.
+    assert_eq!(dataset.count().await.unwrap(), want.len() as u64);
+    // A column of the same name is replaced, in place.
+    let replaced = ids(&Dataset::range(10).with_column("id", SQUARE), 10).await;
+    assert_eq!(replaced, (0..10).map(|id| id * id).collect::<Vec<i64>>());
+    // A predicate that does not answer for every row fails the dataset,
+    // naming the operator and the block.
+    let text = Dataset::range(10)
+        .filter(SHORT)
+        .count()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("filter(data_tests.short)"), "{text}");
+    assert!(text.contains("range 0..10"), "{text}");
+    assert!(
+        text.contains("answered for 9 rows of a block of 10"),
+        "{text}"
+    );
+    // An unregistered predicate is refused before anything runs.
+    let error = Dataset::range(10)
+        .filter(FilterFn::new("data_tests.nowhere"))
+        .count()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, DataError::NotRegistered(name) if name == "filter(data_tests.nowhere)"),
+        "{error:?}"
+    );
+}
+
+async fn materialized() {
+    let n = 3 * 65_536;
+    let markers: Vec<PathBuf> = (0..n as i64).step_by(65_536).map(once_marker).collect();
+    for marker in &markers {
+        let _ = std::fs::remove_file(marker);
+    }
+    let planned = Dataset::range(n).map_batches(ONCE);
+    let stored = planned.materialize().await.unwrap();
+    let want: Vec<i64> = (0..n as i64).collect();
+    // Read twice, and counted without running anything: the function ran
+    // once per block, in the materializing run.
+    assert_eq!(ids(&stored, 1000).await, want);
+    assert_eq!(ids(&stored, 4096).await, want);
+    assert_eq!(stored.count().await.unwrap(), n);
+    // The plan itself runs its function again, which fails.
+    let again = planned.count().await;
+    for marker in &markers {
+        std::fs::remove_file(marker).unwrap();
+    }
+    let text = again.unwrap_err().to_string();
+    assert!(text.contains("ran twice on the block of id"), "{text}");
 }
 
 /// Every id of `dataset` through a local shuffle of `buffer` rows.
@@ -518,7 +647,7 @@ async fn unregistered_function() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&error, DataError::NotRegistered(name) if name == "data_tests.nowhere"),
+        matches!(&error, DataError::NotRegistered(name) if name == "map_batches(data_tests.nowhere)"),
         "{error:?}"
     );
 }
