@@ -105,6 +105,19 @@ impl BatchStream {
         self
     }
 
+    /// Reads and drops the next `batches` batches (a consumer resuming
+    /// mid-epoch: `Dataset::iter_shard`); an error reading them is the
+    /// stream's error.
+    pub async fn skip(mut self, batches: u64) -> Result<Self, DataError> {
+        for _ in 0..batches {
+            match self.next().await {
+                Some(batch) => drop(batch?),
+                None => break,
+            }
+        }
+        Ok(self)
+    }
+
     /// The next batch; `None` after the last.
     pub async fn next(&mut self) -> Option<Result<RecordBatch, DataError>> {
         if self.shuffle.is_none() {

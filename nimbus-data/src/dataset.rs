@@ -27,12 +27,13 @@ pub const DEFAULT_CONCURRENCY: usize = 2;
 /// task retries).
 pub const DEFAULT_BLOCK_RETRIES: u32 = 3;
 
-/// A source planned: its splits, and its rows and schema where known
-/// without reading it.
-struct Planned {
-    splits: Vec<Split>,
-    rows: Option<u64>,
-    schema: Option<SchemaRef>,
+/// A source planned: its splits, and its rows (in all, and per split) and
+/// schema where known without reading it.
+pub(crate) struct Planned {
+    pub(crate) splits: Vec<Split>,
+    pub(crate) rows: Option<u64>,
+    pub(crate) split_rows: Option<Vec<u64>>,
+    pub(crate) schema: Option<SchemaRef>,
 }
 
 /// Batches put into the object store as blocks, for a dataset of them.
@@ -322,6 +323,53 @@ impl Dataset {
         Ok(BatchStream::new(execution, batch_size, self.limit))
     }
 
+    /// Shard `shard` of this dataset in its epoch, in batches of
+    /// `batch_size` rows: the same rows in the same order in any process
+    /// that asks, every shard as many rows (see `shard.rs` for how they
+    /// are dealt). A training worker reads `Shard { index: rank, count:
+    /// world size, seed, epoch }` each epoch, and resuming at batch `b`
+    /// drops the first `b` ([`BatchStream::skip`]). The rows of each block
+    /// must be known without reading it (parquet files, a range) and no
+    /// operator may change them (`map_batches` and `filter` may: refused).
+    pub async fn iter_shard(
+        &self,
+        shard: crate::Shard,
+        batch_size: usize,
+    ) -> Result<BatchStream, DataError> {
+        let refused = |detail: &str| DataError::Arrow {
+            what: "iter_shard",
+            detail: detail.into(),
+        };
+        if self.limit.is_some() {
+            return Err(refused("a limited dataset cannot be sharded"));
+        }
+        if self.ops.iter().any(Op::changes_rows) {
+            return Err(refused(
+                "an operator may change the rows of a block (map_batches, filter): shard the rows first and transform each batch in the consumer, or materialize and shard the files written",
+            ));
+        }
+        let planned = self.plan()?;
+        let Some(split_rows) = planned.split_rows else {
+            return Err(refused(
+                "the rows of each block are known only for parquet files and ranges",
+            ));
+        };
+        self.check_functions()?;
+        let (mine, rows) = shard.deal(&split_rows)?;
+        let splits = mine
+            .into_iter()
+            .map(|i| planned.splits[i].clone())
+            .collect();
+        let execution = Execution::start(
+            splits,
+            self.ops.clone(),
+            self.read_name(),
+            self.settings.clone(),
+        )
+        .await?;
+        Ok(BatchStream::new(execution, batch_size, Some(rows)))
+    }
+
     /// One execution read by `n` consumers, anywhere in the cluster: send
     /// each [`DataSplit`] to its consumer, which reads it with
     /// `DataSplit::iter_batches`. With `equal`, every split gets exactly
@@ -439,14 +487,15 @@ impl Dataset {
 
     /// The splits to run, and the rows and schema of the source where
     /// known without reading it.
-    fn plan(&self) -> Result<Planned, DataError> {
+    pub(crate) fn plan(&self) -> Result<Planned, DataError> {
         Ok(match &self.source {
             Source::Parquet { paths, columns } => {
                 let files = parquet::files(paths)?;
                 let planned = parquet::plan(&files, columns.as_deref())?;
                 Planned {
                     splits: planned.splits,
-                    rows: Some(planned.rows),
+                    rows: Some(planned.split_rows.iter().sum()),
+                    split_rows: Some(planned.split_rows),
                     schema: Some(planned.schema),
                 }
             }
@@ -456,14 +505,26 @@ impl Dataset {
                 Planned {
                     splits,
                     rows: None,
+                    split_rows: None,
                     schema: Some(schema),
                 }
             }
-            Source::Range(n) => Planned {
-                splits: source::range_splits(*n),
-                rows: Some(*n),
-                schema: None,
-            },
+            Source::Range(n) => {
+                let splits = source::range_splits(*n);
+                let split_rows = splits
+                    .iter()
+                    .map(|split| match split {
+                        Split::Range { start, end } => end - start,
+                        _ => 0,
+                    })
+                    .collect();
+                Planned {
+                    splits,
+                    rows: Some(*n),
+                    split_rows: Some(split_rows),
+                    schema: None,
+                }
+            }
             Source::Blocks {
                 blocks,
                 rows,
@@ -471,6 +532,7 @@ impl Dataset {
             } => Planned {
                 splits: blocks.iter().cloned().map(Split::Object).collect(),
                 rows: Some(*rows),
+                split_rows: None,
                 schema: Some(schema.clone()),
             },
         })
@@ -478,7 +540,7 @@ impl Dataset {
 
     /// Every function of the plan is registered in this binary (so in its
     /// workers, which run it too).
-    fn check_functions(&self) -> Result<(), DataError> {
+    pub(crate) fn check_functions(&self) -> Result<(), DataError> {
         let registry = nimbus::library::registry().ok_or(DataError::NotConnected)?;
         for op in &self.ops {
             let registered = match op {
@@ -496,7 +558,7 @@ impl Dataset {
         Ok(())
     }
 
-    fn read_name(&self) -> &'static str {
+    pub(crate) fn read_name(&self) -> &'static str {
         match self.source {
             Source::Parquet { .. } => "read_parquet",
             Source::Text { format, .. } => format.source(),

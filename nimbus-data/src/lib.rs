@@ -50,6 +50,7 @@ mod error;
 mod executor;
 mod functions;
 mod plan;
+mod shard;
 mod source;
 mod split;
 mod stats;
@@ -61,6 +62,7 @@ pub use dataset::{Dataset, DEFAULT_BLOCK_RETRIES, DEFAULT_CONCURRENCY, DEFAULT_M
 pub use error::{BlockError, DataError};
 pub use executor::SPLITS_PER_WORKER;
 pub use functions::{BatchFn, ColumnFn, FilterFn, RegistryExt};
+pub use shard::{BlockingBatches, Shard};
 pub use source::text::INFER_RECORDS;
 pub use split::{
     Alive, DataSplit, Leave, NextSlice, SliceRef, SplitCoordinator, SplitPlan, FIRST_WORD,

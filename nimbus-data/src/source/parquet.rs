@@ -15,11 +15,11 @@ use crate::error::DataError;
 use crate::plan::Split;
 
 /// A planned parquet read: its schema (after projection), its splits and
-/// its row count.
+/// the rows of each.
 pub(crate) struct Planned {
     pub(crate) schema: SchemaRef,
     pub(crate) splits: Vec<Split>,
-    pub(crate) rows: u64,
+    pub(crate) split_rows: Vec<u64>,
 }
 
 /// The parquet files under `paths` (files as given; directories walked,
@@ -33,7 +33,7 @@ pub(crate) fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
 pub(crate) fn plan(files: &[PathBuf], columns: Option<&[String]>) -> Result<Planned, DataError> {
     let mut first: Option<(PathBuf, SchemaRef)> = None;
     let mut splits = Vec::new();
-    let mut rows = 0u64;
+    let mut split_rows = Vec::new();
     for path in files {
         let corrupt = |detail: String| DataError::File {
             path: path.clone(),
@@ -57,7 +57,7 @@ pub(crate) fn plan(files: &[PathBuf], columns: Option<&[String]>) -> Result<Plan
             }
         }
         for (index, group) in metadata.metadata().row_groups().iter().enumerate() {
-            rows += group.num_rows().max(0) as u64;
+            split_rows.push(group.num_rows().max(0) as u64);
             splits.push(Split::Parquet {
                 path: path.clone(),
                 row_groups: vec![index],
@@ -92,7 +92,7 @@ pub(crate) fn plan(files: &[PathBuf], columns: Option<&[String]>) -> Result<Plan
     Ok(Planned {
         schema,
         splits,
-        rows,
+        split_rows,
     })
 }
 

@@ -10,7 +10,9 @@ use nimbus_data::arrow_array::{
     Array, BinaryArray, BooleanArray, Float32Array, Int64Array, RecordBatch, StringArray,
 };
 use nimbus_data::arrow_schema::{DataType, Field, Schema};
-use nimbus_data::{BatchFn, ColumnFn, DataError, DataSplit, Dataset, FilterFn, RegistryExt};
+use nimbus_data::{
+    BatchFn, BlockingBatches, ColumnFn, DataError, DataSplit, Dataset, FilterFn, RegistryExt, Shard,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{boxed, Test};
@@ -110,6 +112,10 @@ pub const ALL: &[(&str, Test)] = &[
     (
         "a_materialized_dataset_is_read_again_without_running_its_plan",
         |_| boxed(materialized()),
+    ),
+    (
+        "shards_of_an_epoch_are_equal_disjoint_and_the_same_when_read_again",
+        |_| boxed(shards()),
     ),
     (
         "a_local_shuffle_is_a_permutation_the_same_for_a_seed",
@@ -365,6 +371,93 @@ async fn materialized() {
     }
     let text = again.unwrap_err().to_string();
     assert!(text.contains("ran twice on the block of id"), "{text}");
+}
+
+/// The ids of `shard` of `dataset`, in batches of 1000, from batch `skip`.
+async fn shard_ids(dataset: &Dataset, shard: Shard, skip: u64) -> Vec<i64> {
+    let mut stream = dataset
+        .iter_shard(shard, 1000)
+        .await
+        .unwrap()
+        .skip(skip)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    while let Some(batch) = stream.next().await {
+        ids.extend(
+            column::<Int64Array>(&batch.unwrap(), "id")
+                .unwrap()
+                .values()
+                .iter(),
+        );
+    }
+    ids
+}
+
+async fn shards() {
+    // 7 blocks (six of 65,536 rows, one of 1,000) dealt to 3 shards.
+    let n = 6 * 65_536 + 1_000;
+    let dataset = Dataset::range(n);
+    let shard = |index, epoch| Shard {
+        index,
+        count: 3,
+        seed: 5,
+        epoch,
+    };
+    let mut epochs = Vec::new();
+    for epoch in 0..2 {
+        let mut read = Vec::new();
+        for index in 0..3 {
+            read.push(shard_ids(&dataset, shard(index, epoch), 0).await);
+        }
+        // As many rows each, no row twice.
+        assert!(
+            read.iter().all(|ids| ids.len() == read[0].len()),
+            "{:?}",
+            read.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        assert!(read[0].len() >= 65_536);
+        let mut all: Vec<i64> = read.concat();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 3 * read[0].len());
+        // Read again: the same rows in the same order.
+        assert_eq!(shard_ids(&dataset, shard(1, epoch), 0).await, read[1]);
+        epochs.push(read);
+    }
+    assert_ne!(epochs[0], epochs[1], "each epoch deals the blocks anew");
+    // Resuming at batch 10, from a thread outside the runtime (a training
+    // loop's): the batches after the first 10, and nothing else.
+    let runtime = tokio::runtime::Handle::current();
+    let resumed = {
+        let dataset = dataset.clone();
+        tokio::task::spawn_blocking(move || {
+            let start = async move { dataset.iter_shard(shard(2, 1), 1000).await?.skip(10).await };
+            let mut ids: Vec<i64> = Vec::new();
+            for batch in BlockingBatches::spawn(&runtime, 2, start) {
+                ids.extend(
+                    column::<Int64Array>(&batch.unwrap(), "id")
+                        .unwrap()
+                        .values()
+                        .iter(),
+                );
+            }
+            ids
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(resumed, epochs[1][2][10_000..]);
+    // What cannot be dealt equally without reading is refused.
+    let text = dataset
+        .clone()
+        .map_batches(DOUBLE)
+        .iter_shard(shard(0, 0), 1000)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(text.contains("may change the rows"), "{text}");
 }
 
 /// Every id of `dataset` through a local shuffle of `buffer` rows.
