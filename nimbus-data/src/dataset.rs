@@ -336,6 +336,25 @@ impl Dataset {
         shard: crate::Shard,
         batch_size: usize,
     ) -> Result<BatchStream, DataError> {
+        let (splits, rows) = self.deal(shard)?;
+        let execution = Execution::start(
+            splits,
+            self.ops.clone(),
+            self.read_name(),
+            self.settings.clone(),
+        )
+        .await?;
+        Ok(BatchStream::new(execution, batch_size, Some(rows)))
+    }
+
+    /// The rows [`iter_shard`](Self::iter_shard) gives `shard` (as many as
+    /// every other shard of its epoch), from the files' footers.
+    pub fn shard_rows(&self, shard: crate::Shard) -> Result<u64, DataError> {
+        Ok(self.deal(shard)?.1)
+    }
+
+    /// `shard`'s splits and rows (`shard.rs`), or why it has none.
+    fn deal(&self, shard: crate::Shard) -> Result<(Vec<Split>, u64), DataError> {
         let refused = |detail: &str| DataError::Arrow {
             what: "iter_shard",
             detail: detail.into(),
@@ -360,14 +379,7 @@ impl Dataset {
             .into_iter()
             .map(|i| planned.splits[i].clone())
             .collect();
-        let execution = Execution::start(
-            splits,
-            self.ops.clone(),
-            self.read_name(),
-            self.settings.clone(),
-        )
-        .await?;
-        Ok(BatchStream::new(execution, batch_size, Some(rows)))
+        Ok((splits, rows))
     }
 
     /// One execution read by `n` consumers, anywhere in the cluster: send

@@ -296,7 +296,7 @@ fn plain_rate(scale: &Scale, device: Device) -> Result<f64> {
     nimbus_train::tch::set_num_threads(1);
     let config = config(scale, 1);
     nimbus_train::tch::manual_seed(config.seed as i64);
-    let data = config.load()?;
+    let data = config.load().map_err(|e| anyhow::anyhow!(e))?;
     let vs = nn::VarStore::new(device);
     let net = network(&vs.root());
     let model = DistributedModel::single(&vs)?;

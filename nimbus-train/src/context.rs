@@ -96,6 +96,8 @@ pub struct TrainContext {
     heal: Option<HealLink>,
     /// This worker replaced a dead one: its state came from a peer.
     healed: bool,
+    /// The async runtime of the worker's process (the loop runs beside it).
+    runtime: tokio::runtime::Handle,
 }
 
 /// What the checkpoint writer is to do wrong (fault injection).
@@ -143,6 +145,7 @@ impl TrainContext {
         checkpoint: Option<Checkpoint>,
         progress: Arc<Progress>,
         heal: Option<HealLink>,
+        runtime: tokio::runtime::Handle,
     ) -> Self {
         let ranks = assignment.ranks;
         let run_dir = assignment.run_dir.clone();
@@ -171,7 +174,15 @@ impl TrainContext {
             last_report: None,
             heal,
             healed: assignment.heal.is_some(),
+            runtime,
         }
+    }
+
+    /// The async runtime of this worker's process, which the loop runs
+    /// beside on a thread of its own: where a library's async work for the
+    /// loop runs (a dataset's shard: `nimbus_data::BlockingBatches`).
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
     }
 
     /// Which attempt this is: 0 first, then one more per restart of the

@@ -458,7 +458,13 @@ fn run_worker(
             }
             _ => None,
         };
-        run_loop(&run, &assignment, collective, progress.clone(), heal)
+        run_loop(
+            &run,
+            &assignment,
+            collective,
+            (progress.clone(), heal),
+            runtime.clone(),
+        )
     })();
     // The supervisor stops this process once it sees the loop finish: the
     // metrics the loop recorded since the last push go to the node first.
@@ -568,8 +574,8 @@ pub(crate) fn run_loop(
     run: &LoopFn,
     assignment: &Assignment,
     mut collective: Box<dyn Collective>,
-    progress: Arc<Progress>,
-    heal: Option<HealLink>,
+    (progress, heal): (Arc<Progress>, Option<HealLink>),
+    runtime: tokio::runtime::Handle,
 ) -> Result<(), TrainError> {
     tch::set_num_threads(assignment.threads.max(1) as i32);
     let device = if assignment.use_gpu {
@@ -603,7 +609,9 @@ pub(crate) fn run_loop(
             .map(Checkpoint::load)
             .transpose()?,
     };
-    let mut context = TrainContext::new(assignment, device, collective, checkpoint, progress, heal);
+    let mut context = TrainContext::new(
+        assignment, device, collective, checkpoint, progress, heal, runtime,
+    );
     // In a worker process a panic also ends the process (its panic hook
     // reports it as the actor's death); in local mode this catches it.
     let result =

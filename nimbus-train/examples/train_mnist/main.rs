@@ -4,6 +4,8 @@
 //! ```text
 //! make run EXAMPLE=train_mnist ARGS="--workers 2 --epochs 2 --fail-at-step 60"
 //! make run EXAMPLE=train_mnist ARGS="--data-dir ../shared/data/mnist-t10k"
+//! make run EXAMPLE=train_mnist ARGS="--export-parquet /tmp/digits"
+//! make run EXAMPLE=train_mnist ARGS="--data parquet:/tmp/digits --fail-at-step 60"
 //! ```
 //!
 //! With no `--address` it starts a 2-node local cluster; each worker is a
@@ -11,7 +13,11 @@
 //! average gradients every step through shared memory. With no `--data-dir`
 //! it trains on embedded generated digits (seven-segment digits drawn at
 //! random size, position, slant and stroke width, with noise), so it runs
-//! offline. `--fail-at-step K` makes the last worker SIGKILL itself before
+//! offline. `--export-parquet DIR` writes those digits as parquet files
+//! (`DIR/train/`, `DIR/test/`) and exits; `--data parquet:DIR` trains on
+//! such files, each worker streaming its shard of every epoch through nimbus
+//! Data (a different shard each epoch, the same again after a failure).
+//! `--fail-at-step K` makes the last worker SIGKILL itself before
 //! step K on the first attempt: the supervisor replaces it and heals the
 //! group from the surviving worker, no step redone (with `--no-peer-heal`,
 //! it tears the group down and restarts it from the latest checkpoint).
@@ -79,8 +85,16 @@ struct Args {
     seed: u64,
     /// MNIST or Fashion-MNIST idx files (gzip or not); default: embedded
     /// generated digits.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "data")]
     data_dir: Option<PathBuf>,
+    /// Train on files read through nimbus Data: `parquet:DIR`, a directory
+    /// with `train/` and `test/` parquet files (see --export-parquet).
+    #[arg(long, value_parser = data_files)]
+    data: Option<PathBuf>,
+    /// Write the embedded digits (--train-samples, --seed) as parquet files
+    /// under this new directory, for --data parquet:DIR, and exit.
+    #[arg(long)]
+    export_parquet: Option<PathBuf>,
     /// Embedded data: training samples.
     #[arg(long, default_value_t = 6_000)]
     train_samples: usize,
@@ -153,10 +167,27 @@ fn main() -> Result<()> {
     driver.block_on(run(&driver, args))
 }
 
+/// Rows per row group of the exported parquet files (a block each).
+const EXPORT_ROWS_PER_GROUP: usize = 500;
+
 async fn run(driver: &nimbus::Driver, args: Args) -> Result<()> {
-    let data = match &args.data_dir {
-        Some(dir) => DataSource::Dir(dir.clone()),
-        None => DataSource::Embedded {
+    if let Some(dir) = &args.export_parquet {
+        let samples = (args.train_samples, 1_000);
+        mnist::data::parquet::write_digits(dir, samples, args.seed, EXPORT_ROWS_PER_GROUP)
+            .map_err(anyhow::Error::msg)
+            .context("writing the parquet files")?;
+        println!(
+            "summary: exported={} train={} test={}",
+            dir.display(),
+            samples.0,
+            samples.1
+        );
+        return Ok(());
+    }
+    let data = match (&args.data_dir, &args.data) {
+        (Some(dir), _) => DataSource::Dir(dir.clone()),
+        (None, Some(dir)) => DataSource::Parquet(dir.clone()),
+        (None, None) => DataSource::Embedded {
             train: args.train_samples,
             test: 1_000,
         },
@@ -175,9 +206,14 @@ async fn run(driver: &nimbus::Driver, args: Args) -> Result<()> {
         check_replicas: args.check_replicas,
         ..MnistConfig::default()
     };
-    let described = config.load().context("loading the data")?;
+    let described = config
+        .load()
+        .map_err(|e| anyhow::anyhow!("loading the data: {e}"))?;
     println!("data: {}", described.description);
-    let train_len = described.train.len();
+    let train_len = match config.train_dataset() {
+        Some(dataset) => dataset.count().await? as usize,
+        None => described.train.len(),
+    };
     drop(described);
 
     let storage = match args.storage.clone() {
@@ -270,6 +306,16 @@ async fn run(driver: &nimbus::Driver, args: Args) -> Result<()> {
         checkpoint.path.display()
     );
     Ok(())
+}
+
+/// `--data parquet:DIR`.
+fn data_files(text: &str) -> Result<PathBuf, String> {
+    match text.split_once(':') {
+        Some(("parquet", dir)) if !dir.is_empty() => Ok(PathBuf::from(dir)),
+        _ => Err(format!(
+            "`{text}` is not parquet:DIR (the one kind of files read through nimbus Data here)"
+        )),
+    }
 }
 
 /// `--nccl-env NAME=VALUE`.

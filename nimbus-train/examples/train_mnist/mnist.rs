@@ -4,8 +4,13 @@
 
 use std::path::PathBuf;
 
-use nimbus_train::tch::{nn, nn::ModuleT, Device, Kind};
-use nimbus_train::{Checkpoint, LoopResult, Metrics, Sgd, TrainContext, TrainLoop};
+use std::rc::Rc;
+
+use nimbus_data::{BlockingBatches, Dataset, Shard};
+use nimbus_train::tch::{nn, nn::ModuleT, Device, Kind, Tensor};
+use nimbus_train::{
+    Checkpoint, DistributedSampler, LoopResult, Metrics, Sgd, TrainContext, TrainLoop,
+};
 use serde::{Deserialize, Serialize};
 
 // Each program that includes this loop uses a different part of the
@@ -14,7 +19,7 @@ use serde::{Deserialize, Serialize};
 #[path = "data/mod.rs"]
 pub mod data;
 
-use data::{embedded_digits, load_mnist, ImageData};
+use data::{embedded_digits, load_mnist, ImageData, ImageSet};
 /// Where the images come from.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum DataSource {
@@ -27,6 +32,10 @@ pub enum DataSource {
     },
     /// MNIST-format idx files in this directory.
     Dir(PathBuf),
+    /// Parquet files in this directory's `train/` and `test/`
+    /// (`data/parquet.rs`); each worker reads its shard of `train/`
+    /// through nimbus Data, epoch by epoch.
+    Parquet(PathBuf),
 }
 
 /// How the injected failure kills its worker.
@@ -100,12 +109,104 @@ impl Default for MnistConfig {
 }
 
 impl MnistConfig {
-    /// Loads the configured data.
-    pub fn load(&self) -> Result<ImageData, data::IdxError> {
+    /// Loads the configured data (for parquet files, the test set only:
+    /// the workers stream their shards of the training set).
+    pub fn load(&self) -> Result<ImageData, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(match &self.data {
+            DataSource::Embedded { train, test } => embedded_digits(*train, *test, self.seed),
+            DataSource::Dir(dir) => load_mnist(dir)?,
+            DataSource::Parquet(dir) => ImageData {
+                train: ImageSet {
+                    images: Tensor::zeros([0, 1, 28, 28], (Kind::Float, Device::Cpu)),
+                    labels: Tensor::zeros([0], (Kind::Int64, Device::Cpu)),
+                },
+                test: data::parquet::read_set(&dir.join("test"))?,
+                description: format!(
+                    "parquet files in {}, read through nimbus Data",
+                    dir.display()
+                ),
+            },
+        })
+    }
+
+    /// The training set's parquet files, as a dataset (parquet data only).
+    /// Each worker's shard is read by one block worker of half a CPU: a
+    /// block worker waits for its CPUs like any actor, so the training
+    /// workers must leave them free (the local cluster's 2 × 2 CPUs hold 2
+    /// training workers and their 2 block workers).
+    pub fn train_dataset(&self) -> Option<Dataset> {
         match &self.data {
-            DataSource::Embedded { train, test } => Ok(embedded_digits(*train, *test, self.seed)),
-            DataSource::Dir(dir) => load_mnist(dir),
+            DataSource::Parquet(dir) => Some(
+                Dataset::read_parquet([dir.join("train")])
+                    .columns(["image", "label"])
+                    .concurrency(1)
+                    .num_cpus(0.5),
+            ),
+            _ => None,
         }
+    }
+}
+
+/// A worker's batches of one epoch: how many there are in all, and
+/// those from `skip` on (images, labels).
+struct EpochBatches {
+    len: usize,
+    batches: Box<dyn Iterator<Item = Result<(Tensor, Tensor), String>>>,
+}
+
+impl EpochBatches {
+    /// Epoch `epoch` of `data`'s training set through `sampler`.
+    fn in_memory(
+        data: &Rc<ImageData>,
+        sampler: &DistributedSampler,
+        epoch: u64,
+        size: usize,
+        skip: usize,
+    ) -> Self {
+        let batches = sampler.batches(epoch, size);
+        let data = data.clone();
+        EpochBatches {
+            len: batches.len(),
+            batches: Box::new(
+                batches
+                    .into_iter()
+                    .skip(skip)
+                    .map(move |indices| Ok(data.train.batch(&indices))),
+            ),
+        }
+    }
+
+    /// This worker's shard of `dataset` in epoch `epoch`, read through
+    /// the worker's runtime.
+    fn shard(
+        dataset: &Dataset,
+        ctx: &TrainContext,
+        (seed, epoch): (u64, u64),
+        size: usize,
+        skip: usize,
+    ) -> Result<Self, String> {
+        let shard = Shard {
+            index: ctx.world_rank(),
+            count: ctx.world_size().max(1),
+            seed,
+            epoch,
+        };
+        let rows = dataset.shard_rows(shard).map_err(|e| e.to_string())?;
+        let dataset = dataset.clone();
+        let start = async move {
+            dataset
+                .iter_shard(shard, size)
+                .await?
+                .skip(skip as u64)
+                .await
+        };
+        let batches = BlockingBatches::spawn(ctx.runtime(), 4, start);
+        Ok(EpochBatches {
+            len: (rows as usize).div_ceil(size),
+            batches: Box::new(
+                batches.map(|batch| data::parquet::to_tensors(&batch.map_err(|e| e.to_string())?)),
+            ),
+        })
     }
 }
 
@@ -156,7 +257,8 @@ impl TrainLoop for MnistLoop {
     type Config = MnistConfig;
 
     fn run(config: MnistConfig, ctx: &mut TrainContext) -> LoopResult {
-        let data = config.load()?;
+        let data = Rc::new(config.load()?);
+        let dataset = config.train_dataset();
         nimbus_train::tch::manual_seed(config.seed as i64);
         let mut vs = nn::VarStore::new(ctx.device());
         let net = network(&vs.root());
@@ -178,8 +280,34 @@ impl TrainLoop for MnistLoop {
             sgd.load_from(checkpoint)?;
         }
         let sampler = ctx.sampler(data.train.len()).seed(config.seed);
-        let per_epoch = sampler.num_samples().div_ceil(config.batch_size) as u64;
-        let mut step = epoch * per_epoch + skip as u64;
+        let epoch_batches = |ctx: &TrainContext, epoch: u64, skip: usize| match &dataset {
+            None => Ok(EpochBatches::in_memory(
+                &data,
+                &sampler,
+                epoch,
+                config.batch_size,
+                skip,
+            )),
+            Some(dataset) => {
+                EpochBatches::shard(dataset, ctx, (config.seed, epoch), config.batch_size, skip)
+            }
+        };
+        // The global step: every earlier epoch's batches, then this one's.
+        let mut step = skip as u64;
+        for earlier in 0..epoch {
+            step += match &dataset {
+                None => sampler.num_samples().div_ceil(config.batch_size),
+                Some(dataset) => {
+                    let shard = Shard {
+                        index: ctx.world_rank(),
+                        count: ctx.world_size().max(1),
+                        seed: config.seed,
+                        epoch: earlier,
+                    };
+                    (dataset.shard_rows(shard)? as usize).div_ceil(config.batch_size)
+                }
+            } as u64;
+        }
         let save = |vs: &nn::VarStore,
                     sgd: &Sgd,
                     epoch: u64,
@@ -190,8 +318,9 @@ impl TrainLoop for MnistLoop {
                 .with_value("batch", batch)
         };
         while epoch < config.epochs {
-            let batches = sampler.batches(epoch, config.batch_size);
-            for (b, indices) in batches.iter().enumerate().skip(skip) {
+            let EpochBatches { len, batches } = epoch_batches(ctx, epoch, skip)?;
+            for (b, batch) in (skip..).zip(batches) {
+                let (images, labels) = batch?;
                 if config.max_steps.is_some_and(|max| step >= max) {
                     return Ok(());
                 }
@@ -207,7 +336,6 @@ impl TrainLoop for MnistLoop {
                         .filter(|&n| n > 0);
                     die(ctx, config.fail_mode, step, saved);
                 }
-                let (images, labels) = data.train.batch(indices);
                 let forward = || {
                     net.forward_t(&images.to_device(ctx.device()).to_kind(kind), true)
                         .cross_entropy_for_logits(&labels.to_device(ctx.device()))
@@ -236,10 +364,10 @@ impl TrainLoop for MnistLoop {
                     ("step".to_string(), step as f64),
                     (
                         "samples".to_string(),
-                        (indices.len() * ctx.world_size().max(1)) as f64,
+                        (labels.size()[0] as usize * ctx.world_size().max(1)) as f64,
                     ),
                 ]);
-                let end_of_epoch = b + 1 == batches.len();
+                let end_of_epoch = b + 1 == len;
                 let checkpoint = if end_of_epoch {
                     metrics.insert(
                         "test_accuracy".into(),

@@ -435,13 +435,14 @@ fn launch_local(plan: &RunPlan, assignment: Assignment) -> Launched {
     let run = plan.local.clone();
     let thread_progress = progress.clone();
     let template = assignment.clone();
+    let runtime = tokio::runtime::Handle::current();
     std::thread::spawn(move || {
         let outcome = worker::run_loop(
             &run,
             &assignment,
             Box::new(SoloGroup),
-            thread_progress.clone(),
-            None,
+            (thread_progress.clone(), None),
+            runtime,
         );
         thread_progress.finish(outcome.map_err(|e| LoopFailed(e.to_string())));
     });

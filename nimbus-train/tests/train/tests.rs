@@ -45,6 +45,10 @@ pub const ALL: &[(&str, Test)] = &[
         "a_killed_worker_heals_from_a_peer_with_no_step_redone",
         |d| boxed(a_killed_worker_heals_from_a_peer_with_no_step_redone(d)),
     ),
+    (
+        "training_on_parquet_shards_heals_and_restarts_bit_exact",
+        |d| boxed(training_on_parquet_shards_heals_and_restarts_bit_exact(d)),
+    ),
     ("training_faults_by_step_recover_bit_exact", |d| {
         boxed(training_faults_by_step_recover_bit_exact(d))
     }),
@@ -369,6 +373,63 @@ async fn a_killed_worker_heals_from_a_peer_with_no_step_redone(_: &mut nimbus::D
         };
         assert_eq!(replaced, &ranks, "{name}: the killed ranks replaced");
         println!("  {name}: killed at step {at_step}, healed in {took:.2?}");
+    }
+}
+
+/// The MNIST loop on parquet files read through nimbus Data: each worker
+/// streams its shard of every epoch; a worker killed mid-epoch is healed
+/// from its peer, or the group restarts from a checkpoint, and either way
+/// the run ends on the fault-free parameters (the shard of an epoch is
+/// the same when read again, from the batch the checkpoint names).
+async fn training_on_parquet_shards_heals_and_restarts_bit_exact(_: &mut nimbus::Driver) {
+    use nimbus_train::faults::{TrainingFault, TrainingFaultAction as Action};
+    let files = tempfile::TempDir::new().unwrap();
+    // 1,280 training images in 8 row groups: 4 blocks, 640 images, 20
+    // batches of 32 per worker and epoch.
+    crate::mnist::data::parquet::write_digits(files.path(), (1_280, 200), 7, 160).unwrap();
+    let config = MnistConfig {
+        epochs: 2,
+        data: DataSource::Parquet(files.path().to_path_buf()),
+        check_replicas: true,
+        ..small(u64::MAX)
+    };
+    let steps = |events: &[TrainEvent]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, TrainEvent::Reported { .. }))
+            .count()
+    };
+    let (baseline, events) = fit(
+        config.clone(),
+        ScalingConfig::workers(2),
+        run_config("parquet-baseline"),
+    )
+    .await;
+    ok(&baseline);
+    assert_eq!(steps(&events), 40, "2 epochs of 20 steps");
+    let expected = final_sha(&baseline);
+    // Killed at step 27: the 8th batch of the second epoch.
+    let kill = TrainingFault {
+        rank: 1,
+        at_step: 27,
+        action: Action::Kill,
+    };
+    for (name, heal) in [("healed", true), ("restarted", false)] {
+        let run = run_config(&format!("parquet-{name}"))
+            .max_failures(1)
+            .peer_heal(heal)
+            .inject(kill.clone());
+        let (result, events) = fit(config.clone(), ScalingConfig::workers(2), run).await;
+        ok(&result);
+        assert_eq!(result.restarts, u32::from(!heal), "{name}");
+        if heal {
+            assert_eq!(steps(&events), 40, "{name}: no step redone");
+        }
+        assert_eq!(
+            final_sha(&result),
+            expected,
+            "{name}: the fault-free parameters"
+        );
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod digits;
 mod idx;
+pub mod parquet;
 
 use std::path::Path;
 
