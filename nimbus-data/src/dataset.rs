@@ -8,6 +8,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use nimbus::actor::{self, SpawnOptions};
 use nimbus::object_store::{ObjectRef, RawBytes};
+use serde::{Deserialize, Serialize};
 
 use crate::batches::BatchStream;
 use crate::error::DataError;
@@ -88,7 +89,7 @@ impl Stored {
 }
 
 /// Where a dataset's rows come from.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 enum Source {
     Parquet {
         paths: Vec<PathBuf>,
@@ -101,14 +102,35 @@ enum Source {
     Range(u64),
     Blocks {
         blocks: Vec<ObjectRef<RawBytes>>,
+        #[serde(with = "shared_schema")]
         schema: SchemaRef,
         rows: u64,
     },
 }
 
+/// A shared schema (de)serialized as the schema it shares.
+mod shared_schema {
+    use arrow_schema::{Schema, SchemaRef};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(schema: &SchemaRef, to: S) -> Result<S::Ok, S::Error> {
+        schema.as_ref().serialize(to)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<SchemaRef, D::Error> {
+        Schema::deserialize(from).map(std::sync::Arc::new)
+    }
+}
+
 /// A dataset: a source and the operators its blocks go through, run by
 /// block workers on the cluster when consumed. Building one reads
-/// nothing; every consumer runs the plan anew.
+/// nothing; every consumer runs the plan anew. It serializes, so it can
+/// be sent to any process of the program's cluster (in a training loop's
+/// configuration, or a message to an actor), which can run it there: a
+/// plan names files (to be readable where it runs) and functions
+/// (registered in every process, as the program's binary is the same);
+/// the blocks of `from_batches` and `materialize` travel as references,
+/// which keep them stored while any copy lives.
 ///
 /// ```no_run
 /// use nimbus_data::{BatchFn, Dataset, RegistryExt};
@@ -128,7 +150,7 @@ enum Source {
 /// println!("{}", batches.stats());
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Dataset {
     source: Source,
     ops: Vec<Op>,

@@ -110,7 +110,7 @@ pub const ALL: &[(&str, Test)] = &[
         |_| boxed(filter_and_with_column()),
     ),
     (
-        "a_materialized_dataset_is_read_again_without_running_its_plan",
+        "a_materialized_dataset_is_read_again_here_and_elsewhere_without_running_its_plan",
         |_| boxed(materialized()),
     ),
     (
@@ -163,7 +163,36 @@ impl Actor for SplitConsumer {
     type Context = Context<Self>;
 }
 
-nimbus::remote_actor!(SplitConsumer, args: (), new: |()| SplitConsumer, handles: [ReadSplit]);
+nimbus::remote_actor!(SplitConsumer, args: (), new: |()| SplitConsumer, handles: [ReadSplit, ReadDataset]);
+
+/// Run `dataset` in this process; its ids.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<Vec<i64>, String>")]
+pub struct ReadDataset {
+    dataset: Dataset,
+}
+
+nimbus::remote_message!(ReadDataset);
+
+impl Handler<ReadDataset> for SplitConsumer {
+    type Result = ResponseFuture<Result<Vec<i64>, String>>;
+
+    fn handle(&mut self, m: ReadDataset, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(async move {
+            let mut stream = m
+                .dataset
+                .iter_batches(4096)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut ids = Vec::new();
+            while let Some(batch) = stream.next().await {
+                let batch = batch.map_err(|e| e.to_string())?;
+                ids.extend(column::<Int64Array>(&batch, "id")?.values().iter());
+            }
+            Ok(ids)
+        })
+    }
+}
 
 /// Read `split` to its end (or kill this process after `die_after`
 /// batches); its ids.
@@ -364,6 +393,33 @@ async fn materialized() {
     assert_eq!(ids(&stored, 1000).await, want);
     assert_eq!(ids(&stored, 4096).await, want);
     assert_eq!(stored.count().await.unwrap(), n);
+    // Sent to another process, the materialized blocks (references) and a
+    // plan (its function registered there too) run there.
+    let consumer = nimbus::actor::spawn::<SplitConsumer>((), SpawnOptions::default().num_cpus(0.0))
+        .await
+        .unwrap();
+    let there = consumer
+        .send(ReadDataset {
+            dataset: stored.clone(),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(there, want);
+    let plan = Dataset::range(1_000).filter(THIRDS).map_batches(DOUBLE);
+    let there = consumer
+        .send(ReadDataset { dataset: plan })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        there,
+        (0..1_000)
+            .filter(|id| id % 3 == 0)
+            .map(|id| id * 2)
+            .collect::<Vec<i64>>()
+    );
+    consumer.kill().await.unwrap();
     // The plan itself runs its function again, which fails.
     let again = planned.count().await;
     for marker in &markers {

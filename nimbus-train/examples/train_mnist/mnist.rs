@@ -3,7 +3,6 @@
 //! the tests prove exactly what the example runs.
 
 use std::path::PathBuf;
-
 use std::rc::Rc;
 
 use nimbus_data::{BlockingBatches, Dataset, Shard};
@@ -147,6 +146,16 @@ impl MnistConfig {
     }
 }
 
+/// This worker's shard of epoch `epoch`.
+fn shard_of(ctx: &TrainContext, seed: u64, epoch: u64) -> Shard {
+    Shard {
+        index: ctx.world_rank(),
+        count: ctx.world_size().max(1),
+        seed,
+        epoch,
+    }
+}
+
 /// A worker's batches of one epoch: how many there are in all, and
 /// those from `skip` on (images, labels).
 struct EpochBatches {
@@ -185,12 +194,7 @@ impl EpochBatches {
         size: usize,
         skip: usize,
     ) -> Result<Self, String> {
-        let shard = Shard {
-            index: ctx.world_rank(),
-            count: ctx.world_size().max(1),
-            seed,
-            epoch,
-        };
+        let shard = shard_of(ctx, seed, epoch);
         let rows = dataset.shard_rows(shard).map_err(|e| e.to_string())?;
         let dataset = dataset.clone();
         let start = async move {
@@ -298,12 +302,7 @@ impl TrainLoop for MnistLoop {
             step += match &dataset {
                 None => sampler.num_samples().div_ceil(config.batch_size),
                 Some(dataset) => {
-                    let shard = Shard {
-                        index: ctx.world_rank(),
-                        count: ctx.world_size().max(1),
-                        seed: config.seed,
-                        epoch: earlier,
-                    };
+                    let shard = shard_of(ctx, config.seed, earlier);
                     (dataset.shard_rows(shard)? as usize).div_ceil(config.batch_size)
                 }
             } as u64;
