@@ -118,6 +118,18 @@ impl BatchStream {
         Ok(self)
     }
 
+    /// Reads and drops the next `rows` rows (in order, past any shuffle).
+    pub(crate) async fn skip_rows(mut self, mut rows: u64) -> Result<Self, DataError> {
+        while rows > 0 {
+            let wanted = usize::try_from(rows).unwrap_or(usize::MAX);
+            match self.next_in_order(wanted).await {
+                Some(batch) => rows -= batch?.num_rows() as u64,
+                None => break,
+            }
+        }
+        Ok(self)
+    }
+
     /// The next batch; `None` after the last.
     pub async fn next(&mut self) -> Option<Result<RecordBatch, DataError>> {
         if self.shuffle.is_none() {

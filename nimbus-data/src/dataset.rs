@@ -349,8 +349,8 @@ impl Dataset {
     /// `batch_size` rows: the same rows in the same order in any process
     /// that asks, every shard as many rows (see `shard.rs` for how they
     /// are dealt). A training worker reads `Shard { index: rank, count:
-    /// world size, seed, epoch }` each epoch, and resuming at batch `b`
-    /// drops the first `b` ([`BatchStream::skip`]). The rows of each block
+    /// world size, seed, epoch }` each epoch, and resumes at batch `b`
+    /// with [`iter_shard_from`](Self::iter_shard_from). The rows of each block
     /// must be known without reading it (parquet files, a range) and no
     /// operator may change them (`map_batches` and `filter` may: refused).
     pub async fn iter_shard(
@@ -358,7 +358,31 @@ impl Dataset {
         shard: crate::Shard,
         batch_size: usize,
     ) -> Result<BatchStream, DataError> {
-        let (splits, rows) = self.deal(shard)?;
+        self.iter_shard_from(shard, batch_size, 0).await
+    }
+
+    /// [`iter_shard`](Self::iter_shard) from its batch `skip_batches` on
+    /// (a consumer resuming mid-epoch): the blocks wholly before that
+    /// batch are not made at all, and the rows of the first block made
+    /// that come before it are dropped, so the batches are exactly those
+    /// `iter_shard` gives from there.
+    pub async fn iter_shard_from(
+        &self,
+        shard: crate::Shard,
+        batch_size: usize,
+        skip_batches: u64,
+    ) -> Result<BatchStream, DataError> {
+        let (dealt, rows) = self.deal(shard)?;
+        let skip = skip_batches.saturating_mul(batch_size as u64).min(rows);
+        let mut passed = 0;
+        let mut splits = Vec::new();
+        for (split, split_rows) in dealt {
+            if splits.is_empty() && passed + split_rows <= skip {
+                passed += split_rows;
+            } else {
+                splits.push(split);
+            }
+        }
         let execution = Execution::start(
             splits,
             self.ops.clone(),
@@ -366,7 +390,9 @@ impl Dataset {
             self.settings.clone(),
         )
         .await?;
-        Ok(BatchStream::new(execution, batch_size, Some(rows)))
+        BatchStream::new(execution, batch_size, Some(rows - passed))
+            .skip_rows(skip - passed)
+            .await
     }
 
     /// The rows [`iter_shard`](Self::iter_shard) gives `shard` (as many as
@@ -375,8 +401,9 @@ impl Dataset {
         Ok(self.deal(shard)?.1)
     }
 
-    /// `shard`'s splits and rows (`shard.rs`), or why it has none.
-    fn deal(&self, shard: crate::Shard) -> Result<(Vec<Split>, u64), DataError> {
+    /// `shard`'s splits with the rows of each, and the rows it reads
+    /// (`shard.rs`), or why it has none.
+    fn deal(&self, shard: crate::Shard) -> Result<(Vec<(Split, u64)>, u64), DataError> {
         let refused = |detail: &str| DataError::Arrow {
             what: "iter_shard",
             detail: detail.into(),
@@ -399,7 +426,7 @@ impl Dataset {
         let (mine, rows) = shard.deal(&split_rows)?;
         let splits = mine
             .into_iter()
-            .map(|i| planned.splits[i].clone())
+            .map(|i| (planned.splits[i].clone(), split_rows[i]))
             .collect();
         Ok((splits, rows))
     }

@@ -13,9 +13,10 @@
 //!    batches (each step's allreduce needs every rank). The rows of each
 //!    split must be known without reading it: parquet files (their
 //!    footers) or a range, through operators that keep every row.
-//! 4. A consumer resuming at batch `b` of an epoch reads its stream and
-//!    drops the first `b` batches (`BatchStream::skip`): by steps 1–3
-//!    they are the batches it took before.
+//! 4. A consumer resuming at batch `b` of an epoch
+//!    (`Dataset::iter_shard_from`) has the blocks wholly before that batch
+//!    left unmade and the rows before it of the next block dropped: by
+//!    steps 1–3 the batches from there are the ones it would have taken.
 //!
 //! A training loop runs on a thread of its own, outside the worker's
 //! async runtime: [`BlockingBatches`] runs the stream on that runtime and

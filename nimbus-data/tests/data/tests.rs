@@ -488,7 +488,7 @@ async fn shards() {
     let resumed = {
         let dataset = dataset.clone();
         tokio::task::spawn_blocking(move || {
-            let start = async move { dataset.iter_shard(shard(2, 1), 1000).await?.skip(10).await };
+            let start = async move { dataset.iter_shard_from(shard(2, 1), 1000, 10).await };
             let mut ids: Vec<i64> = Vec::new();
             for batch in BlockingBatches::spawn(&runtime, 2, start) {
                 ids.extend(
@@ -504,6 +504,45 @@ async fn shards() {
         .unwrap()
     };
     assert_eq!(resumed, epochs[1][2][10_000..]);
+    // Past a whole block (66,000 rows: at least the first block, of 65,536
+    // or 1,000 rows; the shards hold 66,536 each), which is not made at all;
+    // and as `skip` would drop the same batches after reading them.
+    let mut past = dataset
+        .iter_shard_from(shard(0, 0), 1000, 66)
+        .await
+        .unwrap();
+    let mut ids: Vec<i64> = Vec::new();
+    while let Some(batch) = past.next().await {
+        ids.extend(
+            column::<Int64Array>(&batch.unwrap(), "id")
+                .unwrap()
+                .values()
+                .iter(),
+        );
+    }
+    assert_eq!(ids, epochs[0][0][66_000..]);
+    let mut read_past = dataset
+        .iter_shard(shard(0, 0), 1000)
+        .await
+        .unwrap()
+        .skip(66)
+        .await
+        .unwrap();
+    let mut same: Vec<i64> = Vec::new();
+    while let Some(batch) = read_past.next().await {
+        same.extend(
+            column::<Int64Array>(&batch.unwrap(), "id")
+                .unwrap()
+                .values()
+                .iter(),
+        );
+    }
+    assert_eq!(same, ids);
+    assert_eq!(
+        past.stats().blocks + 1,
+        read_past.stats().blocks,
+        "the block wholly before batch 66 is not made"
+    );
     // What cannot be dealt equally without reading is refused.
     let text = dataset
         .clone()

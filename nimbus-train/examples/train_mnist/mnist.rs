@@ -197,13 +197,7 @@ impl EpochBatches {
         let shard = shard_of(ctx, seed, epoch);
         let rows = dataset.shard_rows(shard).map_err(|e| e.to_string())?;
         let dataset = dataset.clone();
-        let start = async move {
-            dataset
-                .iter_shard(shard, size)
-                .await?
-                .skip(skip as u64)
-                .await
-        };
+        let start = async move { dataset.iter_shard_from(shard, size, skip as u64).await };
         let batches = BlockingBatches::spawn(ctx.runtime(), 4, start);
         Ok(EpochBatches {
             len: (rows as usize).div_ceil(size),
