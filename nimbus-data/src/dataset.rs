@@ -335,14 +335,19 @@ impl Dataset {
     pub async fn iter_batches(&self, batch_size: usize) -> Result<BatchStream, DataError> {
         let splits = self.plan()?.splits;
         self.check_functions()?;
-        let execution = Execution::start(
+        let execution = self.execute(splits).await?;
+        Ok(BatchStream::new(execution, batch_size, self.limit))
+    }
+
+    /// Starts running this dataset's operators on `splits`.
+    async fn execute(&self, splits: Vec<Split>) -> Result<Execution, DataError> {
+        Execution::start(
             splits,
             self.ops.clone(),
             self.read_name(),
             self.settings.clone(),
         )
-        .await?;
-        Ok(BatchStream::new(execution, batch_size, self.limit))
+        .await
     }
 
     /// Shard `shard` of this dataset in its epoch, in batches of
@@ -383,13 +388,7 @@ impl Dataset {
                 splits.push(split);
             }
         }
-        let execution = Execution::start(
-            splits,
-            self.ops.clone(),
-            self.read_name(),
-            self.settings.clone(),
-        )
-        .await?;
+        let execution = self.execute(splits).await?;
         BatchStream::new(execution, batch_size, Some(rows - passed))
             .skip_rows(skip - passed)
             .await

@@ -368,13 +368,19 @@ async fn filter_and_with_column() {
         "{text}"
     );
     // An unregistered predicate is refused before anything runs.
-    let error = Dataset::range(10)
-        .filter(FilterFn::new("data_tests.nowhere"))
-        .count()
-        .await
-        .unwrap_err();
+    refused_unregistered(
+        Dataset::range(10).filter(FilterFn::new("data_tests.nowhere")),
+        "filter(data_tests.nowhere)",
+    )
+    .await;
+}
+
+/// Counting `dataset` is refused before anything runs: the function of
+/// `operator` is not registered.
+async fn refused_unregistered(dataset: Dataset, operator: &str) {
+    let error = dataset.count().await.unwrap_err();
     assert!(
-        matches!(&error, DataError::NotRegistered(name) if name == "filter(data_tests.nowhere)"),
+        matches!(&error, DataError::NotRegistered(name) if name == operator),
         "{error:?}"
     );
 }
@@ -829,15 +835,11 @@ async fn panicking_function() {
 }
 
 async fn unregistered_function() {
-    let error = Dataset::range(10)
-        .map_batches(BatchFn::new("data_tests.nowhere"))
-        .count()
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&error, DataError::NotRegistered(name) if name == "map_batches(data_tests.nowhere)"),
-        "{error:?}"
-    );
+    refused_unregistered(
+        Dataset::range(10).map_batches(BatchFn::new("data_tests.nowhere")),
+        "map_batches(data_tests.nowhere)",
+    )
+    .await;
 }
 
 async fn killed_worker() {
