@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 pub mod data;
 
 use data::{embedded_digits, load_mnist, ImageData, ImageSet};
+// The network is a file of its own: nimbus-serve's MNIST examples serve it.
+#[path = "network.rs"]
+mod network;
+pub use network::network;
 /// Where the images come from.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum DataSource {
@@ -206,23 +210,6 @@ impl EpochBatches {
             ),
         })
     }
-}
-
-/// conv(1→32, 3×3) → pool → conv(32→64, 3×3) → pool → fc(3136→128) →
-/// fc(128→10).
-pub fn network(root: &nn::Path) -> impl ModuleT {
-    let same = nn::ConvConfig {
-        padding: 1,
-        ..Default::default()
-    };
-    nn::seq_t()
-        .add(nn::conv2d(root / "conv1", 1, 32, 3, same))
-        .add_fn(|x| x.relu().max_pool2d_default(2))
-        .add(nn::conv2d(root / "conv2", 32, 64, 3, same))
-        .add_fn(|x| x.relu().max_pool2d_default(2).flatten(1, -1))
-        .add(nn::linear(root / "fc1", 3136, 128, Default::default()))
-        .add_fn(|x| x.relu())
-        .add(nn::linear(root / "fc2", 128, 10, Default::default()))
 }
 
 /// Fraction of `data`'s test set `net` classifies right, run on `device`

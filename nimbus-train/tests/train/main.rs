@@ -15,11 +15,15 @@
 mod harness;
 #[path = "../../examples/train_mnist/mnist.rs"]
 mod mnist;
+#[path = "../../examples/serve_mnist/model.rs"]
+mod serve_mnist;
+mod serving;
 mod tests;
 mod tune;
 mod unused;
 
 use nimbus::tune::TuneRegistry;
+use nimbus_serve::RegistryExt;
 use nimbus_train::TrainRegistry;
 
 use std::time::Duration;
@@ -34,7 +38,8 @@ fn main() {
         .train_loop::<tune::TunedMnist>()
         .train_loop::<unused::OneHeadPerRank>()
         .trainable::<nimbus_train::tune::TrainerTrainable<tune::TunedMnist>>()
-        .parameter_aggregator();
+        .parameter_aggregator()
+        .deployment::<serve_mnist::MnistCnn>();
     let driver = nimbus::init_with(registry, nimbus::InitOptions::private(3))
         .expect("a local cluster starts");
     // Checkpoints of every run go under one directory, removed at the end.

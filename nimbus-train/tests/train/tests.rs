@@ -12,6 +12,7 @@ use nimbus_train::{
 };
 
 use crate::mnist::{DataSource, FailMode, MnistConfig, MnistLoop};
+use crate::serving::a_trained_checkpoint_is_served_over_http_in_batches;
 use crate::tune::{
     a_failed_trainer_trial_resumes_from_its_checkpoint,
     a_trainer_trial_past_its_timeout_frees_its_run, tune_trials_are_whole_training_runs_and_stop,
@@ -38,6 +39,9 @@ pub const ALL: &[(&str, Test)] = &[
         "bf16_parameters_are_averaged_and_replicas_stay_identical",
         |d| boxed(bf16_parameters_are_averaged_and_replicas_stay_identical(d)),
     ),
+    ("a_trained_checkpoint_is_served_over_http_in_batches", |d| {
+        boxed(a_trained_checkpoint_is_served_over_http_in_batches(d))
+    }),
     ("kill_and_panic_restart_from_checkpoint_bit_exact", |d| {
         boxed(kill_and_panic_restart_from_checkpoint_bit_exact(d))
     }),
@@ -98,7 +102,7 @@ pub const ALL: &[(&str, Test)] = &[
 
 /// A short run: 1,280 generated training images, batch 32, 2 workers →
 /// 20 steps per epoch; a checkpoint every 5 steps.
-fn small(max_steps: u64) -> MnistConfig {
+pub fn small(max_steps: u64) -> MnistConfig {
     MnistConfig {
         epochs: 1,
         batch_size: 32,
@@ -121,14 +125,14 @@ pub fn storage() -> PathBuf {
     dir
 }
 
-fn run_config(name: &str) -> RunConfig {
+pub fn run_config(name: &str) -> RunConfig {
     RunConfig::new(name, storage())
         .collective_timeout(Duration::from_secs(20))
         .placement_timeout(Duration::from_secs(20))
 }
 
 /// Runs `config` and records the events.
-async fn fit(
+pub async fn fit(
     config: MnistConfig,
     scaling: ScalingConfig,
     run: RunConfig,
@@ -154,7 +158,7 @@ fn final_sha(result: &TrainResult) -> String {
         .expect("a final checkpoint")
 }
 
-fn ok(result: &TrainResult) {
+pub fn ok(result: &TrainResult) {
     if let Some(error) = &result.error {
         panic!("training failed: {error}");
     }

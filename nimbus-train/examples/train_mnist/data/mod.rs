@@ -64,12 +64,9 @@ pub struct ImageData {
     pub description: String,
 }
 
-/// MNIST's mean and standard deviation, the usual normalisation.
-const MEAN: f64 = 0.1307;
-const STD: f64 = 0.3081;
-
+/// Bytes 0–255 as the network takes them.
 fn normalise(pixels: Tensor) -> Tensor {
-    (pixels.to_kind(Kind::Float) / 255.0 - MEAN) / STD
+    super::network::standardise(pixels.to_kind(Kind::Float) / 255.0)
 }
 
 /// Reads MNIST or Fashion-MNIST from `dir`: `train-images-idx3-ubyte`,
