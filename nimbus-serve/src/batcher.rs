@@ -47,6 +47,13 @@ impl<T> Batcher<T> {
         Some(self.queue.drain(..size).map(|(_, item)| item).collect())
     }
 
+    /// Takes the first queued item `matches` picks out of the queue (a
+    /// request whose client left before its batch started).
+    pub(crate) fn remove(&mut self, matches: impl Fn(&T) -> bool) -> Option<T> {
+        let at = self.queue.iter().position(|(_, item)| matches(item))?;
+        self.queue.remove(at).map(|(_, item)| item)
+    }
+
     /// A batch ended.
     pub(crate) fn finished(&mut self) {
         self.running = self.running.saturating_sub(1);
@@ -61,6 +68,21 @@ impl<T> Batcher<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_removed_while_queued_never_starts() {
+        let now = Instant::now();
+        let mut batcher = Batcher::new(4, Duration::from_millis(50));
+        batcher.push(0, now);
+        assert_eq!(batcher.take(now), Some(vec![0]));
+        for i in 1..=3 {
+            batcher.push(i, now);
+        }
+        assert_eq!(batcher.remove(|&i| i == 2), Some(2));
+        assert_eq!(batcher.remove(|&i| i == 2), None, "removed once");
+        batcher.finished();
+        assert_eq!(batcher.take(now), Some(vec![1, 3]));
+    }
 
     #[test]
     fn an_idle_replica_starts_a_request_at_once() {

@@ -13,14 +13,20 @@
 //!    With batching on, requests queue in `batcher.rs` and run through the
 //!    deployment's `call_batch`, a batch at a time (or more, when one is
 //!    full or has waited `max_wait` while another runs).
-//! 4. [`Drain`] answers once no request is ongoing: an old version's
+//! 4. [`Cancel`] (sent by the ingress when the request's client left or its
+//!    timeout passed) stops the request's call where it waits (its future
+//!    is dropped) or takes it out of the batch queue; a batch already
+//!    started runs on for the others in it.
+//! 5. [`Drain`] answers once no request is ongoing: an old version's
 //!    replica is drained, then stopped, in a rolling update.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Instant;
 
 use actix::prelude::*;
+use futures::future::{AbortHandle, Abortable};
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, Notify};
@@ -29,8 +35,9 @@ use crate::batcher::Batcher;
 use crate::config::Batching;
 use crate::deployment::{DeploymentTable, Hosted, Outcome};
 
-/// A request waiting in the batch queue: its body and where its outcome goes.
-type Queued = (Vec<u8>, oneshot::Sender<Outcome>);
+/// A request waiting in the batch queue: its id, its body and where its
+/// outcome goes.
+type Queued = (u64, Vec<u8>, oneshot::Sender<Outcome>);
 
 /// Hosts one instance of a deployment.
 pub struct Replica {
@@ -39,6 +46,8 @@ pub struct Replica {
     /// after its actor is created).
     hosted: Option<Result<Rc<dyn Hosted>, String>>,
     ongoing: Rc<Cell<u32>>,
+    /// How to stop each ongoing call, by request id.
+    calls: Rc<RefCell<HashMap<u64, AbortHandle>>>,
     idle: Rc<Notify>,
     max_ongoing: u32,
     batcher: Option<Batcher<Queued>>,
@@ -75,6 +84,7 @@ impl Replica {
             args,
             hosted: None,
             ongoing: Rc::new(Cell::new(0)),
+            calls: Rc::default(),
             idle: Rc::new(Notify::new()),
         }
     }
@@ -108,7 +118,10 @@ impl Replica {
         }
         let wake_at = batcher.wake_at();
         for batch in due {
-            let (bodies, senders): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            let (bodies, senders): (Vec<_>, Vec<_>) = batch
+                .into_iter()
+                .map(|(_, body, sender)| (body, sender))
+                .unzip();
             let run = hosted.call_batch(bodies).into_actor(self);
             ctx.spawn(run.map(|outcomes, replica, ctx| {
                 for (sender, outcome) in senders.into_iter().zip(outcomes) {
@@ -130,12 +143,14 @@ impl Replica {
     }
 }
 
-nimbus::remote_actor!(Replica, args: ReplicaArgs, new: Replica::new, handles: [Request, Health, Drain]);
+nimbus::remote_actor!(Replica, args: ReplicaArgs, new: Replica::new, handles: [Request, Cancel, Health, Drain]);
 
 /// One HTTP request's body, for the deployment.
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Answer")]
 pub struct Request {
+    /// Names the request to [`Cancel`] (drawn at random by its ingress).
+    pub(crate) id: u64,
     #[serde(with = "serde_bytes")]
     pub(crate) body: Vec<u8>,
 }
@@ -193,20 +208,34 @@ impl Handler<Request> for Replica {
         }
         ongoing.set(ongoing.get() + 1);
         let idle = self.idle.clone();
+        let id = request.id;
         let call = match self.batcher.as_mut() {
             Some(batcher) => {
                 let (sender, outcome) = oneshot::channel();
-                batcher.push((request.body, sender), Instant::now());
+                batcher.push((id, request.body, sender), Instant::now());
                 self.start_batches(ctx);
                 outcome
                     .map(|outcome| {
                         outcome.unwrap_or_else(|_| {
-                            Outcome::error(500, "the batch ended without an answer")
+                            Outcome::error(CANCELLED, "cancelled before its batch started")
                         })
                     })
                     .boxed_local()
             }
-            None => hosted.call(&request.body),
+            None => {
+                let (stop, registration) = AbortHandle::new_pair();
+                let calls = self.calls.clone();
+                calls.borrow_mut().insert(id, stop);
+                let call = Abortable::new(hosted.call(&request.body), registration);
+                async move {
+                    let outcome = call
+                        .await
+                        .unwrap_or_else(|_| Outcome::error(CANCELLED, "cancelled: its client left"));
+                    calls.borrow_mut().remove(&id);
+                    outcome
+                }
+                .boxed_local()
+            }
         };
         Box::pin(async move {
             let outcome = call.await;
@@ -216,6 +245,36 @@ impl Handler<Request> for Replica {
             }
             Answer::done(outcome, ongoing.get())
         })
+    }
+}
+
+/// The status of a cancelled request's answer (nginx's "client closed
+/// request"; no client reads it).
+const CANCELLED: u16 = 499;
+
+/// Stops request `id` (its client left, or its ingress gave up on it).
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "()")]
+pub struct Cancel {
+    pub(crate) id: u64,
+}
+
+nimbus::remote_message!(Cancel);
+
+impl Handler<Cancel> for Replica {
+    type Result = ();
+
+    fn handle(&mut self, Cancel { id }: Cancel, _: &mut Context<Self>) {
+        match self.batcher.as_mut() {
+            // Queued: taken out, it never starts (its answer's sender is
+            // dropped). In a batch under way, it runs on with the others.
+            Some(batcher) => drop(batcher.remove(|(queued, _, _)| *queued == id)),
+            None => {
+                if let Some(call) = self.calls.borrow_mut().remove(&id) {
+                    call.abort();
+                }
+            }
+        }
     }
 }
 

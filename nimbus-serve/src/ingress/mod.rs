@@ -14,6 +14,9 @@
 //!    another pick; a replica that fails the call is held down and the
 //!    request answered 503 with `Retry-After`, as are requests refused for
 //!    overload. A request not answered within `request_timeout` gets 504.
+//! 4. **Cancel**: a request dropped while its replica runs it (its client
+//!    closed the connection, or `request_timeout` passed) sends the
+//!    replica a [`Cancel`] with the request's id, so its work stops too.
 
 mod router;
 
@@ -32,7 +35,7 @@ use nimbus::cluster::ActorId;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, Notify};
 
-use crate::replica::{Answer, Replica, Request};
+use crate::replica::{Answer, Cancel, Replica, Request};
 pub(crate) use router::RouteSpec;
 pub use router::DOWN_HOLD;
 use router::{Pick, Router};
@@ -302,10 +305,20 @@ async fn route(shared: &Shared, prefix: &str, body: Bytes) -> Response {
                 return json_error(StatusCode::NOT_FOUND, &format!("{prefix} is no longer served"))
             }
         };
+        let id = rand::random();
         let call = handle.send(Request {
+            id,
             body: body.to_vec(),
         });
-        match call.await {
+        let running = CancelOnDrop {
+            shared,
+            replica,
+            handle: Some(handle),
+            id,
+        };
+        let answered = call.await;
+        running.answered();
+        match answered {
             Ok(Answer::Done {
                 status,
                 body,
@@ -345,6 +358,41 @@ impl Drop for QueueSeat<'_> {
         if self.held {
             lock(self.shared).leave_queue(self.prefix);
         }
+    }
+}
+
+/// A request on its way to or running on a replica: dropped before its
+/// answer came, it ends there for the router (which counted it as
+/// ongoing) and is cancelled on the replica.
+struct CancelOnDrop<'a> {
+    shared: &'a Shared,
+    replica: ActorId,
+    handle: Option<ActorHandle<Replica>>,
+    id: u64,
+}
+
+impl CancelOnDrop<'_> {
+    /// The call came back (answered or failed): nothing to cancel.
+    fn answered(mut self) {
+        self.handle = None;
+    }
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        end(self.shared, self.replica, None);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let id = self.id;
+        runtime.spawn(async move {
+            if let Err(e) = handle.send(Cancel { id }).await {
+                tracing::debug!("a cancel did not reach its replica: {e}");
+            }
+        });
     }
 }
 

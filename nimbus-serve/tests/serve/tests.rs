@@ -36,6 +36,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("killed_replica_is_restarted_under_load", |d| {
         boxed(killed_replica_is_restarted_under_load(d))
     }),
+    ("a_client_that_leaves_cancels_its_request", |d| {
+        boxed(a_client_that_leaves_cancels_its_request(d))
+    }),
 ];
 
 pub fn registry() -> Registry {
@@ -54,6 +57,32 @@ struct Ask {
     x: Option<Vec<f32>>,
     panic: bool,
     hold_ms: u64,
+    /// A path: the call creates `PATH.started` as it begins, and
+    /// `PATH.dropped` if it is dropped before it ends (cancelled).
+    marker: Option<String>,
+}
+
+/// The files of [`Ask::marker`].
+struct Marker {
+    path: Option<String>,
+    done: bool,
+}
+
+impl Marker {
+    fn start(path: Option<String>) -> Self {
+        if let Some(path) = &path {
+            std::fs::write(format!("{path}.started"), "").unwrap();
+        }
+        Marker { path, done: false }
+    }
+}
+
+impl Drop for Marker {
+    fn drop(&mut self) {
+        if let (Some(path), false) = (&self.path, self.done) {
+            std::fs::write(format!("{path}.dropped"), "").unwrap();
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -83,9 +112,11 @@ impl Deployment for Probe {
         if ask.panic {
             panic!("asked to panic");
         }
+        let mut marker = Marker::start(ask.marker);
         if ask.hold_ms > 0 {
             tokio::time::sleep(Duration::from_millis(ask.hold_ms)).await;
         }
+        marker.done = true;
         let sum = match ask.x {
             Some(x) if x.len() != 3 => {
                 return Err(HandlerError::BadRequest(format!(
@@ -532,4 +563,44 @@ async fn killed_replica_is_restarted_under_load(_: &mut nimbus::Driver) {
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, signal: i32) -> i32;
+}
+
+/// Waits until `path` exists.
+async fn wait_for_file(path: &std::path::Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{what}: no {} within 20 s", path.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A client that closes its connection while the replica runs its request
+/// cancels it there: the call is dropped, and the replica (one request at
+/// a time) takes the next one at once instead of after the 60 s it held.
+async fn a_client_that_leaves_cancels_its_request(_: &mut nimbus::Driver) {
+    use tokio::io::AsyncWriteExt;
+
+    let serve = start().await;
+    serve
+        .run(probe("v1").max_ongoing_requests(1))
+        .await
+        .unwrap();
+    let address = serve.addresses()[0];
+    let dir = std::env::temp_dir().join(format!("serve-cancel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("held");
+    let body = serde_json::json!({ "hold_ms": 60_000, "marker": marker }).to_string();
+    let mut client = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!(
+        "POST /probe HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    wait_for_file(&marker.with_extension("started"), "the request reached the replica").await;
+    drop(client);
+    wait_for_file(&marker.with_extension("dropped"), "the left client's call is cancelled").await;
+    let next = post(format!("http://{address}/probe"), "{}".into()).await;
+    assert_eq!(next.status, 200, "{next:?}");
+    serve.shutdown().await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }
