@@ -278,7 +278,10 @@ async fn route(shared: &Shared, prefix: &str, body: Bytes) -> Response {
         prefix,
         held: false,
     };
-    for _ in 0..MAX_PICKS {
+    // Only sends count: a request waits in the queue through any number
+    // of wake-ups (until `request_timeout`).
+    let mut picks = 0;
+    while picks < MAX_PICKS {
         let mut changed = pin!(shared.changed.notified());
         changed.as_mut().enable();
         let draw = (rand::random(), rand::random());
@@ -286,6 +289,7 @@ async fn route(shared: &Shared, prefix: &str, body: Bytes) -> Response {
         let (replica, handle) = match pick {
             Pick::Send { replica, handle } => {
                 seat.held = false;
+                picks += 1;
                 (replica, handle)
             }
             Pick::Wait => {

@@ -36,6 +36,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("killed_replica_is_restarted_under_load", |d| {
         boxed(killed_replica_is_restarted_under_load(d))
     }),
+    ("queued_requests_wait_their_turn", |d| {
+        boxed(queued_requests_wait_their_turn(d))
+    }),
     ("a_client_that_leaves_cancels_its_request", |d| {
         boxed(a_client_that_leaves_cancels_its_request(d))
     }),
@@ -603,4 +606,32 @@ async fn a_client_that_leaves_cancels_its_request(_: &mut nimbus::Driver) {
     assert_eq!(next.status, 200, "{next:?}");
     serve.shutdown().await.unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Twelve clients on one replica that runs one request at a time: eleven
+/// wait in the ingress's queue, woken each time a request ends, and every
+/// request is answered (a wake-up is not a pick: they used to run out of
+/// picks and get 503).
+async fn queued_requests_wait_their_turn(_: &mut nimbus::Driver) {
+    let serve = start().await;
+    serve
+        .run(probe("v1").max_ongoing_requests(1))
+        .await
+        .unwrap();
+    let url = format!("http://{}/probe", serve.addresses()[0]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = load(url, r#"{"hold_ms": 5}"#, 12, stop.clone());
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let answers = running.await.unwrap();
+    assert!(answers.len() >= 12, "{} answers", answers.len());
+    assert!(
+        answers.iter().all(|a| a.status == 200),
+        "{:?}",
+        answers.iter().find(|a| a.status != 200)
+    );
+    serve.shutdown().await.unwrap();
 }
