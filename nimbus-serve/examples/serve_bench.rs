@@ -160,14 +160,25 @@ fn main() -> Result<()> {
 
 /// The summary line; with `--ray`, Ray Serve's same cases measured and
 /// compared.
-fn ray_side(args: &Args, nimbus: &Measured, nimbus_mnist: &Measured, mnist: &MnistCase) -> Result<String> {
+fn ray_side(
+    args: &Args,
+    nimbus: &Measured,
+    nimbus_mnist: &Measured,
+    mnist: &MnistCase,
+) -> Result<String> {
     let mut summary = format!(
         "summary: serve_echo_rps={:.0} serve_echo_p99_ms={:.2} serve_mnist_rps={:.0} serve_mnist_p99_ms={:.2}",
         nimbus.rps, nimbus.p99_ms, nimbus_mnist.rps, nimbus_mnist.p99_ms
     );
     if let Some(python) = &args.ray {
         let url = format!("http://127.0.0.1:{}", args.ray_port);
-        let echo = measure_ray(python, &["ray_serve_echo.py"], &format!("{url}/echo"), None, &args)?;
+        let echo = measure_ray(
+            python,
+            &["ray_serve_echo.py"],
+            &format!("{url}/echo"),
+            None,
+            args,
+        )?;
         summary += &compare("echo", nimbus, &echo);
         let checkpoint = mnist.checkpoint.to_str().context("the checkpoint's path")?;
         let ray_mnist = measure_ray(
@@ -175,7 +186,7 @@ fn ray_side(args: &Args, nimbus: &Measured, nimbus_mnist: &Measured, mnist: &Mni
             &["ray_serve_mnist.py", checkpoint],
             &format!("{url}/mnist"),
             Some(&mnist.script),
-            &args,
+            args,
         )?;
         summary += &compare("mnist", nimbus_mnist, &ray_mnist);
     }
@@ -233,7 +244,10 @@ impl MnistCase {
                 ensure!(out.status.success(), "train_mnist failed: {text}");
                 let summary = text.lines().rfind(|l| l.starts_with("summary:"));
                 let dir = summary
-                    .and_then(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("checkpoint=")))
+                    .and_then(|l| {
+                        l.split_whitespace()
+                            .find_map(|kv| kv.strip_prefix("checkpoint="))
+                    })
                     .with_context(|| format!("train_mnist printed no checkpoint: {text}"))?;
                 println!("serve_mnist serves {dir} (train_mnist, one epoch)");
                 PathBuf::from(dir)
@@ -259,15 +273,33 @@ impl MnistCase {
     /// `serve_mnist --hold` (2 replicas, no batching) measured by wrk.
     fn measure_nimbus(&self, args: &Args) -> Result<Measured> {
         let mut command = Command::new(sibling("serve_mnist")?);
-        command
-            .arg("--checkpoint")
-            .arg(&self.checkpoint)
-            .args(["--port", "0", "--requests", "0", "--max-batch-size", "1", "--hold"]);
-        serving(command, "serve_mnist", |line| {
-            line.starts_with("serving ")
-                .then(|| line.rsplit(' ').next().map(str::to_string))
-                .flatten()
-        }, |url| measure(&url, args.seconds, args.connections, args.threads, Some(&self.script)))
+        command.arg("--checkpoint").arg(&self.checkpoint).args([
+            "--port",
+            "0",
+            "--requests",
+            "0",
+            "--max-batch-size",
+            "1",
+            "--hold",
+        ]);
+        serving(
+            command,
+            "serve_mnist",
+            |line| {
+                line.starts_with("serving ")
+                    .then(|| line.rsplit(' ').next().map(str::to_string))
+                    .flatten()
+            },
+            |url| {
+                measure(
+                    &url,
+                    args.seconds,
+                    args.connections,
+                    args.threads,
+                    Some(&self.script),
+                )
+            },
+        )
     }
 
     /// Removes what this run made.
@@ -388,10 +420,7 @@ fn run_wrk(
     if let Some(lua) = lua {
         wrk.arg("-s").arg(lua);
     }
-    let output = wrk
-        .arg(url)
-        .output()
-        .context("cannot run wrk")?;
+    let output = wrk.arg(url).output().context("cannot run wrk")?;
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     ensure!(
         output.status.success(),

@@ -228,9 +228,9 @@ impl Handler<Request> for Replica {
                 calls.borrow_mut().insert(id, stop);
                 let call = Abortable::new(hosted.call(&request.body), registration);
                 async move {
-                    let outcome = call
-                        .await
-                        .unwrap_or_else(|_| Outcome::error(CANCELLED, "cancelled: its client left"));
+                    let outcome = call.await.unwrap_or_else(|_| {
+                        Outcome::error(CANCELLED, "cancelled: its client left")
+                    });
                     calls.borrow_mut().remove(&id);
                     outcome
                 }

@@ -572,7 +572,11 @@ extern "C" {
 async fn wait_for_file(path: &std::path::Path, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !path.exists() {
-        assert!(Instant::now() < deadline, "{what}: no {} within 20 s", path.display());
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no {} within 20 s",
+            path.display()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -599,9 +603,17 @@ async fn a_client_that_leaves_cancels_its_request(_: &mut nimbus::Driver) {
         body.len()
     );
     client.write_all(request.as_bytes()).await.unwrap();
-    wait_for_file(&marker.with_extension("started"), "the request reached the replica").await;
+    wait_for_file(
+        &marker.with_extension("started"),
+        "the request reached the replica",
+    )
+    .await;
     drop(client);
-    wait_for_file(&marker.with_extension("dropped"), "the left client's call is cancelled").await;
+    wait_for_file(
+        &marker.with_extension("dropped"),
+        "the left client's call is cancelled",
+    )
+    .await;
     let next = post(format!("http://{address}/probe"), "{}".into()).await;
     assert_eq!(next.status, 200, "{next:?}");
     serve.shutdown().await.unwrap();

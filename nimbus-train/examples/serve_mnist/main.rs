@@ -14,7 +14,8 @@
 //! `digit 7 -> 7 (p=0.998)` lines, then `summary: requests=1000
 //! accuracy=0.98 agree_with_local=1000 ...` (the accuracy is the
 //! checkpoint's: about 0.98 after train_mnist's two default epochs).
-//! `--hold` keeps serving until Enter is pressed.
+//! `--hold` keeps serving until Enter is pressed (serve_bench runs it so,
+//! with `--requests 0`, and measures it with wrk).
 
 // Tests, examples and benchmarks: a failed unwrap is the failure report, and
 // their items are public to their own modules only.
@@ -28,7 +29,14 @@ use clap::Parser;
 use nimbus::actor::Registry;
 use nimbus_serve::{Application, HttpOptions, RegistryExt, Serve};
 
+/// The generated digits `train_mnist` trains on by default.
+#[path = "../train_mnist/data/digits.rs"]
+mod digits;
 mod model;
+#[path = "../train_mnist/network.rs"]
+mod network;
+
+use digits::generate_digits;
 
 use model::{MnistCnn, Prediction};
 
@@ -41,7 +49,11 @@ struct Args {
     /// The port the HTTP ingress listens on (0: any free one).
     #[arg(long, default_value_t = 8000)]
     port: u16,
-    /// Digits to classify over HTTP.
+    /// Requests a replica runs as one forward pass, gathered while it is
+    /// busy (1: no batching).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    max_batch_size: u32,
+    /// Digits to classify over HTTP (0: none, with --hold: only serve).
     #[arg(long, default_value_t = 1000)]
     requests: usize,
     /// Seeds the generated digits.
@@ -73,27 +85,33 @@ fn main() -> Result<()> {
     let (images, labels) = model::test_digits(args.requests, args.seed);
     driver.block_on(async {
         let serve = Serve::start(HttpOptions::default().port(args.port)).await?;
-        let app = Application::new::<MnistCnn>(checkpoint.clone())?
+        let mut app = Application::new::<MnistCnn>(checkpoint.clone())?
             .route_prefix("/mnist")
             .num_replicas(2)
             .num_cpus(0.5)
-            .max_ongoing_requests(16)
-            .batching(16, Duration::from_millis(5));
+            .max_ongoing_requests(args.max_batch_size.max(5));
+        if args.max_batch_size > 1 {
+            app = app.batching(args.max_batch_size, Duration::from_millis(5));
+        }
         serve.run(app).await?;
         let url = format!("http://{}/mnist", serve.addresses()[0]);
+        // serve_bench reads this line for the address.
         println!("serving {} on {url}", checkpoint.display());
-        println!(
-            "try: curl -s {url} -d \"$(python3 -c 'print([0.0]*784)')\""
-        );
+        println!("try: curl -s {url} -d \"$(python3 -c 'print([0.0]*784)')\"");
         let started = Instant::now();
         let client_images = images.clone();
         let served = tokio::task::spawn_blocking(move || classify(&url, &client_images)).await??;
         let took = started.elapsed();
         if args.hold {
             println!("serving until Enter is pressed");
-            tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new())).await??;
+            tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
+                .await??;
         }
         serve.shutdown().await?;
+        if served.is_empty() {
+            println!("summary: requests=0");
+            return Ok(());
+        }
         let expected = local.predict(&images);
         for ((answer, label), _) in served.iter().zip(&labels).zip(0..5) {
             println!(
@@ -101,7 +119,11 @@ fn main() -> Result<()> {
                 answer.digit, answer.probability
             );
         }
-        let right = served.iter().zip(&labels).filter(|(p, l)| p.digit == **l).count();
+        let right = served
+            .iter()
+            .zip(&labels)
+            .filter(|(p, l)| p.digit == **l)
+            .count();
         let agree = served
             .iter()
             .zip(&expected)
@@ -152,7 +174,11 @@ fn classify(url: &str, images: &[Vec<f32>]) -> Result<Vec<Prediction>> {
             .collect();
         let mut predictions = Vec::with_capacity(images.len());
         for client in clients {
-            predictions.extend(client.join().map_err(|_| anyhow::anyhow!("a client panicked"))??);
+            predictions.extend(
+                client
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a client panicked"))??,
+            );
         }
         Ok(predictions)
     })

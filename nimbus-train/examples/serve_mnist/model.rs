@@ -13,12 +13,9 @@ use nimbus_train::tch::{self, nn, nn::ModuleT, Device, Kind, Tensor};
 use nimbus_train::Checkpoint;
 use serde::{Deserialize, Serialize};
 
-#[path = "../train_mnist/network.rs"]
-mod network;
-
-/// The generated digits `train_mnist` trains on by default.
-#[path = "../train_mnist/data/digits.rs"]
-pub mod digits;
+// The CNN and the digits of the training example, from the crate root
+// (each program includes their files once).
+use crate::{generate_digits, network};
 
 /// Pixels per image (28×28).
 pub const PIXELS: usize = 784;
@@ -79,7 +76,7 @@ impl MnistCnn {
 /// `n` generated digits (pixels in `[0, 1]`) and their labels, the same
 /// for a seed everywhere.
 pub fn test_digits(n: usize, seed: u64) -> (Vec<Vec<f32>>, Vec<i64>) {
-    let (bytes, labels) = digits::generate_digits(n, seed);
+    let (bytes, labels) = generate_digits(n, seed);
     let images = bytes
         .chunks(PIXELS)
         .map(|image| image.iter().map(|&b| f32::from(b) / 255.0).collect())

@@ -21,7 +21,7 @@ pub mod data;
 use data::{embedded_digits, load_mnist, ImageData, ImageSet};
 // The network is a file of its own: nimbus-serve's MNIST examples serve it.
 #[path = "network.rs"]
-mod network;
+pub mod network;
 pub use network::network;
 /// Where the images come from.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -22,6 +22,8 @@ mod tests;
 mod tune;
 mod unused;
 
+// What the serving model takes from the training example.
+use mnist::{data::generate_digits, network};
 use nimbus::tune::TuneRegistry;
 use nimbus_serve::RegistryExt;
 use nimbus_train::TrainRegistry;

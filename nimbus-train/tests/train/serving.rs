@@ -27,7 +27,7 @@ fn post(url: &str, body: &str) -> (u16, String) {
 }
 
 pub async fn a_trained_checkpoint_is_served_over_http_in_batches(_: &mut nimbus::Driver) {
-    let (result, _) = fit(small(10), ScalingConfig::workers(2), run_config("served")).await;
+    let (result, _) = fit(small(20), ScalingConfig::workers(2), run_config("served")).await;
     ok(&result);
     let checkpoint = result.checkpoint.expect("a checkpoint").path;
     let local = MnistCnn::load(&checkpoint).unwrap();
@@ -71,7 +71,10 @@ pub async fn a_trained_checkpoint_is_served_over_http_in_batches(_: &mut nimbus:
     for (i, ((status, body), here)) in served.iter().zip(&expected).enumerate() {
         assert_eq!(*status, 200, "image {i}: {body}");
         let answer: Prediction = serde_json::from_str(body).unwrap();
-        assert_eq!(answer.digit, here.digit, "image {i}: served {answer:?}, here {here:?}");
+        assert_eq!(
+            answer.digit, here.digit,
+            "image {i}: served {answer:?}, here {here:?}"
+        );
         assert!(
             (answer.probability - here.probability).abs() < 1e-4,
             "image {i}: served {answer:?}, here {here:?}"
@@ -84,7 +87,10 @@ pub async fn a_trained_checkpoint_is_served_over_http_in_batches(_: &mut nimbus:
         .await
         .unwrap();
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("784 pixel intensities") && body.contains("got 2"), "{body}");
+    assert!(
+        body.contains("784 pixel intensities") && body.contains("got 2"),
+        "{body}"
+    );
     let (status, body) = tokio::task::spawn_blocking(move || post(&url_b, "[0.5,"))
         .await
         .unwrap();
@@ -97,7 +103,11 @@ pub async fn a_trained_checkpoint_is_served_over_http_in_batches(_: &mut nimbus:
         .name("missing")
         .route_prefix("/missing")
         .num_cpus(0.5);
-    let error = serve.run(app).await.expect_err("no checkpoint there").to_string();
+    let error = serve
+        .run(app)
+        .await
+        .expect_err("no checkpoint there")
+        .to_string();
     assert!(
         error.contains("cannot load the MNIST CNN") && error.contains("checkpoint_999999999"),
         "{error}"
