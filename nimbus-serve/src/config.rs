@@ -108,6 +108,80 @@ pub struct Application {
     pub(crate) num_cpus: f64,
     pub(crate) num_gpus: f64,
     pub(crate) batching: Option<Batching>,
+    pub(crate) autoscaling: Option<Autoscaling>,
+}
+
+/// How an application's replica count follows its load
+/// (`controller/autoscale.rs`): as many replicas as keep about
+/// `target_ongoing_requests` requests on each, within `min_replicas` and
+/// `max_replicas`, changed once the want has lasted `upscale_delay` (more)
+/// or `downscale_delay` (fewer). Ray Serve's defaults: target 2, 30 s up,
+/// 600 s down.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Autoscaling {
+    pub(crate) min_replicas: u32,
+    pub(crate) max_replicas: u32,
+    pub(crate) target_ongoing_requests: f64,
+    pub(crate) upscale_delay: Duration,
+    pub(crate) downscale_delay: Duration,
+}
+
+impl Autoscaling {
+    /// Between `min_replicas` (where it starts) and `max_replicas`.
+    pub fn new(min_replicas: u32, max_replicas: u32) -> Self {
+        Autoscaling {
+            min_replicas,
+            max_replicas,
+            target_ongoing_requests: 2.0,
+            upscale_delay: Duration::from_secs(30),
+            downscale_delay: Duration::from_secs(600),
+        }
+    }
+
+    /// Requests each replica should hold (default 2).
+    pub fn target_ongoing_requests(mut self, requests: f64) -> Self {
+        self.target_ongoing_requests = requests;
+        self
+    }
+
+    /// How long more replicas must be wanted before they start (default 30 s).
+    pub fn upscale_delay(mut self, delay: Duration) -> Self {
+        self.upscale_delay = delay;
+        self
+    }
+
+    /// How long fewer replicas must be wanted before some are drained and
+    /// stopped (default 600 s).
+    pub fn downscale_delay(mut self, delay: Duration) -> Self {
+        self.downscale_delay = delay;
+        self
+    }
+
+    fn check(&self) -> Result<(), ServeError> {
+        if self.min_replicas == 0 {
+            return Err(setting(
+                "min_replicas",
+                "must be at least 1 (scaling to zero is not supported yet)".into(),
+            ));
+        }
+        if self.max_replicas < self.min_replicas {
+            return Err(setting(
+                "max_replicas",
+                format!(
+                    "{} is below min_replicas {}",
+                    self.max_replicas, self.min_replicas
+                ),
+            ));
+        }
+        let target = self.target_ongoing_requests;
+        if !target.is_finite() || target <= 0.0 {
+            return Err(setting(
+                "target_ongoing_requests",
+                format!("{target} is not a number above 0"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Dynamic batching of an application's requests in each replica
@@ -139,6 +213,7 @@ impl Application {
             num_cpus: 1.0,
             num_gpus: 0.0,
             batching: None,
+            autoscaling: None,
         })
     }
 
@@ -199,7 +274,17 @@ impl Application {
         self
     }
 
+    /// Scales its replicas with their load (replacing `num_replicas`:
+    /// it starts with `min_replicas`).
+    pub fn autoscaling(mut self, autoscaling: Autoscaling) -> Self {
+        self.autoscaling = Some(autoscaling);
+        self
+    }
+
     pub(crate) fn check(&self) -> Result<(), ServeError> {
+        if let Some(autoscaling) = &self.autoscaling {
+            autoscaling.check()?;
+        }
         if let Some(batching) = self.batching {
             if batching.max_batch_size == 0 {
                 return Err(setting("max_batch_size", "must be at least 1".into()));

@@ -63,7 +63,7 @@ mod serve;
 mod status;
 
 pub use config::{
-    Application, Batching, HttpOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_ONGOING,
+    Application, Autoscaling, Batching, HttpOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_ONGOING,
     DEFAULT_MAX_QUEUED, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use controller::{
@@ -75,6 +75,6 @@ pub use error::{ControllerError, HandlerError, ServeError};
 pub use ingress::{
     Ingress, IngressArgs, Listen, RouteWire, SetRoutes, DOWN_HOLD, INGRESS_THREADS, RETRY_AFTER_S,
 };
-pub use replica::{Answer, Drain, Health, HealthError, Replica, ReplicaArgs, Request};
+pub use replica::{Answer, Cancel, Drain, Health, HealthError, Replica, ReplicaArgs, Request};
 pub use serve::{Serve, STATUS_TIMEOUT};
 pub use status::{DeploymentStatus, IngressAddress, ReplicaStatus, ServeStatus};

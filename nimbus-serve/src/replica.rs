@@ -279,9 +279,10 @@ impl Handler<Cancel> for Replica {
 }
 
 /// Asks whether the replica was built and its deployment's health check
-/// passes.
+/// passes; a healthy replica answers the requests it holds (for
+/// autoscaling).
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "Result<(), HealthError>")]
+#[rtype(result = "Result<u32, HealthError>")]
 pub struct Health;
 
 /// Why a replica cannot serve.
@@ -298,14 +299,15 @@ pub enum HealthError {
 nimbus::remote_message!(Health);
 
 impl Handler<Health> for Replica {
-    type Result = Result<(), HealthError>;
+    type Result = Result<u32, HealthError>;
 
     fn handle(&mut self, _: Health, _: &mut Context<Self>) -> Self::Result {
         let hosted = self
             .hosted()
             .as_ref()
             .map_err(|e| HealthError::NotBuilt(e.clone()))?;
-        hosted.check_health().map_err(HealthError::Unhealthy)
+        hosted.check_health().map_err(HealthError::Unhealthy)?;
+        Ok(self.ongoing.get())
     }
 }
 

@@ -16,14 +16,22 @@
 //!    [`HEALTH_TIMEOUT`]; one that fails is routed around until it passes;
 //!    one dead for good is replaced. Each ingress is told to listen (a
 //!    no-op unless it was restarted) and sent the routes.
-//! 4. **Shutdown** ([`Shutdown`]): replicas and ingresses are stopped.
+//! 4. **Autoscale**, after each health round, for applications with
+//!    `Application::autoscaling`: the requests the replicas hold (their
+//!    health answers) go to the application's `autoscale.rs` policy; new
+//!    replicas are started and routed to once healthy, or the ones with
+//!    the fewest requests are taken out of the routes, drained and stopped.
+//! 5. **Shutdown** ([`Shutdown`]): replicas and ingresses are stopped.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+mod autoscale;
+
 use actix::prelude::*;
+use autoscale::Autoscaler;
 use futures::future::join_all;
 use nimbus::actor::{self, ActorHandle, CallError, SpawnOptions, Strategy};
 use serde::{Deserialize, Serialize};
@@ -62,12 +70,16 @@ struct State {
 struct Running {
     app: Application,
     replicas: Vec<ReplicaEntry>,
+    /// With `Application::autoscaling`: the replica count's policy.
+    autoscaler: Option<Autoscaler>,
 }
 
 struct ReplicaEntry {
     handle: ActorHandle<Replica>,
     healthy: bool,
     error: Option<String>,
+    /// The requests it held at its last health check.
+    ongoing: u32,
 }
 
 impl Actor for Controller {
@@ -82,6 +94,7 @@ impl Actor for Controller {
             ctx.spawn(
                 async move {
                     check_health(&state).await;
+                    autoscale(&state).await;
                     publish(&state).await;
                     state.borrow_mut().checking = false;
                 }
@@ -213,10 +226,18 @@ impl Handler<Deploy> for Controller {
                     application: app.name.clone(),
                 });
             }
-            let replicas = start_replicas(&app).await?;
+            let autoscaler = app.autoscaling.map(Autoscaler::new);
+            let first = autoscaler
+                .as_ref()
+                .map_or(app.num_replicas, Autoscaler::target);
+            let replicas = start_replicas(&app, first).await?;
             let old = {
                 let mut state = state.borrow_mut();
-                let running = Running { app, replicas };
+                let running = Running {
+                    app,
+                    replicas,
+                    autoscaler,
+                };
                 match state
                     .applications
                     .iter_mut()
@@ -238,9 +259,12 @@ impl Handler<Deploy> for Controller {
     }
 }
 
-/// Spawns `app`'s replicas and waits until each is healthy; stops them
-/// all if one cannot be built or the startup timeout passes.
-async fn start_replicas(app: &Application) -> Result<Vec<ReplicaEntry>, ControllerError> {
+/// Spawns `count` replicas of `app` and waits until each is healthy; stops
+/// them all if one cannot be built or the startup timeout passes.
+async fn start_replicas(
+    app: &Application,
+    count: u32,
+) -> Result<Vec<ReplicaEntry>, ControllerError> {
     let args = ReplicaArgs {
         kind: app.kind.clone(),
         init: app.init.clone(),
@@ -252,10 +276,8 @@ async fn start_replicas(app: &Application) -> Result<Vec<ReplicaEntry>, Controll
         .num_gpus(app.num_gpus)
         .max_restarts(REPLICA_RESTARTS)
         .max_in_flight(app.max_ongoing.saturating_mul(64).max(1_024));
-    let spawned = join_all(
-        (0..app.num_replicas).map(|_| actor::spawn::<Replica>(args.clone(), options.clone())),
-    )
-    .await;
+    let spawned =
+        join_all((0..count).map(|_| actor::spawn::<Replica>(args.clone(), options.clone()))).await;
     let mut handles = Vec::new();
     let mut failure = None;
     for spawned in spawned {
@@ -289,6 +311,7 @@ async fn start_replicas(app: &Application) -> Result<Vec<ReplicaEntry>, Controll
             handle,
             healthy: true,
             error: None,
+            ongoing: 0,
         })
         .collect())
 }
@@ -302,7 +325,7 @@ async fn wait_healthy(replica: &ActorHandle<Replica>, deadline: Instant) -> Resu
             .send_with_deadline(Health, left.min(HEALTH_TIMEOUT))
             .await
         {
-            Ok(Ok(())) => return Ok(()),
+            Ok(Ok(_)) => return Ok(()),
             Ok(Err(HealthError::NotBuilt(e))) => return Err(e),
             Ok(Err(HealthError::Unhealthy(e))) => format!("its health check failed: {e}"),
             Err(e) => e.to_string(),
@@ -458,7 +481,7 @@ async fn check_health(state: &Rc<RefCell<State>>) {
         .collect();
     let checks = join_all(replicas.iter().map(|(_, handle)| async move {
         match handle.send_with_deadline(Health, HEALTH_TIMEOUT).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(ongoing)) => Ok(ongoing),
             Ok(Err(e)) => Err((e.to_string(), false)),
             Err(e @ (CallError::ActorDead { .. } | CallError::NodeLost { .. })) => {
                 let gone = matches!(handle.death().await, Ok(Some(_)));
@@ -481,9 +504,10 @@ async fn check_health(state: &Rc<RefCell<State>>) {
                 continue;
             };
             match check {
-                Ok(()) => {
+                Ok(ongoing) => {
                     entry.healthy = true;
                     entry.error = None;
+                    entry.ongoing = ongoing;
                 }
                 Err((error, dead)) => {
                     if entry.healthy {
@@ -514,11 +538,7 @@ async fn replace(state: &Rc<RefCell<State>>, application: &str, id: nimbus::clus
     else {
         return;
     };
-    let one = Application {
-        num_replicas: 1,
-        ..app
-    };
-    match start_replicas(&one).await {
+    match start_replicas(&app, 1).await {
         Ok(started) => {
             let unplaced: Vec<ReplicaEntry> = {
                 let mut state = state.borrow_mut();
@@ -543,6 +563,91 @@ async fn replace(state: &Rc<RefCell<State>>, application: &str, id: nimbus::clus
         }
         Err(e) => tracing::warn!(%application, "a dead replica could not be replaced: {e}"),
     }
+}
+
+/// Lets each autoscaled application's policy decide on the requests its
+/// healthy replicas hold; starts or stops replicas to its target.
+async fn autoscale(state: &Rc<RefCell<State>>) {
+    let now = Instant::now();
+    let changes: Vec<(String, u32)> = state
+        .borrow_mut()
+        .applications
+        .iter_mut()
+        .filter_map(|running| {
+            let ongoing = running
+                .replicas
+                .iter()
+                .filter(|replica| replica.healthy)
+                .map(|replica| replica.ongoing)
+                .sum();
+            let autoscaler = running.autoscaler.as_mut()?;
+            autoscaler.decide(ongoing, now);
+            // Also a scale-up that failed in an earlier round: tried again.
+            let target = autoscaler.target();
+            (running.replicas.len() != target as usize).then(|| (running.app.name.clone(), target))
+        })
+        .collect();
+    for (application, target) in changes {
+        scale(state, &application, target).await;
+    }
+}
+
+/// Starts or stops replicas of `application` until it has `target`.
+async fn scale(state: &Rc<RefCell<State>>, application: &str, target: u32) {
+    let Some((app, count)) = state
+        .borrow()
+        .applications
+        .iter()
+        .find(|running| running.app.name == application)
+        .map(|running| (running.app.clone(), running.replicas.len() as u32))
+    else {
+        return;
+    };
+    if target > count {
+        tracing::info!(%application, from = count, to = target, "scaling up");
+        match start_replicas(&app, target - count).await {
+            Ok(started) => {
+                let unplaced = {
+                    let mut state = state.borrow_mut();
+                    match state
+                        .applications
+                        .iter_mut()
+                        .find(|running| running.app.name == application)
+                    {
+                        Some(running) => {
+                            running.replicas.extend(started);
+                            Vec::new()
+                        }
+                        // Deleted meanwhile: the new replicas are not needed.
+                        None => started,
+                    }
+                };
+                stop_replicas(unplaced, false).await;
+            }
+            Err(e) => tracing::warn!(%application, "could not scale up: {e}"),
+        }
+        return;
+    }
+    // The replicas holding the fewest requests leave the routes first,
+    // then finish what they hold.
+    let leaving = {
+        let mut state = state.borrow_mut();
+        let Some(running) = state
+            .applications
+            .iter_mut()
+            .find(|running| running.app.name == application)
+        else {
+            return;
+        };
+        running
+            .replicas
+            .sort_by_key(|replica| std::cmp::Reverse(replica.ongoing));
+        let keep = running.replicas.len() - (count - target) as usize;
+        running.replicas.split_off(keep)
+    };
+    tracing::info!(%application, from = count, to = target, "scaling down");
+    publish(state).await;
+    stop_replicas(leaving, true).await;
 }
 
 /// Tells every ingress to listen (a restarted one starts again) and sends

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use nimbus::actor::Registry;
 use nimbus_serve::{
-    Application, ControllerError, Deployment, HandlerError, HttpOptions, RegistryExt, Serve,
-    ServeError,
+    Application, Autoscaling, ControllerError, Deployment, HandlerError, HttpOptions, RegistryExt,
+    Serve, ServeError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +38,9 @@ pub const ALL: &[(&str, Test)] = &[
     }),
     ("queued_requests_wait_their_turn", |d| {
         boxed(queued_requests_wait_their_turn(d))
+    }),
+    ("autoscaling_follows_the_load", |d| {
+        boxed(autoscaling_follows_the_load(d))
     }),
     ("a_client_that_leaves_cancels_its_request", |d| {
         boxed(a_client_that_leaves_cancels_its_request(d))
@@ -645,5 +648,65 @@ async fn queued_requests_wait_their_turn(_: &mut nimbus::Driver) {
         "{:?}",
         answers.iter().find(|a| a.status != 200)
     );
+    serve.shutdown().await.unwrap();
+}
+
+/// An autoscaled application: one replica at first, three under a step
+/// of six clients (one request on each wanted, at most three), back to
+/// one once the load is gone; no request fails on the way.
+async fn autoscaling_follows_the_load(_: &mut nimbus::Driver) {
+    let serve = start().await;
+    let refused = serve
+        .run(probe("v1").autoscaling(Autoscaling::new(0, 2)))
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(ServeError::Setting {
+                setting: "min_replicas",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let scaled = probe("v1").max_ongoing_requests(4).autoscaling(
+        Autoscaling::new(1, 3)
+            .target_ongoing_requests(1.0)
+            .upscale_delay(Duration::from_millis(500))
+            .downscale_delay(Duration::from_secs(2)),
+    );
+    serve.run(scaled).await.unwrap();
+    let replicas = |n: usize| {
+        move |status: &nimbus_serve::ServeStatus| status.applications[0].replicas.len() == n
+    };
+    wait_status(&serve, Duration::from_secs(5), "one replica", replicas(1)).await;
+    let url = format!("http://{}/probe", serve.addresses()[0]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = load(url.clone(), r#"{"hold_ms": 100}"#, 6, stop.clone());
+    wait_status(
+        &serve,
+        Duration::from_secs(30),
+        "scaled up under load",
+        replicas(3),
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let answers = running.await.unwrap();
+    assert!(
+        answers.iter().all(|a| a.status == 200),
+        "{:?}",
+        answers.iter().find(|a| a.status != 200)
+    );
+    let pids: BTreeSet<u32> = answers.iter().map(|a| a.reply().pid).collect();
+    assert!(pids.len() >= 2, "the new replicas served: {pids:?}");
+    wait_status(
+        &serve,
+        Duration::from_secs(30),
+        "scaled down when idle",
+        replicas(1),
+    )
+    .await;
+    let after = post(url, "{}".into()).await;
+    assert_eq!(after.status, 200, "{after:?}");
     serve.shutdown().await.unwrap();
 }

@@ -1,0 +1,172 @@
+//! Autoscaling an application's replicas on their ongoing requests, as
+//! plain state with the clock passed in (Ray Serve's policy).
+//!
+//! 1. Each health round ([`HEALTH_PERIOD`](super::HEALTH_PERIOD)) the
+//!    controller adds up the requests its replicas hold (running, or
+//!    waiting in a replica's batch queue) and calls [`Autoscaler::decide`].
+//! 2. The replicas wanted are `ceil(ongoing / target_ongoing_requests)`,
+//!    kept within `min_replicas..=max_replicas`.
+//! 3. More than now: once every round for `upscale_delay` has wanted more,
+//!    the target becomes the latest round's want. Fewer: the same with
+//!    `downscale_delay`. A round that wants the current count (or the
+//!    other direction) starts the wait again, so a load that wavers
+//!    around a boundary does not make the count swing.
+
+use std::time::{Duration, Instant};
+
+use crate::config::Autoscaling;
+
+/// One application's replica count.
+#[derive(Debug)]
+pub(crate) struct Autoscaler {
+    config: Autoscaling,
+    target: u32,
+    /// Since when every round has wanted to go up (`true`) or down.
+    wanting: Option<(bool, Instant)>,
+}
+
+impl Autoscaler {
+    /// Starts at `config`'s `min_replicas`.
+    pub(crate) fn new(config: Autoscaling) -> Self {
+        Autoscaler {
+            target: config.min_replicas,
+            config,
+            wanting: None,
+        }
+    }
+
+    /// The replicas the application should have now.
+    pub(crate) fn target(&self) -> u32 {
+        self.target
+    }
+
+    /// One round with `ongoing` requests on the replicas at `now`: the new
+    /// target when it changes.
+    pub(crate) fn decide(&mut self, ongoing: u32, now: Instant) -> Option<u32> {
+        let config = &self.config;
+        let wanted = (f64::from(ongoing) / config.target_ongoing_requests).ceil() as u32;
+        let wanted = wanted.clamp(config.min_replicas, config.max_replicas);
+        if wanted == self.target {
+            self.wanting = None;
+            return None;
+        }
+        let up = wanted > self.target;
+        let since = match self.wanting {
+            Some((direction, since)) if direction == up => since,
+            _ => {
+                self.wanting = Some((up, now));
+                now
+            }
+        };
+        let delay: Duration = if up {
+            config.upscale_delay
+        } else {
+            config.downscale_delay
+        };
+        if now.saturating_duration_since(since) < delay {
+            return None;
+        }
+        self.wanting = None;
+        self.target = wanted;
+        Some(wanted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic generator for the simulations (xorshift).
+    struct Seeded(u64);
+
+    impl Seeded {
+        fn below(&mut self, n: u32) -> u32 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % u64::from(n)) as u32
+        }
+    }
+
+    fn config() -> Autoscaling {
+        Autoscaling::new(1, 8)
+            .target_ongoing_requests(2.0)
+            .upscale_delay(Duration::from_secs(3))
+            .downscale_delay(Duration::from_secs(10))
+    }
+
+    const ROUND: Duration = Duration::from_secs(1);
+
+    /// Runs `rounds` rounds of `load(round, replicas)`; the target after
+    /// each.
+    fn simulate(
+        scaler: &mut Autoscaler,
+        rounds: u32,
+        mut load: impl FnMut(u32, u32) -> u32,
+    ) -> Vec<u32> {
+        let start = Instant::now();
+        (0..rounds)
+            .map(|round| {
+                let ongoing = load(round, scaler.target());
+                scaler.decide(ongoing, start + ROUND * round);
+                scaler.target()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_steady_load_settles_and_does_not_oscillate() {
+        for seed in 1..=20 {
+            let mut random = Seeded(seed);
+            let mut scaler = Autoscaler::new(config());
+            // About 7 requests ongoing (6 to 8): 4 replicas at target 2.
+            let targets = simulate(&mut scaler, 200, |_, _| 6 + random.below(3));
+            let settled = &targets[50..];
+            let changes = settled.windows(2).filter(|w| w[0] != w[1]).count();
+            assert!(changes <= 2, "seed {seed}: {changes} changes: {settled:?}");
+            assert!(
+                settled.iter().all(|&t| (3..=4).contains(&t)),
+                "seed {seed}: {settled:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_step_up_scales_within_the_upscale_delay() {
+        let mut scaler = Autoscaler::new(config());
+        // Idle for 20 rounds, then 10 requests ongoing.
+        let targets = simulate(&mut scaler, 40, |round, _| if round < 20 { 0 } else { 10 });
+        assert!(targets[..20].iter().all(|&t| t == 1), "{targets:?}");
+        let up = targets.iter().position(|&t| t == 5).expect("scaled up");
+        assert_eq!(
+            up, 23,
+            "the load from round 20, the delay 3 rounds: {targets:?}"
+        );
+        assert!(targets[up..].iter().all(|&t| t == 5), "{targets:?}");
+    }
+
+    #[test]
+    fn it_scales_down_only_after_the_downscale_delay_and_not_below_min() {
+        let mut scaler = Autoscaler::new(config());
+        let targets = simulate(&mut scaler, 60, |round, _| if round < 10 { 16 } else { 0 });
+        assert_eq!(targets[9], 8, "up to max_replicas: {targets:?}");
+        let down = targets.iter().rposition(|&t| t == 8).unwrap() + 1;
+        assert_eq!(
+            down, 20,
+            "the load gone from round 10, the delay 10 rounds: {targets:?}"
+        );
+        assert!(targets[down..].iter().all(|&t| t == 1), "{targets:?}");
+    }
+
+    #[test]
+    fn a_load_that_wavers_restarts_the_wait() {
+        let mut scaler = Autoscaler::new(config());
+        // High every other round: never 3 rounds in a row wanting more.
+        let targets = simulate(
+            &mut scaler,
+            30,
+            |round, _| if round % 2 == 0 { 10 } else { 1 },
+        );
+        assert!(targets.iter().all(|&t| t == 1), "{targets:?}");
+    }
+}
