@@ -46,7 +46,8 @@ use std::time::Duration;
 use crate::client::ClientError;
 use crate::cluster::faults::FiredFault;
 use crate::cluster::{
-    ClusterEvent, ClusterStatus, DeathCause, FaultRequest, MembershipReply, MembershipRequest,
+    ClusterEvent, ClusterStatus, DeathCause, Demand, DirectoryReply, DirectoryRequest,
+    FaultRequest, MembershipReply, MembershipRequest,
 };
 use crate::runtime::{ProcessContext, ProcessRole, Registry};
 
@@ -152,6 +153,18 @@ pub async fn cluster_status() -> Result<ClusterStatus, LibraryError> {
         MembershipReply::Status(status) => Ok(status),
         reply => {
             Err(ClientError::from(crate::cluster::UnexpectedReply::new("Status", reply)).into())
+        }
+    }
+}
+
+/// What waits for room (`nimbus status`'s pending demands: spawns,
+/// placement groups, tasks): a library holding resources it could give
+/// back (Serve's autoscaled replicas, for a training run) reads it here.
+pub async fn pending_demands() -> Result<Vec<Demand>, LibraryError> {
+    match context()?.call_head(DirectoryRequest::ListDemands).await? {
+        DirectoryReply::Demands(demands) => Ok(demands),
+        reply => {
+            Err(ClientError::from(crate::cluster::UnexpectedReply::new("Demands", reply)).into())
         }
     }
 }

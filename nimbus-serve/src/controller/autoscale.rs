@@ -11,6 +11,11 @@
 //!    `downscale_delay`. A round that wants the current count (or the
 //!    other direction) starts the wait again, so a load that wavers
 //!    around a boundary does not make the count swing.
+//! 4. While something else waits for the room the replicas hold (a
+//!    training run that cannot be placed: `others_waiting`), the target
+//!    goes down by one each round to `min_replicas`, without a delay, and
+//!    never up; once nothing waits, the load decides again (so the
+//!    replicas come back after the upscale delay).
 
 use std::time::{Duration, Instant};
 
@@ -40,10 +45,24 @@ impl Autoscaler {
         self.target
     }
 
-    /// One round with `ongoing` requests on the replicas at `now`: the new
-    /// target when it changes.
-    pub(crate) fn decide(&mut self, ongoing: u32, now: Instant) -> Option<u32> {
+    /// One round with `ongoing` requests on the replicas at `now`, and
+    /// whether others wait for room the replicas hold: the new target when
+    /// it changes.
+    pub(crate) fn decide(
+        &mut self,
+        ongoing: u32,
+        others_waiting: bool,
+        now: Instant,
+    ) -> Option<u32> {
         let config = &self.config;
+        if others_waiting {
+            self.wanting = None;
+            if self.target <= config.min_replicas {
+                return None;
+            }
+            self.target -= 1;
+            return Some(self.target);
+        }
         let wanted = (f64::from(ongoing) / config.target_ongoing_requests).ceil() as u32;
         let wanted = wanted.clamp(config.min_replicas, config.max_replicas);
         if wanted == self.target {
@@ -102,13 +121,23 @@ mod tests {
     fn simulate(
         scaler: &mut Autoscaler,
         rounds: u32,
+        load: impl FnMut(u32, u32) -> u32,
+    ) -> Vec<u32> {
+        simulate_waiting(scaler, rounds, load, |_| false)
+    }
+
+    /// The same, with `waiting(round)`: whether others wait for room.
+    fn simulate_waiting(
+        scaler: &mut Autoscaler,
+        rounds: u32,
         mut load: impl FnMut(u32, u32) -> u32,
+        waiting: impl Fn(u32) -> bool,
     ) -> Vec<u32> {
         let start = Instant::now();
         (0..rounds)
             .map(|round| {
                 let ongoing = load(round, scaler.target());
-                scaler.decide(ongoing, start + ROUND * round);
+                scaler.decide(ongoing, waiting(round), start + ROUND * round);
                 scaler.target()
             })
             .collect()
@@ -168,5 +197,34 @@ mod tests {
             |round, _| if round % 2 == 0 { 10 } else { 1 },
         );
         assert!(targets.iter().all(|&t| t == 1), "{targets:?}");
+    }
+
+    #[test]
+    fn replicas_are_given_back_while_others_wait_and_come_back_after() {
+        let mut scaler = Autoscaler::new(config());
+        // A steady 10 requests (5 replicas wanted); others wait in rounds
+        // 20 to 29.
+        let targets = simulate_waiting(
+            &mut scaler,
+            50,
+            |_, _| 10,
+            |round| (20..30).contains(&round),
+        );
+        assert_eq!(targets[19], 5, "{targets:?}");
+        assert_eq!(
+            &targets[20..24],
+            &[4, 3, 2, 1],
+            "one a round, without a delay: {targets:?}"
+        );
+        assert!(
+            targets[24..30].iter().all(|&t| t == 1),
+            "never up while others wait: {targets:?}"
+        );
+        let back = targets[30..].iter().position(|&t| t == 5).map(|at| at + 30);
+        assert_eq!(
+            back,
+            Some(33),
+            "the load decides again, after the upscale delay: {targets:?}"
+        );
     }
 }

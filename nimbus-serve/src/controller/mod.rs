@@ -21,6 +21,9 @@
 //!    health answers) go to the application's `autoscale.rs` policy; new
 //!    replicas are started and routed to once healthy, or the ones with
 //!    the fewest requests are taken out of the routes, drained and stopped.
+//!    The cluster's pending demands (`nimbus::library::pending_demands`)
+//!    say whether something else waits for the CPUs or GPUs replicas
+//!    hold: then replicas above the minimum are given back.
 //! 5. **Shutdown** ([`Shutdown`]): replicas and ingresses are stopped.
 
 use std::cell::RefCell;
@@ -33,7 +36,8 @@ mod autoscale;
 use actix::prelude::*;
 use autoscale::Autoscaler;
 use futures::future::join_all;
-use nimbus::actor::{self, ActorHandle, CallError, SpawnOptions, Strategy};
+use nimbus::actor::{self, ActorHandle, CallError, RemoteActor, SpawnOptions, Strategy};
+use nimbus::cluster::{Demand, CPU, GPU};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Application, HttpOptions};
@@ -568,6 +572,21 @@ async fn replace(state: &Rc<RefCell<State>>, application: &str, id: nimbus::clus
 /// Lets each autoscaled application's policy decide on the requests its
 /// healthy replicas hold; starts or stops replicas to its target.
 async fn autoscale(state: &Rc<RefCell<State>>) {
+    let autoscaled = state
+        .borrow()
+        .applications
+        .iter()
+        .any(|running| running.autoscaler.is_some());
+    if !autoscaled {
+        return;
+    }
+    let demands = match nimbus::library::pending_demands().await {
+        Ok(demands) => demands,
+        Err(e) => {
+            tracing::debug!("the pending demands could not be read: {e}");
+            Vec::new()
+        }
+    };
     let now = Instant::now();
     let changes: Vec<(String, u32)> = state
         .borrow_mut()
@@ -580,8 +599,11 @@ async fn autoscale(state: &Rc<RefCell<State>>) {
                 .filter(|replica| replica.healthy)
                 .map(|replica| replica.ongoing)
                 .sum();
+            let others_waiting = demands
+                .iter()
+                .any(|demand| waits_for_room_of(demand, &running.app));
             let autoscaler = running.autoscaler.as_mut()?;
-            autoscaler.decide(ongoing, now);
+            autoscaler.decide(ongoing, others_waiting, now);
             // Also a scale-up that failed in an earlier round: tried again.
             let target = autoscaler.target();
             (running.replicas.len() != target as usize).then(|| (running.app.name.clone(), target))
@@ -590,6 +612,14 @@ async fn autoscale(state: &Rc<RefCell<State>>) {
     for (application, target) in changes {
         scale(state, &application, target).await;
     }
+}
+
+/// Whether `demand`, of something other than serving, waits for what
+/// `app`'s replicas hold (CPUs or GPUs): giving replicas back may let it in.
+fn waits_for_room_of(demand: &Demand, app: &Application) -> bool {
+    demand.class != <Replica as RemoteActor>::NAME
+        && ((app.num_cpus > 0.0 && demand.resources.amount(CPU) > 0.0)
+            || (app.num_gpus > 0.0 && demand.resources.amount(GPU) > 0.0))
 }
 
 /// Starts or stops replicas of `application` until it has `target`.

@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-use nimbus_serve::{Application, HttpOptions, Serve};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use nimbus_serve::{Application, Autoscaling, HttpOptions, Serve, ServeStatus};
 use nimbus_train::ScalingConfig;
 
 use crate::serve_mnist::{test_digits, MnistCnn, Prediction};
@@ -112,5 +116,83 @@ pub async fn a_trained_checkpoint_is_served_over_http_in_batches(_: &mut nimbus:
         error.contains("cannot load the MNIST CNN") && error.contains("checkpoint_999999999"),
         "{error}"
     );
+    serve.shutdown().await.unwrap();
+}
+
+/// Waits until `serve` has `replicas` replicas of its one application.
+async fn wait_replicas(serve: &Serve, replicas: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status: ServeStatus = serve.status().await.unwrap();
+        if status.applications[0].replicas.len() == replicas {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not {replicas} replicas within 30 s: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One cluster for serving and training: an autoscaled deployment under
+/// load holds 1.5 of each node's 2 CPUs (3 replicas, the maximum); a
+/// 2-worker training run cannot be placed until serving gives replicas
+/// back, which it does (to its minimum, 1) while the run waits. The run is
+/// placed within 10 s and trains; no request fails; once the run is over,
+/// the load brings serving back to 3 replicas.
+pub async fn serving_gives_replicas_back_to_a_training_run(_: &mut nimbus::Driver) {
+    let (trained, _) = fit(small(10), ScalingConfig::workers(2), run_config("to-serve")).await;
+    ok(&trained);
+    let checkpoint = trained.checkpoint.expect("a checkpoint").path;
+    let serve = Serve::start(HttpOptions::default().port(0)).await.unwrap();
+    let app = Application::new::<MnistCnn>(checkpoint)
+        .unwrap()
+        .route_prefix("/mnist")
+        .num_cpus(1.5)
+        .max_ongoing_requests(2)
+        .autoscaling(
+            Autoscaling::new(1, 3)
+                .target_ongoing_requests(0.25)
+                .upscale_delay(Duration::from_secs(1))
+                .downscale_delay(Duration::from_secs(600)),
+        );
+    serve.run(app).await.unwrap();
+    let url = format!("http://{}/mnist", serve.addresses()[0]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (image, _) = test_digits(1, 1);
+    let body = serde_json::to_string(&image[0]).unwrap();
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, body, stop) = (url.clone(), body.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut answers = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    answers.push(post(&url, &body));
+                }
+                answers
+            })
+        })
+        .collect();
+    wait_replicas(&serve, 3, "serving grows under load").await;
+
+    // The run needs 1 CPU per worker; each node has 0.5 left.
+    let run = run_config("beside-serving").placement_timeout(Duration::from_secs(10));
+    let (result, _) = fit(small(10), ScalingConfig::workers(2), run).await;
+    ok(&result);
+    wait_replicas(&serve, 3, "serving grows back after the run").await;
+    stop.store(true, Ordering::Relaxed);
+    let answers: Vec<(u16, String)> = tokio::task::spawn_blocking(move || {
+        clients
+            .into_iter()
+            .flat_map(|client| client.join().unwrap())
+            .collect()
+    })
+    .await
+    .unwrap();
+    assert!(!answers.is_empty());
+    if let Some(failed) = answers.iter().find(|(status, _)| *status != 200) {
+        panic!("{} requests, one failed: {failed:?}", answers.len());
+    }
     serve.shutdown().await.unwrap();
 }

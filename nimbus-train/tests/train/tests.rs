@@ -12,7 +12,10 @@ use nimbus_train::{
 };
 
 use crate::mnist::{DataSource, FailMode, MnistConfig, MnistLoop};
-use crate::serving::a_trained_checkpoint_is_served_over_http_in_batches;
+use crate::serving::{
+    a_trained_checkpoint_is_served_over_http_in_batches,
+    serving_gives_replicas_back_to_a_training_run,
+};
 use crate::tune::{
     a_failed_trainer_trial_resumes_from_its_checkpoint,
     a_trainer_trial_past_its_timeout_frees_its_run, tune_trials_are_whole_training_runs_and_stop,
@@ -41,6 +44,9 @@ pub const ALL: &[(&str, Test)] = &[
     ),
     ("a_trained_checkpoint_is_served_over_http_in_batches", |d| {
         boxed(a_trained_checkpoint_is_served_over_http_in_batches(d))
+    }),
+    ("serving_gives_replicas_back_to_a_training_run", |d| {
+        boxed(serving_gives_replicas_back_to_a_training_run(d))
     }),
     ("kill_and_panic_restart_from_checkpoint_bit_exact", |d| {
         boxed(kill_and_panic_restart_from_checkpoint_bit_exact(d))
