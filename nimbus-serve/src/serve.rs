@@ -48,7 +48,8 @@ impl Serve {
         Err(failed)
     }
 
-    /// The ingresses' addresses, one per node.
+    /// The ingresses' addresses, one per node, as at the start (nodes that
+    /// join later get one too: [`status`](Self::status) lists them all).
     pub fn addresses(&self) -> Vec<SocketAddr> {
         self.ingresses
             .iter()

@@ -12,7 +12,8 @@
 //!    the routes are published to every ingress, and the old version's
 //!    replicas drained ([`Drain`], up to [`DRAIN_TIMEOUT`]) and stopped:
 //!    a redeploy is a rolling update.
-//! 3. **Health** every [`HEALTH_PERIOD`]: each replica is asked within
+//! 3. **Health** every [`HEALTH_PERIOD`]: a node that joined gets an
+//!    ingress (one that died is forgotten); each replica is asked within
 //!    [`HEALTH_TIMEOUT`]; one that fails is routed around until it passes;
 //!    one dead for good is replaced. Each ingress is told to listen (a
 //!    no-op unless it was restarted) and sent the routes.
@@ -97,6 +98,7 @@ impl Actor for Controller {
             }
             ctx.spawn(
                 async move {
+                    follow_nodes(&state).await;
                     check_health(&state).await;
                     autoscale(&state).await;
                     publish(&state).await;
@@ -145,66 +147,113 @@ impl Handler<Start> for Controller {
                         detail: e.to_string(),
                     })?;
             let nodes: Vec<String> = status.alive().map(|node| node.id.clone()).collect();
-            let spawned = join_all(nodes.iter().map(|node| {
-                let args = IngressArgs {
-                    node: node.clone(),
-                    host: http.host.clone(),
-                    port: http.port,
-                    max_body_bytes: http.max_body_bytes,
-                    request_timeout: http.request_timeout,
-                };
-                let options = SpawnOptions::default()
-                    .num_cpus(0.0)
-                    .strategy(Strategy::Node(node.clone()))
-                    .max_restarts(INGRESS_RESTARTS);
-                actor::spawn::<Ingress>(args, options)
-            }))
-            .await;
+            let started = join_all(nodes.iter().map(|node| start_ingress(node, &http))).await;
             let mut ingresses = Vec::new();
             let mut failure = None;
-            for (node, spawned) in nodes.into_iter().zip(spawned) {
-                match spawned {
-                    Ok(handle) => ingresses.push((node, handle)),
+            for (node, started) in nodes.into_iter().zip(started) {
+                match started {
+                    Ok((handle, address)) => ingresses.push((node, handle, Some(address))),
                     Err(e) => {
-                        failure.get_or_insert(ControllerError::Spawn {
-                            what: format!("the HTTP ingress on node {node}"),
-                            detail: e.to_string(),
-                        });
+                        failure.get_or_insert(e);
                     }
                 }
             }
-            let listened = join_all(ingresses.iter().map(|(_, handle)| handle.send(Listen))).await;
-            let mut addresses = Vec::new();
-            for ((node, handle), listened) in ingresses.iter().zip(listened) {
-                let detail = match listened {
-                    Ok(Ok(address)) => {
-                        addresses.push(IngressAddress {
-                            node: node.clone(),
-                            address,
-                        });
-                        continue;
-                    }
-                    Ok(Err(detail)) => detail,
-                    Err(e) => e.to_string(),
-                };
-                failure.get_or_insert(ControllerError::Listen {
-                    node: node.clone(),
-                    address: format!("{}:{}", http.host, http.port),
-                    detail,
-                });
-                let _ = handle.kill().await;
-            }
             if let Some(failure) = failure {
-                join_all(ingresses.iter().map(|(_, handle)| handle.kill())).await;
+                join_all(ingresses.iter().map(|(_, handle, _)| handle.kill())).await;
                 return Err(failure);
             }
-            state.borrow_mut().ingresses = ingresses
-                .into_iter()
-                .zip(&addresses)
-                .map(|((node, handle), address)| (node, handle, Some(address.address)))
+            let addresses = ingresses
+                .iter()
+                .filter_map(|(node, _, address)| {
+                    address.map(|address| IngressAddress {
+                        node: node.clone(),
+                        address,
+                    })
+                })
                 .collect();
+            state.borrow_mut().ingresses = ingresses;
             Ok(addresses)
         })
+    }
+}
+
+/// Spawns the ingress of `node`, pinned there, and has it listen; killed
+/// again if it cannot.
+async fn start_ingress(
+    node: &str,
+    http: &HttpOptions,
+) -> Result<(ActorHandle<Ingress>, SocketAddr), ControllerError> {
+    let args = IngressArgs {
+        node: node.to_string(),
+        host: http.host.clone(),
+        port: http.port,
+        max_body_bytes: http.max_body_bytes,
+        request_timeout: http.request_timeout,
+    };
+    let options = SpawnOptions::default()
+        .num_cpus(0.0)
+        .strategy(Strategy::Node(node.to_string()))
+        .max_restarts(INGRESS_RESTARTS);
+    let handle =
+        actor::spawn::<Ingress>(args, options)
+            .await
+            .map_err(|e| ControllerError::Spawn {
+                what: format!("the HTTP ingress on node {node}"),
+                detail: e.to_string(),
+            })?;
+    let detail = match handle.send(Listen).await {
+        Ok(Ok(address)) => return Ok((handle, address)),
+        Ok(Err(detail)) => detail,
+        Err(e) => e.to_string(),
+    };
+    let _ = handle.kill().await;
+    Err(ControllerError::Listen {
+        node: node.to_string(),
+        address: format!("{}:{}", http.host, http.port),
+        detail,
+    })
+}
+
+/// Nodes that joined since the last round get an ingress; those that died
+/// are forgotten (their ingress died with them).
+async fn follow_nodes(state: &Rc<RefCell<State>>) {
+    if state.borrow().ingresses.is_empty() {
+        return; // not started (or shut down)
+    }
+    let status = match nimbus::library::cluster_status().await {
+        Ok(status) => status,
+        Err(e) => {
+            tracing::debug!("the cluster's nodes could not be read: {e}");
+            return;
+        }
+    };
+    let joined: Vec<String> = {
+        let mut state = state.borrow_mut();
+        state.ingresses.retain(|(node, _, _)| {
+            let alive = status.alive().any(|alive| alive.id == *node);
+            if !alive {
+                tracing::info!(%node, "its node is gone: the ingress is forgotten");
+            }
+            alive
+        });
+        status
+            .alive()
+            .filter(|alive| !state.ingresses.iter().any(|(node, _, _)| *node == alive.id))
+            .map(|alive| alive.id.clone())
+            .collect()
+    };
+    let http = state.borrow().http.clone();
+    for node in joined {
+        match start_ingress(&node, &http).await {
+            Ok((handle, address)) => {
+                tracing::info!(%node, %address, "a node joined: its ingress listens");
+                state
+                    .borrow_mut()
+                    .ingresses
+                    .push((node, handle, Some(address)));
+            }
+            Err(e) => tracing::warn!(%node, "a joined node got no ingress: {e}"),
+        }
     }
 }
 

@@ -45,6 +45,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_client_that_leaves_cancels_its_request", |d| {
         boxed(a_client_that_leaves_cancels_its_request(d))
     }),
+    ("a_node_that_joins_later_gets_an_ingress", |d| {
+        boxed(a_node_that_joins_later_gets_an_ingress(d))
+    }),
 ];
 
 pub fn registry() -> Registry {
@@ -708,5 +711,56 @@ async fn autoscaling_follows_the_load(_: &mut nimbus::Driver) {
     .await;
     let after = post(url, "{}".into()).await;
     assert_eq!(after.status, 200, "{after:?}");
+    serve.shutdown().await.unwrap();
+}
+
+/// A node that joins after `Serve::start` gets an ingress of its own,
+/// which serves the routes; once the node is stopped, its ingress is
+/// forgotten.
+async fn a_node_that_joins_later_gets_an_ingress(driver: &mut nimbus::Driver) {
+    let serve = start().await;
+    serve.run(probe("v1")).await.unwrap();
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let index = cluster.add_node(&[]).unwrap();
+    let joined = cluster.node(index).unwrap().name().to_string();
+    let has_joined = |status: &nimbus_serve::ServeStatus| {
+        status
+            .ingresses
+            .iter()
+            .any(|ingress| ingress.node == joined)
+    };
+    wait_status(
+        &serve,
+        Duration::from_secs(30),
+        "the joined node's ingress",
+        has_joined,
+    )
+    .await;
+    let status = serve.status().await.unwrap();
+    let address = status
+        .ingresses
+        .iter()
+        .find(|ingress| ingress.node == joined)
+        .unwrap()
+        .address;
+    let answer = post(format!("http://{address}/probe"), "{}".into()).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let cluster = driver.local_cluster().expect("a local cluster");
+    assert!(
+        cluster.stop(index, Duration::from_secs(20)).unwrap(),
+        "the node stops"
+    );
+    wait_status(
+        &serve,
+        Duration::from_secs(30),
+        "the stopped node's ingress forgotten",
+        |status| {
+            !status
+                .ingresses
+                .iter()
+                .any(|ingress| ingress.node == joined)
+        },
+    )
+    .await;
     serve.shutdown().await.unwrap();
 }
