@@ -95,7 +95,7 @@ impl HttpOptions {
 /// let app = Application::new::<Echo>(())?.route_prefix("/echo").num_replicas(2).num_cpus(0.5);
 /// # Ok::<(), nimbus_serve::ServeError>(())
 /// ```
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Application {
     pub(crate) name: String,
     pub(crate) kind: String,
@@ -117,7 +117,7 @@ pub struct Application {
 /// `max_replicas`, changed once the want has lasted `upscale_delay` (more)
 /// or `downscale_delay` (fewer). Ray Serve's defaults: target 2, 30 s up,
 /// 600 s down.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Autoscaling {
     pub(crate) min_replicas: u32,
     pub(crate) max_replicas: u32,
@@ -186,7 +186,7 @@ impl Autoscaling {
 
 /// Dynamic batching of an application's requests in each replica
 /// (`batcher.rs`).
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Batching {
     pub(crate) max_batch_size: u32,
     pub(crate) max_wait: Duration,

@@ -20,7 +20,7 @@
 //! 5. [`Drain`] answers once no request is ongoing: an old version's
 //!    replica is drained, then stopped, in a rolling update.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Instant;
@@ -45,7 +45,7 @@ pub struct Replica {
     /// Built on the first message (the worker's registry is installed
     /// after its actor is created).
     hosted: Option<Result<Rc<dyn Hosted>, String>>,
-    ongoing: Rc<Cell<u32>>,
+    ongoing: Rc<RefCell<Ongoing>>,
     /// How to stop each ongoing call, by request id.
     calls: Rc<RefCell<HashMap<u64, AbortHandle>>>,
     idle: Rc<Notify>,
@@ -83,7 +83,7 @@ impl Replica {
             wake_at: None,
             args,
             hosted: None,
-            ongoing: Rc::new(Cell::new(0)),
+            ongoing: Rc::new(RefCell::new(Ongoing::new(Instant::now()))),
             calls: Rc::default(),
             idle: Rc::new(Notify::new()),
         }
@@ -140,6 +140,55 @@ impl Replica {
                 replica.start_batches(ctx);
             });
         }
+    }
+}
+
+/// The requests a replica holds, and how many it held on average since
+/// the last health check: what autoscaling reads (the count at one instant
+/// mostly misses requests that take a millisecond).
+#[derive(Debug)]
+struct Ongoing {
+    now: u32,
+    /// Request-seconds held since `since`, counted up to `changed`.
+    held: f64,
+    since: Instant,
+    changed: Instant,
+}
+
+impl Ongoing {
+    fn new(at: Instant) -> Self {
+        Ongoing {
+            now: 0,
+            held: 0.0,
+            since: at,
+            changed: at,
+        }
+    }
+
+    fn get(&self) -> u32 {
+        self.now
+    }
+
+    fn set(&mut self, count: u32, at: Instant) {
+        let lasted = at.saturating_duration_since(self.changed).as_secs_f64();
+        self.held += f64::from(self.now) * lasted;
+        self.now = count;
+        self.changed = at;
+    }
+
+    /// The average held since the call before (or the start); a new period
+    /// starts.
+    fn average(&mut self, at: Instant) -> f64 {
+        self.set(self.now, at);
+        let period = at.saturating_duration_since(self.since).as_secs_f64();
+        let average = if period > 0.0 {
+            self.held / period
+        } else {
+            f64::from(self.now)
+        };
+        self.held = 0.0;
+        self.since = at;
+        average
     }
 }
 
@@ -200,13 +249,11 @@ impl Handler<Request> for Replica {
             }
         };
         let ongoing = self.ongoing.clone();
-        if ongoing.get() >= self.max_ongoing {
-            let answer = Answer::Full {
-                ongoing: ongoing.get(),
-            };
-            return Box::pin(async move { answer });
+        let held = ongoing.borrow().get();
+        if held >= self.max_ongoing {
+            return Box::pin(async move { Answer::Full { ongoing: held } });
         }
-        ongoing.set(ongoing.get() + 1);
+        ongoing.borrow_mut().set(held + 1, Instant::now());
         let idle = self.idle.clone();
         let id = request.id;
         let call = match self.batcher.as_mut() {
@@ -239,11 +286,12 @@ impl Handler<Request> for Replica {
         };
         Box::pin(async move {
             let outcome = call.await;
-            ongoing.set(ongoing.get() - 1);
-            if ongoing.get() == 0 {
+            let held = ongoing.borrow().get() - 1;
+            ongoing.borrow_mut().set(held, Instant::now());
+            if held == 0 {
                 idle.notify_waiters();
             }
-            Answer::done(outcome, ongoing.get())
+            Answer::done(outcome, held)
         })
     }
 }
@@ -279,10 +327,10 @@ impl Handler<Cancel> for Replica {
 }
 
 /// Asks whether the replica was built and its deployment's health check
-/// passes; a healthy replica answers the requests it holds (for
-/// autoscaling).
+/// passes; a healthy replica answers the requests it held on average
+/// since the check before (for autoscaling).
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "Result<u32, HealthError>")]
+#[rtype(result = "Result<f64, HealthError>")]
 pub struct Health;
 
 /// Why a replica cannot serve.
@@ -299,7 +347,7 @@ pub enum HealthError {
 nimbus::remote_message!(Health);
 
 impl Handler<Health> for Replica {
-    type Result = Result<u32, HealthError>;
+    type Result = Result<f64, HealthError>;
 
     fn handle(&mut self, _: Health, _: &mut Context<Self>) -> Self::Result {
         let hosted = self
@@ -307,7 +355,7 @@ impl Handler<Health> for Replica {
             .as_ref()
             .map_err(|e| HealthError::NotBuilt(e.clone()))?;
         hosted.check_health().map_err(HealthError::Unhealthy)?;
-        Ok(self.ongoing.get())
+        Ok(self.ongoing.borrow_mut().average(Instant::now()))
     }
 }
 
@@ -324,9 +372,32 @@ impl Handler<Drain> for Replica {
     fn handle(&mut self, _: Drain, _: &mut Context<Self>) -> Self::Result {
         let (ongoing, idle) = (self.ongoing.clone(), self.idle.clone());
         Box::pin(async move {
-            while ongoing.get() > 0 {
+            while ongoing.borrow().get() > 0 {
                 idle.notified().await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_average_weighs_each_count_by_how_long_it_was_held() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut ongoing = Ongoing::new(start);
+        // 2 requests for 250 ms, 1 for 250 ms, none for 500 ms: 0.75.
+        ongoing.set(2, at(0));
+        ongoing.set(1, at(250));
+        ongoing.set(0, at(500));
+        assert!((ongoing.average(at(1000)) - 0.75).abs() < 1e-9);
+        // A new period: one request held through it.
+        ongoing.set(1, at(1000));
+        assert!((ongoing.average(at(2000)) - 1.0).abs() < 1e-9);
+        assert_eq!(ongoing.get(), 1);
     }
 }

@@ -2,8 +2,9 @@
 //! plain state with the clock passed in (Ray Serve's policy).
 //!
 //! 1. Each health round ([`HEALTH_PERIOD`](super::HEALTH_PERIOD)) the
-//!    controller adds up the requests its replicas hold (running, or
-//!    waiting in a replica's batch queue) and calls [`Autoscaler::decide`].
+//!    controller adds up the requests its replicas held (running, or
+//!    waiting in a replica's batch queue; each replica's time-weighted
+//!    average since the round before) and calls [`Autoscaler::decide`].
 //! 2. The replicas wanted are `ceil(ongoing / target_ongoing_requests)`,
 //!    kept within `min_replicas..=max_replicas`.
 //! 3. More than now: once every round for `upscale_delay` has wanted more,
@@ -50,7 +51,7 @@ impl Autoscaler {
     /// it changes.
     pub(crate) fn decide(
         &mut self,
-        ongoing: u32,
+        ongoing: f64,
         others_waiting: bool,
         now: Instant,
     ) -> Option<u32> {
@@ -63,7 +64,7 @@ impl Autoscaler {
             self.target -= 1;
             return Some(self.target);
         }
-        let wanted = (f64::from(ongoing) / config.target_ongoing_requests).ceil() as u32;
+        let wanted = (ongoing / config.target_ongoing_requests).ceil() as u32;
         let wanted = wanted.clamp(config.min_replicas, config.max_replicas);
         if wanted == self.target {
             self.wanting = None;
@@ -137,7 +138,7 @@ mod tests {
         (0..rounds)
             .map(|round| {
                 let ongoing = load(round, scaler.target());
-                scaler.decide(ongoing, waiting(round), start + ROUND * round);
+                scaler.decide(f64::from(ongoing), waiting(round), start + ROUND * round);
                 scaler.target()
             })
             .collect()

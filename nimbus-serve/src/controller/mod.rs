@@ -83,8 +83,8 @@ struct ReplicaEntry {
     handle: ActorHandle<Replica>,
     healthy: bool,
     error: Option<String>,
-    /// The requests it held at its last health check.
-    ongoing: u32,
+    /// The requests it held on average between its last two health checks.
+    ongoing: f64,
 }
 
 impl Actor for Controller {
@@ -364,7 +364,7 @@ async fn start_replicas(
             handle,
             healthy: true,
             error: None,
-            ongoing: 0,
+            ongoing: 0.0,
         })
         .collect())
 }
@@ -647,7 +647,7 @@ async fn autoscale(state: &Rc<RefCell<State>>) {
                 .iter()
                 .filter(|replica| replica.healthy)
                 .map(|replica| replica.ongoing)
-                .sum();
+                .sum::<f64>();
             let others_waiting = demands
                 .iter()
                 .any(|demand| waits_for_room_of(demand, &running.app));
@@ -693,12 +693,13 @@ async fn scale(state: &Rc<RefCell<State>>, application: &str, target: u32) {
                         .iter_mut()
                         .find(|running| running.app.name == application)
                     {
-                        Some(running) => {
+                        Some(running) if running.app == app => {
                             running.replicas.extend(started);
                             Vec::new()
                         }
-                        // Deleted meanwhile: the new replicas are not needed.
-                        None => started,
+                        // Deleted or redeployed meanwhile: these replicas
+                        // (of the version before) are not needed.
+                        _ => started,
                     }
                 };
                 stop_replicas(unplaced, false).await;
@@ -720,7 +721,7 @@ async fn scale(state: &Rc<RefCell<State>>, application: &str, target: u32) {
         };
         running
             .replicas
-            .sort_by_key(|replica| std::cmp::Reverse(replica.ongoing));
+            .sort_by(|a, b| b.ongoing.total_cmp(&a.ongoing));
         let keep = running.replicas.len() - (count - target) as usize;
         running.replicas.split_off(keep)
     };

@@ -153,7 +153,7 @@ pub async fn serving_gives_replicas_back_to_a_training_run(_: &mut nimbus::Drive
         .max_ongoing_requests(2)
         .autoscaling(
             Autoscaling::new(1, 3)
-                .target_ongoing_requests(0.25)
+                .target_ongoing_requests(0.2)
                 .upscale_delay(Duration::from_secs(1))
                 .downscale_delay(Duration::from_secs(600)),
         );
@@ -162,7 +162,7 @@ pub async fn serving_gives_replicas_back_to_a_training_run(_: &mut nimbus::Drive
     let stop = Arc::new(AtomicBool::new(false));
     let (image, _) = test_digits(1, 1);
     let body = serde_json::to_string(&image[0]).unwrap();
-    let clients: Vec<_> = (0..2)
+    let clients: Vec<_> = (0..4)
         .map(|_| {
             let (url, body, stop) = (url.clone(), body.clone(), stop.clone());
             std::thread::spawn(move || {
