@@ -2,11 +2,9 @@
 //! `serve_mnist` example does: the replicas' answers are the checkpoint's
 //! own predictions here, batched or not.
 
-use std::time::Duration;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nimbus_serve::{Application, Autoscaling, HttpOptions, Serve, ServeStatus};
 use nimbus_train::ScalingConfig;
@@ -119,6 +117,15 @@ pub async fn a_trained_checkpoint_is_served_over_http_in_batches(_: &mut nimbus:
     serve.shutdown().await.unwrap();
 }
 
+/// Sets its flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Waits until `serve` has `replicas` replicas of its one application.
 async fn wait_replicas(serve: &Serve, replicas: usize, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -138,7 +145,7 @@ async fn wait_replicas(serve: &Serve, replicas: usize, what: &str) {
 /// One cluster for serving and training: an autoscaled deployment under
 /// load holds 1.5 of each node's 2 CPUs (3 replicas, the maximum); a
 /// 2-worker training run cannot be placed until serving gives replicas
-/// back, which it does (to its minimum, 1) while the run waits. The run is
+/// back, which it does, one a round, while the run waits. The run is
 /// placed within 10 s and trains; no request fails; once the run is over,
 /// the load brings serving back to 3 replicas.
 pub async fn serving_gives_replicas_back_to_a_training_run(_: &mut nimbus::Driver) {
@@ -160,6 +167,8 @@ pub async fn serving_gives_replicas_back_to_a_training_run(_: &mut nimbus::Drive
     serve.run(app).await.unwrap();
     let url = format!("http://{}/mnist", serve.addresses()[0]);
     let stop = Arc::new(AtomicBool::new(false));
+    // The clients stop however this test ends.
+    let _stop = StopOnDrop(stop.clone());
     let (image, _) = test_digits(1, 1);
     let body = serde_json::to_string(&image[0]).unwrap();
     let clients: Vec<_> = (0..4)
