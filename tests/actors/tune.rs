@@ -641,10 +641,11 @@ pub async fn pbt_exploits_copy_the_better_checkpoint_and_explore_within_bounds()
                 .dir
                 .join(tune::checkpoint::directory_name(e.from_iteration));
             assert!(copy.is_dir(), "the copied checkpoint: {}", copy.display());
-            if e.iteration == 10 {
-                // Decided on the trial's last result: its function had
-                // returned, and its run from the copy has nothing left to
-                // do (as in Ray).
+            if e.iteration == 10 || e.from_iteration == 10 {
+                // Decided on the trial's last result (its function had
+                // returned), or the copy is of a trial that had finished
+                // (its checkpoint at the last iteration): the run from the
+                // copy has nothing left to do (as in Ray).
                 continue;
             }
             // The trial went on from that height at the next iteration,
