@@ -217,6 +217,15 @@ fn post_with(agent: &ureq::Agent, url: &str, body: &str) -> Answer {
     }
 }
 
+/// Every answer is 200 (else the first that is not).
+fn assert_all_ok(answers: &[Answer]) {
+    assert!(
+        answers.iter().all(|a| a.status == 200),
+        "{:?}",
+        answers.iter().find(|a| a.status != 200)
+    );
+}
+
 /// POSTs `body` to `url` from a blocking thread.
 async fn post(url: String, body: String) -> Answer {
     tokio::task::spawn_blocking(move || post_with(&agent(), &url, &body))
@@ -504,11 +513,7 @@ async fn batching_gathers_requests_only_while_busy(_: &mut nimbus::Driver) {
     }
     stop.store(true, Ordering::Relaxed);
     let answers = running.await.unwrap();
-    assert!(
-        answers.iter().all(|a| a.status == 200),
-        "{:?}",
-        answers.iter().find(|a| a.status != 200)
-    );
+    assert_all_ok(&answers);
     let largest = answers.iter().map(|a| a.reply().batch).max().unwrap();
     assert!((2..=8).contains(&largest), "batches of up to 8: {largest}");
     // A bad body in a batch is answered 400 alone.
@@ -646,11 +651,7 @@ async fn queued_requests_wait_their_turn(_: &mut nimbus::Driver) {
     stop.store(true, Ordering::Relaxed);
     let answers = running.await.unwrap();
     assert!(answers.len() >= 12, "{} answers", answers.len());
-    assert!(
-        answers.iter().all(|a| a.status == 200),
-        "{:?}",
-        answers.iter().find(|a| a.status != 200)
-    );
+    assert_all_ok(&answers);
     serve.shutdown().await.unwrap();
 }
 
@@ -695,11 +696,7 @@ async fn autoscaling_follows_the_load(_: &mut nimbus::Driver) {
     .await;
     stop.store(true, Ordering::Relaxed);
     let answers = running.await.unwrap();
-    assert!(
-        answers.iter().all(|a| a.status == 200),
-        "{:?}",
-        answers.iter().find(|a| a.status != 200)
-    );
+    assert_all_ok(&answers);
     let pids: BTreeSet<u32> = answers.iter().map(|a| a.reply().pid).collect();
     assert!(pids.len() >= 2, "the new replicas served: {pids:?}");
     wait_status(
