@@ -30,7 +30,7 @@ use crate::cluster::ResourceOverrides;
 use crate::dashboard::{self, DashboardConfig, DashboardListener, TlsSource};
 use crate::head::store::HeadStore;
 use crate::node::{self, NodeConfig, NodeRole};
-use crate::transport::JoinToken;
+use crate::transport::{JoinToken, DEFAULT_TICKET_LIFETIME};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
@@ -108,6 +108,11 @@ pub(crate) struct StartArgs {
     /// Head only: declare a node dead after this many milliseconds without a heartbeat [default: 3000].
     #[arg(long, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     heartbeat_timeout_ms: Option<u64>,
+    /// Head only (a member ignores it): how long the tickets it signs for
+    /// nodes (and, through them, workers) are valid, in seconds; each is
+    /// renewed half-way through [default: 86400].
+    #[arg(long, env = "NIMBUS_TICKET_LIFETIME_S", value_parser = clap::value_parser!(u64).range(2..=30 * 86_400))]
+    ticket_lifetime_s: Option<u64>,
     /// Head only: end a job (kill its actors but the detached ones, release
     /// its placement groups) once its driver has not been heard from for
     /// this many seconds [default: 30].
@@ -247,6 +252,9 @@ fn run_foreground(args: StartArgs) -> Result<()> {
                 args.heartbeat_timeout_ms
                     .unwrap_or(DEFAULT_HEARTBEAT_TIMEOUT_MS),
             ),
+            ticket_lifetime: args
+                .ticket_lifetime_s
+                .map_or(DEFAULT_TICKET_LIFETIME, Duration::from_secs),
             store,
         },
         (Some(address), None) => NodeRole::Member {

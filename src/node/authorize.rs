@@ -85,6 +85,13 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
         })?;
     }
     match request {
+        ControlRequest::Workers(WorkerRequest::RenewTicket) => match worker {
+            true => Ok(()),
+            false => deny(
+                "RenewTicket",
+                "only a worker renews its ticket, with its node",
+            ),
+        },
         ControlRequest::Echo(_)
         | ControlRequest::Events(_)
         | ControlRequest::Membership(MembershipRequest::Status)
@@ -431,6 +438,7 @@ mod tests {
             node: head,
             used: ResourceSet::default(),
             host: None,
+            renew: None,
         });
         assert!(authorize(&node, &beat).is_err());
         assert!(authorize(&holder, &beat).is_err());

@@ -20,6 +20,10 @@ pub enum NodeRole {
         /// A node silent for this long is declared dead (at most 3 s by
         /// default). Nodes heartbeat at a sixth of it.
         heartbeat_timeout: Duration,
+        /// How long the node tickets it signs are valid
+        /// (`--ticket-lifetime-s`; `crate::transport`'s `tickets.rs`,
+        /// step 7).
+        ticket_lifetime: Duration,
         /// Its store, opened, with what it held (`head/store.rs`).
         store: HeadStart,
     },

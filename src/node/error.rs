@@ -261,3 +261,14 @@ pub struct NoCapacity {
     /// What it lacks.
     pub cause: GrantError,
 }
+
+/// A worker's ticket was not renewed (`manager/tickets.rs`).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RenewalRefused {
+    /// The caller is not one of this node's live workers.
+    #[error("{0} is not a live worker of this node (a worker renews its ticket with the node that started it)")]
+    NotAWorker(crate::wire::NodeIdentity),
+    /// The node has not been certified itself.
+    #[error("this node has no ticket of its own yet")]
+    Uncertified,
+}

@@ -29,6 +29,7 @@ use crate::metrics::{MetricsServer, ProcessMetrics};
 use crate::object_store::{HeadEvents, NodeObjectStore};
 use crate::transport::{
     CertificateHash, Credentials, Endpoint, PacketFaults, RequestOptions, TicketAuthority,
+    unix_now,
     WorkerSigner,
 };
 use crate::wire::Ticket;
@@ -109,10 +110,12 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     let link = match config.role.clone() {
         NodeRole::Head {
             heartbeat_timeout,
+            ticket_lifetime,
             store,
         } => {
             let timeouts = (heartbeat_timeout, config.driver_grace, config.head_grace);
-            start_head(&endpoint, &mut bound, registration, store, timeouts).await?
+            let tickets = TicketAuthority::from_pkcs8(&store.ticket_key)?.with_lifetime(ticket_lifetime);
+            start_head(&endpoint, &mut bound, registration, (store, tickets), timeouts).await?
         }
         NodeRole::Member { head } => {
             let joined = join(&endpoint, head, registration, bound.signer.public_key()).await?;
@@ -143,6 +146,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         head_grace: config.head_grace,
         fatal: fatal_tx,
         workers: WorkerIdentities::new(config.token.clone(), bound.signer, link.head_key),
+        endpoint: endpoint.clone(),
         advertise_ip: address.ip(),
         state_dir: config.state_dir.clone(),
         actor_faults: ActorFault::from_env()?,
@@ -299,18 +303,19 @@ async fn start_head(
     endpoint: &Endpoint,
     bound: &mut Bound,
     registration: NodeRegistration,
-    store: HeadStart,
+    (store, tickets): (HeadStart, TicketAuthority),
     (heartbeat_timeout, driver_grace, head_grace): (Duration, Duration, Duration),
 ) -> Result<Link, NodeError> {
     let interval = heartbeat_timeout / BEATS_PER_TIMEOUT;
     // The head certifies itself like any node (`tickets.rs`, step 2), with
     // the key its store keeps: its members' tickets outlive its restarts.
-    let tickets = TicketAuthority::from_pkcs8(&store.ticket_key)?;
+    let tickets = Arc::new(tickets);
     let epoch = store.store.next_epoch()?;
     let ticket = tickets.certify_node(
         &bound.identity,
         bound.certificate,
         &bound.signer.public_key(),
+        unix_now(),
     );
     endpoint.certify(ticket.clone(), tickets.public_key());
     bound.signer.set_ticket(ticket);
@@ -353,6 +358,7 @@ async fn start_head(
         .map_err(|e| NodeError::Expelled(e.to_string()))?;
     let head = HeadLink::Local {
         membership: membership.clone(),
+        tickets: tickets.clone(),
         directory: directory.clone(),
     };
     let head_key = tickets.public_key();
@@ -373,7 +379,7 @@ async fn start_head(
         jobs,
         state,
         heartbeat_interval: interval,
-        tickets: Arc::new(tickets),
+        tickets,
     };
     Ok(Link {
         head,

@@ -39,6 +39,7 @@ use crate::object_store::NodeObjectStore;
 use super::drivers::{DriverRunner, ReadJobLog, RunDriver, StopDriver};
 use super::manager::{
     EndJob, KillActor, ListBundles, NodeManager, ReadBinary, ReadLog, ReadNodeLog, ReadOutput,
+    RenewWorkerTicket,
     ReleaseBundle, ReserveBundle, StartActor, UploadBinary,
 };
 
@@ -210,6 +211,24 @@ impl NodeService {
                 .await
                 .map_err(unavailable)?
                 .map(WorkerReply::Log),
+            WorkerRequest::RenewTicket => {
+                let (Some(scope), true) = (from.worker_scope(), from.certified_as(PeerRole::Worker))
+                else {
+                    return Err(RemoteError::new(
+                        RemoteErrorKind::Forbidden,
+                        format!("{from} holds no worker ticket to renew"),
+                    ));
+                };
+                let renew = RenewWorkerTicket {
+                    worker: from.peer.identity.clone(),
+                    certificate: from.certificate,
+                    scope: scope.clone(),
+                };
+                let ticket = self.manager.send(renew).await.map_err(unavailable)?;
+                ticket
+                    .map(WorkerReply::Renewed)
+                    .map_err(|e| RemoteError::new(RemoteErrorKind::Forbidden, e.to_string()))
+            }
             WorkerRequest::KillActor(actor) => {
                 let kill = KillActor {
                     actor,

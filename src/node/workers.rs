@@ -40,8 +40,10 @@ use crate::host::files::private_log;
 use crate::runtime::boot::{
     parse_died, parse_ready, WorkerBoot, WorkerIdentity, DIED, READY, WORKER_ARG,
 };
-use crate::transport::{Credentials, JoinToken, WorkerScope, WorkerSigner};
-use crate::wire::{Incarnation, NodeIdentity};
+use crate::transport::{
+    unix_now, CertificateHash, Credentials, JoinToken, WorkerScope, WorkerSigner,
+};
+use crate::wire::{Incarnation, NodeIdentity, Ticket};
 
 use super::error::{NotServing, WorkerStartError};
 use super::sandbox::{Entry, WorkerSandbox};
@@ -74,6 +76,34 @@ impl WorkerIdentities {
         }
     }
 
+    /// This node's ticket.
+    pub(super) fn node_ticket(&self) -> Option<&Ticket> {
+        self.signer.ticket()
+    }
+
+    /// The key this node signs its workers' tickets with, for the head.
+    pub(super) fn signs_workers(&self) -> Vec<u8> {
+        self.signer.public_key()
+    }
+
+    /// This node's renewed ticket, attached to its workers' tickets from
+    /// now on.
+    pub(super) fn renewed(&mut self, ticket: Ticket) {
+        self.signer.set_ticket(ticket);
+    }
+
+    /// A new ticket for `worker`, with the certificate it asked with and
+    /// its scope, valid as long as this node's (`tickets.rs`, step 7).
+    pub(super) fn renew(
+        &self,
+        worker: &NodeIdentity,
+        certificate: CertificateHash,
+        scope: WorkerScope,
+    ) -> Option<Ticket> {
+        self.signer
+            .certify_worker(worker, certificate, scope, unix_now())
+    }
+
     /// A new identity for the next incarnation of the worker of `spec`'s
     /// actor, confined to the actor's job and program.
     pub(super) fn issue(&self, spec: &ActorSpec) -> Result<WorkerIdentity, WorkerStartError> {
@@ -88,7 +118,7 @@ impl WorkerIdentities {
         };
         let ticket = self
             .signer
-            .certify_worker(&name, credentials.certificate_hash(), scope)
+            .certify_worker(&name, credentials.certificate_hash(), scope, unix_now())
             .ok_or(WorkerStartError::Uncertified)?;
         Ok(WorkerIdentity {
             name,

@@ -175,6 +175,15 @@ impl ProcessContext {
         }
     }
 
+    /// Sends `request` to this process's node, over its own endpoint.
+    pub async fn call_node(
+        &self,
+        request: crate::cluster::WorkerRequest,
+    ) -> Result<crate::cluster::WorkerReply, ClientError> {
+        let home = self.endpoint.connect(self.home, None).await?;
+        client::call(&home, request, RequestOptions::control()).await
+    }
+
     async fn push_metrics_once(&self) -> Result<(), ClientError> {
         let _turn = self.pushing.lock().await;
         let request = self.metrics_push();

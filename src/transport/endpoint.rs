@@ -195,6 +195,13 @@ impl Endpoint {
         }
     }
 
+    /// From now on presents `ticket`, a renewal of the one it presents
+    /// (`tickets.rs`, step 7); connections made before keep the one they
+    /// were made with.
+    pub fn renew(&self, ticket: Ticket) {
+        *self.inner.proof.write().unwrap_or_else(|e| e.into_inner()) = Proof::Ticket(ticket);
+    }
+
     /// The SHA-256 of this endpoint's certificate (what tickets and bulk
     /// grants name).
     pub fn certificate(&self) -> CertificateHash {

@@ -132,6 +132,7 @@ pub use frame_io::{read_frame, write_frame};
 pub use local::boot_id;
 pub use server::{HandlerError, RequestHandler};
 pub use tickets::{
-    Caller, CertificateHash, Standing, TicketAuthority, TicketError, Verifier, WorkerScope,
-    WorkerSigner, NODE_TICKET, TOKEN_PROOF, WORKER_TICKET,
+    renewal_due_at, unix_now, Caller, CertificateHash, Standing, TicketAuthority, TicketError,
+    Verifier, WorkerScope, WorkerSigner, DEFAULT_TICKET_LIFETIME, MAX_CLOCK_SKEW, NODE_TICKET,
+    TOKEN_PROOF, WORKER_TICKET,
 };

@@ -39,11 +39,19 @@
 //!    as another one.
 //! 6. What each caller may ask is decided above this layer
 //!    (`crate::node`'s `authorize.rs`).
-//!
-//! Tickets do not expire: each names one incarnation, and the head refuses
-//! incarnations it declared dead or that left.
+//! 7. **Expiry and renewal.** A node ticket is valid for the head's ticket
+//!    lifetime (`--ticket-lifetime-s`, [`DEFAULT_TICKET_LIFETIME`]); a
+//!    worker's until its node's ticket expires. Past half its life a node
+//!    asks for a new one with its next heartbeat (the head renews only a
+//!    live member's) and a worker asks its node (`RenewTicket`); both
+//!    present the new one on connections made from then on. A ticket is
+//!    checked when a connection is made: one past its expiry (with a
+//!    tenth of its lifetime, at most [`MAX_CLOCK_SKEW`], for clocks that
+//!    differ between hosts) is refused. Each also names one incarnation,
+//!    and the head refuses incarnations it declared dead or that left.
 
 use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
 use serde::{Deserialize, Serialize};
@@ -55,9 +63,15 @@ use crate::wire::{
 use super::CredentialError;
 
 /// Signed before a node ticket's claims.
-pub const NODE_TICKET: &[u8] = b"nimbus node ticket v1\0";
+pub const NODE_TICKET: &[u8] = b"nimbus node ticket v2\0";
 /// Signed before a worker ticket's claims.
-pub const WORKER_TICKET: &[u8] = b"nimbus worker ticket v1\0";
+pub const WORKER_TICKET: &[u8] = b"nimbus worker ticket v2\0";
+/// How long a node ticket is valid unless the head is told otherwise
+/// (`--ticket-lifetime-s`; step 7).
+pub const DEFAULT_TICKET_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// The most a ticket is accepted past its expiry, for hosts whose clocks
+/// differ (a tenth of its lifetime when that is less; step 7).
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(60);
 /// MACed before a token holder's certificate hash.
 pub const TOKEN_PROOF: &[u8] = b"nimbus token proof v1\0";
 
@@ -104,6 +118,41 @@ struct Claims {
     /// A worker's: what it works for (`None` in a node's).
     #[serde(default)]
     scope: Option<WorkerScope>,
+    /// When it was signed, in seconds since the Unix epoch.
+    issued_at: u64,
+    /// When it stops being accepted (step 7), in seconds since the Unix
+    /// epoch.
+    expires_at: u64,
+}
+
+impl Claims {
+    /// Whether it is still accepted at `now` (step 7).
+    fn valid_at(&self, now: u64) -> Result<(), TicketError> {
+        let life = self.expires_at.saturating_sub(self.issued_at);
+        let skew = (life / 10).min(MAX_CLOCK_SKEW.as_secs());
+        match now <= self.expires_at.saturating_add(skew) {
+            true => Ok(()),
+            false => Err(TicketError::Expired {
+                ago_s: now - self.expires_at,
+            }),
+        }
+    }
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// When the holder of `ticket` (its own, read without checking) asks for a
+/// new one: half-way through its life (step 7); `None` if it cannot be
+/// read.
+pub fn renewal_due_at(ticket: &Ticket) -> Option<u64> {
+    let claims: Claims = wire::decode(&ticket.claims).ok()?;
+    let life = claims.expires_at.saturating_sub(claims.issued_at);
+    Some(claims.issued_at + life / 2)
 }
 
 /// What a worker's ticket confines it to: the job whose actor it hosts and
@@ -150,6 +199,12 @@ pub enum TicketError {
         announced: PeerIdentity,
         /// From the ticket.
         certified: PeerIdentity,
+    },
+    /// The ticket is past its expiry (step 7): its holder did not renew it.
+    #[error("its ticket expired {ago_s} s ago (not renewed: is its holder cut off from its node or the head, or is this host's clock wrong?)")]
+    Expired {
+        /// How long ago.
+        ago_s: u64,
     },
     /// It offered no proof to a process that requires one.
     #[error("it offered no proof of identity (a worker's certificate without its ticket?)")]
@@ -221,9 +276,11 @@ impl fmt::Display for Caller {
     }
 }
 
-/// The head's ticket key: it certifies nodes (step 2).
+/// The head's ticket key: it certifies nodes (step 2) for its ticket
+/// lifetime (step 7).
 pub struct TicketAuthority {
     key: Ed25519KeyPair,
+    lifetime: Duration,
 }
 
 impl TicketAuthority {
@@ -245,7 +302,16 @@ impl TicketAuthority {
     pub fn from_pkcs8(pkcs8: &[u8]) -> Result<Self, CredentialError> {
         let key = Ed25519KeyPair::from_pkcs8(pkcs8)
             .map_err(|e| CredentialError::Tls(format!("the head's ticket key: {e}")))?;
-        Ok(TicketAuthority { key })
+        Ok(TicketAuthority {
+            key,
+            lifetime: DEFAULT_TICKET_LIFETIME,
+        })
+    }
+
+    /// Signs node tickets valid for `lifetime` (at least a second).
+    pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
+        self.lifetime = lifetime.max(Duration::from_secs(1));
+        self
     }
 
     /// The public key every node checks tickets with.
@@ -254,12 +320,14 @@ impl TicketAuthority {
     }
 
     /// A ticket for node `node`, connected with `certificate`, whose
-    /// workers' tickets `signs_workers` signs.
+    /// workers' tickets `signs_workers` signs, valid from `now` (seconds
+    /// since the Unix epoch) for the authority's lifetime.
     pub fn certify_node(
         &self,
         node: &NodeIdentity,
         certificate: CertificateHash,
         signs_workers: &[u8],
+        now: u64,
     ) -> Ticket {
         let claims = Claims {
             subject: PeerIdentity {
@@ -270,6 +338,8 @@ impl TicketAuthority {
             host: node.clone(),
             signs_workers: signs_workers.to_vec(),
             scope: None,
+            issued_at: now,
+            expires_at: now.saturating_add(self.lifetime.as_secs()),
         };
         let claims = rmp_serde::to_vec_named(&claims).unwrap_or_default();
         let signature = sign(&self.key, NODE_TICKET, &claims);
@@ -285,7 +355,8 @@ impl TicketAuthority {
 pub struct WorkerSigner {
     key: Ed25519KeyPair,
     node: NodeIdentity,
-    ticket: Option<Ticket>,
+    /// The node's ticket and when it expires.
+    ticket: Option<(Ticket, u64)>,
 }
 
 impl WorkerSigner {
@@ -305,20 +376,29 @@ impl WorkerSigner {
         self.key.public_key().as_ref().to_vec()
     }
 
-    /// The node's ticket, attached to every worker ticket.
+    /// The node's ticket, attached to every worker ticket; a worker's
+    /// expires with it.
     pub fn set_ticket(&mut self, ticket: Ticket) {
-        self.ticket = Some(ticket);
+        let expires_at = wire::decode::<Claims>(&ticket.claims).map_or(0, |c| c.expires_at);
+        self.ticket = Some((ticket, expires_at));
+    }
+
+    /// The node's ticket, once it has one.
+    pub fn ticket(&self) -> Option<&Ticket> {
+        self.ticket.as_ref().map(|(ticket, _)| ticket)
     }
 
     /// A ticket for worker `worker` with `certificate`, confined to
-    /// `scope`; `None` before the node has its own ticket.
+    /// `scope`, signed at `now` (seconds since the Unix epoch) and valid
+    /// as long as the node's; `None` before the node has its own ticket.
     pub fn certify_worker(
         &self,
         worker: &NodeIdentity,
         certificate: CertificateHash,
         scope: WorkerScope,
+        now: u64,
     ) -> Option<Ticket> {
-        let node = self.ticket.as_ref()?;
+        let (node, expires_at) = self.ticket.as_ref()?;
         let claims = Claims {
             subject: PeerIdentity {
                 role: PeerRole::Worker,
@@ -328,6 +408,8 @@ impl WorkerSigner {
             host: self.node.clone(),
             signs_workers: Vec::new(),
             scope: Some(scope),
+            issued_at: now.min(*expires_at),
+            expires_at: *expires_at,
         };
         let claims = rmp_serde::to_vec_named(&claims).unwrap_or_default();
         let signature = sign(&self.key, WORKER_TICKET, &claims);
@@ -373,12 +455,23 @@ impl Verifier {
     }
 
     /// Who the peer that sent `hello` with the certificate `certificate`
-    /// is, or why its proof fails.
+    /// is, or why its proof fails, now.
     pub fn check(
         &self,
         announced: &PeerIdentity,
         proof: &Proof,
         certificate: CertificateHash,
+    ) -> Result<Caller, TicketError> {
+        self.check_at(announced, proof, certificate, unix_now())
+    }
+
+    /// [`Verifier::check`] at `now` (seconds since the Unix epoch).
+    fn check_at(
+        &self,
+        announced: &PeerIdentity,
+        proof: &Proof,
+        certificate: CertificateHash,
+        now: u64,
     ) -> Result<Caller, TicketError> {
         let caller = |peer: PeerIdentity, standing| Caller {
             peer,
@@ -388,7 +481,7 @@ impl Verifier {
         match proof {
             Proof::Ticket(ticket) => match &self.head {
                 Some(head) => {
-                    let claims = verify_ticket(head, ticket, certificate)?;
+                    let claims = verify_ticket(head, ticket, certificate, now)?;
                     if claims.subject != *announced {
                         return Err(TicketError::NotItsTicket {
                             announced: announced.clone(),
@@ -493,12 +586,14 @@ fn verify(
     wire::decode(claims).map_err(|e| TicketError::Malformed(e.to_string()))
 }
 
-/// The claims of `ticket` once every signature holds and it names
-/// `certificate`.
+/// The claims of `ticket` once every signature holds, it names
+/// `certificate` and neither it nor the node ticket attached has expired
+/// at `now`.
 fn verify_ticket(
     head: &[u8],
     ticket: &Ticket,
     certificate: CertificateHash,
+    now: u64,
 ) -> Result<Claims, TicketError> {
     let claims = match &ticket.issuer {
         None => {
@@ -521,6 +616,7 @@ fn verify_ticket(
                 "node ticket",
             )?;
             expect_role(&node, PeerRole::Node)?;
+            node.valid_at(now)?;
             let claims = verify(
                 &node.signs_workers,
                 WORKER_TICKET,
@@ -546,6 +642,7 @@ fn verify_ticket(
     if claims.certificate != certificate.0 {
         return Err(TicketError::OtherCertificate);
     }
+    claims.valid_at(now)?;
     Ok(claims)
 }
 
@@ -595,7 +692,7 @@ mod tests {
         let head = TicketAuthority::generate().unwrap();
         let n1 = node("n1");
         let cert = CertificateHash::of(b"n1's certificate");
-        let ticket = head.certify_node(&n1, cert, b"");
+        let ticket = head.certify_node(&n1, cert, b"", unix_now());
         let verifier = verifier(&head);
         let proof = Proof::Ticket(ticket);
         let caller = verifier
@@ -618,11 +715,11 @@ mod tests {
         let other = TicketAuthority::generate().unwrap();
         let n1 = node("n1");
         let cert = CertificateHash::of(b"c");
-        let foreign = Proof::Ticket(other.certify_node(&n1, cert, b""));
+        let foreign = Proof::Ticket(other.certify_node(&n1, cert, b"", unix_now()));
         let verifier = verifier(&head);
         let checked = verifier.check(&peer(PeerRole::Node, &n1), &foreign, cert);
         assert!(matches!(checked, Err(TicketError::BadSignature(_))));
-        let mut ticket = head.certify_node(&n1, cert, b"");
+        let mut ticket = head.certify_node(&n1, cert, b"", unix_now());
         let last = ticket.claims.len() - 1;
         ticket.claims[last] ^= 1;
         let tampered = verifier.check(&peer(PeerRole::Node, &n1), &Proof::Ticket(ticket), cert);
@@ -640,9 +737,9 @@ mod tests {
             job: "job-1".into(),
             binary: "ab".into(),
         };
-        assert!(signer.certify_worker(&w, wcert, scope.clone()).is_none());
-        signer.set_ticket(head.certify_node(&n1, CertificateHash::of(b"n"), &signer.public_key()));
-        let ticket = signer.certify_worker(&w, wcert, scope.clone()).unwrap();
+        assert!(signer.certify_worker(&w, wcert, scope.clone(), unix_now()).is_none());
+        signer.set_ticket(head.certify_node(&n1, CertificateHash::of(b"n"), &signer.public_key(), unix_now()));
+        let ticket = signer.certify_worker(&w, wcert, scope.clone(), unix_now()).unwrap();
         let verifier = verifier(&head);
         let caller = verifier
             .check(
@@ -673,11 +770,49 @@ mod tests {
             host: n1.clone(),
             signs_workers: Vec::new(),
             scope: Some(scope),
+            issued_at: unix_now(),
+            expires_at: unix_now() + 60,
         };
         forged.claims = rmp_serde::to_vec_named(&claims).unwrap();
         forged.signature = sign(&rogue.key, WORKER_TICKET, &forged.claims);
         let checked = verifier.check(&peer(PeerRole::Worker, &w), &Proof::Ticket(forged), wcert);
         assert!(matches!(checked, Err(TicketError::BadSignature(_))));
+    }
+
+    #[test]
+    fn a_ticket_is_refused_past_its_expiry_and_a_workers_with_its_nodes() {
+        let head = TicketAuthority::generate()
+            .unwrap()
+            .with_lifetime(Duration::from_secs(100));
+        let n1 = node("n1");
+        let cert = CertificateHash::of(b"n1");
+        let t0 = 1_000_000;
+        let ticket = head.certify_node(&n1, cert, b"", t0);
+        assert_eq!(renewal_due_at(&ticket), Some(t0 + 50));
+        let verifier = verifier(&head);
+        let as_n1 = peer(PeerRole::Node, &n1);
+        let proof = Proof::Ticket(ticket);
+        // A tenth of the lifetime is allowed for clocks that differ.
+        for now in [t0, t0 + 100, t0 + 110] {
+            verifier.check_at(&as_n1, &proof, cert, now).unwrap();
+        }
+        let late = verifier.check_at(&as_n1, &proof, cert, t0 + 111);
+        assert!(matches!(late, Err(TicketError::Expired { ago_s: 11 })), "{late:?}");
+        // A worker's ticket lasts as long as its node's, even when signed
+        // later, and fails with it.
+        let mut signer = WorkerSigner::generate(&n1).unwrap();
+        signer.set_ticket(head.certify_node(&n1, cert, &signer.public_key(), t0));
+        let w = node("worker-1");
+        let wcert = CertificateHash::of(b"w");
+        let scope = WorkerScope {
+            job: "job-1".into(),
+            binary: "ab".into(),
+        };
+        let worker = Proof::Ticket(signer.certify_worker(&w, wcert, scope, t0 + 90).unwrap());
+        let as_w = peer(PeerRole::Worker, &w);
+        verifier.check_at(&as_w, &worker, wcert, t0 + 100).unwrap();
+        let late = verifier.check_at(&as_w, &worker, wcert, t0 + 111);
+        assert!(matches!(late, Err(TicketError::Expired { .. })), "{late:?}");
     }
 
     #[test]

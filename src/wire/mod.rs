@@ -79,10 +79,11 @@ pub use message::{
 /// dialer checks; 16: each subsystem answers with a reply type of its
 /// own (`crate::cluster::Subsystem`); 17: actors are confined to their job
 /// unless shared (`ActorSpec::shared`), and a bulk stream's dialer sends
-/// its ticket's admission tag before TLS. A
+/// its ticket's admission tag before TLS; 18: tickets expire and are
+/// renewed (a heartbeat's `renew`, `WorkerRequest::RenewTicket`). A
 /// [`HelloReply`]'s `local` route is optional: peers of 6 without it
 /// simply use QUIC.
-pub const PROTOCOL_VERSION: u32 = 17;
+pub const PROTOCOL_VERSION: u32 = 18;
 
 /// Default largest frame accepted from a peer (16 MiB); see
 /// [`TransportConfig::max_frame_bytes`](crate::transport::TransportConfig::max_frame_bytes).

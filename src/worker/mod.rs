@@ -13,8 +13,11 @@
 //!    `worker-<actor id>` with a fresh incarnation (with the node's packet
 //!    plan only if it says `workers = true`), install the process context
 //!    (home node: this worker's node), start the object store's reference
-//!    queue, report packet-fault counts if a plan is active, and record the
-//!    node it runs on (for `kill_node` faults).
+//!    queue, report packet-fault counts if a plan is active, record the
+//!    node it runs on (for `kill_node` faults), and keep its ticket
+//!    renewed with its node half-way through each one's life
+//!    (`crate::transport`'s `tickets.rs`, step 7; a refusal is retried
+//!    every [`RENEW_RETRY`]).
 //! 4. Serve calls through the actor host, then print the ready line.
 //! 5. Run until the actor dies or SIGTERM; print the died line with the
 //!    cause (`Stopped` for SIGTERM), close the endpoint and exit.
@@ -44,10 +47,34 @@ use crate::runtime::DispatchError;
 use crate::runtime::{
     kill_own_node, panic_text, HostedActor, NodeOfWorker, ProcessContext, Registry,
 };
+use crate::cluster::{WorkerReply, WorkerRequest};
 use crate::transport::{
-    CredentialError, Credentials, Endpoint, EndpointError, FaultPlanError, TransportConfig,
+    renewal_due_at, unix_now, CredentialError, Credentials, Endpoint, EndpointError,
+    FaultPlanError, TransportConfig,
 };
-use crate::wire::{PeerIdentity, PeerRole};
+use crate::wire::{PeerIdentity, PeerRole, Ticket};
+
+/// How long a worker waits to ask its node again for a ticket it refused
+/// or did not answer (step 3).
+const RENEW_RETRY: Duration = Duration::from_secs(1);
+
+/// Step 3: renews `ticket` with this worker's node half-way through its
+/// life, presenting each new one from then on.
+async fn keep_ticket(context: &'static ProcessContext, mut ticket: Ticket) {
+    loop {
+        let due = renewal_due_at(&ticket).unwrap_or(0);
+        let wait = Duration::from_secs(due.saturating_sub(unix_now())).max(RENEW_RETRY);
+        tokio::time::sleep(wait).await;
+        match context.call_node(WorkerRequest::RenewTicket).await {
+            Ok(WorkerReply::Renewed(renewed)) => {
+                context.endpoint.renew(renewed.clone());
+                ticket = renewed;
+            }
+            Ok(other) => tracing::warn!("this worker's node answered its ticket renewal with {other:?}; asking again"),
+            Err(e) => tracing::warn!("this worker's node did not renew its ticket ({e}); asking again"),
+        }
+    }
+}
 
 /// How long the actor's constructor may take.
 const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -224,7 +251,7 @@ async fn host(
         ..TransportConfig::default()
     };
     let endpoint = Endpoint::listen(socket, me, &credentials, transport)?;
-    endpoint.certify(ticket, head_key);
+    endpoint.certify(ticket.clone(), head_key);
     let binary = std::env::current_exe().map_err(os("find this program's binary"))?;
     let context = ProcessContext::new(
         endpoint.clone(),
@@ -237,6 +264,7 @@ async fn host(
     if let Some(context) = ProcessContext::install(context) {
         crate::object_store::start(context);
         context.host_locally(actor, hosted.clone());
+        tokio::spawn(keep_ticket(context, ticket));
     }
     crate::runtime::report_packet_faults(
         endpoint.clone(),

@@ -136,6 +136,7 @@ impl Handler<Impersonate> for Counter {
                 node: head,
                 used: ResourceSet::default(),
                 host: None,
+                renew: None,
             };
             let down = DirectoryRequest::ActorDown {
                 actor: victim,

@@ -36,6 +36,10 @@ pub const ORPHAN_DRIVER: &str = "NIMBUS_TEST_ORPHAN_DRIVER";
 /// and SIGKILLs and restarts its head under its actors.
 pub const HEAD_RESTART_DRIVER: &str = "NIMBUS_TEST_HEAD_RESTART_DRIVER";
 
+/// Set in the environment of a driver whose cluster's tickets expire
+/// within the test.
+pub const TICKET_RENEWAL_DRIVER: &str = "NIMBUS_TEST_TICKET_RENEWAL_DRIVER";
+
 /// Set in the environment of a driver whose actor prints a line, which the
 /// driver shows (`log_to_driver`).
 pub const PRINTING_DRIVER: &str = "NIMBUS_TEST_PRINTING_DRIVER";
@@ -66,6 +70,9 @@ fn main() {
     }
     if std::env::var_os(HEAD_RESTART_DRIVER).is_some() {
         return tests::head_restart_driver();
+    }
+    if std::env::var_os(TICKET_RENEWAL_DRIVER).is_some() {
+        return tests::ticket_renewal_driver();
     }
     if std::env::var_os(PRINTING_DRIVER).is_some() {
         return tests::printing_driver();

@@ -49,6 +49,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_restarted_head_keeps_its_members_and_actors", |_| {
         boxed(a_restarted_head_keeps_its_members_and_actors())
     }),
+    ("tickets_are_renewed_before_they_expire", |_| {
+        boxed(tickets_are_renewed_before_they_expire())
+    }),
     ("removing_a_placement_group_frees_its_resources", |_| {
         boxed(removing_a_placement_group_frees_its_resources())
     }),
@@ -1476,6 +1479,66 @@ async fn a_restarted_head_keeps_its_members_and_actors() {
         "{}",
         summary.unwrap_or_else(|| panic!("{stdout}\n{stderr}"))
     );
+}
+
+/// Tickets expire (`--ticket-lifetime-s`, 4 s here) and are renewed
+/// half-way through: for three lifetimes an actor started first meets a
+/// new actor on another node every half second, each meeting a new
+/// connection between the two workers, on which each checks the other's
+/// ticket. Without renewal the first meeting after 4 s is refused (the
+/// first actor's ticket has expired, and so has every node's).
+async fn tickets_are_renewed_before_they_expire() {
+    let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .env(crate::TICKET_RENEWAL_DRIVER, "1")
+        .env("NIMBUS_TICKET_LIFETIME_S", TICKET_LIFETIME.as_secs().to_string())
+        .env_remove("NIMBUS_ADDRESS")
+        .env_remove("NIMBUS_TOKEN")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let summary = stdout.lines().find(|l| l.starts_with("summary: "));
+    println!(
+        "{}",
+        summary.unwrap_or_else(|| panic!("{stdout}\n{stderr}"))
+    );
+}
+
+/// The ticket lifetime of [`tickets_are_renewed_before_they_expire`]'s
+/// cluster.
+const TICKET_LIFETIME: Duration = Duration::from_secs(4);
+
+/// [`tickets_are_renewed_before_they_expire`]' driver.
+pub fn ticket_renewal_driver() {
+    let mut driver = nimbus::init_with(registry(), nimbus::InitOptions::private(3))
+        .expect("a private local cluster starts");
+    actix::System::new().block_on(async {
+        driver.connect().await.unwrap();
+        let first = actor::spawn::<Partner>((), on("node-2")).await.unwrap();
+        let started = Instant::now();
+        let mut met = 0;
+        while started.elapsed() < 3 * TICKET_LIFETIME {
+            let node = if met % 2 == 0 { "node-1" } else { "head" };
+            let new = actor::spawn::<Counter>(met, on(node)).await.unwrap();
+            let seconds = started.elapsed().as_secs_f64();
+            let meeting = first.send(Meet(new.clone())).await.unwrap();
+            assert_eq!(meeting, Ok(met), "meeting {met} on {node}, {seconds:.1} s in");
+            new.kill().await.unwrap();
+            met += 1;
+            // Paced, not waited on: the meetings spread over the lifetimes.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let cluster = driver.local_cluster().expect("a local cluster");
+        let status = cluster.client().await.unwrap().status().await.unwrap();
+        assert_eq!(status.alive().count(), 3, "{status:?}");
+        let seconds = started.elapsed().as_secs_f64();
+        println!("summary: meetings={met} seconds={seconds:.1}");
+    });
 }
 
 /// [`a_restarted_head_keeps_its_members_and_actors`]' driver.

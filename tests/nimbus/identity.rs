@@ -37,6 +37,7 @@ async fn a_token_holder_cannot_evict_a_member_or_heartbeat_for_it() {
                 node: node.clone(),
                 used: ResourceSet::default(),
                 host: None,
+                renew: None,
             };
             for (request, name) in [(leave, "Leave"), (beat, "Heartbeat")] {
                 let refused = client.call(request).await.unwrap_err();
@@ -103,6 +104,7 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
             node: me.clone(),
             used: ResourceSet::default(),
             host: None,
+            renew: None,
         };
         let uncertified = client::call(&connection, beat.clone(), RequestOptions::control())
             .await

@@ -127,6 +127,7 @@ async fn a_restarted_node_is_a_new_incarnation_and_its_old_one_is_refused() {
             node: old.identity(),
             used: ResourceSet::default(),
             host: None,
+            renew: None,
         };
         let err = client.call(heartbeat).await.unwrap_err();
         let ClientError::Request(err) = err else { panic!("{err}") };

@@ -30,6 +30,11 @@ pub enum MembershipRequest {
         /// How busy its machine is.
         #[serde(default)]
         host: Option<HostLoad>,
+        /// Its ticket is half-way through its life: a new one, naming this
+        /// key for its workers' tickets (`crate::transport`'s `tickets.rs`,
+        /// step 7). Answered with [`MembershipReply::Renewed`].
+        #[serde(default)]
+        renew: Option<serde_bytes::ByteBuf>,
     },
     /// A node is stopping on purpose.
     Leave {
@@ -79,6 +84,12 @@ pub enum MembershipReply {
     },
     /// Acknowledges a heartbeat, a leave, a report or a request for resources.
     Ack,
+    /// Acknowledges a heartbeat that asked for a new ticket: the node's,
+    /// for the certificate it heartbeats with.
+    Renewed {
+        /// The node's new ticket.
+        ticket: crate::wire::Ticket,
+    },
     /// The cluster as the head sees it.
     Status(ClusterStatus),
 }

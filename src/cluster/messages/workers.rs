@@ -66,6 +66,10 @@ pub enum WorkerRequest {
         /// The text (at most `metrics::MAX_PUSH_BYTES`).
         text: String,
     },
+    /// From one of the node's workers, half-way through its ticket's life:
+    /// a new ticket for the certificate it asks with (`crate::transport`'s
+    /// `tickets.rs`, step 7). Answered with [`WorkerReply::Renewed`].
+    RenewTicket,
 }
 
 /// What answers a [`WorkerRequest`].
@@ -89,6 +93,8 @@ pub enum WorkerReply {
     },
     /// Part of a log.
     Log(LogChunk),
+    /// The worker's new ticket.
+    Renewed(crate::wire::Ticket),
 }
 
 /// Part of a log file on a node: a worker's, a driver's or the node's own.

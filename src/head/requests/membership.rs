@@ -4,7 +4,7 @@
 
 use crate::cluster::{MembershipReply, MembershipRequest, MAX_REQUESTED_BUNDLES};
 use crate::head::{membership, HeadActors};
-use crate::transport::Caller;
+use crate::transport::{unix_now, Caller};
 use crate::wire::{PeerRole, RemoteError, RemoteErrorKind};
 
 use super::unavailable;
@@ -36,9 +36,12 @@ impl HeadActors {
                 match membership.send(join).await.map_err(unavailable)? {
                     Ok(()) => Ok(MembershipReply::Joined {
                         heartbeat_interval_ms: self.heartbeat_interval.as_millis() as u64,
-                        ticket: self
-                            .tickets
-                            .certify_node(&node, from.certificate, &signs_workers),
+                        ticket: self.tickets.certify_node(
+                            &node,
+                            from.certificate,
+                            &signs_workers,
+                            unix_now(),
+                        ),
                         head_key: self.tickets.public_key(),
                     }),
                     Err(membership::MembershipError::NameTaken {
@@ -54,12 +57,30 @@ impl HeadActors {
                     Err(e) => Err(e.into()),
                 }
             }
-            MembershipRequest::Heartbeat { node, used, host } => {
-                membership
-                    .send(membership::Heartbeat { node, used, host })
-                    .await
-                    .map_err(unavailable)??;
-                Ok(MembershipReply::Ack)
+            MembershipRequest::Heartbeat {
+                node,
+                used,
+                host,
+                renew,
+            } => {
+                let beat = membership::Heartbeat {
+                    node: node.clone(),
+                    used,
+                    host,
+                };
+                membership.send(beat).await.map_err(unavailable)??;
+                // A live member's only: the heartbeat was accepted.
+                Ok(match renew {
+                    Some(signs_workers) => MembershipReply::Renewed {
+                        ticket: self.tickets.certify_node(
+                            &node,
+                            from.certificate,
+                            &signs_workers,
+                            unix_now(),
+                        ),
+                    },
+                    None => MembershipReply::Ack,
+                })
             }
             MembershipRequest::Leave { node } => {
                 membership

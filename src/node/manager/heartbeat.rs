@@ -9,11 +9,11 @@ use futures::FutureExt;
 use tracing::{info, warn};
 
 use crate::client::ClientError;
-use crate::cluster::MembershipRequest;
+use crate::cluster::{MembershipReply, MembershipRequest};
 use crate::cluster::{ActorRecord, ActorSpec};
 use crate::head::membership::{self, MembershipError};
-use crate::transport::{ConnectError, RequestError};
-use crate::wire::RemoteErrorKind;
+use crate::transport::{unix_now, ConnectError, RequestError};
+use crate::wire::{RemoteErrorKind, Ticket};
 
 use super::{call_head, HeadLink, NodeManager};
 use crate::node::error::NodeError;
@@ -23,7 +23,8 @@ const MAX_BEAT_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The outcome of one heartbeat.
 pub(super) enum Beat {
-    Acked,
+    /// With this node's new ticket, when the beat asked for one.
+    Acked(Option<Ticket>),
     /// The head refused this incarnation: stop.
     Expelled(String),
     /// No answer; try again next tick.
@@ -47,17 +48,31 @@ impl NodeManager {
     }
 
     /// One heartbeat to the head, with the resources in use now and how
-    /// busy the machine is.
+    /// busy the machine is; past half its ticket's life, asking for a new
+    /// one (`tickets.rs`).
     pub(super) fn beat(&mut self) -> BoxFuture<'static, Beat> {
         let node = self.config.identity.clone();
         let used = self.resources.used().clone();
         let host = self.host.sample();
+        let renew = self.ticket_due().then(|| self.config.workers.signs_workers());
         match &self.config.head {
-            HeadLink::Local { membership, .. } => {
-                let sent = membership.send(membership::Heartbeat { node, used, host });
+            HeadLink::Local {
+                membership,
+                tickets,
+                ..
+            } => {
+                let beat = membership::Heartbeat {
+                    node: node.clone(),
+                    used,
+                    host,
+                };
+                let sent = membership.send(beat);
+                let (tickets, certificate) = (tickets.clone(), self.config.endpoint.certificate());
                 async move {
                     match sent.await {
-                        Ok(Ok(())) => Beat::Acked,
+                        Ok(Ok(())) => Beat::Acked(renew.map(|signs_workers| {
+                            tickets.certify_node(&node, certificate, &signs_workers, unix_now())
+                        })),
                         Ok(Err(
                             e @ (MembershipError::Stale { .. } | MembershipError::Dead { .. }),
                         )) => Beat::Expelled(e.to_string()),
@@ -68,15 +83,17 @@ impl NodeManager {
                 .boxed()
             }
             HeadLink::Remote { endpoint, head } => {
-                let call = call_head(
-                    endpoint,
-                    *head,
-                    MembershipRequest::Heartbeat { node, used, host },
-                    self.config.interval * 2,
-                );
+                let beat = MembershipRequest::Heartbeat {
+                    node,
+                    used,
+                    host,
+                    renew: renew.map(serde_bytes::ByteBuf::from),
+                };
+                let call = call_head(endpoint, *head, beat, self.config.interval * 2);
                 async move {
                     match call.await {
-                        Ok(_) => Beat::Acked,
+                        Ok(MembershipReply::Renewed { ticket }) => Beat::Acked(Some(ticket)),
+                        Ok(_) => Beat::Acked(None),
                         Err(ClientError::Request(RequestError::Remote { error, .. }))
                             if error.kind == RemoteErrorKind::StaleIncarnation =>
                         {
@@ -95,7 +112,10 @@ impl NodeManager {
 
     pub(super) fn record(&mut self, beat: Beat) {
         match beat {
-            Beat::Acked => {
+            Beat::Acked(ticket) => {
+                if let Some(ticket) = ticket {
+                    self.renewed(ticket);
+                }
                 // Also without a missed beat: a head that restarted between
                 // two beats missed the reports made meanwhile.
                 let due = self.reports.take_due();

@@ -43,7 +43,13 @@
 //!   placement-group bundle, or give them back (`resources.rs`);
 //!   **`ListBundles`**: what is set aside, for whom.
 //!
-//! The rooms: `heartbeat.rs`, `worker_processes.rs` (`StartActor`,
+//! - **Tickets** (`crate::transport`'s `tickets.rs`, step 7): a heartbeat
+//!   sent once this node's ticket is half-way through its life asks for a
+//!   new one, presented from then on and attached to the workers' tickets
+//!   signed after; **`RenewWorkerTicket`** gives one of this node's live
+//!   workers a new ticket for the certificate it asks with.
+//!
+//! The rooms: `heartbeat.rs`, `tickets.rs`, `worker_processes.rs` (`StartActor`,
 //! `WorkerExited`, `KillActor`, `EndJob`), `binary_uploads.rs`,
 //! `bundles.rs`, and `log_reads.rs` (what workers print, their logs and
 //! the node's own, read back).
@@ -52,10 +58,12 @@ mod binary_uploads;
 mod bundles;
 mod heartbeat;
 mod log_reads;
+mod tickets;
 mod worker_processes;
 
 pub use binary_uploads::{ReadBinary, UploadBinary};
 pub use bundles::{ReleaseBundle, ReserveBundle};
+pub(super) use tickets::RenewWorkerTicket;
 pub use worker_processes::{KillActor, StartActor};
 
 pub(super) use bundles::ListBundles;
@@ -78,7 +86,7 @@ use crate::cluster::faults::ActorFault;
 use crate::cluster::{ActorId, ActorRecord, ActorSpec, BundleId, ResourceSet, Subsystem};
 use crate::head::directory::Directory;
 use crate::head::membership::Membership;
-use crate::transport::{Endpoint, RequestOptions};
+use crate::transport::{Endpoint, RequestOptions, TicketAuthority};
 use crate::wire::{Incarnation, NodeIdentity};
 
 use super::binaries::BinaryCache;
@@ -99,6 +107,8 @@ pub enum HeadLink {
     Local {
         /// The membership.
         membership: Addr<Membership>,
+        /// The head's ticket key, which renews this node's ticket too.
+        tickets: std::sync::Arc<TicketAuthority>,
         /// The directory.
         directory: Addr<Directory>,
     },
@@ -132,6 +142,8 @@ pub struct NodeManagerConfig {
     pub fatal: mpsc::UnboundedSender<NodeError>,
     /// How this node gives its workers their identities.
     pub workers: WorkerIdentities,
+    /// This node's endpoint, which presents its ticket.
+    pub endpoint: Endpoint,
     /// The IP workers advertise.
     pub advertise_ip: IpAddr,
     /// The node's state directory (binaries, worker logs).
