@@ -472,6 +472,24 @@ mod tests {
     }
 
     #[test]
+    fn only_a_worker_renews_a_workers_ticket() {
+        let n1 = identity("n1", 1);
+        let renew = ControlRequest::Workers(WorkerRequest::RenewTicket);
+        let worker = caller(
+            PeerRole::Worker,
+            &identity("worker-ab", 1),
+            worker_standing(&n1, "j"),
+        );
+        assert!(authorize(&worker, &renew).is_ok());
+        let node = caller(PeerRole::Node, &n1, node_standing(&n1));
+        let holder = caller(PeerRole::Client, &n1, Standing::TokenHolder);
+        for other in [node, holder] {
+            let refused = authorize(&other, &renew).unwrap_err();
+            assert!(refused.to_string().contains("may not send RenewTicket"), "{refused}");
+        }
+    }
+
+    #[test]
     fn a_worker_asks_for_no_bulk_stream() {
         let n1 = identity("n1", 1);
         let stream = ControlRequest::Objects(ObjectRequest::StreamObject {

@@ -188,6 +188,7 @@ impl Certifier {
             &node,
             node_credentials.certificate_hash(),
             &signer.public_key(),
+            nimbus::transport::unix_now(),
         );
         signer.set_ticket(node_ticket.clone());
         Certifier {
@@ -217,7 +218,12 @@ impl Certifier {
         };
         let ticket = self
             .signer
-            .certify_worker(certified, credentials.certificate_hash(), scope)
+            .certify_worker(
+                certified,
+                credentials.certificate_hash(),
+                scope,
+                nimbus::transport::unix_now(),
+            )
             .unwrap();
         server.certify(ticket, self.head.public_key());
         server.serve(std::sync::Arc::new(Echo));
