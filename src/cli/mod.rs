@@ -47,6 +47,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: boxing `Start`'s flags would save no memory.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Start a node (the head with --head) and leave it running in the background.

@@ -485,7 +485,10 @@ mod tests {
         let holder = caller(PeerRole::Client, &n1, Standing::TokenHolder);
         for other in [node, holder] {
             let refused = authorize(&other, &renew).unwrap_err();
-            assert!(refused.to_string().contains("may not send RenewTicket"), "{refused}");
+            assert!(
+                refused.to_string().contains("may not send RenewTicket"),
+                "{refused}"
+            );
         }
     }
 

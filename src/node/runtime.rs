@@ -28,9 +28,8 @@ use crate::host::ownership::remove_stale;
 use crate::metrics::{MetricsServer, ProcessMetrics};
 use crate::object_store::{HeadEvents, NodeObjectStore};
 use crate::transport::{
-    CertificateHash, Credentials, Endpoint, PacketFaults, RequestOptions, TicketAuthority,
-    unix_now,
-    WorkerSigner,
+    unix_now, CertificateHash, Credentials, Endpoint, PacketFaults, RequestOptions,
+    TicketAuthority, WorkerSigner,
 };
 use crate::wire::Ticket;
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
@@ -114,8 +113,16 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
             store,
         } => {
             let timeouts = (heartbeat_timeout, config.driver_grace, config.head_grace);
-            let tickets = TicketAuthority::from_pkcs8(&store.ticket_key)?.with_lifetime(ticket_lifetime);
-            start_head(&endpoint, &mut bound, registration, (store, tickets), timeouts).await?
+            let tickets =
+                TicketAuthority::from_pkcs8(&store.ticket_key)?.with_lifetime(ticket_lifetime);
+            start_head(
+                &endpoint,
+                &mut bound,
+                registration,
+                (store, tickets),
+                timeouts,
+            )
+            .await?
         }
         NodeRole::Member { head } => {
             let joined = join(&endpoint, head, registration, bound.signer.public_key()).await?;

@@ -39,8 +39,7 @@ use crate::object_store::NodeObjectStore;
 use super::drivers::{DriverRunner, ReadJobLog, RunDriver, StopDriver};
 use super::manager::{
     EndJob, KillActor, ListBundles, NodeManager, ReadBinary, ReadLog, ReadNodeLog, ReadOutput,
-    RenewWorkerTicket,
-    ReleaseBundle, ReserveBundle, StartActor, UploadBinary,
+    ReleaseBundle, RenewWorkerTicket, ReserveBundle, StartActor, UploadBinary,
 };
 
 /// Routes requests arriving at a node.
@@ -212,7 +211,8 @@ impl NodeService {
                 .map_err(unavailable)?
                 .map(WorkerReply::Log),
             WorkerRequest::RenewTicket => {
-                let (Some(scope), true) = (from.worker_scope(), from.certified_as(PeerRole::Worker))
+                let (Some(scope), true) =
+                    (from.worker_scope(), from.certified_as(PeerRole::Worker))
                 else {
                     return Err(RemoteError::new(
                         RemoteErrorKind::Forbidden,

@@ -737,9 +737,18 @@ mod tests {
             job: "job-1".into(),
             binary: "ab".into(),
         };
-        assert!(signer.certify_worker(&w, wcert, scope.clone(), unix_now()).is_none());
-        signer.set_ticket(head.certify_node(&n1, CertificateHash::of(b"n"), &signer.public_key(), unix_now()));
-        let ticket = signer.certify_worker(&w, wcert, scope.clone(), unix_now()).unwrap();
+        assert!(signer
+            .certify_worker(&w, wcert, scope.clone(), unix_now())
+            .is_none());
+        signer.set_ticket(head.certify_node(
+            &n1,
+            CertificateHash::of(b"n"),
+            &signer.public_key(),
+            unix_now(),
+        ));
+        let ticket = signer
+            .certify_worker(&w, wcert, scope.clone(), unix_now())
+            .unwrap();
         let verifier = verifier(&head);
         let caller = verifier
             .check(
@@ -797,7 +806,10 @@ mod tests {
             verifier.check_at(&as_n1, &proof, cert, now).unwrap();
         }
         let late = verifier.check_at(&as_n1, &proof, cert, t0 + 111);
-        assert!(matches!(late, Err(TicketError::Expired { ago_s: 11 })), "{late:?}");
+        assert!(
+            matches!(late, Err(TicketError::Expired { ago_s: 11 })),
+            "{late:?}"
+        );
         // A worker's ticket lasts as long as its node's, even when signed
         // later, and fails with it.
         let mut signer = WorkerSigner::generate(&n1).unwrap();

@@ -41,13 +41,13 @@ use tokio::sync::mpsc;
 use crate::actor::{ActorAccess, ActorHost, HostedFaults};
 use crate::cluster::faults::FiredFault;
 use crate::cluster::DeathCause;
+use crate::cluster::{WorkerReply, WorkerRequest};
 use crate::host::processes::{signal_process, Signal};
 use crate::runtime::boot::{died_line, ready_line, WorkerBoot, WorkerIdentity};
 use crate::runtime::DispatchError;
 use crate::runtime::{
     kill_own_node, panic_text, HostedActor, NodeOfWorker, ProcessContext, Registry,
 };
-use crate::cluster::{WorkerReply, WorkerRequest};
 use crate::transport::{
     renewal_due_at, unix_now, CredentialError, Credentials, Endpoint, EndpointError,
     FaultPlanError, TransportConfig,
@@ -70,8 +70,12 @@ async fn keep_ticket(context: &'static ProcessContext, mut ticket: Ticket) {
                 context.endpoint.renew(renewed.clone());
                 ticket = renewed;
             }
-            Ok(other) => tracing::warn!("this worker's node answered its ticket renewal with {other:?}; asking again"),
-            Err(e) => tracing::warn!("this worker's node did not renew its ticket ({e}); asking again"),
+            Ok(other) => tracing::warn!(
+                "this worker's node answered its ticket renewal with {other:?}; asking again"
+            ),
+            Err(e) => {
+                tracing::warn!("this worker's node did not renew its ticket ({e}); asking again")
+            }
         }
     }
 }

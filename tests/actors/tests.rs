@@ -1490,7 +1490,10 @@ async fn a_restarted_head_keeps_its_members_and_actors() {
 async fn tickets_are_renewed_before_they_expire() {
     let out = tokio::process::Command::new(std::env::current_exe().unwrap())
         .env(crate::TICKET_RENEWAL_DRIVER, "1")
-        .env("NIMBUS_TICKET_LIFETIME_S", TICKET_LIFETIME.as_secs().to_string())
+        .env(
+            "NIMBUS_TICKET_LIFETIME_S",
+            TICKET_LIFETIME.as_secs().to_string(),
+        )
         .env_remove("NIMBUS_ADDRESS")
         .env_remove("NIMBUS_TOKEN")
         .kill_on_drop(true)
@@ -1527,7 +1530,11 @@ pub fn ticket_renewal_driver() {
             let new = actor::spawn::<Counter>(met, on(node)).await.unwrap();
             let seconds = started.elapsed().as_secs_f64();
             let meeting = first.send(Meet(new.clone())).await.unwrap();
-            assert_eq!(meeting, Ok(met), "meeting {met} on {node}, {seconds:.1} s in");
+            assert_eq!(
+                meeting,
+                Ok(met),
+                "meeting {met} on {node}, {seconds:.1} s in"
+            );
             new.kill().await.unwrap();
             met += 1;
             // Paced, not waited on: the meetings spread over the lifetimes.

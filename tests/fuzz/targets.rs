@@ -15,7 +15,8 @@ use nimbus::cluster::{
     ObjectId, ObjectReply, ObjectRequest, ResourceSet, WorkerReply,
 };
 use nimbus::transport::{
-    CertificateHash, JoinToken, PacketFaults, TicketAuthority, Verifier, WorkerScope, WorkerSigner,
+    unix_now, CertificateHash, JoinToken, PacketFaults, TicketAuthority, Verifier, WorkerScope,
+    WorkerSigner,
 };
 use nimbus::wire::{
     self, Hello, HelloReply, Incarnation, IssuerTicket, NodeIdentity, PeerIdentity, PeerRole,
@@ -184,7 +185,7 @@ fn cluster_keys() -> &'static (JoinToken, TicketAuthority, WorkerSigner) {
     KEYS.get_or_init(|| {
         let head = TicketAuthority::generate().unwrap();
         let mut signer = WorkerSigner::generate(&node("n")).unwrap();
-        let ticket = head.certify_node(&node("n"), certificate(), &signer.public_key());
+        let ticket = head.certify_node(&node("n"), certificate(), &signer.public_key(), unix_now());
         signer.set_ticket(ticket);
         (JoinToken::generate(), head, signer)
     })
@@ -202,13 +203,14 @@ fn hello_proofs() -> Vec<Vec<u8>> {
         role,
         identity: node("n"),
     };
-    let node_ticket = head.certify_node(&node("n"), certificate(), &signer.public_key());
+    let node_ticket =
+        head.certify_node(&node("n"), certificate(), &signer.public_key(), unix_now());
     let scope = WorkerScope {
         job: "job-1".into(),
         binary: "ab".into(),
     };
     let worker_ticket = signer
-        .certify_worker(&node("n"), certificate(), scope)
+        .certify_worker(&node("n"), certificate(), scope, unix_now())
         .unwrap();
     [
         (peer(PeerRole::Node), node_ticket),
@@ -267,6 +269,7 @@ fn control_requests() -> Vec<Vec<u8>> {
                 memory_used: 1 << 30,
                 memory_total: 4 << 30,
             }),
+            renew: Some(vec![7; 32].into()),
         }),
         ControlRequest::Membership(MembershipRequest::Status),
         ControlRequest::Events(EventRequest::Events {

@@ -9,8 +9,8 @@ use futures::FutureExt;
 use tracing::{info, warn};
 
 use crate::client::ClientError;
-use crate::cluster::{MembershipReply, MembershipRequest};
 use crate::cluster::{ActorRecord, ActorSpec};
+use crate::cluster::{MembershipReply, MembershipRequest};
 use crate::head::membership::{self, MembershipError};
 use crate::transport::{unix_now, ConnectError, RequestError};
 use crate::wire::{RemoteErrorKind, Ticket};
@@ -54,7 +54,9 @@ impl NodeManager {
         let node = self.config.identity.clone();
         let used = self.resources.used().clone();
         let host = self.host.sample();
-        let renew = self.ticket_due().then(|| self.config.workers.signs_workers());
+        let renew = self
+            .ticket_due()
+            .then(|| self.config.workers.signs_workers());
         match &self.config.head {
             HeadLink::Local {
                 membership,
