@@ -14,6 +14,7 @@
 //! nimbus chaos run PLAN.toml [--nodes 3] -- COMMAND...
 //! nimbus plot RUN_DIR
 //! nimbus up CLUSTER.toml | nimbus down CLUSTER.toml
+//! nimbus rotate-ticket-key [--address HOST:PORT --token TOKEN]
 //! ```
 //!
 //! It lives in the library so that every program built on nimbus carries
@@ -35,6 +36,7 @@ mod start;
 mod state;
 mod status;
 mod stop;
+mod tickets;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -76,6 +78,8 @@ enum Command {
     Up(up::UpArgs),
     /// Stop what `nimbus up` started: the autoscaler, the nodes it launched, the head.
     Down(up::DownArgs),
+    /// Make the head rotate its ticket key; nodes and workers take the new one up as they renew.
+    RotateTicketKey(tickets::RotateArgs),
 }
 
 /// The `nimbus` command line: parses this process's arguments, runs the
@@ -123,6 +127,7 @@ fn exit_with(cli: Cli) -> ! {
         Command::Plot(args) => plot::run(args),
         Command::Up(args) => up::up(args),
         Command::Down(args) => up::down(args),
+        Command::RotateTicketKey(args) => tickets::rotate(args),
     };
     match result {
         Ok(()) => std::process::exit(0),

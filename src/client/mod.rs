@@ -294,6 +294,16 @@ impl ClusterClient {
         }
     }
 
+    /// Asks the head to rotate its ticket key (`crate::transport`'s
+    /// `ticket_keys.rs`): when the new key signs and when the old one
+    /// stops being accepted, in seconds since the Unix epoch.
+    pub async fn rotate_ticket_key(&self) -> Result<(u64, u64), ClientError> {
+        match self.call(MembershipRequest::RotateTicketKey).await? {
+            MembershipReply::TicketKeyRotating { switch_at, done_at } => Ok((switch_at, done_at)),
+            reply => Err(UnexpectedReply::new("RotateTicketKey", reply).into()),
+        }
+    }
+
     /// Events after sequence number `after`, waiting up to `wait` for one.
     pub async fn events(
         &self,

@@ -63,6 +63,8 @@ pub struct HeadActors {
     pub jobs: Addr<jobs::Jobs>,
     /// Libraries' durable records.
     pub state: Addr<state::LibraryState>,
-    /// The head's ticket key, certifying nodes as they join.
+    /// The head's ticket keys, certifying nodes as they join and renew.
     pub tickets: std::sync::Arc<crate::transport::TicketAuthority>,
+    /// Its store, which keeps a rotation of the ticket key.
+    pub store: store::HeadStore,
 }

@@ -47,6 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ActorId, ActorRecord, ActorSpec, JobRecord, NodeRegistration, StateScope};
 use crate::transport::{JoinToken, ResetKey};
+use crate::transport::Rotation;
 use crate::wire::NodeIdentity;
 
 /// The store's file name under `$NIMBUS_HOME`.
@@ -56,7 +57,8 @@ pub const FILE: &str = "head.redb";
 const FORMAT: u64 = 1;
 
 /// The cluster's own records: `format`, `token`, `ticket_key`,
-/// `reset_key`, `epoch`.
+/// `ticket_rotation` (MessagePack of a [`Rotation`], while one is under
+/// way or since the last), `reset_key`, `epoch`.
 const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
 /// Node records by node name (MessagePack of [`StoredNode`]).
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
@@ -123,6 +125,9 @@ pub struct Credentials {
     pub token: JoinToken,
     /// The ticket key (PKCS#8).
     pub ticket_key: Vec<u8>,
+    /// The ticket key's last rotation (`crate::transport`'s
+    /// `ticket_keys.rs`), if any.
+    pub ticket_rotation: Option<Rotation>,
     /// The head endpoint's stateless-reset key.
     pub reset_key: ResetKey,
 }
@@ -217,6 +222,8 @@ pub struct HeadStart {
     pub store: HeadStore,
     /// The ticket key (PKCS#8): the store's, or a new one.
     pub ticket_key: Vec<u8>,
+    /// Its last rotation, if any.
+    pub ticket_rotation: Option<Rotation>,
     /// The head endpoint's stateless-reset key (step 2).
     pub reset_key: ResetKey,
     /// The nodes the previous heads knew (none for a new cluster).
@@ -327,6 +334,7 @@ impl HeadStore {
             let start = HeadStart {
                 store,
                 ticket_key: cluster.ticket_key,
+                ticket_rotation: cluster.ticket_rotation,
                 reset_key: cluster.reset_key,
                 nodes: loaded.nodes,
                 actors: loaded.actors,
@@ -340,13 +348,15 @@ impl HeadStore {
         rand::fill(&mut reset_key);
         let cluster = Credentials {
             token: given.unwrap_or_else(JoinToken::generate),
-            ticket_key: crate::transport::TicketAuthority::generate_pkcs8()?,
+            ticket_key: crate::transport::generate_pkcs8()?,
+            ticket_rotation: None,
             reset_key: ResetKey(reset_key),
         };
         store.init(&cluster)?;
         let start = HeadStart {
             store,
             ticket_key: cluster.ticket_key,
+            ticket_rotation: None,
             reset_key: cluster.reset_key,
             nodes: Vec::new(),
             actors: Vec::new(),
@@ -372,6 +382,18 @@ impl HeadStore {
             table.insert("token", cluster.token.to_string().as_bytes())?;
             table.insert("ticket_key", cluster.ticket_key.as_slice())?;
             table.insert("reset_key", cluster.reset_key.0.as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// Records a rotation of the ticket key: the key that signed before it
+    /// (`current`, PKCS#8) and the rotation, in one transaction.
+    pub fn save_ticket_keys(&self, current: &[u8], rotation: &Rotation) -> Result<(), StoreError> {
+        let rotation = rmp_serde::to_vec_named(rotation).unwrap_or_default();
+        self.write(|tx| {
+            let mut table = tx.open_table(CLUSTER)?;
+            table.insert("ticket_key", current)?;
+            table.insert("ticket_rotation", rotation.as_slice())?;
             Ok(())
         })
     }
@@ -558,9 +580,17 @@ impl HeadStore {
         let reset_key = get("reset_key")?
             .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
             .ok_or_else(|| corrupt("reset key", "missing or not 32 bytes".into()))?;
+        let ticket_rotation = match get("ticket_rotation")? {
+            Some(bytes) => Some(
+                rmp_serde::from_slice::<Rotation>(&bytes)
+                    .map_err(|e| corrupt("ticket rotation", e.to_string()))?,
+            ),
+            None => None,
+        };
         loaded.cluster = Some(Credentials {
             token,
             ticket_key,
+            ticket_rotation,
             reset_key: ResetKey(reset_key),
         });
         loaded.nodes = self.read_all(&tx, NODES, |name| format!("node {name:?}"))?;
@@ -630,10 +660,11 @@ mod tests {
     fn what_is_written_is_read_back_by_the_next_head() {
         let dir = tempfile::tempdir().unwrap();
         let token = JoinToken::generate();
-        let key = crate::transport::TicketAuthority::generate_pkcs8().unwrap();
+        let key = crate::transport::generate_pkcs8().unwrap();
         let credentials = Credentials {
             token: token.clone(),
             ticket_key: key.clone(),
+            ticket_rotation: None,
             reset_key: ResetKey([7; 32]),
         };
         {
@@ -642,6 +673,13 @@ mod tests {
             store.init(&credentials).unwrap();
             assert_eq!(store.next_epoch().unwrap(), 1);
             store.put_node(&node("a", 1)).unwrap();
+            let rotated = crate::transport::generate_pkcs8().unwrap();
+            let rotation = Rotation {
+                next: rotated.clone(),
+                switch_at: 5,
+                done_at: 9,
+            };
+            store.save_ticket_keys(&key, &rotation).unwrap();
             let mut dead = node("b", 2);
             dead.death_reason = Some("left the cluster".into());
             store.put_node(&dead).unwrap();
@@ -654,6 +692,8 @@ mod tests {
         let cluster = loaded.cluster.unwrap();
         assert_eq!(cluster.token, token);
         assert_eq!(cluster.ticket_key, key);
+        let rotation = cluster.ticket_rotation.unwrap();
+        assert_eq!((rotation.switch_at, rotation.done_at), (5, 9));
         assert_eq!(cluster.reset_key, ResetKey([7; 32]));
         assert_eq!(loaded.nodes.len(), 2);
         assert_eq!(loaded.nodes[0], node("a", 1));
@@ -733,7 +773,8 @@ mod tests {
             let (store, _) = HeadStore::open(dir.path()).unwrap();
             let credentials = Credentials {
                 token: JoinToken::generate(),
-                ticket_key: crate::transport::TicketAuthority::generate_pkcs8().unwrap(),
+                ticket_key: crate::transport::generate_pkcs8().unwrap(),
+                ticket_rotation: None,
                 reset_key: ResetKey([1; 32]),
             };
             store.init(&credentials).unwrap();

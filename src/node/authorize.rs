@@ -156,6 +156,13 @@ pub(super) fn authorize(caller: &Caller, request: &ControlRequest) -> Result<(),
                 "only a token holder (a driver, the CLI) asks for capacity: it starts machines",
             ),
         },
+        ControlRequest::Membership(MembershipRequest::RotateTicketKey) => match token {
+            true => Ok(()),
+            false => deny(
+                "RotateTicketKey",
+                "only a token holder (the cluster's operator) rotates the head's ticket key",
+            ),
+        },
         ControlRequest::Directory(_) => Ok(()),
         ControlRequest::Faults(FaultRequest::AddPacketRule(_)) => match token {
             true => Ok(()),
@@ -472,8 +479,9 @@ mod tests {
     }
 
     #[test]
-    fn only_a_worker_renews_a_workers_ticket() {
+    fn only_a_worker_renews_a_workers_ticket_and_only_a_token_holder_rotates_the_key() {
         let n1 = identity("n1", 1);
+        let rotate = ControlRequest::Membership(MembershipRequest::RotateTicketKey);
         let renew = ControlRequest::Workers(WorkerRequest::RenewTicket);
         let worker = caller(
             PeerRole::Worker,

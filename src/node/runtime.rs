@@ -31,7 +31,7 @@ use crate::transport::{
     unix_now, CertificateHash, Credentials, Endpoint, PacketFaults, RequestOptions,
     TicketAuthority, WorkerSigner,
 };
-use crate::wire::Ticket;
+use crate::wire::{HeadKeys, Ticket};
 use crate::wire::{Incarnation, NodeIdentity, PeerIdentity, PeerRole};
 
 use super::{
@@ -126,7 +126,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         }
         NodeRole::Member { head } => {
             let joined = join(&endpoint, head, registration, bound.signer.public_key()).await?;
-            endpoint.certify(joined.ticket.clone(), joined.head_key.clone());
+            endpoint.certify(joined.ticket.clone(), joined.head_keys.clone());
             bound.signer.set_ticket(joined.ticket);
             Link {
                 interval: joined.interval,
@@ -136,7 +136,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
                 },
                 actors: None,
                 address: head,
-                head_key: joined.head_key,
+                head_keys: joined.head_keys,
             }
         }
     };
@@ -152,7 +152,7 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         interval: link.interval,
         head_grace: config.head_grace,
         fatal: fatal_tx,
-        workers: WorkerIdentities::new(config.token.clone(), bound.signer, link.head_key),
+        workers: WorkerIdentities::new(config.token.clone(), bound.signer, link.head_keys),
         endpoint: endpoint.clone(),
         advertise_ip: address.ip(),
         state_dir: config.state_dir.clone(),
@@ -296,8 +296,8 @@ struct Link {
     actors: Option<HeadActors>,
     /// The head's address.
     address: SocketAddr,
-    /// The head's public ticket key.
-    head_key: Vec<u8>,
+    /// The head's public ticket keys.
+    head_keys: HeadKeys,
 }
 
 /// Heartbeats per heartbeat timeout: a node is declared dead after missing
@@ -324,7 +324,7 @@ async fn start_head(
         &bound.signer.public_key(),
         unix_now(),
     );
-    endpoint.certify(ticket.clone(), tickets.public_key());
+    endpoint.certify(ticket.clone(), tickets.public_keys(unix_now()).into());
     bound.signer.set_ticket(ticket);
     let address = registration.address;
     let events = ClusterEvents::for_epoch(epoch).start();
@@ -368,7 +368,7 @@ async fn start_head(
         tickets: tickets.clone(),
         directory: directory.clone(),
     };
-    let head_key = tickets.public_key();
+    let head_keys = tickets.public_keys(unix_now()).into();
     let jobs = Jobs::new(
         driver_grace,
         endpoint.clone(),
@@ -376,7 +376,7 @@ async fn start_head(
         membership.clone(),
         events.clone(),
     )
-    .stored(store.store, stored_jobs, &lost_nodes)
+    .stored(store.store.clone(), stored_jobs, &lost_nodes)
     .start();
     events.do_send(Subscribe(jobs.clone().recipient()));
     let actors = HeadActors {
@@ -387,13 +387,14 @@ async fn start_head(
         state,
         heartbeat_interval: interval,
         tickets,
+        store: store.store,
     };
     Ok(Link {
         head,
         interval,
         actors: Some(actors),
         address,
-        head_key,
+        head_keys,
     })
 }
 
@@ -498,8 +499,8 @@ struct Joined {
     interval: Duration,
     /// This node's ticket.
     ticket: Ticket,
-    /// The head's public ticket key.
-    head_key: Vec<u8>,
+    /// The head's public ticket keys.
+    head_keys: HeadKeys,
 }
 
 /// Joins the head, naming the key this node signs its workers' tickets
@@ -532,12 +533,12 @@ async fn join(
             Ok(MembershipReply::Joined {
                 heartbeat_interval_ms,
                 ticket,
-                head_key,
+                head_keys,
             }) => {
                 return Ok(Joined {
                     interval: Duration::from_millis(heartbeat_interval_ms.max(1)),
                     ticket,
-                    head_key,
+                    head_keys,
                 })
             }
             Ok(MembershipReply::NodeNameTaken {

@@ -226,7 +226,7 @@ impl NodeService {
                 };
                 let ticket = self.manager.send(renew).await.map_err(unavailable)?;
                 ticket
-                    .map(WorkerReply::Renewed)
+                    .map(|(ticket, head_keys)| WorkerReply::Renewed { ticket, head_keys })
                     .map_err(|e| RemoteError::new(RemoteErrorKind::Forbidden, e.to_string()))
             }
             WorkerRequest::KillActor(actor) => {

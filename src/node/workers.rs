@@ -43,7 +43,7 @@ use crate::runtime::boot::{
 use crate::transport::{
     unix_now, CertificateHash, Credentials, JoinToken, WorkerScope, WorkerSigner,
 };
-use crate::wire::{Incarnation, NodeIdentity, Ticket};
+use crate::wire::{HeadKeys, Incarnation, NodeIdentity, Ticket};
 
 use super::error::{NotServing, WorkerStartError};
 use super::sandbox::{Entry, WorkerSandbox};
@@ -62,17 +62,17 @@ const DRAIN_WAIT: Duration = Duration::from_millis(200);
 pub struct WorkerIdentities {
     token: JoinToken,
     signer: WorkerSigner,
-    head_key: Vec<u8>,
+    head_keys: HeadKeys,
 }
 
 impl WorkerIdentities {
     /// From the cluster token, this node's certified signer and the head's
-    /// public ticket key.
-    pub fn new(token: JoinToken, signer: WorkerSigner, head_key: Vec<u8>) -> Self {
+    /// public ticket keys.
+    pub fn new(token: JoinToken, signer: WorkerSigner, head_keys: HeadKeys) -> Self {
         WorkerIdentities {
             token,
             signer,
-            head_key,
+            head_keys,
         }
     }
 
@@ -87,9 +87,15 @@ impl WorkerIdentities {
     }
 
     /// This node's renewed ticket, attached to its workers' tickets from
-    /// now on.
-    pub(super) fn renewed(&mut self, ticket: Ticket) {
+    /// now on, and the head's public ticket keys, given to its workers.
+    pub(super) fn renewed(&mut self, ticket: Ticket, head_keys: HeadKeys) {
         self.signer.set_ticket(ticket);
+        self.head_keys = head_keys;
+    }
+
+    /// The head's public ticket keys, as this node last heard them.
+    pub(super) fn head_keys(&self) -> &HeadKeys {
+        &self.head_keys
     }
 
     /// A new ticket for `worker`, with the certificate it asked with and
@@ -126,7 +132,7 @@ impl WorkerIdentities {
                 .to_worker()
                 .ok_or(WorkerStartError::Uncertified)?,
             ticket,
-            head_key: self.head_key.clone(),
+            head_keys: self.head_keys.clone(),
         })
     }
 }

@@ -101,9 +101,8 @@ pub struct WorkerIdentity {
     pub credentials: WorkerCredentials,
     /// Its ticket, signed by the node.
     pub ticket: Ticket,
-    /// The head's public ticket key.
-    #[serde(with = "serde_bytes")]
-    pub head_key: Vec<u8>,
+    /// The head's public ticket keys.
+    pub head_keys: crate::wire::HeadKeys,
 }
 
 /// The line a worker prints once it serves.

@@ -9,7 +9,7 @@ use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use tokio::io::AsyncReadExt;
 
 use crate::wire::{
-    self, preamble, read_preamble, CloseCode, Hello, HelloReply, NodeIdentity, PeerIdentity, Proof,
+    self, preamble, read_preamble, CloseCode, HeadKeys, Hello, HelloReply, NodeIdentity, PeerIdentity, Proof,
     Ticket, PREAMBLE_LEN,
 };
 
@@ -180,26 +180,27 @@ impl Endpoint {
 
     /// From now on presents `ticket` (this process's, from the head or its
     /// node) instead of its token proof, and checks callers' tickets with
-    /// `head_key` (the head's public ticket key). Connections made before
+    /// `head_keys` (the head's public ticket keys). Connections made before
     /// are closed: the next request dials again, with the ticket.
-    pub fn certify(&self, ticket: Ticket, head_key: Vec<u8>) {
-        *self.inner.proof.write().unwrap_or_else(|e| e.into_inner()) = Proof::Ticket(ticket);
-        self.inner
-            .verifier
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .set_head_key(head_key);
+    pub fn certify(&self, ticket: Ticket, head_keys: HeadKeys) {
+        self.renew(ticket, head_keys);
         let addresses: Vec<SocketAddr> = self.inner.connections.iter().map(|c| *c.key()).collect();
         for addr in addresses {
             self.disconnect(addr, "reconnecting with this process's ticket");
         }
     }
 
-    /// From now on presents `ticket`, a renewal of the one it presents
-    /// (`tickets.rs`, step 7); connections made before keep the one they
-    /// were made with.
-    pub fn renew(&self, ticket: Ticket) {
+    /// From now on presents `ticket`, a renewal of the one it presents,
+    /// and checks callers' tickets with `head_keys` (`tickets.rs`, steps 7
+    /// and 8); connections made before keep the ticket they were made
+    /// with.
+    pub fn renew(&self, ticket: Ticket, head_keys: HeadKeys) {
         *self.inner.proof.write().unwrap_or_else(|e| e.into_inner()) = Proof::Ticket(ticket);
+        self.inner
+            .verifier
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_head_keys(head_keys.into());
     }
 
     /// The SHA-256 of this endpoint's certificate (what tickets and bulk

@@ -67,7 +67,8 @@
 //! `records.rs` (their TLS records, sealed and opened in
 //! place once rustls has done the handshake),
 //! `credentials.rs` (the join token and certificates),
-//! `tickets.rs` (proofs of identity), `local.rs` (same-host channels),
+//! `tickets.rs` (proofs of identity), `ticket_keys.rs` (the head's keys and
+//! their rotation), `local.rs` (same-host channels),
 //! `shm_ring.rs` (their large frames in shared memory), `frames.rs`
 //! (reading frames off a QUIC stream or a same-host socket),
 //! `error.rs`, and `faults.rs` (an optional socket wrapper that injects
@@ -109,6 +110,7 @@ mod local;
 mod records;
 mod server;
 mod shm_ring;
+mod ticket_keys;
 mod tickets;
 
 pub use answer::{Answer, Reply};
@@ -131,8 +133,11 @@ pub use faults::{FaultCounters, FaultCounts, PacketFaults, PacketRule};
 pub use frame_io::{read_frame, write_frame};
 pub use local::boot_id;
 pub use server::{HandlerError, RequestHandler};
+pub use ticket_keys::{
+    generate_pkcs8, Rotation, RotationError, TicketAuthority, DEFAULT_TICKET_LIFETIME,
+    SWITCH_MARGIN,
+};
 pub use tickets::{
-    renewal_due_at, unix_now, Caller, CertificateHash, Standing, TicketAuthority, TicketError,
-    Verifier, WorkerScope, WorkerSigner, DEFAULT_TICKET_LIFETIME, MAX_CLOCK_SKEW, NODE_TICKET,
-    TOKEN_PROOF, WORKER_TICKET,
+    renewal_due_at, unix_now, Caller, CertificateHash, Standing, TicketError, Verifier,
+    WorkerScope, WorkerSigner, MAX_CLOCK_SKEW, NODE_TICKET, TOKEN_PROOF, WORKER_TICKET,
 };

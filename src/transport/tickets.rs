@@ -40,7 +40,7 @@
 //! 6. What each caller may ask is decided above this layer
 //!    (`crate::node`'s `authorize.rs`).
 //! 7. **Expiry and renewal.** A node ticket is valid for the head's ticket
-//!    lifetime (`--ticket-lifetime-s`, [`DEFAULT_TICKET_LIFETIME`]); a
+//!    lifetime (`--ticket-lifetime-s`, a day by default); a
 //!    worker's until its node's ticket expires. Past half its life a node
 //!    asks for a new one with its next heartbeat (the head renews only a
 //!    live member's) and a worker asks its node (`RenewTicket`); both
@@ -49,6 +49,10 @@
 //!    tenth of its lifetime, at most [`MAX_CLOCK_SKEW`], for clocks that
 //!    differ between hosts) is refused. Each also names one incarnation,
 //!    and the head refuses incarnations it declared dead or that left.
+//! 8. **Head keys.** A node learns the public keys tickets may be signed
+//!    by from its join and each renewal, a worker from its boot and each
+//!    renewal; the head changes them when it rotates its key
+//!    (`ticket_keys.rs`), and each process checks with the last it got.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -66,9 +70,6 @@ use super::CredentialError;
 pub const NODE_TICKET: &[u8] = b"nimbus node ticket v2\0";
 /// Signed before a worker ticket's claims.
 pub const WORKER_TICKET: &[u8] = b"nimbus worker ticket v2\0";
-/// How long a node ticket is valid unless the head is told otherwise
-/// (`--ticket-lifetime-s`; step 7).
-pub const DEFAULT_TICKET_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// The most a ticket is accepted past its expiry, for hosts whose clocks
 /// differ (a tenth of its lifetime when that is less; step 7).
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(60);
@@ -103,26 +104,26 @@ impl fmt::Debug for CertificateHash {
 
 /// What a ticket states.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct Claims {
+pub(super) struct Claims {
     /// Who holds the certificate.
-    subject: PeerIdentity,
+    pub(super) subject: PeerIdentity,
     /// The certificate's SHA-256.
     #[serde(with = "serde_bytes")]
-    certificate: Vec<u8>,
+    pub(super) certificate: Vec<u8>,
     /// The node the subject runs on (a node: itself).
-    host: NodeIdentity,
+    pub(super) host: NodeIdentity,
     /// A node's: the Ed25519 public key its workers' tickets are signed
     /// with (empty in a worker's).
     #[serde(with = "serde_bytes")]
-    signs_workers: Vec<u8>,
+    pub(super) signs_workers: Vec<u8>,
     /// A worker's: what it works for (`None` in a node's).
     #[serde(default)]
-    scope: Option<WorkerScope>,
+    pub(super) scope: Option<WorkerScope>,
     /// When it was signed, in seconds since the Unix epoch.
-    issued_at: u64,
+    pub(super) issued_at: u64,
     /// When it stops being accepted (step 7), in seconds since the Unix
     /// epoch.
-    expires_at: u64,
+    pub(super) expires_at: u64,
 }
 
 impl Claims {
@@ -276,81 +277,6 @@ impl fmt::Display for Caller {
     }
 }
 
-/// The head's ticket key: it certifies nodes (step 2) for its ticket
-/// lifetime (step 7).
-pub struct TicketAuthority {
-    key: Ed25519KeyPair,
-    lifetime: Duration,
-}
-
-impl TicketAuthority {
-    /// A new random key, for one head process.
-    pub fn generate() -> Result<Self, CredentialError> {
-        Self::from_pkcs8(&Self::generate_pkcs8()?)
-    }
-
-    /// A new random key, PKCS#8-encoded: what a head keeps in its store
-    /// (`head/store.rs`) so that a restarted head certifies as before.
-    pub fn generate_pkcs8() -> Result<Vec<u8>, CredentialError> {
-        let rng = ring::rand::SystemRandom::new();
-        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng)
-            .map_err(|_| CredentialError::Tls("cannot generate the head's ticket key".into()))?;
-        Ok(pkcs8.as_ref().to_vec())
-    }
-
-    /// The key `pkcs8` encodes (from [`Self::generate_pkcs8`]).
-    pub fn from_pkcs8(pkcs8: &[u8]) -> Result<Self, CredentialError> {
-        let key = Ed25519KeyPair::from_pkcs8(pkcs8)
-            .map_err(|e| CredentialError::Tls(format!("the head's ticket key: {e}")))?;
-        Ok(TicketAuthority {
-            key,
-            lifetime: DEFAULT_TICKET_LIFETIME,
-        })
-    }
-
-    /// Signs node tickets valid for `lifetime` (at least a second).
-    pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
-        self.lifetime = lifetime.max(Duration::from_secs(1));
-        self
-    }
-
-    /// The public key every node checks tickets with.
-    pub fn public_key(&self) -> Vec<u8> {
-        self.key.public_key().as_ref().to_vec()
-    }
-
-    /// A ticket for node `node`, connected with `certificate`, whose
-    /// workers' tickets `signs_workers` signs, valid from `now` (seconds
-    /// since the Unix epoch) for the authority's lifetime.
-    pub fn certify_node(
-        &self,
-        node: &NodeIdentity,
-        certificate: CertificateHash,
-        signs_workers: &[u8],
-        now: u64,
-    ) -> Ticket {
-        let claims = Claims {
-            subject: PeerIdentity {
-                role: PeerRole::Node,
-                identity: node.clone(),
-            },
-            certificate: certificate.0.to_vec(),
-            host: node.clone(),
-            signs_workers: signs_workers.to_vec(),
-            scope: None,
-            issued_at: now,
-            expires_at: now.saturating_add(self.lifetime.as_secs()),
-        };
-        let claims = rmp_serde::to_vec_named(&claims).unwrap_or_default();
-        let signature = sign(&self.key, NODE_TICKET, &claims);
-        Ticket {
-            claims,
-            signature,
-            issuer: None,
-        }
-    }
-}
-
 /// A node's key for its workers' tickets (step 3).
 pub struct WorkerSigner {
     key: Ed25519KeyPair,
@@ -363,9 +289,11 @@ impl WorkerSigner {
     /// A new random key for node `node`; it signs nothing until the node
     /// is certified ([`WorkerSigner::set_ticket`]).
     pub fn generate(node: &NodeIdentity) -> Result<Self, CredentialError> {
-        let authority = TicketAuthority::generate()?;
+        let pkcs8 = super::ticket_keys::generate_pkcs8()?;
+        let key = Ed25519KeyPair::from_pkcs8(&pkcs8)
+            .map_err(|e| CredentialError::Tls(format!("a node's worker-ticket key: {e}")))?;
         Ok(WorkerSigner {
-            key: authority.key,
+            key,
             node: node.clone(),
             ticket: None,
         })
@@ -429,15 +357,16 @@ impl WorkerSigner {
 #[derive(Clone, Default)]
 pub struct Verifier {
     token: Option<ring::hmac::Key>,
-    head: Option<Vec<u8>>,
+    /// The head's public keys (step 8); none: tickets cannot be checked.
+    head: Vec<Vec<u8>>,
 }
 
 impl Verifier {
     /// What a node of the cluster of `token`, whose head's public ticket
-    /// key is `head_key`, checks.
-    pub fn for_cluster(token: &super::JoinToken, head_key: Vec<u8>) -> Self {
+    /// keys are `head_keys`, checks.
+    pub fn for_cluster(token: &super::JoinToken, head_keys: Vec<Vec<u8>>) -> Self {
         let mut verifier = Verifier::with_token(token.mac_key());
-        verifier.set_head_key(head_key);
+        verifier.set_head_keys(head_keys);
         verifier
     }
 
@@ -445,13 +374,13 @@ impl Verifier {
     pub(super) fn with_token(token: ring::hmac::Key) -> Self {
         Verifier {
             token: Some(token),
-            head: None,
+            head: Vec::new(),
         }
     }
 
-    /// Also checks tickets, with the head's public key.
-    pub(super) fn set_head_key(&mut self, key: Vec<u8>) {
-        self.head = Some(key);
+    /// Also checks tickets, with the head's public keys (step 8).
+    pub(super) fn set_head_keys(&mut self, keys: Vec<Vec<u8>>) {
+        self.head = keys;
     }
 
     /// Who the peer that sent `hello` with the certificate `certificate`
@@ -466,7 +395,7 @@ impl Verifier {
     }
 
     /// [`Verifier::check`] at `now` (seconds since the Unix epoch).
-    fn check_at(
+    pub(super) fn check_at(
         &self,
         announced: &PeerIdentity,
         proof: &Proof,
@@ -479,8 +408,9 @@ impl Verifier {
             standing,
         };
         match proof {
-            Proof::Ticket(ticket) => match &self.head {
-                Some(head) => {
+            Proof::Ticket(ticket) => match self.head.as_slice() {
+                [] => Ok(caller(announced.clone(), Standing::Unverified)),
+                head => {
                     let claims = verify_ticket(head, ticket, certificate, now)?;
                     if claims.subject != *announced {
                         return Err(TicketError::NotItsTicket {
@@ -494,7 +424,6 @@ impl Verifier {
                     };
                     Ok(caller(claims.subject, standing))
                 }
-                None => Ok(caller(announced.clone(), Standing::Unverified)),
             },
             Proof::Token(mac) => match &self.token {
                 Some(key) => {
@@ -504,7 +433,9 @@ impl Verifier {
                 }
                 None => Ok(caller(announced.clone(), Standing::Unverified)),
             },
-            Proof::None if self.token.is_some() || self.head.is_some() => Err(TicketError::NoProof),
+            Proof::None if self.token.is_some() || !self.head.is_empty() => {
+                Err(TicketError::NoProof)
+            }
             Proof::None => Ok(caller(announced.clone(), Standing::Unverified)),
         }
     }
@@ -563,7 +494,7 @@ fn proof_message(certificate: CertificateHash) -> Vec<u8> {
     [TOKEN_PROOF, &certificate.0].concat()
 }
 
-fn sign(key: &Ed25519KeyPair, domain: &[u8], claims: &[u8]) -> Vec<u8> {
+pub(super) fn sign(key: &Ed25519KeyPair, domain: &[u8], claims: &[u8]) -> Vec<u8> {
     key.sign(&[domain, claims].concat()).as_ref().to_vec()
 }
 
@@ -586,35 +517,40 @@ fn verify(
     wire::decode(claims).map_err(|e| TicketError::Malformed(e.to_string()))
 }
 
+/// The claims of a node ticket signed by one of the head's keys `head`.
+fn verify_by_head(
+    head: &[Vec<u8>],
+    claims: &[u8],
+    signature: &[u8],
+    what: &'static str,
+) -> Result<Claims, TicketError> {
+    let mut refused = TicketError::BadSignature(what);
+    for key in head {
+        match verify(key, NODE_TICKET, claims, signature, what) {
+            Ok(claims) => return Ok(claims),
+            Err(e) => refused = e,
+        }
+    }
+    Err(refused)
+}
+
 /// The claims of `ticket` once every signature holds, it names
 /// `certificate` and neither it nor the node ticket attached has expired
 /// at `now`.
 fn verify_ticket(
-    head: &[u8],
+    head: &[Vec<u8>],
     ticket: &Ticket,
     certificate: CertificateHash,
     now: u64,
 ) -> Result<Claims, TicketError> {
     let claims = match &ticket.issuer {
         None => {
-            let claims = verify(
-                head,
-                NODE_TICKET,
-                &ticket.claims,
-                &ticket.signature,
-                "ticket",
-            )?;
+            let claims = verify_by_head(head, &ticket.claims, &ticket.signature, "ticket")?;
             expect_role(&claims, PeerRole::Node)?;
             claims
         }
         Some(node) => {
-            let node = verify(
-                head,
-                NODE_TICKET,
-                &node.claims,
-                &node.signature,
-                "node ticket",
-            )?;
+            let node = verify_by_head(head, &node.claims, &node.signature, "node ticket")?;
             expect_role(&node, PeerRole::Node)?;
             node.valid_at(now)?;
             let claims = verify(
@@ -664,6 +600,7 @@ fn expect_role(claims: &Claims, expected: PeerRole) -> Result<(), TicketError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::TicketAuthority;
     use crate::wire::Incarnation;
 
     fn node(name: &str) -> NodeIdentity {
@@ -683,7 +620,7 @@ mod tests {
     fn verifier(head: &TicketAuthority) -> Verifier {
         let mut verifier =
             Verifier::with_token(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"k"));
-        verifier.set_head_key(head.public_key());
+        verifier.set_head_keys(head.public_keys(unix_now()));
         verifier
     }
 

@@ -67,6 +67,24 @@ pub struct Ticket {
     pub issuer: Option<IssuerTicket>,
 }
 
+/// The head's public ticket keys, the one that signs first: what a node
+/// or worker checks tickets with (`crate::transport`'s `tickets.rs`,
+/// step 8).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadKeys(pub Vec<serde_bytes::ByteBuf>);
+
+impl From<Vec<Vec<u8>>> for HeadKeys {
+    fn from(keys: Vec<Vec<u8>>) -> Self {
+        HeadKeys(keys.into_iter().map(serde_bytes::ByteBuf::from).collect())
+    }
+}
+
+impl From<HeadKeys> for Vec<Vec<u8>> {
+    fn from(keys: HeadKeys) -> Self {
+        keys.0.into_iter().map(serde_bytes::ByteBuf::into_vec).collect()
+    }
+}
+
 /// The node ticket attached to a worker's (one level: nothing nests).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IssuerTicket {

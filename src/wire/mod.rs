@@ -57,7 +57,7 @@ pub use identity::{
 };
 pub use message::{
     preamble, read_preamble, CloseCode, Hello, HelloReply, IssuerTicket, LocalRoute, Proof,
-    RemoteError, RemoteErrorKind, Request, Response, Ticket, PREAMBLE_LEN,
+    HeadKeys, RemoteError, RemoteErrorKind, Request, Response, Ticket, PREAMBLE_LEN,
 };
 
 /// The protocol version this build speaks. Peers must match exactly.

@@ -66,8 +66,11 @@ async fn keep_ticket(context: &'static ProcessContext, mut ticket: Ticket) {
         let wait = Duration::from_secs(due.saturating_sub(unix_now())).max(RENEW_RETRY);
         tokio::time::sleep(wait).await;
         match context.call_node(WorkerRequest::RenewTicket).await {
-            Ok(WorkerReply::Renewed(renewed)) => {
-                context.endpoint.renew(renewed.clone());
+            Ok(WorkerReply::Renewed {
+                ticket: renewed,
+                head_keys,
+            }) => {
+                context.endpoint.renew(renewed.clone(), head_keys);
                 ticket = renewed;
             }
             Ok(other) => tracing::warn!(
@@ -237,7 +240,7 @@ async fn host(
         name: identity,
         credentials,
         ticket,
-        head_key,
+        head_keys,
     } = boot.identity.clone();
     let credentials = Credentials::from_worker(credentials);
     let socket = Endpoint::bind_socket(SocketAddr::new([0, 0, 0, 0].into(), 0))?;
@@ -255,7 +258,7 @@ async fn host(
         ..TransportConfig::default()
     };
     let endpoint = Endpoint::listen(socket, me, &credentials, transport)?;
-    endpoint.certify(ticket.clone(), head_key);
+    endpoint.certify(ticket.clone(), head_keys);
     let binary = std::env::current_exe().map_err(os("find this program's binary"))?;
     let context = ProcessContext::new(
         endpoint.clone(),

@@ -1482,11 +1482,13 @@ async fn a_restarted_head_keeps_its_members_and_actors() {
 }
 
 /// Tickets expire (`--ticket-lifetime-s`, 4 s here) and are renewed
-/// half-way through: for three lifetimes an actor started first meets a
-/// new actor on another node every half second, each meeting a new
-/// connection between the two workers, on which each checks the other's
-/// ticket. Without renewal the first meeting after 4 s is refused (the
-/// first actor's ticket has expired, and so has every node's).
+/// half-way through, and the head's key is rotated under way: for three
+/// lifetimes an actor started first meets a new actor on another node
+/// every half second, each meeting a new connection between the two
+/// workers, on which each checks the other's ticket. Without renewal the
+/// first meeting after 4 s is refused (the first actor's ticket has
+/// expired, and so has every node's); without the new key handed out with
+/// renewals, the first one after the switch.
 async fn tickets_are_renewed_before_they_expire() {
     let out = tokio::process::Command::new(std::env::current_exe().unwrap())
         .env(crate::TICKET_RENEWAL_DRIVER, "1")
@@ -1523,6 +1525,10 @@ pub fn ticket_renewal_driver() {
     actix::System::new().block_on(async {
         driver.connect().await.unwrap();
         let first = actor::spawn::<Partner>((), on("node-2")).await.unwrap();
+        let client = driver.local_cluster().expect("a local cluster").client().await.unwrap();
+        let (switch_at, done_at) = client.rotate_ticket_key().await.unwrap();
+        let again = client.rotate_ticket_key().await.unwrap_err().to_string();
+        assert!(again.contains("a rotation of the ticket key is under way"), "{again}");
         let started = Instant::now();
         let mut met = 0;
         while started.elapsed() < 3 * TICKET_LIFETIME {
@@ -1540,11 +1546,12 @@ pub fn ticket_renewal_driver() {
             // Paced, not waited on: the meetings spread over the lifetimes.
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        let cluster = driver.local_cluster().expect("a local cluster");
-        let status = cluster.client().await.unwrap().status().await.unwrap();
+        let now = nimbus::transport::unix_now();
+        assert!(now > done_at, "the rotation was done {done_at} before the last meeting {now}");
+        let status = client.status().await.unwrap();
         assert_eq!(status.alive().count(), 3, "{status:?}");
         let seconds = started.elapsed().as_secs_f64();
-        println!("summary: meetings={met} seconds={seconds:.1}");
+        println!("summary: meetings={met} seconds={seconds:.1} switch_at={switch_at} done_at={done_at}");
     });
 }
 

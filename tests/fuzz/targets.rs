@@ -231,7 +231,7 @@ fn hello_proofs() -> Vec<Vec<u8>> {
 fn hello_proof(input: &[u8]) -> Outcome {
     let (token, head, _) = cluster_keys();
     let hello: Hello = wire::decode(input).map_err(|e| e.to_string())?;
-    Verifier::for_cluster(token, head.public_key())
+    Verifier::for_cluster(token, head.public_keys(unix_now()))
         .check(&hello.from, &hello.proof, certificate())
         .map(drop)
         .map_err(|e| e.to_string())

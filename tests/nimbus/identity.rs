@@ -94,7 +94,7 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
         let connection = node.connect(head, None).await.unwrap();
         let joined = client::call(&connection, join, RequestOptions::control()).await;
         let Ok(MembershipReply::Joined {
-            ticket, head_key, ..
+            ticket, head_keys, ..
         }) = joined
         else {
             panic!("join: {joined:?}");
@@ -114,7 +114,7 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
             uncertified.contains("may not send Heartbeat: a node heartbeats only as itself"),
             "{uncertified}"
         );
-        node.certify(ticket.clone(), head_key.clone());
+        node.certify(ticket.clone(), head_keys.clone());
         let connection = node.connect(head, None).await.unwrap();
         client::call(&connection, beat, RequestOptions::control())
             .await
@@ -126,7 +126,7 @@ async fn a_nodes_ticket_holds_only_with_the_certificate_it_names() {
             config,
         )
         .unwrap();
-        copier.certify(ticket, head_key);
+        copier.certify(ticket, head_keys);
         let Err(refused) = copier.connect(head, None).await else {
             panic!("a copied ticket was taken");
         };
@@ -178,6 +178,11 @@ struct Certifier {
 }
 
 impl Certifier {
+    /// The head's public ticket keys, as a node hands them to its workers.
+    fn head_keys(&self) -> nimbus::wire::HeadKeys {
+        self.head.public_keys(nimbus::transport::unix_now()).into()
+    }
+
     fn new() -> Self {
         let token = nimbus::transport::JoinToken::generate();
         let head = nimbus::transport::TicketAuthority::generate().unwrap();
@@ -225,7 +230,7 @@ impl Certifier {
                 nimbus::transport::unix_now(),
             )
             .unwrap();
-        server.certify(ticket, self.head.public_key());
+        server.certify(ticket, self.head_keys());
         server.serve(std::sync::Arc::new(Echo));
         server
     }
@@ -248,7 +253,7 @@ impl Certifier {
         };
         let endpoint =
             Endpoint::client(me, &self.node_credentials, TransportConfig::default()).unwrap();
-        endpoint.certify(self.node_ticket.clone(), self.head.public_key());
+        endpoint.certify(self.node_ticket.clone(), self.head_keys());
         endpoint
     }
 }

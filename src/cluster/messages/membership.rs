@@ -57,6 +57,10 @@ pub enum MembershipRequest {
         /// The bundles, each to fit one node.
         bundles: Vec<ResourceSet>,
     },
+    /// A token holder asks the head to rotate its ticket key
+    /// (`crate::transport`'s `ticket_keys.rs`). Answered with
+    /// [`MembershipReply::TicketKeyRotating`].
+    RotateTicketKey,
 }
 
 /// What answers a [`MembershipRequest`].
@@ -68,9 +72,8 @@ pub enum MembershipReply {
         heartbeat_interval_ms: u64,
         /// The node's ticket, for the certificate it joined with.
         ticket: crate::wire::Ticket,
-        /// The head's public ticket key, to check other peers' tickets.
-        #[serde(with = "serde_bytes")]
-        head_key: Vec<u8>,
+        /// The head's public ticket keys, to check other peers' tickets.
+        head_keys: crate::wire::HeadKeys,
     },
     /// A join refused: a live member has the node's name.
     NodeNameTaken {
@@ -89,9 +92,19 @@ pub enum MembershipReply {
     Renewed {
         /// The node's new ticket.
         ticket: crate::wire::Ticket,
+        /// The head's public ticket keys now (they change when it rotates
+        /// its key).
+        head_keys: crate::wire::HeadKeys,
     },
     /// The cluster as the head sees it.
     Status(ClusterStatus),
+    /// A rotation of the head's ticket key has begun.
+    TicketKeyRotating {
+        /// When the new key signs, in seconds since the Unix epoch.
+        switch_at: u64,
+        /// When the old key stops being accepted.
+        done_at: u64,
+    },
 }
 
 /// What a node tells the head when it joins.

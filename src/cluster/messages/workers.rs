@@ -94,7 +94,12 @@ pub enum WorkerReply {
     /// Part of a log.
     Log(LogChunk),
     /// The worker's new ticket.
-    Renewed(crate::wire::Ticket),
+    Renewed {
+        /// The ticket.
+        ticket: crate::wire::Ticket,
+        /// The head's public ticket keys, as its node knows them.
+        head_keys: crate::wire::HeadKeys,
+    },
 }
 
 /// Part of a log file on a node: a worker's, a driver's or the node's own.

@@ -42,7 +42,7 @@ impl HeadActors {
                             &signs_workers,
                             unix_now(),
                         ),
-                        head_key: self.tickets.public_key(),
+                        head_keys: self.tickets.public_keys(unix_now()).into(),
                     }),
                     Err(membership::MembershipError::NameTaken {
                         holder,
@@ -78,6 +78,7 @@ impl HeadActors {
                             &signs_workers,
                             unix_now(),
                         ),
+                        head_keys: self.tickets.public_keys(unix_now()).into(),
                     },
                     None => MembershipReply::Ack,
                 })
@@ -95,6 +96,23 @@ impl HeadActors {
                     .await
                     .map_err(unavailable)?;
                 Ok(MembershipReply::Status(status))
+            }
+            MembershipRequest::RotateTicketKey => {
+                let refused = |e: String| RemoteError::new(RemoteErrorKind::BadRequest, e);
+                let (current, rotation) =
+                    self.tickets.rotate(unix_now()).map_err(|e| refused(e.to_string()))?;
+                self.store
+                    .save_ticket_keys(&current, &rotation)
+                    .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?;
+                tracing::info!(
+                    "rotating the ticket key on {from}'s request: the new key signs from {} and the old one is accepted until {} (Unix seconds)",
+                    rotation.switch_at,
+                    rotation.done_at
+                );
+                Ok(MembershipReply::TicketKeyRotating {
+                    switch_at: rotation.switch_at,
+                    done_at: rotation.done_at,
+                })
             }
             MembershipRequest::Autoscaler(report) => {
                 membership.do_send(membership::Report(report));

@@ -13,7 +13,7 @@ use crate::cluster::{ActorRecord, ActorSpec};
 use crate::cluster::{MembershipReply, MembershipRequest};
 use crate::head::membership::{self, MembershipError};
 use crate::transport::{unix_now, ConnectError, RequestError};
-use crate::wire::{RemoteErrorKind, Ticket};
+use crate::wire::{HeadKeys, RemoteErrorKind, Ticket};
 
 use super::{call_head, HeadLink, NodeManager};
 use crate::node::error::NodeError;
@@ -23,8 +23,9 @@ const MAX_BEAT_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The outcome of one heartbeat.
 pub(super) enum Beat {
-    /// With this node's new ticket, when the beat asked for one.
-    Acked(Option<Ticket>),
+    /// With this node's new ticket and the head's keys, when the beat
+    /// asked for one.
+    Acked(Option<(Ticket, HeadKeys)>),
     /// The head refused this incarnation: stop.
     Expelled(String),
     /// No answer; try again next tick.
@@ -73,7 +74,10 @@ impl NodeManager {
                 async move {
                     match sent.await {
                         Ok(Ok(())) => Beat::Acked(renew.map(|signs_workers| {
-                            tickets.certify_node(&node, certificate, &signs_workers, unix_now())
+                            let now = unix_now();
+                            let ticket =
+                                tickets.certify_node(&node, certificate, &signs_workers, now);
+                            (ticket, tickets.public_keys(now).into())
                         })),
                         Ok(Err(
                             e @ (MembershipError::Stale { .. } | MembershipError::Dead { .. }),
@@ -94,7 +98,9 @@ impl NodeManager {
                 let call = call_head(endpoint, *head, beat, self.config.interval * 2);
                 async move {
                     match call.await {
-                        Ok(MembershipReply::Renewed { ticket }) => Beat::Acked(Some(ticket)),
+                        Ok(MembershipReply::Renewed { ticket, head_keys }) => {
+                            Beat::Acked(Some((ticket, head_keys)))
+                        }
                         Ok(_) => Beat::Acked(None),
                         Err(ClientError::Request(RequestError::Remote { error, .. }))
                             if error.kind == RemoteErrorKind::StaleIncarnation =>
@@ -115,8 +121,8 @@ impl NodeManager {
     pub(super) fn record(&mut self, beat: Beat) {
         match beat {
             Beat::Acked(ticket) => {
-                if let Some(ticket) = ticket {
-                    self.renewed(ticket);
+                if let Some((ticket, head_keys)) = ticket {
+                    self.renewed(ticket, head_keys);
                 }
                 // Also without a missed beat: a head that restarted between
                 // two beats missed the reports made meanwhile.

@@ -4,7 +4,7 @@
 use actix::prelude::*;
 
 use crate::transport::{renewal_due_at, unix_now, CertificateHash, WorkerScope};
-use crate::wire::{NodeIdentity, Ticket};
+use crate::wire::{HeadKeys, NodeIdentity, Ticket};
 
 use super::NodeManager;
 use crate::node::error::RenewalRefused;
@@ -20,18 +20,19 @@ impl NodeManager {
             .is_none_or(|due| unix_now() >= due)
     }
 
-    /// Presents `ticket`, this node's new one, from now on, and attaches it
-    /// to the workers' tickets signed after.
-    pub(super) fn renewed(&mut self, ticket: Ticket) {
-        self.config.endpoint.renew(ticket.clone());
-        self.config.workers.renewed(ticket);
+    /// Presents `ticket`, this node's new one, from now on, attaches it
+    /// to the workers' tickets signed after, and checks tickets with
+    /// `head_keys` (given to the workers too).
+    pub(super) fn renewed(&mut self, ticket: Ticket, head_keys: HeadKeys) {
+        self.config.endpoint.renew(ticket.clone(), head_keys.clone());
+        self.config.workers.renewed(ticket, head_keys);
         tracing::debug!("this node's ticket was renewed");
     }
 }
 
 /// One of this node's workers asks for a new ticket.
 #[derive(Message)]
-#[rtype(result = "Result<Ticket, RenewalRefused>")]
+#[rtype(result = "Result<(Ticket, HeadKeys), RenewalRefused>")]
 pub struct RenewWorkerTicket {
     /// The worker, as its ticket names it.
     pub worker: NodeIdentity,
@@ -42,7 +43,7 @@ pub struct RenewWorkerTicket {
 }
 
 impl Handler<RenewWorkerTicket> for NodeManager {
-    type Result = Result<Ticket, RenewalRefused>;
+    type Result = Result<(Ticket, HeadKeys), RenewalRefused>;
 
     fn handle(&mut self, msg: RenewWorkerTicket, _: &mut Context<Self>) -> Self::Result {
         let live = self.workers.values().any(|worker| {
@@ -53,9 +54,9 @@ impl Handler<RenewWorkerTicket> for NodeManager {
         if !live {
             return Err(RenewalRefused::NotAWorker(msg.worker));
         }
-        self.config
-            .workers
-            .renew(&msg.worker, msg.certificate, msg.scope)
-            .ok_or(RenewalRefused::Uncertified)
+        let workers = &self.config.workers;
+        let ticket = workers.renew(&msg.worker, msg.certificate, msg.scope);
+        let ticket = ticket.ok_or(RenewalRefused::Uncertified)?;
+        Ok((ticket, workers.head_keys().clone()))
     }
 }
