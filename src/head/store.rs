@@ -46,8 +46,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ActorId, ActorRecord, ActorSpec, JobRecord, NodeRegistration, StateScope};
-use crate::transport::{JoinToken, ResetKey};
 use crate::transport::Rotation;
+use crate::transport::{JoinToken, ResetKey};
 use crate::wire::NodeIdentity;
 
 /// The store's file name under `$NIMBUS_HOME`.

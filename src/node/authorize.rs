@@ -491,6 +491,14 @@ mod tests {
         assert!(authorize(&worker, &renew).is_ok());
         let node = caller(PeerRole::Node, &n1, node_standing(&n1));
         let holder = caller(PeerRole::Client, &n1, Standing::TokenHolder);
+        assert!(authorize(&holder, &rotate).is_ok());
+        for other in [&worker, &node] {
+            let refused = authorize(other, &rotate).unwrap_err();
+            assert!(
+                refused.to_string().contains("may not send RotateTicketKey"),
+                "{refused}"
+            );
+        }
         for other in [node, holder] {
             let refused = authorize(&other, &renew).unwrap_err();
             assert!(

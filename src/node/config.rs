@@ -13,6 +13,8 @@ use super::logs::DEFAULT_LOG_MAX;
 use super::sandbox::SandboxMode;
 
 /// Head or not.
+// One per node process: boxing the head's settings would save no memory.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum NodeRole {
     /// Runs the control plane.

@@ -9,8 +9,8 @@ use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use tokio::io::AsyncReadExt;
 
 use crate::wire::{
-    self, preamble, read_preamble, CloseCode, HeadKeys, Hello, HelloReply, NodeIdentity, PeerIdentity, Proof,
-    Ticket, PREAMBLE_LEN,
+    self, preamble, read_preamble, CloseCode, HeadKeys, Hello, HelloReply, NodeIdentity,
+    PeerIdentity, Proof, Ticket, PREAMBLE_LEN,
 };
 
 use super::admission::{self, Admission, Admit, HandshakeSlot, MAX_HANDSHAKES};

@@ -105,7 +105,11 @@ struct KeyRing {
 impl KeyRing {
     /// Forgets the old key of a rotation done by `now` (step 3).
     fn settle(&mut self, now: u64) {
-        if self.rotation.as_ref().is_some_and(|(_, _, done)| now >= *done) {
+        if self
+            .rotation
+            .as_ref()
+            .is_some_and(|(_, _, done)| now >= *done)
+        {
             if let Some((next, _, _)) = self.rotation.take() {
                 self.current = next;
             }
@@ -277,16 +281,25 @@ mod tests {
         assert_eq!(old.len(), 1);
         let (current, rotation) = head.rotate(t0).unwrap();
         assert_eq!(rotation.switch_at, t0 + 125, "a lifetime and a quarter");
-        assert_eq!(rotation.done_at, t0 + 125 + 100 + 10, "a lifetime and its allowance");
+        assert_eq!(
+            rotation.done_at,
+            t0 + 125 + 100 + 10,
+            "a lifetime and its allowance"
+        );
         let again = head.rotate(t0 + 1);
-        assert!(matches!(again, Err(RotationError::UnderWay { in_s: 234, .. })), "{again:?}");
+        assert!(
+            matches!(again, Err(RotationError::UnderWay { in_s: 234, .. })),
+            "{again:?}"
+        );
         // 1. Announced: the old key signs, both are handed out.
         let announced = head.public_keys(t0 + 1);
         assert_eq!(announced.len(), 2);
         assert_eq!(announced[0], old[0]);
         let new = announced[1].clone();
         let before = Proof::Ticket(head.certify_node(&n1, cert, b"", t0 + 120));
-        verifier(&old).check_at(&as_n1, &before, cert, t0 + 120).unwrap();
+        verifier(&old)
+            .check_at(&as_n1, &before, cert, t0 + 120)
+            .unwrap();
         // 2. Switched: the new key signs; a process that still knew only
         // the old key would refuse its tickets, one that renewed accepts
         // both.
@@ -294,7 +307,10 @@ mod tests {
         let after = Proof::Ticket(head.certify_node(&n1, cert, b"", switch));
         assert_eq!(head.public_keys(switch), vec![new.clone(), old[0].clone()]);
         let stale = verifier(&old).check_at(&as_n1, &after, cert, switch);
-        assert!(matches!(stale, Err(TicketError::BadSignature(_))), "{stale:?}");
+        assert!(
+            matches!(stale, Err(TicketError::BadSignature(_))),
+            "{stale:?}"
+        );
         let renewed = verifier(&head.public_keys(switch));
         renewed.check_at(&as_n1, &after, cert, switch).unwrap();
         renewed.check_at(&as_n1, &before, cert, switch).unwrap();

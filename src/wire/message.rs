@@ -81,7 +81,10 @@ impl From<Vec<Vec<u8>>> for HeadKeys {
 
 impl From<HeadKeys> for Vec<Vec<u8>> {
     fn from(keys: HeadKeys) -> Self {
-        keys.0.into_iter().map(serde_bytes::ByteBuf::into_vec).collect()
+        keys.0
+            .into_iter()
+            .map(serde_bytes::ByteBuf::into_vec)
+            .collect()
     }
 }
 

@@ -56,8 +56,8 @@ pub use identity::{
     WORKER_NAME_PREFIX,
 };
 pub use message::{
-    preamble, read_preamble, CloseCode, Hello, HelloReply, IssuerTicket, LocalRoute, Proof,
-    HeadKeys, RemoteError, RemoteErrorKind, Request, Response, Ticket, PREAMBLE_LEN,
+    preamble, read_preamble, CloseCode, HeadKeys, Hello, HelloReply, IssuerTicket, LocalRoute,
+    Proof, RemoteError, RemoteErrorKind, Request, Response, Ticket, PREAMBLE_LEN,
 };
 
 /// The protocol version this build speaks. Peers must match exactly.

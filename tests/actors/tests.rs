@@ -1525,10 +1525,18 @@ pub fn ticket_renewal_driver() {
     actix::System::new().block_on(async {
         driver.connect().await.unwrap();
         let first = actor::spawn::<Partner>((), on("node-2")).await.unwrap();
-        let client = driver.local_cluster().expect("a local cluster").client().await.unwrap();
+        let client = driver
+            .local_cluster()
+            .expect("a local cluster")
+            .client()
+            .await
+            .unwrap();
         let (switch_at, done_at) = client.rotate_ticket_key().await.unwrap();
         let again = client.rotate_ticket_key().await.unwrap_err().to_string();
-        assert!(again.contains("a rotation of the ticket key is under way"), "{again}");
+        assert!(
+            again.contains("a rotation of the ticket key is under way"),
+            "{again}"
+        );
         let started = Instant::now();
         let mut met = 0;
         while started.elapsed() < 3 * TICKET_LIFETIME {
@@ -1547,11 +1555,16 @@ pub fn ticket_renewal_driver() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         let now = nimbus::transport::unix_now();
-        assert!(now > done_at, "the rotation was done {done_at} before the last meeting {now}");
+        assert!(
+            now > done_at,
+            "the rotation was done {done_at} before the last meeting {now}"
+        );
         let status = client.status().await.unwrap();
         assert_eq!(status.alive().count(), 3, "{status:?}");
         let seconds = started.elapsed().as_secs_f64();
-        println!("summary: meetings={met} seconds={seconds:.1} switch_at={switch_at} done_at={done_at}");
+        println!(
+            "summary: meetings={met} seconds={seconds:.1} switch_at={switch_at} done_at={done_at}"
+        );
     });
 }
 

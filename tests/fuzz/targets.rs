@@ -272,6 +272,8 @@ fn control_requests() -> Vec<Vec<u8>> {
             renew: Some(vec![7; 32].into()),
         }),
         ControlRequest::Membership(MembershipRequest::Status),
+        ControlRequest::Membership(MembershipRequest::RotateTicketKey),
+        ControlRequest::Workers(nimbus::cluster::WorkerRequest::RenewTicket),
         ControlRequest::Events(EventRequest::Events {
             after: 12,
             wait_ms: 500,
@@ -331,7 +333,17 @@ fn control_replies() -> Vec<Vec<u8>> {
         MembershipReply::Joined {
             heartbeat_interval_ms: 500,
             ticket: ticket(),
-            head_key: vec![3; 32],
+            head_keys: vec![vec![3; 32], vec![4; 32]].into(),
+        }
+        .into(),
+        MembershipReply::Renewed {
+            ticket: ticket(),
+            head_keys: vec![vec![3; 32]].into(),
+        }
+        .into(),
+        MembershipReply::TicketKeyRotating {
+            switch_at: 1_700_000_000,
+            done_at: 1_700_100_000,
         }
         .into(),
         ObjectReply::Ready {

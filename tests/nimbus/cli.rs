@@ -284,6 +284,19 @@ fn start_status_and_stop_as_a_user_would() {
         "--head",
     );
 
+    // The operator rotates the head's ticket key; a second rotation waits
+    // for the first (a day's lifetime: two days and a quarter).
+    let rotating = succeeds(home, &["rotate-ticket-key"]);
+    assert!(
+        rotating.contains("rotating the head's ticket key: the new key signs from"),
+        "{rotating}"
+    );
+    fails_with(
+        home,
+        &["rotate-ticket-key"],
+        "a rotation of the ticket key is under way",
+    );
+
     let stopped = succeeds(home, &["stop", "--force"]);
     assert!(
         stopped.contains("killed node"),

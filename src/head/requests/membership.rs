@@ -99,8 +99,10 @@ impl HeadActors {
             }
             MembershipRequest::RotateTicketKey => {
                 let refused = |e: String| RemoteError::new(RemoteErrorKind::BadRequest, e);
-                let (current, rotation) =
-                    self.tickets.rotate(unix_now()).map_err(|e| refused(e.to_string()))?;
+                let (current, rotation) = self
+                    .tickets
+                    .rotate(unix_now())
+                    .map_err(|e| refused(e.to_string()))?;
                 self.store
                     .save_ticket_keys(&current, &rotation)
                     .map_err(|e| RemoteError::new(RemoteErrorKind::Internal, e.to_string()))?;

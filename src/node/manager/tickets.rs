@@ -24,7 +24,9 @@ impl NodeManager {
     /// to the workers' tickets signed after, and checks tickets with
     /// `head_keys` (given to the workers too).
     pub(super) fn renewed(&mut self, ticket: Ticket, head_keys: HeadKeys) {
-        self.config.endpoint.renew(ticket.clone(), head_keys.clone());
+        self.config
+            .endpoint
+            .renew(ticket.clone(), head_keys.clone());
         self.config.workers.renewed(ticket, head_keys);
         tracing::debug!("this node's ticket was renewed");
     }
