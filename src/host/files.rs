@@ -25,6 +25,27 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
         .create(dir)
 }
 
+/// Creates `dir` (`0700`) when missing and checks that it is a directory
+/// of this user that no other user may read or write: one another user
+/// made (or a link) is refused, naming its owner and mode.
+pub fn private_dir_of_mine(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    private_dir(dir)?;
+    let metadata = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let mode = metadata.mode() & 0o7777;
+    if !metadata.is_dir() || metadata.uid() != me || mode & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of this user's (uid {me}) alone: owner uid {}, mode {mode:o}{}; remove it",
+            dir.display(),
+            metadata.uid(),
+            if metadata.is_dir() { "" } else { ", not a directory" }
+        )));
+    }
+    Ok(())
+}
+
 /// Creates (or truncates) `path` for writing, `0600` when created.
 pub fn private_file(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()

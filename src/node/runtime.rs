@@ -143,6 +143,13 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
     let is_member = link.actors.is_none();
     let head_address = link.address;
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+    let me = ObjectLocation {
+        node: identity.clone(),
+        address,
+    };
+    let head = (&link.actors, head_address);
+    let objects = start_object_store(&config, &resources, &endpoint, me, head)?;
+    let sandbox = sandbox.with_objects(objects.shared_dir(), config.worker_sandbox)?;
     let manager = NodeManager::new(NodeManagerConfig {
         identity: identity.clone(),
         address,
@@ -161,12 +168,6 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         sandbox,
     })
     .start();
-    let me = ObjectLocation {
-        node: identity.clone(),
-        address,
-    };
-    let head = (&link.actors, head_address);
-    let objects = start_object_store(&config, &resources, &endpoint, me, head)?;
     let drivers = DriverRunner::new(
         config.state_dir.clone(),
         config.log_max,
@@ -412,8 +413,16 @@ fn object_dirs(
         Some(dir) => dir.join(format!("nimbus-{own}")),
         None => config.state_dir.join("spill").join(&own),
     };
-    let shared_dir = shm.map(|shm| shm.join(format!("nimbus-{own}")));
+    let shared_dir = shm.map(|shm| shared_parent(shm).join(format!("nimbus-{own}")));
     (spill_dir, shared_dir)
+}
+
+/// The directory of this user's nodes' shared-memory directories under
+/// `shm`: one tmpfs cover hides them all from a worker's sandbox
+/// (`sandbox.rs`), whatever nodes start later.
+fn shared_parent(shm: &Path) -> PathBuf {
+    // SAFETY: geteuid cannot fail.
+    shm.join(format!("nimbus-objects-{}", unsafe { libc::geteuid() }))
 }
 
 /// Step 4, the object store: removes what killed nodes left behind, then
@@ -432,6 +441,7 @@ fn start_object_store(
     // Large objects live in tmpfs files that processes of this host map.
     let shm = Path::new("/dev/shm");
     let stale = [
+        (shared_parent(shm), "nimbus-"),
         (shm.to_path_buf(), "nimbus-"),
         (config.state_dir.join("spill"), ""),
     ];
@@ -614,9 +624,12 @@ mod tests {
         let shm = Some(Path::new("/dev/shm"));
         let (spill, shared) = object_dirs(&config, "node/1", 42, shm);
         assert_eq!(spill, Path::new("/state/spill/node_1-42"));
+        // SAFETY: geteuid cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        let expected = format!("/dev/shm/nimbus-objects-{uid}/nimbus-node_1-42");
         assert_eq!(
             shared.as_deref(),
-            Some(Path::new("/dev/shm/nimbus-node_1-42"))
+            Some(Path::new(&expected))
         );
         config.object_spill_dir = Some(PathBuf::from("/mnt/nvme"));
         let (spill, shared) = object_dirs(&config, "..", 7, None);

@@ -17,7 +17,11 @@
 //!    its job's working directory (`jobs/JOB`, a submitted job's files,
 //!    where this node runs its driver) are bound back read-only at their
 //!    paths (mount flags they had kept). The working directory is entered
-//!    again by its path; `/` if it was under the hidden one.
+//!    again by its path; `/` if it was under the hidden one. Likewise an
+//!    empty tmpfs hides the node's shared-memory directory (every job's
+//!    large objects, `crate::object_store`), and the worker's job's
+//!    directory in it (`job-JOB`) is bound back, writable: it reads and
+//!    writes its own job's objects in place, and no other job's.
 //! 3. **Landlock** (layer `landlock`; no new privileges first): a domain
 //!    of the worker's own, so it may not trace a process outside it nor
 //!    read its memory, environment or root directory (its node, drivers,
@@ -41,6 +45,8 @@ use std::sync::Arc;
 use landlock::{AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, Scope};
 
 use crate::cluster::faults::WORKERS_KILL_NODE_ENV;
+use crate::host::files::private_dir;
+use crate::object_store::job_dir_name;
 
 /// Which of the sandbox's layers a node's workers must get
 /// (`--worker-sandbox`).
@@ -82,6 +88,8 @@ pub enum Step {
     Cover,
     /// 2: the program bound back.
     Bind,
+    /// 2: the tmpfs over the shared-memory directory.
+    CoverObjects,
     /// 3: no new privileges.
     NoNewPrivileges,
     /// 3: the Landlock domain.
@@ -98,6 +106,7 @@ impl Step {
             Step::Private,
             Step::Cover,
             Step::Bind,
+            Step::CoverObjects,
             Step::NoNewPrivileges,
             Step::Landlock,
             Step::Capabilities,
@@ -110,7 +119,12 @@ impl Step {
     fn of_namespaces(self) -> bool {
         matches!(
             self,
-            Step::Unshare | Step::Maps | Step::Private | Step::Cover | Step::Bind
+            Step::Unshare
+                | Step::Maps
+                | Step::Private
+                | Step::Cover
+                | Step::Bind
+                | Step::CoverObjects
         )
     }
 }
@@ -123,6 +137,7 @@ impl fmt::Display for Step {
             Step::Private => "private mounts",
             Step::Cover => "a tmpfs over the state directory",
             Step::Bind => "its program bound back",
+            Step::CoverObjects => "a tmpfs over the node's shared-memory directory",
             Step::NoNewPrivileges => "no new privileges",
             Step::Landlock => "a Landlock domain (landlock_restrict_self)",
             Step::Capabilities => "dropping its capabilities",
@@ -179,6 +194,11 @@ struct Shared {
     /// The state directory (canonical), covered in step 2, with its path
     /// for `mount`; `None`: layer `namespaces` is off.
     cover: Option<(PathBuf, CString)>,
+    /// The directory of this user's nodes' shared-memory directories
+    /// (canonical), covered in step 2 too, and this node's in it; `None`:
+    /// it has none, or layer `namespaces` is off.
+    objects: Option<(PathBuf, CString)>,
+    own_objects: PathBuf,
     /// The uid and gid maps and `setgroups` (step 1).
     maps: [CString; 3],
     /// The Landlock ruleset (step 3), if the kernel has Landlock.
@@ -223,6 +243,8 @@ impl WorkerSandbox {
         let (uid, euid, gid) = unsafe { (libc::getuid(), libc::geteuid(), libc::getgid()) };
         let mut shared = Shared {
             cover: Some((cover.clone(), path_cstring(&cover))),
+            objects: None,
+            own_objects: PathBuf::new(),
             maps: [
                 CString::from(c"deny"),
                 cstring(format!("{uid} {uid} 1")),
@@ -293,6 +315,51 @@ impl WorkerSandbox {
         layers.join(", ")
     }
 
+    /// Hides the shared-memory directories of this user's nodes (the
+    /// parent of this node's, `dir`) from its workers too, but for their
+    /// job's own in this node's (step 2), once a probe shows that this
+    /// host allows it; else says so (`Err` with `required`).
+    pub fn with_objects(self, dir: Option<&Path>, mode: SandboxMode) -> Result<Self, SandboxError> {
+        let (Some(mut shared), Some(dir)) = (self.shared.clone(), dir) else {
+            return Ok(self);
+        };
+        drop(self);
+        let Some(inner) = Arc::get_mut(&mut shared).filter(|s| s.cover.is_some()) else {
+            return Ok(WorkerSandbox {
+                shared: Some(shared),
+            });
+        };
+        let find = |source| SandboxError::Probe {
+            action: "find the nodes' shared-memory directory",
+            source,
+        };
+        inner.own_objects = dir.canonicalize().map_err(find)?;
+        // The per-user directory of every node's: a node started later
+        // is hidden too.
+        let dir = inner.own_objects.parent().unwrap_or(dir).to_path_buf();
+        inner.objects = Some((dir.clone(), path_cstring(&dir)));
+        match probe(inner) {
+            Ok(()) => Ok(WorkerSandbox {
+                shared: Some(shared),
+            }),
+            Err((step, source)) if mode == SandboxMode::Required => Err(SandboxError::Refused {
+                step,
+                source,
+                hint: hint(step),
+            }),
+            Err((step, source)) => {
+                tracing::warn!(
+                    "workers see all of {} (every job's large objects): {step} failed ({source})",
+                    dir.display()
+                );
+                inner.objects = None;
+                Ok(WorkerSandbox {
+                    shared: Some(shared),
+                })
+            }
+        }
+    }
+
     /// What a worker of `job` running `binary` does before `exec`
     /// (`None`: no sandbox); its fields are made here, so that
     /// [`Entry::enter`] allocates nothing.
@@ -300,7 +367,7 @@ impl WorkerSandbox {
         let Some(shared) = &self.shared else {
             return Ok(None);
         };
-        let mut binds = [None, None];
+        let mut binds = [None, None, None];
         if let Some((cover, _)) = &shared.cover {
             binds[0] = bind_back(cover, binary, false)?;
             let one_name = Path::new(job).components().count() == 1
@@ -309,6 +376,14 @@ impl WorkerSandbox {
             if one_name && job_dir.is_dir() {
                 binds[1] = bind_back(cover, &job_dir, true)?;
             }
+        }
+        if let (Some((objects, _)), Some(name)) = (&shared.objects, job_dir_name(job)) {
+            let job_objects = shared.own_objects.join(name);
+            private_dir(&job_objects)?;
+            binds[2] = bind_back(objects, &job_objects, true)?.map(|bind| Bind {
+                writable: true,
+                ..bind
+            });
         }
         let cwd = std::env::current_dir().ok().map(|dir| path_cstring(&dir));
         Ok(Some(Entry {
@@ -365,6 +440,7 @@ fn bind_back(cover: &Path, path: &Path, dir: bool) -> std::io::Result<Option<Bin
         target: path_cstring(&path),
         dir,
         flags,
+        writable: false,
     }))
 }
 
@@ -410,13 +486,17 @@ struct Bind {
     dir: bool,
     /// The mount flags of its filesystem.
     flags: libc::c_ulong,
+    /// Left writable (the job's shared-memory directory); else remounted
+    /// read-only.
+    writable: bool,
 }
 
 /// One worker's way into its sandbox, made before `fork`.
 pub(super) struct Entry {
     shared: Arc<Shared>,
-    /// The worker's program and its job's directory.
-    binds: [Option<Bind>; 2],
+    /// The worker's program, its job's directory, and its job's
+    /// shared-memory directory.
+    binds: [Option<Bind>; 3],
     cwd: Option<CString>,
 }
 
@@ -432,12 +512,25 @@ impl Entry {
 /// The steps, for a worker (`binds`, `cwd`) or the probe (neither).
 fn enter(
     shared: &Shared,
-    binds: &[Option<Bind>; 2],
+    binds: &[Option<Bind>; 3],
     cwd: Option<&CString>,
 ) -> Result<(), (Step, i32)> {
     if let Some((_, cover)) = &shared.cover {
         namespaces(shared)?;
-        covered(cover, binds)?;
+        // What is bound back is opened first (in this mount namespace: a
+        // bind takes its source from the caller's own), and bound from its
+        // descriptor once its path is covered.
+        let mut fds = [-1; 3];
+        for (fd, bind) in fds.iter_mut().zip(binds) {
+            if let Some(bind) = bind {
+                *fd = sys::open(&bind.target, libc::O_PATH | libc::O_CLOEXEC, 0);
+                check(Step::Bind, *fd)?;
+            }
+        }
+        covered((cover, Step::Cover), &binds[..2], &fds[..2])?;
+        if let Some((_, objects)) = &shared.objects {
+            covered((objects, Step::CoverObjects), &binds[2..], &fds[2..])?;
+        }
         // A working directory under the hidden one is gone: then `/`.
         if cwd.is_none_or(|cwd| sys::chdir(cwd) != 0) {
             sys::chdir(c"/");
@@ -476,21 +569,17 @@ fn namespaces(shared: &Shared) -> Result<(), (Step, i32)> {
     )
 }
 
-/// Step 2. What is bound back is opened first (in this mount namespace:
-/// a bind takes its source from the caller's own) and bound from its
-/// descriptor once its path is covered.
-fn covered(cover: &CStr, binds: &[Option<Bind>; 2]) -> Result<(), (Step, i32)> {
+/// Step 2 for one directory: `cover` hidden under an empty tmpfs (`step`
+/// names it), `binds` bound back from their descriptors `fds`.
+fn covered(
+    (cover, step): (&CStr, Step),
+    binds: &[Option<Bind>],
+    fds: &[i32],
+) -> Result<(), (Step, i32)> {
     let hidden = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    let mut fds = [-1; 2];
-    for (fd, bind) in fds.iter_mut().zip(binds) {
-        if let Some(bind) = bind {
-            *fd = sys::open(&bind.target, libc::O_PATH | libc::O_CLOEXEC, 0);
-            check(Step::Bind, *fd)?;
-        }
-    }
     let tmpfs = (c"tmpfs", c"mode=0700,size=64k");
     check(
-        Step::Cover,
+        step,
         sys::mount(
             Some(c"nimbus-sandbox"),
             cover,
@@ -499,13 +588,13 @@ fn covered(cover: &CStr, binds: &[Option<Bind>; 2]) -> Result<(), (Step, i32)> {
             Some(tmpfs.1),
         ),
     )?;
-    for (fd, bind) in fds.into_iter().zip(binds) {
+    for (fd, bind) in fds.iter().zip(binds) {
         if let Some(bind) = bind {
-            bound(bind, fd)?;
+            bound(bind, *fd)?;
         }
     }
     check(
-        Step::Cover,
+        step,
         sys::mount(
             None,
             cover,
@@ -516,7 +605,8 @@ fn covered(cover: &CStr, binds: &[Option<Bind>; 2]) -> Result<(), (Step, i32)> {
     )
 }
 
-/// Binds `bind` back from its descriptor `fd`, read-only.
+/// Binds `bind` back from its descriptor `fd`, read-only unless it is
+/// writable.
 fn bound(bind: &Bind, fd: i32) -> Result<(), (Step, i32)> {
     let made = |result: i32| match result < 0 && errno() != libc::EEXIST {
         true => Err((Step::Bind, errno())),
@@ -542,6 +632,9 @@ fn bound(bind: &Bind, fd: i32) -> Result<(), (Step, i32)> {
         Step::Bind,
         sys::mount(Some(source), &bind.target, None, libc::MS_BIND, None),
     )?;
+    if bind.writable {
+        return Ok(());
+    }
     let read_only = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | bind.flags;
     check(
         Step::Bind,
@@ -709,7 +802,7 @@ fn probe(shared: &Shared) -> Result<(), (Step, std::io::Error)> {
         return Err(failed(std::io::Error::last_os_error()));
     }
     if pid == 0 {
-        let code = match enter(shared, &[None, None], None) {
+        let code = match enter(shared, &[None, None, None], None) {
             Ok(()) => 0,
             Err((step, errno)) => {
                 let mut report = [0u8; 5];

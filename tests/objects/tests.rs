@@ -220,7 +220,9 @@ async fn large_objects_are_shared_memory_mapped(driver: &mut Driver) {
     // Other local users cannot read the head's shared-memory objects.
     let head_pid = driver.local_cluster().unwrap().node(0).unwrap().pid();
     assert_private(std::path::Path::new(&format!(
-        "/dev/shm/nimbus-head-{head_pid}"
+        "/dev/shm/nimbus-objects-{}/nimbus-head-{head_pid}",
+        // SAFETY: geteuid cannot fail.
+        unsafe { libc::geteuid() }
     )));
     let found = listing(&client, "head").await;
     let summary = found.objects.iter().find(|o| o.id == object.id()).unwrap();

@@ -62,7 +62,8 @@
 //!    references die with a SIGKILLed worker too.
 //! 6. **Files.** Spilled objects go to `--object-spill-dir`'s
 //!    `nimbus-NODE-PID` (default `$NIMBUS_HOME/spill/NODE-PID`), objects of
-//!    `SHARED_MIN` (1 MiB) or more to `/dev/shm/nimbus-NODE-PID/`, their
+//!    `SHARED_MIN` (1 MiB) or more to `/dev/shm/nimbus-NODE-PID/job-JOB/`
+//!    (the directory a sandboxed worker of that job sees of it), their
 //!    blocks allocated up front (a cached copy's as its bytes arrive, once
 //!    the tmpfs has said it has room for them); one that does not fit there stays in the
 //!    node's memory (a node whose `/dev/shm` is smaller than its store says
@@ -98,7 +99,7 @@ mod small_reads;
 
 pub use deaths::HeadEvents;
 pub use pull::BULK_RETRY_AFTER;
-pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
+pub use shard::{job_dir_name, Budget, ObjectStoreShard, SHARED_MIN};
 
 use access::{fail, job_of, may_read, readable};
 use pull::Streamed;
@@ -157,7 +158,25 @@ pub struct NodeObjectStore {
     bulk_server: Arc<std::sync::Mutex<Option<BulkServer>>>,
 }
 
+/// Makes this node's shared-memory directory `dir` (step 6) inside the
+/// per-user one, which is made `0700` when missing and refused when it is
+/// not this user's alone; tried twice, as a node that stops removes the
+/// per-user directory when it leaves it empty.
+fn own_shared_dir(dir: &std::path::Path) -> std::io::Result<OwnedDir> {
+    let parent = dir.parent().unwrap_or(dir);
+    let make = || {
+        crate::host::files::private_dir_of_mine(parent)?;
+        OwnedDir::create_unique(dir).map_err(std::io::Error::other)
+    };
+    make().or_else(|_| make())
+}
+
 impl NodeObjectStore {
+    /// The directory of its shared-memory files, if it keeps any.
+    pub fn shared_dir(&self) -> Option<&std::path::Path> {
+        self.budget.shared_dir()
+    }
+
     /// Sets the store's gauges (`crate::metrics`): bytes in memory and
     /// spilled, and the memory capacity. Called before each scrape.
     pub fn record_metrics(&self) {
@@ -184,7 +203,7 @@ impl NodeObjectStore {
         endpoint: Endpoint,
         me: ObjectLocation,
     ) -> Result<Self, OwnershipError> {
-        let shared = shared_dir.and_then(|dir| match OwnedDir::create_unique(&dir) {
+        let shared = shared_dir.and_then(|dir| match own_shared_dir(&dir) {
             Ok(owned) => Some(owned),
             Err(e) => {
                 tracing::warn!("no shared memory for objects: {e}");
@@ -244,6 +263,11 @@ impl NodeObjectStore {
             if let Err(e) = dir.remove() {
                 tracing::warn!("cannot remove {}: {e}", dir.path().display());
             }
+        }
+        // The per-user directory, once no node of this user keeps a
+        // directory in it (a node starting meanwhile makes it again).
+        if let Some(parent) = self.shared_dir().and_then(std::path::Path::parent) {
+            let _ = std::fs::remove_dir(parent);
         }
     }
 
@@ -445,7 +469,8 @@ impl NodeObjectStore {
         owned: (RefHolder, Vec<ContainedRef>),
         confined: Option<&str>,
     ) -> Result<ObjectReply, RemoteError> {
-        let Some(path) = self.budget.shared_path(id, total) else {
+        let job = job_of(&owned.0, confined);
+        let Some(path) = self.budget.shared_path(id, total, job) else {
             return Ok(ObjectReply::File(None));
         };
         if !self.begin_owned(id, total, owned, None, confined).await? {

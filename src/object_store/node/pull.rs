@@ -140,7 +140,8 @@ impl NodeObjectStore {
             }
             Err(e) => return lost_or_failed(e.message),
         };
-        let streamed = match self.budget.shared_path(id, size).filter(|_| shared) {
+        let file = self.budget.shared_path(id, size, job.as_deref());
+        let streamed = match file.filter(|_| shared) {
             Some(file) => self.pull_stream(&connection, &owner, id, size, file).await,
             None => Err("it is kept in memory, not in a shared-memory file".to_string()),
         };

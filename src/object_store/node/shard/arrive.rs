@@ -184,10 +184,20 @@ impl Handler<Begin> for ObjectStoreShard {
                 _ => return Err(ShardError::Exists(msg.id)),
             }
         }
-        let shared_path = self.budget.shared_path(msg.id, msg.total);
+        let job = msg.job.as_deref();
+        let shared_path = self
+            .budget
+            .shared_path(msg.id, msg.total, job)
+            .filter(|path| match self.budget.make_job_dir(path) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!("cannot make {}'s directory: {e}; keeping the object in the node's memory", path.display());
+                    false
+                }
+            });
         let reused = shared_path
             .as_ref()
-            .and_then(|path| self.budget.reuse_spare(path, msg.total));
+            .and_then(|path| self.budget.reuse_spare(path, msg.total, job));
         let room = reused.is_some()
             || self.budget.take(msg.total)
             || (self.budget.drop_spares() > 0 && self.budget.take(msg.total));
@@ -311,7 +321,7 @@ impl ObjectStoreShard {
                 }
             }
             Data::ArrivingShared { file, received, .. } => {
-                let path = self.budget.shared_path(msg.id, stored.total);
+                let path = self.budget.shared_path(msg.id, stored.total, job.as_deref());
                 let path = path.ok_or_else(not_receiving)?;
                 file.write_all_at(&msg.chunk, msg.offset)
                     .map_err(|source| ShardError::Io {
@@ -357,7 +367,11 @@ impl Handler<Seal> for ObjectStoreShard {
             .get_mut(&id)
             .ok_or(ShardError::NotReceiving(id))?;
         let (Data::ArrivingShared { file, .. }, Some(path)) =
-            (&stored.data, self.budget.shared_path(id, stored.total))
+            (
+                &stored.data,
+                self.budget
+                    .shared_path(id, stored.total, stored.job.as_deref()),
+            )
         else {
             return Err(ShardError::NotWrittenInPlace(id));
         };

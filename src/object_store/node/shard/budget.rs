@@ -15,13 +15,19 @@
 //!    written through only while the file is granted to that writer, never
 //!    read (`process/kept_maps.rs`).
 //! 2. A new shared-memory object takes the smallest spare at least its
-//!    size, renamed to the object's name and cut to its size: its pages
-//!    are already in memory, so the write skips allocating them (on this
-//!    host, half the time of a fresh 100 MiB file).
+//!    size that held an object of the same job, renamed to the object's
+//!    name and cut to its size: its pages are already in memory, so the
+//!    write skips allocating them (on this host, half the time of a fresh
+//!    100 MiB file). Never another job's: its writer may keep it mapped.
 //! 3. When memory is short, or the tmpfs refuses a new file for want of
 //!    space, the spares are removed before anything is spilled. A cached
 //!    copy dropped to make room is removed, never kept as a spare.
 //!
+//! An object's file is in a directory of its job's (`job-JOB`), which is
+//! all of the shared-memory directory a worker of that job sees in its
+//! sandbox (`crate::node`'s `sandbox.rs`); an object of no known job (only
+//! drivers, the CLI and nodes read it) and the spares are in the
+//! directory itself.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,11 +46,24 @@ const MAX_SPARE_FILES: usize = 4;
 /// Spare files hold at most this fraction (1/N) of the memory budget.
 const SPARE_SHARE: u64 = 4;
 
-/// A freed object's shared-memory file, kept for a later object.
+/// A freed object's shared-memory file, kept for a later object of its
+/// job.
 #[derive(Debug)]
 struct Spare {
     path: PathBuf,
     size: u64,
+    job: Option<String>,
+}
+
+/// The directory, inside the shared-memory directory, of `job`'s objects
+/// (`None` for a name that is not one plain path component).
+pub fn job_dir_name(job: &str) -> Option<String> {
+    let plain = !job.is_empty()
+        && job != "."
+        && job != ".."
+        && !job.contains('/')
+        && !job.contains('\0');
+    plain.then(|| format!("job-{job}"))
 }
 
 /// Bytes a node's store may hold in memory, shared by its shards, and
@@ -92,15 +111,35 @@ impl Budget {
         })
     }
 
-    /// The shared-memory file of a large object, if objects that large
-    /// are kept in shared memory.
+    /// The shared-memory file of a large object of `job`, if objects
+    /// that large are kept in shared memory.
     pub(in crate::object_store::node) fn shared_path(
         &self,
         id: ObjectId,
         size: u64,
+        job: Option<&str>,
     ) -> Option<PathBuf> {
         let dir = self.shared_dir.as_ref().filter(|_| size >= SHARED_MIN)?;
-        Some(dir.join(id.to_string()))
+        Some(match job.and_then(job_dir_name) {
+            Some(name) => dir.join(name).join(id.to_string()),
+            None => dir.join(id.to_string()),
+        })
+    }
+
+    /// Makes the directory `path` (a [`Budget::shared_path`]) is in, if
+    /// it is a job's.
+    pub(super) fn make_job_dir(&self, path: &std::path::Path) -> std::io::Result<()> {
+        match path.parent() {
+            Some(dir) if Some(dir) != self.shared_dir.as_deref() => {
+                crate::host::files::private_dir(dir)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The directory of the shared-memory files, if any.
+    pub fn shared_dir(&self) -> Option<&std::path::Path> {
+        self.shared_dir.as_deref()
     }
 
     /// Bytes in memory.
@@ -151,10 +190,10 @@ impl Budget {
         self.spares().iter().map(|s| s.size).sum()
     }
 
-    /// Keeps the file of a freed object (`size` bytes, at `path`) as a
-    /// spare, its bytes still counted as used (step 1). False when there
-    /// is no room among the spares: the caller removes it.
-    pub(super) fn keep_spare(&self, path: &std::path::Path, size: u64) -> bool {
+    /// Keeps the file of a freed object of `job` (`size` bytes, at
+    /// `path`) as a spare, its bytes still counted as used (step 1). False
+    /// when there is no room among the spares: the caller removes it.
+    pub(super) fn keep_spare(&self, path: &std::path::Path, size: u64, job: Option<&str>) -> bool {
         let Some(dir) = &self.shared_dir else {
             return false;
         };
@@ -175,7 +214,11 @@ impl Budget {
         let spare = dir.join(format!("spare-{seq}"));
         let kept = match std::fs::rename(path, &spare) {
             Ok(()) => {
-                spares.push(Spare { path: spare, size });
+                spares.push(Spare {
+                    path: spare,
+                    size,
+                    job: job.map(str::to_string),
+                });
                 true
             }
             Err(e) => {
@@ -191,14 +234,20 @@ impl Budget {
         kept
     }
 
-    /// The smallest spare of at least `size` bytes, renamed to `path` and
-    /// cut to `size`; the bytes cut off are given back (step 2). `None`
-    /// when no spare fits (or it could not be reused: it is removed).
-    pub(super) fn reuse_spare(&self, path: &std::path::Path, size: u64) -> Option<std::fs::File> {
+    /// The smallest spare of `job`'s of at least `size` bytes, renamed to
+    /// `path` and cut to `size`; the bytes cut off are given back (step
+    /// 2). `None` when no spare fits (or it could not be reused: it is
+    /// removed).
+    pub(super) fn reuse_spare(
+        &self,
+        path: &std::path::Path,
+        size: u64,
+        job: Option<&str>,
+    ) -> Option<std::fs::File> {
         let spare = {
             let mut spares = self.spares();
             let best = (0..spares.len())
-                .filter(|&i| spares[i].size >= size)
+                .filter(|&i| spares[i].size >= size && spares[i].job.as_deref() == job)
                 .min_by_key(|&i| spares[i].size)?;
             spares.remove(best)
         };
@@ -305,7 +354,7 @@ mod tests {
     fn a_freed_file_becomes_a_spare_still_counted_as_used() {
         let (dir, budget) = budget(16 * MIB);
         let path = freed_file(&dir, &budget, "object", 2 * MIB);
-        assert!(budget.keep_spare(&path, 2 * MIB));
+        assert!(budget.keep_spare(&path, 2 * MIB, None));
         assert!(!path.exists(), "renamed to a spare");
         assert_eq!((budget.spare(), budget.used()), (2 * MIB, 2 * MIB));
         assert_eq!(files_in(&dir), 1);
@@ -315,7 +364,7 @@ mod tests {
     fn a_file_over_the_spare_share_is_not_kept() {
         let (dir, budget) = budget(16 * MIB);
         let path = freed_file(&dir, &budget, "object", 4 * MIB + 1);
-        assert!(!budget.keep_spare(&path, 4 * MIB + 1));
+        assert!(!budget.keep_spare(&path, 4 * MIB + 1, None));
         assert!(path.exists(), "the caller removes it");
         assert_eq!(budget.spare(), 0);
     }
@@ -325,14 +374,14 @@ mod tests {
         let (dir, budget) = budget(64 * MIB);
         for i in 0..MAX_SPARE_FILES + 1 {
             let path = freed_file(&dir, &budget, &format!("object-{i}"), MIB);
-            assert!(budget.keep_spare(&path, MIB));
+            assert!(budget.keep_spare(&path, MIB, None));
         }
         let kept = MAX_SPARE_FILES as u64 * MIB;
         assert_eq!((budget.spare(), budget.used()), (kept, kept));
         assert_eq!(files_in(&dir), MAX_SPARE_FILES);
         // A spare of a quarter of the budget evicts the others.
         let path = freed_file(&dir, &budget, "large", 16 * MIB);
-        assert!(budget.keep_spare(&path, 16 * MIB));
+        assert!(budget.keep_spare(&path, 16 * MIB, None));
         assert_eq!((budget.spare(), budget.used()), (16 * MIB, 16 * MIB));
         assert_eq!(files_in(&dir), 1);
     }
@@ -342,16 +391,16 @@ mod tests {
         let (dir, budget) = budget(64 * MIB);
         for (name, size) in [("a", 8 * MIB), ("b", 3 * MIB), ("c", 2 * MIB)] {
             let path = freed_file(&dir, &budget, name, size);
-            assert!(budget.keep_spare(&path, size));
+            assert!(budget.keep_spare(&path, size, None));
         }
         let target = dir.path().join("new");
-        let file = budget.reuse_spare(&target, 2 * MIB + 1).unwrap();
+        let file = budget.reuse_spare(&target, 2 * MIB + 1, None).unwrap();
         assert_eq!(file.metadata().unwrap().len(), 2 * MIB + 1);
         // The 3 MiB spare was taken; the bytes cut off went back.
         assert_eq!(budget.spare(), 10 * MIB);
         assert_eq!(budget.used(), 12 * MIB + 1);
         assert!(budget
-            .reuse_spare(&dir.path().join("none"), 9 * MIB)
+            .reuse_spare(&dir.path().join("none"), 9 * MIB, None)
             .is_none());
     }
 
@@ -360,7 +409,7 @@ mod tests {
         let (dir, budget) = budget(64 * MIB);
         for name in ["a", "b"] {
             let path = freed_file(&dir, &budget, name, MIB);
-            assert!(budget.keep_spare(&path, MIB));
+            assert!(budget.keep_spare(&path, MIB, None));
         }
         assert_eq!(budget.drop_spares(), 2 * MIB);
         assert_eq!((budget.spare(), budget.used(), files_in(&dir)), (0, 0, 0));
@@ -378,7 +427,7 @@ mod tests {
         assert!(without_spares.is_err());
         assert_eq!(tries, 1, "no spare to drop: no second try");
         let path = freed_file(&dir, &budget, "a", MIB);
-        assert!(budget.keep_spare(&path, MIB));
+        assert!(budget.keep_spare(&path, MIB, None));
         let mut tries = 0;
         let made = budget.making_room(|| {
             tries += 1;
@@ -396,8 +445,27 @@ mod tests {
     fn without_a_shared_directory_nothing_is_shared_or_kept() {
         let dir = tempfile::tempdir().unwrap();
         let budget = Budget::new(64 * MIB, dir.path().join("spill"), None, Duration::ZERO);
-        assert!(budget.shared_path(ObjectId::random(), SHARED_MIN).is_none());
+        assert!(budget.shared_path(ObjectId::random(), SHARED_MIN, None).is_none());
         let path = freed_file(&dir, &budget, "a", MIB);
-        assert!(!budget.keep_spare(&path, MIB));
+        assert!(!budget.keep_spare(&path, MIB, None));
+    }
+
+    #[test]
+    fn a_spare_is_reused_for_its_own_jobs_objects_only_in_that_jobs_directory() {
+        let (dir, budget) = budget(64 * MIB);
+        let id = ObjectId::random();
+        let of_j1 = budget.shared_path(id, 2 * MIB, Some("j1")).unwrap();
+        assert_eq!(of_j1, dir.path().join("job-j1").join(id.to_string()));
+        let unnamed = budget.shared_path(id, 2 * MIB, Some("../j1")).unwrap();
+        assert_eq!(unnamed, dir.path().join(id.to_string()), "not a plain name");
+        let path = freed_file(&dir, &budget, "freed", 2 * MIB);
+        assert!(budget.keep_spare(&path, 2 * MIB, Some("j1")));
+        let of_j2 = budget.shared_path(ObjectId::random(), MIB, Some("j2")).unwrap();
+        budget.make_job_dir(&of_j2).unwrap();
+        assert!(budget.reuse_spare(&of_j2, MIB, Some("j2")).is_none());
+        assert!(budget.reuse_spare(&of_j2, MIB, None).is_none());
+        budget.make_job_dir(&of_j1).unwrap();
+        assert!(budget.reuse_spare(&of_j1, MIB, Some("j1")).is_some());
+        assert!(of_j1.is_file());
     }
 }

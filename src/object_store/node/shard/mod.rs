@@ -54,7 +54,7 @@ use crate::host::files::{private_dir, write_private};
 use crate::object_store::error::ShardError;
 
 pub(super) use arrive::{Abort, Append, Begin, Begun, Fail, Seal};
-pub use budget::{Budget, SHARED_MIN};
+pub use budget::{job_dir_name, Budget, SHARED_MIN};
 pub(super) use read::{Await, Awaited, Open, OpenStream, Read};
 
 use arrive::{ARRIVAL_CHECK_MAX, ARRIVAL_CHECK_MIN};
@@ -147,7 +147,8 @@ impl ObjectStoreShard {
     /// file may be kept as a spare.
     fn forget(&self, id: ObjectId, stored: &Stored) {
         if let Data::Shared(path) = &stored.data {
-            if !stored.held_open() && self.budget.keep_spare(path, stored.total) {
+            let job = stored.job.as_deref();
+            if !stored.held_open() && self.budget.keep_spare(path, stored.total, job) {
                 return;
             }
         }
@@ -158,7 +159,7 @@ impl ObjectStoreShard {
     fn release(&self, id: ObjectId, stored: &Stored) {
         self.budget.give_back(stored.in_memory());
         if matches!(stored.data, Data::Shared(_) | Data::ArrivingShared { .. }) {
-            if let Some(path) = self.budget.shared_path(id, stored.total) {
+            if let Some(path) = self.budget.shared_path(id, stored.total, stored.job.as_deref()) {
                 let unread = matches!(stored.data, Data::Shared(_)) && !stored.held_open();
                 if let Err(e) = remove_shared(&path, unread) {
                     tracing::warn!(object = %id, "cannot remove {}: {e}", path.display());

@@ -144,8 +144,13 @@ impl Handler<Read> for ObjectStoreShard {
             // Restored on a read from the start when it fits; otherwise
             // served from disk.
             if msg.offset == 0 && self.budget.take(total) {
-                if let Some(shared) = self.budget.shared_path(msg.id, total) {
-                    return match self.budget.making_room(|| std::fs::copy(&path, &shared)) {
+                let job = stored.job.as_deref();
+                if let Some(shared) = self.budget.shared_path(msg.id, total, job) {
+                    let restore = || {
+                        self.budget.make_job_dir(&shared)?;
+                        std::fs::copy(&path, &shared)
+                    };
+                    return match self.budget.making_room(restore) {
                         Ok(_) => {
                             let _ = std::fs::remove_file(&path);
                             self.budget.spilled.fetch_sub(total, Ordering::Relaxed);
