@@ -114,7 +114,9 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         } => {
             let timeouts = (heartbeat_timeout, config.driver_grace, config.head_grace);
             let tickets =
-                TicketAuthority::from_pkcs8(&store.ticket_key)?.with_lifetime(ticket_lifetime);
+                TicketAuthority::from_pkcs8(&store.ticket_key)?
+                    .with_rotation(store.ticket_rotation.as_ref())?
+                    .with_lifetime(ticket_lifetime);
             start_head(
                 &endpoint,
                 &mut bound,

@@ -223,6 +223,8 @@ async fn a_restarted_head_takes_its_members_back_and_declares_the_missing_dead()
         let token = cluster.token().clone();
         let before = cluster.client().await.unwrap().status().await.unwrap();
         let member = before.node("node-1").unwrap().clone();
+        // A rotation of the ticket key under way is kept in the store.
+        let rotation = cluster.client().await.unwrap().rotate_ticket_key().await.unwrap();
 
         cluster.kill(0).unwrap();
         cluster.kill(2).unwrap();
@@ -253,6 +255,13 @@ async fn a_restarted_head_takes_its_members_back_and_declares_the_missing_dead()
         assert_ne!(
             back.nodes[0].incarnation, before.nodes[0].incarnation,
             "the head is a new incarnation"
+        );
+
+        let again = client.rotate_ticket_key().await.unwrap_err().to_string();
+        let done_at = rotation.1.to_string();
+        assert!(
+            again.contains("a rotation of the ticket key is under way") && again.contains(&done_at),
+            "the restarted head forgot the rotation {rotation:?}: {again}"
         );
 
         let dead = client
