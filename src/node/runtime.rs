@@ -113,10 +113,9 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
             store,
         } => {
             let timeouts = (heartbeat_timeout, config.driver_grace, config.head_grace);
-            let tickets =
-                TicketAuthority::from_pkcs8(&store.ticket_key)?
-                    .with_rotation(store.ticket_rotation.as_ref())?
-                    .with_lifetime(ticket_lifetime);
+            let tickets = TicketAuthority::from_pkcs8(&store.ticket_key)?
+                .with_rotation(store.ticket_rotation.as_ref())?
+                .with_lifetime(ticket_lifetime);
             start_head(
                 &endpoint,
                 &mut bound,
@@ -629,10 +628,7 @@ mod tests {
         // SAFETY: geteuid cannot fail.
         let uid = unsafe { libc::geteuid() };
         let expected = format!("/dev/shm/nimbus-objects-{uid}/nimbus-node_1-42");
-        assert_eq!(
-            shared.as_deref(),
-            Some(Path::new(&expected))
-        );
+        assert_eq!(shared.as_deref(), Some(Path::new(&expected)));
         config.object_spill_dir = Some(PathBuf::from("/mnt/nvme"));
         let (spill, shared) = object_dirs(&config, "..", 7, None);
         assert_eq!(spill, Path::new("/mnt/nvme/nimbus-__-7"));

@@ -224,7 +224,13 @@ async fn a_restarted_head_takes_its_members_back_and_declares_the_missing_dead()
         let before = cluster.client().await.unwrap().status().await.unwrap();
         let member = before.node("node-1").unwrap().clone();
         // A rotation of the ticket key under way is kept in the store.
-        let rotation = cluster.client().await.unwrap().rotate_ticket_key().await.unwrap();
+        let rotation = cluster
+            .client()
+            .await
+            .unwrap()
+            .rotate_ticket_key()
+            .await
+            .unwrap();
 
         cluster.kill(0).unwrap();
         cluster.kill(2).unwrap();

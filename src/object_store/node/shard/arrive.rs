@@ -191,7 +191,10 @@ impl Handler<Begin> for ObjectStoreShard {
             .filter(|path| match self.budget.make_job_dir(path) {
                 Ok(()) => true,
                 Err(e) => {
-                    tracing::warn!("cannot make {}'s directory: {e}; keeping the object in the node's memory", path.display());
+                    tracing::warn!(
+                        "cannot make {}'s directory: {e}; keeping the object in the node's memory",
+                        path.display()
+                    );
                     false
                 }
             });
@@ -321,7 +324,9 @@ impl ObjectStoreShard {
                 }
             }
             Data::ArrivingShared { file, received, .. } => {
-                let path = self.budget.shared_path(msg.id, stored.total, job.as_deref());
+                let path = self
+                    .budget
+                    .shared_path(msg.id, stored.total, job.as_deref());
                 let path = path.ok_or_else(not_receiving)?;
                 file.write_all_at(&msg.chunk, msg.offset)
                     .map_err(|source| ShardError::Io {
@@ -366,13 +371,11 @@ impl Handler<Seal> for ObjectStoreShard {
             .objects
             .get_mut(&id)
             .ok_or(ShardError::NotReceiving(id))?;
-        let (Data::ArrivingShared { file, .. }, Some(path)) =
-            (
-                &stored.data,
-                self.budget
-                    .shared_path(id, stored.total, stored.job.as_deref()),
-            )
-        else {
+        let (Data::ArrivingShared { file, .. }, Some(path)) = (
+            &stored.data,
+            self.budget
+                .shared_path(id, stored.total, stored.job.as_deref()),
+        ) else {
             return Err(ShardError::NotWrittenInPlace(id));
         };
         let same = |expected| file.metadata().is_ok_and(|m| m.ino() == expected);

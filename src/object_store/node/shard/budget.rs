@@ -58,11 +58,8 @@ struct Spare {
 /// The directory, inside the shared-memory directory, of `job`'s objects
 /// (`None` for a name that is not one plain path component).
 pub fn job_dir_name(job: &str) -> Option<String> {
-    let plain = !job.is_empty()
-        && job != "."
-        && job != ".."
-        && !job.contains('/')
-        && !job.contains('\0');
+    let plain =
+        !job.is_empty() && job != "." && job != ".." && !job.contains('/') && !job.contains('\0');
     plain.then(|| format!("job-{job}"))
 }
 
@@ -445,7 +442,9 @@ mod tests {
     fn without_a_shared_directory_nothing_is_shared_or_kept() {
         let dir = tempfile::tempdir().unwrap();
         let budget = Budget::new(64 * MIB, dir.path().join("spill"), None, Duration::ZERO);
-        assert!(budget.shared_path(ObjectId::random(), SHARED_MIN, None).is_none());
+        assert!(budget
+            .shared_path(ObjectId::random(), SHARED_MIN, None)
+            .is_none());
         let path = freed_file(&dir, &budget, "a", MIB);
         assert!(!budget.keep_spare(&path, MIB, None));
     }
@@ -460,7 +459,9 @@ mod tests {
         assert_eq!(unnamed, dir.path().join(id.to_string()), "not a plain name");
         let path = freed_file(&dir, &budget, "freed", 2 * MIB);
         assert!(budget.keep_spare(&path, 2 * MIB, Some("j1")));
-        let of_j2 = budget.shared_path(ObjectId::random(), MIB, Some("j2")).unwrap();
+        let of_j2 = budget
+            .shared_path(ObjectId::random(), MIB, Some("j2"))
+            .unwrap();
         budget.make_job_dir(&of_j2).unwrap();
         assert!(budget.reuse_spare(&of_j2, MIB, Some("j2")).is_none());
         assert!(budget.reuse_spare(&of_j2, MIB, None).is_none());

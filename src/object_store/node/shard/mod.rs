@@ -159,7 +159,10 @@ impl ObjectStoreShard {
     fn release(&self, id: ObjectId, stored: &Stored) {
         self.budget.give_back(stored.in_memory());
         if matches!(stored.data, Data::Shared(_) | Data::ArrivingShared { .. }) {
-            if let Some(path) = self.budget.shared_path(id, stored.total, stored.job.as_deref()) {
+            if let Some(path) = self
+                .budget
+                .shared_path(id, stored.total, stored.job.as_deref())
+            {
                 let unread = matches!(stored.data, Data::Shared(_)) && !stored.held_open();
                 if let Err(e) = remove_shared(&path, unread) {
                     tracing::warn!(object = %id, "cannot remove {}: {e}", path.display());
