@@ -18,10 +18,12 @@
 //!    where this node runs its driver) are bound back read-only at their
 //!    paths (mount flags they had kept). The working directory is entered
 //!    again by its path; `/` if it was under the hidden one. Likewise an
-//!    empty tmpfs hides the node's shared-memory directory (every job's
-//!    large objects, `crate::object_store`), and the worker's job's
-//!    directory in it (`job-JOB`) is bound back, writable: it reads and
-//!    writes its own job's objects in place, and no other job's.
+//!    empty tmpfs hides the directory of this user's nodes' shared-memory
+//!    directories (`/dev/shm/nimbus-objects-UID`: every job's large
+//!    objects, `crate::object_store`), and the worker's job's directory in
+//!    its node's (`nimbus-NODE-PID/job-JOB`) is bound back, writable: it
+//!    reads and writes its own job's objects in place, and no other
+//!    job's.
 //! 3. **Landlock** (layer `landlock`; no new privileges first): a domain
 //!    of the worker's own, so it may not trace a process outside it nor
 //!    read its memory, environment or root directory (its node, drivers,
@@ -88,7 +90,7 @@ pub enum Step {
     Cover,
     /// 2: the program bound back.
     Bind,
-    /// 2: the tmpfs over the shared-memory directory.
+    /// 2: the tmpfs over the nodes' shared-memory directories.
     CoverObjects,
     /// 3: no new privileges.
     NoNewPrivileges,
@@ -137,7 +139,7 @@ impl fmt::Display for Step {
             Step::Private => "private mounts",
             Step::Cover => "a tmpfs over the state directory",
             Step::Bind => "its program bound back",
-            Step::CoverObjects => "a tmpfs over the node's shared-memory directory",
+            Step::CoverObjects => "a tmpfs over the nodes' shared-memory directories",
             Step::NoNewPrivileges => "no new privileges",
             Step::Landlock => "a Landlock domain (landlock_restrict_self)",
             Step::Capabilities => "dropping its capabilities",
@@ -320,10 +322,12 @@ impl WorkerSandbox {
     /// job's own in this node's (step 2), once a probe shows that this
     /// host allows it; else says so (`Err` with `required`).
     pub fn with_objects(self, dir: Option<&Path>, mode: SandboxMode) -> Result<Self, SandboxError> {
-        let (Some(mut shared), Some(dir)) = (self.shared.clone(), dir) else {
+        let Some(dir) = dir else {
             return Ok(self);
         };
-        drop(self);
+        let Some(mut shared) = self.shared else {
+            return Ok(WorkerSandbox::off());
+        };
         let Some(inner) = Arc::get_mut(&mut shared).filter(|s| s.cover.is_some()) else {
             return Ok(WorkerSandbox {
                 shared: Some(shared),
