@@ -246,6 +246,9 @@ async fn follow_nodes(state: &Rc<RefCell<State>>) {
     for node in joined {
         match start_ingress(&node, &http).await {
             Ok((handle, address)) => {
+                // Listed (`Status`) only once it serves the routes.
+                let routes = routes_of(&state.borrow());
+                send_routes(&node, &handle, routes).await;
                 tracing::info!(%node, %address, "a node joined: its ingress listens");
                 state
                     .borrow_mut()
@@ -735,44 +738,53 @@ async fn scale(state: &Rc<RefCell<State>>, application: &str, target: u32) {
 async fn publish(state: &Rc<RefCell<State>>) {
     let (routes, ingresses) = {
         let state = state.borrow();
-        let routes: Vec<RouteWire> = state
-            .applications
-            .iter()
-            .map(|running| RouteWire {
-                prefix: running.app.route_prefix.clone(),
-                deployment: running.app.name.clone(),
-                max_ongoing: running.app.max_ongoing,
-                max_queued: running.app.max_queued,
-                replicas: running
-                    .replicas
-                    .iter()
-                    .map(|replica| (replica.handle.clone(), replica.healthy))
-                    .collect(),
-            })
-            .collect();
         let ingresses: Vec<(String, ActorHandle<Ingress>)> = state
             .ingresses
             .iter()
             .map(|(node, handle, _)| (node.clone(), handle.clone()))
             .collect();
-        (routes, ingresses)
+        (routes_of(&state), ingresses)
     };
-    join_all(ingresses.iter().map(|(node, ingress)| {
-        let routes = routes.clone();
-        async move {
-            let sent = async {
-                ingress
-                    .send_with_deadline(Listen, HEALTH_TIMEOUT)
-                    .await?
-                    .ok();
-                ingress
-                    .send_with_deadline(SetRoutes(routes), HEALTH_TIMEOUT)
-                    .await
-            };
-            if let Err(e) = sent.await {
-                tracing::warn!(%node, "the HTTP ingress did not take the routes: {e}");
-            }
-        }
-    }))
+    join_all(
+        ingresses
+            .iter()
+            .map(|(node, ingress)| send_routes(node, ingress, routes.clone())),
+    )
     .await;
+}
+
+/// The routes of the running applications, as the ingresses take them.
+fn routes_of(state: &State) -> Vec<RouteWire> {
+    state
+        .applications
+        .iter()
+        .map(|running| RouteWire {
+            prefix: running.app.route_prefix.clone(),
+            deployment: running.app.name.clone(),
+            max_ongoing: running.app.max_ongoing,
+            max_queued: running.app.max_queued,
+            replicas: running
+                .replicas
+                .iter()
+                .map(|replica| (replica.handle.clone(), replica.healthy))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Makes `node`'s ingress listen and take `routes`; a failure is logged
+/// (the next round sends them again).
+async fn send_routes(node: &str, ingress: &ActorHandle<Ingress>, routes: Vec<RouteWire>) {
+    let sent = async {
+        ingress
+            .send_with_deadline(Listen, HEALTH_TIMEOUT)
+            .await?
+            .ok();
+        ingress
+            .send_with_deadline(SetRoutes(routes), HEALTH_TIMEOUT)
+            .await
+    };
+    if let Err(e) = sent.await {
+        tracing::warn!(%node, "the HTTP ingress did not take the routes: {e}");
+    }
 }
