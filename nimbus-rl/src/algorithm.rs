@@ -193,7 +193,7 @@ impl Algorithm {
         let placement =
             PlacementGroup::create(bundles, PlacementStrategy::StrictPack, PLACEMENT_TIMEOUT)
                 .await?;
-        let segment = Path::new("/dev/shm").join(format!(
+        let segment = nimbus::library::job_shared_memory().join(format!(
             "nimbus-rl-learners-{}-{:x}",
             std::process::id(),
             rand::random::<u32>()

@@ -11,7 +11,8 @@
 //! `probe.rs` (CPUs, memory, driver and library versions as the machine
 //! states them),
 //! `processes.rs` (node processes of this machine: alive, signalled,
-//! stopped gracefully).
+//! stopped gracefully), `shared_memory.rs` (where nimbus keeps shared
+//! memory: per user, node and job).
 
 mod digest;
 pub mod files;
@@ -19,5 +20,6 @@ pub mod gpus;
 pub mod ownership;
 pub mod probe;
 pub mod processes;
+pub mod shared_memory;
 
 pub use digest::{sha256_bytes, sha256_file};

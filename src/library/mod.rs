@@ -12,7 +12,8 @@
 //! - **Ending this worker process** with a cause its node reads: [`die`];
 //!   its whole node with it: [`kill_own_node`] (a `kill_node` fault).
 //! - **Where the code runs**: [`in_worker`], its [`job`], the cluster's
-//!   nodes ([`cluster_status`]); the program's
+//!   nodes ([`cluster_status`]), where its job's processes share memory
+//!   ([`job_shared_memory`]); the program's
 //!   tables of entry points (training loops, trainables) in [`registry`].
 //! - **The cluster's events** (long-polled from the head, riding out a
 //!   head restart): [`events`], [`last_event`].
@@ -173,6 +174,30 @@ pub async fn pending_demands() -> Result<Vec<Demand>, LibraryError> {
 /// the job's), once this process is connected.
 pub fn job() -> Option<String> {
     ProcessContext::current().map(|context| context.job.clone())
+}
+
+/// The directory where this job's processes on this host share memory
+/// segments (a collective's): `/dev/shm/nimbus-objects-UID/jobs/job-JOB`,
+/// made (`0700`) when missing; the only one of the job's in `/dev/shm` its
+/// sandboxed workers see, and no other job's workers see it
+/// (`crate::host::shared_memory`). Plain `/dev/shm` (the temporary
+/// directory without one) for a process with no job yet, or where it
+/// cannot be made (said in the log).
+pub fn job_shared_memory() -> std::path::PathBuf {
+    let shm = std::path::Path::new(crate::host::shared_memory::SHM);
+    if !shm.is_dir() {
+        return std::env::temp_dir();
+    }
+    let Some(job) = job() else {
+        return shm.to_path_buf();
+    };
+    crate::host::shared_memory::make_job_segments_dir(shm, &job).unwrap_or_else(|e| {
+        tracing::warn!(
+            "job {job} shares memory in {} (other jobs' workers may find it): {e}",
+            shm.display()
+        );
+        shm.to_path_buf()
+    })
 }
 
 /// The program's registry (its actor and message types, and one table per

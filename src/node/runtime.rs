@@ -414,16 +414,9 @@ fn object_dirs(
         Some(dir) => dir.join(format!("nimbus-{own}")),
         None => config.state_dir.join("spill").join(&own),
     };
-    let shared_dir = shm.map(|shm| shared_parent(shm).join(format!("nimbus-{own}")));
+    let shared_dir =
+        shm.map(|shm| crate::host::shared_memory::user_dir(shm).join(format!("nimbus-{own}")));
     (spill_dir, shared_dir)
-}
-
-/// The directory of this user's nodes' shared-memory directories under
-/// `shm`: one tmpfs cover hides them all from a worker's sandbox
-/// (`sandbox.rs`), whatever nodes start later.
-fn shared_parent(shm: &Path) -> PathBuf {
-    // SAFETY: geteuid cannot fail.
-    shm.join(format!("nimbus-objects-{}", unsafe { libc::geteuid() }))
 }
 
 /// Step 4, the object store: removes what killed nodes left behind, then
@@ -442,7 +435,7 @@ fn start_object_store(
     // Large objects live in tmpfs files that processes of this host map.
     let shm = Path::new("/dev/shm");
     let stale = [
-        (shared_parent(shm), "nimbus-"),
+        (crate::host::shared_memory::user_dir(shm), "nimbus-"),
         (shm.to_path_buf(), "nimbus-"),
         (config.state_dir.join("spill"), ""),
     ];

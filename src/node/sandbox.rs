@@ -20,10 +20,11 @@
 //!    again by its path; `/` if it was under the hidden one. Likewise an
 //!    empty tmpfs hides the directory of this user's nodes' shared-memory
 //!    directories (`/dev/shm/nimbus-objects-UID`: every job's large
-//!    objects, `crate::object_store`), and the worker's job's directory in
-//!    its node's (`nimbus-NODE-PID/job-JOB`) is bound back, writable: it
-//!    reads and writes its own job's objects in place, and no other
-//!    job's.
+//!    objects and segments, `crate::host::shared_memory`), and only its
+//!    job's directories there are bound back, writable: its objects in its
+//!    node's directory (`nimbus-NODE-PID/job-JOB`) and the segments its
+//!    job's processes share (`jobs/job-JOB`). It reads and writes its own
+//!    job's in place, and finds no other job's.
 //! 3. **Landlock** (layer `landlock`; no new privileges first): a domain
 //!    of the worker's own, so it may not trace a process outside it nor
 //!    read its memory, environment or root directory (its node, drivers,
@@ -48,7 +49,7 @@ use landlock::{AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, Scope};
 
 use crate::cluster::faults::WORKERS_KILL_NODE_ENV;
 use crate::host::files::private_dir;
-use crate::object_store::job_dir_name;
+use crate::host::shared_memory::{job_dir_name, job_segments_dir};
 
 /// Which of the sandbox's layers a node's workers must get
 /// (`--worker-sandbox`).
@@ -371,7 +372,7 @@ impl WorkerSandbox {
         let Some(shared) = &self.shared else {
             return Ok(None);
         };
-        let mut binds = [None, None, None];
+        let mut binds = [None, None, None, None];
         if let Some((cover, _)) = &shared.cover {
             binds[0] = bind_back(cover, binary, false)?;
             let one_name = Path::new(job).components().count() == 1
@@ -382,12 +383,18 @@ impl WorkerSandbox {
             }
         }
         if let (Some((objects, _)), Some(name)) = (&shared.objects, job_dir_name(job)) {
-            let job_objects = shared.own_objects.join(name);
-            private_dir(&job_objects)?;
-            binds[2] = bind_back(objects, &job_objects, true)?.map(|bind| Bind {
-                writable: true,
-                ..bind
-            });
+            let shm = objects.parent().unwrap_or(objects);
+            let own = [
+                Some(shared.own_objects.join(name)),
+                job_segments_dir(shm, job),
+            ];
+            for (bind, dir) in binds[2..].iter_mut().zip(own.into_iter().flatten()) {
+                private_dir(&dir)?;
+                *bind = bind_back(objects, &dir, true)?.map(|bind| Bind {
+                    writable: true,
+                    ..bind
+                });
+            }
         }
         let cwd = std::env::current_dir().ok().map(|dir| path_cstring(&dir));
         Ok(Some(Entry {
@@ -498,9 +505,10 @@ struct Bind {
 /// One worker's way into its sandbox, made before `fork`.
 pub(super) struct Entry {
     shared: Arc<Shared>,
-    /// The worker's program, its job's directory, and its job's
-    /// shared-memory directory.
-    binds: [Option<Bind>; 3],
+    /// The worker's program, its job's directory, and its job's two
+    /// shared-memory directories (its objects on this node, the segments
+    /// its processes share).
+    binds: [Option<Bind>; 4],
     cwd: Option<CString>,
 }
 
@@ -516,7 +524,7 @@ impl Entry {
 /// The steps, for a worker (`binds`, `cwd`) or the probe (neither).
 fn enter(
     shared: &Shared,
-    binds: &[Option<Bind>; 3],
+    binds: &[Option<Bind>; 4],
     cwd: Option<&CString>,
 ) -> Result<(), (Step, i32)> {
     if let Some((_, cover)) = &shared.cover {
@@ -524,7 +532,7 @@ fn enter(
         // What is bound back is opened first (in this mount namespace: a
         // bind takes its source from the caller's own), and bound from its
         // descriptor once its path is covered.
-        let mut fds = [-1; 3];
+        let mut fds = [-1; 4];
         for (fd, bind) in fds.iter_mut().zip(binds) {
             if let Some(bind) = bind {
                 *fd = sys::open(&bind.target, libc::O_PATH | libc::O_CLOEXEC, 0);
@@ -806,7 +814,7 @@ fn probe(shared: &Shared) -> Result<(), (Step, std::io::Error)> {
         return Err(failed(std::io::Error::last_os_error()));
     }
     if pid == 0 {
-        let code = match enter(shared, &[None, None, None], None) {
+        let code = match enter(shared, &[None, None, None, None], None) {
             Ok(()) => 0,
             Err((step, errno)) => {
                 let mut report = [0u8; 5];

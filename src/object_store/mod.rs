@@ -52,8 +52,8 @@ mod transfer;
 
 pub use error::{ObjectStoreError, ShardError};
 pub use node::{
-    job_dir_name, Budget, HeadEvents, NodeObjectStore, ObjectStoreShard, ARRIVAL_TIMEOUT,
-    BULK_RETRY_AFTER, SHARED_MIN,
+    Budget, HeadEvents, NodeObjectStore, ObjectStoreShard, ARRIVAL_TIMEOUT, BULK_RETRY_AFTER,
+    SHARED_MIN,
 };
 pub(crate) use process::refs::start;
 pub use process::refs::{flush, held_here};

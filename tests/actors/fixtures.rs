@@ -406,7 +406,8 @@ impl Handler<Trespass> for Counter {
                     outcomes.push(format!("signalled {pid}"));
                 }
             }
-            // The other job's large object, by its file in shared memory.
+            // The other job's large object, by its file in shared memory,
+            // and the segment its processes share.
             let large = trespass.objects[1].to_string();
             let mut dirs = vec![std::path::PathBuf::from("/dev/shm")];
             while let Some(dir) = dirs.pop() {
@@ -414,7 +415,9 @@ impl Handler<Trespass> for Counter {
                     let path = entry.path();
                     if entry.file_type().is_ok_and(|t| t.is_dir()) {
                         dirs.push(path);
-                    } else if entry.file_name().to_str() == Some(large.as_str())
+                    } else if [large.as_str(), crate::tests::SEGMENT]
+                        .map(Some)
+                        .contains(&entry.file_name().to_str())
                         && std::fs::File::open(&path).is_ok()
                     {
                         outcomes.push(format!("opened {}", path.display()));

@@ -440,6 +440,10 @@ async fn actor_code_stays_within_its_job(
     probe.kill().await.unwrap();
 }
 
+/// The file the orphan driver writes in its job's shared-memory directory,
+/// which another job's worker must not find.
+pub const SEGMENT: &str = "orphan-segment";
+
 /// The node holding object `id` (as its listing shows it), if any.
 async fn holder_of(client: &nimbus::client::ClusterClient, id: &str) -> Option<String> {
     let status = client.status().await.unwrap();
@@ -495,6 +499,17 @@ async fn a_dead_drivers_actors_and_placement_groups_are_released(driver: &mut Dr
         .map(|id| nimbus::cluster::ObjectId(u64::from_str_radix(id, 16).unwrap()))
         .collect();
     actor_code_stays_within_its_job(cluster, objects, objects_at).await;
+    let victim_job = actor::get_actor::<Counter>("orphan-0")
+        .await
+        .unwrap()
+        .expect("the orphan driver's actor")
+        .record()
+        .await
+        .unwrap()
+        .job;
+    let shm = std::path::Path::new(nimbus::host::shared_memory::SHM);
+    let segments = nimbus::host::shared_memory::job_segments_dir(shm, &victim_job).unwrap();
+    std::fs::remove_file(segments.join(SEGMENT)).unwrap();
 
     orphan.start_kill().unwrap();
     orphan.wait().await.unwrap();
@@ -1415,6 +1430,9 @@ pub fn orphan_driver() {
         let large = object_store::put(&vec![8u8; 1 << 20]).await.unwrap();
         object_store::flush().await;
         let pending = referenced_before_it_exists().await;
+        // What a collective of this job would share on this host.
+        let segment = nimbus::library::job_shared_memory().join(SEGMENT);
+        std::fs::write(&segment, b"this job's gradients").unwrap();
         println!("ready {} {} {pending}", object.id(), large.id());
         std::future::pending::<()>().await;
         drop((kept, group, object, large));

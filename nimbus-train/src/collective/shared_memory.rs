@@ -3,8 +3,8 @@
 //! areas, and synchronises through counters in the segment's header.
 //!
 //! Setup: rank 0 creates the segment under a temporary name and publishes
-//! it by rename (the supervisor names it under `/dev/shm`, one per
-//! attempt); the others wait for it (up to the timeout) and map it; after
+//! it by rename (the supervisor names it in the job's shared-memory
+//! directory, `nimbus::library::job_shared_memory`, one per attempt); the others wait for it (up to the timeout) and map it; after
 //! the first barrier rank 0 unlinks it, so a crash leaks nothing. A group
 //! holds at most [`MAX_WORLD`] ranks (one arrival counter per cache line
 //! of the 4 KiB header). Each rank slot holds one bucket (4 MiB from the

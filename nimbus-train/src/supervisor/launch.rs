@@ -17,7 +17,9 @@
 //!    with `use_gpu`, else shared memory when every worker is on one host
 //!    and there are at most `MAX_WORLD`, else the network; shared memory
 //!    asked for across hosts is refused); describe its group: a segment
-//!    path under `/dev/shm` with `BUCKET_BYTES` (4 MiB) per rank slot, the
+//!    path in the job's shared-memory directory (which only the job's
+//!    workers see: `nimbus::library::job_shared_memory`) with
+//!    `BUCKET_BYTES` (4 MiB) per rank slot, the
 //!    peers' handles for the network ring, or for NCCL the unique id rank 0
 //!    makes (`NcclUniqueId`).
 //! 6. `StartTraining(Assignment)` on every rank: the loop's name and
@@ -372,7 +374,7 @@ async fn group_spec(
 /// A new shared-memory group for attempt `id`: a fresh segment name.
 pub(super) fn shared_memory_group(plan: &RunPlan, id: u64) -> GroupSpec {
     GroupSpec::SharedMemory {
-        path: shm_dir().join(format!(
+        path: nimbus::library::job_shared_memory().join(format!(
             "nimbus-train-{}-{id}-{:016x}",
             std::process::id(),
             rand::random::<u64>()
@@ -507,16 +509,6 @@ fn group_hosts(group: &PlacementGroup) -> usize {
     ips.sort();
     ips.dedup();
     ips.len()
-}
-
-/// Where shared-memory segments go.
-fn shm_dir() -> PathBuf {
-    let shm = PathBuf::from("/dev/shm");
-    if shm.is_dir() {
-        shm
-    } else {
-        std::env::temp_dir()
-    }
 }
 
 #[cfg(test)]

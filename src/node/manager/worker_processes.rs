@@ -238,6 +238,8 @@ impl Handler<EndJob> for NodeManager {
             .map(|(bundle, _)| *bundle)
             .collect();
         info!(%job, actors = actors.len(), bundles = bundles.len(), "job ended: stopping its actors, releasing its bundles");
+        let shm = std::path::Path::new(crate::host::shared_memory::SHM);
+        crate::host::shared_memory::remove_if_empty(shm, &job);
         let mut stopping = Vec::new();
         for actor in actors {
             let Some(worker) = self.workers.get_mut(&actor) else {

@@ -99,7 +99,7 @@ mod small_reads;
 
 pub use deaths::HeadEvents;
 pub use pull::BULK_RETRY_AFTER;
-pub use shard::{job_dir_name, Budget, ObjectStoreShard, SHARED_MIN};
+pub use shard::{Budget, ObjectStoreShard, SHARED_MIN};
 
 use access::{fail, job_of, may_read, readable};
 use pull::Streamed;
@@ -264,9 +264,10 @@ impl NodeObjectStore {
                 tracing::warn!("cannot remove {}: {e}", dir.path().display());
             }
         }
-        // The per-user directory, once no node of this user keeps a
-        // directory in it (a node starting meanwhile makes it again).
+        // The per-user directory, once no node or job of this user keeps
+        // a directory in it (a process that needs it makes it again).
         if let Some(parent) = self.shared_dir().and_then(std::path::Path::parent) {
+            let _ = std::fs::remove_dir(parent.join("jobs"));
             let _ = std::fs::remove_dir(parent);
         }
     }

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use super::files::{remove_shared, remove_spare};
 use crate::cluster::ObjectId;
+use crate::host::shared_memory::job_dir_name;
 
 /// Objects this large or larger live in shared-memory files.
 pub const SHARED_MIN: u64 = 1 << 20;
@@ -53,14 +54,6 @@ struct Spare {
     path: PathBuf,
     size: u64,
     job: Option<String>,
-}
-
-/// The directory, inside the shared-memory directory, of `job`'s objects
-/// (`None` for a name that is not one plain path component).
-pub fn job_dir_name(job: &str) -> Option<String> {
-    let plain =
-        !job.is_empty() && job != "." && job != ".." && !job.contains('/') && !job.contains('\0');
-    plain.then(|| format!("job-{job}"))
 }
 
 /// Bytes a node's store may hold in memory, shared by its shards, and

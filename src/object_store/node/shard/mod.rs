@@ -54,7 +54,7 @@ use crate::host::files::{private_dir, write_private};
 use crate::object_store::error::ShardError;
 
 pub(super) use arrive::{Abort, Append, Begin, Begun, Fail, Seal};
-pub use budget::{job_dir_name, Budget, SHARED_MIN};
+pub use budget::{Budget, SHARED_MIN};
 pub(super) use read::{Await, Awaited, Open, OpenStream, Read};
 
 use arrive::{ARRIVAL_CHECK_MAX, ARRIVAL_CHECK_MIN};

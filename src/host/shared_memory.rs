@@ -1,0 +1,80 @@
+//! Where nimbus keeps shared memory on a host: one directory per user
+//! under `/dev/shm` ([`user_dir`]), holding
+//! - each node's object directory (`nimbus-NODE-PID`, made and removed by
+//!   its node), its jobs' large objects in a directory per job
+//!   (`job-JOB`, [`job_dir_name`]);
+//! - each job's directory for the segments its processes on this host
+//!   share (`jobs/job-JOB`, [`job_segments_dir`]: the training
+//!   collective's), made by the first that needs it and removed, once
+//!   empty, when the job ends.
+//!
+//! A worker's sandbox covers the per-user directory with an empty tmpfs
+//! and binds back only its job's two (`crate::node`'s `sandbox.rs`), so no
+//! job's workers find another job's shared memory.
+
+use std::path::{Path, PathBuf};
+
+/// The host's shared-memory file system.
+pub const SHM: &str = "/dev/shm";
+
+/// This user's directory under `shm` (`nimbus-objects-UID`).
+pub fn user_dir(shm: &Path) -> PathBuf {
+    // SAFETY: geteuid cannot fail.
+    shm.join(format!("nimbus-objects-{}", unsafe { libc::geteuid() }))
+}
+
+/// The name of `job`'s directory (`job-JOB`); `None` for a job name that
+/// is not one plain path component.
+pub fn job_dir_name(job: &str) -> Option<String> {
+    let plain =
+        !job.is_empty() && job != "." && job != ".." && !job.contains('/') && !job.contains('\0');
+    plain.then(|| format!("job-{job}"))
+}
+
+/// `job`'s directory for the segments its processes on this host share,
+/// under `shm`.
+pub fn job_segments_dir(shm: &Path, job: &str) -> Option<PathBuf> {
+    Some(user_dir(shm).join("jobs").join(job_dir_name(job)?))
+}
+
+/// Makes `job`'s segment directory under `shm` (`0700`, in a per-user
+/// directory that is this user's alone) and returns it.
+pub fn make_job_segments_dir(shm: &Path, job: &str) -> std::io::Result<PathBuf> {
+    let dir = job_segments_dir(shm, job).ok_or_else(|| {
+        std::io::Error::other(format!("job name {job:?} is not a plain file name"))
+    })?;
+    super::files::private_dir_of_mine(&user_dir(shm))?;
+    super::files::private_dir(&dir)?;
+    Ok(dir)
+}
+
+/// Removes what a job that ended left empty under `shm`: its segment
+/// directory, and the per-user directories above it if no one uses them
+/// any more (a process that needs them again makes them again).
+pub fn remove_if_empty(shm: &Path, job: &str) {
+    if let Some(dir) = job_segments_dir(shm, job) {
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_has_a_directory_only_under_a_plain_name() {
+        assert_eq!(job_dir_name("a1b2"), Some("job-a1b2".into()));
+        for bad in ["", ".", "..", "a/b", "a\0b"] {
+            assert_eq!(job_dir_name(bad), None, "{bad:?}");
+        }
+        let shm = tempfile::tempdir().unwrap();
+        let dir = make_job_segments_dir(shm.path(), "j1").unwrap();
+        assert!(dir.is_dir() && dir.starts_with(user_dir(shm.path())));
+        std::fs::write(dir.join("segment"), b"x").unwrap();
+        remove_if_empty(shm.path(), "j1");
+        assert!(dir.is_dir(), "a directory in use stays");
+        std::fs::remove_file(dir.join("segment")).unwrap();
+        remove_if_empty(shm.path(), "j1");
+        assert!(!dir.exists());
+    }
+}
