@@ -48,13 +48,26 @@ pub fn make_job_segments_dir(shm: &Path, job: &str) -> std::io::Result<PathBuf> 
     Ok(dir)
 }
 
-/// Removes what a job that ended left empty under `shm`: its segment
-/// directory, and the per-user directories above it if no one uses them
-/// any more (a process that needs them again makes them again).
+/// Removes `job`'s segment directory under `shm` if it is empty (the job
+/// ended).
 pub fn remove_if_empty(shm: &Path, job: &str) {
     if let Some(dir) = job_segments_dir(shm, job) {
         let _ = std::fs::remove_dir(&dir);
     }
+}
+
+/// Removes what is empty in this user's directory under `shm`, and the
+/// directory itself once empty (a node stops): the segment directories of
+/// jobs whose last process here has gone (a process that needs one again
+/// makes it again).
+pub fn remove_empty(shm: &Path) {
+    let user = user_dir(shm);
+    let jobs = user.join("jobs");
+    for entry in std::fs::read_dir(&jobs).into_iter().flatten().flatten() {
+        let _ = std::fs::remove_dir(entry.path());
+    }
+    let _ = std::fs::remove_dir(&jobs);
+    let _ = std::fs::remove_dir(&user);
 }
 
 #[cfg(test)]
@@ -76,5 +89,8 @@ mod tests {
         std::fs::remove_file(dir.join("segment")).unwrap();
         remove_if_empty(shm.path(), "j1");
         assert!(!dir.exists());
+        make_job_segments_dir(shm.path(), "j2").unwrap();
+        remove_empty(shm.path());
+        assert!(!user_dir(shm.path()).exists());
     }
 }

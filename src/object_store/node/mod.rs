@@ -264,11 +264,10 @@ impl NodeObjectStore {
                 tracing::warn!("cannot remove {}: {e}", dir.path().display());
             }
         }
-        // The per-user directory, once no node or job of this user keeps
-        // a directory in it (a process that needs it makes it again).
-        if let Some(parent) = self.shared_dir().and_then(std::path::Path::parent) {
-            let _ = std::fs::remove_dir(parent.join("jobs"));
-            let _ = std::fs::remove_dir(parent);
+        // What is empty in the per-user directory, and the directory once
+        // no node or job of this user keeps anything in it.
+        if let Some(shm) = self.shared_dir().and_then(|d| d.parent()?.parent()) {
+            crate::host::shared_memory::remove_empty(shm);
         }
     }
 
