@@ -472,7 +472,13 @@ impl Drop for Driver {
         let Some(context) = ProcessContext::current() else {
             return;
         };
-        if self.local.is_some() {
+        if let Some(local) = self.local.take() {
+            // Its cluster stopped, the job is over: the directory where its
+            // processes shared memory goes, if empty (a job of an attached
+            // driver: when the head ends it).
+            drop(local);
+            let shm = std::path::Path::new(crate::host::shared_memory::SHM);
+            crate::host::shared_memory::remove_if_empty(shm, &context.job);
             return;
         }
         let request = JobRequest::DriverDone {

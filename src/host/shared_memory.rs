@@ -6,7 +6,8 @@
 //! - each job's directory for the segments its processes on this host
 //!   share (`jobs/job-JOB`, [`job_segments_dir`]: the training
 //!   collective's), made by the first that needs it and removed, once
-//!   empty, when the job ends.
+//!   empty, when the job ends (a job whose cluster stopped before it
+//!   ended leaves its empty directory).
 //!
 //! A worker's sandbox covers the per-user directory with an empty tmpfs
 //! and binds back only its job's two (`crate::node`'s `sandbox.rs`), so no
@@ -56,17 +57,14 @@ pub fn remove_if_empty(shm: &Path, job: &str) {
     }
 }
 
-/// Removes what is empty in this user's directory under `shm`, and the
-/// directory itself once empty (a node stops): the segment directories of
-/// jobs whose last process here has gone (a process that needs one again
-/// makes it again).
+/// Removes this user's directory under `shm` once nothing is left in it
+/// (a node stops). A job's segment directory is removed only when the job
+/// ends ([`remove_if_empty`]): an empty one may still be a running
+/// worker's (bound into its sandbox), and removing it would take it from
+/// the worker.
 pub fn remove_empty(shm: &Path) {
     let user = user_dir(shm);
-    let jobs = user.join("jobs");
-    for entry in std::fs::read_dir(&jobs).into_iter().flatten().flatten() {
-        let _ = std::fs::remove_dir(entry.path());
-    }
-    let _ = std::fs::remove_dir(&jobs);
+    let _ = std::fs::remove_dir(user.join("jobs"));
     let _ = std::fs::remove_dir(&user);
 }
 
@@ -89,7 +87,10 @@ mod tests {
         std::fs::remove_file(dir.join("segment")).unwrap();
         remove_if_empty(shm.path(), "j1");
         assert!(!dir.exists());
-        make_job_segments_dir(shm.path(), "j2").unwrap();
+        let running = make_job_segments_dir(shm.path(), "j2").unwrap();
+        remove_empty(shm.path());
+        assert!(running.is_dir(), "a job's directory goes when the job ends");
+        remove_if_empty(shm.path(), "j2");
         remove_empty(shm.path());
         assert!(!user_dir(shm.path()).exists());
     }
