@@ -62,8 +62,10 @@
 //!    references die with a SIGKILLed worker too.
 //! 6. **Files.** Spilled objects go to `--object-spill-dir`'s
 //!    `nimbus-NODE-PID` (default `$NIMBUS_HOME/spill/NODE-PID`), objects of
-//!    `SHARED_MIN` (1 MiB) or more to `/dev/shm/nimbus-NODE-PID/job-JOB/`
-//!    (the directory a sandboxed worker of that job sees of it), their
+//!    `SHARED_MIN` (1 MiB) or more to
+//!    `/dev/shm/nimbus-objects-UID/nimbus-NODE-PID/job-JOB/`
+//!    (`crate::host::shared_memory`; the directory a sandboxed worker of
+//!    that job sees of it), their
 //!    blocks allocated up front (a cached copy's as its bytes arrive, once
 //!    the tmpfs has said it has room for them); one that does not fit there stays in the
 //!    node's memory (a node whose `/dev/shm` is smaller than its store says
