@@ -10,7 +10,7 @@
 //!   ended leaves its empty directory).
 //!
 //! A worker's sandbox covers the per-user directory with an empty tmpfs
-//! and binds back only its job's two (`crate::node`'s `sandbox.rs`), so no
+//! and binds back only its job's two (`crate::node`'s `sandbox/`), so no
 //! job's workers find another job's shared memory.
 
 use std::path::{Path, PathBuf};

@@ -82,7 +82,7 @@ pub struct NodeConfig {
     /// (never every interface unless asked).
     pub metrics_host: Option<IpAddr>,
     /// What the sandbox of its workers must hold (`--worker-sandbox`,
-    /// `sandbox.rs`).
+    /// `sandbox/`).
     pub worker_sandbox: SandboxMode,
 }
 

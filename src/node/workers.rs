@@ -15,7 +15,7 @@
 //!    actor's devices only (the node's ids; empty for an actor without
 //!    GPUs, which then sees none). The child asks to be SIGKILLed when the node
 //!    dies (`PR_SET_PDEATHSIG`), so workers die with their node even when it
-//!    is killed outright, and enters its sandbox (`sandbox.rs`) before it
+//!    is killed outright, and enters its sandbox (`sandbox/`) before it
 //!    runs the program.
 //! 2. Write the boot message, close stdin, and wait up to `START_TIMEOUT`
 //!    (30 s) for the ready line; otherwise kill the process and fail with

@@ -1478,9 +1478,19 @@ async fn referenced_before_it_exists() -> nimbus::cluster::ObjectId {
 /// its movable actor restarted elsewhere, and keeps the library records
 /// a driver and a worker set (`nimbus::library::Records`).
 async fn a_restarted_head_keeps_its_members_and_actors() {
+    own_cluster_driver(&[
+        (crate::HEAD_RESTART_DRIVER, "1".into()),
+        ("NIMBUS_HEAD_GRACE_S", "10".into()),
+    ])
+    .await;
+}
+
+/// Runs this binary as a driver with a cluster of its own, with `env`
+/// (which says what it does), and prints its summary line; fails if it
+/// fails.
+async fn own_cluster_driver(env: &[(&str, String)]) {
     let out = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .env(crate::HEAD_RESTART_DRIVER, "1")
-        .env("NIMBUS_HEAD_GRACE_S", "10")
+        .envs(env.iter().map(|(key, value)| (key, value)))
         .env_remove("NIMBUS_ADDRESS")
         .env_remove("NIMBUS_TOKEN")
         .kill_on_drop(true)
@@ -1508,28 +1518,14 @@ async fn a_restarted_head_keeps_its_members_and_actors() {
 /// expired, and so has every node's); without the new key handed out with
 /// renewals, the first one after the switch.
 async fn tickets_are_renewed_before_they_expire() {
-    let out = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .env(crate::TICKET_RENEWAL_DRIVER, "1")
-        .env(
+    own_cluster_driver(&[
+        (crate::TICKET_RENEWAL_DRIVER, "1".into()),
+        (
             "NIMBUS_TICKET_LIFETIME_S",
             TICKET_LIFETIME.as_secs().to_string(),
-        )
-        .env_remove("NIMBUS_ADDRESS")
-        .env_remove("NIMBUS_TOKEN")
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let summary = stdout.lines().find(|l| l.starts_with("summary: "));
-    println!(
-        "{}",
-        summary.unwrap_or_else(|| panic!("{stdout}\n{stderr}"))
-    );
+        ),
+    ])
+    .await;
 }
 
 /// The ticket lifetime of [`tickets_are_renewed_before_they_expire`]'s

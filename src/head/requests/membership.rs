@@ -5,11 +5,27 @@
 use crate::cluster::{MembershipReply, MembershipRequest, MAX_REQUESTED_BUNDLES};
 use crate::head::{membership, HeadActors};
 use crate::transport::{unix_now, Caller};
-use crate::wire::{PeerRole, RemoteError, RemoteErrorKind};
+use crate::wire::{HeadKeys, NodeIdentity, PeerRole, RemoteError, RemoteErrorKind, Ticket};
 
 use super::unavailable;
 
 impl HeadActors {
+    /// A ticket for `node`, for the certificate `from` connected with, whose
+    /// workers' tickets `signs_workers` signs, and the head's public keys
+    /// to check other peers' tickets with (a join or a renewal).
+    fn ticket_for(
+        &self,
+        node: &NodeIdentity,
+        from: &Caller,
+        signs_workers: &[u8],
+    ) -> (Ticket, HeadKeys) {
+        let now = unix_now();
+        let ticket = self
+            .tickets
+            .certify_node(node, from.certificate, signs_workers, now);
+        (ticket, self.tickets.public_keys(now).into())
+    }
+
     /// Answers a membership request from `from`.
     pub async fn answer_membership(
         &self,
@@ -34,16 +50,14 @@ impl HeadActors {
                     head: false,
                 };
                 match membership.send(join).await.map_err(unavailable)? {
-                    Ok(()) => Ok(MembershipReply::Joined {
-                        heartbeat_interval_ms: self.heartbeat_interval.as_millis() as u64,
-                        ticket: self.tickets.certify_node(
-                            &node,
-                            from.certificate,
-                            &signs_workers,
-                            unix_now(),
-                        ),
-                        head_keys: self.tickets.public_keys(unix_now()).into(),
-                    }),
+                    Ok(()) => {
+                        let (ticket, head_keys) = self.ticket_for(&node, &from, &signs_workers);
+                        Ok(MembershipReply::Joined {
+                            heartbeat_interval_ms: self.heartbeat_interval.as_millis() as u64,
+                            ticket,
+                            head_keys,
+                        })
+                    }
                     Err(membership::MembershipError::NameTaken {
                         holder,
                         address,
@@ -71,15 +85,10 @@ impl HeadActors {
                 membership.send(beat).await.map_err(unavailable)??;
                 // A live member's only: the heartbeat was accepted.
                 Ok(match renew {
-                    Some(signs_workers) => MembershipReply::Renewed {
-                        ticket: self.tickets.certify_node(
-                            &node,
-                            from.certificate,
-                            &signs_workers,
-                            unix_now(),
-                        ),
-                        head_keys: self.tickets.public_keys(unix_now()).into(),
-                    },
+                    Some(signs_workers) => {
+                        let (ticket, head_keys) = self.ticket_for(&node, &from, &signs_workers);
+                        MembershipReply::Renewed { ticket, head_keys }
+                    }
                     None => MembershipReply::Ack,
                 })
             }

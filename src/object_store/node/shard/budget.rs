@@ -25,7 +25,7 @@
 //!
 //! An object's file is in a directory of its job's (`job-JOB`), which is
 //! all of the shared-memory directory a worker of that job sees in its
-//! sandbox (`crate::node`'s `sandbox.rs`); an object of no known job (only
+//! sandbox (`crate::node`'s `sandbox/`); an object of no known job (only
 //! drivers, the CLI and nodes read it) and the spares are in the
 //! directory itself.
 
