@@ -113,9 +113,10 @@ phase "chromium and kubernetes manifests" eval 'await "$chromium" chromium && aw
 # benches (Chromium aborts a page load when veth links come and go,
 # ERR_NETWORK_CHANGED: the dashboard's pages and the simulated hosts or
 # the transfer bench's namespace must not overlap), the objects binary,
-# the Tune search bench and the Data tests (the last two so that the lanes
-# end together: in a fresh clone, lane A took 460 s and lane B 561 s
-# without them). Lane B: every other test binary, the doc tests, the CUDA-less
+# the Tune search bench, the Data and Serve tests, the calibration bench
+# and the fuzzing pass (the last five so that the lanes end together: in
+# a fresh clone, lane A took 355 s and lane B 438 s without the last
+# three). Lane B: every other test binary, the doc tests, the CUDA-less
 # checks, then the two templates. (Lanes last as long as their longest:
 # move a binary when one lane's total in the list printed at the end is
 # well above the other's.) Each test binary runs from its package's
@@ -158,7 +159,8 @@ run_binary() {
 in_lane_a() {
   case "$1" in
     nimbus:test:nimbus | nimbus:bench:dashboard | nimbus:bench:transfer | nimbus:test:objects) return 0 ;;
-    nimbus:bench:tune_search | nimbus-data:test:data) return 0 ;;
+    nimbus:bench:tune_search | nimbus-data:test:data | nimbus-serve:test:serve) return 0 ;;
+    nimbus:bench:calibration | nimbus:test:fuzz) return 0 ;;
     *) return 1 ;;
   esac
 }
