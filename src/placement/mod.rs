@@ -196,7 +196,10 @@ impl PlacementGroup {
                             Err(e) => break Err(e),
                         }
                     }
-                    None => "the nodes' free resources do not fit it now".to_string(),
+                    None => format!(
+                        "the nodes' free resources do not fit it now ({})",
+                        free_now(&nodes)
+                    ),
                 }
             };
             let left = end.saturating_duration_since(Instant::now());
@@ -426,4 +429,13 @@ fn candidate(node: &NodeStatus, free: &ResourceSet) -> planner::Candidate {
 
 fn free_of(node: &NodeStatus) -> ResourceSet {
     node.resources.total.minus(&node.resources.used)
+}
+
+/// What each node has free, for a group that does not fit it.
+fn free_now(nodes: &[NodeStatus]) -> String {
+    let free: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{} has {} free", n.id, free_of(n)))
+        .collect();
+    free.join("; ")
 }
