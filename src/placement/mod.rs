@@ -198,7 +198,7 @@ impl PlacementGroup {
                     }
                     None => format!(
                         "the nodes' free resources do not fit it now ({})",
-                        free_now(&nodes)
+                        free_now(&free)
                     ),
                 }
             };
@@ -431,11 +431,12 @@ fn free_of(node: &NodeStatus) -> ResourceSet {
     node.resources.total.minus(&node.resources.used)
 }
 
-/// What each node has free, for a group that does not fit it.
-fn free_now(nodes: &[NodeStatus]) -> String {
-    let free: Vec<String> = nodes
+/// What each node has free (the candidates just planned on), for a group
+/// that does not fit them.
+fn free_now(free: &[planner::Candidate]) -> String {
+    let named: Vec<String> = free
         .iter()
-        .map(|n| format!("{} has {} free", n.id, free_of(n)))
+        .map(|c| format!("{} has {} free", c.name, c.free))
         .collect();
-    free.join("; ")
+    named.join("; ")
 }
