@@ -31,7 +31,10 @@
 //!    the head it stopped waiting (`Placed`).
 //!
 //! A spawn that fails after reserving the name releases it (`ActorDown`
-//! with `SpawnFailed`). The handle returned is the actor's id; where it
+//! with `SpawnFailed`). An actor spawned from another actor's worker
+//! process (not a task's) is owned by that incarnation and dies with it,
+//! unless detached (Ray's fate sharing: `crate::node`'s
+//! `manager/owners.rs`); a driver's actors end with its job. The handle returned is the actor's id; where it
 //! runs is asked of the head on first use (`handle.rs`).
 
 use std::time::{Duration, Instant};
@@ -126,8 +129,9 @@ impl SpawnOptions {
     }
 
     /// The actor outlives its job (Ray's `lifetime="detached"`): it is not
-    /// killed when its driver is gone (`crate::head::jobs`). Kill it
-    /// yourself (`ActorHandle::kill`, `nimbus kill`).
+    /// killed when its driver is gone (`crate::head::jobs`), nor with the
+    /// actor that spawned it. Kill it yourself (`ActorHandle::kill`,
+    /// `nimbus kill`).
     pub fn detached(mut self) -> Self {
         self.detached = true;
         self
@@ -222,6 +226,7 @@ pub async fn spawn<A: RemoteActor>(
         shared: options.shared,
         binary: context.binary.1.clone(),
         bundle: options.bundle,
+        owner: context.owner.filter(|_| !options.detached),
     };
     if let Some(name) = &spec.name {
         let reserve = DirectoryRequest::ReserveName {

@@ -10,7 +10,9 @@
 //!   `Stopped` (SIGTERM), `Failed` (it could not host the actor);
 //! - its node, when there is no died line: `Exited` (the exit code) or
 //!   `Killed` (the signal); and `KilledOnRequest` (wrapping how it ended)
-//!   after a `KillActor`, `RestartFailed` when it could not start it again;
+//!   after a `KillActor`, `OwnerDied` (wrapping it too) after the actor
+//!   incarnation that spawned it died, `RestartFailed` when it could not
+//!   start it again;
 //! - the head: `NodeLost` (the directory, for every actor of a node it
 //!   declared dead, with the fault that killed the node if one did) and
 //!   `NotRescheduled` (the rescheduler, when no other node took it);
@@ -19,6 +21,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::faults::FiredFault;
+use super::ActorOwner;
 
 /// Why an actor incarnation died.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +48,14 @@ pub enum DeathCause {
     Stopped,
     /// Killed on request (`ActorHandle::kill`); how its process ended.
     KilledOnRequest(Box<DeathCause>),
+    /// Killed because the actor incarnation that spawned it died (Ray's
+    /// fate sharing with the owner); how its process ended.
+    OwnerDied {
+        /// The owner incarnation that died.
+        owner: ActorOwner,
+        /// How this actor's process ended.
+        death: Box<DeathCause>,
+    },
     /// Its node was lost: declared dead by the head.
     NodeLost {
         /// The node (`name#incarnation`).
@@ -85,6 +96,7 @@ impl DeathCause {
             DeathCause::ChaosFault(_) => "chaos_fault",
             DeathCause::Stopped => "stopped",
             DeathCause::KilledOnRequest(_) => "killed",
+            DeathCause::OwnerDied { .. } => "owner_died",
             DeathCause::NodeLost { .. } => "node_lost",
             DeathCause::RestartFailed { .. } => "restart_failed",
             DeathCause::NotRescheduled { .. } => "not_rescheduled",
@@ -122,6 +134,10 @@ impl DeathCause {
             },
             DeathCause::ChaosFault(fault) => DeathCause::ChaosFault(fault.bounded()),
             DeathCause::KilledOnRequest(death) => DeathCause::KilledOnRequest(nested(death)),
+            DeathCause::OwnerDied { owner, death } => DeathCause::OwnerDied {
+                owner,
+                death: nested(death),
+            },
             DeathCause::NodeLost {
                 node,
                 reason,
@@ -155,6 +171,7 @@ impl DeathCause {
             DeathCause::Panicked { message } => FiredFault::from_death(message),
             DeathCause::NodeLost { fault, .. } => fault.clone(),
             DeathCause::KilledOnRequest(death)
+            | DeathCause::OwnerDied { death, .. }
             | DeathCause::RestartFailed { death, .. }
             | DeathCause::NotRescheduled { death, .. } => death.fault(),
             DeathCause::Exited { .. }
@@ -170,6 +187,7 @@ impl DeathCause {
     pub fn root(&self) -> &DeathCause {
         match self {
             DeathCause::KilledOnRequest(death)
+            | DeathCause::OwnerDied { death, .. }
             | DeathCause::RestartFailed { death, .. }
             | DeathCause::NotRescheduled { death, .. } => death.root(),
             other => other,
@@ -199,6 +217,9 @@ impl std::fmt::Display for DeathCause {
             DeathCause::ChaosFault(fault) => fault.fmt(f),
             DeathCause::Stopped => f.write_str("stopped by SIGTERM"),
             DeathCause::KilledOnRequest(death) => write!(f, "killed on request ({death})"),
+            DeathCause::OwnerDied { owner, death } => {
+                write!(f, "the actor that spawned it died: {owner} ({death})")
+            }
             DeathCause::NodeLost {
                 node,
                 reason,

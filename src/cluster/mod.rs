@@ -34,10 +34,10 @@ pub use jobs::{
     valid_job_id, JobRecord, JobState, JobSubmission, TaskRecord, TaskState, MAX_JOB_ID,
 };
 pub use messages::{
-    ActorId, ActorRecord, ActorSpec, BinaryId, BinaryReply, BinaryRequest, BundleId, BundleListing,
-    BundleReply, BundleRequest, ClusterEvent, ClusterEventKind, ClusterStatus, ControlReply,
-    ControlRequest, Demand, DirectoryReply, DirectoryRequest, Echo, EventReply, EventRequest,
-    FaultReply, FaultRequest, GroupDemand, HostLoad, JobReply, JobRequest, LogChunk,
+    ActorId, ActorOwner, ActorRecord, ActorSpec, BinaryId, BinaryReply, BinaryRequest, BundleId,
+    BundleListing, BundleReply, BundleRequest, ClusterEvent, ClusterEventKind, ClusterStatus,
+    ControlReply, ControlRequest, Demand, DirectoryReply, DirectoryRequest, Echo, EventReply,
+    EventRequest, FaultReply, FaultRequest, GroupDemand, HostLoad, JobReply, JobRequest, LogChunk,
     MembershipReply, MembershipRequest, NodeRegistration, NodeState, NodeStatus, ObjectReply,
     ObjectRequest, OutputLine, PlacementGroupId, ProcessClass, ResourceUsage, StateReply,
     StateRequest, StateScope, Subsystem, Together, UnexpectedReply, WorkerReply, WorkerRequest,

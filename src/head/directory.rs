@@ -618,6 +618,7 @@ mod tests {
                 len: 0,
             },
             bundle: None,
+            owner: None,
         }
     }
 

@@ -708,6 +708,7 @@ mod tests {
                     len: 1,
                 },
                 bundle: None,
+                owner: None,
             }))
         };
         let upload = |hash: &str| {

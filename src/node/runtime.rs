@@ -169,6 +169,8 @@ async fn serve(config: NodeConfig, on_ready: impl FnOnce(&NodeReady)) -> Result<
         sandbox,
     })
     .start();
+    // Actors die with the actor incarnation that spawned them.
+    super::manager::follow_owners(manager.clone(), head_events(head), endpoint.clone());
     let drivers = DriverRunner::new(
         config.state_dir.clone(),
         config.log_max,
@@ -470,15 +472,20 @@ fn start_object_store(
         me,
     )?;
     // Worker processes' references die with them.
-    objects.watch_worker_deaths(match head {
+    objects.watch_worker_deaths(head_events(head));
+    Ok(objects)
+}
+
+/// Where this node follows the head's events: in process on the head.
+fn head_events(head: (&Option<HeadActors>, SocketAddr)) -> HeadEvents {
+    match head {
         (Some(actors), _) => HeadEvents::Local {
             events: actors.events.clone(),
             directory: actors.directory.clone(),
             jobs: actors.jobs.clone(),
         },
         (None, address) => HeadEvents::Remote(address),
-    });
-    Ok(objects)
+    }
 }
 
 /// Tells the head this node is stopping on purpose.

@@ -25,7 +25,7 @@ use super::registry::{HostedActor, Registry};
 
 use crate::client::{self, ClientError};
 use crate::cluster::{
-    ActorId, BinaryId, ClusterEvent, ClusterEventKind, ControlRequest, DirectoryReply,
+    ActorId, ActorOwner, BinaryId, ClusterEvent, ClusterEventKind, ControlRequest, DirectoryReply,
     DirectoryRequest, Subsystem,
 };
 use crate::transport::{Connection, Endpoint, RequestOptions};
@@ -46,6 +46,10 @@ pub struct ProcessContext {
     pub job: String,
     /// This program's binary, shipped to nodes that run its actors.
     pub binary: (PathBuf, BinaryId),
+    /// The actor incarnation that owns the actors spawned from here (an
+    /// actor's worker process: [`owning`](Self::owning)); `None` in a
+    /// driver or a task's worker, whose actors live as long as their job.
+    pub owner: Option<ActorOwner>,
     local: Mutex<HashMap<ActorId, HostedActor>>,
     /// Workers this process has channels to, so their deaths cut them.
     workers: DashMap<ActorId, (SocketAddr, Incarnation)>,
@@ -79,11 +83,19 @@ impl ProcessContext {
             registry,
             job,
             binary,
+            owner: None,
             local: Mutex::new(HashMap::new()),
             workers: DashMap::new(),
             pushing: tokio::sync::Mutex::new(()),
             extensions: Extensions::default(),
         }
+    }
+
+    /// This context, in the worker process of `owner`: the actors spawned
+    /// from it die with that incarnation.
+    pub fn owning(mut self, owner: ActorOwner) -> Self {
+        self.owner = Some(owner);
+        self
     }
 
     /// This process's `T`, a feature's per-process state, made with

@@ -43,4 +43,4 @@ pub use registry::{
     DispatchError, HostedActor, Registration, Registry, RemoteActor, RemoteMessage, Replied,
     ReplySink, ReplyTo, Wire,
 };
-pub use role::{ProcessRole, NODE_ARG};
+pub use role::{ProcessRole, NODE_ARG, TASK_WORKER};

@@ -11,6 +11,11 @@ use super::boot::WORKER_ARG;
 /// driver's own binary when no `nimbus` binary is set or beside it.
 pub const NODE_ARG: &str = "nimbus-node";
 
+/// The registered name of the actor that runs tasks (`crate::task`): its
+/// worker process owns no actor it spawns (a task's worker is returned
+/// when idle; the actors a task spawns live as long as their job).
+pub const TASK_WORKER: &str = "nimbus.TaskWorker";
+
 /// The kind of nimbus process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProcessRole {

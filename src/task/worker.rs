@@ -30,7 +30,7 @@ impl Actor for TaskWorker {
 }
 
 impl RemoteActor for TaskWorker {
-    const NAME: &'static str = "nimbus.TaskWorker";
+    const NAME: &'static str = crate::runtime::TASK_WORKER;
     type Args = ();
     fn from_args(_: ()) -> Self {
         TaskWorker

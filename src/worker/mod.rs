@@ -40,13 +40,13 @@ use tokio::sync::mpsc;
 
 use crate::actor::{ActorAccess, ActorHost, HostedFaults};
 use crate::cluster::faults::FiredFault;
-use crate::cluster::DeathCause;
+use crate::cluster::{ActorOwner, DeathCause};
 use crate::cluster::{WorkerReply, WorkerRequest};
 use crate::host::processes::{signal_process, Signal};
 use crate::runtime::boot::{died_line, ready_line, WorkerBoot, WorkerIdentity};
 use crate::runtime::DispatchError;
 use crate::runtime::{
-    kill_own_node, panic_text, HostedActor, NodeOfWorker, ProcessContext, Registry,
+    kill_own_node, panic_text, HostedActor, NodeOfWorker, ProcessContext, Registry, TASK_WORKER,
 };
 use crate::transport::{
     renewal_due_at, unix_now, CredentialError, Credentials, Endpoint, EndpointError,
@@ -268,6 +268,14 @@ async fn host(
         boot.spec.job.clone(),
         (binary, boot.spec.binary.clone()),
     );
+    // The actors it spawns die with this incarnation (not a task's).
+    let context = match boot.spec.type_name == TASK_WORKER {
+        true => context,
+        false => context.owning(ActorOwner {
+            actor,
+            incarnation: identity.incarnation,
+        }),
+    };
     if let Some(context) = ProcessContext::install(context) {
         crate::object_store::start(context);
         context.host_locally(actor, hosted.clone());

@@ -29,6 +29,7 @@ pub fn registry() -> Registry {
         .message::<Counter, HoldUntil>()
         .message::<Counter, Boom>()
         .message::<Counter, StartChild>()
+        .message::<Counter, crate::owners::SpawnCounter>()
         .message::<Counter, EnvVar>()
         .message::<Counter, BoomOfSize>()
         .message::<Counter, Impersonate>()
@@ -232,6 +233,7 @@ impl Handler<Trespass> for Counter {
                 shared: false,
                 binary: context.binary.1.clone(),
                 bundle: None,
+                owner: None,
             };
             let requests = [
                 WorkerRequest::KillActor(victim),

@@ -15,6 +15,7 @@ mod fixtures;
 #[path = "../common/harness.rs"]
 mod harness;
 mod jobs;
+mod owners;
 mod tests;
 mod tune;
 
@@ -88,5 +89,11 @@ fn main() {
     }
     let driver = nimbus::init_with(fixtures::registry(), nimbus::InitOptions::private(3))
         .expect("a local cluster starts");
-    harness::run(driver, tests::ALL, DEADLINE, || {})
+    harness::run(
+        driver,
+        tests::ALL,
+        DEADLINE,
+        harness::Leaves::Anything,
+        || {},
+    )
 }

@@ -55,6 +55,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("removing_a_placement_group_frees_its_resources", |_| {
         boxed(removing_a_placement_group_frees_its_resources())
     }),
+    ("an_actor_dies_with_the_actor_that_spawned_it", |_| {
+        boxed(crate::owners::an_actor_dies_with_the_actor_that_spawned_it())
+    }),
     ("spawn_lands_on_the_node_with_the_resources", |d| {
         boxed(spawn_lands_on_the_node_with_the_resources(d))
     }),

@@ -26,5 +26,11 @@ const DEADLINE: Duration = Duration::from_secs(120);
 fn main() {
     let driver = nimbus::init_with(fixtures::registry(), nimbus::InitOptions::private(3))
         .expect("a local cluster starts");
-    harness::run(driver, tests::ALL, DEADLINE, || {})
+    harness::run(
+        driver,
+        tests::ALL,
+        DEADLINE,
+        harness::Leaves::Anything,
+        || {},
+    )
 }

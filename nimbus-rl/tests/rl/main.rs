@@ -53,7 +53,7 @@ fn main() {
     let registry = nimbus_rl::register(nimbus::actor::Registry::new()).env::<faulty::Faulty>();
     let driver = nimbus::init_with(registry, nimbus::InitOptions::private(2))
         .expect("a local cluster starts");
-    harness::run(driver, ALL, DEADLINE, || {})
+    harness::run(driver, ALL, DEADLINE, harness::Leaves::NothingInUse, || {})
 }
 
 fn cartpole() -> PpoConfig {

@@ -24,5 +24,11 @@ const DEADLINE: Duration = Duration::from_secs(120);
 fn main() {
     let driver = nimbus::init_with(tests::registry(), nimbus::InitOptions::private(2))
         .expect("a local cluster starts");
-    harness::run(driver, tests::ALL, DEADLINE, || {})
+    harness::run(
+        driver,
+        tests::ALL,
+        DEADLINE,
+        harness::Leaves::NothingInUse,
+        || {},
+    )
 }

@@ -45,7 +45,13 @@ fn main() {
     let driver = nimbus::init_with(registry, nimbus::InitOptions::private(3))
         .expect("a local cluster starts");
     // Checkpoints of every run go under one directory, removed at the end.
-    harness::run(driver, tests::ALL, DEADLINE, || {
-        let _ = std::fs::remove_dir_all(tests::storage());
-    })
+    harness::run(
+        driver,
+        tests::ALL,
+        DEADLINE,
+        harness::Leaves::NothingInUse,
+        || {
+            let _ = std::fs::remove_dir_all(tests::storage());
+        },
+    )
 }

@@ -66,6 +66,23 @@ impl std::fmt::Display for BundleId {
     }
 }
 
+/// The actor incarnation that spawned an actor from its worker process:
+/// the spawned actor dies with that incarnation (Ray's fate sharing with
+/// the owner; `crate::node`'s `manager/owners.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ActorOwner {
+    /// The spawning actor.
+    pub actor: ActorId,
+    /// Its incarnation that spawned it.
+    pub incarnation: Incarnation,
+}
+
+impl std::fmt::Display for ActorOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (incarnation {})", self.actor, self.incarnation.0)
+    }
+}
+
 /// Everything a node needs to start (and restart) an actor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ActorSpec {
@@ -106,6 +123,11 @@ pub struct ActorSpec {
     pub binary: BinaryId,
     /// The placement-group bundle whose resources it uses, if any.
     pub bundle: Option<BundleId>,
+    /// The actor incarnation it dies with: the one whose worker process
+    /// spawned it (not a task's worker), unless it is detached; `None`
+    /// for actors of drivers, which end with their job.
+    #[serde(default)]
+    pub owner: Option<ActorOwner>,
 }
 
 /// A program binary, by content.

@@ -69,7 +69,7 @@ mod state;
 mod workers;
 
 pub use actors::{
-    ActorId, ActorRecord, ActorSpec, BinaryId, BundleId, OutputLine, PlacementGroupId,
+    ActorId, ActorOwner, ActorRecord, ActorSpec, BinaryId, BundleId, OutputLine, PlacementGroupId,
 };
 pub use directory::{Demand, DirectoryReply, DirectoryRequest, GroupDemand, Together};
 pub use events::{ClusterEvent, ClusterEventKind, EventReply, EventRequest, ProcessClass};

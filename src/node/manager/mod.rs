@@ -23,7 +23,8 @@
 //!   heartbeat, so the head's view includes the actor before the spawner
 //!   hears of it; 5. answer `ActorStarted(record)`.
 //! - **`WorkerExited`** (the worker's watcher): report `ActorDown` with the
-//!   cause (`KilledOnRequest` if it was killed) and whether it restarts:
+//!   cause (`KilledOnRequest` if it was killed, `OwnerDied` if killed with
+//!   its owner) and whether it restarts:
 //!   with restarts left (`max_restarts`) and not killed, start a new
 //!   incarnation from the same spec (new process, new address) and report
 //!   it up; a restart that fails reports `RestartFailed`. Otherwise free
@@ -49,8 +50,12 @@
 //!   signed after; **`RenewWorkerTicket`** gives one of this node's live
 //!   workers a new ticket for the certificate it asks with.
 //!
+//! - **Owners** (`owners.rs`): an actor spawned from another actor's
+//!   worker process is killed for good when that incarnation dies (its
+//!   cause `OwnerDied`), as the head's events tell.
+//!
 //! The rooms: `heartbeat.rs`, `tickets.rs`, `worker_processes.rs` (`StartActor`,
-//! `WorkerExited`, `KillActor`, `EndJob`), `binary_uploads.rs`,
+//! `WorkerExited`, `KillActor`, `EndJob`), `owners.rs`, `binary_uploads.rs`,
 //! `bundles.rs`, and `log_reads.rs` (what workers print, their logs and
 //! the node's own, read back).
 
@@ -58,11 +63,13 @@ mod binary_uploads;
 mod bundles;
 mod heartbeat;
 mod log_reads;
+mod owners;
 mod tickets;
 mod worker_processes;
 
 pub use binary_uploads::{ReadBinary, UploadBinary};
 pub use bundles::{ReleaseBundle, ReserveBundle};
+pub(super) use owners::follow_owners;
 pub(super) use tickets::RenewWorkerTicket;
 pub use worker_processes::{KillActor, StartActor};
 
@@ -70,7 +77,7 @@ pub(super) use bundles::ListBundles;
 pub(super) use log_reads::{ReadLog, ReadNodeLog, ReadOutput};
 pub(super) use worker_processes::EndJob;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -83,7 +90,9 @@ use tracing::debug;
 
 use crate::client::{self, ClientError};
 use crate::cluster::faults::ActorFault;
-use crate::cluster::{ActorId, ActorRecord, ActorSpec, BundleId, ResourceSet, Subsystem};
+use crate::cluster::{
+    ActorId, ActorOwner, ActorRecord, ActorSpec, BundleId, ResourceSet, Subsystem,
+};
 use crate::head::directory::Directory;
 use crate::head::membership::Membership;
 use crate::transport::{Endpoint, RequestOptions, TicketAuthority};
@@ -176,6 +185,17 @@ pub struct NodeManager {
     output: JobOutput,
     /// How busy the machine is, sent with each heartbeat (`host.rs`).
     host: HostSampler,
+    /// The owner incarnations that died lately (`owners.rs`).
+    dead_owners: VecDeque<ActorOwner>,
+}
+
+/// Why a worker was killed for good.
+#[derive(Clone, Copy)]
+enum Killed {
+    /// `KillActor`, or its job ended.
+    OnRequest,
+    /// The actor incarnation that spawned it died (`owners.rs`).
+    WithOwner(ActorOwner),
 }
 
 /// An actor this node runs.
@@ -189,8 +209,9 @@ struct Worker {
     restarts: u32,
     grant: Grant,
     pid: u32,
-    /// Killed on request: its death is final, whatever its restart policy.
-    killed: bool,
+    /// Killed for good (on request, with its job, or with its owner): its
+    /// death is final, whatever its restart policy.
+    killed: Option<Killed>,
     /// Its stderr log, and how far it was read for the driver.
     err_log: (PathBuf, u64),
 }
@@ -214,6 +235,7 @@ impl NodeManager {
             workers: HashMap::new(),
             bundle_jobs: HashMap::new(),
             output: JobOutput::default(),
+            dead_owners: VecDeque::new(),
         }
     }
 

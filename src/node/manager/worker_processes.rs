@@ -17,7 +17,7 @@ use crate::wire::{Incarnation, RemoteError, RemoteErrorKind};
 
 use super::bundles::ReleaseBundle;
 use super::log_reads::WorkerPrinted;
-use super::{NodeManager, Worker};
+use super::{Killed, NodeManager, Worker};
 use crate::node::authorize::{Confinement, Forbidden};
 use crate::node::error::WorkerStartError;
 use crate::node::gpu_slots::GpuTake;
@@ -74,7 +74,7 @@ impl Handler<StartActor> for NodeManager {
                 relaunching: false,
                 grant,
                 pid: worker.pid,
-                killed: false,
+                killed: None,
                 err_log: (worker.err_log.clone(), 0),
             };
             let record = manager.record_of(&entry, worker.address);
@@ -83,7 +83,12 @@ impl Handler<StartActor> for NodeManager {
             // includes the new actor before the spawner hears of it (else
             // spawns in quick succession all see the node as it was).
             let used = manager.beat();
+            let owner = entry.spec.owner;
             manager.workers.insert(entry.spec.actor, entry);
+            // Its owner died while it was being started (`owners.rs`).
+            if let Some(owner) = owner.filter(|owner| manager.owner_died(*owner)) {
+                manager.kill_owned_by(owner);
+            }
             Box::pin(
                 async move {
                     reported.await;
@@ -115,11 +120,12 @@ impl Handler<WorkerExited> for NodeManager {
         if worker.incarnation != msg.incarnation {
             return;
         }
-        let restarting = !worker.killed && worker.restarts < worker.spec.max_restarts;
-        let reason = if worker.killed {
-            DeathCause::KilledOnRequest(Box::new(msg.reason.clone()))
-        } else {
-            msg.reason.clone()
+        let restarting = worker.killed.is_none() && worker.restarts < worker.spec.max_restarts;
+        let death = Box::new(msg.reason.clone());
+        let reason = match worker.killed {
+            None => msg.reason.clone(),
+            Some(Killed::OnRequest) => DeathCause::KilledOnRequest(death),
+            Some(Killed::WithOwner(owner)) => DeathCause::OwnerDied { owner, death },
         };
         let msg = WorkerExited { reason, ..msg };
         let (spec, grant) = (worker.spec.clone(), worker.grant.clone());
@@ -192,7 +198,7 @@ impl Handler<KillActor> for NodeManager {
         let Some(worker) = self.workers.get_mut(&actor) else {
             return Ok(());
         };
-        worker.killed = true;
+        worker.killed = Some(Killed::OnRequest);
         info!(actor = %actor, pid = worker.pid, "killing actor on request");
         // The exit is reported by the worker's watcher (`WorkerExited`).
         signal_worker(worker.pid, Signal::KILL);
@@ -203,7 +209,7 @@ impl Handler<KillActor> for NodeManager {
 /// Sends `signal` to worker process `pid`, a child of this node still in
 /// its table (reaped only by its watcher, which removes it first, so the
 /// pid cannot have been reused).
-fn signal_worker(pid: u32, signal: Signal) {
+pub(super) fn signal_worker(pid: u32, signal: Signal) {
     if let Err(e) = signal_process(pid, signal) {
         tracing::debug!("cannot signal worker process {pid}: {e}");
     }
@@ -245,7 +251,7 @@ impl Handler<EndJob> for NodeManager {
             let Some(worker) = self.workers.get_mut(&actor) else {
                 continue;
             };
-            worker.killed = true;
+            worker.killed = Some(Killed::OnRequest);
             stopping.push((actor, worker.pid));
             signal_worker(worker.pid, Signal::TERM);
         }
@@ -368,6 +374,10 @@ impl NodeManager {
         worker.pid = launched.pid;
         worker.err_log = (launched.err_log, 0);
         info!(actor = %actor, restarts = worker.restarts, "actor restarted");
+        if worker.killed.is_some() {
+            // Killed for good while its new process was starting.
+            signal_worker(worker.pid, Signal::KILL);
+        }
         let worker = &self.workers[&actor];
         let record = self.record_of(worker, launched.address);
         let spec = worker.spec.clone();

@@ -161,7 +161,7 @@ pub enum HeadEvents {
 }
 
 impl HeadEvents {
-    async fn since(
+    pub(crate) async fn since(
         &self,
         endpoint: &Endpoint,
         after: u64,
@@ -186,7 +186,7 @@ impl HeadEvents {
     }
 
     /// The directory's record of `actor`, live or dead.
-    async fn locate(
+    pub(crate) async fn locate(
         &self,
         endpoint: &Endpoint,
         actor: crate::cluster::ActorId,
