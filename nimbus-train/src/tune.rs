@@ -47,7 +47,7 @@
 //! steps than it reported. A trial past its `trial_timeout` is stopped
 //! the same way; only one that has not ended `TIMEOUT_GRACE` later (its
 //! run still launching, or its stop stuck) has its runner killed, and
-//! then its run's workers live on to the job's end.
+//! its run's workers, spawned from the runner's process, die with it.
 
 use std::collections::{HashMap, VecDeque};
 use std::error::Error;
