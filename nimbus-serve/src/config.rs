@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use nimbus::cluster::{ResourceSet, CPU, GPU};
 use serde::{Deserialize, Serialize};
 
 use crate::deployment::Deployment;
@@ -107,6 +108,9 @@ pub struct Application {
     pub(crate) max_queued: u32,
     pub(crate) num_cpus: f64,
     pub(crate) num_gpus: f64,
+    /// Custom resources each replica holds, beside its CPUs and GPUs.
+    #[serde(default)]
+    pub(crate) resources: ResourceSet,
     pub(crate) batching: Option<Batching>,
     pub(crate) autoscaling: Option<Autoscaling>,
 }
@@ -212,6 +216,7 @@ impl Application {
             max_queued: DEFAULT_MAX_QUEUED,
             num_cpus: 1.0,
             num_gpus: 0.0,
+            resources: ResourceSet::default(),
             batching: None,
             autoscaling: None,
         })
@@ -259,6 +264,22 @@ impl Application {
     pub fn num_gpus(mut self, gpus: f64) -> Self {
         self.num_gpus = gpus;
         self
+    }
+
+    /// A custom resource each replica holds (a node's `--resources`, such
+    /// as `accelerator_type:A100`): replicas go only to nodes that offer
+    /// it.
+    pub fn resource(mut self, name: &str, amount: f64) -> Self {
+        self.resources.set(name, amount);
+        self
+    }
+
+    /// What each replica holds: its CPUs, GPUs and custom resources.
+    pub(crate) fn replica_resources(&self) -> ResourceSet {
+        let mut held = self.resources.clone();
+        held.set(CPU, self.num_cpus);
+        held.set(GPU, self.num_gpus);
+        held
     }
 
     /// Batches requests in each replica (its `Deployment::call_batch`): up
@@ -317,6 +338,20 @@ impl Application {
                 return Err(setting(
                     name,
                     format!("{amount} is not a number of at least 0"),
+                ));
+            }
+        }
+        for (name, amount) in self.resources.iter() {
+            if name.is_empty() || name == CPU || name == GPU {
+                return Err(setting(
+                    "resource",
+                    format!("{name:?} is not a custom resource's name (num_cpus and num_gpus set CPUs and GPUs)"),
+                ));
+            }
+            if !amount.is_finite() || amount < 0.0 {
+                return Err(setting(
+                    "resource",
+                    format!("{name}: {amount} is not a number of at least 0"),
                 ));
             }
         }

@@ -33,6 +33,10 @@ pub struct DeploymentStatus {
     pub route_prefix: String,
     /// Its replicas.
     pub replicas: Vec<ReplicaStatus>,
+    /// Replicas being started (a scale-up waiting for room, or for their
+    /// health), not yet routed to.
+    #[serde(default)]
+    pub starting: u32,
 }
 
 /// One replica.

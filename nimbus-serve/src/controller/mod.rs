@@ -15,36 +15,39 @@
 //! 3. **Health** every [`HEALTH_PERIOD`]: a node that joined gets an
 //!    ingress (one that died is forgotten); each replica is asked within
 //!    [`HEALTH_TIMEOUT`]; one that fails is routed around until it passes;
-//!    one dead for good is replaced. Each ingress is told to listen (a
-//!    no-op unless it was restarted) and sent the routes.
+//!    one dead for good is replaced (in the background: `replicas.rs`).
+//!    Each ingress is told to listen (a no-op unless it was restarted)
+//!    and sent the routes.
 //! 4. **Autoscale**, after each health round, for applications with
 //!    `Application::autoscaling`: the requests the replicas hold (their
 //!    health answers) go to the application's `autoscale.rs` policy; new
-//!    replicas are started and routed to once healthy, or the ones with
-//!    the fewest requests are taken out of the routes, drained and stopped.
-//!    The cluster's pending demands (`nimbus::library::pending_demands`)
-//!    say whether something else waits for the CPUs or GPUs replicas
-//!    hold: then replicas above the minimum are given back.
+//!    replicas are started in the background and routed to once healthy,
+//!    or the ones with the fewest requests are taken out of the routes,
+//!    drained and stopped (`replicas.rs`). The cluster's pending demands
+//!    (`nimbus::library::pending_demands`) say whether something else
+//!    waits for the CPUs, GPUs or custom resources replicas hold: then
+//!    replicas above the minimum are given back.
 //! 5. **Shutdown** ([`Shutdown`]): replicas and ingresses are stopped.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod autoscale;
+mod replicas;
 
 use actix::prelude::*;
 use autoscale::Autoscaler;
 use futures::future::join_all;
-use nimbus::actor::{self, ActorHandle, CallError, RemoteActor, SpawnOptions, Strategy};
-use nimbus::cluster::{Demand, CPU, GPU};
+use nimbus::actor::{self, ActorHandle, CallError, SpawnOptions, Strategy};
+use replicas::{autoscale, replace, start_replicas, stop_replicas};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Application, HttpOptions};
 use crate::error::ControllerError;
 use crate::ingress::{Ingress, IngressArgs, Listen, RouteWire, SetRoutes};
-use crate::replica::{Drain, Health, HealthError, Replica, ReplicaArgs};
+use crate::replica::{Health, Replica};
 use crate::status::{DeploymentStatus, IngressAddress, ReplicaStatus, ServeStatus};
 
 /// How often replicas are health-checked and routes republished.
@@ -75,6 +78,8 @@ struct State {
 struct Running {
     app: Application,
     replicas: Vec<ReplicaEntry>,
+    /// Replicas being started in the background (`replicas.rs`, step 2).
+    starting: u32,
     /// With `Application::autoscaling`: the replica count's policy.
     autoscaler: Option<Autoscaler>,
 }
@@ -85,6 +90,8 @@ struct ReplicaEntry {
     error: Option<String>,
     /// The requests it held on average between its last two health checks.
     ongoing: f64,
+    /// Dead for good, a replacement being started (`replicas.rs`, step 1).
+    replacing: bool,
 }
 
 impl Actor for Controller {
@@ -292,6 +299,7 @@ impl Handler<Deploy> for Controller {
                 let running = Running {
                     app,
                     replicas,
+                    starting: 0,
                     autoscaler,
                 };
                 match state
@@ -313,107 +321,6 @@ impl Handler<Deploy> for Controller {
             Ok(())
         })
     }
-}
-
-/// Spawns `count` replicas of `app` and waits until each is healthy; stops
-/// them all if one cannot be built or the startup timeout passes.
-async fn start_replicas(
-    app: &Application,
-    count: u32,
-) -> Result<Vec<ReplicaEntry>, ControllerError> {
-    let args = ReplicaArgs {
-        kind: app.kind.clone(),
-        init: app.init.clone(),
-        max_ongoing: app.max_ongoing,
-        batching: app.batching,
-    };
-    let options = SpawnOptions::default()
-        .num_cpus(app.num_cpus)
-        .num_gpus(app.num_gpus)
-        .max_restarts(REPLICA_RESTARTS)
-        .max_in_flight(app.max_ongoing.saturating_mul(64).max(1_024));
-    let spawned =
-        join_all((0..count).map(|_| actor::spawn::<Replica>(args.clone(), options.clone()))).await;
-    let mut handles = Vec::new();
-    let mut failure = None;
-    for spawned in spawned {
-        match spawned {
-            Ok(handle) => handles.push(handle),
-            Err(e) => {
-                failure.get_or_insert(ControllerError::Spawn {
-                    what: format!("a replica of {}", app.name),
-                    detail: e.to_string(),
-                });
-            }
-        }
-    }
-    if failure.is_none() {
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        let checks = join_all(handles.iter().map(|handle| wait_healthy(handle, deadline))).await;
-        if let Some(Err(detail)) = checks.into_iter().find(Result::is_err) {
-            failure = Some(ControllerError::Deploy {
-                deployment: app.name.clone(),
-                detail,
-            });
-        }
-    }
-    if let Some(failure) = failure {
-        join_all(handles.iter().map(ActorHandle::kill)).await;
-        return Err(failure);
-    }
-    Ok(handles
-        .into_iter()
-        .map(|handle| ReplicaEntry {
-            handle,
-            healthy: true,
-            error: None,
-            ongoing: 0.0,
-        })
-        .collect())
-}
-
-/// Asks `replica` for its health until it passes, says it cannot be
-/// built, or `deadline` passes.
-async fn wait_healthy(replica: &ActorHandle<Replica>, deadline: Instant) -> Result<(), String> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let last = match replica
-            .send_with_deadline(Health, left.min(HEALTH_TIMEOUT))
-            .await
-        {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(HealthError::NotBuilt(e))) => return Err(e),
-            Ok(Err(HealthError::Unhealthy(e))) => format!("its health check failed: {e}"),
-            Err(e) => e.to_string(),
-        };
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "replica {} was not healthy within {STARTUP_TIMEOUT:?}: {last}",
-                replica.id()
-            ));
-        }
-        tokio::time::sleep(HEALTH_PERIOD.min(deadline.saturating_duration_since(Instant::now())))
-            .await;
-    }
-}
-
-/// Stops replicas, draining them first if `drain`.
-async fn stop_replicas(replicas: Vec<ReplicaEntry>, drain: bool) {
-    join_all(replicas.into_iter().map(|replica| async move {
-        if drain {
-            if let Err(e) = replica
-                .handle
-                .send_with_deadline(Drain, DRAIN_TIMEOUT)
-                .await
-            {
-                tracing::warn!(replica = %replica.handle.id(), "not drained: {e}");
-            }
-        }
-        if let Err(e) = replica.handle.kill().await {
-            tracing::warn!(replica = %replica.handle.id(), "not stopped: {e}");
-        }
-    }))
-    .await;
 }
 
 /// Stops an application.
@@ -483,6 +390,7 @@ impl Handler<Status> for Controller {
                             error: replica.error.clone(),
                         })
                         .collect(),
+                    starting: running.starting,
                 })
                 .collect(),
         })
@@ -572,165 +480,15 @@ async fn check_health(state: &Rc<RefCell<State>>) {
                     entry.healthy = false;
                     entry.error = Some(error);
                     if dead {
-                        gone.push((application, handle.id()));
+                        gone.push(handle.id());
                     }
                 }
             }
         }
     }
-    for (application, id) in gone {
-        replace(state, &application, id).await;
+    for id in gone {
+        replace(state, id);
     }
-}
-
-/// Replaces replica `id` of `application`, dead for good, by a new one.
-async fn replace(state: &Rc<RefCell<State>>, application: &str, id: nimbus::cluster::ActorId) {
-    let Some(app) = state
-        .borrow()
-        .applications
-        .iter()
-        .find(|running| running.app.name == application)
-        .map(|running| running.app.clone())
-    else {
-        return;
-    };
-    match start_replicas(&app, 1).await {
-        Ok(started) => {
-            let unplaced: Vec<ReplicaEntry> = {
-                let mut state = state.borrow_mut();
-                let slot = state
-                    .applications
-                    .iter_mut()
-                    .filter(|running| running.app.name == application)
-                    .flat_map(|running| running.replicas.iter_mut())
-                    .find(|entry| entry.handle.id() == id);
-                match (slot, started.into_iter().next()) {
-                    (Some(slot), Some(new)) => {
-                        tracing::info!(%application, old = %id, new = %new.handle.id(), "replica replaced");
-                        *slot = new;
-                        Vec::new()
-                    }
-                    // Redeployed or deleted meanwhile: the new replica is not needed.
-                    (None, new) => new.into_iter().collect(),
-                    (Some(_), None) => Vec::new(),
-                }
-            };
-            stop_replicas(unplaced, false).await;
-        }
-        Err(e) => tracing::warn!(%application, "a dead replica could not be replaced: {e}"),
-    }
-}
-
-/// Lets each autoscaled application's policy decide on the requests its
-/// healthy replicas hold; starts or stops replicas to its target.
-async fn autoscale(state: &Rc<RefCell<State>>) {
-    let autoscaled = state
-        .borrow()
-        .applications
-        .iter()
-        .any(|running| running.autoscaler.is_some());
-    if !autoscaled {
-        return;
-    }
-    let demands = match nimbus::library::pending_demands().await {
-        Ok(demands) => demands,
-        Err(e) => {
-            tracing::debug!("the pending demands could not be read: {e}");
-            Vec::new()
-        }
-    };
-    let now = Instant::now();
-    let changes: Vec<(String, u32)> = state
-        .borrow_mut()
-        .applications
-        .iter_mut()
-        .filter_map(|running| {
-            let ongoing = running
-                .replicas
-                .iter()
-                .filter(|replica| replica.healthy)
-                .map(|replica| replica.ongoing)
-                .sum::<f64>();
-            let others_waiting = demands
-                .iter()
-                .any(|demand| waits_for_room_of(demand, &running.app));
-            let autoscaler = running.autoscaler.as_mut()?;
-            autoscaler.decide(ongoing, others_waiting, now);
-            // Also a scale-up that failed in an earlier round: tried again.
-            let target = autoscaler.target();
-            (running.replicas.len() != target as usize).then(|| (running.app.name.clone(), target))
-        })
-        .collect();
-    for (application, target) in changes {
-        scale(state, &application, target).await;
-    }
-}
-
-/// Whether `demand`, of something other than serving, waits for what
-/// `app`'s replicas hold (CPUs or GPUs): giving replicas back may let it in.
-fn waits_for_room_of(demand: &Demand, app: &Application) -> bool {
-    demand.class != <Replica as RemoteActor>::NAME
-        && ((app.num_cpus > 0.0 && demand.resources.amount(CPU) > 0.0)
-            || (app.num_gpus > 0.0 && demand.resources.amount(GPU) > 0.0))
-}
-
-/// Starts or stops replicas of `application` until it has `target`.
-async fn scale(state: &Rc<RefCell<State>>, application: &str, target: u32) {
-    let Some((app, count)) = state
-        .borrow()
-        .applications
-        .iter()
-        .find(|running| running.app.name == application)
-        .map(|running| (running.app.clone(), running.replicas.len() as u32))
-    else {
-        return;
-    };
-    if target > count {
-        tracing::info!(%application, from = count, to = target, "scaling up");
-        match start_replicas(&app, target - count).await {
-            Ok(started) => {
-                let unplaced = {
-                    let mut state = state.borrow_mut();
-                    match state
-                        .applications
-                        .iter_mut()
-                        .find(|running| running.app.name == application)
-                    {
-                        Some(running) if running.app == app => {
-                            running.replicas.extend(started);
-                            Vec::new()
-                        }
-                        // Deleted or redeployed meanwhile: these replicas
-                        // (of the version before) are not needed.
-                        _ => started,
-                    }
-                };
-                stop_replicas(unplaced, false).await;
-            }
-            Err(e) => tracing::warn!(%application, "could not scale up: {e}"),
-        }
-        return;
-    }
-    // The replicas holding the fewest requests leave the routes first,
-    // then finish what they hold.
-    let leaving = {
-        let mut state = state.borrow_mut();
-        let Some(running) = state
-            .applications
-            .iter_mut()
-            .find(|running| running.app.name == application)
-        else {
-            return;
-        };
-        running
-            .replicas
-            .sort_by(|a, b| b.ongoing.total_cmp(&a.ongoing));
-        let keep = running.replicas.len() - (count - target) as usize;
-        running.replicas.split_off(keep)
-    };
-    tracing::info!(%application, from = count, to = target, "scaling down");
-    publish(state).await;
-    stop_replicas(leaving, true).await;
 }
 
 /// Tells every ingress to listen (a restarted one starts again) and sends

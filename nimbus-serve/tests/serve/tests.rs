@@ -48,6 +48,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_node_that_joins_later_gets_an_ingress", |d| {
         boxed(a_node_that_joins_later_gets_an_ingress(d))
     }),
+    (
+        "a_scale_up_waiting_for_room_holds_up_no_other_application",
+        |d| boxed(a_scale_up_waiting_for_room_holds_up_no_other_application(d)),
+    ),
 ];
 
 pub fn registry() -> Registry {
@@ -761,4 +765,79 @@ async fn a_node_that_joins_later_gets_an_ingress(driver: &mut nimbus::Driver) {
     )
     .await;
     serve.shutdown().await.unwrap();
+}
+
+/// A scale-up that waits for room goes on in the background: the
+/// `slotted` application's second replica needs a `slot`, which only one
+/// node offers and its first replica holds, so its start waits (listed as
+/// `starting`) up to the spawn's 30 s deadline, and is tried again after;
+/// meanwhile the `plain` application scales up under its own load, and
+/// every request of both is answered.
+async fn a_scale_up_waiting_for_room_holds_up_no_other_application(driver: &mut nimbus::Driver) {
+    let cluster = driver.local_cluster().expect("a local cluster");
+    let index = cluster
+        .add_node(&["--resources", r#"{"slot": 1}"#])
+        .unwrap();
+    let serve = start().await;
+    let scaled = |name: &str| {
+        probe("v1")
+            .name(name)
+            .route_prefix(&format!("/{name}"))
+            .num_cpus(0.1)
+            .max_ongoing_requests(4)
+            .autoscaling(
+                Autoscaling::new(1, 2)
+                    .target_ongoing_requests(1.0)
+                    .upscale_delay(Duration::from_millis(200))
+                    .downscale_delay(Duration::from_secs(600)),
+            )
+    };
+    let refused = serve.run(scaled("bad").resource("CPU", 1.0)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(ServeError::Setting {
+                setting: "resource",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    serve
+        .run(scaled("slotted").resource("slot", 1.0))
+        .await
+        .unwrap();
+    serve.run(scaled("plain")).await.unwrap();
+    let of = |status: &nimbus_serve::ServeStatus, name: &str| {
+        let app = status.applications.iter().find(|app| app.name == name);
+        app.map(|app| (app.replicas.len(), app.starting))
+    };
+    let base = format!("http://{}", serve.addresses()[0]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let hold = r#"{"hold_ms": 100}"#;
+    let slotted = load(format!("{base}/slotted"), hold, 4, stop.clone());
+    wait_status(
+        &serve,
+        Duration::from_secs(30),
+        "the slotted scale-up waiting for room",
+        |status| of(status, "slotted") == Some((1, 1)),
+    )
+    .await;
+    let plain = load(format!("{base}/plain"), hold, 4, stop.clone());
+    wait_status(
+        &serve,
+        Duration::from_secs(20),
+        "the plain application scaled up beside it",
+        |status| of(status, "plain") == Some((2, 0)),
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    assert_all_ok(&slotted.await.unwrap());
+    assert_all_ok(&plain.await.unwrap());
+    serve.shutdown().await.unwrap();
+    let cluster = driver.local_cluster().expect("a local cluster");
+    assert!(
+        cluster.stop(index, Duration::from_secs(20)).unwrap(),
+        "the node stops"
+    );
 }
