@@ -113,6 +113,9 @@ pub struct Application {
     pub(crate) resources: ResourceSet,
     pub(crate) batching: Option<Batching>,
     pub(crate) autoscaling: Option<Autoscaling>,
+    /// What each replica's `Deployment::reconfigure` takes, JSON text.
+    #[serde(default)]
+    pub(crate) user_config: Option<String>,
 }
 
 /// How an application's replica count follows its load
@@ -219,6 +222,7 @@ impl Application {
             resources: ResourceSet::default(),
             batching: None,
             autoscaling: None,
+            user_config: None,
         })
     }
 
@@ -272,6 +276,24 @@ impl Application {
     pub fn resource(mut self, name: &str, amount: f64) -> Self {
         self.resources.set(name, amount);
         self
+    }
+
+    /// A config handed to each replica's `Deployment::reconfigure` once it
+    /// is built (Ray Serve's `user_config`): a redeploy that changes only
+    /// this updates the live replicas in place, without restarting them
+    /// (a thresholds file, a model version to load, a feature flag).
+    pub fn user_config(mut self, config: serde_json::Value) -> Self {
+        self.user_config = Some(config.to_string());
+        self
+    }
+
+    /// Whether `self` and `other` differ in their user config only.
+    pub(crate) fn differs_only_in_config(&self, other: &Application) -> bool {
+        self.user_config != other.user_config
+            && Application {
+                user_config: other.user_config.clone(),
+                ..self.clone()
+            } == *other
     }
 
     /// What each replica holds: its CPUs, GPUs and custom resources.

@@ -78,6 +78,18 @@ pub trait Deployment: Sized + 'static {
     fn check_health(&self) -> Result<(), String> {
         Ok(())
     }
+
+    /// Takes the application's user config (`Application::user_config`,
+    /// Ray Serve's `reconfigure`): once when the replica is built, and
+    /// again on each live replica whenever a redeploy changes only the
+    /// config, without a restart. An `Err` fails the replica's build, or
+    /// the redeploy (whose config is then taken back from the replicas
+    /// that had it). Calls run on: keep what it sets in a `Cell` or
+    /// `RefCell`. The default ignores the config.
+    fn reconfigure(&self, config: serde_json::Value) -> Result<(), String> {
+        let _ = config;
+        Ok(())
+    }
 }
 
 /// A request's outcome as HTTP: a status and a JSON body.
@@ -107,6 +119,8 @@ pub(crate) trait Hosted {
     fn call_batch(&self, bodies: Vec<Vec<u8>>) -> LocalBoxFuture<'static, Vec<Outcome>>;
     /// The deployment's health check.
     fn check_health(&self) -> Result<(), String>;
+    /// Hands the deployment its user config, JSON text.
+    fn reconfigure(&self, config: &str) -> Result<(), String>;
 }
 
 struct Typed<D>(Rc<D>);
@@ -180,6 +194,14 @@ impl<D: Deployment> Hosted for Typed<D> {
     fn check_health(&self) -> Result<(), String> {
         nimbus::library::catch_panic(|| self.0.check_health())
             .unwrap_or_else(|panic| Err(format!("the health check panicked: {panic}")))
+    }
+
+    fn reconfigure(&self, config: &str) -> Result<(), String> {
+        let config = serde_json::from_str(config)
+            .map_err(|e| format!("its user config is not JSON: {e}"))?;
+        nimbus::library::catch_panic(|| self.0.reconfigure(config))
+            .unwrap_or_else(|panic| Err(format!("reconfigure panicked: {panic}")))
+            .map_err(|e| format!("{}::reconfigure refused the user config: {e}", D::NAME))
     }
 }
 

@@ -19,6 +19,8 @@
 //!    started runs on for the others in it.
 //! 5. [`Drain`] answers once no request is ongoing: an old version's
 //!    replica is drained, then stopped, in a rolling update.
+//! 6. [`Reconfigure`] hands the built deployment a new user config (a
+//!    redeploy that changed only that), between its requests.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -71,6 +73,8 @@ pub struct ReplicaArgs {
     pub(crate) max_ongoing: u32,
     /// Dynamic batching, if on.
     pub(crate) batching: Option<Batching>,
+    /// The user config it takes once built, JSON text.
+    pub(crate) user_config: Option<String>,
 }
 
 impl Replica {
@@ -94,6 +98,10 @@ impl Replica {
         let args = &self.args;
         self.hosted.get_or_insert_with(|| {
             let hosted = DeploymentTable::build(&args.kind, &args.init)
+                .and_then(|hosted| match &args.user_config {
+                    Some(config) => hosted.reconfigure(config).map(|()| hosted),
+                    None => Ok(hosted),
+                })
                 .map(Rc::from)
                 .map_err(|e| format!("replica of {} cannot be built: {e}", args.kind));
             if let Err(e) = &hosted {
@@ -192,7 +200,7 @@ impl Ongoing {
     }
 }
 
-nimbus::remote_actor!(Replica, args: ReplicaArgs, new: Replica::new, handles: [Request, Cancel, Health, Drain]);
+nimbus::remote_actor!(Replica, args: ReplicaArgs, new: Replica::new, handles: [Request, Cancel, Health, Drain, Reconfigure]);
 
 /// One HTTP request's body, for the deployment.
 #[derive(Message, Serialize, Deserialize)]
@@ -376,6 +384,23 @@ impl Handler<Drain> for Replica {
                 idle.notified().await;
             }
         })
+    }
+}
+
+/// Step 6: the deployment takes this user config (JSON text); the error
+/// names why not.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<(), String>")]
+pub struct Reconfigure(pub(crate) String);
+
+nimbus::remote_message!(Reconfigure);
+
+impl Handler<Reconfigure> for Replica {
+    type Result = Result<(), String>;
+
+    fn handle(&mut self, Reconfigure(config): Reconfigure, _: &mut Context<Self>) -> Self::Result {
+        let hosted = self.hosted().clone()?;
+        hosted.reconfigure(&config)
     }
 }
 

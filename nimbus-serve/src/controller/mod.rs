@@ -11,7 +11,8 @@
 //!    replicas are stopped and the old version, if any, serves on). Then
 //!    the routes are published to every ingress, and the old version's
 //!    replicas drained ([`Drain`], up to [`DRAIN_TIMEOUT`]) and stopped:
-//!    a redeploy is a rolling update.
+//!    a redeploy is a rolling update. One that changes only the user
+//!    config is not: the live replicas take it (`replicas.rs`, step 4).
 //! 3. **Health** every [`HEALTH_PERIOD`]: a node that joined gets an
 //!    ingress (one that died is forgotten); each replica is asked within
 //!    [`HEALTH_TIMEOUT`]; one that fails is routed around until it passes;
@@ -41,7 +42,7 @@ use actix::prelude::*;
 use autoscale::Autoscaler;
 use futures::future::join_all;
 use nimbus::actor::{self, ActorHandle, CallError, SpawnOptions, Strategy};
-use replicas::{autoscale, replace, start_replicas, stop_replicas};
+use replicas::{autoscale, reconfigure, replace, start_replicas, stop_replicas};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Application, HttpOptions};
@@ -73,10 +74,15 @@ struct State {
     ingresses: Vec<(String, ActorHandle<Ingress>, Option<SocketAddr>)>,
     applications: Vec<Running>,
     checking: bool,
+    /// Deploys so far: each deploy's `Running::generation`.
+    deploys: u64,
 }
 
 struct Running {
     app: Application,
+    /// Which deploy made it (a reconfigure keeps it): what a replica
+    /// started in the background joins only if it is still the same.
+    generation: u64,
     replicas: Vec<ReplicaEntry>,
     /// Replicas being started in the background (`replicas.rs`, step 2).
     starting: u32,
@@ -125,6 +131,7 @@ impl Controller {
                 ingresses: Vec::new(),
                 applications: Vec::new(),
                 checking: false,
+                deploys: 0,
             })),
         }
     }
@@ -289,6 +296,16 @@ impl Handler<Deploy> for Controller {
                     application: app.name.clone(),
                 });
             }
+            // Only the user config changed: the live replicas take it.
+            let only_config = state.borrow().applications.iter().find_map(|running| {
+                running
+                    .app
+                    .differs_only_in_config(&app)
+                    .then(|| running.generation)
+            });
+            if let Some(generation) = only_config {
+                return reconfigure(&state, generation, app).await;
+            }
             let autoscaler = app.autoscaling.map(Autoscaler::new);
             let first = autoscaler
                 .as_ref()
@@ -296,8 +313,10 @@ impl Handler<Deploy> for Controller {
             let replicas = start_replicas(&app, first).await?;
             let old = {
                 let mut state = state.borrow_mut();
+                state.deploys += 1;
                 let running = Running {
                     app,
+                    generation: state.deploys,
                     replicas,
                     starting: 0,
                     autoscaler,

@@ -15,8 +15,14 @@
 //! 3. **Shrink** (only while none are starting): the replicas holding the
 //!    fewest requests leave the routes first, then are drained and
 //!    stopped.
-//!    Replicas started for a version that was redeployed or deleted
-//!    meanwhile are stopped at once.
+//! 4. **Reconfigure** (a deploy that changed only the user config): each
+//!    live replica takes the new config ([`Reconfigure`], within
+//!    [`HEALTH_TIMEOUT`]); if one refuses or cannot be reached, those that
+//!    took it get the old one back and the deploy fails naming it.
+//!
+//! Replicas started in the background for a deploy that was replaced or
+//! deleted meanwhile are stopped at once; so are those started with a
+//! user config changed meanwhile (the next round starts them again).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -30,7 +36,7 @@ use super::{publish, ReplicaEntry, State, DRAIN_TIMEOUT, HEALTH_PERIOD, HEALTH_T
 use super::{REPLICA_RESTARTS, STARTUP_TIMEOUT};
 use crate::config::Application;
 use crate::error::ControllerError;
-use crate::replica::{Drain, Health, HealthError, Replica, ReplicaArgs};
+use crate::replica::{Drain, Health, HealthError, Reconfigure, Replica, ReplicaArgs};
 
 /// Spawns `count` replicas of `app` and waits until each is healthy; stops
 /// them all if one cannot be built or the startup timeout passes.
@@ -43,6 +49,7 @@ pub(super) async fn start_replicas(
         init: app.init.clone(),
         max_ongoing: app.max_ongoing,
         batching: app.batching,
+        user_config: app.user_config.clone(),
     };
     let options = app
         .replica_resources()
@@ -139,7 +146,7 @@ pub(super) async fn stop_replicas(replicas: Vec<ReplicaEntry>, drain: bool) {
 
 /// Step 1: replaces replica `id`, dead for good, in the background.
 pub(super) fn replace(state: &Rc<RefCell<State>>, id: ActorId) {
-    let Some(app) = state
+    let Some((app, generation)) = state
         .borrow_mut()
         .applications
         .iter_mut()
@@ -149,7 +156,7 @@ pub(super) fn replace(state: &Rc<RefCell<State>>, id: ActorId) {
                 .iter_mut()
                 .find(|entry| entry.handle.id() == id && !entry.replacing)?;
             slot.replacing = true;
-            Some(running.app.clone())
+            Some((running.app.clone(), running.generation))
         })
     else {
         return;
@@ -159,31 +166,34 @@ pub(super) fn replace(state: &Rc<RefCell<State>>, id: ActorId) {
         let started = start_replicas(&app, 1).await;
         let unplaced: Vec<ReplicaEntry> = {
             let mut state = state.borrow_mut();
-            let slot = state
+            let running = state
                 .applications
                 .iter_mut()
-                .filter(|running| running.app == app)
-                .flat_map(|running| running.replicas.iter_mut())
-                .find(|entry| entry.handle.id() == id);
+                .find(|running| running.generation == generation);
+            let current = running.as_ref().is_some_and(|running| running.app == app);
+            let slot = running.and_then(|running| {
+                running
+                    .replicas
+                    .iter_mut()
+                    .find(|entry| entry.handle.id() == id)
+            });
             match (slot, started) {
-                (Some(slot), Ok(started)) => {
-                    let new = started.into_iter().next();
-                    match new {
-                        Some(new) => {
-                            tracing::info!(application = %app.name, old = %id, new = %new.handle.id(), "replica replaced");
-                            *slot = new;
-                        }
-                        None => slot.replacing = false,
+                (Some(slot), Ok(mut started)) if current && !started.is_empty() => {
+                    let new = started.remove(0);
+                    tracing::info!(application = %app.name, old = %id, new = %new.handle.id(), "replica replaced");
+                    *slot = new;
+                    started
+                }
+                (slot, started) => {
+                    if let (Some(slot), Err(e)) = (&slot, &started) {
+                        tracing::warn!(application = %app.name, replica = %slot.handle.id(), "a dead replica could not be replaced: {e}");
                     }
-                    Vec::new()
+                    // Tried again next round (a new one for a changed config).
+                    if let Some(slot) = slot {
+                        slot.replacing = false;
+                    }
+                    started.unwrap_or_default()
                 }
-                (Some(slot), Err(e)) => {
-                    tracing::warn!(application = %app.name, "a dead replica could not be replaced: {e}");
-                    slot.replacing = false;
-                    Vec::new()
-                }
-                // Redeployed or deleted meanwhile: the new replica is not needed.
-                (None, started) => started.unwrap_or_default(),
             }
         };
         stop_replicas(unplaced, false).await;
@@ -265,7 +275,8 @@ async fn scale(state: &Rc<RefCell<State>>, application: &str, target: u32) {
         if target > have {
             tracing::info!(%application, from = have, to = target, "scaling up");
             running.starting += target - have;
-            actix::spawn(grow(state.clone(), running.app.clone(), target - have));
+            let (app, generation) = (running.app.clone(), running.generation);
+            actix::spawn(grow(state.clone(), app, generation, target - have));
             return;
         }
         if running.starting > 0 || target >= count {
@@ -281,32 +292,101 @@ async fn scale(state: &Rc<RefCell<State>>, application: &str, target: u32) {
     actix::spawn(stop_replicas(leaving, true));
 }
 
-/// Step 2 in the background: starts `count` replicas of `app`; once
-/// healthy they join its routes.
-async fn grow(state: Rc<RefCell<State>>, app: Application, count: u32) {
+/// Step 2 in the background: starts `count` replicas of `app` (of deploy
+/// `generation`); once healthy they join its routes.
+async fn grow(state: Rc<RefCell<State>>, app: Application, generation: u64, count: u32) {
     let started = start_replicas(&app, count).await;
     let unplaced = {
         let mut state = state.borrow_mut();
         let running = state
             .applications
             .iter_mut()
-            .find(|running| running.app == app);
-        match (running, started) {
-            (Some(running), Ok(started)) => {
-                running.starting = running.starting.saturating_sub(count);
-                running.replicas.extend(started);
-                Vec::new()
+            .find(|running| running.generation == generation);
+        if let Some(running) = running {
+            running.starting = running.starting.saturating_sub(count);
+            match started {
+                Ok(started) if running.app == app => {
+                    running.replicas.extend(started);
+                    Vec::new()
+                }
+                // Its user config changed meanwhile.
+                Ok(started) => started,
+                Err(e) => {
+                    tracing::warn!(application = %app.name, "could not scale up: {e}");
+                    Vec::new()
+                }
             }
-            (Some(running), Err(e)) => {
-                running.starting = running.starting.saturating_sub(count);
-                tracing::warn!(application = %app.name, "could not scale up: {e}");
-                Vec::new()
-            }
-            // Deleted or redeployed meanwhile: these replicas (of the
-            // version before) are not needed.
-            (None, started) => started.unwrap_or_default(),
+        } else {
+            // Deleted or redeployed meanwhile.
+            started.unwrap_or_default()
         }
     };
     stop_replicas(unplaced, false).await;
     publish(&state).await;
+}
+
+/// Step 4: the live replicas of deploy `generation` take `app`'s user
+/// config, all or none.
+pub(super) async fn reconfigure(
+    state: &Rc<RefCell<State>>,
+    generation: u64,
+    app: Application,
+) -> Result<(), ControllerError> {
+    let (old, handles): (Application, Vec<ActorHandle<Replica>>) = {
+        let state = state.borrow();
+        let Some(running) = state
+            .applications
+            .iter()
+            .find(|running| running.generation == generation)
+        else {
+            return Err(ControllerError::NoApplication(app.name.clone()));
+        };
+        let handles = running.replicas.iter().map(|r| r.handle.clone()).collect();
+        (running.app.clone(), handles)
+    };
+    let send = |config: &Option<String>, replica: &ActorHandle<Replica>| {
+        let config = Reconfigure(config.clone().unwrap_or_else(|| "null".into()));
+        let replica = replica.clone();
+        async move {
+            match replica.send_with_deadline(config, HEALTH_TIMEOUT).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("replica {}: {e}", replica.id())),
+                Err(e) => Err(format!("replica {}: {e}", replica.id())),
+            }
+        }
+    };
+    let answers = join_all(
+        handles
+            .iter()
+            .map(|replica| send(&app.user_config, replica)),
+    )
+    .await;
+    if let Some(Err(detail)) = answers.iter().find(|answer| answer.is_err()) {
+        let took = handles
+            .iter()
+            .zip(&answers)
+            .filter(|(_, answer)| answer.is_ok());
+        let back = &old.user_config;
+        let backs =
+            took.map(|(replica, _)| async move { (replica.id(), send(back, replica).await) });
+        for (replica, back) in join_all(backs).await {
+            if let Err(e) = back {
+                tracing::warn!(application = %app.name, %replica, "did not take its old user config back: {e}");
+            }
+        }
+        return Err(ControllerError::Deploy {
+            deployment: app.name.clone(),
+            detail: detail.clone(),
+        });
+    }
+    tracing::info!(application = %app.name, replicas = handles.len(), "user config taken");
+    if let Some(running) = state
+        .borrow_mut()
+        .applications
+        .iter_mut()
+        .find(|running| running.generation == generation)
+    {
+        running.app = app;
+    }
+    Ok(())
 }

@@ -48,6 +48,9 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_node_that_joins_later_gets_an_ingress", |d| {
         boxed(a_node_that_joins_later_gets_an_ingress(d))
     }),
+    ("a_new_user_config_reaches_the_live_replicas", |d| {
+        boxed(a_new_user_config_reaches_the_live_replicas(d))
+    }),
     (
         "a_scale_up_waiting_for_room_holds_up_no_other_application",
         |d| boxed(a_scale_up_waiting_for_room_holds_up_no_other_application(d)),
@@ -62,6 +65,8 @@ pub fn registry() -> Registry {
 /// `x` (which must hold 3 numbers); panics or holds on request.
 struct Probe {
     version: String,
+    /// Its user config's `tag`.
+    tag: std::cell::RefCell<Option<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -105,6 +110,7 @@ struct Reply {
     sum: f32,
     /// The size of the batch it was answered in (0: not batched).
     batch: usize,
+    tag: Option<String>,
 }
 
 impl Deployment for Probe {
@@ -117,7 +123,10 @@ impl Deployment for Probe {
         if version == "fail" {
             return Err("refused to start: the model file is missing".into());
         }
-        Ok(Probe { version })
+        Ok(Probe {
+            version,
+            tag: Default::default(),
+        })
     }
 
     async fn call(&self, ask: Option<Ask>) -> Result<Reply, HandlerError> {
@@ -145,7 +154,18 @@ impl Deployment for Probe {
             version: self.version.clone(),
             sum,
             batch: 0,
+            tag: self.tag.borrow().clone(),
         })
+    }
+
+    /// Takes `{"tag": T}`; refuses it if `"refused_by"` is its pid.
+    fn reconfigure(&self, config: serde_json::Value) -> Result<(), String> {
+        let tag = config["tag"].as_str().ok_or("no tag")?;
+        if config["refused_by"].as_u64() == Some(u64::from(std::process::id())) {
+            return Err(format!("tag {tag:?} is not allowed here"));
+        }
+        *self.tag.borrow_mut() = Some(tag.to_string());
+        Ok(())
     }
 
     /// Holds once for the longest `hold_ms` asked, then answers each
@@ -166,6 +186,7 @@ impl Deployment for Probe {
                     version: self.version.clone(),
                     sum: 0.0,
                     batch: size,
+                    tag: self.tag.borrow().clone(),
                 })
             })
             .collect()
@@ -840,4 +861,68 @@ async fn a_scale_up_waiting_for_room_holds_up_no_other_application(driver: &mut 
         cluster.stop(index, Duration::from_secs(20)).unwrap(),
         "the node stops"
     );
+}
+
+/// A redeploy that changes only the user config: the live replicas take
+/// it in place (the same replicas, answering with the new tag); a config
+/// that one of them refuses fails the redeploy, naming the refusal, and
+/// the other, which had taken it, gets the config before back.
+async fn a_new_user_config_reaches_the_live_replicas(_: &mut nimbus::Driver) {
+    let serve = start().await;
+    let app = |tag: &str| {
+        probe("v1")
+            .num_cpus(0.1)
+            .num_replicas(2)
+            .user_config(serde_json::json!({ "tag": tag }))
+    };
+    let url = format!("http://{}/probe", serve.addresses()[0]);
+    let tags = |url: String| async move {
+        let mut tags = BTreeSet::new();
+        for _ in 0..20 {
+            tags.insert(post(url.clone(), "{}".into()).await.reply().tag);
+        }
+        tags
+    };
+    let replicas = |status: nimbus_serve::ServeStatus| -> Vec<_> {
+        status.applications[0]
+            .replicas
+            .iter()
+            .map(|r| r.id)
+            .collect()
+    };
+    serve.run(app("a")).await.unwrap();
+    let before = replicas(serve.status().await.unwrap());
+    assert_eq!(
+        tags(url.clone()).await,
+        BTreeSet::from([Some("a".to_string())])
+    );
+
+    serve.run(app("b")).await.unwrap();
+    assert_eq!(
+        tags(url.clone()).await,
+        BTreeSet::from([Some("b".to_string())])
+    );
+    assert_eq!(
+        replicas(serve.status().await.unwrap()),
+        before,
+        "no replica restarted"
+    );
+
+    let pid = post(url.clone(), "{}".into()).await.reply().pid;
+    let refused = probe("v1")
+        .num_cpus(0.1)
+        .num_replicas(2)
+        .user_config(serde_json::json!({ "tag": "c", "refused_by": pid }));
+    let refused = serve.run(refused).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("refused the user config")
+            && refused.contains("\"c\" is not allowed here"),
+        "{refused}"
+    );
+    assert_eq!(
+        tags(url.clone()).await,
+        BTreeSet::from([Some("b".to_string())])
+    );
+    assert_eq!(replicas(serve.status().await.unwrap()), before);
+    serve.shutdown().await.unwrap();
 }
