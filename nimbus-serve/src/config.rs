@@ -134,7 +134,10 @@ pub struct Autoscaling {
 }
 
 impl Autoscaling {
-    /// Between `min_replicas` (where it starts) and `max_replicas`.
+    /// Between `min_replicas` (where it starts) and `max_replicas`. With
+    /// `min_replicas` 0 it scales to zero once idle for the downscale
+    /// delay; a request that arrives then waits at the ingress (up to
+    /// `HttpOptions::request_timeout`) while a replica starts, at once.
     pub fn new(min_replicas: u32, max_replicas: u32) -> Self {
         Autoscaling {
             min_replicas,
@@ -165,10 +168,10 @@ impl Autoscaling {
     }
 
     fn check(&self) -> Result<(), ServeError> {
-        if self.min_replicas == 0 {
+        if self.max_replicas == 0 {
             return Err(setting(
-                "min_replicas",
-                "must be at least 1 (scaling to zero is not supported yet)".into(),
+                "max_replicas",
+                "must be at least 1 (min_replicas 0 scales to zero)".into(),
             ));
         }
         if self.max_replicas < self.min_replicas {

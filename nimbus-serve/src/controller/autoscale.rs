@@ -4,7 +4,8 @@
 //! 1. Each health round ([`HEALTH_PERIOD`](super::HEALTH_PERIOD)) the
 //!    controller adds up the requests its replicas held (running, or
 //!    waiting in a replica's batch queue; each replica's time-weighted
-//!    average since the round before) and calls [`Autoscaler::decide`].
+//!    average since the round before), plus those waiting at the
+//!    ingresses for a replica, and calls [`Autoscaler::decide`].
 //! 2. The replicas wanted are `ceil(ongoing / target_ongoing_requests)`,
 //!    kept within `min_replicas..=max_replicas`.
 //! 3. More than now: once every round for `upscale_delay` has wanted more,
@@ -12,6 +13,8 @@
 //!    `downscale_delay`. A round that wants the current count (or the
 //!    other direction) starts the wait again, so a load that wavers
 //!    around a boundary does not make the count swing.
+//!    From zero replicas (`min_replicas` 0), a request waiting at an
+//!    ingress scales up at once: it is held until a replica runs.
 //! 4. While something else waits for the room the replicas hold (a
 //!    training run that cannot be placed: `others_waiting`), the target
 //!    goes down by one each round to `min_replicas`, without a delay, and
@@ -69,6 +72,11 @@ impl Autoscaler {
         if wanted == self.target {
             self.wanting = None;
             return None;
+        }
+        if self.target == 0 {
+            self.wanting = None;
+            self.target = wanted;
+            return Some(wanted);
         }
         let up = wanted > self.target;
         let since = match self.wanting {
@@ -227,5 +235,27 @@ mod tests {
             Some(33),
             "the load decides again, after the upscale delay: {targets:?}"
         );
+    }
+
+    #[test]
+    fn from_zero_a_waiting_request_scales_up_at_once_and_idle_goes_back_to_zero() {
+        let mut scaler = Autoscaler::new(config_from(0));
+        let start = Instant::now();
+        let at = |s| start + Duration::from_secs(s);
+        assert_eq!(scaler.target(), 0);
+        assert_eq!(scaler.decide(0.0, false, at(0)), None);
+        // One request held at an ingress: a replica at once, no delay.
+        assert_eq!(scaler.decide(1.0, false, at(1)), Some(1));
+        // Idle: back to zero after the downscale delay (10 s), not before.
+        assert_eq!(scaler.decide(0.0, false, at(2)), None);
+        assert_eq!(scaler.decide(0.0, false, at(11)), None);
+        assert_eq!(scaler.decide(0.0, false, at(12)), Some(0));
+    }
+
+    fn config_from(min: u32) -> Autoscaling {
+        Autoscaling {
+            min_replicas: min,
+            ..config()
+        }
     }
 }

@@ -86,6 +86,10 @@ struct Running {
     replicas: Vec<ReplicaEntry>,
     /// Replicas being started in the background (`replicas.rs`, step 2).
     starting: u32,
+    /// Requests waiting at the ingresses for a replica, at the last
+    /// publish: load the autoscaler counts (an application scaled to zero
+    /// has nothing else).
+    queued: u32,
     /// With `Application::autoscaling`: the replica count's policy.
     autoscaler: Option<Autoscaler>,
 }
@@ -319,6 +323,7 @@ impl Handler<Deploy> for Controller {
                     generation: state.deploys,
                     replicas,
                     starting: 0,
+                    queued: 0,
                     autoscaler,
                 };
                 match state
@@ -511,7 +516,7 @@ async fn check_health(state: &Rc<RefCell<State>>) {
 }
 
 /// Tells every ingress to listen (a restarted one starts again) and sends
-/// it the routes.
+/// it the routes; notes the requests waiting at them.
 async fn publish(state: &Rc<RefCell<State>>) {
     let (routes, ingresses) = {
         let state = state.borrow();
@@ -522,12 +527,20 @@ async fn publish(state: &Rc<RefCell<State>>) {
             .collect();
         (routes_of(&state), ingresses)
     };
-    join_all(
+    let waiting = join_all(
         ingresses
             .iter()
             .map(|(node, ingress)| send_routes(node, ingress, routes.clone())),
     )
     .await;
+    for running in &mut state.borrow_mut().applications {
+        running.queued = waiting
+            .iter()
+            .flatten()
+            .filter(|(deployment, _)| *deployment == running.app.name)
+            .map(|(_, count)| count)
+            .sum();
+    }
 }
 
 /// The routes of the running applications, as the ingresses take them.
@@ -549,9 +562,14 @@ fn routes_of(state: &State) -> Vec<RouteWire> {
         .collect()
 }
 
-/// Makes `node`'s ingress listen and take `routes`; a failure is logged
-/// (the next round sends them again).
-async fn send_routes(node: &str, ingress: &ActorHandle<Ingress>, routes: Vec<RouteWire>) {
+/// Makes `node`'s ingress listen and take `routes`; answers the requests
+/// waiting there per deployment. A failure is logged (the next round
+/// sends them again).
+async fn send_routes(
+    node: &str,
+    ingress: &ActorHandle<Ingress>,
+    routes: Vec<RouteWire>,
+) -> Vec<(String, u32)> {
     let sent = async {
         ingress
             .send_with_deadline(Listen, HEALTH_TIMEOUT)
@@ -561,7 +579,8 @@ async fn send_routes(node: &str, ingress: &ActorHandle<Ingress>, routes: Vec<Rou
             .send_with_deadline(SetRoutes(routes), HEALTH_TIMEOUT)
             .await
     };
-    if let Err(e) = sent.await {
+    sent.await.unwrap_or_else(|e| {
         tracing::warn!(%node, "the HTTP ingress did not take the routes: {e}");
-    }
+        Vec::new()
+    })
 }

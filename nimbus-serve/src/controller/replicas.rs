@@ -230,7 +230,8 @@ pub(super) async fn autoscale(state: &Rc<RefCell<State>>) {
                 .iter()
                 .filter(|replica| replica.healthy)
                 .map(|replica| replica.ongoing)
-                .sum::<f64>();
+                .sum::<f64>()
+                + f64::from(running.queued);
             let others_waiting = demands
                 .iter()
                 .any(|demand| waits_for_room_of(demand, &running.app));

@@ -132,9 +132,10 @@ impl Handler<Listen> for Ingress {
     }
 }
 
-/// Replaces the route table.
+/// Replaces the route table; answers the requests waiting in each
+/// deployment's queue here (`router.rs`, step 3).
 #[derive(Message, Serialize, Deserialize)]
-#[rtype(result = "()")]
+#[rtype(result = "Vec<(String, u32)>")]
 pub struct SetRoutes(pub(crate) Vec<RouteWire>);
 
 nimbus::remote_message!(SetRoutes);
@@ -150,9 +151,9 @@ pub struct RouteWire {
 }
 
 impl Handler<SetRoutes> for Ingress {
-    type Result = ();
+    type Result = MessageResult<SetRoutes>;
 
-    fn handle(&mut self, routes: SetRoutes, _: &mut Context<Self>) {
+    fn handle(&mut self, routes: SetRoutes, _: &mut Context<Self>) -> Self::Result {
         let specs = routes
             .0
             .into_iter()
@@ -168,8 +169,13 @@ impl Handler<SetRoutes> for Ingress {
                     .collect(),
             })
             .collect();
-        lock(&self.shared).set(specs);
+        let waiting = {
+            let mut router = lock(&self.shared);
+            router.set(specs);
+            router.waiting()
+        };
         self.shared.changed.notify_waiters();
+        MessageResult(waiting)
     }
 }
 

@@ -8,9 +8,11 @@
 //!    those up, not held down and below `max_ongoing`; the one with fewer
 //!    requests takes it (this ingress's in flight, plus the others' last
 //!    reported by the replica in its answers).
-//! 3. **Queue**: every replica full, the request waits (up to
-//!    `max_queued` per deployment on this ingress) for one to finish;
-//!    past that it is refused (503 with `Retry-After`).
+//! 3. **Queue**: every replica full, or none at all (an application
+//!    scaled to zero), the request waits (up to `max_queued` per
+//!    deployment on this ingress) for one to finish or start; past that
+//!    it is refused (503 with `Retry-After`). The controller reads how
+//!    many wait ([`Router::waiting`]) as load for its autoscaling.
 //! 4. **Faults**: a replica that failed a call is held down for
 //!    [`DOWN_HOLD`] or until the controller's next route table says it is
 //!    up after a health check.
@@ -142,7 +144,7 @@ impl<H: Clone> Router<H> {
             return Pick::NotFound;
         };
         let usable = |slot: &Slot<H>| slot.up && slot.down_until.is_none_or(|until| until <= now);
-        if !route.replicas.iter().any(usable) {
+        if !route.replicas.is_empty() && !route.replicas.iter().any(usable) {
             return Pick::NoReplica {
                 deployment: route.deployment.clone(),
             };
@@ -180,6 +182,14 @@ impl<H: Clone> Router<H> {
             replica: slot.id,
             handle: slot.handle.clone(),
         }
+    }
+
+    /// The requests waiting in each deployment's queue.
+    pub(crate) fn waiting(&self) -> Vec<(String, u32)> {
+        self.routes
+            .iter()
+            .map(|route| (route.deployment.clone(), route.waiting))
+            .collect()
     }
 
     /// A queued request gave up (timed out, or its client left).
@@ -293,6 +303,36 @@ mod tests {
         router.finished(ActorId(2), Some(1));
         assert_eq!(sent(router.pick("/m", true, (0, 0), now)), 2);
         assert_eq!(router.pick("/m", false, (0, 1), now), Pick::Wait);
+    }
+
+    #[test]
+    fn a_route_scaled_to_zero_queues_until_a_replica_comes_and_counts_its_waiting() {
+        let now = Instant::now();
+        let mut router = Router::new();
+        router.set(vec![route("/z", &[], 2, 2)]);
+        assert_eq!(router.pick("/z", false, (0, 0), now), Pick::Wait);
+        assert_eq!(router.pick("/z", false, (0, 0), now), Pick::Wait);
+        assert_eq!(
+            router.pick("/z", false, (0, 0), now),
+            Pick::Overloaded {
+                deployment: "d/z".into()
+            }
+        );
+        assert_eq!(router.waiting(), vec![("d/z".to_string(), 2)]);
+        // A replica started: the waiting requests take it.
+        router.set(vec![route("/z", &[(1, true)], 2, 2)]);
+        assert_eq!(router.waiting(), vec![("d/z".to_string(), 2)]);
+        assert_eq!(sent(router.pick("/z", true, (0, 0), now)), 1);
+        assert_eq!(sent(router.pick("/z", true, (0, 0), now)), 1);
+        assert_eq!(router.waiting(), vec![("d/z".to_string(), 0)]);
+        // Its replica down (not gone): no queueing, refused at once.
+        router.set(vec![route("/z", &[(1, false)], 2, 2)]);
+        assert_eq!(
+            router.pick("/z", false, (0, 0), now),
+            Pick::NoReplica {
+                deployment: "d/z".into()
+            }
+        );
     }
 
     #[test]

@@ -48,6 +48,10 @@ pub const ALL: &[(&str, Test)] = &[
     ("a_node_that_joins_later_gets_an_ingress", |d| {
         boxed(a_node_that_joins_later_gets_an_ingress(d))
     }),
+    (
+        "an_application_scales_to_zero_and_back_for_a_request",
+        |d| boxed(an_application_scales_to_zero_and_back_for_a_request(d)),
+    ),
     ("a_new_user_config_reaches_the_live_replicas", |d| {
         boxed(a_new_user_config_reaches_the_live_replicas(d))
     }),
@@ -686,13 +690,13 @@ async fn queued_requests_wait_their_turn(_: &mut nimbus::Driver) {
 async fn autoscaling_follows_the_load(_: &mut nimbus::Driver) {
     let serve = start().await;
     let refused = serve
-        .run(probe("v1").autoscaling(Autoscaling::new(0, 2)))
+        .run(probe("v1").autoscaling(Autoscaling::new(3, 2)))
         .await;
     assert!(
         matches!(
             refused,
             Err(ServeError::Setting {
-                setting: "min_replicas",
+                setting: "max_replicas",
                 ..
             })
         ),
@@ -924,5 +928,56 @@ async fn a_new_user_config_reaches_the_live_replicas(_: &mut nimbus::Driver) {
         BTreeSet::from([Some("b".to_string())])
     );
     assert_eq!(replicas(serve.status().await.unwrap()), before);
+    serve.shutdown().await.unwrap();
+}
+
+/// An application with `min_replicas` 0 starts with no replica; a request
+/// waits at the ingress while one starts (at once: the 60 s upscale delay
+/// does not apply, and the request's 20 s timeout would end it first),
+/// and is answered; idle past the downscale delay, the application is
+/// back at zero, and the next request brings a replica again.
+async fn an_application_scales_to_zero_and_back_for_a_request(_: &mut nimbus::Driver) {
+    let serve = Serve::start(
+        HttpOptions::default()
+            .port(0)
+            .request_timeout(Duration::from_secs(20)),
+    )
+    .await
+    .unwrap();
+    let refused = serve
+        .run(probe("v1").autoscaling(Autoscaling::new(0, 0)))
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(ServeError::Setting {
+                setting: "max_replicas",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let app = probe("v1").num_cpus(0.1).autoscaling(
+        Autoscaling::new(0, 1)
+            .upscale_delay(Duration::from_secs(60))
+            .downscale_delay(Duration::from_secs(1)),
+    );
+    serve.run(app).await.unwrap();
+    let replicas = |n: usize| {
+        move |status: &nimbus_serve::ServeStatus| status.applications[0].replicas.len() == n
+    };
+    wait_status(&serve, Duration::from_secs(5), "no replica", replicas(0)).await;
+    let url = format!("http://{}/probe", serve.addresses()[0]);
+    for round in ["a cold start", "a second cold start"] {
+        let answer = post(url.clone(), "{}".into()).await;
+        assert_eq!(answer.status, 200, "{round}: {answer:?}");
+        wait_status(
+            &serve,
+            Duration::from_secs(30),
+            &format!("back to zero after {round}"),
+            replicas(0),
+        )
+        .await;
+    }
     serve.shutdown().await.unwrap();
 }
