@@ -17,6 +17,55 @@ pub enum HandlerError {
     Failed(String),
 }
 
+/// A [`DeploymentHandle`](crate::DeploymentHandle) call failed, naming the
+/// application called.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandleError {
+    /// Called outside a replica of nimbus Serve: no controller to ask.
+    #[error("a DeploymentHandle calls only from inside a replica's call (no serve controller is known here)")]
+    NotInReplica,
+    /// The controller could not be asked, or refused (no such
+    /// application).
+    #[error("{0}")]
+    Controller(String),
+    /// The request did not encode as JSON.
+    #[error("the request to {application} does not encode: {detail}")]
+    Encode {
+        /// The application called.
+        application: String,
+        /// Why.
+        detail: String,
+    },
+    /// The answer did not decode as the deployment's response.
+    #[error("the answer of {application} does not decode: {detail}")]
+    Decode {
+        /// The application called.
+        application: String,
+        /// Why.
+        detail: String,
+    },
+    /// The deployment answered with an error status (its `HandlerError`).
+    #[error("{application} answered {status}: {body}")]
+    Status {
+        /// The application called.
+        application: String,
+        /// The HTTP status it would have answered.
+        status: u16,
+        /// Its JSON body.
+        body: String,
+    },
+    /// No replica took the call.
+    #[error("no replica of {application} took the call in {attempts} tries: {last}")]
+    Unavailable {
+        /// The application called.
+        application: String,
+        /// Replicas tried.
+        attempts: u32,
+        /// The last one's failure.
+        last: String,
+    },
+}
+
 /// Serving could not be started, changed, asked or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

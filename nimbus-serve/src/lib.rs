@@ -57,6 +57,7 @@ mod config;
 mod controller;
 mod deployment;
 mod error;
+mod handle;
 mod ingress;
 mod replica;
 mod serve;
@@ -67,11 +68,12 @@ pub use config::{
     DEFAULT_MAX_QUEUED, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use controller::{
-    Controller, Delete, Deploy, Shutdown, Start, Status, DRAIN_TIMEOUT, HEALTH_PERIOD,
+    Controller, Delete, Deploy, Replicas, Shutdown, Start, Status, DRAIN_TIMEOUT, HEALTH_PERIOD,
     HEALTH_TIMEOUT, INGRESS_RESTARTS, REPLICA_RESTARTS, STARTUP_TIMEOUT,
 };
 pub use deployment::{Deployment, RegistryExt};
-pub use error::{ControllerError, HandlerError, ServeError};
+pub use error::{ControllerError, HandleError, HandlerError, ServeError};
+pub use handle::{DeploymentHandle, MAX_ATTEMPTS};
 pub use ingress::{
     Ingress, IngressArgs, Listen, RouteWire, SetRoutes, DOWN_HOLD, INGRESS_THREADS, RETRY_AFTER_S,
 };

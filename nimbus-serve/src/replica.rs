@@ -33,8 +33,11 @@ use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, Notify};
 
+use nimbus::actor::ActorHandle;
+
 use crate::batcher::Batcher;
 use crate::config::Batching;
+use crate::controller::Controller;
 use crate::deployment::{DeploymentTable, Hosted, Outcome};
 
 /// A request waiting in the batch queue: its id, its body and where its
@@ -75,10 +78,14 @@ pub struct ReplicaArgs {
     pub(crate) batching: Option<Batching>,
     /// The user config it takes once built, JSON text.
     pub(crate) user_config: Option<String>,
+    /// Its controller, which its deployment's `DeploymentHandle`s ask for
+    /// the replicas of other applications.
+    pub(crate) controller: Option<ActorHandle<Controller>>,
 }
 
 impl Replica {
     fn new(args: ReplicaArgs) -> Self {
+        crate::handle::set_controller(args.controller.clone());
         Replica {
             max_ongoing: args.max_ongoing.max(1),
             batcher: args

@@ -34,7 +34,7 @@ impl Serve {
                 what: "the serve controller".into(),
                 source,
             })?;
-        let failed = match controller.send(Start).await {
+        let failed = match controller.send(Start(controller.clone())).await {
             Ok(Ok(ingresses)) => {
                 return Ok(Serve {
                     controller,

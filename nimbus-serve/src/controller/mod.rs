@@ -76,6 +76,9 @@ struct State {
     checking: bool,
     /// Deploys so far: each deploy's `Running::generation`.
     deploys: u64,
+    /// This controller, for its replicas to ask for each other
+    /// (`DeploymentHandle`); known from `Start`.
+    me: Option<ActorHandle<Controller>>,
 }
 
 struct Running {
@@ -136,25 +139,27 @@ impl Controller {
                 applications: Vec::new(),
                 checking: false,
                 deploys: 0,
+                me: None,
             })),
         }
     }
 }
 
-nimbus::remote_actor!(Controller, args: HttpOptions, new: Controller::new, handles: [Start, Deploy, Delete, Status, Shutdown]);
+nimbus::remote_actor!(Controller, args: HttpOptions, new: Controller::new, handles: [Start, Deploy, Delete, Status, Shutdown, Replicas]);
 
 /// Starts an ingress on every alive node; answers their addresses.
 #[derive(Message, Serialize, Deserialize)]
 #[rtype(result = "Result<Vec<IngressAddress>, ControllerError>")]
-pub struct Start;
+pub struct Start(pub(crate) ActorHandle<Controller>);
 
 nimbus::remote_message!(Start);
 
 impl Handler<Start> for Controller {
     type Result = ResponseFuture<Result<Vec<IngressAddress>, ControllerError>>;
 
-    fn handle(&mut self, _: Start, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, Start(me): Start, _: &mut Context<Self>) -> Self::Result {
         let state = self.state.clone();
+        state.borrow_mut().me = Some(me);
         Box::pin(async move {
             let http = state.borrow().http.clone();
             let status =
@@ -314,7 +319,7 @@ impl Handler<Deploy> for Controller {
             let first = autoscaler
                 .as_ref()
                 .map_or(app.num_replicas, Autoscaler::target);
-            let replicas = start_replicas(&app, first).await?;
+            let replicas = start_replicas(&state, &app, first).await?;
             let old = {
                 let mut state = state.borrow_mut();
                 state.deploys += 1;
@@ -418,6 +423,32 @@ impl Handler<Status> for Controller {
                 })
                 .collect(),
         })
+    }
+}
+
+/// The healthy replicas of an application, for a `DeploymentHandle`.
+#[derive(Message, Serialize, Deserialize)]
+#[rtype(result = "Result<Vec<ActorHandle<Replica>>, ControllerError>")]
+pub struct Replicas(pub(crate) String);
+
+nimbus::remote_message!(Replicas);
+
+impl Handler<Replicas> for Controller {
+    type Result = Result<Vec<ActorHandle<Replica>>, ControllerError>;
+
+    fn handle(&mut self, Replicas(name): Replicas, _: &mut Context<Self>) -> Self::Result {
+        let state = self.state.borrow();
+        let running = state
+            .applications
+            .iter()
+            .find(|running| running.app.name == name)
+            .ok_or(ControllerError::NoApplication(name))?;
+        Ok(running
+            .replicas
+            .iter()
+            .filter(|replica| replica.healthy)
+            .map(|replica| replica.handle.clone())
+            .collect())
     }
 }
 

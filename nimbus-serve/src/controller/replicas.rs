@@ -41,10 +41,12 @@ use crate::replica::{Drain, Health, HealthError, Reconfigure, Replica, ReplicaAr
 /// Spawns `count` replicas of `app` and waits until each is healthy; stops
 /// them all if one cannot be built or the startup timeout passes.
 pub(super) async fn start_replicas(
+    state: &Rc<RefCell<State>>,
     app: &Application,
     count: u32,
 ) -> Result<Vec<ReplicaEntry>, ControllerError> {
     let args = ReplicaArgs {
+        controller: state.borrow().me.clone(),
         kind: app.kind.clone(),
         init: app.init.clone(),
         max_ongoing: app.max_ongoing,
@@ -163,7 +165,7 @@ pub(super) fn replace(state: &Rc<RefCell<State>>, id: ActorId) {
     };
     let state = state.clone();
     actix::spawn(async move {
-        let started = start_replicas(&app, 1).await;
+        let started = start_replicas(&state, &app, 1).await;
         let unplaced: Vec<ReplicaEntry> = {
             let mut state = state.borrow_mut();
             let running = state
@@ -296,7 +298,7 @@ async fn scale(state: &Rc<RefCell<State>>, application: &str, target: u32) {
 /// Step 2 in the background: starts `count` replicas of `app` (of deploy
 /// `generation`); once healthy they join its routes.
 async fn grow(state: Rc<RefCell<State>>, app: Application, generation: u64, count: u32) {
-    let started = start_replicas(&app, count).await;
+    let started = start_replicas(&state, &app, count).await;
     let unplaced = {
         let mut state = state.borrow_mut();
         let running = state

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use nimbus::actor::Registry;
 use nimbus_serve::{
-    Application, Autoscaling, ControllerError, Deployment, HandlerError, HttpOptions, RegistryExt,
-    Serve, ServeError,
+    Application, Autoscaling, ControllerError, Deployment, DeploymentHandle, HandlerError,
+    HttpOptions, RegistryExt, Serve, ServeError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +52,9 @@ pub const ALL: &[(&str, Test)] = &[
         "an_application_scales_to_zero_and_back_for_a_request",
         |d| boxed(an_application_scales_to_zero_and_back_for_a_request(d)),
     ),
+    ("a_deployment_calls_another_through_a_handle", |d| {
+        boxed(a_deployment_calls_another_through_a_handle(d))
+    }),
     ("a_new_user_config_reaches_the_live_replicas", |d| {
         boxed(a_new_user_config_reaches_the_live_replicas(d))
     }),
@@ -62,7 +65,9 @@ pub const ALL: &[(&str, Test)] = &[
 ];
 
 pub fn registry() -> Registry {
-    Registry::new().deployment::<Probe>()
+    Registry::new()
+        .deployment::<Probe>()
+        .deployment::<Pipeline>()
 }
 
 /// Answers with its process id and its version (the init argument); sums
@@ -73,7 +78,7 @@ struct Probe {
     tag: std::cell::RefCell<Option<String>>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 struct Ask {
     x: Option<Vec<f32>>,
@@ -104,6 +109,51 @@ impl Drop for Marker {
         if let (Some(path), false) = (&self.path, self.done) {
             std::fs::write(format!("{path}.dropped"), "").unwrap();
         }
+    }
+}
+
+/// Forwards `x` to the application named `to` (a `Probe`) through a
+/// handle, and adds 1 to the sum it answers.
+struct Pipeline;
+
+#[derive(Serialize, Deserialize, Debug)]
+struct Forward {
+    x: Vec<f32>,
+    to: String,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+struct Forwarded {
+    sum: f32,
+    pid: u32,
+    by: u32,
+}
+
+impl Deployment for Pipeline {
+    const NAME: &'static str = "serve_tests.Pipeline";
+    type Init = ();
+    type Request = Forward;
+    type Response = Forwarded;
+
+    fn new(_: ()) -> Result<Self, String> {
+        Ok(Pipeline)
+    }
+
+    async fn call(&self, forward: Forward) -> Result<Forwarded, HandlerError> {
+        let probe = DeploymentHandle::<Probe>::new(forward.to);
+        let ask = Ask {
+            x: Some(forward.x),
+            ..Ask::default()
+        };
+        let reply = probe
+            .call(&Some(ask))
+            .await
+            .map_err(|e| HandlerError::Failed(e.to_string()))?;
+        Ok(Forwarded {
+            sum: reply.sum + 1.0,
+            pid: reply.pid,
+            by: std::process::id(),
+        })
     }
 }
 
@@ -979,5 +1029,55 @@ async fn an_application_scales_to_zero_and_back_for_a_request(_: &mut nimbus::Dr
         )
         .await;
     }
+    serve.shutdown().await.unwrap();
+}
+
+/// Model composition: the `pipeline` application's replicas call the
+/// `probe` application's through a `DeploymentHandle` (another process:
+/// the sum comes back from it, plus one); a call to an application that
+/// is not deployed, or with a request the probe refuses, fails naming
+/// it; a handle outside a replica says so.
+async fn a_deployment_calls_another_through_a_handle(_: &mut nimbus::Driver) {
+    let serve = start().await;
+    serve
+        .run(probe("v1").name("probe").num_cpus(0.1).num_replicas(2))
+        .await
+        .unwrap();
+    let pipeline = Application::new::<Pipeline>(())
+        .unwrap()
+        .name("pipeline")
+        .route_prefix("/pipeline")
+        .num_cpus(0.1);
+    serve.run(pipeline).await.unwrap();
+    let url = format!("http://{}/pipeline", serve.addresses()[0]);
+    let forward = |x: &str, to: &str| format!(r#"{{"x": {x}, "to": "{to}"}}"#);
+    let answer = post(url.clone(), forward("[1, 2, 3]", "probe")).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let answered: Forwarded = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(answered.sum, 7.0);
+    assert_ne!(
+        answered.pid, answered.by,
+        "the probe answered from its own replica"
+    );
+
+    let missing = post(url.clone(), forward("[1, 2, 3]", "nowhere")).await;
+    assert_eq!(missing.status, 500, "{missing:?}");
+    assert!(
+        missing.body.contains("no application named nowhere"),
+        "{missing:?}"
+    );
+    let refused = post(url, forward("[1]", "probe")).await;
+    assert_eq!(refused.status, 500, "{refused:?}");
+    assert!(
+        refused.body.contains("probe answered 400")
+            && refused.body.contains("x must hold 3 numbers"),
+        "{refused:?}"
+    );
+
+    let outside = DeploymentHandle::<Probe>::new("probe").call(&None).await;
+    assert_eq!(
+        outside.unwrap_err(),
+        nimbus_serve::HandleError::NotInReplica
+    );
     serve.shutdown().await.unwrap();
 }
