@@ -310,7 +310,7 @@ impl Handler<Deploy> for Controller {
                 running
                     .app
                     .differs_only_in_config(&app)
-                    .then(|| running.generation)
+                    .then_some(running.generation)
             });
             if let Some(generation) = only_config {
                 return reconfigure(&state, generation, app).await;

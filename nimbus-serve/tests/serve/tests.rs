@@ -857,7 +857,7 @@ async fn a_scale_up_waiting_for_room_holds_up_no_other_application(driver: &mut 
     let scaled = |name: &str| {
         probe("v1")
             .name(name)
-            .route_prefix(&format!("/{name}"))
+            .route_prefix(format!("/{name}"))
             .num_cpus(0.1)
             .max_ongoing_requests(4)
             .autoscaling(
