@@ -33,8 +33,9 @@
 //! A spawn that fails after reserving the name releases it (`ActorDown`
 //! with `SpawnFailed`). An actor spawned from another actor's worker
 //! process (not a task's) is owned by that incarnation and dies with it,
-//! unless detached (Ray's fate sharing: `crate::node`'s
-//! `manager/owners.rs`); a driver's actors end with its job. The handle returned is the actor's id; where it
+//! unless detached or `survives_spawner` (Ray's fate sharing:
+//! `crate::node`'s `manager/owners.rs`); a driver's actors end with its
+//! job. The handle returned is the actor's id; where it
 //! runs is asked of the head on first use (`handle.rs`).
 
 use std::time::{Duration, Instant};
@@ -70,6 +71,7 @@ pub struct SpawnOptions {
     bundle: Option<BundleId>,
     detached: bool,
     shared: bool,
+    survives_spawner: bool,
 }
 
 impl Default for SpawnOptions {
@@ -86,6 +88,7 @@ impl Default for SpawnOptions {
             bundle: None,
             detached: false,
             shared: false,
+            survives_spawner: false,
         }
     }
 }
@@ -134,6 +137,15 @@ impl SpawnOptions {
     /// `nimbus kill`).
     pub fn detached(mut self) -> Self {
         self.detached = true;
+        self
+    }
+
+    /// The actor does not die with the actor that spawned it (it still
+    /// ends with its job, or when killed): for actors a spawner keeps
+    /// track of and stops itself, and that should serve on if it fails,
+    /// as Serve's replicas do.
+    pub fn survives_spawner(mut self) -> Self {
+        self.survives_spawner = true;
         self
     }
 
@@ -226,7 +238,9 @@ pub async fn spawn<A: RemoteActor>(
         shared: options.shared,
         binary: context.binary.1.clone(),
         bundle: options.bundle,
-        owner: context.owner.filter(|_| !options.detached),
+        owner: context
+            .owner
+            .filter(|_| !options.detached && !options.survives_spawner),
     };
     if let Some(name) = &spec.name {
         let reserve = DirectoryRequest::ReserveName {

@@ -29,6 +29,10 @@
 //!    waits for the CPUs, GPUs or custom resources replicas hold: then
 //!    replicas above the minimum are given back.
 //! 5. **Shutdown** ([`Shutdown`]): replicas and ingresses are stopped.
+//!
+//! Replicas and ingresses survive the controller
+//! (`SpawnOptions::survives_spawner`): if it dies, the data path serves
+//! on with the routes it last published; they end with the job.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -216,7 +220,8 @@ async fn start_ingress(
     let options = SpawnOptions::default()
         .num_cpus(0.0)
         .strategy(Strategy::Node(node.to_string()))
-        .max_restarts(INGRESS_RESTARTS);
+        .max_restarts(INGRESS_RESTARTS)
+        .survives_spawner();
     let handle =
         actor::spawn::<Ingress>(args, options)
             .await

@@ -60,6 +60,7 @@ pub(super) async fn start_replicas(
             options.resource(name, amount)
         })
         .max_restarts(REPLICA_RESTARTS)
+        .survives_spawner()
         .max_in_flight(app.max_ongoing.saturating_mul(64).max(1_024));
     let spawned =
         join_all((0..count).map(|_| actor::spawn::<Replica>(args.clone(), options.clone()))).await;
