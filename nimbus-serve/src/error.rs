@@ -147,4 +147,8 @@ pub enum ControllerError {
     /// No application of that name is deployed.
     #[error("no application named {0} is deployed")]
     NoApplication(String),
+    /// A restarted controller could not read its saved state yet (the
+    /// head is unreachable): nothing was changed.
+    #[error("the serve controller is restarting and cannot read its saved state yet (is the head up?); try again")]
+    Restoring,
 }

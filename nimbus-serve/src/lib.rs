@@ -68,8 +68,9 @@ pub use config::{
     DEFAULT_MAX_QUEUED, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use controller::{
-    Controller, Delete, Deploy, Replicas, Shutdown, Start, Status, DRAIN_TIMEOUT, HEALTH_PERIOD,
-    HEALTH_TIMEOUT, INGRESS_RESTARTS, REPLICA_RESTARTS, STARTUP_TIMEOUT,
+    Controller, ControllerArgs, Delete, Deploy, Replicas, Shutdown, Start, Status,
+    CONTROLLER_RESTARTS, DRAIN_TIMEOUT, HEALTH_PERIOD, HEALTH_TIMEOUT, INGRESS_RESTARTS,
+    REPLICA_RESTARTS, STARTUP_TIMEOUT,
 };
 pub use deployment::{Deployment, RegistryExt};
 pub use error::{ControllerError, HandleError, HandlerError, ServeError};

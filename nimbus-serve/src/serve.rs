@@ -8,7 +8,10 @@ use std::time::Duration;
 use nimbus::actor::{self, ActorHandle, CallError, SpawnOptions};
 
 use crate::config::{Application, HttpOptions};
-use crate::controller::{Controller, Delete, Deploy, Shutdown, Start, STARTUP_TIMEOUT};
+use crate::controller::{
+    Controller, ControllerArgs, Delete, Deploy, Shutdown, Start, CONTROLLER_RESTARTS,
+    STARTUP_TIMEOUT,
+};
 use crate::error::ServeError;
 use crate::status::{IngressAddress, ServeStatus};
 
@@ -28,7 +31,14 @@ impl Serve {
     /// once every ingress listens.
     pub async fn start(http: HttpOptions) -> Result<Serve, ServeError> {
         http.check()?;
-        let controller = actor::spawn::<Controller>(http, SpawnOptions::default().num_cpus(0.0))
+        let args = ControllerArgs {
+            http,
+            serve: rand::random(),
+        };
+        let options = SpawnOptions::default()
+            .num_cpus(0.0)
+            .max_restarts(CONTROLLER_RESTARTS);
+        let controller = actor::spawn::<Controller>(args, options)
             .await
             .map_err(|source| ServeError::Spawn {
                 what: "the serve controller".into(),

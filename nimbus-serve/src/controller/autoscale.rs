@@ -44,6 +44,16 @@ impl Autoscaler {
         }
     }
 
+    /// Resumes at `target` replicas (a restarted controller's: `saved.rs`),
+    /// within the configured bounds.
+    pub(crate) fn resumed(config: Autoscaling, target: u32) -> Self {
+        Autoscaler {
+            target: target.clamp(config.min_replicas, config.max_replicas),
+            config,
+            wanting: None,
+        }
+    }
+
     /// The replicas the application should have now.
     pub(crate) fn target(&self) -> u32 {
         self.target

@@ -41,12 +41,14 @@ use std::time::Duration;
 
 mod autoscale;
 mod replicas;
+mod saved;
 
 use actix::prelude::*;
 use autoscale::Autoscaler;
 use futures::future::join_all;
 use nimbus::actor::{self, ActorHandle, CallError, SpawnOptions, Strategy};
 use replicas::{autoscale, reconfigure, replace, start_replicas, stop_replicas};
+use saved::{forget, restore, save};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Application, HttpOptions};
@@ -67,6 +69,9 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const REPLICA_RESTARTS: u32 = 1_000;
 /// How often the runtime restarts an ingress whose process died.
 pub const INGRESS_RESTARTS: u32 = 1_000;
+/// How often the runtime restarts the controller (on its node, or on
+/// another when its node is lost); it takes its state back (`saved.rs`).
+pub const CONTROLLER_RESTARTS: u32 = 1_000;
 
 /// Reconciles deployed applications with their replicas.
 pub struct Controller {
@@ -83,6 +88,14 @@ struct State {
     /// This controller, for its replicas to ask for each other
     /// (`DeploymentHandle`); known from `Start`.
     me: Option<ActorHandle<Controller>>,
+    /// Its `Serve`'s id: the key of its saved state (`saved.rs`).
+    serve: u64,
+    /// Whether the saved state was read (step 3 of `saved.rs`).
+    restored: bool,
+    /// What was last written.
+    last_saved: Option<Vec<u8>>,
+    /// `Shutdown` came: nothing is written any more.
+    shut_down: bool,
 }
 
 struct Running {
@@ -122,10 +135,13 @@ impl Actor for Controller {
             }
             ctx.spawn(
                 async move {
-                    follow_nodes(&state).await;
-                    check_health(&state).await;
-                    autoscale(&state).await;
-                    publish(&state).await;
+                    if restore(&state).await {
+                        follow_nodes(&state).await;
+                        check_health(&state).await;
+                        autoscale(&state).await;
+                        publish(&state).await;
+                        save(&state).await;
+                    }
                     state.borrow_mut().checking = false;
                 }
                 .into_actor(controller),
@@ -135,21 +151,34 @@ impl Actor for Controller {
 }
 
 impl Controller {
-    fn new(http: HttpOptions) -> Self {
+    fn new(args: ControllerArgs) -> Self {
         Controller {
             state: Rc::new(RefCell::new(State {
-                http,
+                http: args.http,
                 ingresses: Vec::new(),
                 applications: Vec::new(),
                 checking: false,
                 deploys: 0,
                 me: None,
+                serve: args.serve,
+                restored: false,
+                last_saved: None,
+                shut_down: false,
             })),
         }
     }
 }
 
-nimbus::remote_actor!(Controller, args: HttpOptions, new: Controller::new, handles: [Start, Deploy, Delete, Status, Shutdown, Replicas]);
+/// What a controller is started with.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ControllerArgs {
+    /// Where the ingresses listen.
+    pub(crate) http: HttpOptions,
+    /// Its `Serve`'s id, drawn at random by `Serve::start`.
+    pub(crate) serve: u64,
+}
+
+nimbus::remote_actor!(Controller, args: ControllerArgs, new: Controller::new, handles: [Start, Deploy, Delete, Status, Shutdown, Replicas]);
 
 /// Starts an ingress on every alive node; answers their addresses.
 #[derive(Message, Serialize, Deserialize)]
@@ -165,6 +194,9 @@ impl Handler<Start> for Controller {
         let state = self.state.clone();
         state.borrow_mut().me = Some(me);
         Box::pin(async move {
+            if !restore(&state).await {
+                return Err(ControllerError::Restoring);
+            }
             let http = state.borrow().http.clone();
             let status =
                 nimbus::library::cluster_status()
@@ -199,6 +231,7 @@ impl Handler<Start> for Controller {
                 })
                 .collect();
             state.borrow_mut().ingresses = ingresses;
+            save(&state).await;
             Ok(addresses)
         })
     }
@@ -301,6 +334,9 @@ impl Handler<Deploy> for Controller {
     fn handle(&mut self, Deploy(app): Deploy, _: &mut Context<Self>) -> Self::Result {
         let state = self.state.clone();
         Box::pin(async move {
+            if !restore(&state).await {
+                return Err(ControllerError::Restoring);
+            }
             if let Some(by) = state.borrow().applications.iter().find(|running| {
                 running.app.route_prefix == app.route_prefix && running.app.name != app.name
             }) {
@@ -352,6 +388,7 @@ impl Handler<Deploy> for Controller {
             if let Some(old) = old {
                 stop_replicas(old.replicas, true).await;
             }
+            save(&state).await;
             Ok(())
         })
     }
@@ -370,6 +407,9 @@ impl Handler<Delete> for Controller {
     fn handle(&mut self, Delete(name): Delete, _: &mut Context<Self>) -> Self::Result {
         let state = self.state.clone();
         Box::pin(async move {
+            if !restore(&state).await {
+                return Err(ControllerError::Restoring);
+            }
             let running = {
                 let mut state = state.borrow_mut();
                 let index = state
@@ -381,6 +421,7 @@ impl Handler<Delete> for Controller {
             };
             publish(&state).await;
             stop_replicas(running.replicas, true).await;
+            save(&state).await;
             Ok(())
         })
     }
@@ -470,8 +511,11 @@ impl Handler<Shutdown> for Controller {
     fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> Self::Result {
         let state = self.state.clone();
         Box::pin(async move {
+            // A restarted controller stops what it took back.
+            restore(&state).await;
             let (applications, ingresses) = {
                 let mut state = state.borrow_mut();
+                state.shut_down = true;
                 (
                     std::mem::take(&mut state.applications),
                     std::mem::take(&mut state.ingresses),
@@ -486,6 +530,7 @@ impl Handler<Shutdown> for Controller {
                     tracing::warn!(%node, "the HTTP ingress was not stopped: {e}");
                 }
             }
+            forget(&state).await;
         })
     }
 }

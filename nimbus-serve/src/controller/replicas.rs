@@ -392,5 +392,6 @@ pub(super) async fn reconfigure(
     {
         running.app = app;
     }
+    super::saved::save(state).await;
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nimbus::actor::Registry;
+use nimbus::cluster::ClusterEventKind;
 use nimbus_serve::{
     Application, Autoscaling, ControllerError, Deployment, DeploymentHandle, HandlerError,
     HttpOptions, RegistryExt, Serve, ServeError,
@@ -52,6 +53,9 @@ pub const ALL: &[(&str, Test)] = &[
         "an_application_scales_to_zero_and_back_for_a_request",
         |d| boxed(an_application_scales_to_zero_and_back_for_a_request(d)),
     ),
+    ("a_restarted_controller_takes_its_applications_back", |d| {
+        boxed(a_restarted_controller_takes_its_applications_back(d))
+    }),
     ("a_deployment_calls_another_through_a_handle", |d| {
         boxed(a_deployment_calls_another_through_a_handle(d))
     }),
@@ -1079,5 +1083,85 @@ async fn a_deployment_calls_another_through_a_handle(_: &mut nimbus::Driver) {
         outside.unwrap_err(),
         nimbus_serve::HandleError::NotInReplica
     );
+    serve.shutdown().await.unwrap();
+}
+
+/// The controller's process is killed under load: requests go on being
+/// answered (the replicas and ingresses serve on), and the restarted
+/// controller takes its application back from its saved state: the same
+/// replicas, which it then replaces in a rolling update and stops at
+/// shutdown (the harness finds nothing left in use).
+async fn a_restarted_controller_takes_its_applications_back(driver: &mut nimbus::Driver) {
+    let serve = start().await;
+    serve
+        .run(probe("v1").num_cpus(0.1).num_replicas(2))
+        .await
+        .unwrap();
+    let replicas = |status: &nimbus_serve::ServeStatus| -> BTreeSet<_> {
+        status
+            .applications
+            .iter()
+            .flat_map(|app| app.replicas.iter().map(|r| r.id))
+            .collect()
+    };
+    let before = replicas(&serve.status().await.unwrap());
+    let url = format!("http://{}/probe", serve.addresses()[0]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = load(url.clone(), r#"{"hold_ms": 5}"#, 2, stop.clone());
+
+    let client = driver.local_cluster().unwrap().client().await.unwrap();
+    let controller = client
+        .actors()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|actor| {
+            actor.type_name == <nimbus_serve::Controller as nimbus::actor::RemoteActor>::NAME
+                && actor.dead.is_none()
+        })
+        .expect("the controller runs");
+    let mut seen = client.last_event_seq().await.unwrap();
+    // SAFETY: a plain syscall on a process of this test's cluster.
+    assert_eq!(unsafe { libc_kill(controller.pid as i32, 9) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    'restarted: loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "the controller did not restart within 30 s"
+        );
+        for event in client.events(seen, left).await.unwrap() {
+            seen = event.seq;
+            if let ClusterEventKind::ActorStarted {
+                actor, incarnation, ..
+            } = event.kind
+            {
+                if actor == controller.actor && incarnation != controller.incarnation {
+                    break 'restarted;
+                }
+            }
+        }
+    }
+    wait_status(
+        &serve,
+        Duration::from_secs(30),
+        "the application back with the same replicas",
+        |status| replicas(status) == before,
+    )
+    .await;
+
+    serve
+        .run(probe("v2").num_cpus(0.1).num_replicas(2))
+        .await
+        .unwrap();
+    let after = replicas(&serve.status().await.unwrap());
+    assert!(
+        after.is_disjoint(&before),
+        "v2's replicas are new: {after:?}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    assert_all_ok(&running.await.unwrap());
+    let answer = post(url, "{}".into()).await;
+    assert_eq!(answer.reply().version, "v2");
     serve.shutdown().await.unwrap();
 }
