@@ -15,6 +15,7 @@
 
 #[path = "../../../tests/common/harness.rs"]
 mod harness;
+mod head_restart;
 mod tests;
 
 use std::time::Duration;
@@ -22,6 +23,9 @@ use std::time::Duration;
 const DEADLINE: Duration = Duration::from_secs(120);
 
 fn main() {
+    if std::env::var_os(head_restart::HEAD_RESTART_DRIVER).is_some() {
+        return head_restart::head_restart_driver();
+    }
     let driver = nimbus::init_with(tests::registry(), nimbus::InitOptions::private(2))
         .expect("a local cluster starts");
     harness::run(

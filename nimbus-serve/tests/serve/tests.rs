@@ -53,6 +53,9 @@ pub const ALL: &[(&str, Test)] = &[
         "an_application_scales_to_zero_and_back_for_a_request",
         |d| boxed(an_application_scales_to_zero_and_back_for_a_request(d)),
     ),
+    ("serving_rides_out_a_head_restart", |d| {
+        boxed(crate::head_restart::serving_rides_out_a_head_restart(d))
+    }),
     ("a_restarted_controller_takes_its_applications_back", |d| {
         boxed(a_restarted_controller_takes_its_applications_back(d))
     }),
@@ -162,9 +165,9 @@ impl Deployment for Pipeline {
 }
 
 #[derive(Serialize, Deserialize, Debug)]
-struct Reply {
+pub struct Reply {
     pid: u32,
-    version: String,
+    pub version: String,
     sum: f32,
     /// The size of the batch it was answered in (0: not batched).
     batch: usize,
@@ -251,7 +254,7 @@ impl Deployment for Probe {
     }
 }
 
-fn probe(version: &str) -> Application {
+pub fn probe(version: &str) -> Application {
     Application::new::<Probe>(version.to_string())
         .unwrap()
         .route_prefix("/probe")
@@ -264,14 +267,14 @@ async fn start() -> Serve {
 
 /// One HTTP answer: status, `Retry-After`, body.
 #[derive(Debug)]
-struct Answer {
-    status: u16,
+pub struct Answer {
+    pub status: u16,
     retry_after: Option<String>,
     body: String,
 }
 
 impl Answer {
-    fn reply(&self) -> Reply {
+    pub fn reply(&self) -> Reply {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{self:?}: {e}"))
     }
 }
@@ -310,7 +313,7 @@ fn assert_all_ok(answers: &[Answer]) {
 }
 
 /// POSTs `body` to `url` from a blocking thread.
-async fn post(url: String, body: String) -> Answer {
+pub async fn post(url: String, body: String) -> Answer {
     tokio::task::spawn_blocking(move || post_with(&agent(), &url, &body))
         .await
         .unwrap()
