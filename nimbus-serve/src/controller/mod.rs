@@ -14,7 +14,8 @@
 //!    a redeploy is a rolling update. One that changes only the user
 //!    config is not: the live replicas take it (`replicas.rs`, step 4).
 //! 3. **Health** every [`HEALTH_PERIOD`]: a node that joined gets an
-//!    ingress (one that died is forgotten); each replica is asked within
+//!    ingress (one whose node died, or that is dead for good, is
+//!    forgotten, and a node without one gets a new one); each replica is asked within
 //!    [`HEALTH_TIMEOUT`]; one that fails is routed around until it passes;
 //!    one dead for good is replaced (in the background: `replicas.rs`).
 //!    Each ingress is told to listen (a no-op unless it was restarted)
@@ -309,7 +310,7 @@ async fn follow_nodes(state: &Rc<RefCell<State>>) {
             Ok((handle, address)) => {
                 // Listed (`Status`) only once it serves the routes.
                 let routes = routes_of(&state.borrow());
-                send_routes(&node, &handle, routes).await;
+                let _ = send_routes(&node, &handle, routes).await;
                 tracing::info!(%node, %address, "a node joined: its ingress listens");
                 state
                     .borrow_mut()
@@ -608,15 +609,31 @@ async fn publish(state: &Rc<RefCell<State>>) {
             .collect();
         (routes_of(&state), ingresses)
     };
-    let waiting = join_all(
+    let sent = join_all(
         ingresses
             .iter()
             .map(|(node, ingress)| send_routes(node, ingress, routes.clone())),
     )
     .await;
+    // Dead for good (lost with its node, which came back: a restarted
+    // head, say): forgotten, so that the next round starts another there.
+    for ((node, ingress), sent) in ingresses.iter().zip(&sent) {
+        let lost = matches!(
+            sent,
+            Err(CallError::ActorDead { .. } | CallError::NodeLost { .. })
+        );
+        if lost && matches!(ingress.death().await, Ok(Some(_))) {
+            tracing::info!(%node, "its HTTP ingress is dead: forgotten");
+            state
+                .borrow_mut()
+                .ingresses
+                .retain(|(_, kept, _)| kept.id() != ingress.id());
+        }
+    }
     for running in &mut state.borrow_mut().applications {
-        running.queued = waiting
+        running.queued = sent
             .iter()
+            .flatten()
             .flatten()
             .filter(|(deployment, _)| *deployment == running.app.name)
             .map(|(_, count)| count)
@@ -650,7 +667,7 @@ async fn send_routes(
     node: &str,
     ingress: &ActorHandle<Ingress>,
     routes: Vec<RouteWire>,
-) -> Vec<(String, u32)> {
+) -> Result<Vec<(String, u32)>, CallError> {
     let sent = async {
         ingress
             .send_with_deadline(Listen, HEALTH_TIMEOUT)
@@ -660,8 +677,9 @@ async fn send_routes(
             .send_with_deadline(SetRoutes(routes), HEALTH_TIMEOUT)
             .await
     };
-    sent.await.unwrap_or_else(|e| {
+    let sent = sent.await;
+    if let Err(e) = &sent {
         tracing::warn!(%node, "the HTTP ingress did not take the routes: {e}");
-        Vec::new()
-    })
+    }
+    sent
 }

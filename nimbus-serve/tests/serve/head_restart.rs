@@ -48,8 +48,9 @@ fn replicas(status: &ServeStatus) -> BTreeSet<nimbus::cluster::ActorId> {
 /// An application's two replicas on a member with a `member` resource;
 /// the head is killed: the member's ingress answers every request while
 /// the head is down; the head is restarted: the controller (restarted
-/// elsewhere if it ran on the head) answers with the same replicas, and
-/// runs a new version.
+/// elsewhere if it ran on the head) answers with the same replicas, starts
+/// a new ingress on the restarted head, and runs a new version, which
+/// both ingresses serve.
 pub fn head_restart_driver() {
     let mut driver = nimbus::init_with(registry(), nimbus::InitOptions::private(2))
         .expect("a private local cluster starts");
@@ -86,6 +87,12 @@ pub fn head_restart_driver() {
             .address;
         let url = format!("http://{ingress}/probe");
         assert_eq!(post(url.clone(), "{}".into()).await.status, 200);
+        let old_head = status
+            .ingresses
+            .iter()
+            .find(|ingress| ingress.node == "head")
+            .expect("the head's ingress")
+            .address;
 
         cluster.kill(0).unwrap();
         let mut answered = 0;
@@ -123,6 +130,23 @@ pub fn head_restart_driver() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let controller_back = restarted.elapsed();
+        // The head's ingress died with it: a new one is started there.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let on_head = loop {
+            let status = serve.status().await.unwrap();
+            let fresh = status
+                .ingresses
+                .iter()
+                .find(|ingress| ingress.node == "head" && ingress.address != old_head);
+            if let Some(ingress) = fresh {
+                break ingress.address;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no new ingress on the restarted head: {status:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         let controller = client
             .actors()
             .await
@@ -133,8 +157,10 @@ pub fn head_restart_driver() {
             })
             .expect("the controller's record");
         serve.run(app("v2")).await.unwrap();
-        let answer = post(url, "{}".into()).await;
-        assert_eq!(answer.reply().version, "v2", "{answer:?}");
+        for url in [url, format!("http://{on_head}/probe")] {
+            let answer = post(url, "{}".into()).await;
+            assert_eq!(answer.reply().version, "v2", "{answer:?}");
+        }
         serve.shutdown().await.unwrap();
         println!(
             "summary: answered_while_head_down={answered} controller_back_ms={} controller_on={} controller_restarts={}",
